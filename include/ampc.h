@@ -1,0 +1,369 @@
+/*
+ * ampc.h - the public API of ampc, a C library for training neural networks
+ * with automatic mixed precision (autocast + grad scaler, as in PyTorch AMP).
+ *
+ * This is the only header a user includes. It is grouped by layer, bottom
+ * to top: errors, dtypes, tensors, autograd, ops, nn, optim, io.
+ *
+ * Ownership, in one paragraph:
+ *   - Tensors made by a constructor (amp_zeros, amp_from_data, amp_randn ...)
+ *     belong to the caller: release them with amp_tensor_free.
+ *   - Tensors returned by an op (amp_add, amp_matmul, amp_module_forward ...)
+ *     are temporaries owned by the calling thread's pool. amp_temps_free()
+ *     releases all of them at once (call it once per training step). To keep
+ *     one beyond that, amp_tensor_retain it and amp_tensor_free it later.
+ *   - Gradients belong to their tensor (amp_tensor_grad).
+ *
+ * Errors: functions return NULL or an amp_status; the reason is in
+ * amp_last_error(), per thread. An op given a NULL input returns NULL and
+ * keeps the first error, so a chain of ops is checked once at its end.
+ * The library never calls abort() or exit().
+ */
+#ifndef AMPC_H
+#define AMPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AMPC_VERSION "0.1.0"
+#define AMP_MAX_DIMS 8
+
+/* ------------------------------------------------------------------ errors */
+
+typedef enum {
+    AMP_OK = 0,
+    AMP_ERR_ARG,     /* a bad argument: NULL, out of range, unknown option */
+    AMP_ERR_SHAPE,   /* shapes that do not fit the op */
+    AMP_ERR_DTYPE,   /* a dtype the op does not take */
+    AMP_ERR_MEMORY,  /* an allocation failed */
+    AMP_ERR_STATE,   /* a call out of order (freed graph, misuse) */
+    AMP_ERR_IO,      /* a file could not be opened, read or written */
+    AMP_ERR_FORMAT,  /* a file's content is malformed */
+    AMP_ERR_DEVICE,  /* a device that is not available */
+} amp_status;
+
+/* The message of the last error on this thread ("" when none). */
+const char *amp_last_error(void);
+/* The status of the last error on this thread (AMP_OK when none). */
+amp_status amp_last_status(void);
+/* Forgets the last error on this thread. */
+void amp_clear_error(void);
+
+/* ------------------------------------------------------------------ dtypes */
+
+typedef enum {
+    AMP_F32 = 0,
+    AMP_F16,   /* IEEE binary16 */
+    AMP_BF16,  /* bfloat16: float32's exponent, 7 mantissa bits */
+    AMP_I32,
+    AMP_I64,
+    AMP_DTYPE_COUNT
+} amp_dtype;
+
+typedef enum { AMP_CPU = 0, AMP_CUDA, AMP_DEVICE_COUNT } amp_device;
+
+const char *amp_dtype_name(amp_dtype dt);   /* "f32", "f16", ... */
+size_t amp_dtype_size(amp_dtype dt);        /* bytes per element; 0 if invalid */
+bool amp_dtype_is_float(amp_dtype dt);
+const char *amp_device_name(amp_device dev);
+
+/* Scalar conversions on raw bits: round to nearest even, +-inf kept, NaN
+ * stays a quiet NaN, overflow goes to inf, subnormals both ways. */
+float amp_f16_to_f32(uint16_t h);
+uint16_t amp_f32_to_f16(float f);
+float amp_bf16_to_f32(uint16_t b);
+uint16_t amp_f32_to_bf16(float f);
+
+/* Converts n elements between any two dtypes, on the fastest path this CPU
+ * has (F16C / AVX-512 / AVX512-BF16 / scalar), bit-identical to the scalar
+ * functions above. Float to integer truncates toward zero. */
+void amp_convert(const void *src, amp_dtype src_dt, void *dst, amp_dtype dst_dt, size_t n);
+
+/* CPU features detected at run time (bit flags). */
+enum {
+    AMP_CPU_F16C = 1u << 0,
+    AMP_CPU_AVX2 = 1u << 1,
+    AMP_CPU_AVX512F = 1u << 2,
+    AMP_CPU_AVX512BF16 = 1u << 3,
+    AMP_CPU_AVX512BW = 1u << 4,
+};
+/* The features in use: those detected, less any masked by amp_cpu_limit. */
+unsigned amp_cpu_features(void);
+/* Restricts the kernels to the features in mask (for tests and benchmarks);
+ * amp_cpu_limit(~0u) lifts the restriction. */
+void amp_cpu_limit(unsigned mask);
+
+/* Threads used by every kernel (0 = the number of cores). */
+void amp_set_num_threads(int n);
+int amp_get_num_threads(void);
+
+/* ----------------------------------------------------------------- random */
+
+/* The global generator: Philox4x32-10 keyed by seed, with a counter offset
+ * that every random op advances. Same seed, same calls, same numbers. */
+typedef struct {
+    uint64_t seed;
+    uint64_t offset;
+} amp_rng_state;
+
+void amp_manual_seed(uint64_t seed);
+amp_rng_state amp_rng_get_state(void);
+void amp_rng_set_state(amp_rng_state s);
+
+/* ---------------------------------------------------------------- tensors */
+
+typedef struct amp_tensor amp_tensor;
+
+typedef struct {
+    int ndim;
+    int64_t d[AMP_MAX_DIMS];
+} amp_shape;
+
+/* AMP_SHAPE(2, 3) is the shape {2, 3}; AMP_SHAPE() is a scalar. */
+#define AMP_SHAPE(...) \
+    ((amp_shape){(int)(sizeof((int64_t[]){0, __VA_ARGS__}) / sizeof(int64_t)) - 1, {__VA_ARGS__}})
+
+/* Constructors: the caller owns the result (amp_tensor_free). */
+amp_tensor *amp_empty(amp_shape shape, amp_dtype dt);  /* uninitialised */
+amp_tensor *amp_zeros(amp_shape shape, amp_dtype dt);
+amp_tensor *amp_ones(amp_shape shape, amp_dtype dt);
+amp_tensor *amp_full(amp_shape shape, amp_dtype dt, double value);
+/* start, start+step, ... below end (1-D). */
+amp_tensor *amp_arange(double start, double end, double step, amp_dtype dt);
+/* Copies numel elements of type dt from data. */
+amp_tensor *amp_from_data(amp_shape shape, amp_dtype dt, const void *data);
+/* Seeded from the global generator. */
+amp_tensor *amp_randn(amp_shape shape, amp_dtype dt, double mean, double std);
+amp_tensor *amp_rand(amp_shape shape, amp_dtype dt, double low, double high);
+/* A new tensor (caller-owned) with t's values, no history. */
+amp_tensor *amp_clone(const amp_tensor *t);
+
+/* Reference counting. amp_tensor_free(NULL) is allowed. */
+amp_tensor *amp_tensor_retain(amp_tensor *t);
+void amp_tensor_free(amp_tensor *t);
+/* Releases every op result this thread made since the last call. */
+void amp_temps_free(void);
+/* Number of tensors the pool holds (for tests and leak hunting). */
+size_t amp_temps_count(void);
+
+amp_dtype amp_tensor_dtype(const amp_tensor *t);
+amp_device amp_tensor_device(const amp_tensor *t);
+int amp_tensor_ndim(const amp_tensor *t);
+/* Size of dim i; negative i counts from the end. */
+int64_t amp_tensor_dim(const amp_tensor *t, int i);
+amp_shape amp_tensor_shape(const amp_tensor *t);
+int64_t amp_tensor_numel(const amp_tensor *t);
+/* The contiguous element buffer (CPU tensors). */
+void *amp_tensor_data(amp_tensor *t);
+const void *amp_tensor_cdata(const amp_tensor *t);
+
+/* Copies all elements out to / in from user memory, converting to / from
+ * dt. The buffer holds numel elements of dt. */
+amp_status amp_tensor_copy_out(const amp_tensor *t, void *dst, amp_dtype dt);
+amp_status amp_tensor_copy_in(amp_tensor *t, const void *src, amp_dtype dt);
+/* Element i (flat index) as a double; NAN with an error when out of range. */
+double amp_tensor_get(const amp_tensor *t, int64_t i);
+/* The value of a one-element tensor as a double. */
+double amp_item(const amp_tensor *t);
+/* Fills t with value (in place, no history). */
+amp_status amp_tensor_fill(amp_tensor *t, double value);
+/* Writes "shape dtype" into buf, e.g. "[64, 784] f32". */
+const char *amp_shape_str(amp_shape s, char *buf, size_t n);
+
+/* --------------------------------------------------------------- autograd */
+
+/* Marks a leaf as a parameter whose gradient backward accumulates. */
+amp_status amp_tensor_set_requires_grad(amp_tensor *t, bool on);
+bool amp_tensor_requires_grad(const amp_tensor *t);
+bool amp_tensor_is_leaf(const amp_tensor *t);
+/* The accumulated gradient (same dtype and shape as t) or NULL. Owned by t. */
+amp_tensor *amp_tensor_grad(const amp_tensor *t);
+/* Drops t's gradient (PyTorch's zero_grad(set_to_none=True)). */
+void amp_tensor_clear_grad(amp_tensor *t);
+
+/* Runs backward from a one-element tensor, seeding with 1, then frees the
+ * graph and its saved activations. A second backward through the same
+ * graph is an AMP_ERR_STATE error. */
+amp_status amp_backward(amp_tensor *loss);
+/* As amp_backward, seeding with grad (same shape as t). */
+amp_status amp_backward_with(amp_tensor *t, const amp_tensor *grad);
+
+/* No-grad regions: ops inside record nothing. They nest. */
+void amp_no_grad_begin(void);
+void amp_no_grad_end(void);
+bool amp_grad_enabled(void);
+
+/* -------------------------------------------------------------------- ops */
+/* Every op returns a temporary (see Ownership) or NULL on error. Float ops
+ * take f32, f16 and bf16; 16-bit kernels compute and accumulate in f32. */
+
+amp_tensor *amp_add(amp_tensor *a, amp_tensor *b);  /* broadcasting */
+amp_tensor *amp_sub(amp_tensor *a, amp_tensor *b);
+amp_tensor *amp_mul(amp_tensor *a, amp_tensor *b);
+amp_tensor *amp_div(amp_tensor *a, amp_tensor *b);
+amp_tensor *amp_add_scalar(amp_tensor *a, double s);
+amp_tensor *amp_sub_scalar(amp_tensor *a, double s);
+amp_tensor *amp_mul_scalar(amp_tensor *a, double s);
+amp_tensor *amp_div_scalar(amp_tensor *a, double s);
+amp_tensor *amp_neg(amp_tensor *a);
+amp_tensor *amp_relu(amp_tensor *a);
+typedef enum { AMP_GELU_EXACT = 0, AMP_GELU_TANH = 1 } amp_gelu_approx;
+amp_tensor *amp_gelu(amp_tensor *a, amp_gelu_approx approx);
+amp_tensor *amp_tanh(amp_tensor *a);
+amp_tensor *amp_sigmoid(amp_tensor *a);
+amp_tensor *amp_exp(amp_tensor *a);
+amp_tensor *amp_log(amp_tensor *a);
+amp_tensor *amp_pow_scalar(amp_tensor *a, double p);
+
+/* a [.., M, K] @ b [K, N] or [.., K, N] with the same leading dims. */
+amp_tensor *amp_matmul(amp_tensor *a, amp_tensor *b);
+/* x [.., in] . w[out, in]^T + bias[out]; bias may be NULL. */
+amp_tensor *amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *bias);
+
+/* Sum / mean over the ndims dims listed (negative counts from the end). */
+amp_tensor *amp_sum(amp_tensor *a, int ndims, const int *dims, bool keepdim);
+amp_tensor *amp_mean(amp_tensor *a, int ndims, const int *dims, bool keepdim);
+amp_tensor *amp_sum_all(amp_tensor *a);   /* a scalar (0-d) */
+amp_tensor *amp_mean_all(amp_tensor *a);
+
+amp_tensor *amp_softmax(amp_tensor *a, int dim);
+amp_tensor *amp_log_softmax(amp_tensor *a, int dim);
+/* PyTorch's default ignore_index. */
+#define AMP_IGNORE_INDEX (-100)
+/* logits [N, C], labels [N] (i32 or i64): mean over labels != ignore_index. */
+amp_tensor *amp_cross_entropy(amp_tensor *logits, amp_tensor *labels);
+amp_tensor *amp_cross_entropy_ignore(amp_tensor *logits, amp_tensor *labels, int64_t ignore_index);
+/* mean((a - b)^2), same shapes. */
+amp_tensor *amp_mse_loss(amp_tensor *a, amp_tensor *b);
+/* Normalises over the last normalized_ndim dims; weight/bias (shaped as
+ * those dims) may be NULL. */
+amp_tensor *amp_layer_norm(amp_tensor *x, int normalized_ndim, amp_tensor *weight, amp_tensor *bias,
+                           double eps);
+/* weight [V, D], indices (i32/i64, any shape) -> [indices.., D]. */
+amp_tensor *amp_embedding(amp_tensor *weight, amp_tensor *indices);
+/* Zeroes elements with probability p and scales the rest by 1/(1-p), from
+ * the global generator; identity when !training or p == 0. */
+amp_tensor *amp_dropout(amp_tensor *a, double p, bool training);
+/* x [N, C, H, W], w [O, C, kh, kw], bias [O] or NULL. */
+amp_tensor *amp_conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding);
+/* stride 0 means stride = kernel (PyTorch's default). */
+amp_tensor *amp_max_pool2d(amp_tensor *x, int kernel, int stride, int padding);
+/* Padding counts in the divisor (count_include_pad=True, as PyTorch). */
+amp_tensor *amp_avg_pool2d(amp_tensor *x, int kernel, int stride, int padding);
+
+/* A view sharing a's storage; one dim may be -1. */
+amp_tensor *amp_reshape(amp_tensor *a, amp_shape shape);
+amp_tensor *amp_transpose(amp_tensor *a, int dim0, int dim1);
+/* dims: a permutation of 0..ndim-1. */
+amp_tensor *amp_permute(amp_tensor *a, const int *dims);
+amp_tensor *amp_cat(amp_tensor *const *ts, int n, int dim);
+/* Differentiable dtype cast (the gradient flows back in a's dtype). */
+amp_tensor *amp_to(amp_tensor *a, amp_dtype dt);
+/* Index of the largest value along dim (i64, no gradient). */
+amp_tensor *amp_argmax(amp_tensor *a, int dim);
+
+/* The op table: every op by name, for tools and docs. */
+int amp_op_count(void);
+const char *amp_op_name(int op);
+
+/* --------------------------------------------------------------------- nn */
+
+typedef struct amp_module amp_module;
+
+amp_module *amp_nn_linear(int64_t in_features, int64_t out_features, bool bias);
+amp_module *amp_nn_conv2d(int64_t in_ch, int64_t out_ch, int kernel, int stride, int padding, bool bias);
+amp_module *amp_nn_layer_norm(int64_t dim, double eps);
+amp_module *amp_nn_embedding(int64_t num, int64_t dim);
+amp_module *amp_nn_dropout(double p);
+amp_module *amp_nn_relu(void);
+amp_module *amp_nn_gelu(amp_gelu_approx approx);
+amp_module *amp_nn_tanh(void);
+amp_module *amp_nn_max_pool2d(int kernel, int stride);
+amp_module *amp_nn_avg_pool2d(int kernel, int stride);
+/* Flattens all dims after the first. */
+amp_module *amp_nn_flatten(void);
+/* A container that runs its children in order. */
+amp_module *amp_nn_sequential(void);
+/* Appends child (the container takes ownership, also on error). */
+amp_status amp_sequential_add(amp_module *seq, amp_module *child);
+
+amp_tensor *amp_module_forward(amp_module *m, amp_tensor *x);
+/* Training mode (dropout on) or eval mode; applies to children. */
+void amp_module_train(amp_module *m, bool training);
+/* Parameters in a fixed order, with names like "0.weight". */
+int amp_module_num_params(const amp_module *m);
+amp_tensor *amp_module_param(const amp_module *m, int i, const char **name);
+/* Fills out with up to max parameters; returns how many m has. */
+int amp_module_params(const amp_module *m, amp_tensor **out, int max);
+const char *amp_module_kind(const amp_module *m);
+void amp_module_free(amp_module *m);
+
+/* ------------------------------------------------------------------ optim */
+
+typedef struct amp_optim amp_optim;
+
+typedef struct {
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov;
+} amp_sgd_opts;
+
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+    bool amsgrad;
+} amp_adam_opts;
+
+/* PyTorch's defaults (SGD lr has none in PyTorch; 0.01 here). */
+amp_sgd_opts amp_sgd_defaults(void);
+amp_adam_opts amp_adam_defaults(void);   /* lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 0 */
+amp_adam_opts amp_adamw_defaults(void);  /* as Adam, wd 0.01 */
+
+/* The optimizer keeps references to params (retained). */
+amp_optim *amp_optim_sgd(amp_tensor *const *params, int n, amp_sgd_opts o);
+amp_optim *amp_optim_adam(amp_tensor *const *params, int n, amp_adam_opts o);
+amp_optim *amp_optim_adamw(amp_tensor *const *params, int n, amp_adam_opts o);
+/* One update of every parameter that has a gradient. */
+amp_status amp_optim_step(amp_optim *o);
+/* Drops every parameter's gradient (set_to_none). */
+void amp_optim_zero_grad(amp_optim *o);
+double amp_optim_get_lr(const amp_optim *o);
+void amp_optim_set_lr(amp_optim *o, double lr);
+int amp_optim_num_params(const amp_optim *o);
+amp_tensor *amp_optim_param(const amp_optim *o, int i);
+/* Number of steps taken (Adam's step counter; SGD counts too). */
+int64_t amp_optim_steps(const amp_optim *o);
+void amp_optim_free(amp_optim *o);
+
+/* Scales gradients so their global L2 norm is at most max_norm; returns the
+ * norm before clipping (NAN/inf if a gradient is not finite, as PyTorch). */
+double amp_clip_grad_norm(amp_tensor *const *params, int n, double max_norm);
+
+/* Learning-rate schedules, as closed forms of the step count. */
+typedef enum { AMP_SCHED_CONSTANT = 0, AMP_SCHED_STEP, AMP_SCHED_COSINE } amp_sched_kind;
+typedef struct {
+    amp_sched_kind kind;
+    double base_lr;
+    int64_t step_size;    /* STEP: decay every step_size steps */
+    double gamma;         /* STEP: multiply by gamma */
+    int64_t total_steps;  /* COSINE: T_max (counted after warm-up) */
+    double min_lr;        /* COSINE: eta_min */
+    int64_t warmup_steps; /* linear warm-up from warmup_start_factor * base_lr */
+    double warmup_start_factor;
+} amp_sched;
+/* The learning rate at step t (0-based). */
+double amp_sched_lr(const amp_sched *s, int64_t t);
+
+/* --------------------------------------------------------------------- io */
+
+/* Reads an IDX file (optionally gzip-compressed) into a tensor of dt.
+ * Errors name the file and what is wrong (missing, truncated, bad magic). */
+amp_tensor *amp_idx_load(const char *path, amp_dtype dt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AMPC_H */

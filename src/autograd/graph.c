@@ -1,0 +1,276 @@
+/*
+ * graph.c - the backward engine and the no-grad mode.
+ *
+ * backward(loss): collect the nodes reachable from loss in topological
+ * order (iterative DFS, so deep graphs cannot overflow the stack), seed
+ * loss's gradient with ones, walk the nodes from the last to the first,
+ * and hand each input its gradient: into the producing node's grad for
+ * intermediate results, into .grad (in the leaf's dtype) for leaves. Then
+ * free every node's inputs and saved tensors, which is what releases a
+ * step's activations; a node marked freed refuses a second backward.
+ */
+#include "autograd/graph.h"
+#include "base/base.h"
+#include "ops/ops.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+static _Thread_local int no_grad_depth;
+
+void amp_no_grad_begin(void) { no_grad_depth++; }
+void amp_no_grad_end(void)
+{
+    if (no_grad_depth > 0)
+        no_grad_depth--;
+}
+bool amp_grad_enabled(void) { return no_grad_depth == 0; }
+
+void node_free_state(node *n)
+{
+    for (int i = 0; i < n->n_in; i++) {
+        amp_tensor_free(n->in[i]);
+        n->in[i] = NULL;
+    }
+    for (int k = 0; k < NODE_MAX_SAVED; k++) {
+        amp_tensor_free(n->saved[k]);
+        n->saved[k] = NULL;
+    }
+    amp_tensor_free(n->grad);
+    n->grad = NULL;
+}
+
+void node_release(node *n)
+{
+    if (!n || --n->refcount > 0)
+        return;
+    node_free_state(n);
+    free(n->in);
+    free(n);
+}
+
+/* ------------------------------------------------------------ tensors */
+
+amp_status amp_tensor_set_requires_grad(amp_tensor *t, bool on)
+{
+    if (!t)
+        return amp_set_error(AMP_ERR_ARG, "set_requires_grad: NULL tensor");
+    if (t->grad_fn)
+        return amp_set_error(AMP_ERR_STATE,
+                             "set_requires_grad: only leaf tensors can be set (this one was made by %s)",
+                             op_table[t->grad_fn->op].name);
+    if (on && !amp_dtype_is_float(t->dtype))
+        return amp_set_error(AMP_ERR_DTYPE, "set_requires_grad: dtype %s cannot have a gradient",
+                             amp_dtype_name(t->dtype));
+    t->requires_grad = on;
+    return AMP_OK;
+}
+
+bool amp_tensor_requires_grad(const amp_tensor *t) { return t && t->requires_grad; }
+bool amp_tensor_is_leaf(const amp_tensor *t) { return t && !t->grad_fn; }
+amp_tensor *amp_tensor_grad(const amp_tensor *t) { return t ? t->grad : NULL; }
+
+void amp_tensor_clear_grad(amp_tensor *t)
+{
+    if (!t)
+        return;
+    amp_tensor_free(t->grad);
+    t->grad = NULL;
+}
+
+/* --------------------------------------------------------------- engine */
+
+/* dst += src, elementwise, in dst's dtype (accumulating in f32). */
+static amp_status accumulate(amp_tensor **dst, amp_tensor *src, amp_dtype dt)
+{
+    if (!*dst) {
+        if (src->dtype == dt && src->refcount == 1) {
+            *dst = amp_tensor_retain(src);
+            return AMP_OK;
+        }
+        *dst = tensor_convert(src, dt);
+        return *dst ? AMP_OK : AMP_ERR_MEMORY;
+    }
+    amp_tensor *d = *dst;
+    if (d->dtype == AMP_F32 && src->dtype == AMP_F32) {
+        float *a = tensor_f32(d);
+        const float *b = tensor_f32(src);
+        for (int64_t i = 0; i < d->numel; i++)
+            a[i] += b[i];
+        return AMP_OK;
+    }
+    float *ta, *tb;
+    const float *a = tensor_as_f32(d, &ta), *b = tensor_as_f32(src, &tb);
+    float *sum = amp_alloc((size_t)d->numel * sizeof(float));
+    if (!a || !b || !sum) {
+        amp_free(ta);
+        amp_free(tb);
+        amp_free(sum);
+        return AMP_ERR_MEMORY;
+    }
+    for (int64_t i = 0; i < d->numel; i++)
+        sum[i] = a[i] + b[i];
+    tensor_store_f32(d, sum);
+    amp_free(ta);
+    amp_free(tb);
+    amp_free(sum);
+    return AMP_OK;
+}
+
+typedef struct {
+    node **v;
+    size_t len, cap;
+} node_vec;
+
+static bool vec_push(node_vec *s, node *n)
+{
+    if (s->len == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        node **v = realloc(s->v, cap * sizeof *v);
+        if (!v)
+            return false;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->len++] = n;
+    return true;
+}
+
+/* Post-order of the graph below root: every node after all it depends on. */
+static amp_status topo_order(node *root, node_vec *order)
+{
+    static _Atomic uint64_t epoch_counter = 0;
+    uint64_t visiting = atomic_fetch_add(&epoch_counter, 2) + 2, done = visiting + 1;
+    node_vec stack = {0};
+    amp_status st = AMP_OK;
+    if (!vec_push(&stack, root))
+        st = AMP_ERR_MEMORY;
+    root->mark = visiting;
+    while (st == AMP_OK && stack.len > 0) {
+        node *n = stack.v[stack.len - 1];
+        bool pushed = false;
+        for (int i = 0; i < n->n_in; i++) {
+            node *c = n->in[i] ? n->in[i]->grad_fn : NULL;
+            if (!c || c->mark == visiting || c->mark == done)
+                continue;
+            if (c->freed) {
+                st = amp_set_error(AMP_ERR_STATE,
+                                   "backward: the graph through %s was already freed by an earlier "
+                                   "backward",
+                                   op_table[c->op].name);
+                break;
+            }
+            c->mark = visiting;
+            if (!vec_push(&stack, c)) {
+                st = AMP_ERR_MEMORY;
+                break;
+            }
+            pushed = true;
+            break;
+        }
+        if (st != AMP_OK || pushed)
+            continue;
+        n->mark = done;
+        stack.len--;
+        if (!vec_push(order, n))
+            st = AMP_ERR_MEMORY;
+    }
+    free(stack.v);
+    if (st == AMP_ERR_MEMORY)
+        amp_set_error(st, "backward: out of memory");
+    return st;
+}
+
+static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
+{
+    node *root = t->grad_fn;
+    if (!root) {
+        if (!t->requires_grad)
+            return amp_set_error(AMP_ERR_STATE,
+                                 "backward: the tensor does not require grad and has no grad_fn");
+        return accumulate(&t->grad, (amp_tensor *)seed, t->dtype);
+    }
+    if (root->freed)
+        return amp_set_error(AMP_ERR_STATE,
+                             "backward: the graph through %s was already freed by an earlier "
+                             "backward (PyTorch's retain_graph is not supported)",
+                             op_table[root->op].name);
+
+    node_vec order = {0};
+    amp_status st = topo_order(root, &order);
+    if (st == AMP_OK)
+        st = accumulate(&root->grad, (amp_tensor *)seed, root->out_dtype);
+
+    amp_no_grad_begin();
+    for (size_t k = order.len; st == AMP_OK && k-- > 0;) {
+        node *n = order.v[k];
+        if (!n->grad)
+            continue; /* no path from the loss reached this node's result */
+        amp_tensor *stack_gin[4] = {0};
+        amp_tensor **gin = n->n_in <= 4 ? stack_gin : calloc((size_t)n->n_in, sizeof *gin);
+        if (!gin) {
+            st = amp_set_error(AMP_ERR_MEMORY, "backward: out of memory");
+            break;
+        }
+        st = op_table[n->op].backward(n, n->grad, gin);
+        for (int i = 0; i < n->n_in; i++) {
+            amp_tensor *x = n->in[i];
+            if (st == AMP_OK && gin[i] && x->requires_grad) {
+                if (x->grad_fn)
+                    st = accumulate(&x->grad_fn->grad, gin[i], x->dtype);
+                else
+                    st = accumulate(&x->grad, gin[i], x->dtype);
+            }
+            amp_tensor_free(gin[i]);
+        }
+        if (gin != stack_gin)
+            free(gin);
+    }
+    amp_no_grad_end();
+
+    /* Free the graph whatever happened: its activations belong to this step. */
+    for (size_t k = 0; k < order.len; k++) {
+        node_free_state(order.v[k]);
+        order.v[k]->freed = true;
+    }
+    free(order.v);
+    return st;
+}
+
+amp_status amp_backward(amp_tensor *loss)
+{
+    if (!loss)
+        return amp_last_status() != AMP_OK ? amp_last_status()
+                                           : amp_set_error(AMP_ERR_ARG, "backward: NULL tensor");
+    if (loss->numel != 1) {
+        char b[96];
+        return amp_set_error(AMP_ERR_SHAPE,
+                             "backward: the loss has shape %s; a gradient can be seeded implicitly "
+                             "only for one element (use amp_backward_with)",
+                             amp_shape_str(loss->shape, b, sizeof b));
+    }
+    amp_tensor *seed = amp_full(loss->shape, loss->dtype, 1.0);
+    if (!seed)
+        return amp_last_status();
+    amp_status st = run_backward(loss, seed);
+    amp_tensor_free(seed);
+    return st;
+}
+
+amp_status amp_backward_with(amp_tensor *t, const amp_tensor *grad)
+{
+    if (!t || !grad)
+        return amp_last_status() != AMP_OK
+                   ? amp_last_status()
+                   : amp_set_error(AMP_ERR_ARG, "backward: NULL %s", t ? "gradient" : "tensor");
+    if (!shape_equal(t->shape, grad->shape)) {
+        char a[96], b[96];
+        return amp_set_error(AMP_ERR_SHAPE, "backward: gradient shape %s does not match tensor %s",
+                             amp_shape_str(grad->shape, b, sizeof b),
+                             amp_shape_str(t->shape, a, sizeof a));
+    }
+    if (!amp_dtype_is_float(grad->dtype))
+        return amp_set_error(AMP_ERR_DTYPE, "backward: gradient dtype %s is not a float type",
+                             amp_dtype_name(grad->dtype));
+    return run_backward(t, grad);
+}

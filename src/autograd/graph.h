@@ -1,0 +1,45 @@
+/*
+ * graph.h - the tape: one node per op result that needs a gradient.
+ *
+ * A node holds references to its op's inputs and to whatever its backward
+ * needs (saved), so the graph keeps exactly the activations backward will
+ * read. The result tensor holds the node (grad_fn); the node never holds
+ * its result, only an alias of the result's storage when backward needs
+ * the output values (relu, exp, softmax ...).
+ *
+ * Defines: struct node, op_params, node_release, the backward engine.
+ */
+#ifndef AMPC_GRAPH_H
+#define AMPC_GRAPH_H
+
+#include "tensor/tensor.h"
+
+#define NODE_MAX_SAVED 4
+
+/* An op's scalar arguments; each op documents which slots it uses. */
+typedef struct op_params {
+    int64_t i[AMP_MAX_DIMS];
+    double f[4];
+} op_params;
+
+typedef struct node {
+    int op;
+    int refcount;
+    bool needs_grad;  /* forward saves what backward needs only if set */
+    bool freed;       /* backward has run and released the saved state */
+    int n_in;
+    amp_tensor **in;  /* references to the op's inputs (after autocast) */
+    amp_tensor *saved[NODE_MAX_SAVED];
+    op_params p;
+    amp_shape out_shape;
+    amp_dtype out_dtype;
+    amp_tensor *grad; /* during backward: the gradient of the result */
+    uint64_t mark;    /* traversal epoch */
+} node;
+
+/* Drops one reference; the last one releases the inputs and saved state. */
+void node_release(node *n);
+/* Releases what a node keeps for backward (inputs, saved tensors). */
+void node_free_state(node *n);
+
+#endif

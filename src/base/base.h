@@ -1,0 +1,41 @@
+/*
+ * base.h - what every layer uses: the per-thread error, CPU features,
+ * threads, the random generator, and aligned memory.
+ *
+ * Defines: amp_set_error, amp_fail, ampc_xmalloc/free, philox, thread count.
+ */
+#ifndef AMPC_BASE_H
+#define AMPC_BASE_H
+
+#include "ampc.h"
+
+#include <stdarg.h>
+
+#if defined(__GNUC__)
+#define AMP_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define AMP_PRINTF(f, a)
+#endif
+
+/* Sets this thread's error (overwrites any earlier one) and returns st. */
+amp_status amp_set_error(amp_status st, const char *fmt, ...) AMP_PRINTF(2, 3);
+/* As amp_set_error, returning NULL: `return amp_fail_null(...)`. */
+void *amp_fail_null(amp_status st, const char *fmt, ...) AMP_PRINTF(2, 3);
+
+/* 64-byte aligned allocation; size 0 gives a valid pointer. Sets an
+ * AMP_ERR_MEMORY error on failure. */
+void *amp_alloc(size_t nbytes);
+void amp_free(void *p);
+
+/* Philox4x32-10: four 32-bit random words for (key, counter). */
+void amp_philox(uint64_t key, uint64_t counter_hi, uint64_t counter_lo, uint32_t out[4]);
+/* Reserves n counter values of the global generator; returns the seed in
+ * *seed and the first counter. */
+uint64_t amp_rng_reserve(uint64_t n, uint64_t *seed);
+/* Uniform float in [0, 1) from a 32-bit word (24 random bits). */
+static inline float amp_u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+
+/* Number of threads kernels should use. */
+int amp_threads(void);
+
+#endif

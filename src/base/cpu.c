@@ -1,0 +1,70 @@
+/*
+ * cpu.c - CPU feature detection and the thread setting.
+ *
+ * Kernels ask amp_cpu_features() which paths they may take; tests lower
+ * the mask with amp_cpu_limit() to compare vector paths with scalar ones.
+ * On other architectures no x86 feature is ever reported.
+ */
+#include "base/base.h"
+
+#include <stdatomic.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static _Atomic unsigned cpu_mask = ~0u;
+static _Atomic int num_threads = 0;
+
+static unsigned detect(void)
+{
+    unsigned f = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("f16c"))
+        f |= AMP_CPU_F16C;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        f |= AMP_CPU_AVX2;
+    if (__builtin_cpu_supports("avx512f"))
+        f |= AMP_CPU_AVX512F;
+    if (__builtin_cpu_supports("avx512bw"))
+        f |= AMP_CPU_AVX512BW;
+#if defined(__GNUC__) && (__GNUC__ >= 12)
+    if (__builtin_cpu_supports("avx512bf16"))
+        f |= AMP_CPU_AVX512BF16;
+#endif
+#endif
+    return f;
+}
+
+unsigned amp_cpu_features(void)
+{
+    static _Atomic unsigned detected = 0;
+    static _Atomic int done = 0;
+    if (!atomic_load(&done)) {
+        atomic_store(&detected, detect());
+        atomic_store(&done, 1);
+    }
+    return atomic_load(&detected) & atomic_load(&cpu_mask);
+}
+
+void amp_cpu_limit(unsigned mask) { atomic_store(&cpu_mask, mask); }
+
+void amp_set_num_threads(int n)
+{
+    atomic_store(&num_threads, n < 0 ? 0 : n);
+#ifdef _OPENMP
+    omp_set_num_threads(amp_threads());
+#endif
+}
+
+int amp_get_num_threads(void) { return amp_threads(); }
+
+int amp_threads(void)
+{
+    int n = atomic_load(&num_threads);
+    if (n > 0)
+        return n;
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c > 0 ? (int)c : 1;
+}

@@ -1,0 +1,107 @@
+/*
+ * op_table.c - the op table and op_apply, the one path every op takes.
+ */
+#include "ops/ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+const op_def op_table[OP_COUNT] = {
+#define X(e, nm, cpu, cuda, fwd, bwd) [OP_##e] = {nm, {CAST_##cpu, CAST_##cuda}, fwd, bwd},
+#include "ops/op_list.h"
+#undef X
+};
+
+int amp_op_count(void) { return OP_COUNT; }
+
+const char *amp_op_name(int op) { return (op >= 0 && op < OP_COUNT) ? op_table[op].name : NULL; }
+
+amp_status no_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+{
+    (void)gout;
+    (void)gin;
+    return amp_set_error(AMP_ERR_STATE, "%s: has no gradient", op_name(n));
+}
+
+void *op_fail_shapes(const node *n, const char *why)
+{
+    char msg[400];
+    size_t k = (size_t)snprintf(msg, sizeof msg, "%s: %s (", op_name(n), why);
+    for (int i = 0; i < n->n_in && k < sizeof msg; i++) {
+        char b[96];
+        if (n->in[i])
+            k += (size_t)snprintf(msg + k, sizeof msg - k, "%s%s %s", i ? ", " : "",
+                                  amp_shape_str(n->in[i]->shape, b, sizeof b),
+                                  amp_dtype_name(n->in[i]->dtype));
+    }
+    if (k < sizeof msg)
+        snprintf(msg + k, sizeof msg - k, ")");
+    return amp_fail_null(AMP_ERR_SHAPE, "%s", msg);
+}
+
+void *op_fail_dtype(const node *n, int input, const char *why)
+{
+    return amp_fail_null(AMP_ERR_DTYPE, "%s: input %d has dtype %s: %s", op_name(n), input,
+                         amp_dtype_name(n->in[input]->dtype), why);
+}
+
+bool op_require_float(const node *n, int input)
+{
+    if (amp_dtype_is_float(n->in[input]->dtype))
+        return true;
+    op_fail_dtype(n, input, "expected a float tensor (f32, f16 or bf16)");
+    return false;
+}
+
+amp_status op_save(node *n, int k, const amp_tensor *t)
+{
+    amp_tensor *v = tensor_view(t, t->shape);
+    if (!v)
+        return AMP_ERR_MEMORY;
+    amp_tensor_free(n->saved[k]);
+    n->saved[k] = v;
+    return AMP_OK;
+}
+
+amp_tensor *op_apply(int op, amp_tensor *const *in, int n_in, const op_params *p)
+{
+    for (int i = 0; i < n_in; i++)
+        if (!in[i])
+            return NULL; /* keep the error that made the NULL */
+    for (int i = 1; i < n_in; i++)
+        if (in[i]->storage->device != in[0]->storage->device)
+            return amp_fail_null(AMP_ERR_DEVICE, "%s: inputs on %s and %s", op_table[op].name,
+                                 amp_device_name(in[0]->storage->device),
+                                 amp_device_name(in[i]->storage->device));
+
+    node *n = calloc(1, sizeof *n);
+    amp_tensor **ins = calloc((size_t)(n_in ? n_in : 1), sizeof *ins);
+    if (!n || !ins) {
+        free(n);
+        free(ins);
+        return amp_fail_null(AMP_ERR_MEMORY, "%s: out of memory", op_table[op].name);
+    }
+    n->op = op;
+    n->refcount = 1;
+    n->n_in = n_in;
+    n->in = ins;
+    if (p)
+        n->p = *p;
+    bool any_grad = false;
+    for (int i = 0; i < n_in; i++) {
+        ins[i] = amp_tensor_retain(in[i]);
+        any_grad |= in[i]->requires_grad;
+    }
+    n->needs_grad = any_grad && amp_grad_enabled() && op_table[op].backward != no_backward;
+
+    amp_tensor *out = op_table[op].forward(n);
+    if (!out || !n->needs_grad) {
+        node_release(n);
+        return pool_add(out);
+    }
+    n->out_shape = out->shape;
+    n->out_dtype = out->dtype;
+    out->requires_grad = true;
+    out->grad_fn = n; /* the node's one reference now belongs to out */
+    return pool_add(out);
+}

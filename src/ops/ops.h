@@ -1,0 +1,75 @@
+/*
+ * ops.h - the op table and what op implementations share.
+ *
+ * Each public op (amp_add, amp_matmul, ...) is a thin call to op_apply
+ * with its row of the table, its inputs and its scalar params. op_apply
+ * checks the inputs, applies autocast, runs the forward, records the node
+ * when a gradient is needed, and hands the result to the thread's pool.
+ *
+ * A forward returns a new tensor (one reference, owned by the caller) or
+ * NULL with the error set; it may store tensors in n->saved when
+ * n->needs_grad. A backward fills gin[i] (a new owned tensor with the
+ * shape and dtype of input i) for each input that requires a gradient,
+ * and may leave the others NULL.
+ */
+#ifndef AMPC_OPS_H
+#define AMPC_OPS_H
+
+#include "autograd/graph.h"
+#include "base/base.h"
+#include "dtype/dtype.h"
+
+typedef enum {
+    CAST_NONE = 0,
+    CAST_LOWER,
+    CAST_FP32,
+    CAST_FP32_OUT,
+    CAST_PROMOTE,
+    CAST_BANNED,
+} cast_policy;
+
+typedef amp_tensor *(*op_forward_fn)(node *n);
+typedef amp_status (*op_backward_fn)(node *n, const amp_tensor *gout, amp_tensor **gin);
+
+typedef struct op_def {
+    const char *name;
+    cast_policy cast[AMP_DEVICE_COUNT];
+    op_forward_fn forward;
+    op_backward_fn backward;
+} op_def;
+
+enum {
+#define X(e, name, cpu, cuda, fwd, bwd) OP_##e,
+#include "ops/op_list.h"
+#undef X
+    OP_COUNT
+};
+
+#define X(e, name, cpu, cuda, fwd, bwd) amp_tensor *fwd(node *n);
+#include "ops/op_list.h"
+#undef X
+amp_status no_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
+#define X(e, name, cpu, cuda, fwd, bwd) amp_status bwd(node *n, const amp_tensor *gout, amp_tensor **gin);
+#include "ops/op_list.h"
+#undef X
+
+extern const op_def op_table[OP_COUNT];
+
+/* Runs op on in[0..n_in) with params p (may be NULL). The result is a
+ * pool temporary; NULL with the error set (or kept, for NULL inputs). */
+amp_tensor *op_apply(int op, amp_tensor *const *in, int n_in, const op_params *p);
+
+/* The op's name, for error messages. */
+static inline const char *op_name(const node *n) { return op_table[n->op].name; }
+
+/* Error helpers that name the op and the offending shapes / dtypes. */
+void *op_fail_shapes(const node *n, const char *why);
+void *op_fail_dtype(const node *n, int input, const char *why);
+/* Checks that input i is a float tensor; sets the error and returns false. */
+bool op_require_float(const node *n, int input);
+/* Whether input i needs a gradient. */
+static inline bool in_needs_grad(const node *n, int i) { return n->in[i] && n->in[i]->requires_grad; }
+/* Saves an alias of t (sharing storage, no history) in slot k. */
+amp_status op_save(node *n, int k, const amp_tensor *t);
+
+#endif

@@ -1,0 +1,63 @@
+/*
+ * tensor.h - the tensor object as the library sees it.
+ *
+ * A tensor is a shape and dtype over a reference-counted storage. Every
+ * tensor is contiguous (row-major); reshape makes a view that shares the
+ * storage. A tensor made by an op carries grad_fn, the tape node that made
+ * it (autograd/graph.h).
+ *
+ * Defines: struct amp_tensor, storage, the internal constructors (caller
+ * owns the result, nothing goes to the pool), and the per-thread pool.
+ */
+#ifndef AMPC_TENSOR_H
+#define AMPC_TENSOR_H
+
+#include "ampc.h"
+
+typedef struct amp_storage {
+    void *data;
+    size_t nbytes;
+    int refcount;
+    amp_device device;
+} amp_storage;
+
+struct node; /* autograd/graph.h */
+
+struct amp_tensor {
+    amp_shape shape;
+    int64_t numel;
+    amp_dtype dtype;
+    amp_storage *storage;
+    size_t offset;       /* in bytes, into storage->data */
+    int refcount;
+    bool requires_grad;
+    amp_tensor *grad;    /* leaves: accumulated gradient, owned */
+    struct node *grad_fn; /* non-leaves: the node that made it (a reference) */
+};
+
+static inline void *tensor_ptr(const amp_tensor *t) { return (char *)t->storage->data + t->offset; }
+static inline float *tensor_f32(const amp_tensor *t) { return (float *)tensor_ptr(t); }
+
+int64_t shape_numel(amp_shape s);
+bool shape_equal(amp_shape a, amp_shape b);
+/* Normalises a possibly negative dim against ndim; -1 when out of range. */
+int shape_dim(int ndim, int dim);
+
+/* Internal constructors: the caller owns one reference, no pool. */
+amp_tensor *tensor_new(amp_shape shape, amp_dtype dt);   /* uninitialised */
+amp_tensor *tensor_zeros(amp_shape shape, amp_dtype dt);
+/* A new tensor object over t's storage with another shape (same numel). */
+amp_tensor *tensor_view(const amp_tensor *t, amp_shape shape);
+/* t's values converted to dt (a plain copy when dt matches). */
+amp_tensor *tensor_convert(const amp_tensor *t, amp_dtype dt);
+
+/* Hands one reference of t to this thread's pool; returns t. */
+amp_tensor *pool_add(amp_tensor *t);
+
+/* A float view of t's data: t's own buffer when t is f32, else a converted
+ * copy in *tmp (free with amp_free). NULL only when out of memory. */
+const float *tensor_as_f32(const amp_tensor *t, float **tmp);
+/* Stores n floats from src into t's buffer, rounding to t's dtype. */
+void tensor_store_f32(amp_tensor *t, const float *src);
+
+#endif
