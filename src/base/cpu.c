@@ -29,7 +29,7 @@ static unsigned detect(void)
         f |= AMP_CPU_AVX512F;
     if (__builtin_cpu_supports("avx512bw"))
         f |= AMP_CPU_AVX512BW;
-#if defined(__GNUC__) && (__GNUC__ >= 12)
+#if (defined(__clang__) && __clang_major__ >= 14) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12)
     if (__builtin_cpu_supports("avx512bf16"))
         f |= AMP_CPU_AVX512BF16;
 #endif

@@ -177,8 +177,8 @@ void amp_convert(const void *src, amp_dtype sdt, void *dst, amp_dtype ddt, size_
     if (sdt == AMP_BF16 && ddt == AMP_F32)
         return cvt_pick_bf16_to_f32()(src, dst, n);
     /* Between two 16-bit floats, go through f32 (exact widening, one
-     * rounding), matching PyTorch's .to(). Integer pairs go through double,
-     * exact for every i32 and for i64 up to 2^53. */
+     * rounding), matching PyTorch's .to(). i32 goes through double (exact);
+     * i64 to a float type rounds once, through float. */
     for (size_t i = 0; i < n; i++) {
         if (amp_dtype_is_float(sdt) && amp_dtype_is_float(ddt))
             store_double(dst, ddt, i, (double)load_f32(src, sdt, i));
@@ -186,6 +186,10 @@ void amp_convert(const void *src, amp_dtype sdt, void *dst, amp_dtype ddt, size_
             ((int32_t *)dst)[i] = (int32_t)((const int64_t *)src)[i];
         else if (sdt == AMP_I32 && ddt == AMP_I64)
             ((int64_t *)dst)[i] = ((const int32_t *)src)[i];
+        else if (sdt == AMP_I64 && amp_dtype_is_float(ddt))
+            /* int64 -> float in one rounding, as C and PyTorch do; through
+             * double it would round twice above 2^53. */
+            store_double(dst, ddt, i, (double)(float)((const int64_t *)src)[i]);
         else
             store_double(dst, ddt, i, load_double(src, sdt, i));
     }
