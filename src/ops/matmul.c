@@ -1,7 +1,304 @@
-/* matmul.c - placeholder until its ops land. */
+/*
+ * matmul.c - matmul and linear, forward and backward, on the CPU GEMM.
+ *
+ * matmul follows torch.matmul for the shapes ampc supports:
+ *   a [.., M, K] @ b [K, N]       leading dims of a fold into M (one GEMM)
+ *   a [B.., M, K] @ b [B.., K, N] identical batch dims (one GEMM per batch)
+ *   a [M, K] @ b [B.., K, N]      a shared by every batch
+ *   a 1-D [K] acts as [1, K] and b 1-D [K] as [K, 1]; the added dim is
+ *   dropped from the result, as PyTorch does.
+ * Anything else (batch dims that would need broadcasting) is an error that
+ * names both shapes. Both inputs must have the same dtype, as in PyTorch
+ * outside autocast (autocast casts them first).
+ *
+ * linear(x [.., in], w [out, in], bias [out]) = x w^T + bias: the bias
+ * rows are written into the result first and the GEMM adds onto them
+ * (beta = 1), so a 16-bit result is still rounded once.
+ *
+ * 16-bit tensors go through gemm_lowp: f32 accumulation, one rounding per
+ * output. Every gradient comes out in its input's dtype.
+ */
+#include "backend/cpu/gemm.h"
 #include "ops/ops.h"
 
-amp_tensor *matmul_forward(node *n) { return amp_fail_null(AMP_ERR_STATE, "%s: not implemented yet", op_name(n)); }
-amp_status matmul_backward(node *n, const amp_tensor *gout, amp_tensor **gin) { (void)gout; (void)gin; return amp_set_error(AMP_ERR_STATE, "%s: backward not implemented yet", op_name(n)); }
-amp_tensor *linear_forward(node *n) { return amp_fail_null(AMP_ERR_STATE, "%s: not implemented yet", op_name(n)); }
-amp_status linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin) { (void)gout; (void)gin; return amp_set_error(AMP_ERR_STATE, "%s: backward not implemented yet", op_name(n)); }
+#include <string.h>
+
+/* ------------------------------------------------------------ matmul */
+
+/* How a matmul maps onto GEMMs: batch products of [M, K] @ [K, N], where
+ * batch k reads a at k * sa and b at k * sb (elements; 0 = shared). */
+typedef struct {
+    int64_t batch, M, N, K, sa, sb;
+    amp_shape out;
+} mm_plan;
+
+static bool mm_plan_make(const node *n, mm_plan *pl)
+{
+    amp_shape a = n->in[0]->shape, b = n->in[1]->shape;
+    int da = a.ndim, db = b.ndim;
+    if (da < 1 || db < 1) {
+        op_fail_shapes(n, "both inputs need at least one dim");
+        return false;
+    }
+    int64_t Ka = a.d[da - 1], Kb = db == 1 ? b.d[0] : b.d[db - 2];
+    if (Ka != Kb) {
+        op_fail_shapes(n, "the last dim of a and the contracted dim of b differ");
+        return false;
+    }
+    *pl = (mm_plan){.batch = 1, .K = Ka, .N = db == 1 ? 1 : b.d[db - 1]};
+    amp_shape out = {0};
+    if (db <= 2) {
+        /* Fold every leading dim of a into M. */
+        pl->M = 1;
+        for (int i = 0; i < da - 1; i++) {
+            pl->M *= a.d[i];
+            out.d[out.ndim++] = a.d[i];
+        }
+    } else {
+        if (da >= 3 && (da != db || memcmp(a.d, b.d, sizeof(int64_t) * (size_t)(da - 2)) != 0)) {
+            op_fail_shapes(n, "batch dims differ (broadcasting them is not supported)");
+            return false;
+        }
+        for (int i = 0; i < db - 2; i++) {
+            out.d[out.ndim++] = b.d[i];
+            pl->batch *= b.d[i];
+        }
+        pl->M = da == 1 ? 1 : a.d[da - 2];
+        if (da >= 2)
+            out.d[out.ndim++] = pl->M;
+        pl->sa = da >= 3 ? pl->M * pl->K : 0;
+        pl->sb = pl->K * pl->N;
+    }
+    if (db >= 2)
+        out.d[out.ndim++] = pl->N;
+    pl->out = out;
+    return true;
+}
+
+/* Both inputs float and of one dtype. */
+static bool same_float_dtypes(const node *n)
+{
+    for (int i = 0; i < n->n_in; i++)
+        if (!op_require_float(n, i))
+            return false;
+    for (int i = 1; i < n->n_in; i++)
+        if (n->in[i]->dtype != n->in[0]->dtype) {
+            amp_fail_null(AMP_ERR_DTYPE, "%s: dtypes %s and %s differ", op_name(n),
+                          amp_dtype_name(n->in[0]->dtype), amp_dtype_name(n->in[i]->dtype));
+            return false;
+        }
+    return true;
+}
+
+static const char *at(const amp_tensor *t, int64_t elem)
+{
+    return (const char *)tensor_ptr(t) + (size_t)elem * amp_dtype_size(t->dtype);
+}
+
+/* Runs batch GEMMs, spread over threads when there are several (each
+ * GEMM then runs on one thread). out_i = op(x_i) op(y_i), all in dt. */
+typedef struct {
+    bool tx, ty;
+    int64_t M, N, K;
+    const void *x, *y;
+    int64_t ldx, ldy, sx, sy;
+    void *c;
+    int64_t ldc, sc;
+    amp_dtype dt, c_dt;
+    float beta;
+} batched;
+
+static amp_status run_batched(const batched *g, int64_t batch, const char *op)
+{
+    size_t es = amp_dtype_size(g->dt), ces = amp_dtype_size(g->c_dt);
+    int failed = 0;
+#pragma omp parallel for num_threads(amp_threads()) if (batch > 1) schedule(static) reduction(| : failed)
+    for (int64_t k = 0; k < batch; k++) {
+        amp_status st = gemm_lowp(g->tx, g->ty, g->M, g->N, g->K, 1.0f,
+                                  (const char *)g->x + (size_t)(k * g->sx) * es, g->dt, g->ldx,
+                                  (const char *)g->y + (size_t)(k * g->sy) * es, g->dt, g->ldy,
+                                  g->beta, (char *)g->c + (size_t)(k * g->sc) * ces, g->c_dt, g->ldc);
+        failed |= st != AMP_OK;
+    }
+    /* The error may have been set on a worker thread: say it here too. */
+    return failed ? amp_set_error(AMP_ERR_MEMORY, "%s: out of memory in the GEMM", op) : AMP_OK;
+}
+
+amp_tensor *matmul_forward(node *n)
+{
+    mm_plan pl;
+    if (!same_float_dtypes(n) || !mm_plan_make(n, &pl))
+        return NULL;
+    const amp_tensor *a = n->in[0], *b = n->in[1];
+    amp_tensor *out = tensor_new(pl.out, a->dtype);
+    if (!out)
+        return NULL;
+    batched g = {false, false, pl.M, pl.N, pl.K, tensor_ptr(a), tensor_ptr(b), pl.K, pl.N, pl.sa,
+                 pl.sb, tensor_ptr(out), pl.N, pl.M * pl.N, a->dtype, a->dtype, 0.0f};
+    if (run_batched(&g, pl.batch, op_name(n)) != AMP_OK) {
+        amp_tensor_free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* dA = dC B^T and dB = A^T dC per batch; a shared a (sa == 0, batch > 1)
+ * sums its gradient over the batches in f32 before rounding. */
+amp_status matmul_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+{
+    mm_plan pl;
+    if (!mm_plan_make(n, &pl))
+        return amp_last_status();
+    const amp_tensor *a = n->in[0], *b = n->in[1];
+    amp_dtype dt = a->dtype;
+    if (in_needs_grad(n, 0)) {
+        gin[0] = tensor_new(a->shape, dt);
+        if (!gin[0])
+            return amp_last_status();
+        batched g = {false, true, pl.M, pl.K, pl.N, tensor_ptr(gout), tensor_ptr(b), pl.N, pl.N,
+                     pl.M * pl.N, pl.sb, tensor_ptr(gin[0]), pl.K, pl.sa, dt, dt, 0.0f};
+        amp_status st;
+        if (pl.sa == 0 && pl.batch > 1) {
+            float *acc = amp_alloc((size_t)(pl.M * pl.K) * sizeof(float));
+            if (!acc)
+                return amp_last_status();
+            st = AMP_OK;
+            for (int64_t k = 0; k < pl.batch && st == AMP_OK; k++)
+                st = gemm_lowp(false, true, pl.M, pl.K, pl.N, 1.0f, at(gout, k * pl.M * pl.N), dt,
+                               pl.N, at(b, k * pl.sb), dt, pl.N, k ? 1.0f : 0.0f, acc, AMP_F32, pl.K);
+            if (st == AMP_OK)
+                tensor_store_f32(gin[0], acc);
+            amp_free(acc);
+        } else {
+            st = run_batched(&g, pl.batch, op_name(n));
+        }
+        if (st != AMP_OK)
+            return st;
+    }
+    if (in_needs_grad(n, 1)) {
+        gin[1] = tensor_new(b->shape, dt);
+        if (!gin[1])
+            return amp_last_status();
+        batched g = {true, false, pl.K, pl.N, pl.M, tensor_ptr(a), tensor_ptr(gout), pl.K, pl.N,
+                     pl.sa, pl.M * pl.N, tensor_ptr(gin[1]), pl.N, pl.sb, dt, dt, 0.0f};
+        amp_status st = run_batched(&g, pl.batch, op_name(n));
+        if (st != AMP_OK)
+            return st;
+    }
+    return AMP_OK;
+}
+
+/* ------------------------------------------------------------ linear */
+
+/* i[0] says whether a bias was given; it is then input 2. */
+static bool lin_has_bias(const node *n) { return n->p.i[0] != 0 && n->n_in > 2; }
+
+/* Rows of x (its leading dims folded), in and out features. */
+typedef struct {
+    int64_t rows, in, out;
+} lin_plan;
+
+static bool lin_plan_make(const node *n, lin_plan *pl)
+{
+    const amp_tensor *x = n->in[0], *w = n->in[1];
+    bool has_bias = lin_has_bias(n);
+    if (x->shape.ndim < 1 || w->shape.ndim != 2) {
+        op_fail_shapes(n, "need x [.., in] and weight [out, in]");
+        return false;
+    }
+    pl->in = w->shape.d[1];
+    pl->out = w->shape.d[0];
+    if (x->shape.d[x->shape.ndim - 1] != pl->in) {
+        op_fail_shapes(n, "the last dim of x and the weight's in_features differ");
+        return false;
+    }
+    if (has_bias && (n->in[2]->shape.ndim != 1 || n->in[2]->shape.d[0] != pl->out)) {
+        op_fail_shapes(n, "the bias must be [out_features]");
+        return false;
+    }
+    pl->rows = 1;
+    for (int i = 0; i < x->shape.ndim - 1; i++)
+        pl->rows *= x->shape.d[i];
+    return true;
+}
+
+amp_tensor *linear_forward(node *n)
+{
+    lin_plan pl;
+    if (!same_float_dtypes(n) || !lin_plan_make(n, &pl))
+        return NULL;
+    const amp_tensor *x = n->in[0], *w = n->in[1];
+    bool has_bias = lin_has_bias(n);
+    amp_shape os = x->shape;
+    os.d[os.ndim - 1] = pl.out;
+    amp_tensor *y = tensor_new(os, x->dtype);
+    if (!y)
+        return NULL;
+    if (has_bias) {
+        /* Every row starts as the bias; the GEMM adds x w^T onto it. */
+        size_t row = (size_t)pl.out * amp_dtype_size(x->dtype);
+        for (int64_t r = 0; r < pl.rows; r++)
+            memcpy((char *)tensor_ptr(y) + (size_t)r * row, tensor_ptr(n->in[2]), row);
+    }
+    if (gemm_lowp(false, true, pl.rows, pl.out, pl.in, 1.0f, tensor_ptr(x), x->dtype, pl.in,
+                  tensor_ptr(w), w->dtype, pl.in, has_bias ? 1.0f : 0.0f, tensor_ptr(y), y->dtype,
+                  pl.out) != AMP_OK) {
+        amp_tensor_free(y);
+        return NULL;
+    }
+    return y;
+}
+
+/* db[j] = sum over rows of dY[r, j], accumulated in f32. */
+static amp_tensor *bias_grad(const amp_tensor *gout, const amp_tensor *bias, int64_t rows, int64_t out)
+{
+    float *tmp;
+    const float *g = tensor_as_f32(gout, &tmp);
+    float *acc = amp_alloc((size_t)out * sizeof(float));
+    amp_tensor *db = tensor_new(bias->shape, bias->dtype);
+    if (!g || !acc || !db) {
+        amp_free(tmp);
+        amp_free(acc);
+        amp_tensor_free(db);
+        return NULL;
+    }
+    memset(acc, 0, (size_t)out * sizeof(float));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < out; j++)
+            acc[j] += g[r * out + j];
+    tensor_store_f32(db, acc);
+    amp_free(tmp);
+    amp_free(acc);
+    return db;
+}
+
+amp_status linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+{
+    lin_plan pl;
+    if (!lin_plan_make(n, &pl))
+        return amp_last_status();
+    const amp_tensor *x = n->in[0], *w = n->in[1];
+    amp_dtype dt = x->dtype;
+    if (in_needs_grad(n, 0)) {
+        /* dX [rows, in] = dY [rows, out] W [out, in] */
+        gin[0] = tensor_new(x->shape, dt);
+        if (!gin[0] || gemm_lowp(false, false, pl.rows, pl.in, pl.out, 1.0f, tensor_ptr(gout), dt,
+                                 pl.out, tensor_ptr(w), dt, pl.in, 0.0f, tensor_ptr(gin[0]), dt,
+                                 pl.in) != AMP_OK)
+            return amp_last_status();
+    }
+    if (in_needs_grad(n, 1)) {
+        /* dW [out, in] = dY^T [out, rows] X [rows, in] */
+        gin[1] = tensor_new(w->shape, dt);
+        if (!gin[1] || gemm_lowp(true, false, pl.out, pl.in, pl.rows, 1.0f, tensor_ptr(gout), dt,
+                                 pl.out, tensor_ptr(x), dt, pl.in, 0.0f, tensor_ptr(gin[1]), dt,
+                                 pl.in) != AMP_OK)
+            return amp_last_status();
+    }
+    if (lin_has_bias(n) && in_needs_grad(n, 2)) {
+        gin[2] = bias_grad(gout, n->in[2], pl.rows, pl.out);
+        if (!gin[2])
+            return amp_last_status();
+    }
+    return AMP_OK;
+}

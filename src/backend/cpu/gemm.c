@@ -1,0 +1,306 @@
+/*
+ * gemm.c - the blocked, packed, threaded GEMM driver (see gemm.h).
+ *
+ * The loop nest is the classic BLIS one, written for row-major C:
+ *
+ *   for jc in N, step NC                 B block of KC x NC stays in L2
+ *     for pc in K, step KC
+ *       pack B[pc.., jc..] into NR-wide panels      (threads share it)
+ *       for each MR-row panel of A (split across threads)
+ *         pack A[i.., pc..] into one MR x KC panel  (stays in L1)
+ *         for each NR-wide panel of B in the block
+ *           micro-kernel: one MR x NR tile of C
+ *
+ * Packing lays each panel out in the order the micro-kernel reads it
+ * (k-major, MR or NR values per k, zero-padded at the edges), so the
+ * kernel does only aligned unit-stride loads whatever the transposes and
+ * leading dimensions. The packers are also where dtypes are handled: they
+ * widen f16 / bf16 panels to f32, so one set of f32 kernels serves every
+ * dtype. A kernel with native 16-bit dot products (AVX512-BF16 vdpbf16ps,
+ * AMX, oneDNN) would come with packers of its own that keep panels in
+ * bf16 with pairs of k interleaved; it plugs in as another gemm_kernel
+ * plus packers, under the same loops.
+ *
+ * Threads: the work items are (A panel, slice of the B block) pairs. When
+ * A has many MR-row panels each thread takes a contiguous run of them;
+ * when M is small the B block is sliced too, so a [1 x K] @ [K x N]
+ * product still spreads over the threads.
+ */
+#include "backend/cpu/gemm.h"
+#include "base/base.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* KC x NC floats of packed B (1 MiB) fit in a 2 MiB L2 with room for C;
+ * NC is a multiple of every kernel's NR. */
+#define GEMM_KC 256
+#define GEMM_NC 1024
+/* Below this many multiply-adds a parallel region costs more than it saves. */
+#define GEMM_PARALLEL_MIN (1 << 17)
+
+/* ----------------------------------------------------- portable kernel */
+
+#define PORT_MR 4
+#define PORT_NR 16
+
+/* Plain C for any CPU. One row of the tile at a time, so the 16
+ * accumulators stay in vector registers of the baseline ISA and the inner
+ * loop vectorises cleanly; the B panel is re-read from L1 per row. */
+static void micro_portable(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                           float alpha, float beta)
+{
+    for (int r = 0; r < PORT_MR; r++) {
+        float acc[PORT_NR] = {0};
+        for (int64_t k = 0; k < kc; k++) {
+            const float av = a[k * PORT_MR + r], *bk = b + k * PORT_NR;
+            for (int j = 0; j < PORT_NR; j++)
+                acc[j] += av * bk[j];
+        }
+        float *row = c + r * ldc;
+        for (int j = 0; j < PORT_NR; j++)
+            row[j] = beta != 0.0f ? alpha * acc[j] + beta * row[j] : alpha * acc[j];
+    }
+}
+
+static const gemm_kernel kernel_portable = {PORT_MR, PORT_NR, micro_portable, "portable 4x16"};
+
+static const gemm_kernel *pick_kernel(void)
+{
+#if defined(__x86_64__)
+    unsigned f = amp_cpu_features();
+    if (f & AMP_CPU_AVX512F)
+        return &gemm_kernel_avx512;
+    if (f & AMP_CPU_AVX2)
+        return &gemm_kernel_avx2;
+#endif
+    return &kernel_portable;
+}
+
+const char *gemm_kernel_name(void) { return pick_kernel()->name; }
+
+/* ------------------------------------------------------------- packing */
+
+/* One operand as the packer sees it: element (r, k), where r runs along
+ * C's rows (for A) or columns (for B), sits at element r * rs + k * ks.
+ * One of rs, ks is 1 (operand_a / operand_b below make them so). */
+typedef struct {
+    const void *p;
+    amp_dtype dt;
+    int64_t rs, ks;
+} operand;
+
+/* Packs lines r0 .. r0+w (w <= R) over k0 .. k0+kc into dst[k * R + r],
+ * as f32, zero-filling lines w .. R so edge tiles need no special kernel.
+ * Runs are short (<= KC along k, <= R across), so plain loops beat
+ * memcpy calls. */
+static void pack_panel(const operand *o, int64_t r0, int w, int R, int64_t k0, int64_t kc, float *dst)
+{
+    if (o->dt == AMP_F32) {
+        const float *s = (const float *)o->p;
+        if (o->ks == 1) {
+            for (int r = 0; r < w; r++) {
+                const float *line = s + (r0 + r) * o->rs + k0;
+                for (int64_t k = 0; k < kc; k++)
+                    dst[k * R + r] = line[k];
+            }
+        } else {
+            for (int64_t k = 0; k < kc; k++) {
+                const float *col = s + (k0 + k) * o->ks + r0;
+                float *d = dst + k * R;
+                for (int r = 0; r < w; r++)
+                    d[r] = col[r];
+            }
+        }
+    } else {
+        /* Widen contiguous runs with amp_convert (vectorised where the CPU
+         * allows), then place them. This is where a native 16-bit kernel
+         * would keep the values narrow instead. */
+        const char *s = (const char *)o->p;
+        size_t es = amp_dtype_size(o->dt);
+        if (o->ks == 1) {
+            float run[GEMM_KC];
+            for (int r = 0; r < w; r++) {
+                amp_convert(s + (size_t)((r0 + r) * o->rs + k0) * es, o->dt, run, AMP_F32, (size_t)kc);
+                for (int64_t k = 0; k < kc; k++)
+                    dst[k * R + r] = run[k];
+            }
+        } else {
+            for (int64_t k = 0; k < kc; k++)
+                amp_convert(s + (size_t)((k0 + k) * o->ks + r0) * es, o->dt, dst + k * R, AMP_F32,
+                            (size_t)w);
+        }
+    }
+    if (w < R)
+        for (int64_t k = 0; k < kc; k++)
+            for (int r = w; r < R; r++)
+                dst[k * R + r] = 0.0f;
+}
+
+/* -------------------------------------------------------------- driver */
+
+static void scale_c(int64_t M, int64_t N, float beta, float *C, int64_t ldc)
+{
+    for (int64_t i = 0; i < M; i++) {
+        float *row = C + i * ldc;
+        for (int64_t j = 0; j < N; j++)
+            row[j] = beta == 0.0f ? 0.0f : beta * row[j];
+    }
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* C (f32) = alpha * A B + beta * C with A, B described as operands. */
+static amp_status gemm_run(const operand *a, const operand *b, int64_t M, int64_t N, int64_t K,
+                           float alpha, float beta, float *C, int64_t ldc)
+{
+    if (M <= 0 || N <= 0)
+        return AMP_OK;
+    if (K <= 0 || alpha == 0.0f) {
+        scale_c(M, N, beta, C, ldc);
+        return AMP_OK;
+    }
+    const gemm_kernel *kern = pick_kernel();
+    const int MR = kern->mr, NR = kern->nr;
+    const int64_t kc_max = K < GEMM_KC ? K : GEMM_KC;
+    const int64_t nc_max = N < GEMM_NC ? ceil_div(N, NR) * NR : GEMM_NC;
+    const int64_t m_panels = ceil_div(M, MR);
+
+    int nt = amp_threads();
+#ifdef _OPENMP
+    if (omp_in_parallel())
+        nt = 1;
+#endif
+    if ((double)M * (double)N * (double)K < GEMM_PARALLEL_MIN)
+        nt = 1;
+    /* More threads than tiles only adds packing. */
+    int64_t tiles = m_panels * ceil_div(nc_max, NR);
+    if (nt > tiles)
+        nt = (int)tiles;
+
+    /* Per thread: one A panel, then one MR x NR edge tile. */
+    const int64_t per_thread = ceil_div(MR * kc_max + MR * NR, 16) * 16; /* 64-byte steps */
+    float *bp = amp_alloc((size_t)(kc_max * nc_max) * sizeof(float));
+    float *ap = amp_alloc((size_t)(per_thread * nt) * sizeof(float));
+    if (!bp || !ap) {
+        amp_free(bp);
+        amp_free(ap);
+        return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for packing buffers (%lld x %lld x %lld)",
+                             (long long)M, (long long)N, (long long)K);
+    }
+
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+#ifdef _OPENMP
+        int tid = omp_get_thread_num();
+#else
+        int tid = 0;
+#endif
+        float *my_a = ap + tid * per_thread;
+        float *tile = my_a + MR * kc_max;
+        for (int64_t jc = 0; jc < N; jc += GEMM_NC) {
+            const int64_t nc = N - jc < GEMM_NC ? N - jc : GEMM_NC;
+            const int64_t n_panels = ceil_div(nc, NR);
+            /* Slice the B block when there are too few A panels to share. */
+            int64_t chunks = m_panels >= 8 * (int64_t)nt ? 1 : ceil_div(8 * (int64_t)nt, m_panels);
+            if (chunks > n_panels)
+                chunks = n_panels;
+            const int64_t items = m_panels * chunks;
+            for (int64_t pc = 0; pc < K; pc += GEMM_KC) {
+                const int64_t kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
+                const float beta_k = pc == 0 ? beta : 1.0f;
+#pragma omp for schedule(static)
+                for (int64_t jp = 0; jp < n_panels; jp++) {
+                    int64_t w = nc - jp * NR < NR ? nc - jp * NR : NR;
+                    pack_panel(b, jc + jp * NR, (int)w, NR, pc, kc, bp + jp * NR * kc);
+                }
+                /* (the implied barrier: B is packed before anyone reads it) */
+                int64_t packed = -1;
+#pragma omp for schedule(static)
+                for (int64_t it = 0; it < items; it++) {
+                    const int64_t mp = it / chunks, ch = it % chunks;
+                    const int64_t i0 = mp * MR;
+                    const int mr = M - i0 < MR ? (int)(M - i0) : MR;
+                    if (mp != packed) {
+                        pack_panel(a, i0, mr, MR, pc, kc, my_a);
+                        packed = mp;
+                    }
+                    const int64_t jp_end = (ch + 1) * n_panels / chunks;
+                    for (int64_t jp = ch * n_panels / chunks; jp < jp_end; jp++) {
+                        const int64_t j0 = jc + jp * NR;
+                        const int nr = N - j0 < NR ? (int)(N - j0) : NR;
+                        const float *bpan = bp + jp * NR * kc;
+                        float *cp = C + i0 * ldc + j0;
+                        if (mr == MR && nr == NR) {
+                            kern->micro(kc, my_a, bpan, cp, ldc, alpha, beta_k);
+                            continue;
+                        }
+                        /* Edge tile: full tile into scratch, then the valid part. */
+                        kern->micro(kc, my_a, bpan, tile, NR, 1.0f, 0.0f);
+                        for (int r = 0; r < mr; r++)
+                            for (int j = 0; j < nr; j++) {
+                                float v = alpha * tile[r * NR + j];
+                                cp[r * ldc + j] = beta_k != 0.0f ? v + beta_k * cp[r * ldc + j] : v;
+                            }
+                    }
+                }
+                /* (the implied barrier: nobody still reads B when it is repacked) */
+            }
+        }
+    }
+    amp_free(bp);
+    amp_free(ap);
+    return AMP_OK;
+}
+
+static operand operand_a(bool trans, const void *A, amp_dtype dt, int64_t lda)
+{
+    /* element (i, p) of op(A) */
+    return trans ? (operand){A, dt, 1, lda} : (operand){A, dt, lda, 1};
+}
+
+static operand operand_b(bool trans, const void *B, amp_dtype dt, int64_t ldb)
+{
+    /* element (j, p) of op(B), i.e. op(B)[p][j] */
+    return trans ? (operand){B, dt, ldb, 1} : (operand){B, dt, 1, ldb};
+}
+
+amp_status gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                    int64_t ldc)
+{
+    operand a = operand_a(trans_a, A, AMP_F32, lda), b = operand_b(trans_b, B, AMP_F32, ldb);
+    return gemm_run(&a, &b, M, N, K, alpha, beta, C, ldc);
+}
+
+amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                     const void *A, amp_dtype a_dt, int64_t lda, const void *B, amp_dtype b_dt,
+                     int64_t ldb, float beta, void *C, amp_dtype c_dt, int64_t ldc)
+{
+    if (!amp_dtype_is_float(a_dt) || !amp_dtype_is_float(b_dt) || !amp_dtype_is_float(c_dt))
+        return amp_set_error(AMP_ERR_DTYPE, "gemm: dtypes %s x %s -> %s (need f32, f16 or bf16)",
+                             amp_dtype_name(a_dt), amp_dtype_name(b_dt), amp_dtype_name(c_dt));
+    operand a = operand_a(trans_a, A, a_dt, lda), b = operand_b(trans_b, B, b_dt, ldb);
+    if (c_dt == AMP_F32)
+        return gemm_run(&a, &b, M, N, K, alpha, beta, (float *)C, ldc);
+    if (M <= 0 || N <= 0)
+        return AMP_OK;
+
+    /* A 16-bit C accumulates in an f32 copy across all K blocks, so each
+     * output is rounded once, at the end. */
+    size_t es = amp_dtype_size(c_dt);
+    float *cf = amp_alloc((size_t)(M * N) * sizeof(float));
+    if (!cf)
+        return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for a %lld x %lld f32 accumulator",
+                             (long long)M, (long long)N);
+    if (beta != 0.0f)
+        for (int64_t i = 0; i < M; i++)
+            amp_convert((const char *)C + (size_t)(i * ldc) * es, c_dt, cf + i * N, AMP_F32, (size_t)N);
+    amp_status st = gemm_run(&a, &b, M, N, K, alpha, beta, cf, N);
+    if (st == AMP_OK)
+        for (int64_t i = 0; i < M; i++)
+            amp_convert(cf + i * N, AMP_F32, (char *)C + (size_t)(i * ldc) * es, c_dt, (size_t)N);
+    amp_free(cf);
+    return st;
+}

@@ -1,0 +1,238 @@
+/*
+ * test_gemm.c - the CPU GEMM against a naive triple loop in double: every
+ * transpose combination, odd sizes around the kernels' tile and block
+ * sizes, alpha / beta, padded leading dimensions, every kernel this CPU
+ * has (via amp_cpu_limit), thread counts, and the 16-bit entry point.
+ */
+#include "backend/cpu/gemm.h"
+#include "base/base.h"
+#include "harness.h"
+
+#include <stdlib.h>
+
+static uint64_t rng_state = 42;
+static float frand(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(rng_state >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+}
+
+/* A stored rows x cols with row stride ld (ld >= cols), padding set to a
+ * value that would show if it were read. */
+static float *matrix(int64_t rows, int64_t cols, int64_t ld)
+{
+    float *m = malloc(sizeof(float) * (size_t)(rows * ld + 1));
+    for (int64_t i = 0; i < rows * ld + 1; i++)
+        m[i] = 1e30f;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            m[i * ld + j] = frand();
+    return m;
+}
+
+/* ref = alpha op(A) op(B) + beta C in double; bound = the same sum over
+ * absolute values, the scale of the rounding error. */
+static void naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const float *A,
+                  int64_t lda, const float *B, int64_t ldb, double beta, const float *C, int64_t ldc,
+                  double *ref, double *bound)
+{
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0, sa = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double a = ta ? A[k * lda + i] : A[i * lda + k];
+                double b = tb ? B[j * ldb + k] : B[k * ldb + j];
+                s += a * b;
+                sa += fabs(a * b);
+            }
+            double c = beta != 0 ? C[i * ldc + j] : 0;
+            ref[i * N + j] = alpha * s + beta * c;
+            bound[i * N + j] = fabs(alpha) * sa + fabs(beta * c);
+        }
+}
+
+/* Runs one case through gemm_f32 and checks every element and that the
+ * padding of C is untouched. Returns the number of bad elements. */
+static int check_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta, int pad)
+{
+    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    int64_t lda = ac + pad, ldb = bc + pad, ldc = N + pad;
+    float *A = matrix(ar, ac, lda), *B = matrix(br, bc, ldb), *C = matrix(M, N, ldc);
+    if (beta == 0)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++)
+                C[i * ldc + j] = NAN; /* beta == 0 must not read C */
+    double *ref = malloc(sizeof(double) * (size_t)(M * N + 1));
+    double *bound = malloc(sizeof(double) * (size_t)(M * N + 1));
+    naive(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ref, bound);
+    CHECK_OK(gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
+    int bad = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double got = C[i * ldc + j], tol = 1e-6 * (double)(K + 2) * bound[i * N + j] + 1e-30;
+            if (!(fabs(got - ref[i * N + j]) <= tol) && bad++ < 3)
+                CHECK_MSG(0, "%s ta=%d tb=%d M=%lld N=%lld K=%lld alpha=%g beta=%g: C[%lld,%lld] = %.9g, want %.9g",
+                          gemm_kernel_name(), ta, tb, (long long)M, (long long)N, (long long)K, alpha, beta,
+                          (long long)i, (long long)j, got, ref[i * N + j]);
+            for (int64_t j2 = N; j2 < ldc && j == N - 1; j2++)
+                if (C[i * ldc + j2] != 1e30f && bad++ < 3)
+                    CHECK_MSG(0, "padding of C row %lld written", (long long)i);
+        }
+    free(A);
+    free(B);
+    free(C);
+    free(ref);
+    free(bound);
+    return bad;
+}
+
+static const int64_t odd[][3] = {
+    {1, 1, 1},    {7, 1, 33},   {1, 33, 7},   {33, 7, 1},  {13, 37, 29},
+    {33, 65, 257}, {257, 33, 19}, {12, 32, 256}, {25, 97, 300}, {6, 16, 5},
+};
+
+/* All four transposes over the sizes, with padded leading dims. */
+static void run_all_shapes(void)
+{
+    for (int t = 0; t < 4; t++)
+        for (size_t s = 0; s < sizeof odd / sizeof odd[0]; s++)
+            check_case(t & 1, t & 2, odd[s][0], odd[s][1], odd[s][2], 1.0f, 0.0f, (int)(s % 3) * 5);
+}
+
+static void test_every_transpose_and_odd_size(void) { run_all_shapes(); }
+
+static void test_alpha_and_beta(void)
+{
+    const float ab[][2] = {{0.5f, 0.0f}, {1.0f, 1.0f}, {-2.0f, 0.75f}, {0.0f, 0.5f}, {0.0f, 0.0f}};
+    for (size_t i = 0; i < sizeof ab / sizeof ab[0]; i++)
+        for (int t = 0; t < 4; t++) {
+            check_case(t & 1, t & 2, 29, 45, 70, ab[i][0], ab[i][1], 3);
+            check_case(t & 1, t & 2, 3, 5, 300, ab[i][0], ab[i][1], 0); /* beta across K blocks */
+        }
+}
+
+static void test_empty_k_scales_c(void)
+{
+    float C[6] = {1, 2, 3, 4, 5, 6};
+    CHECK_OK(gemm_f32(false, false, 2, 3, 0, 1.0f, NULL, 1, NULL, 3, 0.5f, C, 3));
+    CHECK_NEAR(C[5], 3.0, 0);
+    C[0] = NAN;
+    CHECK_OK(gemm_f32(false, false, 2, 3, 0, 1.0f, NULL, 1, NULL, 3, 0.0f, C, 3));
+    CHECK_NEAR(C[0], 0.0, 0);
+    CHECK_OK(gemm_f32(false, false, 0, 3, 4, 1.0f, NULL, 4, NULL, 3, 0.0f, C, 3)); /* nothing to do */
+}
+
+/* Crosses both the K block (256) and the N block (1024). */
+static void test_crosses_blocks(void)
+{
+    check_case(false, false, 20, 1100, 300, 1.0f, 0.0f, 0);
+    check_case(true, true, 14, 1030, 513, 0.5f, 1.0f, 2);
+}
+
+static void test_every_kernel(void)
+{
+    const unsigned masks[] = {~0u, AMP_CPU_AVX2 | AMP_CPU_F16C, 0u};
+    for (size_t m = 0; m < 3; m++) {
+        amp_cpu_limit(masks[m]);
+        printf("    kernel: %s\n", gemm_kernel_name());
+        run_all_shapes();
+        check_case(true, false, 30, 70, 300, -1.5f, 0.25f, 1);
+    }
+    amp_cpu_limit(~0u);
+    /* dispatch takes the widest kernel the CPU has */
+    unsigned f = amp_cpu_features();
+    const char *want = (f & AMP_CPU_AVX512F) ? "avx512" : (f & AMP_CPU_AVX2) ? "avx2" : "portable";
+    CHECK_MSG(strstr(gemm_kernel_name(), want), "kernel %s, expected %s", gemm_kernel_name(), want);
+}
+
+/* Each C tile is computed by the same sequence of operations whatever the
+ * thread count, so results are bit-identical. */
+static void test_threads_do_not_change_results(void)
+{
+    int64_t M = 100, N = 130, K = 270;
+    float *A = matrix(M, K, K), *B = matrix(K, N, N), *C1 = matrix(M, N, N), *C2 = matrix(M, N, N);
+    int old = amp_get_num_threads();
+    amp_set_num_threads(1);
+    CHECK_OK(gemm_f32(false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, C1, N));
+    amp_set_num_threads(2);
+    CHECK_OK(gemm_f32(false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, C2, N));
+    amp_set_num_threads(old);
+    CHECK(memcmp(C1, C2, sizeof(float) * (size_t)(M * N)) == 0);
+    free(A);
+    free(B);
+    free(C1);
+    free(C2);
+}
+
+/* Rounds a float array to dt in place (so the reference sees the inputs
+ * the 16-bit GEMM sees) and returns the dt copy. */
+static void *narrow(float *v, int64_t n, amp_dtype dt)
+{
+    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
+    amp_convert(v, AMP_F32, h, dt, (size_t)n);
+    amp_convert(h, dt, v, AMP_F32, (size_t)n);
+    return h;
+}
+
+/* 16-bit in, 16-bit out: every output is the f32-accumulated sum rounded
+ * once, so it is within half a unit in the last place of the exact value
+ * (plus the tiny f32 error). Rounding after each K block would not be. */
+static void test_lowp_rounds_once(void)
+{
+    const amp_dtype dts[] = {AMP_BF16, AMP_F16};
+    for (int d = 0; d < 2; d++) {
+        amp_dtype dt = dts[d];
+        double half_ulp = dt == AMP_BF16 ? 0x1p-8 : 0x1p-11; /* relative to the value */
+        for (int t = 0; t < 4; t++) {
+            bool ta = t & 1, tb = t & 2;
+            int64_t M = 19, N = 37, K = 600;
+            int64_t lda = ta ? M : K, ldb = tb ? K : N;
+            float *A = matrix(ta ? K : M, lda, lda), *B = matrix(tb ? N : K, ldb, ldb), *C = matrix(M, N, N);
+            void *Ah = narrow(A, M * K, dt), *Bh = narrow(B, K * N, dt), *Ch = narrow(C, M * N, dt);
+            double *ref = malloc(sizeof(double) * (size_t)(M * N));
+            double *bound = malloc(sizeof(double) * (size_t)(M * N));
+            naive(ta, tb, M, N, K, 1.0, A, lda, B, ldb, 0.5, C, N, ref, bound);
+            CHECK_OK(gemm_lowp(ta, tb, M, N, K, 1.0f, Ah, dt, lda, Bh, dt, ldb, 0.5f, Ch, dt, N));
+            int bad = 0;
+            for (int64_t i = 0; i < M * N; i++) {
+                uint16_t h = ((uint16_t *)Ch)[i];
+                double got = dt == AMP_BF16 ? amp_bf16_to_f32(h) : amp_f16_to_f32(h);
+                double tol = half_ulp * fabs(ref[i]) + 1e-6 * bound[i];
+                if (!(fabs(got - ref[i]) <= tol) && bad++ < 3)
+                    CHECK_MSG(0, "%s ta=%d tb=%d: C[%lld] = %.6g, want %.6g within %.3g",
+                              amp_dtype_name(dt), ta, tb, (long long)i, got, ref[i], tol);
+            }
+            free(A), free(B), free(C), free(Ah), free(Bh), free(Ch), free(ref), free(bound);
+        }
+    }
+}
+
+/* Mixed operands: bf16 A, f32 B, f32 C, as backward passes may use. */
+static void test_lowp_mixed_dtypes_to_f32(void)
+{
+    int64_t M = 9, N = 40, K = 33;
+    float *A = matrix(M, K, K), *B = matrix(K, N, N), *C = matrix(M, N, N);
+    void *Ah = narrow(A, M * K, AMP_BF16);
+    double ref[9 * 40], bound[9 * 40];
+    naive(false, false, M, N, K, 2.0, A, K, B, N, 0.0, C, N, ref, bound);
+    CHECK_OK(gemm_lowp(false, false, M, N, K, 2.0f, Ah, AMP_BF16, K, B, AMP_F32, N, 0.0f, C, AMP_F32, N));
+    for (int64_t i = 0; i < M * N; i++)
+        CHECK_NEAR(C[i], ref[i], 1e-5 * bound[i]);
+    CHECK(gemm_lowp(false, false, 1, 1, 1, 1.0f, A, AMP_I32, 1, B, AMP_F32, 1, 0.0f, C, AMP_F32, 1) == AMP_ERR_DTYPE);
+    CHECK_ERROR(AMP_ERR_DTYPE, "gemm: dtypes i32 x f32");
+    free(A), free(B), free(C), free(Ah);
+}
+
+int main(void)
+{
+    printf("gemm kernel: %s\n", gemm_kernel_name());
+    RUN(test_every_transpose_and_odd_size);
+    RUN(test_alpha_and_beta);
+    RUN(test_empty_k_scales_c);
+    RUN(test_crosses_blocks);
+    RUN(test_every_kernel);
+    RUN(test_threads_do_not_change_results);
+    RUN(test_lowp_rounds_once);
+    RUN(test_lowp_mixed_dtypes_to_f32);
+    return harness_done();
+}
