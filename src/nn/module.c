@@ -1,0 +1,281 @@
+/*
+ * module.c - what every module shares: forward dispatch, train/eval,
+ * parameter enumeration with PyTorch state_dict names, the sequential
+ * container, and freeing.
+ *
+ * Parameter order is a depth-first walk: a module's own parameters
+ * ("weight" before "bias"), then each child's, prefixed with the child's
+ * index ("0.weight", "2.1.bias"), which is the order and naming of
+ * torch.nn.Sequential.named_parameters().
+ */
+#include "nn/nn.h"
+
+#include "base/base.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+amp_module *module_new(const char *kind, module_forward_fn forward)
+{
+    amp_module *m = calloc(1, sizeof *m);
+    if (!m)
+        return amp_fail_null(AMP_ERR_MEMORY, "%s: out of memory", kind);
+    m->kind = kind;
+    m->forward = forward;
+    m->training = true;
+    m->dirty = true;
+    return m;
+}
+
+amp_status module_add_param(amp_module *m, amp_tensor *t, const char *name)
+{
+    if (!t)
+        return amp_last_status() != AMP_OK ? amp_last_status() : AMP_ERR_MEMORY;
+    if (m->n_own >= MODULE_MAX_OWN) {
+        amp_tensor_free(t);
+        return amp_set_error(AMP_ERR_STATE, "%s: too many parameters", m->kind);
+    }
+    amp_status st = amp_tensor_set_requires_grad(t, true);
+    if (st != AMP_OK) {
+        amp_tensor_free(t);
+        return st;
+    }
+    m->own[m->n_own] = t;
+    m->own_names[m->n_own] = name;
+    m->n_own++;
+    m->dirty = true;
+    return AMP_OK;
+}
+
+/* ------------------------------------------------------------- forward */
+
+/* Keeps the op's message and says which child of which container failed. */
+static void prefix_error(const amp_module *seq, int i, const amp_module *child)
+{
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s", amp_last_error());
+    amp_set_error(amp_last_status(), "%s[%d] (%s): %s", seq->kind, i, child->kind, msg);
+}
+
+static amp_tensor *sequential_forward(amp_module *m, amp_tensor *x)
+{
+    for (int i = 0; i < m->n_children && x; i++) {
+        amp_tensor *y = amp_module_forward(m->children[i], x);
+        if (!y && amp_last_status() != AMP_OK)
+            prefix_error(m, i, m->children[i]);
+        x = y;
+    }
+    return x;
+}
+
+amp_tensor *amp_module_forward(amp_module *m, amp_tensor *x)
+{
+    if (!m)
+        return amp_fail_null(AMP_ERR_ARG, "module_forward: NULL module");
+    if (!x)
+        return NULL; /* keep the error that made the NULL, as the ops do */
+    return m->forward(m, x);
+}
+
+void amp_module_train(amp_module *m, bool training)
+{
+    if (!m)
+        return;
+    m->training = training;
+    for (int i = 0; i < m->n_children; i++)
+        amp_module_train(m->children[i], training);
+}
+
+const char *amp_module_kind(const amp_module *m) { return m ? m->kind : NULL; }
+
+/* ------------------------------------------------------------ sequential */
+
+amp_module *amp_nn_sequential(void) { return module_new("sequential", sequential_forward); }
+
+static bool is_ancestor_or_self(const amp_module *a, const amp_module *m)
+{
+    for (; m; m = m->parent)
+        if (m == a)
+            return true;
+    return false;
+}
+
+amp_status amp_sequential_add(amp_module *seq, amp_module *child)
+{
+    if (!child) {
+        /* A failed constructor's NULL: keep its message when there is one. */
+        if (amp_last_status() != AMP_OK)
+            return amp_last_status();
+        return amp_set_error(AMP_ERR_ARG, "sequential_add: NULL child");
+    }
+    if (!seq || seq->forward != sequential_forward) {
+        amp_status st = amp_set_error(AMP_ERR_ARG, "sequential_add: %s is not a sequential (child %s freed)",
+                                      seq ? seq->kind : "NULL container", child->kind);
+        amp_module_free(child);
+        return st;
+    }
+    /* Freeing these would tear a tree the caller still holds: refuse and
+     * leave everything as it was. */
+    if (child->parent)
+        return amp_set_error(AMP_ERR_STATE, "sequential_add: the %s child already belongs to a %s",
+                             child->kind, child->parent->kind);
+    if (is_ancestor_or_self(child, seq))
+        return amp_set_error(AMP_ERR_STATE, "sequential_add: adding the %s to itself would make a cycle",
+                             child->kind);
+    if (seq->n_children == seq->cap_children) {
+        int cap = seq->cap_children ? 2 * seq->cap_children : 4;
+        amp_module **c = realloc(seq->children, (size_t)cap * sizeof *c);
+        if (!c) {
+            amp_module_free(child);
+            return amp_set_error(AMP_ERR_MEMORY, "sequential_add: out of memory");
+        }
+        seq->children = c;
+        seq->cap_children = cap;
+    }
+    seq->children[seq->n_children++] = child;
+    child->parent = seq;
+    for (amp_module *p = seq; p; p = p->parent)
+        p->dirty = true;
+    return AMP_OK;
+}
+
+/* ------------------------------------------------------------ parameters */
+
+static int count_params(const amp_module *m)
+{
+    int n = m->n_own;
+    for (int i = 0; i < m->n_children; i++)
+        n += count_params(m->children[i]);
+    return n;
+}
+
+/* Writes m's parameters (and, when names is set, their names under
+ * prefix) from index k on; returns the next index or -1 when out of
+ * memory. Stores only below max. */
+static int walk_params(const amp_module *m, const char *prefix, amp_tensor **out, char **names, int k, int max)
+{
+    for (int j = 0; j < m->n_own; j++, k++) {
+        if (k >= max)
+            continue;
+        if (out)
+            out[k] = m->own[j];
+        if (names) {
+            size_t len = strlen(prefix) + strlen(m->own_names[j]) + 1;
+            names[k] = malloc(len);
+            if (!names[k])
+                return -1;
+            snprintf(names[k], len, "%s%s", prefix, m->own_names[j]);
+        }
+    }
+    for (int i = 0; i < m->n_children; i++) {
+        char *sub = NULL;
+        if (names) {
+            size_t len = strlen(prefix) + 16;
+            if (!(sub = malloc(len)))
+                return -1;
+            snprintf(sub, len, "%s%d.", prefix, i);
+        }
+        k = walk_params(m->children[i], sub ? sub : "", out, names, k, max);
+        free(sub);
+        if (k < 0)
+            return -1;
+    }
+    return k;
+}
+
+static void drop_flat(amp_module *m)
+{
+    for (int i = 0; i < m->n_flat; i++)
+        free(m->flat_names[i]);
+    free(m->flat_names);
+    free(m->flat);
+    m->flat_names = NULL;
+    m->flat = NULL;
+    m->n_flat = 0;
+}
+
+/* Rebuilds m's cached (parameter, name) list if the subtree changed. */
+static amp_status build_flat(amp_module *m)
+{
+    if (!m->dirty)
+        return AMP_OK;
+    drop_flat(m);
+    int n = count_params(m);
+    m->flat = calloc((size_t)(n ? n : 1), sizeof *m->flat);
+    m->flat_names = calloc((size_t)(n ? n : 1), sizeof *m->flat_names);
+    m->n_flat = n;
+    if (!m->flat || !m->flat_names || walk_params(m, "", m->flat, m->flat_names, 0, n) < 0) {
+        drop_flat(m);
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory listing parameters", m->kind);
+    }
+    m->dirty = false;
+    return AMP_OK;
+}
+
+int amp_module_num_params(const amp_module *m)
+{
+    if (!m) {
+        amp_set_error(AMP_ERR_ARG, "module_num_params: NULL module");
+        return 0;
+    }
+    return count_params(m);
+}
+
+amp_tensor *amp_module_param(const amp_module *m, int i, const char **name)
+{
+    if (name)
+        *name = NULL;
+    if (!m)
+        return amp_fail_null(AMP_ERR_ARG, "module_param: NULL module");
+    /* The cache is not part of the module's observable state: building it
+     * through a const pointer is fine (m was never defined const). */
+    amp_module *mm = (amp_module *)m;
+    if (build_flat(mm) != AMP_OK)
+        return NULL;
+    if (i < 0 || i >= mm->n_flat)
+        return amp_fail_null(AMP_ERR_ARG, "module_param: index %d out of range (%s has %d parameters)", i,
+                             m->kind, mm->n_flat);
+    if (name)
+        *name = mm->flat_names[i];
+    return mm->flat[i];
+}
+
+int amp_module_params(const amp_module *m, amp_tensor **out, int max)
+{
+    if (!m) {
+        amp_set_error(AMP_ERR_ARG, "module_params: NULL module");
+        return 0;
+    }
+    if (!out || max < 0)
+        max = 0;
+    walk_params(m, "", out, NULL, 0, max);
+    return count_params(m);
+}
+
+/* --------------------------------------------------------------- freeing */
+
+static void module_destroy(amp_module *m)
+{
+    for (int i = 0; i < m->n_children; i++)
+        module_destroy(m->children[i]);
+    free(m->children);
+    for (int j = 0; j < m->n_own; j++)
+        amp_tensor_free(m->own[j]);
+    drop_flat(m);
+    free(m);
+}
+
+void amp_module_free(amp_module *m)
+{
+    if (!m)
+        return;
+    if (m->parent) {
+        /* Its container owns it and will free it; freeing it here would
+         * leave the container pointing at freed memory. */
+        amp_set_error(AMP_ERR_STATE, "module_free: this %s belongs to a %s; free the container instead",
+                      m->kind, m->parent->kind);
+        return;
+    }
+    module_destroy(m);
+}

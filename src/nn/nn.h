@@ -1,0 +1,56 @@
+/*
+ * nn.h - the module object behind amp_module (internal).
+ *
+ * A module is a kind name, a forward function, a training flag, the
+ * parameters it owns (leaf modules: at most "weight" and "bias") and its
+ * children (sequential). The tree is owned top-down: a container owns its
+ * children, a leaf owns one reference to each parameter. Each child knows
+ * its parent so that a structural change can mark every ancestor's cached
+ * list of (parameter, "0.weight"-style name) pairs stale.
+ *
+ * Defines: struct amp_module, module_new (layers.c builds on it),
+ * module_add_param.
+ */
+#ifndef AMPC_NN_H
+#define AMPC_NN_H
+
+#include "ampc.h"
+
+#define MODULE_MAX_OWN 2
+
+typedef amp_tensor *(*module_forward_fn)(amp_module *m, amp_tensor *x);
+
+struct amp_module {
+    const char *kind;          /* "linear", "sequential", ... (static string) */
+    module_forward_fn forward;
+    bool training;             /* PyTorch's default: modules start in training mode */
+    amp_module *parent;        /* the container that owns this module, or NULL */
+
+    int n_own;                 /* parameters this module holds itself */
+    amp_tensor *own[MODULE_MAX_OWN];
+    const char *own_names[MODULE_MAX_OWN];
+
+    int n_children, cap_children;
+    amp_module **children;
+
+    /* The subtree's parameters with their full names, built on demand
+     * (amp_module_param) and dropped when the subtree changes. */
+    bool dirty;
+    int n_flat;
+    amp_tensor **flat;
+    char **flat_names;
+
+    /* Configuration, per kind (see layers.c). */
+    int64_t cfg_i[6];
+    double cfg_f[2];
+};
+
+/* A module with no parameters, in training mode; NULL (error set) when out
+ * of memory. */
+amp_module *module_new(const char *kind, module_forward_fn forward);
+/* Makes t a trainable parameter (requires_grad) of m called name. m takes
+ * the caller's reference to t, also on error (t may be NULL: the error of
+ * the constructor that failed is kept). */
+amp_status module_add_param(amp_module *m, amp_tensor *t, const char *name);
+
+#endif

@@ -1,0 +1,572 @@
+/*
+ * test_optim.c - SGD, Adam, AdamW, clip_grad_norm and the LR schedules
+ * against PyTorch (tests/reference/optim_ref.h, made by gen_optim.py),
+ * plus what PyTorch does not show: untouched parameters without a
+ * gradient, 16-bit parameters with f32 state, option checks, accessors.
+ */
+#include "harness.h"
+#include "optim/optim.h"
+#include "reference/optim_ref.h"
+#include "tensor/tensor.h"
+
+#include <stdlib.h>
+
+/* Replaces p's gradient by the values g (converted to p's dtype), the way
+ * backward leaves one. */
+static void set_grad(amp_tensor *p, const float *g)
+{
+    amp_tensor_clear_grad(p);
+    amp_tensor *f = amp_from_data(p->shape, AMP_F32, g);
+    p->grad = tensor_convert(f, p->dtype);
+    amp_tensor_free(f);
+}
+
+static amp_optim *make_case(const oref_case *c, amp_tensor **ps)
+{
+    if (c->kind == 0) {
+        amp_sgd_opts o = {c->lr[0], c->momentum, c->dampening, c->weight_decay, c->nesterov};
+        return amp_optim_sgd(ps, OREF_NPARAM, o);
+    }
+    amp_adam_opts o = {c->lr[0], c->beta1, c->beta2, c->eps, c->weight_decay, c->amsgrad};
+    return c->kind == 1 ? amp_optim_adam(ps, OREF_NPARAM, o) : amp_optim_adamw(ps, OREF_NPARAM, o);
+}
+
+static void make_params(amp_tensor **ps, amp_dtype dt)
+{
+    int off = 0;
+    for (int i = 0; i < OREF_NPARAM; i++) {
+        amp_shape s = {oref_ndim[i], {oref_dims[i][0], oref_dims[i][1]}};
+        amp_tensor *f = amp_from_data(s, AMP_F32, oref_init + off);
+        ps[i] = tensor_convert(f, dt);
+        amp_tensor_free(f);
+        amp_tensor_set_requires_grad(ps[i], true);
+        off += oref_numel[i];
+    }
+}
+
+static void free_params(amp_tensor **ps, int n)
+{
+    for (int i = 0; i < n; i++)
+        amp_tensor_free(ps[i]);
+}
+
+/* Runs a reference case; checks every parameter after every step to 1e-6
+ * relative (plus 1e-7 absolute for values near 0). */
+static void run_reference_case(const oref_case *c)
+{
+    amp_tensor *ps[OREF_NPARAM];
+    make_params(ps, AMP_F32);
+    amp_optim *o = make_case(c, ps);
+    CHECK(o != NULL);
+    if (!o)
+        return;
+    double worst = 0;
+    for (int s = 0; s < OREF_STEPS; s++) {
+        int off = 0;
+        for (int i = 0; i < OREF_NPARAM; i++) {
+            if (oref_has_grad[s][i])
+                set_grad(ps[i], oref_grad[s] + off);
+            else
+                amp_tensor_clear_grad(ps[i]);
+            off += oref_numel[i];
+        }
+        amp_optim_set_lr(o, c->lr[s]);
+        CHECK_OK(amp_optim_step(o));
+        off = 0;
+        for (int i = 0; i < OREF_NPARAM; i++)
+            for (int j = 0; j < oref_numel[i]; j++, off++) {
+                double got = amp_tensor_get(ps[i], j), want = c->expect[s][off];
+                double err = fabs(got - want) / (fabs(want) + 0.1);
+                worst = fmax(worst, err);
+                CHECK_MSG(fabs(got - want) <= 1e-6 * fabs(want) + 1e-7,
+                          "%s step %d param %d[%d]: got %.9g, PyTorch %.9g", c->name, s, i, j, got, want);
+            }
+    }
+    CHECK_EQ_INT(amp_optim_steps(o), OREF_STEPS);
+    int with_grad = 0;
+    for (int s = 0; s < OREF_STEPS; s++)
+        with_grad += oref_has_grad[s][2];
+    CHECK_EQ_INT(amp_optim_param_steps(o, 2), with_grad);
+    CHECK_EQ_INT(amp_optim_param_steps(o, 0), OREF_STEPS);
+    printf("    %-28s worst relative difference to PyTorch %.2g\n", c->name, worst);
+    amp_optim_free(o);
+    free_params(ps, OREF_NPARAM);
+}
+
+static void test_optimizers_match_pytorch(void)
+{
+    for (int k = 0; k < OREF_NCASES; k++)
+        run_reference_case(&oref_cases[k]);
+}
+
+static void test_parameter_without_grad_is_untouched(void)
+{
+    /* Step 0 of the reference runs has no gradient for parameter 2. */
+    CHECK(oref_has_grad[0][2] == 0);
+    for (int k = 0; k < OREF_NCASES; k++) {
+        amp_tensor *ps[OREF_NPARAM];
+        make_params(ps, AMP_F32);
+        amp_optim *o = make_case(&oref_cases[k], ps);
+        set_grad(ps[0], oref_grad[0]);
+        set_grad(ps[1], oref_grad[0] + oref_numel[0]);
+        CHECK_OK(amp_optim_step(o));
+        const float *p2 = tensor_f32(ps[2]);
+        for (int j = 0; j < oref_numel[2]; j++)
+            CHECK(p2[j] == oref_init[oref_numel[0] + oref_numel[1] + j]);
+        CHECK_EQ_INT(amp_optim_param_steps(o, 2), 0);
+        const char *st = oref_cases[k].kind == 0 ? "momentum_buffer" : "exp_avg";
+        if (oref_cases[k].kind != 0 || oref_cases[k].momentum != 0) {
+            CHECK(amp_optim_state_tensor(o, 0, st) != NULL);
+            CHECK(amp_optim_state_tensor(o, 2, st) == NULL);
+            CHECK_EQ_INT(amp_last_status(), AMP_OK);
+        }
+        amp_optim_free(o);
+        free_params(ps, OREF_NPARAM);
+    }
+}
+
+static void test_sgd_momentum_buffer_starts_as_the_gradient(void)
+{
+    float p0[3] = {1, 2, 3}, g[3] = {0.5f, -1, 2};
+    amp_tensor *p = amp_from_data(AMP_SHAPE(3), AMP_F32, p0);
+    amp_tensor_set_requires_grad(p, true);
+    amp_sgd_opts so = {.lr = 0.1, .momentum = 0.9, .dampening = 0.5};
+    amp_optim *o = amp_optim_sgd(&p, 1, so);
+    set_grad(p, g);
+    CHECK_OK(amp_optim_step(o));
+    amp_tensor *buf = amp_optim_state_tensor(o, 0, "momentum_buffer");
+    CHECK(buf != NULL);
+    for (int j = 0; j < 3; j++) {
+        CHECK_NEAR(amp_tensor_get(buf, j), g[j], 0); /* not (1 - dampening) * g */
+        CHECK_NEAR(amp_tensor_get(p, j), p0[j] - 0.1f * g[j], 1e-7);
+    }
+    /* Second step: buf = 0.9 buf + 0.5 g. */
+    CHECK_OK(amp_optim_step(o));
+    for (int j = 0; j < 3; j++)
+        CHECK_NEAR(amp_tensor_get(buf, j), 0.9 * g[j] + 0.5 * g[j], 1e-6);
+    amp_optim_free(o);
+    amp_tensor_free(p);
+}
+
+/* ---------------------------------------------------------------- 16-bit */
+
+/* Adam in double with f32 state, the parameter rounded to dt after each
+ * step (what ampc promises for 16-bit parameters). */
+static double round_to(double x, amp_dtype dt)
+{
+    float f = (float)x;
+    return dt == AMP_BF16 ? amp_bf16_to_f32(amp_f32_to_bf16(f)) : amp_f16_to_f32(amp_f32_to_f16(f));
+}
+
+static void check_16bit_adam(amp_dtype dt)
+{
+    enum { N = 64, STEPS = 5 };
+    amp_tensor *init = test_uniform(AMP_SHAPE(N), AMP_F32, -2, 2, 11);
+    amp_tensor *p = tensor_convert(init, dt);
+    amp_tensor_set_requires_grad(p, true);
+    double ref[N], m[N] = {0}, v[N] = {0};
+    for (int j = 0; j < N; j++)
+        ref[j] = amp_tensor_get(p, j);
+    amp_adam_opts ao = amp_adamw_defaults();
+    ao.lr = 0.05;
+    ao.weight_decay = 0.1;
+    amp_optim *o = amp_optim_adamw(&p, 1, ao);
+    CHECK(o != NULL);
+    double worst_state = 0;
+    for (int s = 1; s <= STEPS; s++) {
+        amp_tensor *g = test_uniform(AMP_SHAPE(N), AMP_F32, -1, 1, 100 + (uint64_t)s);
+        set_grad(p, tensor_f32(g));
+        CHECK(amp_tensor_dtype(amp_tensor_grad(p)) == dt);
+        CHECK_OK(amp_optim_step(o));
+        double bc1 = 1 - pow(0.9, s), bc2 = 1 - pow(0.999, s);
+        for (int j = 0; j < N; j++) {
+            double gj = amp_tensor_get(amp_tensor_grad(p), j); /* the 16-bit gradient's value */
+            double pj = ref[j] * (1 - 0.05 * 0.1);
+            m[j] = 0.9 * m[j] + 0.1 * gj;
+            v[j] = 0.999 * v[j] + 0.001 * gj * gj;
+            ref[j] = round_to(pj - 0.05 / bc1 * m[j] / (sqrt(v[j]) / sqrt(bc2) + 1e-8), dt);
+        }
+        amp_tensor *ea = amp_optim_state_tensor(o, 0, "exp_avg");
+        CHECK(ea && amp_tensor_dtype(ea) == AMP_F32);
+        for (int j = 0; j < N; j++) {
+            double got = amp_tensor_get(p, j);
+            /* One unit in the last place of the 16-bit type: f32 and double
+             * arithmetic may round a near-tie differently. */
+            double mag = fmax(fabs(ref[j]), 1e-30);
+            double ulp = ldexp(1.0, ilogb(mag) - (dt == AMP_BF16 ? 7 : 10));
+            CHECK_MSG(fabs(got - ref[j]) <= ulp, "%s step %d [%d]: got %.9g, want %.9g", amp_dtype_name(dt), s, j,
+                      got, ref[j]);
+            worst_state = fmax(worst_state, fabs(amp_tensor_get(ea, j) - m[j]) / (fabs(m[j]) + 1e-3));
+        }
+        amp_tensor_free(g);
+    }
+    /* State kept in f32: far finer than a 16-bit buffer could hold. */
+    CHECK_MSG(worst_state < 1e-5, "%s: exp_avg off by %.3g relative", amp_dtype_name(dt), worst_state);
+    amp_optim_free(o);
+    amp_tensor_free(p);
+    amp_tensor_free(init);
+}
+
+static void test_16bit_parameters_update_in_f32_and_round_once(void)
+{
+    check_16bit_adam(AMP_BF16);
+    check_16bit_adam(AMP_F16);
+
+    /* SGD on bf16: one step, p = round(p - lr g). */
+    float p0[4] = {1.0f, -0.5f, 3.0f, 0.25f}, g[4] = {0.3f, 0.7f, -1.1f, 0.05f};
+    amp_tensor *f = amp_from_data(AMP_SHAPE(4), AMP_F32, p0);
+    amp_tensor *p = tensor_convert(f, AMP_BF16);
+    amp_tensor_set_requires_grad(p, true);
+    amp_optim *o = amp_optim_sgd(&p, 1, amp_sgd_defaults());
+    set_grad(p, g);
+    CHECK_OK(amp_optim_step(o));
+    CHECK(amp_tensor_dtype(p) == AMP_BF16);
+    for (int j = 0; j < 4; j++) {
+        double gj = amp_tensor_get(amp_tensor_grad(p), j);
+        CHECK_NEAR(amp_tensor_get(p, j), round_to((double)p0[j] - 0.01 * gj, AMP_BF16), 0);
+    }
+    amp_optim_free(o);
+    amp_tensor_free(p);
+    amp_tensor_free(f);
+}
+
+/* A parameter large enough for the threaded loops: same update as the
+ * closed form in double, element by element; clip's threaded sum too. */
+static void test_large_parameter_threaded_update(void)
+{
+    enum { N = 100003 };
+    amp_tensor *p = test_uniform(AMP_SHAPE(N), AMP_F32, -1, 1, 21);
+    amp_tensor *p0 = amp_clone(p);
+    amp_tensor *g = test_uniform(AMP_SHAPE(N), AMP_F32, -1, 1, 22);
+    amp_adam_opts ao = amp_adam_defaults();
+    ao.lr = 0.1;
+    ao.weight_decay = 0.01;
+    amp_optim *o = amp_optim_adam(&p, 1, ao);
+    set_grad(p, tensor_f32(g));
+    double ss = 0;
+    for (int j = 0; j < N; j++)
+        ss += (double)tensor_f32(g)[j] * tensor_f32(g)[j];
+    double norm = amp_clip_grad_norm(&p, 1, 1e9);
+    CHECK_NEAR(norm, sqrt(ss), 1e-12 * sqrt(ss));
+    CHECK_OK(amp_optim_step(o));
+    double worst = 0;
+    for (int j = 0; j < N; j++) {
+        double pj = tensor_f32(p0)[j], gj = tensor_f32(g)[j] + 0.01 * pj;
+        double m = 0.1 * gj, v = 0.001 * gj * gj;
+        double want = pj - 0.1 / 0.1 * m / (sqrt(v) / sqrt(0.001) + 1e-8);
+        worst = fmax(worst, fabs(tensor_f32(p)[j] - want));
+    }
+    CHECK_MSG(worst < 1e-6, "worst |diff| %.3g", worst);
+    amp_optim_free(o);
+    amp_tensor_free(p);
+    amp_tensor_free(p0);
+    amp_tensor_free(g);
+}
+
+/* ------------------------------------------------------------- options */
+
+static void test_option_validation_names_option_and_value(void)
+{
+    amp_tensor *p = amp_zeros(AMP_SHAPE(2), AMP_F32);
+    amp_sgd_opts s = amp_sgd_defaults();
+    s.lr = -1;
+    CHECK(amp_optim_sgd(&p, 1, s) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "learning rate (lr) value: -1");
+    s = amp_sgd_defaults();
+    s.momentum = -0.5;
+    CHECK(amp_optim_sgd(&p, 1, s) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "momentum value: -0.5");
+    s = amp_sgd_defaults();
+    s.weight_decay = -0.1;
+    CHECK(amp_optim_sgd(&p, 1, s) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "weight_decay value: -0.1");
+    s = amp_sgd_defaults();
+    s.nesterov = true; /* momentum 0 */
+    CHECK(amp_optim_sgd(&p, 1, s) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "nesterov");
+    s.momentum = 0.9;
+    s.dampening = 0.1;
+    CHECK(amp_optim_sgd(&p, 1, s) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "dampening 0.1");
+    s.dampening = 0;
+    amp_optim *ok = amp_optim_sgd(&p, 1, s);
+    CHECK(ok != NULL);
+    amp_optim_free(ok);
+
+    amp_adam_opts a = amp_adam_defaults();
+    a.beta1 = 1.0;
+    CHECK(amp_optim_adam(&p, 1, a) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "adam: invalid beta1 value: 1");
+    a = amp_adam_defaults();
+    a.beta2 = -0.1;
+    CHECK(amp_optim_adamw(&p, 1, a) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "adamw: invalid beta2 value: -0.1");
+    a = amp_adam_defaults();
+    a.eps = -1e-8;
+    CHECK(amp_optim_adam(&p, 1, a) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "epsilon (eps) value: -1e-08");
+    a = amp_adam_defaults();
+    a.weight_decay = -1;
+    CHECK(amp_optim_adam(&p, 1, a) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "weight_decay value: -1");
+    a = amp_adam_defaults();
+    a.lr = NAN;
+    CHECK(amp_optim_adam(&p, 1, a) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "learning rate (lr) value: nan");
+
+    /* The parameter list. */
+    CHECK(amp_optim_adam(&p, 0, amp_adam_defaults()) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "empty parameter list");
+    amp_tensor *two[2] = {p, p};
+    CHECK(amp_optim_adam(two, 2, amp_adam_defaults()) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "parameters 0 and 1 are the same tensor");
+    amp_tensor *withnull[2] = {p, NULL};
+    CHECK(amp_optim_sgd(withnull, 2, amp_sgd_defaults()) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "parameter 1 is NULL");
+    amp_tensor *ints = amp_zeros(AMP_SHAPE(2), AMP_I32);
+    CHECK(amp_optim_sgd(&ints, 1, amp_sgd_defaults()) == NULL);
+    CHECK_ERROR(AMP_ERR_DTYPE, "i32");
+    amp_tensor_free(ints);
+    amp_tensor_free(p);
+}
+
+static void test_defaults_are_pytorchs(void)
+{
+    amp_adam_opts a = amp_adam_defaults(), w = amp_adamw_defaults();
+    CHECK(a.lr == 1e-3 && a.beta1 == 0.9 && a.beta2 == 0.999 && a.eps == 1e-8 && a.weight_decay == 0 && !a.amsgrad);
+    CHECK(w.lr == 1e-3 && w.beta1 == 0.9 && w.beta2 == 0.999 && w.eps == 1e-8 && w.weight_decay == 0.01);
+    amp_sgd_opts s = amp_sgd_defaults();
+    CHECK(s.lr == 0.01 && s.momentum == 0 && s.dampening == 0 && s.weight_decay == 0 && !s.nesterov);
+}
+
+/* ------------------------------------------------------------ bookkeeping */
+
+static void test_zero_grad_lr_params_and_steps(void)
+{
+    amp_tensor *a = amp_ones(AMP_SHAPE(2, 2), AMP_F32), *b = amp_ones(AMP_SHAPE(3), AMP_F32);
+    amp_tensor_set_requires_grad(a, true);
+    amp_tensor_set_requires_grad(b, true);
+    amp_tensor *ps[2] = {a, b};
+    amp_optim *o = amp_optim_adam(ps, 2, amp_adam_defaults());
+    CHECK_EQ_INT(amp_optim_num_params(o), 2);
+    CHECK(amp_optim_param(o, 1) == b);
+    CHECK(amp_optim_param(o, 2) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "index 2");
+    CHECK_NEAR(amp_optim_get_lr(o), 1e-3, 0);
+    amp_optim_set_lr(o, 0.5);
+    CHECK_NEAR(amp_optim_get_lr(o), 0.5, 0);
+    amp_optim_set_lr(o, -1);
+    CHECK_ERROR(AMP_ERR_ARG, "invalid learning rate -1");
+    CHECK_NEAR(amp_optim_get_lr(o), 0.5, 0);
+
+    float g[4] = {1, 1, 1, 1};
+    set_grad(a, g);
+    set_grad(b, g);
+    CHECK_EQ_INT(amp_optim_steps(o), 0);
+    CHECK_OK(amp_optim_step(o));
+    CHECK_EQ_INT(amp_optim_steps(o), 1);
+    amp_optim_zero_grad(o);
+    CHECK(amp_tensor_grad(a) == NULL && amp_tensor_grad(b) == NULL);
+    /* A step with no gradients moves nothing but still counts. */
+    double a0 = amp_tensor_get(a, 0);
+    CHECK_OK(amp_optim_step(o));
+    CHECK_EQ_INT(amp_optim_steps(o), 2);
+    CHECK_NEAR(amp_tensor_get(a, 0), a0, 0);
+    CHECK_EQ_INT(amp_optim_param_steps(o, 0), 1);
+
+    /* The optimizer holds its own references. */
+    amp_tensor_free(a);
+    amp_tensor_free(b);
+    CHECK_EQ_INT(amp_tensor_numel(amp_optim_param(o, 0)), 4);
+    amp_optim_free(o);
+    amp_optim_free(NULL);
+}
+
+static void test_step_rejects_mismatched_gradient_and_changes_nothing(void)
+{
+    amp_tensor *a = amp_ones(AMP_SHAPE(3), AMP_F32), *b = amp_ones(AMP_SHAPE(2), AMP_F32);
+    amp_tensor *ps[2] = {a, b};
+    amp_optim *o = amp_optim_sgd(ps, 2, amp_sgd_defaults());
+    float g[3] = {1, 2, 3};
+    set_grad(a, g);
+    amp_tensor_clear_grad(b);
+    b->grad = amp_ones(AMP_SHAPE(1, 2), AMP_F32); /* wrong shape */
+    CHECK(amp_optim_step(o) == AMP_ERR_SHAPE);
+    CHECK_ERROR(AMP_ERR_SHAPE, "sgd: parameter 1 is [2]");
+    CHECK_NEAR(amp_tensor_get(a, 0), 1.0, 0);
+    CHECK_EQ_INT(amp_optim_steps(o), 0);
+    CHECK_EQ_INT(amp_optim_param_steps(o, 0), 0);
+    amp_optim_free(o);
+    amp_tensor_free(a);
+    amp_tensor_free(b);
+}
+
+static void test_state_accessors_for_checkpoints(void)
+{
+    amp_tensor *p = amp_zeros(AMP_SHAPE(2, 3), AMP_F32);
+    amp_adam_opts ao = amp_adam_defaults();
+    ao.amsgrad = true;
+    amp_optim *o = amp_optim_adam(&p, 1, ao);
+    CHECK(amp_optim_state_tensor(o, 0, "exp_avg") == NULL);
+    CHECK_EQ_INT(amp_last_status(), AMP_OK);
+    CHECK(amp_optim_state_tensor(o, 0, "momentum_buffer") == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "no state \"momentum_buffer\"");
+    CHECK_OK(amp_optim_set_param_steps(o, 0, 7));
+    CHECK_OK(amp_optim_set_steps(o, 9));
+    CHECK_EQ_INT(amp_optim_steps(o), 9);
+    const char *names[3] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    for (int k = 0; k < 3; k++) {
+        amp_tensor *s = amp_optim_state_tensor(o, 0, names[k]);
+        CHECK(s && amp_tensor_dtype(s) == AMP_F32 && amp_tensor_numel(s) == 6 && amp_tensor_dim(s, 0) == 2);
+        CHECK_NEAR(amp_tensor_get(s, 5), 0, 0);
+    }
+    /* A loaded step count drives the bias correction: with m = v = vmax = 1
+     * at step 7 and a zero gradient, Adam moves p by -lr * m_hat / (sqrt(v_hat) + eps). */
+    for (int k = 0; k < 3; k++)
+        amp_tensor_fill(amp_optim_state_tensor(o, 0, names[k]), 1.0);
+    float g[6] = {0};
+    set_grad(p, g);
+    CHECK_OK(amp_optim_step(o));
+    double m = 0.9, bc1 = 1 - pow(0.9, 8), bc2 = 1 - pow(0.999, 8);
+    CHECK_NEAR(amp_tensor_get(p, 0), -1e-3 * (m / bc1) / (sqrt(1.0 / bc2) + 1e-8), 1e-9); /* vmax stays 1 */
+    CHECK_EQ_INT(amp_optim_param_steps(o, 0), 8);
+    CHECK_OK(amp_optim_set_param_steps(o, 0, 0));
+    CHECK(amp_optim_state_tensor(o, 0, "exp_avg") == NULL);
+    CHECK(amp_optim_set_param_steps(o, 1, 3) == AMP_ERR_ARG);
+    amp_clear_error();
+    amp_optim_free(o);
+    amp_tensor_free(p);
+}
+
+/* ---------------------------------------------------------------- clip */
+
+static bool same_value(double a, double b, double rtol)
+{
+    if (isnan(b))
+        return isnan(a);
+    if (isinf(b))
+        return a == b;
+    return fabs(a - b) <= rtol * fabs(b) + 1e-12;
+}
+
+static void test_clip_grad_norm_matches_pytorch(void)
+{
+    for (int k = 0; k < CREF_NCASES; k++) {
+        const cref_case *c = &cref_cases[k];
+        amp_tensor *ps[CREF_NPARAM + 1];
+        int off = 0;
+        for (int i = 0; i < CREF_NPARAM; i++) {
+            ps[i] = amp_zeros(AMP_SHAPE(cref_numel[i]), AMP_F32);
+            set_grad(ps[i], c->grad + off);
+            off += cref_numel[i];
+        }
+        ps[CREF_NPARAM] = amp_zeros(AMP_SHAPE(2), AMP_F32); /* no gradient: skipped */
+        double norm = amp_clip_grad_norm(ps, CREF_NPARAM + 1, c->max_norm);
+        CHECK_MSG(same_value(norm, c->norm, 1e-6), "%s: norm %.9g, PyTorch %.9g", c->name, norm, c->norm);
+        off = 0;
+        for (int i = 0; i < CREF_NPARAM; i++)
+            for (int j = 0; j < cref_numel[i]; j++, off++) {
+                double got = amp_tensor_get(amp_tensor_grad(ps[i]), j);
+                CHECK_MSG(same_value(got, c->expect[off], 1e-6), "%s: grad %d[%d] %.9g, PyTorch %.9g", c->name, i,
+                          j, got, c->expect[off]);
+            }
+        CHECK(amp_tensor_grad(ps[CREF_NPARAM]) == NULL);
+        free_params(ps, CREF_NPARAM + 1);
+    }
+}
+
+static void test_clip_grad_norm_16bit_and_errors(void)
+{
+    /* bf16 gradients: the norm of their (rounded) values, in double. */
+    amp_tensor *p = amp_zeros(AMP_SHAPE(100), AMP_BF16);
+    float g[100];
+    double ss = 0;
+    for (int j = 0; j < 100; j++)
+        g[j] = (float)sin(j + 1.0) * 3.0f;
+    set_grad(p, g);
+    for (int j = 0; j < 100; j++)
+        ss += pow(amp_tensor_get(amp_tensor_grad(p), j), 2);
+    double before = amp_tensor_get(amp_tensor_grad(p), 7);
+    double norm = amp_clip_grad_norm(&p, 1, 1.0);
+    CHECK_NEAR(norm, sqrt(ss), 1e-9 * sqrt(ss));
+    CHECK(amp_tensor_dtype(amp_tensor_grad(p)) == AMP_BF16);
+    CHECK_NEAR(amp_tensor_get(amp_tensor_grad(p), 7), before / (sqrt(ss) + 1e-6), fabs(before) / sqrt(ss) / 128);
+    amp_tensor_free(p);
+
+    CHECK_NEAR(amp_clip_grad_norm(NULL, 0, 1.0), 0, 0); /* nothing to clip */
+    CHECK(isnan(amp_clip_grad_norm(NULL, 2, 1.0)));
+    CHECK_ERROR(AMP_ERR_ARG, "clip_grad_norm");
+    amp_tensor *q = amp_zeros(AMP_SHAPE(1), AMP_F32);
+    CHECK(isnan(amp_clip_grad_norm(&q, 1, -1.0)));
+    CHECK_ERROR(AMP_ERR_ARG, "max_norm -1");
+    amp_tensor_free(q);
+}
+
+/* ----------------------------------------------------------- schedules */
+
+static void test_schedules_match_pytorch(void)
+{
+    for (int k = 0; k < SREF_NCASES; k++) {
+        const sref_case *c = &sref_cases[k];
+        amp_sched s = {(amp_sched_kind)c->kind, c->base_lr, c->step_size, c->gamma,
+                       c->total_steps, c->min_lr, c->warmup_steps, c->warmup_start_factor};
+        for (int t = 0; t < c->n; t++) {
+            double lr = amp_sched_lr(&s, t);
+            CHECK_MSG(fabs(lr - c->lr[t]) <= 1e-12 * fabs(c->lr[t]) + 1e-15, "%s t=%d: %.17g, PyTorch %.17g",
+                      c->name, t, lr, c->lr[t]);
+        }
+    }
+    amp_sched cst = {.kind = AMP_SCHED_CONSTANT, .base_lr = 0.25};
+    CHECK_NEAR(amp_sched_lr(&cst, 0), 0.25, 0);
+    CHECK_NEAR(amp_sched_lr(&cst, 1000000), 0.25, 0);
+    /* Warm-up from 0 (LinearLR forbids it; the closed form does not need to). */
+    amp_sched w0 = {.kind = AMP_SCHED_CONSTANT, .base_lr = 1.0, .warmup_steps = 4, .warmup_start_factor = 0};
+    CHECK_NEAR(amp_sched_lr(&w0, 0), 0, 0);
+    CHECK_NEAR(amp_sched_lr(&w0, 2), 0.5, 1e-15);
+    CHECK_NEAR(amp_sched_lr(&w0, 4), 1.0, 0);
+}
+
+static void test_schedule_errors(void)
+{
+    CHECK(isnan(amp_sched_lr(NULL, 0)));
+    CHECK_ERROR(AMP_ERR_ARG, "NULL schedule");
+    amp_sched s = {.kind = AMP_SCHED_STEP, .base_lr = 0.1, .step_size = 0, .gamma = 0.5};
+    CHECK(isnan(amp_sched_lr(&s, 3)));
+    CHECK_ERROR(AMP_ERR_ARG, "step_size must be >= 1, got 0");
+    s.step_size = 2;
+    CHECK(isnan(amp_sched_lr(&s, -1)));
+    CHECK_ERROR(AMP_ERR_ARG, "step must be >= 0, got -1");
+    s.warmup_steps = 3;
+    s.warmup_start_factor = 1.5;
+    CHECK(isnan(amp_sched_lr(&s, 0)));
+    CHECK_ERROR(AMP_ERR_ARG, "warmup_start_factor must be in [0, 1], got 1.5");
+    amp_sched c = {.kind = AMP_SCHED_COSINE, .base_lr = 0.1, .total_steps = 0};
+    CHECK(isnan(amp_sched_lr(&c, 0)));
+    CHECK_ERROR(AMP_ERR_ARG, "T_max) must be >= 1, got 0");
+    c.total_steps = 5;
+    c.base_lr = -0.1;
+    CHECK(isnan(amp_sched_lr(&c, 0)));
+    CHECK_ERROR(AMP_ERR_ARG, "base_lr must be finite and >= 0, got -0.1");
+    amp_sched bad = {.kind = (amp_sched_kind)7, .base_lr = 0.1};
+    CHECK(isnan(amp_sched_lr(&bad, 0)));
+    CHECK_ERROR(AMP_ERR_ARG, "unknown schedule kind 7");
+}
+
+int main(void)
+{
+    RUN(test_optimizers_match_pytorch);
+    RUN(test_parameter_without_grad_is_untouched);
+    RUN(test_sgd_momentum_buffer_starts_as_the_gradient);
+    RUN(test_16bit_parameters_update_in_f32_and_round_once);
+    RUN(test_large_parameter_threaded_update);
+    RUN(test_option_validation_names_option_and_value);
+    RUN(test_defaults_are_pytorchs);
+    RUN(test_zero_grad_lr_params_and_steps);
+    RUN(test_step_rejects_mismatched_gradient_and_changes_nothing);
+    RUN(test_state_accessors_for_checkpoints);
+    RUN(test_clip_grad_norm_matches_pytorch);
+    RUN(test_clip_grad_norm_16bit_and_errors);
+    RUN(test_schedules_match_pytorch);
+    RUN(test_schedule_errors);
+    return harness_done();
+}
