@@ -84,7 +84,7 @@ void amp_tensor_clear_grad(amp_tensor *t)
 static amp_status accumulate(amp_tensor **dst, amp_tensor *src, amp_dtype dt)
 {
     if (!*dst) {
-        if (src->dtype == dt && src->refcount == 1) {
+        if (src->dtype == dt && src->refcount == 1 && src->storage->refcount == 1) {
             *dst = amp_tensor_retain(src);
             return AMP_OK;
         }
@@ -272,5 +272,11 @@ amp_status amp_backward_with(amp_tensor *t, const amp_tensor *grad)
     if (!amp_dtype_is_float(grad->dtype))
         return amp_set_error(AMP_ERR_DTYPE, "backward: gradient dtype %s is not a float type",
                              amp_dtype_name(grad->dtype));
-    return run_backward(t, grad);
+    /* accumulate may keep the seed itself as a gradient: never the caller's. */
+    amp_tensor *seed = tensor_convert(grad, grad->dtype);
+    if (!seed)
+        return amp_last_status();
+    amp_status st = run_backward(t, seed);
+    amp_tensor_free(seed);
+    return st;
 }

@@ -161,6 +161,7 @@ amp_status amp_tensor_fill(amp_tensor *t, double value)
 {
     if (!t)
         return amp_set_error(AMP_ERR_ARG, "fill: NULL tensor");
+    tensor_bump(t);
     float vf = (float)value;
     switch (t->dtype) {
     case AMP_F32:
@@ -350,7 +351,14 @@ amp_device amp_tensor_device(const amp_tensor *t) { return t ? t->storage->devic
 int amp_tensor_ndim(const amp_tensor *t) { return t ? t->shape.ndim : -1; }
 amp_shape amp_tensor_shape(const amp_tensor *t) { return t ? t->shape : (amp_shape){0, {0}}; }
 int64_t amp_tensor_numel(const amp_tensor *t) { return t ? t->numel : 0; }
-void *amp_tensor_data(amp_tensor *t) { return t ? tensor_ptr(t) : NULL; }
+/* The caller may write through the pointer: count it as a write. */
+void *amp_tensor_data(amp_tensor *t)
+{
+    if (!t)
+        return NULL;
+    tensor_bump(t);
+    return tensor_ptr(t);
+}
 const void *amp_tensor_cdata(const amp_tensor *t) { return t ? tensor_ptr(t) : NULL; }
 
 int64_t amp_tensor_dim(const amp_tensor *t, int i)
@@ -381,6 +389,7 @@ amp_status amp_tensor_copy_in(amp_tensor *t, const void *src, amp_dtype dt)
         return amp_set_error(AMP_ERR_ARG, "copy_in: NULL %s", t ? "source" : "tensor");
     if ((unsigned)dt >= AMP_DTYPE_COUNT)
         return amp_set_error(AMP_ERR_DTYPE, "copy_in: invalid dtype %d", (int)dt);
+    tensor_bump(t);
     amp_convert(src, dt, tensor_ptr(t), t->dtype, (size_t)t->numel);
     return AMP_OK;
 }

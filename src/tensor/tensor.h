@@ -19,6 +19,7 @@ typedef struct amp_storage {
     size_t nbytes;
     int refcount;
     amp_device device;
+    uint64_t version; /* bumped by every write from outside the ops */
 } amp_storage;
 
 struct node; /* autograd/graph.h */
@@ -37,6 +38,8 @@ struct amp_tensor {
 
 static inline void *tensor_ptr(const amp_tensor *t) { return (char *)t->storage->data + t->offset; }
 static inline float *tensor_f32(const amp_tensor *t) { return (float *)tensor_ptr(t); }
+/* Records an in-place write (the autocast cache checks it). */
+static inline void tensor_bump(amp_tensor *t) { t->storage->version++; }
 
 int64_t shape_numel(amp_shape s);
 bool shape_equal(amp_shape a, amp_shape b);

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ampc needs, if any are missing, and says which.
+#   build: gcc, make, cmake, zlib, pkg-config (for the install test)
+#   data:  dataset-fashion-mnist (the main job's data set)
+set -euo pipefail
+
+need=(gcc make cmake zlib1g-dev pkg-config dataset-fashion-mnist)
+missing=()
+for p in "${need[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all present (${need[*]})"
+  exit 0
+fi
+echo "deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "deps: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
