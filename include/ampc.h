@@ -289,11 +289,14 @@ amp_module *amp_nn_avg_pool2d(int kernel, int stride);
 amp_module *amp_nn_flatten(void);
 /* A container that runs its children in order. */
 amp_module *amp_nn_sequential(void);
-/* Appends child (the container takes ownership, also on error). */
+/* Appends child (the container takes ownership, also on error), except
+ * when child already belongs to a container or would make a cycle: then
+ * nothing changes and the error is AMP_ERR_STATE. */
 amp_status amp_sequential_add(amp_module *seq, amp_module *child);
 
 amp_tensor *amp_module_forward(amp_module *m, amp_tensor *x);
-/* Training mode (dropout on) or eval mode; applies to children. */
+/* Training mode (dropout on) or eval mode; applies to children. Modules
+ * start in training mode; a child added later keeps its own mode. */
 void amp_module_train(amp_module *m, bool training);
 /* Parameters in a fixed order, with names like "0.weight". */
 int amp_module_num_params(const amp_module *m);
@@ -301,6 +304,8 @@ amp_tensor *amp_module_param(const amp_module *m, int i, const char **name);
 /* Fills out with up to max parameters; returns how many m has. */
 int amp_module_params(const amp_module *m, amp_tensor **out, int max);
 const char *amp_module_kind(const amp_module *m);
+/* Frees m, its children and its parameters (tensors others retained live
+ * on). A module inside a container is left alone (AMP_ERR_STATE). */
 void amp_module_free(amp_module *m);
 
 /* ------------------------------------------------------------------ optim */
@@ -317,7 +322,7 @@ typedef struct {
     bool amsgrad;
 } amp_adam_opts;
 
-/* PyTorch's defaults (SGD lr has none in PyTorch; 0.01 here). */
+/* PyTorch's defaults (except SGD's lr: 0.01 here, 1e-3 in PyTorch 2.x). */
 amp_sgd_opts amp_sgd_defaults(void);
 amp_adam_opts amp_adam_defaults(void);   /* lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 0 */
 amp_adam_opts amp_adamw_defaults(void);  /* as Adam, wd 0.01 */
@@ -338,8 +343,23 @@ amp_tensor *amp_optim_param(const amp_optim *o, int i);
 int64_t amp_optim_steps(const amp_optim *o);
 void amp_optim_free(amp_optim *o);
 
+/* Optimizer state, for checkpoints. Parameter i's f32 buffer called name
+ * (PyTorch's keys: "momentum_buffer"; "exp_avg", "exp_avg_sq",
+ * "max_exp_avg_sq"), owned by the optimizer; NULL without an error before
+ * the parameter's first step, NULL with an error for a name these options
+ * do not use. */
+amp_tensor *amp_optim_state_tensor(const amp_optim *o, int i, const char *name);
+/* Steps parameter i has taken (its own count: Adam's bias correction). */
+int64_t amp_optim_param_steps(const amp_optim *o, int i);
+/* Loading: steps > 0 creates the buffers (zeros) for state_tensor to fill;
+ * 0 drops them. */
+amp_status amp_optim_set_param_steps(amp_optim *o, int i, int64_t steps);
+amp_status amp_optim_set_steps(amp_optim *o, int64_t steps);
+
 /* Scales gradients so their global L2 norm is at most max_norm; returns the
- * norm before clipping (NAN/inf if a gradient is not finite, as PyTorch). */
+ * norm before clipping (NAN/inf if a gradient is not finite, as PyTorch,
+ * and then, as PyTorch, multiplies the gradients by 0 (inf) or NaN).
+ * Parameters without a gradient are skipped. max_norm < 0: NAN + error. */
 double amp_clip_grad_norm(amp_tensor *const *params, int n, double max_norm);
 
 /* Learning-rate schedules, as closed forms of the step count. */
@@ -354,13 +374,142 @@ typedef struct {
     int64_t warmup_steps; /* linear warm-up from warmup_start_factor * base_lr */
     double warmup_start_factor;
 } amp_sched;
-/* The learning rate at step t (0-based). */
+/* The learning rate at step t (0-based). COSINE past total_steps rises
+ * again, as PyTorch's. Bad fields or t < 0: NAN with an error. */
 double amp_sched_lr(const amp_sched *s, int64_t t);
+
+/* --------------------------------------------------------------- autocast */
+/* Autocast runs each op in the precision its category asks for, as
+ * torch.autocast does (docs/amp.md; the policy in docs/autocast-policy.md).
+ * State is per thread; regions nest. */
+
+typedef enum {
+    AMP_CAST_NONE = 0,  /* unlisted: runs in its inputs' dtype */
+    AMP_CAST_LOWER,     /* inputs cast to the autocast dtype (f16 / bf16) */
+    AMP_CAST_FP32,      /* inputs cast to f32 */
+    AMP_CAST_FP32_OUT,  /* computed and returned in f32 */
+    AMP_CAST_PROMOTE,   /* inputs cast to the widest input dtype */
+    AMP_CAST_BANNED,    /* an error under autocast */
+    AMP_CAST_COUNT
+} amp_cast_category;
+
+/* Marks "no dtype given": the region inherits the enclosing one's. */
+#define AMP_DTYPE_INHERIT AMP_DTYPE_COUNT
+
+/* Opens a region on device type dev with dtype dt (f16 or bf16, or
+ * AMP_DTYPE_INHERIT), autocast enabled and the cast cache on. */
+amp_status amp_autocast_begin(amp_device dev, amp_dtype dt);
+/* The full form: enabled=false turns autocast off inside (still a nesting
+ * level); cache_enabled=false makes every cast anew. */
+amp_status amp_autocast_begin_ex(amp_device dev, amp_dtype dt, bool enabled, bool cache_enabled);
+/* Closes the innermost region, restoring the state before it; the outermost
+ * end empties the cast cache. An end without a begin is an AMP_ERR_STATE. */
+amp_status amp_autocast_end(void);
+bool amp_autocast_is_enabled(amp_device dev);
+/* The dtype autocast lowers to on dev (defaults: cpu bf16, cuda f16). */
+amp_dtype amp_autocast_dtype(amp_device dev);
+/* Open regions on this thread. */
+int amp_autocast_depth(void);
+/* Entries in this thread's cast cache. */
+size_t amp_autocast_cache_size(void);
+
+/* The category of op (by name) on device type dev, with any override. */
+amp_cast_category amp_autocast_category(const char *op, amp_device dev);
+/* Overrides op's category on dev for every thread (PyTorch has no such
+ * switch). AMP_CAST_COUNT restores the built-in category. */
+amp_status amp_autocast_set_category(const char *op, amp_device dev, amp_cast_category c);
+const char *amp_cast_category_name(amp_cast_category c);
+/* The dtypes op would run in under autocast (dev, autocast dtype at) for
+ * inputs of dtypes in[0..n): out[i] per input. Used for the CUDA policy
+ * where no GPU is present. AMP_ERR_DTYPE for f16 mixed with bf16 under
+ * PROMOTE, AMP_ERR_STATE for a BANNED op. */
+amp_status amp_autocast_plan(const char *op, amp_device dev, amp_dtype at, int n, const amp_dtype *in,
+                             amp_dtype *out);
+
+/* Warnings (autocast disabled for an unsupported dtype, ...) go to this
+ * handler; the default prints "ampc warning: ..." to stderr. NULL restores
+ * the default. */
+typedef void (*amp_warning_fn)(const char *msg, void *user);
+void amp_set_warning_handler(amp_warning_fn fn, void *user);
+
+/* ------------------------------------------------------------ grad scaler */
+/* Dynamic loss scaling with torch.amp.GradScaler's semantics (AMP_SPEC). */
+
+typedef struct amp_scaler amp_scaler;
+
+typedef struct {
+    double init_scale;       /* 65536 = 2^16 */
+    double growth_factor;    /* 2.0; must be > 1 when enabled */
+    double backoff_factor;   /* 0.5; must be < 1 when enabled */
+    int64_t growth_interval; /* 2000 */
+    bool enabled;            /* true */
+    /* Opt-in extras, off by default (0): */
+    double min_scale;        /* > 0: the scale never backs off below it */
+    double max_scale;        /* > 0: the scale never grows above it */
+    int hysteresis;          /* > 1: back off only at the hysteresis-th overflow
+                                since the scale last grew (Megatron-LM) */
+} amp_scaler_opts;
+
+amp_scaler_opts amp_scaler_defaults(void);
+amp_scaler *amp_scaler_new(amp_scaler_opts o);
+void amp_scaler_free(amp_scaler *s);
+
+/* loss * scale (f32 scale); the loss itself when disabled. */
+amp_tensor *amp_scaler_scale(amp_scaler *s, amp_tensor *loss);
+/* Divides o's gradients by the scale in one pass per dtype and records
+ * whether any is inf/NaN. */
+amp_status amp_scaler_unscale(amp_scaler *s, amp_optim *o);
+/* Unscales if not done yet, then steps o unless a non-finite gradient was
+ * found. *skipped (may be NULL) says which. */
+amp_status amp_scaler_step(amp_scaler *s, amp_optim *o, bool *skipped);
+/* Backs off or grows the scale from this iteration's records. */
+amp_status amp_scaler_update(amp_scaler *s);
+/* Sets the scale to new_scale; the growth tracker is kept. */
+amp_status amp_scaler_update_to(amp_scaler *s, double new_scale);
+
+double amp_scaler_get_scale(const amp_scaler *s);   /* 1.0 when disabled */
+double amp_scaler_get_growth_factor(const amp_scaler *s);
+double amp_scaler_get_backoff_factor(const amp_scaler *s);
+int64_t amp_scaler_get_growth_interval(const amp_scaler *s);
+int64_t amp_scaler_get_growth_tracker(const amp_scaler *s);
+void amp_scaler_set_growth_factor(amp_scaler *s, double f);
+void amp_scaler_set_backoff_factor(amp_scaler *s, double f);
+void amp_scaler_set_growth_interval(amp_scaler *s, int64_t n);
+bool amp_scaler_is_enabled(const amp_scaler *s);
+
+/* state_dict / load_state_dict. valid=false is the empty state of a
+ * disabled scaler. */
+typedef struct {
+    bool valid;
+    double scale, growth_factor, backoff_factor;
+    int64_t growth_interval, growth_tracker;
+} amp_scaler_state;
+amp_scaler_state amp_scaler_state_get(const amp_scaler *s);
+amp_status amp_scaler_state_load(amp_scaler *s, amp_scaler_state st);
+
+/* Observability: steps taken and skipped, and the last scale changes. */
+typedef struct {
+    int64_t steps, skipped;
+} amp_scaler_counts;
+amp_scaler_counts amp_scaler_get_counts(const amp_scaler *s);
+typedef struct {
+    int64_t update;    /* the update() call that changed it (0-based) */
+    double old_scale, new_scale;
+} amp_scale_change;
+/* Copies up to max of the most recent changes, oldest first; returns how many. */
+int amp_scaler_history(const amp_scaler *s, amp_scale_change *out, int max);
+/* For param's (unscaled) gradient g at the current scale: how many nonzero
+ * elements would round to zero in f16 (|g * scale| <= 2^-25) and how many
+ * would overflow to inf (|g * scale| >= 65520). */
+amp_status amp_scaler_f16_health(const amp_scaler *s, const amp_tensor *param, int64_t *underflow,
+                                 int64_t *overflow);
 
 /* --------------------------------------------------------------------- io */
 
-/* Reads an IDX file (optionally gzip-compressed) into a tensor of dt.
- * Errors name the file and what is wrong (missing, truncated, bad magic). */
+/* Reads an IDX file (optionally gzip-compressed) into a tensor of dt; the
+ * caller owns it (amp_tensor_free). Pixel bytes keep their 0..255 values.
+ * Errors name the file and what is wrong: AMP_ERR_IO (missing, unreadable),
+ * AMP_ERR_FORMAT (bad magic or type, truncated, trailing bytes). */
 amp_tensor *amp_idx_load(const char *path, amp_dtype dt);
 
 #ifdef __cplusplus

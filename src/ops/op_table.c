@@ -2,6 +2,7 @@
  * op_table.c - the op table and op_apply, the one path every op takes.
  */
 #include "ops/ops.h"
+#include "amp/amp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,17 +64,39 @@ amp_status op_save(node *n, int k, const amp_tensor *t)
     return AMP_OK;
 }
 
-amp_tensor *op_apply(int op, amp_tensor *const *in, int n_in, const op_params *p)
+static amp_tensor *run_op(int op, amp_tensor *const *in, int n_in, const op_params *p);
+
+amp_tensor *op_apply(int op, amp_tensor *const *args, int n_in, const op_params *p)
 {
     for (int i = 0; i < n_in; i++)
-        if (!in[i])
+        if (!args[i])
             return NULL; /* keep the error that made the NULL */
     for (int i = 1; i < n_in; i++)
-        if (in[i]->storage->device != in[0]->storage->device)
+        if (args[i]->storage->device != args[0]->storage->device)
             return amp_fail_null(AMP_ERR_DEVICE, "%s: inputs on %s and %s", op_table[op].name,
-                                 amp_device_name(in[0]->storage->device),
-                                 amp_device_name(in[i]->storage->device));
+                                 amp_device_name(args[0]->storage->device),
+                                 amp_device_name(args[i]->storage->device));
 
+    /* Autocast: the inputs in the dtypes the op's category asks for. The
+     * casts are ops themselves, so the gradient flows back through them. */
+    amp_tensor *cast_stack[8];
+    amp_tensor **in = n_in <= 8 ? cast_stack : calloc((size_t)n_in, sizeof *in);
+    if (!in)
+        return amp_fail_null(AMP_ERR_MEMORY, "%s: out of memory", op_table[op].name);
+    if (autocast_inputs(op, args, n_in, in) != AMP_OK) {
+        if (in != cast_stack)
+            free(in);
+        return NULL;
+    }
+    amp_tensor *out = run_op(op, in, n_in, p);
+    if (in != cast_stack)
+        free(in);
+    return out;
+}
+
+/* Runs the forward on inputs already autocast and records the node. */
+static amp_tensor *run_op(int op, amp_tensor *const *in, int n_in, const op_params *p)
+{
     node *n = calloc(1, sizeof *n);
     amp_tensor **ins = calloc((size_t)(n_in ? n_in : 1), sizeof *ins);
     if (!n || !ins) {
@@ -95,7 +118,7 @@ amp_tensor *op_apply(int op, amp_tensor *const *in, int n_in, const op_params *p
     n->needs_grad = any_grad && amp_grad_enabled() && op_table[op].backward != no_backward;
 
     amp_tensor *out = op_table[op].forward(n);
-    if (!out || !n->needs_grad) {
+    if (!out || !n->needs_grad || !amp_dtype_is_float(out->dtype)) {
         node_release(n);
         return pool_add(out);
     }

@@ -1,0 +1,321 @@
+/*
+ * autocast.c - autocast regions, the policy lookup, and the cast cache.
+ *
+ * The policy is the op table's cast column (ops/op_list.h) plus run-time
+ * overrides. A region saves the previous per-device state and restores it
+ * on end; the outermost end empties the cache. All state but the
+ * overrides is per thread, as in PyTorch.
+ *
+ * The cast cache keeps, for an f32 leaf that requires grad, its cast to the
+ * autocast dtype: a weight used by several ops in one forward is cast once
+ * and its gradient flows back through one `to` node. An entry is dropped
+ * when the leaf was written since (storage version) or when a backward has
+ * freed the cast's graph, so in-place updates inside a region and a second
+ * forward/backward inside one region both see fresh casts (PyTorch's cache
+ * has neither check).
+ */
+#include "amp/amp.h"
+#include "ops/ops.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define MAX_DEPTH 64
+
+typedef struct {
+    bool enabled[AMP_DEVICE_COUNT];
+    amp_dtype dtype[AMP_DEVICE_COUNT];
+    bool cache_enabled;
+} ac_state;
+
+static _Thread_local ac_state cur = {{false, false}, {AMP_BF16, AMP_F16}, true};
+static _Thread_local ac_state saved[MAX_DEPTH];
+static _Thread_local int depth;
+
+typedef struct {
+    amp_tensor *src, *cast;
+    uint64_t version;
+} cache_entry;
+static _Thread_local cache_entry *cache;
+static _Thread_local size_t cache_len, cache_cap;
+
+/* Overrides: AMP_CAST_COUNT means "use the table". Shared by all threads. */
+static _Atomic int overrides[OP_COUNT][AMP_DEVICE_COUNT];
+static _Atomic int overrides_ready;
+
+static amp_warning_fn warn_fn;
+static void *warn_user;
+
+void amp_set_warning_handler(amp_warning_fn fn, void *user)
+{
+    warn_fn = fn;
+    warn_user = user;
+}
+
+void amp_warn(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (warn_fn)
+        warn_fn(msg, warn_user);
+    else
+        fprintf(stderr, "ampc warning: %s\n", msg);
+}
+
+static void cache_clear(void)
+{
+    for (size_t i = 0; i < cache_len; i++) {
+        amp_tensor_free(cache[i].src);
+        amp_tensor_free(cache[i].cast);
+    }
+    free(cache);
+    cache = NULL;
+    cache_len = cache_cap = 0;
+}
+
+size_t amp_autocast_cache_size(void) { return cache_len; }
+int amp_autocast_depth(void) { return depth; }
+
+bool amp_autocast_is_enabled(amp_device dev)
+{
+    return (unsigned)dev < AMP_DEVICE_COUNT && cur.enabled[dev];
+}
+
+amp_dtype amp_autocast_dtype(amp_device dev)
+{
+    return (unsigned)dev < AMP_DEVICE_COUNT ? cur.dtype[dev] : AMP_DTYPE_COUNT;
+}
+
+amp_status amp_autocast_begin(amp_device dev, amp_dtype dt)
+{
+    return amp_autocast_begin_ex(dev, dt, true, true);
+}
+
+amp_status amp_autocast_begin_ex(amp_device dev, amp_dtype dt, bool enabled, bool cache_enabled)
+{
+    if ((unsigned)dev >= AMP_DEVICE_COUNT)
+        return amp_set_error(AMP_ERR_ARG, "autocast_begin: invalid device type %d", (int)dev);
+    if (dt != AMP_DTYPE_INHERIT && (unsigned)dt >= AMP_DTYPE_COUNT)
+        return amp_set_error(AMP_ERR_DTYPE, "autocast_begin: invalid dtype %d", (int)dt);
+    if (depth == MAX_DEPTH)
+        return amp_set_error(AMP_ERR_STATE,
+                             "autocast_begin: %d regions open; is an amp_autocast_end missing?",
+                             MAX_DEPTH);
+    amp_dtype target = dt == AMP_DTYPE_INHERIT ? cur.dtype[dev] : dt;
+    if (enabled && target != AMP_F16 && target != AMP_BF16) {
+        if (dev == AMP_CUDA)
+            return amp_set_error(AMP_ERR_DTYPE,
+                                 "autocast_begin: cuda autocast supports f16 and bf16, not %s",
+                                 amp_dtype_name(target));
+        /* PyTorch's CPU autocast warns and disables itself here. */
+        amp_warn("autocast on cpu supports bf16 and f16, not %s; autocast is disabled in this "
+                 "region",
+                 amp_dtype_name(target));
+        enabled = false;
+    }
+    saved[depth++] = cur;
+    cur.enabled[dev] = enabled;
+    if (target == AMP_F16 || target == AMP_BF16)
+        cur.dtype[dev] = target;
+    cur.cache_enabled = cache_enabled;
+    return AMP_OK;
+}
+
+amp_status amp_autocast_end(void)
+{
+    if (depth == 0)
+        return amp_set_error(AMP_ERR_STATE, "autocast_end: no autocast region is open (an "
+                                            "amp_autocast_end without its amp_autocast_begin)");
+    cur = saved[--depth];
+    if (depth == 0)
+        cache_clear();
+    return AMP_OK;
+}
+
+/* ------------------------------------------------------------- policy */
+
+static const char *const category_names[AMP_CAST_COUNT] = {"unlisted", "lower", "fp32",
+                                                           "fp32_out", "promote", "banned"};
+
+const char *amp_cast_category_name(amp_cast_category c)
+{
+    return (unsigned)c < AMP_CAST_COUNT ? category_names[c] : "invalid";
+}
+
+static void overrides_init(void)
+{
+    if (atomic_load(&overrides_ready))
+        return;
+    for (int op = 0; op < OP_COUNT; op++)
+        for (int d = 0; d < AMP_DEVICE_COUNT; d++)
+            atomic_store(&overrides[op][d], AMP_CAST_COUNT);
+    atomic_store(&overrides_ready, 1);
+}
+
+static int op_by_name(const char *name)
+{
+    for (int op = 0; name && op < OP_COUNT; op++)
+        if (strcmp(op_table[op].name, name) == 0)
+            return op;
+    return -1;
+}
+
+static amp_cast_category category_of(int op, amp_device dev)
+{
+    overrides_init();
+    int o = atomic_load(&overrides[op][dev]);
+    /* cast_policy (ops.h) and amp_cast_category list the same categories
+     * in the same order. */
+    return o != AMP_CAST_COUNT ? (amp_cast_category)o : (amp_cast_category)op_table[op].cast[dev];
+}
+
+amp_cast_category amp_autocast_category(const char *name, amp_device dev)
+{
+    int op = op_by_name(name);
+    if (op < 0 || (unsigned)dev >= AMP_DEVICE_COUNT) {
+        amp_set_error(AMP_ERR_ARG, "autocast_category: unknown op \"%s\" or device %d",
+                      name ? name : "(null)", (int)dev);
+        return AMP_CAST_COUNT;
+    }
+    return category_of(op, dev);
+}
+
+amp_status amp_autocast_set_category(const char *name, amp_device dev, amp_cast_category c)
+{
+    int op = op_by_name(name);
+    if (op < 0)
+        return amp_set_error(AMP_ERR_ARG, "autocast_set_category: unknown op \"%s\"",
+                             name ? name : "(null)");
+    if ((unsigned)dev >= AMP_DEVICE_COUNT || (unsigned)c > AMP_CAST_COUNT)
+        return amp_set_error(AMP_ERR_ARG, "autocast_set_category: invalid device %d or category %d",
+                             (int)dev, (int)c);
+    overrides_init();
+    atomic_store(&overrides[op][dev], (int)c);
+    return AMP_OK;
+}
+
+/* The dtype each input runs in. Only float inputs are eligible (ampc has no
+ * f64); the caller has already filtered the device. PROMOTE follows
+ * PyTorch's prioritize(): start from the autocast dtype; f32 anywhere wins;
+ * otherwise every eligible input must match it. */
+static amp_status plan(int op, amp_cast_category c, amp_dtype at, int n, const amp_dtype *in,
+                       amp_dtype *out)
+{
+    if (c == AMP_CAST_BANNED)
+        return amp_set_error(AMP_ERR_STATE,
+                             "%s is unsafe to autocast; use its logits form, or run it outside "
+                             "the autocast region",
+                             op_table[op].name);
+    amp_dtype widest = at;
+    for (int i = 0; c == AMP_CAST_PROMOTE && i < n; i++) {
+        if (!amp_dtype_is_float(in[i]))
+            continue;
+        if (widest == AMP_F32 || in[i] == AMP_F32)
+            widest = AMP_F32;
+        else if (in[i] != widest)
+            return amp_set_error(AMP_ERR_DTYPE,
+                                 "%s under %s autocast: input %d is %s; promote mixes f16 and bf16 "
+                                 "only with an f32 input",
+                                 op_table[op].name, amp_dtype_name(at), i, amp_dtype_name(in[i]));
+    }
+    for (int i = 0; i < n; i++) {
+        out[i] = in[i];
+        if (!amp_dtype_is_float(in[i]))
+            continue;
+        switch (c) {
+        case AMP_CAST_LOWER: out[i] = at; break;
+        case AMP_CAST_FP32:
+        case AMP_CAST_FP32_OUT: out[i] = AMP_F32; break;
+        case AMP_CAST_PROMOTE: out[i] = widest; break;
+        default: break;
+        }
+    }
+    return AMP_OK;
+}
+
+amp_status amp_autocast_plan(const char *name, amp_device dev, amp_dtype at, int n, const amp_dtype *in,
+                             amp_dtype *out)
+{
+    int op = op_by_name(name);
+    if (op < 0 || (unsigned)dev >= AMP_DEVICE_COUNT || n < 0 || (n > 0 && (!in || !out)))
+        return amp_set_error(AMP_ERR_ARG, "autocast_plan: unknown op \"%s\" or bad arguments",
+                             name ? name : "(null)");
+    if (at != AMP_F16 && at != AMP_BF16)
+        return amp_set_error(AMP_ERR_DTYPE, "autocast_plan: autocast dtype %s is not f16 or bf16",
+                             amp_dtype_name(at));
+    return plan(op, category_of(op, dev), at, n, in, out);
+}
+
+/* --------------------------------------------------------- the casts */
+
+static amp_tensor *cached_cast(amp_tensor *t, amp_dtype dt)
+{
+    bool cacheable = cur.cache_enabled && t->dtype == AMP_F32 && !t->grad_fn && t->requires_grad &&
+                     dt == cur.dtype[t->storage->device];
+    if (!cacheable)
+        return amp_to(t, dt);
+    for (size_t i = 0; i < cache_len; i++) {
+        cache_entry *e = &cache[i];
+        if (e->src != t)
+            continue;
+        bool fresh = e->version == t->storage->version && e->cast->grad_fn &&
+                     !e->cast->grad_fn->freed;
+        if (fresh)
+            return e->cast;
+        amp_tensor *c = amp_to(t, dt);
+        if (!c)
+            return NULL;
+        amp_tensor_free(e->cast);
+        e->cast = amp_tensor_retain(c);
+        e->version = t->storage->version;
+        return c;
+    }
+    amp_tensor *c = amp_to(t, dt);
+    if (!c)
+        return NULL;
+    if (cache_len == cache_cap) {
+        size_t cap = cache_cap ? cache_cap * 2 : 32;
+        cache_entry *p = realloc(cache, cap * sizeof *p);
+        if (!p)
+            return c; /* no room to cache: still a correct cast */
+        cache = p;
+        cache_cap = cap;
+    }
+    cache[cache_len++] = (cache_entry){amp_tensor_retain(t), amp_tensor_retain(c), t->storage->version};
+    return c;
+}
+
+amp_status autocast_inputs(int op, amp_tensor *const *in, int n, amp_tensor **out)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = in[i];
+    if (n == 0 || op == OP_TO)
+        return AMP_OK;
+    amp_device dev = in[0]->storage->device;
+    if (!cur.enabled[dev])
+        return AMP_OK;
+    amp_cast_category c = category_of(op, dev);
+    if (c == AMP_CAST_NONE)
+        return AMP_OK;
+    amp_dtype din[AMP_MAX_DIMS * 4], dout[AMP_MAX_DIMS * 4];
+    if (n > (int)(sizeof din / sizeof din[0]))
+        return AMP_OK; /* more inputs than any autocast op takes */
+    for (int i = 0; i < n; i++)
+        /* Tensors on another device than the op's are never cast. */
+        din[i] = in[i]->storage->device == dev ? in[i]->dtype : AMP_I64;
+    amp_status st = plan(op, c, cur.dtype[dev], n, din, dout);
+    if (st != AMP_OK)
+        return st;
+    for (int i = 0; i < n; i++) {
+        if (dout[i] == din[i] || !amp_dtype_is_float(din[i]))
+            continue;
+        out[i] = c == AMP_CAST_LOWER ? cached_cast(in[i], dout[i]) : amp_to(in[i], dout[i]);
+        if (!out[i])
+            return amp_last_status();
+    }
+    return AMP_OK;
+}

@@ -1,0 +1,507 @@
+/*
+ * test_scaler.c - the grad scaler's conformance cases (AMP_SPEC.md,
+ * "Conformance cases" 1-16) and the opt-in extras.
+ *
+ * Gradients are made by a real backward: loss = sum(p * c) has gradient c,
+ * and amp_scaler_scale multiplies it by the scale, as in a training loop.
+ */
+#include "harness.h"
+
+#include <stdlib.h>
+
+typedef struct {
+    amp_tensor *p;
+    amp_optim *opt;
+} rig;
+
+static rig make_rig(int n, bool adam)
+{
+    rig r;
+    r.p = amp_full(AMP_SHAPE(n), AMP_F32, 1.0);
+    amp_tensor_set_requires_grad(r.p, true);
+    if (adam) {
+        r.opt = amp_optim_adam(&r.p, 1, amp_adam_defaults());
+    } else {
+        amp_sgd_opts o = amp_sgd_defaults();
+        o.lr = 0.5;
+        o.momentum = 0.9;
+        r.opt = amp_optim_sgd(&r.p, 1, o);
+    }
+    return r;
+}
+
+static void free_rig(rig r)
+{
+    amp_optim_free(r.opt);
+    amp_tensor_free(r.p);
+}
+
+/* Backward of scale * sum(p * c), with c[i] = g (g may be inf or NaN). */
+static void backward_with_grad(amp_scaler *s, rig r, double g)
+{
+    amp_tensor *c = amp_full(amp_tensor_shape(r.p), AMP_F32, g);
+    amp_tensor *loss = amp_sum_all(amp_mul(r.p, c));
+    CHECK_OK(amp_backward(amp_scaler_scale(s, loss)));
+    amp_tensor_free(c);
+    amp_temps_free();
+}
+
+/* One iteration: zero, backward, step, update; returns whether it skipped. */
+static bool iteration(amp_scaler *s, rig r, double g)
+{
+    bool skipped = false;
+    amp_optim_zero_grad(r.opt);
+    backward_with_grad(s, r, g);
+    CHECK_OK(amp_scaler_step(s, r.opt, &skipped));
+    CHECK_OK(amp_scaler_update(s));
+    return skipped;
+}
+
+static amp_scaler *scaler_with(double init, double growth, double backoff, int64_t interval)
+{
+    amp_scaler_opts o = amp_scaler_defaults();
+    o.init_scale = init;
+    o.growth_factor = growth;
+    o.backoff_factor = backoff;
+    o.growth_interval = interval;
+    return amp_scaler_new(o);
+}
+
+/* 1 */
+static void test_defaults(void)
+{
+    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
+    CHECK(s != NULL);
+    CHECK(amp_scaler_get_scale(s) == 65536.0);
+    CHECK(amp_scaler_get_growth_factor(s) == 2.0);
+    CHECK(amp_scaler_get_backoff_factor(s) == 0.5);
+    CHECK_EQ_INT(amp_scaler_get_growth_interval(s), 2000);
+    CHECK(amp_scaler_is_enabled(s));
+    amp_scaler_state st = amp_scaler_state_get(s);
+    CHECK(st.valid && st.scale == 65536.0 && st.growth_factor == 2.0 && st.backoff_factor == 0.5);
+    CHECK_EQ_INT(st.growth_interval, 2000);
+    CHECK_EQ_INT(st.growth_tracker, 0);
+    amp_scaler_free(s);
+}
+
+/* 2 */
+static void test_factor_validation_only_when_enabled(void)
+{
+    amp_scaler_opts o = amp_scaler_defaults();
+    o.growth_factor = 1.0;
+    CHECK(amp_scaler_new(o) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "growth factor must be > 1.0");
+    o = amp_scaler_defaults();
+    o.backoff_factor = 1.0;
+    CHECK(amp_scaler_new(o) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "backoff factor must be < 1.0");
+    o.enabled = false;
+    o.growth_factor = 1.0;
+    amp_scaler *s = amp_scaler_new(o);
+    CHECK(s != NULL);
+    amp_scaler_free(s);
+}
+
+/* 3 */
+static void test_small_interval_sequence(void)
+{
+    amp_scaler *s = scaler_with(4, 2, 0.25, 2);
+    rig r = make_rig(3, false);
+    CHECK(!iteration(s, r, 1.0));
+    CHECK(amp_scaler_get_scale(s) == 4.0);
+    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 1);
+    CHECK(!iteration(s, r, 1.0));
+    CHECK(amp_scaler_get_scale(s) == 8.0);
+    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 0);
+    CHECK(iteration(s, r, INFINITY));
+    CHECK(amp_scaler_get_scale(s) == 2.0);
+    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 0);
+    free_rig(r);
+    amp_scaler_free(s);
+}
+
+/* 4 */
+static void test_growth_after_exactly_2000_clean_steps(void)
+{
+    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
+    rig r = make_rig(1, false);
+    for (int k = 0; k < 1999; k++)
+        iteration(s, r, 1e-6);
+    CHECK(amp_scaler_get_scale(s) == 65536.0);
+    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 1999);
+    amp_scaler_state at1999 = amp_scaler_state_get(s);
+    iteration(s, r, 1e-6);
+    CHECK(amp_scaler_get_scale(s) == 131072.0);
+    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 0);
+    /* From tracker 1999 again, an inf instead: backoff. */
+    CHECK_OK(amp_scaler_state_load(s, at1999));
+    CHECK(iteration(s, r, NAN));
+    CHECK(amp_scaler_get_scale(s) == 32768.0);
+    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 0);
+    free_rig(r);
+    amp_scaler_free(s);
+}
+
+/* 5 */
+static void test_no_floor_by_default(void)
+{
+    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
+    rig r = make_rig(1, false);
+    for (int k = 0; k < 20; k++)
+        CHECK(iteration(s, r, INFINITY));
+    CHECK(amp_scaler_get_scale(s) == 0.0625);
+    free_rig(r);
+    amp_scaler_free(s);
+}
+
+/* 6 */
+static void test_growth_to_inf_is_refused(void)
+{
+    amp_scaler *s = scaler_with(0x1p127, 2, 0.5, 1);
+    rig r = make_rig(1, false);
+    CHECK(!iteration(s, r, 0x1p-140)); /* scaled gradient stays finite */
+    CHECK(amp_scaler_get_scale(s) == 0x1p127);
+    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 0);
+    free_rig(r);
+    amp_scaler_free(s);
+}
+
+/* 7 */
+static void test_two_overflowing_optimizers_back_off_once(void)
+{
+    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
+    rig a = make_rig(2, false), b = make_rig(2, true);
+    amp_optim_zero_grad(a.opt);
+    amp_optim_zero_grad(b.opt);
+    backward_with_grad(s, a, INFINITY);
+    backward_with_grad(s, b, NAN);
+    bool sa, sb;
+    CHECK_OK(amp_scaler_step(s, a.opt, &sa));
+    CHECK_OK(amp_scaler_step(s, b.opt, &sb));
+    CHECK(sa && sb);
+    CHECK_OK(amp_scaler_update(s));
+    CHECK(amp_scaler_get_scale(s) == 32768.0);
+    free_rig(a);
+    free_rig(b);
+    amp_scaler_free(s);
+}
+
+/* 8 */
+static void test_interval_one_with_a_skip(void)
+{
+    amp_scaler *s = scaler_with(128, 2, 0.5, 1);
+    rig r = make_rig(1, false);
+    CHECK(!iteration(s, r, 1.0));
+    CHECK(!iteration(s, r, 1.0));
+    CHECK(iteration(s, r, INFINITY));
+    CHECK(!iteration(s, r, 1.0));
+    CHECK(amp_scaler_get_scale(s) == 512.0);
+    amp_scaler_counts c = amp_scaler_get_counts(s);
+    CHECK_EQ_INT(c.steps, 3);
+    CHECK_EQ_INT(c.skipped, 1);
+    amp_scale_change h[8];
+    int n = amp_scaler_history(s, h, 8);
+    CHECK_EQ_INT(n, 4); /* 256, 512, 256, 512 */
+    CHECK(h[2].old_scale == 512.0 && h[2].new_scale == 256.0 && h[2].update == 2);
+    free_rig(r);
+    amp_scaler_free(s);
+}
+
+/* 9: four micro-batches, stepping every two. */
+static void test_accumulation_keeps_the_scale_between_micro_batches(void)
+{
+    amp_scaler *s = scaler_with(128, 2, 0.5, 1);
+    rig r = make_rig(2, false);
+    for (int step = 0; step < 2; step++) {
+        amp_optim_zero_grad(r.opt);
+        for (int micro = 0; micro < 2; micro++)
+            backward_with_grad(s, r, 0.5); /* loss / 2 */
+        CHECK_NEAR(amp_tensor_get(amp_tensor_grad(r.p), 0), 1.0 * amp_scaler_get_scale(s), 0);
+        bool skipped;
+        CHECK_OK(amp_scaler_step(s, r.opt, &skipped));
+        CHECK(!skipped);
+        CHECK_OK(amp_scaler_update(s));
+    }
+    CHECK(amp_scaler_get_scale(s) == 512.0);
+    free_rig(r);
+    amp_scaler_free(s);
+}
+
+/* 10 */
+static void test_unscale_divides_exactly(void)
+{
+    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
+    rig r = make_rig(4, false);
+    backward_with_grad(s, r, 1.0); /* gradient 65536 */
+    CHECK(amp_tensor_get(amp_tensor_grad(r.p), 0) == 65536.0);
+    CHECK_OK(amp_scaler_unscale(s, r.opt));
+    CHECK(amp_tensor_get(amp_tensor_grad(r.p), 3) == 1.0);
+    bool skipped = true;
+    CHECK_OK(amp_scaler_step(s, r.opt, &skipped));
+    CHECK(!skipped);
+    free_rig(r);
+    amp_scaler_free(s);
+}
+
+/* 11: a skipped step changes no parameter and no optimizer state. */
+static void check_skip_preserves(bool adam, double bad)
+{
+    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
+    rig r = make_rig(3, adam);
+    CHECK(!iteration(s, r, 0.25)); /* one real step, so state exists */
+    amp_tensor *before = amp_clone(r.p);
+    int64_t steps = amp_optim_steps(r.opt);
+    double scale = amp_scaler_get_scale(s);
+    CHECK(iteration(s, r, bad));
+    CHECK(max_abs_diff(before, r.p) == 0.0);
+    CHECK_EQ_INT(amp_optim_steps(r.opt), steps);
+    CHECK(amp_scaler_get_scale(s) == scale / 2);
+    /* The momentum / moments survived too: the next clean step equals the
+     * one a run without the bad step takes. */
+    amp_scaler *s2 = amp_scaler_new(amp_scaler_defaults());
+    rig r2 = make_rig(3, adam);
+    iteration(s2, r2, 0.25);
+    iteration(s2, r2, 0.125);
+    iteration(s, r, 0.125);
+    CHECK(max_abs_diff(r.p, r2.p) < 1e-7);
+    amp_tensor_free(before);
+    free_rig(r);
+    free_rig(r2);
+    amp_scaler_free(s);
+    amp_scaler_free(s2);
+}
+
+static void test_nonfinite_gradient_skips_and_keeps_state(void)
+{
+    check_skip_preserves(false, INFINITY);
+    check_skip_preserves(false, -INFINITY);
+    check_skip_preserves(false, NAN);
+    check_skip_preserves(true, INFINITY);
+    check_skip_preserves(true, NAN);
+}
+
+/* 12 */
+static void test_poison_after_unscale_still_steps(void)
+{
+    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
+    rig r = make_rig(2, false);
+    backward_with_grad(s, r, 1.0);
+    CHECK_OK(amp_scaler_unscale(s, r.opt));
+    float *g = amp_tensor_data(amp_tensor_grad(r.p));
+    g[0] = INFINITY;
+    bool skipped = true;
+    CHECK_OK(amp_scaler_step(s, r.opt, &skipped));
+    CHECK(!skipped);
+    CHECK(isinf(amp_tensor_get(r.p, 0)));
+    free_rig(r);
+    amp_scaler_free(s);
+}
+
+/* 13 */
+static void test_update_to_new_scale(void)
+{
+    amp_scaler *s = scaler_with(128, 2, 0.5, 10);
+    rig r = make_rig(1, false);
+    iteration(s, r, 1.0);
+    iteration(s, r, 1.0);
+    amp_optim_zero_grad(r.opt);
+    backward_with_grad(s, r, 1.0);
+    CHECK_OK(amp_scaler_step(s, r.opt, NULL));
+    CHECK_OK(amp_scaler_update_to(s, 1024));
+    CHECK(amp_scaler_get_scale(s) == 1024.0);
+    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 2);
+    /* Stages are READY again: a new unscale is accepted. */
+    amp_optim_zero_grad(r.opt);
+    backward_with_grad(s, r, 1.0);
+    CHECK_OK(amp_scaler_unscale(s, r.opt));
+    free_rig(r);
+    amp_scaler_free(s);
+}
+
+/* 14 */
+static void test_misuse_messages(void)
+{
+    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
+    rig r = make_rig(2, false);
+    CHECK_EQ_INT(amp_scaler_unscale(s, r.opt), AMP_ERR_STATE);
+    CHECK_ERROR(AMP_ERR_STATE, "Attempted unscale_ but _scale is None");
+    CHECK_EQ_INT(amp_scaler_step(s, r.opt, NULL), AMP_ERR_STATE);
+    CHECK_ERROR(AMP_ERR_STATE, "Attempted step but _scale is None");
+    CHECK_EQ_INT(amp_scaler_update(s), AMP_ERR_STATE);
+    CHECK_ERROR(AMP_ERR_STATE, "Attempted update but _scale is None");
+
+    /* scale() without a backward: nothing recorded. */
+    amp_scaler_scale(s, amp_sum_all(r.p));
+    CHECK_EQ_INT(amp_scaler_update(s), AMP_ERR_STATE);
+    CHECK_ERROR(AMP_ERR_STATE, "No inf checks were recorded prior to update.");
+    CHECK_EQ_INT(amp_scaler_step(s, r.opt, NULL), AMP_ERR_STATE);
+    CHECK_ERROR(AMP_ERR_STATE, "No inf checks were recorded for this optimizer.");
+    CHECK_OK(amp_scaler_update_to(s, 65536)); /* back to READY */
+
+    backward_with_grad(s, r, 1.0);
+    CHECK_OK(amp_scaler_unscale(s, r.opt));
+    CHECK_EQ_INT(amp_scaler_unscale(s, r.opt), AMP_ERR_STATE);
+    CHECK_ERROR(AMP_ERR_STATE,
+                "unscale_() has already been called on this optimizer since the last update().");
+    CHECK_OK(amp_scaler_step(s, r.opt, NULL));
+    CHECK_EQ_INT(amp_scaler_unscale(s, r.opt), AMP_ERR_STATE);
+    CHECK_ERROR(AMP_ERR_STATE, "unscale_() is being called after step().");
+    CHECK_EQ_INT(amp_scaler_step(s, r.opt, NULL), AMP_ERR_STATE);
+    CHECK_ERROR(AMP_ERR_STATE, "step() has already been called since the last update().");
+    CHECK_OK(amp_scaler_update(s));
+
+    /* f16 gradients are refused. */
+    amp_tensor *h = amp_full(AMP_SHAPE(2), AMP_F16, 1.0);
+    amp_tensor_set_requires_grad(h, true);
+    amp_optim *oh = amp_optim_sgd(&h, 1, amp_sgd_defaults());
+    CHECK_OK(amp_backward(amp_scaler_scale(s, amp_sum_all(h))));
+    CHECK_EQ_INT(amp_scaler_unscale(s, oh), AMP_ERR_DTYPE);
+    CHECK_ERROR(AMP_ERR_DTYPE, "Attempting to unscale FP16 gradients.");
+    amp_optim_free(oh);
+    amp_tensor_free(h);
+    free_rig(r);
+    amp_scaler_free(s);
+}
+
+/* 15 */
+static void test_disabled_scaler_is_transparent(void)
+{
+    amp_scaler_opts o = amp_scaler_defaults();
+    o.enabled = false;
+    amp_scaler *s = amp_scaler_new(o);
+    rig r = make_rig(2, false);
+    amp_tensor *loss = amp_sum_all(r.p);
+    CHECK(amp_scaler_scale(s, loss) == loss);
+    CHECK(amp_scaler_get_scale(s) == 1.0);
+    CHECK(!amp_scaler_state_get(s).valid);
+    amp_optim_zero_grad(r.opt);
+    backward_with_grad(s, r, INFINITY);
+    bool skipped = true;
+    CHECK_OK(amp_scaler_step(s, r.opt, &skipped));
+    CHECK(!skipped);
+    CHECK(isinf(amp_tensor_get(r.p, 0)));
+    CHECK_OK(amp_scaler_update(s));
+    CHECK(amp_scaler_get_scale(s) == 1.0);
+    free_rig(r);
+    amp_scaler_free(s);
+}
+
+/* 16 */
+static void test_state_round_trip(void)
+{
+    amp_scaler *a = scaler_with(3, 4, 0.5, 2);
+    rig r = make_rig(1, false);
+    iteration(a, r, 1.0);
+    amp_scaler_state st = amp_scaler_state_get(a);
+    CHECK(st.scale == 3.0 && st.growth_factor == 4.0 && st.backoff_factor == 0.5);
+    CHECK_EQ_INT(st.growth_interval, 2);
+    CHECK_EQ_INT(st.growth_tracker, 1);
+    amp_scaler *b = amp_scaler_new(amp_scaler_defaults());
+    CHECK_OK(amp_scaler_state_load(b, st));
+    CHECK(amp_scaler_get_scale(b) == 3.0);
+    CHECK(amp_scaler_get_growth_factor(b) == 4.0);
+    CHECK_EQ_INT(amp_scaler_get_growth_tracker(b), 1);
+    iteration(b, r, 1.0); /* tracker reaches the interval: 3 * 4 */
+    CHECK(amp_scaler_get_scale(b) == 12.0);
+    amp_scaler_state empty = {0};
+    CHECK_EQ_INT(amp_scaler_state_load(b, empty), AMP_ERR_STATE);
+    CHECK_ERROR(AMP_ERR_STATE, "empty");
+    free_rig(r);
+    amp_scaler_free(a);
+    amp_scaler_free(b);
+}
+
+static void test_min_scale_floor_and_max_scale_cap(void)
+{
+    amp_scaler_opts o = amp_scaler_defaults();
+    o.init_scale = 8;
+    o.min_scale = 2;
+    o.max_scale = 16;
+    o.growth_interval = 1;
+    amp_scaler *s = amp_scaler_new(o);
+    rig r = make_rig(1, false);
+    for (int k = 0; k < 5; k++)
+        iteration(s, r, INFINITY);
+    CHECK(amp_scaler_get_scale(s) == 2.0);
+    for (int k = 0; k < 5; k++)
+        iteration(s, r, 1.0);
+    CHECK(amp_scaler_get_scale(s) == 16.0);
+    free_rig(r);
+    amp_scaler_free(s);
+}
+
+static void test_hysteresis_tolerates_overflows(void)
+{
+    amp_scaler_opts o = amp_scaler_defaults();
+    o.init_scale = 64;
+    o.hysteresis = 3;
+    amp_scaler *s = amp_scaler_new(o);
+    rig r = make_rig(1, false);
+    CHECK(iteration(s, r, INFINITY)); /* skipped, but the scale holds */
+    CHECK(iteration(s, r, INFINITY));
+    CHECK(amp_scaler_get_scale(s) == 64.0);
+    CHECK(iteration(s, r, INFINITY)); /* the third: back off */
+    CHECK(amp_scaler_get_scale(s) == 32.0);
+    CHECK(iteration(s, r, INFINITY)); /* until it grows again, each backs off */
+    CHECK(amp_scaler_get_scale(s) == 16.0);
+    free_rig(r);
+    amp_scaler_free(s);
+}
+
+static void test_f16_health_counts_underflow_and_overflow(void)
+{
+    amp_scaler *s = scaler_with(1, 2, 0.5, 2000);
+    rig r = make_rig(4, false);
+    float c[4] = {1e-9f, 1.0f, 1e5f, 0.0f};
+    amp_tensor *ct = amp_from_data(AMP_SHAPE(4), AMP_F32, c);
+    CHECK_OK(amp_backward(amp_sum_all(amp_mul(r.p, ct))));
+    int64_t under, over;
+    CHECK_OK(amp_scaler_f16_health(s, r.p, &under, &over));
+    CHECK_EQ_INT(under, 1); /* 1e-9 < 2^-25; exact zero is not counted */
+    CHECK_EQ_INT(over, 1);  /* 1e5 > 65504 */
+    amp_tensor_free(ct);
+    free_rig(r);
+    amp_scaler_free(s);
+}
+
+/* PyTorch's promotion: the 0-d f32 scale does not widen a dimensioned f16
+ * tensor, so scaling f16 outputs stays f16 (and overflows as in PyTorch). */
+static void test_scale_keeps_dimensioned_16bit_outputs(void)
+{
+    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
+    amp_tensor *h = amp_full(AMP_SHAPE(3), AMP_F16, 2.0);
+    amp_tensor *out = amp_scaler_scale(s, h);
+    CHECK(out && amp_tensor_dtype(out) == AMP_F16);
+    CHECK(out && isinf(amp_tensor_get(out, 0))); /* 2 * 65536 > 65504 */
+    amp_tensor *l = amp_full(AMP_SHAPE(), AMP_F16, 2.0);
+    amp_tensor *lo = amp_scaler_scale(s, l);
+    CHECK(lo && amp_tensor_dtype(lo) == AMP_F32 && amp_item(lo) == 131072.0);
+    amp_tensor_free(h);
+    amp_tensor_free(l);
+    amp_scaler_free(s);
+}
+
+int main(void)
+{
+    RUN(test_scale_keeps_dimensioned_16bit_outputs);
+    RUN(test_defaults);
+    RUN(test_factor_validation_only_when_enabled);
+    RUN(test_small_interval_sequence);
+    RUN(test_growth_after_exactly_2000_clean_steps);
+    RUN(test_no_floor_by_default);
+    RUN(test_growth_to_inf_is_refused);
+    RUN(test_two_overflowing_optimizers_back_off_once);
+    RUN(test_interval_one_with_a_skip);
+    RUN(test_accumulation_keeps_the_scale_between_micro_batches);
+    RUN(test_unscale_divides_exactly);
+    RUN(test_nonfinite_gradient_skips_and_keeps_state);
+    RUN(test_poison_after_unscale_still_steps);
+    RUN(test_update_to_new_scale);
+    RUN(test_misuse_messages);
+    RUN(test_disabled_scaler_is_transparent);
+    RUN(test_state_round_trip);
+    RUN(test_min_scale_floor_and_max_scale_cap);
+    RUN(test_hysteresis_tolerates_overflows);
+    RUN(test_f16_health_counts_underflow_and_overflow);
+    return harness_done();
+}
