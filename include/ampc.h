@@ -102,6 +102,16 @@ void amp_cpu_limit(unsigned mask);
 void amp_set_num_threads(int n);
 int amp_get_num_threads(void);
 
+/* Bytes held by tensors and kernel scratch (64-byte granules). */
+typedef struct {
+    size_t current;  /* live now */
+    size_t peak;     /* the most live at once since start or the last reset */
+    size_t allocs;   /* allocations made so far */
+} amp_memory_stats;
+amp_memory_stats amp_memory_get_stats(void);
+/* Starts a new peak measurement from the current figure. */
+void amp_memory_reset_peak(void);
+
 /* ----------------------------------------------------------------- random */
 
 /* The global generator: Philox4x32-10 keyed by seed, with a counter offset
@@ -405,6 +415,13 @@ amp_status amp_autocast_begin_ex(amp_device dev, amp_dtype dt, bool enabled, boo
 /* Closes the innermost region, restoring the state before it; the outermost
  * end empties the cast cache. An end without a begin is an AMP_ERR_STATE. */
 amp_status amp_autocast_end(void);
+/* The scoped form: AMP_AUTOCAST(AMP_CPU, AMP_BF16) { ... } runs the block
+ * inside a region and ends it after. Leave the block only at its end (no
+ * return, break or goto out of it). If the region cannot begin, the block
+ * is skipped and amp_last_error() says why. */
+#define AMP_AUTOCAST(dev, dt)                                                     \
+    for (int amp_autocast_once_ = amp_autocast_begin((dev), (dt)) == AMP_OK;      \
+         amp_autocast_once_; amp_autocast_once_ = 0, amp_autocast_end())
 bool amp_autocast_is_enabled(amp_device dev);
 /* The dtype autocast lowers to on dev (defaults: cpu bf16, cuda f16). */
 amp_dtype amp_autocast_dtype(amp_device dev);

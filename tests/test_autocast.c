@@ -260,8 +260,27 @@ static void test_override_category_at_run_time(void)
     amp_tensor_free(a);
 }
 
+static void test_scoped_form_opens_and_closes_a_region(void)
+{
+    amp_tensor *a = amp_ones(AMP_SHAPE(2, 2), AMP_F32);
+    amp_tensor *m = NULL;
+    AMP_AUTOCAST(AMP_CPU, AMP_BF16)
+    {
+        CHECK_EQ_INT(amp_autocast_depth(), 1);
+        m = amp_matmul(a, a);
+    }
+    CHECK_EQ_INT(amp_autocast_depth(), 0);
+    CHECK(m && amp_tensor_dtype(m) == AMP_BF16);
+    bool ran = false;
+    AMP_AUTOCAST(AMP_CUDA, AMP_F32) ran = true; /* cannot begin: skipped */
+    CHECK(!ran);
+    CHECK_ERROR(AMP_ERR_DTYPE, "cuda autocast supports");
+    amp_tensor_free(a);
+}
+
 int main(void)
 {
+    RUN(test_scoped_form_opens_and_closes_a_region);
     RUN(test_matmul_lowers_on_both_devices);
     RUN(test_cuda_fp32_and_fp32_output_ops);
     RUN(test_promote);

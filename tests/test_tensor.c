@@ -170,8 +170,26 @@ static void test_clone_is_a_deep_copy(void)
     amp_tensor_free(b);
 }
 
+static void test_memory_stats_count_live_and_peak_bytes(void)
+{
+    amp_memory_stats s0 = amp_memory_get_stats();
+    amp_tensor *a = amp_zeros(AMP_SHAPE(1000), AMP_F32); /* 4000 -> 4032 bytes */
+    amp_tensor *b = amp_zeros(AMP_SHAPE(1000), AMP_BF16); /* 2000 -> 2048: half */
+    amp_memory_stats s1 = amp_memory_get_stats();
+    CHECK_EQ_INT(s1.current - s0.current, 4032 + 2048);
+    CHECK_EQ_INT(s1.allocs - s0.allocs, 2);
+    amp_tensor_free(a);
+    amp_tensor_free(b);
+    amp_memory_stats s2 = amp_memory_get_stats();
+    CHECK_EQ_INT(s2.current, s0.current);
+    CHECK(s2.peak >= s1.current);
+    amp_memory_reset_peak();
+    CHECK_EQ_INT(amp_memory_get_stats().peak, s2.current);
+}
+
 int main(void)
 {
+    RUN(test_memory_stats_count_live_and_peak_bytes);
     RUN(test_constructors_fill_values);
     RUN(test_scalar_shape_has_one_element);
     RUN(test_arange_counts_like_pytorch);
