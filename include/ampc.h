@@ -276,6 +276,11 @@ amp_tensor *amp_cat(amp_tensor *const *ts, int n, int dim);
 amp_tensor *amp_to(amp_tensor *a, amp_dtype dt);
 /* Index of the largest value along dim (i64, no gradient). */
 amp_tensor *amp_argmax(amp_tensor *a, int dim);
+/* softmax(q kᵀ / sqrt(d) [+ causal mask]) v for q, k, v [.., T, d] (same
+ * shapes): PyTorch's scaled_dot_product_attention. The scores and the
+ * softmax are computed in f32 whatever the inputs' dtype, so f16 cannot
+ * overflow there. */
+amp_tensor *amp_attention(amp_tensor *q, amp_tensor *k, amp_tensor *v, bool causal);
 
 /* The op table: every op by name, for tools and docs. */
 int amp_op_count(void);
@@ -521,6 +526,32 @@ int amp_scaler_history(const amp_scaler *s, amp_scale_change *out, int max);
 amp_status amp_scaler_f16_health(const amp_scaler *s, const amp_tensor *param, int64_t *underflow,
                                  int64_t *overflow);
 
+/* ----------------------------------------------------------------- models */
+/* Ready-made models: the CLI's, the benchmarks' and the examples'. */
+
+/* in -> hidden[0] -> ... -> classes, ReLU between the linear layers. */
+amp_module *amp_model_mlp(int64_t in, const int64_t *hidden, int n_hidden, int64_t classes);
+/* conv in_ch->32 3x3 pad 1, ReLU, max-pool 2; conv 32->64 3x3 pad 1, ReLU,
+ * max-pool 2; flatten; linear -> 128, ReLU; linear 128 -> classes. Input
+ * [N, in_ch, height, width] (height and width divisible by 4). */
+amp_module *amp_model_cnn(int64_t in_ch, int64_t height, int64_t width, int64_t classes);
+
+typedef struct {
+    int64_t vocab;    /* tokens */
+    int64_t context;  /* longest sequence (learned positions) */
+    int64_t width;    /* embedding width */
+    int64_t layers;
+    int64_t heads;    /* width % heads == 0 */
+    int64_t mlp;      /* hidden width of each block's MLP (GELU) */
+    double dropout;   /* 0 for none */
+} amp_gpt_config;
+/* A decoder-only transformer: token + learned position embeddings,
+ * pre-LayerNorm blocks of causal self-attention and a GELU MLP, a final
+ * LayerNorm, and an output head tied to the token embedding. Its forward
+ * takes token indices [B, T] (i32/i64, T <= context) and returns logits
+ * [B, T, vocab]. */
+amp_module *amp_model_gpt(amp_gpt_config c);
+
 /* --------------------------------------------------------------------- io */
 
 /* Reads an IDX file (optionally gzip-compressed) into a tensor of dt; the
@@ -528,6 +559,39 @@ amp_status amp_scaler_f16_health(const amp_scaler *s, const amp_tensor *param, i
  * Errors name the file and what is wrong: AMP_ERR_IO (missing, unreadable),
  * AMP_ERR_FORMAT (bad magic or type, truncated, trailing bytes). */
 amp_tensor *amp_idx_load(const char *path, amp_dtype dt);
+
+/* Checkpoints, in the safetensors format (Python's safetensors and
+ * PyTorch open the tensors by name). One file holds the model's parameters
+ * (by their module names), the optimizer's state ("optim.<i>.<key>" and
+ * step counts), the scaler's state, the step, the global RNG state and the
+ * run's settings (a JSON string in the header's __metadata__). Written to a
+ * temporary file, fsynced and renamed into place: a crash never leaves a
+ * half-written checkpoint under path. Any pointer but path and m may be
+ * NULL to leave that part out. */
+amp_status amp_checkpoint_save(const char *path, const amp_module *m, const amp_optim *o,
+                               const amp_scaler *s, int64_t step, const char *settings_json);
+/* Loads what amp_checkpoint_save wrote into an already-built model (and
+ * optimizer / scaler, when given), restores the global RNG state, and
+ * returns the step and (malloc'd, caller frees) the settings. A corrupt,
+ * truncated or mismatching file is an error naming the file and the
+ * problem, and then nothing has been changed. */
+amp_status amp_checkpoint_load(const char *path, amp_module *m, amp_optim *o, amp_scaler *s,
+                               int64_t *step, char **settings_json);
+
+/* A character-level text corpus: the bytes of a file, with a vocabulary of
+ * the distinct bytes present (sorted). */
+typedef struct amp_text amp_text;
+/* Reads path; errors name the file (missing, empty, unreadable). */
+amp_text *amp_text_load(const char *path);
+int64_t amp_text_vocab(const amp_text *t);
+int64_t amp_text_length(const amp_text *t);
+/* The byte with token id `id` (for printing samples). */
+int amp_text_char(const amp_text *t, int64_t id);
+/* Fills x and y ([B, T] i64, caller-allocated) with B windows of T tokens
+ * and their next-token targets, starting at positions drawn with seed from
+ * the split: the first 90% of the text (val = false) or the last 10%. */
+amp_status amp_text_batch(const amp_text *t, bool val, uint64_t seed, amp_tensor *x, amp_tensor *y);
+void amp_text_free(amp_text *t);
 
 #ifdef __cplusplus
 }

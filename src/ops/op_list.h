@@ -48,4 +48,5 @@ X(PERMUTE,      "permute",      NONE,    NONE,     permute_forward,      permute
 X(CAT,          "cat",          PROMOTE, NONE,     cat_forward,          cat_backward)
 X(TO,           "to",           NONE,    NONE,     to_forward,           to_backward)
 X(ARGMAX,       "argmax",       NONE,    NONE,     argmax_forward,       no_backward)
+X(ATTENTION,    "scaled_dot_product_attention", LOWER, LOWER, attention_forward, attention_backward)
 /* clang-format on */
