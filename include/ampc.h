@@ -102,15 +102,22 @@ void amp_cpu_limit(unsigned mask);
 void amp_set_num_threads(int n);
 int amp_get_num_threads(void);
 
-/* Bytes held by tensors and kernel scratch (64-byte granules). */
+/* Bytes held by tensors and kernel scratch. Blocks come from a caching
+ * allocator: freed blocks are kept for reuse by the next request of their
+ * size class, so a training step after the first takes no fresh memory
+ * from the OS. Sizes are those of the size classes. */
 typedef struct {
-    size_t current;  /* live now */
-    size_t peak;     /* the most live at once since start or the last reset */
-    size_t allocs;   /* allocations made so far */
+    size_t current;   /* in use now */
+    size_t peak;      /* the most in use at once since start or the last reset */
+    size_t allocs;    /* allocations served so far */
+    size_t cached;    /* freed and kept for reuse */
+    size_t os_allocs; /* allocations that had to take fresh memory */
 } amp_memory_stats;
 amp_memory_stats amp_memory_get_stats(void);
 /* Starts a new peak measurement from the current figure. */
 void amp_memory_reset_peak(void);
+/* Returns the cached blocks to the OS. */
+void amp_memory_empty_cache(void);
 
 /* ----------------------------------------------------------------- random */
 

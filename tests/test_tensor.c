@@ -187,8 +187,39 @@ static void test_memory_stats_count_live_and_peak_bytes(void)
     CHECK_EQ_INT(amp_memory_get_stats().peak, s2.current);
 }
 
+/* After a warm-up step, a training step takes no fresh memory from the OS:
+ * every block comes back from the allocator's cache. */
+static void test_steady_state_training_takes_no_fresh_memory(void)
+{
+#ifdef AMPC_NO_CACHE
+    harness_skip("the caching allocator is off in this (sanitizer) build");
+#else
+    amp_tensor *w = amp_full(AMP_SHAPE(64, 32), AMP_F32, 0.01);
+    amp_tensor *x = amp_full(AMP_SHAPE(16, 32), AMP_F32, 1.0);
+    amp_tensor_set_requires_grad(w, true);
+    amp_optim *opt = amp_optim_adam(&w, 1, amp_adam_defaults());
+    size_t before = 0;
+    for (int step = 0; step < 4; step++) {
+        if (step == 2)
+            before = amp_memory_get_stats().os_allocs;
+        amp_optim_zero_grad(opt);
+        amp_autocast_begin(AMP_CPU, AMP_BF16);
+        amp_tensor *loss = amp_mean_all(amp_relu(amp_linear(x, w, NULL)));
+        amp_autocast_end();
+        CHECK_OK(amp_backward(loss));
+        CHECK_OK(amp_optim_step(opt));
+        amp_temps_free();
+    }
+    CHECK_EQ_INT(amp_memory_get_stats().os_allocs - before, 0);
+    amp_optim_free(opt);
+    amp_tensor_free(w);
+    amp_tensor_free(x);
+#endif
+}
+
 int main(void)
 {
+    RUN(test_steady_state_training_takes_no_fresh_memory);
     RUN(test_memory_stats_count_live_and_peak_bytes);
     RUN(test_constructors_fill_values);
     RUN(test_scalar_shape_has_one_element);
