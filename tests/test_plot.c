@@ -1,0 +1,413 @@
+/*
+ * test_plot.c - the training log and `ampc plot`: log lines are exact JSON
+ * with null for NaN / inf; the reader reads back what the writer wrote;
+ * the SVG has one mark per skipped step, NaN loss and val loss and one
+ * vertex per finite loss; the loss axis turns logarithmic past two
+ * decades; a log without a scale gets one panel; big logs stay small; a
+ * malformed line is an error naming the file and the line; the command
+ * line's exits.
+ *
+ * The program's parts come from the ampc_tools library (CMakeLists.txt).
+ *
+ * With AMPC_PLOT_EXAMPLE=/abs/path.svg set, the synthetic fp16-like run drawn
+ * here is also written to path (how docs/plot-example.svg is made).
+ */
+#include "harness.h"
+
+#include "log.h"
+#include "plot.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char tmpdir[64];
+
+static const char *tmp_path(const char *name)
+{
+    static char paths[32][160];
+    static int k;
+    char *p = paths[k++ % 32];
+    snprintf(p, sizeof paths[0], "%s/%s", tmpdir, name);
+    return p;
+}
+
+/* The whole of a file, NUL-terminated (caller frees); NULL if unreadable. */
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s)
+        s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+static int count(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* Vertices (M and L commands) in the d of the path with class cls. */
+static int path_vertices(const char *svg, const char *cls)
+{
+    char key[64];
+    snprintf(key, sizeof key, "class=\"%s\"", cls);
+    const char *p = strstr(svg, key);
+    if (!p || !(p = strstr(p, " d=\"")))
+        return -1;
+    int n = 0;
+    for (p += 4; *p && *p != '"'; p++)
+        n += *p == 'M' || *p == 'L';
+    return n;
+}
+
+static void test_log_lines_are_exact_json_with_null_for_nan_and_inf(void)
+{
+    const char *path = tmp_path("exact.jsonl");
+    log_file *l = log_open(path);
+    CHECK(l != NULL);
+    if (!l)
+        return;
+    CHECK_OK(log_step(l, &(log_record){.step = 1, .epoch = 1, .loss = 2.5, .lr = 1e-3, .scale = 65536,
+                                       .grad_norm = 1.25, .step_ms = 3.5, .tokens_per_s = 1000}));
+    CHECK_OK(log_step(l, &(log_record){.step = 2, .loss = NAN, .lr = 0.1, .scale = 32768, .skipped = true,
+                                       .grad_norm = INFINITY, .step_ms = 0.25, .has_val = true,
+                                       .val_loss = 1.0 / 3, .samples_per_s = 12.5}));
+    CHECK_OK(log_step(l, &(log_record){.step = 3, .loss = -INFINITY, .lr = 0, .scale = NAN, .grad_norm = NAN,
+                                       .step_ms = 1099511627776.0}));
+    CHECK_OK(log_close(l));
+    char *s = slurp(path);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    const char *want =
+        "{\"step\":1,\"epoch\":1,\"loss\":2.5,\"lr\":0.001,\"scale\":65536,\"skipped\":false,"
+        "\"grad_norm\":1.25,\"step_ms\":3.5,\"tokens_per_s\":1000}\n"
+        "{\"step\":2,\"loss\":null,\"lr\":0.1,\"scale\":32768,\"skipped\":true,\"grad_norm\":null,"
+        "\"step_ms\":0.25,\"val_loss\":0.333333333,\"samples_per_s\":12.5}\n"
+        "{\"step\":3,\"loss\":null,\"lr\":0,\"scale\":null,\"skipped\":false,\"grad_norm\":null,"
+        "\"step_ms\":1.09951e+12}\n";
+    CHECK_MSG(strcmp(s, want) == 0, "log is\n%s\nexpected\n%s", s, want);
+    free(s);
+}
+
+static void test_log_number_keeps_scale_exact_and_drops_negative_zero(void)
+{
+    char b[32];
+    CHECK(strcmp(log_number(b, sizeof b, 1099511627776.0, 17), "1099511627776") == 0);
+    CHECK(strcmp(log_number(b, sizeof b, -0.0, 9), "0") == 0);
+    CHECK(strcmp(log_number(b, sizeof b, 1e-300, 9), "1e-300") == 0);
+    CHECK(strcmp(log_number(b, sizeof b, NAN, 9), "null") == 0);
+}
+
+static void test_log_open_error_names_the_path(void)
+{
+    const char *p = "/nonexistent-ampc-dir/run.jsonl";
+    CHECK(log_open(p) == NULL);
+    CHECK_ERROR(AMP_ERR_IO, p);
+    CHECK_OK(log_close(NULL));
+}
+
+/* A synthetic fp16-like run of n steps: a decaying noisy loss; the scale
+ * starts at 2^16, halves on each skipped step (five at the start, as an
+ * over-large initial scale does, then one every 150 steps) and doubles
+ * every 100 clean steps; a NaN loss at step 250 (skipped too); a val loss
+ * every 50 steps. Returns how many steps were skipped. */
+static int write_run(const char *path, int n, bool with_scale, double loss0, double loss_end)
+{
+    log_file *l = log_open(path);
+    CHECK(l != NULL);
+    if (!l)
+        return -1;
+    uint64_t r = 12345;
+    double scale = 65536;
+    int clean = 0, skipped_n = 0;
+    for (int s = 1; s <= n; s++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        double noise = ((double)(r >> 11) / 9007199254740992.0 - 0.5) * 0.25;
+        double base = loss_end + (loss0 - loss_end) * exp(-s / (n / 6.0));
+        bool skip = with_scale && (s <= 5 || s % 150 == 0 || s == 250);
+        log_record rec = {.step = s, .epoch = 1 + (s - 1) / 100, .loss = base * (1 + noise),
+                          .lr = 3e-4 * fmin(1, s / 50.0), .scale = with_scale ? scale : NAN,
+                          .skipped = skip, .grad_norm = 1 + noise, .step_ms = 4 + noise,
+                          .has_val = s % 50 == 0, .val_loss = base * 1.08};
+        if (s == 250)
+            rec.loss = NAN;
+        CHECK_OK(log_step(l, &rec));
+        skipped_n += skip;
+        if (skip) {
+            scale /= 2;
+            clean = 0;
+        } else if (++clean == 100) {
+            scale *= 2;
+            clean = 0;
+        }
+    }
+    CHECK_OK(log_close(l));
+    return skipped_n;
+}
+
+static void test_reader_reads_back_what_the_writer_wrote(void)
+{
+    const char *path = tmp_path("roundtrip.jsonl");
+    int skipped = write_run(path, 300, true, 2.3, 0.3);
+    plot_data d;
+    CHECK_OK(plot_read(path, &d));
+    CHECK_EQ_INT(d.n, 300);
+    int sk = 0, nan_loss = 0;
+    for (int64_t i = 0; i < d.n; i++) {
+        CHECK_EQ_INT((int64_t)d.p[i].step, i + 1);
+        CHECK(d.p[i].has_loss);
+        sk += d.p[i].skipped;
+        nan_loss += isnan(d.p[i].loss);
+        CHECK(isfinite(d.p[i].val_loss) == ((i + 1) % 50 == 0));
+    }
+    CHECK_EQ_INT(sk, skipped);
+    CHECK_EQ_INT(nan_loss, 1);
+    CHECK(isnan(d.p[249].loss));
+    CHECK_NEAR(d.p[0].scale, 65536, 0);
+    CHECK_NEAR(d.p[5].scale, 2048, 0); /* five halvings */
+    plot_data_free(&d);
+}
+
+static void test_svg_has_one_mark_per_event_and_a_vertex_per_finite_loss(void)
+{
+    const char *log = tmp_path("synthetic-fp16.jsonl"), *svg = tmp_path("synthetic-fp16.svg");
+    int skipped = write_run(log, 600, true, 2.3, 0.3);
+    plot_summary sum;
+    CHECK_OK(plot_file(log, svg, &sum));
+    CHECK_EQ_INT(sum.steps, 600);
+    CHECK_EQ_INT(sum.skipped, skipped);
+    CHECK_EQ_INT(sum.nonfinite, 1);
+    CHECK_EQ_INT(sum.val, 12);
+    const char *example = getenv("AMPC_PLOT_EXAMPLE");
+    if (example && *example)
+        CHECK_OK(plot_file(log, example, NULL));
+    char *s = slurp(svg);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    CHECK(strncmp(s, "<svg xmlns=\"http://www.w3.org/2000/svg\"", 39) == 0);
+    CHECK(strcmp(s + strlen(s) - 7, "</svg>\n") == 0);
+    CHECK_EQ_INT(count(s, "<svg"), 1);
+    CHECK_EQ_INT(count(s, "<g"), count(s, "</g>"));
+    CHECK_EQ_INT(count(s, "<text"), count(s, "</text>"));
+    CHECK_EQ_INT(count(s, "class=\"skip-tick\""), skipped);
+    CHECK_EQ_INT(count(s, "class=\"skip-dot\""), skipped);
+    CHECK_EQ_INT(count(s, "class=\"nan-mark\""), 1);
+    CHECK_EQ_INT(count(s, "class=\"val-dot\""), 12);
+    CHECK_EQ_INT(path_vertices(s, "loss-raw"), 599);
+    CHECK_EQ_INT(path_vertices(s, "loss-smooth"), 599);
+    CHECK(strstr(s, "Loss scale (log2)") != NULL);
+    CHECK(strstr(s, ">Training loss<") != NULL); /* 2.3 to 0.3: linear */
+    CHECK(strstr(s, "ampc training log: synthetic-fp16.jsonl") != NULL);
+    CHECK(strstr(s, "&") == NULL || strstr(s, "&amp;") != NULL);
+    free(s);
+}
+
+static void test_loss_axis_is_logarithmic_past_two_decades(void)
+{
+    const char *log = tmp_path("steep.jsonl"), *svg = tmp_path("steep.svg");
+    write_run(log, 400, true, 200, 0.5);
+    CHECK_OK(plot_file(log, svg, NULL));
+    char *s = slurp(svg);
+    CHECK(s && strstr(s, "Training loss (log scale)") != NULL);
+    CHECK(s && strstr(s, ">100<") != NULL); /* a decade label */
+    free(s);
+}
+
+static void test_log_without_a_scale_has_one_panel(void)
+{
+    const char *log = tmp_path("fp32.jsonl"), *svg = tmp_path("fp32.svg");
+    CHECK_EQ_INT(write_run(log, 50, false, 2.3, 0.3), 0);
+    CHECK_OK(plot_file(log, svg, NULL));
+    char *s = slurp(svg);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    CHECK(strstr(s, "Loss scale") == NULL);
+    CHECK(strstr(s, "skip-") == NULL);
+    CHECK(strstr(s, "loss-smooth") == NULL); /* under 90 steps: raw only */
+    CHECK_EQ_INT(path_vertices(s, "loss-raw"), 50);
+    char want[64];
+    snprintf(want, sizeof want, "height=\"%.0f\"", LOSS_TOP + LOSS_H + FOOT);
+    CHECK_MSG(strstr(s, want) != NULL, "no %s", want);
+    free(s);
+}
+
+static void test_big_logs_are_decimated_but_keep_spikes(void)
+{
+    const char *log = tmp_path("big.jsonl"), *svg = tmp_path("big.svg");
+    FILE *f = fopen(log, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    for (int s = 1; s <= 50000; s++)
+        fprintf(f, "{\"step\":%d,\"loss\":%g,\"scale\":65536,\"skipped\":false}\n", s, s == 31234 ? 50.0 : 1.0 + (s % 7) * 0.01);
+    fclose(f);
+    CHECK_OK(plot_file(log, svg, NULL));
+    char *s = slurp(svg);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    int v = path_vertices(s, "loss-raw");
+    CHECK_MSG(v > 0 && v <= 4 * (int)PW + 4, "%d vertices", v);
+    CHECK_MSG(strlen(s) < 200000, "%zu bytes", strlen(s));
+    /* The spike survives: 50 on a linear axis of about 0..60 is drawn in
+     * the top fifth, the other losses (about 1) at the bottom. */
+    const char *d = strstr(strstr(s, "class=\"loss-raw\""), " d=\"");
+    double top_y = 1e9;
+    for (const char *p = d + 4; *p && *p != '"'; p++)
+        if (*p == 'M' || *p == 'L') {
+            double x, y;
+            if (sscanf(p + 1, "%lf %lf", &x, &y) == 2)
+                top_y = fmin(top_y, y);
+        }
+    CHECK_MSG(top_y < LOSS_TOP + 0.2 * LOSS_H, "highest vertex at y %.1f", top_y);
+    free(s);
+}
+
+/* Writes text as the log, plots it: an AMP_ERR_FORMAT naming the file and
+ * the line, with why, and no SVG left behind. */
+static void check_malformed(const char *name, const char *content, size_t len, int line, const char *why)
+{
+    const char *log = tmp_path(name), *svg = tmp_path("bad.svg");
+    FILE *f = fopen(log, "wb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fwrite(content, 1, len, f);
+    fclose(f);
+    unlink(svg);
+    CHECK_MSG(plot_file(log, svg, NULL) == AMP_ERR_FORMAT, "%s: no format error", name);
+    char where[200];
+    if (line > 0)
+        snprintf(where, sizeof where, "%s:%d: ", log, line);
+    else
+        snprintf(where, sizeof where, "%s: ", log);
+    CHECK_MSG(strstr(amp_last_error(), where) != NULL, "%s: '%s' lacks '%s'", name, amp_last_error(), where);
+    CHECK_ERROR(AMP_ERR_FORMAT, why);
+    CHECK_MSG(access(svg, F_OK) != 0, "%s: an SVG was written", name);
+}
+
+static void test_malformed_lines_name_the_file_and_line(void)
+{
+    const char *ok = "{\"step\":1,\"loss\":2.0}\n\n{\"run\":\"fp16\", \"note\":\"header lines are fine\"}\n";
+    char buf[256];
+    struct { const char *line, *why; } cases[] = {
+        {"{\"step\":3,\"loss\":nan}", "unexpected character"},
+        {"{\"step\":3,\"loss\":NaN}", "bad number"},
+        {"{\"step\":3,\"loss\":1.}", "no digits after '.'"},
+        {"{\"step\":3,\"loss\":2.0", "the line ends inside the object"},
+        {"{\"step\":3,\"loss\":2.0}}", "text after the object"},
+        {"{\"step\":3,\"loss\":{\"a\":1}}", "nested objects"},
+        {"{\"step\":3,\"loss\":\"low\"}", "\"loss\" must be a number or null"},
+        {"{\"step\":true}", "\"step\" must be a number"},
+        {"{\"step\":3 \"loss\":2}", "expected ',' or '}'"},
+        {"{\"step:3}", "unterminated string"},
+        {"{step:3}", "expected a key"},
+        {"[1,2]", "expected '{'"},
+        {"{\"step\":3,\"skipped\":1}", "\"skipped\" must be true or false"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(buf, sizeof buf, "%s%s\n{\"step\":4,\"loss\":1}\n", ok, cases[i].line);
+        char name[32];
+        snprintf(name, sizeof name, "bad%zu.jsonl", i);
+        check_malformed(name, buf, strlen(buf), 4, cases[i].why);
+    }
+    static const char nul[] = "{\"step\":1,\"loss\":2}\n{\"step\":2}\0garbage\n";
+    check_malformed("nul.jsonl", nul, sizeof nul - 1, 2, "NUL byte");
+    static const char none[] = "\n{\"note\":1}\n";
+    check_malformed("empty.jsonl", none, sizeof none - 1, 0, "no step lines");
+}
+
+static void test_missing_log_is_an_io_error(void)
+{
+    const char *log = tmp_path("absent.jsonl");
+    CHECK(plot_file(log, tmp_path("absent.svg"), NULL) == AMP_ERR_IO);
+    CHECK_ERROR(AMP_ERR_IO, log);
+}
+
+static void test_command_line_exits(void)
+{
+    const char *log = tmp_path("cli.jsonl");
+    write_run(log, 120, true, 2.3, 0.3);
+    char *a_none[] = {NULL};
+    CHECK_EQ_INT(plot_run(0, a_none), 2);
+    char *a_unknown[] = {"--frobnicate", (char *)log, NULL};
+    CHECK_EQ_INT(plot_run(2, a_unknown), 2);
+    char *a_two[] = {(char *)log, (char *)log, NULL};
+    CHECK_EQ_INT(plot_run(2, a_two), 2);
+    char *a_dangling[] = {(char *)log, "-o", NULL};
+    CHECK_EQ_INT(plot_run(2, a_dangling), 2);
+    const char *out = tmp_path("cli-out.svg");
+    char *a_out[] = {(char *)log, "-o", (char *)out, NULL};
+    CHECK_EQ_INT(plot_run(3, a_out), 0);
+    CHECK(access(out, F_OK) == 0);
+    char *a_default[] = {(char *)log, NULL};
+    CHECK_EQ_INT(plot_run(1, a_default), 0);
+    CHECK_MSG(access(tmp_path("cli.svg"), F_OK) == 0, "the default output is LOG's name with .svg");
+    char *a_self[] = {(char *)log, "--output", (char *)log, NULL};
+    CHECK_EQ_INT(plot_run(3, a_self), 2);
+    char *a_missing[] = {(char *)tmp_path("nope.jsonl"), "-o", (char *)out, NULL};
+    CHECK_EQ_INT(plot_run(3, a_missing), 1);
+    amp_clear_error();
+    char *d = default_output("dir.v1/run");
+    CHECK(d && strcmp(d, "dir.v1/run.svg") == 0);
+    free(d);
+    d = default_output("/x/.log");
+    CHECK(d && strcmp(d, "/x/.log.svg") == 0);
+    free(d);
+}
+
+/* Removes tmpdir's files (it has no subdirectories) and tmpdir. */
+static void remove_tmpdir(void)
+{
+    DIR *d = opendir(tmpdir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.' || (e->d_name[1] != '\0' && strcmp(e->d_name, "..") != 0)) {
+            char p[320];
+            snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
+            unlink(p);
+        }
+    if (d)
+        closedir(d);
+    rmdir(tmpdir);
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/ampc-test-plot-XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    RUN(test_log_lines_are_exact_json_with_null_for_nan_and_inf);
+    RUN(test_log_number_keeps_scale_exact_and_drops_negative_zero);
+    RUN(test_log_open_error_names_the_path);
+    RUN(test_reader_reads_back_what_the_writer_wrote);
+    RUN(test_svg_has_one_mark_per_event_and_a_vertex_per_finite_loss);
+    RUN(test_loss_axis_is_logarithmic_past_two_decades);
+    RUN(test_log_without_a_scale_has_one_panel);
+    RUN(test_big_logs_are_decimated_but_keep_spikes);
+    RUN(test_malformed_lines_name_the_file_and_line);
+    RUN(test_missing_log_is_an_io_error);
+    RUN(test_command_line_exits);
+    remove_tmpdir();
+    return harness_done();
+}

@@ -1,0 +1,68 @@
+/*
+ * log.h - the training log: one JSON object per line (JSON Lines), one
+ * line per optimizer step, flushed as it is written so a running or
+ * crashed run's log can be read (and plotted: `ampc plot`) at any time.
+ *
+ * A line, keys in this order (the optional ones only when set):
+ *
+ *   {"step":120,"epoch":1,"loss":0.5123,"lr":0.001,"scale":65536,
+ *    "skipped":false,"grad_norm":1.25,"step_ms":3.217,
+ *    "val_loss":0.61,"tokens_per_s":81234.5,"samples_per_s":2210.1}
+ *
+ *   step        the optimizer step, counted from 1
+ *   epoch       1-based; written when > 0
+ *   loss        the unscaled training loss of the step
+ *   lr          the learning rate the step used
+ *   scale       the grad scaler's scale the step's backward used (null
+ *               when no scaler runs: fp32, bf16, --no-scaler)
+ *   skipped     true when the scaler found inf/NaN gradients and skipped
+ *               the optimizer step
+ *   grad_norm   the total L2 norm of the unscaled gradients (null when not
+ *               computed, or non-finite)
+ *   step_ms     the step's wall time in milliseconds
+ *   val_loss    a validation loss measured at this step; when has_val
+ *   tokens_per_s, samples_per_s  throughput; written when > 0
+ *
+ * JSON has no NaN or infinity: a non-finite number is written as null
+ * (a NaN or inf loss appears as "loss":null). Numbers are printed with
+ * 9 significant digits (float precision), the scale with 17 (exact).
+ *
+ * Errors (open, write, close) return NULL / a status with the message in
+ * amp_last_error(), naming the file.
+ */
+#ifndef AMPC_LOG_H
+#define AMPC_LOG_H
+
+#include "ampc.h"
+
+typedef struct log_file log_file;
+
+typedef struct {
+    int64_t step;
+    int64_t epoch;        /* 1-based; 0: left out */
+    double loss;
+    double lr;
+    double scale;         /* NAN: no scaler (null) */
+    bool skipped;
+    double grad_norm;     /* NAN: not computed (null) */
+    double step_ms;
+    bool has_val;         /* write val_loss */
+    double val_loss;
+    double tokens_per_s;  /* > 0: written */
+    double samples_per_s; /* > 0: written */
+} log_record;
+
+/* Creates (truncates) path for writing; NULL with an AMP_ERR_IO error
+ * naming path when it cannot. */
+log_file *log_open(const char *path);
+/* Writes r as one line and flushes it. AMP_ERR_IO naming the file when the
+ * write fails (disk full ...). */
+amp_status log_step(log_file *f, const log_record *r);
+/* Closes the file (NULL is fine); AMP_ERR_IO when the last writes fail. */
+amp_status log_close(log_file *f);
+
+/* Writes v as a JSON number into buf (n >= 32): "%.*g" with digits
+ * significant digits, or null when v is not finite. Returns buf. */
+const char *log_number(char *buf, size_t n, double v, int digits);
+
+#endif

@@ -1,0 +1,577 @@
+/*
+ * plot.c - the drawing behind `ampc plot` (its command line is plot_cmd.c):
+ * a training log as an SVG written by hand (no dependency), for any browser.
+ *
+ * Two panels share the step axis:
+ *   - the loss: the raw per-step values (thin, light) and, for 90 steps or
+ *     more, an exponential moving average (thick; debiased as in
+ *     TensorBoard, over ~n/30 steps); validation losses as dots; a log10
+ *     axis when the finite losses span more than two decades, else linear.
+ *     A null loss (NaN / inf) is a red x along the top edge; a skipped step
+ *     a red tick along the bottom edge.
+ *   - the loss scale on a log2 axis, as a step line (it holds between
+ *     updates), with each skipped step a red dot at the scale it used.
+ *     Left out when the log has no scale (no grad scaler ran).
+ * Legends sit on each panel's title line, outside the data, so they never
+ * hide a curve. Above 2 points per pixel a line keeps, per pixel column,
+ * its first, lowest, highest and last point: the envelope stays exact and
+ * a 100k-step log stays a small file.
+ *
+ * Each marker has a class (skip-tick, skip-dot, nan-mark, val-dot) and a
+ * <title> tooltip; the loss line is the path with class loss-raw.
+ */
+#include "plot.h"
+
+#include "base/base.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Layout, in SVG pixels. */
+/* The page geometry (W, ML, PW, LOSS_TOP ...) is in plot.h. */
+
+#define C_RAW "#8fb8de"
+#define C_RAW_ALONE "#1f5fa8"
+#define C_SMOOTH "#0b3d91"
+#define C_VAL "#e6550d"
+#define C_SCALE "#2b8a3e"
+#define C_BAD "#d62728"
+#define C_GRID "#e6e6e6"
+#define C_FRAME "#9a9a9a"
+#define C_TEXT "#222222"
+#define C_MUTED "#666666"
+
+typedef enum { AX_LIN, AX_LOG10, AX_LOG2 } ax_kind;
+
+typedef struct {
+    ax_kind kind;
+    double lo, hi; /* in axis units: the value, log10 or log2 of it */
+    double step;   /* linear tick spacing (axis units) */
+    double top, h; /* pixels; for the x axis: left, width */
+} axis;
+
+static double ax_units(const axis *a, double v)
+{
+    return a->kind == AX_LOG10 ? log10(v) : a->kind == AX_LOG2 ? log2(v) : v;
+}
+
+/* The pixel of value v: y axes grow upwards. */
+static double ax_y(const axis *a, double v) { return a->top + a->h * (1 - (ax_units(a, v) - a->lo) / (a->hi - a->lo)); }
+static double ax_x(const axis *a, double v) { return a->top + a->h * (ax_units(a, v) - a->lo) / (a->hi - a->lo); }
+
+/* 1, 2 or 5 times a power of ten, about span / n. */
+static double nice_step(double span, int n)
+{
+    double raw = span / n, mag = pow(10, floor(log10(raw))), f = raw / mag;
+    return (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * mag;
+}
+
+/* A linear axis over [lo, hi], widened to whole ticks. */
+static void lin_axis(axis *a, double lo, double hi, int ticks)
+{
+    if (!(hi > lo)) {
+        double d = fabs(lo) > 0 ? fabs(lo) * 0.1 : 1;
+        lo -= d;
+        hi += d;
+    }
+    a->kind = AX_LIN;
+    a->step = nice_step(hi - lo, ticks);
+    a->lo = floor(lo / a->step + 1e-9) * a->step;
+    a->hi = ceil(hi / a->step - 1e-9) * a->step;
+}
+
+/* A tick label: enough decimals for the spacing; k / M for thousands and
+ * millions. */
+static void tick_label(char *buf, size_t n, double v, double step)
+{
+    if (fabs(v) < step * 1e-6)
+        v = 0;
+    if (step >= 1000) { /* ticks are whole thousands: "0", "2k", "4k" */
+        if (v == 0)
+            snprintf(buf, n, "0");
+        else if (step >= 1e6)
+            snprintf(buf, n, "%.0fM", v / 1e6);
+        else
+            snprintf(buf, n, "%.0fk", v / 1000);
+        return;
+    }
+    int d = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
+    snprintf(buf, n, "%.*f", d, v);
+}
+
+static void decade_label(char *buf, size_t n, int k)
+{
+    if (k >= -4 && k <= 4)
+        snprintf(buf, n, "%g", pow(10, k));
+    else
+        snprintf(buf, n, "1e%d", k);
+}
+
+/* -------------------------------------------------------- lines (paths) */
+
+/* Writes one polyline as a path's d, with breaks (M) at non-finite y and
+ * per-pixel-column decimation when asked. */
+typedef struct {
+    FILE *f;
+    bool decimate, pen;
+    bool have;  /* a column bucket is pending */
+    double col; /* its pixel column */
+    double x, y_first, y_min, y_max, y_last;
+    int min_first; /* whether the min came before the max */
+} polyline;
+
+static void pl_vertex(polyline *p, double x, double y)
+{
+    fprintf(p->f, "%s%.1f %.1f", p->pen ? "L" : "M", x, y);
+    p->pen = true;
+}
+
+static void pl_flush(polyline *p)
+{
+    if (!p->have)
+        return;
+    p->have = false;
+    pl_vertex(p, p->x, p->y_first);
+    double a = p->min_first ? p->y_min : p->y_max, b = p->min_first ? p->y_max : p->y_min;
+    if (a != p->y_first)
+        pl_vertex(p, p->x, a);
+    if (b != a)
+        pl_vertex(p, p->x, b);
+    if (p->y_last != b)
+        pl_vertex(p, p->x, p->y_last);
+}
+
+static void pl_point(polyline *p, double x, double y)
+{
+    if (!isfinite(y)) { /* a gap */
+        pl_flush(p);
+        p->pen = false;
+        return;
+    }
+    if (!p->decimate) {
+        pl_vertex(p, x, y);
+        return;
+    }
+    double col = floor(x);
+    if (p->have && col == p->col) {
+        if (y < p->y_min) {
+            p->y_min = y;
+            p->min_first = 0;
+        }
+        if (y > p->y_max) {
+            p->y_max = y;
+            p->min_first = 1;
+        }
+        p->y_last = y;
+        return;
+    }
+    pl_flush(p);
+    *p = (polyline){.f = p->f, .decimate = true, .pen = p->pen, .have = true, .col = col, .x = x,
+                    .y_first = y, .y_min = y, .y_max = y, .y_last = y, .min_first = 1};
+}
+
+/* ------------------------------------------------------------- drawing */
+
+typedef struct {
+    FILE *f;
+    const plot_data *d;
+    axis x;
+    double x_lo, x_hi; /* steps */
+    bool has_scale, smooth;
+    int64_t skipped, nonfinite, val, finite;
+} plot;
+
+static void text(FILE *f, double x, double y, const char *anchor, const char *style, const char *s)
+{
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" %s>", x, y, anchor, style);
+    for (; *s; s++) /* XML-escape: the title holds a file name */
+        switch (*s) {
+        case '&': fputs("&amp;", f); break;
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        default: fputc(*s, f);
+        }
+    fputs("</text>\n", f);
+}
+
+/* A legend: items laid out leftwards from the panel's right edge on its
+ * title line. kind: 'l' line, 'd' dot, 't' red tick, 'x' red cross. */
+typedef struct {
+    char kind;
+    const char *color, *label;
+    double width;
+} legend_item;
+
+static void legend(FILE *f, double y, const legend_item *it, int n)
+{
+    double x = ML + PW;
+    for (int i = n - 1; i >= 0; i--) {
+        double tw = 6.3 * (double)strlen(it[i].label); /* ~11 px sans-serif */
+        x -= tw;
+        text(f, x, y, "start", "font-size=\"11\" fill=\"" C_TEXT "\"", it[i].label);
+        double sx = x - 26, cy = y - 4;
+        switch (it[i].kind) {
+        case 'l':
+            fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"%.1f\"/>\n",
+                    sx, cy, sx + 20, cy, it[i].color, it[i].width);
+            break;
+        case 'd':
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", sx + 10, cy, it[i].color);
+            break;
+        case 't':
+            fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"" C_BAD "\" stroke-width=\"2\"/>\n",
+                    sx + 10, cy - 6, sx + 10, cy + 5);
+            break;
+        default:
+            fprintf(f, "<path d=\"M%.1f %.1fl7 7m0 -7l-7 7\" stroke=\"" C_BAD "\" stroke-width=\"2\" fill=\"none\"/>\n",
+                    sx + 6.5, cy - 3.5);
+        }
+        x = sx - 14;
+    }
+}
+
+/* Frame, grid, y labels of a panel, and the x grid. */
+static void panel_frame(plot *p, const axis *y, const char *title, const char *clip)
+{
+    FILE *f = p->f;
+    text(f, ML, y->top - 10, "start", "font-size=\"13\" font-weight=\"bold\" fill=\"" C_TEXT "\"", title);
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#fcfcfc\"/>\n", ML, y->top,
+            PW, y->h);
+    fprintf(f, "<clipPath id=\"%s\"><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/></clipPath>\n",
+            clip, ML, y->top, PW, y->h);
+    char buf[32];
+    fprintf(f, "<g stroke=\"" C_GRID "\" stroke-width=\"1\">\n");
+    for (double v = p->x.lo; v <= p->x.hi + p->x.step * 1e-6; v += p->x.step)
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ax_x(&p->x, v), y->top,
+                ax_x(&p->x, v), y->top + y->h);
+    if (y->kind == AX_LOG10) /* minor lines at 2..9 x 10^k */
+        for (int k = (int)y->lo; k < (int)y->hi; k++)
+            for (int m = 2; m <= 9; m++) {
+                double py = ax_y(y, m * pow(10, k));
+                fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#f1f1f1\"/>\n", ML,
+                        py, ML + PW, py);
+            }
+    fputs("</g>\n", f);
+    /* Major y lines and labels. */
+    double first = y->lo, last = y->hi, step = y->kind == AX_LIN ? y->step : 1;
+    if (y->kind == AX_LOG2) { /* powers 2^e with e a multiple of the step */
+        step = fmax(1, ceil((y->hi - y->lo) / 6));
+        first = ceil(y->lo / step) * step;
+    }
+    for (double u = first; u <= last + step * 1e-6; u += step) {
+        double v = y->kind == AX_LOG10 ? pow(10, u) : y->kind == AX_LOG2 ? exp2(u) : u;
+        double py = ax_y(y, v);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#d4d4d4\"/>\n", ML, py,
+                ML + PW, py);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"" C_FRAME "\"/>\n", ML - 5,
+                py, ML, py);
+        if (y->kind == AX_LOG2) {
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\" fill=\"" C_TEXT
+                       "\">2<tspan dy=\"-5\" font-size=\"8\">%d</tspan></text>\n",
+                    ML - 8 - (u >= 10 || u < 0 ? 10 : 5), py + 4, (int)u);
+            continue;
+        }
+        if (y->kind == AX_LOG10)
+            decade_label(buf, sizeof buf, (int)lround(u));
+        else
+            tick_label(buf, sizeof buf, v, y->step);
+        text(f, ML - 8, py + 4, "end", "font-size=\"11\" fill=\"" C_TEXT "\"", buf);
+    }
+}
+
+static void panel_border(FILE *f, const axis *y)
+{
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"" C_FRAME "\"/>\n",
+            ML, y->top, PW, y->h);
+}
+
+/* The loss axis: log10 when the finite values span more than two decades. */
+static void loss_axis(plot *p, axis *y)
+{
+    double lo = INFINITY, hi = -INFINITY;
+    for (int64_t i = 0; i < p->d->n; i++) {
+        const plot_point *pt = &p->d->p[i];
+        for (int k = 0; k < 2; k++) {
+            double v = k ? pt->val_loss : pt->loss;
+            if (isfinite(v)) {
+                lo = fmin(lo, v);
+                hi = fmax(hi, v);
+            }
+        }
+    }
+    y->top = LOSS_TOP;
+    y->h = LOSS_H;
+    if (!isfinite(lo)) { /* nothing finite: an empty 0..1 panel */
+        lin_axis(y, 0, 1, 5);
+        return;
+    }
+    if (lo > 0 && hi / lo > 100) {
+        y->kind = AX_LOG10;
+        y->lo = floor(log10(lo));
+        y->hi = ceil(log10(hi));
+        return;
+    }
+    double pad = (hi - lo) * 0.04;
+    lin_axis(y, lo >= 0 && lo - pad < 0 ? 0 : lo - pad, hi + pad, 6);
+}
+
+static void loss_panel(plot *p)
+{
+    FILE *f = p->f;
+    const plot_data *d = p->d;
+    axis y;
+    loss_axis(p, &y);
+    panel_frame(p, &y, y.kind == AX_LOG10 ? "Training loss (log scale)" : "Training loss", "clip-loss");
+    fputs("<g clip-path=\"url(#clip-loss)\" fill=\"none\" stroke-linejoin=\"round\">\n", f);
+    bool decimate = (double)p->finite > 2 * PW;
+    fprintf(f, "<path class=\"loss-raw\" stroke=\"%s\" stroke-width=\"%s\" d=\"", p->smooth ? C_RAW : C_RAW_ALONE,
+            p->smooth ? "1" : "1.6");
+    polyline pl = {.f = f, .decimate = decimate};
+    for (int64_t i = 0; i < d->n; i++)
+        if (d->p[i].has_loss)
+            pl_point(&pl, ax_x(&p->x, d->p[i].step), isfinite(d->p[i].loss) ? ax_y(&y, d->p[i].loss) : NAN);
+    pl_flush(&pl);
+    fputs("\"/>\n", f);
+    if (p->finite <= 30) /* a short log: show the points themselves */
+        for (int64_t i = 0; i < d->n; i++)
+            if (isfinite(d->p[i].loss))
+                fprintf(f, "<circle class=\"loss-dot\" cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"" C_RAW_ALONE "\"/>\n",
+                        ax_x(&p->x, d->p[i].step), ax_y(&y, d->p[i].loss));
+    if (p->smooth) {
+        /* EMA over ~n/30 steps, debiased (divided by 1 - a^k) so it starts
+         * at the first values instead of at zero. */
+        double w = fmin(100, (double)p->finite / 30), a = 1 - 2 / (w + 1), ema = 0, wsum = 0;
+        fprintf(f, "<path class=\"loss-smooth\" stroke=\"" C_SMOOTH "\" stroke-width=\"2.2\" d=\"");
+        pl = (polyline){.f = f, .decimate = decimate};
+        for (int64_t i = 0; i < d->n; i++) {
+            double v = d->p[i].loss;
+            if (!isfinite(v))
+                continue;
+            double u = y.kind == AX_LOG10 ? log10(v) : v; /* average what is drawn */
+            ema = a * ema + (1 - a) * u;
+            wsum = a * wsum + (1 - a);
+            double s = ema / wsum;
+            pl_point(&pl, ax_x(&p->x, d->p[i].step), ax_y(&y, y.kind == AX_LOG10 ? pow(10, s) : s));
+        }
+        pl_flush(&pl);
+        fputs("\"/>\n", f);
+    }
+    if (p->val) {
+        fprintf(f, "<path stroke=\"" C_VAL "\" stroke-width=\"1.2\" stroke-dasharray=\"4 3\" d=\"");
+        pl = (polyline){.f = f};
+        for (int64_t i = 0; i < d->n; i++)
+            if (isfinite(d->p[i].val_loss))
+                pl_point(&pl, ax_x(&p->x, d->p[i].step), ax_y(&y, d->p[i].val_loss));
+        fputs("\"/>\n", f);
+        for (int64_t i = 0; i < d->n; i++)
+            if (isfinite(d->p[i].val_loss))
+                fprintf(f, "<circle class=\"val-dot\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"" C_VAL
+                           "\" stroke=\"white\"><title>step %.0f: val loss %.4g</title></circle>\n",
+                        ax_x(&p->x, d->p[i].step), ax_y(&y, d->p[i].val_loss), d->p[i].step,
+                        d->p[i].val_loss);
+    }
+    fputs("</g>\n", f);
+    for (int64_t i = 0; i < d->n; i++) {
+        const plot_point *pt = &d->p[i];
+        double px = ax_x(&p->x, pt->step);
+        if (pt->skipped)
+            fprintf(f, "<line class=\"skip-tick\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"" C_BAD
+                       "\" stroke-width=\"1.5\"><title>step %.0f: skipped</title></line>\n",
+                    px, y.top + y.h, px, y.top + y.h - 12, pt->step);
+        if (pt->has_loss && !isfinite(pt->loss))
+            fprintf(f, "<path class=\"nan-mark\" d=\"M%.1f %.1fl7 7m0 -7l-7 7\" stroke=\"" C_BAD
+                       "\" stroke-width=\"2\" fill=\"none\"><title>step %.0f: loss NaN/inf</title></path>\n",
+                    px - 3.5, y.top + 4, pt->step);
+    }
+    panel_border(f, &y);
+    legend_item it[5];
+    int n = 0;
+    it[n++] = (legend_item){'l', p->smooth ? C_RAW : C_RAW_ALONE, "loss", p->smooth ? 1.5 : 2};
+    if (p->smooth)
+        it[n++] = (legend_item){'l', C_SMOOTH, "smoothed (EMA)", 2.5};
+    if (p->val)
+        it[n++] = (legend_item){'d', C_VAL, "val loss", 0};
+    if (p->skipped)
+        it[n++] = (legend_item){'t', C_BAD, "skipped step", 0};
+    if (p->nonfinite)
+        it[n++] = (legend_item){'x', C_BAD, "loss NaN/inf", 0};
+    legend(f, y.top - 10, it, n);
+}
+
+static void scale_panel(plot *p)
+{
+    FILE *f = p->f;
+    const plot_data *d = p->d;
+    double lo = INFINITY, hi = -INFINITY;
+    for (int64_t i = 0; i < d->n; i++)
+        if (isfinite(d->p[i].scale)) {
+            lo = fmin(lo, log2(d->p[i].scale));
+            hi = fmax(hi, log2(d->p[i].scale));
+        }
+    /* Half a binade of room above and below, so the line never runs
+     * along the frame. */
+    if (hi - lo < 2) {
+        lo -= 1;
+        hi += 1;
+    }
+    axis y = {.kind = AX_LOG2, .lo = lo - 0.5, .hi = hi + 0.5, .top = LOSS_TOP + LOSS_H + SCALE_GAP, .h = SCALE_H};
+    panel_frame(p, &y, "Loss scale (log2)", "clip-scale");
+    fputs("<g clip-path=\"url(#clip-scale)\">\n", f);
+    fputs("<path class=\"scale\" fill=\"none\" stroke=\"" C_SCALE "\" stroke-width=\"1.8\" stroke-linecap=\"round\" d=\"", f);
+    /* A step line: the scale holds until the step that changes it, so
+     * only changes (and each run's end) need vertices. */
+    bool pen = false;
+    double held = NAN, last_x = 0;
+    for (int64_t i = 0; i <= d->n; i++) {
+        double s = i < d->n ? d->p[i].scale : NAN;
+        double px = i < d->n ? ax_x(&p->x, d->p[i].step) : 0;
+        if (!isfinite(s)) {
+            if (pen)
+                fprintf(f, "H%.1f", last_x);
+            pen = false;
+            continue;
+        }
+        double py = ax_y(&y, s);
+        if (!pen)
+            fprintf(f, "M%.1f %.1f", px, py);
+        else if (py != held)
+            fprintf(f, "H%.1fV%.1f", px, py);
+        pen = true;
+        held = py;
+        last_x = px;
+    }
+    fputs("\"/>\n</g>\n", f);
+    for (int64_t i = 0; i < d->n; i++) {
+        const plot_point *pt = &d->p[i];
+        if (!pt->skipped)
+            continue;
+        double px = ax_x(&p->x, pt->step);
+        if (isfinite(pt->scale))
+            fprintf(f, "<circle class=\"skip-dot\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"" C_BAD
+                       "\" stroke=\"white\" stroke-width=\"0.8\"><title>step %.0f: skipped at scale %.9g</title></circle>\n",
+                    px, ax_y(&y, pt->scale), pt->step, pt->scale);
+        else
+            fprintf(f, "<line class=\"skip-tick\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"" C_BAD
+                       "\" stroke-width=\"1.5\"/>\n",
+                    px, y.top + y.h, px, y.top + y.h - 12);
+    }
+    panel_border(f, &y);
+    legend_item it[2] = {{'l', C_SCALE, "loss scale", 2}, {'d', C_BAD, "skipped step (inf/NaN grads)", 0}};
+    legend(f, y.top - 10, it, p->skipped ? 2 : 1);
+}
+
+/* The x tick labels under the lowest panel. */
+static void x_labels(plot *p, double bottom)
+{
+    char buf[32];
+    for (double v = p->x.lo; v <= p->x.hi + p->x.step * 1e-6; v += p->x.step) {
+        double px = ax_x(&p->x, v);
+        fprintf(p->f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"" C_FRAME "\"/>\n", px,
+                bottom, px, bottom + 5);
+        tick_label(buf, sizeof buf, v, p->x.step);
+        text(p->f, px, bottom + 18, "middle", "font-size=\"11\" fill=\"" C_TEXT "\"", buf);
+    }
+    text(p->f, ML + PW / 2, bottom + 40, "middle", "font-size=\"12\" fill=\"" C_TEXT "\"", "step");
+}
+
+/* The subtitle: counts and the run's end points. */
+static void summary(plot *p, char *buf, size_t n)
+{
+    const plot_data *d = p->d;
+    size_t k = (size_t)snprintf(buf, n, "%lld step%s (%.0f to %.0f)", (long long)d->n, d->n == 1 ? "" : "s",
+                                p->x_lo, p->x_hi);
+    double last = NAN, best = INFINITY, best_step = 0, s0 = NAN, s1 = NAN;
+    for (int64_t i = 0; i < d->n; i++) {
+        if (isfinite(d->p[i].loss)) {
+            last = d->p[i].loss;
+            if (last < best) {
+                best = last;
+                best_step = d->p[i].step;
+            }
+        }
+        if (isfinite(d->p[i].scale)) {
+            s1 = d->p[i].scale;
+            if (!isfinite(s0))
+                s0 = s1;
+        }
+    }
+    if (k < n && isfinite(last))
+        k += (size_t)snprintf(buf + k, n - k, "  |  last loss %.4g, lowest %.4g at step %.0f", last, best, best_step);
+    if (k < n && p->has_scale)
+        k += (size_t)snprintf(buf + k, n - k, "  |  scale %.6g to %.6g, %lld skipped (%.2f%%)", s0, s1,
+                              (long long)p->skipped, 100.0 * (double)p->skipped / (double)d->n);
+    else if (k < n && p->skipped)
+        k += (size_t)snprintf(buf + k, n - k, "  |  %lld skipped", (long long)p->skipped);
+    if (k < n && p->nonfinite)
+        snprintf(buf + k, n - k, "  |  %lld NaN/inf losses", (long long)p->nonfinite);
+}
+
+static void draw(plot *p, const char *name)
+{
+    FILE *f = p->f;
+    const plot_data *d = p->d;
+    p->x_lo = INFINITY;
+    p->x_hi = -INFINITY;
+    for (int64_t i = 0; i < d->n; i++) {
+        const plot_point *pt = &d->p[i];
+        p->x_lo = fmin(p->x_lo, pt->step);
+        p->x_hi = fmax(p->x_hi, pt->step);
+        p->skipped += pt->skipped;
+        p->nonfinite += pt->has_loss && !isfinite(pt->loss);
+        p->finite += isfinite(pt->loss);
+        p->val += isfinite(pt->val_loss);
+        p->has_scale |= isfinite(pt->scale) != 0;
+    }
+    p->smooth = p->finite >= 90;
+    lin_axis(&p->x, p->x_lo, p->x_hi < p->x_lo + 8 ? p->x_lo + 8 : p->x_hi, 8);
+    p->x.top = ML;
+    p->x.h = PW;
+    double bottom = LOSS_TOP + LOSS_H + (p->has_scale ? SCALE_GAP + SCALE_H : 0);
+    double h = bottom + FOOT;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+               "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
+            W, h, W, h);
+    fprintf(f, "<rect width=\"%.0f\" height=\"%.0f\" fill=\"white\"/>\n", W, h);
+    char title[512], sub[512];
+    snprintf(title, sizeof title, "ampc training log: %s", name);
+    text(f, ML, 30, "start", "font-size=\"17\" font-weight=\"bold\" fill=\"" C_TEXT "\"", title);
+    summary(p, sub, sizeof sub);
+    text(f, ML, 52, "start", "font-size=\"12\" fill=\"" C_MUTED "\"", sub);
+    loss_panel(p);
+    if (p->has_scale)
+        scale_panel(p);
+    x_labels(p, bottom);
+    fputs("</svg>\n", f);
+}
+
+amp_status plot_file(const char *log_path, const char *svg_path, plot_summary *sum)
+{
+    if (!log_path || !svg_path)
+        return amp_set_error(AMP_ERR_ARG, "plot: NULL %s path", !log_path ? "log" : "output");
+    plot_data d;
+    amp_status st = plot_read(log_path, &d);
+    if (st != AMP_OK)
+        return st;
+    FILE *f = fopen(svg_path, "w");
+    if (!f) {
+        st = amp_set_error(AMP_ERR_IO, "plot: cannot create %s: %s", svg_path, strerror(errno));
+        plot_data_free(&d);
+        return st;
+    }
+    const char *name = strrchr(log_path, '/');
+    plot p = {.f = f, .d = &d};
+    draw(&p, name ? name + 1 : log_path);
+    bool bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad) {
+        st = amp_set_error(AMP_ERR_IO, "plot: cannot write %s: %s", svg_path, strerror(errno));
+        unlink(svg_path);
+    } else if (sum) {
+        *sum = (plot_summary){d.n, p.skipped, p.nonfinite, p.val};
+    }
+    plot_data_free(&d);
+    return st;
+}
