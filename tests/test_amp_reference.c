@@ -57,6 +57,8 @@ static case_spec spec_of(const char *op, int variant)
         s.shape[0] = AMP_SHAPE(1, 2, 4, 4);
     else if (!strcmp(op, "permute"))
         s.shape[0] = AMP_SHAPE(2, 3, 4);
+    else if (!strcmp(op, "scaled_dot_product_attention"))
+        s = (case_spec){3, {'f', 'f', 'f'}, {AMP_SHAPE(2, 3, 4), AMP_SHAPE(2, 3, 4), AMP_SHAPE(2, 3, 4)}};
     return s;
 }
 
@@ -119,6 +121,7 @@ static amp_tensor *run_op(const char *op, int variant, amp_tensor **t, int n)
     if (!strcmp(op, "cat")) return amp_cat(t, n, 0);
     if (!strcmp(op, "to")) return amp_to(t[0], (amp_dtype)variant);
     if (!strcmp(op, "argmax")) return amp_argmax(t[0], 1);
+    if (!strcmp(op, "scaled_dot_product_attention")) return amp_attention(t[0], t[1], t[2], true);
     return NULL;
 }
 

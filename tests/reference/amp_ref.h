@@ -13,7 +13,7 @@ typedef struct {
     const char *op;
     int cpu, cuda;
 } amp_ref_category;
-static const amp_ref_category amp_ref_categories[34] = {
+static const amp_ref_category amp_ref_categories[35] = {
     {"add", AMP_CAST_NONE, AMP_CAST_NONE},
     {"sub", AMP_CAST_NONE, AMP_CAST_NONE},
     {"mul", AMP_CAST_NONE, AMP_CAST_NONE},
@@ -47,7 +47,8 @@ static const amp_ref_category amp_ref_categories[34] = {
     {"permute", AMP_CAST_NONE, AMP_CAST_NONE},
     {"cat", AMP_CAST_PROMOTE, AMP_CAST_NONE},
     {"to", AMP_CAST_NONE, AMP_CAST_NONE},
-    {"argmax", AMP_CAST_NONE, AMP_CAST_NONE}};
+    {"argmax", AMP_CAST_NONE, AMP_CAST_NONE},
+    {"scaled_dot_product_attention", AMP_CAST_LOWER, AMP_CAST_LOWER}};
 /* A case: op (variant: see gen_amp.py spec()) run on inputs of dtypes
  * in[0..n) under autocast on dev with dtype at; out is the dtype PyTorch
  * returned, -1 when autocast made PyTorch raise, -2 when PyTorch's op
@@ -59,7 +60,7 @@ typedef struct {
     int in[3];
     int out;
 } amp_ref_cast_case;
-static const amp_ref_cast_case amp_ref_cast_cases[732] = {
+static const amp_ref_cast_case amp_ref_cast_cases[764] = {
     {"add", 0, AMP_CPU, AMP_BF16, 2, {AMP_F32, AMP_F32}, AMP_F32},
     {"add", 0, AMP_CPU, AMP_F16, 2, {AMP_F32, AMP_F32}, AMP_F32},
     {"add", 0, AMP_CUDA, AMP_BF16, 2, {AMP_F32, AMP_F32}, AMP_F32},
@@ -791,7 +792,39 @@ static const amp_ref_cast_case amp_ref_cast_cases[732] = {
     {"argmax", 0, AMP_CPU, AMP_BF16, 1, {AMP_F16}, AMP_I64},
     {"argmax", 0, AMP_CPU, AMP_F16, 1, {AMP_F16}, AMP_I64},
     {"argmax", 0, AMP_CUDA, AMP_BF16, 1, {AMP_F16}, AMP_I64},
-    {"argmax", 0, AMP_CUDA, AMP_F16, 1, {AMP_F16}, AMP_I64}};
+    {"argmax", 0, AMP_CUDA, AMP_F16, 1, {AMP_F16}, AMP_I64},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_BF16, 3, {AMP_F32, AMP_F32, AMP_F32}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_F16, 3, {AMP_F32, AMP_F32, AMP_F32}, AMP_F16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_BF16, 3, {AMP_F32, AMP_F32, AMP_F32}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_F16, 3, {AMP_F32, AMP_F32, AMP_F32}, AMP_F16},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_BF16, 3, {AMP_BF16, AMP_BF16, AMP_BF16}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_F16, 3, {AMP_BF16, AMP_BF16, AMP_BF16}, AMP_F16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_BF16, 3, {AMP_BF16, AMP_BF16, AMP_BF16}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_F16, 3, {AMP_BF16, AMP_BF16, AMP_BF16}, AMP_F16},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_BF16, 3, {AMP_F16, AMP_F16, AMP_F16}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_F16, 3, {AMP_F16, AMP_F16, AMP_F16}, AMP_F16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_BF16, 3, {AMP_F16, AMP_F16, AMP_F16}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_F16, 3, {AMP_F16, AMP_F16, AMP_F16}, AMP_F16},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_BF16, 3, {AMP_BF16, AMP_F32, AMP_F32}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_F16, 3, {AMP_BF16, AMP_F32, AMP_F32}, AMP_F16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_BF16, 3, {AMP_BF16, AMP_F32, AMP_F32}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_F16, 3, {AMP_BF16, AMP_F32, AMP_F32}, AMP_F16},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_BF16, 3, {AMP_F32, AMP_BF16, AMP_BF16}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_F16, 3, {AMP_F32, AMP_BF16, AMP_BF16}, AMP_F16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_BF16, 3, {AMP_F32, AMP_BF16, AMP_BF16}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_F16, 3, {AMP_F32, AMP_BF16, AMP_BF16}, AMP_F16},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_BF16, 3, {AMP_F16, AMP_F32, AMP_F32}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_F16, 3, {AMP_F16, AMP_F32, AMP_F32}, AMP_F16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_BF16, 3, {AMP_F16, AMP_F32, AMP_F32}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_F16, 3, {AMP_F16, AMP_F32, AMP_F32}, AMP_F16},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_BF16, 3, {AMP_F32, AMP_F16, AMP_F16}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_F16, 3, {AMP_F32, AMP_F16, AMP_F16}, AMP_F16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_BF16, 3, {AMP_F32, AMP_F16, AMP_F16}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_F16, 3, {AMP_F32, AMP_F16, AMP_F16}, AMP_F16},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_BF16, 3, {AMP_F16, AMP_F16, AMP_F32}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CPU, AMP_F16, 3, {AMP_F16, AMP_F16, AMP_F32}, AMP_F16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_BF16, 3, {AMP_F16, AMP_F16, AMP_F32}, AMP_BF16},
+    {"scaled_dot_product_attention", 0, AMP_CUDA, AMP_F16, 3, {AMP_F16, AMP_F16, AMP_F32}, AMP_F16}};
 
 /* ---- (b) grad scaler sequences ---- */
 enum { AR_GRAD, AR_UNSCALE, AR_CLIP, AR_STEP, AR_UPDATE, AR_UPDATE_TO, AR_RELOAD,

@@ -85,11 +85,13 @@ def c_array(ctype, name, vals, fmt, per_line=6):
 # aten/src/ATen/autocast_mode.cpp (TORCH_LIBRARY_IMPL(aten, AutocastCPU))
 # and autocast_mode.h (AT_FORALL_LOWER_PRECISION_FP, AT_FORALL_FP32,
 # AT_FORALL_FP32_SET_OPT_DTYPE, AT_FORALL_PROMOTE for CUDA).
-#   CPU  lower: conv2d, mm/matmul, linear;  fp32: mse_loss, cross_entropy_loss;
+#   CPU  lower: conv2d, mm/matmul, linear, scaled_dot_product_attention;
+#        fp32: mse_loss, cross_entropy_loss;
 #        promote: cat, stack, index_copy.  Everything else ampc has: unlisted.
-#   CUDA lower: conv2d, matmul, linear;  fp32: exp, log, pow, layer_norm,
-#        mse_loss (and nll_loss);  fp32_set_opt_dtype (ampc: fp32_out): sum,
-#        softmax, log_softmax.  cat is not listed on CUDA (unlisted there).
+#   CUDA lower: conv2d, matmul, linear, scaled_dot_product_attention;
+#        fp32: exp, log, pow, layer_norm, mse_loss (and nll_loss);
+#        fp32_set_opt_dtype (ampc: fp32_out): sum, softmax, log_softmax.
+#        cat is not listed on CUDA (unlisted there).
 #   cross_entropy on CUDA has no AutocastCUDA kernel: the composite
 #   cross_entropy_loss runs log_softmax (fp32_set_opt_dtype) then nll_loss
 #   (fp32), so the result is f32 whatever the logits; ampc fuses it and
@@ -131,6 +133,8 @@ CATEGORY = {
     "cat":           (PROMOTE, NONE,     ["aten::cat"]),
     "to":            (NONE,    NONE,     ["aten::to.dtype"]),
     "argmax":        (NONE,    NONE,     ["aten::argmax"]),
+    "scaled_dot_product_attention":
+                     (LOWER,   LOWER,    ["aten::scaled_dot_product_attention"]),
 }
 # Composite on CUDA (no AutocastCUDA kernel of its own; see above).
 COMPOSITE_CUDA = {"cross_entropy"}
@@ -163,6 +167,7 @@ def spec(op, variant):
         "avg_pool2d": [("f", (1, 2, 4, 4))],
         "permute": [("f", (2, 3, 4))],
         "cat": two if variant == 0 else [("f", (2, 3))] * 3,
+        "scaled_dot_product_attention": [("f", (2, 3, 4))] * 3,
     }
     return table[op]
 
@@ -205,6 +210,8 @@ def torch_call(op, variant, t):
     if op == "cat": return torch.cat(t, 0)
     if op == "to": return t[0].to(variant)
     if op == "argmax": return torch.argmax(t[0], 1)
+    if op == "scaled_dot_product_attention":
+        return F.scaled_dot_product_attention(t[0], t[1], t[2], is_causal=True)
     raise KeyError(op)
 
 

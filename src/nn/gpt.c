@@ -1,0 +1,244 @@
+/*
+ * gpt.c - amp_model_gpt: a decoder-only transformer in the GPT-2 / nanoGPT
+ * layout, built from the public ops so that autocast applies to every
+ * step (linear and attention lowered, layer_norm and the rest as the
+ * policy table says) and autograd sees ordinary nodes.
+ *
+ *   x = wte[idx] + wpe[0..T)                          [B, T, width]
+ *   per block:  x = x + drop(proj(attention(heads(q, k, v of ln_1(x)), causal)))
+ *               x = x + drop(fc2(gelu_tanh(fc1(ln_2(x)))))
+ *   logits = ln_f(x) · wteᵀ                           [B, T, vocab]
+ *
+ * The head is tied to the token embedding: amp_linear(x, wte, NULL) uses
+ * the very tensor the embedding reads, so its gradient sums both uses.
+ * q, k and v are three linears rather than one fused qkv linear because
+ * the op set has no slice to split a fused result (same parameters and
+ * maths: q.weight is qkv.weight[0:width] and so on). Dropout (config
+ * dropout > 0, training mode only) follows each residual branch, as
+ * nanoGPT's resid_dropout; nanoGPT also drops the embeddings and the
+ * attention probabilities, which this model does not.
+ *
+ * Parameters and their names (the module tree: the root owns the two
+ * embeddings, its children 0..layers-1 are the blocks and child `layers`
+ * is ln_f; children are named by index, as everywhere in ampc):
+ *   wte.weight [vocab, width], wpe.weight [context, width],
+ *   <i>.0.weight/bias  ln_1          <i>.4.weight/bias  attn proj
+ *   <i>.1.weight/bias  attn q        <i>.5.weight/bias  ln_2
+ *   <i>.2.weight/bias  attn k        <i>.6.weight/bias  mlp fc1 [mlp, width]
+ *   <i>.3.weight/bias  attn v        <i>.7.weight/bias  mlp fc2 [width, mlp]
+ *   <layers>.weight/bias ln_f
+ * 2 + 16 * layers + 2 tensors; vocab*width + context*width + 2*width +
+ * layers * (4*width^2 + 2*width*mlp + 9*width + mlp) numbers.
+ *
+ * Initialisation (nanoGPT's _init_weights, GPT-2's paper): every linear
+ * weight and both embeddings N(0, 0.02); the residual projections (attn
+ * proj, fc2) N(0, 0.02 / sqrt(2 * layers)); biases 0; LayerNorm weight 1,
+ * bias 0, eps 1e-5. Drawn from the global generator in parameter order.
+ */
+#include "nn/nn.h"
+
+#include "base/base.h"
+#include "tensor/tensor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define GPT_LN_EPS 1e-5
+#define GPT_INIT_STD 0.02
+
+/* Block children, in order. */
+enum { B_LN1, B_Q, B_K, B_V, B_PROJ, B_LN2, B_FC1, B_FC2, B_COUNT };
+
+/* cfg_i of the root: vocab, context, width, layers, heads, mlp; of a
+ * block: width, heads. cfg_f[0] of both: dropout. */
+
+static amp_module *fail(amp_module *m)
+{
+    amp_module_free(m);
+    return NULL;
+}
+
+/* ------------------------------------------------------------- forwards */
+
+static amp_tensor *w_of(const amp_module *m, int child) { return m->children[child]->own[0]; }
+static amp_tensor *b_of(const amp_module *m, int child) { return m->children[child]->own[1]; }
+
+static amp_tensor *drop(const amp_module *m, amp_tensor *x)
+{
+    double p = m->cfg_f[0];
+    return p > 0 && m->training ? amp_dropout(x, p, true) : x;
+}
+
+/* A linear child's own forward (the children are real modules). */
+static amp_tensor *linear_forward(amp_module *m, amp_tensor *x)
+{
+    return amp_linear(x, m->own[0], m->own[1]);
+}
+
+/* [B, T, width] -> [B, heads, T, width / heads] */
+static amp_tensor *split_heads(amp_tensor *x, int64_t B, int64_t T, int64_t H, int64_t D)
+{
+    static const int perm[4] = {0, 2, 1, 3};
+    return amp_permute(amp_reshape(x, AMP_SHAPE(B, T, H, D)), perm);
+}
+
+/* One pre-LN block on x [B, T, width]. */
+static amp_tensor *block_forward(amp_module *m, amp_tensor *x)
+{
+    static const int perm[4] = {0, 2, 1, 3};
+    if (amp_tensor_ndim(x) != 3 || amp_tensor_dim(x, 2) != m->cfg_i[0]) {
+        char b[96];
+        return amp_fail_null(AMP_ERR_SHAPE, "gpt_block: input %s %s is not [B, T, %lld]",
+                             amp_shape_str(amp_tensor_shape(x), b, sizeof b),
+                             amp_dtype_name(amp_tensor_dtype(x)), (long long)m->cfg_i[0]);
+    }
+    const int64_t B = amp_tensor_dim(x, 0), T = amp_tensor_dim(x, 1), W = m->cfg_i[0], H = m->cfg_i[1];
+    amp_tensor *h = amp_module_forward(m->children[B_LN1], x);
+    amp_tensor *q = split_heads(amp_linear(h, w_of(m, B_Q), b_of(m, B_Q)), B, T, H, W / H);
+    amp_tensor *k = split_heads(amp_linear(h, w_of(m, B_K), b_of(m, B_K)), B, T, H, W / H);
+    amp_tensor *v = split_heads(amp_linear(h, w_of(m, B_V), b_of(m, B_V)), B, T, H, W / H);
+    amp_tensor *a = amp_reshape(amp_permute(amp_attention(q, k, v, true), perm), AMP_SHAPE(B, T, W));
+    x = amp_add(x, drop(m, amp_linear(a, w_of(m, B_PROJ), b_of(m, B_PROJ))));
+    h = amp_module_forward(m->children[B_LN2], x);
+    h = amp_gelu(amp_linear(h, w_of(m, B_FC1), b_of(m, B_FC1)), AMP_GELU_TANH);
+    return amp_add(x, drop(m, amp_linear(h, w_of(m, B_FC2), b_of(m, B_FC2))));
+}
+
+/* Says which block failed, keeping the op's message. */
+static amp_tensor *block_error(int64_t i)
+{
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s", amp_last_error());
+    return amp_fail_null(amp_last_status(), "gpt: block %lld: %s", (long long)i, msg);
+}
+
+static amp_tensor *gpt_forward(amp_module *m, amp_tensor *idx)
+{
+    const int64_t context = m->cfg_i[1], layers = m->cfg_i[3];
+    amp_dtype dt = amp_tensor_dtype(idx);
+    char b[96];
+    if ((dt != AMP_I32 && dt != AMP_I64) || amp_tensor_ndim(idx) != 2)
+        return amp_fail_null(dt != AMP_I32 && dt != AMP_I64 ? AMP_ERR_DTYPE : AMP_ERR_SHAPE,
+                             "gpt: input %s %s must be token indices [B, T] of dtype i32 or i64",
+                             amp_shape_str(amp_tensor_shape(idx), b, sizeof b), amp_dtype_name(dt));
+    const int64_t T = amp_tensor_dim(idx, 1);
+    if (T < 1 || T > context)
+        return amp_fail_null(AMP_ERR_SHAPE, "gpt: input %s %s has T = %lld tokens; 1 to context %lld allowed",
+                             amp_shape_str(amp_tensor_shape(idx), b, sizeof b), amp_dtype_name(dt),
+                             (long long)T, (long long)context);
+    amp_tensor *wte = m->own[0], *wpe = m->own[1];
+    /* Positions 0..T-1 index wpe; the embedding node keeps its own
+     * reference, so the index tensor can go at once. */
+    amp_tensor *pos = amp_arange(0, (double)T, 1, AMP_I64);
+    if (!pos)
+        return NULL;
+    amp_tensor *x = amp_add(amp_embedding(wte, idx), amp_embedding(wpe, pos));
+    amp_tensor_free(pos);
+    for (int64_t i = 0; i < layers && x; i++)
+        if (!(x = amp_module_forward(m->children[i], x)))
+            return block_error(i);
+    x = amp_module_forward(m->children[layers], x);
+    return amp_linear(x, wte, NULL);
+}
+
+/* ---------------------------------------------------------- construction */
+
+/* A linear child [out, in]: weight N(0, std), bias 0. */
+static amp_module *gpt_linear(int64_t in, int64_t out, double std)
+{
+    amp_module *m = module_new("linear", linear_forward);
+    if (!m)
+        return NULL;
+    m->cfg_i[0] = in;
+    m->cfg_i[1] = out;
+    if (module_add_param(m, amp_randn(AMP_SHAPE(out, in), AMP_F32, 0.0, std), "weight") != AMP_OK ||
+        module_add_param(m, amp_zeros(AMP_SHAPE(out), AMP_F32), "bias") != AMP_OK)
+        return fail(m);
+    return m;
+}
+
+/* Takes ownership of child as m's next child (freeing it on failure). */
+static amp_status adopt(amp_module *m, amp_module *child)
+{
+    if (!child)
+        return amp_last_status() != AMP_OK ? amp_last_status() : AMP_ERR_MEMORY;
+    if (m->n_children == m->cap_children) {
+        int cap = m->cap_children ? 2 * m->cap_children : 4;
+        amp_module **c = realloc(m->children, (size_t)cap * sizeof *c);
+        if (!c) {
+            amp_module_free(child);
+            return amp_set_error(AMP_ERR_MEMORY, "model_gpt: out of memory");
+        }
+        m->children = c;
+        m->cap_children = cap;
+    }
+    m->children[m->n_children++] = child;
+    child->parent = m;
+    m->dirty = true;
+    return AMP_OK;
+}
+
+/* A block's children in B_* order. They hang off the block as a
+ * container's would (parent set, named by index: "3.6.weight"); the
+ * block's own forward wires them instead of running them in a row. */
+static amp_module *gpt_block(const amp_gpt_config *c)
+{
+    amp_module *m = module_new("gpt_block", block_forward);
+    if (!m)
+        return NULL;
+    m->cfg_i[0] = c->width;
+    m->cfg_i[1] = c->heads;
+    m->cfg_f[0] = c->dropout;
+    const double std = GPT_INIT_STD, res_std = GPT_INIT_STD / sqrt(2.0 * (double)c->layers);
+    const int64_t W = c->width;
+    if (adopt(m, amp_nn_layer_norm(W, GPT_LN_EPS)) != AMP_OK ||  /* B_LN1 */
+        adopt(m, gpt_linear(W, W, std)) != AMP_OK ||              /* B_Q */
+        adopt(m, gpt_linear(W, W, std)) != AMP_OK ||              /* B_K */
+        adopt(m, gpt_linear(W, W, std)) != AMP_OK ||              /* B_V */
+        adopt(m, gpt_linear(W, W, res_std)) != AMP_OK ||          /* B_PROJ */
+        adopt(m, amp_nn_layer_norm(W, GPT_LN_EPS)) != AMP_OK ||   /* B_LN2 */
+        adopt(m, gpt_linear(W, c->mlp, std)) != AMP_OK ||         /* B_FC1 */
+        adopt(m, gpt_linear(c->mlp, W, res_std)) != AMP_OK)       /* B_FC2 */
+        return fail(m);
+    return m;
+}
+
+amp_module *amp_model_gpt(amp_gpt_config c)
+{
+    const struct {
+        const char *name;
+        int64_t v;
+    } dims[6] = {{"vocab", c.vocab}, {"context", c.context}, {"width", c.width},
+                 {"layers", c.layers}, {"heads", c.heads}, {"mlp", c.mlp}};
+    for (int i = 0; i < 6; i++)
+        if (dims[i].v < 1)
+            return amp_fail_null(AMP_ERR_ARG, "model_gpt: %s %lld must be >= 1", dims[i].name,
+                                 (long long)dims[i].v);
+    if (c.width % c.heads)
+        return amp_fail_null(AMP_ERR_ARG, "model_gpt: width %lld is not divisible by heads %lld",
+                             (long long)c.width, (long long)c.heads);
+    if (!(c.dropout >= 0 && c.dropout < 1))
+        return amp_fail_null(AMP_ERR_ARG, "model_gpt: dropout %g is not in [0, 1)", c.dropout);
+    if (c.layers > 100000) /* children are counted in an int; far past any real model anyway */
+        return amp_fail_null(AMP_ERR_ARG, "model_gpt: layers %lld is too many", (long long)c.layers);
+
+    amp_module *m = module_new("gpt", gpt_forward);
+    if (!m)
+        return NULL;
+    for (int i = 0; i < 6; i++)
+        m->cfg_i[i] = dims[i].v;
+    m->cfg_f[0] = c.dropout;
+    amp_tensor *wte = amp_randn(AMP_SHAPE(c.vocab, c.width), AMP_F32, 0.0, GPT_INIT_STD);
+    if (module_add_param(m, wte, "wte.weight") != AMP_OK)
+        return fail(m);
+    amp_tensor *wpe = amp_randn(AMP_SHAPE(c.context, c.width), AMP_F32, 0.0, GPT_INIT_STD);
+    if (module_add_param(m, wpe, "wpe.weight") != AMP_OK)
+        return fail(m);
+    for (int64_t i = 0; i < c.layers; i++)
+        if (adopt(m, gpt_block(&c)) != AMP_OK)
+            return fail(m);
+    if (adopt(m, amp_nn_layer_norm(c.width, GPT_LN_EPS)) != AMP_OK)
+        return fail(m);
+    return m;
+}

@@ -1,0 +1,430 @@
+/*
+ * test_ops_attention.c - scaled_dot_product_attention: values against a
+ * double reference (full and causal, several leading dims), finite-
+ * difference gradients in f32, bf16 / f16 against f32, f16 inputs whose
+ * scores pass f16's range, PyTorch's values and gradients
+ * (reference/attention_ref.h from gen_attention.py), autocast, threads,
+ * causality and the errors.
+ */
+#include "harness.h"
+#include "reference/attention_ref.h"
+
+#include <stdlib.h>
+
+/* An owned tensor of dt holding the floats v (rounded to dt). */
+static amp_tensor *make(amp_shape s, amp_dtype dt, const float *v)
+{
+    amp_tensor *t = amp_empty(s, dt);
+    if (t)
+        amp_tensor_copy_in(t, v, AMP_F32);
+    return t;
+}
+
+/* An owned copy of t's values in dt. */
+static amp_tensor *as_dtype(const amp_tensor *t, amp_dtype dt)
+{
+    int64_t n = amp_tensor_numel(t);
+    float *buf = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    amp_tensor_copy_out(t, buf, AMP_F32);
+    amp_tensor *c = make(amp_tensor_shape(t), dt, buf);
+    free(buf);
+    return c;
+}
+
+/* softmax(q kᵀ / sqrt(d) [causal]) v in double, on the values of the
+ * tensors as they are (after any rounding to their dtype). */
+static double *ref_attention(const amp_tensor *q, const amp_tensor *k, const amp_tensor *v, bool causal)
+{
+    int nd = amp_tensor_ndim(q);
+    int64_t T = amp_tensor_dim(q, nd - 2), d = amp_tensor_dim(q, nd - 1);
+    int64_t heads = amp_tensor_numel(q) / (T * d);
+    double *out = calloc((size_t)amp_tensor_numel(q), sizeof(double));
+    double *s = malloc(sizeof(double) * (size_t)T);
+    for (int64_t h = 0; h < heads; h++)
+        for (int64_t i = 0; i < T; i++) {
+            int64_t base = h * T * d, len = causal ? i + 1 : T;
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < len; j++) {
+                double acc = 0;
+                for (int64_t c = 0; c < d; c++)
+                    acc += amp_tensor_get(q, base + i * d + c) * amp_tensor_get(k, base + j * d + c);
+                s[j] = acc / sqrt((double)d);
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            for (int64_t j = 0; j < len; j++)
+                sum += (s[j] = exp(s[j] - mx));
+            for (int64_t j = 0; j < len; j++)
+                for (int64_t c = 0; c < d; c++)
+                    out[base + i * d + c] += s[j] / sum * amp_tensor_get(v, base + j * d + c);
+        }
+    free(s);
+    return out;
+}
+
+/* Checks t against ref within atol + rtol * |ref|, reporting a few. */
+static void check_close(const char *what, const amp_tensor *t, const double *ref, double atol, double rtol)
+{
+    CHECK_MSG(t != NULL, "%s: NULL tensor [%s]", what, amp_last_error());
+    if (!t)
+        return;
+    int bad = 0;
+    for (int64_t i = 0; i < amp_tensor_numel(t) && bad < 4; i++) {
+        double x = amp_tensor_get(t, i);
+        if (!(fabs(x - ref[i]) <= atol + rtol * fabs(ref[i]))) {
+            harness_fail(__FILE__, __LINE__, "%s[%lld] = %.9g, expected %.9g", what, (long long)i, x, ref[i]);
+            bad++;
+        }
+    }
+}
+
+static void check_close_f(const char *what, const amp_tensor *t, const float *ref, int64_t n, double atol,
+                          double rtol)
+{
+    double *r = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        r[i] = ref[i];
+    CHECK_EQ_INT(t ? amp_tensor_numel(t) : -1, n);
+    check_close(what, t, r, atol, rtol);
+    free(r);
+}
+
+static void test_values_match_double_reference(void)
+{
+    const amp_shape shapes[3] = {AMP_SHAPE(7, 5), AMP_SHAPE(2, 3, 9, 8), AMP_SHAPE(2, 1, 2, 17, 3)};
+    for (int si = 0; si < 3; si++)
+        for (int causal = 0; causal < 2; causal++) {
+            amp_tensor *q = test_uniform(shapes[si], AMP_F32, -2, 2, 1 + si);
+            amp_tensor *k = test_uniform(shapes[si], AMP_F32, -2, 2, 11 + si);
+            amp_tensor *v = test_uniform(shapes[si], AMP_F32, -1, 1, 21 + si);
+            amp_tensor *o = amp_attention(q, k, v, causal);
+            CHECK(o && amp_tensor_dtype(o) == AMP_F32);
+            CHECK(o && amp_tensor_ndim(o) == shapes[si].ndim);
+            double *ref = ref_attention(q, k, v, causal);
+            char what[64];
+            snprintf(what, sizeof what, "shape %d causal %d", si, causal);
+            check_close(what, o, ref, 2e-6, 2e-6);
+            free(ref);
+            amp_tensor_free(q);
+            amp_tensor_free(k);
+            amp_tensor_free(v);
+            amp_temps_free();
+        }
+}
+
+/* The first row of a causal attention sees only itself: out[0] = v[0]. */
+static void test_causal_first_row_is_v0(void)
+{
+    amp_tensor *q = test_uniform(AMP_SHAPE(6, 4), AMP_F32, -3, 3, 5);
+    amp_tensor *k = test_uniform(AMP_SHAPE(6, 4), AMP_F32, -3, 3, 6);
+    amp_tensor *v = test_uniform(AMP_SHAPE(6, 4), AMP_F32, -3, 3, 7);
+    amp_tensor *o = amp_attention(q, k, v, true);
+    CHECK(o != NULL);
+    for (int c = 0; o && c < 4; c++)
+        CHECK_NEAR(amp_tensor_get(o, c), amp_tensor_get(v, c), 1e-6);
+    amp_tensor_free(q);
+    amp_tensor_free(k);
+    amp_tensor_free(v);
+    amp_temps_free();
+}
+
+typedef struct {
+    bool causal;
+} attn_ctx;
+
+static amp_tensor *attn_fn(amp_tensor **in, void *vc)
+{
+    return amp_attention(in[0], in[1], in[2], ((attn_ctx *)vc)->causal);
+}
+
+static void test_gradcheck_f32(void)
+{
+    for (int causal = 0; causal < 2; causal++) {
+        amp_tensor *in[3];
+        for (int i = 0; i < 3; i++) {
+            in[i] = test_uniform(AMP_SHAPE(2, 5, 3), AMP_F32, -1.5, 1.5, 40 + (uint64_t)i);
+            amp_tensor_set_requires_grad(in[i], true);
+        }
+        attn_ctx c = {causal};
+        CHECK(gradcheck(causal ? "attention causal" : "attention full", attn_fn, in, 3, &c, 1e-3, 2e-3, 2e-3));
+        for (int i = 0; i < 3; i++)
+            amp_tensor_free(in[i]);
+    }
+}
+
+/* Only some inputs needing a gradient: the others get none, the rest the
+ * same values as when all are asked for. */
+static void test_partial_gradients(void)
+{
+    amp_tensor *in[3], *full[3] = {0};
+    for (int i = 0; i < 3; i++)
+        in[i] = test_uniform(AMP_SHAPE(3, 6, 4), AMP_F32, -1, 1, 60 + (uint64_t)i);
+    for (int i = 0; i < 3; i++)
+        amp_tensor_set_requires_grad(in[i], true);
+    CHECK_OK(amp_backward(amp_sum_all(amp_attention(in[0], in[1], in[2], true))));
+    for (int i = 0; i < 3; i++)
+        full[i] = amp_clone(amp_tensor_grad(in[i]));
+    for (int only = 0; only < 3; only++) {
+        for (int i = 0; i < 3; i++) {
+            amp_tensor_clear_grad(in[i]);
+            amp_tensor_set_requires_grad(in[i], i == only);
+        }
+        CHECK_OK(amp_backward(amp_sum_all(amp_attention(in[0], in[1], in[2], true))));
+        for (int i = 0; i < 3; i++)
+            CHECK(i == only ? amp_tensor_grad(in[i]) != NULL : amp_tensor_grad(in[i]) == NULL);
+        CHECK(max_abs_diff(amp_tensor_grad(in[only]), full[only]) == 0.0);
+        amp_temps_free();
+    }
+    for (int i = 0; i < 3; i++) {
+        amp_tensor_free(in[i]);
+        amp_tensor_free(full[i]);
+    }
+}
+
+static void run_pytorch_case(bool causal, const float *out, const float *dq, const float *dk, const float *dv)
+{
+    amp_shape s = AMP_SHAPE(ATTN_B, ATTN_H, ATTN_T, ATTN_D);
+    const int64_t n = ATTN_B * ATTN_H * ATTN_T * ATTN_D;
+    amp_tensor *q = make(s, AMP_F32, attn_q), *k = make(s, AMP_F32, attn_k), *v = make(s, AMP_F32, attn_v);
+    amp_tensor *w = make(s, AMP_F32, attn_w);
+    amp_tensor_set_requires_grad(q, true);
+    amp_tensor_set_requires_grad(k, true);
+    amp_tensor_set_requires_grad(v, true);
+    amp_tensor *o = amp_attention(q, k, v, causal);
+    check_close_f(causal ? "causal out" : "full out", o, out, n, 1e-5, 1e-5);
+    CHECK_OK(amp_backward(amp_sum_all(amp_mul(o, w))));
+    check_close_f(causal ? "causal dq" : "full dq", amp_tensor_grad(q), dq, n, 1e-5, 1e-5);
+    check_close_f(causal ? "causal dk" : "full dk", amp_tensor_grad(k), dk, n, 1e-5, 1e-5);
+    check_close_f(causal ? "causal dv" : "full dv", amp_tensor_grad(v), dv, n, 1e-5, 1e-5);
+    amp_tensor_free(q);
+    amp_tensor_free(k);
+    amp_tensor_free(v);
+    amp_tensor_free(w);
+    amp_temps_free();
+}
+
+static void test_matches_pytorch(void)
+{
+    run_pytorch_case(false, attn_full_out, attn_full_dq, attn_full_dk, attn_full_dv);
+    run_pytorch_case(true, attn_causal_out, attn_causal_dq, attn_causal_dk, attn_causal_dv);
+}
+
+/* bf16 / f16 inputs: the output and every gradient in the inputs' dtype,
+ * close to f32 run on the same (rounded) values. */
+static void test_16bit_close_to_f32(void)
+{
+    const amp_dtype dts[2] = {AMP_BF16, AMP_F16};
+    const double tol[2] = {2e-2, 3e-3}; /* a few ulps of each dtype at |x| ~ 1 */
+    for (int di = 0; di < 2; di++)
+        for (int causal = 0; causal < 2; causal++) {
+            amp_tensor *lo[3], *hi[3];
+            for (int i = 0; i < 3; i++) {
+                amp_tensor *t = test_uniform(AMP_SHAPE(2, 2, 11, 8), AMP_F32, -1.5, 1.5, 80 + (uint64_t)i);
+                lo[i] = as_dtype(t, dts[di]);
+                hi[i] = as_dtype(lo[i], AMP_F32); /* the same values, exactly */
+                amp_tensor_free(t);
+                amp_tensor_set_requires_grad(lo[i], true);
+                amp_tensor_set_requires_grad(hi[i], true);
+            }
+            amp_tensor *ol = amp_attention(lo[0], lo[1], lo[2], causal);
+            amp_tensor *oh = amp_attention(hi[0], hi[1], hi[2], causal);
+            CHECK(ol && amp_tensor_dtype(ol) == dts[di]);
+            CHECK_MSG(max_abs_diff(ol, oh) <= tol[di], "%s causal %d: out differs by %g",
+                      amp_dtype_name(dts[di]), causal, max_abs_diff(ol, oh));
+            CHECK_OK(amp_backward(amp_sum_all(amp_mul(ol, ol))));
+            CHECK_OK(amp_backward(amp_sum_all(amp_mul(oh, oh))));
+            for (int i = 0; i < 3; i++) {
+                amp_tensor *g = amp_tensor_grad(lo[i]);
+                CHECK(g && amp_tensor_dtype(g) == dts[di]);
+                double diff = max_abs_diff(g, amp_tensor_grad(hi[i]));
+                CHECK_MSG(diff <= 4 * tol[di], "%s causal %d: grad of input %d differs by %g",
+                          amp_dtype_name(dts[di]), causal, i, diff);
+                amp_tensor_free(lo[i]);
+                amp_tensor_free(hi[i]);
+            }
+            amp_temps_free();
+        }
+}
+
+/* q, k ~ 300 with d = 16: scores ~ 300 * 300 * 16 / 4 = 360000, far past
+ * f16's 65504. A q kᵀ rounded to f16 is inf (shown with amp_matmul), but
+ * the op keeps scores in f32, so its f16 output and gradients are finite
+ * and match f32 on the same values. */
+static void test_f16_large_scores_stay_finite(void)
+{
+    amp_tensor *q32 = test_uniform(AMP_SHAPE(2, 6, 16), AMP_F32, 250, 350, 91);
+    amp_tensor *k32 = test_uniform(AMP_SHAPE(2, 6, 16), AMP_F32, 250, 350, 92);
+    amp_tensor *v32 = test_uniform(AMP_SHAPE(2, 6, 16), AMP_F32, -1, 1, 93);
+    amp_tensor *q = as_dtype(q32, AMP_F16), *k = as_dtype(k32, AMP_F16), *v = as_dtype(v32, AMP_F16);
+    const int perm[3] = {0, 2, 1};
+    amp_tensor *naive = amp_matmul(q, amp_permute(k, perm));
+    CHECK(naive && isinf(amp_tensor_get(naive, 0))); /* what a f16 score matrix would hold */
+    amp_tensor_set_requires_grad(q, true);
+    amp_tensor_set_requires_grad(k, true);
+    amp_tensor_set_requires_grad(v, true);
+    for (int causal = 0; causal < 2; causal++) {
+        amp_tensor *o = amp_attention(q, k, v, causal);
+        CHECK(o && amp_tensor_dtype(o) == AMP_F16);
+        double *ref = ref_attention(q, k, v, causal);
+        check_close(causal ? "f16 large causal" : "f16 large full", o, ref, 2e-3, 2e-3);
+        free(ref);
+        CHECK_OK(amp_backward(amp_sum_all(amp_mul(o, o))));
+        for (int i = 0; i < 3; i++) {
+            amp_tensor *g = i == 0 ? q : i == 1 ? k : v;
+            bool finite = amp_tensor_grad(g) != NULL;
+            for (int64_t j = 0; finite && j < amp_tensor_numel(g); j++)
+                finite = isfinite(amp_tensor_get(amp_tensor_grad(g), j));
+            CHECK_MSG(finite, "causal %d: gradient of input %d not finite", causal, i);
+            amp_tensor_clear_grad(g);
+        }
+        amp_temps_free();
+    }
+    amp_tensor_free(q32);
+    amp_tensor_free(k32);
+    amp_tensor_free(v32);
+    amp_tensor_free(q);
+    amp_tensor_free(k);
+    amp_tensor_free(v);
+    amp_temps_free();
+}
+
+/* Category "lower": f32 inputs run in the autocast dtype, and the
+ * gradients flow back through the casts to f32. */
+static void test_autocast_lowers(void)
+{
+    amp_tensor *in[3];
+    for (int i = 0; i < 3; i++) {
+        in[i] = test_uniform(AMP_SHAPE(2, 4, 8), AMP_F32, -1, 1, 100 + (uint64_t)i);
+        amp_tensor_set_requires_grad(in[i], true);
+    }
+    CHECK_EQ_INT(amp_autocast_category("scaled_dot_product_attention", AMP_CPU), AMP_CAST_LOWER);
+    CHECK_EQ_INT(amp_autocast_category("scaled_dot_product_attention", AMP_CUDA), AMP_CAST_LOWER);
+    amp_tensor *o16 = NULL, *obf = NULL;
+    AMP_AUTOCAST(AMP_CPU, AMP_F16) { o16 = amp_attention(in[0], in[1], in[2], true); }
+    AMP_AUTOCAST(AMP_CPU, AMP_BF16) { obf = amp_attention(in[0], in[1], in[2], true); }
+    CHECK(o16 && amp_tensor_dtype(o16) == AMP_F16);
+    CHECK(obf && amp_tensor_dtype(obf) == AMP_BF16);
+    CHECK_OK(amp_backward(amp_sum_all(amp_to(obf, AMP_F32))));
+    for (int i = 0; i < 3; i++) {
+        CHECK(amp_tensor_grad(in[i]) && amp_tensor_dtype(amp_tensor_grad(in[i])) == AMP_F32);
+        amp_tensor_free(in[i]);
+    }
+    amp_temps_free();
+}
+
+/* Heads run on several threads (12 heads of 32 x 16: above the op's
+ * threshold for a thread team); every head's numbers are computed the
+ * same way, so one thread and several give identical bits. */
+static void test_threads_give_identical_results(void)
+{
+    amp_tensor *in[3];
+    for (int i = 0; i < 3; i++) {
+        in[i] = test_uniform(AMP_SHAPE(3, 4, 32, 16), AMP_F32, -2, 2, 110 + (uint64_t)i);
+        amp_tensor_set_requires_grad(in[i], true);
+    }
+    int saved = amp_get_num_threads();
+    amp_tensor *o[2], *g[2][3];
+    for (int r = 0; r < 2; r++) {
+        amp_set_num_threads(r == 0 ? 1 : 3);
+        for (int i = 0; i < 3; i++)
+            amp_tensor_clear_grad(in[i]);
+        amp_tensor *y = amp_attention(in[0], in[1], in[2], true);
+        o[r] = amp_clone(y);
+        CHECK_OK(amp_backward(amp_sum_all(amp_mul(y, y))));
+        for (int i = 0; i < 3; i++)
+            g[r][i] = amp_clone(amp_tensor_grad(in[i]));
+        amp_temps_free();
+    }
+    amp_set_num_threads(saved);
+    CHECK(max_abs_diff(o[0], o[1]) == 0.0);
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(max_abs_diff(g[0][i], g[1][i]) == 0.0, "input %d: gradients differ by thread count", i);
+    for (int r = 0; r < 2; r++) {
+        amp_tensor_free(o[r]);
+        for (int i = 0; i < 3; i++)
+            amp_tensor_free(g[r][i]);
+    }
+    for (int i = 0; i < 3; i++)
+        amp_tensor_free(in[i]);
+}
+
+/* Causal: changing k and v at position t changes no output before t. */
+static void test_causal_ignores_the_future(void)
+{
+    const int64_t T = 9, d = 4, t = 5;
+    amp_tensor *q = test_uniform(AMP_SHAPE(2, T, d), AMP_F32, -2, 2, 120);
+    amp_tensor *k = test_uniform(AMP_SHAPE(2, T, d), AMP_F32, -2, 2, 121);
+    amp_tensor *v = test_uniform(AMP_SHAPE(2, T, d), AMP_F32, -2, 2, 122);
+    amp_tensor *o1 = amp_clone(amp_attention(q, k, v, true));
+    for (int h = 0; h < 2; h++)
+        for (int64_t c = 0; c < d; c++) {
+            ((float *)amp_tensor_data(k))[(h * T + t) * d + c] += 3.0f;
+            ((float *)amp_tensor_data(v))[(h * T + t) * d + c] -= 2.0f;
+        }
+    amp_tensor *o2 = amp_attention(q, k, v, true);
+    int before_same = 1, after_changed = 1;
+    for (int h = 0; h < 2; h++)
+        for (int64_t i = 0; i < T; i++) {
+            bool same = true;
+            for (int64_t c = 0; c < d; c++)
+                same &= amp_tensor_get(o1, (h * T + i) * d + c) == amp_tensor_get(o2, (h * T + i) * d + c);
+            if (i < t)
+                before_same &= same;
+            else
+                after_changed &= !same;
+        }
+    CHECK(before_same);
+    CHECK(after_changed);
+    amp_tensor_free(o1);
+    amp_tensor_free(q);
+    amp_tensor_free(k);
+    amp_tensor_free(v);
+    amp_temps_free();
+}
+
+static void test_errors_name_shapes_and_dtypes(void)
+{
+    amp_tensor *a = amp_zeros(AMP_SHAPE(2, 5, 4), AMP_F32);
+    amp_tensor *b = amp_zeros(AMP_SHAPE(2, 6, 4), AMP_F32);
+    amp_tensor *c = amp_zeros(AMP_SHAPE(2, 5, 4), AMP_BF16);
+    amp_tensor *i = amp_zeros(AMP_SHAPE(2, 5, 4), AMP_I32);
+    amp_tensor *one = amp_zeros(AMP_SHAPE(4), AMP_F32);
+    CHECK(!amp_attention(a, b, a, false));
+    CHECK_ERROR(AMP_ERR_SHAPE, "[2, 6, 4] f32");
+    CHECK(!amp_attention(a, a, b, true));
+    CHECK_ERROR(AMP_ERR_SHAPE, "scaled_dot_product_attention: q, k and v must have the same shape");
+    CHECK(!amp_attention(one, one, one, false));
+    CHECK_ERROR(AMP_ERR_SHAPE, "at least 2 dims");
+    CHECK(!amp_attention(a, c, a, false));
+    CHECK_ERROR(AMP_ERR_DTYPE, "bf16");
+    CHECK(!amp_attention(a, a, i, false));
+    CHECK_ERROR(AMP_ERR_DTYPE, "i32");
+    CHECK(!amp_attention(a, NULL, a, false)); /* a NULL input: NULL, no new error needed */
+    amp_clear_error();
+    /* Empty inputs give an empty result. */
+    amp_tensor *e = amp_zeros(AMP_SHAPE(2, 0, 4), AMP_F32);
+    amp_tensor *r = amp_attention(e, e, e, true);
+    CHECK(r && amp_tensor_numel(r) == 0);
+    amp_tensor_free(e);
+    amp_tensor_free(a);
+    amp_tensor_free(b);
+    amp_tensor_free(c);
+    amp_tensor_free(i);
+    amp_tensor_free(one);
+    amp_temps_free();
+}
+
+int main(void)
+{
+    RUN(test_values_match_double_reference);
+    RUN(test_causal_first_row_is_v0);
+    RUN(test_gradcheck_f32);
+    RUN(test_partial_gradients);
+    RUN(test_matches_pytorch);
+    RUN(test_16bit_close_to_f32);
+    RUN(test_f16_large_scores_stay_finite);
+    RUN(test_autocast_lowers);
+    RUN(test_threads_give_identical_results);
+    RUN(test_causal_ignores_the_future);
+    RUN(test_errors_name_shapes_and_dtypes);
+    return harness_done();
+}
