@@ -16,10 +16,10 @@
  * kernel does only aligned unit-stride loads whatever the transposes and
  * leading dimensions. The packers are also where dtypes are handled: they
  * widen f16 / bf16 panels to f32, so one set of f32 kernels serves every
- * dtype. A kernel with native 16-bit dot products (AVX512-BF16 vdpbf16ps,
- * AMX, oneDNN) would come with packers of its own that keep panels in
- * bf16 with pairs of k interleaved; it plugs in as another gemm_kernel
- * plus packers, under the same loops.
+ * dtype. bf16 x bf16 products go to native 16-bit dot products instead
+ * (AVX512-BF16 VDPBF16PS or AMX-BF16) where the CPU runs them faster than
+ * f32 FMA: gemm_bf16.c, the same loops over panels kept in bf16 with pairs
+ * of k interleaved.
  *
  * Threads: the work items are (A panel, slice of the B block) pairs. When
  * A has many MR-row panels each thread takes a contiguous run of them;
@@ -281,6 +281,10 @@ amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
     if (!amp_dtype_is_float(a_dt) || !amp_dtype_is_float(b_dt) || !amp_dtype_is_float(c_dt))
         return amp_set_error(AMP_ERR_DTYPE, "gemm: dtypes %s x %s -> %s (need f32, f16 or bf16)",
                              amp_dtype_name(a_dt), amp_dtype_name(b_dt), amp_dtype_name(c_dt));
+    amp_status st;
+    if (a_dt == AMP_BF16 && b_dt == AMP_BF16 &&
+        gemm_bf16_native(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, &st))
+        return st;
     operand a = operand_a(trans_a, A, a_dt, lda), b = operand_b(trans_b, B, b_dt, ldb);
     if (c_dt == AMP_F32)
         return gemm_run(&a, &b, M, N, K, alpha, beta, (float *)C, ldc);
@@ -297,7 +301,7 @@ amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
     if (beta != 0.0f)
         for (int64_t i = 0; i < M; i++)
             amp_convert((const char *)C + (size_t)(i * ldc) * es, c_dt, cf + i * N, AMP_F32, (size_t)N);
-    amp_status st = gemm_run(&a, &b, M, N, K, alpha, beta, cf, N);
+    st = gemm_run(&a, &b, M, N, K, alpha, beta, cf, N);
     if (st == AMP_OK)
         for (int64_t i = 0; i < M; i++)
             amp_convert(cf + i * N, AMP_F32, (char *)C + (size_t)(i * ldc) * es, c_dt, (size_t)N);

@@ -12,6 +12,10 @@
  *   gemm_lowp  - any float dtypes in and out (f32 / f16 / bf16): panels are
  *                widened to f32 while packing, every product is accumulated
  *                in f32, and each output is rounded to C's dtype once.
+ *                bf16 x bf16 runs on the CPU's bf16 dot products instead
+ *                (AMX or AVX512-BF16, gemm_bf16.c) where they are faster:
+ *                still f32 accumulation and one rounding, but bf16
+ *                subnormal inputs count as zero there.
  *   gemm_kernel_name - which micro-kernel this CPU runs (tests, logs).
  *
  * Both return AMP_OK, or AMP_ERR_MEMORY with the error set when a packing
@@ -51,6 +55,72 @@ typedef struct {
 #if defined(__x86_64__)
 extern const gemm_kernel gemm_kernel_avx512; /* 12 x 32, AVX-512F + FMA */
 extern const gemm_kernel gemm_kernel_avx2;   /* 6 x 16, AVX2 + FMA */
+#endif
+
+/* ---- bf16 x bf16 on native 16-bit dot products (gemm_bf16.c) ---- */
+
+/* Which path gemm_lowp takes when both A and B are bf16:
+ *   AUTO  the fastest this CPU has (see gemm_bf16.c for the choice)
+ *   WIDEN widen to f32 while packing, f32 FMA kernels (as for f16)
+ *   DOT   AVX512-BF16 VDPBF16PS kernel
+ *   AMX   AMX-BF16 TDPBF16PS tiles
+ * A forced path the CPU lacks (or amp_cpu_limit masks) falls back to AUTO's
+ * choice among the rest. For tests and benchmarks. */
+typedef enum { GEMM_BF16_AUTO, GEMM_BF16_WIDEN, GEMM_BF16_DOT, GEMM_BF16_AMX } gemm_bf16_mode;
+void gemm_bf16_set_mode(gemm_bf16_mode mode);
+
+/* The path a bf16 x bf16 product takes now: "avx512bf16 12x32",
+ * "amx-bf16 32x32" or "widen: " followed by gemm_kernel_name(). */
+const char *gemm_bf16_kernel_name(void);
+
+/* gemm_lowp for bf16 A and B on a native kernel. Returns false without
+ * touching anything when this CPU has none (the caller widens instead);
+ * otherwise true with *st the status. c_dt: f32, f16 or bf16. */
+bool gemm_bf16_native(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                      const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
+                      amp_dtype c_dt, int64_t ldc, amp_status *st);
+
+/* One MR x NR tile over kp pairs of k, all in f32: C = alpha * acc + beta
+ * * C, beta == 0 not reading C. Each 32-bit word of a packed panel holds a
+ * pair of bf16 along k, the even k in the low half. b is always pair-major,
+ * b[p * NR + j] = (B[2p][j], B[2p+1][j]); a is pair-major, a[p * MR + r]
+ * (VDPBF16PS), or row-major, a[r * kp + p] (AMX tiles). kp is a multiple
+ * of the kernel's kpair. Panels are 64-byte aligned. */
+typedef void (*gemm_bf16_micro_fn)(int64_t kp, const uint32_t *a, const uint32_t *b, float *c,
+                                   int64_t ldc, float alpha, float beta);
+
+/* Packs lines 0 .. w-1 (of R) over k 0 .. kc-1 of an operand whose element
+ * (line q, k) is s[q * rs + k * ks] (rs or ks is 1) into kp pairs, in the
+ * kernel's layout; zero words pad lines w .. R-1, an odd kc's last pair
+ * and the pairs past kc. */
+typedef void (*gemm_bf16_pack_fn)(const uint16_t *s, int64_t rs, int64_t ks, int w, int R, int64_t kc,
+                                  int64_t kp, uint32_t *dst);
+
+/* A 16-bit C tile: the f32 tile t (mr x nr, row stride tl) gets beta * C
+ * added first when add_beta, then is rounded into C (c, row stride ldc,
+ * bf16 or f16) when store; bit-identical to amp_convert of the sum. */
+typedef void (*gemm_bf16_finish_fn)(float *t, int64_t tl, int mr, int nr, uint16_t *c, int64_t ldc,
+                                    bool is_bf16, bool add_beta, float beta, bool store);
+
+typedef struct {
+    int mr, nr;
+    int kpair;              /* kp is padded (with zero pairs) to a multiple of this */
+    int kc, nc;             /* the blocking: k per B block (even), columns per B block */
+    double par_min;         /* multiply-adds below which one thread is faster */
+    gemm_bf16_micro_fn micro;
+    gemm_bf16_pack_fn pack_a, pack_b;
+    gemm_bf16_finish_fn finish16;
+    void (*enter)(void);    /* per thread, before its first micro call (AMX tile config) */
+    void (*leave)(void);    /* per thread, after its last one */
+    const char *name;
+} gemm_bf16_kernel;
+
+#if defined(__x86_64__)
+extern const gemm_bf16_kernel gemm_bf16_kernel_dot; /* 12 x 32, AVX512-BF16 */
+extern const gemm_bf16_kernel gemm_bf16_kernel_amx; /* 32 x 32, AMX-BF16 */
+/* Whether this CPU and OS let the process use AMX tiles (asks Linux for
+ * the permission once). */
+bool gemm_amx_usable(void);
 #endif
 
 #endif

@@ -1,0 +1,181 @@
+/*
+ * ampc_step.c - ampc's training step on the benchmark models, timed as
+ * bench/torch_step.py times PyTorch's (same models, batches, optimizers,
+ * precisions; median of the timed steps after a warm-up).
+ *
+ *   ampc_step [--threads N] [--steps N] [--models mlp,cnn,gpt]
+ *             [--precisions fp32,bf16,fp16]
+ *
+ * Prints one JSON object per line: {"impl": "ampc", "model", "precision",
+ * "step_ms", "steps", "peak_mb"}.
+ */
+#include <ampc.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    amp_module *net;
+    amp_optim *opt;
+    amp_tensor *x, *y;
+    bool sequence; /* gpt: logits [B, T, V] against targets [B, T] */
+} rig;
+
+static bool make(const char *model, rig *r)
+{
+    amp_manual_seed(0);
+    memset(r, 0, sizeof *r);
+    if (strcmp(model, "mlp") == 0) {
+        int64_t hidden[2] = {4096, 4096};
+        r->net = amp_model_mlp(784, hidden, 2, 10);
+        r->x = amp_randn(AMP_SHAPE(256, 784), AMP_F32, 0, 1);
+        r->y = amp_zeros(AMP_SHAPE(256), AMP_I64);
+    } else if (strcmp(model, "cnn") == 0) {
+        r->net = amp_model_cnn(1, 28, 28, 10);
+        r->x = amp_randn(AMP_SHAPE(128, 1, 28, 28), AMP_F32, 0, 1);
+        r->y = amp_zeros(AMP_SHAPE(128), AMP_I64);
+    } else {
+        amp_gpt_config c = {.vocab = 96, .context = 128, .width = 256, .layers = 4, .heads = 4, .mlp = 1024};
+        r->net = amp_model_gpt(c);
+        r->x = amp_zeros(AMP_SHAPE(16, 128), AMP_I64);
+        r->y = amp_zeros(AMP_SHAPE(16 * 128), AMP_I64);
+        r->sequence = true;
+    }
+    if (!r->net || !r->x || !r->y)
+        return false;
+    /* Labels / tokens: a fixed pattern, like the random ones PyTorch's side draws. */
+    int64_t *yv = amp_tensor_data(r->y);
+    for (int64_t i = 0; i < amp_tensor_numel(r->y); i++)
+        yv[i] = (i * 7919) % (r->sequence ? 96 : 10);
+    if (r->sequence) {
+        int64_t *xv = amp_tensor_data(r->x);
+        for (int64_t i = 0; i < amp_tensor_numel(r->x); i++)
+            xv[i] = (i * 104729) % 96;
+    }
+    int n = amp_module_num_params(r->net);
+    amp_tensor **ps = malloc(sizeof *ps * (size_t)n);
+    amp_module_params(r->net, ps, n);
+    if (r->sequence) {
+        amp_adam_opts o = amp_adamw_defaults();
+        o.lr = 3e-4;
+        o.weight_decay = 0.1;
+        r->opt = amp_optim_adamw(ps, n, o);
+    } else {
+        amp_sgd_opts o = amp_sgd_defaults();
+        o.lr = 0.01;
+        o.momentum = 0.9;
+        r->opt = amp_optim_sgd(ps, n, o);
+    }
+    free(ps);
+    return r->opt != NULL;
+}
+
+static void unmake(rig *r)
+{
+    amp_optim_free(r->opt);
+    amp_module_free(r->net);
+    amp_tensor_free(r->x);
+    amp_tensor_free(r->y);
+}
+
+/* Median step time in ms; -1 on error. */
+static double time_steps(const char *model, const char *precision, int steps, double *peak_mb)
+{
+    rig r;
+    if (!make(model, &r)) {
+        fprintf(stderr, "%s: %s\n", model, amp_last_error());
+        return -1;
+    }
+    bool autocast = strcmp(precision, "fp32") != 0;
+    amp_dtype dt = strcmp(precision, "fp16") == 0 ? AMP_F16 : AMP_BF16;
+    amp_scaler_opts so = amp_scaler_defaults();
+    so.enabled = dt == AMP_F16 && autocast;
+    amp_scaler *scaler = amp_scaler_new(so);
+    const int warmup = 3;
+    double *t = malloc(sizeof(double) * (size_t)steps);
+    amp_memory_reset_peak();
+    for (int i = 0; i < warmup + steps; i++) {
+        double t0 = now();
+        amp_optim_zero_grad(r.opt);
+        if (autocast)
+            amp_autocast_begin(AMP_CPU, dt);
+        amp_tensor *out = amp_module_forward(r.net, r.x);
+        if (r.sequence)
+            out = amp_reshape(out, AMP_SHAPE(-1, 96));
+        amp_tensor *loss = amp_cross_entropy(out, r.y);
+        if (autocast)
+            amp_autocast_end();
+        if (amp_backward(amp_scaler_scale(scaler, loss)) != AMP_OK ||
+            amp_scaler_step(scaler, r.opt, NULL) != AMP_OK || amp_scaler_update(scaler) != AMP_OK) {
+            fprintf(stderr, "%s %s: %s\n", model, precision, amp_last_error());
+            free(t);
+            return -1;
+        }
+        amp_item(loss);
+        amp_temps_free();
+        if (i >= warmup)
+            t[i - warmup] = now() - t0;
+    }
+    *peak_mb = (double)amp_memory_get_stats().peak / (1 << 20);
+    qsort(t, (size_t)steps, sizeof *t, cmp_double);
+    double med = t[steps / 2] * 1e3;
+    free(t);
+    amp_scaler_free(scaler);
+    unmake(&r);
+    return med;
+}
+
+int main(int argc, char **argv)
+{
+    int threads = 0, steps = 10;
+    char models[64] = "mlp,cnn,gpt", precisions[64] = "fp32,bf16,fp16";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--threads") == 0)
+            threads = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--steps") == 0)
+            steps = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--models") == 0)
+            snprintf(models, sizeof models, "%s", argv[i + 1]);
+        else if (strcmp(argv[i], "--precisions") == 0)
+            snprintf(precisions, sizeof precisions, "%s", argv[i + 1]);
+        else {
+            fprintf(stderr, "ampc_step: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (steps < 1) {
+        fprintf(stderr, "ampc_step: --steps must be >= 1\n");
+        return 2;
+    }
+    amp_set_num_threads(threads);
+    for (char *m = strtok(models, ","); m; m = strtok(NULL, ",")) {
+        char pcopy[64];
+        snprintf(pcopy, sizeof pcopy, "%s", precisions);
+        char *save = NULL;
+        for (char *p = strtok_r(pcopy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+            double peak = 0, ms = time_steps(m, p, steps, &peak);
+            if (ms < 0)
+                return 1;
+            printf("{\"impl\": \"ampc\", \"model\": \"%s\", \"precision\": \"%s\", \"threads\": %d, "
+                   "\"step_ms\": %.3f, \"steps\": %d, \"peak_mb\": %.1f}\n",
+                   m, p, amp_get_num_threads(), ms, steps, peak);
+            fflush(stdout);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,123 @@
+"""PyTorch's training step on the benchmark models, timed the same way as
+ampc's (bench/run.sh runs both in the same session, on the same threads).
+
+The models (issue "CPU speed"):
+  mlp  784-4096-4096-10, ReLU, batch 256, cross-entropy, SGD lr 0.01 momentum 0.9
+  cnn  conv 1->32 3x3 p1, ReLU, maxpool 2; conv 32->64 3x3 p1, ReLU, maxpool 2;
+       linear 3136->128, ReLU; linear 128->10; batch 128; SGD as above
+  gpt  vocab 96, context 128, width 256, 4 layers, 4 heads, MLP 1024 GELU,
+       pre-LayerNorm, tied head, batch 16, AdamW lr 3e-4 weight decay 0.1
+Precisions: fp32, bf16 (autocast), fp16 (autocast + GradScaler).
+
+Prints one JSON object per line: {"impl": "torch", "model", "precision",
+"step_ms" (median), "steps"}.
+
+usage: python3 bench/torch_step.py [--threads N] [--steps N] [--models mlp,cnn,gpt]
+"""
+import argparse
+import json
+import math
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads, mlp):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.ln_2 = nn.LayerNorm(width)
+        self.fc1 = nn.Linear(width, mlp)
+        self.fc2 = nn.Linear(mlp, width)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.fc2(F.gelu(self.fc1(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab=96, context=128, width=256, layers=4, heads=4, mlp=1024):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(context, width)
+        self.h = nn.ModuleList(Block(width, heads, mlp) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+
+    def forward(self, idx):
+        pos = torch.arange(idx.shape[1])
+        x = self.wte(idx) + self.wpe(pos)
+        for blk in self.h:
+            x = blk(x)
+        return F.linear(self.ln_f(x), self.wte.weight)
+
+
+def make(model):
+    torch.manual_seed(0)
+    if model == "mlp":
+        net = nn.Sequential(nn.Linear(784, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                            nn.Linear(4096, 10))
+        x, y = torch.randn(256, 784), torch.randint(0, 10, (256,))
+    elif model == "cnn":
+        net = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                            nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+        x, y = torch.randn(128, 1, 28, 28), torch.randint(0, 10, (128,))
+    else:
+        net = GPT()
+        x, y = torch.randint(0, 96, (16, 128)), torch.randint(0, 96, (16, 128))
+    if model == "gpt":
+        opt = torch.optim.AdamW(net.parameters(), lr=3e-4, weight_decay=0.1)
+    else:
+        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    return net, opt, x, y
+
+
+def time_steps(model, precision, steps, warmup=3):
+    net, opt, x, y = make(model)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    scaler = torch.amp.GradScaler("cpu", enabled=precision == "fp16")
+    times = []
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            out = net(x)
+            loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        loss.item()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--models", default="mlp,cnn,gpt")
+    ap.add_argument("--precisions", default="fp32,bf16,fp16")
+    a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    for model in a.models.split(","):
+        for precision in a.precisions.split(","):
+            ms = time_steps(model, precision, a.steps)
+            print(json.dumps({"impl": "torch", "version": torch.__version__, "model": model,
+                              "precision": precision, "threads": torch.get_num_threads(),
+                              "step_ms": round(ms, 3), "steps": a.steps}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
