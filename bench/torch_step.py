@@ -13,6 +13,11 @@ Prints one JSON object per line: {"impl": "torch", "model", "precision",
 "step_ms" (median), "steps"}.
 
 usage: python3 bench/torch_step.py [--threads N] [--steps N] [--models mlp,cnn,gpt]
+                                   [--device cpu|cuda] [--gemm 4096,8192]
+--device cuda runs the same steps on the GPU (scripts/gpu-check.sh, beside
+bench_cuda); each step still ends with loss.item(), which waits for the GPU.
+--gemm N,.. first times torch.matmul on N x N matrices in fp16, bf16 and fp32
+(with and without TF32) and prints {"impl": "torch", "kind": "gemm", ...}.
 """
 import argparse
 import json
@@ -54,14 +59,14 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(width)
 
     def forward(self, idx):
-        pos = torch.arange(idx.shape[1])
+        pos = torch.arange(idx.shape[1], device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
         for blk in self.h:
             x = blk(x)
         return F.linear(self.ln_f(x), self.wte.weight)
 
 
-def make(model):
+def make(model, device="cpu"):
     torch.manual_seed(0)
     if model == "mlp":
         net = nn.Sequential(nn.Linear(784, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
@@ -75,6 +80,7 @@ def make(model):
     else:
         net = GPT()
         x, y = torch.randint(0, 96, (16, 128)), torch.randint(0, 96, (16, 128))
+    net, x, y = net.to(device), x.to(device), y.to(device)
     if model == "gpt":
         opt = torch.optim.AdamW(net.parameters(), lr=3e-4, weight_decay=0.1)
     else:
@@ -82,15 +88,15 @@ def make(model):
     return net, opt, x, y
 
 
-def time_steps(model, precision, steps, warmup=3):
-    net, opt, x, y = make(model)
+def time_steps(model, precision, steps, warmup=3, device="cpu"):
+    net, opt, x, y = make(model, device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    scaler = torch.amp.GradScaler("cpu", enabled=precision == "fp16")
+    scaler = torch.amp.GradScaler(device, enabled=precision == "fp16")
     times = []
     for i in range(warmup + steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        with torch.autocast(device, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
             out = net(x)
             loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         scaler.scale(loss).backward()
@@ -102,21 +108,55 @@ def time_steps(model, precision, steps, warmup=3):
     return statistics.median(times) * 1e3
 
 
+def time_gemm(n, dtype, tf32, device, reps=None):
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    a = torch.rand(n, n, device=device).to(dtype)
+    b = torch.rand(n, n, device=device).to(dtype)
+    reps = reps or (10 if n >= 8192 else 30)
+    for _ in range(3):
+        torch.matmul(a, b)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        torch.matmul(a, b)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    ms = (time.perf_counter() - t0) * 1e3 / reps
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return ms, 2.0 * n ** 3 / (ms * 1e-3) / 1e12
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--models", default="mlp,cnn,gpt")
     ap.add_argument("--precisions", default="fp32,bf16,fp16")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--gemm", default="")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
+    for n in [int(v) for v in a.gemm.split(",") if v]:
+        for name, dtype, tf32 in (("f16", torch.float16, False), ("bf16", torch.bfloat16, False),
+                                  ("f32+tf32", torch.float32, True), ("f32", torch.float32, False)):
+            ms, tflops = time_gemm(n, dtype, tf32, a.device)
+            print(json.dumps({"impl": "torch", "kind": "gemm", "dtype": name, "n": n,
+                              "ms": round(ms, 4), "tflops": round(tflops, 1)}), flush=True)
     for model in a.models.split(","):
         for precision in a.precisions.split(","):
-            ms = time_steps(model, precision, a.steps)
-            print(json.dumps({"impl": "torch", "version": torch.__version__, "model": model,
-                              "precision": precision, "threads": torch.get_num_threads(),
-                              "step_ms": round(ms, 3), "steps": a.steps}), flush=True)
+            if a.device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            ms = time_steps(model, precision, a.steps, device=a.device)
+            rec = {"impl": "torch", "version": torch.__version__, "model": model,
+                   "precision": precision, "threads": torch.get_num_threads(),
+                   "step_ms": round(ms, 3), "steps": a.steps}
+            if a.device == "cuda":
+                rec["kind"] = "step"
+                rec["device"] = "cuda"
+                rec["peak_mb"] = round(torch.cuda.max_memory_allocated() / 2 ** 20, 1)
+            print(json.dumps(rec), flush=True)
 
 
 if __name__ == "__main__":

@@ -175,7 +175,8 @@ int amp_tensor_ndim(const amp_tensor *t);
 int64_t amp_tensor_dim(const amp_tensor *t, int i);
 amp_shape amp_tensor_shape(const amp_tensor *t);
 int64_t amp_tensor_numel(const amp_tensor *t);
-/* The contiguous element buffer (CPU tensors). */
+/* The contiguous element buffer: host memory for a CPU tensor, a device
+ * pointer (not readable by the host) for a CUDA tensor. */
 void *amp_tensor_data(amp_tensor *t);
 const void *amp_tensor_cdata(const amp_tensor *t);
 
@@ -191,6 +192,43 @@ double amp_item(const amp_tensor *t);
 amp_status amp_tensor_fill(amp_tensor *t, double value);
 /* Writes "shape dtype" into buf, e.g. "[64, 784] f32". */
 const char *amp_shape_str(amp_shape s, char *buf, size_t n);
+
+/* ---------------------------------------------------------------- devices */
+/* CUDA (docs/cuda.md). A tensor lives on one device; an op's inputs must
+ * share it and its result lives there too. Every CUDA kernel, copy and GEMM
+ * is queued on one stream: calls return before the GPU has finished, and
+ * the calls that hand device values to the host wait for it
+ * (amp_tensor_copy_out, amp_tensor_get, amp_item, amp_scaler_get_scale and
+ * the scaler's and optimizer's other getters, amp_cuda_synchronize).
+ * Without a GPU (or in a build without CUDA) asking for a CUDA tensor is an
+ * AMP_ERR_DEVICE error, "cuda is not available (...)". */
+
+/* Whether a CUDA device is usable, and how many there are (ampc uses the
+ * first). */
+bool amp_cuda_available(void);
+int amp_cuda_device_count(void);
+/* f32 matmuls on TF32 tensor cores (off by default, as PyTorch's
+ * torch.backends.cuda.matmul.allow_tf32). f16 / bf16 always use tensor
+ * cores with f32 accumulation. */
+void amp_cuda_allow_tf32(bool on);
+bool amp_cuda_tf32_allowed(void);
+/* Waits until the GPU has finished everything queued. */
+amp_status amp_cuda_synchronize(void);
+/* The device caching allocator's figures, as amp_memory_get_stats
+ * (os_allocs counts cudaMalloc calls: flat after the first step). */
+amp_memory_stats amp_cuda_memory_get_stats(void);
+void amp_cuda_memory_reset_peak(void);
+/* Returns the device memory cached for reuse to the driver. */
+void amp_cuda_empty_cache(void);
+
+/* A new tensor (caller-owned) on dev with t's dtype and values: no
+ * history, requires_grad off (as amp_clone). */
+amp_tensor *amp_to_device(const amp_tensor *t, amp_device dev);
+/* Moves a leaf tensor (and its gradient) to dev in place: the tensor
+ * object stays, its storage changes, so a module or optimizer holding it
+ * sees the move (PyTorch's module.to(device)). A tensor made by an op is an
+ * AMP_ERR_STATE error; on failure nothing changes. */
+amp_status amp_tensor_move(amp_tensor *t, amp_device dev);
 
 /* --------------------------------------------------------------- autograd */
 
@@ -329,6 +367,9 @@ const char *amp_module_kind(const amp_module *m);
 /* Frees m, its children and its parameters (tensors others retained live
  * on). A module inside a container is left alone (AMP_ERR_STATE). */
 void amp_module_free(amp_module *m);
+/* amp_tensor_move for every parameter of m. Checks the device first, so
+ * "no GPU" changes nothing. Create optimizers after the move. */
+amp_status amp_module_to(amp_module *m, amp_device dev);
 
 /* ------------------------------------------------------------------ optim */
 
@@ -496,6 +537,11 @@ amp_status amp_scaler_update(amp_scaler *s);
 /* Sets the scale to new_scale; the growth tracker is kept. */
 amp_status amp_scaler_update_to(amp_scaler *s, double new_scale);
 
+/* On CUDA the scale and the scaler's state live on the device (scale()
+ * creates them on the loss's device) and step / update never wait for the
+ * GPU; the getters below copy the state to the host, so reading the scale
+ * is the explicit synchronisation point (as .item() in PyTorch). So is a
+ * non-NULL `skipped` in amp_scaler_step on CUDA: pass NULL to avoid it. */
 double amp_scaler_get_scale(const amp_scaler *s);   /* 1.0 when disabled */
 double amp_scaler_get_growth_factor(const amp_scaler *s);
 double amp_scaler_get_backoff_factor(const amp_scaler *s);

@@ -347,6 +347,64 @@ static void test_threads_give_identical_results(void)
         amp_tensor_free(in[i]);
 }
 
+
+/* The softmax rows run on vector kernels where the CPU has them (exp,
+ * max and the double sums): close to the scalar loops (amp_cpu_limit(0),
+ * which also takes the portable GEMM, summing in another order; dS = P
+ * (dP - rowsum) amplifies that to ~1e-6 of the gradient), causal or not,
+ * with rows longer and shorter than a vector; a NaN score still makes its
+ * row NaN. */
+static void test_vector_softmax_rows_match_scalar(void)
+{
+    for (int causal = 0; causal < 2; causal++) {
+        amp_tensor *in[3];
+        for (int i = 0; i < 3; i++) {
+            in[i] = test_uniform(AMP_SHAPE(2, 3, 37, 8), AMP_F32, -3, 3, 130 + (uint64_t)i);
+            amp_tensor_set_requires_grad(in[i], true);
+        }
+        amp_tensor *o[2], *g[2][3];
+        for (int r = 0; r < 2; r++) {
+            amp_cpu_limit(r ? 0u : ~0u);
+            for (int i = 0; i < 3; i++)
+                amp_tensor_clear_grad(in[i]);
+            amp_tensor *y = amp_attention(in[0], in[1], in[2], causal);
+            o[r] = amp_clone(y);
+            CHECK_OK(amp_backward(amp_sum_all(amp_mul(y, y))));
+            for (int i = 0; i < 3; i++)
+                g[r][i] = amp_clone(amp_tensor_grad(in[i]));
+            amp_temps_free();
+        }
+        amp_cpu_limit(~0u);
+        CHECK_MSG(max_abs_diff(o[0], o[1]) <= 2e-6, "causal %d: outputs differ by %g", causal,
+                  max_abs_diff(o[0], o[1]));
+        for (int i = 0; i < 3; i++) {
+            double scale = 0;
+            for (int64_t e = 0; e < amp_tensor_numel(g[1][i]); e++)
+                scale = fmax(scale, fabs(amp_tensor_get(g[1][i], e)));
+            CHECK_MSG(max_abs_diff(g[0][i], g[1][i]) <= 1e-5 * (1 + scale), "causal %d: grad %d differs by %g (of %g)",
+                      causal, i, max_abs_diff(g[0][i], g[1][i]), scale);
+        }
+        for (int r = 0; r < 2; r++) {
+            amp_tensor_free(o[r]);
+            for (int i = 0; i < 3; i++)
+                amp_tensor_free(g[r][i]);
+        }
+        for (int i = 0; i < 3; i++)
+            amp_tensor_free(in[i]);
+    }
+    /* a NaN in q poisons its row of scores, and only that row */
+    amp_tensor *q = test_uniform(AMP_SHAPE(1, 20, 4), AMP_F32, -1, 1, 140);
+    amp_tensor *k = test_uniform(AMP_SHAPE(1, 20, 4), AMP_F32, -1, 1, 141);
+    ((float *)amp_tensor_data(q))[5 * 4] = NAN;
+    amp_tensor *y = amp_attention(q, k, k, false);
+    CHECK(y != NULL);
+    for (int64_t i = 0; y && i < 20 * 4; i++)
+        CHECK_MSG(isnan(amp_tensor_get(y, i)) == (i / 4 == 5), "row %lld: %g", (long long)(i / 4), amp_tensor_get(y, i));
+    amp_tensor_free(q);
+    amp_tensor_free(k);
+    amp_temps_free();
+}
+
 /* Causal: changing k and v at position t changes no output before t. */
 static void test_causal_ignores_the_future(void)
 {
@@ -424,6 +482,7 @@ int main(void)
     RUN(test_f16_large_scores_stay_finite);
     RUN(test_autocast_lowers);
     RUN(test_threads_give_identical_results);
+    RUN(test_vector_softmax_rows_match_scalar);
     RUN(test_causal_ignores_the_future);
     RUN(test_errors_name_shapes_and_dtypes);
     return harness_done();

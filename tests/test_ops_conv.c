@@ -4,9 +4,12 @@
  * finite-difference gradients over strides / padding / bias, PyTorch's
  * pooling rules (padding never wins, first max wins, NaN propagates,
  * padding counted in the average), 16-bit results and gradient dtypes,
- * and errors that name the op and shapes.
+ * the image-group paths (many small groups, "same" padding shortcuts), the
+ * vector 2x2 max pool against the scalar one, and errors that name the op
+ * and shapes.
  */
 #include "harness.h"
+#include "ops/conv.h"
 #include "reference/conv_ref.h"
 
 #include <stdlib.h>
@@ -277,6 +280,193 @@ static void test_16bit_conv_and_pools(void)
     }
 }
 
+
+/* ------------------------------------------------------ image groups */
+
+/* y in double for x [N, C, H, W], w [O, C, kh, kw], b [O], stride s, padding p. */
+static double conv_ref_at(const amp_tensor *x, const amp_tensor *w, const amp_tensor *b, int s, int p, int64_t n,
+                          int64_t o, int64_t oy, int64_t ox)
+{
+    amp_shape xs = amp_tensor_shape(x), ws = amp_tensor_shape(w);
+    int64_t C = xs.d[1], H = xs.d[2], W = xs.d[3], kh = ws.d[2], kw = ws.d[3];
+    double acc = b ? amp_tensor_get(b, o) : 0;
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t i = 0; i < kh; i++)
+            for (int64_t j = 0; j < kw; j++) {
+                int64_t iy = oy * s - p + i, ix = ox * s - p + j;
+                if (iy >= 0 && iy < H && ix >= 0 && ix < W)
+                    acc += amp_tensor_get(x, ((n * C + c) * H + iy) * W + ix) *
+                           amp_tensor_get(w, ((o * C + c) * kh + i) * kw + j);
+            }
+    return acc;
+}
+
+/* Checks conv2d(x, w, b) against double loops within tol * (1 + |ref|). */
+static void check_conv_ref(const char *what, amp_tensor *x, amp_tensor *w, amp_tensor *b, int s, int p, double tol)
+{
+    amp_tensor *y = amp_conv2d(x, w, b, s, p);
+    CHECK_MSG(y != NULL, "%s: %s", what, amp_last_error());
+    if (!y)
+        return;
+    amp_shape ys = amp_tensor_shape(y);
+    int bad = 0;
+    for (int64_t n = 0; n < ys.d[0]; n++)
+        for (int64_t o = 0; o < ys.d[1]; o++)
+            for (int64_t oy = 0; oy < ys.d[2]; oy++)
+                for (int64_t ox = 0; ox < ys.d[3]; ox++) {
+                    double ref = conv_ref_at(x, w, b, s, p, n, o, oy, ox);
+                    double got = amp_tensor_get(y, ((n * ys.d[1] + o) * ys.d[2] + oy) * ys.d[3] + ox);
+                    if (!(fabs(got - ref) <= tol * (1 + fabs(ref))) && bad++ < 3)
+                        CHECK_MSG(0, "%s: y[%lld,%lld,%lld,%lld] = %.8g, want %.8g", what, (long long)n,
+                                  (long long)o, (long long)oy, (long long)ox, got, ref);
+                }
+}
+
+/* "Same" padding along x (stride 1, Wo == W) takes the shifted-plane
+ * im2col / col2im; these shapes cover kh != kw, Ho != H, wide kernels and
+ * a plane narrower than the kernel's reach. */
+static void test_conv2d_same_padding_shortcut(void)
+{
+    const struct {
+        int64_t N, C, H, W, O, kh, kw;
+        int p;
+    } cases[] = {{3, 2, 5, 6, 4, 3, 3, 1}, {2, 3, 4, 7, 2, 5, 5, 2}, {2, 2, 3, 5, 3, 1, 5, 2},
+                 {1, 2, 2, 3, 2, 7, 7, 3}, {2, 1, 6, 1, 2, 3, 1, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        amp_tensor *x = test_uniform(AMP_SHAPE(cases[k].N, cases[k].C, cases[k].H, cases[k].W), AMP_F32, -1, 1, 41);
+        amp_tensor *w = test_uniform(AMP_SHAPE(cases[k].O, cases[k].C, cases[k].kh, cases[k].kw), AMP_F32, -1, 1, 42);
+        amp_tensor *b = test_uniform(AMP_SHAPE(cases[k].O), AMP_F32, -1, 1, 43);
+        char what[64];
+        snprintf(what, sizeof what, "same case %zu", k);
+        check_conv_ref(what, x, w, b, 1, cases[k].p, 1e-5);
+        amp_tensor *in[3] = {x, w, b};
+        for (int i = 0; i < 3; i++)
+            amp_tensor_set_requires_grad(in[i], true);
+        conv_args a = {1, cases[k].p, 0, true};
+        CHECK(gradcheck(what, conv_fn, in, 3, &a, 1e-2, 2e-3, 1e-2));
+        amp_tensor_free(x), amp_tensor_free(w), amp_tensor_free(b);
+    }
+}
+
+/* A column budget so small that every image is its own group (and the
+ * groups outnumber the threads), then one that leaves a partial last
+ * group: values and gradients still match double loops / differences. */
+static void test_conv2d_small_groups(void)
+{
+    const size_t budgets[2] = {1, 3 * 4 * 9 * 36 * 8};
+    for (int bi = 0; bi < 2; bi++) {
+        size_t old = conv_set_cols_budget(budgets[bi]);
+        amp_tensor *x = test_uniform(AMP_SHAPE(5, 3, 6, 6), AMP_F32, -1, 1, 51);
+        amp_tensor *w = test_uniform(AMP_SHAPE(4, 3, 3, 3), AMP_F32, -1, 1, 52);
+        amp_tensor *b = test_uniform(AMP_SHAPE(4), AMP_F32, -1, 1, 53);
+        check_conv_ref("small groups s1 p1", x, w, b, 1, 1, 1e-5);
+        check_conv_ref("small groups s2 p0", x, w, NULL, 2, 0, 1e-5);
+        amp_tensor *in[3] = {x, w, b};
+        for (int i = 0; i < 3; i++)
+            amp_tensor_set_requires_grad(in[i], true);
+        for (int s = 1; s <= 2; s++) {
+            conv_args a = {s, 1, 0, true};
+            CHECK(gradcheck(s == 1 ? "small groups grad s1" : "small groups grad s2", conv_fn, in, 3, &a, 1e-2,
+                            2e-3, 1e-2));
+        }
+        amp_tensor_free(x), amp_tensor_free(w), amp_tensor_free(b);
+        conv_set_cols_budget(old);
+    }
+}
+
+/* bf16 runs its GEMMs on bf16 columns (the CPU's bf16 dot products where
+ * it has them), f16 on columns widened once to f32: over several groups
+ * both must stay within a few 16-bit ulps of the f32 conv of the same
+ * (rounded) values, gradients included. */
+static void test_16bit_conv_over_groups(void)
+{
+    const amp_dtype dts[] = {AMP_BF16, AMP_F16};
+    size_t old = conv_set_cols_budget(1);
+    for (int d = 0; d < 2; d++) {
+        amp_dtype dt = dts[d];
+        double tol = dt == AMP_BF16 ? 2e-2 : 3e-3;
+        amp_tensor *lo[3] = {test_uniform(AMP_SHAPE(3, 4, 7, 7), dt, -1, 1, 61),
+                             test_uniform(AMP_SHAPE(5, 4, 3, 3), dt, -1, 1, 62),
+                             test_uniform(AMP_SHAPE(5), dt, -1, 1, 63)};
+        amp_tensor *hi[3];
+        for (int i = 0; i < 3; i++) {
+            hi[i] = amp_clone(amp_to(lo[i], AMP_F32));
+            amp_tensor_set_requires_grad(lo[i], true);
+            amp_tensor_set_requires_grad(hi[i], true);
+        }
+        amp_tensor *yl = amp_conv2d(lo[0], lo[1], lo[2], 1, 1), *yh = amp_conv2d(hi[0], hi[1], hi[2], 1, 1);
+        CHECK(yl && yh);
+        if (yl && yh) {
+            double worst = 0;
+            for (int64_t i = 0; i < amp_tensor_numel(yh); i++)
+                worst = fmax(worst, fabs(amp_tensor_get(yl, i) - amp_tensor_get(yh, i)) /
+                                        (1 + fabs(amp_tensor_get(yh, i))));
+            CHECK_MSG(worst <= tol, "%s conv over groups: y differs by %g", amp_dtype_name(dt), worst);
+            amp_tensor *gz = test_uniform(amp_tensor_shape(yh), AMP_F32, -1, 1, 64);
+            CHECK_OK(amp_backward_with(yl, amp_to(gz, dt)));
+            CHECK_OK(amp_backward_with(yh, gz));
+            for (int i = 0; i < 3; i++) {
+                amp_tensor *gl = amp_tensor_grad(lo[i]), *gh = amp_tensor_grad(hi[i]);
+                CHECK(gl && gh && amp_tensor_dtype(gl) == dt);
+                double gw = 0, scale = 0;
+                for (int64_t k = 0; gl && gh && k < amp_tensor_numel(gh); k++) {
+                    gw = fmax(gw, fabs(amp_tensor_get(gl, k) - amp_tensor_get(gh, k)));
+                    scale = fmax(scale, fabs(amp_tensor_get(gh, k)));
+                }
+                CHECK_MSG(gw <= 2 * tol * (1 + scale), "%s grad %d over groups differs by %g (scale %g)",
+                          amp_dtype_name(dt), i, gw, scale);
+            }
+            amp_tensor_free(gz);
+        }
+        for (int i = 0; i < 3; i++)
+            amp_tensor_free(lo[i]), amp_tensor_free(hi[i]);
+        amp_temps_free();
+    }
+    conv_set_cols_budget(old);
+}
+
+/* The vector 2x2 max pool against the scalar loop (amp_cpu_limit(0)):
+ * the same maxima and argmax (through the gradient), bit for bit, with
+ * ties, -inf, NaN, and row widths around the vector width. */
+static void test_max_pool_2x2_vector_matches_scalar(void)
+{
+    const int64_t widths[] = {2, 14, 30, 32, 34, 66};
+    for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++) {
+        int64_t W = widths[k], H = 6, n = 2 * 3 * H * W;
+        amp_tensor *x = test_uniform(AMP_SHAPE(2, 3, H, W), AMP_F32, -2, 2, 70 + (uint64_t)k);
+        float *v = amp_tensor_data(x);
+        for (int64_t i = 0; i < n; i += 7)
+            v[i] = v[(i + 1) % n]; /* ties */
+        for (int64_t i = 3; i < n; i += 23)
+            v[i] = -INFINITY;
+        for (int64_t i = 5; i < n; i += 37)
+            v[i] = NAN;
+        float *ys[2], *gs[2];
+        for (int pass = 0; pass < 2; pass++) {
+            amp_cpu_limit(pass ? 0u : ~0u);
+            amp_tensor *xi = amp_clone(x);
+            amp_tensor_set_requires_grad(xi, true);
+            amp_tensor *y = amp_max_pool2d(xi, 2, 2, 0);
+            CHECK_OK(amp_backward(amp_sum_all(y)));
+            int64_t ny = amp_tensor_numel(y);
+            ys[pass] = malloc((size_t)ny * sizeof(float));
+            gs[pass] = malloc((size_t)n * sizeof(float));
+            memcpy(ys[pass], amp_tensor_data(y), (size_t)ny * sizeof(float));
+            memcpy(gs[pass], amp_tensor_data(amp_tensor_grad(xi)), (size_t)n * sizeof(float));
+            if (pass)
+                CHECK_MSG(memcmp(ys[0], ys[1], (size_t)ny * sizeof(float)) == 0 &&
+                              memcmp(gs[0], gs[1], (size_t)n * sizeof(float)) == 0,
+                          "width %lld: vector and scalar max pools differ", (long long)W);
+            amp_tensor_free(xi);
+            amp_temps_free();
+        }
+        amp_cpu_limit(~0u);
+        for (int pass = 0; pass < 2; pass++)
+            free(ys[pass]), free(gs[pass]);
+        amp_tensor_free(x);
+    }
+}
+
 /* ------------------------------------------------------------ errors */
 
 static void test_errors_name_op_and_shapes(void)
@@ -319,6 +509,10 @@ int main(void)
     RUN(test_pools_match_double);
     RUN(test_max_pool_ties_and_nan);
     RUN(test_16bit_conv_and_pools);
+    RUN(test_conv2d_same_padding_shortcut);
+    RUN(test_conv2d_small_groups);
+    RUN(test_16bit_conv_over_groups);
+    RUN(test_max_pool_2x2_vector_matches_scalar);
     RUN(test_errors_name_op_and_shapes);
     return harness_done();
 }

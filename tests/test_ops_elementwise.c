@@ -615,6 +615,110 @@ static void test_large_inputs_match_reference(void)
         amp_tensor_free(own[j]);
 }
 
+
+/* ------------------------------------------------------ vector kernels */
+
+/* GELU (tanh) runs on a vector kernel where the CPU has one: over a wide
+ * range, specials included, it stays within 1e-6 (relative, or absolute
+ * near 0) of the double definition, its gradient within 2e-6 of the
+ * double derivative, and both agree with the scalar path (amp_cpu_limit)
+ * on infinities and NaN. */
+static void test_gelu_tanh_vector_kernel(void)
+{
+    const int64_t n = 4099; /* several vector widths and a tail */
+    amp_tensor *x = amp_empty(AMP_SHAPE(n), AMP_F32);
+    float *v = amp_tensor_data(x);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)(-20.0 + 40.0 * (double)i / (double)(n - 1));
+    const float special[] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 1e-30f, -1e-30f, 1e20f, -1e20f, -12.0f, 90.0f};
+    for (size_t k = 0; k < sizeof special / sizeof special[0]; k++)
+        v[k * 37] = special[k];
+    const double c = sqrt(2.0 / M_PI), kap = 0.044715;
+    amp_tensor *ys[2] = {0}, *gs[2] = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        amp_cpu_limit(pass ? 0u : ~0u);
+        amp_tensor *xi = amp_clone(x);
+        amp_tensor_set_requires_grad(xi, true);
+        amp_tensor *y = amp_gelu(xi, AMP_GELU_TANH);
+        CHECK_OK(amp_backward(amp_sum_all(y)));
+        ys[pass] = amp_clone(y);
+        gs[pass] = amp_clone(amp_tensor_grad(xi));
+        amp_tensor_free(xi);
+        amp_temps_free();
+    }
+    amp_cpu_limit(~0u);
+    double worst = 0, worst_g = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double xv = v[i], y = amp_tensor_get(ys[0], i), g = amp_tensor_get(gs[0], i);
+        double ys_ = amp_tensor_get(ys[1], i), gs_ = amp_tensor_get(gs[1], i);
+        if (!isfinite(xv) || fabs(xv) > 1e10) { /* specials: as the scalar path */
+            CHECK_MSG((isnan(y) && isnan(ys_)) || y == ys_, "gelu(%g) = %g, scalar %g", xv, y, ys_);
+            CHECK_MSG((isnan(g) && isnan(gs_)) || g == gs_ || fabs(g - gs_) < 1e-30, "gelu'(%g) = %g, scalar %g",
+                      xv, g, gs_);
+            continue;
+        }
+        double u = c * (xv + kap * xv * xv * xv), t = tanh(u);
+        double ref = 0.5 * xv * (1 + t);
+        double dref = 0.5 * (1 + t) + 0.5 * xv * (1 - t * t) * c * (1 + 3 * kap * xv * xv);
+        /* u itself carries f32 rounding, which exp(-2u) amplifies by |2u|
+         * (the C kernel has the same error): scale the allowance. */
+        double e = fabs(ref) < 1e-6 ? fabs(y - ref) * 1e6 : fabs(y - ref) / fabs(ref);
+        worst = fmax(worst, e / (1 + 2 * fabs(u)));
+        worst_g = fmax(worst_g, fabs(g - dref) / fmax(fabs(dref), 1.0) / (1 + 2 * fabs(u)));
+    }
+    CHECK_MSG(worst <= 1e-6, "gelu_tanh: worst scaled relative error %.3g", worst);
+    CHECK_MSG(worst_g <= 1e-6, "gelu_tanh grad: worst scaled error %.3g", worst_g);
+    for (int pass = 0; pass < 2; pass++)
+        amp_tensor_free(ys[pass]), amp_tensor_free(gs[pass]);
+    amp_tensor_free(x);
+}
+
+/* relu and its gradient on f16 / bf16 select bits without widening: bit
+ * for bit what widening to f32, applying relu and rounding back gives,
+ * for every 16-bit pattern (NaNs come out quieted, -0 as +0). */
+static void test_relu_16bit_bits_match_widened(void)
+{
+    const amp_dtype dts[2] = {AMP_BF16, AMP_F16};
+    for (int d = 0; d < 2; d++) {
+        amp_dtype dt = dts[d];
+        const int64_t n = 65536;
+        amp_tensor *x = amp_empty(AMP_SHAPE(n), dt), *g = amp_empty(AMP_SHAPE(n), dt);
+        uint16_t *xv = amp_tensor_data(x), *gv = amp_tensor_data(g);
+        for (int64_t i = 0; i < n; i++) {
+            xv[i] = (uint16_t)i;
+            gv[i] = (uint16_t)(i * 40503u + 12345u); /* every pattern too, shuffled */
+        }
+        amp_tensor_set_requires_grad(x, true);
+        amp_tensor *y = amp_relu(x);
+        CHECK_OK(amp_backward_with(y, g));
+        amp_tensor *dx = amp_tensor_grad(x);
+        CHECK(y && dx && amp_tensor_dtype(y) == dt && amp_tensor_dtype(dx) == dt);
+        int bad = 0;
+        for (int64_t i = 0; y && dx && i < n && bad < 3; i++) {
+            float xf, gf, yf, dxf;
+            uint16_t want_y, want_dx;
+            amp_convert(&xv[i], dt, &xf, AMP_F32, 1);
+            amp_convert(&gv[i], dt, &gf, AMP_F32, 1);
+            yf = xf > 0.0f ? xf : (xf == xf ? 0.0f : xf);
+            amp_convert(&yf, AMP_F32, &want_y, dt, 1);
+            float ywf; /* the saved output, as the widened path reads it */
+            amp_convert(&want_y, dt, &ywf, AMP_F32, 1);
+            dxf = ywf > 0.0f ? gf : 0.0f;
+            amp_convert(&dxf, AMP_F32, &want_dx, dt, 1);
+            uint16_t got_y = ((const uint16_t *)amp_tensor_data(y))[i];
+            uint16_t got_dx = ((const uint16_t *)amp_tensor_data(dx))[i];
+            if (got_y != want_y || got_dx != want_dx) {
+                bad++;
+                CHECK_MSG(0, "%s relu(0x%04x) = 0x%04x (want 0x%04x), grad(0x%04x) = 0x%04x (want 0x%04x)",
+                          amp_dtype_name(dt), xv[i], got_y, want_y, gv[i], got_dx, want_dx);
+            }
+        }
+        amp_tensor_free(x);
+        amp_tensor_free(g);
+        amp_temps_free();
+    }
+}
+
 int main(void)
 {
     RUN(test_binary_same_shape_values_exact);
@@ -638,5 +742,7 @@ int main(void)
     RUN(test_integer_inputs_are_dtype_errors);
     RUN(test_null_input_keeps_first_error);
     RUN(test_large_inputs_match_reference);
+    RUN(test_gelu_tanh_vector_kernel);
+    RUN(test_relu_16bit_bits_match_widened);
     return harness_done();
 }

@@ -267,6 +267,65 @@ static void test_16bit_gradients_keep_dtype(void)
     }
 }
 
+
+/* Many rows: the bias gradient sums fixed blocks of rows and then the
+ * blocks, each column still the exact sum (small integers); in bf16 the
+ * rows are widened one at a time. */
+static void test_linear_bias_grad_many_rows(void)
+{
+    const amp_dtype dts[2] = {AMP_F32, AMP_BF16};
+    for (int d = 0; d < 2; d++) {
+        const int64_t rows = 5000, in = 3, out = 37;
+        amp_tensor *x = test_uniform(AMP_SHAPE(rows, in), dts[d], -1, 1, 81);
+        amp_tensor *w = test_uniform(AMP_SHAPE(out, in), dts[d], -1, 1, 82);
+        amp_tensor *b = test_uniform(AMP_SHAPE(out), dts[d], -1, 1, 83);
+        amp_tensor_set_requires_grad(b, true);
+        amp_tensor *g = amp_empty(AMP_SHAPE(rows, out), AMP_F32);
+        float *gv = amp_tensor_data(g);
+        for (int64_t i = 0; i < rows * out; i++)
+            gv[i] = (float)((i * 7) % 5) - 2.0f; /* sums stay exact in f32 */
+        CHECK_OK(amp_backward_with(amp_linear(x, w, b), amp_to(g, dts[d])));
+        amp_tensor *db = amp_tensor_grad(b);
+        CHECK(db && amp_tensor_dtype(db) == dts[d]);
+        for (int64_t j = 0; db && j < out; j++) {
+            double want = 0;
+            for (int64_t r = 0; r < rows; r++)
+                want += gv[r * out + j];
+            double wr = amp_tensor_get(amp_to(amp_full(AMP_SHAPE(1), AMP_F32, want), dts[d]), 0);
+            CHECK_NEAR(amp_tensor_get(db, j), wr, 0);
+        }
+        amp_tensor_free(x), amp_tensor_free(w), amp_tensor_free(b), amp_tensor_free(g);
+        amp_temps_free();
+    }
+}
+
+/* An f16 linear's weight gradient transposes and widens dY once before
+ * its GEMM: against the f32 op on the same values, over shapes that are
+ * not multiples of the transpose tile. */
+static void test_f16_linear_weight_grad(void)
+{
+    const int64_t shapes[3][3] = {{70, 33, 45}, {1, 5, 3}, {64, 32, 32}}; /* rows, in, out */
+    for (int k = 0; k < 3; k++) {
+        const int64_t rows = shapes[k][0], in = shapes[k][1], out = shapes[k][2];
+        amp_tensor *x = test_uniform(AMP_SHAPE(rows, in), AMP_F16, -1, 1, 91);
+        amp_tensor *w = test_uniform(AMP_SHAPE(out, in), AMP_F16, -1, 1, 92);
+        amp_tensor *g = test_uniform(AMP_SHAPE(rows, out), AMP_F16, -1, 1, 93);
+        amp_tensor *w32 = amp_clone(amp_to(w, AMP_F32));
+        amp_tensor_set_requires_grad(w, true);
+        amp_tensor_set_requires_grad(w32, true);
+        CHECK_OK(amp_backward_with(amp_linear(x, w, NULL), g));
+        CHECK_OK(amp_backward_with(amp_linear(amp_to(x, AMP_F32), w32, NULL), amp_to(g, AMP_F32)));
+        amp_tensor *gl = amp_tensor_grad(w), *gh = amp_tensor_grad(w32);
+        CHECK(gl && gh && amp_tensor_dtype(gl) == AMP_F16);
+        for (int64_t i = 0; gl && gh && i < out * in; i++) {
+            double ref = amp_tensor_get(gh, i);
+            CHECK_NEAR(amp_tensor_get(gl, i), ref, 0x1p-11 * fabs(ref) + 1e-5);
+        }
+        amp_tensor_free(x), amp_tensor_free(w), amp_tensor_free(g), amp_tensor_free(w32);
+        amp_temps_free();
+    }
+}
+
 /* ------------------------------------------------------------ errors */
 
 static void test_errors_name_op_and_shapes(void)
@@ -321,6 +380,8 @@ int main(void)
     RUN(test_linear_bias_grad_sums_rows);
     RUN(test_16bit_matches_f32);
     RUN(test_16bit_gradients_keep_dtype);
+    RUN(test_linear_bias_grad_many_rows);
+    RUN(test_f16_linear_weight_grad);
     RUN(test_errors_name_op_and_shapes);
     return harness_done();
 }

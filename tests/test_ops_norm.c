@@ -8,6 +8,7 @@
 #include "reference/norm_ref.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* An owned tensor of dt holding the floats v (rounded to dt). */
 static amp_tensor *make(amp_shape s, amp_dtype dt, const float *v)
@@ -320,6 +321,72 @@ static void test_layer_norm_empty_batch(void)
     amp_tensor_free(g);
 }
 
+
+/* y, dx, dweight, dbias of a layer_norm over [rows, cols] with loss
+ * sum(y * g), as fresh tensors in out[0..3]. */
+static void ln_run(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor *g, amp_tensor **out)
+{
+    amp_tensor *xi = amp_clone(x), *wi = amp_clone(w), *bi = amp_clone(b);
+    amp_tensor_set_requires_grad(xi, true);
+    amp_tensor_set_requires_grad(wi, true);
+    amp_tensor_set_requires_grad(bi, true);
+    amp_tensor *y = amp_layer_norm(xi, 1, wi, bi, 1e-5);
+    CHECK_OK(amp_backward_with(y, g));
+    out[0] = amp_clone(y);
+    out[1] = amp_clone(amp_tensor_grad(xi));
+    out[2] = amp_clone(amp_tensor_grad(wi));
+    out[3] = amp_clone(amp_tensor_grad(bi));
+    amp_tensor_free(xi), amp_tensor_free(wi), amp_tensor_free(bi);
+    amp_temps_free();
+}
+
+/* Rows run on vector kernels where the CPU has them and on any number of
+ * threads: the vector results stay within f32 rounding of the scalar
+ * ones (amp_cpu_limit(0)), and one thread gives the same bits as two
+ * (the weight / bias sums add fixed blocks of rows in a fixed order). */
+static void test_layer_norm_vector_and_threads(void)
+{
+    const int64_t shapes[2][2] = {{300, 77}, {70, 1000}};
+    for (int k = 0; k < 2; k++) {
+        const int64_t M = shapes[k][0], N = shapes[k][1];
+        amp_tensor *x = test_uniform(AMP_SHAPE(M, N), AMP_F32, -2, 3, 101);
+        amp_tensor *w = test_uniform(AMP_SHAPE(N), AMP_F32, 0.5, 1.5, 102);
+        amp_tensor *b = test_uniform(AMP_SHAPE(N), AMP_F32, -1, 1, 103);
+        amp_tensor *g = test_uniform(AMP_SHAPE(M, N), AMP_F32, -1, 1, 104);
+        amp_tensor *r[3][4];
+        int saved = amp_get_num_threads();
+        ln_run(x, w, b, g, r[0]); /* vector, default threads */
+        amp_set_num_threads(1);
+        ln_run(x, w, b, g, r[1]); /* vector, one thread */
+        amp_set_num_threads(2);
+        amp_tensor *two[4];
+        ln_run(x, w, b, g, two);
+        amp_set_num_threads(saved);
+        amp_cpu_limit(0);
+        ln_run(x, w, b, g, r[2]); /* scalar */
+        amp_cpu_limit(~0u);
+        const char *names[4] = {"y", "dx", "dw", "db"};
+        for (int t = 0; t < 4; t++) {
+            int64_t n = amp_tensor_numel(r[0][t]);
+            CHECK_MSG(memcmp(amp_tensor_data(r[1][t]), amp_tensor_data(two[t]), (size_t)n * sizeof(float)) == 0,
+                      "%lldx%lld %s: one and two threads differ", (long long)M, (long long)N, names[t]);
+            double worst = 0, scale = 0;
+            for (int64_t i = 0; i < n; i++) {
+                worst = fmax(worst, fabs(amp_tensor_get(r[0][t], i) - amp_tensor_get(r[2][t], i)));
+                scale = fmax(scale, fabs(amp_tensor_get(r[2][t], i)));
+            }
+            CHECK_MSG(worst <= 1e-5 * (1 + scale), "%lldx%lld %s: vector and scalar differ by %g (scale %g)",
+                      (long long)M, (long long)N, names[t], worst, scale);
+        }
+        for (int t = 0; t < 4; t++) {
+            for (int v = 0; v < 3; v++)
+                amp_tensor_free(r[v][t]);
+            amp_tensor_free(two[t]);
+        }
+        amp_tensor_free(x), amp_tensor_free(w), amp_tensor_free(b), amp_tensor_free(g);
+    }
+}
+
 int main(void)
 {
     RUN(test_layer_norm_matches_pytorch_f32);
@@ -331,5 +398,6 @@ int main(void)
     RUN(test_layer_norm_mixed_dtypes);
     RUN(test_layer_norm_errors);
     RUN(test_layer_norm_empty_batch);
+    RUN(test_layer_norm_vector_and_threads);
     return harness_done();
 }

@@ -6,6 +6,7 @@
 #include "harness.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* ------------------------------------------------------------- reshape */
 
@@ -528,6 +529,35 @@ static void test_to_integers(void)
     amp_tensor_free(x);
 }
 
+
+/* A cast big enough to be split over threads in blocks (with a partial
+ * last block): every element as amp_convert gives it, both ways, and the
+ * gradient comes back in the input's dtype the same way. */
+static void test_to_large_tensor_blocks(void)
+{
+    const int64_t n = 3 * 65536 + 777;
+    amp_tensor *x = test_uniform(AMP_SHAPE(n), AMP_F32, -70000, 70000, 161);
+    amp_tensor_set_requires_grad(x, true);
+    const amp_dtype dts[2] = {AMP_BF16, AMP_F16};
+    for (int d = 0; d < 2; d++) {
+        amp_tensor *y = amp_to(x, dts[d]);
+        CHECK(y && amp_tensor_dtype(y) == dts[d]);
+        uint16_t *want = malloc((size_t)n * sizeof(uint16_t));
+        amp_convert(amp_tensor_data(x), AMP_F32, want, dts[d], (size_t)n);
+        CHECK(y && memcmp(amp_tensor_data(y), want, (size_t)n * sizeof(uint16_t)) == 0);
+        amp_tensor_clear_grad(x);
+        CHECK_OK(amp_backward_with(y, y)); /* d(to)/dx = the gradient, widened */
+        amp_tensor *g = amp_tensor_grad(x);
+        float *wide = malloc((size_t)n * sizeof(float));
+        amp_convert(want, dts[d], wide, AMP_F32, (size_t)n);
+        CHECK(g && amp_tensor_dtype(g) == AMP_F32 && memcmp(amp_tensor_data(g), wide, (size_t)n * sizeof(float)) == 0);
+        free(want);
+        free(wide);
+        amp_temps_free();
+    }
+    amp_tensor_free(x);
+}
+
 int main(void)
 {
     RUN(test_reshape_shares_storage);
@@ -550,5 +580,6 @@ int main(void)
     RUN(test_to_backward_returns_input_dtype);
     RUN(test_to_gradcheck);
     RUN(test_to_integers);
+    RUN(test_to_large_tensor_blocks);
     return harness_done();
 }

@@ -263,6 +263,70 @@ static void test_large_parameter_threaded_update(void)
     amp_tensor_free(g);
 }
 
+
+/* The update loops run on AVX-512 where the CPU has it, with the scalar
+ * loops' operations in the same order: three steps of every optimizer
+ * variant give the same bits either way (amp_cpu_limit(0) forces the
+ * scalar loops), over a size with whole vectors, blocks and a tail. */
+static void test_vector_update_matches_scalar_bits(void)
+{
+    enum { N = 40000 + 13 };
+    amp_tensor *p0 = test_uniform(AMP_SHAPE(N), AMP_F32, -1, 1, 31);
+    amp_tensor *gs[3] = {test_uniform(AMP_SHAPE(N), AMP_F32, -1, 1, 32), test_uniform(AMP_SHAPE(N), AMP_F32, -2, 2, 33),
+                         test_uniform(AMP_SHAPE(N), AMP_F32, -1e-3, 1e-3, 34)};
+    for (int variant = 0; variant < 6; variant++) {
+        float *out[2];
+        for (int pass = 0; pass < 2; pass++) {
+            amp_cpu_limit(pass ? 0u : ~0u);
+            amp_tensor *p = amp_clone(p0);
+            amp_optim *o;
+            if (variant < 3) {
+                amp_sgd_opts so = amp_sgd_defaults();
+                so.lr = 0.05;
+                so.momentum = variant ? 0.9 : 0;
+                so.weight_decay = variant == 2 ? 0.01 : 0;
+                so.nesterov = variant == 2;
+                o = amp_optim_sgd(&p, 1, so);
+            } else {
+                amp_adam_opts ao = variant == 4 ? amp_adamw_defaults() : amp_adam_defaults();
+                ao.lr = 0.01;
+                ao.weight_decay = variant == 3 ? 0.0 : 0.1;
+                ao.amsgrad = variant == 5;
+                ao.beta1 = variant == 5 ? 0.3 : 0.9; /* the other side of ATen's lerp */
+                o = variant == 4 ? amp_optim_adamw(&p, 1, ao) : amp_optim_adam(&p, 1, ao);
+            }
+            for (int step = 0; step < 3; step++) {
+                set_grad(p, tensor_f32(gs[step]));
+                CHECK_OK(amp_optim_step(o));
+            }
+            out[pass] = malloc((size_t)N * sizeof(float));
+            memcpy(out[pass], tensor_f32(p), (size_t)N * sizeof(float));
+            amp_optim_free(o);
+            amp_tensor_free(p);
+        }
+        amp_cpu_limit(~0u);
+        /* A build for an FMA target (-march=native) may fuse the scalar
+         * loops' multiply-adds: allow them a rounding there. */
+#ifdef __FMA__
+        const double ulps = 0x1p-22;
+#else
+        const double ulps = 0;
+#endif
+        int64_t first = -1;
+        for (int64_t j = 0; j < N && first < 0; j++)
+            if (memcmp(&out[0][j], &out[1][j], sizeof(float)) != 0 &&
+                !(fabs((double)out[0][j] - out[1][j]) <= ulps * fabs((double)out[1][j])))
+                first = j;
+        CHECK_MSG(first < 0, "variant %d: vector and scalar differ at %lld: %.9g vs %.9g", variant, (long long)first,
+                  first < 0 ? 0.0 : out[0][first], first < 0 ? 0.0 : out[1][first]);
+        free(out[0]);
+        free(out[1]);
+    }
+    amp_tensor_free(p0);
+    for (int i = 0; i < 3; i++)
+        amp_tensor_free(gs[i]);
+}
+
 /* ------------------------------------------------------------- options */
 
 static void test_option_validation_names_option_and_value(void)
@@ -559,6 +623,7 @@ int main(void)
     RUN(test_sgd_momentum_buffer_starts_as_the_gradient);
     RUN(test_16bit_parameters_update_in_f32_and_round_once);
     RUN(test_large_parameter_threaded_update);
+    RUN(test_vector_update_matches_scalar_bits);
     RUN(test_option_validation_names_option_and_value);
     RUN(test_defaults_are_pytorchs);
     RUN(test_zero_grad_lr_params_and_steps);

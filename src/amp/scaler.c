@@ -9,39 +9,19 @@
  * back to READY at update, and each misuse gets PyTorch's message.
  *
  * Opt-in extras (off by default): min_scale, max_scale, hysteresis.
+ *
+ * On CUDA (the loss given to scale() is a CUDA tensor) the state lives on
+ * the device and scaler_cuda.c runs unscale, step and update there; this
+ * file keeps the host's logic (stages, messages) and reads the device
+ * state back in the getters.
  */
-#include "amp/amp.h"
+#include "amp/scaler_impl.h"
 #include "base/base.h"
 #include "dtype/dtype.h"
 #include "tensor/tensor.h"
 
 #include <math.h>
 #include <stdlib.h>
-
-enum { STAGE_READY = 0, STAGE_UNSCALED, STAGE_STEPPED };
-
-typedef struct {
-    amp_optim *opt;
-    int stage;
-    bool recorded;  /* unscale saw at least one gradient */
-    bool found_inf;
-} opt_record;
-
-#define HISTORY 64
-
-struct amp_scaler {
-    amp_scaler_opts o;
-    bool started;        /* scale() has been called: _scale is not None */
-    amp_tensor *scale_t; /* 0-d f32, the scale scale() multiplies by */
-    int64_t tracker;
-    int hysteresis_left;
-    opt_record *recs;
-    int n_recs, cap_recs;
-    amp_scaler_counts counts;
-    int64_t updates;
-    amp_scale_change hist[HISTORY];
-    int hist_len;
-};
 
 amp_scaler_opts amp_scaler_defaults(void)
 {
@@ -97,23 +77,41 @@ void amp_scaler_free(amp_scaler *s)
     if (!s)
         return;
     amp_tensor_free(s->scale_t);
+    cuda_free(s->dev);
     free(s->recs);
     free(s);
 }
 
-static float scale_value(const amp_scaler *s) { return tensor_f32(s->scale_t)[0]; }
+static bool on_cuda(const amp_scaler *s) { return s->dev != NULL; }
+
+/* The scale (on CUDA: copied to the host, which waits for the GPU). */
+static float scale_value(const amp_scaler *s)
+{
+    return on_cuda(s) ? scaler_cuda_get_scale(s) : tensor_f32(s->scale_t)[0];
+}
 
 static void set_scale(amp_scaler *s, float v)
 {
-    tensor_f32(s->scale_t)[0] = v;
+    if (on_cuda(s))
+        scaler_cuda_set_scale(s, v);
+    else
+        tensor_f32(s->scale_t)[0] = v;
     tensor_bump(s->scale_t);
 }
 
-/* The lazy start of PyTorch's _scale: made from init_scale at first use. */
-static amp_status ensure_scale(amp_scaler *s)
+/* The lazy start of PyTorch's _scale: made from init_scale at first use,
+ * on the loss's device. */
+static amp_status ensure_scale(amp_scaler *s, amp_device dev)
 {
-    if (s->scale_t)
+    if (s->scale_t) {
+        if (tensor_device(s->scale_t) != dev)
+            return amp_set_error(AMP_ERR_DEVICE, "scaler: its scale lives on %s but the loss is on %s (use one "
+                                 "scaler per device)", amp_device_name(tensor_device(s->scale_t)),
+                                 amp_device_name(dev));
         return AMP_OK;
+    }
+    if (dev == AMP_CUDA)
+        return scaler_cuda_start(s);
     s->scale_t = amp_full(AMP_SHAPE(), AMP_F32, s->o.init_scale);
     return s->scale_t ? AMP_OK : amp_last_status();
 }
@@ -153,7 +151,7 @@ amp_tensor *amp_scaler_scale(amp_scaler *s, amp_tensor *loss)
         return NULL;
     if (!s->o.enabled)
         return loss;
-    if (ensure_scale(s) != AMP_OK)
+    if (ensure_scale(s, tensor_device(loss)) != AMP_OK)
         return NULL;
     s->started = true;
     return amp_mul(loss, s->scale_t);
@@ -221,7 +219,14 @@ amp_status amp_scaler_unscale(amp_scaler *s, amp_optim *o)
                                  "Attempting to unscale FP16 gradients. (parameter %d has an f16 "
                                  "gradient; keep f32 master parameters and let autocast cast them)",
                                  i);
+        if (g && tensor_on_cuda(g) != on_cuda(s))
+            return amp_set_error(AMP_ERR_DEVICE,
+                                 "scaler: parameter %d's gradient is on %s but the scale was made on %s (one "
+                                 "scaler per device)",
+                                 i, amp_device_name(tensor_device(g)), amp_device_name(tensor_device(s->scale_t)));
     }
+    if (on_cuda(s))
+        return scaler_cuda_unscale(s, o, r);
     /* FP32 division can be imprecise; PyTorch takes the reciprocal in FP64. */
     float inv = (float)(1.0 / (double)scale_value(s));
     bool found = false, any = false;
@@ -274,7 +279,9 @@ amp_status amp_scaler_step(amp_scaler *s, amp_optim *o, bool *skipped)
                              "No inf checks were recorded for this optimizer. (none of its "
                              "parameters has a gradient: did backward run?)");
     amp_status st = AMP_OK;
-    if (r->found_inf) {
+    if (on_cuda(s)) {
+        st = scaler_cuda_step(s, o, r, skipped);
+    } else if (r->found_inf) {
         s->counts.skipped++;
         if (skipped)
             *skipped = true;
@@ -318,6 +325,12 @@ amp_status amp_scaler_update(amp_scaler *s)
         return amp_set_error(AMP_ERR_STATE,
                              "No inf checks were recorded prior to update. (call "
                              "amp_scaler_step or amp_scaler_unscale first)");
+    if (on_cuda(s)) {
+        amp_status st = scaler_cuda_update(s);
+        tensor_bump(s->scale_t);
+        reset_records(s);
+        return st;
+    }
     float old = scale_value(s), now = old;
     /* The rule of PyTorch's _amp_update_scale_: products in double,
      * stored as f32. */
@@ -358,12 +371,14 @@ amp_status amp_scaler_update_to(amp_scaler *s, double new_scale)
     if (!(new_scale > 0) || !isfinite(new_scale))
         return amp_set_error(AMP_ERR_ARG, "scaler_update: new_scale %g must be positive and finite",
                              new_scale);
+    if (on_cuda(s) && scaler_cuda_to_host(s) != AMP_OK)
+        return amp_last_status();
     float old = scale_value(s);
     set_scale(s, (float)new_scale);
     remember(s, old, (float)new_scale);
     s->updates++;
     reset_records(s);
-    return AMP_OK;
+    return on_cuda(s) ? scaler_cuda_from_host(s) : AMP_OK;
 }
 
 /* -------------------------------------------------------- accessors */
@@ -380,6 +395,10 @@ double amp_scaler_get_backoff_factor(const amp_scaler *s) { return s ? s->o.back
 int64_t amp_scaler_get_growth_interval(const amp_scaler *s) { return s ? s->o.growth_interval : 0; }
 int64_t amp_scaler_get_growth_tracker(const amp_scaler *s)
 {
+    if (s && s->o.enabled && on_cuda(s)) {
+        cuda_scaler_state st;
+        return scaler_cuda_pull(s, &st) == AMP_OK ? st.tracker : 0;
+    }
     return s && s->o.enabled ? s->tracker : 0;
 }
 void amp_scaler_set_growth_factor(amp_scaler *s, double f)
@@ -409,7 +428,7 @@ amp_scaler_state amp_scaler_state_get(const amp_scaler *s)
     st.growth_factor = s->o.growth_factor;
     st.backoff_factor = s->o.backoff_factor;
     st.growth_interval = s->o.growth_interval;
-    st.growth_tracker = s->tracker;
+    st.growth_tracker = amp_scaler_get_growth_tracker(s);
     return st;
 }
 
@@ -433,15 +452,23 @@ amp_status amp_scaler_state_load(amp_scaler *s, amp_scaler_state st)
     if (st.growth_tracker < 0)
         return amp_set_error(AMP_ERR_ARG, "scaler_state_load: growth tracker %lld is negative",
                              (long long)st.growth_tracker);
+    if (on_cuda(s) && scaler_cuda_to_host(s) != AMP_OK)
+        return amp_last_status();
     s->o = o;
     s->tracker = st.growth_tracker;
     if (s->scale_t)
         set_scale(s, (float)st.scale);
-    return AMP_OK;
+    return on_cuda(s) ? scaler_cuda_from_host(s) : AMP_OK;
 }
 
 amp_scaler_counts amp_scaler_get_counts(const amp_scaler *s)
 {
+    if (s && on_cuda(s)) {
+        cuda_scaler_state st;
+        if (scaler_cuda_pull(s, &st) != AMP_OK)
+            return (amp_scaler_counts){0, 0};
+        return (amp_scaler_counts){st.steps, st.skipped};
+    }
     return s ? s->counts : (amp_scaler_counts){0, 0};
 }
 
@@ -449,6 +476,17 @@ int amp_scaler_history(const amp_scaler *s, amp_scale_change *out, int max)
 {
     if (!s || !out || max <= 0)
         return 0;
+    if (on_cuda(s)) {
+        cuda_scaler_state st;
+        if (scaler_cuda_pull(s, &st) != AMP_OK)
+            return 0;
+        int len = (int)st.hist_len, n = len < max ? len : max;
+        for (int k = 0; k < n; k++) {
+            int j = len - n + k;
+            out[k] = (amp_scale_change){st.hist_update[j], st.hist_old[j], st.hist_new[j]};
+        }
+        return n;
+    }
     int n = s->hist_len < max ? s->hist_len : max;
     memcpy(out, s->hist + (s->hist_len - n), (size_t)n * sizeof *out);
     return n;
@@ -463,6 +501,11 @@ amp_status amp_scaler_f16_health(const amp_scaler *s, const amp_tensor *param, i
     const amp_tensor *g = param->grad;
     if (!g)
         return AMP_OK;
+    amp_tensor *host = tensor_on_cuda(g) ? amp_to_device(g, AMP_CPU) : NULL; /* a diagnostic: may wait */
+    if (tensor_on_cuda(g) && !host)
+        return amp_last_status();
+    if (host)
+        g = host;
     double scale = amp_scaler_get_scale(s);
     for (int64_t i = 0; i < g->numel; i++) {
         double v = fabs((double)load_f32(tensor_ptr(g), g->dtype, (size_t)i) * scale);
@@ -471,5 +514,6 @@ amp_status amp_scaler_f16_health(const amp_scaler *s, const amp_tensor *param, i
         else if (v >= 65520.0)
             (*overflow)++;
     }
+    amp_tensor_free(host);
     return AMP_OK;
 }

@@ -133,6 +133,10 @@ static amp_tensor *gpt_forward(amp_module *m, amp_tensor *idx)
     amp_tensor *pos = amp_arange(0, (double)T, 1, AMP_I64);
     if (!pos)
         return NULL;
+    if (amp_tensor_device(wpe) != AMP_CPU && amp_tensor_move(pos, amp_tensor_device(wpe)) != AMP_OK) {
+        amp_tensor_free(pos);
+        return NULL;
+    }
     amp_tensor *x = amp_add(amp_embedding(wte, idx), amp_embedding(wpe, pos));
     amp_tensor_free(pos);
     for (int64_t i = 0; i < layers && x; i++)

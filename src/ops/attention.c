@@ -34,6 +34,7 @@
  */
 #include "backend/cpu/gemm.h"
 #include "ops/ops.h"
+#include "ops/simd.h"
 
 #include <math.h>
 
@@ -110,17 +111,23 @@ static amp_status scores(const node *n, const attn_plan *pl, int64_t h, float *S
  * double, as the softmax op does. */
 static void softmax_rows(const attn_plan *pl, float *S, float *lse)
 {
+    const simd_row_fns *v = simd_pick_rows();
     for (int64_t i = 0; i < pl->T; i++) {
         float *r = S + i * pl->T;
         int64_t len = row_len(pl, i);
         float mx = -INFINITY;
-        for (int64_t j = 0; j < len; j++)
-            if (r[j] > mx || r[j] != r[j]) /* a NaN makes the row NaN */
-                mx = r[j];
         double sum = 0;
-        for (int64_t j = 0; j < len; j++) {
-            r[j] = expf(r[j] - mx);
-            sum += r[j];
+        if (v) {
+            mx = v->max(r, len);
+            sum = v->exp_sum(r, len, mx);
+        } else {
+            for (int64_t j = 0; j < len; j++)
+                if (r[j] > mx || r[j] != r[j]) /* a NaN makes the row NaN */
+                    mx = r[j];
+            for (int64_t j = 0; j < len; j++) {
+                r[j] = expf(r[j] - mx);
+                sum += r[j];
+            }
         }
         float inv = (float)(1.0 / sum);
         for (int64_t j = 0; j < len; j++)
@@ -130,6 +137,33 @@ static void softmax_rows(const attn_plan *pl, float *S, float *lse)
         if (lse)
             lse[i] = mx + (float)log(sum);
     }
+}
+
+/* bf16 inputs: the probabilities and dS go into the second-stage GEMMs
+ * rounded to bf16, so that those GEMMs also run on the CPU's bf16 dot
+ * products, as PyTorch's CPU flash attention does (its qk_reduced and
+ * grad_attn_reduced buffers). Other dtypes keep them in f32. */
+static bool reduced(amp_dtype dt) { return dt == AMP_BF16; }
+
+/* A [T, T] f32 matrix as the GEMM reads it: itself, or rounded to bf16
+ * into buf. */
+static const void *stage(const float *m, int64_t T, amp_dtype dt, uint16_t *buf, amp_dtype *mdt)
+{
+    if (!reduced(dt)) {
+        *mdt = AMP_F32;
+        return m;
+    }
+    amp_convert(m, AMP_F32, buf, AMP_BF16, (size_t)(T * T));
+    *mdt = AMP_BF16;
+    return buf;
+}
+
+/* Floats of per-head scratch: `mats` f32 [T, T] matrices plus one bf16
+ * [T, T] staging buffer when dt is reduced. */
+static int64_t scratch_floats(const attn_plan *pl, int mats, amp_dtype dt)
+{
+    int64_t tt = pl->T * pl->T;
+    return mats * tt + (reduced(dt) ? (tt + 1) / 2 : 0);
 }
 
 /* Runs fn(ctx, h, scratch) for every head, one head per OpenMP iteration,
@@ -175,9 +209,10 @@ static amp_status forward_head(void *vc, int64_t h, float *S)
         return st;
     softmax_rows(pl, S, c->lse ? c->lse + h * pl->T : NULL);
     /* out = P v, accumulated in f32 and rounded once to the output dtype. */
-    amp_dtype dt = c->out->dtype;
-    return gemm_lowp(false, false, pl->T, pl->d, pl->T, 1.0f, S, AMP_F32, pl->T, head_at(c->n->in[2], h, pl),
-                     dt, pl->d, 0.0f, head_out(c->out, h, pl), dt, pl->d);
+    amp_dtype dt = c->out->dtype, pdt;
+    const void *P = stage(S, pl->T, dt, (uint16_t *)(S + pl->T * pl->T), &pdt);
+    return gemm_lowp(false, false, pl->T, pl->d, pl->T, 1.0f, P, pdt, pl->T, head_at(c->n->in[2], h, pl), dt,
+                     pl->d, 0.0f, head_out(c->out, h, pl), dt, pl->d);
 }
 
 amp_tensor *attention_forward(node *n)
@@ -200,7 +235,7 @@ amp_tensor *attention_forward(node *n)
         return NULL;
     }
     fwd_ctx c = {n, &pl, out, lse ? tensor_f32(lse) : NULL};
-    if (for_each_head(n, &pl, forward_head, &c, pl.T * pl.T) != AMP_OK) {
+    if (for_each_head(n, &pl, forward_head, &c, scratch_floats(&pl, 1, q->dtype)) != AMP_OK) {
         amp_tensor_free(out);
         amp_tensor_free(lse);
         return NULL;
@@ -219,7 +254,7 @@ typedef struct {
     amp_tensor *gq, *gk, *gv; /* NULL when not needed */
 } bwd_ctx;
 
-/* scratch: P [T, T] then dP / dS [T, T]. */
+/* scratch: P [T, T], dP / dS [T, T], then the bf16 staging buffer. */
 static amp_status backward_head(void *vc, int64_t h, float *scratch)
 {
     const bwd_ctx *c = vc;
@@ -227,7 +262,10 @@ static amp_status backward_head(void *vc, int64_t h, float *scratch)
     const int64_t T = pl->T, d = pl->d;
     const amp_dtype dt = c->n->in[0]->dtype;
     float *P = scratch, *dS = scratch + T * T;
+    uint16_t *buf = (uint16_t *)(scratch + 2 * T * T);
     const void *g = head_at(c->gout, h, pl);
+    const simd_row_fns *v = simd_pick_rows();
+    amp_dtype mdt;
 
     /* P = exp(S - lse), rebuilt from the saved log-sum-exp. */
     amp_status st = scores(c->n, pl, h, P);
@@ -237,15 +275,18 @@ static amp_status backward_head(void *vc, int64_t h, float *scratch)
     for (int64_t i = 0; i < T; i++) {
         float *r = P + i * T;
         int64_t len = row_len(pl, i);
-        for (int64_t j = 0; j < len; j++)
-            r[j] = expf(r[j] - lse[i]);
+        if (v)
+            v->exp_sum(r, len, lse[i]);
+        else
+            for (int64_t j = 0; j < len; j++)
+                r[j] = expf(r[j] - lse[i]);
         for (int64_t j = len; j < T; j++)
             r[j] = 0.0f;
     }
     if (c->gv) {
         /* dV [T, d] = Pᵀ dO */
-        st = gemm_lowp(true, false, T, d, T, 1.0f, P, AMP_F32, T, g, dt, d, 0.0f, head_out(c->gv, h, pl), dt,
-                       d);
+        const void *Pm = stage(P, T, dt, buf, &mdt);
+        st = gemm_lowp(true, false, T, d, T, 1.0f, Pm, mdt, T, g, dt, d, 0.0f, head_out(c->gv, h, pl), dt, d);
         if (st != AMP_OK)
             return st;
     }
@@ -262,23 +303,27 @@ static amp_status backward_head(void *vc, int64_t h, float *scratch)
         float *r = dS + i * T;
         int64_t len = row_len(pl, i);
         double dot = 0;
-        for (int64_t j = 0; j < len; j++)
-            dot += (double)p[j] * r[j];
+        if (v)
+            dot = v->dot(p, r, len);
+        else
+            for (int64_t j = 0; j < len; j++)
+                dot += (double)p[j] * r[j];
         for (int64_t j = 0; j < len; j++)
             r[j] = pl->scale * p[j] * (r[j] - (float)dot);
         for (int64_t j = len; j < T; j++)
             r[j] = 0.0f;
     }
+    const void *dSm = stage(dS, T, dt, buf, &mdt);
     if (c->gq) {
         /* dQ [T, d] = dS K */
-        st = gemm_lowp(false, false, T, d, T, 1.0f, dS, AMP_F32, T, head_at(c->n->in[1], h, pl), dt, d, 0.0f,
+        st = gemm_lowp(false, false, T, d, T, 1.0f, dSm, mdt, T, head_at(c->n->in[1], h, pl), dt, d, 0.0f,
                        head_out(c->gq, h, pl), dt, d);
         if (st != AMP_OK)
             return st;
     }
     if (c->gk) {
         /* dK [T, d] = dSᵀ Q */
-        st = gemm_lowp(true, false, T, d, T, 1.0f, dS, AMP_F32, T, head_at(c->n->in[0], h, pl), dt, d, 0.0f,
+        st = gemm_lowp(true, false, T, d, T, 1.0f, dSm, mdt, T, head_at(c->n->in[0], h, pl), dt, d, 0.0f,
                        head_out(c->gk, h, pl), dt, d);
     }
     return st;
@@ -303,5 +348,5 @@ amp_status attention_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
     if (!n->saved[0])
         return amp_set_error(AMP_ERR_STATE, "%s: backward without the saved log-sum-exp", op_name(n));
     bwd_ctx c = {n, &pl, gout, tensor_f32(n->saved[0]), gin[0], gin[1], gin[2]};
-    return for_each_head(n, &pl, backward_head, &c, 2 * pl.T * pl.T);
+    return for_each_head(n, &pl, backward_head, &c, scratch_floats(&pl, 2, q->dtype));
 }

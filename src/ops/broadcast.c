@@ -176,6 +176,27 @@ amp_tensor *ew_new(amp_shape shape, amp_dtype dt, const ew_arg *in, int nin, ew_
     return out;
 }
 
+/* Elements per task of a threaded conversion: big enough that the
+ * threads' start-up is paid back, small enough to share the work. */
+#define CONVERT_BLOCK 65536
+
+amp_tensor *ew_convert(const amp_tensor *t, amp_dtype dt)
+{
+    amp_tensor *out = tensor_new(t->shape, dt);
+    if (!out)
+        return NULL;
+    const char *src = tensor_ptr(t);
+    char *dst = tensor_ptr(out);
+    const size_t es = amp_dtype_size(t->dtype), ed = amp_dtype_size(dt);
+    const int64_t n = t->numel, blocks = (n + CONVERT_BLOCK - 1) / CONVERT_BLOCK;
+    OMP_PRAGMA(omp parallel for num_threads(amp_threads()) if (blocks > 1) schedule(static))
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t lo = b * CONVERT_BLOCK, len = n - lo < CONVERT_BLOCK ? n - lo : CONVERT_BLOCK;
+        amp_convert(src + (size_t)lo * es, t->dtype, dst + (size_t)lo * ed, dt, (size_t)len);
+    }
+    return out;
+}
+
 /* ----------------------------------------------------------------- sums */
 
 /* Blocks of a long sum: fixed, so the result does not depend on how many
@@ -367,7 +388,7 @@ amp_tensor *sum_to_shape(const amp_tensor *g, amp_shape small, amp_dtype dt, dou
     ew_arg a = ew_arg_of(g);
     if (shape_equal(g->shape, small)) {
         if (scale == 1.0)
-            return tensor_convert(g, dt);
+            return ew_convert(g, dt);
         float s = (float)scale;
         return ew_new(small, dt, &a, 1, ew_scale, &s);
     }

@@ -11,7 +11,7 @@
  * combined in a fixed order.
  *
  * Defines: OMP_PRAGMA, bcast_shapes, promote_float, ew_arg, ew_map,
- * ew_new, ew_scale / ew_divide, reduce_sum, sum_to_shape.
+ * ew_new, ew_scale / ew_divide, ew_convert, reduce_sum, sum_to_shape.
  */
 #ifndef AMPC_BROADCAST_H
 #define AMPC_BROADCAST_H
@@ -72,6 +72,11 @@ amp_tensor *ew_new(amp_shape shape, amp_dtype dt, const ew_arg *in, int nin, ew_
 /* Generic one-input kernels; ctx points to a float s. */
 void ew_scale(float *out, const float *const *in, int64_t n, const void *ctx);  /* in * s */
 void ew_divide(float *out, const float *const *in, int64_t n, const void *ctx); /* in / s */
+
+/* t's values in dtype dt as a new tensor (a copy when dt matches), the
+ * conversion spread over threads for big tensors: what autocast's casts
+ * and their gradients cost. NULL (error set) when out of memory. */
+amp_tensor *ew_convert(const amp_tensor *t, amp_dtype dt);
 
 /* Sums x over the dims whose bit is set in mask (bit i = dim i of
  * x->shape), multiplies by scale (in double) and rounds into a new tensor

@@ -1,33 +1,44 @@
 /*
- * conv.c - conv2d, max_pool2d and avg_pool2d, forward and backward.
+ * conv.c - conv2d, forward and backward, as im2col + one GEMM per group
+ * of images.
  *
- * conv2d is im2col + GEMM, per image: the image's receptive fields become
- * the columns of a [C*kh*kw, Ho*Wo] matrix, and the output image is
- * W [O, C*kh*kw] times it. Backward reuses the same columns: dW is
- * dY_n cols^T summed over images, dX is col2im of W^T dY_n, db sums dY.
- * Images are spread over threads (each with its own column scratch and,
- * in backward, its own dW partial sum); a single image instead lets the
- * GEMM use the threads. Everything runs in f32: 16-bit tensors are widened
- * once and the results rounded once, which is the f32 accumulation the
- * 16-bit GEMM would give.
+ * A group of images is lowered to one column matrix cols [C*kh*kw, n*L]
+ * (L = Ho*Wo; image i owns columns i*L .. i*L+L-1) in the input's dtype,
+ * so the forward is a single GEMM W [O, C*kh*kw] cols -> [O, n*L] with
+ * f32 accumulation, then a permute into y [n, O, L] that adds the bias and
+ * rounds once. One big GEMM instead of one per image keeps the GEMM's
+ * packing cost small next to its arithmetic, and bf16 columns with bf16
+ * weights run on the CPU's bf16 dot products (gemm_lowp).
  *
- * Pooling follows PyTorch (ceil_mode=False): Ho = (H + 2p - k) / s + 1.
- * Padding never wins a max; avg_pool2d divides by k*k, padding included
- * (count_include_pad=True). max_pool2d saves the argmax of each window
- * (an i32 tensor of offsets within the H x W plane) for backward; the
- * first maximum wins ties and a NaN wins over numbers, as in PyTorch.
+ * Backward permutes dY into dY' [O, n*L] (its dtype kept) and reuses the
+ * same columns: dW = dY' cols^T is one GEMM with K = n*L (accumulated over
+ * groups in f32), dcols = W^T dY' another, and col2im adds dcols back onto
+ * each image in f32 before one rounding; db sums dY' rows in double.
+ *
+ * A group is as many images as fit the column budget (conv.h), so memory
+ * stays bounded for any batch. Pooling lives in pool.c.
  */
+#include "ops/conv.h"
+
 #include "backend/cpu/gemm.h"
 #include "ops/ops.h"
 
-#include <math.h>
-#include <stdio.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-/* ------------------------------------------------------------ conv2d */
+/* Per-thread scratch (columns, dY', f32 results) a group of images may
+ * take: about what stays in a core's L2 cache. */
+#define GROUP_BUDGET_DEFAULT ((size_t)1 << 20)
+static size_t group_budget = GROUP_BUDGET_DEFAULT;
+
+size_t conv_set_cols_budget(size_t bytes)
+{
+    size_t old = group_budget;
+    group_budget = bytes ? bytes : GROUP_BUDGET_DEFAULT;
+    return old;
+}
 
 typedef struct {
     int64_t N, C, H, W, O, kh, kw, s, p, Ho, Wo;
@@ -66,8 +77,53 @@ static bool conv_geom_make(const node *n, conv_geom *g)
     return true;
 }
 
-/* A 1x1 kernel with stride 1 and no padding: the image is its own columns. */
-static bool conv_is_pointwise(const conv_geom *g) { return g->kh == 1 && g->kw == 1 && g->s == 1 && g->p == 0; }
+/* The layout of the work: images go to threads in groups of cnt, each
+ * group one GEMM on its thread; fewer groups than threads (one image, say)
+ * leave the threads to the GEMM instead. cdt is the GEMM's operand dtype:
+ * bf16 stays bf16 (native dot products), f16 is widened to f32 once, on
+ * its way into the columns, rather than in every GEMM panel. */
+typedef struct {
+    int64_t cnt, groups;
+    int nt;
+    amp_dtype dt, cdt;
+} conv_plan;
+
+static conv_plan plan_make(const conv_geom *g, amp_dtype dt, bool backward)
+{
+    conv_plan p = {.dt = dt, .cdt = dt == AMP_BF16 ? AMP_BF16 : AMP_F32};
+    size_t ces = amp_dtype_size(p.cdt);
+    /* Bytes per image: the columns and the GEMM results (forward), or the
+     * columns, their gradient and dY' (backward). */
+    double per = backward ? (double)g->ckk * (double)g->l * (double)(ces + 4) + (double)(g->O * g->l) * (double)ces
+                          : (double)g->ckk * (double)g->l * (double)ces + (double)(g->O * g->l) * 4.0;
+    int64_t cnt = (int64_t)((double)group_budget / per);
+    int nt = amp_threads();
+    int64_t share = (g->N + nt - 1) / nt; /* every thread gets a group */
+    cnt = cnt < 1 ? 1 : cnt > share ? share : cnt;
+    p.cnt = cnt;
+    p.groups = (g->N + cnt - 1) / cnt;
+    p.nt = p.groups < nt ? 1 : nt;
+    return p;
+}
+
+static int thread_id(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* The weight as the GEMM reads it: its own data, or an f32 copy of an f16
+ * weight in *tmp. NULL when out of memory. */
+static const void *weight_operand(const amp_tensor *w, amp_dtype cdt, float **tmp)
+{
+    *tmp = NULL;
+    if (w->dtype == cdt)
+        return tensor_ptr(w);
+    return tensor_as_f32(w, tmp);
+}
 
 /* The output columns ox whose input column ox*s - p + j lies inside the
  * image: [*lo, *hi). Hoisting this out of the inner loops keeps them free
@@ -83,89 +139,248 @@ static void valid_cols(const conv_geom *g, int64_t j, int64_t *lo, int64_t *hi)
         *lo = *hi;
 }
 
-/* cols[(c*kh + i)*kw + j][oy*Wo + ox] = x[c][oy*s - p + i][ox*s - p + j], 0 off the image. */
-static void im2col(const conv_geom *g, const float *x, float *cols)
+/* cols[(c*kh + i)*kw + j][oy*Wo + ox] = x[c][oy*s - p + i][ox*s - p + j],
+ * 0 off the image; row r of cols starts at cols + r * ld. One body per
+ * element size: the copy is the same for every dtype of that size.
+ *
+ * With stride 1 and Wo == W ("same" padding along x), a row of cols is the
+ * channel's plane shifted by (i - p) * W + (j - p): one long copy, then
+ * zeros over the few columns that wrapped around an edge. Otherwise each
+ * output row is copied on its own (rows are short: plain loops beat
+ * memcpy / memset calls there). */
+#define IM2COL(NAME, T)                                                                       \
+    static void NAME##_same(const conv_geom *g, const T *x, T *cols, int64_t ld)              \
+    {                                                                                         \
+        const int64_t W = g->W, hw = g->H * g->W, lw = g->l;                                  \
+        for (int64_t c = 0; c < g->C; c++)                                                    \
+            for (int64_t i = 0; i < g->kh; i++)                                               \
+                for (int64_t j = 0; j < g->kw; j++) {                                         \
+                    T *out = cols + ((c * g->kh + i) * g->kw + j) * ld;                       \
+                    const T *plane = x + c * hw;                                              \
+                    const int64_t d = (i - g->p) * W + (j - g->p); /* source of q: q + d */   \
+                    int64_t q0 = d < 0 ? -d : 0, q1 = hw - d < lw ? hw - d : lw;              \
+                    if (q1 < q0)                                                              \
+                        q1 = q0 = lw < q0 ? lw : q0;                                          \
+                    memset(out, 0, (size_t)q0 * sizeof(T));                                   \
+                    memcpy(out + q0, plane + q0 + d, (size_t)(q1 - q0) * sizeof(T));          \
+                    memset(out + q1, 0, (size_t)(lw - q1) * sizeof(T));                       \
+                    int64_t lo, hi;                                                           \
+                    valid_cols(g, j, &lo, &hi);                                               \
+                    for (int64_t oy = 0; oy < g->Ho; oy++) {                                  \
+                        for (int64_t ox = 0; ox < lo; ox++)                                   \
+                            out[oy * W + ox] = 0;                                             \
+                        for (int64_t ox = hi; ox < W; ox++)                                   \
+                            out[oy * W + ox] = 0;                                             \
+                    }                                                                         \
+                }                                                                             \
+    }                                                                                         \
+    static void NAME(const conv_geom *g, const T *x, T *cols, int64_t ld)                     \
+    {                                                                                         \
+        if (g->s == 1 && g->Wo == g->W) {                                                     \
+            NAME##_same(g, x, cols, ld);                                                      \
+            return;                                                                           \
+        }                                                                                     \
+        for (int64_t c = 0; c < g->C; c++)                                                    \
+            for (int64_t i = 0; i < g->kh; i++)                                               \
+                for (int64_t j = 0; j < g->kw; j++) {                                         \
+                    T *row = cols + ((c * g->kh + i) * g->kw + j) * ld;                       \
+                    int64_t lo, hi;                                                           \
+                    valid_cols(g, j, &lo, &hi);                                               \
+                    const int64_t shift = j - g->p; /* input column of ox = ox*s + shift */   \
+                    for (int64_t oy = 0; oy < g->Ho; oy++) {                                  \
+                        int64_t iy = oy * g->s - g->p + i;                                    \
+                        T *out = row + oy * g->Wo;                                            \
+                        if (iy < 0 || iy >= g->H) {                                           \
+                            for (int64_t ox = 0; ox < g->Wo; ox++)                            \
+                                out[ox] = 0;                                                  \
+                            continue;                                                         \
+                        }                                                                     \
+                        const T *in = x + (c * g->H + iy) * g->W;                             \
+                        for (int64_t ox = 0; ox < lo; ox++)                                   \
+                            out[ox] = 0;                                                      \
+                        if (g->s == 1)                                                        \
+                            for (int64_t ox = lo; ox < hi; ox++)                              \
+                                out[ox] = in[ox + shift];                                     \
+                        else                                                                  \
+                            for (int64_t ox = lo; ox < hi; ox++)                              \
+                                out[ox] = in[ox * g->s + shift];                              \
+                        for (int64_t ox = hi; ox < g->Wo; ox++)                               \
+                            out[ox] = 0;                                                      \
+                    }                                                                         \
+                }                                                                             \
+    }
+
+IM2COL(im2col32, float)
+IM2COL(im2col16, uint16_t)
+
+/* Lowers images [0, cnt) of x (dtype dt) into cols [ckk, cnt*L] of dtype
+ * cdt; img32 holds one widened image when dt != cdt (f16 -> f32). */
+static void lower_group(const conv_geom *g, const void *x, amp_dtype dt, amp_dtype cdt, int64_t cnt, void *cols,
+                        float *img32)
 {
+    const int64_t ld = cnt * g->l, chw = g->C * g->H * g->W;
+    const size_t es = amp_dtype_size(dt);
+    for (int64_t i = 0; i < cnt; i++) {
+        if (cdt == AMP_BF16) {
+            im2col16(g, (const uint16_t *)x + i * chw, (uint16_t *)cols + i * g->l, ld);
+            continue;
+        }
+        const float *xi = (const float *)x + i * chw;
+        if (dt != AMP_F32) {
+            amp_convert((const char *)x + (size_t)(i * chw) * es, dt, img32, AMP_F32, (size_t)chw);
+            xi = img32;
+        }
+        im2col32(g, xi, (float *)cols + i * g->l, ld);
+    }
+}
+
+/* col2im for stride 1 and Wo == W: each row of cols adds onto the plane
+ * shifted by (i - p) * W + (j - p), one long run. The columns that wrapped
+ * around an edge hold gradients of padding, which belong to no input:
+ * they are zeroed first (cols is scratch), so adding them is harmless. */
+static void col2im_same(const conv_geom *g, float *cols, int64_t ld, float *dx)
+{
+    const int64_t W = g->W, hw = g->H * g->W, lw = g->l;
     for (int64_t c = 0; c < g->C; c++)
         for (int64_t i = 0; i < g->kh; i++)
             for (int64_t j = 0; j < g->kw; j++) {
-                float *row = cols + ((c * g->kh + i) * g->kw + j) * g->l;
+                float *restrict row = cols + ((c * g->kh + i) * g->kw + j) * ld;
+                float *restrict plane = dx + c * hw;
                 int64_t lo, hi;
                 valid_cols(g, j, &lo, &hi);
                 for (int64_t oy = 0; oy < g->Ho; oy++) {
-                    int64_t iy = oy * g->s - g->p + i;
-                    float *out = row + oy * g->Wo;
-                    if (iy < 0 || iy >= g->H) {
-                        for (int64_t ox = 0; ox < g->Wo; ox++)
-                            out[ox] = 0.0f;
-                        continue;
-                    }
-                    const float *in = x + (c * g->H + iy) * g->W;
-                    const int64_t shift = j - g->p; /* input column of ox = ox*s + shift */
-                    /* Rows are short (Wo of a few dozen): plain loops beat
-                     * memcpy / memset calls here. */
                     for (int64_t ox = 0; ox < lo; ox++)
-                        out[ox] = 0.0f;
-                    if (g->s == 1)
-                        for (int64_t ox = lo; ox < hi; ox++)
-                            out[ox] = in[ox + shift];
-                    else
-                        for (int64_t ox = lo; ox < hi; ox++)
-                            out[ox] = in[ox * g->s + shift];
-                    for (int64_t ox = hi; ox < g->Wo; ox++)
-                        out[ox] = 0.0f;
+                        row[oy * W + ox] = 0.0f;
+                    for (int64_t ox = hi; ox < W; ox++)
+                        row[oy * W + ox] = 0.0f;
                 }
+                const int64_t d = (i - g->p) * W + (j - g->p);
+                const int64_t q0 = d < 0 ? -d : 0, q1 = hw - d < lw ? hw - d : lw;
+                for (int64_t q = q0; q < q1; q++)
+                    plane[q + d] += row[q];
             }
 }
 
-/* The adjoint of im2col: dx (zeroed by the caller) += the columns. */
-static void col2im(const conv_geom *g, const float *cols, float *dx)
+/* The adjoint of im2col for one image: dx (f32) += the image's columns
+ * (rows of stride ld). cols may be overwritten. */
+static void col2im(const conv_geom *g, float *cols, int64_t ld, float *dx)
 {
+    if (g->s == 1 && g->Wo == g->W) {
+        col2im_same(g, cols, ld, dx);
+        return;
+    }
     for (int64_t c = 0; c < g->C; c++)
         for (int64_t i = 0; i < g->kh; i++)
             for (int64_t j = 0; j < g->kw; j++) {
-                const float *row = cols + ((c * g->kh + i) * g->kw + j) * g->l;
+                const float *row = cols + ((c * g->kh + i) * g->kw + j) * ld;
                 int64_t lo, hi;
                 valid_cols(g, j, &lo, &hi);
+                const int64_t shift = j - g->p;
                 for (int64_t oy = 0; oy < g->Ho; oy++) {
                     int64_t iy = oy * g->s - g->p + i;
                     if (iy < 0 || iy >= g->H)
                         continue;
                     float *out = dx + (c * g->H + iy) * g->W;
                     const float *in = row + oy * g->Wo;
-                    const int64_t shift = j - g->p;
-                    for (int64_t ox = lo; ox < hi; ox++)
-                        out[ox * g->s + shift] += in[ox];
+                    if (g->s == 1)
+                        for (int64_t ox = lo; ox < hi; ox++)
+                            out[ox + shift] += in[ox];
+                    else
+                        for (int64_t ox = lo; ox < hi; ox++)
+                            out[ox * g->s + shift] += in[ox];
                 }
             }
 }
 
-/* Threads across images: one per image at most; a lone image leaves the
- * threads to its GEMM. */
-static int image_threads(int64_t images)
+/* Elements per block when a row is rounded through a stack buffer. */
+#define ROW_BLOCK 1024
+
+/* y[i][o][:] = acc[o][i*L ..] + b[o] for the group's images, rounded once
+ * into y's dtype (b may be NULL). */
+static void scatter_group(const conv_geom *g, const float *acc, int64_t cnt, const float *b, void *y,
+                          amp_dtype dt)
 {
-    int nt = amp_threads();
-    return images < nt ? (int)(images > 0 ? images : 1) : nt;
+    const int64_t ld = cnt * g->l;
+    const size_t es = amp_dtype_size(dt);
+    for (int64_t r = 0; r < cnt * g->O; r++) {
+        const int64_t i = r / g->O, o = r % g->O;
+        const float *src = acc + o * ld + i * g->l;
+        char *dst = (char *)y + (size_t)(r * g->l) * es;
+        const float bias = b ? b[o] : 0.0f;
+        if (dt == AMP_F32) {
+            float *d = (float *)dst;
+            for (int64_t k = 0; k < g->l; k++)
+                d[k] = src[k] + bias;
+            continue;
+        }
+        if (!b) {
+            amp_convert(src, AMP_F32, dst, dt, (size_t)g->l);
+            continue;
+        }
+        float buf[ROW_BLOCK];
+        for (int64_t k0 = 0; k0 < g->l; k0 += ROW_BLOCK) {
+            int64_t len = g->l - k0 < ROW_BLOCK ? g->l - k0 : ROW_BLOCK;
+            for (int64_t k = 0; k < len; k++)
+                buf[k] = src[k0 + k] + bias;
+            amp_convert(buf, AMP_F32, dst + (size_t)k0 * es, dt, (size_t)len);
+        }
+    }
 }
 
-static int thread_id(void)
+/* dY' [O, cnt*L] (dtype cdt) = the group's dY [cnt, O, L] (dtype dt). */
+static void gather_group(const conv_geom *g, const void *gy, amp_dtype dt, amp_dtype cdt, int64_t cnt, void *gyp)
 {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
+    const int64_t ld = cnt * g->l;
+    const size_t es = amp_dtype_size(dt), ces = amp_dtype_size(cdt);
+    for (int64_t r = 0; r < cnt * g->O; r++) {
+        const int64_t i = r / g->O, o = r % g->O;
+        amp_convert((const char *)gy + (size_t)(r * g->l) * es, dt, (char *)gyp + (size_t)(o * ld + i * g->l) * ces,
+                    cdt, (size_t)g->l);
+    }
 }
 
-/* An f32 buffer of t's size that becomes t's data when t is f32. */
-static float *f32_target(amp_tensor *t) { return t->dtype == AMP_F32 ? tensor_f32(t) : amp_alloc((size_t)t->numel * sizeof(float)); }
-
-/* Rounds buf into t when it is a separate buffer, then frees it. */
-static void f32_commit(amp_tensor *t, float *buf)
+/* db[o] += the sum of row o of dY' [O, ld] (dtype dt), in double. */
+static void bias_sums(const void *gyp, amp_dtype dt, int64_t O, int64_t ld, double *db)
 {
-    if (buf && buf != tensor_f32(t)) {
-        tensor_store_f32(t, buf);
-        amp_free(buf);
+    const size_t es = amp_dtype_size(dt);
+    for (int64_t o = 0; o < O; o++) {
+        const char *row = (const char *)gyp + (size_t)(o * ld) * es;
+        float buf[ROW_BLOCK];
+        double s = 0;
+        for (int64_t k0 = 0; k0 < ld; k0 += ROW_BLOCK) {
+            int64_t len = ld - k0 < ROW_BLOCK ? ld - k0 : ROW_BLOCK;
+            const float *v = (const float *)(row + (size_t)k0 * es);
+            if (dt != AMP_F32) {
+                amp_convert(row + (size_t)k0 * es, dt, buf, AMP_F32, (size_t)len);
+                v = buf;
+            }
+            /* Short f32 runs in 16 independent lanes (so the loop
+             * vectorises), then double across them. */
+            float lane[16] = {0};
+            int64_t k = 0;
+            for (; k + 16 <= len; k += 16)
+                for (int l = 0; l < 16; l++)
+                    lane[l] += v[k + l];
+            for (; k < len; k++)
+                lane[0] += v[k];
+            for (int l = 0; l < 16; l++)
+                s += lane[l];
+        }
+        db[o] += s;
+    }
+}
+
+/* Adds col2im of the group's dcols [ckk, cnt*L] into dx's images (dtype
+ * dt; each image summed in f32 and rounded once through img32). */
+static void raise_group(const conv_geom *g, float *dcols, int64_t cnt, void *dx, amp_dtype dt, float *img32)
+{
+    const int64_t ld = cnt * g->l, chw = g->C * g->H * g->W;
+    for (int64_t i = 0; i < cnt; i++) {
+        float *img = dt == AMP_F32 ? (float *)dx + i * chw : img32;
+        memset(img, 0, (size_t)chw * sizeof(float));
+        col2im(g, dcols + i * g->l, ld, img);
+        if (dt != AMP_F32)
+            amp_convert(img, AMP_F32, (char *)dx + (size_t)(i * chw) * amp_dtype_size(dt), dt, (size_t)chw);
     }
 }
 
@@ -183,51 +398,57 @@ static bool same_dtypes(const node *n)
     return true;
 }
 
+/* Per-thread scratch: nt slices of `per` bytes (64-byte multiples). */
+static size_t slice(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
 amp_tensor *conv2d_forward(node *n)
 {
     conv_geom g;
     if (!same_dtypes(n) || !conv_geom_make(n, &g))
         return NULL;
-    amp_tensor *y = tensor_new(AMP_SHAPE(g.N, g.O, g.Ho, g.Wo), n->in[0]->dtype);
+    const amp_dtype dt = n->in[0]->dtype;
+    const conv_plan pl = plan_make(&g, dt, false);
+    const size_t es = amp_dtype_size(dt), ces = amp_dtype_size(pl.cdt);
+    const int64_t chw = g.C * g.H * g.W;
+    amp_tensor *y = tensor_new(AMP_SHAPE(g.N, g.O, g.Ho, g.Wo), dt);
     if (!y)
         return NULL;
-    float *tx, *tw, *tb = NULL;
-    const float *x = tensor_as_f32(n->in[0], &tx), *w = tensor_as_f32(n->in[1], &tw);
-    const float *b = g.bias ? tensor_as_f32(n->in[2], &tb) : NULL;
-    float *yf = f32_target(y);
-    int nt = image_threads(g.N);
-    bool pointwise = conv_is_pointwise(&g);
-    float *cols = pointwise ? NULL : amp_alloc((size_t)(nt * g.ckk * g.l) * sizeof(float));
-    int failed = !x || !w || (g.bias && !b) || !yf || (!pointwise && !cols);
+    const size_t cols_b = slice((size_t)(g.ckk * pl.cnt * g.l) * ces);
+    const size_t acc_b = slice((size_t)(g.O * pl.cnt * g.l) * sizeof(float));
+    const size_t img_b = dt != pl.cdt ? slice((size_t)chw * sizeof(float)) : 0;
+    const size_t per = cols_b + acc_b + img_b;
+    char *scratch = amp_alloc((size_t)pl.nt * per);
+    float *wtmp, *b = g.bias ? amp_alloc((size_t)g.O * sizeof(float)) : NULL;
+    const void *w = weight_operand(n->in[1], pl.cdt, &wtmp);
+    int failed = !scratch || !w || (g.bias && !b);
+    if (b)
+        amp_convert(tensor_ptr(n->in[2]), dt, b, AMP_F32, (size_t)g.O);
+    const char *x = tensor_ptr(n->in[0]);
+    char *yp = tensor_ptr(y);
     if (!failed) {
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static) reduction(| : failed)
-        for (int64_t im = 0; im < g.N; im++) {
-            float *c = pointwise ? NULL : cols + (size_t)thread_id() * (size_t)(g.ckk * g.l);
-            const float *xi = x + im * g.C * g.H * g.W;
-            float *yi = yf + im * g.O * g.l;
-            if (pointwise)
-                c = (float *)xi;
-            else
-                im2col(&g, xi, c);
-            if (b)
-                for (int64_t o = 0; o < g.O; o++)
-                    for (int64_t k = 0; k < g.l; k++)
-                        yi[o * g.l + k] = b[o];
-            failed |= gemm_f32(false, false, g.O, g.l, g.ckk, 1.0f, w, g.ckk, c, g.l, b ? 1.0f : 0.0f,
-                               yi, g.l) != AMP_OK;
+#pragma omp parallel for num_threads(pl.nt) if (pl.nt > 1) schedule(static) reduction(| : failed)
+        for (int64_t gi = 0; gi < pl.groups; gi++) {
+            char *mine = scratch + (size_t)thread_id() * per;
+            void *cols = mine;
+            float *acc = (float *)(mine + cols_b), *img32 = (float *)(mine + cols_b + acc_b);
+            const int64_t n0 = gi * pl.cnt, cnt = g.N - n0 < pl.cnt ? g.N - n0 : pl.cnt, ld = cnt * g.l;
+            lower_group(&g, x + (size_t)(n0 * chw) * es, dt, pl.cdt, cnt, cols, img32);
+            /* acc [O, ld] = W [O, CKK] cols [CKK, ld] */
+            if (gemm_lowp(false, false, g.O, ld, g.ckk, 1.0f, w, pl.cdt, g.ckk, cols, pl.cdt, ld, 0.0f, acc,
+                          AMP_F32, ld) != AMP_OK) {
+                failed = 1;
+                continue;
+            }
+            scatter_group(&g, acc, cnt, b, yp + (size_t)(n0 * g.O * g.l) * es, dt);
         }
     }
-    amp_free(cols);
-    amp_free(tx);
-    amp_free(tw);
-    amp_free(tb);
+    amp_free(scratch);
+    amp_free(wtmp);
+    amp_free(b);
     if (failed) {
-        if (yf != tensor_f32(y))
-            amp_free(yf);
         amp_tensor_free(y);
         return amp_fail_null(AMP_ERR_MEMORY, "conv2d: out of memory");
     }
-    f32_commit(y, yf);
     return y;
 }
 
@@ -238,7 +459,7 @@ amp_status conv2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
         return amp_last_status();
     bool need_x = in_needs_grad(n, 0), need_w = in_needs_grad(n, 1);
     bool need_b = g.bias && in_needs_grad(n, 2);
-    amp_dtype dt = n->in[0]->dtype;
+    const amp_dtype dt = n->in[0]->dtype;
     if (need_x)
         gin[0] = tensor_new(n->in[0]->shape, dt);
     if (need_w)
@@ -248,253 +469,79 @@ amp_status conv2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
     if ((need_x && !gin[0]) || (need_w && !gin[1]) || (need_b && !gin[2]))
         return amp_last_status();
 
-    int nt = image_threads(g.N);
-    bool pointwise = conv_is_pointwise(&g);
-    /* Per thread: columns, their gradient, and a dW partial sum. */
-    const size_t per = (size_t)(2 * g.ckk * g.l + g.O * g.ckk);
-    float *tx, *tw, *tg;
-    const float *x = tensor_as_f32(n->in[0], &tx), *w = tensor_as_f32(n->in[1], &tw);
-    const float *gy = tensor_as_f32(gout, &tg);
-    float *scratch = amp_alloc((size_t)nt * per * sizeof(float));
-    float *dx = need_x ? f32_target(gin[0]) : NULL;
-    int failed = !x || !w || !gy || !scratch || (need_x && !dx);
+    const conv_plan pl = plan_make(&g, dt, true);
+    const size_t es = amp_dtype_size(dt), ces = amp_dtype_size(pl.cdt);
+    const int64_t chw = g.C * g.H * g.W;
+    /* Per thread: dY', columns, their gradient, an f32 image, and partial
+     * sums of dW and db. */
+    const size_t gyp_b = slice((size_t)(g.O * pl.cnt * g.l) * ces);
+    const size_t cols_b = need_w ? slice((size_t)(g.ckk * pl.cnt * g.l) * ces) : 0;
+    const size_t dcols_b = need_x ? slice((size_t)(g.ckk * pl.cnt * g.l) * sizeof(float)) : 0;
+    const size_t img_b = dt != AMP_F32 ? slice((size_t)chw * sizeof(float)) : 0;
+    const size_t dw_b = need_w ? slice((size_t)(g.O * g.ckk) * sizeof(float)) : 0;
+    const size_t db_b = slice((size_t)g.O * sizeof(double));
+    const size_t per = gyp_b + cols_b + dcols_b + img_b + dw_b + db_b;
+    char *scratch = amp_alloc((size_t)pl.nt * per);
+    float *wtmp;
+    const void *w = need_x ? weight_operand(n->in[1], pl.cdt, &wtmp) : (wtmp = NULL, NULL);
+    int failed = !scratch || (need_x && !w);
+    for (int t = 0; !failed && t < pl.nt; t++) {
+        char *sums = scratch + (size_t)t * per + gyp_b + cols_b + dcols_b + img_b;
+        memset(sums, 0, dw_b + db_b);
+    }
+    const char *x = tensor_ptr(n->in[0]), *gy = tensor_ptr(gout);
     if (!failed) {
-        for (int t = 0; t < nt; t++) /* only the dW partial sums start at zero */
-            memset(scratch + (size_t)t * per + 2 * g.ckk * g.l, 0, (size_t)(g.O * g.ckk) * sizeof(float));
-        if (dx)
-            memset(dx, 0, (size_t)gin[0]->numel * sizeof(float));
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static) reduction(| : failed)
-        for (int64_t im = 0; im < g.N; im++) {
-            float *mine = scratch + (size_t)thread_id() * per;
-            float *cols = mine, *dcols = mine + g.ckk * g.l, *dw = dcols + g.ckk * g.l;
-            const float *xi = x + im * g.C * g.H * g.W, *gi = gy + im * g.O * g.l;
+#pragma omp parallel for num_threads(pl.nt) if (pl.nt > 1) schedule(static) reduction(| : failed)
+        for (int64_t gi = 0; gi < pl.groups; gi++) {
+            char *mine = scratch + (size_t)thread_id() * per;
+            void *gyp = mine, *cols = mine + gyp_b;
+            float *dcols = (float *)(mine + gyp_b + cols_b), *img32 = (float *)((char *)dcols + dcols_b);
+            float *dw = (float *)((char *)img32 + img_b);
+            double *db = (double *)((char *)dw + dw_b);
+            const int64_t n0 = gi * pl.cnt, cnt = g.N - n0 < pl.cnt ? g.N - n0 : pl.cnt, ld = cnt * g.l;
+            gather_group(&g, gy + (size_t)(n0 * g.O * g.l) * es, dt, pl.cdt, cnt, gyp);
+            if (need_b)
+                bias_sums(gyp, pl.cdt, g.O, ld, db);
             if (need_w) {
-                if (pointwise)
-                    cols = (float *)xi;
-                else
-                    im2col(&g, xi, cols);
-                /* dW += dY_n [O, L] cols^T [L, CKK] */
-                failed |= gemm_f32(false, true, g.O, g.ckk, g.l, 1.0f, gi, g.l, cols, g.l, 1.0f, dw,
-                                   g.ckk) != AMP_OK;
+                /* dW [O, CKK] += dY' [O, ld] cols^T [ld, CKK] */
+                lower_group(&g, x + (size_t)(n0 * chw) * es, dt, pl.cdt, cnt, cols, img32);
+                failed |= gemm_lowp(false, true, g.O, g.ckk, ld, 1.0f, gyp, pl.cdt, ld, cols, pl.cdt, ld, 1.0f, dw,
+                                    AMP_F32, g.ckk) != AMP_OK;
             }
             if (need_x) {
-                /* dcols [CKK, L] = W^T [CKK, O] dY_n [O, L], then back onto the image */
-                float *dxi = dx + im * g.C * g.H * g.W;
-                failed |= gemm_f32(true, false, g.ckk, g.l, g.O, 1.0f, w, g.ckk, gi, g.l, 0.0f,
-                                   pointwise ? dxi : dcols, g.l) != AMP_OK;
-                if (!pointwise)
-                    col2im(&g, dcols, dxi);
-            }
-        }
-    }
-    if (!failed && need_w) {
-        /* Thread 0's partial sum collects the others'. */
-        float *dw0 = scratch + 2 * g.ckk * g.l;
-        for (int t = 1; t < nt; t++)
-            for (int64_t k = 0; k < g.O * g.ckk; k++)
-                dw0[k] += scratch[(size_t)t * per + (size_t)(2 * g.ckk * g.l + k)];
-        tensor_store_f32(gin[1], dw0);
-    }
-    if (!failed && need_b) {
-        float *db = scratch; /* the columns are no longer needed */
-        memset(db, 0, (size_t)g.O * sizeof(float));
-        for (int64_t im = 0; im < g.N; im++)
-            for (int64_t o = 0; o < g.O; o++) {
-                const float *row = gy + (im * g.O + o) * g.l;
-                float s = 0.0f;
-                for (int64_t k = 0; k < g.l; k++)
-                    s += row[k];
-                db[o] += s;
-            }
-        tensor_store_f32(gin[2], db);
-    }
-    if (dx && !failed)
-        f32_commit(gin[0], dx);
-    else if (dx && dx != tensor_f32(gin[0]))
-        amp_free(dx);
-    amp_free(scratch);
-    amp_free(tx);
-    amp_free(tw);
-    amp_free(tg);
-    return failed ? amp_set_error(AMP_ERR_MEMORY, "conv2d: out of memory in backward") : AMP_OK;
-}
-
-/* ------------------------------------------------------------ pooling */
-
-/* Pools a [.., H, W] tensor (3-D or 4-D) plane by plane. */
-typedef struct {
-    int64_t planes, H, W, k, s, p, Ho, Wo;
-} pool_geom;
-
-static bool pool_geom_make(const node *n, pool_geom *g)
-{
-    const amp_tensor *x = n->in[0];
-    if (!op_require_float(n, 0))
-        return false;
-    int nd = x->shape.ndim;
-    if (nd != 3 && nd != 4) {
-        op_fail_shapes(n, "need x [N, C, H, W] or [C, H, W]");
-        return false;
-    }
-    g->k = n->p.i[0], g->s = n->p.i[1], g->p = n->p.i[2];
-    g->H = x->shape.d[nd - 2], g->W = x->shape.d[nd - 1];
-    g->planes = 1;
-    for (int i = 0; i < nd - 2; i++)
-        g->planes *= x->shape.d[i];
-    if (g->H + 2 * g->p < g->k || g->W + 2 * g->p < g->k) {
-        char why[96];
-        snprintf(why, sizeof why, "the padded input is smaller than the %lldx%lld window", (long long)g->k,
-                 (long long)g->k);
-        op_fail_shapes(n, why);
-        return false;
-    }
-    if (g->H * g->W > INT32_MAX) {
-        op_fail_shapes(n, "a plane has more elements than the i32 argmax can index");
-        return false;
-    }
-    g->Ho = (g->H + 2 * g->p - g->k) / g->s + 1;
-    g->Wo = (g->W + 2 * g->p - g->k) / g->s + 1;
-    return true;
-}
-
-static amp_shape pool_out_shape(const amp_tensor *x, const pool_geom *g)
-{
-    amp_shape s = x->shape;
-    s.d[s.ndim - 2] = g->Ho;
-    s.d[s.ndim - 1] = g->Wo;
-    return s;
-}
-
-/* The window of output (oy, ox) clipped to the image: rows [*y0, *y1),
- * columns [*x0, *x1). With padding <= k/2 it is never empty. */
-static void pool_window(const pool_geom *g, int64_t oy, int64_t ox, int64_t *y0, int64_t *y1, int64_t *x0,
-                        int64_t *x1)
-{
-    int64_t ys = oy * g->s - g->p, xs = ox * g->s - g->p;
-    *y0 = ys < 0 ? 0 : ys;
-    *x0 = xs < 0 ? 0 : xs;
-    *y1 = ys + g->k < g->H ? ys + g->k : g->H;
-    *x1 = xs + g->k < g->W ? xs + g->k : g->W;
-}
-
-/* Runs the forward of one pool: max (idx != NULL or not) or average. */
-static amp_tensor *pool_forward(node *n, bool is_max)
-{
-    pool_geom g;
-    if (!pool_geom_make(n, &g))
-        return NULL;
-    const amp_tensor *xt = n->in[0];
-    amp_shape os = pool_out_shape(xt, &g);
-    amp_tensor *y = tensor_new(os, xt->dtype);
-    amp_tensor *idx_t = is_max && n->needs_grad ? tensor_new(os, AMP_I32) : NULL;
-    float *tx;
-    const float *x = tensor_as_f32(xt, &tx);
-    float *yf = y ? f32_target(y) : NULL;
-    if (!y || !x || !yf || (is_max && n->needs_grad && !idx_t)) {
-        if (y && yf && yf != tensor_f32(y))
-            amp_free(yf);
-        amp_free(tx);
-        amp_tensor_free(y);
-        amp_tensor_free(idx_t);
-        return amp_fail_null(AMP_ERR_MEMORY, "%s: out of memory", op_name(n));
-    }
-    int32_t *idx = idx_t ? (int32_t *)tensor_ptr(idx_t) : NULL;
-    const float inv_area = 1.0f / (float)(g.k * g.k);
-    const int64_t per_plane = g.Ho * g.Wo;
-#pragma omp parallel for num_threads(amp_threads()) if (g.planes * per_plane * g.k * g.k > 32768)
-    for (int64_t pl = 0; pl < g.planes; pl++) {
-        const float *xp = x + pl * g.H * g.W;
-        for (int64_t oy = 0; oy < g.Ho; oy++)
-            for (int64_t ox = 0; ox < g.Wo; ox++) {
-                int64_t y0, y1, x0, x1, o = pl * per_plane + oy * g.Wo + ox;
-                pool_window(&g, oy, ox, &y0, &y1, &x0, &x1);
-                if (is_max) {
-                    float best = -INFINITY;
-                    int64_t arg = y0 * g.W + x0;
-                    for (int64_t iy = y0; iy < y1; iy++)
-                        for (int64_t ix = x0; ix < x1; ix++) {
-                            float v = xp[iy * g.W + ix];
-                            if (v > best || isnan(v)) { /* PyTorch's test: NaN propagates */
-                                best = v;
-                                arg = iy * g.W + ix;
-                            }
-                        }
-                    yf[o] = best;
-                    if (idx)
-                        idx[o] = (int32_t)arg;
-                } else {
-                    float sum = 0.0f;
-                    for (int64_t iy = y0; iy < y1; iy++)
-                        for (int64_t ix = x0; ix < x1; ix++)
-                            sum += xp[iy * g.W + ix];
-                    yf[o] = sum * inv_area;
+                /* dcols [CKK, ld] = W^T [CKK, O] dY' [O, ld], then back onto the images */
+                if (gemm_lowp(true, false, g.ckk, ld, g.O, 1.0f, w, pl.cdt, g.ckk, gyp, pl.cdt, ld, 0.0f, dcols,
+                              AMP_F32, ld) != AMP_OK) {
+                    failed = 1;
+                    continue;
                 }
+                raise_group(&g, dcols, cnt, (char *)tensor_ptr(gin[0]) + (size_t)(n0 * chw) * es, dt, img32);
             }
-    }
-    amp_free(tx);
-    f32_commit(y, yf);
-    if (idx_t)
-        n->saved[0] = idx_t;
-    return y;
-}
-
-/* Backward of either pool: each output's gradient goes to its argmax
- * (max) or spreads over its window's image positions (avg). */
-static amp_status pool_backward(node *n, const amp_tensor *gout, amp_tensor **gin, bool is_max)
-{
-    pool_geom g;
-    if (!in_needs_grad(n, 0))
-        return AMP_OK;
-    if (!pool_geom_make(n, &g))
-        return amp_last_status();
-    if (is_max && !n->saved[0])
-        return amp_set_error(AMP_ERR_STATE, "%s: backward without saved indices", op_name(n));
-    gin[0] = tensor_new(n->in[0]->shape, n->in[0]->dtype);
-    float *tg;
-    const float *gy = tensor_as_f32(gout, &tg);
-    float *dx = gin[0] ? f32_target(gin[0]) : NULL;
-    if (!gin[0] || !gy || !dx) {
-        amp_free(tg);
-        if (gin[0] && dx && dx != tensor_f32(gin[0]))
-            amp_free(dx);
-        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory in backward", op_name(n));
-    }
-    memset(dx, 0, (size_t)gin[0]->numel * sizeof(float));
-    const int32_t *idx = is_max ? (const int32_t *)tensor_ptr(n->saved[0]) : NULL;
-    const float inv_area = 1.0f / (float)(g.k * g.k);
-    const int64_t per_plane = g.Ho * g.Wo;
-    /* Planes are disjoint, so threads never write the same element. */
-#pragma omp parallel for num_threads(amp_threads()) if (g.planes * per_plane * g.k * g.k > 32768)
-    for (int64_t pl = 0; pl < g.planes; pl++) {
-        float *dp = dx + pl * g.H * g.W;
-        const float *gp = gy + pl * per_plane;
-        for (int64_t o = 0; o < per_plane; o++) {
-            if (is_max) {
-                dp[idx[pl * per_plane + o]] += gp[o];
-                continue;
-            }
-            int64_t y0, y1, x0, x1;
-            pool_window(&g, o / g.Wo, o % g.Wo, &y0, &y1, &x0, &x1);
-            float v = gp[o] * inv_area;
-            for (int64_t iy = y0; iy < y1; iy++)
-                for (int64_t ix = x0; ix < x1; ix++)
-                    dp[iy * g.W + ix] += v;
         }
     }
-    amp_free(tg);
-    f32_commit(gin[0], dx);
-    return AMP_OK;
-}
-
-amp_tensor *max_pool2d_forward(node *n) { return pool_forward(n, true); }
-amp_tensor *avg_pool2d_forward(node *n) { return pool_forward(n, false); }
-
-amp_status max_pool2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
-{
-    return pool_backward(n, gout, gin, true);
-}
-
-amp_status avg_pool2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
-{
-    return pool_backward(n, gout, gin, false);
+    /* Thread 0's partial sums collect the others', in thread order. */
+    float *dw0 = (float *)(scratch + gyp_b + cols_b + dcols_b + img_b);
+    double *db0 = (double *)((char *)dw0 + dw_b);
+    for (int t = 1; !failed && t < pl.nt; t++) {
+        const float *dwt = (const float *)((const char *)dw0 + (size_t)t * per);
+        const double *dbt = (const double *)((const char *)db0 + (size_t)t * per);
+        for (int64_t k = 0; need_w && k < g.O * g.ckk; k++)
+            dw0[k] += dwt[k];
+        for (int64_t o = 0; need_b && o < g.O; o++)
+            db0[o] += dbt[o];
+    }
+    if (!failed && need_w)
+        tensor_store_f32(gin[1], dw0);
+    if (!failed && need_b) {
+        float vals[64];
+        for (int64_t o0 = 0; o0 < g.O; o0 += 64) {
+            int64_t len = g.O - o0 < 64 ? g.O - o0 : 64;
+            for (int64_t o = 0; o < len; o++)
+                vals[o] = (float)db0[o0 + o];
+            amp_convert(vals, AMP_F32, (char *)tensor_ptr(gin[2]) + (size_t)o0 * es, dt, (size_t)len);
+        }
+    }
+    amp_free(scratch);
+    amp_free(wtmp);
+    return failed ? amp_set_error(AMP_ERR_MEMORY, "conv2d: out of memory in backward") : AMP_OK;
 }

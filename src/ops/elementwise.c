@@ -10,6 +10,7 @@
  * reads (input or saved output) follow PyTorch's derivatives.yaml.
  */
 #include "ops/broadcast.h"
+#include "ops/simd.h"
 
 #include <math.h>
 
@@ -90,7 +91,7 @@ KERNEL(k_div_s, a / s)
 KERNEL(k_neg, -a)
 KERNEL(k_relu, a > 0.0f ? a : (a == a ? 0.0f : a)) /* NaN stays NaN */
 KERNEL(k_gelu_exact, gelu_exact(a))
-KERNEL(k_gelu_tanh, gelu_tanh(a))
+KERNEL(k_gelu_tanh_c, gelu_tanh(a))
 KERNEL(k_tanh, tanhf(a))
 KERNEL(k_sigmoid, 1.0f / (1.0f + expf(-a)))
 KERNEL(k_exp, expf(a))
@@ -101,7 +102,28 @@ KERNEL(k_pow, pow_p(a, s))
 KERNEL(k_div_b_grad, -a * ((B[j] / C[j]) / C[j])) /* -g * ((x / y) / y) */
 KERNEL(k_relu_grad, B[j] > 0.0f ? a : 0.0f)     /* threshold_backward on the output */
 KERNEL(k_gelu_exact_grad, a * gelu_exact_grad(B[j]))
-KERNEL(k_gelu_tanh_grad, a * gelu_tanh_grad(B[j]))
+KERNEL(k_gelu_tanh_grad_c, a * gelu_tanh_grad(B[j]))
+
+/* GELU (tanh) is a transformer's costliest pointwise op; libm's expf and
+ * tanhf keep the C loops scalar, so a vector version runs where the CPU
+ * has one (simd.h). */
+static void k_gelu_tanh(float *out, const float *const *in, int64_t n, const void *ctx)
+{
+    simd_gelu_tanh_fn f = simd_pick_gelu_tanh();
+    if (f)
+        f(in[0], out, n);
+    else
+        k_gelu_tanh_c(out, in, n, ctx);
+}
+
+static void k_gelu_tanh_grad(float *out, const float *const *in, int64_t n, const void *ctx)
+{
+    simd_gelu_tanh_grad_fn f = simd_pick_gelu_tanh_grad();
+    if (f)
+        f(in[0], in[1], out, n);
+    else
+        k_gelu_tanh_grad_c(out, in, n, ctx);
+}
 KERNEL(k_tanh_grad, a * (1.0f - B[j] * B[j]))
 KERNEL(k_sigmoid_grad, a * (1.0f - B[j]) * B[j])
 KERNEL(k_pow_grad, s == 0.0f ? 0.0f : a * (s * pow_p(B[j], s - 1.0f)))
@@ -239,7 +261,7 @@ amp_status add_scalar_backward(node *n, const amp_tensor *gout, amp_tensor **gin
 {
     if (!in_needs_grad(n, 0))
         return AMP_OK;
-    gin[0] = tensor_convert(gout, n->in[0]->dtype);
+    gin[0] = ew_convert(gout, n->in[0]->dtype);
     return gin[0] ? AMP_OK : fail_status();
 }
 
@@ -275,12 +297,77 @@ amp_status neg_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
     return unary_backward(n, gout, gin, NULL, k_neg, NULL);
 }
 
-amp_tensor *relu_forward(node *n) { return unary_forward(n, k_relu, NULL, true); }
+/* relu and its gradient straight on f16 / bf16 bits: both only select
+ * between an input and +0, so widening to f32 and rounding back (what
+ * ew_map does, bit for bit the same result) is pure overhead. A NaN comes
+ * out quieted, as that round trip leaves it. */
+typedef struct {
+    uint16_t inf, quiet; /* |bits| of inf; the quiet bit of a NaN */
+} half_fmt;
+
+static half_fmt half_of(amp_dtype dt) { return dt == AMP_BF16 ? (half_fmt){0x7F80, 0x0040} : (half_fmt){0x7C00, 0x0200}; }
+
+/* Elements per task of the 16-bit loops. */
+#define HALF_BLOCK 16384
+
+static void relu_half(const uint16_t *restrict x, uint16_t *restrict y, int64_t n, half_fmt f)
+{
+    OMP_PRAGMA(omp parallel for num_threads(amp_threads()) if (n >= 4 * HALF_BLOCK) schedule(static))
+    for (int64_t b = 0; b < n; b += HALF_BLOCK) {
+        int64_t e = n - b < HALF_BLOCK ? n : b + HALF_BLOCK;
+        for (int64_t j = b; j < e; j++) {
+            uint16_t v = x[j], a = v & 0x7FFF;
+            y[j] = a > f.inf ? (uint16_t)(v | f.quiet) : (v & 0x8000) ? 0 : v;
+        }
+    }
+}
+
+/* dx = g where y > 0 (not NaN), else +0. */
+static void relu_grad_half(const uint16_t *restrict g, const uint16_t *restrict y, uint16_t *restrict dx, int64_t n,
+                           half_fmt f)
+{
+    OMP_PRAGMA(omp parallel for num_threads(amp_threads()) if (n >= 4 * HALF_BLOCK) schedule(static))
+    for (int64_t b = 0; b < n; b += HALF_BLOCK) {
+        int64_t e = n - b < HALF_BLOCK ? n : b + HALF_BLOCK;
+        for (int64_t j = b; j < e; j++) {
+            uint16_t yv = y[j], ya = yv & 0x7FFF, gv = g[j];
+            bool pos = !(yv & 0x8000) && ya != 0 && ya <= f.inf;
+            uint16_t gq = (gv & 0x7FFF) > f.inf ? (uint16_t)(gv | f.quiet) : gv;
+            dx[j] = pos ? gq : 0;
+        }
+    }
+}
+
+static bool is_half(amp_dtype dt) { return dt == AMP_F16 || dt == AMP_BF16; }
+
+amp_tensor *relu_forward(node *n)
+{
+    const amp_tensor *x = n->in[0];
+    if (!op_require_float(n, 0) || !is_half(x->dtype))
+        return unary_forward(n, k_relu, NULL, true);
+    amp_tensor *out = tensor_new(x->shape, x->dtype);
+    if (!out)
+        return NULL;
+    relu_half(tensor_ptr(x), tensor_ptr(out), x->numel, half_of(x->dtype));
+    if (n->needs_grad && op_save(n, 0, out) != AMP_OK) {
+        amp_tensor_free(out);
+        return amp_fail_null(AMP_ERR_MEMORY, "%s: out of memory", op_name(n));
+    }
+    return out;
+}
 
 /* threshold_backward(g, y, 0): g where y > 0, else 0 (so 0 at x = 0). */
 amp_status relu_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 {
-    return unary_backward(n, gout, gin, n->saved[0], k_relu_grad, NULL);
+    const amp_tensor *x = n->in[0], *y = n->saved[0];
+    if (!in_needs_grad(n, 0) || !y || !is_half(x->dtype) || gout->dtype != x->dtype || y->dtype != x->dtype ||
+        gout->numel != x->numel || y->numel != x->numel)
+        return unary_backward(n, gout, gin, y, k_relu_grad, NULL);
+    gin[0] = tensor_new(x->shape, x->dtype);
+    if (!gin[0])
+        return fail_status();
+    relu_grad_half(tensor_ptr(gout), tensor_ptr(y), tensor_ptr(gin[0]), x->numel, half_of(x->dtype));
+    return AMP_OK;
 }
 
 /* p.i[0] = AMP_GELU_EXACT or AMP_GELU_TANH. */

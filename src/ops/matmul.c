@@ -22,6 +22,9 @@
 #include "ops/ops.h"
 
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* ------------------------------------------------------------ matmul */
 
@@ -237,8 +240,11 @@ amp_tensor *linear_forward(node *n)
     if (has_bias) {
         /* Every row starts as the bias; the GEMM adds x w^T onto it. */
         size_t row = (size_t)pl.out * amp_dtype_size(x->dtype);
+        char *yp = tensor_ptr(y);
+        const void *bp = tensor_ptr(n->in[2]);
+#pragma omp parallel for num_threads(amp_threads()) if (pl.rows * pl.out >= 65536) schedule(static)
         for (int64_t r = 0; r < pl.rows; r++)
-            memcpy((char *)tensor_ptr(y) + (size_t)r * row, tensor_ptr(n->in[2]), row);
+            memcpy(yp + (size_t)r * row, bp, row);
     }
     if (gemm_lowp(false, true, pl.rows, pl.out, pl.in, 1.0f, tensor_ptr(x), x->dtype, pl.in,
                   tensor_ptr(w), w->dtype, pl.in, has_bias ? 1.0f : 0.0f, tensor_ptr(y), y->dtype,
@@ -249,27 +255,79 @@ amp_tensor *linear_forward(node *n)
     return y;
 }
 
-/* db[j] = sum over rows of dY[r, j], accumulated in f32. */
+/* db[j] = sum over rows of dY[r, j]: f32 sums over fixed blocks of rows
+ * (vectorisable, and the same whatever the thread count), added in block
+ * order in double. 16-bit rows are widened one at a time. */
 static amp_tensor *bias_grad(const amp_tensor *gout, const amp_tensor *bias, int64_t rows, int64_t out)
 {
-    float *tmp;
-    const float *g = tensor_as_f32(gout, &tmp);
-    float *acc = amp_alloc((size_t)out * sizeof(float));
+    const int64_t rb = rows / 64 > 32 ? rows / 64 : 32, nrb = rows > 0 ? (rows + rb - 1) / rb : 0;
+    const int nt = nrb > 1 && rows * out >= 65536 ? amp_threads() : 1;
+    const amp_dtype dt = gout->dtype;
+    const size_t es = amp_dtype_size(dt);
+    float *part = amp_alloc((size_t)(nrb * out + out) * sizeof(float));
+    float *rowbuf = dt == AMP_F32 ? NULL : amp_alloc((size_t)nt * (size_t)out * sizeof(float));
     amp_tensor *db = tensor_new(bias->shape, bias->dtype);
-    if (!g || !acc || !db) {
-        amp_free(tmp);
-        amp_free(acc);
+    if (!part || (dt != AMP_F32 && !rowbuf) || !db) {
+        amp_free(part);
+        amp_free(rowbuf);
         amp_tensor_free(db);
         return NULL;
     }
-    memset(acc, 0, (size_t)out * sizeof(float));
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < out; j++)
-            acc[j] += g[r * out + j];
-    tensor_store_f32(db, acc);
-    amp_free(tmp);
-    amp_free(acc);
+    const char *g = tensor_ptr(gout);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t b = 0; b < nrb; b++) {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        float *restrict acc = part + b * out;
+        memset(acc, 0, (size_t)out * sizeof(float));
+        const int64_t r1 = (b + 1) * rb < rows ? (b + 1) * rb : rows;
+        for (int64_t r = b * rb; r < r1; r++) {
+            const float *restrict row = (const float *)(g + (size_t)(r * out) * es);
+            if (rowbuf) {
+                float *mine = rowbuf + (size_t)tid * (size_t)out;
+                amp_convert(g + (size_t)(r * out) * es, dt, mine, AMP_F32, (size_t)out);
+                row = mine;
+            }
+            for (int64_t j = 0; j < out; j++)
+                acc[j] += row[j];
+        }
+    }
+    float *sum = part + nrb * out;
+    for (int64_t j = 0; j < out; j++) {
+        double s = 0;
+        for (int64_t b = 0; b < nrb; b++)
+            s += part[b * out + j];
+        sum[j] = (float)s;
+    }
+    tensor_store_f32(db, sum);
+    amp_free(part);
+    amp_free(rowbuf);
     return db;
+}
+
+/* dst [cols, rows] (f32) = the transpose of src [rows, cols] (dtype dt),
+ * in tiles that keep both sides in cache. */
+static void transpose_widen(const void *src, amp_dtype dt, int64_t rows, int64_t cols, float *dst)
+{
+    enum { TILE = 32 };
+    const size_t es = amp_dtype_size(dt);
+    const int64_t rt = (rows + TILE - 1) / TILE;
+#pragma omp parallel for num_threads(amp_threads()) if (rows * cols >= 65536) schedule(static)
+    for (int64_t bi = 0; bi < rt; bi++) {
+        float tile[TILE][TILE];
+        const int64_t r0 = bi * TILE, nr = rows - r0 < TILE ? rows - r0 : TILE;
+        for (int64_t c0 = 0; c0 < cols; c0 += TILE) {
+            const int64_t nc = cols - c0 < TILE ? cols - c0 : TILE;
+            for (int64_t r = 0; r < nr; r++)
+                amp_convert((const char *)src + (size_t)((r0 + r) * cols + c0) * es, dt, tile[r], AMP_F32,
+                            (size_t)nc);
+            for (int64_t c = 0; c < nc; c++)
+                for (int64_t r = 0; r < nr; r++)
+                    dst[(c0 + c) * rows + r0 + r] = tile[r][c];
+        }
+    }
 }
 
 amp_status linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
@@ -288,12 +346,24 @@ amp_status linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
             return amp_last_status();
     }
     if (in_needs_grad(n, 1)) {
-        /* dW [out, in] = dY^T [out, rows] X [rows, in] */
+        /* dW [out, in] = dY^T [out, rows] X [rows, in]. An f16 dY^T is
+         * widened and transposed up front: the GEMM would widen its
+         * transposed panels a dozen elements at a time. */
         gin[1] = tensor_new(w->shape, dt);
-        if (!gin[1] || gemm_lowp(true, false, pl.out, pl.in, pl.rows, 1.0f, tensor_ptr(gout), dt,
-                                 pl.out, tensor_ptr(x), dt, pl.in, 0.0f, tensor_ptr(gin[1]), dt,
-                                 pl.in) != AMP_OK)
+        if (!gin[1])
             return amp_last_status();
+        float *gt = NULL;
+        if (dt == AMP_F16 && !(gt = amp_alloc((size_t)(pl.rows * pl.out) * sizeof(float))))
+            return amp_last_status();
+        if (gt)
+            transpose_widen(tensor_ptr(gout), dt, pl.rows, pl.out, gt);
+        amp_status st = gt ? gemm_lowp(false, false, pl.out, pl.in, pl.rows, 1.0f, gt, AMP_F32, pl.rows,
+                                       tensor_ptr(x), dt, pl.in, 0.0f, tensor_ptr(gin[1]), dt, pl.in)
+                           : gemm_lowp(true, false, pl.out, pl.in, pl.rows, 1.0f, tensor_ptr(gout), dt, pl.out,
+                                       tensor_ptr(x), dt, pl.in, 0.0f, tensor_ptr(gin[1]), dt, pl.in);
+        amp_free(gt);
+        if (st != AMP_OK)
+            return st;
     }
     if (lin_has_bias(n) && in_needs_grad(n, 2)) {
         gin[2] = bias_grad(gout, n->in[2], pl.rows, pl.out);

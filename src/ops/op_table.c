@@ -7,11 +7,66 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-const op_def op_table[OP_COUNT] = {
-#define X(e, nm, cpu, cuda, fwd, bwd) [OP_##e] = {nm, {CAST_##cpu, CAST_##cuda}, fwd, bwd},
+/* Each row's CPU backward; op_table's backward column dispatches on the
+ * node's device (CPU nodes land here unchanged). */
+static const op_backward_fn cpu_backward[OP_COUNT] = {
+#define X(e, nm, cpu, cuda, fwd, bwd) [OP_##e] = bwd,
 #include "ops/op_list.h"
 #undef X
 };
+
+static bool node_on_cuda(const node *n)
+{
+    return n->n_in > 0 && n->in[0] && n->in[0]->storage->device == AMP_CUDA;
+}
+
+static amp_status device_backward(int op, node *n, const amp_tensor *gout, amp_tensor **gin)
+{
+    if (!node_on_cuda(n))
+        return cpu_backward[op](n, gout, gin);
+#ifdef AMPC_HAVE_CUDA
+    if (!op_cuda_fns[op].backward)
+        return amp_set_error(AMP_ERR_DEVICE, "%s: has no CUDA backward yet", op_table[op].name);
+    return op_cuda_backward(n, &op_cuda_fns[op], gout, gin);
+#else
+    return amp_set_error(AMP_ERR_DEVICE, "%s: cuda is not available (ampc was built without CUDA)",
+                         op_table[op].name);
+#endif
+}
+
+#define X(e, nm, cpu, cuda, fwd, bwd)                                                        \
+    static amp_status backward_##e(node *n, const amp_tensor *gout, amp_tensor **gin)      \
+    {                                                                                      \
+        return device_backward(OP_##e, n, gout, gin);                                      \
+    }
+#include "ops/op_list.h"
+#undef X
+
+const op_def op_table[OP_COUNT] = {
+#define X(e, nm, cpu, cuda, fwd, bwd) [OP_##e] = {nm, {CAST_##cpu, CAST_##cuda}, fwd, backward_##e},
+#include "ops/op_list.h"
+#undef X
+};
+
+/* The forward of the inputs' device. */
+static amp_tensor *device_forward(int op, node *n)
+{
+    if (!node_on_cuda(n))
+        return op_table[op].forward(n);
+#ifdef AMPC_HAVE_CUDA
+    const op_device_fns *f = &op_cuda_fns[op];
+    if (!f->forward)
+        return amp_fail_null(AMP_ERR_DEVICE, "%s: has no CUDA kernel yet (run it on the CPU)", op_table[op].name);
+    if (n->needs_grad && !f->backward)
+        return amp_fail_null(AMP_ERR_DEVICE,
+                             "%s: has no CUDA backward yet (run it without gradients, or on the CPU)",
+                             op_table[op].name);
+    return f->forward(n);
+#else
+    return amp_fail_null(AMP_ERR_DEVICE, "%s: cuda is not available (ampc was built without CUDA)",
+                         op_table[op].name);
+#endif
+}
 
 int amp_op_count(void) { return OP_COUNT; }
 
@@ -115,9 +170,9 @@ static amp_tensor *run_op(int op, amp_tensor *const *in, int n_in, const op_para
         ins[i] = amp_tensor_retain(in[i]);
         any_grad |= in[i]->requires_grad;
     }
-    n->needs_grad = any_grad && amp_grad_enabled() && op_table[op].backward != no_backward;
+    n->needs_grad = any_grad && amp_grad_enabled() && cpu_backward[op] != no_backward;
 
-    amp_tensor *out = op_table[op].forward(n);
+    amp_tensor *out = device_forward(op, n);
     if (!out || !n->needs_grad || !amp_dtype_is_float(out->dtype)) {
         node_release(n);
         return pool_add(out);

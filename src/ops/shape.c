@@ -9,7 +9,7 @@
  * (when the last dim keeps its place) or 2-D tiles, so that both the reads
  * and the writes stay within a few cache lines for any ndim.
  */
-#include "ops/ops.h"
+#include "ops/broadcast.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -366,7 +366,7 @@ amp_tensor *to_forward(node *n)
     const amp_dtype dt = (amp_dtype)n->p.i[0];
     if ((unsigned)dt >= AMP_DTYPE_COUNT)
         return amp_fail_null(AMP_ERR_DTYPE, "%s: invalid dtype %d", op_name(n), (int)dt);
-    return tensor_convert(n->in[0], dt);
+    return ew_convert(n->in[0], dt);
 }
 
 /* The gradient goes back in the input's dtype; a cast to or from an
@@ -376,6 +376,6 @@ amp_status to_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
     const amp_tensor *x = n->in[0];
     if (!in_needs_grad(n, 0) || !amp_dtype_is_float(x->dtype) || !amp_dtype_is_float(gout->dtype))
         return AMP_OK;
-    gin[0] = tensor_convert(gout, x->dtype);
+    gin[0] = ew_convert(gout, x->dtype);
     return gin[0] ? AMP_OK : amp_last_status();
 }

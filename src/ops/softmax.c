@@ -12,8 +12,13 @@
  * row.
  */
 #include "ops/broadcast.h"
+#include "ops/simd.h"
 
 #include <math.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* A tensor seen as [outer, len, inner] around the dim an op works along. */
 typedef struct {
@@ -211,6 +216,25 @@ amp_status log_softmax_backward(node *n, const amp_tensor *gout, amp_tensor **gi
 
 /* ---------------------------------------------------------- cross_entropy */
 
+static int row_thread(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* Row i of the logits [N, C] as f32: x's own row, or widened into buf. */
+static const float *logits_row(const amp_tensor *x, int64_t i, int64_t C, float *buf)
+{
+    if (x->dtype == AMP_F32)
+        return tensor_f32(x) + i * C;
+    amp_convert((const char *)tensor_ptr(x) + (size_t)(i * C) * amp_dtype_size(x->dtype), x->dtype, buf, AMP_F32,
+                (size_t)C);
+    return buf;
+}
+
 /* Checks logits [N, C] float and labels [N] i32/i64, each label in [0, C)
  * or equal to p.i[0] (ignore_index); returns the number of labels counted
  * or -1 with the error set. */
@@ -253,29 +277,37 @@ amp_tensor *cross_entropy_forward(node *n)
         return NULL;
     const amp_tensor *x = n->in[0], *t = n->in[1];
     int64_t N = x->shape.d[0], C = x->shape.d[1], ignore = n->p.i[0];
-    float *tmp = NULL;
-    const float *xf = tensor_as_f32(x, &tmp);
+    const int nt = N * C >= EW_PARALLEL_MIN ? amp_threads() : 1;
     double *loss = amp_alloc((size_t)N * sizeof(double));
+    float *rows = amp_alloc((size_t)nt * (size_t)(2 * C) * sizeof(float));
     amp_tensor *stats = n->needs_grad ? tensor_new((amp_shape){2, {N, 2}}, AMP_F32) : NULL;
     amp_tensor *out = tensor_new((amp_shape){0, {0}}, x->dtype);
-    if (!xf || !loss || !out || (n->needs_grad && !stats)) {
-        amp_free(tmp);
+    if (!loss || !rows || !out || (n->needs_grad && !stats)) {
         amp_free(loss);
+        amp_free(rows);
         amp_tensor_free(stats);
         amp_tensor_free(out);
         return amp_fail_null(AMP_ERR_MEMORY, "cross_entropy: out of memory");
     }
     float *st = stats ? tensor_f32(stats) : NULL;
-    OMP_PRAGMA(omp parallel for num_threads(amp_threads()) if (N * C >= EW_PARALLEL_MIN) schedule(static))
+    const simd_row_fns *vec = simd_pick_rows();
+    OMP_PRAGMA(omp parallel for num_threads(nt) schedule(static))
     for (int64_t i = 0; i < N; i++) {
-        const float *row = xf + i * C;
+        float *buf = rows + (size_t)row_thread() * (size_t)(2 * C);
+        const float *row = logits_row(x, i, C, buf);
         float m = -INFINITY;
-        for (int64_t c = 0; c < C; c++)
-            if (row[c] > m || row[c] != row[c])
-                m = row[c];
         double s = 0;
-        for (int64_t c = 0; c < C; c++)
-            s += expf(row[c] - m);
+        if (vec) {
+            m = vec->max(row, C);
+            memcpy(buf + C, row, (size_t)C * sizeof(float));
+            s = vec->exp_sum(buf + C, C, m);
+        } else {
+            for (int64_t c = 0; c < C; c++)
+                if (row[c] > m || row[c] != row[c])
+                    m = row[c];
+            for (int64_t c = 0; c < C; c++)
+                s += expf(row[c] - m);
+        }
         float ls = (float)log(s);
         if (st) {
             st[2 * i] = m;
@@ -290,8 +322,8 @@ amp_tensor *cross_entropy_forward(node *n)
     float v = (float)(total / (double)count);
     amp_convert(&v, AMP_F32, tensor_ptr(out), out->dtype, 1);
     n->saved[0] = stats;
-    amp_free(tmp);
     amp_free(loss);
+    amp_free(rows);
     return out;
 }
 
@@ -307,30 +339,43 @@ amp_status cross_entropy_backward(node *n, const amp_tensor *gout, amp_tensor **
         count += load_i64(tensor_ptr(t), t->dtype, (size_t)i) != ignore;
     float scale = load_f32(tensor_ptr(gout), gout->dtype, 0) / (float)count;
     const float *st = tensor_f32(n->saved[0]);
-    float *tmp = NULL, *gt = NULL;
-    const float *xf = tensor_as_f32(x, &tmp);
+    const int nt = N * C >= EW_PARALLEL_MIN ? amp_threads() : 1;
+    const size_t es = amp_dtype_size(x->dtype);
+    float *rows = amp_alloc((size_t)nt * (size_t)(2 * C) * sizeof(float));
     amp_tensor *g = tensor_new(x->shape, x->dtype);
-    float *gf = !g                    ? NULL
-                : x->dtype == AMP_F32 ? tensor_f32(g)
-                                      : (gt = amp_alloc((size_t)g->numel * sizeof(float)));
-    if (!xf || !gf) {
-        amp_free(tmp);
-        amp_free(gt);
+    if (!rows || !g) {
+        amp_free(rows);
         amp_tensor_free(g);
         return amp_set_error(AMP_ERR_MEMORY, "cross_entropy: out of memory in backward");
     }
-    OMP_PRAGMA(omp parallel for num_threads(amp_threads()) if (N * C >= EW_PARALLEL_MIN) schedule(static))
+    const simd_row_fns *vec = simd_pick_rows();
+    char *gp = tensor_ptr(g);
+    OMP_PRAGMA(omp parallel for num_threads(nt) schedule(static))
     for (int64_t i = 0; i < N; i++) {
+        float *buf = rows + (size_t)row_thread() * (size_t)(2 * C);
         int64_t y = load_i64(tensor_ptr(t), t->dtype, (size_t)i);
-        const float *row = xf + i * C;
-        float *gr = gf + i * C, m = st[2 * i], ls = st[2 * i + 1];
-        for (int64_t c = 0; c < C; c++)
-            gr[c] = y == ignore ? 0.0f : (expf((row[c] - m) - ls) - (c == y ? 1.0f : 0.0f)) * scale;
+        const float *row = logits_row(x, i, C, buf);
+        float *gr = x->dtype == AMP_F32 ? (float *)gp + i * C : buf + C;
+        const float m = st[2 * i], ls = st[2 * i + 1];
+        if (y == ignore) {
+            for (int64_t c = 0; c < C; c++)
+                gr[c] = 0.0f;
+        } else {
+            /* exp((x - m) - ls): the shift first, then the exponential */
+            for (int64_t c = 0; c < C; c++)
+                gr[c] = row[c] - m;
+            if (vec)
+                vec->exp_sum(gr, C, ls);
+            else
+                for (int64_t c = 0; c < C; c++)
+                    gr[c] = expf(gr[c] - ls);
+            for (int64_t c = 0; c < C; c++)
+                gr[c] = (gr[c] - (c == y ? 1.0f : 0.0f)) * scale;
+        }
+        if (x->dtype != AMP_F32)
+            amp_convert(gr, AMP_F32, gp + (size_t)(i * C) * es, x->dtype, (size_t)C);
     }
-    if (gt)
-        tensor_store_f32(g, gt);
-    amp_free(tmp);
-    amp_free(gt);
+    amp_free(rows);
     gin[0] = g;
     return AMP_OK;
 }

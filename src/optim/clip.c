@@ -68,6 +68,12 @@ double amp_clip_grad_norm(amp_tensor *const *params, int n, double max_norm)
             amp_set_error(AMP_ERR_ARG, "clip_grad_norm: parameter %d is NULL", i);
             return NAN;
         }
+        if (params[i]->grad && params[i]->grad->storage->device != AMP_CPU) {
+            amp_set_error(AMP_ERR_DEVICE, "clip_grad_norm: parameter %d's gradient is on %s; "
+                          "clipping runs on cpu gradients only for now",
+                          i, amp_device_name(params[i]->grad->storage->device));
+            return NAN;
+        }
         if (params[i]->grad && !sum_squares(params[i]->grad, &ss)) {
             amp_set_error(AMP_ERR_MEMORY, "clip_grad_norm: out of memory");
             return NAN;

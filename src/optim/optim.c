@@ -8,9 +8,16 @@
  * ones loaded to f32, updated, and rounded once on store. State buffers
  * are f32 whatever the parameter's dtype. The element loops follow
  * PyTorch's order of operations so f32 results agree to rounding.
+ *
+ * An optimizer over CUDA parameters (all of them on CUDA: one optimizer
+ * per device) keeps its state buffers on the device and steps every
+ * parameter in one fused multi-tensor launch (src/backend/cuda/amp.cu,
+ * the same formulas), with the step counts on the device too, so the
+ * grad scaler's skipped steps need no host synchronisation.
  */
 #include "optim/optim.h"
 
+#include "backend/cuda/cuda_backend.h"
 #include "base/base.h"
 #include "tensor/tensor.h"
 
@@ -166,6 +173,7 @@ void amp_optim_free(amp_optim *o)
     free(o->params);
     free(o->state);
     free(o->param_steps);
+    cuda_free(o->dev_steps);
     free(o);
 }
 
@@ -185,7 +193,8 @@ static amp_status ensure_state(amp_optim *o, int i)
 {
     for (int k = 0; k < OPTIM_MAX_STATE; k++) {
         amp_tensor **s = &o->state[i * OPTIM_MAX_STATE + k];
-        if (slot_name(o, k) && !*s && !(*s = tensor_zeros(o->params[i]->shape, AMP_F32)))
+        if (slot_name(o, k) && !*s &&
+            !(*s = tensor_zeros_on(o->params[i]->shape, AMP_F32, tensor_device(o->params[i]))))
             return amp_last_status();
     }
     return AMP_OK;
@@ -216,9 +225,23 @@ amp_tensor *amp_optim_state_tensor(const amp_optim *o, int i, const char *name)
                          name);
 }
 
+/* Counter k of the device's step counters (0 when it cannot be read). */
+static int64_t dev_counter(const amp_optim *o, int k)
+{
+    int64_t v = 0;
+    return cuda_copy(&v, AMP_CPU, o->dev_steps + k, AMP_CUDA, sizeof v) == AMP_OK ? v : 0;
+}
+
+static amp_status dev_counter_set(amp_optim *o, int k, int64_t v)
+{
+    return o->dev_steps ? cuda_copy(o->dev_steps + k, AMP_CUDA, &v, AMP_CPU, sizeof v) : AMP_OK;
+}
+
 int64_t amp_optim_param_steps(const amp_optim *o, int i)
 {
-    return (o && i >= 0 && i < o->n) ? o->param_steps[i] : 0;
+    if (!o || i < 0 || i >= o->n)
+        return 0;
+    return o->dev_steps ? dev_counter(o, i) : o->param_steps[i];
 }
 
 amp_status amp_optim_set_param_steps(amp_optim *o, int i, int64_t steps)
@@ -234,7 +257,7 @@ amp_status amp_optim_set_param_steps(amp_optim *o, int i, int64_t steps)
             return st;
     }
     o->param_steps[i] = steps;
-    return AMP_OK;
+    return dev_counter_set(o, i, steps);
 }
 
 amp_status amp_optim_set_steps(amp_optim *o, int64_t steps)
@@ -242,65 +265,193 @@ amp_status amp_optim_set_steps(amp_optim *o, int64_t steps)
     if (!o || steps < 0)
         return amp_set_error(AMP_ERR_ARG, "optim_set_steps: bad optimizer or steps %lld", (long long)steps);
     o->steps = steps;
-    return AMP_OK;
+    return dev_counter_set(o, o->n, steps);
 }
 
 /* --------------------------------------------------------------- updates */
 
-/* One SGD update of n elements (sgd.py: weight decay into the gradient,
- * momentum buffer = the first gradient, then buf*momentum +
- * (1-dampening)*g, nesterov g + momentum*buf, p -= lr*g). */
-static void sgd_update(const amp_sgd_opts *s, float lr, bool first, float *p, const float *g, float *buf, int64_t n)
-{
-    const float wd = (float)s->weight_decay, mom = (float)s->momentum;
-    const float damp1 = (float)(1.0 - s->dampening), neg_lr = -lr;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(amp_threads()) if (n > PAR_MIN_WORK)
+/* The element loops run in blocks (threads take whole blocks), each block
+ * through a vector version where the CPU has AVX-512. The vector versions
+ * do the scalar loops' arithmetic in the same order, with separate
+ * multiplies and adds (no fused multiply-add), so they give the same bits;
+ * the scalar loops stay the reference. */
+#define UPDATE_BLOCK 16384
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_VEC_UPDATE 1
+#define TGT_AVX512 __attribute__((target("avx512f")))
+/* Rounding-mode forms of add / sub / mul: the compiler may fuse plain
+ * vector multiplies and adds into FMAs (one rounding less than the scalar
+ * loops), but not these. */
+#define RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define VADD(a, b) _mm512_add_round_ps((a), (b), RN)
+#define VSUB(a, b) _mm512_sub_round_ps((a), (b), RN)
+#define VMUL(a, b) _mm512_mul_round_ps((a), (b), RN)
 #endif
-    for (int64_t j = 0; j < n; j++) {
+
+static bool use_vector(void)
+{
+#ifdef HAVE_VEC_UPDATE
+    return (amp_cpu_features() & AMP_CPU_AVX512F) != 0;
+#else
+    return false;
+#endif
+}
+
+typedef struct {
+    float wd, mom, damp1, neg_lr;
+    bool first, nesterov;
+} sgd_k;
+
+/* One SGD update of elements [lo, hi) (sgd.py: weight decay into the
+ * gradient, momentum buffer = the first gradient, then buf*momentum +
+ * (1-dampening)*g, nesterov g + momentum*buf, p -= lr*g). */
+__attribute__((noinline)) static void sgd_range(const sgd_k *k, float *p, const float *g, float *buf, int64_t lo,
+                                                int64_t hi)
+{
+    for (int64_t j = lo; j < hi; j++) {
         float gj = g[j];
-        if (wd != 0)
-            gj = gj + wd * p[j];
+        if (k->wd != 0)
+            gj = gj + k->wd * p[j];
         if (buf) {
-            buf[j] = first ? gj : buf[j] * mom + damp1 * gj;
-            gj = s->nesterov ? gj + mom * buf[j] : buf[j];
+            buf[j] = k->first ? gj : buf[j] * k->mom + k->damp1 * gj;
+            gj = k->nesterov ? gj + k->mom * buf[j] : buf[j];
         }
-        p[j] = p[j] + neg_lr * gj;
+        p[j] = p[j] + k->neg_lr * gj;
     }
 }
 
-/* One Adam / AdamW update at (1-based) step t of parameter i's n elements
- * (adam.py _single_tensor_adam). */
-static void adam_update(const amp_adam_opts *a, bool decoupled, double lr, int64_t t, float *p, const float *g,
-                        float *m, float *v, float *vmax, int64_t n)
+#ifdef HAVE_VEC_UPDATE
+TGT_AVX512 static void sgd_range_v(const sgd_k *k, float *p, const float *g, float *buf, int64_t lo, int64_t hi)
 {
-    const double bc1 = 1.0 - pow(a->beta1, (double)t), bc2 = 1.0 - pow(a->beta2, (double)t);
-    const float neg_step = (float)(-(lr / bc1)), bc2_sqrt = (float)sqrt(bc2), eps = (float)a->eps;
-    const float wd = (float)a->weight_decay, decay = (float)(1.0 - lr * a->weight_decay);
-    const float w1 = (float)(1.0 - a->beta1), b2 = (float)a->beta2, w2 = (float)(1.0 - a->beta2);
-    const bool l2 = !decoupled && a->weight_decay != 0, dec = decoupled && a->weight_decay != 0;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(amp_threads()) if (n > PAR_MIN_WORK)
+    const __m512 wd = _mm512_set1_ps(k->wd), mom = _mm512_set1_ps(k->mom), damp1 = _mm512_set1_ps(k->damp1),
+                 neg_lr = _mm512_set1_ps(k->neg_lr);
+    int64_t j = lo;
+    for (; j + 16 <= hi; j += 16) {
+        __m512 gj = _mm512_loadu_ps(g + j), pj = _mm512_loadu_ps(p + j);
+        if (k->wd != 0)
+            gj = VADD(gj, VMUL(wd, pj));
+        if (buf) {
+            __m512 b = k->first ? gj
+                                : VADD(VMUL(_mm512_loadu_ps(buf + j), mom), VMUL(damp1, gj));
+            _mm512_storeu_ps(buf + j, b);
+            gj = k->nesterov ? VADD(gj, VMUL(mom, b)) : b;
+        }
+        _mm512_storeu_ps(p + j, VADD(pj, VMUL(neg_lr, gj)));
+    }
+    sgd_range(k, p, g, buf, j, hi);
+}
 #endif
-    for (int64_t j = 0; j < n; j++) {
+
+static void sgd_update(const amp_sgd_opts *s, float lr, bool first, float *p, const float *g, float *buf, int64_t n)
+{
+    const sgd_k k = {(float)s->weight_decay, (float)s->momentum, (float)(1.0 - s->dampening), -lr, first,
+                     s->nesterov};
+    void (*fn)(const sgd_k *, float *, const float *, float *, int64_t, int64_t) = sgd_range;
+#ifdef HAVE_VEC_UPDATE
+    if (use_vector())
+        fn = sgd_range_v;
+#endif
+    const int64_t blocks = (n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(amp_threads()) if (n > PAR_MIN_WORK) schedule(static)
+#endif
+    for (int64_t b = 0; b < blocks; b++)
+        fn(&k, p, g, buf, b * UPDATE_BLOCK, n - b * UPDATE_BLOCK < UPDATE_BLOCK ? n : (b + 1) * UPDATE_BLOCK);
+}
+
+typedef struct {
+    float neg_step, bc2_sqrt, eps, wd, decay, w1, b2, w2;
+    bool l2, dec;
+} adam_k;
+
+/* One Adam / AdamW update of elements [lo, hi) (adam.py
+ * _single_tensor_adam). */
+__attribute__((noinline)) static void adam_range(const adam_k *k, float *p, const float *g, float *m, float *v,
+                                                 float *vmax, int64_t lo, int64_t hi)
+{
+    for (int64_t j = lo; j < hi; j++) {
         float pj = p[j], gj = g[j];
-        if (dec)
-            pj = pj * decay;
-        if (l2)
-            gj = gj + wd * pj;
+        if (k->dec)
+            pj = pj * k->decay;
+        if (k->l2)
+            gj = gj + k->wd * pj;
         /* exp_avg.lerp_(grad, 1 - beta1), with ATen's two-sided lerp */
         float d = gj - m[j];
-        m[j] = w1 < 0.5f ? m[j] + w1 * d : gj - d * (1.0f - w1);
-        v[j] = v[j] * b2 + w2 * gj * gj;
+        m[j] = k->w1 < 0.5f ? m[j] + k->w1 * d : gj - d * (1.0f - k->w1);
+        v[j] = v[j] * k->b2 + k->w2 * gj * gj;
         float vv = v[j];
         if (vmax) {
             if (!(vmax[j] >= vv)) /* torch.maximum: NaN wins */
                 vmax[j] = vv;
             vv = vmax[j];
         }
-        float denom = sqrtf(vv) / bc2_sqrt + eps;
-        p[j] = pj + neg_step * (m[j] / denom);
+        float denom = sqrtf(vv) / k->bc2_sqrt + k->eps;
+        p[j] = pj + k->neg_step * (m[j] / denom);
     }
+}
+
+#ifdef HAVE_VEC_UPDATE
+TGT_AVX512 static void adam_range_v(const adam_k *k, float *p, const float *g, float *m, float *v, float *vmax,
+                                    int64_t lo, int64_t hi)
+{
+    const __m512 decay = _mm512_set1_ps(k->decay), wd = _mm512_set1_ps(k->wd), w1 = _mm512_set1_ps(k->w1),
+                 one_w1 = _mm512_set1_ps(1.0f - k->w1), b2 = _mm512_set1_ps(k->b2), w2 = _mm512_set1_ps(k->w2),
+                 bc2 = _mm512_set1_ps(k->bc2_sqrt), eps = _mm512_set1_ps(k->eps),
+                 neg_step = _mm512_set1_ps(k->neg_step);
+    const bool low = k->w1 < 0.5f;
+    int64_t j = lo;
+    for (; j + 16 <= hi; j += 16) {
+        __m512 pj = _mm512_loadu_ps(p + j), gj = _mm512_loadu_ps(g + j), mj = _mm512_loadu_ps(m + j);
+        if (k->dec)
+            pj = VMUL(pj, decay);
+        if (k->l2)
+            gj = VADD(gj, VMUL(wd, pj));
+        __m512 d = VSUB(gj, mj);
+        mj = low ? VADD(mj, VMUL(w1, d)) : VSUB(gj, VMUL(d, one_w1));
+        _mm512_storeu_ps(m + j, mj);
+        __m512 vv = VADD(VMUL(_mm512_loadu_ps(v + j), b2), VMUL(VMUL(w2, gj), gj));
+        _mm512_storeu_ps(v + j, vv);
+        if (vmax) {
+            __m512 vm = _mm512_loadu_ps(vmax + j);
+            __mmask16 keep = _mm512_cmp_ps_mask(vm, vv, _CMP_GE_OQ); /* NaN: not kept */
+            vv = _mm512_mask_mov_ps(vv, keep, vm);
+            _mm512_storeu_ps(vmax + j, vv);
+        }
+        __m512 denom = VADD(_mm512_div_ps(_mm512_sqrt_ps(vv), bc2), eps);
+        _mm512_storeu_ps(p + j, VADD(pj, VMUL(neg_step, _mm512_div_ps(mj, denom))));
+    }
+    adam_range(k, p, g, m, v, vmax, j, hi);
+}
+#endif
+
+/* One Adam / AdamW update at (1-based) step t of parameter i's n elements. */
+static void adam_update(const amp_adam_opts *a, bool decoupled, double lr, int64_t t, float *p, const float *g,
+                        float *m, float *v, float *vmax, int64_t n)
+{
+    const double bc1 = 1.0 - pow(a->beta1, (double)t), bc2 = 1.0 - pow(a->beta2, (double)t);
+    const adam_k k = {.neg_step = (float)(-(lr / bc1)),
+                      .bc2_sqrt = (float)sqrt(bc2),
+                      .eps = (float)a->eps,
+                      .wd = (float)a->weight_decay,
+                      .decay = (float)(1.0 - lr * a->weight_decay),
+                      .w1 = (float)(1.0 - a->beta1),
+                      .b2 = (float)a->beta2,
+                      .w2 = (float)(1.0 - a->beta2),
+                      .l2 = !decoupled && a->weight_decay != 0,
+                      .dec = decoupled && a->weight_decay != 0};
+    void (*fn)(const adam_k *, float *, const float *, float *, float *, float *, int64_t, int64_t) = adam_range;
+#ifdef HAVE_VEC_UPDATE
+    if (use_vector())
+        fn = adam_range_v;
+#endif
+    const int64_t blocks = (n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(amp_threads()) if (n > PAR_MIN_WORK) schedule(static)
+#endif
+    for (int64_t b = 0; b < blocks; b++)
+        fn(&k, p, g, m, v, vmax, b * UPDATE_BLOCK, n - b * UPDATE_BLOCK < UPDATE_BLOCK ? n : (b + 1) * UPDATE_BLOCK);
 }
 
 /* Checks every gradient before anything changes, so a failed step leaves
@@ -309,6 +460,13 @@ static amp_status check_grads(const amp_optim *o)
 {
     for (int i = 0; i < o->n; i++) {
         const amp_tensor *p = o->params[i], *g = p->grad;
+        if (tensor_device(p) != tensor_device(o->params[0]))
+            return amp_set_error(AMP_ERR_DEVICE, "%s: parameter 0 is on %s but parameter %d on %s (one optimizer per "
+                                 "device)", o->name, amp_device_name(tensor_device(o->params[0])), i,
+                                 amp_device_name(tensor_device(p)));
+        if (g && tensor_device(g) != tensor_device(p))
+            return amp_set_error(AMP_ERR_DEVICE, "%s: parameter %d is on %s but its gradient on %s", o->name, i,
+                                 amp_device_name(tensor_device(p)), amp_device_name(tensor_device(g)));
         if (g && (!shape_equal(g->shape, p->shape) || !amp_dtype_is_float(g->dtype))) {
             char a[96], b[96];
             return amp_set_error(AMP_ERR_SHAPE, "%s: parameter %d is %s %s but its gradient is %s %s", o->name, i,
@@ -345,7 +503,69 @@ static amp_status step_param(amp_optim *o, int i)
     return AMP_OK;
 }
 
-amp_status amp_optim_step(amp_optim *o)
+/* Every parameter with a gradient in one fused launch, guarded by
+ * found_inf; the counters go up on the device. */
+static amp_status step_cuda(amp_optim *o, const float *found_inf)
+{
+    if (!o->dev_steps) {
+        int64_t *init = malloc((size_t)(o->n + 1) * sizeof *init);
+        if (!init)
+            return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", o->name);
+        memcpy(init, o->param_steps, (size_t)o->n * sizeof *init);
+        init[o->n] = o->steps;
+        o->dev_steps = cuda_malloc((size_t)(o->n + 1) * sizeof *init);
+        amp_status st = o->dev_steps ? cuda_copy(o->dev_steps, AMP_CUDA, init, AMP_CPU,
+                                                 (size_t)(o->n + 1) * sizeof *init)
+                                     : amp_last_status();
+        free(init);
+        if (st != AMP_OK) {
+            cuda_free(o->dev_steps);
+            o->dev_steps = NULL;
+            return st;
+        }
+    }
+    cuda_param *ps = calloc((size_t)o->n, sizeof *ps);
+    if (!ps)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", o->name);
+    int k = 0;
+    for (int i = 0; i < o->n; i++) {
+        amp_tensor *p = o->params[i];
+        if (!p->grad)
+            continue;
+        float *st[OPTIM_MAX_STATE];
+        for (int j = 0; j < OPTIM_MAX_STATE; j++) {
+            amp_tensor *t = o->state[i * OPTIM_MAX_STATE + j];
+            if (t && !tensor_on_cuda(t)) {
+                free(ps);
+                return amp_set_error(AMP_ERR_DEVICE,
+                                     "%s: parameter %d is on cuda but its state is on the cpu (move parameters "
+                                     "before the first step)",
+                                     o->name, i);
+            }
+            st[j] = t ? tensor_f32(t) : NULL;
+        }
+        ps[k++] = (cuda_param){tensor_ptr(p), tensor_ptr(p->grad), st[0], st[1], st[2], p->numel, p->dtype,
+                               p->grad->dtype, i};
+        tensor_bump(p); /* an in-place write: stale autocast casts must go */
+    }
+    amp_status st;
+    if (o->kind == OPTIM_SGD) {
+        const amp_sgd_opts *s = &o->sgd;
+        cuda_sgd_opts so = {(float)o->lr, (float)s->weight_decay, (float)s->momentum, (float)(1.0 - s->dampening),
+                            s->nesterov};
+        st = cuda_sgd_step(ps, k, o->dev_steps, o->n, found_inf, so);
+    } else {
+        const amp_adam_opts *a = &o->adam;
+        cuda_adam_opts ao = {o->lr, a->beta1, a->beta2, a->eps, a->weight_decay, o->kind == OPTIM_ADAMW, a->amsgrad};
+        st = cuda_adam_step(ps, k, o->dev_steps, o->n, found_inf, ao);
+    }
+    free(ps);
+    return st;
+}
+
+amp_status amp_optim_step(amp_optim *o) { return optim_step_guarded(o, NULL); }
+
+amp_status optim_step_guarded(amp_optim *o, const float *found_inf)
 {
     if (!o)
         return amp_set_error(AMP_ERR_ARG, "optim_step: NULL optimizer");
@@ -353,6 +573,8 @@ amp_status amp_optim_step(amp_optim *o)
     for (int i = 0; i < o->n && st == AMP_OK; i++)
         if (o->params[i]->grad)
             st = ensure_state(o, i);
+    if (st == AMP_OK && tensor_on_cuda(o->params[0]))
+        return step_cuda(o, found_inf);
     for (int i = 0; i < o->n && st == AMP_OK; i++)
         if (o->params[i]->grad)
             st = step_param(o, i);
@@ -391,4 +613,9 @@ amp_tensor *amp_optim_param(const amp_optim *o, int i)
     return o->params[i];
 }
 
-int64_t amp_optim_steps(const amp_optim *o) { return o ? o->steps : 0; }
+int64_t amp_optim_steps(const amp_optim *o)
+{
+    if (!o)
+        return 0;
+    return o->dev_steps ? dev_counter(o, o->n) : o->steps;
+}

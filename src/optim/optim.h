@@ -33,7 +33,16 @@ struct amp_optim {
     double lr;
     amp_sgd_opts sgd;
     amp_adam_opts adam;
+    /* CUDA parameters: n + 1 int64 step counters on the device (each
+     * parameter's, then the optimizer's), authoritative once allocated at
+     * the first CUDA step; the getters copy them to the host. */
+    int64_t *dev_steps;
 };
+
+/* One step of o; for CUDA parameters, found_inf (a device float, may be
+ * NULL) makes the step skip itself on the device when it is non-zero:
+ * the grad scaler's step, without a host synchronisation. */
+amp_status optim_step_guarded(amp_optim *o, const float *found_inf);
 
 /* Proposed public API (for checkpoints). */
 

@@ -1,9 +1,15 @@
 /*
  * tensor.c - tensor creation, reference counting, accessors, the per-thread
  * pool of op results, and copies to and from user memory.
+ *
+ * A CUDA tensor's storage comes from the CUDA backend's caching allocator;
+ * the few functions here that touch element data (convert, fill, copies,
+ * get) take a device branch through src/backend/cuda/cuda_backend.h, and
+ * every CPU path is as it was.
  */
 #include "tensor/tensor.h"
 #include "autograd/graph.h"
+#include "backend/cuda/cuda_backend.h"
 #include "base/base.h"
 #include "dtype/dtype.h"
 
@@ -106,6 +112,54 @@ amp_tensor *tensor_zeros(amp_shape shape, amp_dtype dt)
     return t;
 }
 
+amp_tensor *tensor_new_on(amp_shape shape, amp_dtype dt, amp_device dev)
+{
+    if (dev == AMP_CPU)
+        return tensor_new(shape, dt);
+    if (dev != AMP_CUDA)
+        return amp_fail_null(AMP_ERR_DEVICE, "tensor: invalid device %d", (int)dev);
+    if (cuda_device_count() < 1)
+        return amp_fail_null(AMP_ERR_DEVICE, "tensor: cuda is not available (%s)", cuda_unavailable_reason());
+    if ((unsigned)dt >= AMP_DTYPE_COUNT)
+        return amp_fail_null(AMP_ERR_DTYPE, "tensor: invalid dtype %d", (int)dt);
+    if (check_shape(shape, "tensor") != AMP_OK)
+        return NULL;
+    amp_tensor *t = calloc(1, sizeof *t);
+    amp_storage *s = calloc(1, sizeof *s);
+    int64_t numel = shape_numel(shape);
+    void *data = t && s ? cuda_malloc((size_t)numel * amp_dtype_size(dt)) : NULL;
+    if (!t || !s || !data) {
+        free(t);
+        free(s);
+        return data || amp_last_status() == AMP_OK
+                   ? amp_fail_null(AMP_ERR_MEMORY, "tensor: out of memory for %lld elements", (long long)numel)
+                   : NULL; /* the device allocator said why */
+    }
+    s->data = data;
+    s->nbytes = (size_t)numel * amp_dtype_size(dt);
+    s->refcount = 1;
+    s->device = AMP_CUDA;
+    t->shape = shape;
+    t->numel = numel;
+    t->dtype = dt;
+    t->storage = s;
+    t->refcount = 1;
+    return t;
+}
+
+amp_tensor *tensor_zeros_on(amp_shape shape, amp_dtype dt, amp_device dev)
+{
+    if (dev == AMP_CPU)
+        return tensor_zeros(shape, dt);
+    amp_tensor *t = tensor_new_on(shape, dt, dev);
+    const uint64_t zero = 0;
+    if (t && cuda_fill_pattern(tensor_ptr(t), t->numel, &zero, amp_dtype_size(dt)) != AMP_OK) {
+        amp_tensor_free(t);
+        return NULL;
+    }
+    return t;
+}
+
 amp_tensor *tensor_view(const amp_tensor *src, amp_shape shape)
 {
     amp_tensor *t = calloc(1, sizeof *t);
@@ -123,6 +177,14 @@ amp_tensor *tensor_view(const amp_tensor *src, amp_shape shape)
 
 amp_tensor *tensor_convert(const amp_tensor *src, amp_dtype dt)
 {
+    if (tensor_on_cuda(src)) {
+        amp_tensor *t = tensor_new_on(src->shape, dt, AMP_CUDA);
+        if (t && cuda_convert(tensor_ptr(src), src->dtype, tensor_ptr(t), dt, src->numel) != AMP_OK) {
+            amp_tensor_free(t);
+            return NULL;
+        }
+        return t;
+    }
     amp_tensor *t = tensor_new(src->shape, dt);
     if (t)
         amp_convert(tensor_ptr(src), src->dtype, tensor_ptr(t), dt, (size_t)src->numel);
@@ -132,6 +194,10 @@ amp_tensor *tensor_convert(const amp_tensor *src, amp_dtype dt)
 const float *tensor_as_f32(const amp_tensor *t, float **tmp)
 {
     *tmp = NULL;
+    if (tensor_on_cuda(t))
+        return amp_fail_null(AMP_ERR_DEVICE,
+                             "a CUDA tensor reached a CPU-only code path (it has no CUDA implementation yet; "
+                             "move the tensor to the CPU with amp_to_device)");
     if (t->dtype == AMP_F32)
         return tensor_f32(t);
     *tmp = amp_alloc((size_t)t->numel * sizeof(float));
@@ -157,11 +223,32 @@ amp_tensor *amp_full(amp_shape shape, amp_dtype dt, double value)
     return t;
 }
 
+/* The fill value as one element of dt (CPU fill's conversions), for the
+ * device fill. */
+static void fill_element(amp_dtype dt, double value, void *elem)
+{
+    float vf = (float)value;
+    int64_t iv = isnan(value) ? 0 : (int64_t)fmax(fmin(value, 9.2e18), -9.2e18);
+    int32_t i32 = (int32_t)iv;
+    uint16_t h = dt == AMP_F16 ? amp_f32_to_f16(vf) : amp_f32_to_bf16(vf);
+    switch (dt) {
+    case AMP_F32: memcpy(elem, &vf, 4); break;
+    case AMP_I32: memcpy(elem, &i32, 4); break;
+    case AMP_I64: memcpy(elem, &iv, 8); break;
+    default: memcpy(elem, &h, 2); break;
+    }
+}
+
 amp_status amp_tensor_fill(amp_tensor *t, double value)
 {
     if (!t)
         return amp_set_error(AMP_ERR_ARG, "fill: NULL tensor");
     tensor_bump(t);
+    if (tensor_on_cuda(t)) {
+        unsigned char elem[8];
+        fill_element(t->dtype, value, elem);
+        return cuda_fill_pattern(tensor_ptr(t), t->numel, elem, amp_dtype_size(t->dtype));
+    }
     float vf = (float)value;
     switch (t->dtype) {
     case AMP_F32:
@@ -301,7 +388,10 @@ void amp_tensor_free(amp_tensor *t)
     if (!t || --t->refcount > 0)
         return;
     if (--t->storage->refcount == 0) {
-        amp_free(t->storage->data);
+        if (t->storage->device == AMP_CUDA)
+            cuda_free(t->storage->data);
+        else
+            amp_free(t->storage->data);
         free(t->storage);
     }
     amp_tensor_free(t->grad);
@@ -379,6 +469,17 @@ amp_status amp_tensor_copy_out(const amp_tensor *t, void *dst, amp_dtype dt)
         return amp_set_error(AMP_ERR_ARG, "copy_out: NULL %s", t ? "destination" : "tensor");
     if ((unsigned)dt >= AMP_DTYPE_COUNT)
         return amp_set_error(AMP_ERR_DTYPE, "copy_out: invalid dtype %d", (int)dt);
+    if (tensor_on_cuda(t)) {
+        /* Device to host in the tensor's dtype (this waits for the GPU), then
+         * the CPU's conversion. */
+        size_t nb = (size_t)t->numel * amp_dtype_size(t->dtype);
+        void *tmp = amp_alloc(nb);
+        amp_status st = tmp ? cuda_copy(tmp, AMP_CPU, tensor_ptr(t), AMP_CUDA, nb) : AMP_ERR_MEMORY;
+        if (st == AMP_OK)
+            amp_convert(tmp, t->dtype, dst, dt, (size_t)t->numel);
+        amp_free(tmp);
+        return st;
+    }
     amp_convert(tensor_ptr(t), t->dtype, dst, dt, (size_t)t->numel);
     return AMP_OK;
 }
@@ -390,6 +491,16 @@ amp_status amp_tensor_copy_in(amp_tensor *t, const void *src, amp_dtype dt)
     if ((unsigned)dt >= AMP_DTYPE_COUNT)
         return amp_set_error(AMP_ERR_DTYPE, "copy_in: invalid dtype %d", (int)dt);
     tensor_bump(t);
+    if (tensor_on_cuda(t)) {
+        size_t nb = (size_t)t->numel * amp_dtype_size(t->dtype);
+        void *tmp = amp_alloc(nb);
+        if (!tmp)
+            return AMP_ERR_MEMORY;
+        amp_convert(src, dt, tmp, t->dtype, (size_t)t->numel);
+        amp_status st = cuda_copy(tensor_ptr(t), AMP_CUDA, tmp, AMP_CPU, nb);
+        amp_free(tmp);
+        return st;
+    }
     amp_convert(src, dt, tensor_ptr(t), t->dtype, (size_t)t->numel);
     return AMP_OK;
 }
@@ -404,6 +515,19 @@ double amp_tensor_get(const amp_tensor *t, int64_t i)
         amp_set_error(AMP_ERR_ARG, "get: index %lld out of range for %lld elements", (long long)i,
                       (long long)t->numel);
         return NAN;
+    }
+    if (tensor_on_cuda(t)) {
+        /* One element to the host (this waits for the GPU). */
+        size_t es = amp_dtype_size(t->dtype);
+        unsigned char elem[8];
+        if (cuda_copy(elem, AMP_CPU, (const char *)tensor_ptr(t) + (size_t)i * es, AMP_CUDA, es) != AMP_OK)
+            return NAN;
+        if (t->dtype == AMP_I64) {
+            int64_t v;
+            memcpy(&v, elem, 8);
+            return (double)v;
+        }
+        return (double)load_f32(elem, t->dtype, 0);
     }
     if (t->dtype == AMP_I64)
         return (double)((const int64_t *)tensor_ptr(t))[i];

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The GPU check (issue "CUDA backend"), for a machine with an NVIDIA GPU
+# (sm_90: H100 / H200): configure with the CUDA backend required, build,
+# run the CUDA tests, then the GPU benchmark (cuBLASLt GEMM TFLOP/s in
+# f16 / bf16 / f32, the mlp and gpt training steps in fp32 / bf16 /
+# fp16 + scaler) and PyTorch AMP on the same models in the same run, and
+# write docs/benchmarks-gpu.md. Each phase has a time limit; the whole
+# stays under 8 minutes.
+#
+#   scripts/gpu-check.sh [--build-only] [BUILD_DIR]     (default build-gpu)
+#
+# --build-only (or no GPU) stops after the build: what a machine without a
+# GPU can check. Exit status: 0 when the build and the CUDA tests passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=build-gpu
+build_only=0
+for a in "$@"; do
+  case "$a" in
+    --build-only) build_only=1 ;;
+    -*) echo "gpu-check: unknown option $a" >&2; exit 2 ;;
+    *) build=$a ;;
+  esac
+done
+start=$(date +%s)
+phase() { echo "== $* ($(( $(date +%s) - start )) s)"; }
+jobs=$(nproc)
+out="$build/gpu-check"
+mkdir -p "$out"
+
+phase "configure ($build, sm_90, AMPC_CUDA=ON)"
+if ! timeout 120 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DAMPC_WERROR=ON -DAMPC_CUDA=ON \
+     -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/configure.log" 2>&1; then
+  tail -30 "$out/configure.log"
+  echo "gpu-check: configure failed"
+  exit 1
+fi
+phase "build"
+if ! timeout 240 cmake --build "$build" -j "$jobs" --target ampc_static ampc_shared test_cuda test_device bench_cuda \
+     > "$out/build.log" 2>&1; then
+  grep -E "error|Error" "$out/build.log" | head -30
+  echo "gpu-check: build failed"
+  exit 1
+fi
+
+gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
+if [ $build_only = 1 ] || [ -z "$gpu" ]; then
+  [ -z "$gpu" ] && echo "gpu-check: no GPU (nvidia-smi found none): build only"
+  phase "done (build only)"
+  exit 0
+fi
+echo "GPU: $gpu"
+
+phase "CUDA tests"
+status=0
+(cd "$build" && timeout 240 ./test_device && timeout 240 ./test_cuda) > "$out/tests.log" 2>&1
+trc=$?
+grep -E "^(ok|FAIL|  FAIL|  SKIP)|passed" "$out/tests.log"
+if [ $trc -ne 0 ]; then
+  echo "gpu-check: the CUDA tests failed (exit $trc)"
+  status=1
+fi
+
+phase "benchmark: ampc"
+results="$out/results.jsonl"
+timeout 150 "$build/bench_cuda" --gemm 4096,8192 --steps 20 | tee "$results"
+phase "benchmark: PyTorch"
+if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  timeout 150 python3 bench/torch_step.py --device cuda --models mlp,gpt --steps 20 --gemm 4096,8192 \
+    | tee -a "$results"
+else
+  echo '{"impl": "torch", "error": "PyTorch with CUDA is not installed"}' | tee -a "$results"
+fi
+
+phase "report"
+GPU="$gpu" TESTS="$out/tests.log" REV="$(git rev-parse --short HEAD 2>/dev/null || echo '?')" \
+NVCC="$(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | head -n 1)" \
+  python3 - "$results" > docs/benchmarks-gpu.md <<'EOF'
+import json, os, sys, time
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+tests = open(os.environ["TESTS"]).read().splitlines()
+print("# ampc on the GPU\n")
+print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.environ['GPU']}, CUDA {os.environ['NVCC'].replace('release ', '')},")
+torch_v = next((r["version"] for r in rows if r.get("impl") == "torch" and "version" in r), "not run")
+print(f"ampc {os.environ['REV']}, PyTorch {torch_v}. Written by scripts/gpu-check.sh.\n")
+print("## CUDA tests\n")
+summary = [l for l in tests if "passed," in l]
+print("\n".join(f"    {l}" for l in summary) or "    (no summary: see the build's gpu-check/tests.log)")
+fails = [l.strip() for l in tests if "FAIL" in l]
+if fails:
+    print("\nFailures:\n")
+    print("\n".join(f"    {l}" for l in fails[:40]))
+print("\n## GEMM (n x n x n, TFLOP/s)\n")
+print("| dtype | n | ampc (cuBLASLt) | PyTorch |")
+print("|---|---|---|---|")
+g = {}
+for r in rows:
+    if r.get("kind") == "gemm":
+        g.setdefault((r.get("dtype"), r.get("n")), {})[r["impl"]] = r.get("tflops", r.get("error", "error"))
+for (dt, n), v in g.items():
+    print(f"| {dt} | {n} | {v.get('ampc', '-')} | {v.get('torch', '-')} |")
+print("\n## Training step (median ms per step, each ending with reading the loss)\n")
+print("mlp: 784-4096-4096-10, batch 256, SGD momentum. gpt: 4 layers, width 256, 4 heads,")
+print("context 128, batch 16, AdamW. fp16 runs with the grad scaler.\n")
+print("| model | precision | ampc ms | PyTorch ms | ampc / PyTorch | ampc peak MB | PyTorch peak MB |")
+print("|---|---|---|---|---|---|---|")
+s = {}
+for r in rows:
+    if "model" in r:
+        s.setdefault((r["model"], r["precision"]), {})[r["impl"]] = r
+for (m, p), v in s.items():
+    a, t = v.get("ampc", {}), v.get("torch", {})
+    am, tm = a.get("step_ms"), t.get("step_ms")
+    ratio = f"{am / tm:.2f}" if am and tm else "-"
+    print(f"| {m} | {p} | {am if am else 'error'} | {tm if tm else '-'} | {ratio} | "
+          f"{a.get('peak_mb', '-')} | {t.get('peak_mb', '-')} |")
+errs = [r for r in rows if "error" in r]
+if errs:
+    print("\nErrors:\n")
+    for r in errs:
+        what = ", ".join(str(r[k]) for k in ("impl", "kind", "model", "precision", "dtype") if k in r)
+        print(f"- {what}: {r['error']}")
+EOF
+cat docs/benchmarks-gpu.md
+phase "done"
+exit $status

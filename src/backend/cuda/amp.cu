@@ -1,0 +1,329 @@
+/*
+ * amp.cu - the grad scaler and the optimizers on the device, so that an
+ * AMP iteration never waits for the GPU:
+ *
+ *   unscale  one multi-tensor launch over all of an optimizer's gradients:
+ *            multiply by 1/scale (computed on the device, in double, from
+ *            the scale tensor) and raise found_inf on any inf/NaN;
+ *   step     one multi-tensor SGD or Adam/AdamW launch that reads found_inf
+ *            and leaves everything (parameters, state, step counts) as it
+ *            was when it is set, then a tiny launch that counts the step;
+ *   update   one thread applies PyTorch's _amp_update_scale_ rule to the
+ *            scale, the growth tracker and the history.
+ *
+ * Multi-tensor launches: the host lists the tensors (pointers, sizes,
+ * dtypes) in a small array copied to the device, each tensor split into
+ * chunks of CHUNK elements; block b finds its tensor by binary search over
+ * the chunk offsets. The formulas are optim.c's and scaler.c's, element for
+ * element.
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+#include <math.h>
+#include <string.h>
+#include <vector>
+
+#define CHUNK 4096
+
+/* A tensor's place in a multi-tensor launch. */
+struct mt_entry {
+    cuda_param p;
+    int64_t first_block;
+};
+
+/* Copies the entries to the device (stream-ordered; the host vector may go
+ * at once) and returns the device copy, NULL with the error set. */
+static mt_entry *upload(std::vector<mt_entry> &v, int64_t *blocks)
+{
+    int64_t b = 0;
+    for (auto &e : v) {
+        e.first_block = b;
+        b += (e.p.n + CHUNK - 1) / CHUNK;
+    }
+    *blocks = b;
+    mt_entry *d = (mt_entry *)cuda_malloc(v.size() * sizeof(mt_entry));
+    if (!d)
+        return NULL;
+    if (cuda_check(cudaMemcpyAsync(d, v.data(), v.size() * sizeof(mt_entry), cudaMemcpyHostToDevice, cuda_stream()),
+                   "cudaMemcpyAsync (tensor list)") != AMP_OK) {
+        cuda_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* The entry block b belongs to. */
+__device__ __forceinline__ int find_entry(const mt_entry *e, int n, int64_t b)
+{
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (e[mid].first_block <= b)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* ------------------------------------------------------------- unscale */
+
+__global__ void k_unscale(const mt_entry *e, int n, int64_t blocks, const float *scale, float *found_inf)
+{
+    const float inv = (float)(1.0 / (double)*scale); /* PyTorch: the reciprocal in double */
+    for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+        const mt_entry &t = e[find_entry(e, n, b)];
+        const int64_t lo = (b - t.first_block) * CHUNK, hi = lo + CHUNK < t.p.n ? lo + CHUNK : t.p.n;
+        int bad = 0;
+        for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+            if (t.p.pdt == AMP_BF16) {
+                uint16_t *g = (uint16_t *)t.p.p;
+                bad |= (g[j] & 0x7F80u) == 0x7F80u;
+                if (inv != 1.0f)
+                    st_f32(g, AMP_BF16, j, ld_f32(g, AMP_BF16, j) * inv);
+            } else {
+                float *g = (float *)t.p.p;
+                bad |= (__float_as_uint(g[j]) & 0x7F800000u) == 0x7F800000u;
+                if (inv != 1.0f)
+                    g[j] *= inv;
+            }
+        }
+        if (__syncthreads_or(bad) && threadIdx.x == 0)
+            *found_inf = 1.0f;
+    }
+}
+
+extern "C" amp_status cuda_unscale(const cuda_buf *g, int n, const float *scale, float *found_inf)
+{
+    std::vector<mt_entry> v;
+    for (int i = 0; i < n; i++) {
+        if (g[i].n <= 0)
+            continue;
+        if (g[i].dt != AMP_F32 && g[i].dt != AMP_BF16)
+            return amp_set_error(AMP_ERR_DTYPE, "cuda unscale: gradient %d has dtype %s (f32 or bf16 only)", i,
+                                 amp_dtype_name(g[i].dt));
+        mt_entry e;
+        memset(&e, 0, sizeof e);
+        e.p.p = g[i].p;
+        e.p.n = g[i].n;
+        e.p.pdt = g[i].dt;
+        v.push_back(e);
+    }
+    if (v.empty())
+        return AMP_OK;
+    int64_t blocks;
+    mt_entry *d = upload(v, &blocks);
+    if (!d)
+        return amp_last_status();
+    unsigned grid = (unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16);
+    k_unscale<<<grid, CUDA_THREADS, 0, cuda_stream()>>>(d, (int)v.size(), blocks, scale, found_inf);
+    amp_status st = cuda_launched("unscale kernel");
+    cuda_free(d);
+    return st;
+}
+
+/* -------------------------------------------------------------- update */
+
+__global__ void k_scaler_update(float *scale, cuda_scaler_state *st, unsigned long long records, cuda_scaler_opts o)
+{
+    bool found = false;
+    for (int r = 0; r < CUDA_SCALER_MAX_RECORDS; r++)
+        if (((records >> r) & 1ull) && st->found_inf[r] != 0.0f)
+            found = true;
+    const float old = *scale;
+    float now = old;
+    if (found) {
+        st->tracker = 0;
+        if (--st->hysteresis_left <= 0) {
+            double b = (double)old * o.backoff_factor;
+            if (o.min_scale > 0 && b < o.min_scale)
+                b = o.min_scale;
+            now = (float)b;
+            st->hysteresis_left = 1;
+        }
+    } else if (++st->tracker == o.growth_interval) {
+        double g = (double)old * o.growth_factor;
+        if (o.max_scale > 0 && g > o.max_scale)
+            g = o.max_scale;
+        float gf = (float)g;
+        if (isfinite(gf))
+            now = gf;
+        st->tracker = 0;
+        st->hysteresis_left = o.hysteresis > 1 ? o.hysteresis : 1;
+    }
+    *scale = now;
+    if (old != now) {
+        if (st->hist_len == CUDA_SCALER_HISTORY) {
+            for (int k = 1; k < CUDA_SCALER_HISTORY; k++) {
+                st->hist_update[k - 1] = st->hist_update[k];
+                st->hist_old[k - 1] = st->hist_old[k];
+                st->hist_new[k - 1] = st->hist_new[k];
+            }
+            st->hist_len--;
+        }
+        st->hist_update[st->hist_len] = st->updates;
+        st->hist_old[st->hist_len] = old;
+        st->hist_new[st->hist_len] = now;
+        st->hist_len++;
+    }
+    st->updates++;
+}
+
+extern "C" amp_status cuda_scaler_update(float *scale, cuda_scaler_state *st, uint64_t records, cuda_scaler_opts o)
+{
+    k_scaler_update<<<1, 1, 0, cuda_stream()>>>(scale, st, (unsigned long long)records, o);
+    return cuda_launched("scaler update kernel");
+}
+
+__global__ void k_scaler_count(cuda_scaler_state *st, int rec)
+{
+    if (st->found_inf[rec] != 0.0f)
+        st->skipped++;
+    else
+        st->steps++;
+}
+
+extern "C" amp_status cuda_scaler_count(cuda_scaler_state *st, int rec)
+{
+    if (rec < 0 || rec >= CUDA_SCALER_MAX_RECORDS)
+        return amp_set_error(AMP_ERR_ARG, "cuda scaler: record %d out of range", rec);
+    k_scaler_count<<<1, 1, 0, cuda_stream()>>>(st, rec);
+    return cuda_launched("scaler count kernel");
+}
+
+/* ---------------------------------------------------------- optimizers */
+
+/* Counts the step: each parameter's counter and the optimizer's total. */
+__global__ void k_count_steps(const mt_entry *e, int n, long long *steps, int n_counters, const float *found_inf)
+{
+    if (found_inf && *found_inf != 0.0f)
+        return;
+    for (int k = threadIdx.x; k < n; k += blockDim.x)
+        steps[e[k].p.index]++;
+    if (threadIdx.x == 0)
+        steps[n_counters]++;
+}
+
+__global__ void k_sgd(const mt_entry *e, int n, int64_t blocks, const long long *steps, const float *found_inf,
+                      cuda_sgd_opts o)
+{
+    if (found_inf && *found_inf != 0.0f)
+        return;
+    const float neg_lr = -o.lr;
+    for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+        const mt_entry &t = e[find_entry(e, n, b)];
+        const bool first = steps[t.p.index] == 0;
+        const int64_t lo = (b - t.first_block) * CHUNK, hi = lo + CHUNK < t.p.n ? lo + CHUNK : t.p.n;
+        float *buf = t.p.s0;
+        for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+            float pj = ld_f32(t.p.p, t.p.pdt, j), gj = ld_f32(t.p.g, t.p.gdt, j);
+            if (o.weight_decay != 0)
+                gj = gj + o.weight_decay * pj;
+            if (buf) {
+                buf[j] = first ? gj : buf[j] * o.momentum + o.one_minus_dampening * gj;
+                gj = o.nesterov ? gj + o.momentum * buf[j] : buf[j];
+            }
+            st_f32(t.p.p, t.p.pdt, j, pj + neg_lr * gj);
+        }
+    }
+}
+
+__global__ void k_adam(const mt_entry *e, int n, int64_t blocks, const long long *steps, const float *found_inf,
+                       cuda_adam_opts a)
+{
+    if (found_inf && *found_inf != 0.0f)
+        return;
+    const float eps = (float)a.eps, wd = (float)a.weight_decay, decay = (float)(1.0 - a.lr * a.weight_decay);
+    const float w1 = (float)(1.0 - a.beta1), b2 = (float)a.beta2, w2 = (float)(1.0 - a.beta2);
+    const bool l2 = !a.decoupled && a.weight_decay != 0, dec = a.decoupled && a.weight_decay != 0;
+    for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+        const mt_entry &t = e[find_entry(e, n, b)];
+        const double step = (double)(steps[t.p.index] + 1);
+        const double bc1 = 1.0 - pow(a.beta1, step), bc2 = 1.0 - pow(a.beta2, step);
+        const float neg_step = (float)(-(a.lr / bc1)), bc2_sqrt = (float)sqrt(bc2);
+        const int64_t lo = (b - t.first_block) * CHUNK, hi = lo + CHUNK < t.p.n ? lo + CHUNK : t.p.n;
+        float *m = t.p.s0, *v = t.p.s1, *vmax = t.p.s2;
+        for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+            float pj = ld_f32(t.p.p, t.p.pdt, j), gj = ld_f32(t.p.g, t.p.gdt, j);
+            if (dec)
+                pj = pj * decay;
+            if (l2)
+                gj = gj + wd * pj;
+            float d = gj - m[j];
+            m[j] = w1 < 0.5f ? m[j] + w1 * d : gj - d * (1.0f - w1);
+            v[j] = v[j] * b2 + w2 * gj * gj;
+            float vv = v[j];
+            if (vmax) {
+                if (!(vmax[j] >= vv))
+                    vmax[j] = vv;
+                vv = vmax[j];
+            }
+            float denom = sqrtf(vv) / bc2_sqrt + eps;
+            st_f32(t.p.p, t.p.pdt, j, pj + neg_step * (m[j] / denom));
+        }
+    }
+}
+
+/* The entries for p[0..n) (empty tensors dropped), uploaded. */
+static mt_entry *param_entries(const cuda_param *p, int n, int *count, int64_t *blocks)
+{
+    std::vector<mt_entry> v;
+    for (int i = 0; i < n; i++) {
+        mt_entry e;
+        memset(&e, 0, sizeof e);
+        e.p = p[i];
+        v.push_back(e);
+    }
+    *count = (int)v.size();
+    return upload(v, blocks);
+}
+
+extern "C" amp_status cuda_sgd_step(const cuda_param *p, int n, int64_t *steps, int n_counters,
+                                    const float *found_inf, cuda_sgd_opts o)
+{
+    if (n <= 0)
+        return AMP_OK;
+    int count;
+    int64_t blocks;
+    mt_entry *d = param_entries(p, n, &count, &blocks);
+    if (!d)
+        return amp_last_status();
+    cudaStream_t s = cuda_stream();
+    amp_status st = AMP_OK;
+    if (blocks > 0) {
+        unsigned grid = (unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16);
+        k_sgd<<<grid, CUDA_THREADS, 0, s>>>(d, count, blocks, (const long long *)steps, found_inf, o);
+        st = cuda_launched("sgd kernel");
+    }
+    if (st == AMP_OK) {
+        k_count_steps<<<1, CUDA_THREADS, 0, s>>>(d, count, (long long *)steps, n_counters, found_inf);
+        st = cuda_launched("step count kernel");
+    }
+    cuda_free(d);
+    return st;
+}
+
+extern "C" amp_status cuda_adam_step(const cuda_param *p, int n, int64_t *steps, int n_counters,
+                                     const float *found_inf, cuda_adam_opts o)
+{
+    if (n <= 0)
+        return AMP_OK;
+    int count;
+    int64_t blocks;
+    mt_entry *d = param_entries(p, n, &count, &blocks);
+    if (!d)
+        return amp_last_status();
+    cudaStream_t s = cuda_stream();
+    amp_status st = AMP_OK;
+    if (blocks > 0) {
+        unsigned grid = (unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16);
+        k_adam<<<grid, CUDA_THREADS, 0, s>>>(d, count, blocks, (const long long *)steps, found_inf, o);
+        st = cuda_launched("adam kernel");
+    }
+    if (st == AMP_OK) {
+        k_count_steps<<<1, CUDA_THREADS, 0, s>>>(d, count, (long long *)steps, n_counters, found_inf);
+        st = cuda_launched("step count kernel");
+    }
+    cuda_free(d);
+    return st;
+}

@@ -1,0 +1,287 @@
+/*
+ * cuda_backend.h - the CUDA backend's face to the rest of ampc: plain C
+ * functions over raw device pointers, element counts and dtypes. The core
+ * never includes a CUDA header; only the .cu files behind this one do.
+ *
+ * Everything is queued on one CUDA stream, in call order, so a kernel may
+ * read what an earlier call wrote and a freed block may be handed to the
+ * next allocation at once (the caching allocator's reuse is stream-ordered,
+ * as PyTorch's). Calls that return data to the host (cuda_copy to the CPU,
+ * cuda_synchronize) wait for the stream; nothing else does.
+ *
+ * Errors: every function that can fail returns an amp_status (or NULL) with
+ * the thread's error set, naming the CUDA call and CUDA's message.
+ *
+ * Two groups:
+ *   - the runtime, the dtype kernels and the AMP kernels are used by the
+ *     core (tensor, scaler, optimizer): a build without CUDA gets stubs
+ *     (stub.c) that report "ampc was built without CUDA";
+ *   - the op kernels below "ops" are used only by src/ops/cuda/, which is
+ *     compiled only with CUDA (AMPC_HAVE_CUDA).
+ */
+#ifndef AMPC_CUDA_BACKEND_H
+#define AMPC_CUDA_BACKEND_H
+
+#include "ampc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- runtime */
+
+/* CUDA devices usable (0 without a GPU, a driver, or a CUDA build). The
+ * first call initialises device 0 and the stream. */
+int cuda_device_count(void);
+/* Why cuda_device_count() is 0, for error messages: "no CUDA device found
+ * (...)" or "ampc was built without CUDA". */
+const char *cuda_unavailable_reason(void);
+
+/* Device memory from the caching allocator: freed blocks are kept per size
+ * class and handed to the next request of that class, so a training step
+ * after the first calls cudaMalloc no more. NULL + AMP_ERR_MEMORY when the
+ * device is full even after the cache was emptied. */
+void *cuda_malloc(size_t nbytes);
+void cuda_free(void *p);
+amp_memory_stats cuda_memory_stats(void);
+void cuda_memory_reset_peak(void);
+void cuda_empty_cache(void);
+
+/* nbytes from src (on sdev) to dst (on ddev); any pair of CPU and CUDA. A
+ * copy to the CPU waits for the stream (and the copy) to finish. */
+amp_status cuda_copy(void *dst, amp_device ddev, const void *src, amp_device sdev, size_t nbytes);
+/* Waits for everything queued so far. */
+amp_status cuda_synchronize(void);
+
+/* TF32 for f32 GEMMs (off by default). */
+void cuda_set_tf32(bool on);
+bool cuda_get_tf32(void);
+
+/* ------------------------------------------------------- dtype kernels */
+
+/* n elements from src (sdt) to dst (ddt), amp_convert's semantics. */
+amp_status cuda_convert(const void *src, amp_dtype sdt, void *dst, amp_dtype ddt, int64_t n);
+/* n copies of the elem_size-byte pattern at host address elem (2, 4 or 8
+ * bytes: one element already in the tensor's dtype). */
+amp_status cuda_fill_pattern(void *dst, int64_t n, const void *elem, size_t elem_size);
+
+/* --------------------------------------------------------- AMP kernels */
+
+#define CUDA_SCALER_HISTORY 64
+#define CUDA_SCALER_MAX_RECORDS 64
+
+/* The grad scaler's state on the device (the scale itself is a 0-d f32
+ * tensor beside it): what update() reads and writes, so an iteration needs
+ * no host synchronisation. Plain fixed-size fields: the same layout in C
+ * and C++. */
+typedef struct {
+    int64_t tracker;
+    int64_t hysteresis_left;
+    int64_t updates;
+    int64_t steps, skipped;
+    int64_t hist_len;
+    int64_t hist_update[CUDA_SCALER_HISTORY];
+    float hist_old[CUDA_SCALER_HISTORY];
+    float hist_new[CUDA_SCALER_HISTORY];
+    float found_inf[CUDA_SCALER_MAX_RECORDS]; /* per optimizer record: 0 or 1 */
+} cuda_scaler_state;
+
+/* A device tensor's data, as the multi-tensor kernels take it. */
+typedef struct {
+    void *p;
+    int64_t n;
+    amp_dtype dt;
+} cuda_buf;
+
+/* g *= 1/scale for every buffer (f32 or bf16) in one launch, the inverse
+ * computed on the device in double from *scale; sets *found_inf = 1 when
+ * any element was inf or NaN (the caller zeroes it first). */
+amp_status cuda_unscale(const cuda_buf *g, int n, const float *scale, float *found_inf);
+
+/* The options the device update rule needs (amp_scaler_opts). */
+typedef struct {
+    double growth_factor, backoff_factor, min_scale, max_scale;
+    int64_t growth_interval;
+    int hysteresis;
+} cuda_scaler_opts;
+
+/* PyTorch's _amp_update_scale_ on the device: found = any found_inf[r] with
+ * bit r of records set; backs off or grows *scale, keeps tracker, history
+ * and the update count in *st. */
+amp_status cuda_scaler_update(float *scale, cuda_scaler_state *st, uint64_t records, cuda_scaler_opts o);
+/* After an optimizer step guarded by st->found_inf[rec]: steps++ or
+ * skipped++ on the device. */
+amp_status cuda_scaler_count(cuda_scaler_state *st, int rec);
+
+/* One parameter for the fused optimizers: its data and gradient, up to
+ * three f32 state buffers (SGD: momentum or NULL; Adam: exp_avg, exp_avg_sq,
+ * max_exp_avg_sq or NULL) and its index in the step counters. */
+typedef struct {
+    void *p;
+    const void *g;
+    float *s0, *s1, *s2;
+    int64_t n;
+    amp_dtype pdt, gdt;
+    int index;
+} cuda_param;
+
+/* The f32 constants optim.c's sgd_update uses. */
+typedef struct {
+    float lr, weight_decay, momentum, one_minus_dampening;
+    bool nesterov;
+} cuda_sgd_opts;
+
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+    bool decoupled, amsgrad;
+} cuda_adam_opts;
+
+/* One update of every parameter in p[0..n) in one launch (torch.optim's
+ * single-tensor formulas, element for element as optim.c). steps holds
+ * n_counters + 1 int64 counters on the device: steps[p.index] is the
+ * parameter's step count, steps[n_counters] the optimizer's. When
+ * found_inf (a device float) is non-NULL and non-zero, nothing changes,
+ * counters included; otherwise each used counter and the total go up by 1. */
+amp_status cuda_sgd_step(const cuda_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
+                         cuda_sgd_opts o);
+amp_status cuda_adam_step(const cuda_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
+                          cuda_adam_opts o);
+
+/* ----------------------------------------------------------------- ops */
+/* Used only by src/ops/cuda (built with CUDA). Shapes are row-major and
+ * contiguous unless strides are given; float kernels compute in f32 (sums
+ * in double) and round once into the output dtype. */
+
+#define CUDA_EW_MAX_IN 4
+#define CUDA_MAX_DIMS 8
+
+/* The pointwise formulas (a = input 0, b = input 1, c = input 2, s0 / s1 the
+ * scalars). */
+typedef enum {
+    CEW_COPY = 0,     /* a (a dtype conversion) */
+    CEW_ADD, CEW_SUB, CEW_MUL, CEW_DIV,
+    CEW_ADD_S,        /* a + s0 */
+    CEW_MUL_S,        /* a * s0 */
+    CEW_DIV_S,        /* a / s0 */
+    CEW_NEG, CEW_RELU, CEW_GELU_EXACT, CEW_GELU_TANH, CEW_TANH, CEW_SIGMOID, CEW_EXP, CEW_LOG,
+    CEW_POW_S,        /* a ^ s0 */
+    CEW_DIV_B_GRAD,   /* -a * ((b / c) / c) */
+    CEW_RELU_GRAD,    /* b > 0 ? a : 0 */
+    CEW_GELU_EXACT_GRAD, CEW_GELU_TANH_GRAD, /* a * gelu'(b) */
+    CEW_TANH_GRAD,    /* a * (1 - b^2) */
+    CEW_SIGMOID_GRAD, /* a * (1 - b) * b */
+    CEW_POW_GRAD,     /* s0 == 0 ? 0 : a * (s0 * b^(s0-1)) */
+    CEW_SQDIFF,       /* (a - b)^2 */
+    CEW_MSE_GRAD,     /* s0 * (a - b) * c */
+    CEW_COUNT
+} cuda_ew_op;
+
+/* The output's shape (nd dims of d) and each input's element strides
+ * along it (0 where the input is broadcast). */
+typedef struct {
+    int nd;
+    int64_t d[CUDA_MAX_DIMS];
+    int64_t st[CUDA_EW_MAX_IN][CUDA_MAX_DIMS];
+} cuda_ew_plan;
+
+/* out[i] = op(in...) for the n elements of the contiguous output. */
+amp_status cuda_ew(cuda_ew_op op, void *out, amp_dtype odt, int64_t n, int nin, const void *const *in,
+                   const amp_dtype *idt, const cuda_ew_plan *plan, float s0);
+/* In place: dst[i] += src[i] in dst's dtype (f32 arithmetic, one rounding). */
+amp_status cuda_accumulate(void *dst, amp_dtype ddt, const void *src, amp_dtype sdt, int64_t n);
+
+/* A reduction: the kept dims (sizes, input strides) index the outputs in
+ * order, the reduced dims (sizes, input strides) what each one sums. */
+typedef struct {
+    int nk, nr;
+    int64_t kd[CUDA_MAX_DIMS], ks[CUDA_MAX_DIMS];
+    int64_t rd[CUDA_MAX_DIMS], rs[CUDA_MAX_DIMS];
+} cuda_reduce_plan;
+/* out[j] = scale * sum (in double), rounded into odt. */
+amp_status cuda_reduce_sum(const void *x, amp_dtype xdt, const cuda_reduce_plan *plan, double scale, void *out,
+                           amp_dtype odt);
+
+/* Softmax / log_softmax of x seen as [outer, len, inner] along len. */
+amp_status cuda_softmax(const void *x, amp_dtype xdt, void *y, amp_dtype ydt, int64_t outer, int64_t len,
+                        int64_t inner, bool log);
+/* gx = y * (g - sum(g * y)) or, for log, g - exp(y) * sum(g). */
+amp_status cuda_softmax_backward(const void *g, amp_dtype gdt, const void *y, amp_dtype ydt, void *gx,
+                                 amp_dtype gxdt, int64_t outer, int64_t len, int64_t inner, bool log);
+
+/* Cross-entropy of logits [N, C] against labels [N] (i32/i64): writes the
+ * mean over non-ignored rows into out (0-d, odt), the number of those rows
+ * into *count (device float), and, when stats is non-NULL, each row's max
+ * and log-sum-exp ([N, 2] f32). A label outside [0, C) makes the loss NaN
+ * (the host cannot check it without a synchronisation). */
+amp_status cuda_cross_entropy(const void *x, amp_dtype xdt, const void *labels, amp_dtype ldt, int64_t N,
+                              int64_t C, int64_t ignore, float *stats, float *count, void *out, amp_dtype odt);
+/* gx[i, c] = (softmax(x_i)[c] - [c == label_i]) * g / count, 0 for ignored
+ * rows; g is the 0-d gradient of the loss (gdt) on the device. */
+amp_status cuda_cross_entropy_backward(const void *x, amp_dtype xdt, const void *labels, amp_dtype ldt, int64_t N,
+                                       int64_t C, int64_t ignore, const float *stats, const float *count,
+                                       const void *g, amp_dtype gdt, void *gx, amp_dtype gxdt);
+
+/* layer_norm over rows of N: y = (x - mean) * rstd [* w] [+ b]; mean and
+ * rstd ([M] f32) are written when non-NULL. */
+amp_status cuda_layer_norm(const void *x, amp_dtype xdt, const void *w, amp_dtype wdt, const void *b,
+                           amp_dtype bdt, int64_t M, int64_t N, double eps, void *y, amp_dtype ydt, float *mean,
+                           float *rstd);
+/* dx (may be NULL), dw and db (may be NULL, each in its own dtype). */
+amp_status cuda_layer_norm_backward(const void *g, amp_dtype gdt, const void *x, amp_dtype xdt, const void *w,
+                                    amp_dtype wdt, const float *mean, const float *rstd, int64_t M, int64_t N,
+                                    void *dx, amp_dtype dxdt, void *dw, amp_dtype dwdt, void *db, amp_dtype dbdt);
+
+/* out [nidx, D] = rows of w [V, D]; an index outside [0, V) gives a NaN
+ * row. */
+amp_status cuda_embedding(const void *w, amp_dtype wdt, const void *idx, amp_dtype idt, int64_t nidx, int64_t V,
+                          int64_t D, void *out);
+/* dw [V, D] f32 (zeroed by the caller) += g rows by index (atomic adds:
+ * the order of repeated indices is not fixed). */
+amp_status cuda_embedding_backward(const void *g, amp_dtype gdt, const void *idx, amp_dtype idt, int64_t nidx,
+                                   int64_t V, int64_t D, float *dw);
+
+/* i64 index of the largest value along len of [outer, len, inner] (the
+ * first; a NaN wins). */
+amp_status cuda_argmax(const void *x, amp_dtype dt, int64_t outer, int64_t len, int64_t inner, int64_t *out);
+
+/* dst (contiguous, out shape od[0..nd)) from src read at element strides
+ * ist (src's stride of the input dim each output dim comes from). */
+amp_status cuda_permute(const void *src, void *dst, size_t elem_size, int nd, const int64_t *od,
+                        const int64_t *ist);
+
+/* dst[r * dld + doff + c] = convert(src[r * sld + soff + c]) for rows x
+ * cols: a slice copy with a dtype conversion (cat and its backward, bias
+ * rows). sld = 0 repeats one source row. */
+amp_status cuda_copy_2d(const void *src, amp_dtype sdt, int64_t sld, int64_t soff, void *dst, amp_dtype ddt,
+                        int64_t dld, int64_t doff, int64_t rows, int64_t cols);
+
+/* dst = src * mask / (1 - p), the mask from Philox words as amp_philox
+ * draws them on the CPU (element j: word j % 4 of counter first + j / 4),
+ * so CPU and CUDA drop the same elements. */
+amp_status cuda_dropout(const void *src, void *dst, amp_dtype dt, int64_t n, double p, uint64_t seed,
+                        uint64_t first);
+
+/* C = alpha op(A) op(B) + beta C, row-major, batch products with element
+ * strides sa / sb / sc (0 = shared). A and B have dtype abdt, C cdt (abdt,
+ * or f32 for 16-bit abdt). Through cuBLASLt: 16-bit inputs accumulate in
+ * f32 on tensor cores; f32 uses TF32 only when allowed. */
+amp_status cuda_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, int64_t lda,
+                     int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta, void *C, int64_t ldc,
+                     int64_t sc, int64_t batch, amp_dtype abdt, amp_dtype cdt);
+
+/* Attention helpers over S [heads, T, T] f32. Forward: softmax of each row
+ * (only the first i+1 entries of row i when causal, the rest 0) into P
+ * (pdt), and lse[row] = max + log(sum) when lse is non-NULL. */
+amp_status cuda_attn_softmax(const float *S, int64_t heads, int64_t T, bool causal, void *P, amp_dtype pdt,
+                             float *lse);
+/* P = exp(S - lse) (masked entries 0) in place, f32, and a copy in pdt
+ * when Pc is non-NULL. */
+amp_status cuda_attn_probs(float *S, int64_t heads, int64_t T, bool causal, const float *lse, void *Pc,
+                           amp_dtype pdt);
+/* dS = scale * P * (dP - rowsum(P * dP)) in place of dP (masked 0). */
+amp_status cuda_attn_dscores(const float *P, float *dP, int64_t heads, int64_t T, bool causal, float scale);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,221 @@
+/*
+ * gemm.cu - matrix products through cuBLASLt.
+ *
+ * ampc's tensors are row-major; cuBLASLt is column-major. A row-major C
+ * [M, N] is the column-major [N, M] matrix Cᵀ = op(B)ᵀ op(A)ᵀ, so the call
+ * swaps the operands (B first) and their transpose flags' meanings: a
+ * row-major B [K, N] read as column-major is already [N, K], untransposed.
+ *
+ * Precision: f16 and bf16 inputs run with CUBLAS_COMPUTE_32F (f32
+ * accumulation on tensor cores) into a 16-bit or an f32 C; f32 runs with
+ * CUBLAS_COMPUTE_32F, or CUBLAS_COMPUTE_32F_FAST_TF32 when TF32 was allowed
+ * (amp_cuda_allow_tf32), as PyTorch's allow_tf32 switch. beta = 1 makes the
+ * GEMM add onto C (linear's bias rows), still with one rounding.
+ *
+ * One handle and one 32 MiB workspace for the process; the heuristic picks
+ * the algorithm per call (cheap next to the GEMMs ampc runs); when it has
+ * none for a layout, a plain kernel does the product. A batch with
+ * a shared operand (stride 0) runs as a loop of single GEMMs: cuBLASLt's
+ * strided batches are not documented to accept a zero stride.
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+#include <cublasLt.h>
+#include <mutex>
+#include <stdio.h>
+
+#define WORKSPACE ((size_t)32 << 20)
+
+static std::once_flag lt_once;
+static cublasLtHandle_t lt;
+static void *workspace;
+static cublasStatus_t lt_status = CUBLAS_STATUS_NOT_INITIALIZED;
+
+static void lt_init(void)
+{
+    lt_status = cublasLtCreate(&lt);
+    if (lt_status == CUBLAS_STATUS_SUCCESS)
+        workspace = cuda_malloc(WORKSPACE);
+}
+
+static amp_status lt_check(cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return AMP_OK;
+    return amp_set_error(s == CUBLAS_STATUS_ALLOC_FAILED ? AMP_ERR_MEMORY : AMP_ERR_DEVICE,
+                         "cublasLt: %s failed with status %d", what, (int)s);
+}
+
+/* The alignment (bytes, at most 256) every matrix of a batch starting at
+ * p, stride_bytes apart, has: the heuristic assumes 256 unless told, and
+ * would pick kernels that fault on a less aligned operand (an offset view,
+ * one batch of a loop). */
+static uint32_t alignment(const void *p, size_t stride_bytes, int64_t batch)
+{
+    uintptr_t v = (uintptr_t)p | (uintptr_t)256;
+    if (batch > 1)
+        v |= (uintptr_t)stride_bytes;
+    return (uint32_t)(v & (~v + 1));
+}
+
+static cudaDataType_t cuda_type(amp_dtype dt)
+{
+    return dt == AMP_F16 ? CUDA_R_16F : dt == AMP_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+/* The fallback when cuBLASLt has no algorithm for a shape / layout (odd
+ * leading dims in 16 bits, tiny matrices): one thread per output element,
+ * f32 accumulation, one rounding. Slow but always right. */
+__global__ void k_gemm_naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                             int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta, void *C,
+                             int64_t ldc, int64_t sc, int64_t batch, int abdt, int cdt)
+{
+    const int64_t total = batch * M * N;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = e / (M * N), i = (e / N) % M, j = e % N;
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; k++) {
+            float a = ld_f32(A, abdt, b * sa + (ta ? k * lda + i : i * lda + k));
+            float v = ld_f32(B, abdt, b * sb + (tb ? j * ldb + k : k * ldb + j));
+            acc += a * v;
+        }
+        const int64_t c = b * sc + i * ldc + j;
+        float r = alpha * acc;
+        if (beta != 0.0f)
+            r += beta * ld_f32(C, cdt, c);
+        st_f32(C, cdt, c, r);
+    }
+}
+
+static amp_status naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, int64_t lda,
+                        int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta, void *C, int64_t ldc,
+                        int64_t sc, int64_t batch, amp_dtype abdt, amp_dtype cdt)
+{
+    k_gemm_naive<<<cuda_blocks(batch * M * N), CUDA_THREADS, 0, cuda_stream()>>>(
+        ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch, abdt, cdt);
+    return cuda_launched("fallback GEMM kernel");
+}
+
+/* One (possibly strided-batched) GEMM in cuBLASLt's column-major terms. */
+static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                            int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta, void *C,
+                            int64_t ldc, int64_t sc, int64_t batch, amp_dtype abdt, amp_dtype cdt)
+{
+    cublasComputeType_t ct = abdt == AMP_F32 && cuda_get_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cudaDataType_t at = cuda_type(abdt), ctp = cuda_type(cdt);
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    /* Column-major: first operand is B (rows x cols as stored: [N, K] when
+     * B is [K, N] row-major and not transposed), second is A. */
+    cublasOperation_t op1 = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op2 = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    uint64_t r1 = tb ? (uint64_t)K : (uint64_t)N, c1 = tb ? (uint64_t)N : (uint64_t)K;
+    uint64_t r2 = ta ? (uint64_t)M : (uint64_t)K, c2 = ta ? (uint64_t)K : (uint64_t)M;
+    amp_status st = lt_check(cublasLtMatmulDescCreate(&desc, ct, CUDA_R_32F), "MatmulDescCreate");
+    if (st == AMP_OK)
+        st = lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1), "TRANSA");
+    if (st == AMP_OK)
+        st = lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2), "TRANSB");
+    if (st == AMP_OK)
+        st = lt_check(cublasLtMatrixLayoutCreate(&la, at, r1, c1, ldb), "layout of B");
+    if (st == AMP_OK)
+        st = lt_check(cublasLtMatrixLayoutCreate(&lb, at, r2, c2, lda), "layout of A");
+    if (st == AMP_OK)
+        st = lt_check(cublasLtMatrixLayoutCreate(&lc, ctp, (uint64_t)N, (uint64_t)M, ldc), "layout of C");
+    if (st == AMP_OK && batch > 1) {
+        int32_t bc = (int32_t)batch;
+        cublasLtMatrixLayout_t ls[3] = {la, lb, lc};
+        int64_t strides[3] = {sb, sa, sc};
+        for (int k = 0; k < 3 && st == AMP_OK; k++) {
+            st = lt_check(cublasLtMatrixLayoutSetAttribute(ls[k], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc),
+                          "BATCH_COUNT");
+            if (st == AMP_OK)
+                st = lt_check(cublasLtMatrixLayoutSetAttribute(ls[k], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                               &strides[k], sizeof strides[k]),
+                              "STRIDED_BATCH_OFFSET");
+        }
+    }
+    size_t ws = workspace ? WORKSPACE : 0;
+    if (st == AMP_OK)
+        st = lt_check(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+    if (st == AMP_OK)
+        st = lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                           sizeof ws),
+                      "MAX_WORKSPACE_BYTES");
+    const size_t ea = amp_dtype_size(abdt), ec = amp_dtype_size(cdt);
+    const uint32_t align[4] = {alignment(B, (size_t)sb * ea, batch), alignment(A, (size_t)sa * ea, batch),
+                               alignment(C, (size_t)sc * ec, batch), alignment(C, (size_t)sc * ec, batch)};
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int k = 0; k < 4 && st == AMP_OK; k++)
+        st = lt_check(cublasLtMatmulPreferenceSetAttribute(pref, which[k], &align[k], sizeof align[k]),
+                      "MIN_ALIGNMENT");
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    /* No algorithm is NOT_SUPPORTED (or a count of 0): the plain kernel. */
+    cublasStatus_t hs = CUBLAS_STATUS_SUCCESS;
+    if (st == AMP_OK) {
+        hs = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &found);
+        if (hs != CUBLAS_STATUS_NOT_SUPPORTED)
+            st = lt_check(hs, "AlgoGetHeuristic");
+    }
+    if (st == AMP_OK && (hs == CUBLAS_STATUS_NOT_SUPPORTED || found < 1))
+        st = naive(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch, abdt, cdt);
+    else if (st == AMP_OK)
+        st = lt_check(cublasLtMatmul(lt, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &heur.algo, workspace, ws,
+                                     cuda_stream()),
+                      "Matmul");
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (lc)
+        cublasLtMatrixLayoutDestroy(lc);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (desc)
+        cublasLtMatmulDescDestroy(desc);
+    return st;
+}
+
+extern "C" amp_status cuda_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                                int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta, void *C,
+                                int64_t ldc, int64_t sc, int64_t batch, amp_dtype abdt, amp_dtype cdt)
+{
+    if (M <= 0 || N <= 0 || batch <= 0)
+        return AMP_OK;
+    if (!(abdt == AMP_F32 || abdt == AMP_F16 || abdt == AMP_BF16) || !(cdt == abdt || cdt == AMP_F32))
+        return amp_set_error(AMP_ERR_DTYPE, "cuda gemm: %s inputs into %s output", amp_dtype_name(abdt),
+                             amp_dtype_name(cdt));
+    if (K <= 0) {
+        /* An empty sum: C = beta * C, that is 0 or unchanged (beta 1). */
+        if (beta != 0.0f)
+            return AMP_OK;
+        size_t es = amp_dtype_size(cdt);
+        for (int64_t b = 0; b < batch; b++) {
+            amp_status st = cuda_check(cudaMemset2DAsync((char *)C + (size_t)(b * sc) * es, (size_t)ldc * es, 0,
+                                                         (size_t)N * es, (size_t)M, cuda_stream()),
+                                       "cudaMemset2DAsync");
+            if (st != AMP_OK || sc == 0)
+                return st;
+        }
+        return AMP_OK;
+    }
+    std::call_once(lt_once, lt_init);
+    if (lt_status != CUBLAS_STATUS_SUCCESS)
+        return lt_check(lt_status, "cublasLtCreate");
+    if (batch > 1 && (sa == 0 || sb == 0 || sc == 0)) {
+        size_t ea = amp_dtype_size(abdt), ec = amp_dtype_size(cdt);
+        for (int64_t b = 0; b < batch; b++) {
+            amp_status st = lt_matmul(ta, tb, M, N, K, alpha, (const char *)A + (size_t)(b * sa) * ea, lda, 0,
+                                      (const char *)B + (size_t)(b * sb) * ea, ldb, 0, beta,
+                                      (char *)C + (size_t)(b * sc) * ec, ldc, 0, 1, abdt, cdt);
+            if (st != AMP_OK)
+                return st;
+        }
+        return AMP_OK;
+    }
+    return lt_matmul(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch, abdt, cdt);
+}

@@ -1,0 +1,214 @@
+/*
+ * runtime.cu - the CUDA runtime side of the backend: device discovery, the
+ * one stream, the caching device allocator, copies, the TF32 switch.
+ *
+ * Discovery runs once (cudaGetDeviceCount); with no driver or no GPU the
+ * count is 0 and the reason is kept for error messages, and nothing else
+ * in the backend is ever called.
+ *
+ * The allocator keeps freed blocks in free lists per size class (multiples
+ * of 512 bytes up to 1 MiB, then four classes per power of two, so at most
+ * 25% slack) and hands them to the next request of the class: after the
+ * first training step no cudaMalloc happens. Reuse is safe without events
+ * because all work runs on one stream, in order: a kernel queued after the
+ * free runs after every kernel that used the block before. When cudaMalloc
+ * fails the cache is returned to the driver and the allocation retried.
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+#include <atomic>
+#include <mutex>
+#include <stdio.h>
+#include <unordered_map>
+#include <vector>
+
+/* ---------------------------------------------------------- discovery */
+
+static std::once_flag init_once;
+static int n_devices;
+static char reason[256] = "no CUDA device found";
+static cudaStream_t stream;
+
+static void init(void)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n < 1) {
+        snprintf(reason, sizeof reason, "no CUDA device found: %s",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices");
+        cudaGetLastError(); /* clear the sticky-free error state */
+        return;
+    }
+    e = cudaSetDevice(0);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        snprintf(reason, sizeof reason, "no CUDA device found: device 0 failed to start: %s",
+                 cudaGetErrorString(e));
+        cudaGetLastError();
+        return;
+    }
+    n_devices = n;
+}
+
+extern "C" int cuda_device_count(void)
+{
+    std::call_once(init_once, init);
+    return n_devices;
+}
+
+extern "C" const char *cuda_unavailable_reason(void)
+{
+    std::call_once(init_once, init);
+    return reason;
+}
+
+cudaStream_t cuda_stream(void)
+{
+    std::call_once(init_once, init);
+    return stream;
+}
+
+amp_status cuda_check(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return AMP_OK;
+    amp_status st = e == cudaErrorMemoryAllocation ? AMP_ERR_MEMORY : AMP_ERR_DEVICE;
+    return amp_set_error(st, "cuda: %s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* ---------------------------------------------------------- allocator */
+
+static std::mutex mu;
+static std::unordered_map<size_t, std::vector<void *>> free_lists; /* class size -> blocks */
+static std::unordered_map<void *, size_t> live;                     /* block -> class size */
+static size_t live_bytes, peak_bytes, cached_bytes, n_allocs, n_os_allocs;
+
+static size_t class_size(size_t n)
+{
+    const size_t small = (size_t)1 << 20;
+    if (n <= small)
+        return n == 0 ? 512 : (n + 511) / 512 * 512;
+    int e = 63 - __builtin_clzll((unsigned long long)(n - 1)); /* 2^e < n <= 2^(e+1) */
+    size_t base = (size_t)1 << e, step = base / 4;
+    return base + (n - base + step - 1) / step * step;
+}
+
+/* Returns every cached block to the driver (mu held). */
+static void release_cache_locked(void)
+{
+    for (auto &kv : free_lists)
+        for (void *p : kv.second)
+            cudaFree(p);
+    free_lists.clear();
+    cached_bytes = 0;
+}
+
+extern "C" void *cuda_malloc(size_t nbytes)
+{
+    if (cuda_device_count() < 1) {
+        amp_set_error(AMP_ERR_DEVICE, "cuda is not available (%s)", reason);
+        return NULL;
+    }
+    size_t cs = class_size(nbytes);
+    std::lock_guard<std::mutex> g(mu);
+    void *p = NULL;
+    auto it = free_lists.find(cs);
+    if (it != free_lists.end() && !it->second.empty()) {
+        p = it->second.back();
+        it->second.pop_back();
+        cached_bytes -= cs;
+    } else {
+        cudaError_t e = cudaMalloc(&p, cs);
+        if (e == cudaErrorMemoryAllocation) {
+            cudaGetLastError();
+            cudaStreamSynchronize(stream);
+            release_cache_locked();
+            e = cudaMalloc(&p, cs);
+        }
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            amp_set_error(e == cudaErrorMemoryAllocation ? AMP_ERR_MEMORY : AMP_ERR_DEVICE,
+                          "cuda: out of device memory allocating %zu bytes (%s; %zu bytes in use)", nbytes,
+                          cudaGetErrorString(e), live_bytes);
+            return NULL;
+        }
+        n_os_allocs++;
+    }
+    live[p] = cs;
+    live_bytes += cs;
+    if (live_bytes > peak_bytes)
+        peak_bytes = live_bytes;
+    n_allocs++;
+    return p;
+}
+
+extern "C" void cuda_free(void *p)
+{
+    if (!p)
+        return;
+    std::lock_guard<std::mutex> g(mu);
+    auto it = live.find(p);
+    if (it == live.end())
+        return; /* not ours: never hand a foreign pointer to cudaFree */
+    size_t cs = it->second;
+    live.erase(it);
+    live_bytes -= cs;
+    free_lists[cs].push_back(p);
+    cached_bytes += cs;
+}
+
+extern "C" amp_memory_stats cuda_memory_stats(void)
+{
+    std::lock_guard<std::mutex> g(mu);
+    amp_memory_stats s = {live_bytes, peak_bytes, n_allocs, cached_bytes, n_os_allocs};
+    return s;
+}
+
+extern "C" void cuda_memory_reset_peak(void)
+{
+    std::lock_guard<std::mutex> g(mu);
+    peak_bytes = live_bytes;
+}
+
+extern "C" void cuda_empty_cache(void)
+{
+    if (cuda_device_count() < 1)
+        return;
+    std::lock_guard<std::mutex> g(mu);
+    cudaStreamSynchronize(stream);
+    release_cache_locked();
+}
+
+/* ------------------------------------------------------------- copies */
+
+extern "C" amp_status cuda_copy(void *dst, amp_device ddev, const void *src, amp_device sdev, size_t nbytes)
+{
+    if (nbytes == 0)
+        return AMP_OK;
+    if (cuda_device_count() < 1)
+        return amp_set_error(AMP_ERR_DEVICE, "cuda is not available (%s)", reason);
+    cudaMemcpyKind kind = sdev == AMP_CPU ? (ddev == AMP_CPU ? cudaMemcpyHostToHost : cudaMemcpyHostToDevice)
+                                          : (ddev == AMP_CPU ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice);
+    amp_status st = cuda_check(cudaMemcpyAsync(dst, src, nbytes, kind, stream), "cudaMemcpyAsync");
+    /* The host reads what it asked for right after: wait for it. (From
+     * pageable host memory the call returns once the source was staged, so
+     * the caller may free it.) */
+    if (st == AMP_OK && ddev == AMP_CPU)
+        st = cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize after a copy to the host");
+    return st;
+}
+
+extern "C" amp_status cuda_synchronize(void)
+{
+    if (cuda_device_count() < 1)
+        return amp_set_error(AMP_ERR_DEVICE, "cuda is not available (%s)", reason);
+    return cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+/* --------------------------------------------------------------- TF32 */
+
+static std::atomic<bool> tf32{false};
+
+extern "C" void cuda_set_tf32(bool on) { tf32.store(on); }
+extern "C" bool cuda_get_tf32(void) { return tf32.load(); }

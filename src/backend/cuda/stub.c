@@ -1,0 +1,96 @@
+/*
+ * stub.c - the CUDA backend's core-facing functions in a build without
+ * CUDA (no nvcc, or -DAMPC_CUDA=OFF): no device is ever available, every
+ * call that would need one fails with "ampc was built without CUDA". The
+ * core can thus call the backend unconditionally; with CUDA the .cu files
+ * define these instead and this file compiles to nothing.
+ */
+#ifndef AMPC_HAVE_CUDA
+
+#include "backend/cuda/cuda_backend.h"
+#include "base/base.h"
+
+static const char reason[] = "ampc was built without CUDA";
+
+static amp_status unavailable(void) { return amp_set_error(AMP_ERR_DEVICE, "cuda is not available (%s)", reason); }
+
+int cuda_device_count(void) { return 0; }
+const char *cuda_unavailable_reason(void) { return reason; }
+
+void *cuda_malloc(size_t nbytes)
+{
+    (void)nbytes;
+    unavailable();
+    return NULL;
+}
+
+void cuda_free(void *p) { (void)p; }
+amp_memory_stats cuda_memory_stats(void) { return (amp_memory_stats){0, 0, 0, 0, 0}; }
+void cuda_memory_reset_peak(void) {}
+void cuda_empty_cache(void) {}
+
+amp_status cuda_copy(void *dst, amp_device ddev, const void *src, amp_device sdev, size_t nbytes)
+{
+    (void)dst, (void)ddev, (void)src, (void)sdev, (void)nbytes;
+    return unavailable();
+}
+
+amp_status cuda_synchronize(void) { return unavailable(); }
+/* The switch is kept (and ignored) so a program behaves the same either way. */
+static bool tf32;
+void cuda_set_tf32(bool on) { tf32 = on; }
+bool cuda_get_tf32(void) { return tf32; }
+
+amp_status cuda_convert(const void *src, amp_dtype sdt, void *dst, amp_dtype ddt, int64_t n)
+{
+    (void)src, (void)sdt, (void)dst, (void)ddt, (void)n;
+    return unavailable();
+}
+
+amp_status cuda_fill_pattern(void *dst, int64_t n, const void *elem, size_t elem_size)
+{
+    (void)dst, (void)n, (void)elem, (void)elem_size;
+    return unavailable();
+}
+
+amp_status cuda_unscale(const cuda_buf *g, int n, const float *scale, float *found_inf)
+{
+    (void)g, (void)n, (void)scale, (void)found_inf;
+    return unavailable();
+}
+
+amp_status cuda_scaler_update(float *scale, cuda_scaler_state *st, uint64_t records, cuda_scaler_opts o)
+{
+    (void)scale, (void)st, (void)records, (void)o;
+    return unavailable();
+}
+
+amp_status cuda_scaler_count(cuda_scaler_state *st, int rec)
+{
+    (void)st, (void)rec;
+    return unavailable();
+}
+
+amp_status cuda_sgd_step(const cuda_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
+                         cuda_sgd_opts o)
+{
+    (void)p, (void)n, (void)steps, (void)n_counters, (void)found_inf, (void)o;
+    return unavailable();
+}
+
+amp_status cuda_adam_step(const cuda_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
+                          cuda_adam_opts o)
+{
+    (void)p, (void)n, (void)steps, (void)n_counters, (void)found_inf, (void)o;
+    return unavailable();
+}
+
+amp_status cuda_accumulate(void *dst, amp_dtype ddt, const void *src, amp_dtype sdt, int64_t n)
+{
+    (void)dst, (void)ddt, (void)src, (void)sdt, (void)n;
+    return unavailable();
+}
+
+#else
+typedef int ampc_cuda_stub_unused; /* ISO C wants a declaration in every file */
+#endif

@@ -1,0 +1,378 @@
+/*
+ * linalg.c (CUDA) - matmul, linear and scaled_dot_product_attention on
+ * CUDA tensors, forward and backward, as cuBLASLt GEMMs (cuda_gemm) with
+ * src/ops/matmul.c's and attention.c's shapes, checks and messages.
+ *
+ * Precision as on the CPU: 16-bit inputs accumulate in f32 and round once;
+ * linear writes the bias rows first and the GEMM adds onto them (beta 1);
+ * a shared a's gradient sums over the batches in f32 before rounding.
+ *
+ * Attention runs all heads as strided batches: S = scale q kᵀ in f32 for
+ * every head at once, the masked softmax (and log-sum-exp, saved) in f32,
+ * then P v. One difference from the CPU: for 16-bit inputs P (forward),
+ * and P and dS (backward), are rounded to the inputs' dtype before their
+ * GEMM, so that every GEMM runs on tensor cores with one input dtype (as
+ * PyTorch's fused CUDA attention does); the CPU keeps them in f32. The
+ * scores themselves never leave f32, so f16 cannot overflow there. The
+ * [heads, T, T] scratch is allocated per call (flash-style tiling that
+ * avoids it is future work).
+ */
+#ifdef AMPC_HAVE_CUDA
+
+#include "ops/cuda/cuda_ops.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------------------- matmul */
+
+typedef struct {
+    int64_t batch, M, N, K, sa, sb;
+    amp_shape out;
+} mm_plan;
+
+/* src/ops/matmul.c's mm_plan_make. */
+static bool mm_plan_make(const node *n, mm_plan *pl)
+{
+    amp_shape a = n->in[0]->shape, b = n->in[1]->shape;
+    int da = a.ndim, db = b.ndim;
+    if (da < 1 || db < 1) {
+        op_fail_shapes(n, "both inputs need at least one dim");
+        return false;
+    }
+    int64_t Ka = a.d[da - 1], Kb = db == 1 ? b.d[0] : b.d[db - 2];
+    if (Ka != Kb) {
+        op_fail_shapes(n, "the last dim of a and the contracted dim of b differ");
+        return false;
+    }
+    *pl = (mm_plan){.batch = 1, .K = Ka, .N = db == 1 ? 1 : b.d[db - 1]};
+    amp_shape out = {0};
+    if (db <= 2) {
+        pl->M = 1;
+        for (int i = 0; i < da - 1; i++) {
+            pl->M *= a.d[i];
+            out.d[out.ndim++] = a.d[i];
+        }
+    } else {
+        if (da >= 3 && (da != db || memcmp(a.d, b.d, sizeof(int64_t) * (size_t)(da - 2)) != 0)) {
+            op_fail_shapes(n, "batch dims differ (broadcasting them is not supported)");
+            return false;
+        }
+        for (int i = 0; i < db - 2; i++) {
+            out.d[out.ndim++] = b.d[i];
+            pl->batch *= b.d[i];
+        }
+        pl->M = da == 1 ? 1 : a.d[da - 2];
+        if (da >= 2)
+            out.d[out.ndim++] = pl->M;
+        pl->sa = da >= 3 ? pl->M * pl->K : 0;
+        pl->sb = pl->K * pl->N;
+    }
+    if (db >= 2)
+        out.d[out.ndim++] = pl->N;
+    pl->out = out;
+    return true;
+}
+
+static bool same_float_dtypes(const node *n)
+{
+    for (int i = 0; i < n->n_in; i++)
+        if (!op_require_float(n, i))
+            return false;
+    for (int i = 1; i < n->n_in; i++)
+        if (n->in[i]->dtype != n->in[0]->dtype) {
+            amp_fail_null(AMP_ERR_DTYPE, "%s: dtypes %s and %s differ", op_name(n), amp_dtype_name(n->in[0]->dtype),
+                          amp_dtype_name(n->in[i]->dtype));
+            return false;
+        }
+    return true;
+}
+
+static const char *at(const amp_tensor *t, int64_t elem)
+{
+    return (const char *)tensor_ptr(t) + (size_t)elem * amp_dtype_size(t->dtype);
+}
+
+amp_tensor *cu_matmul_forward(node *n)
+{
+    mm_plan pl;
+    if (!same_float_dtypes(n) || !mm_plan_make(n, &pl))
+        return NULL;
+    const amp_tensor *a = n->in[0], *b = n->in[1];
+    amp_tensor *out = cu_new(pl.out, a->dtype);
+    if (out && cuda_gemm(false, false, pl.M, pl.N, pl.K, 1.0f, tensor_ptr(a), pl.K, pl.sa, tensor_ptr(b), pl.N,
+                         pl.sb, 0.0f, tensor_ptr(out), pl.N, pl.M * pl.N, pl.batch, a->dtype, a->dtype) != AMP_OK) {
+        amp_tensor_free(out);
+        return NULL;
+    }
+    return out;
+}
+
+amp_status cu_matmul_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+{
+    mm_plan pl;
+    if (!mm_plan_make(n, &pl))
+        return amp_last_status();
+    const amp_tensor *a = n->in[0], *b = n->in[1];
+    const amp_dtype dt = a->dtype;
+    if (in_needs_grad(n, 0)) {
+        if (!(gin[0] = cu_new(a->shape, dt)))
+            return fail_status();
+        amp_status st;
+        if (pl.sa == 0 && pl.batch > 1) {
+            /* dA = sum_k dC_k B_kᵀ, summed in f32, rounded once. */
+            amp_tensor *acc = cu_new(a->shape, AMP_F32);
+            if (!acc)
+                return fail_status();
+            st = AMP_OK;
+            for (int64_t k = 0; k < pl.batch && st == AMP_OK; k++)
+                st = cuda_gemm(false, true, pl.M, pl.K, pl.N, 1.0f, at(gout, k * pl.M * pl.N), pl.N, 0,
+                               at(b, k * pl.sb), pl.N, 0, k ? 1.0f : 0.0f, tensor_ptr(acc), pl.K, 0, 1, dt, AMP_F32);
+            if (st == AMP_OK)
+                st = cuda_convert(tensor_ptr(acc), AMP_F32, tensor_ptr(gin[0]), dt, acc->numel);
+            amp_tensor_free(acc);
+        } else {
+            st = cuda_gemm(false, true, pl.M, pl.K, pl.N, 1.0f, tensor_ptr(gout), pl.N, pl.M * pl.N, tensor_ptr(b),
+                           pl.N, pl.sb, 0.0f, tensor_ptr(gin[0]), pl.K, pl.sa, pl.batch, dt, dt);
+        }
+        if (st != AMP_OK)
+            return st;
+    }
+    if (in_needs_grad(n, 1)) {
+        if (!(gin[1] = cu_new(b->shape, dt)))
+            return fail_status();
+        amp_status st = cuda_gemm(true, false, pl.K, pl.N, pl.M, 1.0f, tensor_ptr(a), pl.K, pl.sa, tensor_ptr(gout),
+                                  pl.N, pl.M * pl.N, 0.0f, tensor_ptr(gin[1]), pl.N, pl.sb, pl.batch, dt, dt);
+        if (st != AMP_OK)
+            return st;
+    }
+    return AMP_OK;
+}
+
+/* ------------------------------------------------------------- linear */
+
+static bool lin_has_bias(const node *n) { return n->p.i[0] != 0 && n->n_in > 2; }
+
+typedef struct {
+    int64_t rows, in, out;
+} lin_plan;
+
+static bool lin_plan_make(const node *n, lin_plan *pl)
+{
+    const amp_tensor *x = n->in[0], *w = n->in[1];
+    if (x->shape.ndim < 1 || w->shape.ndim != 2) {
+        op_fail_shapes(n, "need x [.., in] and weight [out, in]");
+        return false;
+    }
+    pl->in = w->shape.d[1];
+    pl->out = w->shape.d[0];
+    if (x->shape.d[x->shape.ndim - 1] != pl->in) {
+        op_fail_shapes(n, "the last dim of x and the weight's in_features differ");
+        return false;
+    }
+    if (lin_has_bias(n) && (n->in[2]->shape.ndim != 1 || n->in[2]->shape.d[0] != pl->out)) {
+        op_fail_shapes(n, "the bias must be [out_features]");
+        return false;
+    }
+    pl->rows = 1;
+    for (int i = 0; i < x->shape.ndim - 1; i++)
+        pl->rows *= x->shape.d[i];
+    return true;
+}
+
+amp_tensor *cu_linear_forward(node *n)
+{
+    lin_plan pl;
+    if (!same_float_dtypes(n) || !lin_plan_make(n, &pl))
+        return NULL;
+    const amp_tensor *x = n->in[0], *w = n->in[1];
+    const bool has_bias = lin_has_bias(n);
+    amp_shape os = x->shape;
+    os.d[os.ndim - 1] = pl.out;
+    amp_tensor *y = cu_new(os, x->dtype);
+    if (!y)
+        return NULL;
+    amp_status st = AMP_OK;
+    if (has_bias) /* every row starts as the bias; the GEMM adds x wᵀ onto it */
+        st = cuda_copy_2d(tensor_ptr(n->in[2]), x->dtype, 0, 0, tensor_ptr(y), y->dtype, pl.out, 0, pl.rows, pl.out);
+    if (st == AMP_OK)
+        st = cuda_gemm(false, true, pl.rows, pl.out, pl.in, 1.0f, tensor_ptr(x), pl.in, 0, tensor_ptr(w), pl.in, 0,
+                       has_bias ? 1.0f : 0.0f, tensor_ptr(y), pl.out, 0, 1, x->dtype, y->dtype);
+    if (st != AMP_OK) {
+        amp_tensor_free(y);
+        return NULL;
+    }
+    return y;
+}
+
+amp_status cu_linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+{
+    lin_plan pl;
+    if (!lin_plan_make(n, &pl))
+        return amp_last_status();
+    const amp_tensor *x = n->in[0], *w = n->in[1];
+    const amp_dtype dt = x->dtype;
+    if (in_needs_grad(n, 0)) {
+        /* dX [rows, in] = dY [rows, out] W [out, in] */
+        if (!(gin[0] = cu_new(x->shape, dt)) ||
+            cuda_gemm(false, false, pl.rows, pl.in, pl.out, 1.0f, tensor_ptr(gout), pl.out, 0, tensor_ptr(w), pl.in, 0,
+                      0.0f, tensor_ptr(gin[0]), pl.in, 0, 1, dt, dt) != AMP_OK)
+            return fail_status();
+    }
+    if (in_needs_grad(n, 1)) {
+        /* dW [out, in] = dYᵀ [out, rows] X [rows, in] */
+        if (!(gin[1] = cu_new(w->shape, dt)) ||
+            cuda_gemm(true, false, pl.out, pl.in, pl.rows, 1.0f, tensor_ptr(gout), pl.out, 0, tensor_ptr(x), pl.in, 0,
+                      0.0f, tensor_ptr(gin[1]), pl.in, 0, 1, dt, dt) != AMP_OK)
+            return fail_status();
+    }
+    if (lin_has_bias(n) && in_needs_grad(n, 2)) {
+        /* db = column sums of dY [rows, out] */
+        cu_arg g = {tensor_ptr(gout), gout->dtype, {2, {pl.rows, pl.out}}};
+        if (!(gin[2] = cu_reduce(&g, 1u, 1.0, n->in[2]->shape, n->in[2]->dtype)))
+            return fail_status();
+    }
+    return AMP_OK;
+}
+
+/* ---------------------------------------------------------- attention */
+
+typedef struct {
+    int64_t heads, T, d;
+    float scale;
+    bool causal;
+} attn_plan;
+
+static bool attn_plan_make(const node *n, attn_plan *pl)
+{
+    for (int i = 0; i < 3; i++)
+        if (!op_require_float(n, i))
+            return false;
+    const amp_tensor *q = n->in[0];
+    if (n->in[1]->dtype != q->dtype || n->in[2]->dtype != q->dtype) {
+        op_fail_dtype(n, n->in[1]->dtype != q->dtype ? 1 : 2,
+                      "q, k and v must have one dtype (autocast casts them to one)");
+        return false;
+    }
+    if (q->shape.ndim < 2) {
+        op_fail_shapes(n, "q, k and v need at least 2 dims [.., T, d]");
+        return false;
+    }
+    if (!shape_equal(q->shape, n->in[1]->shape) || !shape_equal(q->shape, n->in[2]->shape)) {
+        op_fail_shapes(n, "q, k and v must have the same shape [.., T, d]");
+        return false;
+    }
+    int nd = q->shape.ndim;
+    pl->T = q->shape.d[nd - 2];
+    pl->d = q->shape.d[nd - 1];
+    pl->heads = pl->T * pl->d > 0 ? q->numel / (pl->T * pl->d) : 0;
+    pl->scale = pl->d > 0 ? (float)(1.0 / sqrt((double)pl->d)) : 1.0f;
+    pl->causal = n->p.i[0] != 0;
+    return true;
+}
+
+/* S [heads, T, T] f32 = scale q kᵀ. */
+static amp_tensor *scores(const node *n, const attn_plan *pl)
+{
+    const amp_dtype dt = n->in[0]->dtype;
+    amp_tensor *S = cu_new((amp_shape){3, {pl->heads, pl->T, pl->T}}, AMP_F32);
+    if (S && cuda_gemm(false, true, pl->T, pl->T, pl->d, pl->scale, tensor_ptr(n->in[0]), pl->d, pl->T * pl->d,
+                       tensor_ptr(n->in[1]), pl->d, pl->T * pl->d, 0.0f, tensor_ptr(S), pl->T, pl->T * pl->T,
+                       pl->heads, dt, AMP_F32) != AMP_OK) {
+        amp_tensor_free(S);
+        return NULL;
+    }
+    return S;
+}
+
+amp_tensor *cu_attention_forward(node *n)
+{
+    attn_plan pl;
+    if (!attn_plan_make(n, &pl))
+        return NULL;
+    const amp_tensor *q = n->in[0];
+    const amp_dtype dt = q->dtype;
+    if (q->numel == 0)
+        return cu_zeros(q->shape, dt);
+    amp_tensor *out = cu_new(q->shape, dt), *lse = NULL, *S = NULL, *P = NULL;
+    if (out && n->needs_grad) {
+        amp_shape ls = q->shape;
+        ls.ndim--;
+        lse = cu_new(ls, AMP_F32);
+    }
+    bool ok = out && (!n->needs_grad || lse) && (S = scores(n, &pl)) != NULL;
+    /* f32: the probabilities overwrite the scores; 16-bit: their own copy. */
+    if (ok && dt != AMP_F32)
+        ok = (P = cu_new(S->shape, dt)) != NULL;
+    const amp_tensor *Pv = P ? P : S;
+    ok = ok && cuda_attn_softmax(tensor_f32(S), pl.heads, pl.T, pl.causal, tensor_ptr(Pv), dt,
+                                 lse ? tensor_f32(lse) : NULL) == AMP_OK;
+    ok = ok && cuda_gemm(false, false, pl.T, pl.d, pl.T, 1.0f, tensor_ptr(Pv), pl.T, pl.T * pl.T, tensor_ptr(n->in[2]),
+                         pl.d, pl.T * pl.d, 0.0f, tensor_ptr(out), pl.d, pl.T * pl.d, pl.heads, dt, dt) == AMP_OK;
+    amp_tensor_free(S);
+    amp_tensor_free(P);
+    if (!ok) {
+        amp_tensor_free(out);
+        amp_tensor_free(lse);
+        return NULL;
+    }
+    n->saved[0] = lse;
+    return out;
+}
+
+amp_status cu_attention_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+{
+    attn_plan pl;
+    if (!attn_plan_make(n, &pl))
+        return amp_last_status();
+    const amp_tensor *q = n->in[0];
+    const amp_dtype dt = q->dtype;
+    for (int i = 0; i < 3; i++) {
+        if (!in_needs_grad(n, i))
+            continue;
+        gin[i] = q->numel ? cu_new(q->shape, dt) : cu_zeros(q->shape, dt);
+        if (!gin[i])
+            return fail_status();
+    }
+    if (q->numel == 0)
+        return AMP_OK;
+    if (!n->saved[0])
+        return amp_set_error(AMP_ERR_STATE, "%s: backward without the saved log-sum-exp", op_name(n));
+    const int64_t T = pl.T, d = pl.d, H = pl.heads;
+    amp_tensor *S = NULL, *Pc = NULL, *dP = NULL, *dSc = NULL;
+    bool ok = (S = scores(n, &pl)) != NULL;
+    if (ok && dt != AMP_F32)
+        ok = (Pc = cu_new(S->shape, dt)) != NULL;
+    /* P = exp(S - lse) in f32 (in S), and in dt for the GEMMs. */
+    ok = ok && cuda_attn_probs(tensor_f32(S), H, T, pl.causal, tensor_f32(n->saved[0]), Pc ? tensor_ptr(Pc) : NULL,
+                               dt) == AMP_OK;
+    const amp_tensor *P = Pc ? Pc : S;
+    if (ok && gin[2]) /* dV = Pᵀ dO */
+        ok = cuda_gemm(true, false, T, d, T, 1.0f, tensor_ptr(P), T, T * T, tensor_ptr(gout), d, T * d, 0.0f,
+                       tensor_ptr(gin[2]), d, T * d, H, dt, dt) == AMP_OK;
+    if (ok && (gin[0] || gin[1])) {
+        /* dP = dO Vᵀ (f32), then dS = scale P (dP - rowsum(P dP)) in place. */
+        ok = (dP = cu_new(S->shape, AMP_F32)) != NULL &&
+             cuda_gemm(false, true, T, T, d, 1.0f, tensor_ptr(gout), d, T * d, tensor_ptr(n->in[2]), d, T * d, 0.0f,
+                       tensor_ptr(dP), T, T * T, H, dt, AMP_F32) == AMP_OK &&
+             cuda_attn_dscores(tensor_f32(S), tensor_f32(dP), H, T, pl.causal, pl.scale) == AMP_OK;
+        if (ok && dt != AMP_F32)
+            ok = (dSc = tensor_convert(dP, dt)) != NULL;
+        const amp_tensor *dS = dSc ? dSc : dP;
+        if (ok && gin[0]) /* dQ = dS K */
+            ok = cuda_gemm(false, false, T, d, T, 1.0f, tensor_ptr(dS), T, T * T, tensor_ptr(n->in[1]), d, T * d, 0.0f,
+                           tensor_ptr(gin[0]), d, T * d, H, dt, dt) == AMP_OK;
+        if (ok && gin[1]) /* dK = dSᵀ Q */
+            ok = cuda_gemm(true, false, T, d, T, 1.0f, tensor_ptr(dS), T, T * T, tensor_ptr(q), d, T * d, 0.0f,
+                           tensor_ptr(gin[1]), d, T * d, H, dt, dt) == AMP_OK;
+    }
+    amp_tensor_free(S);
+    amp_tensor_free(Pc);
+    amp_tensor_free(dP);
+    amp_tensor_free(dSc);
+    return ok ? AMP_OK : fail_status();
+}
+
+#else
+typedef int ampc_ops_cuda_linalg_unused; /* ISO C wants a declaration in every file */
+#endif

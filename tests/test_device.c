@@ -1,0 +1,125 @@
+/*
+ * test_device.c - the device API as every machine sees it: whether CUDA is
+ * there, copies and in-place moves between devices, and, where no GPU is
+ * present (or ampc was built without CUDA), that asking for a CUDA tensor
+ * is a clear AMP_ERR_DEVICE error that changes nothing and never crashes.
+ * The GPU's own behaviour is tests/test_cuda.c's.
+ */
+#include "harness.h"
+
+static amp_tensor *iota(int64_t n, amp_dtype dt)
+{
+    amp_tensor *t = amp_arange(0, (double)n, 1, dt);
+    return t;
+}
+
+static void test_availability_is_consistent(void)
+{
+    CHECK(amp_cuda_available() == (amp_cuda_device_count() > 0));
+    CHECK(amp_cuda_device_count() >= 0);
+    CHECK(strcmp(amp_device_name(AMP_CUDA), "cuda") == 0);
+}
+
+/* The message says why, in one of the two forms the issue asks for. */
+static void check_unavailable_error(void)
+{
+    const char *msg = amp_last_error();
+    CHECK_MSG(amp_last_status() == AMP_ERR_DEVICE, "status %d, message \"%s\"", (int)amp_last_status(), msg);
+    CHECK_MSG(strstr(msg, "cuda is not available (") != NULL, "message \"%s\"", msg);
+    CHECK_MSG(strstr(msg, "no CUDA device found") || strstr(msg, "ampc was built without CUDA"), "message \"%s\"",
+              msg);
+    amp_clear_error();
+}
+
+static void test_cuda_tensor_without_gpu_is_a_clear_error(void)
+{
+    if (amp_cuda_available()) {
+        harness_skip("a CUDA device is present (the no-GPU error cannot happen here)");
+        return;
+    }
+    amp_tensor *t = iota(6, AMP_F32);
+    CHECK(amp_to_device(t, AMP_CUDA) == NULL);
+    check_unavailable_error();
+
+    /* A failed move leaves the tensor where and what it was. */
+    CHECK(amp_tensor_move(t, AMP_CUDA) == AMP_ERR_DEVICE);
+    check_unavailable_error();
+    CHECK(amp_tensor_device(t) == AMP_CPU);
+    CHECK(amp_tensor_get(t, 5) == 5.0);
+
+    int64_t hidden[1] = {8};
+    amp_module *m = amp_model_mlp(4, hidden, 1, 3);
+    CHECK(amp_module_to(m, AMP_CUDA) == AMP_ERR_DEVICE);
+    check_unavailable_error();
+    for (int i = 0; i < amp_module_num_params(m); i++)
+        CHECK(amp_tensor_device(amp_module_param(m, i, NULL)) == AMP_CPU);
+    /* The model still trains on the CPU after the failed move. */
+    amp_tensor *x = amp_ones(AMP_SHAPE(2, 4), AMP_F32);
+    CHECK(amp_module_forward(m, x) != NULL);
+
+    CHECK(amp_cuda_synchronize() == AMP_ERR_DEVICE);
+    check_unavailable_error();
+    amp_memory_stats st = amp_cuda_memory_get_stats();
+    CHECK(st.current == 0 && st.os_allocs == 0);
+    amp_cuda_empty_cache(); /* harmless without a device */
+
+    /* A scaler never made a device state: the CPU loop still works. */
+    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
+    CHECK(amp_scaler_get_scale(s) == 65536.0);
+    amp_scaler_free(s);
+    amp_module_free(m);
+    amp_tensor_free(x);
+    amp_tensor_free(t);
+}
+
+static void test_to_device_cpu_is_a_copy(void)
+{
+    amp_tensor *t = iota(5, AMP_BF16);
+    CHECK_OK(amp_tensor_set_requires_grad(t, true));
+    amp_tensor *c = amp_to_device(t, AMP_CPU);
+    CHECK(c != NULL && c != t);
+    CHECK(amp_tensor_device(c) == AMP_CPU);
+    CHECK(amp_tensor_dtype(c) == AMP_BF16);
+    CHECK(!amp_tensor_requires_grad(c));
+    CHECK(amp_tensor_cdata(c) != amp_tensor_cdata(t));
+    CHECK(max_abs_diff(c, t) == 0.0);
+    /* Moving to where it is already is a no-op. */
+    const void *before = amp_tensor_cdata(t);
+    CHECK_OK(amp_tensor_move(t, AMP_CPU));
+    CHECK(amp_tensor_cdata(t) == before);
+    amp_tensor_free(c);
+    amp_tensor_free(t);
+}
+
+static void test_move_rejects_non_leaves_and_bad_devices(void)
+{
+    amp_tensor *a = iota(4, AMP_F32);
+    CHECK_OK(amp_tensor_set_requires_grad(a, true));
+    amp_tensor *y = amp_mul_scalar(a, 2.0);
+    CHECK(amp_tensor_move(y, AMP_CPU) == AMP_ERR_STATE);
+    CHECK_ERROR(AMP_ERR_STATE, "only a leaf tensor");
+    CHECK(amp_tensor_move(a, (amp_device)7) == AMP_ERR_DEVICE);
+    CHECK_ERROR(AMP_ERR_DEVICE, "invalid device");
+    CHECK(amp_to_device(NULL, AMP_CPU) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "NULL tensor");
+    amp_tensor_free(a);
+}
+
+static void test_tf32_switch(void)
+{
+    CHECK(!amp_cuda_tf32_allowed()); /* off by default, as PyTorch */
+    amp_cuda_allow_tf32(true);
+    CHECK(amp_cuda_tf32_allowed());
+    amp_cuda_allow_tf32(false);
+    CHECK(!amp_cuda_tf32_allowed());
+}
+
+int main(void)
+{
+    RUN(test_availability_is_consistent);
+    RUN(test_cuda_tensor_without_gpu_is_a_clear_error);
+    RUN(test_to_device_cpu_is_a_copy);
+    RUN(test_move_rejects_non_leaves_and_bad_devices);
+    RUN(test_tf32_switch);
+    return harness_done();
+}
