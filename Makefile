@@ -1,5 +1,6 @@
 # ampc: convenience targets around CMake.
-#   make train   install what is missing, build, run the main job
+#   make train   install what is missing, build, run the main job: ampc train
+#                (a CNN on Fashion-MNIST in bf16, about a minute; ARGS="..." adds options)
 #   make test    install what is missing, build, run every test (CTest)
 #   make asan    the tests again under AddressSanitizer + UBSan
 #   make install PREFIX=/usr/local

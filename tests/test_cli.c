@@ -1,92 +1,72 @@
 /*
  * test_cli.c - the ampc program, run as a user runs it: help and version,
  * exit code 2 with a message naming the option for every bad command line,
- * data errors naming the file, and short training runs (on a tiny
- * separable data set written here, and on Fashion-MNIST when installed)
- * that end with a "test_accuracy" line.
+ * the clear --device cuda error, data errors naming the file (missing,
+ * truncated, wrong magic; IDX and text), short runs of each model on tiny
+ * data written here (and Fashion-MNIST when installed) that end with their
+ * result line, mixed precision, the JSON-lines log (one valid line per
+ * step with the required keys, plotted to SVG), and gradient accumulation
+ * (accum 2 x batch B = batch 2B, first step, fp32).
  *
- * The binary is $AMPC_BUILD_DIR/ampc (CTest sets AMPC_BUILD_DIR).
+ * Resuming and checkpoints are in test_cli_resume.c.
  */
-#include "harness.h"
+#include "test_cli_util.h"
 
-#include <stdlib.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-#include <zlib.h>
+#define FMNIST "/usr/share/datasets/fashion-mnist"
 
-#define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+static char tiny[256];   /* the tiny image set */
+static char text[256];   /* the tiny text corpus */
 
-static char ampc[1024];
-static char out[1 << 16];
-static char tmpdir[64];
-
-/* Runs "ampc ARGS" with stderr joined to stdout into out; returns the exit
- * code (-1 when it did not exit normally, e.g. a crash). */
-static int run(const char *args)
+static void test_help_exits_0_and_lists_commands_and_options(void)
 {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", ampc, args);
-    FILE *p = popen(cmd, "r");
-    out[0] = '\0';
-    if (!p)
-        return -1;
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = '\0';
-    while (fgetc(p) != EOF) /* drain so the child never blocks on a full pipe */
-        ;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static bool have_binary(void)
-{
-    if (ampc[0] && access(ampc, X_OK) == 0)
-        return true;
-    harness_skip("the ampc binary is not built (AMPC_BUILD_DIR/ampc missing)");
-    return false;
-}
-
-#define CHECK_OUT(needle) CHECK_MSG(strstr(out, (needle)) != NULL, "no \"%s\" in output:\n%s", (needle), out)
-
-static void test_help_exits_0_and_lists_train(void)
-{
-    if (!have_binary())
+    if (!cli_have_binary())
         return;
-    CHECK_EQ_INT(run("--help"), 0);
+    CHECK_EQ_INT(cli_run("--help"), 0);
     CHECK_OUT("train");
-    CHECK_EQ_INT(run("train --help"), 0);
-    CHECK_OUT("--batch");
-    CHECK_OUT("--optim");
-    CHECK_EQ_INT(run("--version"), 0);
+    CHECK_OUT("eval");
+    CHECK_OUT("plot");
+    CHECK_EQ_INT(cli_run("train --help"), 0);
+    const char *opts[] = {"--model", "--batch", "--accum", "--optim", "--schedule", "--warmup", "--precision",
+                          "--save", "--resume", "--log", "--device", "--layers", "--context", "--clip"};
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+        CHECK_OUT(opts[i]);
+    CHECK_OUT("skipped"); /* the schedule holds on a skipped step: said in help */
+    CHECK_EQ_INT(cli_run("eval --help"), 0);
+    CHECK_OUT("ampc eval DIR");
+    CHECK_EQ_INT(cli_run("plot --help"), 0);
+    CHECK_EQ_INT(cli_run("--version"), 0);
     CHECK_OUT("ampc " AMPC_VERSION);
 }
 
 static void test_no_command_or_unknown_command_exits_2(void)
 {
-    if (!have_binary())
+    if (!cli_have_binary())
         return;
-    CHECK_EQ_INT(run(""), 2);
+    CHECK_EQ_INT(cli_run("%s", ""), 2);
     CHECK_OUT("usage");
-    CHECK_EQ_INT(run("frobnicate"), 2);
+    CHECK_EQ_INT(cli_run("frobnicate"), 2);
     CHECK_OUT("unknown command 'frobnicate'");
 }
 
 static void test_unknown_flag_exits_2_naming_it(void)
 {
-    if (!have_binary())
+    if (!cli_have_binary())
         return;
-    CHECK_EQ_INT(run("train --bogus-flag 3"), 2);
+    CHECK_EQ_INT(cli_run("train --bogus-flag 3"), 2);
     CHECK_OUT("--bogus-flag");
-    CHECK_EQ_INT(run("--bogus-top"), 2);
+    CHECK_EQ_INT(cli_run("--bogus-top"), 2);
     CHECK_OUT("--bogus-top");
-    CHECK_EQ_INT(run("train stray"), 2);
+    CHECK_EQ_INT(cli_run("train stray"), 2);
     CHECK_OUT("'stray'");
+    CHECK_EQ_INT(cli_run("eval --batch 3 somewhere"), 2); /* a train-only option */
+    CHECK_OUT("--batch");
+    CHECK_EQ_INT(cli_run("eval"), 2);
+    CHECK_OUT("which checkpoint");
 }
 
-static void test_bad_values_name_the_flag(void)
+static void test_bad_values_and_combinations_name_the_flag(void)
 {
-    if (!have_binary())
+    if (!cli_have_binary())
         return;
     struct {
         const char *args, *needle;
@@ -97,226 +77,348 @@ static void test_bad_values_name_the_flag(void)
         {"train --lr abc", "--lr: 'abc'"},
         {"train --lr=-1", "--lr: -1"},
         {"train --lr nan", "--lr"},
-        {"train --hidden 12,x", "--hidden: '12,x'"},
-        {"train --hidden 12,,3", "--hidden"},
+        {"train --model mlp --hidden 12,x", "--hidden: '12,x'"},
+        {"train --model mlp --hidden 12,,3", "--hidden"},
         {"train --epochs -1", "--epochs: '-1'"},
         {"train --optim rmsprop", "--optim: unknown value 'rmsprop'"},
-        {"train --model cnn", "--model: unknown value 'cnn'"},
-        {"train --momentum 2", "--momentum: 2"},
+        {"train --model resnet", "--model: unknown value 'resnet'"},
+        {"train --optim sgd --momentum 2", "--momentum: 2"},
         {"train --seed -1", "--seed: '-1'"},
         {"train --threads x", "--threads: 'x'"},
         {"train --batch", "--batch: needs a value"},
+        {"train --accum 0", "--accum: '0'"},
+        {"train --schedule linear", "--schedule: unknown value 'linear'"},
+        {"train --warmup x", "--warmup: 'x'"},
+        {"train --gamma 2", "--gamma: 2"},
+        {"train --clip 0", "--clip: 0"},
+        {"train --device tpu", "--device: unknown value 'tpu'"},
+        {"train --dropout 1.5", "--dropout"},
+        {"train --save ''", "--save: needs a non-empty value"},
+        /* options that do not apply to the run */
+        {"train --hidden 8", "--hidden applies to --model mlp only"},
+        {"train --model mlp --layers 2", "--layers applies to --model gpt only"},
+        {"train --momentum 0.5", "--momentum applies to --optim sgd only"},
+        {"train --schedule cosine --step-size 5", "--step-size applies to --schedule step only"},
+        {"train --epochs 1 --steps 5", "--epochs or --steps, not both"},
+        {"train --save-every 5", "--save-every needs --save"},
+        {"train --stop-at 5", "--stop-at needs --save"},
+        {"train --model gpt --width 10 --heads 4", "--width 10 is not divisible by --heads 4"},
+        {"train --precision bf16 --init-scale 8", "--init-scale applies to --precision fp16"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int rc = run(cases[i].args);
-        CHECK_MSG(rc == 2, "ampc %s: exit %d, expected 2; output:\n%s", cases[i].args, rc, out);
-        CHECK_MSG(strstr(out, cases[i].needle) != NULL, "ampc %s: no \"%s\" in:\n%s", cases[i].args,
-                  cases[i].needle, out);
+        int rc = cli_run("%s", cases[i].args);
+        CHECK_MSG(rc == 2, "ampc %s: exit %d, expected 2; output:\n%s", cases[i].args, rc, cli_out);
+        CHECK_MSG(strstr(cli_out, cases[i].needle) != NULL, "ampc %s: no \"%s\" in:\n%s", cases[i].args,
+                  cases[i].needle, cli_out);
     }
 }
 
 static void test_bad_precision_options_are_refused_clearly(void)
 {
-    if (!have_binary())
+    if (!cli_have_binary())
         return;
-    CHECK_EQ_INT(run("train --precision fp8"), 2);
+    CHECK_EQ_INT(cli_run("train --precision fp8"), 2);
     CHECK_OUT("--precision: unknown value 'fp8'");
-    CHECK_EQ_INT(run("train --precision bf16 --no-scaler"), 2);
+    CHECK_EQ_INT(cli_run("train --precision bf16 --no-scaler"), 2);
     CHECK_OUT("--no-scaler applies to --precision fp16 only");
-    CHECK_EQ_INT(run("train --no-scaler=1"), 2);
+    CHECK_EQ_INT(cli_run("train --no-scaler=1"), 2);
     CHECK_OUT("--no-scaler: takes no value");
-    CHECK_EQ_INT(run("train --init-scale -4"), 2);
+    CHECK_EQ_INT(cli_run("train --precision fp16 --init-scale -4"), 2);
     CHECK_OUT("--init-scale");
 }
 
-static void test_missing_data_dir_names_the_file(void)
+static void test_device_cuda_is_a_clear_error_not_a_crash(void)
 {
-    if (!have_binary())
+    if (!cli_have_binary())
         return;
-    char args[256], file[256];
-    snprintf(args, sizeof args, "train --data %s/absent", tmpdir);
-    snprintf(file, sizeof file, "%s/absent/train-images-idx3-ubyte.gz", tmpdir);
-    CHECK_EQ_INT(run(args), 1);
+    CHECK_EQ_INT(cli_run("train --device cuda --data %s", tiny), 1);
+    CHECK_OUT("the CUDA backend is not built/available");
+    CHECK_EQ_INT(cli_run("eval %s/nowhere --device cuda", cli_tmp), 1);
+    CHECK_OUT("the CUDA backend is not built/available");
+}
+
+static void test_missing_data_names_the_file(void)
+{
+    if (!cli_have_binary())
+        return;
+    CHECK_EQ_INT(cli_run("train --data %s/absent", cli_tmp), 1);
+    char file[512];
+    snprintf(file, sizeof file, "%s/absent/train-images-idx3-ubyte.gz", cli_tmp);
+    CHECK_OUT(file);
+    CHECK_OUT("No such file");
+    CHECK_EQ_INT(cli_run("train --model gpt --data %s/absent.txt", cli_tmp), 1);
+    snprintf(file, sizeof file, "%s/absent.txt", cli_tmp);
     CHECK_OUT(file);
     CHECK_OUT("No such file");
 }
 
-/* Writes an IDX u8 file: dims as given, bytes from data. */
-static void write_idx(const char *name, int ndim, const uint32_t *dims, const unsigned char *data, size_t n)
+/* A data dir whose train images are `content`; checks the error names the
+ * file and says `why`. */
+static void check_bad_images(const char *name, const char *why, bool gz, const void *content, size_t n)
 {
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    gzFile f = gzopen(path, "wb");
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/%s", cli_tmp, name);
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte%s", dir, gz ? ".gz" : "");
+    FILE *f = fopen(path, "wb");
     CHECK(f != NULL);
     if (!f)
         return;
-    unsigned char h[4 + 4 * 3] = {0, 0, 0x08, (unsigned char)ndim};
-    for (int i = 0; i < ndim; i++)
-        for (int k = 0; k < 4; k++)
-            h[4 + 4 * i + k] = (unsigned char)(dims[i] >> (24 - 8 * k));
-    gzwrite(f, h, (unsigned)(4 + 4 * ndim));
-    gzwrite(f, data, (unsigned)n);
-    gzclose(f);
-}
-
-/* A tiny two-class set: class 1 images are bright, class 0 dark. Written
- * as train-* and t10k-* into tmpdir. */
-static void write_tiny_dataset(void)
-{
-    enum { N = 256, P = 16 };
-    static unsigned char img[N * P], lab[N];
-    uint64_t s = 42;
-    for (int i = 0; i < N; i++) {
-        lab[i] = (unsigned char)(i % 2);
-        for (int k = 0; k < P; k++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            unsigned r = (unsigned)(s >> 58); /* 0..63 */
-            img[i * P + k] = (unsigned char)(lab[i] ? 192 + r : r);
-        }
-    }
-    uint32_t idims[3] = {N, 4, 4}, ldims[1] = {N};
-    const char *pre[2] = {"train", "t10k"};
-    for (int i = 0; i < 2; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "%s-images-idx3-ubyte.gz", pre[i]);
-        write_idx(name, 3, idims, img, sizeof img);
-        snprintf(name, sizeof name, "%s-labels-idx1-ubyte.gz", pre[i]);
-        write_idx(name, 1, ldims, lab, sizeof lab);
-    }
-}
-
-static double accuracy_in_output(void)
-{
-    const char *p = strstr(out, "test_accuracy ");
-    return p ? atof(p + strlen("test_accuracy ")) : -1.0;
-}
-
-/* The values after each " loss " in out (the progress lines). */
-static int losses_in_output(double *v, int max)
-{
-    int n = 0;
-    for (const char *p = strstr(out, " loss "); p && n < max; p = strstr(p + 1, " loss "))
-        v[n++] = atof(p + 6);
-    return n;
-}
-
-static void test_bad_data_file_names_the_file(void)
-{
-    if (!have_binary())
-        return;
-    char dir[128], path[256], args[256];
-    snprintf(dir, sizeof dir, "%s/broken", tmpdir);
-    mkdir(dir, 0700);
-    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", dir);
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    if (f) {
-        fputs("not an idx file", f);
-        fclose(f);
-    }
-    snprintf(args, sizeof args, "train --data %s", dir);
-    CHECK_EQ_INT(run(args), 1);
+    fwrite(content, 1, n, f);
+    fclose(f);
+    CHECK_EQ_INT(cli_run("train --model mlp --data %s", dir), 1);
     CHECK_OUT(path);
-    CHECK_OUT("bad magic");
-    unlink(path);
-    rmdir(dir);
+    CHECK_OUT(why);
 }
 
-static void test_tiny_separable_run_learns_and_repeats_with_its_seed(void)
+static void test_bad_data_files_name_the_file(void)
 {
-    if (!have_binary())
+    if (!cli_have_binary())
         return;
-    write_tiny_dataset();
-    char args[512];
+    check_bad_images("magic", "bad magic", false, "not an idx file", 15);
+    /* A header promising 256 images of 4x4 and 10 bytes of them. */
+    unsigned char trunc[16 + 10] = {0, 0, 8, 3, 0, 0, 1, 0, 0, 0, 0, 4, 0, 0, 0, 4};
+    check_bad_images("truncated", "truncated", false, trunc, sizeof trunc);
+    /* The same, gzip-compressed and cut short. */
+    char gzdir[512], path[600];
+    snprintf(gzdir, sizeof gzdir, "%s/truncgz", cli_tmp);
+    mkdir(gzdir, 0700);
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", gzdir);
+    uint32_t dims[3] = {256, 4, 4};
+    unsigned char few[40] = {0};
+    cli_write_idx(path, 3, dims, few, sizeof few);
+    CHECK_EQ_INT(cli_run("train --model cnn --data %s", gzdir), 1);
+    CHECK_OUT(path);
+    CHECK_OUT("truncated");
+    /* An empty text file for gpt. */
+    char empty[512];
+    cli_path(empty, sizeof empty, "empty.txt");
+    FILE *f = fopen(empty, "w");
+    if (f)
+        fclose(f);
+    CHECK_EQ_INT(cli_run("train --model gpt --data %s", empty), 1);
+    CHECK_OUT(empty);
+    CHECK_OUT("empty");
+}
+
+static void test_tiny_mlp_run_learns_and_repeats_with_its_seed(void)
+{
+    if (!cli_have_binary())
+        return;
+    char args[1024];
     snprintf(args, sizeof args,
-             "train --data %s --hidden 8 --steps 40 --batch 16 --lr 0.05 --seed 7 --threads 1 --log-every 10",
-             tmpdir);
-    int rc = run(args);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
-    CHECK_OUT("loss");
-    double acc = accuracy_in_output();
-    CHECK_MSG(acc >= 0.95, "test_accuracy %g on a separable set:\n%s", acc, out);
-    /* The same seed gives the same run: the same losses, the same result. */
-    double l1[8], l2[8];
-    int n1 = losses_in_output(l1, 8);
-    CHECK_EQ_INT(n1, 4);
-    CHECK_EQ_INT(run(args), 0);
-    int n2 = losses_in_output(l2, 8);
-    CHECK_EQ_INT(n2, n1);
-    for (int i = 0; i < n1 && i < n2; i++)
-        CHECK_NEAR(l2[i], l1[i], 0);
-    CHECK_NEAR(accuracy_in_output(), acc, 0);
+             "train --model mlp --data %s --hidden 8 --steps 40 --batch 16 --seed 7 --threads 1 --log-every 10 --lr 0.01 "
+             "--precision fp32",
+             tiny);
+    int rc = cli_run("%s", args);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    double acc = cli_value_after("test_accuracy ");
+    CHECK_MSG(acc >= 0.95, "test_accuracy %g on a separable set:\n%s", acc, cli_out);
+    CHECK_OUT("peak memory");
+    /* The last line is the result. */
+    const char *last = strstr(cli_out, "test_accuracy ");
+    CHECK(last && strchr(last, '\n') == last + strlen(last) - 1);
+    /* The same seed gives the same run, output for output (timings aside). */
+    char first[sizeof cli_out];
+    memcpy(first, cli_out, sizeof first);
+    CHECK_EQ_INT(cli_run("%s", args), 0);
+    for (const char *p = strstr(first, " loss "), *q = strstr(cli_out, " loss "); p || q;
+         p = strstr(p + 1, " loss "), q = strstr(q + 1, " loss ")) {
+        CHECK(p && q);
+        if (!p || !q)
+            break;
+        CHECK_NEAR(atof(q + 6), atof(p + 6), 0);
+    }
+    CHECK_NEAR(cli_value_after("test_accuracy "), acc, 0);
+}
+
+static void test_tiny_cnn_and_gpt_runs_print_their_results(void)
+{
+    if (!cli_have_binary())
+        return;
+    int rc = cli_run("train --data %s --steps 30 --batch 16 --threads 1", tiny); /* the default model: cnn, bf16 */
+    CHECK_MSG(rc == 0, "cnn: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("model cnn");
+    CHECK_OUT("precision bf16");
+    double acc = cli_value_after("test_accuracy ");
+    CHECK_MSG(acc >= 0.9, "cnn: test_accuracy %g:\n%s", acc, cli_out);
+
+    rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 8 --steps 60 "
+                 "--lr 0.01 --val-batches 4 --threads 1",
+                 text);
+    CHECK_MSG(rc == 0, "gpt: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("tokens/s");
+    double val = cli_value_after("val_loss ");
+    double ppl = cli_value_after("perplexity ");
+    /* The corpus has 14 characters; uniform guessing scores ln 14 = 2.64. */
+    CHECK_MSG(val > 0 && val < 2.0, "gpt: val_loss %g:\n%s", val, cli_out);
+    CHECK_NEAR(ppl, exp(val), 0.01 * ppl);
 }
 
 /* bf16 autocast and fp16 autocast + scaler learn the separable set too;
  * fp16 shows the scale as it goes and the scaler's summary at the end. */
 static void test_mixed_precision_runs_learn(void)
 {
-    if (!have_binary())
+    if (!cli_have_binary())
         return;
-    write_tiny_dataset();
     const char *precisions[] = {"bf16", "fp16", "fp16 --no-scaler"};
     for (int i = 0; i < 3; i++) {
-        char args[512];
-        snprintf(args, sizeof args,
-                 "train --data %s --hidden 8 --steps 40 --batch 16 --lr 0.05 --seed 7 --threads 1 "
-                 "--log-every 10 --precision %s",
-                 tmpdir, precisions[i]);
-        int rc = run(args);
-        CHECK_MSG(rc == 0, "%s: exit %d:\n%s", precisions[i], rc, out);
-        double acc = accuracy_in_output();
-        CHECK_MSG(acc >= 0.95, "%s: test_accuracy %g:\n%s", precisions[i], acc, out);
+        int rc = cli_run("train --model mlp --data %s --hidden 8 --steps 40 --batch 16 --seed 7 --threads 1 "
+                         "--log-every 10 --lr 0.01 --precision %s",
+                         tiny, precisions[i]);
+        CHECK_MSG(rc == 0, "%s: exit %d:\n%s", precisions[i], rc, cli_out);
+        double acc = cli_value_after("test_accuracy ");
+        CHECK_MSG(acc >= 0.95, "%s: test_accuracy %g:\n%s", precisions[i], acc, cli_out);
         bool scaled = i == 1;
-        CHECK_MSG((strstr(out, " scale 65536 skipped 0") != NULL) == scaled, "%s: scale shown?\n%s",
-                  precisions[i], out);
-        CHECK_MSG((strstr(out, "scaler: final scale") != NULL) == scaled, "%s: summary?\n%s",
-                  precisions[i], out);
+        CHECK_MSG((strstr(cli_out, " scale 65536 skipped 0") != NULL) == scaled, "%s: scale shown?\n%s",
+                  precisions[i], cli_out);
+        CHECK_MSG((strstr(cli_out, "scaler: final scale") != NULL) == scaled, "%s: summary?\n%s", precisions[i],
+                  cli_out);
     }
+}
+
+/* The log: one JSON object per optimizer step with the keys the issue
+ * names, steps 1..n in order; a huge initial scale makes the first fp16
+ * steps skip (and the log says so); `ampc plot` draws it. */
+static void test_log_has_one_valid_json_line_per_step_and_plots(void)
+{
+    if (!cli_have_binary())
+        return;
+    char log[512], svg[512];
+    cli_path(log, sizeof log, "run.jsonl");
+    cli_path(svg, sizeof svg, "run.svg");
+    enum { STEPS = 12 };
+    int rc = cli_run("train --model mlp --data %s --hidden 8 --steps %d --batch 16 --threads 1 --precision fp16 "
+                     "--init-scale 16777216 --log %s",
+                     tiny, STEPS, log);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    char *body = cli_read_file(log, NULL);
+    CHECK(body != NULL);
+    if (!body)
+        return;
+    char *lines[64];
+    int n = cli_lines(body, lines, 64);
+    CHECK_EQ_INT(n, STEPS);
+    const char *keys[] = {"step", "loss", "lr", "scale", "skipped", "grad_norm", "step_ms"};
+    int skipped = 0;
+    for (int i = 0; i < n; i++) {
+        CHECK_MSG(cli_json_object_line(lines[i]), "line %d is not one JSON object: %s", i + 1, lines[i]);
+        char v[64];
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+            CHECK_MSG(cli_json_field(lines[i], keys[k], v, sizeof v), "line %d has no \"%s\": %s", i + 1, keys[k],
+                      lines[i]);
+        CHECK(cli_json_field(lines[i], "step", v, sizeof v) && atoi(v) == i + 1);
+        CHECK(cli_json_field(lines[i], "skipped", v, sizeof v) && (strcmp(v, "true") == 0 || strcmp(v, "false") == 0));
+        skipped += strcmp(v, "true") == 0;
+        CHECK(cli_json_field(lines[i], "scale", v, sizeof v) && atof(v) > 0);
+        CHECK(cli_json_field(lines[i], "loss", v, sizeof v) && atof(v) > 0);
+    }
+    /* 2^24 overflows f16 gradients: the first steps skip, backing off. */
+    CHECK_MSG(skipped >= 3, "%d skipped steps:\n%s", skipped, cli_out);
+    free(body);
+
+    CHECK_EQ_INT(cli_run("plot %s -o %s", log, svg), 0);
+    char *pic = cli_read_file(svg, NULL);
+    CHECK_MSG(pic && strstr(pic, "<svg") && strstr(pic, "</svg>"), "no SVG in %s", svg);
+    free(pic);
+}
+
+/* The schedule holds on a skipped step: with warm-up, the lr of the step
+ * after a skipped one equals the skipped step's lr. */
+static void test_schedule_holds_on_skipped_steps(void)
+{
+    if (!cli_have_binary())
+        return;
+    char log[512];
+    cli_path(log, sizeof log, "hold.jsonl");
+    int rc = cli_run("train --model mlp --data %s --hidden 8 --steps 12 --batch 16 --threads 1 --precision fp16 "
+                     "--init-scale 16777216 --warmup 10 --lr 0.01 --log %s",
+                     tiny, log);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    char *body = cli_read_file(log, NULL);
+    if (!body) {
+        CHECK(body != NULL);
+        return;
+    }
+    char *lines[32];
+    int n = cli_lines(body, lines, 32), taken = 0;
+    for (int i = 0; i < n; i++) {
+        char lr[64], sk[16];
+        CHECK(cli_json_field(lines[i], "lr", lr, sizeof lr) && cli_json_field(lines[i], "skipped", sk, sizeof sk));
+        /* warm-up from 0: lr = 0.01 * taken / 10 */
+        CHECK_NEAR(atof(lr), 0.01 * taken / 10.0, 1e-9);
+        taken += strcmp(sk, "false") == 0;
+    }
+    CHECK_MSG(taken < n, "no skipped step to hold on");
+    free(body);
+}
+
+/* --accum 2 with batch B: the first step's loss and gradient norm equal
+ * batch 2B's (fp32, to 1e-6). */
+static void test_accumulation_matches_the_full_batch(void)
+{
+    if (!cli_have_binary())
+        return;
+    char la[512], lb[512];
+    cli_path(la, sizeof la, "full.jsonl");
+    cli_path(lb, sizeof lb, "accum.jsonl");
+    const char *common = "train --model mlp --hidden 16 --steps 1 --threads 1 --precision fp32 --seed 3";
+    CHECK_EQ_INT(cli_run("%s --data %s --batch 64 --log %s", common, tiny, la), 0);
+    CHECK_EQ_INT(cli_run("%s --data %s --batch 32 --accum 2 --log %s", common, tiny, lb), 0);
+    char *a = cli_read_file(la, NULL), *b = cli_read_file(lb, NULL);
+    CHECK(a && b);
+    if (a && b) {
+        char va[64], vb[64];
+        const char *keys[] = {"loss", "grad_norm"};
+        for (int k = 0; k < 2; k++) {
+            CHECK(cli_json_field(a, keys[k], va, sizeof va) && cli_json_field(b, keys[k], vb, sizeof vb));
+            CHECK_NEAR(atof(vb), atof(va), 1e-6);
+            CHECK(atof(va) > 0.01);
+        }
+    }
+    free(a);
+    free(b);
 }
 
 static void test_short_fashion_mnist_run_prints_test_accuracy(void)
 {
-    if (!have_binary())
+    if (!cli_have_binary())
         return;
-    if (access(FMNIST_DIR "/train-images-idx3-ubyte.gz", R_OK) != 0) {
-        harness_skip(FMNIST_DIR " is not installed");
+    if (access(FMNIST "/train-images-idx3-ubyte.gz", R_OK) != 0) {
+        harness_skip(FMNIST " is not installed");
         return;
     }
-    int rc = run("train --steps 20 --log-every 10");
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    int rc = cli_run("train --model mlp --steps 20 --log-every 10");
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
     CHECK_OUT("60000");
-    double acc = accuracy_in_output();
+    double acc = cli_value_after("test_accuracy ");
     /* 20 steps of 128 images: far from trained, but well above chance (0.1). */
-    CHECK_MSG(acc > 0.3 && acc <= 1.0, "test_accuracy %g:\n%s", acc, out);
+    CHECK_MSG(acc > 0.3 && acc <= 1.0, "test_accuracy %g:\n%s", acc, cli_out);
 }
 
 int main(void)
 {
-    const char *bd = getenv("AMPC_BUILD_DIR");
-    if (bd)
-        snprintf(ampc, sizeof ampc, "%s/ampc", bd);
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ampc-test-cli-XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (!cli_init("test-cli"))
         return 1;
-    }
-    RUN(test_help_exits_0_and_lists_train);
+    cli_path(tiny, sizeof tiny, "tiny");
+    cli_write_tiny_images(tiny);
+    cli_path(text, sizeof text, "tiny.txt");
+    cli_write_tiny_text(text);
+    RUN(test_help_exits_0_and_lists_commands_and_options);
     RUN(test_no_command_or_unknown_command_exits_2);
     RUN(test_unknown_flag_exits_2_naming_it);
-    RUN(test_bad_values_name_the_flag);
+    RUN(test_bad_values_and_combinations_name_the_flag);
     RUN(test_bad_precision_options_are_refused_clearly);
+    RUN(test_device_cuda_is_a_clear_error_not_a_crash);
+    RUN(test_missing_data_names_the_file);
+    RUN(test_bad_data_files_name_the_file);
+    RUN(test_tiny_mlp_run_learns_and_repeats_with_its_seed);
+    RUN(test_tiny_cnn_and_gpt_runs_print_their_results);
     RUN(test_mixed_precision_runs_learn);
-    RUN(test_missing_data_dir_names_the_file);
-    RUN(test_bad_data_file_names_the_file);
-    RUN(test_tiny_separable_run_learns_and_repeats_with_its_seed);
+    RUN(test_log_has_one_valid_json_line_per_step_and_plots);
+    RUN(test_schedule_holds_on_skipped_steps);
+    RUN(test_accumulation_matches_the_full_batch);
     RUN(test_short_fashion_mnist_run_prints_test_accuracy);
-    const char *files[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
-    for (int i = 0; i < 4; i++) {
-        char p[256];
-        snprintf(p, sizeof p, "%s/%s", tmpdir, files[i]);
-        unlink(p);
-    }
-    rmdir(tmpdir);
+    cli_cleanup();
     return harness_done();
 }

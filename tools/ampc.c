@@ -3,6 +3,7 @@
  * --version. The commands live in their own files (see cli.h).
  */
 #include "cli.h"
+#include "plot.h"
 
 #include <string.h>
 
@@ -11,8 +12,11 @@ static void usage(FILE *f)
     fprintf(f, "usage: ampc <command> [options]\n\n"
                "ampc trains neural networks in C, with mixed precision on the way.\n\n"
                "commands:\n"
-               "  train        train an MLP on Fashion-MNIST and report its test accuracy\n"
+               "  train        train a model (cnn / mlp on Fashion-MNIST, gpt on text) and measure it\n"
+               "  eval DIR     measure the model saved in DIR by train --save\n"
+               "  plot LOG     draw a train --log file (loss, loss scale, skipped steps) as SVG\n"
                "  policy       print the autocast policy: each op's category per device\n\n"
+               "  make train runs the default: ampc train (a CNN in bf16, about a minute)\n"
                "  ampc --help, ampc --version, ampc <command> --help\n");
 }
 
@@ -31,12 +35,12 @@ int main(int argc, char **argv)
         printf("ampc %s\n", AMPC_VERSION);
         return 0;
     }
-    if (strcmp(cmd, "train") == 0) {
-        train_opts o;
-        train_opts_default(&o);
-        int rc = train_parse(argc - 2, argv + 2, &o);
-        return rc >= 0 ? rc : train_run(&o);
-    }
+    if (strcmp(cmd, "train") == 0)
+        return train_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "eval") == 0)
+        return eval_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "plot") == 0)
+        return plot_run(argc - 2, argv + 2);
     if (strcmp(cmd, "policy") == 0)
         return policy_run(argc - 2, argv + 2);
     fprintf(stderr, "ampc: unknown %s '%s' (see ampc --help)\n", cmd[0] == '-' ? "option" : "command",

@@ -1,10 +1,15 @@
 /*
- * args.c - the train command's options: one table gives each option's
- * name, kind, range and help line; the parser and --help both read it.
+ * args.c - the train and eval commands' options: one table gives each
+ * option's name, kind, range, class (saved in checkpoints or not), the
+ * models it applies to and its help line; the parser, --help and the
+ * checkpoint settings (settings.c) all read it.
  *
  * Options take "--name value" or "--name=value". Every value is checked in
  * full (no trailing characters, no overflow, in range); a bad one is
  * reported with the option's name and the value as typed, exit code 2.
+ * Defaults that depend on the model (data, batch, lr, length) are filled
+ * by opts_resolve after parsing (and after merging a resumed checkpoint's
+ * settings), which also refuses options that do not apply to the run.
  */
 #include "cli.h"
 
@@ -15,85 +20,131 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_LIST, OPT_FLAG } opt_kind;
-
-typedef struct {
-    const char *name;
-    const char *meta;
-    opt_kind kind;
-    size_t off;           /* into train_opts */
-    double lo, hi;        /* OPT_INT / OPT_REAL / OPT_LIST items: inclusive range */
-    const char *choices;  /* OPT_STR: "a|b|c", or NULL for any text */
-    const char *help;
-} opt_def;
-
 #define OFF(f) offsetof(train_opts, f)
+/* name, meta, kind, class, field, lo, hi, choices, models, eval, help */
+#define O(n, m, k, c, f, lo, hi, ch, mo, ev, h) {n, m, k, c, OFF(f), lo, hi, ch, mo, ev, h}
 
 static const opt_def opts[] = {
-    {"model", "NAME", OPT_STR, OFF(model), 0, 0, "mlp", "model to train (default mlp)"},
-    {"data", "DIR", OPT_STR, OFF(data_dir), 0, 0, NULL,
-     "Fashion-MNIST IDX files, .gz or not (default /usr/share/datasets/fashion-mnist)"},
-    {"hidden", "N,N,..", OPT_LIST, OFF(hidden), 1, 1 << 20, NULL,
-     "hidden layer widths, \"none\" for a linear model (default 256,128)"},
-    {"epochs", "N", OPT_INT, OFF(epochs), 1, 1e6, NULL, "passes over the training set (default 3)"},
-    {"steps", "N", OPT_INT, OFF(steps), 1, 1e12, NULL, "stop after N steps instead (default: epochs)"},
-    {"batch", "B", OPT_INT, OFF(batch), 1, 1 << 20, NULL, "batch size (default 128)"},
-    {"lr", "X", OPT_REAL, OFF(lr), 1e-12, 1e3, NULL,
-     "learning rate (default 0.05 for sgd, 0.001 for adam/adamw)"},
-    {"optim", "NAME", OPT_STR, OFF(optim), 0, 0, "sgd|adam|adamw", "optimizer: sgd, adam or adamw (default sgd)"},
-    {"momentum", "X", OPT_REAL, OFF(momentum), 0, 0.9999, NULL, "SGD momentum (default 0.9)"},
-    {"weight-decay", "X", OPT_REAL, OFF(weight_decay), 0, 10, NULL,
-     "weight decay (default 0; 0.01 for adamw)"},
-    {"seed", "S", OPT_U64, OFF(seed), 0, 0, NULL, "seed for the weights and the shuffling (default 0)"},
-    {"threads", "T", OPT_INT, OFF(threads), 0, 1024, NULL, "kernel threads, 0 for every core (default 0)"},
-    {"precision", "P", OPT_STR, OFF(precision), 0, 0, "fp32|bf16|fp16",
-     "fp32, bf16 autocast, or fp16 autocast with the grad scaler (default fp32)"},
-    {"no-scaler", "", OPT_FLAG, OFF(no_scaler), 0, 0, NULL, "fp16 without the grad scaler"},
-    {"init-scale", "X", OPT_REAL, OFF(init_scale), 1e-30, 1e30, NULL,
-     "the grad scaler's initial scale (default 65536)"},
-    {"growth-interval", "N", OPT_INT, OFF(growth_interval), 1, 1e12, NULL,
-     "clean steps before the scale grows (default 2000)"},
-    {"log-every", "N", OPT_INT, OFF(log_every), 1, 1e12, NULL, "steps between progress lines (default 100)"},
+    O("model", "NAME", OPT_STR, OC_SHAPE, model, 0, 0, "mlp|cnn|gpt", NULL, false,
+      "mlp or cnn on Fashion-MNIST, gpt on a text corpus (default cnn)"),
+    O("data", "PATH", OPT_STR, OC_SETTING, data, 0, 0, NULL, NULL, true,
+      "Fashion-MNIST IDX directory (mlp, cnn), text file or directory (gpt)"),
+    O("hidden", "N,N,..", OPT_LIST, OC_SHAPE, hidden, 1, 1 << 20, NULL, "mlp", false,
+      "mlp: hidden layer widths, \"none\" for a linear model (default 256,128)"),
+    O("layers", "N", OPT_INT, OC_SHAPE, layers, 1, 1024, NULL, "gpt", false, "gpt: transformer blocks (default 2)"),
+    O("heads", "N", OPT_INT, OC_SHAPE, heads, 1, 1024, NULL, "gpt", false,
+      "gpt: attention heads, dividing --width (default 4)"),
+    O("width", "N", OPT_INT, OC_SHAPE, width, 1, 1 << 16, NULL, "gpt", false, "gpt: embedding width (default 128)"),
+    O("context", "N", OPT_INT, OC_SHAPE, context, 1, 1 << 16, NULL, "gpt", false,
+      "gpt: tokens per sequence (default 64)"),
+    O("mlp-width", "N", OPT_INT, OC_SHAPE, mlp_width, 1, 1 << 20, NULL, "gpt", false,
+      "gpt: each block's MLP width (default 4 * width)"),
+    O("dropout", "P", OPT_REAL, OC_SETTING, dropout, 0, 0.95, NULL, "gpt", false, "gpt: dropout probability (default 0)"),
+
+    O("epochs", "N", OPT_INT, OC_SETTING, epochs, 1, 1e6, NULL, NULL, false,
+      "passes over the training set (default 3; gpt: see --steps)"),
+    O("steps", "N", OPT_INT, OC_SETTING, steps, 1, 1e12, NULL, NULL, false,
+      "optimizer steps, instead of --epochs (default: gpt 1000)"),
+    O("batch", "B", OPT_INT, OC_SETTING, batch, 1, 1 << 20, NULL, NULL, false,
+      "examples (gpt: sequences) per micro-batch (default: cnn 64, mlp 128, gpt 32)"),
+    O("accum", "N", OPT_INT, OC_SETTING, accum, 1, 1 << 16, NULL, NULL, false,
+      "micro-batches per optimizer step (gradient accumulation; default 1)"),
+    O("optim", "NAME", OPT_STR, OC_SHAPE, optim, 0, 0, "sgd|adam|adamw", NULL, false,
+      "optimizer: sgd, adam or adamw (default adam)"),
+    O("lr", "X", OPT_REAL, OC_SETTING, lr, 1e-12, 1e3, NULL, NULL, false,
+      "learning rate (default: sgd 0.05; adam/adamw: cnn 0.003, gpt 0.002, mlp 0.001)"),
+    O("momentum", "X", OPT_REAL, OC_SETTING, momentum, 0, 0.9999, NULL, NULL, false, "sgd: momentum (default 0.9)"),
+    O("weight-decay", "X", OPT_REAL, OC_SETTING, weight_decay, 0, 10, NULL, NULL, false,
+      "weight decay (default 0; adamw 0.01)"),
+    O("schedule", "NAME", OPT_STR, OC_SETTING, schedule, 0, 0, "constant|step|cosine", NULL, false,
+      "lr schedule: constant, step or cosine (default: mlp constant, else cosine)"),
+    O("warmup", "N", OPT_INT, OC_SETTING, warmup, 0, 1e12, NULL, NULL, false,
+      "linear lr warm-up over the first N steps (default: gpt 100 or steps/10, else 0)"),
+    O("step-size", "N", OPT_INT, OC_SETTING, step_size, 1, 1e12, NULL, NULL, false,
+      "step schedule: multiply the lr by --gamma every N steps (default 1000)"),
+    O("gamma", "X", OPT_REAL, OC_SETTING, gamma, 0, 1, NULL, NULL, false, "step schedule: the factor (default 0.1)"),
+    O("min-lr", "X", OPT_REAL, OC_SETTING, min_lr, 0, 1e3, NULL, NULL, false,
+      "cosine schedule: the final lr (default 0)"),
+    O("clip", "X", OPT_REAL, OC_SETTING, clip, 1e-12, 1e12, NULL, NULL, false,
+      "clip the global gradient norm to X (default: measured, not clipped)"),
+    O("seed", "S", OPT_U64, OC_SETTING, seed, 0, 0, NULL, NULL, false,
+      "seed for the weights, the data order and dropout (default 0)"),
+    O("threads", "T", OPT_INT, OC_RUN, threads, 0, 1024, NULL, NULL, true, "kernel threads, 0 for every core (default 0)"),
+    O("device", "NAME", OPT_STR, OC_RUN, device, 0, 0, "cpu|cuda", NULL, true, "cpu or cuda (default cpu)"),
+
+    O("precision", "P", OPT_STR, OC_SETTING, precision, 0, 0, "fp32|bf16|fp16", NULL, true,
+      "fp32, bf16 autocast, or fp16 autocast with the grad scaler (default bf16)"),
+    O("no-scaler", "", OPT_FLAG, OC_SETTING, no_scaler, 0, 0, NULL, NULL, false, "fp16 without the grad scaler"),
+    O("init-scale", "X", OPT_REAL, OC_SETTING, init_scale, 1e-30, 1e30, NULL, NULL, false,
+      "the grad scaler's initial scale (default 65536)"),
+    O("growth-interval", "N", OPT_INT, OC_SETTING, growth_interval, 1, 1e12, NULL, NULL, false,
+      "clean steps before the scale grows (default 2000)"),
+
+    O("val-batches", "N", OPT_INT, OC_SETTING, val_batches, 1, 1e6, NULL, "gpt", true,
+      "gpt: validation batches for the val loss (default 20)"),
+    O("save", "DIR", OPT_STR, OC_RUN, save, 0, 0, NULL, NULL, false,
+      "save DIR/" CHECKPOINT_FILE " every --save-every steps and at the end"),
+    O("save-every", "N", OPT_INT, OC_RUN, save_every, 0, 1e12, NULL, NULL, false,
+      "steps between checkpoints, 0 for the end only (default 1000)"),
+    O("stop-at", "N", OPT_INT, OC_RUN, stop_at, 1, 1e12, NULL, NULL, false,
+      "stop after step N and save, to --resume later (the lr schedule spans the run)"),
+    O("resume", "DIR", OPT_STR, OC_RUN, resume, 0, 0, NULL, NULL, true,
+      "continue the run saved in DIR (its settings; saves there unless --save)"),
+    O("log", "FILE", OPT_STR, OC_RUN, log, 0, 0, NULL, NULL, false,
+      "write one JSON line per optimizer step to FILE, anew (see ampc plot)"),
+    O("log-every", "N", OPT_INT, OC_RUN, log_every, 1, 1e12, NULL, NULL, false,
+      "steps between progress lines (default: about 20 a run)"),
 };
 #define N_OPTS (int)(sizeof opts / sizeof opts[0])
+_Static_assert(N_OPTS <= CLI_MAX_OPTS, "raise CLI_MAX_OPTS");
+
+int opts_count(void) { return N_OPTS; }
+const opt_def *opts_table(void) { return opts; }
+
+const opt_def *opts_find(const char *name)
+{
+    for (int k = 0; k < N_OPTS; k++)
+        if (strcmp(opts[k].name, name) == 0)
+            return &opts[k];
+    return NULL;
+}
+
+static int opt_index(const char *name) { return (int)(opts_find(name) - opts); }
 
 void train_opts_default(train_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->model = "mlp";
-    o->data_dir = "/usr/share/datasets/fashion-mnist";
+    o->model = "cnn";
     o->hidden[0] = 256;
     o->hidden[1] = 128;
     o->n_hidden = 2;
-    o->epochs = 3;
-    o->steps = 0;
-    o->batch = 128;
+    o->layers = 2;
+    o->heads = 4;
+    o->width = 128;
+    o->context = 64;
+    o->accum = 1;
+    o->optim = "adam";
     o->lr = NAN;
-    o->optim = "sgd";
     o->momentum = 0.9;
     o->weight_decay = NAN;
-    o->seed = 0;
-    o->threads = 0;
-    o->precision = "fp32";
-    o->no_scaler = false;
+    o->warmup = -1; /* unset */
+    o->step_size = 1000;
+    o->gamma = 0.1;
+    o->device = "cpu";
+    o->precision = "bf16";
     o->init_scale = 65536.0;
     o->growth_interval = 2000;
-    o->log_every = 100;
+    o->val_batches = 20;
+    o->save_every = 1000;
 }
 
-double train_lr(const train_opts *o)
-{
-    if (!isnan(o->lr))
-        return o->lr;
-    return strcmp(o->optim, "sgd") == 0 ? 0.05 : 1e-3;
-}
+bool is_gpt(const train_opts *o) { return strcmp(o->model, "gpt") == 0; }
 
-void train_usage(FILE *f)
+static void usage_lines(FILE *f, bool eval)
 {
-    fprintf(f, "usage: ampc train [options]\n\n"
-               "Trains a classifier on Fashion-MNIST and prints its test accuracy\n"
-               "(the last line reads \"test_accuracy 0.XXXX\").\n\noptions:\n");
     for (int i = 0; i < N_OPTS; i++) {
+        if (eval && !opts[i].eval)
+            continue;
         char left[40];
         snprintf(left, sizeof left, "--%s %s", opts[i].name, opts[i].meta);
         fprintf(f, "  %-22s %s\n", left, opts[i].help);
@@ -101,13 +152,43 @@ void train_usage(FILE *f)
     fprintf(f, "  %-22s %s\n", "-h, --help", "this text");
 }
 
-/* Prints "ampc train: --name: ..." and returns EXIT_USAGE. */
-static int bad(const opt_def *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int bad(const opt_def *d, const char *fmt, ...)
+void train_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ampc train [options]\n\n"
+            "Trains a model and evaluates it: mlp / cnn on Fashion-MNIST (the last line\n"
+            "reads \"test_accuracy 0.XXXX\"), gpt on a text corpus (validation loss and\n"
+            "perplexity). The default is a CNN in bf16 autocast, about a minute on two cores.\n\n"
+            "One optimizer step runs --accum micro-batches of --batch examples (each\n"
+            "loss divided by --accum), then unscales, measures (--clip: clips) the\n"
+            "gradient norm and steps through the grad scaler. A step the scaler skipped\n"
+            "(inf/NaN gradients) does not advance the lr schedule: the schedule holds.\n"
+            "Each step's data depends on (--seed, step) alone, so --resume continues the\n"
+            "run exactly where it stopped. On resume, settings come from the checkpoint;\n"
+            "options given override them, but not the model's shape or the optimizer.\n\n"
+            "options:\n");
+    usage_lines(f, false);
+    fprintf(f, "\n--data defaults to %s (Debian's dataset-fashion-mnist) for mlp and cnn,\n"
+               "and to %s (Debian's fortunes, one corpus of its files) for gpt.\n",
+            FMNIST_DIR, TEXT_CORPUS);
+}
+
+void eval_usage(FILE *f)
+{
+    fprintf(f, "usage: ampc eval DIR [options]   (or ampc eval --resume DIR)\n\n"
+               "Loads DIR/" CHECKPOINT_FILE " and measures the model with its saved settings:\n"
+               "test accuracy (mlp, cnn; last line \"test_accuracy 0.XXXX\") or validation\n"
+               "loss and perplexity (gpt).\n\noptions:\n");
+    usage_lines(f, true);
+}
+
+/* Prints "ampc CMD: --name: ..." and returns EXIT_USAGE. */
+static int bad(const char *who, const opt_def *d, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(const char *who, const opt_def *d, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "ampc train: --%s: ", d->name);
+    fprintf(stderr, "%s: --%s: ", who, d->name);
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, " (see ampc train --help)\n");
     va_end(ap);
@@ -126,7 +207,7 @@ static bool parse_int(const char *v, double lo, double hi, int64_t *out)
     return true;
 }
 
-static int parse_list(const opt_def *d, const char *v, train_opts *o)
+static int parse_list(const opt_def *d, const char *v, train_opts *o, const char *who)
 {
     o->n_hidden = 0;
     if (strcmp(v, "none") == 0)
@@ -138,13 +219,13 @@ static int parse_list(const opt_def *d, const char *v, train_opts *o)
         char item[32];
         int64_t w;
         if (len >= sizeof item)
-            return bad(d, "'%s' is not a list of layer widths (an item is too long)", v);
+            return bad(who, d, "'%s' is not a list of layer widths (an item is too long)", v);
         memcpy(item, p, len);
         item[len] = '\0';
         if (!parse_int(item, d->lo, d->hi, &w))
-            return bad(d, "'%s' is not a list of layer widths 1..%.0f (bad item '%s')", v, d->hi, item);
+            return bad(who, d, "'%s' is not a list of layer widths 1..%.0f (bad item '%s')", v, d->hi, item);
         if (o->n_hidden == CLI_MAX_HIDDEN)
-            return bad(d, "'%s' has more than %d layers", v, CLI_MAX_HIDDEN);
+            return bad(who, d, "'%s' has more than %d layers", v, CLI_MAX_HIDDEN);
         o->hidden[o->n_hidden++] = w;
         if (!comma)
             return -1;
@@ -152,10 +233,10 @@ static int parse_list(const opt_def *d, const char *v, train_opts *o)
     }
 }
 
-/* Stores value v of option d into o; -1 when fine, else EXIT_USAGE. */
-static int set_option(const opt_def *d, const char *v, train_opts *o)
+int opts_set(const opt_def *d, const char *v, train_opts *o, const char *who)
 {
     void *field = (char *)o + d->off;
+    o->given[d - opts] = true;
     switch (d->kind) {
     case OPT_STR:
         if (d->choices) {
@@ -168,20 +249,22 @@ static int set_option(const opt_def *d, const char *v, train_opts *o)
                 c += len + (c[len] == '|');
             }
             if (!found)
-                return bad(d, "unknown value '%s' (choose from %s)", v, d->choices);
+                return bad(who, d, "unknown value '%s' (choose from %s)", v, d->choices);
+        } else if (!*v) {
+            return bad(who, d, "needs a non-empty value (%s)", d->meta);
         }
         *(const char **)field = v;
         return -1;
     case OPT_INT:
         if (!parse_int(v, d->lo, d->hi, (int64_t *)field))
-            return bad(d, "'%s' is not a whole number from %.0f to %.0f", v, d->lo, d->hi);
+            return bad(who, d, "'%s' is not a whole number from %.0f to %.0f", v, d->lo, d->hi);
         return -1;
     case OPT_U64: {
         char *end;
         errno = 0;
         unsigned long long x = strtoull(v, &end, 10);
         if (end == v || *end || errno == ERANGE || v[strspn(v, " \t")] == '-')
-            return bad(d, "'%s' is not a whole number from 0 to 2^64-1", v);
+            return bad(who, d, "'%s' is not a whole number from 0 to 2^64-1", v);
         *(uint64_t *)field = x;
         return -1;
     }
@@ -190,14 +273,14 @@ static int set_option(const opt_def *d, const char *v, train_opts *o)
         errno = 0;
         double x = strtod(v, &end);
         if (end == v || *end)
-            return bad(d, "'%s' is not a number", v);
+            return bad(who, d, "'%s' is not a number", v);
         if (!(x >= d->lo && x <= d->hi))
-            return bad(d, "%s is out of range (%g to %g)", v, d->lo, d->hi);
+            return bad(who, d, "%s is out of range (%g to %g)", v, d->lo, d->hi);
         *(double *)field = x;
         return -1;
     }
     case OPT_LIST:
-        return parse_list(d, v, o);
+        return parse_list(d, v, o, who);
     case OPT_FLAG:
         *(bool *)field = true;
         return -1;
@@ -205,16 +288,24 @@ static int set_option(const opt_def *d, const char *v, train_opts *o)
     return -1;
 }
 
-int train_parse(int argc, char **argv, train_opts *o)
+int opts_parse(int argc, char **argv, train_opts *o, bool eval)
 {
+    const char *who = eval ? "ampc eval" : "ampc train";
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            train_usage(stdout);
+            if (eval)
+                eval_usage(stdout);
+            else
+                train_usage(stdout);
             return 0;
         }
+        if (eval && a[0] != '-' && !o->resume) {
+            o->resume = a; /* ampc eval DIR */
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
-            fprintf(stderr, "ampc train: unexpected argument '%s' (see ampc train --help)\n", a);
+            fprintf(stderr, "%s: unexpected argument '%s' (see %s --help)\n", who, a, who);
             return EXIT_USAGE;
         }
         const char *name = a + 2;
@@ -222,31 +313,105 @@ int train_parse(int argc, char **argv, train_opts *o)
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         const opt_def *d = NULL;
         for (int k = 0; k < N_OPTS && !d; k++)
-            if (strlen(opts[k].name) == len && strncmp(opts[k].name, name, len) == 0)
+            if (strlen(opts[k].name) == len && strncmp(opts[k].name, name, len) == 0 && (!eval || opts[k].eval))
                 d = &opts[k];
         if (!d) {
-            fprintf(stderr, "ampc train: unknown option '%.*s' (see ampc train --help)\n",
-                    (int)(len + 2), a);
+            fprintf(stderr, "%s: unknown option '%.*s' (see %s --help)\n", who, (int)(len + 2), a, who);
             return EXIT_USAGE;
         }
         const char *v = eq ? eq + 1 : NULL;
         if (d->kind == OPT_FLAG) {
             if (v)
-                return bad(d, "takes no value (got '%s')", v);
+                return bad(who, d, "takes no value (got '%s')", v);
             v = "";
         } else if (!v) {
             if (i + 1 >= argc)
-                return bad(d, "needs a value (%s)", d->meta);
+                return bad(who, d, "needs a value (%s)", d->meta);
             v = argv[++i];
         }
-        int rc = set_option(d, v, o);
+        int rc = opts_set(d, v, o, who);
         if (rc >= 0)
             return rc;
     }
+    if (eval && !o->resume) {
+        fprintf(stderr, "ampc eval: which checkpoint? give its directory: ampc eval DIR (see ampc eval --help)\n");
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+/* Refuses option `name` when given on the command line but not applying:
+ * `what` says when it does. */
+static bool refuse(const train_opts *o, const char *name, bool applies, const char *what)
+{
+    if (applies || !o->given[opt_index(name)])
+        return false;
+    fprintf(stderr, "ampc train: --%s applies to %s only (see ampc train --help)\n", name, what);
+    return true;
+}
+
+int opts_resolve(train_opts *o)
+{
+    bool gpt = is_gpt(o), cnn = strcmp(o->model, "cnn") == 0;
+    bool sgd = strcmp(o->optim, "sgd") == 0;
+    /* Options for another model, optimizer or schedule are a mistake. */
+    for (int i = 0; i < N_OPTS; i++) {
+        const char *m = opts[i].models;
+        if (m && o->given[i] && strcmp(m, o->model) != 0) {
+            fprintf(stderr, "ampc train: --%s applies to --model %s only (the model is %s)\n", opts[i].name, m,
+                    o->model);
+            return EXIT_USAGE;
+        }
+    }
+    if (!o->schedule)
+        o->schedule = cnn || gpt ? "cosine" : "constant";
+    bool step = strcmp(o->schedule, "step") == 0, cosine = strcmp(o->schedule, "cosine") == 0;
+    bool scaler = strcmp(o->precision, "fp16") == 0 && !o->no_scaler;
+    if (refuse(o, "momentum", sgd, "--optim sgd") || refuse(o, "step-size", step, "--schedule step") ||
+        refuse(o, "gamma", step, "--schedule step") || refuse(o, "min-lr", cosine, "--schedule cosine") ||
+        refuse(o, "init-scale", scaler, "--precision fp16 with the scaler") ||
+        refuse(o, "growth-interval", scaler, "--precision fp16 with the scaler"))
+        return EXIT_USAGE;
     if (o->no_scaler && strcmp(o->precision, "fp16") != 0) {
         fprintf(stderr, "ampc train: --no-scaler applies to --precision fp16 only (precision is %s)\n",
                 o->precision);
         return EXIT_USAGE;
+    }
+    if (o->given[opt_index("epochs")] && o->given[opt_index("steps")]) {
+        fprintf(stderr, "ampc train: give --epochs or --steps, not both\n");
+        return EXIT_USAGE;
+    }
+    if ((o->given[opt_index("save-every")] || o->stop_at) && !o->save && !o->resume) {
+        fprintf(stderr, "ampc train: --%s needs --save DIR\n", o->stop_at ? "stop-at" : "save-every");
+        return EXIT_USAGE;
+    }
+
+    if (!o->data)
+        o->data = gpt ? TEXT_CORPUS : FMNIST_DIR;
+    if (!o->batch)
+        o->batch = gpt ? 32 : cnn ? 64 : 128;
+    if (isnan(o->lr))
+        o->lr = sgd ? 0.05 : cnn ? 0.003 : gpt ? 0.002 : 1e-3;
+    if (isnan(o->weight_decay))
+        o->weight_decay = strcmp(o->optim, "adamw") == 0 ? 0.01 : 0.0;
+    if (!o->epochs && !o->steps) {
+        /* The cnn's default is the main job: 3 epochs, about 45 s on two
+         * quiet cores (AVX512-BF16), 92% test accuracy. */
+        if (gpt)
+            o->steps = 1000;
+        else
+            o->epochs = 3;
+    }
+    if (o->warmup < 0) /* a transformer wants its lr to rise gently */
+        o->warmup = !gpt ? 0 : o->steps > 0 && o->steps / 10 < 100 ? o->steps / 10 : 100;
+    if (gpt) {
+        if (!o->mlp_width)
+            o->mlp_width = 4 * o->width;
+        if (o->width % o->heads != 0) {
+            fprintf(stderr, "ampc train: --width %lld is not divisible by --heads %lld\n", (long long)o->width,
+                    (long long)o->heads);
+            return EXIT_USAGE;
+        }
     }
     return -1;
 }

@@ -1,12 +1,21 @@
 /*
  * cli.h - the ampc program's parts, shared between its files.
  *
- *   ampc.c   main: commands, --help, --version
- *   args.c   the train command's options: table, parsing, help text
- *   data.c   Fashion-MNIST in memory: loading, normalising, shuffling,
- *            batches copied into reused buffers
- *   train.c  the model, the optimizer, the training loop and the test
- *   policy.c the policy command: the autocast table
+ *   ampc.c        main: commands, --help, --version
+ *   args.c        the train / eval options: table, parsing, help text,
+ *                 defaults per model, the checks between options
+ *   settings.c    a run's settings as JSON (kept in each checkpoint) and
+ *                 back, and merging them with a resumed run's command line
+ *   data.c        Fashion-MNIST and the text corpus in memory; batches
+ *                 derived from (seed, step) alone
+ *   build.c       the model, optimizer, precision and schedule of a run
+ *   checkpoint_cli.c  DIR/checkpoint.safetensors: save, read settings, load
+ *   train.c       the train command: the step and the loop
+ *   eval.c        test accuracy / validation loss, and the eval command
+ *   progress.c    the live line on a terminal, plain lines otherwise
+ *   policy.c      the policy command: the autocast table
+ *   log.c         the JSON-lines training log (log.h)
+ *   plot*.c       `ampc plot`: the log drawn as SVG (plot.h)
  *
  * Exit codes: 0 done, 1 a run that failed (a missing file, a library
  * error), 2 a bad command line.
@@ -19,41 +28,115 @@
 #include <stdio.h>
 
 #define CLI_MAX_HIDDEN 16
+#define CLI_MAX_OPTS 64
 #define EXIT_USAGE 2
+
+#define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+/* Debian's `fortunes` package: amp_text_load reads the directory as one
+ * corpus (its text files, not the .dat indexes). */
+#define TEXT_CORPUS "/usr/share/games/fortunes"
+#define CHECKPOINT_FILE "checkpoint.safetensors"
 
 /* ------------------------------------------------------------- args.c */
 
-/* The train command's settings. NAN in lr / weight_decay means "the
- * optimizer's default" (the defaults differ between SGD and Adam). */
+/* A run's settings. Values left at their "unset" marks (NULL, 0, NAN) are
+ * filled per model by opts_resolve. */
 typedef struct {
-    const char *model;
-    const char *data_dir;
+    const char *model;     /* "mlp", "cnn", "gpt" */
+    const char *data;      /* IDX dir (mlp, cnn) or text file / dir (gpt) */
     int64_t hidden[CLI_MAX_HIDDEN];
     int n_hidden;
-    int64_t epochs;
-    int64_t steps;        /* > 0: stop after this many steps, whatever the epochs */
-    int64_t batch;
-    double lr;
-    const char *optim;    /* "sgd", "adam", "adamw" */
-    double momentum;      /* SGD only */
-    double weight_decay;
+    int64_t layers, heads, width, context, mlp_width;
+    double dropout;
+    int64_t epochs;        /* 0: unset */
+    int64_t steps;         /* > 0: this many optimizer steps, whatever the epochs */
+    int64_t batch;         /* per micro-batch; 0: the model's default */
+    int64_t accum;         /* micro-batches per optimizer step */
+    const char *optim;     /* "sgd", "adam", "adamw" */
+    double lr;             /* NAN: the optimizer's default */
+    double momentum;       /* SGD only */
+    double weight_decay;   /* NAN: the optimizer's default */
+    const char *schedule;  /* "constant", "step", "cosine" */
+    int64_t warmup, step_size;
+    double gamma, min_lr;
+    double clip;           /* > 0: clip the global grad norm to this */
     uint64_t seed;
-    int64_t threads;      /* 0: every core */
+    int64_t threads;       /* 0: every core */
+    const char *device;    /* "cpu", "cuda" */
     const char *precision; /* "fp32", "bf16" (autocast) or "fp16" (autocast + scaler) */
     bool no_scaler;        /* fp16 without the grad scaler (to see underflow) */
-    double init_scale;     /* the scaler's initial scale */
+    double init_scale;
     int64_t growth_interval;
-    int64_t log_every;    /* steps between progress lines */
+    int64_t val_batches;   /* gpt: validation batches */
+    const char *save;      /* checkpoint directory, or NULL */
+    int64_t save_every;    /* 0: only at the end */
+    int64_t stop_at;       /* > 0: stop after this step (and save), to resume later */
+    const char *resume;    /* checkpoint directory to continue from, or NULL */
+    const char *log;       /* JSON-lines log file, or NULL */
+    int64_t log_every;     /* steps between plain progress lines; 0: about 20 a run */
+    bool given[CLI_MAX_OPTS]; /* per option (args.c's table order): set on the command line */
 } train_opts;
 
 void train_opts_default(train_opts *o);
-/* Parses the arguments after "train" into o. Returns -1 to go on, or an
- * exit code: 0 after printing --help, EXIT_USAGE after a message on stderr
- * naming the bad option or value. */
-int train_parse(int argc, char **argv, train_opts *o);
+/* Parses the arguments after the command into o. Returns -1 to go on, or
+ * an exit code: 0 after printing --help, EXIT_USAGE after a message on
+ * stderr naming the bad option or value. eval = the eval command's subset
+ * (a lone DIR argument is --resume DIR). */
+int opts_parse(int argc, char **argv, train_opts *o, bool eval);
 void train_usage(FILE *f);
-/* The learning rate to use: --lr, or the optimizer's default. */
-double train_lr(const train_opts *o);
+void eval_usage(FILE *f);
+/* Fills the unset values from the model's defaults and checks the options
+ * against each other; -1 or EXIT_USAGE (message printed). */
+int opts_resolve(train_opts *o);
+bool is_gpt(const train_opts *o);
+
+/* The option table, for settings.c. */
+typedef enum { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_LIST, OPT_FLAG } opt_kind;
+typedef enum {
+    OC_SETTING, /* saved; on resume, the checkpoint's unless given */
+    OC_SHAPE,   /* saved; on resume, a different value is an error */
+    OC_RUN,     /* not saved: this invocation's only */
+} opt_class;
+typedef struct {
+    const char *name;
+    const char *meta;
+    opt_kind kind;
+    opt_class cls;
+    size_t off;          /* into train_opts */
+    double lo, hi;       /* OPT_INT / OPT_REAL / OPT_LIST items: inclusive range */
+    const char *choices; /* OPT_STR: "a|b|c", or NULL for any text */
+    const char *models;  /* NULL, or the models it applies to, "mlp" / "gpt" */
+    bool eval;           /* also an eval option */
+    const char *help;
+} opt_def;
+int opts_count(void);
+const opt_def *opts_table(void);
+const opt_def *opts_find(const char *name);
+/* Stores value text v of option d into o (and marks it given); -1 when
+ * fine, else EXIT_USAGE after a message that starts with who. */
+int opts_set(const opt_def *d, const char *v, train_opts *o, const char *who);
+
+/* --------------------------------------------------------- settings.c */
+
+/* What a run learns from its data and keeps in its checkpoint, beside the
+ * options: the shapes the model was built for and the schedule's place. */
+typedef struct {
+    int64_t features, channels, height, width, classes; /* mlp / cnn */
+    int64_t vocab;                                      /* gpt */
+    int64_t sched_step; /* optimizer steps taken (a skipped one is not) */
+    int64_t skipped;    /* steps the scaler skipped so far */
+} run_info;
+
+/* The settings and run info as one JSON object (malloc'd; NULL when out of
+ * memory). */
+char *settings_to_json(const train_opts *o, const run_info *ri);
+/* Parses what settings_to_json wrote into ck (from train_opts_default)
+ * and ri; `where` names the file for messages. -1 or 1 (message printed). */
+int settings_from_json(const char *text, const char *where, train_opts *ck, run_info *ri);
+/* A resumed run's options: the checkpoint's, with what the command line o
+ * gave on top; a given model-shape option that differs is an error. Result
+ * in o. -1 or EXIT_USAGE. */
+int settings_merge(train_opts *o, const train_opts *ck, const char *where);
 
 /* ------------------------------------------------------------- data.c */
 
@@ -66,6 +149,7 @@ typedef struct {
     amp_tensor *x;       /* [n, features] f32, normalised */
     amp_tensor *y;       /* [n] i64 */
     int64_t n, features, classes;
+    int64_t height, width; /* the images' shape (features = height * width) */
 } dataset;
 
 /* Loads DIR/PREFIX-images-idx3-ubyte(.gz) and the labels beside it,
@@ -76,29 +160,136 @@ void dataset_free(dataset *d);
 
 /* A seeded permutation of 0..n-1, different for each epoch. */
 void shuffle_indices(int64_t *idx, int64_t n, uint64_t seed, uint64_t epoch);
+/* A seed for item k of a stream derived from seed (splitmix64). */
+uint64_t derive_seed(uint64_t seed, uint64_t stream, uint64_t k);
 
-/* Input and label buffers for batches of `size` rows, plus a pair for the
- * smaller last batch; allocated once, refilled for every step. */
+/* Batch buffers shaped [size, features] (mlp) or [size, 1, h, w] (cnn),
+ * allocated once and refilled. */
 typedef struct {
     amp_tensor *x, *y;
-    amp_tensor *tail_x, *tail_y;
+    amp_tensor *tail_x, *tail_y; /* the smaller last batch of a pass (evaluation) */
     int64_t size, tail;
+    int64_t *idx;      /* the current epoch's order (training) */
+    int64_t epoch;     /* whose order idx holds; -1: none */
+    uint64_t seed;
 } batcher;
 
-/* False (message printed) when out of memory. */
-bool batcher_init(batcher *b, const dataset *d, int64_t size);
+bool batcher_init(batcher *b, const dataset *d, int64_t size, bool image, bool with_tail);
 void batcher_free(batcher *b);
-/* Batches in one pass over d. */
+/* Training: full batches per epoch (the last partial one is dropped). */
+int64_t batcher_epoch_batches(const batcher *b, const dataset *d);
+/* Training micro-batch m of the run (m counts from 0 across epochs): its
+ * rows depend on (seed, m) only, so a resumed run continues the order. */
+bool batcher_train(batcher *b, const dataset *d, int64_t m, amp_tensor **x, amp_tensor **y);
+/* Evaluation: batch k of one in-order pass, the last one smaller. */
 int64_t batcher_count(const batcher *b, const dataset *d);
-/* Copies batch k's rows (rows idx[k*size ..], or k*size .. when idx is
- * NULL) into the buffers; *x and *y are the buffers to use. */
-void batcher_fill(batcher *b, const dataset *d, const int64_t *idx, int64_t k, amp_tensor **x,
-                  amp_tensor **y);
+void batcher_fill(batcher *b, const dataset *d, int64_t k, amp_tensor **x, amp_tensor **y);
+
+/* The text corpus and [batch, context] token buffers. */
+typedef struct {
+    amp_text *text;
+    amp_tensor *x, *y;
+} text_data;
+
+/* Loads path (file or directory); false (message naming it) on failure. */
+bool text_load(text_data *t, const char *path, int64_t batch, int64_t context);
+void text_free(text_data *t);
+/* Micro-batches per "epoch": as many tokens as the training split holds. */
+int64_t text_epoch_batches(const text_data *t, int64_t batch, int64_t context);
+
+/* Everything a run reads: the training and test sets (mlp, cnn) or the
+ * corpus (gpt), with their batch buffers. */
+typedef struct {
+    bool gpt;
+    dataset train, test;
+    batcher tb, eb;
+    text_data text;
+} run_data;
+
+/* Loads o's data (the training set too when train) and fills ri's input
+ * shape, classes and vocabulary from it; -1, or 1 after a message naming
+ * the file. */
+int data_open(run_data *rd, const train_opts *o, run_info *ri, bool train);
+void data_close(run_data *rd);
+/* Checks that the data fits the checkpoint's model; -1 or 1. */
+int data_check(const run_info *have, const run_info *saved, const train_opts *o, const char *where);
+/* Micro-batches in one epoch. */
+int64_t data_epoch_batches(const run_data *rd, const train_opts *o);
+
+/* ------------------------------------------------------------ build.c */
+
+/* Everything a step needs. */
+typedef struct {
+    amp_module *model;
+    amp_optim *opt;
+    amp_scaler *scaler;   /* always present; disabled unless fp16 with scaler */
+    bool autocast;
+    amp_dtype dtype;      /* the autocast dtype */
+    amp_sched sched;
+    amp_tensor **params;
+    int n_params;
+    int64_t n_weights;    /* parameter elements */
+} trainer;
+
+/* Seeds the generator and builds the run's model (for ri's shapes),
+ * optimizer, scaler and schedule (total optimizer steps for cosine);
+ * false (message printed) on failure. */
+bool trainer_build(trainer *t, const train_opts *o, const run_info *ri, int64_t total_steps);
+void trainer_free(trainer *t);
+/* "cnn 784-...-10" style description into buf. */
+const char *model_describe(const train_opts *o, const run_info *ri, char *buf, size_t n);
+
+/* --------------------------------------------------- checkpoint_cli.c */
+
+/* DIR/checkpoint.safetensors into buf. */
+void checkpoint_path(char *buf, size_t n, const char *dir);
+/* Reads the settings a checkpoint holds (without building a model);
+ * -1, or 1 after a message naming the file. */
+int checkpoint_read_settings(const char *dir, train_opts *ck, run_info *ri);
+/* Loads the checkpoint into t (optimizer and scaler too when load_state);
+ * *step gets its step. -1 or 1 (message printed). */
+int checkpoint_load_run(const char *dir, trainer *t, bool load_state, bool load_scaler, int64_t *step);
+/* Saves t at step with o and ri as settings (creating DIR). -1 or 1. */
+int checkpoint_save_run(const char *dir, const trainer *t, const train_opts *o, const run_info *ri,
+                        int64_t step);
+
+/* ------------------------------------------------------------- eval.c */
+
+/* Share of d's images whose argmax logit is their label; -1 (error set)
+ * on failure. */
+double eval_accuracy(trainer *t, const dataset *d, batcher *b);
+/* Mean cross-entropy over o->val_batches fixed validation batches of the
+ * text; NAN (error set) on failure. */
+double eval_text_loss(trainer *t, const train_opts *o, text_data *td);
+/* `ampc eval`: the arguments after "eval". */
+int eval_run(int argc, char **argv);
+
+/* --------------------------------------------------------- progress.c */
+
+typedef struct {
+    bool live;          /* stdout is a terminal: a \r status line */
+    const char *unit;   /* "samples" or "tokens" */
+    int64_t per_step;   /* samples or tokens per optimizer step */
+    int64_t first, total, every;
+    double t_start, t_window, t_live;
+    double loss_sum;
+    int64_t loss_n, steps_window;
+} progress;
+
+void progress_begin(progress *p, const train_opts *o, int64_t first_step, int64_t total,
+                    int64_t per_step, bool tokens);
+void progress_step(progress *p, int64_t step, double loss, const trainer *t, int64_t skipped);
+/* Clears the live line (before other output). */
+void progress_clear(progress *p);
+double now_s(void);
 
 /* ------------------------------------------------------------ train.c */
 
-/* Runs the train command; returns the exit code. */
-int train_run(const train_opts *o);
+/* `ampc train`: the arguments after "train". */
+int train_main(int argc, char **argv);
+/* --device cuda: the clear error (this build has the CPU backend only);
+ * -1 for cpu, else 1 after the message. */
+int device_check(const train_opts *o, const char *who);
 
 /* ----------------------------------------------------------- policy.c */
 

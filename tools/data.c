@@ -1,14 +1,22 @@
 /*
  * data.c - the training data in memory: Fashion-MNIST loaded from its IDX
- * files and normalised once, a seeded shuffle per epoch, and batches
- * copied into buffers that live for the whole run (no allocation per
- * step).
+ * files and normalised once, or a text corpus; batches copied into buffers
+ * that live for the whole run (no allocation per step).
+ *
+ * A training batch depends on (seed, micro-batch number) alone: images
+ * come from the seeded permutation of their epoch, text windows from a
+ * seed derived from the step. So a run resumed at step N draws exactly
+ * the batches the uninterrupted run would have.
  */
 #include "cli.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* Test images per forward pass: small enough that evaluation does not set
+ * the peak memory (a no-grad forward still keeps its pass's activations). */
+#define EVAL_BATCH 128
 
 /* The file DIR/NAME.gz when it exists, else DIR/NAME when that exists,
  * else DIR/NAME.gz (so that the error names the usual file). */
@@ -51,6 +59,9 @@ bool dataset_load(dataset *d, const char *dir, const char *prefix)
         return false;
     }
     d->features = amp_tensor_numel(d->x) / d->n;
+    /* [n, h, w] images keep their shape for the cnn; [n, f] rows are 1 x f. */
+    d->height = amp_tensor_ndim(d->x) >= 3 ? amp_tensor_dim(d->x, 1) : 1;
+    d->width = d->features / d->height;
 
     const int64_t *y = amp_tensor_cdata(d->y);
     for (int64_t i = 0; i < d->n; i++) {
@@ -98,6 +109,13 @@ static uint64_t below(uint64_t *s, uint64_t bound)
     }
 }
 
+uint64_t derive_seed(uint64_t seed, uint64_t stream, uint64_t k)
+{
+    uint64_t s = seed ^ (stream * 0xD1B54A32D192ED03ull);
+    s = splitmix64(&s) ^ k;
+    return splitmix64(&s);
+}
+
 void shuffle_indices(int64_t *idx, int64_t n, uint64_t seed, uint64_t epoch)
 {
     /* One generator per (seed, epoch): epoch e's order does not depend on
@@ -114,21 +132,28 @@ void shuffle_indices(int64_t *idx, int64_t n, uint64_t seed, uint64_t epoch)
     }
 }
 
-bool batcher_init(batcher *b, const dataset *d, int64_t size)
+bool batcher_init(batcher *b, const dataset *d, int64_t size, bool image, bool with_tail)
 {
     memset(b, 0, sizeof *b);
+    b->epoch = -1;
     b->size = size < d->n ? size : d->n;
-    b->tail = d->n % b->size;
-    b->x = amp_empty(AMP_SHAPE(b->size, d->features), AMP_F32);
+    b->tail = with_tail ? d->n % b->size : 0;
+    amp_shape xs = image ? AMP_SHAPE(b->size, 1, d->height, d->width) : AMP_SHAPE(b->size, d->features);
+    b->x = amp_empty(xs, AMP_F32);
     b->y = amp_empty(AMP_SHAPE(b->size), AMP_I64);
     bool ok = b->x && b->y;
     if (ok && b->tail) {
-        b->tail_x = amp_empty(AMP_SHAPE(b->tail, d->features), AMP_F32);
+        xs.d[0] = b->tail;
+        b->tail_x = amp_empty(xs, AMP_F32);
         b->tail_y = amp_empty(AMP_SHAPE(b->tail), AMP_I64);
         ok = b->tail_x && b->tail_y;
     }
+    if (ok && !with_tail) {
+        b->idx = malloc(sizeof *b->idx * (size_t)d->n);
+        ok = b->idx != NULL;
+    }
     if (!ok) {
-        fprintf(stderr, "ampc: batch buffers: %s\n", amp_last_error());
+        fprintf(stderr, "ampc: batch buffers for %lld rows: out of memory\n", (long long)b->size);
         batcher_free(b);
     }
     return ok;
@@ -140,26 +165,169 @@ void batcher_free(batcher *b)
     amp_tensor_free(b->y);
     amp_tensor_free(b->tail_x);
     amp_tensor_free(b->tail_y);
+    free(b->idx);
     memset(b, 0, sizeof *b);
 }
 
+int64_t batcher_epoch_batches(const batcher *b, const dataset *d) { return d->n / b->size; }
 int64_t batcher_count(const batcher *b, const dataset *d) { return (d->n + b->size - 1) / b->size; }
 
-void batcher_fill(batcher *b, const dataset *d, const int64_t *idx, int64_t k, amp_tensor **x,
-                  amp_tensor **y)
+/* Copies rows (src[r], or first + r when src is NULL) into x and y. */
+static void copy_rows(const dataset *d, const int64_t *src, int64_t first, int64_t rows, amp_tensor *x,
+                      amp_tensor *y)
+{
+    int64_t f = d->features;
+    float *bx = amp_tensor_data(x);
+    int64_t *by = amp_tensor_data(y);
+    const float *sx = amp_tensor_cdata(d->x);
+    const int64_t *sy = amp_tensor_cdata(d->y);
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t i = src ? src[r] : first + r;
+        memcpy(bx + r * f, sx + i * f, sizeof(float) * (size_t)f);
+        by[r] = sy[i];
+    }
+}
+
+bool batcher_train(batcher *b, const dataset *d, int64_t m, amp_tensor **x, amp_tensor **y)
+{
+    int64_t nb = batcher_epoch_batches(b, d), epoch = m / nb, k = m % nb;
+    if (epoch != b->epoch) {
+        shuffle_indices(b->idx, d->n, b->seed, (uint64_t)epoch);
+        b->epoch = epoch;
+    }
+    copy_rows(d, b->idx + k * b->size, 0, b->size, b->x, b->y);
+    *x = b->x;
+    *y = b->y;
+    return true;
+}
+
+void batcher_fill(batcher *b, const dataset *d, int64_t k, amp_tensor **x, amp_tensor **y)
 {
     bool full = k < d->n / b->size;
     *x = full ? b->x : b->tail_x;
     *y = full ? b->y : b->tail_y;
-    int64_t rows = full ? b->size : b->tail, f = d->features;
-    float *bx = amp_tensor_data(*x);
-    int64_t *by = amp_tensor_data(*y);
-    const float *sx = amp_tensor_cdata(d->x);
-    const int64_t *sy = amp_tensor_cdata(d->y);
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t i = k * b->size + r;
-        int64_t src = idx ? idx[i] : i;
-        memcpy(bx + r * f, sx + src * f, sizeof(float) * (size_t)f);
-        by[r] = sy[src];
+    copy_rows(d, NULL, k * b->size, full ? b->size : b->tail, *x, *y);
+}
+
+bool text_load(text_data *t, const char *path, int64_t batch, int64_t context)
+{
+    memset(t, 0, sizeof *t);
+    t->text = amp_text_load(path);
+    if (!t->text) {
+        fprintf(stderr, "ampc: %s\n", amp_last_error());
+        fprintf(stderr, "ampc: --data %s should be a text file or a directory of them (the default, %s, "
+                        "is Debian's fortunes package)\n", path, TEXT_CORPUS);
+        return false;
     }
+    t->x = amp_empty(AMP_SHAPE(batch, context), AMP_I64);
+    t->y = amp_empty(AMP_SHAPE(batch, context), AMP_I64);
+    if (!t->x || !t->y) {
+        fprintf(stderr, "ampc: token buffers [%lld, %lld]: out of memory\n", (long long)batch, (long long)context);
+        text_free(t);
+        return false;
+    }
+    /* Both splits must hold a window (the error names the split). */
+    int64_t n = amp_text_length(t->text), val = n - (n / 10 * 9 + n % 10 * 9 / 10);
+    if (val < context + 1) {
+        fprintf(stderr, "ampc: %s has %lld bytes: its validation split (the last 10%%, %lld) is shorter than "
+                        "--context %lld + 1; give a longer text or a smaller --context\n", path, (long long)n,
+                (long long)val, (long long)context);
+        text_free(t);
+        return false;
+    }
+    return true;
+}
+
+void text_free(text_data *t)
+{
+    amp_text_free(t->text);
+    amp_tensor_free(t->x);
+    amp_tensor_free(t->y);
+    memset(t, 0, sizeof *t);
+}
+
+int64_t text_epoch_batches(const text_data *t, int64_t batch, int64_t context)
+{
+    int64_t train = amp_text_length(t->text) / 10 * 9, per = batch * context;
+    return train / per > 0 ? train / per : 1;
+}
+
+int data_open(run_data *rd, const train_opts *o, run_info *ri, bool train)
+{
+    memset(rd, 0, sizeof *rd);
+    rd->gpt = is_gpt(o);
+    if (rd->gpt) {
+        if (!text_load(&rd->text, o->data, o->batch, o->context))
+            return 1;
+        ri->vocab = amp_text_vocab(rd->text.text);
+        return -1;
+    }
+    if (train && !dataset_load(&rd->train, o->data, "train"))
+        return 1;
+    if (!dataset_load(&rd->test, o->data, "t10k")) {
+        data_close(rd);
+        return 1;
+    }
+    const dataset *ref = train ? &rd->train : &rd->test;
+    if (train && (rd->test.features != rd->train.features || rd->test.height != rd->train.height ||
+                  rd->test.classes > rd->train.classes)) {
+        fprintf(stderr, "ampc: %s: the test set (%lldx%lld images, %lld classes) does not match the "
+                        "training set (%lldx%lld images, %lld classes)\n", o->data,
+                (long long)rd->test.height, (long long)rd->test.width, (long long)rd->test.classes,
+                (long long)rd->train.height, (long long)rd->train.width, (long long)rd->train.classes);
+        data_close(rd);
+        return 1;
+    }
+    bool image = strcmp(o->model, "cnn") == 0;
+    if (image && (ref->height % 4 || ref->width % 4)) {
+        fprintf(stderr, "ampc: %s: the cnn needs images whose height and width divide by 4; these are %lldx%lld\n",
+                o->data, (long long)ref->height, (long long)ref->width);
+        data_close(rd);
+        return 1;
+    }
+    ri->features = ref->features;
+    ri->channels = 1;
+    ri->height = ref->height;
+    ri->width = ref->width;
+    ri->classes = ref->classes;
+    if ((train && !batcher_init(&rd->tb, &rd->train, o->batch, image, false)) ||
+        !batcher_init(&rd->eb, &rd->test, EVAL_BATCH, image, true)) {
+        data_close(rd);
+        return 1;
+    }
+    rd->tb.seed = o->seed;
+    return -1;
+}
+
+void data_close(run_data *rd)
+{
+    batcher_free(&rd->tb);
+    batcher_free(&rd->eb);
+    dataset_free(&rd->train);
+    dataset_free(&rd->test);
+    text_free(&rd->text);
+}
+
+int data_check(const run_info *have, const run_info *saved, const train_opts *o, const char *where)
+{
+    if (is_gpt(o)) {
+        if (have->vocab == saved->vocab)
+            return -1;
+        fprintf(stderr, "ampc: --data %s has a vocabulary of %lld characters; the model in %s was trained on "
+                        "one of %lld (give the same text as --data)\n", o->data, (long long)have->vocab, where,
+                (long long)saved->vocab);
+        return 1;
+    }
+    if (have->features == saved->features && have->height == saved->height && have->classes <= saved->classes)
+        return -1;
+    fprintf(stderr, "ampc: --data %s has %lldx%lld images in %lld classes; the model in %s takes %lldx%lld images "
+                    "in %lld classes\n", o->data, (long long)have->height, (long long)have->width,
+            (long long)have->classes, where, (long long)saved->height, (long long)saved->width,
+            (long long)saved->classes);
+    return 1;
+}
+
+int64_t data_epoch_batches(const run_data *rd, const train_opts *o)
+{
+    return rd->gpt ? text_epoch_batches(&rd->text, o->batch, o->context) : batcher_epoch_batches(&rd->tb, &rd->train);
 }

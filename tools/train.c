@@ -1,317 +1,315 @@
 /*
- * train.c - the train command: an MLP on Fashion-MNIST, trained with the
- * library's nn / optim / autograd API exactly as a user would, then
- * tested on the held-out 10000 images.
+ * train.c - the train command: builds the run from its options (or from a
+ * checkpoint's settings, --resume), trains with the library's API exactly
+ * as a user would, checkpoints, logs, and measures the result.
  *
- * One step, as PyTorch's AMP loop: zero_grad; forward and cross-entropy
- * inside an autocast region (bf16 / fp16 precision); backward of the scaled
- * loss; step and update through the grad scaler (fp16; a disabled scaler
- * for fp32 / bf16 / --no-scaler is a plain step); read the loss; free the
- * step's temporaries. Progress goes to stdout as
- * one plain line every --log-every steps (plus a live line when stdout is
- * a terminal); the last line is "test_accuracy 0.XXXX" for scripts.
+ * One optimizer step, as PyTorch's AMP loop with gradient accumulation:
+ *   zero_grad
+ *   for each of --accum micro-batches:
+ *       forward + cross-entropy inside autocast (bf16 / fp16), loss / accum,
+ *       backward of the scaled loss
+ *   unscale; measure the global grad norm (clip it with --clip)
+ *   lr = schedule(steps taken so far); scaler step (skips on inf/NaN); update
+ * The schedule counts only steps taken: a skipped step leaves the lr where
+ * it was (PyTorch's schedulers would advance). Micro-batch m of the run
+ * (m = step * accum + j) is a function of (seed, m), and the checkpoint
+ * holds the weights, optimizer and scaler state, the generator state and
+ * the schedule's place, so a resumed run's losses equal the uninterrupted
+ * run's bit for bit.
  */
 #include "cli.h"
+#include "log.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-#define EVAL_BATCH 1000
+#define TEXT_STREAM 0x747874ull /* "txt": the training windows' seeds */
 
-static double now(void)
+typedef struct {
+    const train_opts *o;
+    run_data *rd;
+    trainer *t;
+    run_info *ri;
+    int64_t nb; /* micro-batches per epoch */
+} run;
+
+typedef struct {
+    double loss, lr, scale, grad_norm;
+    bool skipped;
+} step_out;
+
+static int fail(const char *what, int64_t step)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int fail(const char *what)
-{
-    fprintf(stderr, "ampc: %s: %s\n", what, amp_last_error());
+    fprintf(stderr, "ampc: %s at step %lld: %s\n", what, (long long)step, amp_last_error());
     return 1;
 }
 
-/* features -> hidden.. -> classes, ReLU between the linear layers. */
-static amp_module *build_mlp(const train_opts *o, int64_t features, int64_t classes)
+/* Micro-batch m's inputs and labels (views of the reused buffers). */
+static bool micro_batch(run *r, int64_t m, amp_tensor **x, amp_tensor **y)
 {
-    amp_module *seq = amp_nn_sequential();
-    int64_t in = features;
-    for (int i = 0; seq && i <= o->n_hidden; i++) {
-        int64_t out = i < o->n_hidden ? o->hidden[i] : classes;
-        if (amp_sequential_add(seq, amp_nn_linear(in, out, true)) != AMP_OK ||
-            (i < o->n_hidden && amp_sequential_add(seq, amp_nn_relu()) != AMP_OK)) {
-            amp_module_free(seq);
-            return NULL;
-        }
-        in = out;
+    if (r->rd->gpt) {
+        text_data *td = &r->rd->text;
+        if (amp_text_batch(td->text, false, derive_seed(r->o->seed, TEXT_STREAM, (uint64_t)m), td->x, td->y) !=
+            AMP_OK)
+            return false;
+        *x = td->x;
+        *y = td->y;
+        return true;
     }
-    return seq;
+    return batcher_train(&r->rd->tb, &r->rd->train, m, x, y);
 }
 
-static amp_optim *build_optim(const train_opts *o, amp_module *m)
+/* Optimizer step `step` (0-based); fills out. -1 or an exit code. */
+static int train_step(run *r, int64_t step, step_out *out)
 {
-    int n = amp_module_num_params(m);
-    amp_tensor **ps = malloc(sizeof *ps * (size_t)(n ? n : 1));
-    if (!ps)
-        return NULL;
-    amp_module_params(m, ps, n);
-    amp_optim *opt = NULL;
-    if (strcmp(o->optim, "sgd") == 0) {
-        amp_sgd_opts s = amp_sgd_defaults();
-        s.lr = train_lr(o);
-        s.momentum = o->momentum;
-        if (!isnan(o->weight_decay))
-            s.weight_decay = o->weight_decay;
-        opt = amp_optim_sgd(ps, n, s);
-    } else {
-        bool w = strcmp(o->optim, "adamw") == 0;
-        amp_adam_opts a = w ? amp_adamw_defaults() : amp_adam_defaults();
-        a.lr = train_lr(o);
-        if (!isnan(o->weight_decay))
-            a.weight_decay = o->weight_decay;
-        opt = w ? amp_optim_adamw(ps, n, a) : amp_optim_adam(ps, n, a);
-    }
-    free(ps);
-    return opt;
-}
-
-/* How the step runs: the autocast dtype (none for fp32) and the scaler. */
-typedef struct {
-    bool autocast;
-    amp_dtype dtype;
-    amp_scaler *scaler;
-} precision;
-
-static amp_status make_precision(const train_opts *o, precision *p)
-{
-    p->autocast = strcmp(o->precision, "fp32") != 0;
-    p->dtype = strcmp(o->precision, "fp16") == 0 ? AMP_F16 : AMP_BF16;
-    amp_scaler_opts so = amp_scaler_defaults();
-    so.enabled = p->autocast && p->dtype == AMP_F16 && !o->no_scaler;
-    so.init_scale = o->init_scale;
-    so.growth_interval = o->growth_interval;
-    p->scaler = amp_scaler_new(so);
-    return p->scaler ? AMP_OK : amp_last_status();
-}
-
-/* One training step; *loss_out gets the (unscaled) loss. */
-static amp_status amp_step(amp_module *model, amp_optim *opt, precision *p, amp_tensor *x,
-                           amp_tensor *y, double *loss_out, bool *skipped)
-{
-    amp_optim_zero_grad(opt);
-    if (p->autocast && amp_autocast_begin(AMP_CPU, p->dtype) != AMP_OK)
-        return amp_last_status();
-    amp_tensor *loss = amp_cross_entropy(amp_module_forward(model, x), y);
-    if (p->autocast)
-        amp_autocast_end();
-    if (!loss || amp_backward(amp_scaler_scale(p->scaler, loss)) != AMP_OK ||
-        amp_scaler_step(p->scaler, opt, skipped) != AMP_OK || amp_scaler_update(p->scaler) != AMP_OK)
-        return amp_last_status();
-    *loss_out = amp_item(loss);
-    return AMP_OK;
-}
-
-/* Share of test images whose argmax logit is their label; -1 on error. */
-static double evaluate(amp_module *model, const precision *p, const dataset *test, batcher *b)
-{
-    int64_t correct = 0;
-    bool ok = true;
-    amp_module_train(model, false);
-    amp_no_grad_begin();
-    for (int64_t k = 0, nb = batcher_count(b, test); k < nb && ok; k++) {
+    trainer *t = r->t;
+    const train_opts *o = r->o;
+    amp_optim_zero_grad(t->opt);
+    out->loss = 0;
+    for (int64_t j = 0; j < o->accum; j++) {
         amp_tensor *x, *y;
-        batcher_fill(b, test, NULL, k, &x, &y);
-        if (p->autocast)
-            amp_autocast_begin(AMP_CPU, p->dtype);
-        amp_tensor *pred = amp_argmax(amp_module_forward(model, x), 1);
-        if (p->autocast)
-            amp_autocast_end();
-        ok = pred != NULL;
-        if (ok) {
-            const int64_t *p = amp_tensor_cdata(pred), *t = amp_tensor_cdata(y);
-            for (int64_t i = 0, n = amp_tensor_numel(y); i < n; i++)
-                correct += p[i] == t[i];
+        if (!micro_batch(r, step * o->accum + j, &x, &y))
+            return fail("batch", step + 1);
+        if (t->autocast && amp_autocast_begin(AMP_CPU, t->dtype) != AMP_OK)
+            return fail("autocast", step + 1);
+        amp_tensor *logits = amp_module_forward(t->model, x);
+        if (r->rd->gpt) { /* [B, T, V] against [B, T]: one row per position */
+            logits = amp_reshape(logits, AMP_SHAPE(-1, r->ri->vocab));
+            y = amp_reshape(y, AMP_SHAPE(-1));
         }
-        amp_temps_free();
+        amp_tensor *loss = amp_cross_entropy(logits, y);
+        if (t->autocast)
+            amp_autocast_end();
+        if (o->accum > 1)
+            loss = amp_div_scalar(loss, (double)o->accum);
+        if (!loss || amp_backward(amp_scaler_scale(t->scaler, loss)) != AMP_OK)
+            return fail("forward / backward", step + 1);
+        out->loss += amp_item(loss);
+        amp_temps_free(); /* the gradients live on in the parameters */
     }
-    amp_no_grad_end();
-    amp_module_train(model, true);
-    return ok ? (double)correct / (double)test->n : -1.0;
+    out->scale = amp_scaler_is_enabled(t->scaler) ? amp_scaler_get_scale(t->scaler) : NAN;
+    if (amp_scaler_unscale(t->scaler, t->opt) != AMP_OK)
+        return fail("unscale", step + 1);
+    out->grad_norm = amp_clip_grad_norm(t->params, t->n_params, o->clip > 0 ? o->clip : INFINITY);
+    out->lr = amp_sched_lr(&t->sched, r->ri->sched_step);
+    if (isnan(out->lr))
+        return fail("lr schedule", step + 1);
+    amp_optim_set_lr(t->opt, out->lr);
+    if (amp_scaler_step(t->scaler, t->opt, &out->skipped) != AMP_OK || amp_scaler_update(t->scaler) != AMP_OK)
+        return fail("optimizer step", step + 1);
+    if (out->skipped)
+        r->ri->skipped++;
+    else
+        r->ri->sched_step++;
+    amp_temps_free();
+    return -1;
 }
 
-typedef struct {
-    bool live;            /* stdout is a terminal: keep a \r status line */
-    double t_start, t_window, t_live;
-    double loss_sum;
-    int64_t loss_n, samples_window;
-} progress;
-
-static void progress_step(progress *pg, const train_opts *o, const precision *p, int64_t epoch,
-                          int64_t k, int64_t nb, int64_t step, int64_t total, double loss, int64_t rows)
+static int open_log(const train_opts *o, log_file **lf)
 {
-    char scale[96] = "";
-    if (amp_scaler_is_enabled(p->scaler))
-        snprintf(scale, sizeof scale, " scale %g skipped %lld", amp_scaler_get_scale(p->scaler),
-                 (long long)amp_scaler_get_counts(p->scaler).skipped);
-    pg->loss_sum += loss;
-    pg->loss_n++;
-    pg->samples_window += rows;
-    double t = now();
-    if (step % o->log_every == 0 || step == total) {
-        double rate = (double)pg->samples_window / (t - pg->t_window);
-        printf("%sepoch %lld step %lld/%lld (batch %lld/%lld) loss %.4f%s %.0f samples/s %.1f s\n",
-               pg->live ? "\r\033[K" : "", (long long)epoch + 1, (long long)step, (long long)total,
-               (long long)k + 1, (long long)nb, pg->loss_sum / (double)pg->loss_n, scale, rate,
-               t - pg->t_start);
-        fflush(stdout);
-        pg->loss_sum = 0;
-        pg->loss_n = 0;
-        pg->samples_window = 0;
-        pg->t_window = t;
-    } else if (pg->live && t - pg->t_live > 0.2) {
-        printf("\r\033[Kepoch %lld step %lld/%lld loss %.4f%s", (long long)epoch + 1, (long long)step,
-               (long long)total, loss, scale);
-        fflush(stdout);
-        pg->t_live = t;
-    }
-}
-
-/* The training loop proper; returns the exit code. */
-static int train_loop(const train_opts *o, amp_module *model, amp_optim *opt, precision *p,
-                      const dataset *train, batcher *b)
-{
-    int64_t nb = batcher_count(b, train);
-    int64_t total = o->steps > 0 ? o->steps : o->epochs * nb;
-    int64_t *idx = malloc(sizeof *idx * (size_t)train->n);
-    if (!idx) {
-        fprintf(stderr, "ampc: out of memory for %lld indices\n", (long long)train->n);
+    *lf = NULL;
+    if (!o->log)
+        return -1;
+    if (!(*lf = log_open(o->log))) {
+        fprintf(stderr, "ampc: --log: %s\n", amp_last_error());
         return 1;
     }
-    progress pg = {.live = isatty(STDOUT_FILENO) != 0};
-    pg.t_start = pg.t_window = pg.t_live = now();
-    int rc = 0;
-    int64_t step = 0;
-    for (int64_t epoch = 0; step < total && rc == 0; epoch++) {
-        shuffle_indices(idx, train->n, o->seed, (uint64_t)epoch);
-        for (int64_t k = 0; k < nb && step < total; k++) {
-            amp_tensor *x, *y;
-            batcher_fill(b, train, idx, k, &x, &y);
-            double l = 0;
-            bool skipped = false;
-            if (amp_step(model, opt, p, x, y, &l, &skipped) != AMP_OK) {
-                char what[64];
-                snprintf(what, sizeof what, "training step %lld", (long long)step + 1);
-                rc = fail(what);
-                break;
-            }
-            amp_temps_free();
-            step++;
-            if (!isfinite(l) && !skipped) { /* a skipped step is the scaler doing its job */
-                fprintf(stderr, "%sampc: the loss is %g at step %lld (try a smaller --lr)\n",
-                        pg.live ? "\r\033[K" : "", l, (long long)step);
-                rc = 1;
-                break;
-            }
-            progress_step(&pg, o, p, epoch, k, nb, step, total, l, amp_tensor_dim(y, 0));
-        }
-    }
-    amp_temps_free();
-    free(idx);
-    return rc;
+    return -1;
 }
 
-static void print_config(const train_opts *o, const dataset *train, const dataset *test, int64_t params)
+/* Steps first..stop-1 of total, with logs and checkpoints. -1 or an exit
+ * code. */
+static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_file *lf)
 {
-    printf("data %s: train %lld, test %lld, %lld features, %lld classes\n", o->data_dir,
-           (long long)train->n, (long long)test->n, (long long)train->features,
-           (long long)train->classes);
-    printf("model mlp %lld", (long long)train->features);
-    for (int i = 0; i < o->n_hidden; i++)
-        printf("-%lld", (long long)o->hidden[i]);
-    printf("-%lld (%lld parameters), precision %s\n", (long long)train->classes, (long long)params,
-           o->precision);
-    printf("optim %s lr %g", o->optim, train_lr(o));
+    const train_opts *o = r->o;
+    int64_t per_step = o->batch * o->accum * (r->rd->gpt ? o->context : 1);
+    progress pg;
+    progress_begin(&pg, o, first, total, per_step, r->rd->gpt);
+    for (int64_t step = first; step < stop; step++) {
+        double t0 = now_s();
+        step_out s;
+        int rc = train_step(r, step, &s);
+        if (rc >= 0) {
+            progress_clear(&pg);
+            return rc;
+        }
+        if (!isfinite(s.loss) && !s.skipped) { /* a skipped step is the scaler doing its job */
+            progress_clear(&pg);
+            fprintf(stderr, "ampc: the loss is %g at step %lld (try a smaller --lr%s)\n", s.loss,
+                    (long long)step + 1, strcmp(o->precision, "fp16") == 0 && o->no_scaler ? ", or the grad scaler" : "");
+            return 1;
+        }
+        double ms = 1e3 * (now_s() - t0);
+        if (lf) {
+            log_record rec = {.step = step + 1,
+                              .epoch = step * o->accum / r->nb + 1,
+                              .loss = s.loss,
+                              .lr = s.lr,
+                              .scale = s.scale,
+                              .skipped = s.skipped,
+                              .grad_norm = s.grad_norm,
+                              .step_ms = ms};
+            double rate = (double)per_step / (ms / 1e3);
+            *(r->rd->gpt ? &rec.tokens_per_s : &rec.samples_per_s) = rate;
+            if (log_step(lf, &rec) != AMP_OK) {
+                progress_clear(&pg);
+                fprintf(stderr, "ampc: --log: %s\n", amp_last_error());
+                return 1;
+            }
+        }
+        progress_step(&pg, step + 1, s.loss, r->t, r->ri->skipped);
+        if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < stop) {
+            progress_clear(&pg);
+            if ((rc = checkpoint_save_run(o->save, r->t, o, r->ri, step + 1)) >= 0)
+                return rc;
+        }
+    }
+    return -1;
+}
+
+static void print_config(const run *r, int64_t total)
+{
+    const train_opts *o = r->o;
+    const run_data *rd = r->rd;
+    char desc[256];
+    if (rd->gpt)
+        printf("data %s: %lld characters, vocabulary %lld\n", o->data, (long long)amp_text_length(rd->text.text),
+               (long long)r->ri->vocab);
+    else
+        printf("data %s: train %lld, test %lld, %lldx%lld images, %lld classes\n", o->data, (long long)rd->train.n,
+               (long long)rd->test.n, (long long)rd->train.height, (long long)rd->train.width,
+               (long long)rd->train.classes);
+    printf("model %s (%lld parameters), precision %s%s\n", model_describe(o, r->ri, desc, sizeof desc),
+           (long long)r->t->n_weights, o->precision,
+           amp_scaler_is_enabled(r->t->scaler) ? " with the grad scaler" : "");
+    printf("optim %s lr %g", o->optim, o->lr);
     if (strcmp(o->optim, "sgd") == 0)
         printf(" momentum %g", o->momentum);
-    if (!isnan(o->weight_decay))
+    if (o->weight_decay > 0)
         printf(" weight_decay %g", o->weight_decay);
-    printf(", batch %lld, ", (long long)o->batch);
-    if (o->steps > 0)
-        printf("%lld steps", (long long)o->steps);
-    else
-        printf("%lld epochs", (long long)o->epochs);
+    printf(", schedule %s", o->schedule);
+    if (o->warmup)
+        printf(" (warm-up %lld)", (long long)o->warmup);
+    printf(", batch %lld", (long long)o->batch);
+    if (o->accum > 1)
+        printf(" x %lld accumulated", (long long)o->accum);
+    printf(", %lld steps", (long long)total);
+    if (o->epochs > 0)
+        printf(" (%lld epochs)", (long long)o->epochs);
     printf(", seed %llu, threads %d\n", (unsigned long long)o->seed, amp_get_num_threads());
     fflush(stdout);
 }
 
-int train_run(const train_opts *o)
+/* The result lines; the last is "test_accuracy X" or "val_loss X perplexity Y". */
+static int finish(run *r, double t0, double t_loaded, double t_trained)
 {
-    double t0 = now();
-    amp_set_num_threads((int)o->threads);
-    dataset train, test;
-    if (!dataset_load(&train, o->data_dir, "train"))
-        return 1;
-    if (!dataset_load(&test, o->data_dir, "t10k")) {
-        dataset_free(&train);
+    double m = 0;
+    bool gpt = r->rd->gpt;
+    m = gpt ? eval_text_loss(r->t, r->o, &r->rd->text) : eval_accuracy(r->t, &r->rd->test, &r->rd->eb);
+    if (gpt ? isnan(m) : m < 0) {
+        fprintf(stderr, "ampc: evaluation: %s\n", amp_last_error());
         return 1;
     }
-    if (test.features != train.features || test.classes > train.classes) {
-        fprintf(stderr, "ampc: the test set (%lld features, %lld classes) does not match the "
-                        "training set (%lld features, %lld classes)\n",
-                (long long)test.features, (long long)test.classes, (long long)train.features,
-                (long long)train.classes);
-        dataset_free(&train);
-        dataset_free(&test);
+    double t_end = now_s();
+    printf("time: load %.1f s, train %.1f s, %s %.1f s, total %.1f s\n", t_loaded - t0, t_trained - t_loaded,
+           gpt ? "validation" : "test", t_end - t_trained, t_end - t0);
+    printf("peak memory %.1f MiB\n", (double)amp_memory_get_stats().peak / (1024.0 * 1024.0));
+    if (amp_scaler_is_enabled(r->t->scaler))
+        printf("scaler: final scale %g, %lld steps skipped in all\n", amp_scaler_get_scale(r->t->scaler),
+               (long long)r->ri->skipped);
+    if (gpt)
+        printf("val_loss %.4f perplexity %.3f\n", m, exp(m));
+    else
+        printf("test_accuracy %.4f\n", m);
+    return 0;
+}
+
+static int train_run(const train_opts *o, const train_opts *ck, const run_info *saved)
+{
+    double t0 = now_s();
+    run_data rd;
+    run_info ri = {0};
+    int rc = data_open(&rd, o, &ri, true);
+    if (rc >= 0)
+        return rc;
+    char where[4096] = "";
+    if (o->resume)
+        checkpoint_path(where, sizeof where, o->resume);
+    if (saved && (rc = data_check(&ri, saved, o, where)) >= 0) {
+        data_close(&rd);
+        return rc;
+    }
+    double t_loaded = now_s();
+
+    run r = {.o = o, .rd = &rd, .ri = &ri, .nb = data_epoch_batches(&rd, o)};
+    int64_t total = o->steps > 0 ? o->steps : o->epochs * r.nb / o->accum;
+    if (total < 1)
+        total = 1;
+    trainer t;
+    if (!trainer_build(&t, o, &ri, total)) {
+        data_close(&rd);
         return 1;
     }
-    double t_loaded = now();
-
-    int rc = 1;
-    amp_manual_seed(o->seed);
-    amp_module *model = build_mlp(o, train.features, train.classes);
-    amp_optim *opt = model ? build_optim(o, model) : NULL;
-    batcher tb = {0}, eb = {0};
-    precision prec = {0};
-    if (!model || !opt || make_precision(o, &prec) != AMP_OK) {
-        fail(!model ? "model" : !opt ? "optimizer" : "grad scaler");
-        goto out;
+    r.t = &t;
+    int64_t first = 0;
+    if (saved) {
+        /* The checkpoint's scaler state, when it had a scaler and this
+         * run has one (a precision changed on resume starts afresh). */
+        bool had = strcmp(ck->precision, "fp16") == 0 && !ck->no_scaler;
+        rc = checkpoint_load_run(o->resume, &t, true, had && amp_scaler_is_enabled(t.scaler), &first);
+        ri.sched_step = saved->sched_step;
+        ri.skipped = saved->skipped;
     }
-    if (!batcher_init(&tb, &train, o->batch) || !batcher_init(&eb, &test, EVAL_BATCH))
-        goto out;
-
-    int64_t params = 0;
-    for (int i = 0; i < amp_module_num_params(model); i++)
-        params += amp_tensor_numel(amp_module_param(model, i, NULL));
-    print_config(o, &train, &test, params);
-
-    rc = train_loop(o, model, opt, &prec, &train, &tb);
-    double t_trained = now();
-    if (rc == 0) {
-        double acc = evaluate(model, &prec, &test, &eb);
-        double t_end = now();
-        if (acc < 0) {
-            rc = fail("evaluation");
-        } else {
-            printf("time: load %.1f s, train %.1f s, test %.1f s, total %.1f s\n", t_loaded - t0,
-                   t_trained - t_loaded, t_end - t_trained, t_end - t0);
-            if (amp_scaler_is_enabled(prec.scaler)) {
-                amp_scaler_counts c = amp_scaler_get_counts(prec.scaler);
-                printf("scaler: final scale %g, %lld steps taken, %lld skipped\n",
-                       amp_scaler_get_scale(prec.scaler), (long long)c.steps, (long long)c.skipped);
-            }
-            printf("test_accuracy %.4f\n", acc);
+    log_file *lf = NULL;
+    if (rc < 0)
+        rc = open_log(o, &lf);
+    if (rc < 0) {
+        print_config(&r, total);
+        if (saved)
+            printf("resumed from %s at step %lld of %lld\n", where, (long long)first, (long long)total);
+        int64_t stop = o->stop_at > 0 && o->stop_at < total ? o->stop_at : total;
+        if (first < stop) {
+            rc = train_loop(&r, first, stop, total, lf);
+            if (rc < 0 && o->save)
+                rc = checkpoint_save_run(o->save, &t, o, &ri, stop);
+            if (rc < 0 && stop < total)
+                printf("stopped at step %lld of %lld (--stop-at): continue with ampc train --resume %s\n",
+                       (long long)stop, (long long)total, o->save);
         }
     }
-out:
-    amp_scaler_free(prec.scaler);
-    batcher_free(&tb);
-    batcher_free(&eb);
-    amp_optim_free(opt);
-    amp_module_free(model);
-    dataset_free(&train);
-    dataset_free(&test);
+    if (lf && log_close(lf) != AMP_OK && rc < 0) {
+        fprintf(stderr, "ampc: --log: %s\n", amp_last_error());
+        rc = 1;
+    }
+    if (rc < 0)
+        rc = finish(&r, t0, t_loaded, now_s());
+    trainer_free(&t);
+    data_close(&rd);
     return rc;
+}
+
+int train_main(int argc, char **argv)
+{
+    train_opts o, ck;
+    run_info saved = {0};
+    train_opts_default(&o);
+    int rc = opts_parse(argc, argv, &o, false);
+    if (rc < 0)
+        rc = device_check(&o, "ampc train");
+    if (rc < 0 && o.resume) {
+        char where[4096];
+        checkpoint_path(where, sizeof where, o.resume);
+        rc = checkpoint_read_settings(o.resume, &ck, &saved);
+        if (rc < 0)
+            rc = settings_merge(&o, &ck, where);
+        if (!o.save)
+            o.save = o.resume;
+    }
+    if (rc < 0)
+        rc = opts_resolve(&o);
+    if (rc >= 0)
+        return rc;
+    amp_set_num_threads((int)o.threads);
+    return train_run(&o, o.resume ? &ck : NULL, o.resume ? &saved : NULL);
 }

@@ -1,0 +1,256 @@
+/*
+ * test_cli_resume.c - checkpoints through the ampc program.
+ *
+ *   - Resuming is exact: a run of 2N steps and a run of N steps saved and
+ *     resumed for N more log the same steps N+1..2N, bit for bit (loss,
+ *     lr, scale, skipped, grad norm as printed), for an mlp in fp16 with
+ *     the grad scaler (a huge initial scale and a short growth interval
+ *     make the scaler's state matter), a cnn with momentum SGD, and a tiny
+ *     gpt with dropout (the generator's state matters) stopped mid-run
+ *     with --stop-at under a cosine schedule.
+ *   - `ampc eval DIR` measures the saved model as the run did.
+ *   - A resumed run keeps the model's shape: a conflicting --hidden /
+ *     --model / --optim is exit 2, naming it.
+ *   - A corrupt or truncated checkpoint is a clear error naming the file,
+ *     exit 1, and the file is left as it was (nothing overwritten).
+ */
+#include "test_cli_util.h"
+
+static char tiny[256], text[256];
+
+/* The step lines of a log, each cut before "step_ms" (timings differ). */
+static int log_steps(const char *path, char **lines, int max, char **body)
+{
+    *body = cli_read_file(path, NULL);
+    if (!*body)
+        return 0;
+    int n = cli_lines(*body, lines, max);
+    for (int i = 0; i < n; i++) {
+        char *t = strstr(lines[i], ",\"step_ms\"");
+        if (t)
+            *t = '\0';
+    }
+    return n;
+}
+
+/* Runs `args` for 2n steps straight (log A), and for n steps, saved, then
+ * resumed (`resume_args` appended) for the rest (log C); steps n+1..2n of
+ * A and C must be the same text. `first` gives the first part's length
+ * options ("--steps n" or "--steps 2n --stop-at n"). */
+static void check_resume(const char *what, const char *args, const char *first, const char *resume_args, int n)
+{
+    char la[512], lb[512], lc[512], dir[512];
+    char name[128];
+    snprintf(name, sizeof name, "%s-a.jsonl", what);
+    cli_path(la, sizeof la, name);
+    snprintf(name, sizeof name, "%s-b.jsonl", what);
+    cli_path(lb, sizeof lb, name);
+    snprintf(name, sizeof name, "%s-c.jsonl", what);
+    cli_path(lc, sizeof lc, name);
+    snprintf(name, sizeof name, "%s-ck", what);
+    cli_path(dir, sizeof dir, name);
+
+    int rc = cli_run("train %s --steps %d --log %s", args, 2 * n, la);
+    CHECK_MSG(rc == 0, "%s: the straight run: exit %d:\n%s", what, rc, cli_out);
+    rc = cli_run("train %s %s --save %s --log %s", args, first, dir, lb);
+    CHECK_MSG(rc == 0, "%s: the first half: exit %d:\n%s", what, rc, cli_out);
+    rc = cli_run("train --resume %s %s --log %s", dir, resume_args, lc);
+    CHECK_MSG(rc == 0, "%s: the resumed half: exit %d:\n%s", what, rc, cli_out);
+    CHECK_OUT("resumed from");
+
+    char *ba, *bb, *bc, *a[256], *b[256], *c[256];
+    int na = log_steps(la, a, 256, &ba), nb = log_steps(lb, b, 256, &bb), nc = log_steps(lc, c, 256, &bc);
+    CHECK_EQ_INT(na, 2 * n);
+    CHECK_EQ_INT(nb, n);
+    CHECK_EQ_INT(nc, n);
+    for (int i = 0; i < n && i < nb && i < na; i++)
+        CHECK_MSG(strcmp(a[i], b[i]) == 0, "%s: step %d differs before the save:\n  %s\n  %s", what, i + 1, a[i], b[i]);
+    for (int i = 0; i < n && n + i < na && i < nc; i++)
+        CHECK_MSG(strcmp(a[n + i], c[i]) == 0, "%s: step %d differs after resuming:\n  straight %s\n  resumed  %s",
+                  what, n + i + 1, a[n + i], c[i]);
+    free(ba);
+    free(bb);
+    free(bc);
+}
+
+static void test_resumed_mlp_fp16_with_scaler_continues_bit_for_bit(void)
+{
+    if (!cli_have_binary())
+        return;
+    char args[1024];
+    /* 2^24 skips the first steps; growth every 3 clean steps then grows
+     * it back into overflow now and then: skips on both sides of the save. */
+    snprintf(args, sizeof args,
+             "--model mlp --data %s --hidden 8 --batch 16 --threads 1 --seed 11 --precision fp16 "
+             "--init-scale 16777216 --growth-interval 3 --lr 0.01 --warmup 4",
+             tiny);
+    check_resume("mlp", args, "--steps 10", "--steps 20", 10);
+    /* The log shows both kinds of steps, so the scaler's state was at stake. */
+    char path[512];
+    char *body = cli_read_file(cli_path(path, sizeof path, "mlp-a.jsonl"), NULL);
+    CHECK(body && strstr(body, "\"skipped\":true") && strstr(body, "\"skipped\":false"));
+    free(body);
+}
+
+static void test_resumed_cnn_with_momentum_continues_bit_for_bit(void)
+{
+    if (!cli_have_binary())
+        return;
+    char args[1024];
+    /* --batch 100 of 256 rows: two batches an epoch, so 6 steps cross epochs. */
+    snprintf(args, sizeof args, "--model cnn --data %s --batch 100 --threads 1 --optim sgd --lr 0.05 --precision bf16 "
+             "--schedule constant",
+             tiny);
+    check_resume("cnn", args, "--steps 3", "--steps 6", 3);
+}
+
+static void test_resumed_gpt_stopped_mid_cosine_continues_bit_for_bit(void)
+{
+    if (!cli_have_binary())
+        return;
+    char args[1024];
+    snprintf(args, sizeof args,
+             "--model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 4 --dropout 0.1 "
+             "--schedule cosine --lr 0.01 --val-batches 2 --threads 1 --precision fp16 --growth-interval 2 "
+             "--accum 2",
+             text);
+    check_resume("gpt", args, "--steps 12 --stop-at 6", "", 6);
+}
+
+static void test_eval_of_a_checkpoint_matches_the_run(void)
+{
+    if (!cli_have_binary())
+        return;
+    char dir[512];
+    cli_path(dir, sizeof dir, "evalck");
+    int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --steps 20 --threads 1 --save %s", tiny, dir);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    double acc = cli_value_after("test_accuracy ");
+    CHECK_EQ_INT(cli_run("eval %s --threads 1", dir), 0);
+    CHECK_NEAR(cli_value_after("test_accuracy "), acc, 0);
+    CHECK_OUT("step 20");
+    CHECK_EQ_INT(cli_run("eval --resume %s", dir), 0);
+    CHECK_NEAR(cli_value_after("test_accuracy "), acc, 0);
+
+    cli_path(dir, sizeof dir, "evalgpt");
+    rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 4 --steps 5 "
+                 "--val-batches 3 --threads 1 --save %s",
+                 text, dir);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    double val = cli_value_after("val_loss ");
+    CHECK_EQ_INT(cli_run("eval %s", dir), 0);
+    CHECK_NEAR(cli_value_after("val_loss "), val, 0);
+    CHECK_OUT("perplexity");
+}
+
+static void test_resume_refuses_a_different_model_shape(void)
+{
+    if (!cli_have_binary())
+        return;
+    char dir[512];
+    cli_path(dir, sizeof dir, "shapeck");
+    int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --steps 2 --threads 1 --save %s", tiny, dir);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    char *before = cli_read_file(cli_path((char[600]){0}, 600, "shapeck/checkpoint.safetensors"), NULL);
+    CHECK_EQ_INT(cli_run("train --resume %s --hidden 9", dir), 2);
+    CHECK_OUT("--hidden 9 conflicts");
+    CHECK_OUT("saved with --hidden 8");
+    CHECK_EQ_INT(cli_run("train --resume %s --model cnn", dir), 2);
+    CHECK_OUT("--model cnn conflicts");
+    CHECK_EQ_INT(cli_run("train --resume %s --optim sgd", dir), 2);
+    CHECK_OUT("--optim sgd conflicts");
+    /* The same shape given again is fine, and so is a new length. */
+    CHECK_EQ_INT(cli_run("train --resume %s --hidden 8 --steps 3", dir), 0);
+    CHECK_OUT("resumed from");
+    free(before);
+}
+
+/* Copies src to dst with `keep` bytes, or with byte `at` replaced. */
+static bool copy_damaged(const char *src, const char *dst, long keep, long at)
+{
+    size_t n;
+    char *p = cli_read_file(src, &n);
+    if (!p)
+        return false;
+    if (keep >= 0 && (size_t)keep < n)
+        n = (size_t)keep;
+    if (at >= 0 && (size_t)at < n)
+        p[at] = '}';
+    FILE *f = fopen(dst, "wb");
+    bool ok = f && fwrite(p, 1, n, f) == n;
+    if (f)
+        fclose(f);
+    free(p);
+    return ok;
+}
+
+static void test_corrupt_or_truncated_checkpoint_is_a_clear_error_and_untouched(void)
+{
+    if (!cli_have_binary())
+        return;
+    char good[512], goodfile[600];
+    cli_path(good, sizeof good, "good");
+    int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --steps 2 --threads 1 --save %s", tiny, good);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    snprintf(goodfile, sizeof goodfile, "%s/checkpoint.safetensors", good);
+    size_t full;
+    char *orig = cli_read_file(goodfile, &full);
+    CHECK(orig != NULL);
+    if (!orig)
+        return;
+    struct {
+        const char *name;
+        long keep, at;
+        const char *why;
+    } cases[] = {
+        {"short", 4, -1, "truncated"},              /* not even the header length */
+        {"halfheader", 40, -1, "truncated"},        /* inside the JSON header */
+        {"halfdata", (long)full / 2, -1, "ckpt"},   /* inside the tensors */
+        {"badjson", -1, 20, "ckpt"},                /* a '}' in the header's JSON */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[512], file[600];
+        cli_path(dir, sizeof dir, cases[i].name);
+        mkdir(dir, 0700);
+        snprintf(file, sizeof file, "%s/checkpoint.safetensors", dir);
+        CHECK(copy_damaged(goodfile, file, cases[i].keep, cases[i].at));
+        size_t n0 = 0;
+        char *before = cli_read_file(file, &n0);
+        for (int cmd = 0; cmd < 2; cmd++) {
+            rc = cmd == 0 ? cli_run("train --resume %s --steps 4", dir) : cli_run("eval %s", dir);
+            CHECK_MSG(rc == 1, "%s (%s): exit %d, expected 1:\n%s", cases[i].name, cmd ? "eval" : "train", rc, cli_out);
+            CHECK_OUT(file);
+            CHECK_MSG(strstr(cli_out, "Segmentation") == NULL && strstr(cli_out, "Sanitizer") == NULL, "%s", cli_out);
+            if (strcmp(cases[i].why, "ckpt") != 0)
+                CHECK_OUT(cases[i].why);
+        }
+        size_t n1 = 0;
+        char *after = cli_read_file(file, &n1);
+        CHECK_MSG(before && after && n0 == n1 && memcmp(before, after, n0) == 0, "%s: the checkpoint changed",
+                  cases[i].name);
+        free(before);
+        free(after);
+    }
+    /* A missing checkpoint names the file too. */
+    CHECK_EQ_INT(cli_run("train --resume %s/nothing-here", cli_tmp), 1);
+    CHECK_OUT("nothing-here/checkpoint.safetensors");
+    free(orig);
+}
+
+int main(void)
+{
+    if (!cli_init("test-cli-resume"))
+        return 1;
+    cli_path(tiny, sizeof tiny, "tiny");
+    cli_write_tiny_images(tiny);
+    cli_path(text, sizeof text, "tiny.txt");
+    cli_write_tiny_text(text);
+    RUN(test_resumed_mlp_fp16_with_scaler_continues_bit_for_bit);
+    RUN(test_resumed_cnn_with_momentum_continues_bit_for_bit);
+    RUN(test_resumed_gpt_stopped_mid_cosine_continues_bit_for_bit);
+    RUN(test_eval_of_a_checkpoint_matches_the_run);
+    RUN(test_resume_refuses_a_different_model_shape);
+    RUN(test_corrupt_or_truncated_checkpoint_is_a_clear_error_and_untouched);
+    cli_cleanup();
+    return harness_done();
+}

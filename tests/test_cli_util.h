@@ -1,0 +1,344 @@
+/*
+ * test_cli_util.h - what the ampc program's tests (test_cli*.c) share:
+ * running the binary as a user does and capturing its output, writing tiny
+ * data sets (IDX files, a text corpus), reading files back, and a strict
+ * JSON-lines reader for the training log. Header-only (static inline), so
+ * each test binary stays one .c file plus the harness.
+ *
+ * The binary is $AMPC_BUILD_DIR/ampc (CTest sets AMPC_BUILD_DIR).
+ */
+#ifndef AMPC_TEST_CLI_UTIL_H
+#define AMPC_TEST_CLI_UTIL_H
+
+#include "harness.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+static char cli_ampc[1024];
+static char cli_out[1 << 17];
+static char cli_tmp[64];
+
+/* Sets up the binary's path and a fresh temporary directory. */
+static inline bool cli_init(const char *name)
+{
+    const char *bd = getenv("AMPC_BUILD_DIR");
+    if (bd)
+        snprintf(cli_ampc, sizeof cli_ampc, "%s/ampc", bd);
+    snprintf(cli_tmp, sizeof cli_tmp, "/tmp/ampc-%s-XXXXXX", name);
+    if (!mkdtemp(cli_tmp)) {
+        perror("mkdtemp");
+        return false;
+    }
+    return true;
+}
+
+/* Removes the temporary directory and everything in it. */
+static inline void cli_cleanup(void)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cli_tmp);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", cli_tmp);
+}
+
+static inline bool cli_have_binary(void)
+{
+    if (cli_ampc[0] && access(cli_ampc, X_OK) == 0)
+        return true;
+    harness_skip("the ampc binary is not built (AMPC_BUILD_DIR/ampc missing)");
+    return false;
+}
+
+/* Runs "ampc ARGS" (printf-style) with stderr joined to stdout into
+ * cli_out; returns the exit code (-1 when it did not exit normally, e.g.
+ * a crash). */
+static inline int cli_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline int cli_run(const char *fmt, ...)
+{
+    char args[4096], cmd[5200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", cli_ampc, args);
+    FILE *p = popen(cmd, "r");
+    cli_out[0] = '\0';
+    if (!p)
+        return -1;
+    size_t n = fread(cli_out, 1, sizeof cli_out - 1, p);
+    cli_out[n] = '\0';
+    while (fgetc(p) != EOF) /* drain so the child never blocks on a full pipe */
+        ;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+#define CHECK_OUT(needle) \
+    CHECK_MSG(strstr(cli_out, (needle)) != NULL, "no \"%s\" in output:\n%s", (needle), cli_out)
+
+/* tmpdir/name into buf. */
+static inline const char *cli_path(char *buf, size_t n, const char *name)
+{
+    snprintf(buf, n, "%s/%s", cli_tmp, name);
+    return buf;
+}
+
+/* Writes an IDX u8 file (gzip): dims as given, then n bytes of data. */
+static inline void cli_write_idx(const char *path, int ndim, const uint32_t *dims, const unsigned char *data,
+                                 size_t n)
+{
+    gzFile f = gzopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    unsigned char h[4 + 4 * 3] = {0, 0, 0x08, (unsigned char)ndim};
+    for (int i = 0; i < ndim; i++)
+        for (int k = 0; k < 4; k++)
+            h[4 + 4 * i + k] = (unsigned char)(dims[i] >> (24 - 8 * k));
+    gzwrite(f, h, (unsigned)(4 + 4 * ndim));
+    if (n)
+        gzwrite(f, data, (unsigned)n);
+    gzclose(f);
+}
+
+/* A tiny two-class image set in dir: class 1 images are bright, class 0
+ * dark, 4x4 pixels (so the cnn's two 2x2 poolings fit), N of each split.
+ * The test split is the training split (the runs here test the program,
+ * not generalisation). */
+static inline void cli_write_tiny_images(const char *dir)
+{
+    enum { N = 256, P = 16 };
+    static unsigned char img[N * P], lab[N];
+    uint64_t s = 42;
+    for (int i = 0; i < N; i++) {
+        lab[i] = (unsigned char)(i % 2);
+        for (int k = 0; k < P; k++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            unsigned r = (unsigned)(s >> 57); /* 0..127 */
+            img[i * P + k] = (unsigned char)(lab[i] ? 100 + r : r);
+        }
+    }
+    mkdir(dir, 0700);
+    uint32_t idims[3] = {N, 4, 4}, ldims[1] = {N};
+    const char *pre[2] = {"train", "t10k"};
+    for (int i = 0; i < 2; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte.gz", dir, pre[i]);
+        cli_write_idx(path, 3, idims, img, sizeof img);
+        snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte.gz", dir, pre[i]);
+        cli_write_idx(path, 1, ldims, lab, sizeof lab);
+    }
+}
+
+/* A small text corpus: a few sentences repeated with variations. */
+static inline void cli_write_tiny_text(const char *path)
+{
+    static const char *words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat ", "and ", "dog ", "ran. "};
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    uint64_t s = 7;
+    for (int i = 0; i < 1500; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        fputs(words[(s >> 60) % 9], f);
+        if (i % 12 == 11)
+            fputc('\n', f);
+    }
+    fclose(f);
+}
+
+/* The whole file, malloc'd and NUL-terminated (*len bytes); NULL if absent. */
+static inline char *cli_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)n + 1);
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    if (p)
+        p[n] = '\0';
+    if (len)
+        *len = (size_t)n;
+    fclose(f);
+    return p;
+}
+
+/* The number after "label " in cli_out's last such line, or -1. */
+static inline double cli_value_after(const char *label)
+{
+    const char *p = NULL;
+    for (const char *q = strstr(cli_out, label); q; q = strstr(q + 1, label))
+        p = q;
+    return p ? atof(p + strlen(label)) : -1.0;
+}
+
+/* ---------------------------------------------------------- JSON lines */
+
+/* A strict recursive-descent check of one JSON value (RFC 8259 grammar,
+ * no NaN / Infinity); advances *p past it. */
+static inline bool cli_json_value(const char **p, int depth);
+
+static inline void cli_json_ws(const char **p)
+{
+    while (**p == ' ' || **p == '\t' || **p == '\r' || **p == '\n')
+        (*p)++;
+}
+
+static inline bool cli_json_string(const char **p)
+{
+    if (**p != '"')
+        return false;
+    for ((*p)++; **p != '"'; (*p)++) {
+        if ((unsigned char)**p < 0x20)
+            return false;
+        if (**p == '\\') {
+            (*p)++;
+            if (**p == 'u') {
+                for (int i = 1; i <= 4; i++)
+                    if (!isxdigit((unsigned char)(*p)[i]))
+                        return false;
+                *p += 4;
+            } else if (!strchr("\"\\/bfnrt", **p) || !**p) {
+                return false;
+            }
+        }
+    }
+    (*p)++;
+    return true;
+}
+
+static inline bool cli_json_number(const char **p)
+{
+    const char *s = *p;
+    if (*s == '-')
+        s++;
+    if (*s == '0')
+        s++;
+    else if (*s >= '1' && *s <= '9')
+        while (isdigit((unsigned char)*s))
+            s++;
+    else
+        return false;
+    if (*s == '.') {
+        if (!isdigit((unsigned char)*++s))
+            return false;
+        while (isdigit((unsigned char)*s))
+            s++;
+    }
+    if (*s == 'e' || *s == 'E') {
+        s++;
+        if (*s == '+' || *s == '-')
+            s++;
+        if (!isdigit((unsigned char)*s))
+            return false;
+        while (isdigit((unsigned char)*s))
+            s++;
+    }
+    *p = s;
+    return true;
+}
+
+static inline bool cli_json_value(const char **p, int depth)
+{
+    cli_json_ws(p);
+    if (depth > 16)
+        return false;
+    char c = **p;
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        (*p)++;
+        cli_json_ws(p);
+        if (**p == close) {
+            (*p)++;
+            return true;
+        }
+        for (;;) {
+            cli_json_ws(p);
+            if (c == '{') {
+                if (!cli_json_string(p))
+                    return false;
+                cli_json_ws(p);
+                if (*(*p)++ != ':')
+                    return false;
+            }
+            if (!cli_json_value(p, depth + 1))
+                return false;
+            cli_json_ws(p);
+            if (**p == ',') {
+                (*p)++;
+                continue;
+            }
+            return *(*p)++ == close;
+        }
+    }
+    if (c == '"')
+        return cli_json_string(p);
+    static const char *words[] = {"true", "false", "null"};
+    for (int i = 0; i < 3; i++)
+        if (strncmp(*p, words[i], strlen(words[i])) == 0) {
+            *p += strlen(words[i]);
+            return true;
+        }
+    return cli_json_number(p);
+}
+
+/* Whether line (up to its end) is exactly one JSON object. */
+static inline bool cli_json_object_line(const char *line)
+{
+    const char *p = line;
+    cli_json_ws(&p);
+    if (*p != '{' || !cli_json_value(&p, 0))
+        return false;
+    while (*p == ' ' || *p == '\t' || *p == '\r')
+        p++;
+    return *p == '\0' || *p == '\n';
+}
+
+/* The raw text of key's value in a flat JSON object line (up to the next
+ * ',' or '}'), into buf; false when the key is absent. */
+static inline bool cli_json_field(const char *line, const char *key, char *buf, size_t n)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *eol = strchr(line, '\n');
+    const char *p = strstr(line, pat);
+    if (!p || (eol && p > eol))
+        return false;
+    p += strlen(pat);
+    size_t k = strcspn(p, ",}\n");
+    if (k >= n)
+        k = n - 1;
+    memcpy(buf, p, k);
+    buf[k] = '\0';
+    return true;
+}
+
+/* Splits text into lines in place; returns how many (up to max). */
+static inline int cli_lines(char *text, char **lines, int max)
+{
+    int n = 0;
+    for (char *p = text; *p && n < max;) {
+        lines[n++] = p;
+        char *e = strchr(p, '\n');
+        if (!e)
+            break;
+        *e = '\0';
+        p = e + 1;
+    }
+    return n;
+}
+
+#endif

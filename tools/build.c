@@ -1,0 +1,134 @@
+/*
+ * build.c - what a run trains with, from its settings: the model (the
+ * library's ready-made mlp / cnn / gpt), the optimizer, the precision
+ * (autocast dtype and grad scaler) and the learning-rate schedule.
+ *
+ * The generator is seeded first, so the same settings build the same
+ * initial weights.
+ */
+#include "cli.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static amp_module *build_model(const train_opts *o, const run_info *ri)
+{
+    if (strcmp(o->model, "mlp") == 0)
+        return amp_model_mlp(ri->features, o->hidden, o->n_hidden, ri->classes);
+    if (strcmp(o->model, "cnn") == 0)
+        return amp_model_cnn(ri->channels, ri->height, ri->width, ri->classes);
+    amp_gpt_config c = {.vocab = ri->vocab,
+                        .context = o->context,
+                        .width = o->width,
+                        .layers = o->layers,
+                        .heads = o->heads,
+                        .mlp = o->mlp_width,
+                        .dropout = o->dropout};
+    return amp_model_gpt(c);
+}
+
+static amp_optim *build_optim(const train_opts *o, trainer *t)
+{
+    if (strcmp(o->optim, "sgd") == 0) {
+        amp_sgd_opts s = amp_sgd_defaults();
+        s.lr = o->lr;
+        s.momentum = o->momentum;
+        s.weight_decay = o->weight_decay;
+        return amp_optim_sgd(t->params, t->n_params, s);
+    }
+    bool w = strcmp(o->optim, "adamw") == 0;
+    amp_adam_opts a = w ? amp_adamw_defaults() : amp_adam_defaults();
+    a.lr = o->lr;
+    a.weight_decay = o->weight_decay;
+    return w ? amp_optim_adamw(t->params, t->n_params, a) : amp_optim_adam(t->params, t->n_params, a);
+}
+
+static amp_sched build_sched(const train_opts *o, int64_t total_steps)
+{
+    amp_sched s = {.base_lr = o->lr, .warmup_steps = o->warmup, .warmup_start_factor = 0.0};
+    if (strcmp(o->schedule, "step") == 0) {
+        s.kind = AMP_SCHED_STEP;
+        s.step_size = o->step_size;
+        s.gamma = o->gamma;
+    } else if (strcmp(o->schedule, "cosine") == 0) {
+        s.kind = AMP_SCHED_COSINE;
+        s.total_steps = total_steps - o->warmup > 1 ? total_steps - o->warmup : 1;
+        s.min_lr = o->min_lr;
+    } else {
+        s.kind = AMP_SCHED_CONSTANT;
+    }
+    return s;
+}
+
+bool trainer_build(trainer *t, const train_opts *o, const run_info *ri, int64_t total_steps)
+{
+    memset(t, 0, sizeof *t);
+    amp_manual_seed(o->seed);
+    const char *what = "model";
+    t->model = build_model(o, ri);
+    if (t->model) {
+        t->n_params = amp_module_num_params(t->model);
+        t->params = malloc(sizeof *t->params * (size_t)(t->n_params ? t->n_params : 1));
+        if (!t->params) {
+            fprintf(stderr, "ampc: out of memory\n");
+            trainer_free(t);
+            return false;
+        }
+        amp_module_params(t->model, t->params, t->n_params);
+        for (int i = 0; i < t->n_params; i++)
+            t->n_weights += amp_tensor_numel(t->params[i]);
+        what = "optimizer";
+        t->opt = build_optim(o, t);
+    }
+    t->autocast = strcmp(o->precision, "fp32") != 0;
+    t->dtype = strcmp(o->precision, "fp16") == 0 ? AMP_F16 : AMP_BF16;
+    if (t->opt) {
+        what = "grad scaler";
+        amp_scaler_opts so = amp_scaler_defaults();
+        so.enabled = t->autocast && t->dtype == AMP_F16 && !o->no_scaler;
+        so.init_scale = o->init_scale;
+        so.growth_interval = o->growth_interval;
+        t->scaler = amp_scaler_new(so);
+    }
+    t->sched = build_sched(o, total_steps);
+    if (t->scaler && isnan(amp_sched_lr(&t->sched, 0))) {
+        what = "lr schedule";
+        amp_scaler_free(t->scaler);
+        t->scaler = NULL;
+    }
+    if (!t->scaler) {
+        fprintf(stderr, "ampc: %s: %s\n", what, amp_last_error());
+        trainer_free(t);
+        return false;
+    }
+    return true;
+}
+
+void trainer_free(trainer *t)
+{
+    amp_scaler_free(t->scaler);
+    amp_optim_free(t->opt);
+    amp_module_free(t->model);
+    free(t->params);
+    memset(t, 0, sizeof *t);
+}
+
+const char *model_describe(const train_opts *o, const run_info *ri, char *buf, size_t n)
+{
+    if (strcmp(o->model, "mlp") == 0) {
+        int k = snprintf(buf, n, "mlp %lld", (long long)ri->features);
+        for (int i = 0; i < o->n_hidden && k > 0 && (size_t)k < n; i++)
+            k += snprintf(buf + k, n - (size_t)k, "-%lld", (long long)o->hidden[i]);
+        if (k > 0 && (size_t)k < n)
+            snprintf(buf + k, n - (size_t)k, "-%lld", (long long)ri->classes);
+    } else if (strcmp(o->model, "cnn") == 0) {
+        snprintf(buf, n, "cnn %lldx%lldx%lld -> conv32 -> conv64 -> 128 -> %lld", (long long)ri->channels,
+                 (long long)ri->height, (long long)ri->width, (long long)ri->classes);
+    } else {
+        snprintf(buf, n, "gpt %lld layers, %lld heads, width %lld, mlp %lld, context %lld, vocab %lld%s",
+                 (long long)o->layers, (long long)o->heads, (long long)o->width, (long long)o->mlp_width,
+                 (long long)o->context, (long long)ri->vocab, o->dropout > 0 ? ", dropout" : "");
+    }
+    return buf;
+}

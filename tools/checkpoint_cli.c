@@ -1,0 +1,132 @@
+/*
+ * checkpoint_cli.c - a run's checkpoint, DIR/checkpoint.safetensors: saved
+ * with amp_checkpoint_save (the run's settings as its JSON), read back in
+ * two stages for --resume and `ampc eval`:
+ *
+ *   1. the settings alone, from the file's safetensors header, to know
+ *      which model to build (amp_checkpoint_load needs a built model);
+ *   2. amp_checkpoint_load into that model (and optimizer and scaler),
+ *      which checks the whole file before it changes anything.
+ *
+ * Errors name the file; the exit code is 1 and nothing is overwritten.
+ */
+#include "cli.h"
+
+#include "io/json.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAX_HEADER ((uint64_t)100 << 20) /* as the safetensors library */
+
+void checkpoint_path(char *buf, size_t n, const char *dir) { snprintf(buf, n, "%s/%s", dir, CHECKPOINT_FILE); }
+
+static int ck_fail(const char *path, const char *fmt, const char *detail)
+{
+    fprintf(stderr, "ampc: checkpoint %s: ", path);
+    fprintf(stderr, fmt, detail);
+    fprintf(stderr, "\n");
+    return 1;
+}
+
+/* The header's __metadata__ "settings" string, malloc'd; NULL after a
+ * message. */
+static char *read_settings_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ck_fail(path, "cannot open it: %s", strerror(errno));
+        return NULL;
+    }
+    unsigned char len8[8];
+    char *header = NULL, *settings = NULL;
+    uint64_t n = 0;
+    if (fread(len8, 1, 8, f) != 8) {
+        ck_fail(path, "%s", "truncated: shorter than the 8-byte header length");
+        goto out;
+    }
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | len8[i];
+    if (n < 2 || n > MAX_HEADER) {
+        ck_fail(path, "%s", "not a safetensors file (its header length is implausible)");
+        goto out;
+    }
+    header = malloc((size_t)n);
+    if (!header) {
+        ck_fail(path, "%s", "out of memory for its header");
+        goto out;
+    }
+    if (fread(header, 1, (size_t)n, f) != (size_t)n) {
+        ck_fail(path, "%s", "truncated inside its header");
+        goto out;
+    }
+    char err[256];
+    const json_value *root;
+    json_doc *doc = json_parse(header, (size_t)n, &root, err, sizeof err);
+    if (!doc) {
+        ck_fail(path, "its header is not valid JSON (%s)", err);
+        goto out;
+    }
+    const json_value *meta = json_get(root, "__metadata__");
+    const json_value *s = meta ? json_get(meta, "settings") : NULL;
+    if (!s || s->type != JSON_STRING)
+        ck_fail(path, "%s", "holds no run settings (not written by ampc train?)");
+    else if (!(settings = strdup(s->str)))
+        ck_fail(path, "%s", "out of memory");
+    json_free(doc);
+out:
+    free(header);
+    fclose(f);
+    return settings;
+}
+
+int checkpoint_read_settings(const char *dir, train_opts *ck, run_info *ri)
+{
+    char path[4096];
+    checkpoint_path(path, sizeof path, dir);
+    char *text = read_settings_text(path);
+    if (!text)
+        return 1;
+    train_opts_default(ck);
+    memset(ri, 0, sizeof *ri);
+    int rc = settings_from_json(text, path, ck, ri);
+    free(text);
+    return rc;
+}
+
+int checkpoint_load_run(const char *dir, trainer *t, bool load_state, bool load_scaler, int64_t *step)
+{
+    char path[4096];
+    checkpoint_path(path, sizeof path, dir);
+    if (amp_checkpoint_load(path, t->model, load_state ? t->opt : NULL, load_scaler ? t->scaler : NULL, step,
+                            NULL) != AMP_OK) {
+        fprintf(stderr, "ampc: %s\n", amp_last_error());
+        return 1;
+    }
+    return -1;
+}
+
+int checkpoint_save_run(const char *dir, const trainer *t, const train_opts *o, const run_info *ri,
+                        int64_t step)
+{
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "ampc: --save %s: cannot create the directory: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    char path[4096];
+    checkpoint_path(path, sizeof path, dir);
+    char *json = settings_to_json(o, ri);
+    if (!json) {
+        fprintf(stderr, "ampc: checkpoint %s: out of memory\n", path);
+        return 1;
+    }
+    amp_status st = amp_checkpoint_save(path, t->model, t->opt, t->scaler, step, json);
+    free(json);
+    if (st != AMP_OK) {
+        fprintf(stderr, "ampc: %s\n", amp_last_error());
+        return 1;
+    }
+    return -1;
+}

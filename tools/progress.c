@@ -1,0 +1,83 @@
+/*
+ * progress.c - what a training run shows while it runs. On a terminal, a
+ * live status line rewritten in place (at most 5 times a second): step /
+ * total, loss, the scaler's scale and skipped steps, throughput and the
+ * time left. Otherwise (a pipe, a file, CI) one plain line every --log-every
+ * steps, with the mean loss since the previous line; the terminal gets
+ * those too, so a finished run leaves its history on the screen.
+ */
+#include "cli.h"
+
+#include <time.h>
+#include <unistd.h>
+
+double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void progress_begin(progress *p, const train_opts *o, int64_t first_step, int64_t total, int64_t per_step,
+                    bool tokens)
+{
+    *p = (progress){.live = isatty(STDOUT_FILENO) != 0,
+                    .unit = tokens ? "tokens" : "samples",
+                    .per_step = per_step,
+                    .first = first_step,
+                    .total = total,
+                    .every = o->log_every};
+    if (p->every <= 0) {
+        int64_t left = total - first_step;
+        p->every = left >= 20 ? left / 20 : 1;
+    }
+    p->t_start = p->t_window = p->t_live = now_s();
+}
+
+static void eta(char *buf, size_t n, double s)
+{
+    if (!(s >= 0) || s > 1e7)
+        snprintf(buf, n, "?");
+    else if (s >= 3600)
+        snprintf(buf, n, "%d:%02d:%02d", (int)s / 3600, (int)s / 60 % 60, (int)s % 60);
+    else
+        snprintf(buf, n, "%d:%02d", (int)s / 60, (int)s % 60);
+}
+
+void progress_step(progress *p, int64_t step, double loss, const trainer *t, int64_t skipped)
+{
+    char scale[96] = "", left[32];
+    if (amp_scaler_is_enabled(t->scaler))
+        snprintf(scale, sizeof scale, " scale %g skipped %lld", amp_scaler_get_scale(t->scaler),
+                 (long long)skipped);
+    p->loss_sum += loss;
+    p->loss_n++;
+    p->steps_window++;
+    double tn = now_s(), done = (double)(step - p->first);
+    eta(left, sizeof left, (tn - p->t_start) / done * (double)(p->total - step));
+    if ((step - p->first) % p->every == 0 || step == p->total) {
+        double rate = (double)(p->steps_window * p->per_step) / (tn - p->t_window);
+        printf("%sstep %lld/%lld loss %.4f lr %.3g%s %.0f %s/s %.1f s, eta %s\n", p->live ? "\r\033[K" : "",
+               (long long)step, (long long)p->total, p->loss_sum / (double)p->loss_n,
+               amp_optim_get_lr(t->opt), scale, rate, p->unit, tn - p->t_start, left);
+        fflush(stdout);
+        p->loss_sum = 0;
+        p->loss_n = 0;
+        p->steps_window = 0;
+        p->t_window = tn;
+    } else if (p->live && tn - p->t_live > 0.2) {
+        double rate = done * (double)p->per_step / (tn - p->t_start);
+        printf("\r\033[Kstep %lld/%lld loss %.4f%s %.0f %s/s eta %s", (long long)step, (long long)p->total, loss,
+               scale, rate, p->unit, left);
+        fflush(stdout);
+        p->t_live = tn;
+    }
+}
+
+void progress_clear(progress *p)
+{
+    if (p->live) {
+        printf("\r\033[K");
+        fflush(stdout);
+    }
+}

@@ -1,0 +1,309 @@
+/*
+ * settings.c - a run's settings as the JSON a checkpoint carries, and back.
+ *
+ *   {"ampc": "0.1.0",
+ *    "settings": {"model": "cnn", "batch": 64, "lr": 0.002, ...},
+ *    "run": {"features": 784, ..., "sched_step": 937, "skipped": 0}}
+ *
+ * "settings" holds every saved option (args.c's table, class SETTING or
+ * SHAPE) that applies to the run, under its command-line name; reading
+ * passes each value's text through the same parser as the command line,
+ * so a checkpoint cannot smuggle in a value the command line would
+ * refuse. "run" holds what the data decided (input shape, classes,
+ * vocabulary) and where the schedule stands.
+ *
+ * settings_merge is the resume rule: the checkpoint's settings, with the
+ * options given on the command line on top, except that a given option
+ * of class SHAPE (the model's shape, the optimizer) that differs is an
+ * error: the saved tensors could not be loaded into another shape.
+ */
+#include "cli.h"
+
+#include "io/json.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Whether option d matters for run o (its model, optimizer, schedule and
+ * precision): only those are saved. */
+static bool applies(const opt_def *d, const train_opts *o)
+{
+    if (d->models && strcmp(d->models, o->model) != 0)
+        return false;
+    const char *n = d->name;
+    if (strcmp(n, "momentum") == 0)
+        return strcmp(o->optim, "sgd") == 0;
+    if (strcmp(n, "step-size") == 0 || strcmp(n, "gamma") == 0)
+        return strcmp(o->schedule, "step") == 0;
+    if (strcmp(n, "min-lr") == 0)
+        return strcmp(o->schedule, "cosine") == 0;
+    if (strcmp(n, "init-scale") == 0 || strcmp(n, "growth-interval") == 0)
+        return strcmp(o->precision, "fp16") == 0 && !o->no_scaler;
+    if (strcmp(n, "epochs") == 0)
+        return o->epochs > 0;
+    if (strcmp(n, "steps") == 0)
+        return o->steps > 0;
+    if (strcmp(n, "clip") == 0)
+        return o->clip > 0;
+    return true;
+}
+
+static void put_value(json_buf *b, const opt_def *d, const train_opts *o)
+{
+    const void *f = (const char *)o + d->off;
+    switch (d->kind) {
+    case OPT_STR:
+        jb_string(b, *(const char *const *)f);
+        break;
+    case OPT_INT:
+        jb_printf(b, "%" PRId64, *(const int64_t *)f);
+        break;
+    case OPT_U64:
+        jb_printf(b, "%" PRIu64, *(const uint64_t *)f);
+        break;
+    case OPT_REAL:
+        jb_printf(b, "%.17g", *(const double *)f); /* exact when read back */
+        break;
+    case OPT_LIST:
+        jb_puts(b, "[");
+        for (int i = 0; i < o->n_hidden; i++)
+            jb_printf(b, "%s%" PRId64, i ? "," : "", o->hidden[i]);
+        jb_puts(b, "]");
+        break;
+    case OPT_FLAG:
+        jb_puts(b, *(const bool *)f ? "true" : "false");
+        break;
+    }
+}
+
+char *settings_to_json(const train_opts *o, const run_info *ri)
+{
+    json_buf b = {0};
+    jb_puts(&b, "{\"ampc\":");
+    jb_string(&b, AMPC_VERSION);
+    jb_puts(&b, ",\"settings\":{");
+    const opt_def *t = opts_table();
+    bool first = true;
+    for (int i = 0; i < opts_count(); i++) {
+        if (t[i].cls == OC_RUN || !applies(&t[i], o))
+            continue;
+        jb_printf(&b, "%s\"%s\":", first ? "" : ",", t[i].name);
+        put_value(&b, &t[i], o);
+        first = false;
+    }
+    jb_printf(&b,
+              "},\"run\":{\"features\":%" PRId64 ",\"channels\":%" PRId64 ",\"height\":%" PRId64
+              ",\"width\":%" PRId64 ",\"classes\":%" PRId64 ",\"vocab\":%" PRId64 ",\"sched_step\":%" PRId64
+              ",\"skipped\":%" PRId64 "}}",
+              ri->features, ri->channels, ri->height, ri->width, ri->classes, ri->vocab, ri->sched_step,
+              ri->skipped);
+    if (b.oom) {
+        jb_free(&b);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* Parsed values must outlive the document (they are pointed to). */
+static char *keep(const char *s)
+{
+    static char *kept[CLI_MAX_OPTS * 2];
+    static int n;
+    char *c = strdup(s);
+    if (c && n < (int)(sizeof kept / sizeof kept[0]))
+        kept[n++] = c; /* reachable: not a leak to the sanitizer */
+    return c;
+}
+
+static int bad_settings(const char *where, const char *what, const char *key)
+{
+    fprintf(stderr, "ampc: %s: the run settings in its metadata are malformed (%s%s%s)\n", where, what,
+            key ? ": " : "", key ? key : "");
+    return 1;
+}
+
+/* One saved option's value, as command-line text, into ck. */
+static int set_from_json(const opt_def *d, const json_value *v, train_opts *ck, const char *where)
+{
+    char text[1024];
+    switch (v->type) {
+    case JSON_STRING:
+    case JSON_NUMBER:
+        if (strlen(v->str) >= sizeof text)
+            return bad_settings(where, "a value too long", d->name);
+        snprintf(text, sizeof text, "%s", v->str);
+        break;
+    case JSON_TRUE:
+    case JSON_FALSE:
+        if (d->kind != OPT_FLAG)
+            return bad_settings(where, "true / false for a value", d->name);
+        if (v->type == JSON_FALSE)
+            return -1;
+        text[0] = '\0';
+        break;
+    case JSON_ARRAY: {
+        size_t n = 0;
+        text[0] = '\0';
+        for (int i = 0; i < v->n && n < sizeof text - 32; i++) {
+            if (v->items[i].type != JSON_NUMBER)
+                return bad_settings(where, "a list with a non-number", d->name);
+            n += (size_t)snprintf(text + n, sizeof text - n, "%s%s", i ? "," : "", v->items[i].str);
+        }
+        if (v->n == 0)
+            snprintf(text, sizeof text, "none");
+        break;
+    }
+    default:
+        return bad_settings(where, "a value of the wrong type", d->name);
+    }
+    if (d->kind == OPT_FLAG && v->type != JSON_TRUE)
+        return bad_settings(where, "a flag that is not true / false", d->name);
+    if ((d->kind == OPT_LIST) != (v->type == JSON_ARRAY))
+        return bad_settings(where, "a list where none belongs, or none where one does", d->name);
+    char *owned = keep(text);
+    if (!owned) {
+        fprintf(stderr, "ampc: out of memory\n");
+        return 1;
+    }
+    char who[512];
+    snprintf(who, sizeof who, "ampc: %s: saved setting", where);
+    return opts_set(d, owned, ck, who) >= 0 ? 1 : -1;
+}
+
+static bool get_i64(const json_value *run, const char *key, int64_t *out)
+{
+    const json_value *v = json_get(run, key);
+    if (!v || v->type != JSON_NUMBER)
+        return false;
+    char *end;
+    long long x = strtoll(v->str, &end, 10);
+    if (*end || x < 0)
+        return false;
+    *out = x;
+    return true;
+}
+
+int settings_from_json(const char *text, const char *where, train_opts *ck, run_info *ri)
+{
+    char err[256];
+    const json_value *root;
+    json_doc *doc = json_parse(text, strlen(text), &root, err, sizeof err);
+    if (!doc)
+        return bad_settings(where, err, NULL);
+    int rc = -1;
+    const json_value *s = json_get(root, "settings"), *run = json_get(root, "run");
+    if (root->type != JSON_OBJECT || !s || s->type != JSON_OBJECT || !run || run->type != JSON_OBJECT) {
+        rc = bad_settings(where, "no \"settings\" and \"run\" objects", NULL);
+        goto out;
+    }
+    for (int i = 0; i < s->n && rc < 0; i++) {
+        const opt_def *d = opts_find(s->keys[i]);
+        if (!d || d->cls == OC_RUN)
+            rc = bad_settings(where, "an option this ampc does not know", s->keys[i]);
+        else
+            rc = set_from_json(d, &s->items[i], ck, where);
+    }
+    static const char *keys[] = {"features", "channels", "height", "width", "classes", "vocab", "sched_step",
+                                 "skipped"};
+    int64_t *fields[] = {&ri->features, &ri->channels, &ri->height, &ri->width,
+                         &ri->classes,  &ri->vocab,    &ri->sched_step, &ri->skipped};
+    for (int i = 0; i < 8 && rc < 0; i++)
+        if (!get_i64(run, keys[i], fields[i]))
+            rc = bad_settings(where, "a missing or negative run value", keys[i]);
+out:
+    json_free(doc);
+    return rc;
+}
+
+static bool same_value(const opt_def *d, const train_opts *a, const train_opts *b)
+{
+    const void *fa = (const char *)a + d->off, *fb = (const char *)b + d->off;
+    switch (d->kind) {
+    case OPT_STR:
+        return strcmp(*(const char *const *)fa, *(const char *const *)fb) == 0;
+    case OPT_INT:
+        return *(const int64_t *)fa == *(const int64_t *)fb;
+    case OPT_U64:
+        return *(const uint64_t *)fa == *(const uint64_t *)fb;
+    case OPT_REAL:
+        return *(const double *)fa == *(const double *)fb;
+    case OPT_FLAG:
+        return *(const bool *)fa == *(const bool *)fb;
+    case OPT_LIST:
+        return a->n_hidden == b->n_hidden && memcmp(a->hidden, b->hidden, sizeof a->hidden[0] * (size_t)a->n_hidden) == 0;
+    }
+    return false;
+}
+
+static void describe(const opt_def *d, const train_opts *o, char *buf, size_t n)
+{
+    if (d->kind == OPT_STR) {
+        snprintf(buf, n, "%s", *(const char *const *)((const char *)o + d->off));
+        return;
+    }
+    if (d->kind == OPT_LIST) { /* as typed: 256,128 */
+        size_t k = 0;
+        buf[0] = '\0';
+        for (int i = 0; i < o->n_hidden && k < n; i++)
+            k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "", (long long)o->hidden[i]);
+        if (!o->n_hidden)
+            snprintf(buf, n, "none");
+        return;
+    }
+    json_buf b = {0};
+    put_value(&b, d, o);
+    snprintf(buf, n, "%s", b.oom || !b.p ? "?" : b.p);
+    jb_free(&b);
+}
+
+static void copy_value(const opt_def *d, train_opts *dst, const train_opts *src)
+{
+    size_t size = d->kind == OPT_STR ? sizeof(const char *)
+                  : d->kind == OPT_FLAG ? sizeof(bool)
+                  : d->kind == OPT_LIST ? sizeof dst->hidden
+                                        : sizeof(int64_t); /* int64_t, uint64_t, double */
+    memcpy((char *)dst + d->off, (const char *)src + d->off, size);
+    if (d->kind == OPT_LIST)
+        dst->n_hidden = src->n_hidden;
+}
+
+int settings_merge(train_opts *o, const train_opts *ck, const char *where)
+{
+    const opt_def *t = opts_table();
+    int epochs = (int)(opts_find("epochs") - t), steps = (int)(opts_find("steps") - t);
+    bool length_given = o->given[epochs] || o->given[steps];
+    for (int i = 0; i < opts_count(); i++) {
+        const opt_def *d = &t[i];
+        if (d->cls == OC_RUN)
+            continue;
+        if (i == epochs || i == steps) {
+            /* The run's length is one choice: both from the command line
+             * when it gives either, else both from the checkpoint. */
+            if (!length_given)
+                copy_value(d, o, ck);
+            continue;
+        }
+        if (!o->given[i]) {
+            copy_value(d, o, ck);
+            continue;
+        }
+        /* Options of another model were never saved: their values here are
+         * the defaults, and opts_resolve refuses them anyway. */
+        if (d->cls == OC_SHAPE && (!d->models || strcmp(d->models, ck->model) == 0) && !same_value(d, o, ck)) {
+            char mine[256], theirs[256];
+            describe(d, o, mine, sizeof mine);
+            describe(d, ck, theirs, sizeof theirs);
+            fprintf(stderr,
+                    "ampc: --%s %s conflicts with the checkpoint %s, saved with --%s %s (a resumed run keeps "
+                    "its model's shape and optimizer; leave --%s out)\n",
+                    d->name, mine, where, d->name, theirs, d->name);
+            return EXIT_USAGE;
+        }
+    }
+    /* A precision given anew leaves the checkpoint's --no-scaler behind. */
+    if (o->given[opts_find("precision") - t] && !o->given[opts_find("no-scaler") - t])
+        o->no_scaler = false;
+    return -1;
+}
