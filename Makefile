@@ -3,6 +3,7 @@
 #                (a CNN on Fashion-MNIST in bf16, about a minute; ARGS="..." adds options)
 #   make test    install what is missing, build, run every test (CTest)
 #   make asan    the tests again under AddressSanitizer + UBSan
+#   make bench   benchmarks: GEMM, grad scaler, training step beside PyTorch
 #   make install PREFIX=/usr/local
 
 BUILD ?= build
@@ -10,7 +11,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DAMPC_WERROR=ON
 
-.PHONY: all deps build train test asan install clean
+.PHONY: all deps build train test asan bench install clean
 
 all: build
 
@@ -34,6 +35,9 @@ asan: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 AMPC_TEST_QUICK=1 \
 		UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+
+bench: deps build
+	bench/run.sh $(BUILD) $(ARGS)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -78,7 +78,7 @@ static int path_vertices(const char *svg, const char *cls)
 static void test_log_lines_are_exact_json_with_null_for_nan_and_inf(void)
 {
     const char *path = tmp_path("exact.jsonl");
-    log_file *l = log_open(path);
+    log_file *l = log_open(path, false);
     CHECK(l != NULL);
     if (!l)
         return;
@@ -117,7 +117,7 @@ static void test_log_number_keeps_scale_exact_and_drops_negative_zero(void)
 static void test_log_open_error_names_the_path(void)
 {
     const char *p = "/nonexistent-ampc-dir/run.jsonl";
-    CHECK(log_open(p) == NULL);
+    CHECK(log_open(p, false) == NULL);
     CHECK_ERROR(AMP_ERR_IO, p);
     CHECK_OK(log_close(NULL));
 }
@@ -129,7 +129,7 @@ static void test_log_open_error_names_the_path(void)
  * every 50 steps. Returns how many steps were skipped. */
 static int write_run(const char *path, int n, bool with_scale, double loss0, double loss_end)
 {
-    log_file *l = log_open(path);
+    log_file *l = log_open(path, false);
     CHECK(l != NULL);
     if (!l)
         return -1;

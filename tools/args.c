@@ -91,7 +91,7 @@ static const opt_def opts[] = {
     O("resume", "DIR", OPT_STR, OC_RUN, resume, 0, 0, NULL, NULL, true,
       "continue the run saved in DIR (its settings; saves there unless --save)"),
     O("log", "FILE", OPT_STR, OC_RUN, log, 0, 0, NULL, NULL, false,
-      "write one JSON line per optimizer step to FILE, anew (see ampc plot)"),
+      "write one JSON line per optimizer step to FILE (appended to when resuming; see ampc plot)"),
     O("log-every", "N", OPT_INT, OC_RUN, log_every, 1, 1e12, NULL, NULL, false,
       "steps between progress lines (default: about 20 a run)"),
 };

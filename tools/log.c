@@ -29,7 +29,7 @@ const char *log_number(char *buf, size_t n, double v, int digits)
     return buf;
 }
 
-log_file *log_open(const char *path)
+log_file *log_open(const char *path, bool append)
 {
     if (!path)
         return amp_fail_null(AMP_ERR_ARG, "log: NULL path");
@@ -40,7 +40,7 @@ log_file *log_open(const char *path)
         free(copy);
         return amp_fail_null(AMP_ERR_MEMORY, "log: %s: out of memory", path);
     }
-    l->f = fopen(path, "w");
+    l->f = fopen(path, append ? "a" : "w");
     if (!l->f) {
         amp_set_error(AMP_ERR_IO, "log: cannot create %s: %s", path, strerror(errno));
         free(copy);

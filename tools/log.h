@@ -52,9 +52,10 @@ typedef struct {
     double samples_per_s; /* > 0: written */
 } log_record;
 
-/* Creates (truncates) path for writing; NULL with an AMP_ERR_IO error
- * naming path when it cannot. */
-log_file *log_open(const char *path);
+/* Opens path for writing: truncated, or appended to when append (a resumed
+ * run continues its log); NULL with an AMP_ERR_IO error naming path when
+ * it cannot. */
+log_file *log_open(const char *path, bool append);
 /* Writes r as one line and flushes it. AMP_ERR_IO naming the file when the
  * write fails (disk full ...). */
 amp_status log_step(log_file *f, const log_record *r);

@@ -111,7 +111,7 @@ static int open_log(const train_opts *o, log_file **lf)
     *lf = NULL;
     if (!o->log)
         return -1;
-    if (!(*lf = log_open(o->log))) {
+    if (!(*lf = log_open(o->log, o->resume != NULL))) {
         fprintf(stderr, "ampc: --log: %s\n", amp_last_error());
         return 1;
     }
