@@ -9,6 +9,7 @@
 #include "reference/softmax_ref.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* An owned tensor of dt holding the floats v (rounded to dt). */
 static amp_tensor *make(amp_shape s, amp_dtype dt, const float *v)
@@ -475,6 +476,55 @@ static void test_softmax_and_mse_errors(void)
     amp_tensor_free(i);
 }
 
+
+/* 16-bit logits are widened a row at a time and each result rounded once:
+ * the loss and every gradient element are the f32 op's on the same values,
+ * rounded, bit for bit; big enough for several threads, with ignored rows,
+ * and the same again on the scalar path (amp_cpu_limit(0)) to f32 rounding. */
+static void test_cross_entropy_16bit_rows_round_once(void)
+{
+    const int64_t N = 300, C = 97;
+    amp_tensor *lab = amp_empty(AMP_SHAPE(N), AMP_I64);
+    int64_t *lv = amp_tensor_data(lab);
+    for (int64_t i = 0; i < N; i++)
+        lv[i] = i % 17 == 3 ? -100 : (i * 31) % C;
+    const amp_dtype dts[2] = {AMP_BF16, AMP_F16};
+    for (int d = 0; d < 2; d++) {
+        amp_tensor *x = test_uniform(AMP_SHAPE(N, C), dts[d], -8, 8, 171);
+        amp_tensor *x32 = amp_clone(amp_to(x, AMP_F32));
+        amp_tensor_set_requires_grad(x, true);
+        amp_tensor_set_requires_grad(x32, true);
+        amp_tensor *l = amp_cross_entropy(x, lab), *l32 = amp_cross_entropy(x32, lab);
+        CHECK(l && l32 && amp_tensor_dtype(l) == dts[d]);
+        CHECK_OK(amp_backward(l));
+        CHECK_OK(amp_backward(l32));
+        uint16_t want;
+        float lf = (float)amp_tensor_get(l32, 0);
+        amp_convert(&lf, AMP_F32, &want, dts[d], 1);
+        CHECK(l && *(const uint16_t *)amp_tensor_data(l) == want);
+        amp_tensor *g = amp_tensor_grad(x), *g32 = amp_tensor_grad(x32);
+        uint16_t *gw = malloc((size_t)(N * C) * sizeof(uint16_t));
+        amp_convert(amp_tensor_data(g32), AMP_F32, gw, dts[d], (size_t)(N * C));
+        CHECK(g && memcmp(amp_tensor_data(g), gw, (size_t)(N * C) * sizeof(uint16_t)) == 0);
+        free(gw);
+        /* the scalar loops (libm expf, serial sums) agree to f32 rounding */
+        amp_cpu_limit(0);
+        amp_tensor *xs = amp_clone(x32);
+        amp_tensor_set_requires_grad(xs, true);
+        amp_tensor *ls = amp_cross_entropy(xs, lab);
+        CHECK_OK(amp_backward(ls));
+        amp_cpu_limit(~0u);
+        CHECK_NEAR(amp_tensor_get(ls, 0), amp_tensor_get(l32, 0), 1e-6 * fabs(amp_tensor_get(l32, 0)));
+        double worst = 0;
+        for (int64_t i = 0; i < N * C; i++)
+            worst = fmax(worst, fabs(amp_tensor_get(amp_tensor_grad(xs), i) - amp_tensor_get(g32, i)));
+        CHECK_MSG(worst <= 1e-8, "scalar and vector cross_entropy grads differ by %g", worst);
+        amp_tensor_free(x), amp_tensor_free(x32), amp_tensor_free(xs);
+        amp_temps_free();
+    }
+    amp_tensor_free(lab);
+}
+
 int main(void)
 {
     RUN(test_softmax_values_along_each_dim);
@@ -487,6 +537,7 @@ int main(void)
     RUN(test_cross_entropy_all_ignored_is_nan);
     RUN(test_cross_entropy_errors);
     RUN(test_cross_entropy_16bit);
+    RUN(test_cross_entropy_16bit_rows_round_once);
     RUN(test_mse_loss_values_and_gradients);
     RUN(test_mse_loss_mixed_dtypes);
     RUN(test_16bit_softmax_matches_f32);
