@@ -43,7 +43,7 @@ if [ -x "$build/bench_gemm" ]; then
   gemm_args=()
   [ $quick = 1 ] && gemm_args+=(--reps 1 --max-n 512)
   "$build/bench_gemm" "${gemm_args[@]}" --json bench/gemm.json | tee -a "$md"
-  cat bench/gemm.json >> "$out" 2>/dev/null
+  python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' bench/gemm.json >> "$out" 2>/dev/null
   echo >> "$md"
 fi
 
