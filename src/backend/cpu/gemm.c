@@ -82,6 +82,12 @@ const char *gemm_kernel_name(void) { return pick_kernel()->name; }
 
 /* ------------------------------------------------------------- packing */
 
+#if defined(__x86_64__)
+/* gemm_x86.c: packs w lines (line r at s + r * rs, unit stride along k)
+ * over kc steps into dst[k * R + r], zeroing lines w .. R-1; R <= 32. */
+void gemm_pack_lines_avx512(const float *s, int64_t rs, int w, int R, int64_t kc, float *dst);
+#endif
+
 /* One operand as the packer sees it: element (r, k), where r runs along
  * C's rows (for A) or columns (for B), sits at element r * rs + k * ks.
  * One of rs, ks is 1 (operand_a / operand_b below make them so). */
@@ -97,6 +103,24 @@ typedef struct {
  * memcpy calls. */
 static void pack_panel(const operand *o, int64_t r0, int w, int R, int64_t k0, int64_t kc, float *dst)
 {
+#if defined(__x86_64__)
+    /* Lines stored along k are a transpose: done 16 x 16 in registers. */
+    if (o->ks == 1 && R <= 32 && (amp_cpu_features() & AMP_CPU_AVX512F)) {
+        if (o->dt == AMP_F32) {
+            gemm_pack_lines_avx512((const float *)o->p + r0 * o->rs + k0, o->rs, w, R, kc, dst);
+        } else {
+            /* widen the lines first, then transpose as f32 */
+            float run[32 * GEMM_KC];
+            const char *s = (const char *)o->p;
+            size_t es = amp_dtype_size(o->dt);
+            for (int r = 0; r < w; r++)
+                amp_convert(s + (size_t)((r0 + r) * o->rs + k0) * es, o->dt, run + r * kc, AMP_F32,
+                            (size_t)kc);
+            gemm_pack_lines_avx512(run, kc, w, R, kc, dst);
+        }
+        return;
+    }
+#endif
     if (o->dt == AMP_F32) {
         const float *s = (const float *)o->p;
         if (o->ks == 1) {
@@ -163,7 +187,9 @@ static amp_status gemm_run(const operand *a, const operand *b, int64_t M, int64_
     }
     const gemm_kernel *kern = pick_kernel();
     const int MR = kern->mr, NR = kern->nr;
-    const int64_t kc_max = K < GEMM_KC ? K : GEMM_KC;
+    /* K in equal blocks of at most GEMM_KC (K = 288 as 2 x 144, not 256 +
+     * a 32-step block that barely amortises its C loads and stores). */
+    const int64_t kc_max = ceil_div(K, ceil_div(K, GEMM_KC));
     const int64_t nc_max = N < GEMM_NC ? ceil_div(N, NR) * NR : GEMM_NC;
     const int64_t m_panels = ceil_div(M, MR);
 
@@ -207,8 +233,8 @@ static amp_status gemm_run(const operand *a, const operand *b, int64_t M, int64_
             if (chunks > n_panels)
                 chunks = n_panels;
             const int64_t items = m_panels * chunks;
-            for (int64_t pc = 0; pc < K; pc += GEMM_KC) {
-                const int64_t kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
+            for (int64_t pc = 0; pc < K; pc += kc_max) {
+                const int64_t kc = K - pc < kc_max ? K - pc : kc_max;
                 const float beta_k = pc == 0 ? beta : 1.0f;
 #pragma omp for schedule(static)
                 for (int64_t jp = 0; jp < n_panels; jp++) {
