@@ -17,6 +17,8 @@
 
 #include <immintrin.h>
 
+#include "backend/cpu/transpose_x86.h"
+
 /* ------------------------------------------------------------- AVX-512 */
 
 #define A512_MR 12
@@ -65,35 +67,16 @@ __attribute__((target("avx512f,fma"))) static void micro_avx512(int64_t kc, cons
 
 const gemm_kernel gemm_kernel_avx512 = {A512_MR, A512_NR, micro_avx512, "avx512 12x32"};
 
-/* In-register transpose of a 16 x 16 block: v[i] lane j becomes v[j] lane
- * i. Pairs interleave, then 4 x 4 blocks inside each 128-bit lane, then
- * the 128-bit lanes themselves move across the four row groups. */
-__attribute__((target("avx512f"))) static inline void transpose16(__m512 v[16])
+/* The shared integer transpose (transpose_x86.h) on float bits: the casts
+ * cost nothing. */
+__attribute__((target("avx512f"))) static inline void transpose16_ps(__m512 v[16])
 {
-    __m512 t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
-    }
-    /* v[4g + j], 128-bit lane L: rows 4g .. 4g+3 at column 4L + j */
-    for (int g = 0; g < 4; g++) {
-        v[4 * g] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
-        v[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
-        v[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
-        v[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
-    }
-    for (int j = 0; j < 4; j++) {
-        __m512 u0 = _mm512_shuffle_f32x4(v[j], v[4 + j], 0x88);
-        __m512 u1 = _mm512_shuffle_f32x4(v[j], v[4 + j], 0xDD);
-        __m512 w0 = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0x88);
-        __m512 w1 = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0xDD);
-        t[j] = _mm512_shuffle_f32x4(u0, w0, 0x88);
-        t[4 + j] = _mm512_shuffle_f32x4(u1, w1, 0x88);
-        t[8 + j] = _mm512_shuffle_f32x4(u0, w0, 0xDD);
-        t[12 + j] = _mm512_shuffle_f32x4(u1, w1, 0xDD);
-    }
+    __m512i r[16];
     for (int i = 0; i < 16; i++)
-        v[i] = t[i];
+        r[i] = _mm512_castps_si512(v[i]);
+    transpose16(r);
+    for (int i = 0; i < 16; i++)
+        v[i] = _mm512_castsi512_ps(r[i]);
 }
 
 /* The packer for operands stored along k (see gemm.c): 16 lines x 16 k at
@@ -113,7 +96,7 @@ __attribute__((target("avx512f"))) void gemm_pack_lines_avx512(const float *s, i
             __m512 v[16];
             for (int i = 0; i < 16; i++)
                 v[i] = rg + i < w ? _mm512_maskz_loadu_ps(km, s + (rg + i) * rs + kb) : _mm512_setzero_ps();
-            transpose16(v);
+            transpose16_ps(v);
             float *d = dst + kb * R + rg;
             for (int k = 0; k < kn; k++)
                 _mm512_mask_storeu_ps(d + k * R, rm, v[k]);
