@@ -33,7 +33,7 @@
  * and tiny problems (below ATTN_PAR_MIN) run on the calling thread.
  */
 #include "backend/cpu/gemm.h"
-#include "ops/ops.h"
+#include "ops/infer.h"
 #include "ops/simd.h"
 
 #include <math.h>
@@ -47,42 +47,6 @@ amp_tensor *amp_attention(amp_tensor *q, amp_tensor *k, amp_tensor *v, bool caus
     amp_tensor *in[3] = {q, k, v};
     op_params p = {.i = {causal}};
     return op_apply(OP_ATTENTION, in, 3, &p);
-}
-
-/* Heads (the product of the leading dims), rows T and head width d. */
-typedef struct {
-    int64_t heads, T, d;
-    float scale;
-    bool causal;
-} attn_plan;
-
-static bool attn_plan_make(const node *n, attn_plan *pl)
-{
-    for (int i = 0; i < 3; i++)
-        if (!op_require_float(n, i))
-            return false;
-    const amp_tensor *q = n->in[0];
-    if (n->in[1]->dtype != q->dtype || n->in[2]->dtype != q->dtype) {
-        op_fail_dtype(n, n->in[1]->dtype != q->dtype ? 1 : 2,
-                      "q, k and v must have one dtype (autocast casts them to one)");
-        return false;
-    }
-    if (q->shape.ndim < 2) {
-        op_fail_shapes(n, "q, k and v need at least 2 dims [.., T, d]");
-        return false;
-    }
-    if (!shape_equal(q->shape, n->in[1]->shape) || !shape_equal(q->shape, n->in[2]->shape)) {
-        op_fail_shapes(n, "q, k and v must have the same shape [.., T, d]");
-        return false;
-    }
-    int nd = q->shape.ndim;
-    pl->T = q->shape.d[nd - 2];
-    pl->d = q->shape.d[nd - 1];
-    pl->heads = pl->T * pl->d > 0 ? q->numel / (pl->T * pl->d) : 0;
-    /* PyTorch's default scale, 1 / sqrt(E), computed in double then rounded. */
-    pl->scale = pl->d > 0 ? (float)(1.0 / sqrt((double)pl->d)) : 1.0f;
-    pl->causal = n->p.i[0] != 0;
-    return true;
 }
 
 /* Entries of row i that the mask keeps: all T, or 0..i when causal. */
@@ -218,7 +182,7 @@ static amp_status forward_head(void *vc, int64_t h, float *S)
 amp_tensor *attention_forward(node *n)
 {
     attn_plan pl;
-    if (!attn_plan_make(n, &pl))
+    if (!attention_infer(n, &pl))
         return NULL;
     const amp_tensor *q = n->in[0];
     if (q->numel == 0)
@@ -332,7 +296,7 @@ static amp_status backward_head(void *vc, int64_t h, float *scratch)
 amp_status attention_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 {
     attn_plan pl;
-    if (!attn_plan_make(n, &pl))
+    if (!attention_infer(n, &pl))
         return amp_last_status();
     const amp_tensor *q = n->in[0];
     for (int i = 0; i < 3; i++) {

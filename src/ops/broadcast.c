@@ -10,6 +10,7 @@
  * plain loop over contiguous memory.
  */
 #include "ops/broadcast.h"
+#include "ops/infer.h"
 
 #include <stdlib.h>
 
@@ -69,48 +70,10 @@ typedef struct {
 
 static void ew_plan_build(ew_plan *p, amp_shape out, const ew_arg *in, int nin)
 {
-    int64_t cs[EW_MAX_IN][AMP_MAX_DIMS];
-    for (int k = 0; k < nin; k++) {
-        amp_shape s = in[k].shape;
-        int lead = out.ndim - s.ndim;
-        int64_t st = 1;
-        for (int i = out.ndim - 1; i >= 0; i--) {
-            int j = i - lead;
-            if (j < 0 || s.d[j] == 1) {
-                cs[k][i] = 0;
-            } else {
-                cs[k][i] = st;
-                st *= s.d[j];
-            }
-        }
-    }
-    p->nd = 0;
-    for (int i = 0; i < out.ndim; i++) {
-        if (out.d[i] == 1)
-            continue;
-        if (p->nd > 0) {
-            int q = p->nd - 1;
-            bool merge = true;
-            for (int k = 0; k < nin; k++)
-                merge = merge && p->st[k][q] == cs[k][i] * out.d[i];
-            if (merge) {
-                p->d[q] *= out.d[i];
-                for (int k = 0; k < nin; k++)
-                    p->st[k][q] = cs[k][i];
-                continue;
-            }
-        }
-        p->d[p->nd] = out.d[i];
-        for (int k = 0; k < nin; k++)
-            p->st[k][p->nd] = cs[k][i];
-        p->nd++;
-    }
-    if (p->nd == 0) { /* a single element */
-        p->nd = 1;
-        p->d[0] = 1;
-        for (int k = 0; k < nin; k++)
-            p->st[k][0] = 0;
-    }
+    amp_shape shapes[EW_MAX_IN];
+    for (int k = 0; k < nin; k++)
+        shapes[k] = in[k].shape;
+    p->nd = bcast_plan(out, shapes, nin, p->d, p->st);
 }
 
 void ew_map(amp_tensor *out, const ew_arg *in, int nin, ew_fn fn, const void *ctx)
@@ -392,12 +355,6 @@ amp_tensor *sum_to_shape(const amp_tensor *g, amp_shape small, amp_dtype dt, dou
         float s = (float)scale;
         return ew_new(small, dt, &a, 1, ew_scale, &s);
     }
-    unsigned mask = 0;
-    int lead = g->shape.ndim - small.ndim;
-    for (int i = 0; i < g->shape.ndim; i++) {
-        int j = i - lead;
-        if (j < 0 || (small.d[j] == 1 && g->shape.d[i] != 1))
-            mask |= 1u << i;
-    }
+    const unsigned mask = sum_to_shape_mask(g->shape, small);
     return reduce_sum(&a, mask, scale, small, dt);
 }

@@ -10,6 +10,7 @@
  * reads (input or saved output) follow PyTorch's derivatives.yaml.
  */
 #include "ops/broadcast.h"
+#include "ops/infer.h"
 #include "ops/simd.h"
 
 #include <math.h>
@@ -132,17 +133,13 @@ KERNEL(k_pow_grad, s == 0.0f ? 0.0f : a * (s * pow_p(B[j], s - 1.0f)))
 
 static amp_tensor *binary_forward(node *n, ew_fn fn)
 {
-    if (!op_require_float(n, 0) || !op_require_float(n, 1))
-        return NULL;
     const amp_tensor *a = n->in[0], *b = n->in[1];
     amp_shape s;
-    if (!bcast_shapes(a->shape, b->shape, &s)) {
-        char sa[96], sb[96];
-        return amp_fail_null(AMP_ERR_SHAPE, "%s: shapes %s and %s cannot broadcast", op_name(n),
-                             amp_shape_str(a->shape, sa, sizeof sa), amp_shape_str(b->shape, sb, sizeof sb));
-    }
+    amp_dtype dt;
+    if (!binary_infer(n, &s, &dt))
+        return NULL;
     ew_arg args[2] = {ew_arg_of(a), ew_arg_of(b)};
-    return ew_new(s, promote_tensors(a, b), args, 2, fn, NULL);
+    return ew_new(s, dt, args, 2, fn, NULL);
 }
 
 /* The gradient of input i: fn(args) over the output's shape, summed back

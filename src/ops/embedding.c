@@ -13,7 +13,7 @@
  * words and rebuilds the mask instead of keeping it in memory.
  * Params: f[0] = p (0 also in eval mode), i[0] = seed, i[1] = first counter.
  */
-#include "ops/ops.h"
+#include "ops/infer.h"
 
 #include <math.h>
 #include <string.h>
@@ -29,14 +29,9 @@
 amp_tensor *embedding_forward(node *n)
 {
     const amp_tensor *w = n->in[0], *idx = n->in[1];
-    if (!op_require_float(n, 0))
+    amp_shape s;
+    if (!embedding_infer(n, &s))
         return NULL;
-    if (idx->dtype != AMP_I32 && idx->dtype != AMP_I64)
-        return op_fail_dtype(n, 1, "indices must be i32 or i64");
-    if (w->shape.ndim != 2)
-        return op_fail_shapes(n, "weight must be 2-D [num_embeddings, embedding_dim]");
-    if (idx->shape.ndim > AMP_MAX_DIMS - 1)
-        return op_fail_shapes(n, "indices have too many dims for one more");
     const int64_t V = w->shape.d[0], D = w->shape.d[1];
     const void *ip = tensor_ptr(idx);
     for (int64_t i = 0; i < idx->numel; i++) {
@@ -47,8 +42,6 @@ amp_tensor *embedding_forward(node *n)
                                  "(valid: 0 to %lld)",
                                  op_name(n), (long long)v, (long long)i, (long long)V, (long long)V - 1);
     }
-    amp_shape s = idx->shape;
-    s.d[s.ndim++] = D;
     amp_tensor *out = tensor_new(s, w->dtype);
     if (!out)
         return NULL;

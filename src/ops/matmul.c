@@ -19,7 +19,7 @@
  * output. Every gradient comes out in its input's dtype.
  */
 #include "backend/cpu/gemm.h"
-#include "ops/ops.h"
+#include "ops/infer.h"
 
 #include <string.h>
 #ifdef _OPENMP
@@ -27,71 +27,6 @@
 #endif
 
 /* ------------------------------------------------------------ matmul */
-
-/* How a matmul maps onto GEMMs: batch products of [M, K] @ [K, N], where
- * batch k reads a at k * sa and b at k * sb (elements; 0 = shared). */
-typedef struct {
-    int64_t batch, M, N, K, sa, sb;
-    amp_shape out;
-} mm_plan;
-
-static bool mm_plan_make(const node *n, mm_plan *pl)
-{
-    amp_shape a = n->in[0]->shape, b = n->in[1]->shape;
-    int da = a.ndim, db = b.ndim;
-    if (da < 1 || db < 1) {
-        op_fail_shapes(n, "both inputs need at least one dim");
-        return false;
-    }
-    int64_t Ka = a.d[da - 1], Kb = db == 1 ? b.d[0] : b.d[db - 2];
-    if (Ka != Kb) {
-        op_fail_shapes(n, "the last dim of a and the contracted dim of b differ");
-        return false;
-    }
-    *pl = (mm_plan){.batch = 1, .K = Ka, .N = db == 1 ? 1 : b.d[db - 1]};
-    amp_shape out = {0};
-    if (db <= 2) {
-        /* Fold every leading dim of a into M. */
-        pl->M = 1;
-        for (int i = 0; i < da - 1; i++) {
-            pl->M *= a.d[i];
-            out.d[out.ndim++] = a.d[i];
-        }
-    } else {
-        if (da >= 3 && (da != db || memcmp(a.d, b.d, sizeof(int64_t) * (size_t)(da - 2)) != 0)) {
-            op_fail_shapes(n, "batch dims differ (broadcasting them is not supported)");
-            return false;
-        }
-        for (int i = 0; i < db - 2; i++) {
-            out.d[out.ndim++] = b.d[i];
-            pl->batch *= b.d[i];
-        }
-        pl->M = da == 1 ? 1 : a.d[da - 2];
-        if (da >= 2)
-            out.d[out.ndim++] = pl->M;
-        pl->sa = da >= 3 ? pl->M * pl->K : 0;
-        pl->sb = pl->K * pl->N;
-    }
-    if (db >= 2)
-        out.d[out.ndim++] = pl->N;
-    pl->out = out;
-    return true;
-}
-
-/* Both inputs float and of one dtype. */
-static bool same_float_dtypes(const node *n)
-{
-    for (int i = 0; i < n->n_in; i++)
-        if (!op_require_float(n, i))
-            return false;
-    for (int i = 1; i < n->n_in; i++)
-        if (n->in[i]->dtype != n->in[0]->dtype) {
-            amp_fail_null(AMP_ERR_DTYPE, "%s: dtypes %s and %s differ", op_name(n),
-                          amp_dtype_name(n->in[0]->dtype), amp_dtype_name(n->in[i]->dtype));
-            return false;
-        }
-    return true;
-}
 
 static const char *at(const amp_tensor *t, int64_t elem)
 {
@@ -130,7 +65,7 @@ static amp_status run_batched(const batched *g, int64_t batch, const char *op)
 amp_tensor *matmul_forward(node *n)
 {
     mm_plan pl;
-    if (!same_float_dtypes(n) || !mm_plan_make(n, &pl))
+    if (!same_float_dtypes(n) || !matmul_infer(n, &pl))
         return NULL;
     const amp_tensor *a = n->in[0], *b = n->in[1];
     amp_tensor *out = tensor_new(pl.out, a->dtype);
@@ -150,7 +85,7 @@ amp_tensor *matmul_forward(node *n)
 amp_status matmul_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 {
     mm_plan pl;
-    if (!mm_plan_make(n, &pl))
+    if (!matmul_infer(n, &pl))
         return amp_last_status();
     const amp_tensor *a = n->in[0], *b = n->in[1];
     amp_dtype dt = a->dtype;
@@ -193,42 +128,10 @@ amp_status matmul_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 
 /* ------------------------------------------------------------ linear */
 
-/* i[0] says whether a bias was given; it is then input 2. */
-static bool lin_has_bias(const node *n) { return n->p.i[0] != 0 && n->n_in > 2; }
-
-/* Rows of x (its leading dims folded), in and out features. */
-typedef struct {
-    int64_t rows, in, out;
-} lin_plan;
-
-static bool lin_plan_make(const node *n, lin_plan *pl)
-{
-    const amp_tensor *x = n->in[0], *w = n->in[1];
-    bool has_bias = lin_has_bias(n);
-    if (x->shape.ndim < 1 || w->shape.ndim != 2) {
-        op_fail_shapes(n, "need x [.., in] and weight [out, in]");
-        return false;
-    }
-    pl->in = w->shape.d[1];
-    pl->out = w->shape.d[0];
-    if (x->shape.d[x->shape.ndim - 1] != pl->in) {
-        op_fail_shapes(n, "the last dim of x and the weight's in_features differ");
-        return false;
-    }
-    if (has_bias && (n->in[2]->shape.ndim != 1 || n->in[2]->shape.d[0] != pl->out)) {
-        op_fail_shapes(n, "the bias must be [out_features]");
-        return false;
-    }
-    pl->rows = 1;
-    for (int i = 0; i < x->shape.ndim - 1; i++)
-        pl->rows *= x->shape.d[i];
-    return true;
-}
-
 amp_tensor *linear_forward(node *n)
 {
     lin_plan pl;
-    if (!same_float_dtypes(n) || !lin_plan_make(n, &pl))
+    if (!same_float_dtypes(n) || !linear_infer(n, &pl))
         return NULL;
     const amp_tensor *x = n->in[0], *w = n->in[1];
     bool has_bias = lin_has_bias(n);
@@ -333,7 +236,7 @@ static void transpose_widen(const void *src, amp_dtype dt, int64_t rows, int64_t
 amp_status linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 {
     lin_plan pl;
-    if (!lin_plan_make(n, &pl))
+    if (!linear_infer(n, &pl))
         return amp_last_status();
     const amp_tensor *x = n->in[0], *w = n->in[1];
     amp_dtype dt = x->dtype;

@@ -24,10 +24,9 @@
  * have a dtype other than x's (PyTorch's CPU mixed-dtype layer_norm); the
  * output takes x's dtype and each gradient its input's.
  */
-#include "ops/ops.h"
+#include "ops/infer.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -212,50 +211,10 @@ static int row_threads(int64_t M, int64_t N)
     return M * N > PAR_MIN_WORK && M > 1 ? amp_threads() : 1;
 }
 
-typedef struct {
-    const amp_tensor *x, *w, *b;
-    int64_t rows, cols;
-} ln_args;
-
-/* Validates the inputs and fills a; false with the error set. */
-static bool ln_check(node *n, ln_args *a)
-{
-    const amp_tensor *x = n->in[0];
-    int k = (int)n->p.i[0];
-    int hw = n->p.i[1] != 0, hb = n->p.i[2] != 0;
-    if (n->n_in != 1 + hw + hb)
-        return op_fail_shapes(n, "inputs do not match the weight/bias flags"), false;
-    for (int i = 0; i < n->n_in; i++)
-        if (!op_require_float(n, i))
-            return false;
-    if (k < 1 || k > x->shape.ndim) {
-        char why[96];
-        snprintf(why, sizeof why, "normalized_ndim %d must be in [1, %d]", k, x->shape.ndim);
-        return op_fail_shapes(n, why), false;
-    }
-    amp_shape ns = {k, {0}};
-    for (int d = 0; d < k; d++)
-        ns.d[d] = x->shape.d[x->shape.ndim - k + d];
-    a->x = x;
-    a->w = hw ? n->in[1] : NULL;
-    a->b = hb ? n->in[1 + hw] : NULL;
-    for (int i = 1; i < n->n_in; i++) {
-        if (!shape_equal(n->in[i]->shape, ns)) {
-            char why[160], b[96];
-            snprintf(why, sizeof why, "%s must have the normalized shape %s",
-                     i == 1 && hw ? "weight" : "bias", amp_shape_str(ns, b, sizeof b));
-            return op_fail_shapes(n, why), false;
-        }
-    }
-    a->cols = shape_numel(ns);
-    a->rows = a->cols ? x->numel / a->cols : 0;
-    return true;
-}
-
 amp_tensor *layer_norm_forward(node *n)
 {
     ln_args a;
-    if (!ln_check(n, &a))
+    if (!layer_norm_infer(n, &a))
         return NULL;
     const int64_t M = a.rows, N = a.cols;
     const int nt = row_threads(M, N);

@@ -9,65 +9,14 @@
  * reduced dims (divided by the count for mean).
  */
 #include "ops/broadcast.h"
-
-/* Which dims a reduction covers, from p.i[0] = keepdim, p.i[1] = number
- * of dims (0 = all), p.i[2..] = the dims. */
-typedef struct {
-    unsigned mask;    /* bit i: dim i is reduced */
-    amp_shape out;    /* the result's shape */
-    amp_shape keep;   /* the input's shape with reduced dims set to 1 */
-    int64_t count;    /* elements summed into each result element */
-} reduce_dims;
-
-static bool parse_dims(const node *n, reduce_dims *r)
-{
-    const amp_tensor *x = n->in[0];
-    int nd = x->shape.ndim, ndims = (int)n->p.i[1];
-    bool keepdim = n->p.i[0] != 0;
-    /* As PyTorch, a 0-d tensor accepts dim 0 or -1 (and reduces nothing). */
-    int range = nd > 0 ? nd : 1;
-    r->mask = 0;
-    if (ndims == 0) {
-        r->mask = (1u << nd) - 1u;
-    }
-    for (int k = 0; k < ndims; k++) {
-        int64_t d = n->p.i[2 + k];
-        if (d < -range || d >= range) {
-            amp_fail_null(AMP_ERR_ARG, "%s: dim %lld is out of range for a tensor of %d dims", op_name(n),
-                          (long long)d, nd);
-            return false;
-        }
-        int dd = (int)(d < 0 ? d + range : d);
-        if (r->mask & (1u << dd)) {
-            amp_fail_null(AMP_ERR_ARG, "%s: dim %d appears more than once in the list of dims", op_name(n),
-                          dd);
-            return false;
-        }
-        r->mask |= 1u << dd;
-    }
-    if (nd == 0)
-        r->mask = 0;
-    r->out.ndim = 0;
-    r->keep = x->shape;
-    r->count = 1;
-    for (int i = 0; i < nd; i++) {
-        bool red = (r->mask >> i) & 1u;
-        if (red) {
-            r->count *= x->shape.d[i];
-            r->keep.d[i] = 1;
-        }
-        if (!red || keepdim)
-            r->out.d[r->out.ndim++] = red ? 1 : x->shape.d[i];
-    }
-    return true;
-}
+#include "ops/infer.h"
 
 static amp_tensor *reduce_forward(node *n, bool mean)
 {
     if (!op_require_float(n, 0))
         return NULL;
     reduce_dims r;
-    if (!parse_dims(n, &r))
+    if (!reduce_infer(n, &r))
         return NULL;
     ew_arg a = ew_arg_of(n->in[0]);
     /* mean of nothing is 0 * inf = NaN, as PyTorch's. */
@@ -82,7 +31,7 @@ static amp_status reduce_backward(node *n, const amp_tensor *gout, amp_tensor **
     if (!in_needs_grad(n, 0))
         return AMP_OK;
     reduce_dims r;
-    if (!parse_dims(n, &r))
+    if (!reduce_infer(n, &r))
         return fail_status();
     const amp_tensor *x = n->in[0];
     ew_arg g = {tensor_ptr(gout), gout->dtype, r.keep};

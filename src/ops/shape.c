@@ -10,8 +10,8 @@
  * and the writes stay within a few cache lines for any ndim.
  */
 #include "ops/broadcast.h"
+#include "ops/infer.h"
 
-#include <stdio.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -22,55 +22,10 @@
 
 /* -------------------------------------------------------------- reshape */
 
-/* The target shape of reshape from n->p (i[0] = ndim, i[1..] = sizes, one
- * may be -1); false with an error naming both shapes. */
-static bool reshape_target(node *n, amp_shape *out)
-{
-    const amp_tensor *x = n->in[0];
-    amp_shape req = {(int)n->p.i[0], {0}};
-    int infer = -1;
-    int64_t known = 1;
-    const char *why = NULL;
-    for (int k = 0; k < req.ndim; k++) {
-        req.d[k] = n->p.i[1 + k];
-        if (req.d[k] == -1) {
-            if (infer >= 0)
-                why = "only one dim can be -1";
-            infer = k;
-        } else if (req.d[k] < 0) {
-            why = "sizes must be >= 0 or -1";
-        } else {
-            known *= req.d[k];
-        }
-    }
-    if (!why && infer >= 0) {
-        if (known == 0)
-            why = "the -1 dim is ambiguous beside a zero-sized dim";
-        else if (x->numel % known != 0)
-            why = "the element counts do not match";
-        else
-            req.d[infer] = x->numel / known;
-    }
-    if (!why && shape_numel(req) != x->numel)
-        why = "the element counts do not match";
-    if (why) {
-        char a[96], b[96];
-        amp_shape shown = {(int)n->p.i[0], {0}};
-        for (int k = 0; k < shown.ndim; k++)
-            shown.d[k] = n->p.i[1 + k];
-        amp_set_error(AMP_ERR_SHAPE, "%s: cannot view shape %s (%lld elements) as %s: %s", op_name(n),
-                      amp_shape_str(x->shape, a, sizeof a), (long long)x->numel,
-                      amp_shape_str(shown, b, sizeof b), why);
-        return false;
-    }
-    *out = req;
-    return true;
-}
-
 amp_tensor *reshape_forward(node *n)
 {
     amp_shape s;
-    if (!reshape_target(n, &s))
+    if (!reshape_infer(n, &s))
         return NULL;
     return tensor_view(n->in[0], s);
 }
@@ -86,32 +41,6 @@ amp_status reshape_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 }
 
 /* -------------------------------------------------------------- permute */
-
-/* The normalised permutation in n->p (negative dims count from the end);
- * false with an error naming it. */
-static bool perm_of(node *n, int *perm)
-{
-    const int nd = n->in[0]->shape.ndim;
-    bool seen[AMP_MAX_DIMS] = {false}, ok = true;
-    for (int k = 0; k < nd; k++) {
-        int d = (n->p.i[k] >= -nd && n->p.i[k] < nd) ? shape_dim(nd, (int)n->p.i[k]) : -1;
-        if (d < 0 || seen[d])
-            ok = false;
-        else
-            seen[d] = true;
-        perm[k] = d;
-    }
-    if (ok)
-        return true;
-    char why[200];
-    size_t len = (size_t)snprintf(why, sizeof why, "dims (");
-    for (int k = 0; k < nd && len < sizeof why; k++)
-        len += (size_t)snprintf(why + len, sizeof why - len, k ? ", %lld" : "%lld", (long long)n->p.i[k]);
-    if (len < sizeof why)
-        snprintf(why + len, sizeof why - len, ") are not a permutation of 0..%d", nd - 1);
-    op_fail_shapes(n, why);
-    return false;
-}
 
 /* One element type's tile and run loops, for element sizes 2, 4 and 8. */
 #define DEFINE_TILE(T)                                                                            \
@@ -231,7 +160,7 @@ amp_tensor *permute_forward(node *n)
 {
     const amp_tensor *x = n->in[0];
     int perm[AMP_MAX_DIMS];
-    if (!perm_of(n, perm))
+    if (!permute_infer(n, perm))
         return NULL;
     amp_shape s = x->shape;
     for (int k = 0; k < s.ndim; k++)
@@ -248,7 +177,7 @@ amp_status permute_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
     if (!in_needs_grad(n, 0))
         return AMP_OK;
     int perm[AMP_MAX_DIMS], inv[AMP_MAX_DIMS];
-    if (!perm_of(n, perm))
+    if (!permute_infer(n, perm))
         return amp_last_status();
     for (int k = 0; k < gout->shape.ndim; k++)
         inv[perm[k]] = k;
@@ -272,42 +201,11 @@ static int64_t inner_from(const amp_tensor *t, int d)
 
 amp_tensor *cat_forward(node *n)
 {
-    const amp_tensor *t0 = n->in[0];
-    const int nd = t0->shape.ndim;
-    if (nd == 0)
-        return op_fail_shapes(n, "zero-dimensional tensors cannot be concatenated");
-    const int dim = shape_dim(nd, (int)n->p.i[0]);
-    if (dim < 0)
-        return amp_fail_null(AMP_ERR_ARG, "%s: dim %lld out of range for %d dims", op_name(n),
-                             (long long)n->p.i[0], nd);
-    amp_dtype dt = t0->dtype;
-    amp_shape s = t0->shape;
-    for (int i = 1; i < n->n_in; i++) {
-        const amp_tensor *t = n->in[i];
-        if (t->dtype != dt) {
-            /* PyTorch's promotion among floats: any two different float
-             * dtypes give f32 (f32 wins, f16 + bf16 has no 16-bit home). */
-            if (!amp_dtype_is_float(t->dtype) || !amp_dtype_is_float(dt))
-                return amp_fail_null(AMP_ERR_DTYPE,
-                                     "%s: tensor %d has dtype %s but tensor 0 has %s (integer "
-                                     "tensors must all have the same dtype)",
-                                     op_name(n), i, amp_dtype_name(t->dtype),
-                                     amp_dtype_name(t0->dtype));
-            dt = AMP_F32;
-        }
-        bool fits = t->shape.ndim == nd;
-        for (int d = 0; fits && d < nd; d++)
-            fits = d == dim || t->shape.d[d] == t0->shape.d[d];
-        if (!fits) {
-            char a[96], b[96];
-            return amp_fail_null(AMP_ERR_SHAPE,
-                                 "%s: tensor %d has shape %s but tensor 0 has %s (sizes must match "
-                                 "except in dim %d)",
-                                 op_name(n), i, amp_shape_str(t->shape, a, sizeof a),
-                                 amp_shape_str(t0->shape, b, sizeof b), dim);
-        }
-        s.d[dim] += t->shape.d[dim];
-    }
+    amp_shape s;
+    amp_dtype dt;
+    int dim;
+    if (!cat_infer(n, &s, &dt, &dim))
+        return NULL;
     amp_tensor *out = tensor_new(s, dt);
     if (!out)
         return NULL;

@@ -12,6 +12,7 @@
  * row.
  */
 #include "ops/broadcast.h"
+#include "ops/infer.h"
 #include "ops/simd.h"
 
 #include <math.h>
@@ -19,34 +20,6 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-
-/* A tensor seen as [outer, len, inner] around the dim an op works along. */
-typedef struct {
-    int64_t outer, len, inner;
-} dim_view;
-
-/* p.i[0] = dim (negative counts from the end; a 0-d tensor takes 0 or -1,
- * as in PyTorch). */
-static bool view_along(const node *n, dim_view *v)
-{
-    const amp_tensor *x = n->in[0];
-    int nd = x->shape.ndim, range = nd > 0 ? nd : 1;
-    int64_t d = n->p.i[0];
-    if (d < -range || d >= range) {
-        amp_fail_null(AMP_ERR_ARG, "%s: dim %lld is out of range for a tensor of %d dims", op_name(n),
-                      (long long)d, nd);
-        return false;
-    }
-    int dim = (int)(d < 0 ? d + range : d);
-    *v = (dim_view){1, nd > 0 ? x->shape.d[dim] : 1, 1};
-    for (int i = 0; i < nd; i++) {
-        if (i < dim)
-            v->outer *= x->shape.d[i];
-        if (i > dim)
-            v->inner *= x->shape.d[i];
-    }
-    return true;
-}
 
 /* Columns per block when the dim is not the last: the block's running
  * max and sums live on the stack while the dim is walked. */
@@ -180,7 +153,7 @@ static amp_tensor *along_dim(const amp_tensor *a, const amp_tensor *b, amp_dtype
 static amp_tensor *softmax_like_forward(node *n, block_fn fn)
 {
     dim_view v;
-    if (!op_require_float(n, 0) || !view_along(n, &v))
+    if (!op_require_float(n, 0) || !dim_view_infer(n, &v))
         return NULL;
     amp_tensor *out = along_dim(n->in[0], NULL, n->in[0]->dtype, v, fn);
     if (out && n->needs_grad && op_save(n, 0, out) != AMP_OK) {
@@ -195,7 +168,7 @@ static amp_status softmax_like_backward(node *n, const amp_tensor *gout, amp_ten
     dim_view v;
     if (!in_needs_grad(n, 0))
         return AMP_OK;
-    if (!view_along(n, &v))
+    if (!dim_view_infer(n, &v))
         return fail_status();
     gin[0] = along_dim(gout, n->saved[0], n->in[0]->dtype, v, fn);
     return gin[0] ? AMP_OK : fail_status();
@@ -241,16 +214,8 @@ static const float *logits_row(const amp_tensor *x, int64_t i, int64_t C, float 
 static int64_t check_labels(const node *n)
 {
     const amp_tensor *x = n->in[0], *t = n->in[1];
-    if (!op_require_float(n, 0))
+    if (!cross_entropy_infer(n))
         return -1;
-    if (t->dtype != AMP_I32 && t->dtype != AMP_I64) {
-        op_fail_dtype(n, 1, "labels must be class indices (i32 or i64)");
-        return -1;
-    }
-    if (x->shape.ndim != 2 || t->shape.ndim != 1 || t->shape.d[0] != x->shape.d[0]) {
-        op_fail_shapes(n, "expected logits [N, C] and labels [N]");
-        return -1;
-    }
     int64_t N = x->shape.d[0], C = x->shape.d[1], ignore = n->p.i[0], count = 0;
     for (int64_t i = 0; i < N; i++) {
         int64_t y = load_i64(tensor_ptr(t), t->dtype, (size_t)i);
@@ -406,11 +371,9 @@ static void k_mse_grad(float *out, const float *const *in, int64_t n, const void
  * f32, their sum double. */
 amp_tensor *mse_loss_forward(node *n)
 {
-    if (!op_require_float(n, 0) || !op_require_float(n, 1))
+    if (!mse_loss_infer(n))
         return NULL;
     const amp_tensor *a = n->in[0], *b = n->in[1];
-    if (!shape_equal(a->shape, b->shape))
-        return op_fail_shapes(n, "input and target must have the same shape");
     ew_arg args[2] = {ew_arg_of(a), ew_arg_of(b)};
     amp_tensor *sq = ew_new(a->shape, AMP_F32, args, 2, k_sqdiff, NULL);
     if (!sq)

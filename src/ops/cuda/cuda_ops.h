@@ -18,6 +18,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "ops/broadcast.h"
+#include "ops/infer.h"
 
 /* New CUDA tensors (one reference, no pool). */
 static inline amp_tensor *cu_new(amp_shape s, amp_dtype dt) { return tensor_new_on(s, dt, AMP_CUDA); }
@@ -40,13 +41,6 @@ amp_tensor *cu_ew(cuda_ew_op op, amp_shape shape, amp_dtype dt, const cu_arg *in
 amp_tensor *cu_reduce(const cu_arg *x, unsigned mask, double scale, amp_shape out_shape, amp_dtype dt);
 /* scale * g summed back to shape small (a broadcast input's gradient). */
 amp_tensor *cu_sum_to_shape(const amp_tensor *g, amp_shape small, amp_dtype dt, double scale);
-
-/* The dim an op works along as [outer, len, inner] (softmax, argmax), from
- * p.i[0]; false with an error. */
-typedef struct {
-    int64_t outer, len, inner;
-} cu_dim_view;
-bool cu_view_along(const node *n, cu_dim_view *v);
 
 /* elementwise.c */
 amp_tensor *cu_add_forward(node *n);

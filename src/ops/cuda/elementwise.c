@@ -14,52 +14,20 @@
 #ifdef AMPC_HAVE_CUDA
 
 #include "ops/cuda/cuda_ops.h"
+#include "ops/infer.h"
 
 /* ------------------------------------------------------------- helpers */
 
 /* The output's simplified shape and each operand's strides along it. */
+_Static_assert(CUDA_MAX_DIMS == AMP_MAX_DIMS && CUDA_EW_MAX_IN <= EW_MAX_IN, "bcast_plan's array sizes");
+
 static void plan_build(cuda_ew_plan *p, amp_shape out, const cu_arg *in, int nin)
 {
-    int64_t cs[CUDA_EW_MAX_IN][AMP_MAX_DIMS];
-    for (int k = 0; k < nin; k++) {
-        amp_shape s = in[k].shape;
-        int lead = out.ndim - s.ndim;
-        int64_t st = 1;
-        for (int i = out.ndim - 1; i >= 0; i--) {
-            int j = i - lead;
-            if (j < 0 || s.d[j] == 1) {
-                cs[k][i] = 0;
-            } else {
-                cs[k][i] = st;
-                st *= s.d[j];
-            }
-        }
-    }
+    amp_shape shapes[CUDA_EW_MAX_IN];
+    for (int k = 0; k < nin; k++)
+        shapes[k] = in[k].shape;
     memset(p, 0, sizeof *p);
-    for (int i = 0; i < out.ndim; i++) {
-        if (out.d[i] == 1)
-            continue;
-        if (p->nd > 0) {
-            int q = p->nd - 1;
-            bool merge = true;
-            for (int k = 0; k < nin; k++)
-                merge = merge && p->st[k][q] == cs[k][i] * out.d[i];
-            if (merge) {
-                p->d[q] *= out.d[i];
-                for (int k = 0; k < nin; k++)
-                    p->st[k][q] = cs[k][i];
-                continue;
-            }
-        }
-        p->d[p->nd] = out.d[i];
-        for (int k = 0; k < nin; k++)
-            p->st[k][p->nd] = cs[k][i];
-        p->nd++;
-    }
-    if (p->nd == 0) { /* a single element */
-        p->nd = 1;
-        p->d[0] = 1;
-    }
+    p->nd = bcast_plan(out, shapes, nin, p->d, p->st);
 }
 
 amp_tensor *cu_ew(cuda_ew_op op, amp_shape shape, amp_dtype dt, const cu_arg *in, int nin, float s0)
@@ -133,13 +101,7 @@ amp_tensor *cu_sum_to_shape(const amp_tensor *g, amp_shape small, amp_dtype dt, 
             return tensor_convert(g, dt);
         return cu_ew(CEW_MUL_S, small, dt, &a, 1, (float)scale);
     }
-    unsigned mask = 0;
-    int lead = g->shape.ndim - small.ndim;
-    for (int i = 0; i < g->shape.ndim; i++) {
-        int j = i - lead;
-        if (j < 0 || (small.d[j] == 1 && g->shape.d[i] != 1))
-            mask |= 1u << i;
-    }
+    const unsigned mask = sum_to_shape_mask(g->shape, small);
     return cu_reduce(&a, mask, scale, small, dt);
 }
 
@@ -147,17 +109,13 @@ amp_tensor *cu_sum_to_shape(const amp_tensor *g, amp_shape small, amp_dtype dt, 
 
 static amp_tensor *binary_forward(node *n, cuda_ew_op op)
 {
-    if (!op_require_float(n, 0) || !op_require_float(n, 1))
-        return NULL;
     const amp_tensor *a = n->in[0], *b = n->in[1];
     amp_shape s;
-    if (!bcast_shapes(a->shape, b->shape, &s)) {
-        char sa[96], sb[96];
-        return amp_fail_null(AMP_ERR_SHAPE, "%s: shapes %s and %s cannot broadcast", op_name(n),
-                             amp_shape_str(a->shape, sa, sizeof sa), amp_shape_str(b->shape, sb, sizeof sb));
-    }
+    amp_dtype dt;
+    if (!binary_infer(n, &s, &dt))
+        return NULL;
     cu_arg args[2] = {cu_arg_of(a), cu_arg_of(b)};
-    return cu_ew(op, s, promote_tensors(a, b), args, 2, 0.0f);
+    return cu_ew(op, s, dt, args, 2, 0.0f);
 }
 
 /* op(args) over the output's shape, summed back to input i's shape, in

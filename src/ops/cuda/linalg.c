@@ -20,73 +20,12 @@
 #ifdef AMPC_HAVE_CUDA
 
 #include "ops/cuda/cuda_ops.h"
+#include "ops/infer.h"
 
 #include <math.h>
 #include <string.h>
 
 /* ------------------------------------------------------------- matmul */
-
-typedef struct {
-    int64_t batch, M, N, K, sa, sb;
-    amp_shape out;
-} mm_plan;
-
-/* src/ops/matmul.c's mm_plan_make. */
-static bool mm_plan_make(const node *n, mm_plan *pl)
-{
-    amp_shape a = n->in[0]->shape, b = n->in[1]->shape;
-    int da = a.ndim, db = b.ndim;
-    if (da < 1 || db < 1) {
-        op_fail_shapes(n, "both inputs need at least one dim");
-        return false;
-    }
-    int64_t Ka = a.d[da - 1], Kb = db == 1 ? b.d[0] : b.d[db - 2];
-    if (Ka != Kb) {
-        op_fail_shapes(n, "the last dim of a and the contracted dim of b differ");
-        return false;
-    }
-    *pl = (mm_plan){.batch = 1, .K = Ka, .N = db == 1 ? 1 : b.d[db - 1]};
-    amp_shape out = {0};
-    if (db <= 2) {
-        pl->M = 1;
-        for (int i = 0; i < da - 1; i++) {
-            pl->M *= a.d[i];
-            out.d[out.ndim++] = a.d[i];
-        }
-    } else {
-        if (da >= 3 && (da != db || memcmp(a.d, b.d, sizeof(int64_t) * (size_t)(da - 2)) != 0)) {
-            op_fail_shapes(n, "batch dims differ (broadcasting them is not supported)");
-            return false;
-        }
-        for (int i = 0; i < db - 2; i++) {
-            out.d[out.ndim++] = b.d[i];
-            pl->batch *= b.d[i];
-        }
-        pl->M = da == 1 ? 1 : a.d[da - 2];
-        if (da >= 2)
-            out.d[out.ndim++] = pl->M;
-        pl->sa = da >= 3 ? pl->M * pl->K : 0;
-        pl->sb = pl->K * pl->N;
-    }
-    if (db >= 2)
-        out.d[out.ndim++] = pl->N;
-    pl->out = out;
-    return true;
-}
-
-static bool same_float_dtypes(const node *n)
-{
-    for (int i = 0; i < n->n_in; i++)
-        if (!op_require_float(n, i))
-            return false;
-    for (int i = 1; i < n->n_in; i++)
-        if (n->in[i]->dtype != n->in[0]->dtype) {
-            amp_fail_null(AMP_ERR_DTYPE, "%s: dtypes %s and %s differ", op_name(n), amp_dtype_name(n->in[0]->dtype),
-                          amp_dtype_name(n->in[i]->dtype));
-            return false;
-        }
-    return true;
-}
 
 static const char *at(const amp_tensor *t, int64_t elem)
 {
@@ -96,7 +35,7 @@ static const char *at(const amp_tensor *t, int64_t elem)
 amp_tensor *cu_matmul_forward(node *n)
 {
     mm_plan pl;
-    if (!same_float_dtypes(n) || !mm_plan_make(n, &pl))
+    if (!same_float_dtypes(n) || !matmul_infer(n, &pl))
         return NULL;
     const amp_tensor *a = n->in[0], *b = n->in[1];
     amp_tensor *out = cu_new(pl.out, a->dtype);
@@ -111,7 +50,7 @@ amp_tensor *cu_matmul_forward(node *n)
 amp_status cu_matmul_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 {
     mm_plan pl;
-    if (!mm_plan_make(n, &pl))
+    if (!matmul_infer(n, &pl))
         return amp_last_status();
     const amp_tensor *a = n->in[0], *b = n->in[1];
     const amp_dtype dt = a->dtype;
@@ -151,39 +90,10 @@ amp_status cu_matmul_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 
 /* ------------------------------------------------------------- linear */
 
-static bool lin_has_bias(const node *n) { return n->p.i[0] != 0 && n->n_in > 2; }
-
-typedef struct {
-    int64_t rows, in, out;
-} lin_plan;
-
-static bool lin_plan_make(const node *n, lin_plan *pl)
-{
-    const amp_tensor *x = n->in[0], *w = n->in[1];
-    if (x->shape.ndim < 1 || w->shape.ndim != 2) {
-        op_fail_shapes(n, "need x [.., in] and weight [out, in]");
-        return false;
-    }
-    pl->in = w->shape.d[1];
-    pl->out = w->shape.d[0];
-    if (x->shape.d[x->shape.ndim - 1] != pl->in) {
-        op_fail_shapes(n, "the last dim of x and the weight's in_features differ");
-        return false;
-    }
-    if (lin_has_bias(n) && (n->in[2]->shape.ndim != 1 || n->in[2]->shape.d[0] != pl->out)) {
-        op_fail_shapes(n, "the bias must be [out_features]");
-        return false;
-    }
-    pl->rows = 1;
-    for (int i = 0; i < x->shape.ndim - 1; i++)
-        pl->rows *= x->shape.d[i];
-    return true;
-}
-
 amp_tensor *cu_linear_forward(node *n)
 {
     lin_plan pl;
-    if (!same_float_dtypes(n) || !lin_plan_make(n, &pl))
+    if (!same_float_dtypes(n) || !linear_infer(n, &pl))
         return NULL;
     const amp_tensor *x = n->in[0], *w = n->in[1];
     const bool has_bias = lin_has_bias(n);
@@ -208,7 +118,7 @@ amp_tensor *cu_linear_forward(node *n)
 amp_status cu_linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 {
     lin_plan pl;
-    if (!lin_plan_make(n, &pl))
+    if (!linear_infer(n, &pl))
         return amp_last_status();
     const amp_tensor *x = n->in[0], *w = n->in[1];
     const amp_dtype dt = x->dtype;
@@ -237,40 +147,6 @@ amp_status cu_linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 
 /* ---------------------------------------------------------- attention */
 
-typedef struct {
-    int64_t heads, T, d;
-    float scale;
-    bool causal;
-} attn_plan;
-
-static bool attn_plan_make(const node *n, attn_plan *pl)
-{
-    for (int i = 0; i < 3; i++)
-        if (!op_require_float(n, i))
-            return false;
-    const amp_tensor *q = n->in[0];
-    if (n->in[1]->dtype != q->dtype || n->in[2]->dtype != q->dtype) {
-        op_fail_dtype(n, n->in[1]->dtype != q->dtype ? 1 : 2,
-                      "q, k and v must have one dtype (autocast casts them to one)");
-        return false;
-    }
-    if (q->shape.ndim < 2) {
-        op_fail_shapes(n, "q, k and v need at least 2 dims [.., T, d]");
-        return false;
-    }
-    if (!shape_equal(q->shape, n->in[1]->shape) || !shape_equal(q->shape, n->in[2]->shape)) {
-        op_fail_shapes(n, "q, k and v must have the same shape [.., T, d]");
-        return false;
-    }
-    int nd = q->shape.ndim;
-    pl->T = q->shape.d[nd - 2];
-    pl->d = q->shape.d[nd - 1];
-    pl->heads = pl->T * pl->d > 0 ? q->numel / (pl->T * pl->d) : 0;
-    pl->scale = pl->d > 0 ? (float)(1.0 / sqrt((double)pl->d)) : 1.0f;
-    pl->causal = n->p.i[0] != 0;
-    return true;
-}
-
 /* S [heads, T, T] f32 = scale q kᵀ. */
 static amp_tensor *scores(const node *n, const attn_plan *pl)
 {
@@ -288,7 +164,7 @@ static amp_tensor *scores(const node *n, const attn_plan *pl)
 amp_tensor *cu_attention_forward(node *n)
 {
     attn_plan pl;
-    if (!attn_plan_make(n, &pl))
+    if (!attention_infer(n, &pl))
         return NULL;
     const amp_tensor *q = n->in[0];
     const amp_dtype dt = q->dtype;
@@ -323,7 +199,7 @@ amp_tensor *cu_attention_forward(node *n)
 amp_status cu_attention_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 {
     attn_plan pl;
-    if (!attn_plan_make(n, &pl))
+    if (!attention_infer(n, &pl))
         return amp_last_status();
     const amp_tensor *q = n->in[0];
     const amp_dtype dt = q->dtype;

@@ -10,15 +10,15 @@
 #ifdef AMPC_HAVE_CUDA
 
 #include "ops/cuda/cuda_ops.h"
+#include "ops/infer.h"
 
-#include <stdio.h>
 
 /* ------------------------------------------------------------- softmax */
 
 static amp_tensor *softmax_like_forward(node *n, bool log)
 {
-    cu_dim_view v;
-    if (!op_require_float(n, 0) || !cu_view_along(n, &v))
+    dim_view v;
+    if (!op_require_float(n, 0) || !dim_view_infer(n, &v))
         return NULL;
     const amp_tensor *x = n->in[0];
     amp_tensor *out = cu_new(x->shape, x->dtype);
@@ -34,10 +34,10 @@ static amp_tensor *softmax_like_forward(node *n, bool log)
 
 static amp_status softmax_like_backward(node *n, const amp_tensor *gout, amp_tensor **gin, bool log)
 {
-    cu_dim_view v;
+    dim_view v;
     if (!in_needs_grad(n, 0))
         return AMP_OK;
-    if (!cu_view_along(n, &v))
+    if (!dim_view_infer(n, &v))
         return fail_status();
     const amp_tensor *x = n->in[0], *y = n->saved[0];
     gin[0] = cu_new(x->shape, x->dtype);
@@ -62,25 +62,9 @@ amp_status cu_log_softmax_backward(node *n, const amp_tensor *gout, amp_tensor *
 
 /* ------------------------------------------------------- cross_entropy */
 
-static bool check_xent(const node *n)
-{
-    const amp_tensor *x = n->in[0], *t = n->in[1];
-    if (!op_require_float(n, 0))
-        return false;
-    if (t->dtype != AMP_I32 && t->dtype != AMP_I64) {
-        op_fail_dtype(n, 1, "labels must be class indices (i32 or i64)");
-        return false;
-    }
-    if (x->shape.ndim != 2 || t->shape.ndim != 1 || t->shape.d[0] != x->shape.d[0]) {
-        op_fail_shapes(n, "expected logits [N, C] and labels [N]");
-        return false;
-    }
-    return true;
-}
-
 amp_tensor *cu_cross_entropy_forward(node *n)
 {
-    if (!check_xent(n))
+    if (!cross_entropy_infer(n))
         return NULL;
     const amp_tensor *x = n->in[0], *t = n->in[1];
     const int64_t N = x->shape.d[0], C = x->shape.d[1];
@@ -123,50 +107,10 @@ amp_status cu_cross_entropy_backward(node *n, const amp_tensor *gout, amp_tensor
 
 /* ---------------------------------------------------------- layer_norm */
 
-typedef struct {
-    const amp_tensor *x, *w, *b;
-    int64_t rows, cols;
-} ln_args;
-
-/* src/ops/norm.c's ln_check. */
-static bool ln_check(node *n, ln_args *a)
-{
-    const amp_tensor *x = n->in[0];
-    int k = (int)n->p.i[0];
-    int hw = n->p.i[1] != 0, hb = n->p.i[2] != 0;
-    if (n->n_in != 1 + hw + hb)
-        return op_fail_shapes(n, "inputs do not match the weight/bias flags"), false;
-    for (int i = 0; i < n->n_in; i++)
-        if (!op_require_float(n, i))
-            return false;
-    if (k < 1 || k > x->shape.ndim) {
-        char why[96];
-        snprintf(why, sizeof why, "normalized_ndim %d must be in [1, %d]", k, x->shape.ndim);
-        return op_fail_shapes(n, why), false;
-    }
-    amp_shape ns = {k, {0}};
-    for (int d = 0; d < k; d++)
-        ns.d[d] = x->shape.d[x->shape.ndim - k + d];
-    a->x = x;
-    a->w = hw ? n->in[1] : NULL;
-    a->b = hb ? n->in[1 + hw] : NULL;
-    for (int i = 1; i < n->n_in; i++) {
-        if (!shape_equal(n->in[i]->shape, ns)) {
-            char why[160], b[96];
-            snprintf(why, sizeof why, "%s must have the normalized shape %s", i == 1 && hw ? "weight" : "bias",
-                     amp_shape_str(ns, b, sizeof b));
-            return op_fail_shapes(n, why), false;
-        }
-    }
-    a->cols = shape_numel(ns);
-    a->rows = a->cols ? x->numel / a->cols : 0;
-    return true;
-}
-
 amp_tensor *cu_layer_norm_forward(node *n)
 {
     ln_args a;
-    if (!ln_check(n, &a))
+    if (!layer_norm_infer(n, &a))
         return NULL;
     amp_tensor *out = cu_new(a.x->shape, a.x->dtype);
     amp_tensor *mean = n->needs_grad ? cu_new(AMP_SHAPE(a.rows), AMP_F32) : NULL;
@@ -222,17 +166,10 @@ amp_status cu_layer_norm_backward(node *n, const amp_tensor *gout, amp_tensor **
 amp_tensor *cu_embedding_forward(node *n)
 {
     const amp_tensor *w = n->in[0], *idx = n->in[1];
-    if (!op_require_float(n, 0))
+    amp_shape s;
+    if (!embedding_infer(n, &s))
         return NULL;
-    if (idx->dtype != AMP_I32 && idx->dtype != AMP_I64)
-        return op_fail_dtype(n, 1, "indices must be i32 or i64");
-    if (w->shape.ndim != 2)
-        return op_fail_shapes(n, "weight must be 2-D [num_embeddings, embedding_dim]");
-    if (idx->shape.ndim > AMP_MAX_DIMS - 1)
-        return op_fail_shapes(n, "indices have too many dims for one more");
     const int64_t V = w->shape.d[0], D = w->shape.d[1];
-    amp_shape s = idx->shape;
-    s.d[s.ndim++] = D;
     amp_tensor *out = cu_new(s, w->dtype);
     if (out && cuda_embedding(tensor_ptr(w), w->dtype, tensor_ptr(idx), idx->dtype, idx->numel, V, D,
                               tensor_ptr(out)) != AMP_OK) {

@@ -1,0 +1,111 @@
+/*
+ * infer.h - the checks and result-shape computation that an op's CPU
+ * forward (src/ops) and its CUDA forward (src/ops/cuda) share.
+ *
+ * Both backends must reject the same inputs with the same messages and
+ * give the same result shapes and dtypes; keeping that logic in one place
+ * means the two cannot drift apart. Each function runs on the host, on
+ * shapes, dtypes and n->p only (never on tensor data); the bool ones set
+ * the error and return false when the inputs do not fit (bcast_plan and
+ * sum_to_shape_mask are shape arithmetic that cannot fail).
+ */
+#ifndef AMPC_OPS_INFER_H
+#define AMPC_OPS_INFER_H
+
+#include "ops/ops.h"
+
+/* add, sub, mul, div: both inputs float, their broadcast shape and
+ * promoted dtype. */
+bool binary_infer(const node *n, amp_shape *out, amp_dtype *dt);
+
+/* sum, mean: which dims a reduction covers, from p.i[0] = keepdim,
+ * p.i[1] = number of dims (0 = all), p.i[2..] = the dims. */
+typedef struct {
+    unsigned mask;    /* bit i: dim i is reduced */
+    amp_shape out;    /* the result's shape */
+    amp_shape keep;   /* the input's shape with reduced dims set to 1 */
+    int64_t count;    /* elements summed into each result element */
+} reduce_dims;
+bool reduce_infer(const node *n, reduce_dims *r);
+
+/* layer_norm: its inputs (weight and bias NULL when absent), rows and the
+ * normalised width (p.i[0] = normalized_ndim, i[1], i[2] = has weight,
+ * has bias). */
+typedef struct {
+    const amp_tensor *x, *w, *b;
+    int64_t rows, cols;
+} ln_args;
+bool layer_norm_infer(const node *n, ln_args *a);
+
+/* softmax, log_softmax, argmax: a tensor seen as [outer, len, inner]
+ * around the dim an op works along, p.i[0] (negative counts from the end;
+ * a 0-d tensor takes 0 or -1, as in PyTorch). */
+typedef struct {
+    int64_t outer, len, inner;
+} dim_view;
+bool dim_view_infer(const node *n, dim_view *v);
+
+/* cross_entropy: float logits [N, C] and i32/i64 labels [N] (the labels'
+ * values are checked by the CPU forward only: it reads them on the host). */
+bool cross_entropy_infer(const node *n);
+
+/* mse_loss: input and target float, of one shape. */
+bool mse_loss_infer(const node *n);
+
+/* embedding: a float weight [V, D] and i32/i64 indices, the result's shape
+ * (the indices' shape and D). */
+bool embedding_infer(const node *n, amp_shape *out);
+
+/* An elementwise kernel's plan: the output's shape simplified the way
+ * PyTorch's TensorIterator does it (size-1 dims dropped, neighbours that
+ * every operand walks contiguously merged) into nd dims of d, and each of
+ * the nin (at most EW_MAX_IN) operands' element strides along them in st
+ * (0 where it is broadcast). Returns nd, at least 1. */
+int bcast_plan(amp_shape out, const amp_shape *in, int nin, int64_t *d, int64_t (*st)[AMP_MAX_DIMS]);
+
+/* The dims of big that summing it back to small (a shape it was
+ * broadcast from) reduces: bit i for dim i of big. */
+unsigned sum_to_shape_mask(amp_shape big, amp_shape small);
+
+/* reshape: the target shape from n->p (i[0] = ndim, i[1..] = sizes, one
+ * may be -1). */
+bool reshape_infer(const node *n, amp_shape *out);
+
+/* permute: the normalised permutation in n->p (negative dims count from
+ * the end). */
+bool permute_infer(const node *n, int *perm);
+
+/* cat: the result's shape and dtype, and the normalised dim. */
+bool cat_infer(const node *n, amp_shape *out, amp_dtype *dt, int *dim);
+
+/* matmul: how it maps onto GEMMs, batch products of [M, K] @ [K, N],
+ * where batch k reads a at k * sa and b at k * sb (elements; 0 = shared),
+ * and the result's shape. */
+typedef struct {
+    int64_t batch, M, N, K, sa, sb;
+    amp_shape out;
+} mm_plan;
+bool matmul_infer(const node *n, mm_plan *pl);
+
+/* Every input float and all of one dtype (matmul, linear). */
+bool same_float_dtypes(const node *n);
+
+/* linear: i[0] says whether a bias was given; it is then input 2. */
+static inline bool lin_has_bias(const node *n) { return n->p.i[0] != 0 && n->n_in > 2; }
+
+/* linear: rows of x (its leading dims folded), in and out features. */
+typedef struct {
+    int64_t rows, in, out;
+} lin_plan;
+bool linear_infer(const node *n, lin_plan *pl);
+
+/* attention: heads (the product of the leading dims), rows T, head width
+ * d, the softmax scale and whether the mask is causal. */
+typedef struct {
+    int64_t heads, T, d;
+    float scale;
+    bool causal;
+} attn_plan;
+bool attention_infer(const node *n, attn_plan *pl);
+
+#endif
