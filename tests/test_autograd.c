@@ -5,6 +5,8 @@
  */
 #include "harness.h"
 
+#include <pthread.h>
+
 static amp_tensor *leaf(amp_shape s, double v)
 {
     amp_tensor *t = amp_full(s, AMP_F32, v);
@@ -12,13 +14,31 @@ static amp_tensor *leaf(amp_shape s, double v)
     return t;
 }
 
-static void test_error_is_per_thread_and_clearable(void)
+static void test_error_is_kept_until_cleared(void)
 {
     amp_clear_error();
     CHECK_EQ_INT(amp_last_status(), AMP_OK);
     CHECK(strcmp(amp_last_error(), "") == 0);
     CHECK(isnan(amp_item(NULL)));
     CHECK_ERROR(AMP_ERR_ARG, "NULL tensor");
+}
+
+static void *fail_in_thread(void *arg)
+{
+    (void)arg;
+    amp_item(NULL); /* sets this thread's error only */
+    return (void *)(intptr_t)amp_last_status();
+}
+
+static void test_errors_are_per_thread(void)
+{
+    amp_clear_error();
+    pthread_t th;
+    void *st;
+    pthread_create(&th, NULL, fail_in_thread, NULL);
+    pthread_join(th, &st);
+    CHECK_EQ_INT((intptr_t)st, AMP_ERR_ARG);
+    CHECK_EQ_INT(amp_last_status(), AMP_OK); /* this thread saw nothing */
 }
 
 static void test_null_input_keeps_first_error(void)
@@ -167,7 +187,8 @@ static void test_deep_chain_does_not_overflow_the_stack(void)
 
 int main(void)
 {
-    RUN(test_error_is_per_thread_and_clearable);
+    RUN(test_error_is_kept_until_cleared);
+    RUN(test_errors_are_per_thread);
     RUN(test_null_input_keeps_first_error);
     RUN(test_leaf_gradient);
     RUN(test_gradients_accumulate_until_cleared);
