@@ -36,7 +36,7 @@ if ! timeout 120 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DAMPC_WERROR
   exit 1
 fi
 phase "build"
-if ! timeout 240 cmake --build "$build" -j "$jobs" --target ampc_static ampc_shared test_cuda test_device bench_cuda \
+if ! timeout 240 cmake --build "$build" -j "$jobs" --target ampc_static ampc_shared ampc test_cuda test_device bench_cuda \
      > "$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -30
   echo "gpu-check: build failed"

@@ -1,15 +1,18 @@
 /*
  * test_cuda.c - the CUDA backend against the CPU: every op with a CUDA
- * kernel, forward and backward, in f32 / f16 / bf16 with per-dtype
- * tolerances (the CPU result is the reference); tensors on the device; the
- * caching allocator's steady state; the grad scaler's conformance cases 3,
+ * kernel (conv2d and the pools included), forward and backward, in f32 /
+ * f16 / bf16 with per-dtype tolerances (the CPU result is the reference);
+ * tensors on the device; the caching allocator's steady state; the grad scaler's conformance cases 3,
  * 5, 8 and 11 with the scaler and optimizer on the device; autocast on
- * CUDA; and a short MLP training run that must follow the CPU's.
+ * CUDA; a short MLP training run that must follow the CPU's;
+ * checkpoints of a CUDA model (loaded on the CPU and on CUDA); and `ampc
+ * train / eval --device cuda` on tiny images (against the CPU, resumed bit
+ * for bit, the default fp16 with the scaler).
  *
  * Without a GPU every test is reported as skipped (never as passed) and
  * the program exits 77, which CTest shows as "Skipped".
  */
-#include "harness.h"
+#include "test_cli_util.h"
 
 #include <stdlib.h>
 
@@ -356,6 +359,120 @@ static void test_matmul_linear_attention(void)
     }
 }
 
+/* ------------------------------------------------------ conv and pools */
+
+typedef struct {
+    int kind; /* 0 conv2d, 1 max_pool2d, 2 avg_pool2d */
+    int k, stride, pad;
+    bool bias;
+} conv_ctx;
+
+static amp_tensor *f_conv(amp_tensor **in, const void *c)
+{
+    const conv_ctx *e = c;
+    switch (e->kind) {
+    case 0: return amp_conv2d(in[0], in[1], e->bias ? in[2] : NULL, e->stride, e->pad);
+    case 1: return amp_max_pool2d(in[0], e->k, e->stride, e->pad);
+    default: return amp_avg_pool2d(in[0], e->k, e->stride, e->pad);
+    }
+}
+
+/* conv2d in every dtype: the cnn model's two layers (1 -> 32 and
+ * 32 -> 64, 3x3, padding 1, on 28x28 and 14x14, batch 4), stride 2 with
+ * padding 1, a non-square kernel without padding, with and without bias;
+ * the result and the gradients of x, the weight and the bias. */
+static void test_conv2d(void)
+{
+    if (!gpu())
+        return;
+    static const struct {
+        int64_t N, C, H, W, O, kh, kw;
+        int stride, pad;
+        bool bias;
+    } cases[] = {
+        {4, 1, 28, 28, 32, 3, 3, 1, 1, true},  /* cnn conv1 */
+        {4, 32, 14, 14, 64, 3, 3, 1, 1, true}, /* cnn conv2 */
+        {4, 32, 14, 14, 64, 3, 3, 1, 1, false},
+        {2, 3, 9, 7, 5, 3, 3, 2, 1, true},
+        {2, 3, 9, 7, 5, 3, 3, 2, 1, false},
+        {3, 4, 8, 10, 6, 2, 3, 2, 0, true},
+        {1, 2, 5, 5, 3, 5, 5, 1, 0, false}, /* the kernel covers the image: one output */
+    };
+    for (int d = 0; d < 3; d++)
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            amp_dtype dt = FLOATS[d];
+            amp_tensor *in[3] = {
+                test_uniform(AMP_SHAPE(cases[k].N, cases[k].C, cases[k].H, cases[k].W), dt, -1, 1, 71 + k),
+                test_uniform(AMP_SHAPE(cases[k].O, cases[k].C, cases[k].kh, cases[k].kw), dt, -0.5, 0.5, 81 + k),
+                test_uniform(AMP_SHAPE(cases[k].O), dt, -1, 1, 91 + k)};
+            conv_ctx c = {0, 0, cases[k].stride, cases[k].pad, cases[k].bias};
+            char what[96];
+            snprintf(what, sizeof what, "conv2d case %zu (stride %d, padding %d, %s), %s", k, cases[k].stride,
+                     cases[k].pad, cases[k].bias ? "bias" : "no bias", amp_dtype_name(dt));
+            /* GEMM sums in another order than the CPU's: one more ulp. */
+            compare(what, f_conv, in, cases[k].bias ? 3 : 2, &c, tol_of(dt) * 2);
+            for (int i = 0; i < 3; i++)
+                amp_tensor_free(in[i]);
+        }
+}
+
+/* x [shape] in dt with values that tie often (small integers), and NaNs
+ * at every 37th element when nans is set. */
+static amp_tensor *tied(amp_shape s, amp_dtype dt, bool nans)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s.ndim; i++)
+        n *= s.d[i];
+    float *v = malloc((size_t)n * sizeof *v);
+    void *raw = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = nans && i % 37 == 5 ? NAN : (float)((i * 7 + i / 5) % 4) - 1.0f;
+    amp_convert(v, AMP_F32, raw, dt, (size_t)n);
+    amp_tensor *t = amp_from_data(s, dt, raw);
+    free(v);
+    free(raw);
+    return t;
+}
+
+/* max_pool2d and avg_pool2d in every dtype: the cnn model's 2x2 pools,
+ * overlapping windows with padding (3, stride 2, padding 1; 3, stride 1,
+ * padding 1 on a 3-D input), a window as large as the image; max pools
+ * also on tied values (the first maximum takes the gradient) and with
+ * NaNs (a NaN wins; f32 only, where the NaN survives the round trip). */
+static void test_pools(void)
+{
+    if (!gpu())
+        return;
+    static const struct {
+        amp_shape s;
+        int k, stride, pad;
+    } cases[] = {
+        {{4, {4, 32, 28, 28}}, 2, 0, 0}, /* cnn pool 1 */
+        {{4, {4, 64, 14, 14}}, 2, 2, 0}, /* cnn pool 2 */
+        {{4, {2, 3, 9, 7}}, 3, 2, 1},
+        {{3, {3, 8, 8}}, 3, 1, 1},
+        {{4, {2, 2, 5, 6}}, 4, 3, 2},
+        {{4, {1, 2, 5, 5}}, 5, 1, 0},
+    };
+    for (int d = 0; d < 3; d++) {
+        amp_dtype dt = FLOATS[d];
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+            for (int kind = 1; kind <= 2; kind++)
+                for (int data = 0; data < (kind == 1 ? 3 : 1); data++) {
+                    if (data == 2 && dt != AMP_F32)
+                        continue;
+                    amp_tensor *x = data ? tied(cases[k].s, dt, data == 2)
+                                         : test_uniform(cases[k].s, dt, -2, 2, 101 + k);
+                    conv_ctx c = {kind, cases[k].k, cases[k].stride, cases[k].pad, false};
+                    char what[96];
+                    snprintf(what, sizeof what, "%s case %zu%s, %s", kind == 1 ? "max_pool2d" : "avg_pool2d", k,
+                             data == 1 ? " (ties)" : data == 2 ? " (NaNs)" : "", amp_dtype_name(dt));
+                    compare(what, f_conv, &x, 1, &c, tol_of(dt));
+                    amp_tensor_free(x);
+                }
+    }
+}
+
 /* ------------------------------------------------- tensors and errors */
 
 static void test_device_tensors(void)
@@ -379,13 +496,25 @@ static void test_device_tensors(void)
     /* Mixed devices are an error naming both. */
     CHECK(amp_add(h, d) == NULL);
     CHECK_ERROR(AMP_ERR_DEVICE, "cpu and cuda");
-    /* An op without a CUDA kernel says so. */
+    /* Every op of the table has a CUDA kernel now, the pools included
+     * (before: "no CUDA kernel"); the result stays on the device. */
     amp_tensor *img = amp_zeros(AMP_SHAPE(1, 1, 4, 4), AMP_F32);
     amp_tensor *dimg = amp_to_device(img, AMP_CUDA);
-    CHECK(amp_max_pool2d(dimg, 2, 2, 0) == NULL);
-    CHECK_ERROR(AMP_ERR_DEVICE, "no CUDA kernel");
+    amp_tensor *pooled = amp_max_pool2d(dimg, 2, 2, 0);
+    CHECK_MSG(pooled != NULL, "max_pool2d on cuda: %s", amp_last_error());
+    CHECK(pooled && amp_tensor_device(pooled) == AMP_CUDA);
+    /* A shape error is the CPU's, word for word. */
+    CHECK(amp_max_pool2d(dimg, 8, 1, 0) == NULL);
+    CHECK_ERROR(AMP_ERR_SHAPE, "max_pool2d: the padded input is smaller than the 8x8 window");
+    amp_tensor *w3 = amp_zeros(AMP_SHAPE(2, 3, 3, 3), AMP_F32);
+    amp_tensor *dw3 = amp_to_device(w3, AMP_CUDA);
+    CHECK(amp_conv2d(dimg, dw3, NULL, 1, 1) == NULL);
+    CHECK_ERROR(AMP_ERR_SHAPE, "conv2d: input channels of x and weight differ");
+    amp_tensor_free(w3);
+    amp_tensor_free(dw3);
     amp_tensor_free(img);
     amp_tensor_free(dimg);
+    amp_temps_free();
     amp_tensor_free(c);
     amp_tensor_free(d);
     amp_tensor_free(h);
@@ -641,6 +770,205 @@ static void test_allocator_steady_state_and_autocast(void)
     amp_tensor_free(w);
 }
 
+/* ------------------------------------------------------- checkpoints */
+
+/* One fp32 Adam step of m on (x, y). */
+static void adam_step(amp_module *m, amp_optim *o, amp_tensor *x, amp_tensor *y)
+{
+    amp_optim_zero_grad(o);
+    CHECK_OK(amp_backward(amp_cross_entropy(amp_module_forward(m, x), y)));
+    CHECK_OK(amp_optim_step(o));
+    amp_temps_free();
+}
+
+/* Every parameter (and, with oa / ob, every Adam state buffer and step
+ * count) of a and b equal, bit for bit. */
+static void check_same_state(const char *what, amp_module *a, amp_module *b, amp_optim *oa, amp_optim *ob)
+{
+    int n = amp_module_num_params(a);
+    CHECK_EQ_INT(amp_module_num_params(b), n);
+    for (int i = 0; i < n && i < amp_module_num_params(b); i++) {
+        const char *name;
+        amp_tensor *pa = amp_module_param(a, i, &name), *pb = amp_module_param(b, i, NULL);
+        CHECK_MSG(max_abs_diff(pa, pb) == 0.0, "%s: parameter %s differs by %g", what, name, max_abs_diff(pa, pb));
+        if (!oa)
+            continue;
+        CHECK_EQ_INT(amp_optim_param_steps(ob, i), amp_optim_param_steps(oa, i));
+        const char *keys[2] = {"exp_avg", "exp_avg_sq"};
+        for (int k = 0; k < 2; k++) {
+            amp_tensor *sa = amp_optim_state_tensor(oa, i, keys[k]), *sb = amp_optim_state_tensor(ob, i, keys[k]);
+            CHECK_MSG(sa && sb && max_abs_diff(sa, sb) == 0.0, "%s: %s of %s differs", what, keys[k], name);
+        }
+    }
+}
+
+/* A CUDA model and its Adam state saved, then loaded into a CPU model
+ * (the same values) and into a CUDA one, which then trains on exactly as
+ * the original. */
+static void test_checkpoint_of_a_cuda_model(void)
+{
+    if (!gpu())
+        return;
+    char path[] = "/tmp/ampc-cuda-ckpt-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    close(fd);
+    int64_t hidden[1] = {16}, labels[8] = {0, 1, 2, 3, 4, 0, 1, 2};
+    amp_tensor *x = test_uniform(AMP_SHAPE(8, 12), AMP_F32, -1, 1, 111);
+    amp_tensor *y = amp_from_data(AMP_SHAPE(8), AMP_I64, labels);
+    amp_tensor *dx = amp_to_device(x, AMP_CUDA), *dy = amp_to_device(y, AMP_CUDA);
+    amp_module *m[3];
+    amp_optim *o[3];
+    amp_tensor *params[3][8];
+    for (int k = 0; k < 3; k++) {
+        amp_manual_seed(10 + (uint64_t)k); /* different initial weights: the load must replace them */
+        m[k] = amp_model_mlp(12, hidden, 1, 5);
+        if (k != 1)
+            CHECK_OK(amp_module_to(m[k], AMP_CUDA));
+        int np = amp_module_params(m[k], params[k], 8);
+        o[k] = amp_optim_adam(params[k], np, amp_adam_defaults());
+    }
+    adam_step(m[0], o[0], dx, dy);
+    adam_step(m[0], o[0], dx, dy);
+    CHECK_OK(amp_checkpoint_save(path, m[0], o[0], NULL, 2, NULL));
+    int64_t step = 0;
+    CHECK_OK(amp_checkpoint_load(path, m[1], o[1], NULL, &step, NULL)); /* on the CPU */
+    CHECK_EQ_INT(step, 2);
+    check_same_state("saved on cuda, loaded on the cpu", m[0], m[1], o[0], o[1]);
+    CHECK_OK(amp_checkpoint_load(path, m[2], o[2], NULL, NULL, NULL)); /* on cuda */
+    CHECK(amp_tensor_device(amp_module_param(m[2], 0, NULL)) == AMP_CUDA);
+    check_same_state("saved on cuda, loaded on cuda", m[0], m[2], o[0], o[2]);
+    CHECK_EQ_INT(amp_optim_steps(o[2]), 2);
+    adam_step(m[0], o[0], dx, dy);
+    adam_step(m[2], o[2], dx, dy);
+    check_same_state("one step after the load", m[0], m[2], o[0], o[2]);
+    for (int k = 0; k < 3; k++) {
+        amp_optim_free(o[k]);
+        amp_module_free(m[k]);
+    }
+    amp_tensor_free(x);
+    amp_tensor_free(y);
+    amp_tensor_free(dx);
+    amp_tensor_free(dy);
+    unlink(path);
+}
+
+/* ------------------------------------------------ ampc --device cuda */
+
+static bool cli_ready;
+
+/* The "key" field of each of the log's lines, into vals (at most max);
+ * returns the line count. */
+static int log_field(const char *path, const char *key, double *vals, char (*text)[64], int max)
+{
+    char *buf = cli_read_file(path, NULL), *lines[512];
+    if (!buf)
+        return 0;
+    int n = cli_lines(buf, lines, 512), k = 0;
+    for (int i = 0; i < n && k < max; i++) {
+        char v[64];
+        if (!lines[i][0] || !cli_json_field(lines[i], key, v, sizeof v))
+            continue;
+        if (text)
+            snprintf(text[k], sizeof text[k], "%s", v);
+        vals[k++] = strcmp(v, "null") == 0 ? NAN : atof(v);
+    }
+    free(buf);
+    return k;
+}
+
+/* The cnn on tiny images: a cuda run follows the cpu run in fp32; the
+ * default precision on cuda is fp16 with the scaler; a cuda run stopped,
+ * saved and resumed logs the same steps as one straight run, bit for bit;
+ * its checkpoint evaluates the same on cuda and (nearly) on the cpu. */
+static void test_cli_trains_and_checkpoints_on_cuda(void)
+{
+    if (!gpu())
+        return;
+    if (!cli_ready && !(cli_ready = cli_init("test-cuda")))
+        return;
+    if (!cli_ampc[0]) { /* run by hand, without CTest's AMPC_BUILD_DIR: the ampc beside this program */
+        char self[900];
+        ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (len > 0) {
+            self[len] = '\0';
+            char *slash = strrchr(self, '/');
+            if (slash)
+                *slash = '\0';
+            snprintf(cli_ampc, sizeof cli_ampc, "%s/ampc", self);
+        }
+    }
+    if (!cli_have_binary())
+        return;
+    enum { STEPS = 8 };
+    char tiny[256], lcpu[512], lcuda[512], la[512], lc[512], ck[512];
+    cli_path(tiny, sizeof tiny, "tiny");
+    cli_write_tiny_images(tiny);
+    cli_path(lcpu, sizeof lcpu, "cpu.jsonl");
+    cli_path(lcuda, sizeof lcuda, "cuda.jsonl");
+    cli_path(la, sizeof la, "a.jsonl");
+    cli_path(lc, sizeof lc, "c.jsonl");
+    cli_path(ck, sizeof ck, "ck");
+    char common[1024];
+    snprintf(common, sizeof common, "train --model cnn --data %s --batch 16 --threads 2 --schedule cosine", tiny);
+
+    /* fp32: the same losses as the CPU's, to GEMM summation order */
+    int rc = cli_run("%s --steps %d --precision fp32 --device cpu --log %s", common, STEPS, lcpu);
+    CHECK_MSG(rc == 0, "cpu run: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("%s --steps %d --precision fp32 --device cuda --log %s", common, STEPS, lcuda);
+    CHECK_MSG(rc == 0, "cuda run: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("on cuda");
+    CHECK_OUT("peak device memory");
+    CHECK_OUT("test_accuracy");
+    double lc1[STEPS], lc2[STEPS];
+    int n1 = log_field(lcpu, "loss", lc1, NULL, STEPS), n2 = log_field(lcuda, "loss", lc2, NULL, STEPS);
+    CHECK_EQ_INT(n1, STEPS);
+    CHECK_EQ_INT(n2, STEPS);
+    for (int i = 0; i < n1 && i < n2; i++)
+        CHECK_MSG(close_to(lc1[i], lc2[i], 1e-4), "fp32 step %d: loss %.7g on cuda, %.7g on the cpu", i + 1, lc2[i],
+                  lc1[i]);
+
+    /* the default precision there: fp16 with the scaler; no --log, so the
+     * losses are read at the progress lines only */
+    rc = cli_run("%s --steps %d --device cuda --log-every 4", common, STEPS);
+    CHECK_MSG(rc == 0, "cuda fp16 run: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("precision fp16 with the grad scaler, on cuda");
+    CHECK_OUT("scaler: final scale");
+    CHECK_MSG(isfinite(cli_value_after("loss ")), "no finite loss in the progress lines:\n%s", cli_out);
+
+    /* stop at STEPS / 2, save, resume: the same log as straight through */
+    rc = cli_run("%s --steps %d --device cuda --log %s", common, STEPS, la);
+    CHECK_MSG(rc == 0, "straight cuda run: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("%s --steps %d --stop-at %d --device cuda --save %s", common, STEPS, STEPS / 2, ck);
+    CHECK_MSG(rc == 0, "first half: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("train --resume %s --device cuda --threads 2 --log %s", ck, lc);
+    CHECK_MSG(rc == 0, "resumed half: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("resumed from");
+    double acc = cli_value_after("test_accuracy ");
+    const char *keys[3] = {"loss", "lr", "scale"};
+    for (int k = 0; k < 3; k++) {
+        double va[STEPS], vc[STEPS];
+        char ta[STEPS][64], tc[STEPS][64];
+        int na = log_field(la, keys[k], va, ta, STEPS), nc = log_field(lc, keys[k], vc, tc, STEPS);
+        CHECK_EQ_INT(na, STEPS);
+        CHECK_EQ_INT(nc, STEPS / 2);
+        for (int i = 0; i < STEPS / 2 && i < nc && STEPS / 2 + i < na; i++)
+            CHECK_MSG(strcmp(ta[STEPS / 2 + i], tc[i]) == 0, "resumed on cuda: step %d %s %s, straight %s",
+                      STEPS / 2 + i + 1, keys[k], tc[i], ta[STEPS / 2 + i]);
+    }
+    /* the checkpoint: the same accuracy on cuda, about the same on the cpu */
+    rc = cli_run("eval %s --device cuda", ck);
+    CHECK_MSG(rc == 0, "eval on cuda: exit %d:\n%s", rc, cli_out);
+    CHECK_MSG(cli_value_after("test_accuracy ") == acc, "eval on cuda: accuracy %g, the run ended with %g",
+              cli_value_after("test_accuracy "), acc);
+    rc = cli_run("eval %s --device cpu", ck);
+    CHECK_MSG(rc == 0, "eval on the cpu: exit %d:\n%s", rc, cli_out);
+    CHECK_MSG(fabs(cli_value_after("test_accuracy ") - acc) <= 0.02, "eval on the cpu: accuracy %g, cuda %g",
+              cli_value_after("test_accuracy "), acc);
+}
+
 int main(void)
 {
     RUN(test_elementwise);
@@ -649,6 +977,8 @@ int main(void)
     RUN(test_losses);
     RUN(test_layers_and_shapes);
     RUN(test_matmul_linear_attention);
+    RUN(test_conv2d);
+    RUN(test_pools);
     RUN(test_device_tensors);
     RUN(test_scaler_small_interval_sequence);
     RUN(test_scaler_no_floor);
@@ -656,6 +986,10 @@ int main(void)
     RUN(test_scaler_nonfinite_skips_and_keeps_state);
     RUN(test_mlp_training_follows_the_cpu);
     RUN(test_allocator_steady_state_and_autocast);
+    RUN(test_checkpoint_of_a_cuda_model);
+    RUN(test_cli_trains_and_checkpoints_on_cuda);
+    if (cli_ready)
+        cli_cleanup();
     int rc = harness_done();
     /* Everything skipped for want of a GPU: CTest's "Skipped", not a pass. */
     return rc == 0 && !amp_cuda_available() ? 77 : rc;

@@ -73,7 +73,7 @@ static const opt_def opts[] = {
     O("device", "NAME", OPT_STR, OC_RUN, device, 0, 0, "cpu|cuda", NULL, true, "cpu or cuda (default cpu)"),
 
     O("precision", "P", OPT_STR, OC_SETTING, precision, 0, 0, "fp32|bf16|fp16", NULL, true,
-      "fp32, bf16 autocast, or fp16 autocast with the grad scaler (default bf16)"),
+      "fp32, bf16 autocast, or fp16 autocast with the grad scaler (default bf16; fp16 with --device cuda)"),
     O("no-scaler", "", OPT_FLAG, OC_SETTING, no_scaler, 0, 0, NULL, NULL, false, "fp16 without the grad scaler"),
     O("init-scale", "X", OPT_REAL, OC_SETTING, init_scale, 1e-30, 1e30, NULL, NULL, false,
       "the grad scaler's initial scale (default 65536)"),
@@ -363,6 +363,10 @@ int opts_resolve(train_opts *o)
             return EXIT_USAGE;
         }
     }
+    /* On cuda the default is PyTorch's: autocast to float16, with the grad
+     * scaler. A resumed run keeps its checkpoint's precision. */
+    if (strcmp(o->device, "cuda") == 0 && !o->given[opt_index("precision")] && !o->resume)
+        o->precision = "fp16";
     if (!o->schedule)
         o->schedule = cnn || gpt ? "cosine" : "constant";
     bool step = strcmp(o->schedule, "step") == 0, cosine = strcmp(o->schedule, "cosine") == 0;

@@ -287,8 +287,8 @@ double now_s(void);
 
 /* `ampc train`: the arguments after "train". */
 int train_main(int argc, char **argv);
-/* --device cuda: the clear error (this build has the CPU backend only);
- * -1 for cpu, else 1 after the message. */
+/* --device cuda without a usable GPU: the clear error naming the device and
+ * the library's reason; -1 for cpu or an available GPU, else 1 after it. */
 int device_check(const train_opts *o, const char *who);
 
 /* ----------------------------------------------------------- policy.c */

@@ -7,18 +7,43 @@
  *
  * The validation windows come from fixed seeds, not the run's seed, so
  * runs with different seeds or precisions are measured on the same text.
+ *
+ * A model on CUDA (--device cuda) is measured there: each batch is copied
+ * to the device, autocast runs on AMP_CUDA, and the predictions (or the
+ * loss) come back to the host once per batch.
  */
 #include "cli.h"
 
+#include "base/base.h"
+
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define VAL_STREAM 0x76616cull /* "val": the validation windows' seeds */
 
+/* Where the model's parameters live. */
+static amp_device model_device(const trainer *t)
+{
+    return t->n_params > 0 ? amp_tensor_device(t->params[0]) : AMP_CPU;
+}
+
+/* h on the model's device: h itself on the CPU, else a device copy in *slot
+ * (made once, refilled in place after; freed by the caller). */
+static amp_tensor *on_model_device(const trainer *t, amp_tensor *h, amp_tensor **slot)
+{
+    if (model_device(t) == AMP_CPU)
+        return h;
+    if (*slot && amp_tensor_numel(*slot) == amp_tensor_numel(h))
+        return amp_tensor_copy_in(*slot, amp_tensor_cdata(h), amp_tensor_dtype(h)) == AMP_OK ? *slot : NULL;
+    amp_tensor_free(*slot);
+    return *slot = amp_to_device(h, model_device(t));
+}
+
 static void autocast_begin(const trainer *t)
 {
     if (t->autocast)
-        amp_autocast_begin(AMP_CPU, t->dtype);
+        amp_autocast_begin(model_device(t), t->dtype);
 }
 
 static void autocast_end(const trainer *t)
@@ -31,24 +56,34 @@ double eval_accuracy(trainer *t, const dataset *d, batcher *b)
 {
     int64_t correct = 0;
     bool ok = true;
+    amp_tensor *dev = NULL; /* the batch on the model's device */
+    int64_t *pred_host = malloc(sizeof *pred_host * (size_t)(b->size > 0 ? b->size : 1));
+    if (!pred_host) {
+        amp_set_error(AMP_ERR_MEMORY, "evaluation: out of memory for %lld predictions", (long long)b->size);
+        return -1.0;
+    }
     amp_module_train(t->model, false);
     amp_no_grad_begin();
     for (int64_t k = 0, nb = batcher_count(b, d); k < nb && ok; k++) {
         amp_tensor *x, *y;
         batcher_fill(b, d, k, &x, &y);
+        amp_tensor *xin = on_model_device(t, x, &dev);
         autocast_begin(t);
-        amp_tensor *pred = amp_argmax(amp_module_forward(t->model, x), 1);
+        amp_tensor *pred = xin ? amp_argmax(amp_module_forward(t->model, xin), 1) : NULL;
         autocast_end(t);
-        ok = pred != NULL;
+        /* The labels stay on the host; the predictions come to them. */
+        ok = pred != NULL && amp_tensor_copy_out(pred, pred_host, AMP_I64) == AMP_OK;
         if (ok) {
-            const int64_t *p = amp_tensor_cdata(pred), *l = amp_tensor_cdata(y);
+            const int64_t *l = amp_tensor_cdata(y);
             for (int64_t i = 0, n = amp_tensor_numel(y); i < n; i++)
-                correct += p[i] == l[i];
+                correct += pred_host[i] == l[i];
         }
         amp_temps_free();
     }
     amp_no_grad_end();
     amp_module_train(t->model, true);
+    amp_tensor_free(dev);
+    free(pred_host);
     return ok ? (double)correct / (double)d->n : -1.0;
 }
 
@@ -56,16 +91,18 @@ double eval_text_loss(trainer *t, const train_opts *o, text_data *td)
 {
     double sum = 0;
     bool ok = true;
+    amp_tensor *dx = NULL, *dy = NULL; /* the windows on the model's device */
     amp_module_train(t->model, false);
     amp_no_grad_begin();
     for (int64_t k = 0; k < o->val_batches && ok; k++) {
         ok = amp_text_batch(td->text, true, derive_seed(0, VAL_STREAM, (uint64_t)k), td->x, td->y) == AMP_OK;
-        if (!ok)
+        amp_tensor *x = ok ? on_model_device(t, td->x, &dx) : NULL, *y = x ? on_model_device(t, td->y, &dy) : NULL;
+        if (!(ok = y != NULL))
             break;
         autocast_begin(t);
-        amp_tensor *logits = amp_module_forward(t->model, td->x);
+        amp_tensor *logits = amp_module_forward(t->model, x);
         amp_tensor *loss = amp_cross_entropy(amp_reshape(logits, AMP_SHAPE(-1, amp_text_vocab(td->text))),
-                                             amp_reshape(td->y, AMP_SHAPE(-1)));
+                                             amp_reshape(y, AMP_SHAPE(-1)));
         autocast_end(t);
         ok = loss != NULL;
         if (ok)
@@ -74,18 +111,15 @@ double eval_text_loss(trainer *t, const train_opts *o, text_data *td)
     }
     amp_no_grad_end();
     amp_module_train(t->model, true);
+    amp_tensor_free(dx);
+    amp_tensor_free(dy);
     return ok ? sum / (double)o->val_batches : NAN;
 }
 
 int device_check(const train_opts *o, const char *who)
 {
-    if (strcmp(o->device, "cuda") != 0)
+    if (strcmp(o->device, "cuda") != 0 || amp_cuda_available())
         return -1;
-    if (amp_cuda_available()) {
-        fprintf(stderr, "%s: --device cuda: a GPU is available, but this command trains on the CPU only for "
-                        "now; use --device cpu\n", who);
-        return 1;
-    }
     /* The library says why (a build without CUDA, no driver, no GPU). */
     amp_tensor *probe = amp_zeros(AMP_SHAPE(1), AMP_F32);
     amp_tensor *moved = probe ? amp_to_device(probe, AMP_CUDA) : NULL;

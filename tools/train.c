@@ -16,6 +16,17 @@
  * holds the weights, optimizer and scaler state, the generator state and
  * the schedule's place, so a resumed run's losses equal the uninterrupted
  * run's bit for bit.
+ *
+ * --device cuda: the model is on the GPU (build.c), each micro-batch is
+ * copied there into buffers made once, autocast runs on AMP_CUDA, and the
+ * host waits for the GPU only where it reads a value: the losses, summed
+ * on the device, are read at the progress lines (and every step with
+ * --log, whose records need each step's loss and scale), which is also
+ * where a non-finite loss is noticed. With the grad scaler (fp16, cuda's
+ * default) each step also reads whether the scaler skipped it: the lr
+ * schedule counts only steps taken, so the next step's lr depends on it.
+ * The grad norm is not measured on cuda (amp_clip_grad_norm has no CUDA
+ * kernel; --clip is refused there).
  */
 #include "cli.h"
 #include "log.h"
@@ -32,6 +43,12 @@ typedef struct {
     trainer *t;
     run_info *ri;
     int64_t nb; /* micro-batches per epoch */
+    bool cuda;  /* --device cuda */
+    bool read_each;             /* cuda: read every step's loss (and scale), for --log */
+    amp_tensor *dev_x, *dev_y;  /* cuda: the micro-batch on the device, refilled in place */
+    amp_tensor *loss_acc;       /* cuda: the losses of the steps not read yet, summed on the device */
+    int64_t loss_steps;         /* steps loss_acc holds */
+    int64_t loss_skipped;       /* of those, steps the scaler skipped */
 } run;
 
 typedef struct {
@@ -45,7 +62,18 @@ static int fail(const char *what, int64_t step)
     return 1;
 }
 
-/* Micro-batch m's inputs and labels (views of the reused buffers). */
+/* The device copy of host tensor h in *slot: made at the first call, then
+ * refilled in place (a host-to-device copy, which does not wait for the
+ * GPU). */
+static amp_tensor *upload(const amp_tensor *h, amp_tensor **slot)
+{
+    if (*slot)
+        return amp_tensor_copy_in(*slot, amp_tensor_cdata(h), amp_tensor_dtype(h)) == AMP_OK ? *slot : NULL;
+    return *slot = amp_to_device(h, AMP_CUDA);
+}
+
+/* Micro-batch m's inputs and labels (views of the reused buffers, or
+ * their device copies on cuda). */
 static bool micro_batch(run *r, int64_t m, amp_tensor **x, amp_tensor **y)
 {
     if (r->rd->gpt) {
@@ -55,9 +83,42 @@ static bool micro_batch(run *r, int64_t m, amp_tensor **x, amp_tensor **y)
             return false;
         *x = td->x;
         *y = td->y;
-        return true;
+    } else if (!batcher_train(&r->rd->tb, &r->rd->train, m, x, y)) {
+        return false;
     }
-    return batcher_train(&r->rd->tb, &r->rd->train, m, x, y);
+    if (r->cuda && (!(*x = upload(*x, &r->dev_x)) || !(*y = upload(*y, &r->dev_y))))
+        return false;
+    return true;
+}
+
+/* cuda: adds a micro-batch's loss to the unread sum on the device (no
+ * history, no synchronisation). */
+static amp_status pend_loss(run *r, amp_tensor *loss)
+{
+    amp_no_grad_begin();
+    amp_tensor *sum = r->loss_acc ? amp_add(r->loss_acc, loss) : amp_to(loss, AMP_F32);
+    amp_tensor *keep = sum ? amp_clone(sum) : NULL;
+    amp_no_grad_end();
+    if (!keep)
+        return amp_last_status();
+    amp_tensor_free(r->loss_acc);
+    r->loss_acc = keep;
+    return AMP_OK;
+}
+
+/* cuda: the sum of the unread steps' losses (this waits for the GPU); *n
+ * gets how many steps it covers, *skipped how many of them the scaler
+ * skipped. NaN with the error set when the read failed. */
+static double read_losses(run *r, int64_t *n, int64_t *skipped)
+{
+    amp_clear_error();
+    double v = r->loss_acc ? amp_item(r->loss_acc) : 0.0;
+    *n = r->loss_steps;
+    *skipped = r->loss_skipped;
+    amp_tensor_free(r->loss_acc);
+    r->loss_acc = NULL;
+    r->loss_steps = r->loss_skipped = 0;
+    return v;
 }
 
 /* Optimizer step `step` (0-based); fills out. -1 or an exit code. */
@@ -65,13 +126,14 @@ static int train_step(run *r, int64_t step, step_out *out)
 {
     trainer *t = r->t;
     const train_opts *o = r->o;
+    const bool scaled = amp_scaler_is_enabled(t->scaler);
     amp_optim_zero_grad(t->opt);
     out->loss = 0;
     for (int64_t j = 0; j < o->accum; j++) {
         amp_tensor *x, *y;
         if (!micro_batch(r, step * o->accum + j, &x, &y))
             return fail("batch", step + 1);
-        if (t->autocast && amp_autocast_begin(AMP_CPU, t->dtype) != AMP_OK)
+        if (t->autocast && amp_autocast_begin(r->cuda ? AMP_CUDA : AMP_CPU, t->dtype) != AMP_OK)
             return fail("autocast", step + 1);
         amp_tensor *logits = amp_module_forward(t->model, x);
         if (r->rd->gpt) { /* [B, T, V] against [B, T]: one row per position */
@@ -85,18 +147,28 @@ static int train_step(run *r, int64_t step, step_out *out)
             loss = amp_div_scalar(loss, (double)o->accum);
         if (!loss || amp_backward(amp_scaler_scale(t->scaler, loss)) != AMP_OK)
             return fail("forward / backward", step + 1);
-        out->loss += amp_item(loss);
+        if (!r->cuda)
+            out->loss += amp_item(loss);
+        else if (pend_loss(r, loss) != AMP_OK)
+            return fail("loss", step + 1);
         amp_temps_free(); /* the gradients live on in the parameters */
     }
-    out->scale = amp_scaler_is_enabled(t->scaler) ? amp_scaler_get_scale(t->scaler) : NAN;
+    out->scale = scaled && !r->cuda ? amp_scaler_get_scale(t->scaler) : NAN;
     if (amp_scaler_unscale(t->scaler, t->opt) != AMP_OK)
         return fail("unscale", step + 1);
-    out->grad_norm = amp_clip_grad_norm(t->params, t->n_params, o->clip > 0 ? o->clip : INFINITY);
+    out->grad_norm = r->cuda ? NAN : amp_clip_grad_norm(t->params, t->n_params, o->clip > 0 ? o->clip : INFINITY);
     out->lr = amp_sched_lr(&t->sched, r->ri->sched_step);
     if (isnan(out->lr))
         return fail("lr schedule", step + 1);
     amp_optim_set_lr(t->opt, out->lr);
-    if (amp_scaler_step(t->scaler, t->opt, &out->skipped) != AMP_OK || amp_scaler_update(t->scaler) != AMP_OK)
+    /* On cuda asking whether the step was skipped waits for the GPU: only
+     * with the scaler, the one source of skips. */
+    out->skipped = false;
+    if (amp_scaler_step(t->scaler, t->opt, !r->cuda || scaled ? &out->skipped : NULL) != AMP_OK)
+        return fail("optimizer step", step + 1);
+    if (r->cuda && scaled && r->read_each) /* the scale this step used, for the log */
+        out->scale = amp_scaler_get_scale(t->scaler);
+    if (amp_scaler_update(t->scaler) != AMP_OK)
         return fail("optimizer step", step + 1);
     if (out->skipped)
         r->ri->skipped++;
@@ -118,6 +190,13 @@ static int open_log(const train_opts *o, log_file **lf)
     return -1;
 }
 
+/* Whether progress_step prints a line at step (its own rule), or, on a
+ * terminal, updates the live line: where cuda reads the losses. */
+static bool progress_due(const progress *p, int64_t step)
+{
+    return (step - p->first) % p->every == 0 || step == p->total || (p->live && now_s() - p->t_live > 0.2);
+}
+
 /* Steps first..stop-1 of total, with logs and checkpoints. -1 or an exit
  * code. */
 static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_file *lf)
@@ -126,6 +205,7 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
     int64_t per_step = o->batch * o->accum * (r->rd->gpt ? o->context : 1);
     progress pg;
     progress_begin(&pg, o, first, total, per_step, r->rd->gpt);
+    r->read_each = !r->cuda || lf != NULL;
     for (int64_t step = first; step < stop; step++) {
         double t0 = now_s();
         step_out s;
@@ -134,9 +214,25 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
             progress_clear(&pg);
             return rc;
         }
-        if (!isfinite(s.loss) && !s.skipped) { /* a skipped step is the scaler doing its job */
+        /* s.loss sums the losses of n steps, skipped of which were skipped:
+         * this one on the CPU; on cuda those since the last read, read
+         * only where they are shown (or logged, or the run stops). */
+        int64_t n = 1, skipped = s.skipped;
+        bool report = !r->cuda;
+        if (r->cuda) {
+            r->loss_steps++;
+            r->loss_skipped += s.skipped;
+            if ((report = r->read_each || step + 1 == stop || progress_due(&pg, step + 1))) {
+                s.loss = read_losses(r, &n, &skipped);
+                if (isnan(s.loss) && amp_last_status() != AMP_OK) {
+                    progress_clear(&pg);
+                    return fail("reading the loss", step + 1);
+                }
+            }
+        }
+        if (report && !isfinite(s.loss) && skipped == 0) { /* a skipped step is the scaler doing its job */
             progress_clear(&pg);
-            fprintf(stderr, "ampc: the loss is %g at step %lld (try a smaller --lr%s)\n", s.loss,
+            fprintf(stderr, "ampc: the loss is %g at step %lld (try a smaller --lr%s)\n", s.loss / (double)n,
                     (long long)step + 1, strcmp(o->precision, "fp16") == 0 && o->no_scaler ? ", or the grad scaler" : "");
             return 1;
         }
@@ -158,7 +254,14 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
                 return 1;
             }
         }
-        progress_step(&pg, step + 1, s.loss, r->t, r->ri->skipped);
+        if (report && n > 1) {
+            /* n steps in one call: progress_step counts one, the rest here */
+            pg.loss_sum += s.loss - s.loss / (double)n;
+            pg.loss_n += n - 1;
+            pg.steps_window += n - 1;
+        }
+        if (report)
+            progress_step(&pg, step + 1, s.loss / (double)n, r->t, r->ri->skipped);
         if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < stop) {
             progress_clear(&pg);
             if ((rc = checkpoint_save_run(o->save, r->t, o, r->ri, step + 1)) >= 0)
@@ -180,9 +283,9 @@ static void print_config(const run *r, int64_t total)
         printf("data %s: train %lld, test %lld, %lldx%lld images, %lld classes\n", o->data, (long long)rd->train.n,
                (long long)rd->test.n, (long long)rd->train.height, (long long)rd->train.width,
                (long long)rd->train.classes);
-    printf("model %s (%lld parameters), precision %s%s\n", model_describe(o, r->ri, desc, sizeof desc),
+    printf("model %s (%lld parameters), precision %s%s%s\n", model_describe(o, r->ri, desc, sizeof desc),
            (long long)r->t->n_weights, o->precision,
-           amp_scaler_is_enabled(r->t->scaler) ? " with the grad scaler" : "");
+           amp_scaler_is_enabled(r->t->scaler) ? " with the grad scaler" : "", r->cuda ? ", on cuda" : "");
     printf("optim %s lr %g", o->optim, o->lr);
     if (strcmp(o->optim, "sgd") == 0)
         printf(" momentum %g", o->momentum);
@@ -215,6 +318,8 @@ static int finish(run *r, double t0, double t_loaded, double t_trained)
     printf("time: load %.1f s, train %.1f s, %s %.1f s, total %.1f s\n", t_loaded - t0, t_trained - t_loaded,
            gpt ? "validation" : "test", t_end - t_trained, t_end - t0);
     printf("peak memory %.1f MiB\n", (double)amp_memory_get_stats().peak / (1024.0 * 1024.0));
+    if (r->cuda)
+        printf("peak device memory %.1f MiB\n", (double)amp_cuda_memory_get_stats().peak / (1024.0 * 1024.0));
     if (amp_scaler_is_enabled(r->t->scaler))
         printf("scaler: final scale %g, %lld steps skipped in all\n", amp_scaler_get_scale(r->t->scaler),
                (long long)r->ri->skipped);
@@ -242,7 +347,7 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
     }
     double t_loaded = now_s();
 
-    run r = {.o = o, .rd = &rd, .ri = &ri, .nb = data_epoch_batches(&rd, o)};
+    run r = {.o = o, .rd = &rd, .ri = &ri, .nb = data_epoch_batches(&rd, o), .cuda = strcmp(o->device, "cuda") == 0};
     int64_t total = o->steps > 0 ? o->steps : o->epochs * r.nb / o->accum;
     if (total < 1)
         total = 1;
@@ -284,6 +389,9 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
     }
     if (rc < 0)
         rc = finish(&r, t0, t_loaded, now_s());
+    amp_tensor_free(r.dev_x);
+    amp_tensor_free(r.dev_y);
+    amp_tensor_free(r.loss_acc);
     trainer_free(&t);
     data_close(&rd);
     return rc;
@@ -308,6 +416,11 @@ int train_main(int argc, char **argv)
     }
     if (rc < 0)
         rc = opts_resolve(&o);
+    if (rc < 0 && strcmp(o.device, "cuda") == 0 && o.clip > 0) {
+        fprintf(stderr, "ampc train: --clip does not run on cuda yet (amp_clip_grad_norm has no CUDA kernel); "
+                        "drop it, or use --device cpu\n");
+        rc = 1;
+    }
     if (rc >= 0)
         return rc;
     amp_set_num_threads((int)o.threads);

@@ -41,6 +41,10 @@
  *     weights (a model-only load); one with another format is refused.
  *   - Little-endian hosts only (the format's byte order); a big-endian one
  *     gets an error rather than swapped bytes.
+ *   - The file does not say which device a tensor was on: save copies
+ *     CUDA parameters and optimizer state to the host first (and reads the
+ *     optimizer's step counts from the device), load copies into CUDA
+ *     tensors; a run saved on one device loads on the other.
  */
 #include "io/checkpoint.h"
 
@@ -122,7 +126,28 @@ typedef struct {
     amp_shape shape;
     const void *data;
     size_t nbytes;
+    void *host; /* a CUDA tensor's host copy (data points at it), freed after writing */
 } out_entry;
+
+/* The entry for tensor t: its own data, or for a CUDA tensor a host copy
+ * (which waits for the GPU). */
+static amp_status entry_of(const char *path, const char *name, const amp_tensor *t, out_entry *e)
+{
+    size_t nb = (size_t)t->numel * amp_dtype_size(t->dtype);
+    *e = (out_entry){name, t->dtype, t->shape, tensor_ptr(t), nb, NULL};
+    if (!tensor_on_cuda(t))
+        return AMP_OK;
+    if (!(e->host = malloc(nb ? nb : 1)))
+        return amp_set_error(AMP_ERR_MEMORY, "checkpoint '%s': out of memory for a host copy of '%s'", path, name);
+    e->data = e->host;
+    return amp_tensor_copy_out(t, e->host, t->dtype);
+}
+
+static void free_hosts(out_entry *e, int n)
+{
+    for (int i = 0; e && i < n; i++)
+        free(e[i].host);
+}
 
 /* Appends ,"key":"<formatted value>" to the metadata object. */
 static void meta(json_buf *b, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -155,7 +180,7 @@ static void write_metadata(json_buf *b, const amp_optim *o, const amp_scaler *s,
         meta(b, "optim.kind", "%s", o->name);
         meta(b, "optim.lr", "%.17g", o->lr);
         meta(b, "optim.n_params", "%d", o->n);
-        meta(b, "optim.total_steps", "%" PRId64, o->steps);
+        meta(b, "optim.total_steps", "%" PRId64, amp_optim_steps(o)); /* (on the device for CUDA) */
         if (o->kind == OPTIM_SGD) {
             meta(b, "optim.momentum", "%.17g", o->sgd.momentum);
             meta(b, "optim.dampening", "%.17g", o->sgd.dampening);
@@ -206,10 +231,10 @@ static amp_status gather(const char *path, const amp_module *m, const amp_optim 
         else if (strncmp(name, "optim.", 6) == 0 || strcmp(name, "__metadata__") == 0)
             st = amp_set_error(AMP_ERR_ARG, "checkpoint '%s': parameter name '%s' is reserved", path, name);
         else
-            e[n++] = (out_entry){name, p->dtype, p->shape, tensor_ptr(p), (size_t)p->numel * amp_dtype_size(p->dtype)};
+            st = entry_of(path, name, p, &e[n++]);
     }
     if (o && st == AMP_OK) {
-        e[n++] = (out_entry){"optim.steps", AMP_I64, AMP_SHAPE(o->n), steps, (size_t)o->n * sizeof(int64_t)};
+        e[n++] = (out_entry){"optim.steps", AMP_I64, AMP_SHAPE(o->n), steps, (size_t)o->n * sizeof(int64_t), NULL};
         const char *keys[OPTIM_MAX_STATE];
         int nk = ckpt_optim_keys(o, keys), q = 0;
         for (int i = 0; i < o->n && st == AMP_OK; i++)
@@ -223,8 +248,7 @@ static amp_status gather(const char *path, const amp_module *m, const amp_optim 
                     break;
                 }
                 snprintf(onames[q], sizeof onames[q], "optim.%d.%s", i, keys[k]);
-                e[n++] = (out_entry){onames[q++], t->dtype, t->shape, tensor_ptr(t),
-                                     (size_t)t->numel * amp_dtype_size(t->dtype)};
+                st = entry_of(path, onames[q++], t, &e[n++]);
             }
     }
     int k = 0;
@@ -234,6 +258,7 @@ static amp_status gather(const char *path, const amp_module *m, const amp_optim 
                 sorted[k++] = e[i];
     free(e);
     if (st != AMP_OK) {
+        free_hosts(sorted, k);
         free(sorted);
         return st;
     }
@@ -348,8 +373,8 @@ amp_status amp_checkpoint_save(const char *path, const amp_module *m, const amp_
             free(onames);
             return amp_set_error(AMP_ERR_MEMORY, "checkpoint '%s': out of memory", path);
         }
-        for (int i = 0; i < o->n; i++)
-            steps[i] = o->param_steps[i];
+        for (int i = 0; i < o->n; i++) /* the device's counters for a CUDA optimizer */
+            steps[i] = amp_optim_param_steps(o, i);
     }
     out_entry *e = NULL;
     int n = 0;
@@ -360,6 +385,7 @@ amp_status amp_checkpoint_save(const char *path, const amp_module *m, const amp_
     if (st == AMP_OK)
         st = write_atomic(path, &hdr, e, n);
     jb_free(&hdr);
+    free_hosts(e, n);
     free(e);
     free(steps);
     free(onames);

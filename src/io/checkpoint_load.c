@@ -9,7 +9,10 @@
  * data_offsets matching the shape) and that the entries tile the data;
  * match the model's parameters, the optimizer's kind, parameter count and
  * keys, the scaler's state (dry-run on a scratch scaler); only then copy
- * anything in. Every error names the file and the problem.
+ * anything in. Every error names the file and the problem. Tensors on
+ * CUDA (a model moved there before the load) are filled with copies to
+ * the device; such a copy failing (a device error) is the one way a load
+ * can stop half-way.
  */
 #include "io/checkpoint.h"
 
@@ -392,6 +395,17 @@ static amp_status check_rest(const ckpt *c, const amp_optim *o, plan *pl)
     return AMP_OK;
 }
 
+/* The bytes of entry e into t: a plain copy, or for a CUDA tensor a copy
+ * to the device (the only step here that can fail after the checks). */
+static amp_status fill(const ckpt *c, const in_entry *e, amp_tensor *t)
+{
+    if (tensor_on_cuda(t))
+        return amp_tensor_copy_in(t, c->data + e->begin, t->dtype);
+    memcpy(tensor_ptr(t), c->data + e->begin, e->end - e->begin);
+    tensor_bump(t);
+    return AMP_OK;
+}
+
 /* Every check passed: copy in. */
 static amp_status apply(const ckpt *c, amp_module *m, amp_optim *o, amp_scaler *s, plan *pl)
 {
@@ -406,9 +420,9 @@ static amp_status apply(const ckpt *c, amp_module *m, amp_optim *o, amp_scaler *
                 char name[48];
                 snprintf(name, sizeof name, "optim.%d.%s", i, keys[k]);
                 const in_entry *e = find(c, name);
-                amp_tensor *t = amp_optim_state_tensor(o, i, keys[k]);
-                memcpy(tensor_ptr(t), c->data + e->begin, e->end - e->begin);
-                tensor_bump(t);
+                st = fill(c, e, amp_optim_state_tensor(o, i, keys[k]));
+                if (st != AMP_OK)
+                    return st;
             }
         }
         amp_optim_set_steps(o, pl->total_steps);
@@ -417,9 +431,9 @@ static amp_status apply(const ckpt *c, amp_module *m, amp_optim *o, amp_scaler *
     for (int i = 0, n = amp_module_num_params(m); i < n; i++) {
         const char *name;
         amp_tensor *p = amp_module_param(m, i, &name);
-        const in_entry *e = find(c, name);
-        memcpy(tensor_ptr(p), c->data + e->begin, e->end - e->begin);
-        tensor_bump(p);
+        amp_status st = fill(c, find(c, name), p);
+        if (st != AMP_OK)
+            return st;
     }
     if (pl->scaler)
         amp_scaler_state_load(s, pl->sst);

@@ -95,6 +95,8 @@ amp_tensor *cu_linear_forward(node *n)
     lin_plan pl;
     if (!same_float_dtypes(n) || !linear_infer(n, &pl))
         return NULL;
+    if (n->p.i[1] != 0) /* the fused relu is a CPU (oneDNN post-op) form only */
+        return op_fail_shapes(n, "a fused activation is not supported on cuda");
     const amp_tensor *x = n->in[0], *w = n->in[1];
     const bool has_bias = lin_has_bias(n);
     amp_shape os = x->shape;

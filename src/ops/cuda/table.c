@@ -16,6 +16,7 @@
  */
 #ifdef AMPC_HAVE_CUDA
 
+#include "ops/cuda/conv.h"
 #include "ops/cuda/cuda_ops.h"
 
 const op_device_fns op_cuda_fns[OP_COUNT] = {
@@ -45,7 +46,9 @@ const op_device_fns op_cuda_fns[OP_COUNT] = {
     [OP_LAYER_NORM] = {cu_layer_norm_forward, cu_layer_norm_backward},
     [OP_EMBEDDING] = {cu_embedding_forward, cu_embedding_backward},
     [OP_DROPOUT] = {cu_dropout_forward, cu_dropout_backward},
-    /* conv2d, max_pool2d, avg_pool2d: no CUDA kernels yet. */
+    [OP_CONV2D] = {cu_conv2d_forward, cu_conv2d_backward},
+    [OP_MAX_POOL2D] = {cu_max_pool2d_forward, cu_max_pool2d_backward},
+    [OP_AVG_POOL2D] = {cu_avg_pool2d_forward, cu_avg_pool2d_backward},
     [OP_RESHAPE] = {cu_reshape_forward, cu_reshape_backward},
     [OP_PERMUTE] = {cu_permute_forward, cu_permute_backward},
     [OP_CAT] = {cu_cat_forward, cu_cat_backward},
