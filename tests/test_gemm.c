@@ -478,6 +478,9 @@ static void test_bf16_threads_do_not_change_results(void)
 
 int main(void)
 {
+    /* ampc's own kernels, each path forced in turn; oneDNN's matmul has
+     * its own tests (test_onednn_gemm.c). */
+    onednn_set_mode(CPU_LIB_OWN);
     printf("gemm kernel: %s\n", gemm_kernel_name());
     RUN(test_every_transpose_and_odd_size);
     RUN(test_alpha_and_beta);

@@ -8,6 +8,7 @@
  * vector 2x2 max pool against the scalar one, and errors that name the op
  * and shapes.
  */
+#include "backend/cpu/onednn.h"
 #include "harness.h"
 #include "ops/conv.h"
 #include "reference/conv_ref.h"
@@ -499,8 +500,32 @@ static void test_errors_name_op_and_shapes(void)
         amp_tensor_free(all[k]);
 }
 
+/* An empty batch gives an empty result (PyTorch: shape [0, O, H', W']),
+ * on every path, not a crash. */
+static void test_conv2d_empty_batch(void)
+{
+    amp_tensor *x = amp_zeros(AMP_SHAPE(0, 2, 5, 5), AMP_F32), *w = amp_ones(AMP_SHAPE(3, 2, 3, 3), AMP_F32);
+    for (int mode = 0; mode < 3; mode++) {
+        onednn_set_mode((cpu_lib_mode)mode);
+        amp_tensor *y = amp_conv2d(x, w, NULL, 1, 1);
+        CHECK(y != NULL);
+        if (y) {
+            amp_shape s = amp_tensor_shape(y);
+            CHECK_EQ_INT(s.ndim, 4);
+            CHECK_EQ_INT(s.d[0], 0);
+            CHECK_EQ_INT(s.d[1], 3);
+            CHECK_EQ_INT(s.d[2], 5);
+        }
+    }
+    onednn_set_mode(CPU_LIB_AUTO);
+    amp_temps_free();
+    amp_tensor_free(x);
+    amp_tensor_free(w);
+}
+
 int main(void)
 {
+    RUN(test_conv2d_empty_batch);
     RUN(test_conv_pool_match_pytorch_case_a);
     RUN(test_conv_pools_match_pytorch_case_b);
     RUN(test_conv2d_matches_double);

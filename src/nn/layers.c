@@ -19,6 +19,7 @@
 #include "nn/nn.h"
 
 #include "base/base.h"
+#include "ops/fused.h"
 #include "tensor/tensor.h"
 
 #include <math.h>
@@ -60,6 +61,10 @@ static amp_tensor *bias_of(const amp_module *m) { return m->n_own > 1 ? m->own[1
 
 /* cfg_i: in_features, out_features */
 static amp_tensor *linear_forward(amp_module *m, amp_tensor *x) { return amp_linear(x, m->own[0], bias_of(m)); }
+static amp_tensor *linear_relu_forward(amp_module *m, amp_tensor *x)
+{
+    return op_linear_relu(x, m->own[0], bias_of(m));
+}
 
 amp_module *amp_nn_linear(int64_t in_features, int64_t out_features, bool bias)
 {
@@ -67,6 +72,8 @@ amp_module *amp_nn_linear(int64_t in_features, int64_t out_features, bool bias)
         return amp_fail_null(AMP_ERR_ARG, "nn_linear: in_features %lld and out_features %lld must be >= 1",
                              (long long)in_features, (long long)out_features);
     amp_module *m = module_new("linear", linear_forward);
+    if (m)
+        m->forward_relu = linear_relu_forward;
     if (!m)
         return NULL;
     m->cfg_i[0] = in_features;
@@ -82,6 +89,11 @@ static amp_tensor *conv2d_forward(amp_module *m, amp_tensor *x)
     return amp_conv2d(x, m->own[0], bias_of(m), (int)m->cfg_i[3], (int)m->cfg_i[4]);
 }
 
+static amp_tensor *conv2d_relu_forward(amp_module *m, amp_tensor *x)
+{
+    return op_conv2d_relu(x, m->own[0], bias_of(m), (int)m->cfg_i[3], (int)m->cfg_i[4]);
+}
+
 amp_module *amp_nn_conv2d(int64_t in_ch, int64_t out_ch, int kernel, int stride, int padding, bool bias)
 {
     if (in_ch < 1 || out_ch < 1)
@@ -92,6 +104,8 @@ amp_module *amp_nn_conv2d(int64_t in_ch, int64_t out_ch, int kernel, int stride,
                              "nn_conv2d: kernel %d and stride %d must be >= 1, padding %d >= 0", kernel,
                              stride, padding);
     amp_module *m = module_new("conv2d", conv2d_forward);
+    if (m)
+        m->forward_relu = conv2d_relu_forward;
     if (!m)
         return NULL;
     m->cfg_i[0] = in_ch;
@@ -180,6 +194,7 @@ static amp_tensor *tanh_forward(amp_module *m, amp_tensor *x)
 static amp_tensor *gelu_forward(amp_module *m, amp_tensor *x) { return amp_gelu(x, (amp_gelu_approx)m->cfg_i[0]); }
 
 amp_module *amp_nn_relu(void) { return module_new("relu", relu_forward); }
+bool module_is_relu(const amp_module *m) { return m && m->forward == relu_forward; }
 amp_module *amp_nn_tanh(void) { return module_new("tanh", tanh_forward); }
 
 amp_module *amp_nn_gelu(amp_gelu_approx approx)

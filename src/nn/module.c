@@ -11,6 +11,7 @@
 #include "nn/nn.h"
 
 #include "base/base.h"
+#include "tensor/tensor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,13 +59,20 @@ static void prefix_error(const amp_module *seq, int i, const amp_module *child)
     amp_set_error(amp_last_status(), "%s[%d] (%s): %s", seq->kind, i, child->kind, msg);
 }
 
+/* A Linear or Conv2d followed by a ReLU runs as one op on the CPU, the
+ * relu fused into the product's epilogue (same values and gradients, one
+ * pass over the activations less each way). */
 static amp_tensor *sequential_forward(amp_module *m, amp_tensor *x)
 {
     for (int i = 0; i < m->n_children && x; i++) {
-        amp_tensor *y = amp_module_forward(m->children[i], x);
+        amp_module *c = m->children[i];
+        bool fuse = c->forward_relu && i + 1 < m->n_children && module_is_relu(m->children[i + 1]) &&
+                    amp_tensor_device(x) == AMP_CPU;
+        amp_tensor *y = fuse ? c->forward_relu(c, x) : amp_module_forward(c, x);
         if (!y && amp_last_status() != AMP_OK)
-            prefix_error(m, i, m->children[i]);
+            prefix_error(m, i, c);
         x = y;
+        i += fuse;
     }
     return x;
 }

@@ -9,7 +9,7 @@
  * list of (parameter, "0.weight"-style name) pairs stale.
  *
  * Defines: struct amp_module, module_new (layers.c builds on it),
- * module_add_param.
+ * module_add_param, module_is_relu.
  */
 #ifndef AMPC_NN_H
 #define AMPC_NN_H
@@ -23,6 +23,9 @@ typedef amp_tensor *(*module_forward_fn)(amp_module *m, amp_tensor *x);
 struct amp_module {
     const char *kind;          /* "linear", "sequential", ... (static string) */
     module_forward_fn forward;
+    /* forward followed by relu in one op, for a sequential that has this
+     * module then a ReLU (linear, conv2d; NULL elsewhere). CPU only. */
+    module_forward_fn forward_relu;
     bool training;             /* PyTorch's default: modules start in training mode */
     amp_module *parent;        /* the container that owns this module, or NULL */
 
@@ -52,5 +55,8 @@ amp_module *module_new(const char *kind, module_forward_fn forward);
  * the caller's reference to t, also on error (t may be NULL: the error of
  * the constructor that failed is kept). */
 amp_status module_add_param(amp_module *m, amp_tensor *t, const char *name);
+
+/* Whether m is an nn ReLU (the sequential fuses it into the layer before). */
+bool module_is_relu(const amp_module *m);
 
 #endif

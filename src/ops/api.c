@@ -46,11 +46,19 @@ amp_tensor *amp_gelu(amp_tensor *a, amp_gelu_approx approx)
 
 amp_tensor *amp_matmul(amp_tensor *a, amp_tensor *b) { return binary(OP_MATMUL, a, b); }
 
-/* i[0] = 1 when a bias is given (it is then input 2). */
+/* i[0] = 1 when a bias is given (it is then input 2); i[1] = 1: a relu
+ * fused into the epilogue (op_linear_relu). */
 amp_tensor *amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *bias)
 {
     amp_tensor *in[3] = {x, w, bias};
     op_params p = {.i = {bias != NULL}};
+    return op_apply(OP_LINEAR, in, bias ? 3 : 2, &p);
+}
+
+amp_tensor *op_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias)
+{
+    amp_tensor *in[3] = {x, w, bias};
+    op_params p = {.i = {bias != NULL, 1}};
     return op_apply(OP_LINEAR, in, bias ? 3 : 2, &p);
 }
 
@@ -154,15 +162,26 @@ amp_tensor *amp_dropout(amp_tensor *a, double p, bool training)
     return op_apply(OP_DROPOUT, &a, 1, &prm);
 }
 
-/* i[0] = stride, i[1] = padding, i[2] = has bias. Inputs: x, w[, bias]. */
-amp_tensor *amp_conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding)
+/* i[0] = stride, i[1] = padding, i[2] = has bias, i[3] = 1: a relu fused
+ * into the epilogue (op_conv2d_relu). Inputs: x, w[, bias]. */
+static amp_tensor *conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding, int act)
 {
     if (stride < 1 || padding < 0)
         return amp_fail_null(AMP_ERR_ARG, "conv2d: stride %d must be >= 1 and padding %d >= 0", stride,
                              padding);
     amp_tensor *in[3] = {x, w, bias};
-    op_params p = {.i = {stride, padding, bias != NULL}};
+    op_params p = {.i = {stride, padding, bias != NULL, act}};
     return op_apply(OP_CONV2D, in, bias ? 3 : 2, &p);
+}
+
+amp_tensor *amp_conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding)
+{
+    return conv2d(x, w, bias, stride, padding, 0);
+}
+
+amp_tensor *op_conv2d_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding)
+{
+    return conv2d(x, w, bias, stride, padding, 1);
 }
 
 /* i[0] = kernel, i[1] = stride, i[2] = padding */

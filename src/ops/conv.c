@@ -22,10 +22,18 @@
  * each image in f32 before one rounding; db sums dY' rows in double.
  * Stride 1 with Wo == W ("same" padding) lowers and raises a whole plane
  * per kernel tap with one shifted copy. Pooling lives in pool.c.
+ *
+ * oneDNN's convolutions (onednn_conv.c) get each pass first where it is
+ * built in; this file's kernels run what it does not take.
+ *
+ * A relu can be fused (p.i[3] = 1): y = relu(conv + bias), applied before
+ * the one rounding (relu commutes with it, so the bits equal conv2d then
+ * amp_relu); backward masks dY with y > 0 first, as relu's backward would.
  */
 #include "ops/conv.h"
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/onednn.h"
 #include "ops/ops.h"
 
 #include <string.h>
@@ -48,15 +56,20 @@ size_t conv_set_cols_budget(size_t bytes)
 typedef struct {
     int64_t N, C, H, W, O, kh, kw, s, p, Ho, Wo;
     int64_t ckk, l; /* GEMM sizes: C*kh*kw and Ho*Wo */
-    bool bias;
+    bool bias, relu;
 } conv_geom;
 
 static bool conv_geom_make(const node *n, conv_geom *g)
 {
     const amp_tensor *x = n->in[0], *w = n->in[1];
     g->bias = n->p.i[2] != 0 && n->n_in > 2;
+    g->relu = n->p.i[3] == 1;
     g->s = n->p.i[0];
     g->p = n->p.i[1];
+    if (n->p.i[3] != 0 && n->p.i[3] != 1) {
+        amp_fail_null(AMP_ERR_ARG, "%s: unknown fused activation %lld", op_name(n), (long long)n->p.i[3]);
+        return false;
+    }
     if (x->shape.ndim != 4 || w->shape.ndim != 4) {
         op_fail_shapes(n, "need x [N, C, H, W] and weight [O, C, kh, kw]");
         return false;
@@ -105,7 +118,9 @@ static conv_plan plan_make(const conv_geom *g, amp_dtype dt, bool backward)
     int64_t cnt = (int64_t)((double)group_budget / per);
     int nt = amp_threads();
     int64_t share = (g->N + nt - 1) / nt; /* every thread gets a group */
-    cnt = cnt < 1 ? 1 : cnt > share ? share : cnt;
+    cnt = cnt > share ? share : cnt;
+    if (cnt < 1)
+        cnt = 1; /* N == 0: no groups, not a division by zero */
     p.cnt = cnt;
     p.groups = (g->N + cnt - 1) / cnt;
     p.nt = p.groups < nt ? 1 : nt;
@@ -307,6 +322,9 @@ static void col2im(const conv_geom *g, float *cols, int64_t ld, float *dx)
 /* Elements per block when a row is rounded through a stack buffer. */
 #define ROW_BLOCK 1024
 
+/* amp_relu's f32 kernel: NaN stays NaN, -0 becomes +0. */
+static inline float relu1(float v) { return v > 0.0f ? v : (v == v ? 0.0f : v); }
+
 /* y[i][o][:] = accT[i*L + l][o] + b[o]: scatter_group for the
  * transposed product (f32 columns), through a row buffer. */
 static void scatter_group_t(const conv_geom *g, const float *acc, int64_t cnt, const float *b, void *y, amp_dtype dt,
@@ -318,8 +336,12 @@ static void scatter_group_t(const conv_geom *g, const float *acc, int64_t cnt, c
         const float *src = acc + i * g->l * g->O + o;
         const float bias = b ? b[o] : 0.0f;
         float *d = dt == AMP_F32 ? (float *)y + r * g->l : row;
-        for (int64_t k = 0; k < g->l; k++)
-            d[k] = src[k * g->O] + bias;
+        if (g->relu)
+            for (int64_t k = 0; k < g->l; k++)
+                d[k] = relu1(src[k * g->O] + bias);
+        else
+            for (int64_t k = 0; k < g->l; k++)
+                d[k] = src[k * g->O] + bias;
         if (dt != AMP_F32)
             amp_convert(row, AMP_F32, (char *)y + (size_t)(r * g->l) * es, dt, (size_t)g->l);
     }
@@ -339,11 +361,15 @@ static void scatter_group(const conv_geom *g, const float *acc, int64_t cnt, con
         const float bias = b ? b[o] : 0.0f;
         if (dt == AMP_F32) {
             float *d = (float *)dst;
-            for (int64_t k = 0; k < g->l; k++)
-                d[k] = src[k] + bias;
+            if (g->relu)
+                for (int64_t k = 0; k < g->l; k++)
+                    d[k] = relu1(src[k] + bias);
+            else
+                for (int64_t k = 0; k < g->l; k++)
+                    d[k] = src[k] + bias;
             continue;
         }
-        if (!b) {
+        if (!b && !g->relu) {
             amp_convert(src, AMP_F32, dst, dt, (size_t)g->l);
             continue;
         }
@@ -351,7 +377,7 @@ static void scatter_group(const conv_geom *g, const float *acc, int64_t cnt, con
         for (int64_t k0 = 0; k0 < g->l; k0 += ROW_BLOCK) {
             int64_t len = g->l - k0 < ROW_BLOCK ? g->l - k0 : ROW_BLOCK;
             for (int64_t k = 0; k < len; k++)
-                buf[k] = src[k0 + k] + bias;
+                buf[k] = g->relu ? relu1(src[k0 + k] + bias) : src[k0 + k] + bias;
             amp_convert(buf, AMP_F32, dst + (size_t)k0 * es, dt, (size_t)len);
         }
     }
@@ -431,18 +457,22 @@ static bool same_dtypes(const node *n)
 /* Per-thread scratch: nt slices of `per` bytes (64-byte multiples). */
 static size_t slice(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-amp_tensor *conv2d_forward(node *n)
+/* The geometry as onednn.h takes it. */
+static onednn_conv_geom onednn_geom(const conv_geom *g)
 {
-    conv_geom g;
-    if (!same_dtypes(n) || !conv_geom_make(n, &g))
-        return NULL;
+    return (onednn_conv_geom){.N = g->N, .C = g->C, .H = g->H, .W = g->W, .O = g->O, .KH = g->kh, .KW = g->kw,
+                              .OH = g->Ho, .OW = g->Wo, .sh = g->s, .sw = g->s, .ph = g->p, .pw = g->p,
+                              .dh = 1, .dw = 1};
+}
+
+/* y = the convolution of n's inputs, with ampc's kernels. */
+static amp_status forward_own(const node *n, const conv_geom *gp, amp_tensor *y)
+{
+    const conv_geom g = *gp;
     const amp_dtype dt = n->in[0]->dtype;
     const conv_plan pl = plan_make(&g, dt, false);
     const size_t es = amp_dtype_size(dt), ces = amp_dtype_size(pl.cdt);
     const int64_t chw = g.C * g.H * g.W;
-    amp_tensor *y = tensor_new(AMP_SHAPE(g.N, g.O, g.Ho, g.Wo), dt);
-    if (!y)
-        return NULL;
     const size_t cols_b = slice((size_t)(g.ckk * pl.cnt * g.l) * ces);
     const size_t acc_b = slice((size_t)(g.O * pl.cnt * g.l) * sizeof(float));
     /* an f32 image to widen f16 into, or a row for the transposed scatter */
@@ -488,30 +518,41 @@ amp_tensor *conv2d_forward(node *n)
     amp_free(scratch);
     amp_free(wtmp);
     amp_free(b);
-    if (failed) {
+    return failed ? amp_set_error(AMP_ERR_MEMORY, "conv2d: out of memory") : AMP_OK;
+}
+
+amp_tensor *conv2d_forward(node *n)
+{
+    conv_geom g;
+    if (!same_dtypes(n) || !conv_geom_make(n, &g))
+        return NULL;
+    const amp_dtype dt = n->in[0]->dtype;
+    amp_tensor *y = tensor_new(AMP_SHAPE(g.N, g.O, g.Ho, g.Wo), dt);
+    if (!y)
+        return NULL;
+    const onednn_conv_geom og = onednn_geom(&g);
+    amp_status st = AMP_OK;
+    if (!onednn_conv_forward(&og, tensor_ptr(n->in[0]), tensor_ptr(n->in[1]), dt,
+                             g.bias ? tensor_ptr(n->in[2]) : NULL, dt, tensor_ptr(y), dt,
+                             g.relu ? CPU_ACT_RELU : CPU_ACT_NONE, &st))
+        st = forward_own(n, &g, y);
+    /* The fused relu's backward reads the output. */
+    if (st == AMP_OK && g.relu && n->needs_grad && op_save(n, 0, y) != AMP_OK)
+        st = amp_set_error(AMP_ERR_MEMORY, "conv2d: out of memory");
+    if (st != AMP_OK) {
         amp_tensor_free(y);
-        return amp_fail_null(AMP_ERR_MEMORY, "conv2d: out of memory");
+        return NULL;
     }
     return y;
 }
 
-amp_status conv2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+/* The gradients of n's inputs that the flags ask for (gin[] allocated),
+ * with ampc's kernels. */
+static amp_status backward_own(const node *n, const conv_geom *gp, const amp_tensor *gout, amp_tensor **gin,
+                               bool need_x, bool need_w, bool need_b)
 {
-    conv_geom g;
-    if (!conv_geom_make(n, &g))
-        return amp_last_status();
-    bool need_x = in_needs_grad(n, 0), need_w = in_needs_grad(n, 1);
-    bool need_b = g.bias && in_needs_grad(n, 2);
+    const conv_geom g = *gp;
     const amp_dtype dt = n->in[0]->dtype;
-    if (need_x)
-        gin[0] = tensor_new(n->in[0]->shape, dt);
-    if (need_w)
-        gin[1] = tensor_new(n->in[1]->shape, dt);
-    if (need_b)
-        gin[2] = tensor_new(n->in[2]->shape, dt);
-    if ((need_x && !gin[0]) || (need_w && !gin[1]) || (need_b && !gin[2]))
-        return amp_last_status();
-
     const conv_plan pl = plan_make(&g, dt, true);
     const size_t es = amp_dtype_size(dt), ces = amp_dtype_size(pl.cdt);
     const int64_t chw = g.C * g.H * g.W;
@@ -603,4 +644,94 @@ amp_status conv2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
     amp_free(scratch);
     amp_free(wtmp);
     return failed ? amp_set_error(AMP_ERR_MEMORY, "conv2d: out of memory in backward") : AMP_OK;
+}
+
+/* m = g where y > 0, else +0: relu's backward (threshold_backward on the
+ * output), bit for bit as amp_relu's, for f32 and (on the bits) 16-bit
+ * values, inf/quiet being the format's exponent mask and quiet-NaN bit
+ * (bf16: 0x7F80, 0x0040; f16: 0x7C00, 0x0200): a NaN gradient comes out
+ * quieted there, as relu's does. Blocks of one kernel call each, so the
+ * loops (restrict, no branches) vectorise. */
+#define MASK_BLOCK 16384
+
+static void mask_f32(const float *restrict g, const float *restrict y, float *restrict m, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++) {
+        float v = g[j]; /* read unconditionally: a select, not a branch */
+        m[j] = y[j] > 0.0f ? v : 0.0f;
+    }
+}
+
+static void mask_16(const uint16_t *restrict g, const uint16_t *restrict y, uint16_t *restrict m, int64_t n,
+                    uint16_t inf, uint16_t quiet)
+{
+    for (int64_t j = 0; j < n; j++) {
+        uint16_t ya = y[j] & 0x7FFF, gb = g[j];
+        bool pos = !(y[j] & 0x8000) && ya != 0 && ya <= inf;
+        uint16_t gq = (gb & 0x7FFF) > inf ? (uint16_t)(gb | quiet) : gb;
+        m[j] = pos ? gq : 0;
+    }
+}
+
+/* gout masked by the fused relu's saved output (a new tensor). */
+static amp_tensor *relu_masked(const node *n, const amp_tensor *gout)
+{
+    const amp_tensor *y = n->saved[0];
+    if (!y || y->numel != gout->numel || y->dtype != gout->dtype)
+        return amp_fail_null(AMP_ERR_STATE, "%s: backward of the fused relu without the saved output", op_name(n));
+    amp_tensor *m = tensor_new(gout->shape, gout->dtype);
+    if (!m)
+        return NULL;
+    const int64_t len = gout->numel;
+    const amp_dtype dt = gout->dtype;
+    const char *gp = tensor_ptr(gout), *yp = tensor_ptr(y);
+    char *mp = tensor_ptr(m);
+    const size_t es = amp_dtype_size(dt);
+#pragma omp parallel for num_threads(amp_threads()) if (len >= 4 * MASK_BLOCK) schedule(static)
+    for (int64_t b = 0; b < len; b += MASK_BLOCK) {
+        const int64_t cnt = len - b < MASK_BLOCK ? len - b : MASK_BLOCK;
+        const size_t off = (size_t)b * es;
+        if (dt == AMP_F32)
+            mask_f32((const float *)(gp + off), (const float *)(yp + off), (float *)(mp + off), cnt);
+        else
+            mask_16((const uint16_t *)(gp + off), (const uint16_t *)(yp + off), (uint16_t *)(mp + off), cnt,
+                    dt == AMP_BF16 ? 0x7F80 : 0x7C00, dt == AMP_BF16 ? 0x0040 : 0x0200);
+    }
+    return m;
+}
+
+amp_status conv2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+{
+    conv_geom g;
+    if (!conv_geom_make(n, &g))
+        return amp_last_status();
+    bool need_x = in_needs_grad(n, 0), need_w = in_needs_grad(n, 1);
+    bool need_b = g.bias && in_needs_grad(n, 2);
+    const amp_dtype dt = n->in[0]->dtype;
+    if (need_x)
+        gin[0] = tensor_new(n->in[0]->shape, dt);
+    if (need_w)
+        gin[1] = tensor_new(n->in[1]->shape, dt);
+    if (need_b)
+        gin[2] = tensor_new(n->in[2]->shape, dt);
+    if ((need_x && !gin[0]) || (need_w && !gin[1]) || (need_b && !gin[2]))
+        return amp_last_status();
+    amp_tensor *masked = NULL;
+    if (g.relu && !(gout = masked = relu_masked(n, gout)))
+        return amp_last_status();
+    /* oneDNN first; its weight pass makes the bias gradient along (so a
+     * frozen weight with a trainable bias stays on the own kernels). */
+    const onednn_conv_geom og = onednn_geom(&g);
+    amp_status st = AMP_OK;
+    if (need_x && onednn_conv_backward_data(&og, tensor_ptr(gout), tensor_ptr(n->in[1]), dt, tensor_ptr(gin[0]),
+                                            dt, &st))
+        need_x = false;
+    if (st == AMP_OK && need_w &&
+        onednn_conv_backward_weights(&og, tensor_ptr(n->in[0]), tensor_ptr(gout), dt, tensor_ptr(gin[1]), dt,
+                                     need_b ? tensor_ptr(gin[2]) : NULL, dt, &st))
+        need_w = need_b = false;
+    if (st == AMP_OK && (need_x || need_w || need_b))
+        st = backward_own(n, &g, gout, gin, need_x, need_w, need_b);
+    amp_tensor_free(masked);
+    return st;
 }

@@ -367,6 +367,28 @@ amp_status relu_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
     return AMP_OK;
 }
 
+amp_tensor *relu_grad_from_output(const amp_tensor *gout, const amp_tensor *y)
+{
+    if (gout->dtype != y->dtype || gout->numel != y->numel || !amp_dtype_is_float(y->dtype))
+        return amp_fail_null(AMP_ERR_STATE, "relu gradient: gradient %s [%lld] does not match the output %s [%lld]",
+                             amp_dtype_name(gout->dtype), (long long)gout->numel, amp_dtype_name(y->dtype),
+                             (long long)y->numel);
+    amp_tensor *g = tensor_new(y->shape, y->dtype);
+    if (!g)
+        return NULL;
+    if (is_half(y->dtype)) {
+        relu_grad_half(tensor_ptr(gout), tensor_ptr(y), tensor_ptr(g), y->numel, half_of(y->dtype));
+        return g;
+    }
+    const float *gp = tensor_ptr(gout), *yp = tensor_ptr(y);
+    float *o = tensor_ptr(g);
+    const int64_t n = y->numel;
+    OMP_PRAGMA(omp parallel for num_threads(amp_threads()) if (n >= 4 * HALF_BLOCK) schedule(static))
+    for (int64_t j = 0; j < n; j++)
+        o[j] = yp[j] > 0.0f ? gp[j] : 0.0f;
+    return g;
+}
+
 /* p.i[0] = AMP_GELU_EXACT or AMP_GELU_TANH. */
 amp_tensor *gelu_forward(node *n)
 {

@@ -11,16 +11,19 @@
  * names both shapes. Both inputs must have the same dtype, as in PyTorch
  * outside autocast (autocast casts them first).
  *
- * linear(x [.., in], w [out, in], bias [out]) = x w^T + bias: the bias
- * rows are written into the result first and the GEMM adds onto them
- * (beta = 1), so a 16-bit result is still rounded once.
+ * linear(x [.., in], w [out, in], bias [out]) = x w^T + bias, optionally
+ * followed by a fused relu (nn's Linear + ReLU pairs): one gemm_batched
+ * call, where oneDNN adds the bias and applies the relu as post-ops, or
+ * ampc's own GEMM adds onto bias rows (beta = 1) and a relu pass follows;
+ * either way a 16-bit result is rounded once.
  *
- * 16-bit tensors go through gemm_lowp: f32 accumulation, one rounding per
- * output. Every gradient comes out in its input's dtype.
+ * 16-bit tensors go through gemm_batched / gemm_lowp: f32 accumulation,
+ * one rounding per output. Every gradient comes out in its input's dtype.
  */
 #include "backend/cpu/gemm.h"
 #include "ops/infer.h"
 
+#include <stdio.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -48,18 +51,13 @@ typedef struct {
 
 static amp_status run_batched(const batched *g, int64_t batch, const char *op)
 {
-    size_t es = amp_dtype_size(g->dt), ces = amp_dtype_size(g->c_dt);
-    int failed = 0;
-#pragma omp parallel for num_threads(amp_threads()) if (batch > 1) schedule(static) reduction(| : failed)
-    for (int64_t k = 0; k < batch; k++) {
-        amp_status st = gemm_lowp(g->tx, g->ty, g->M, g->N, g->K, 1.0f,
-                                  (const char *)g->x + (size_t)(k * g->sx) * es, g->dt, g->ldx,
-                                  (const char *)g->y + (size_t)(k * g->sy) * es, g->dt, g->ldy,
-                                  g->beta, (char *)g->c + (size_t)(k * g->sc) * ces, g->c_dt, g->ldc);
-        failed |= st != AMP_OK;
+    if (gemm_batched(g->tx, g->ty, batch, g->M, g->N, g->K, g->x, g->dt, g->ldx, g->sx, g->y, g->dt, g->ldy, g->sy,
+                     g->beta, g->c, g->c_dt, g->ldc, g->sc, NULL, CPU_ACT_NONE) != AMP_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", amp_last_error());
+        return amp_set_error(amp_last_status(), "%s: %s", op, why);
     }
-    /* The error may have been set on a worker thread: say it here too. */
-    return failed ? amp_set_error(AMP_ERR_MEMORY, "%s: out of memory in the GEMM", op) : AMP_OK;
+    return AMP_OK;
 }
 
 amp_tensor *matmul_forward(node *n)
@@ -128,30 +126,25 @@ amp_status matmul_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 
 /* ------------------------------------------------------------ linear */
 
+/* p.i[1]: the activation fused into the epilogue (1 = relu), set by
+ * op_linear_act for nn's Linear + ReLU pairs. */
+static cpu_act lin_act(const node *n) { return n->p.i[1] == 1 ? CPU_ACT_RELU : CPU_ACT_NONE; }
+
 amp_tensor *linear_forward(node *n)
 {
     lin_plan pl;
     if (!same_float_dtypes(n) || !linear_infer(n, &pl))
         return NULL;
     const amp_tensor *x = n->in[0], *w = n->in[1];
-    bool has_bias = lin_has_bias(n);
     amp_shape os = x->shape;
     os.d[os.ndim - 1] = pl.out;
     amp_tensor *y = tensor_new(os, x->dtype);
     if (!y)
         return NULL;
-    if (has_bias) {
-        /* Every row starts as the bias; the GEMM adds x w^T onto it. */
-        size_t row = (size_t)pl.out * amp_dtype_size(x->dtype);
-        char *yp = tensor_ptr(y);
-        const void *bp = tensor_ptr(n->in[2]);
-#pragma omp parallel for num_threads(amp_threads()) if (pl.rows * pl.out >= 65536) schedule(static)
-        for (int64_t r = 0; r < pl.rows; r++)
-            memcpy(yp + (size_t)r * row, bp, row);
-    }
-    if (gemm_lowp(false, true, pl.rows, pl.out, pl.in, 1.0f, tensor_ptr(x), x->dtype, pl.in,
-                  tensor_ptr(w), w->dtype, pl.in, has_bias ? 1.0f : 0.0f, tensor_ptr(y), y->dtype,
-                  pl.out) != AMP_OK) {
+    if (gemm_batched(false, true, 1, pl.rows, pl.out, pl.in, tensor_ptr(x), x->dtype, pl.in, 0, tensor_ptr(w),
+                     w->dtype, pl.in, 0, 0.0f, tensor_ptr(y), y->dtype, pl.out, 0,
+                     lin_has_bias(n) ? tensor_ptr(n->in[2]) : NULL, lin_act(n)) != AMP_OK ||
+        (lin_act(n) != CPU_ACT_NONE && n->needs_grad && op_save(n, 0, y) != AMP_OK)) {
         amp_tensor_free(y);
         return NULL;
     }
@@ -233,11 +226,9 @@ static void transpose_widen(const void *src, amp_dtype dt, int64_t rows, int64_t
     }
 }
 
-amp_status linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+static amp_status linear_grads(const node *n, const lin_plan *pl_, const amp_tensor *gout, amp_tensor **gin)
 {
-    lin_plan pl;
-    if (!linear_infer(n, &pl))
-        return amp_last_status();
+    const lin_plan pl = *pl_;
     const amp_tensor *x = n->in[0], *w = n->in[1];
     amp_dtype dt = x->dtype;
     if (in_needs_grad(n, 0)) {
@@ -274,4 +265,22 @@ amp_status linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
             return amp_last_status();
     }
     return AMP_OK;
+}
+
+amp_status linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+{
+    lin_plan pl;
+    if (!linear_infer(n, &pl))
+        return amp_last_status();
+    amp_tensor *masked = NULL;
+    if (lin_act(n) == CPU_ACT_RELU) {
+        /* Through the fused relu first: dY where the output is > 0. */
+        if (!n->saved[0] || !(masked = relu_grad_from_output(gout, n->saved[0])))
+            return n->saved[0] ? amp_last_status()
+                               : amp_set_error(AMP_ERR_STATE, "%s: the fused relu's output was not saved", op_name(n));
+        gout = masked;
+    }
+    amp_status st = linear_grads(n, &pl, gout, gin);
+    amp_tensor_free(masked);
+    return st;
 }

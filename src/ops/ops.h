@@ -78,6 +78,8 @@ amp_status op_cuda_backward(node *n, const op_device_fns *f, const amp_tensor *g
  * pool temporary; NULL with the error set (or kept, for NULL inputs). */
 amp_tensor *op_apply(int op, amp_tensor *const *in, int n_in, const op_params *p);
 
+#include "ops/fused.h"
+
 /* The op's name, for error messages. */
 static inline const char *op_name(const node *n) { return op_table[n->op].name; }
 
@@ -88,6 +90,10 @@ void *op_fail_dtype(const node *n, int input, const char *why);
 bool op_require_float(const node *n, int input);
 /* Whether input i needs a gradient. */
 static inline bool in_needs_grad(const node *n, int i) { return n->in[i] && n->in[i]->requires_grad; }
+/* The gradient through a relu fused into linear or conv2d: gout where the
+ * fused op's output y is > 0, else 0 (threshold_backward), in gout's
+ * dtype; a new tensor, or NULL with the error set. */
+amp_tensor *relu_grad_from_output(const amp_tensor *gout, const amp_tensor *y);
 /* Saves an alias of t (sharing storage, no history) in slot k. */
 amp_status op_save(node *n, int k, const amp_tensor *t);
 

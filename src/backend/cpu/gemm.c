@@ -29,6 +29,8 @@
 #include "backend/cpu/gemm.h"
 #include "base/base.h"
 
+#include <string.h>
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -296,6 +298,10 @@ amp_status gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                     const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                     int64_t ldc)
 {
+    amp_status st;
+    if (onednn_gemm(trans_a, trans_b, 1, M, N, K, alpha, A, AMP_F32, lda, 0, B, AMP_F32, ldb, 0, beta, C, AMP_F32,
+                    ldc, 0, NULL, AMP_F32, CPU_ACT_NONE, &st))
+        return st;
     operand a = operand_a(trans_a, A, AMP_F32, lda), b = operand_b(trans_b, B, AMP_F32, ldb);
     return gemm_run(&a, &b, M, N, K, alpha, beta, C, ldc);
 }
@@ -308,6 +314,9 @@ amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
         return amp_set_error(AMP_ERR_DTYPE, "gemm: dtypes %s x %s -> %s (need f32, f16 or bf16)",
                              amp_dtype_name(a_dt), amp_dtype_name(b_dt), amp_dtype_name(c_dt));
     amp_status st;
+    if (onednn_gemm(trans_a, trans_b, 1, M, N, K, alpha, A, a_dt, lda, 0, B, b_dt, ldb, 0, beta, C, c_dt, ldc, 0,
+                    NULL, AMP_F32, CPU_ACT_NONE, &st))
+        return st;
     if (a_dt == AMP_BF16 && b_dt == AMP_BF16 &&
         gemm_bf16_native(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, &st))
         return st;
@@ -333,4 +342,60 @@ amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
             amp_convert(cf + i * N, AMP_F32, (char *)C + (size_t)(i * ldc) * es, c_dt, (size_t)N);
     amp_free(cf);
     return st;
+}
+
+/* relu over one row of C, as the relu op computes it (NaN stays NaN). */
+static void relu_row(void *row, amp_dtype dt, int64_t n)
+{
+    if (dt == AMP_F32) {
+        float *r = row;
+        for (int64_t j = 0; j < n; j++)
+            r[j] = r[j] > 0.0f ? r[j] : (r[j] == r[j] ? 0.0f : r[j]);
+        return;
+    }
+    /* f16 / bf16: a negative sign bit on a non-NaN means zero. */
+    const uint16_t inf = dt == AMP_F16 ? 0x7C00 : 0x7F80;
+    uint16_t *r = row;
+    for (int64_t j = 0; j < n; j++)
+        if ((r[j] & 0x8000) && (r[j] & 0x7FFF) <= inf)
+            r[j] = 0;
+}
+
+amp_status gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                        const void *A, amp_dtype a_dt, int64_t lda, int64_t sa, const void *B, amp_dtype b_dt,
+                        int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,
+                        const void *bias, cpu_act act)
+{
+    amp_status st;
+    if (onednn_gemm(trans_a, trans_b, batch, M, N, K, 1.0f, A, a_dt, lda, sa, B, b_dt, ldb, sb, beta, C, c_dt, ldc,
+                    sc, bias, c_dt, act, &st))
+        return st;
+    if (bias && beta != 0.0f)
+        return amp_set_error(AMP_ERR_ARG, "gemm: a bias with beta = %g (only beta = 0 takes a bias)", beta);
+    const size_t ea = amp_dtype_size(a_dt), eb = amp_dtype_size(b_dt), ec = amp_dtype_size(c_dt);
+    if (bias) {
+        /* Every row starts as the bias; the GEMM adds onto it (beta = 1),
+         * so a 16-bit C is still rounded once. */
+        int64_t rows = batch * M;
+#pragma omp parallel for num_threads(amp_threads()) if (rows * N >= 65536) schedule(static)
+        for (int64_t r = 0; r < rows; r++)
+            memcpy((char *)C + (size_t)((r / M) * sc + (r % M) * ldc) * ec, bias, (size_t)N * ec);
+        beta = 1.0f;
+    }
+    int failed = 0;
+#pragma omp parallel for num_threads(amp_threads()) if (batch > 1) schedule(static) reduction(| : failed)
+    for (int64_t k = 0; k < batch; k++)
+        failed |= gemm_lowp(trans_a, trans_b, M, N, K, 1.0f, (const char *)A + (size_t)(k * sa) * ea, a_dt, lda,
+                            (const char *)B + (size_t)(k * sb) * eb, b_dt, ldb, beta,
+                            (char *)C + (size_t)(k * sc) * ec, c_dt, ldc) != AMP_OK;
+    /* The error may have been set on a worker thread: say it here too. */
+    if (failed)
+        return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory in a batch of %lld products", (long long)batch);
+    if (act == CPU_ACT_RELU) {
+        int64_t rows = batch * M;
+#pragma omp parallel for num_threads(amp_threads()) if (rows * N >= 65536) schedule(static)
+        for (int64_t r = 0; r < rows; r++)
+            relu_row((char *)C + (size_t)((r / M) * sc + (r % M) * ldc) * ec, c_dt, N);
+    }
+    return AMP_OK;
 }

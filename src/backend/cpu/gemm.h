@@ -18,6 +18,8 @@
  *                subnormal inputs count as zero there.
  *   gemm_kernel_name - which micro-kernel this CPU runs (tests, logs).
  *
+ * Both run on oneDNN's matmul instead where it is built in and faster for
+ * the shape (onednn.h), else on ampc's kernels below.
  * Both return AMP_OK, or AMP_ERR_MEMORY with the error set when a packing
  * buffer cannot be allocated. They thread with OpenMP (amp_threads()),
  * and run on one thread when called inside a parallel region.
@@ -34,6 +36,24 @@ amp_status gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
 amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                      const void *A, amp_dtype a_dt, int64_t lda, const void *B, amp_dtype b_dt,
                      int64_t ldb, float beta, void *C, amp_dtype c_dt, int64_t ldc);
+
+/*
+ * A batch of products with an epilogue, for matmul and linear: for
+ * b = 0..batch-1, with A, B, C advanced by sa, sb, sc elements (sa or sb 0:
+ * that operand is shared),
+ *     C_b = act(op(A_b) op(B_b) + bias + beta * C_b)
+ * in gemm_lowp's dtypes; bias is NULL or N values of C's dtype, added to
+ * every row (only with beta = 0: an AMP_ERR_ARG error otherwise). oneDNN runs it in one call where it takes it (bias and act
+ * fused as post-ops); otherwise each product runs on gemm_lowp, spread
+ * over the threads when there are several, with the bias written into C
+ * first and the activation applied after (the same values: relu commutes
+ * with rounding).
+ */
+#include "backend/cpu/onednn.h"
+amp_status gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                        const void *A, amp_dtype a_dt, int64_t lda, int64_t sa, const void *B, amp_dtype b_dt,
+                        int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,
+                        const void *bias, cpu_act act);
 
 /* "avx512 12x32", "avx2 6x16" or "portable 4x16", honouring amp_cpu_limit. */
 const char *gemm_kernel_name(void);

@@ -1,0 +1,410 @@
+/*
+ * onednn_conv.c - conv2d's forward, input-gradient and weight-gradient
+ * passes through oneDNN's convolution primitives (see onednn.h for the
+ * contract: false = not taken, the caller runs ampc's own kernel).
+ *
+ * Layouts: given ampc's plain NCHW / OIHW memory, oneDNN 2.6 runs its
+ * im2col + GEMM convolution ("gemm:jit"), slower than ampc's own. Given
+ * the layouts of its choosing (format "any"), it picks its direct JIT
+ * kernels: blocked (nChw16c-style) activations, AVX-512 for f32 and AMX
+ * for bf16, 2-6x faster than its gemm:jit on the benchmark CNN even
+ * counting the reorders in and out. So every pass here is: reorder the inputs whose
+ * chosen layout is not plain into scratch, run the convolution, reorder
+ * the output back into the caller's plain tensor. Each reorder is a
+ * primitive of its own, cached like the convolution.
+ *
+ * When (AUTO mode; numbers in docs/benchmarks.md, measured on this
+ * project's machine: 2 cores, AVX-512 + AMX-BF16, the benchmark CNN at
+ * batch 128, 1 and 2 threads): oneDNN ran every f32 pass 1.3-2.1x faster
+ * than ampc and the bf16 passes of the 32-channel layer 1.3-3.2x faster,
+ * but the bf16 passes of the 1-channel first layer 1.2-1.8x slower (its
+ * blocked kernels waste most of a channel block there; ampc's im2col
+ * GEMM has K = C*kh*kw instead). So bf16 convolutions with fewer than 8
+ * input channels stay on ampc's kernels (onednn_wants_conv; with 3 and
+ * 4 ampc still won the weight gradient, with 8 oneDNN won both), and so
+ * does any shape for which oneDNN only has a kernel below AVX-512
+ * (jit:avx2 or gemm-based: f32 weight gradients with 4 to 15 input
+ * channels, for one), which ran slower than ampc's (onednn_wants_impl).
+ *
+ * Numerics: f32 accumulation in both, one rounding into a bf16 output, so
+ * the results equal ampc's up to summation order. bf16 weight gradients
+ * accumulate over the whole batch in f32 before their one rounding.
+ */
+#include "backend/cpu/onednn.h"
+
+#ifndef AMPC_HAVE_DNNL
+
+bool onednn_conv_forward(const onednn_conv_geom *g, const void *x, const void *w, amp_dtype dt,
+                         const void *bias, amp_dtype bias_dt, void *y, amp_dtype y_dt, cpu_act act,
+                         amp_status *st)
+{
+    (void)g, (void)x, (void)w, (void)dt, (void)bias, (void)bias_dt, (void)y, (void)y_dt, (void)act, (void)st;
+    return false;
+}
+
+bool onednn_conv_backward_data(const onednn_conv_geom *g, const void *dy, const void *w, amp_dtype dt,
+                               void *dx, amp_dtype dx_dt, amp_status *st)
+{
+    (void)g, (void)dy, (void)w, (void)dt, (void)dx, (void)dx_dt, (void)st;
+    return false;
+}
+
+bool onednn_conv_backward_weights(const onednn_conv_geom *g, const void *x, const void *dy, amp_dtype dt,
+                                  void *dw, amp_dtype dw_dt, void *db, amp_dtype db_dt, amp_status *st)
+{
+    (void)g, (void)x, (void)dy, (void)dt, (void)dw, (void)dw_dt, (void)db, (void)db_dt, (void)st;
+    return false;
+}
+
+#else
+
+#include "backend/cpu/onednn_impl.h"
+#include "base/base.h"
+
+#include <string.h>
+
+/* Cache kinds (onednn_gemm.c's are below 16). */
+
+typedef enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS } conv_pass;
+
+/* The three tensors of a pass, in this order: the source side (x or dx),
+ * the weights side (w or dw), the destination side (y or dy). */
+enum { ROLE_SRC, ROLE_WEI, ROLE_DST, ROLES };
+
+/* Everything a primitive depends on; zeroed before filling, its bytes are
+ * the cache key. `role` picks the tensor of a ONEDNN_KIND_CONV_REORDER. */
+typedef struct {
+    onednn_conv_geom g;
+    int pass, dt, out_dt, bias_dt, has_bias, act, threads, role;
+} conv_key;
+
+#if ONEDNN_V3
+typedef const_dnnl_memory_desc_t md_ref; /* what dnnl_primitive_desc_query_md gives */
+#else
+typedef const dnnl_memory_desc_t *md_ref;
+#endif
+
+static const dnnl_query_t role_query[3][ROLES] = {
+    [PASS_FWD] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md},
+    [PASS_BWD_DATA] = {dnnl_query_diff_src_md, dnnl_query_weights_md, dnnl_query_diff_dst_md},
+    [PASS_BWD_WEIGHTS] = {dnnl_query_src_md, dnnl_query_diff_weights_md, dnnl_query_diff_dst_md},
+};
+static const int role_arg[3][ROLES] = {
+    [PASS_FWD] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST},
+    [PASS_BWD_DATA] = {DNNL_ARG_DIFF_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST},
+    [PASS_BWD_WEIGHTS] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_DST},
+};
+static const int role_out[3] = {[PASS_FWD] = ROLE_DST, [PASS_BWD_DATA] = ROLE_SRC, [PASS_BWD_WEIGHTS] = ROLE_WEI};
+static const char *const pass_name[3] = {"conv2d", "conv2d backward (input)", "conv2d backward (weight)"};
+
+/* AUTO, before the primitive is made: bf16 convolutions with few input
+ * channels stay on ampc's im2col + AMX GEMM (see the header comment). */
+static bool onednn_wants_conv(const conv_key *k)
+{
+    switch (onednn_mode()) {
+    case CPU_LIB_OWN: return false;
+    case CPU_LIB_ONEDNN: return true;
+    default: break;
+    }
+    return !(k->dt == AMP_BF16 && k->g.C < 8);
+}
+
+/* AUTO, once the primitive is made: only oneDNN's AVX-512 and AMX
+ * kernels beat ampc's. */
+static bool onednn_wants_impl(const onednn_prim *p)
+{
+    if (onednn_mode() != CPU_LIB_AUTO)
+        return true;
+    const char *impl = NULL;
+    dnnl_primitive_desc_query(p->pd, dnnl_query_impl_info_str, 0, &impl);
+    return impl && (strstr(impl, "avx512") || strstr(impl, "amx"));
+}
+
+static void role_dims(const onednn_conv_geom *g, int role, int64_t d[4])
+{
+    const int64_t all[ROLES][4] = {{g->N, g->C, g->H, g->W}, {g->O, g->C, g->KH, g->KW}, {g->N, g->O, g->OH, g->OW}};
+    memcpy(d, all[role], sizeof all[role]);
+}
+
+/* The output role holds the pass's output dtype, the others its input's. */
+static amp_dtype role_dt(const conv_key *k, int role)
+{
+    return (amp_dtype)(role == role_out[k->pass] ? k->out_dt : k->dt);
+}
+
+/* A 4-D descriptor of dtype dt whose layout the primitive chooses. */
+static bool md_any(onednn_md *md, const int64_t d[4], amp_dtype dt)
+{
+    dnnl_dims_t dims = {d[0], d[1], d[2], d[3]};
+#if ONEDNN_V3
+    *md = NULL;
+    return dnnl_memory_desc_create_with_tag(md, 4, dims, onednn_dt(dt), dnnl_format_tag_any) == dnnl_success;
+#else
+    return dnnl_memory_desc_init_by_tag(md, 4, dims, onednn_dt(dt), dnnl_format_tag_any) == dnnl_success;
+#endif
+}
+
+/* The forward primitive descriptor a backward one is made against (both
+ * generations want it; it only guides the choice of layouts). The
+ * backward descriptor keeps copies of what it needs, so the hint is
+ * destroyed right after. */
+static bool make_hint(const conv_key *k, const dnnl_dims_t str, const dnnl_dims_t dil, const dnnl_dims_t pad,
+                      dnnl_primitive_desc_t *hint)
+{
+    onednn_md md[ROLES] = {0}, bias = {0};
+    bool ok = true;
+    for (int r = 0; r < ROLES; r++) {
+        int64_t d[4];
+        role_dims(&k->g, r, d);
+        ok = ok && md_any(&md[r], d, (amp_dtype)k->dt);
+    }
+    ok = ok && (!k->has_bias || onednn_md_make(&bias, 1, &k->g.O, onednn_dt((amp_dtype)k->dt), NULL));
+    if (ok) {
+#if ONEDNN_V3
+        ok = dnnl_convolution_forward_primitive_desc_create(hint, onednn_engine(), dnnl_forward_training,
+                                                            dnnl_convolution_direct, md[0], md[1],
+                                                            k->has_bias ? bias : NULL, md[2], str, dil, pad, pad,
+                                                            NULL) == dnnl_success;
+#else
+        dnnl_convolution_desc_t op;
+        ok = dnnl_dilated_convolution_forward_desc_init(&op, dnnl_forward_training, dnnl_convolution_direct, &md[0],
+                                                        &md[1], k->has_bias ? &bias : NULL, &md[2], str, dil, pad,
+                                                        pad) == dnnl_success &&
+             dnnl_primitive_desc_create(hint, &op, NULL, onednn_engine(), NULL) == dnnl_success;
+#endif
+    }
+    for (int r = 0; r < ROLES; r++)
+        onednn_md_drop(&md[r]);
+    onednn_md_drop(&bias);
+    return ok;
+}
+
+/* The convolution's primitive descriptor for k (onednn_make_fn). */
+static bool make_conv(const void *key, dnnl_primitive_desc_t *pd)
+{
+    const conv_key *k = key;
+    const onednn_conv_geom *g = &k->g;
+    const dnnl_dims_t str = {g->sh, g->sw}, dil = {g->dh - 1, g->dw - 1}, pad = {g->ph, g->pw};
+    onednn_md md[ROLES] = {0}, bias = {0};
+    dnnl_primitive_desc_t hint = NULL;
+    dnnl_primitive_attr_t attr = onednn_attr(1.0f, 0.0f, (cpu_act)k->act);
+    bool ok = attr != NULL;
+    for (int r = 0; r < ROLES; r++) {
+        int64_t d[4];
+        role_dims(g, r, d);
+        ok = ok && md_any(&md[r], d, role_dt(k, r));
+    }
+    ok = ok && (!k->has_bias || onednn_md_make(&bias, 1, &g->O, onednn_dt((amp_dtype)k->bias_dt), NULL));
+    ok = ok && (k->pass == PASS_FWD || make_hint(k, str, dil, pad, &hint));
+    if (ok) {
+        const dnnl_alg_kind_t alg = dnnl_convolution_direct;
+#if ONEDNN_V3
+        dnnl_engine_t e = onednn_engine();
+        onednn_md b = k->has_bias ? bias : NULL;
+        if (k->pass == PASS_FWD)
+            ok = dnnl_convolution_forward_primitive_desc_create(pd, e, dnnl_forward_training, alg, md[0], md[1], b,
+                                                                md[2], str, dil, pad, pad, attr) == dnnl_success;
+        else if (k->pass == PASS_BWD_DATA)
+            ok = dnnl_convolution_backward_data_primitive_desc_create(pd, e, alg, md[0], md[1], md[2], str, dil, pad,
+                                                                      pad, hint, attr) == dnnl_success;
+        else
+            ok = dnnl_convolution_backward_weights_primitive_desc_create(pd, e, alg, md[0], md[1], b, md[2], str, dil,
+                                                                         pad, pad, hint, attr) == dnnl_success;
+#else
+        dnnl_convolution_desc_t op;
+        const dnnl_memory_desc_t *b = k->has_bias ? &bias : NULL;
+        if (k->pass == PASS_FWD)
+            ok = dnnl_dilated_convolution_forward_desc_init(&op, dnnl_forward_training, alg, &md[0], &md[1], b,
+                                                            &md[2], str, dil, pad, pad) == dnnl_success;
+        else if (k->pass == PASS_BWD_DATA)
+            ok = dnnl_dilated_convolution_backward_data_desc_init(&op, alg, &md[0], &md[1], &md[2], str, dil, pad,
+                                                                  pad) == dnnl_success;
+        else
+            ok = dnnl_dilated_convolution_backward_weights_desc_init(&op, alg, &md[0], &md[1], b, &md[2], str, dil,
+                                                                     pad, pad) == dnnl_success;
+        ok = ok && dnnl_primitive_desc_create(pd, &op, attr, onednn_engine(), hint) == dnnl_success;
+#endif
+    }
+    if (hint)
+        dnnl_primitive_desc_destroy(hint);
+    for (int r = 0; r < ROLES; r++)
+        onednn_md_drop(&md[r]);
+    onednn_md_drop(&bias);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    return ok;
+}
+
+/* The caller's plain (row-major NCHW / OIHW) descriptor of a role. */
+static bool plain_md(onednn_md *md, const conv_key *k, int role)
+{
+    int64_t d[4];
+    role_dims(&k->g, role, d);
+    return onednn_md_make(md, 4, d, onednn_dt(role_dt(k, role)), NULL);
+}
+
+/* The reorder between the caller's plain tensor of k->role and the
+ * layout the convolution chose: into it for an input, out of it for the
+ * output (onednn_make_fn). The convolution's descriptor is made again
+ * here (it is cheap next to the primitive itself) as the cache hands out
+ * no descriptor while it makes another. */
+static bool make_reorder(const void *key, dnnl_primitive_desc_t *pd)
+{
+    const conv_key *k = key;
+    dnnl_primitive_desc_t conv = NULL;
+    onednn_md plain = {0};
+    dnnl_primitive_attr_t attr = onednn_attr(1.0f, 0.0f, CPU_ACT_NONE);
+    bool ok = attr && make_conv(k, &conv) && plain_md(&plain, k, k->role);
+    if (ok) {
+        md_ref inner = dnnl_primitive_desc_query_md(conv, role_query[k->pass][k->role], 0);
+        if (k->role == role_out[k->pass])
+            ok = dnnl_reorder_primitive_desc_create(pd, inner, onednn_engine(), ONEDNN_MD(plain), onednn_engine(),
+                                                    attr) == dnnl_success;
+        else
+            ok = dnnl_reorder_primitive_desc_create(pd, ONEDNN_MD(plain), onednn_engine(), inner, onednn_engine(),
+                                                    attr) == dnnl_success;
+    }
+    if (conv)
+        dnnl_primitive_desc_destroy(conv);
+    onednn_md_drop(&plain);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    return ok;
+}
+
+/* Whether the convolution reads or writes the role's tensor in the
+ * caller's plain layout (as it does for a single-channel input, say). */
+static bool is_plain(const onednn_prim *conv, const conv_key *k, int role)
+{
+    onednn_md plain = {0};
+    bool same = plain_md(&plain, k, role) &&
+                dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(conv->pd, role_query[k->pass][role], 0),
+                                       ONEDNN_MD(plain));
+    onednn_md_drop(&plain);
+    return same;
+}
+
+/* Runs the pass k on the caller's plain tensors t[role] (and bias: the
+ * bias or its gradient, or NULL): the inputs that the convolution wants
+ * blocked go through scratch, and so does the output. False when oneDNN
+ * does not take it (nothing touched). */
+static bool conv_run(const conv_key *k, void *const t[ROLES], void *bias, amp_status *st)
+{
+    if (!onednn_wants_conv(k))
+        return false;
+    onednn_prim conv, reo[ROLES];
+    memset(reo, 0, sizeof reo);
+    if (!onednn_prim_get(ONEDNN_KIND_CONV, k, sizeof *k, make_conv, &conv))
+        return false;
+    bool ok = onednn_wants_impl(&conv), blocked[ROLES];
+    for (int r = 0; r < ROLES; r++) {
+        blocked[r] = !is_plain(&conv, k, r);
+        conv_key rk = *k;
+        rk.role = r;
+        ok = ok && (!blocked[r] || onednn_prim_get(ONEDNN_KIND_CONV_REORDER, &rk, sizeof rk, make_reorder, &reo[r]));
+    }
+    if (!ok) {
+        for (int r = 0; r < ROLES; r++)
+            onednn_prim_put(&reo[r]);
+        onednn_prim_put(&conv);
+        return false;
+    }
+    const int out = role_out[k->pass];
+    const char *what = pass_name[k->pass];
+    void *mem[ROLES] = {t[0], t[1], t[2]}, *scratch[ROLES] = {NULL, NULL, NULL};
+    *st = AMP_OK;
+    for (int r = 0; r < ROLES && *st == AMP_OK; r++) {
+        if (!blocked[r])
+            continue;
+        md_ref md = dnnl_primitive_desc_query_md(conv.pd, role_query[k->pass][r], 0);
+        mem[r] = scratch[r] = amp_alloc(dnnl_memory_desc_get_size(md));
+        if (!scratch[r])
+            *st = amp_set_error(AMP_ERR_MEMORY, "%s: out of memory for oneDNN's layouts", what);
+        else if (r != out) {
+            dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, onednn_mem(&reo[r], dnnl_query_src_md, 0, t[r])},
+                                    {DNNL_ARG_TO, onednn_mem(&reo[r], dnnl_query_dst_md, 0, scratch[r])}};
+            *st = onednn_run(&reo[r], 2, a, what);
+        }
+    }
+    if (*st == AMP_OK) {
+        dnnl_exec_arg_t a[ROLES + 1];
+        int n = 0;
+        for (int r = 0; r < ROLES; r++) {
+            a[n].arg = role_arg[k->pass][r];
+            a[n++].memory = onednn_mem(&conv, role_query[k->pass][r], 0, mem[r]);
+        }
+        if (bias) {
+            a[n].arg = k->pass == PASS_FWD ? DNNL_ARG_BIAS : DNNL_ARG_DIFF_BIAS;
+            a[n++].memory = onednn_mem(&conv, k->pass == PASS_FWD ? dnnl_query_weights_md : dnnl_query_diff_weights_md,
+                                       1, bias);
+        }
+        *st = onednn_run(&conv, n, a, what);
+    }
+    if (*st == AMP_OK && blocked[out]) {
+        dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, onednn_mem(&reo[out], dnnl_query_src_md, 0, scratch[out])},
+                                {DNNL_ARG_TO, onednn_mem(&reo[out], dnnl_query_dst_md, 0, t[out])}};
+        *st = onednn_run(&reo[out], 2, a, what);
+    }
+    for (int r = 0; r < ROLES; r++) {
+        amp_free(scratch[r]);
+        onednn_prim_put(&reo[r]);
+    }
+    onednn_prim_put(&conv);
+    return true;
+}
+
+/* The key of a pass; false for what is never handed to oneDNN. */
+static bool key_make(conv_key *k, const onednn_conv_geom *g, conv_pass pass, amp_dtype dt, amp_dtype out_dt)
+{
+    memset(k, 0, sizeof *k);
+    if (g->N <= 0 || g->C <= 0 || g->O <= 0 || g->KH <= 0 || g->KW <= 0 || g->OH <= 0 || g->OW <= 0 ||
+        g->sh < 1 || g->sw < 1 || g->ph < 0 || g->pw < 0 || g->dh < 1 || g->dw < 1)
+        return false;
+    /* f32 convolutions in and out; bf16 ones into bf16 or f32. */
+    if (!(dt == AMP_F32 && out_dt == AMP_F32) && !(dt == AMP_BF16 && (out_dt == AMP_BF16 || out_dt == AMP_F32)))
+        return false;
+    k->g = *g;
+    k->pass = pass;
+    k->dt = dt;
+    k->out_dt = out_dt;
+    k->threads = onednn_threads();
+    return true;
+}
+
+bool onednn_conv_forward(const onednn_conv_geom *g, const void *x, const void *w, amp_dtype dt,
+                         const void *bias, amp_dtype bias_dt, void *y, amp_dtype y_dt, cpu_act act,
+                         amp_status *st)
+{
+    conv_key k;
+    if (!key_make(&k, g, PASS_FWD, dt, y_dt) || (bias && bias_dt != AMP_F32 && bias_dt != dt))
+        return false;
+    k.has_bias = bias != NULL;
+    k.bias_dt = bias ? bias_dt : 0;
+    k.act = act;
+    void *const t[ROLES] = {(void *)x, (void *)w, y};
+    return conv_run(&k, t, (void *)bias, st);
+}
+
+bool onednn_conv_backward_data(const onednn_conv_geom *g, const void *dy, const void *w, amp_dtype dt,
+                               void *dx, amp_dtype dx_dt, amp_status *st)
+{
+    conv_key k;
+    if (!key_make(&k, g, PASS_BWD_DATA, dt, dx_dt))
+        return false;
+    void *const t[ROLES] = {dx, (void *)w, (void *)dy};
+    return conv_run(&k, t, NULL, st);
+}
+
+bool onednn_conv_backward_weights(const onednn_conv_geom *g, const void *x, const void *dy, amp_dtype dt,
+                                  void *dw, amp_dtype dw_dt, void *db, amp_dtype db_dt, amp_status *st)
+{
+    conv_key k;
+    if (!key_make(&k, g, PASS_BWD_WEIGHTS, dt, dw_dt) || (db && db_dt != AMP_F32 && db_dt != dt))
+        return false;
+    k.has_bias = db != NULL;
+    k.bias_dt = db ? db_dt : 0;
+    void *const t[ROLES] = {(void *)x, dw, (void *)dy};
+    return conv_run(&k, t, db, st);
+}
+
+#endif /* AMPC_HAVE_DNNL */

@@ -1,0 +1,236 @@
+/*
+ * onednn_gemm.c - GEMMs through oneDNN's matmul primitive, with bias,
+ * scales and activation fused as post-ops (see onednn.h for the contract).
+ *
+ * ampc's row-major operands map onto oneDNN memory descriptors by strides
+ * alone: a transposed A is the same [M, K] tensor with strides {1, lda},
+ * so no operand is ever copied here. A batch of products with a shared
+ * operand is one 3-D matmul whose shared side has batch dimension 1
+ * (oneDNN broadcasts it).
+ *
+ * When oneDNN runs a call (onednn_wants, AUTO mode): measured on this
+ * project's machine (an Intel Xeon with AMX-BF16, 2 cores; the numbers are
+ * in docs/benchmarks.md), oneDNN's f32 kernels are faster than ampc's
+ * at every shape measured, by 10-15% on square shapes and 3x with a narrow
+ * N (the 10-class output layer); its bf16 AMX kernels are up to 1.9x
+ * faster with A read row-wise (forward and input-gradient products) but
+ * 1.2-1.5x slower than ampc's AMX kernel with a transposed A and many
+ * rows (the weight-gradient products dW = dY^T X), which stay on ampc's.
+ */
+#include "backend/cpu/onednn.h"
+
+bool onednn_gemm_policy(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, amp_dtype dt)
+{
+    (void)trans_b, (void)N, (void)K;
+    if (dt == AMP_BF16)
+        return !(trans_a && M >= 1024);
+    return true;
+}
+
+#ifndef AMPC_HAVE_DNNL
+
+bool onednn_gemm(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
+                 const void *A, amp_dtype a_dt, int64_t lda, int64_t sa, const void *B, amp_dtype b_dt,
+                 int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,
+                 const void *bias, amp_dtype bias_dt, cpu_act act, amp_status *st)
+{
+    (void)trans_a, (void)trans_b, (void)batch, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)a_dt;
+    (void)lda, (void)sa, (void)B, (void)b_dt, (void)ldb, (void)sb, (void)beta, (void)C, (void)c_dt, (void)ldc;
+    (void)sc, (void)bias, (void)bias_dt, (void)act, (void)st;
+    return false;
+}
+
+#else
+
+#include "backend/cpu/onednn_impl.h"
+#include "base/base.h"
+
+#include <string.h>
+
+
+/* Everything the primitive depends on. Zeroed before filling: its bytes
+ * are the cache key. */
+typedef struct {
+    int64_t batch, M, N, K, lda, ldb, ldc, sa, sb, sc;
+    float alpha, beta;
+    int trans_a, trans_b, a_dt, b_dt, c_dt, bias_dt, has_bias, act, threads;
+} mm_key;
+
+/* AUTO: the rule from the header comment. */
+static bool onednn_wants(const mm_key *k)
+{
+    switch (onednn_mode()) {
+    case CPU_LIB_OWN: return false;
+    case CPU_LIB_ONEDNN: return true;
+    default: return onednn_gemm_policy(k->trans_a, k->trans_b, k->M, k->N, k->K, (amp_dtype)k->a_dt);
+    }
+}
+
+/* A [rows, cols] operand (transposed: stored [cols, rows] at leading
+ * dimension ld), `batch` of them `stride` apart (0: one, shared). */
+static bool operand_md(onednn_md *md, const mm_key *k, int64_t rows, int64_t cols, bool trans, int64_t ld,
+                       int64_t stride, int dt)
+{
+    int64_t dims[3], strides[3];
+    int nd = 0;
+    if (k->batch > 1) {
+        dims[nd] = stride ? k->batch : 1;
+        strides[nd++] = stride ? stride : rows * cols;
+    }
+    dims[nd] = rows;
+    strides[nd++] = trans ? 1 : ld;
+    dims[nd] = cols;
+    strides[nd++] = trans ? ld : 1;
+    return onednn_md_make(md, nd, dims, onednn_dt((amp_dtype)dt), strides);
+}
+
+static bool make_matmul(const void *key, dnnl_primitive_desc_t *pd)
+{
+    const mm_key *k = key;
+    onednn_md a = {0}, b = {0}, c = {0}, bias = {0};
+    int64_t bdims[3] = {1, 1, k->N};
+    int nd = k->batch > 1 ? 3 : 2;
+    dnnl_primitive_attr_t attr = onednn_attr(k->alpha, k->beta, (cpu_act)k->act);
+    bool ok = attr && operand_md(&a, k, k->M, k->K, k->trans_a, k->lda, k->sa, k->a_dt) &&
+              operand_md(&b, k, k->K, k->N, k->trans_b, k->ldb, k->sb, k->b_dt) &&
+              operand_md(&c, k, k->M, k->N, false, k->ldc, k->sc, k->c_dt) &&
+              (!k->has_bias || onednn_md_make(&bias, nd, bdims + (3 - nd), onednn_dt((amp_dtype)k->bias_dt), NULL));
+    if (ok) {
+#if ONEDNN_V3
+        ok = dnnl_matmul_primitive_desc_create(pd, onednn_engine(), a, b, k->has_bias ? bias : NULL, c, attr) ==
+             dnnl_success;
+#else
+        dnnl_matmul_desc_t op;
+        ok = dnnl_matmul_desc_init(&op, &a, &b, k->has_bias ? &bias : NULL, &c) == dnnl_success &&
+             dnnl_primitive_desc_create(pd, &op, attr, onednn_engine(), NULL) == dnnl_success;
+#endif
+    }
+    onednn_md_drop(&a);
+    onednn_md_drop(&b);
+    onednn_md_drop(&c);
+    onednn_md_drop(&bias);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    return ok;
+}
+
+static bool is_float(amp_dtype dt) { return dt == AMP_F32 || dt == AMP_BF16 || dt == AMP_F16; }
+
+/* What a primitive can take directly: f32, bf16 or f16 on both sides
+ * (f16 only where this oneDNN has f16 kernels: the primitive cache finds
+ * out), C in f32 or the inputs' dtype. */
+static bool direct_dtypes(amp_dtype a, amp_dtype b, amp_dtype c)
+{
+    if (a != b || !is_float(a))
+        return false;
+    return c == AMP_F32 || c == a;
+}
+
+/* A stored [rows, cols] matrix at row stride ld as dense f32 (widened in
+ * parallel rows); NULL with the error set. */
+static float *widen(const void *src, amp_dtype dt, int64_t rows, int64_t cols, int64_t ld)
+{
+    float *dst = amp_alloc((size_t)(rows * cols) * sizeof(float));
+    if (!dst)
+        return NULL;
+    const size_t es = amp_dtype_size(dt);
+#pragma omp parallel for num_threads(amp_threads()) if (rows * cols >= 65536) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        amp_convert((const char *)src + (size_t)(r * ld) * es, dt, dst + r * cols, AMP_F32, (size_t)cols);
+    return dst;
+}
+
+static bool run_direct(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
+                       const void *A, amp_dtype a_dt, int64_t lda, int64_t sa, const void *B, amp_dtype b_dt,
+                       int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,
+                       const void *bias, amp_dtype bias_dt, cpu_act act, amp_status *st)
+{
+    mm_key k;
+    memset(&k, 0, sizeof k);
+    k.batch = batch;
+    k.M = M, k.N = N, k.K = K;
+    k.lda = lda, k.ldb = ldb, k.ldc = ldc;
+    if (batch > 1)
+        k.sa = sa, k.sb = sb, k.sc = sc;
+    k.alpha = alpha, k.beta = beta;
+    k.trans_a = trans_a, k.trans_b = trans_b;
+    k.a_dt = a_dt, k.b_dt = b_dt, k.c_dt = c_dt;
+    k.has_bias = bias != NULL;
+    k.bias_dt = bias ? bias_dt : 0;
+    k.act = act;
+    k.threads = onednn_threads();
+    if (!onednn_wants(&k))
+        return false;
+    onednn_prim p;
+    if (!onednn_prim_get(ONEDNN_KIND_MATMUL, &k, sizeof k, make_matmul, &p))
+        return false;
+    dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_SRC, onednn_mem(&p, dnnl_query_src_md, 0, A)},
+        {DNNL_ARG_WEIGHTS, onednn_mem(&p, dnnl_query_weights_md, 0, B)},
+        {DNNL_ARG_DST, onednn_mem(&p, dnnl_query_dst_md, 0, C)},
+        {DNNL_ARG_BIAS, bias ? onednn_mem(&p, dnnl_query_weights_md, 1, bias) : NULL},
+    };
+    *st = onednn_run(&p, bias ? 4 : 3, args, "gemm");
+    onednn_prim_put(&p);
+    return true;
+}
+
+/*
+ * f16 where this oneDNN has no f16 matmul (2.x): the f16 operands (and
+ * bias, and C when beta reads it) widened to f32 copies, the f32 primitive,
+ * then one rounding into an f16 C. f16 -> f32 is exact, so this is the
+ * same f32-accumulated product ampc's own kernels compute; the copies cost
+ * one pass over the operands, small beside the product for the shapes that
+ * get here (oneDNN's f32 kernels run 20-40% faster than ampc's f16
+ * widening ones). Single products only.
+ */
+static bool run_widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                        amp_dtype a_dt, int64_t lda, const void *B, amp_dtype b_dt, int64_t ldb, float beta, void *C,
+                        amp_dtype c_dt, int64_t ldc, const void *bias, cpu_act act, amp_status *st)
+{
+    const int64_t ar = trans_a ? K : M, ac = trans_a ? M : K, br = trans_b ? N : K, bc = trans_b ? K : N;
+    float *a = NULL, *b = NULL, *c = NULL, *bf = NULL;
+    bool ok = (a_dt == AMP_F32 || (a = widen(A, a_dt, ar, ac, lda))) &&
+              (b_dt == AMP_F32 || (b = widen(B, b_dt, br, bc, ldb))) &&
+              (!bias || c_dt == AMP_F32 || (bf = widen(bias, c_dt, 1, N, N))) &&
+              (c_dt == AMP_F32 || (c = beta != 0.0f ? widen(C, c_dt, M, N, ldc)
+                                                   : amp_alloc((size_t)(M * N) * sizeof(float))));
+    bool taken = true;
+    if (!ok)
+        *st = amp_last_status();
+    else
+        taken = run_direct(trans_a, trans_b, 1, M, N, K, alpha, a ? a : A, AMP_F32, a ? ac : lda, 0, b ? b : B,
+                           AMP_F32, b ? bc : ldb, 0, beta, c ? (void *)c : (void *)C, AMP_F32, c ? N : ldc, 0,
+                           bf ? (const void *)bf : bias, AMP_F32, act, st);
+    if (ok && taken && *st == AMP_OK && c) {
+        const size_t es = amp_dtype_size(c_dt);
+#pragma omp parallel for num_threads(amp_threads()) if (M * N >= 65536) schedule(static)
+        for (int64_t r = 0; r < M; r++)
+            amp_convert(c + r * N, AMP_F32, (char *)C + (size_t)(r * ldc) * es, c_dt, (size_t)N);
+    }
+    amp_free(a), amp_free(b), amp_free(c), amp_free(bf);
+    return taken;
+}
+
+bool onednn_gemm(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
+                 const void *A, amp_dtype a_dt, int64_t lda, int64_t sa, const void *B, amp_dtype b_dt,
+                 int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,
+                 const void *bias, amp_dtype bias_dt, cpu_act act, amp_status *st)
+{
+    if (batch < 1 || M <= 0 || N <= 0 || K <= 0 || (bias && alpha != 1.0f) || (batch > 1 && sc == 0) ||
+        onednn_mode() == CPU_LIB_OWN)
+        return false;
+    if (direct_dtypes(a_dt, b_dt, c_dt) &&
+        run_direct(trans_a, trans_b, batch, M, N, K, alpha, A, a_dt, lda, sa, B, b_dt, ldb, sb, beta, C, c_dt, ldc,
+                   sc, bias, bias_dt, act, st))
+        return true;
+    /* f16 with f16 or f32, into f16 or f32: widened (bias in C's dtype). */
+    bool f16 = (a_dt == AMP_F16 || b_dt == AMP_F16) && (a_dt == AMP_F16 || a_dt == AMP_F32) &&
+               (b_dt == AMP_F16 || b_dt == AMP_F32) && (c_dt == AMP_F16 || c_dt == AMP_F32);
+    if (!f16 || batch > 1 || (bias && bias_dt != c_dt))
+        return false;
+    return run_widened(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, b_dt, ldb, beta, C, c_dt, ldc, bias, act,
+                       st);
+}
+
+#endif /* AMPC_HAVE_DNNL */

@@ -1,0 +1,72 @@
+/*
+ * onednn_impl.h - what onednn_gemm.c and onednn_conv.c share: the engine,
+ * a primitive cache, execution with a scratchpad from ampc's allocator,
+ * and the few calls whose shape differs between oneDNN 2.x and 3.x.
+ * Included only where AMPC_HAVE_DNNL is defined.
+ */
+#ifndef AMPC_ONEDNN_IMPL_H
+#define AMPC_ONEDNN_IMPL_H
+
+#include "backend/cpu/onednn.h"
+
+#include <dnnl.h>
+
+#if DNNL_VERSION_MAJOR >= 3
+#define ONEDNN_V3 1
+#define ONEDNN_MD(m) (m) /* a memory descriptor is a handle in 3.x */
+#else
+#define ONEDNN_V3 0
+#define ONEDNN_MD(m) (&(m)) /* and a struct passed by address in 2.x */
+#endif
+
+/* A memory descriptor of either generation; onednn_md_make builds it from
+ * dims and element strides (NULL strides: dense row-major), onednn_md_drop
+ * releases it (a no-op in 2.x). A zeroed onednn_md may be dropped. */
+typedef dnnl_memory_desc_t onednn_md;
+bool onednn_md_make(onednn_md *md, int ndims, const int64_t *dims, dnnl_data_type_t dt, const int64_t *strides);
+void onednn_md_drop(onednn_md *md);
+
+/* ampc's dtype as oneDNN's; dnnl_data_type_undef for the integer types. */
+dnnl_data_type_t onednn_dt(amp_dtype dt);
+
+dnnl_engine_t onednn_engine(void);
+
+/* Thread count a primitive is made for (part of every cache key). */
+int onednn_threads(void);
+
+/* Primitive attributes with a user scratchpad and, when act or the
+ * scales ask, post-ops in this order: eltwise linear (alpha, when
+ * alpha != 1), sum (beta, when beta != 0), act. NULL on failure. */
+dnnl_primitive_attr_t onednn_attr(float alpha, float beta, cpu_act act);
+
+/*
+ * The primitive cache. A key is the bytes of a caller's struct (zero it
+ * before filling so padding compares equal) plus a kind tag; make creates
+ * the primitive descriptor for it (or returns false: not supported).
+ * onednn_prim_get gives a primitive ready to run, or false when the
+ * request is not supported, also when oneDNN would only run a reference
+ * (unoptimised) implementation for it; both answers are cached.
+ */
+typedef bool (*onednn_make_fn)(const void *key, dnnl_primitive_desc_t *pd);
+/* The kinds, one per primitive family (keys of different kinds never
+ * compare equal, whatever their bytes). */
+enum { ONEDNN_KIND_MATMUL = 1, ONEDNN_KIND_CONV = 16, ONEDNN_KIND_CONV_REORDER = 17 };
+typedef struct {
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    size_t scratch;   /* scratchpad bytes */
+    bool owned;       /* not in the cache (it was full): onednn_prim_put frees it */
+} onednn_prim;
+bool onednn_prim_get(int kind, const void *key, size_t key_size, onednn_make_fn make, onednn_prim *p);
+void onednn_prim_put(onednn_prim *p);
+
+/* Memory for the pd's descriptor `what` (dnnl_query_src_md, ...) at
+ * index idx over the caller's buffer; NULL with the error set. */
+dnnl_memory_t onednn_mem(const onednn_prim *p, dnnl_query_t what, int idx, const void *ptr);
+
+/* Runs p with args (plus a scratchpad from amp_alloc) on this thread's
+ * stream and waits; destroys the args' memory objects. `what` names the
+ * operation in an error. */
+amp_status onednn_run(const onednn_prim *p, int nargs, dnnl_exec_arg_t *args, const char *what);
+
+#endif
