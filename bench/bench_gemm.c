@@ -1,25 +1,36 @@
 /*
- * bench_gemm.c - how fast the CPU GEMM runs against what the core can do.
+ * bench_gemm.c - how fast the CPU GEMM runs against what the core can do,
+ * ampc's own kernels beside oneDNN's.
  *
  * Measures, in one program:
  *   - the peaks: a register-only loop of independent f32 FMA chains, of
  *     VDPBF16PS chains (AVX512-BF16) and of TDPBF16PS tiles (AMX-BF16), on
  *     1 and 2 threads;
  *   - gemm_f32 and gemm_lowp(bf16 x bf16 -> bf16) on square n x n x n
- *     products, n = 256 .. 2048, 1 and 2 threads, on every bf16 path this
- *     CPU has (widening to f32, VDPBF16PS, AMX), each as GFLOP/s and as a
- *     fraction of its own instruction's peak.
- * Prints a table and writes the numbers as JSON (bench_gemm.json, or the
- * path after --json). Each figure is the best of --reps runs (default 5):
- * the machine may be shared, so the load average is printed and the
- * numbers are noisy; compare runs taken under similar load.
+ *     products, n = 256 .. 2048, 1 and 2 threads: f32 on ampc's kernel and
+ *     on oneDNN, bf16 on every path of ampc's this CPU has (widening to
+ *     f32, VDPBF16PS, AMX) and on oneDNN, each as GFLOP/s and as a fraction
+ *     of its own instruction's peak;
+ *   - the shapes that matter: every GEMM of one training step of the three
+ *     benchmark models (bench/ampc_step.c), as ampc issues them, on 2
+ *     threads, f32 and bf16, own kernels against oneDNN, with the side the
+ *     AUTO policy (onednn_gemm_policy) picks and whether the pick lost.
+ * oneDNN is reached through ampc's own entry points (gemm_f32, gemm_lowp
+ * with onednn_set_mode), so this measures exactly what training runs; its
+ * columns read "-" when ampc is built without it or it declines a shape.
+ * Prints tables and writes the numbers as JSON (bench_gemm.json, or the
+ * path after --json). Each figure is the best of --reps samples (default
+ * 5) after a warm-up; a sample repeats a small product until it takes a
+ * few milliseconds. The machine may be shared, so the load average is
+ * printed and the numbers are noisy; compare runs taken under similar load.
  *
  * Build (not a test; CMake target bench_gemm), or by hand from the
  * repository root after building the library in build/:
- *   cc -O2 -fopenmp -Iinclude -Isrc bench/bench_gemm.c build/libampc.a -lz -lm -o bench_gemm
- * Run: ./bench_gemm [--reps N] [--max-n N] [--json PATH]
+ *   cc -O2 -fopenmp -Iinclude -Isrc bench/bench_gemm.c build/libampc.a -lz -lm [-ldnnl] -o bench_gemm
+ * Run: ./bench_gemm [--reps N] [--max-n N] [--no-shapes] [--json PATH]
  */
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/onednn.h"
 #include "base/base.h"
 
 #include <stdio.h>
@@ -196,10 +207,125 @@ static double peak(peak_kind kind, int nt, int reps)
 
 /* ----------------------------------------------------------------- GEMM */
 
-typedef enum { RUN_F32, RUN_WIDEN, RUN_DOT, RUN_AMX, RUN_DNNL, N_RUNS } run_kind;
-static const char *run_names[N_RUNS] = {"f32", "bf16 widen", "bf16 dot", "bf16 amx", "bf16 onednn"};
+/* One product as ampc issues it (gemm.h's convention): C[M x N] =
+ * act(op(A) op(B) + bias), A stored [K x M] when trans_a, B stored
+ * [N x K] when trans_b, everything packed (leading dimension = stored row
+ * length). With a bias or an activation it runs on gemm_batched, as a
+ * linear layer's forward does (the epilogue fused where oneDNN runs it). */
+typedef struct {
+    bool trans_a, trans_b;
+    int64_t M, N, K;
+    bool bias;
+    cpu_act act;
+} shape;
+
+/* Operand buffers large enough for every shape run on them, in f32 and
+ * bf16 (the same values rounded). */
+typedef struct {
+    float *af, *bf, *cf, *biasf;
+    uint16_t *ah, *bh, *ch, *biash;
+} operands;
+
+/* Who runs the product: the CPU library mode, ampc's bf16 path, the dtype. */
+typedef struct {
+    cpu_lib_mode lib;
+    gemm_bf16_mode path;
+    bool bf16;
+} route;
+
+static double flops(const shape *s) { return 2.0 * (double)s->M * (double)s->N * (double)s->K; }
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_gemm: %s failed: %s\n", what, amp_last_error());
+    exit(1);
+}
+
+static amp_status product(const route *r, const shape *s, const operands *o)
+{
+    const int64_t lda = s->trans_a ? s->M : s->K, ldb = s->trans_b ? s->K : s->N;
+    if (s->bias || s->act != CPU_ACT_NONE) {
+        const amp_dtype dt = r->bf16 ? AMP_BF16 : AMP_F32;
+        const void *A = r->bf16 ? (const void *)o->ah : o->af, *B = r->bf16 ? (const void *)o->bh : o->bf;
+        const void *bias = !s->bias ? NULL : r->bf16 ? (const void *)o->biash : o->biasf;
+        return gemm_batched(s->trans_a, s->trans_b, 1, s->M, s->N, s->K, A, dt, lda, 0, B, dt, ldb, 0, 0.0f,
+                            r->bf16 ? (void *)o->ch : o->cf, dt, s->N, 0, bias, s->act);
+    }
+    if (!r->bf16)
+        return gemm_f32(s->trans_a, s->trans_b, s->M, s->N, s->K, 1.0f, o->af, lda, o->bf, ldb, 0.0f, o->cf, s->N);
+    return gemm_lowp(s->trans_a, s->trans_b, s->M, s->N, s->K, 1.0f, o->ah, AMP_BF16, lda, o->bh, AMP_BF16, ldb,
+                     0.0f, o->ch, AMP_BF16, s->N);
+}
+
+/* Sets the route up; false when this build or CPU does not have it for the
+ * shape: ampc's forced bf16 path is missing, or oneDNN is not built in or
+ * would decline the product (gemm_* would then quietly run ampc's kernel,
+ * so the column would not be oneDNN's). Asking oneDNN itself also makes its
+ * primitive, outside the timing. */
+static bool route_set(const route *r, const shape *s, const operands *o)
+{
+    onednn_set_mode(r->lib);
+    gemm_bf16_set_mode(r->path);
+    if (r->lib == CPU_LIB_ONEDNN) {
+        if (!onednn_available())
+            return false;
+        const int64_t lda = s->trans_a ? s->M : s->K, ldb = s->trans_b ? s->K : s->N;
+        const amp_dtype dt = r->bf16 ? AMP_BF16 : AMP_F32;
+        const void *A = r->bf16 ? (const void *)o->ah : o->af, *B = r->bf16 ? (const void *)o->bh : o->bf;
+        void *C = r->bf16 ? (void *)o->ch : o->cf;
+        const void *bias = !s->bias ? NULL : r->bf16 ? (const void *)o->biash : o->biasf;
+        amp_status st = AMP_OK;
+        bool taken = onednn_gemm(s->trans_a, s->trans_b, 1, s->M, s->N, s->K, 1.0f, A, dt, lda, 0, B, dt, ldb, 0,
+                                 0.0f, C, dt, s->N, 0, bias, dt, s->act, &st);
+        if (taken && st != AMP_OK)
+            die("onednn_gemm");
+        return taken;
+    }
+    const char *name = gemm_bf16_kernel_name();
+    return !r->bf16 || r->path == GEMM_BF16_AUTO || (r->path == GEMM_BF16_DOT && strstr(name, "avx512bf16")) ||
+           (r->path == GEMM_BF16_AMX && strstr(name, "amx")) || (r->path == GEMM_BF16_WIDEN && strstr(name, "widen"));
+}
+
+/* Seconds per product over `inner` back-to-back products. */
+static double sample(const route *r, const shape *s, const operands *o, int inner)
+{
+    double t0 = now();
+    for (int i = 0; i < inner; i++)
+        if (product(r, s, o) != AMP_OK)
+            die("gemm");
+    return (now() - t0) / inner;
+}
+
+/* Warms the route up (caches, allocator, primitives) and returns how many
+ * products make one sample of at least 2 ms, so that a small product's
+ * best-of is not a single-call timer reading. */
+#define SAMPLE_MIN_S 2e-3
+static int warm_up(const route *r, const shape *s, const operands *o)
+{
+    sample(r, s, o, 1);
+    double t = sample(r, s, o, 1);
+    int inner = t > 0 ? (int)(SAMPLE_MIN_S / t) + 1 : 1000;
+    return inner > 1000 ? 1000 : inner < 1 ? 1 : inner;
+}
+
+static void reset_routes(void)
+{
+    onednn_set_mode(CPU_LIB_AUTO);
+    gemm_bf16_set_mode(GEMM_BF16_AUTO);
+}
+
+/* ------------------------------------------------------ square products */
+
+typedef enum { RUN_F32, RUN_F32_DNNL, RUN_WIDEN, RUN_DOT, RUN_AMX, RUN_DNNL, N_RUNS } run_kind;
+/* The names are the JSON keys too ("f32" and the bf16 ones as before). */
+static const char *run_names[N_RUNS] = {"f32", "f32 onednn", "bf16 widen", "bf16 dot", "bf16 amx", "bf16 onednn"};
+static const route run_route[N_RUNS] = {
+    {CPU_LIB_OWN, GEMM_BF16_AUTO, false},  {CPU_LIB_ONEDNN, GEMM_BF16_AUTO, false},
+    {CPU_LIB_OWN, GEMM_BF16_WIDEN, true},  {CPU_LIB_OWN, GEMM_BF16_DOT, true},
+    {CPU_LIB_OWN, GEMM_BF16_AMX, true},    {CPU_LIB_ONEDNN, GEMM_BF16_AUTO, true},
+};
 /* The peak each run is measured against. */
-static const peak_kind run_peak[N_RUNS] = {PEAK_FMA, PEAK_FMA, PEAK_DOT, PEAK_AMX, PEAK_AMX};
+static const peak_kind run_peak[N_RUNS] = {PEAK_FMA, PEAK_FMA, PEAK_FMA, PEAK_DOT, PEAK_AMX, PEAK_AMX};
 
 static uint64_t rng = 7;
 static float frand(void)
@@ -208,98 +334,213 @@ static float frand(void)
     return (float)((double)(rng >> 40) / (double)(1ull << 24) - 0.5);
 }
 
-typedef struct {
-    int64_t n;
-    const float *af, *bf;
-    float *cf;
-    const uint16_t *ah, *bh;
-    uint16_t *ch;
-} problem;
-
-#ifdef AMPC_BENCH_DNNL
-/* oneDNN's matmul on the same bf16 operands (bf16 out), for comparison:
- * the primitive is made once, outside the timing, as a caller would. */
-#include <dnnl.h>
-static double time_dnnl(const problem *pr, int nt, int reps)
+/* Allocates and fills operands for A and B of up to na and nb elements,
+ * C of up to nc and a bias of up to nbias; exits when out of memory. */
+static operands operands_new(int64_t na, int64_t nb, int64_t nc, int64_t nbias)
 {
-    dnnl_engine_t eng;
-    dnnl_stream_t st;
-    dnnl_memory_desc_t md;
-    dnnl_dims_t d = {pr->n, pr->n};
-    dnnl_matmul_desc_t mm;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim;
-    dnnl_memory_t m[3];
-    if (dnnl_engine_create(&eng, dnnl_cpu, 0) || dnnl_stream_create(&st, eng, dnnl_stream_default_flags) ||
-        dnnl_memory_desc_init_by_tag(&md, 2, d, dnnl_bf16, dnnl_ab) || dnnl_matmul_desc_init(&mm, &md, &md, NULL, &md) ||
-        dnnl_primitive_desc_create(&pd, &mm, NULL, eng, NULL) || dnnl_primitive_create(&prim, pd) ||
-        dnnl_memory_create(&m[0], &md, eng, (void *)pr->ah) || dnnl_memory_create(&m[1], &md, eng, (void *)pr->bh) ||
-        dnnl_memory_create(&m[2], &md, eng, pr->ch))
-        return 0;
-    static bool told;
-    const char *impl = "?";
-    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-    if (!told)
-        printf("oneDNN %d.%d matmul: %s\n", DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR, impl), told = true;
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]}};
-    amp_set_num_threads(nt); /* oneDNN's OpenMP threads follow omp_set_num_threads */
-    double best = 1e30;
-    for (int r = 0; r < reps + 1; r++) {
-        double t0 = now();
-        dnnl_primitive_execute(prim, st, 3, args);
-        dnnl_stream_wait(st);
-        double t = now() - t0;
-        if (r > 0 && t < best)
-            best = t;
-    }
-    for (int i = 0; i < 3; i++)
-        dnnl_memory_destroy(m[i]);
-    dnnl_primitive_destroy(prim);
-    dnnl_primitive_desc_destroy(pd);
-    dnnl_stream_destroy(st);
-    dnnl_engine_destroy(eng);
-    double n = (double)pr->n;
-    return 2.0 * n * n * n / best / 1e9;
+    operands o = {amp_alloc(sizeof(float) * (size_t)na),    amp_alloc(sizeof(float) * (size_t)nb),
+                  amp_alloc(sizeof(float) * (size_t)nc),    amp_alloc(sizeof(float) * (size_t)nbias),
+                  amp_alloc(2 * (size_t)na),                amp_alloc(2 * (size_t)nb),
+                  amp_alloc(2 * (size_t)nc),                amp_alloc(2 * (size_t)nbias)};
+    if (!o.af || !o.bf || !o.cf || !o.biasf || !o.ah || !o.bh || !o.ch || !o.biash)
+        die("allocating operands");
+    for (int64_t i = 0; i < na; i++)
+        o.af[i] = frand();
+    for (int64_t i = 0; i < nb; i++)
+        o.bf[i] = frand();
+    for (int64_t i = 0; i < nbias; i++)
+        o.biasf[i] = frand();
+    amp_convert(o.af, AMP_F32, o.ah, AMP_BF16, (size_t)na);
+    amp_convert(o.bf, AMP_F32, o.bh, AMP_BF16, (size_t)nb);
+    amp_convert(o.biasf, AMP_F32, o.biash, AMP_BF16, (size_t)nbias);
+    return o;
 }
-#endif
 
-/* Best GFLOP/s of the n x n x n product, or 0 when the path is missing. */
-static double time_gemm(run_kind kind, const problem *pr, int nt, int reps)
+static void operands_free(operands *o)
 {
-    if (kind == RUN_DNNL) {
-#ifdef AMPC_BENCH_DNNL
-        return time_dnnl(pr, nt, reps);
-#else
-        return 0;
-#endif
-    }
-    gemm_bf16_mode mode[N_RUNS] = {GEMM_BF16_AUTO, GEMM_BF16_WIDEN, GEMM_BF16_DOT, GEMM_BF16_AMX, GEMM_BF16_AUTO};
-    gemm_bf16_set_mode(mode[kind]);
-    const char *name = gemm_bf16_kernel_name();
-    if ((kind == RUN_DOT && !strstr(name, "avx512bf16")) || (kind == RUN_AMX && !strstr(name, "amx")) ||
-        (kind == RUN_WIDEN && !strstr(name, "widen"))) {
-        gemm_bf16_set_mode(GEMM_BF16_AUTO);
-        return 0;
-    }
+    amp_free(o->af), amp_free(o->bf), amp_free(o->cf), amp_free(o->biasf);
+    amp_free(o->ah), amp_free(o->bh), amp_free(o->ch), amp_free(o->biash);
+}
+
+/* Best GFLOP/s of the route on the shape, or 0 when the route is missing. */
+static double time_route(const route *r, const shape *s, const operands *o, int nt, int reps)
+{
     amp_set_num_threads(nt);
-    const int64_t n = pr->n;
-    double best = 1e30;
-    for (int r = 0; r < reps + 1; r++) { /* the first run warms caches and the allocator */
-        double t0 = now();
-        amp_status st = kind == RUN_F32 ? gemm_f32(false, false, n, n, n, 1.0f, pr->af, n, pr->bf, n, 0.0f, pr->cf, n)
-                                        : gemm_lowp(false, false, n, n, n, 1.0f, pr->ah, AMP_BF16, n, pr->bh,
-                                                    AMP_BF16, n, 0.0f, pr->ch, AMP_BF16, n);
-        double t = now() - t0;
-        if (st != AMP_OK) {
-            fprintf(stderr, "gemm failed: %s\n", amp_last_error());
-            exit(1);
+    double best = 0;
+    if (route_set(r, s, o)) {
+        int inner = warm_up(r, s, o);
+        best = 1e30;
+        for (int k = 0; k < reps; k++) {
+            double t = sample(r, s, o, inner);
+            best = t < best ? t : best;
         }
-        if (r > 0 && t < best)
-            best = t;
     }
-    gemm_bf16_set_mode(GEMM_BF16_AUTO);
-    return 2.0 * (double)n * (double)n * (double)n / best / 1e9;
+    reset_routes();
+    return best > 0 ? flops(s) / best / 1e9 : 0;
 }
+
+/* ---------------------------------------------------- the model shapes */
+
+/* One GEMM of a training step: a linear layer's forward Y = act(X W^T +
+ * b) (false, true, rows, out, in; gemm_batched with the bias and nn's
+ * fused ReLU), input gradient dX = dY W (false, false, rows, in, out) or
+ * weight gradient dW = dY^T X (true, false, out, in, rows), as
+ * src/ops/matmul.c issues them; `count` times per step. */
+typedef struct {
+    const char *model, *layer, *pass;
+    shape s;
+    int count;
+} step_gemm;
+
+#define MAX_STEP_GEMMS 32
+
+/* Appends the layer's products (dX unless it is the first layer, whose
+ * input needs no gradient). */
+static int add_linear(step_gemm *g, int n, const char *model, const char *layer, int64_t rows, int64_t in,
+                      int64_t out, bool first, bool bias, bool relu, int count)
+{
+    const cpu_act act = relu ? CPU_ACT_RELU : CPU_ACT_NONE;
+    const char *fwd = relu ? "fwd+b+relu" : bias ? "fwd+b" : "fwd";
+    g[n++] = (step_gemm){model, layer, fwd, {false, true, rows, out, in, bias, act}, count};
+    if (!first)
+        g[n++] = (step_gemm){model, layer, "dX", {false, false, rows, in, out, false, CPU_ACT_NONE}, count};
+    g[n++] = (step_gemm){model, layer, "dW", {true, false, out, in, rows, false, CPU_ACT_NONE}, count};
+    return n;
+}
+
+/* bench/ampc_step.c's models: mlp 784-4096-4096-10 at batch 256; gpt
+ * width 256, 4 layers, MLP 1024, vocab 96, 16 x 128 tokens, the head tied
+ * to the embedding (a linear with the [96, 256] embedding as weight); cnn's
+ * two fully connected layers at batch 128 (its convolutions are not
+ * GEMMs here). */
+static int model_gemms(step_gemm *g)
+{
+    int n = 0;
+    /* model, layer, rows, in, out, first layer, bias, fused relu, times per step */
+    n = add_linear(g, n, "mlp", "fc1", 256, 784, 4096, true, true, true, 1);
+    n = add_linear(g, n, "mlp", "fc2", 256, 4096, 4096, false, true, true, 1);
+    n = add_linear(g, n, "mlp", "fc3", 256, 4096, 10, false, true, false, 1);
+    n = add_linear(g, n, "gpt", "q/k/v/o", 2048, 256, 256, false, true, false, 16);
+    n = add_linear(g, n, "gpt", "mlp.fc1", 2048, 256, 1024, false, true, false, 4);
+    n = add_linear(g, n, "gpt", "mlp.fc2", 2048, 1024, 256, false, true, false, 4);
+    n = add_linear(g, n, "gpt", "head", 2048, 256, 96, false, false, false, 1);
+    n = add_linear(g, n, "cnn", "fc1", 128, 3136, 128, false, true, true, 1);
+    n = add_linear(g, n, "cnn", "fc2", 128, 128, 10, false, true, false, 1);
+    return n;
+}
+
+enum { S_F32_OWN, S_F32_DNNL, S_BF16_OWN, S_BF16_DNNL, N_SIDES };
+static const route side_route[N_SIDES] = {
+    {CPU_LIB_OWN, GEMM_BF16_AUTO, false},
+    {CPU_LIB_ONEDNN, GEMM_BF16_AUTO, false},
+    {CPU_LIB_OWN, GEMM_BF16_AUTO, true},
+    {CPU_LIB_ONEDNN, GEMM_BF16_AUTO, true},
+};
+
+typedef struct {
+    double t[N_SIDES]; /* best seconds per product; 0: the side is missing */
+    bool auto_dnnl[2]; /* AUTO's pick per dtype (f32, bf16): oneDNN */
+    double lost[2];    /* AUTO's pick's time over the other side's (0: no other side) */
+} shape_result;
+
+/* Times every side of one shape on nt threads, the sides interleaved
+ * rep by rep so that a change in the machine's load hits all of them. */
+static void time_shape(const step_gemm *g, const operands *o, int nt, int reps, shape_result *res)
+{
+    amp_set_num_threads(nt);
+    int inner[N_SIDES];
+    for (int k = 0; k < N_SIDES; k++) {
+        res->t[k] = 0;
+        inner[k] = 0;
+        if (route_set(&side_route[k], &g->s, o)) {
+            inner[k] = warm_up(&side_route[k], &g->s, o);
+            res->t[k] = 1e30;
+        }
+    }
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < N_SIDES; k++)
+            if (inner[k]) {
+                onednn_set_mode(side_route[k].lib); /* route_set without asking oneDNN again */
+                gemm_bf16_set_mode(side_route[k].path);
+                double t = sample(&side_route[k], &g->s, o, inner[k]);
+                res->t[k] = t < res->t[k] ? t : res->t[k];
+            }
+    reset_routes();
+    for (int d = 0; d < 2; d++) {
+        double own = res->t[2 * d], dnnl = res->t[2 * d + 1];
+        /* AUTO runs oneDNN where the policy says so and oneDNN takes it */
+        res->auto_dnnl[d] = dnnl > 0 && onednn_gemm_policy(g->s.trans_a, g->s.trans_b, g->s.M, g->s.N, g->s.K,
+                                                            d ? AMP_BF16 : AMP_F32);
+        res->lost[d] = dnnl > 0 ? (res->auto_dnnl[d] ? dnnl / own : own / dnnl) : 0;
+    }
+}
+
+/* Prints the table of the model shapes and their totals; fills res and
+ * totals[dtype][own, onednn, auto][once, per step] in ms. */
+static void model_shapes(const step_gemm *g, int n, int reps, shape_result *res, double totals[2][3][2])
+{
+    int64_t na = 0, nb = 0, nc = 0, nbias = 0;
+    for (int i = 0; i < n; i++) {
+        const shape *s = &g[i].s;
+        na = s->M * s->K > na ? s->M * s->K : na;
+        nb = s->K * s->N > nb ? s->K * s->N : nb;
+        nc = s->M * s->N > nc ? s->M * s->N : nc;
+        nbias = s->N > nbias ? s->N : nbias;
+    }
+    operands o = operands_new(na, nb, nc, nbias);
+    printf("\nthe shapes that matter: the GEMMs of one training step, 2 threads, GFLOP/s (best of %d);\n"
+           "AUTO: the side onednn_gemm_policy picks, * when it is more than 10%% slower here (x: by how much)\n",
+           reps);
+    printf("%-24s %2s %2s %5s %5s %5s %4s | %7s %7s %-14s | %8s %7s %-14s\n", "GEMM", "ta", "tb", "M", "N", "K",
+           "step", "f32 own", "oneDNN", "AUTO", "bf16 own", "oneDNN", "AUTO");
+    memset(totals, 0, sizeof(double) * 12);
+    for (int i = 0; i < n; i++) {
+        const shape *s = &g[i].s;
+        time_shape(&g[i], &o, 2, reps, &res[i]);
+        char name[48];
+        snprintf(name, sizeof name, "%s %s %s", g[i].model, g[i].layer, g[i].pass);
+        printf("%-24s %2s %2s %5lld %5lld %5lld %3dx |", name, s->trans_a ? "T" : "N", s->trans_b ? "T" : "N",
+               (long long)s->M, (long long)s->N, (long long)s->K, g[i].count);
+        for (int d = 0; d < 2; d++) {
+            const double own = res[i].t[2 * d], dnnl = res[i].t[2 * d + 1];
+            printf(d ? " %8.0f" : " %7.0f", flops(s) / own / 1e9);
+            if (dnnl > 0)
+                printf(" %7.0f", flops(s) / dnnl / 1e9);
+            else
+                printf(" %7s", "-");
+            char pick[16];
+            snprintf(pick, sizeof pick, "%s", res[i].auto_dnnl[d] ? "oneDNN" : "own");
+            if (res[i].lost[d] > 1.10)
+                snprintf(pick, sizeof pick, "%s *%.2fx", res[i].auto_dnnl[d] ? "oneDNN" : "own", res[i].lost[d]);
+            printf(" %-14s%s", pick, d ? "\n" : " |");
+            /* oneDNN-only: ampc's kernel where oneDNN declines, as gemm_* do */
+            const double side[3] = {own, dnnl > 0 ? dnnl : own, res[i].auto_dnnl[d] ? dnnl : own};
+            for (int k = 0; k < 3; k++) {
+                totals[d][k][0] += 1e3 * side[k];
+                totals[d][k][1] += 1e3 * side[k] * g[i].count;
+            }
+        }
+        fflush(stdout);
+    }
+    operands_free(&o);
+    const bool have_dnnl = onednn_available();
+    printf("%-40s %8s %7s %7s | %8s %7s %7s\n", "total ms (AUTO: the picked side's time)", "f32 own", "oneDNN", "AUTO",
+           "bf16 own", "oneDNN", "AUTO");
+    for (int w = 0; w < 2; w++) {
+        printf("  %-38s", w ? "one training step (each GEMM x step)" : "each shape once");
+        for (int d = 0; d < 2; d++) {
+            printf(d ? " | %8.2f" : " %8.2f", totals[d][0][w]);
+            if (have_dnnl)
+                printf(" %7.2f", totals[d][1][w]);
+            else
+                printf(" %7s", "-");
+            printf(" %7.2f", totals[d][2][w]);
+        }
+        printf("\n");
+    }
+}
+
+/* ------------------------------------------------------------- program */
 
 static void read_load(double load[3])
 {
@@ -312,25 +553,103 @@ static void read_load(double load[3])
     }
 }
 
+/* v, or null for the "not measured" 0. */
+static void json_num(FILE *js, double v)
+{
+    if (v > 0)
+        fprintf(js, "%.3f", v);
+    else
+        fprintf(js, "null");
+}
+
+static void write_json(const char *path, const double load0[3], const double load1[3], int reps,
+                       double peaks[3][2], int n_sizes, const int64_t *sizes, double gflops[][2][N_RUNS],
+                       const step_gemm *g, int n_g, const shape_result *res, double totals[2][3][2])
+{
+    FILE *js = fopen(path, "w");
+    if (!js) {
+        fprintf(stderr, "bench_gemm: cannot write %s\n", path);
+        return;
+    }
+    fprintf(js, "{\n  \"load_average_before\": [%.2f, %.2f, %.2f],\n", load0[0], load0[1], load0[2]);
+    fprintf(js, "  \"load_average_after\": [%.2f, %.2f, %.2f],\n  \"reps\": %d,\n", load1[0], load1[1], load1[2], reps);
+    fprintf(js, "  \"f32_kernel\": \"%s\",\n  \"bf16_default\": \"%s\",\n", gemm_kernel_name(),
+            gemm_bf16_kernel_name());
+    fprintf(js, "  \"onednn\": \"%s\",\n", onednn_available() ? onednn_version() : "none");
+    fprintf(js, "  \"peak_gflops\": {\"threads\": [1, 2], \"fma_f32\": [%.1f, %.1f], \"vdpbf16ps\": [%.1f, %.1f], "
+                "\"amx_bf16\": [%.1f, %.1f]},\n",
+            peaks[0][0], peaks[0][1], peaks[1][0], peaks[1][1], peaks[2][0], peaks[2][1]);
+    fprintf(js, "  \"gemm_gflops\": [");
+    for (int s = 0; s < n_sizes; s++)
+        for (int nt = 1; nt <= 2; nt++) {
+            fprintf(js, "%s\n    {\"n\": %lld, \"threads\": %d", s || nt > 1 ? "," : "", (long long)sizes[s], nt);
+            for (int k = 0; k < N_RUNS; k++)
+                fprintf(js, ", \"%s\": %.1f", run_names[k], gflops[s][nt - 1][k]);
+            fprintf(js, "}");
+        }
+    fprintf(js, "\n  ],\n  \"model_shapes\": [");
+    for (int i = 0; i < n_g; i++) {
+        const shape *s = &g[i].s;
+        fprintf(js,
+                "%s\n    {\"model\": \"%s\", \"gemm\": \"%s\", \"pass\": \"%s\", \"trans_a\": %s, \"trans_b\": %s, "
+                "\"M\": %lld, \"N\": %lld, \"K\": %lld, \"per_step\": %d, \"threads\": 2",
+                i ? "," : "", g[i].model, g[i].layer, g[i].pass, s->trans_a ? "true" : "false",
+                s->trans_b ? "true" : "false", (long long)s->M, (long long)s->N, (long long)s->K, g[i].count);
+        static const char *keys[N_SIDES] = {"f32_own", "f32_onednn", "bf16_own", "bf16_onednn"};
+        for (int k = 0; k < N_SIDES; k++) {
+            fprintf(js, ", \"%s\": ", keys[k]);
+            json_num(js, res[i].t[k] > 0 ? flops(s) / res[i].t[k] / 1e9 : 0);
+        }
+        /* auto_*_vs_other: the picked side's time over the other's (> 1.1: AUTO lost by > 10%) */
+        for (int d = 0; d < 2; d++) {
+            const char *dt = d ? "bf16" : "f32";
+            fprintf(js, ", \"auto_%s\": \"%s\", \"auto_%s_vs_other\": ", dt, res[i].auto_dnnl[d] ? "onednn" : "own",
+                    dt);
+            json_num(js, res[i].lost[d]);
+        }
+        fprintf(js, "}");
+    }
+    fprintf(js, "\n  ]");
+    if (n_g) {
+        fprintf(js, ",\n  \"model_shapes_total_ms\": {");
+        for (int w = 0; w < 2; w++)
+            for (int d = 0; d < 2; d++) {
+                fprintf(js, "%s\"%s_%s\": {\"own\": %.3f, \"onednn\": ", w || d ? ", " : "", w ? "step" : "once",
+                        d ? "bf16" : "f32", totals[d][0][w]);
+                json_num(js, onednn_available() ? totals[d][1][w] : 0);
+                fprintf(js, ", \"auto\": %.3f}", totals[d][2][w]);
+            }
+        fprintf(js, "}");
+    }
+    fprintf(js, "\n}\n");
+    fclose(js);
+    printf("\nwrote %s\n", path);
+}
+
 #define MAX_SIZES 8
 
 int main(int argc, char **argv)
 {
     int reps = 5;
     int64_t max_n = 2048;
+    bool shapes = true;
     const char *json = "bench_gemm.json";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-n") && i + 1 < argc)
             max_n = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--no-shapes"))
+            shapes = false;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--reps N] [--max-n N] [--json PATH]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--reps N] [--max-n N] [--no-shapes] [--json PATH]\n", argv[0]);
             return 2;
         }
     }
+    if (reps < 1)
+        reps = 1;
     double load0[3], load1[3];
     read_load(load0);
     unsigned f = amp_cpu_features();
@@ -340,7 +659,9 @@ int main(int argc, char **argv)
 #endif
     printf("load average %.2f %.2f %.2f (a shared machine: figures are noisy; best of %d)\n", load0[0], load0[1],
            load0[2], reps);
-    printf("f32 kernel: %s; bf16 x bf16 by default: %s\n\n", gemm_kernel_name(), gemm_bf16_kernel_name());
+    const bool no_engine = !onednn_available() && strncmp(onednn_version(), "none", 4) != 0;
+    printf("f32 kernel: %s; bf16 x bf16 by default: %s; %s%s\n\n", gemm_kernel_name(), gemm_bf16_kernel_name(),
+           onednn_version(), no_engine ? " (its CPU engine could not be made)" : "");
 
     /* peaks[kind][threads - 1], measured now and again after the GEMMs
      * (the best of both: other work on the machine only lowers them) */
@@ -354,38 +675,31 @@ int main(int argc, char **argv)
     printf("\nGFLOP/s as measured:\n");
     for (int64_t n = 256; n <= max_n && n_sizes < MAX_SIZES; n *= 2) {
         sizes[n_sizes] = n;
-        float *af = amp_alloc(sizeof(float) * (size_t)(n * n)), *bf = amp_alloc(sizeof(float) * (size_t)(n * n));
-        float *cf = amp_alloc(sizeof(float) * (size_t)(n * n));
-        uint16_t *ah = amp_alloc(2 * (size_t)(n * n)), *bh = amp_alloc(2 * (size_t)(n * n));
-        uint16_t *ch = amp_alloc(2 * (size_t)(n * n));
-        if (!af || !bf || !cf || !ah || !bh || !ch) {
-            fprintf(stderr, "out of memory at n = %lld\n", (long long)n);
-            return 1;
-        }
-        for (int64_t i = 0; i < n * n; i++)
-            af[i] = frand(), bf[i] = frand();
-        amp_convert(af, AMP_F32, ah, AMP_BF16, (size_t)(n * n));
-        amp_convert(bf, AMP_F32, bh, AMP_BF16, (size_t)(n * n));
-        problem pr = {n, af, bf, cf, ah, bh, ch};
+        operands o = operands_new(n * n, n * n, n * n, 1);
+        const shape s = {false, false, n, n, n, false, CPU_ACT_NONE};
         int r = n >= 2048 ? (reps + 1) / 2 : reps; /* the big ones are steadier */
         for (int nt = 1; nt <= 2; nt++) {
             printf("  n %5lld, %d thread%s:", (long long)n, nt, nt > 1 ? "s" : " ");
             for (int k = 0; k < N_RUNS; k++) {
-                gflops[n_sizes][nt - 1][k] = time_gemm((run_kind)k, &pr, nt, r);
-                printf(" %s %.0f", run_names[k], gflops[n_sizes][nt - 1][k]);
+                gflops[n_sizes][nt - 1][k] = time_route(&run_route[k], &s, &o, nt, r);
+                if (gflops[n_sizes][nt - 1][k] > 0)
+                    printf(" %s %.0f", run_names[k], gflops[n_sizes][nt - 1][k]);
+                else
+                    printf(" %s -", run_names[k]);
             }
             printf("\n");
             fflush(stdout);
         }
-        amp_free(af), amp_free(bf), amp_free(cf), amp_free(ah), amp_free(bh), amp_free(ch);
+        operands_free(&o);
         n_sizes++;
     }
+
     printf("\npeaks again:\n");
     measure_peaks(peaks, f, dot_ok, amx_ok);
     read_load(load1);
 
     printf("\nGFLOP/s (%% of the peak of the path's instruction on as many threads: FMA for f32 and widen,\n"
-           "VDPBF16PS for dot, TDPBF16PS for amx and oneDNN); load average now %.2f\n", load1[0]);
+           "VDPBF16PS for dot, TDPBF16PS for amx and bf16 oneDNN); load average now %.2f\n", load1[0]);
     printf("%5s %3s", "n", "thr");
     for (int k = 0; k < N_RUNS; k++)
         printf(" %17s", run_names[k]);
@@ -394,37 +708,24 @@ int main(int argc, char **argv)
         for (int nt = 1; nt <= 2; nt++) {
             printf("%5lld %3d", (long long)sizes[s], nt);
             for (int k = 0; k < N_RUNS; k++) {
-                double g = gflops[s][nt - 1][k], pk = peaks[run_peak[k]][nt - 1];
-                if (g > 0)
-                    printf("  %6.0f (%5.1f%%)", g, pk > 0 ? 100.0 * g / pk : 0.0);
+                double gf = gflops[s][nt - 1][k], pk = peaks[run_peak[k]][nt - 1];
+                if (gf > 0)
+                    printf("  %6.0f (%5.1f%%)", gf, pk > 0 ? 100.0 * gf / pk : 0.0);
                 else
                     printf(" %17s", "-");
             }
             printf("\n");
         }
 
-    FILE *js = fopen(json, "w");
-    if (js) {
-        fprintf(js, "{\n  \"load_average_before\": [%.2f, %.2f, %.2f],\n", load0[0], load0[1], load0[2]);
-        fprintf(js, "  \"load_average_after\": [%.2f, %.2f, %.2f],\n  \"reps\": %d,\n", load1[0], load1[1], load1[2],
-                reps);
-        fprintf(js, "  \"f32_kernel\": \"%s\",\n  \"bf16_default\": \"%s\",\n", gemm_kernel_name(),
-                gemm_bf16_kernel_name());
-        fprintf(js, "  \"peak_gflops\": {\"threads\": [1, 2], \"fma_f32\": [%.1f, %.1f], \"vdpbf16ps\": [%.1f, %.1f], "
-                    "\"amx_bf16\": [%.1f, %.1f]},\n",
-                peaks[0][0], peaks[0][1], peaks[1][0], peaks[1][1], peaks[2][0], peaks[2][1]);
-        fprintf(js, "  \"gemm_gflops\": [");
-        for (int s = 0; s < n_sizes; s++)
-            for (int nt = 1; nt <= 2; nt++) {
-                fprintf(js, "%s\n    {\"n\": %lld, \"threads\": %d", s || nt > 1 ? "," : "", (long long)sizes[s], nt);
-                for (int k = 0; k < N_RUNS; k++)
-                    fprintf(js, ", \"%s\": %.1f", run_names[k], gflops[s][nt - 1][k]);
-                fprintf(js, "}");
-            }
-        fprintf(js, "\n  ]\n}\n");
-        fclose(js);
-        printf("\nwrote %s\n", json);
-    }
+    /* after the square table: it prints as it goes */
+    static step_gemm g[MAX_STEP_GEMMS];
+    static shape_result res[MAX_STEP_GEMMS];
+    double totals[2][3][2];
+    int n_g = shapes ? model_gemms(g) : 0;
+    if (n_g)
+        model_shapes(g, n_g, reps, res, totals);
+
+    write_json(json, load0, load1, reps, peaks, n_sizes, sizes, gflops, g, n_g, res, totals);
     amp_set_num_threads(0);
     return 0;
 }

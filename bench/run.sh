@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The benchmark suite (`make bench`): GEMM against this CPU's measured peaks,
-# the grad scaler's overhead against memcpy, and the training step of the
-# three benchmark models in fp32 / bf16 / fp16+scaler, ampc beside PyTorch
-# in the same run on the same threads. Prints tables; writes JSON lines to
-# bench/results.jsonl and the tables to bench/results.md.
+# The benchmark suite (`make bench`): GEMM against this CPU's measured peaks
+# (ampc's kernels beside oneDNN's, on square sizes and on the models' own
+# GEMM shapes), the grad scaler's overhead against memcpy, and the training
+# step of the three benchmark models in fp32 / bf16 / fp16+scaler, ampc
+# beside PyTorch in the same run on the same threads. Prints tables; writes
+# JSON lines to bench/results.jsonl and the tables to bench/results.md.
 #
 #   bench/run.sh [BUILD_DIR] [--threads N] [--steps N] [--quick]
 #
@@ -41,6 +42,8 @@ md=bench/results.md
 if [ -x "$build/bench_gemm" ]; then
   echo "== GEMM"
   gemm_args=()
+  # --quick: one sample per figure, squares up to 512; the model-shapes
+  # table stays (about 2 s at one sample; --no-shapes drops it)
   [ $quick = 1 ] && gemm_args+=(--reps 1 --max-n 512)
   "$build/bench_gemm" "${gemm_args[@]}" --json bench/gemm.json | tee -a "$md"
   python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' bench/gemm.json >> "$out" 2>/dev/null

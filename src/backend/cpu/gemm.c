@@ -382,15 +382,22 @@ amp_status gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, in
             memcpy((char *)C + (size_t)((r / M) * sc + (r % M) * ldc) * ec, bias, (size_t)N * ec);
         beta = 1.0f;
     }
-    int failed = 0;
-#pragma omp parallel for num_threads(amp_threads()) if (batch > 1) schedule(static) reduction(| : failed)
-    for (int64_t k = 0; k < batch; k++)
-        failed |= gemm_lowp(trans_a, trans_b, M, N, K, 1.0f, (const char *)A + (size_t)(k * sa) * ea, a_dt, lda,
-                            (const char *)B + (size_t)(k * sb) * eb, b_dt, ldb, beta,
-                            (char *)C + (size_t)(k * sc) * ec, c_dt, ldc) != AMP_OK;
-    /* The error may have been set on a worker thread: say it here too. */
-    if (failed)
-        return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory in a batch of %lld products", (long long)batch);
+    if (batch == 1) { /* no enclosing region: the GEMM threads itself */
+        st = gemm_lowp(trans_a, trans_b, M, N, K, 1.0f, A, a_dt, lda, B, b_dt, ldb, beta, C, c_dt, ldc);
+        if (st != AMP_OK)
+            return st;
+    } else {
+        int failed = 0;
+#pragma omp parallel for num_threads(amp_threads()) schedule(static) reduction(| : failed)
+        for (int64_t k = 0; k < batch; k++)
+            failed |= gemm_lowp(trans_a, trans_b, M, N, K, 1.0f, (const char *)A + (size_t)(k * sa) * ea, a_dt, lda,
+                                (const char *)B + (size_t)(k * sb) * eb, b_dt, ldb, beta,
+                                (char *)C + (size_t)(k * sc) * ec, c_dt, ldc) != AMP_OK;
+        /* The error may have been set on a worker thread: say it here too. */
+        if (failed)
+            return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory in a batch of %lld products",
+                                 (long long)batch);
+    }
     if (act == CPU_ACT_RELU) {
         int64_t rows = batch * M;
 #pragma omp parallel for num_threads(amp_threads()) if (rows * N >= 65536) schedule(static)

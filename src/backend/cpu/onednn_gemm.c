@@ -15,15 +15,19 @@
  * N (the 10-class output layer); its bf16 AMX kernels are up to 1.9x
  * faster with A read row-wise (forward and input-gradient products) but
  * 1.2-1.5x slower than ampc's AMX kernel with a transposed A and many
- * rows (the weight-gradient products dW = dY^T X), which stay on ampc's.
+ * rows (the weight-gradient products dW = dY^T X of layers 2048 or more
+ * wide), which stay on ampc's; so do bf16 products under 2^20
+ * multiply-adds (a 10-class output layer), which ampc runs on one thread
+ * where oneDNN wakes them all (10-20x slower at 128 x 10 x 128). The
+ * per-shape table is bench_gemm's "shapes that matter".
  */
 #include "backend/cpu/onednn.h"
 
 bool onednn_gemm_policy(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, amp_dtype dt)
 {
-    (void)trans_b, (void)N, (void)K;
+    (void)trans_b;
     if (dt == AMP_BF16)
-        return !(trans_a && M >= 1024);
+        return !(trans_a && M >= 2048) && M * N * K >= ((int64_t)1 << 20);
     return true;
 }
 
