@@ -8,9 +8,9 @@
  * the layouts of its choosing (format "any"), it picks its direct JIT
  * kernels: blocked (nChw16c-style) activations, AVX-512 for f32 and AMX
  * for bf16, 2-6x faster than its gemm:jit on the benchmark CNN even
- * counting the reorders in and out. So every pass here is: reorder the inputs whose
- * chosen layout is not plain into scratch, run the convolution, reorder
- * the output back into the caller's plain tensor. Each reorder is a
+ * counting the reorders in and out. So every pass here is: reorder the
+ * inputs whose chosen layout is not plain into scratch, run the
+ * convolution, reorder the output back into the caller's plain tensor. Each reorder is a
  * primitive of its own, cached like the convolution.
  *
  * When (AUTO mode; numbers in docs/benchmarks.md, measured on this
@@ -62,8 +62,6 @@ bool onednn_conv_backward_weights(const onednn_conv_geom *g, const void *x, cons
 #include "base/base.h"
 
 #include <string.h>
-
-/* Cache kinds (onednn_gemm.c's are below 16). */
 
 typedef enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS } conv_pass;
 
