@@ -1,11 +1,11 @@
 /*
  * bench_cuda.c - ampc on the GPU: cuBLASLt GEMM speed (f16, bf16, and f32
- * with and without TF32) and the training step of the benchmark models in
- * fp32 / bf16 / fp16 + scaler, timed as bench/torch_step.py times
+ * with and without TF32) and the training step of the benchmark models
+ * (mlp, cnn, gpt: bench/ampc_step.c's) in fp32 / bf16 / fp16 + scaler, timed as bench/torch_step.py times
  * PyTorch's (same models, batches, optimizers; each step ends with reading
  * the loss, which waits for the GPU; median of the timed steps).
  *
- *   bench_cuda [--gemm 4096,8192] [--steps N] [--models mlp,gpt]
+ *   bench_cuda [--gemm 4096,8192] [--steps N] [--models mlp,cnn,gpt]
  *              [--precisions fp32,bf16,fp16]
  *
  * Prints one JSON object per line:
@@ -128,6 +128,10 @@ static bool make(const char *model, rig *r)
         r->net = amp_model_mlp(784, hidden, 2, 10);
         r->x = amp_randn(AMP_SHAPE(256, 784), AMP_F32, 0, 1);
         r->y = amp_zeros(AMP_SHAPE(256), AMP_I64);
+    } else if (strcmp(model, "cnn") == 0) {
+        r->net = amp_model_cnn(1, 28, 28, 10);
+        r->x = amp_randn(AMP_SHAPE(128, 1, 28, 28), AMP_F32, 0, 1);
+        r->y = amp_zeros(AMP_SHAPE(128), AMP_I64);
     } else if (strcmp(model, "gpt") == 0) {
         amp_gpt_config c = {.vocab = 96, .context = 128, .width = 256, .layers = 4, .heads = 4, .mlp = 1024};
         r->net = amp_model_gpt(c);
@@ -180,8 +184,8 @@ static void bench_step(const char *model, const char *precision, int steps)
     int prec = strcmp(precision, "bf16") == 0 ? 1 : strcmp(precision, "fp16") == 0 ? 2 : 0;
     char what[96];
     snprintf(what, sizeof what, "\"model\": \"%s\", \"precision\": \"%s\"", model, precision);
-    if (strcmp(model, "mlp") != 0 && strcmp(model, "gpt") != 0) {
-        json_error("step", what, "unknown model (mlp or gpt)");
+    if (strcmp(model, "mlp") != 0 && strcmp(model, "cnn") != 0 && strcmp(model, "gpt") != 0) {
+        json_error("step", what, "unknown model (mlp, cnn or gpt)");
         return;
     }
     rig r;
@@ -217,7 +221,7 @@ static void bench_step(const char *model, const char *precision, int steps)
 
 int main(int argc, char **argv)
 {
-    const char *gemm = "4096,8192", *models = "mlp,gpt", *precisions = "fp32,bf16,fp16";
+    const char *gemm = "4096,8192", *models = "mlp,cnn,gpt", *precisions = "fp32,bf16,fp16";
     int steps = 20;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--gemm") == 0 && i + 1 < argc)
@@ -230,7 +234,7 @@ int main(int argc, char **argv)
             precisions = argv[++i];
         else {
             fprintf(stderr,
-                    "usage: %s [--gemm 4096,8192] [--steps N] [--models mlp,gpt] [--precisions fp32,bf16,fp16]\n",
+                    "usage: %s [--gemm 4096,8192] [--steps N] [--models mlp,cnn,gpt] [--precisions fp32,bf16,fp16]\n",
                     argv[0]);
             return 2;
         }

@@ -422,7 +422,10 @@ amp_status amp_optim_set_steps(amp_optim *o, int64_t steps);
 /* Scales gradients so their global L2 norm is at most max_norm; returns the
  * norm before clipping (NAN/inf if a gradient is not finite, as PyTorch,
  * and then, as PyTorch, multiplies the gradients by 0 (inf) or NaN).
- * Parameters without a gradient are skipped. max_norm < 0: NAN + error. */
+ * Parameters without a gradient are skipped. max_norm < 0: NAN + error.
+ * All gradients must be on one device (else NAN + AMP_ERR_DEVICE, nothing
+ * changed). On CUDA the norm and the clipping run on the device; returning
+ * the norm waits for the GPU. */
 double amp_clip_grad_norm(amp_tensor *const *params, int n, double max_norm);
 
 /* Learning-rate schedules, as closed forms of the step count. */

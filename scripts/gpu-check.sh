@@ -2,7 +2,7 @@
 # The GPU check (issue "CUDA backend"), for a machine with an NVIDIA GPU
 # (sm_90: H100 / H200): configure with the CUDA backend required, build,
 # run the CUDA tests, then the GPU benchmark (cuBLASLt GEMM TFLOP/s in
-# f16 / bf16 / f32, the mlp and gpt training steps in fp32 / bf16 /
+# f16 / bf16 / f32, the mlp, cnn and gpt training steps in fp32 / bf16 /
 # fp16 + scaler) and PyTorch AMP on the same models in the same run, and
 # write docs/benchmarks-gpu.md. Each phase has a time limit; the whole
 # stays under 8 minutes.
@@ -63,10 +63,10 @@ fi
 
 phase "benchmark: ampc"
 results="$out/results.jsonl"
-timeout 150 "$build/bench_cuda" --gemm 4096,8192 --steps 20 | tee "$results"
+timeout 150 "$build/bench_cuda" --gemm 4096,8192 --models mlp,cnn,gpt --steps 20 | tee "$results"
 phase "benchmark: PyTorch"
 if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-  timeout 150 python3 bench/torch_step.py --device cuda --models mlp,gpt --steps 20 --gemm 4096,8192 \
+  timeout 150 python3 bench/torch_step.py --device cuda --models mlp,cnn,gpt --steps 20 --gemm 4096,8192 \
     | tee -a "$results"
 else
   echo '{"impl": "torch", "error": "PyTorch with CUDA is not installed"}' | tee -a "$results"
@@ -100,7 +100,8 @@ for r in rows:
 for (dt, n), v in g.items():
     print(f"| {dt} | {n} | {v.get('ampc', '-')} | {v.get('torch', '-')} |")
 print("\n## Training step (median ms per step, each ending with reading the loss)\n")
-print("mlp: 784-4096-4096-10, batch 256, SGD momentum. gpt: 4 layers, width 256, 4 heads,")
+print("mlp: 784-4096-4096-10, batch 256, SGD momentum. cnn: conv 1-32 and 32-64 3x3 with max pools,")
+print("linear 3136-128-10, 28x28 images, batch 128, SGD momentum. gpt: 4 layers, width 256, 4 heads,")
 print("context 128, batch 16, AdamW. fp16 runs with the grad scaler.\n")
 print("| model | precision | ampc ms | PyTorch ms | ampc / PyTorch | ampc peak MB | PyTorch peak MB |")
 print("|---|---|---|---|---|---|---|")

@@ -4,10 +4,13 @@
  * f16 / bf16 with per-dtype tolerances (the CPU result is the reference);
  * tensors on the device; the caching allocator's steady state; the grad scaler's conformance cases 3,
  * 5, 8 and 11 with the scaler and optimizer on the device; autocast on
- * CUDA; a short MLP training run that must follow the CPU's;
+ * CUDA; a short MLP training run that must follow the CPU's; a tiny GPT
+ * (forward and backward, with dropout, under autocast) against the CPU;
+ * clip_grad_norm on the device (non-finite cases included);
  * checkpoints of a CUDA model (loaded on the CPU and on CUDA); and `ampc
  * train / eval --device cuda` on tiny images (against the CPU, resumed bit
- * for bit, the default fp16 with the scaler).
+ * for bit, the default fp16 with the scaler) and the GPT with --clip on
+ * tiny text (against the CPU).
  *
  * Without a GPU every test is reported as skipped (never as passed) and
  * the program exits 77, which CTest shows as "Skipped".
@@ -770,6 +773,220 @@ static void test_allocator_steady_state_and_autocast(void)
     amp_tensor_free(w);
 }
 
+/* ------------------------------------------------------------- gpt */
+
+/* The loss of a tiny GPT on fixed tokens (T of them per row), its
+ * backward, in precision prec (0 fp32, 1 bf16, 2 fp16 autocast). */
+static double gpt_loss(amp_module *m, amp_device dev, int prec, int64_t T)
+{
+    enum { B = 2 };
+    int64_t idx[B * 8], tgt[B * 8];
+    for (int64_t i = 0; i < B * T; i++) {
+        idx[i] = (i * 5 + 3) % 11;
+        tgt[i] = (i * 7 + 1) % 11;
+    }
+    amp_tensor *x = amp_from_data(AMP_SHAPE(B, T), AMP_I64, idx), *y = amp_from_data(AMP_SHAPE(B * T), AMP_I64, tgt);
+    if (dev == AMP_CUDA) {
+        CHECK_OK(amp_tensor_move(x, AMP_CUDA));
+        CHECK_OK(amp_tensor_move(y, AMP_CUDA));
+    }
+    if (prec)
+        amp_autocast_begin(dev, prec == 1 ? AMP_BF16 : AMP_F16);
+    amp_tensor *logits = amp_module_forward(m, x);
+    CHECK_MSG(logits != NULL, "gpt forward on %s: %s", amp_device_name(dev), amp_last_error());
+    CHECK(!logits || amp_tensor_device(logits) == dev);
+    amp_tensor *loss = amp_cross_entropy(amp_reshape(logits, AMP_SHAPE(-1, 11)), y);
+    if (prec)
+        amp_autocast_end();
+    CHECK_OK(amp_backward(loss));
+    double v = loss ? amp_item(loss) : NAN;
+    amp_tensor_free(x);
+    amp_tensor_free(y);
+    amp_temps_free();
+    return v;
+}
+
+/* The GPT runs on CUDA (its position indices made on the device): the
+ * same initial weights give the CPU's loss and gradients, for a T below
+ * the context and at it, with dropout (the same Philox mask) and under
+ * autocast. */
+static void test_gpt_on_cuda_matches_the_cpu(void)
+{
+    if (!gpu())
+        return;
+    for (int drop = 0; drop < 2; drop++) {
+        amp_gpt_config c = {.vocab = 11, .context = 8, .width = 16, .layers = 2, .heads = 2, .mlp = 32,
+                            .dropout = drop ? 0.2 : 0.0};
+        amp_manual_seed(21);
+        amp_module *mc = amp_model_gpt(c);
+        amp_manual_seed(21);
+        amp_module *md = amp_model_gpt(c);
+        CHECK_OK(amp_module_to(md, AMP_CUDA));
+        const int64_t Ts[2] = {5, 8};
+        for (int k = 0; k < 2; k++)
+            for (int prec = 0; prec < 3; prec++) {
+                int np = amp_module_num_params(mc);
+                for (int i = 0; i < np; i++) {
+                    amp_tensor_clear_grad(amp_module_param(mc, i, NULL));
+                    amp_tensor_clear_grad(amp_module_param(md, i, NULL));
+                }
+                amp_rng_state rng = amp_rng_get_state();
+                double lc = gpt_loss(mc, AMP_CPU, prec, Ts[k]);
+                amp_rng_set_state(rng);
+                double ld = gpt_loss(md, AMP_CUDA, prec, Ts[k]);
+                double tol = prec == 0 ? tol_of(AMP_F32) : prec == 1 ? tol_of(AMP_BF16) : tol_of(AMP_F16);
+                CHECK_MSG(isfinite(lc) && close_to(lc, ld, tol),
+                          "gpt (dropout %d) T %lld prec %d: loss %.7g on cuda, %.7g on the cpu", drop,
+                          (long long)Ts[k], prec, ld, lc);
+                if (prec != 0)
+                    continue;
+                for (int i = 0; i < np; i++) { /* fp32: every gradient too */
+                    const char *name = NULL;
+                    amp_tensor *pc = amp_module_param(mc, i, &name), *pd = amp_module_param(md, i, NULL);
+                    char what[96];
+                    snprintf(what, sizeof what, "gpt (dropout %d) T %lld", drop, (long long)Ts[k]);
+                    check_same(what, name, amp_tensor_grad(pc), amp_tensor_grad(pd), tol_of(AMP_F32));
+                }
+            }
+        amp_module_free(mc);
+        amp_module_free(md);
+    }
+}
+
+/* -------------------------------------------------- clip_grad_norm */
+
+/* A parameter of shape [n] and dtype dt whose gradient is g (rounded into
+ * dt), on dev: set by a backward, as a training step would. */
+static amp_tensor *param_with_grad(int64_t n, amp_dtype dt, const float *g, amp_device dev)
+{
+    amp_tensor *p = amp_zeros(AMP_SHAPE(n), dt), *c = amp_zeros(AMP_SHAPE(n), dt);
+    CHECK_OK(amp_tensor_copy_in(c, g, AMP_F32));
+    amp_tensor_set_requires_grad(p, true);
+    CHECK_OK(amp_backward(amp_sum_all(amp_mul(p, c)))); /* d/dp sum(p * c) = c */
+    amp_tensor_free(c);
+    amp_temps_free();
+    if (dev == AMP_CUDA)
+        CHECK_OK(amp_tensor_move(p, AMP_CUDA)); /* the gradient moves with it */
+    return p;
+}
+
+enum { CLIP_N = 4 };
+static const int64_t clip_len[CLIP_N] = {5000, 21, 64, 9}; /* 5000: two chunks of the multi-tensor launch */
+static const amp_dtype clip_dt[CLIP_N] = {AMP_F32, AMP_F16, AMP_BF16, AMP_F32};
+
+/* The same gradients on the CPU (p[0]) and on CUDA (p[1]); parameter 3
+ * has none. bad: 0, or put +inf (1) or NaN (2) into the f16 / bf16 one. */
+static void clip_params(amp_tensor *p[2][CLIP_N], int bad)
+{
+    float *g = malloc(5000 * sizeof *g);
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < CLIP_N; i++) {
+            for (int64_t j = 0; j < clip_len[i]; j++)
+                g[j] = (float)(sin(0.37 * (double)j + i) * (i == 1 ? 3.0 : 0.5));
+            if (bad == 1 && i == 1)
+                g[4] = INFINITY;
+            if (bad == 2 && i == 2)
+                g[7] = NAN;
+            if (i == 3) {
+                p[d][i] = amp_zeros(AMP_SHAPE(clip_len[i]), clip_dt[i]);
+                amp_tensor_set_requires_grad(p[d][i], true);
+                if (d)
+                    CHECK_OK(amp_tensor_move(p[d][i], AMP_CUDA));
+            } else {
+                p[d][i] = param_with_grad(clip_len[i], clip_dt[i], g, d ? AMP_CUDA : AMP_CPU);
+            }
+        }
+    free(g);
+}
+
+static void clip_free(amp_tensor *p[2][CLIP_N])
+{
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < CLIP_N; i++)
+            amp_tensor_free(p[d][i]);
+}
+
+/* sqrt of the sum of squares of every gradient value, in double. */
+static double norm_of(amp_tensor *const *p)
+{
+    double ss = 0;
+    for (int i = 0; i < CLIP_N; i++) {
+        amp_tensor *g = amp_tensor_grad(p[i]);
+        if (!g)
+            continue;
+        float v[5000];
+        CHECK_OK(amp_tensor_copy_out(g, v, AMP_F32));
+        for (int64_t j = 0; j < clip_len[i]; j++)
+            ss += (double)v[j] * v[j];
+    }
+    return sqrt(ss);
+}
+
+/* clip_grad_norm on CUDA gradients (f32, f16, bf16; one parameter
+ * without a gradient) returns the CPU's total and leaves the CPU's values:
+ * not clipped, clipped, and with an inf (total inf: factor 0, the inf
+ * becomes NaN) or a NaN (everything NaN), and max_norm inf with an inf
+ * gradient (a NaN factor), as PyTorch. Mixed devices are an error that
+ * changes nothing. */
+static void test_clip_grad_norm_matches_the_cpu(void)
+{
+    if (!gpu())
+        return;
+    const struct {
+        int bad;
+        double max_norm;
+    } cases[] = {{0, 1e6}, {0, 1.0}, {0, 0.0}, {1, 1.0}, {2, 1.0}, {0, INFINITY}, {1, INFINITY}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        amp_tensor *p[2][CLIP_N];
+        clip_params(p, cases[c].bad);
+        const double ref = norm_of(p[0]);
+        amp_clear_error();
+        const double tc = amp_clip_grad_norm(p[0], CLIP_N, cases[c].max_norm);
+        const double td = amp_clip_grad_norm(p[1], CLIP_N, cases[c].max_norm);
+        CHECK_MSG(amp_last_status() == AMP_OK, "case %zu: %s", c, amp_last_error());
+        CHECK_MSG(close_to(ref, tc, 1e-12) && close_to(ref, td, 1e-12),
+                  "case %zu: total %.17g on cuda, %.17g on the cpu, %.17g in double", c, td, tc, ref);
+        for (int i = 0; i < CLIP_N; i++) {
+            char part[48];
+            snprintf(part, sizeof part, "gradient %d (%s)", i, amp_dtype_name(clip_dt[i]));
+            if (i == 3) {
+                CHECK(!amp_tensor_grad(p[0][i]) && !amp_tensor_grad(p[1][i]));
+                continue;
+            }
+            char what[48];
+            snprintf(what, sizeof what, "clip case %zu", c);
+            /* the same factor rounded into the same dtype: bit for bit */
+            check_same(what, part, amp_tensor_grad(p[0][i]), amp_tensor_grad(p[1][i]), 0.0);
+        }
+        if (cases[c].bad == 0 && cases[c].max_norm == 1.0) /* clipped to 1, to the 16-bit roundings */
+            CHECK_NEAR(norm_of(p[1]), 1.0, 2e-3);
+        if (cases[c].bad == 1 && isfinite(cases[c].max_norm)) /* factor 0: the inf is NaN, the rest 0 */
+            CHECK(isnan(amp_tensor_get(amp_tensor_grad(p[1][1]), 4)) &&
+                  amp_tensor_get(amp_tensor_grad(p[1][0]), 1) == 0.0);
+        if (cases[c].bad == 2 || (cases[c].bad == 1 && !isfinite(cases[c].max_norm)))
+            CHECK(isnan(amp_tensor_get(amp_tensor_grad(p[1][0]), 1)));
+        clip_free(p);
+    }
+
+    /* no gradients at all: 0, nothing to do */
+    amp_tensor *none = amp_zeros(AMP_SHAPE(3), AMP_F32);
+    CHECK_OK(amp_tensor_move(none, AMP_CUDA));
+    amp_tensor_set_requires_grad(none, true);
+    amp_clear_error();
+    CHECK(amp_clip_grad_norm(&none, 1, 1.0) == 0.0 && amp_last_status() == AMP_OK);
+    amp_tensor_free(none);
+
+    /* a CPU gradient beside a CUDA one */
+    amp_tensor *p[2][CLIP_N];
+    clip_params(p, 0);
+    amp_tensor *mixed[2] = {p[0][0], p[1][1]};
+    const double before = norm_of(p[1]);
+    CHECK(isnan(amp_clip_grad_norm(mixed, 2, 1e-3)));
+    CHECK_ERROR(AMP_ERR_DEVICE, "all gradients must be on one device");
+    CHECK(norm_of(p[1]) == before && norm_of(p[0]) == before);
+    clip_free(p);
+}
+
 /* ------------------------------------------------------- checkpoints */
 
 /* One fp32 Adam step of m on (x, y). */
@@ -879,16 +1096,11 @@ static int log_field(const char *path, const char *key, double *vals, char (*tex
     return k;
 }
 
-/* The cnn on tiny images: a cuda run follows the cpu run in fp32; the
- * default precision on cuda is fp16 with the scaler; a cuda run stopped,
- * saved and resumed logs the same steps as one straight run, bit for bit;
- * its checkpoint evaluates the same on cuda and (nearly) on the cpu. */
-static void test_cli_trains_and_checkpoints_on_cuda(void)
+/* The temp dir and the ampc binary; false (skipped) without them. */
+static bool cli_setup(void)
 {
-    if (!gpu())
-        return;
     if (!cli_ready && !(cli_ready = cli_init("test-cuda")))
-        return;
+        return false;
     if (!cli_ampc[0]) { /* run by hand, without CTest's AMPC_BUILD_DIR: the ampc beside this program */
         char self[900];
         ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -900,7 +1112,16 @@ static void test_cli_trains_and_checkpoints_on_cuda(void)
             snprintf(cli_ampc, sizeof cli_ampc, "%s/ampc", self);
         }
     }
-    if (!cli_have_binary())
+    return cli_have_binary();
+}
+
+/* The cnn on tiny images: a cuda run follows the cpu run in fp32; the
+ * default precision on cuda is fp16 with the scaler; a cuda run stopped,
+ * saved and resumed logs the same steps as one straight run, bit for bit;
+ * its checkpoint evaluates the same on cuda and (nearly) on the cpu. */
+static void test_cli_trains_and_checkpoints_on_cuda(void)
+{
+    if (!gpu() || !cli_setup())
         return;
     enum { STEPS = 8 };
     char tiny[256], lcpu[512], lcuda[512], la[512], lc[512], ck[512];
@@ -969,6 +1190,45 @@ static void test_cli_trains_and_checkpoints_on_cuda(void)
               cli_value_after("test_accuracy "), acc);
 }
 
+/* ampc train --model gpt --clip on cuda (both refused before): fp32 follows
+ * the CPU's run step for step, losses and grad norms (measured and clipped
+ * on the device), and the clipping bites (max norm below the norms). */
+static void test_cli_gpt_with_clip_on_cuda(void)
+{
+    if (!gpu() || !cli_setup())
+        return;
+    enum { STEPS = 6 };
+    char text[256], lcpu[512], lcuda[512];
+    cli_path(text, sizeof text, "tiny.txt");
+    cli_write_tiny_text(text);
+    cli_path(lcpu, sizeof lcpu, "gpt-cpu.jsonl");
+    cli_path(lcuda, sizeof lcuda, "gpt-cuda.jsonl");
+    char common[1024];
+    snprintf(common, sizeof common,
+             "train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 8 --steps %d "
+             "--lr 0.01 --clip 0.05 --val-batches 2 --threads 2 --precision fp32",
+             text, STEPS);
+    int rc = cli_run("%s --device cpu --log %s", common, lcpu);
+    CHECK_MSG(rc == 0, "gpt cpu run: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("%s --device cuda --log %s", common, lcuda);
+    CHECK_MSG(rc == 0, "gpt cuda run: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("on cuda");
+    CHECK_MSG(isfinite(cli_value_after("val_loss ")), "no val_loss:\n%s", cli_out);
+    const char *keys[2] = {"loss", "grad_norm"};
+    for (int k = 0; k < 2; k++) {
+        double a[STEPS], b[STEPS];
+        int na = log_field(lcpu, keys[k], a, NULL, STEPS), nb = log_field(lcuda, keys[k], b, NULL, STEPS);
+        CHECK_EQ_INT(na, STEPS);
+        CHECK_EQ_INT(nb, STEPS);
+        for (int i = 0; i < na && i < nb; i++) {
+            CHECK_MSG(isfinite(b[i]) && close_to(a[i], b[i], 1e-4), "gpt step %d: %s %.7g on cuda, %.7g on the cpu",
+                      i + 1, keys[k], b[i], a[i]);
+            if (k == 1)
+                CHECK_MSG(b[i] > 0.05, "gpt step %d: grad norm %g is not above --clip 0.05", i + 1, b[i]);
+        }
+    }
+}
+
 int main(void)
 {
     RUN(test_elementwise);
@@ -986,8 +1246,11 @@ int main(void)
     RUN(test_scaler_nonfinite_skips_and_keeps_state);
     RUN(test_mlp_training_follows_the_cpu);
     RUN(test_allocator_steady_state_and_autocast);
+    RUN(test_gpt_on_cuda_matches_the_cpu);
+    RUN(test_clip_grad_norm_matches_the_cpu);
     RUN(test_checkpoint_of_a_cuda_model);
     RUN(test_cli_trains_and_checkpoints_on_cuda);
+    RUN(test_cli_gpt_with_clip_on_cuda);
     if (cli_ready)
         cli_cleanup();
     int rc = harness_done();

@@ -69,13 +69,6 @@ bool trainer_build(trainer *t, const train_opts *o, const run_info *ri, int64_t 
     amp_manual_seed(o->seed);
     const char *what = "model";
     bool cuda = strcmp(o->device, "cuda") == 0;
-    if (cuda && strcmp(o->model, "gpt") == 0) {
-        /* It would fail at its first forward with "embedding: inputs on
-         * cuda and cpu": say why before any work. */
-        fprintf(stderr, "ampc: --model gpt does not run on cuda yet (the library's GPT builds its position "
-                        "indices on the CPU, src/nn/gpt.c); use --device cpu\n");
-        return false;
-    }
     t->model = build_model(o, ri);
     if (t->model && cuda && amp_module_to(t->model, AMP_CUDA) != AMP_OK) {
         what = "model to cuda";

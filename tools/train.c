@@ -25,8 +25,9 @@
  * where a non-finite loss is noticed. With the grad scaler (fp16, cuda's
  * default) each step also reads whether the scaler skipped it: the lr
  * schedule counts only steps taken, so the next step's lr depends on it.
- * The grad norm is not measured on cuda (amp_clip_grad_norm has no CUDA
- * kernel; --clip is refused there).
+ * The grad norm is measured (and clipped, --clip) on the device; reading
+ * it waits for the GPU, so on cuda it is measured only where it is needed:
+ * with --clip, and with --log (which waits every step anyway).
  */
 #include "cli.h"
 #include "log.h"
@@ -156,7 +157,13 @@ static int train_step(run *r, int64_t step, step_out *out)
     out->scale = scaled && !r->cuda ? amp_scaler_get_scale(t->scaler) : NAN;
     if (amp_scaler_unscale(t->scaler, t->opt) != AMP_OK)
         return fail("unscale", step + 1);
-    out->grad_norm = r->cuda ? NAN : amp_clip_grad_norm(t->params, t->n_params, o->clip > 0 ? o->clip : INFINITY);
+    out->grad_norm = NAN;
+    if (!r->cuda || o->clip > 0 || r->read_each) {
+        amp_clear_error(); /* a NaN norm is a value (inf / NaN gradients), unless an error says otherwise */
+        out->grad_norm = amp_clip_grad_norm(t->params, t->n_params, o->clip > 0 ? o->clip : INFINITY);
+        if (isnan(out->grad_norm) && amp_last_status() != AMP_OK)
+            return fail("clip_grad_norm", step + 1);
+    }
     out->lr = amp_sched_lr(&t->sched, r->ri->sched_step);
     if (isnan(out->lr))
         return fail("lr schedule", step + 1);
@@ -416,11 +423,6 @@ int train_main(int argc, char **argv)
     }
     if (rc < 0)
         rc = opts_resolve(&o);
-    if (rc < 0 && strcmp(o.device, "cuda") == 0 && o.clip > 0) {
-        fprintf(stderr, "ampc train: --clip does not run on cuda yet (amp_clip_grad_norm has no CUDA kernel); "
-                        "drop it, or use --device cpu\n");
-        rc = 1;
-    }
     if (rc >= 0)
         return rc;
     amp_set_num_threads((int)o.threads);

@@ -37,6 +37,7 @@
  */
 #include "nn/nn.h"
 
+#include "backend/cuda/cuda_backend.h"
 #include "base/base.h"
 #include "tensor/tensor.h"
 
@@ -113,6 +114,21 @@ static amp_tensor *block_error(int64_t i)
     return amp_fail_null(amp_last_status(), "gpt: block %lld: %s", (long long)i, msg);
 }
 
+/* The position indices 0..T-1 (i64) on wpe's device. On CUDA they are
+ * written there by a kernel: no copy from the host, so a step does not
+ * wait on one; the caching allocator serves the T * 8 bytes. */
+static amp_tensor *positions(int64_t T, amp_device dev)
+{
+    if (dev == AMP_CPU)
+        return amp_arange(0, (double)T, 1, AMP_I64);
+    amp_tensor *pos = tensor_new_on(AMP_SHAPE(T), AMP_I64, dev);
+    if (pos && cuda_iota_i64(tensor_ptr(pos), T) != AMP_OK) {
+        amp_tensor_free(pos);
+        return NULL;
+    }
+    return pos;
+}
+
 static amp_tensor *gpt_forward(amp_module *m, amp_tensor *idx)
 {
     const int64_t context = m->cfg_i[1], layers = m->cfg_i[3];
@@ -130,13 +146,9 @@ static amp_tensor *gpt_forward(amp_module *m, amp_tensor *idx)
     amp_tensor *wte = m->own[0], *wpe = m->own[1];
     /* Positions 0..T-1 index wpe; the embedding node keeps its own
      * reference, so the index tensor can go at once. */
-    amp_tensor *pos = amp_arange(0, (double)T, 1, AMP_I64);
+    amp_tensor *pos = positions(T, amp_tensor_device(wpe));
     if (!pos)
         return NULL;
-    if (amp_tensor_device(wpe) != AMP_CPU && amp_tensor_move(pos, amp_tensor_device(wpe)) != AMP_OK) {
-        amp_tensor_free(pos);
-        return NULL;
-    }
     amp_tensor *x = amp_add(amp_embedding(wte, idx), amp_embedding(wpe, pos));
     amp_tensor_free(pos);
     for (int64_t i = 0; i < layers && x; i++)

@@ -11,6 +11,12 @@
  *   update   one thread applies PyTorch's _amp_update_scale_ rule to the
  *            scale, the growth tracker and the history.
  *
+ * And clip_grad_norm (src/optim/clip.c on CUDA gradients): one
+ * multi-tensor launch writes each chunk's sum of squares, one block adds
+ * them and computes the factor on the device, one multi-tensor launch
+ * applies it; nothing comes back to the host unless the caller reads the
+ * total.
+ *
  * Multi-tensor launches: the host lists the tensors (pointers, sizes,
  * dtypes) in a small array copied to the device, each tensor split into
  * chunks of CHUNK elements; block b finds its tensor by binary search over
@@ -118,6 +124,119 @@ extern "C" amp_status cuda_unscale(const cuda_buf *g, int n, const float *scale,
     unsigned grid = (unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16);
     k_unscale<<<grid, CUDA_THREADS, 0, cuda_stream()>>>(d, (int)v.size(), blocks, scale, found_inf);
     amp_status st = cuda_launched("unscale kernel");
+    cuda_free(d);
+    return st;
+}
+
+/* ------------------------------------------------------ clip_grad_norm */
+
+/* What the scale launch reads: the factor, and whether it applies. */
+struct clip_coef {
+    float coef;
+    int apply;
+};
+
+/* partial[b] = the sum of the squares of chunk b, in double (a float's
+ * square is exact in double, as in clip.c's sum). */
+__global__ void k_clip_sumsq(const mt_entry *e, int n, int64_t blocks, double *partial)
+{
+    __shared__ double scratch[32];
+    for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+        const mt_entry &t = e[find_entry(e, n, b)];
+        const int64_t lo = (b - t.first_block) * CHUNK, hi = lo + CHUNK < t.p.n ? lo + CHUNK : t.p.n;
+        double s = 0;
+        for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+            const double v = (double)ld_f32(t.p.p, t.p.pdt, j);
+            s += v * v;
+        }
+        s = block_sum(s, scratch);
+        if (threadIdx.x == 0)
+            partial[b] = s;
+    }
+}
+
+/* One block: *total = sqrt(sum of the partials), then clip.c's factor
+ * max_norm / (total + 1e-6), applied unless it is >= 1 (a NaN factor is
+ * applied: PyTorch's clamp keeps the NaN). */
+__global__ void k_clip_coef(const double *partial, int64_t blocks, double max_norm, double *total, clip_coef *c)
+{
+    __shared__ double scratch[32];
+    double s = 0;
+    for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x)
+        s += partial[b];
+    s = block_sum(s, scratch);
+    if (threadIdx.x == 0) {
+        const double t = sqrt(s), coef = max_norm / (t + 1e-6);
+        *total = t;
+        c->coef = (float)coef;
+        c->apply = !(coef >= 1.0);
+    }
+}
+
+__global__ void k_clip_scale(const mt_entry *e, int n, int64_t blocks, const clip_coef *c)
+{
+    if (!c->apply)
+        return;
+    const float coef = c->coef;
+    for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+        const mt_entry &t = e[find_entry(e, n, b)];
+        const int64_t lo = (b - t.first_block) * CHUNK, hi = lo + CHUNK < t.p.n ? lo + CHUNK : t.p.n;
+        if (t.p.pdt == AMP_F32) {
+            float *g = (float *)t.p.p;
+            for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
+                g[j] *= coef;
+        } else {
+            for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
+                st_f32(t.p.p, t.p.pdt, j, ld_f32(t.p.p, t.p.pdt, j) * coef);
+        }
+    }
+}
+
+extern "C" amp_status cuda_clip_grad_norm(const cuda_buf *g, int n, double max_norm, double *total)
+{
+    std::vector<mt_entry> v;
+    for (int i = 0; i < n; i++) {
+        if (g[i].n <= 0)
+            continue;
+        if (g[i].dt != AMP_F32 && g[i].dt != AMP_F16 && g[i].dt != AMP_BF16)
+            return amp_set_error(AMP_ERR_DTYPE, "cuda clip_grad_norm: gradient %d has dtype %s", i,
+                                 amp_dtype_name(g[i].dt));
+        mt_entry e;
+        memset(&e, 0, sizeof e);
+        e.p.p = g[i].p;
+        e.p.n = g[i].n;
+        e.p.pdt = g[i].dt;
+        v.push_back(e);
+    }
+    int64_t blocks = 0;
+    mt_entry *d = NULL;
+    if (!v.empty() && !(d = upload(v, &blocks)))
+        return amp_last_status();
+    /* The partial sums, then the factor, in one scratch block. */
+    const size_t n_partial = (size_t)(blocks > 0 ? blocks : 1);
+    char *scratch = (char *)cuda_malloc(n_partial * sizeof(double) + sizeof(clip_coef));
+    if (!scratch) {
+        cuda_free(d);
+        return amp_last_status();
+    }
+    double *partial = (double *)scratch;
+    clip_coef *c = (clip_coef *)(scratch + n_partial * sizeof(double));
+    cudaStream_t s = cuda_stream();
+    const unsigned grid = (unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16);
+    amp_status st = AMP_OK;
+    if (blocks > 0) {
+        k_clip_sumsq<<<grid, CUDA_THREADS, 0, s>>>(d, (int)v.size(), blocks, partial);
+        st = cuda_launched("clip_grad_norm sum kernel");
+    }
+    if (st == AMP_OK) { /* with no gradients: total 0, factor not applied */
+        k_clip_coef<<<1, CUDA_THREADS, 0, s>>>(partial, blocks, max_norm, total, c);
+        st = cuda_launched("clip_grad_norm factor kernel");
+    }
+    if (st == AMP_OK && blocks > 0) {
+        k_clip_scale<<<grid, CUDA_THREADS, 0, s>>>(d, (int)v.size(), blocks, c);
+        st = cuda_launched("clip_grad_norm scale kernel");
+    }
+    cuda_free(scratch);
     cuda_free(d);
     return st;
 }

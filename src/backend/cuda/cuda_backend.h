@@ -64,6 +64,9 @@ amp_status cuda_convert(const void *src, amp_dtype sdt, void *dst, amp_dtype ddt
 /* n copies of the elem_size-byte pattern at host address elem (2, 4 or 8
  * bytes: one element already in the tensor's dtype). */
 amp_status cuda_fill_pattern(void *dst, int64_t n, const void *elem, size_t elem_size);
+/* dst[i] = i for i in [0, n): index tensors made on the device (the GPT's
+ * positions) without a copy from the host. */
+amp_status cuda_iota_i64(int64_t *dst, int64_t n);
 
 /* --------------------------------------------------------- AMP kernels */
 
@@ -97,6 +100,17 @@ typedef struct {
  * computed on the device in double from *scale; sets *found_inf = 1 when
  * any element was inf or NaN (the caller zeroes it first). */
 amp_status cuda_unscale(const cuda_buf *g, int n, const float *scale, float *found_inf);
+
+/* clip_grad_norm on the device (src/optim/clip.c's semantics, PyTorch's
+ * clip_grad_norm_ with norm_type 2): the sum of the squares of every
+ * element of g[0..n) (f32, f16 or bf16) in double, per chunk into a device
+ * buffer and then in one fixed-order reduction (the same bits every run);
+ * *total (a device double) = its square root; coef = max_norm / (total +
+ * 1e-6) computed there in double, and unless coef >= 1 every element is
+ * multiplied by (float)coef in f32 and rounded once into its dtype. A NaN
+ * or inf total thus gives a NaN or 0 factor, as on the CPU. Three launches,
+ * no host synchronisation: the caller reads *total when it needs it. */
+amp_status cuda_clip_grad_norm(const cuda_buf *g, int n, double max_norm, double *total);
 
 /* The options the device update rule needs (amp_scaler_opts). */
 typedef struct {

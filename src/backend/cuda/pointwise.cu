@@ -1,8 +1,8 @@
 /*
  * pointwise.cu - kernels that work element by element: dtype conversion,
- * fills, the elementwise map with broadcasting (every pointwise formula of
- * the op table, forward and backward), in-place accumulation, permute,
- * strided slice copies and dropout.
+ * fills, iota, the elementwise map with broadcasting (every pointwise
+ * formula of the op table, forward and backward), in-place accumulation,
+ * permute, strided slice copies and dropout.
  *
  * One kernel serves every formula: the formula and the dtypes are kernel
  * arguments, the same for every thread (uniform branches cost little), so
@@ -96,6 +96,20 @@ extern "C" amp_status cuda_fill_pattern(void *dst, int64_t n, const void *elem, 
         return amp_set_error(AMP_ERR_ARG, "cuda fill: element size %zu", elem_size);
     }
     return cuda_launched("fill kernel");
+}
+
+__global__ void k_iota(long long *dst, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = (long long)i;
+}
+
+extern "C" amp_status cuda_iota_i64(int64_t *dst, int64_t n)
+{
+    if (n <= 0)
+        return AMP_OK;
+    k_iota<<<cuda_blocks(n), CUDA_THREADS, 0, cuda_stream()>>>((long long *)dst, n);
+    return cuda_launched("iota kernel");
 }
 
 /* ----------------------------------------------------- elementwise map */
