@@ -8,6 +8,9 @@
  * ones loaded to f32, updated, and rounded once on store. State buffers
  * are f32 whatever the parameter's dtype. The element loops (update.c)
  * follow PyTorch's order of operations so f32 results agree to rounding.
+ * A CPU step updates all parameters at once: one parallel region over the
+ * blocks of every parameter with a gradient (multi-tensor, like PyTorch's
+ * foreach), with the per-parameter scalars worked out before it.
  *
  * An optimizer over CUDA parameters (all of them on CUDA: one optimizer
  * per device) keeps its state buffers on the device and steps every
@@ -290,29 +293,43 @@ static amp_status check_grads(const amp_optim *o)
     return AMP_OK;
 }
 
-static amp_status step_param(amp_optim *o, int i)
+/* Every parameter with a gradient in one multi-tensor pass (update.c):
+ * one parallel region over the blocks of all of them, each parameter at
+ * its own step count. Parameters and counters change only when the whole
+ * step succeeds. */
+static amp_status step_cpu(amp_optim *o)
 {
-    amp_tensor *p = o->params[i];
-    float *gtmp = NULL, *ptmp = NULL;
-    const float *g = tensor_as_f32(p->grad, &gtmp);
-    float *pv = p->dtype == AMP_F32 ? tensor_f32(p) : (float *)tensor_as_f32(p, &ptmp);
-    if (!g || !pv) {
-        amp_free(gtmp);
-        amp_free(ptmp);
+    optim_param *ps = calloc((size_t)o->n, sizeof *ps);
+    if (!ps)
         return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", o->name);
+    int k = 0;
+    for (int i = 0; i < o->n; i++) {
+        amp_tensor *p = o->params[i];
+        if (!p->grad)
+            continue;
+        for (int j = 0; j < OPTIM_MAX_STATE; j++) {
+            amp_tensor *t = o->state[i * OPTIM_MAX_STATE + j];
+            if (t && tensor_on_cuda(t)) {
+                free(ps);
+                return amp_set_error(AMP_ERR_DEVICE, "%s: parameter %d is on the cpu but its state is on cuda",
+                                     o->name, i);
+            }
+        }
+        ps[k++] = (optim_param){tensor_ptr(p), tensor_ptr(p->grad), p->dtype, p->grad->dtype,
+                                {state_f32(o, i, 0), state_f32(o, i, 1), state_f32(o, i, 2)}, p->numel,
+                                o->param_steps[i] + 1};
     }
-    bool first = o->param_steps[i] == 0;
-    o->param_steps[i]++;
-    tensor_bump(p); /* an in-place write: stale autocast casts must go */
-    if (o->kind == OPTIM_SGD)
-        optim_sgd_update(&o->sgd, (float)o->lr, first, pv, g, state_f32(o, i, 0), p->numel);
-    else
-        optim_adam_update(&o->adam, o->kind == OPTIM_ADAMW, o->lr, o->param_steps[i], pv, g, state_f32(o, i, 0),
-                    state_f32(o, i, 1), state_f32(o, i, 2), p->numel);
-    if (ptmp)
-        tensor_store_f32(p, ptmp);
-    amp_free(gtmp);
-    amp_free(ptmp);
+    amp_status st = o->kind == OPTIM_SGD
+                        ? optim_sgd_step(&o->sgd, (float)o->lr, ps, k)
+                        : optim_adam_step(&o->adam, o->kind == OPTIM_ADAMW, o->lr, ps, k);
+    free(ps);
+    if (st != AMP_OK)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", o->name);
+    for (int i = 0; i < o->n; i++)
+        if (o->params[i]->grad) {
+            o->param_steps[i]++;
+            tensor_bump(o->params[i]); /* an in-place write: stale autocast casts must go */
+        }
     return AMP_OK;
 }
 
@@ -388,9 +405,8 @@ amp_status optim_step_guarded(amp_optim *o, const float *found_inf)
             st = ensure_state(o, i);
     if (st == AMP_OK && tensor_on_cuda(o->params[0]))
         return step_cuda(o, found_inf);
-    for (int i = 0; i < o->n && st == AMP_OK; i++)
-        if (o->params[i]->grad)
-            st = step_param(o, i);
+    if (st == AMP_OK)
+        st = step_cpu(o);
     if (st == AMP_OK)
         o->steps++;
     return st;

@@ -1,11 +1,16 @@
 /*
  * update.c - the element loops of the CPU optimizer steps (update.h):
- * SGD and Adam / AdamW over one parameter's f32 values, in blocks spread
- * over threads, each block on AVX-512 where the CPU has it.
+ * SGD and Adam / AdamW over all of an optimizer's parameters at once. The
+ * work items are the (parameter, block) pairs of every parameter, taken by
+ * the threads of one parallel region; each block runs on AVX-512 where the
+ * CPU has it, 16-bit parameters and gradients through per-thread f32
+ * scratch.
  *
  * The loops follow torch.optim's single-tensor implementations operation
  * for operation (see optim.c), so f32 results agree with PyTorch's to
- * rounding.
+ * rounding. Every element's arithmetic is the same whichever block, thread
+ * or vector width it lands in, so the bits do not depend on the number of
+ * threads or on which parameters share a step.
  */
 #include "optim/update.h"
 
@@ -13,7 +18,12 @@
 
 #include <math.h>
 
-/* Elements below which an update runs on one thread. */
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Elements (over all parameters of a step) below which it runs on one
+ * thread. */
 #define PAR_MIN_WORK 32768
 
 /* The element loops run in blocks (threads take whole blocks), each block
@@ -45,18 +55,111 @@ static bool use_vector(void)
 #endif
 }
 
+/* ------------------------------------------------------- work items */
+
+/* The element loop of one optimizer over n f32 elements: k is the
+ * parameter's constants, s its state buffers, all offset to the block. */
+typedef void (*range_fn)(const void *k, float *p, const float *g, float *const *s, int64_t n);
+
+/* One block of one parameter: elements [lo, hi) of ps[param]. */
+typedef struct {
+    int param;
+    int64_t lo, hi;
+} work_item;
+
+static int thread_id(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* Runs fn over one work item; pb / gb are this thread's f32 scratch of
+ * UPDATE_BLOCK elements for 16-bit parameters and gradients (widening is
+ * exact, and the parameter is rounded once on store, as a whole-tensor
+ * conversion would). */
+static void run_item(range_fn fn, const void *k, const optim_param *q, int64_t lo, int64_t hi, float *pb, float *gb)
+{
+    const int64_t len = hi - lo;
+    float *p = q->p_dt == AMP_F32 ? (float *)q->p + lo : pb;
+    const float *g = q->g_dt == AMP_F32 ? (const float *)q->g + lo : gb;
+    void *p16 = (char *)q->p + (size_t)lo * amp_dtype_size(q->p_dt);
+    if (p == pb)
+        amp_convert(p16, q->p_dt, pb, AMP_F32, (size_t)len);
+    if (g == gb)
+        amp_convert((const char *)q->g + (size_t)lo * amp_dtype_size(q->g_dt), q->g_dt, gb, AMP_F32, (size_t)len);
+    float *s[3];
+    for (int j = 0; j < 3; j++)
+        s[j] = q->state[j] ? q->state[j] + lo : NULL;
+    fn(k, p, g, s, len);
+    if (p == pb)
+        amp_convert(pb, AMP_F32, p16, q->p_dt, (size_t)len);
+}
+
+/* Runs fn over every block of the n parameters ps in one parallel region;
+ * ks holds each parameter's constants (k_size bytes apiece). Allocates
+ * everything before touching a value: on failure nothing has changed. */
+static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const optim_param *ps, int n)
+{
+    int64_t items = 0, total = 0;
+    bool convert = false;
+    for (int i = 0; i < n; i++) {
+        items += (ps[i].n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
+        total += ps[i].n;
+        convert = convert || ps[i].p_dt != AMP_F32 || ps[i].g_dt != AMP_F32;
+    }
+    if (items == 0)
+        return AMP_OK;
+    int threads = total > PAR_MIN_WORK ? amp_threads() : 1;
+    if (threads > items)
+        threads = (int)items;
+    if (threads < 1)
+        threads = 1;
+    work_item *w = amp_alloc((size_t)items * sizeof *w);
+    float *scratch = convert ? amp_alloc((size_t)threads * 2 * UPDATE_BLOCK * sizeof *scratch) : NULL;
+    if (!w || (convert && !scratch)) {
+        amp_free(w);
+        amp_free(scratch);
+        return AMP_ERR_MEMORY;
+    }
+    int64_t m = 0;
+    for (int i = 0; i < n; i++)
+        for (int64_t lo = 0; lo < ps[i].n; lo += UPDATE_BLOCK)
+            w[m++] = (work_item){i, lo, ps[i].n - lo < UPDATE_BLOCK ? ps[i].n : lo + UPDATE_BLOCK};
+    /* Dynamic: blocks of tiny parameters are short, and the cores may be
+     * shared, so threads take the next block when they are free. */
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads) if (threads > 1)
+#endif
+    {
+        float *pb = scratch ? scratch + (size_t)thread_id() * 2 * UPDATE_BLOCK : NULL;
+        float *gb = pb ? pb + UPDATE_BLOCK : NULL;
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (int64_t b = 0; b < items; b++)
+            run_item(fn, (const char *)ks + (size_t)w[b].param * k_size, &ps[w[b].param], w[b].lo, w[b].hi, pb, gb);
+    }
+    amp_free(w);
+    amp_free(scratch);
+    return AMP_OK;
+}
+
+/* ------------------------------------------------------------------ SGD */
+
 typedef struct {
     float wd, mom, damp1, neg_lr;
     bool first, nesterov;
 } sgd_k;
 
-/* One SGD update of elements [lo, hi) (sgd.py: weight decay into the
- * gradient, momentum buffer = the first gradient, then buf*momentum +
+/* One SGD update of n elements (sgd.py: weight decay into the gradient,
+ * momentum buffer = the first gradient, then buf*momentum +
  * (1-dampening)*g, nesterov g + momentum*buf, p -= lr*g). */
-__attribute__((noinline)) static void sgd_range(const sgd_k *k, float *p, const float *g, float *buf, int64_t lo,
-                                                int64_t hi)
+__attribute__((noinline)) static void sgd_range(const sgd_k *k, float *p, const float *g, float *buf, int64_t n)
 {
-    for (int64_t j = lo; j < hi; j++) {
+    for (int64_t j = 0; j < n; j++) {
         float gj = g[j];
         if (k->wd != 0)
             gj = gj + k->wd * p[j];
@@ -68,13 +171,18 @@ __attribute__((noinline)) static void sgd_range(const sgd_k *k, float *p, const 
     }
 }
 
+static void sgd_fn(const void *k, float *p, const float *g, float *const *s, int64_t n)
+{
+    sgd_range(k, p, g, s[0], n);
+}
+
 #ifdef HAVE_VEC_UPDATE
-TGT_AVX512 static void sgd_range_v(const sgd_k *k, float *p, const float *g, float *buf, int64_t lo, int64_t hi)
+TGT_AVX512 static void sgd_range_v(const sgd_k *k, float *p, const float *g, float *buf, int64_t n)
 {
     const __m512 wd = _mm512_set1_ps(k->wd), mom = _mm512_set1_ps(k->mom), damp1 = _mm512_set1_ps(k->damp1),
                  neg_lr = _mm512_set1_ps(k->neg_lr);
-    int64_t j = lo;
-    for (; j + 16 <= hi; j += 16) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
         __m512 gj = _mm512_loadu_ps(g + j), pj = _mm512_loadu_ps(p + j);
         if (k->wd != 0)
             gj = VADD(gj, VMUL(wd, pj));
@@ -86,38 +194,45 @@ TGT_AVX512 static void sgd_range_v(const sgd_k *k, float *p, const float *g, flo
         }
         _mm512_storeu_ps(p + j, VADD(pj, VMUL(neg_lr, gj)));
     }
-    sgd_range(k, p, g, buf, j, hi);
+    sgd_range(k, p + j, g + j, buf ? buf + j : NULL, n - j);
+}
+
+static void sgd_fn_v(const void *k, float *p, const float *g, float *const *s, int64_t n)
+{
+    sgd_range_v(k, p, g, s[0], n);
 }
 #endif
 
-void optim_sgd_update(const amp_sgd_opts *s, float lr, bool first, float *p, const float *g, float *buf, int64_t n)
+amp_status optim_sgd_step(const amp_sgd_opts *s, float lr, const optim_param *ps, int n)
 {
-    const sgd_k k = {(float)s->weight_decay, (float)s->momentum, (float)(1.0 - s->dampening), -lr, first,
-                     s->nesterov};
-    void (*fn)(const sgd_k *, float *, const float *, float *, int64_t, int64_t) = sgd_range;
+    sgd_k *ks = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *ks);
+    if (!ks)
+        return AMP_ERR_MEMORY;
+    for (int i = 0; i < n; i++)
+        ks[i] = (sgd_k){(float)s->weight_decay, (float)s->momentum, (float)(1.0 - s->dampening), -lr, ps[i].t == 1,
+                        s->nesterov};
+    range_fn fn = sgd_fn;
 #ifdef HAVE_VEC_UPDATE
     if (use_vector())
-        fn = sgd_range_v;
+        fn = sgd_fn_v;
 #endif
-    const int64_t blocks = (n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(amp_threads()) if (n > PAR_MIN_WORK) schedule(static)
-#endif
-    for (int64_t b = 0; b < blocks; b++)
-        fn(&k, p, g, buf, b * UPDATE_BLOCK, n - b * UPDATE_BLOCK < UPDATE_BLOCK ? n : (b + 1) * UPDATE_BLOCK);
+    amp_status st = run_all(fn, ks, sizeof *ks, ps, n);
+    amp_free(ks);
+    return st;
 }
+
+/* ----------------------------------------------------------------- Adam */
 
 typedef struct {
     float neg_step, bc2_sqrt, eps, wd, decay, w1, b2, w2;
     bool l2, dec;
 } adam_k;
 
-/* One Adam / AdamW update of elements [lo, hi) (adam.py
- * _single_tensor_adam). */
+/* One Adam / AdamW update of n elements (adam.py _single_tensor_adam). */
 __attribute__((noinline)) static void adam_range(const adam_k *k, float *p, const float *g, float *m, float *v,
-                                                 float *vmax, int64_t lo, int64_t hi)
+                                                 float *vmax, int64_t n)
 {
-    for (int64_t j = lo; j < hi; j++) {
+    for (int64_t j = 0; j < n; j++) {
         float pj = p[j], gj = g[j];
         if (k->dec)
             pj = pj * k->decay;
@@ -138,17 +253,22 @@ __attribute__((noinline)) static void adam_range(const adam_k *k, float *p, cons
     }
 }
 
+static void adam_fn(const void *k, float *p, const float *g, float *const *s, int64_t n)
+{
+    adam_range(k, p, g, s[0], s[1], s[2], n);
+}
+
 #ifdef HAVE_VEC_UPDATE
 TGT_AVX512 static void adam_range_v(const adam_k *k, float *p, const float *g, float *m, float *v, float *vmax,
-                                    int64_t lo, int64_t hi)
+                                    int64_t n)
 {
     const __m512 decay = _mm512_set1_ps(k->decay), wd = _mm512_set1_ps(k->wd), w1 = _mm512_set1_ps(k->w1),
                  one_w1 = _mm512_set1_ps(1.0f - k->w1), b2 = _mm512_set1_ps(k->b2), w2 = _mm512_set1_ps(k->w2),
                  bc2 = _mm512_set1_ps(k->bc2_sqrt), eps = _mm512_set1_ps(k->eps),
                  neg_step = _mm512_set1_ps(k->neg_step);
     const bool low = k->w1 < 0.5f;
-    int64_t j = lo;
-    for (; j + 16 <= hi; j += 16) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
         __m512 pj = _mm512_loadu_ps(p + j), gj = _mm512_loadu_ps(g + j), mj = _mm512_loadu_ps(m + j);
         if (k->dec)
             pj = VMUL(pj, decay);
@@ -168,35 +288,41 @@ TGT_AVX512 static void adam_range_v(const adam_k *k, float *p, const float *g, f
         __m512 denom = VADD(_mm512_div_ps(_mm512_sqrt_ps(vv), bc2), eps);
         _mm512_storeu_ps(p + j, VADD(pj, VMUL(neg_step, _mm512_div_ps(mj, denom))));
     }
-    adam_range(k, p, g, m, v, vmax, j, hi);
+    adam_range(k, p + j, g + j, m + j, v + j, vmax ? vmax + j : NULL, n - j);
+}
+
+static void adam_fn_v(const void *k, float *p, const float *g, float *const *s, int64_t n)
+{
+    adam_range_v(k, p, g, s[0], s[1], s[2], n);
 }
 #endif
 
-/* One Adam / AdamW update at (1-based) step t of parameter i's n elements. */
-void optim_adam_update(const amp_adam_opts *a, bool decoupled, double lr, int64_t t, float *p, const float *g,
-                        float *m, float *v, float *vmax, int64_t n)
+amp_status optim_adam_step(const amp_adam_opts *a, bool decoupled, double lr, const optim_param *ps, int n)
 {
-    const double bc1 = 1.0 - pow(a->beta1, (double)t), bc2 = 1.0 - pow(a->beta2, (double)t);
-    const adam_k k = {.neg_step = (float)(-(lr / bc1)),
-                      .bc2_sqrt = (float)sqrt(bc2),
-                      .eps = (float)a->eps,
-                      .wd = (float)a->weight_decay,
-                      .decay = (float)(1.0 - lr * a->weight_decay),
-                      .w1 = (float)(1.0 - a->beta1),
-                      .b2 = (float)a->beta2,
-                      .w2 = (float)(1.0 - a->beta2),
-                      .l2 = !decoupled && a->weight_decay != 0,
-                      .dec = decoupled && a->weight_decay != 0};
-    void (*fn)(const adam_k *, float *, const float *, float *, float *, float *, int64_t, int64_t) = adam_range;
+    adam_k *ks = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *ks);
+    if (!ks)
+        return AMP_ERR_MEMORY;
+    /* Each parameter's bias corrections at its own step count (PyTorch's
+     * per-parameter state["step"]), worked out once here, not per block. */
+    for (int i = 0; i < n; i++) {
+        const double t = (double)ps[i].t, bc1 = 1.0 - pow(a->beta1, t), bc2 = 1.0 - pow(a->beta2, t);
+        ks[i] = (adam_k){.neg_step = (float)(-(lr / bc1)),
+                         .bc2_sqrt = (float)sqrt(bc2),
+                         .eps = (float)a->eps,
+                         .wd = (float)a->weight_decay,
+                         .decay = (float)(1.0 - lr * a->weight_decay),
+                         .w1 = (float)(1.0 - a->beta1),
+                         .b2 = (float)a->beta2,
+                         .w2 = (float)(1.0 - a->beta2),
+                         .l2 = !decoupled && a->weight_decay != 0,
+                         .dec = decoupled && a->weight_decay != 0};
+    }
+    range_fn fn = adam_fn;
 #ifdef HAVE_VEC_UPDATE
     if (use_vector())
-        fn = adam_range_v;
+        fn = adam_fn_v;
 #endif
-    const int64_t blocks = (n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(amp_threads()) if (n > PAR_MIN_WORK) schedule(static)
-#endif
-    for (int64_t b = 0; b < blocks; b++)
-        fn(&k, p, g, m, v, vmax, b * UPDATE_BLOCK, n - b * UPDATE_BLOCK < UPDATE_BLOCK ? n : (b + 1) * UPDATE_BLOCK);
+    amp_status st = run_all(fn, ks, sizeof *ks, ps, n);
+    amp_free(ks);
+    return st;
 }
-
