@@ -183,10 +183,13 @@ static bool run_direct(bool trans_a, bool trans_b, int64_t batch, int64_t M, int
  * f16 where this oneDNN has no f16 matmul (2.x): the f16 operands (and
  * bias, and C when beta reads it) widened to f32 copies, the f32 primitive,
  * then one rounding into an f16 C. f16 -> f32 is exact, so this is the
- * same f32-accumulated product ampc's own kernels compute; the copies cost
- * one pass over the operands, small beside the product for the shapes that
- * get here (oneDNN's f32 kernels run 20-40% faster than ampc's f16
- * widening ones). Single products only.
+ * same f32-accumulated product ampc's own kernels compute. Only when
+ * oneDNN is asked for everything (CPU_LIB_ONEDNN): measured on the
+ * benchmark models' shapes, the copies eat what oneDNN's faster f32
+ * kernels gain (within +-10% of ampc's f16 kernels, which widen while
+ * packing), so AUTO leaves f16 to ampc unless oneDNN has f16 kernels of
+ * its own (3.x on AVX512-FP16: 304 against 214 GFLOP/s at 256x4096x4096).
+ * Single products only.
  */
 static bool run_widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
                         amp_dtype a_dt, int64_t lda, const void *B, amp_dtype b_dt, int64_t ldb, float beta, void *C,
@@ -231,7 +234,7 @@ bool onednn_gemm(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N
     /* f16 with f16 or f32, into f16 or f32: widened (bias in C's dtype). */
     bool f16 = (a_dt == AMP_F16 || b_dt == AMP_F16) && (a_dt == AMP_F16 || a_dt == AMP_F32) &&
                (b_dt == AMP_F16 || b_dt == AMP_F32) && (c_dt == AMP_F16 || c_dt == AMP_F32);
-    if (!f16 || batch > 1 || (bias && bias_dt != c_dt))
+    if (!f16 || batch > 1 || (bias && bias_dt != c_dt) || onednn_mode() != CPU_LIB_ONEDNN)
         return false;
     return run_widened(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, b_dt, ldb, beta, C, c_dt, ldc, bias, act,
                        st);
