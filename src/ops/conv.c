@@ -34,7 +34,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/onednn.h"
-#include "ops/ops.h"
+#include "ops/infer.h"
 
 #include <string.h>
 #ifdef _OPENMP
@@ -53,47 +53,8 @@ size_t conv_set_cols_budget(size_t bytes)
     return old;
 }
 
-typedef struct {
-    int64_t N, C, H, W, O, kh, kw, s, p, Ho, Wo;
-    int64_t ckk, l; /* GEMM sizes: C*kh*kw and Ho*Wo */
-    bool bias, relu;
-} conv_geom;
-
-static bool conv_geom_make(const node *n, conv_geom *g)
-{
-    const amp_tensor *x = n->in[0], *w = n->in[1];
-    g->bias = n->p.i[2] != 0 && n->n_in > 2;
-    g->relu = n->p.i[3] == 1;
-    g->s = n->p.i[0];
-    g->p = n->p.i[1];
-    if (n->p.i[3] != 0 && n->p.i[3] != 1) {
-        amp_fail_null(AMP_ERR_ARG, "%s: unknown fused activation %lld", op_name(n), (long long)n->p.i[3]);
-        return false;
-    }
-    if (x->shape.ndim != 4 || w->shape.ndim != 4) {
-        op_fail_shapes(n, "need x [N, C, H, W] and weight [O, C, kh, kw]");
-        return false;
-    }
-    g->N = x->shape.d[0], g->C = x->shape.d[1], g->H = x->shape.d[2], g->W = x->shape.d[3];
-    g->O = w->shape.d[0], g->kh = w->shape.d[2], g->kw = w->shape.d[3];
-    if (w->shape.d[1] != g->C) {
-        op_fail_shapes(n, "input channels of x and weight differ");
-        return false;
-    }
-    if (g->H + 2 * g->p < g->kh || g->W + 2 * g->p < g->kw || g->kh < 1 || g->kw < 1) {
-        op_fail_shapes(n, "the padded input is smaller than the kernel");
-        return false;
-    }
-    if (g->bias && (n->in[2]->shape.ndim != 1 || n->in[2]->shape.d[0] != g->O)) {
-        op_fail_shapes(n, "the bias must be [out_channels]");
-        return false;
-    }
-    g->Ho = (g->H + 2 * g->p - g->kh) / g->s + 1;
-    g->Wo = (g->W + 2 * g->p - g->kw) / g->s + 1;
-    g->ckk = g->C * g->kh * g->kw;
-    g->l = g->Ho * g->Wo;
-    return true;
-}
+/* The geometry (src/ops/infer.c, shared with the CUDA forward). */
+typedef conv2d_shape conv_geom;
 
 /* The layout of the work: images go to threads in groups of cnt, each
  * group one GEMM on its thread; fewer groups than threads (one image, say)
@@ -440,20 +401,6 @@ static void raise_group(const conv_geom *g, float *dcols, int64_t cnt, void *dx,
     }
 }
 
-static bool same_dtypes(const node *n)
-{
-    for (int i = 0; i < n->n_in; i++) {
-        if (!op_require_float(n, i))
-            return false;
-        if (n->in[i]->dtype != n->in[0]->dtype) {
-            amp_fail_null(AMP_ERR_DTYPE, "%s: dtypes %s and %s differ", op_name(n),
-                          amp_dtype_name(n->in[0]->dtype), amp_dtype_name(n->in[i]->dtype));
-            return false;
-        }
-    }
-    return true;
-}
-
 /* Per-thread scratch: nt slices of `per` bytes (64-byte multiples). */
 static size_t slice(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
@@ -524,7 +471,7 @@ static amp_status forward_own(const node *n, const conv_geom *gp, amp_tensor *y)
 amp_tensor *conv2d_forward(node *n)
 {
     conv_geom g;
-    if (!same_dtypes(n) || !conv_geom_make(n, &g))
+    if (!same_float_dtypes(n) || !conv2d_infer(n, &g))
         return NULL;
     const amp_dtype dt = n->in[0]->dtype;
     amp_tensor *y = tensor_new(AMP_SHAPE(g.N, g.O, g.Ho, g.Wo), dt);
@@ -703,7 +650,7 @@ static amp_tensor *relu_masked(const node *n, const amp_tensor *gout)
 amp_status conv2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 {
     conv_geom g;
-    if (!conv_geom_make(n, &g))
+    if (!conv2d_infer(n, &g))
         return amp_last_status();
     bool need_x = in_needs_grad(n, 0), need_w = in_needs_grad(n, 1);
     bool need_b = g.bias && in_needs_grad(n, 2);

@@ -7,6 +7,7 @@
 #include "ops/broadcast.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -480,5 +481,76 @@ bool attention_infer(const node *n, attn_plan *pl)
     /* PyTorch's default scale, 1 / sqrt(E), computed in double then rounded. */
     pl->scale = pl->d > 0 ? (float)(1.0 / sqrt((double)pl->d)) : 1.0f;
     pl->causal = n->p.i[0] != 0;
+    return true;
+}
+
+/* ------------------------------------------------------------ conv2d */
+
+bool conv2d_infer(const node *n, conv2d_shape *g)
+{
+    const amp_tensor *x = n->in[0], *w = n->in[1];
+    g->bias = n->p.i[2] != 0 && n->n_in > 2;
+    g->relu = n->p.i[3] == 1;
+    g->s = n->p.i[0];
+    g->p = n->p.i[1];
+    if (n->p.i[3] != 0 && n->p.i[3] != 1) {
+        amp_fail_null(AMP_ERR_ARG, "%s: unknown fused activation %lld", op_name(n), (long long)n->p.i[3]);
+        return false;
+    }
+    if (x->shape.ndim != 4 || w->shape.ndim != 4) {
+        op_fail_shapes(n, "need x [N, C, H, W] and weight [O, C, kh, kw]");
+        return false;
+    }
+    g->N = x->shape.d[0], g->C = x->shape.d[1], g->H = x->shape.d[2], g->W = x->shape.d[3];
+    g->O = w->shape.d[0], g->kh = w->shape.d[2], g->kw = w->shape.d[3];
+    if (w->shape.d[1] != g->C) {
+        op_fail_shapes(n, "input channels of x and weight differ");
+        return false;
+    }
+    if (g->H + 2 * g->p < g->kh || g->W + 2 * g->p < g->kw || g->kh < 1 || g->kw < 1) {
+        op_fail_shapes(n, "the padded input is smaller than the kernel");
+        return false;
+    }
+    if (g->bias && (n->in[2]->shape.ndim != 1 || n->in[2]->shape.d[0] != g->O)) {
+        op_fail_shapes(n, "the bias must be [out_channels]");
+        return false;
+    }
+    g->Ho = (g->H + 2 * g->p - g->kh) / g->s + 1;
+    g->Wo = (g->W + 2 * g->p - g->kw) / g->s + 1;
+    g->ckk = g->C * g->kh * g->kw;
+    g->l = g->Ho * g->Wo;
+    return true;
+}
+
+/* ------------------------------------------------------------- pools */
+
+bool pool_infer(const node *n, pool_shape *g)
+{
+    const amp_tensor *x = n->in[0];
+    if (!op_require_float(n, 0))
+        return false;
+    int nd = x->shape.ndim;
+    if (nd != 3 && nd != 4) {
+        op_fail_shapes(n, "need x [N, C, H, W] or [C, H, W]");
+        return false;
+    }
+    g->k = n->p.i[0], g->s = n->p.i[1], g->p = n->p.i[2];
+    g->H = x->shape.d[nd - 2], g->W = x->shape.d[nd - 1];
+    g->planes = 1;
+    for (int i = 0; i < nd - 2; i++)
+        g->planes *= x->shape.d[i];
+    if (g->H + 2 * g->p < g->k || g->W + 2 * g->p < g->k) {
+        char why[96];
+        snprintf(why, sizeof why, "the padded input is smaller than the %lldx%lld window", (long long)g->k,
+                 (long long)g->k);
+        op_fail_shapes(n, why);
+        return false;
+    }
+    if (g->H * g->W > INT32_MAX) {
+        op_fail_shapes(n, "a plane has more elements than the i32 argmax can index");
+        return false;
+    }
+    g->Ho = (g->H + 2 * g->p - g->k) / g->s + 1;
+    g->Wo = (g->W + 2 * g->p - g->k) / g->s + 1;
     return true;
 }

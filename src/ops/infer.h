@@ -108,4 +108,21 @@ typedef struct {
 } attn_plan;
 bool attention_infer(const node *n, attn_plan *pl);
 
+/* conv2d: x [N, C, H, W], weight [O, C, kh, kw], bias [O] (p.i[0] =
+ * stride, i[1] = padding, i[2] = has bias, i[3] = fused activation: 0
+ * none, 1 relu), the output size and the GEMM sizes of the lowering. */
+typedef struct {
+    int64_t N, C, H, W, O, kh, kw, s, p, Ho, Wo;
+    int64_t ckk, l; /* C*kh*kw and Ho*Wo */
+    bool bias, relu;
+} conv2d_shape;
+bool conv2d_infer(const node *n, conv2d_shape *g);
+
+/* max_pool2d, avg_pool2d: a [.., H, W] tensor (3-D or 4-D) pooled plane
+ * by plane (p.i[0] = kernel, i[1] = stride, i[2] = padding). */
+typedef struct {
+    int64_t planes, H, W, k, s, p, Ho, Wo;
+} pool_shape;
+bool pool_infer(const node *n, pool_shape *g);
+
 #endif

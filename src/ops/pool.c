@@ -12,7 +12,7 @@
  * once; f32 planes are read and written in place. The 2x2 stride-2
  * window without padding (every CNN's pool) has its own loop.
  */
-#include "ops/ops.h"
+#include "ops/infer.h"
 #include "ops/simd.h"
 
 #include <math.h>
@@ -22,41 +22,9 @@
 #include <omp.h>
 #endif
 
-/* Pools a [.., H, W] tensor (3-D or 4-D) plane by plane. */
-typedef struct {
-    int64_t planes, H, W, k, s, p, Ho, Wo;
-} pool_geom;
-
-static bool pool_geom_make(const node *n, pool_geom *g)
-{
-    const amp_tensor *x = n->in[0];
-    if (!op_require_float(n, 0))
-        return false;
-    int nd = x->shape.ndim;
-    if (nd != 3 && nd != 4) {
-        op_fail_shapes(n, "need x [N, C, H, W] or [C, H, W]");
-        return false;
-    }
-    g->k = n->p.i[0], g->s = n->p.i[1], g->p = n->p.i[2];
-    g->H = x->shape.d[nd - 2], g->W = x->shape.d[nd - 1];
-    g->planes = 1;
-    for (int i = 0; i < nd - 2; i++)
-        g->planes *= x->shape.d[i];
-    if (g->H + 2 * g->p < g->k || g->W + 2 * g->p < g->k) {
-        char why[96];
-        snprintf(why, sizeof why, "the padded input is smaller than the %lldx%lld window", (long long)g->k,
-                 (long long)g->k);
-        op_fail_shapes(n, why);
-        return false;
-    }
-    if (g->H * g->W > INT32_MAX) {
-        op_fail_shapes(n, "a plane has more elements than the i32 argmax can index");
-        return false;
-    }
-    g->Ho = (g->H + 2 * g->p - g->k) / g->s + 1;
-    g->Wo = (g->W + 2 * g->p - g->k) / g->s + 1;
-    return true;
-}
+/* Pools a [.., H, W] tensor (3-D or 4-D) plane by plane (the geometry:
+ * src/ops/infer.c, shared with the CUDA forward). */
+typedef pool_shape pool_geom;
 
 static amp_shape pool_out_shape(const amp_tensor *x, const pool_geom *g)
 {
@@ -186,7 +154,7 @@ static int plane_threads(const pool_geom *g)
 static amp_tensor *pool_forward(node *n, bool is_max)
 {
     pool_geom g;
-    if (!pool_geom_make(n, &g))
+    if (!pool_infer(n, &g))
         return NULL;
     const amp_tensor *xt = n->in[0];
     const amp_dtype dt = xt->dtype;
@@ -252,7 +220,7 @@ static amp_status pool_backward(node *n, const amp_tensor *gout, amp_tensor **gi
     pool_geom g;
     if (!in_needs_grad(n, 0))
         return AMP_OK;
-    if (!pool_geom_make(n, &g))
+    if (!pool_infer(n, &g))
         return amp_last_status();
     if (is_max && !n->saved[0])
         return amp_set_error(AMP_ERR_STATE, "%s: backward without saved indices", op_name(n));

@@ -30,6 +30,7 @@
 
 #include "ops/cuda/conv.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/infer.h"
 
 #include <stdio.h>
 
@@ -56,52 +57,16 @@ typedef struct {
     cuda_conv_geom g;
 } cu_conv;
 
-/* conv.c's same_dtypes: every input float, all of input 0's dtype. */
-static bool conv_dtypes(const node *n)
-{
-    for (int i = 0; i < n->n_in; i++) {
-        if (!op_require_float(n, i))
-            return false;
-        if (n->in[i]->dtype != n->in[0]->dtype) {
-            amp_fail_null(AMP_ERR_DTYPE, "%s: dtypes %s and %s differ", op_name(n),
-                          amp_dtype_name(n->in[0]->dtype), amp_dtype_name(n->in[i]->dtype));
-            return false;
-        }
-    }
-    return true;
-}
-
-/* conv.c's conv_geom_make. p.i[0] = stride, i[1] = padding, i[2] = has
- * bias (input 2). */
+/* The shared geometry (src/ops/infer.c) in the kernels' form. */
 static bool conv_geom(const node *n, cu_conv *c)
 {
-    const amp_tensor *x = n->in[0], *w = n->in[1];
-    cuda_conv_geom *g = &c->g;
-    c->bias = n->p.i[2] != 0 && n->n_in > 2;
-    g->stride = n->p.i[0];
-    g->pad = n->p.i[1];
-    if (x->shape.ndim != 4 || w->shape.ndim != 4) {
-        op_fail_shapes(n, "need x [N, C, H, W] and weight [O, C, kh, kw]");
+    conv2d_shape sh;
+    if (!conv2d_infer(n, &sh))
         return false;
-    }
-    c->N = x->shape.d[0], g->C = x->shape.d[1], g->H = x->shape.d[2], g->W = x->shape.d[3];
-    c->O = w->shape.d[0], g->kh = w->shape.d[2], g->kw = w->shape.d[3];
-    if (w->shape.d[1] != g->C) {
-        op_fail_shapes(n, "input channels of x and weight differ");
-        return false;
-    }
-    if (g->H + 2 * g->pad < g->kh || g->W + 2 * g->pad < g->kw || g->kh < 1 || g->kw < 1) {
-        op_fail_shapes(n, "the padded input is smaller than the kernel");
-        return false;
-    }
-    if (c->bias && (n->in[2]->shape.ndim != 1 || n->in[2]->shape.d[0] != c->O)) {
-        op_fail_shapes(n, "the bias must be [out_channels]");
-        return false;
-    }
-    g->Ho = (g->H + 2 * g->pad - g->kh) / g->stride + 1;
-    g->Wo = (g->W + 2 * g->pad - g->kw) / g->stride + 1;
-    c->ckk = g->C * g->kh * g->kw;
-    c->l = g->Ho * g->Wo;
+    c->N = sh.N, c->O = sh.O, c->ckk = sh.ckk, c->l = sh.l, c->bias = sh.bias;
+    c->g = (cuda_conv_geom){0};
+    c->g.C = sh.C, c->g.H = sh.H, c->g.W = sh.W, c->g.kh = sh.kh, c->g.kw = sh.kw;
+    c->g.stride = sh.s, c->g.pad = sh.p, c->g.Ho = sh.Ho, c->g.Wo = sh.Wo;
     return true;
 }
 
@@ -113,7 +78,7 @@ static const char *elem(const amp_tensor *t, int64_t i)
 amp_tensor *cu_conv2d_forward(node *n)
 {
     cu_conv c;
-    if (!conv_dtypes(n) || !conv_geom(n, &c))
+    if (!same_float_dtypes(n) || !conv_geom(n, &c))
         return NULL;
     if (n->p.i[3] != 0) /* p.i[3]: a relu fused in, a CPU (oneDNN post-op) form only, as linear's */
         return op_fail_shapes(n, "a fused activation is not supported on cuda");
@@ -233,36 +198,13 @@ amp_status cu_conv2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 
 /* ---------------------------------------------------------------- pools */
 
-/* pool.c's pool_geom_make. p.i[0] = kernel, i[1] = stride, i[2] =
- * padding. */
+/* The shared geometry (src/ops/infer.c) in the kernels' form. */
 static bool pool_geom(const node *n, cuda_pool_geom *g)
 {
-    const amp_tensor *x = n->in[0];
-    if (!op_require_float(n, 0))
+    pool_shape sh;
+    if (!pool_infer(n, &sh))
         return false;
-    int nd = x->shape.ndim;
-    if (nd != 3 && nd != 4) {
-        op_fail_shapes(n, "need x [N, C, H, W] or [C, H, W]");
-        return false;
-    }
-    g->k = n->p.i[0], g->stride = n->p.i[1], g->pad = n->p.i[2];
-    g->H = x->shape.d[nd - 2], g->W = x->shape.d[nd - 1];
-    g->planes = 1;
-    for (int i = 0; i < nd - 2; i++)
-        g->planes *= x->shape.d[i];
-    if (g->H + 2 * g->pad < g->k || g->W + 2 * g->pad < g->k) {
-        char why[96];
-        snprintf(why, sizeof why, "the padded input is smaller than the %lldx%lld window", (long long)g->k,
-                 (long long)g->k);
-        op_fail_shapes(n, why);
-        return false;
-    }
-    if (g->H * g->W > INT32_MAX) {
-        op_fail_shapes(n, "a plane has more elements than the i32 argmax can index");
-        return false;
-    }
-    g->Ho = (g->H + 2 * g->pad - g->k) / g->stride + 1;
-    g->Wo = (g->W + 2 * g->pad - g->k) / g->stride + 1;
+    *g = (cuda_pool_geom){sh.planes, sh.H, sh.W, sh.k, sh.s, sh.p, sh.Ho, sh.Wo};
     return true;
 }
 
