@@ -593,60 +593,6 @@ static amp_status backward_own(const node *n, const conv_geom *gp, const amp_ten
     return failed ? amp_set_error(AMP_ERR_MEMORY, "conv2d: out of memory in backward") : AMP_OK;
 }
 
-/* m = g where y > 0, else +0: relu's backward (threshold_backward on the
- * output), bit for bit as amp_relu's, for f32 and (on the bits) 16-bit
- * values, inf/quiet being the format's exponent mask and quiet-NaN bit
- * (bf16: 0x7F80, 0x0040; f16: 0x7C00, 0x0200): a NaN gradient comes out
- * quieted there, as relu's does. Blocks of one kernel call each, so the
- * loops (restrict, no branches) vectorise. */
-#define MASK_BLOCK 16384
-
-static void mask_f32(const float *restrict g, const float *restrict y, float *restrict m, int64_t n)
-{
-    for (int64_t j = 0; j < n; j++) {
-        float v = g[j]; /* read unconditionally: a select, not a branch */
-        m[j] = y[j] > 0.0f ? v : 0.0f;
-    }
-}
-
-static void mask_16(const uint16_t *restrict g, const uint16_t *restrict y, uint16_t *restrict m, int64_t n,
-                    uint16_t inf, uint16_t quiet)
-{
-    for (int64_t j = 0; j < n; j++) {
-        uint16_t ya = y[j] & 0x7FFF, gb = g[j];
-        bool pos = !(y[j] & 0x8000) && ya != 0 && ya <= inf;
-        uint16_t gq = (gb & 0x7FFF) > inf ? (uint16_t)(gb | quiet) : gb;
-        m[j] = pos ? gq : 0;
-    }
-}
-
-/* gout masked by the fused relu's saved output (a new tensor). */
-static amp_tensor *relu_masked(const node *n, const amp_tensor *gout)
-{
-    const amp_tensor *y = n->saved[0];
-    if (!y || y->numel != gout->numel || y->dtype != gout->dtype)
-        return amp_fail_null(AMP_ERR_STATE, "%s: backward of the fused relu without the saved output", op_name(n));
-    amp_tensor *m = tensor_new(gout->shape, gout->dtype);
-    if (!m)
-        return NULL;
-    const int64_t len = gout->numel;
-    const amp_dtype dt = gout->dtype;
-    const char *gp = tensor_ptr(gout), *yp = tensor_ptr(y);
-    char *mp = tensor_ptr(m);
-    const size_t es = amp_dtype_size(dt);
-#pragma omp parallel for num_threads(amp_threads()) if (len >= 4 * MASK_BLOCK) schedule(static)
-    for (int64_t b = 0; b < len; b += MASK_BLOCK) {
-        const int64_t cnt = len - b < MASK_BLOCK ? len - b : MASK_BLOCK;
-        const size_t off = (size_t)b * es;
-        if (dt == AMP_F32)
-            mask_f32((const float *)(gp + off), (const float *)(yp + off), (float *)(mp + off), cnt);
-        else
-            mask_16((const uint16_t *)(gp + off), (const uint16_t *)(yp + off), (uint16_t *)(mp + off), cnt,
-                    dt == AMP_BF16 ? 0x7F80 : 0x7C00, dt == AMP_BF16 ? 0x0040 : 0x0200);
-    }
-    return m;
-}
-
 amp_status conv2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 {
     conv_geom g;
@@ -664,8 +610,13 @@ amp_status conv2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
     if ((need_x && !gin[0]) || (need_w && !gin[1]) || (need_b && !gin[2]))
         return amp_last_status();
     amp_tensor *masked = NULL;
-    if (g.relu && !(gout = masked = relu_masked(n, gout)))
-        return amp_last_status();
+    if (g.relu) {
+        /* Through the fused relu first: dY where the output is > 0. */
+        if (!n->saved[0])
+            return amp_set_error(AMP_ERR_STATE, "%s: the fused relu's output was not saved", op_name(n));
+        if (!(gout = masked = relu_grad_from_output(gout, n->saved[0])))
+            return amp_last_status();
+    }
     /* oneDNN first; its weight pass makes the bias gradient along (so a
      * frozen weight with a trainable bias stays on the own kernels). */
     const onednn_conv_geom og = onednn_geom(&g);
