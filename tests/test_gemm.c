@@ -223,6 +223,107 @@ static void test_lowp_mixed_dtypes_to_f32(void)
     free(A), free(B), free(C), free(Ah);
 }
 
+/* A rows x cols matrix (stride ld) of dt values and its exact f32 copy.
+ * Every 7th value is zero, every 7th a subnormal of dt and every 7th
+ * scaled up, so widening is checked beyond plain normals; padding is NaN
+ * in dt (1e30 in the copy), so a stray read shows in the results. */
+static float *lowp_matrix(int64_t rows, int64_t cols, int64_t ld, amp_dtype dt, uint16_t **h)
+{
+    float *m = matrix(rows, cols, ld);
+    *h = malloc(sizeof(uint16_t) * (size_t)(rows * ld + 1));
+    for (int64_t i = 0; i < rows * ld + 1; i++) {
+        if (i % ld >= cols || i == rows * ld) {
+            (*h)[i] = dt == AMP_F16 ? 0x7E01 : 0x7FC1;
+            continue;
+        }
+        float v = m[i];
+        if (i % 7 == 0)
+            v = i % 2 ? 0.0f : -0.0f;
+        else if (i % 7 == 3)
+            v *= dt == AMP_F16 ? 0x1p-15f : 0x1p-127f; /* below dt's smallest normal */
+        else if (i % 7 == 5)
+            v *= 8.0f;
+        amp_convert(&v, AMP_F32, &(*h)[i], dt, 1);
+        amp_convert(&(*h)[i], dt, &m[i], AMP_F32, 1);
+    }
+    return m;
+}
+
+/* One case of test_lowp_same_bits_as_f32: op(A) op(B) with dt operands
+ * (both, and dt A with f32 B) against the same values as f32 operands,
+ * into a C of c_dt (beta != 0 reads it), compared bit for bit, padding
+ * included. Returns the number of mismatching runs. */
+static int same_bits_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta, int pad,
+                          amp_dtype dt, amp_dtype c_dt)
+{
+    int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    uint16_t *Ah, *Bh, *Ch;
+    float *A = lowp_matrix(ta ? K : M, ta ? M : K, lda, dt, &Ah), *B = lowp_matrix(tb ? N : K, tb ? K : N, ldb, dt, &Bh);
+    float *Cf = lowp_matrix(M, N, ldc, c_dt == AMP_F32 ? AMP_F16 : c_dt, &Ch);
+    size_t bytes = (size_t)(M * ldc) * amp_dtype_size(c_dt);
+    void *C0 = c_dt == AMP_F32 ? (void *)Cf : (void *)Ch, *want = malloc(bytes), *got = malloc(bytes);
+    memcpy(want, C0, bytes);
+    CHECK_OK(gemm_lowp(ta, tb, M, N, K, alpha, A, AMP_F32, lda, B, AMP_F32, ldb, beta, want, c_dt, ldc));
+    int bad = 0;
+    if (c_dt != AMP_F32) { /* a 16-bit C holds the f32-C result (from the same C values) rounded once */
+        float *row = malloc(sizeof(float) * (size_t)(M * ldc));
+        uint16_t *r16 = malloc(sizeof(uint16_t) * (size_t)N);
+        memcpy(row, Cf, sizeof(float) * (size_t)(M * ldc));
+        CHECK_OK(gemm_lowp(ta, tb, M, N, K, alpha, A, AMP_F32, lda, B, AMP_F32, ldb, beta, row, AMP_F32, ldc));
+        for (int64_t i = 0; i < M; i++) {
+            amp_convert(row + i * ldc, AMP_F32, r16, c_dt, (size_t)N);
+            if (memcmp(r16, (uint16_t *)want + i * ldc, sizeof(uint16_t) * (size_t)N) != 0 && bad++ < 3)
+                CHECK_MSG(0, "%s -> %s ta=%d tb=%d M=%lld N=%lld K=%lld beta=%g: row %lld not the f32 C rounded",
+                          gemm_kernel_name(), amp_dtype_name(c_dt), ta, tb, (long long)M, (long long)N,
+                          (long long)K, beta, (long long)i);
+        }
+        free(row), free(r16);
+    }
+    for (int v = 0; v < 2; v++) {
+        memcpy(got, C0, bytes);
+        CHECK_OK(gemm_lowp(ta, tb, M, N, K, alpha, Ah, dt, lda, v ? (void *)B : (void *)Bh, v ? AMP_F32 : dt, ldb,
+                           beta, got, c_dt, ldc));
+        if (memcmp(got, want, bytes) != 0 && bad++ < 3)
+            CHECK_MSG(0, "%s %s x %s -> %s ta=%d tb=%d M=%lld N=%lld K=%lld beta=%g: not the f32 inputs' bits",
+                      gemm_kernel_name(), amp_dtype_name(dt), amp_dtype_name(v ? AMP_F32 : dt),
+                      amp_dtype_name(c_dt), ta, tb, (long long)M, (long long)N, (long long)K, beta);
+    }
+    free(A), free(B), free(Cf), free(Ah), free(Bh), free(Ch), free(want), free(got);
+    return bad;
+}
+
+/* 16-bit operands are widened exactly while packing, and the kernels and
+ * summation order are those of f32, so f16 (or bf16, on the widening
+ * path) inputs give exactly the bits the same values as f32 inputs give:
+ * every transpose, odd sizes across tiles and K blocks, padded leading
+ * dimensions, every kernel, f32 and 16-bit C, beta 0 and not. A 16-bit C
+ * is also checked to be the f32 C's result rounded once, on both of its
+ * paths (one K block: finished per tile; more: an f32 accumulator). */
+static void test_lowp_same_bits_as_f32(void)
+{
+    const unsigned masks[] = {~0u, AMP_CPU_AVX2 | AMP_CPU_F16C, 0u};
+    const amp_dtype dts[] = {AMP_F16, AMP_BF16};
+    gemm_bf16_set_mode(GEMM_BF16_WIDEN);
+    for (size_t m = 0; m < 3; m++) {
+        amp_cpu_limit(masks[m]);
+        for (int d = 0; d < 2; d++)
+            for (int c = 0; c < 2; c++)
+                for (int t = 0; t < 4; t++)
+                    for (size_t s = 0; s < sizeof odd / sizeof odd[0]; s++)
+                        same_bits_case(t & 1, t & 2, odd[s][0], odd[s][1], odd[s][2], s % 2 ? 0.75f : 1.0f,
+                                       s % 2 ? 0.5f : 0.0f, (int)(s % 3) * 3, dts[d], c ? dts[d] : AMP_F32);
+    }
+    amp_cpu_limit(~0u);
+    gemm_bf16_set_mode(GEMM_BF16_AUTO);
+    /* K = 0: C = beta * C, rounded (and beta = 0 clears a NaN C) */
+    uint16_t c[3] = {0x3C00, 0xC500, 0x7E00}; /* 1, -5, NaN */
+    CHECK_OK(gemm_lowp(false, false, 1, 2, 0, 1.0f, NULL, AMP_F16, 1, NULL, AMP_F16, 2, 0.5f, c, AMP_F16, 2));
+    CHECK(c[0] == 0x3800 && c[1] == 0xC100 && c[2] == 0x7E00); /* 0.5, -2.5, padding untouched */
+    c[0] = 0x7E00;
+    CHECK_OK(gemm_lowp(false, false, 1, 2, 0, 1.0f, NULL, AMP_F16, 1, NULL, AMP_F16, 2, 0.0f, c, AMP_F16, 2));
+    CHECK(c[0] == 0 && c[1] == 0);
+}
+
 /* ------------------------------------------- bf16 on native dot products */
 
 /* The bf16 paths this CPU can take, by name fragment. */
@@ -490,6 +591,7 @@ int main(void)
     RUN(test_threads_do_not_change_results);
     RUN(test_lowp_rounds_once);
     RUN(test_lowp_mixed_dtypes_to_f32);
+    RUN(test_lowp_same_bits_as_f32);
     RUN(test_bf16_every_path_transpose_and_size);
     RUN(test_bf16_alpha_beta_and_k_blocks);
     RUN(test_bf16_16bit_c_is_the_f32_result_rounded);

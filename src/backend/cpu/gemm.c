@@ -85,9 +85,17 @@ const char *gemm_kernel_name(void) { return pick_kernel()->name; }
 /* ------------------------------------------------------------- packing */
 
 #if defined(__x86_64__)
-/* gemm_x86.c: packs w lines (line r at s + r * rs, unit stride along k)
- * over kc steps into dst[k * R + r], zeroing lines w .. R-1; R <= 32. */
+/* gemm_x86.c (AVX-512F): pack w lines over kc steps into dst[k * R + r],
+ * zeroing lines w .. R-1 (R <= 32), 16-bit values widened exactly to f32
+ * on the way: _lines for lines at s + r * rs with unit stride along k,
+ * _cols16 for element (r, k) at s[r + k * ks]. */
 void gemm_pack_lines_avx512(const float *s, int64_t rs, int w, int R, int64_t kc, float *dst);
+void gemm_pack_lines16_avx512(const uint16_t *s, bool bf16, int64_t rs, int w, int R, int64_t kc, float *dst);
+void gemm_pack_cols16_avx512(const uint16_t *s, bool bf16, int64_t ks, int w, int R, int64_t kc, float *dst);
+/* A 16-bit C tile, mr x nr (nr a multiple of 16), to and from an f32 tile
+ * (row stride tl), with amp_convert's exact widening and rounding. */
+void gemm_c16_widen_avx512(const uint16_t *c, int64_t ldc, bool bf16, int mr, int nr, float *t, int64_t tl);
+void gemm_c16_round_avx512(const float *t, int64_t tl, int mr, int nr, bool bf16, uint16_t *c, int64_t ldc);
 #endif
 
 /* One operand as the packer sees it: element (r, k), where r runs along
@@ -106,21 +114,24 @@ typedef struct {
 static void pack_panel(const operand *o, int64_t r0, int w, int R, int64_t k0, int64_t kc, float *dst)
 {
 #if defined(__x86_64__)
-    /* Lines stored along k are a transpose: done 16 x 16 in registers. */
-    if (o->ks == 1 && R <= 32 && (amp_cpu_features() & AMP_CPU_AVX512F)) {
-        if (o->dt == AMP_F32) {
+    /* AVX-512: lines stored along k are a transpose, done 16 x 16 in
+     * registers; 16-bit values are widened 16 at a time in the same pass
+     * (per-line amp_convert calls on runs this short cost more than the
+     * conversion itself). */
+    if (R <= 32 && (amp_cpu_features() & AMP_CPU_AVX512F)) {
+        const bool bf16 = o->dt == AMP_BF16;
+        if (o->ks == 1 && o->dt == AMP_F32) {
             gemm_pack_lines_avx512((const float *)o->p + r0 * o->rs + k0, o->rs, w, R, kc, dst);
-        } else {
-            /* widen the lines first, then transpose as f32 */
-            float run[32 * GEMM_KC];
-            const char *s = (const char *)o->p;
-            size_t es = amp_dtype_size(o->dt);
-            for (int r = 0; r < w; r++)
-                amp_convert(s + (size_t)((r0 + r) * o->rs + k0) * es, o->dt, run + r * kc, AMP_F32,
-                            (size_t)kc);
-            gemm_pack_lines_avx512(run, kc, w, R, kc, dst);
+            return;
         }
-        return;
+        if (o->ks == 1) {
+            gemm_pack_lines16_avx512((const uint16_t *)o->p + r0 * o->rs + k0, bf16, o->rs, w, R, kc, dst);
+            return;
+        }
+        if (o->dt != AMP_F32) {
+            gemm_pack_cols16_avx512((const uint16_t *)o->p + k0 * o->ks + r0, bf16, o->ks, w, R, kc, dst);
+            return;
+        }
     }
 #endif
     if (o->dt == AMP_F32) {
@@ -177,9 +188,45 @@ static void scale_c(int64_t M, int64_t N, float beta, float *C, int64_t ldc)
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* C (f32) = alpha * A B + beta * C with A, B described as operands. */
-static amp_status gemm_run(const operand *a, const operand *b, int64_t M, int64_t N, int64_t K,
-                           float alpha, float beta, float *C, int64_t ldc)
+/* A 16-bit C (gemm_lowp) seen by gemm_run: c, row stride ldc, dtype dt. */
+typedef struct {
+    uint16_t *c;
+    int64_t ldc;
+    amp_dtype dt;
+} c16_out;
+
+/* One mr x nr tile between a 16-bit C and its f32 working copy t (row
+ * stride tl): widen (exact) or round to nearest even, the bits amp_convert
+ * gives; full-width AVX-512 tiles without its per-call overhead. */
+static void tile16_move(const c16_out *o, int64_t i0, int64_t j0, int mr, int nr, float *t, int64_t tl, bool widen)
+{
+    uint16_t *c = o->c + i0 * o->ldc + j0;
+#if defined(__x86_64__)
+    if (nr % 16 == 0 && (amp_cpu_features() & AMP_CPU_AVX512F)) {
+        if (widen)
+            gemm_c16_widen_avx512(c, o->ldc, o->dt == AMP_BF16, mr, nr, t, tl);
+        else
+            gemm_c16_round_avx512(t, tl, mr, nr, o->dt == AMP_BF16, c, o->ldc);
+        return;
+    }
+#endif
+    for (int r = 0; r < mr; r++) {
+        if (widen)
+            amp_convert(c + r * o->ldc, o->dt, t + r * tl, AMP_F32, (size_t)nr);
+        else
+            amp_convert(t + r * tl, AMP_F32, c + r * o->ldc, o->dt, (size_t)nr);
+    }
+}
+
+/* C = alpha * A B + beta * C with A, B described as operands, C f32.
+ * With c16, the result goes to that 16-bit C instead, rounded once: C is
+ * then an M x N f32 working copy (ldc = N) that c16's values are widened
+ * into tile by tile on the first K block and rounded from on the last, or
+ * NULL when K is one block (each tile then lives in per-thread scratch).
+ * Either way each tile sees the same operations as an f32 C holding the
+ * widened values, without separate passes over all of C. */
+static amp_status gemm_run(const operand *a, const operand *b, int64_t M, int64_t N, int64_t K, float alpha,
+                           float beta, float *C, int64_t ldc, const c16_out *c16)
 {
     if (M <= 0 || N <= 0)
         return AMP_OK;
@@ -207,8 +254,8 @@ static amp_status gemm_run(const operand *a, const operand *b, int64_t M, int64_
     if (nt > tiles)
         nt = (int)tiles;
 
-    /* Per thread: one A panel, then one MR x NR edge tile. */
-    const int64_t per_thread = ceil_div(MR * kc_max + MR * NR, 16) * 16; /* 64-byte steps */
+    /* Per thread: one A panel, an MR x NR edge tile, a 16-bit C's tile. */
+    const int64_t per_thread = ceil_div(MR * kc_max + 2 * MR * NR, 16) * 16; /* 64-byte steps */
     float *bp = amp_alloc((size_t)(kc_max * nc_max) * sizeof(float));
     float *ap = amp_alloc((size_t)(per_thread * nt) * sizeof(float));
     if (!bp || !ap) {
@@ -226,7 +273,7 @@ static amp_status gemm_run(const operand *a, const operand *b, int64_t M, int64_
         int tid = 0;
 #endif
         float *my_a = ap + tid * per_thread;
-        float *tile = my_a + MR * kc_max;
+        float *tile = my_a + MR * kc_max, *ctile = tile + MR * NR;
         for (int64_t jc = 0; jc < N; jc += GEMM_NC) {
             const int64_t nc = N - jc < GEMM_NC ? N - jc : GEMM_NC;
             const int64_t n_panels = ceil_div(nc, NR);
@@ -259,18 +306,23 @@ static amp_status gemm_run(const operand *a, const operand *b, int64_t M, int64_
                         const int64_t j0 = jc + jp * NR;
                         const int nr = N - j0 < NR ? (int)(N - j0) : NR;
                         const float *bpan = bp + jp * NR * kc;
-                        float *cp = C + i0 * ldc + j0;
+                        float *cp = C ? C + i0 * ldc + j0 : ctile;
+                        const int64_t ldcp = C ? ldc : NR;
+                        if (c16 && pc == 0 && beta != 0.0f)
+                            tile16_move(c16, i0, j0, mr, nr, cp, ldcp, true);
                         if (mr == MR && nr == NR) {
-                            kern->micro(kc, my_a, bpan, cp, ldc, alpha, beta_k);
-                            continue;
+                            kern->micro(kc, my_a, bpan, cp, ldcp, alpha, beta_k);
+                        } else {
+                            /* Edge tile: full tile into scratch, then the valid part. */
+                            kern->micro(kc, my_a, bpan, tile, NR, 1.0f, 0.0f);
+                            for (int r = 0; r < mr; r++)
+                                for (int j = 0; j < nr; j++) {
+                                    float v = alpha * tile[r * NR + j];
+                                    cp[r * ldcp + j] = beta_k != 0.0f ? v + beta_k * cp[r * ldcp + j] : v;
+                                }
                         }
-                        /* Edge tile: full tile into scratch, then the valid part. */
-                        kern->micro(kc, my_a, bpan, tile, NR, 1.0f, 0.0f);
-                        for (int r = 0; r < mr; r++)
-                            for (int j = 0; j < nr; j++) {
-                                float v = alpha * tile[r * NR + j];
-                                cp[r * ldc + j] = beta_k != 0.0f ? v + beta_k * cp[r * ldc + j] : v;
-                            }
+                        if (c16 && pc + kc == K)
+                            tile16_move(c16, i0, j0, mr, nr, cp, ldcp, false);
                     }
                 }
                 /* (the implied barrier: nobody still reads B when it is repacked) */
@@ -303,7 +355,7 @@ amp_status gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                     ldc, 0, NULL, AMP_F32, CPU_ACT_NONE, &st))
         return st;
     operand a = operand_a(trans_a, A, AMP_F32, lda), b = operand_b(trans_b, B, AMP_F32, ldb);
-    return gemm_run(&a, &b, M, N, K, alpha, beta, C, ldc);
+    return gemm_run(&a, &b, M, N, K, alpha, beta, C, ldc, NULL);
 }
 
 amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -322,24 +374,32 @@ amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
         return st;
     operand a = operand_a(trans_a, A, a_dt, lda), b = operand_b(trans_b, B, b_dt, ldb);
     if (c_dt == AMP_F32)
-        return gemm_run(&a, &b, M, N, K, alpha, beta, (float *)C, ldc);
+        return gemm_run(&a, &b, M, N, K, alpha, beta, (float *)C, ldc, NULL);
     if (M <= 0 || N <= 0)
         return AMP_OK;
-
-    /* A 16-bit C accumulates in an f32 copy across all K blocks, so each
-     * output is rounded once, at the end. */
-    size_t es = amp_dtype_size(c_dt);
+    const c16_out out = {C, ldc, c_dt};
+    if (K <= 0 || alpha == 0.0f) { /* C = beta * C, rounded */
+        float *row = amp_alloc((size_t)N * sizeof(float));
+        if (!row)
+            return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for a row of %lld", (long long)N);
+        for (int64_t i = 0; i < M; i++) {
+            if (beta != 0.0f)
+                amp_convert((const uint16_t *)C + i * ldc, c_dt, row, AMP_F32, (size_t)N);
+            scale_c(1, N, beta, row, N);
+            amp_convert(row, AMP_F32, (uint16_t *)C + i * ldc, c_dt, (size_t)N);
+        }
+        amp_free(row);
+        return AMP_OK;
+    }
+    if (K <= GEMM_KC) /* one K block: no f32 copy of C at all */
+        return gemm_run(&a, &b, M, N, K, alpha, beta, NULL, 0, &out);
+    /* Over several K blocks each output accumulates in an f32 working
+     * copy, so it is rounded once, at the end. */
     float *cf = amp_alloc((size_t)(M * N) * sizeof(float));
     if (!cf)
         return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for a %lld x %lld f32 accumulator",
                              (long long)M, (long long)N);
-    if (beta != 0.0f)
-        for (int64_t i = 0; i < M; i++)
-            amp_convert((const char *)C + (size_t)(i * ldc) * es, c_dt, cf + i * N, AMP_F32, (size_t)N);
-    st = gemm_run(&a, &b, M, N, K, alpha, beta, cf, N);
-    if (st == AMP_OK)
-        for (int64_t i = 0; i < M; i++)
-            amp_convert(cf + i * N, AMP_F32, (char *)C + (size_t)(i * ldc) * es, c_dt, (size_t)N);
+    st = gemm_run(&a, &b, M, N, K, alpha, beta, cf, N, &out);
     amp_free(cf);
     return st;
 }

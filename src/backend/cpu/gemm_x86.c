@@ -10,12 +10,19 @@
  * 16 ymm registers, so 6 rows x 2 vectors of 8 = 12 accumulators.
  * Per k step the AVX-512 tile does 24 FMAs for 2 vector loads and 12
  * broadcasts, which keeps both FMA ports busy from L1/L2.
+ *
+ * Also the AVX-512 packers (gemm.c's pack_panel) and a 16-bit C's tile
+ * moves: f16 / bf16 values are widened to f32 16 at a time inside the
+ * packing loops (VCVTPH2PS, or a shift for bf16), exactly, so a 16-bit
+ * operand costs no more to pack than an f32 one and gives the same bits.
  */
 #include "backend/cpu/gemm.h"
 
 #if defined(__x86_64__)
 
 #include <immintrin.h>
+#include <stdbool.h>
+#include <string.h>
 
 #include "backend/cpu/transpose_x86.h"
 
@@ -79,13 +86,39 @@ __attribute__((target("avx512f"))) static inline void transpose16_ps(__m512 v[16
         v[i] = _mm512_castsi512_ps(r[i]);
 }
 
+/* n <= 16 16-bit values at p (zeros after them) widened to f32: f16 by
+ * VCVTPH2PS, bf16 by a shift; both exact, the same bits as amp_convert.
+ * Whole pairs load as masked 32-bit words (16-bit masks would need
+ * AVX512BW, and masked-off words are never touched); an odd count goes
+ * through a small zeroed buffer so no byte past p[n-1] is read. */
+__attribute__((target("avx512f"))) static inline __m512 widen16(const uint16_t *p, int n, bool bf16)
+{
+    __m256i h;
+    if (n == 16) {
+        h = _mm256_loadu_si256((const __m256i *)p);
+    } else if (!(n & 1)) {
+        h = _mm512_castsi512_si256(_mm512_maskz_loadu_epi32((__mmask16)((1u << (n / 2)) - 1), p));
+    } else {
+        uint16_t t[16] = {0};
+        memcpy(t, p, sizeof(uint16_t) * (size_t)n);
+        h = _mm256_loadu_si256((const __m256i *)t);
+    }
+    if (bf16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+enum { EL_F32, EL_F16, EL_BF16 };
+
 /* The packer for operands stored along k (see gemm.c): 16 lines x 16 k at
- * a time are loaded (masked at the k edge, zeros past line w), transposed
- * in registers and stored as 16 k-rows of up to 16 lines, instead of one
- * strided store per element. Only moves data, so the panel is the same
- * bits as the scalar packer's. */
-__attribute__((target("avx512f"))) void gemm_pack_lines_avx512(const float *s, int64_t rs, int w, int R,
-                                                              int64_t kc, float *dst)
+ * a time are loaded (masked at the k edge, zeros past line w; 16-bit lines
+ * widened to f32 on the way in), transposed in registers and stored as 16
+ * k-rows of up to 16 lines, instead of one strided store per element.
+ * Only moves (and exactly widens) data, so the panel is the same bits as
+ * the scalar packer's. el is a constant in each caller, so each dtype gets
+ * its own loop. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+pack_lines(const void *s, int el, int64_t rs, int w, int R, int64_t kc, float *dst)
 {
     for (int64_t kb = 0; kb < kc; kb += 16) {
         const int kn = kc - kb < 16 ? (int)(kc - kb) : 16;
@@ -94,14 +127,91 @@ __attribute__((target("avx512f"))) void gemm_pack_lines_avx512(const float *s, i
             const int rn = R - rg < 16 ? R - rg : 16;
             const __mmask16 rm = (__mmask16)((1u << rn) - 1);
             __m512 v[16];
-            for (int i = 0; i < 16; i++)
-                v[i] = rg + i < w ? _mm512_maskz_loadu_ps(km, s + (rg + i) * rs + kb) : _mm512_setzero_ps();
+            for (int i = 0; i < 16; i++) {
+                const int64_t off = (rg + i) * rs + kb;
+                if (rg + i >= w)
+                    v[i] = _mm512_setzero_ps();
+                else if (el == EL_F32)
+                    v[i] = _mm512_maskz_loadu_ps(km, (const float *)s + off);
+                else
+                    v[i] = widen16((const uint16_t *)s + off, kn, el == EL_BF16);
+            }
             transpose16_ps(v);
             float *d = dst + kb * R + rg;
             for (int k = 0; k < kn; k++)
                 _mm512_mask_storeu_ps(d + k * R, rm, v[k]);
         }
     }
+}
+
+__attribute__((target("avx512f"))) void gemm_pack_lines_avx512(const float *s, int64_t rs, int w, int R,
+                                                              int64_t kc, float *dst)
+{
+    pack_lines(s, EL_F32, rs, w, R, kc, dst);
+}
+
+__attribute__((target("avx512f"))) void gemm_pack_lines16_avx512(const uint16_t *s, bool bf16, int64_t rs, int w,
+                                                                int R, int64_t kc, float *dst)
+{
+    if (bf16)
+        pack_lines(s, EL_BF16, rs, w, R, kc, dst);
+    else
+        pack_lines(s, EL_F16, rs, w, R, kc, dst);
+}
+
+/* The packer for 16-bit operands stored along the lines (element (r, k) at
+ * s[r + k * ks]): each k-row of the panel is up to R contiguous values,
+ * widened 16 at a time straight into place, zeros past line w. */
+__attribute__((target("avx512f"))) void gemm_pack_cols16_avx512(const uint16_t *s, bool bf16, int64_t ks, int w,
+                                                               int R, int64_t kc, float *dst)
+{
+    for (int64_t k = 0; k < kc; k++) {
+        const uint16_t *col = s + k * ks;
+        float *d = dst + k * R;
+        for (int rg = 0; rg < R; rg += 16) {
+            const int rn = R - rg < 16 ? R - rg : 16;
+            const int n = w - rg < 0 ? 0 : w - rg < rn ? w - rg : rn;
+            __m512 v = n == 0 ? _mm512_setzero_ps() : bf16 ? widen16(col + rg, n, true) : widen16(col + rg, n, false);
+            if (rn == 16)
+                _mm512_storeu_ps(d + rg, v);
+            else
+                _mm512_mask_storeu_ps(d + rg, (__mmask16)((1u << rn) - 1), v);
+        }
+    }
+}
+
+/* A full-width 16-bit C tile (nr a multiple of 16) to and from an f32
+ * tile t (row stride tl): widened exactly, rounded to nearest even as
+ * amp_convert rounds (bf16 NaNs quieted as (x >> 16) | 0x40), so the
+ * bits are those of the f32 accumulator path. */
+__attribute__((target("avx512f"))) void gemm_c16_widen_avx512(const uint16_t *c, int64_t ldc, bool bf16, int mr,
+                                                             int nr, float *t, int64_t tl)
+{
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < nr; j += 16)
+            _mm512_storeu_ps(t + r * tl + j, widen16(c + r * ldc + j, 16, bf16));
+}
+
+__attribute__((target("avx512f"))) void gemm_c16_round_avx512(const float *t, int64_t tl, int mr, int nr, bool bf16,
+                                                             uint16_t *c, int64_t ldc)
+{
+    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7FFF), quiet = _mm512_set1_epi32(0x40);
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < nr; j += 16) {
+            __m512 v = _mm512_loadu_ps(t + r * tl + j);
+            __m256i h;
+            if (!bf16) {
+                h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            } else { /* integer rounding, as convert_x86.c: no MXCSR flags */
+                __m512i x = _mm512_castps_si512(v);
+                __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, abs_mask), inf);
+                __m512i hi = _mm512_srli_epi32(x, 16);
+                __m512i rnd = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_and_si512(hi, one)), half), 16);
+                h = _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(rnd, nan, hi, quiet));
+            }
+            _mm256_storeu_si256((__m256i *)(c + r * ldc + j), h);
+        }
 }
 
 /* ---------------------------------------------------------------- AVX2 */
