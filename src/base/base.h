@@ -37,5 +37,8 @@ static inline float amp_u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f
 
 /* Number of threads kernels should use. */
 int amp_threads(void);
+/* The calling thread's number in the current OpenMP team (0 outside one,
+ * or without OpenMP): which per-thread scratch slice a kernel uses. */
+int amp_thread_num(void);
 
 #endif

@@ -60,6 +60,15 @@ void amp_set_num_threads(int n)
 
 int amp_get_num_threads(void) { return amp_threads(); }
 
+int amp_thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 int amp_threads(void)
 {
     int n = atomic_load(&num_threads);

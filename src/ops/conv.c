@@ -37,9 +37,6 @@
 #include "ops/infer.h"
 
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* Per-thread scratch (columns, dY', f32 results) a group of images may
  * take: about what stays in a core's L2 cache. */
@@ -92,15 +89,6 @@ static conv_plan plan_make(const conv_geom *g, amp_dtype dt, bool backward)
      * kernel's 32 x 32 tiles prefer them as they are. */
     p.tr = p.cdt == AMP_F32;
     return p;
-}
-
-static int thread_id(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
 }
 
 /* The weight as the GEMM reads it: its own data, or an f32 copy of an f16
@@ -437,7 +425,7 @@ static amp_status forward_own(const node *n, const conv_geom *gp, amp_tensor *y)
     if (!failed) {
 #pragma omp parallel for num_threads(pl.nt) if (pl.nt > 1) schedule(static) reduction(| : failed)
         for (int64_t gi = 0; gi < pl.groups; gi++) {
-            char *mine = scratch + (size_t)thread_id() * per;
+            char *mine = scratch + (size_t)amp_thread_num() * per;
             void *cols = mine;
             float *acc = (float *)(mine + cols_b), *img32 = (float *)(mine + cols_b + acc_b);
             const int64_t n0 = gi * pl.cnt, cnt = g.N - n0 < pl.cnt ? g.N - n0 : pl.cnt, ld = cnt * g.l;
@@ -524,7 +512,7 @@ static amp_status backward_own(const node *n, const conv_geom *gp, const amp_ten
     if (!failed) {
 #pragma omp parallel for num_threads(pl.nt) if (pl.nt > 1) schedule(static) reduction(| : failed)
         for (int64_t gi = 0; gi < pl.groups; gi++) {
-            char *mine = scratch + (size_t)thread_id() * per;
+            char *mine = scratch + (size_t)amp_thread_num() * per;
             void *gyp = mine, *cols = mine + gyp_b;
             float *dcols = (float *)(mine + gyp_b + cols_b), *img32 = (float *)((char *)dcols + dcols_b);
             float *dw = (float *)((char *)img32 + img_b);

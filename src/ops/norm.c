@@ -28,9 +28,6 @@
 
 #include <math.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* Below this many elements a kernel runs on one thread. */
 #define PAR_MIN_WORK 32768
@@ -186,15 +183,6 @@ static const row_kernels *pick_kernels(void)
     return &kernels_c;
 }
 
-static int thread_id(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
 /* Row r of t as f32: t's own row when t is f32, else widened into buf. */
 static const float *row_f32(const amp_tensor *t, int64_t r, int64_t N, float *buf)
 {
@@ -237,7 +225,7 @@ amp_tensor *layer_norm_forward(node *n)
     char *yp = tensor_ptr(out);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t r = 0; r < M; r++) {
-        float *mine = rows ? rows + (size_t)thread_id() * (size_t)(2 * N + 1) : NULL;
+        float *mine = rows ? rows + (size_t)amp_thread_num() * (size_t)(2 * N + 1) : NULL;
         const float *xr = row_f32(a.x, r, N, mine);
         float *yr = dt == AMP_F32 ? (float *)yp + r * N : mine + N;
         k->fwd(xr, w, b, N, eps, yr, mu + r, rs + r);
@@ -328,7 +316,7 @@ amp_status layer_norm_backward(node *n, const amp_tensor *gout, amp_tensor **gin
     if (ok && need_x) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t r = 0; r < M; r++) {
-            float *mine = rows + (size_t)thread_id() * per;
+            float *mine = rows + (size_t)amp_thread_num() * per;
             const float *gr = row_f32(gout, r, N, mine), *xr = row_f32(xt, r, N, mine + N);
             k->bwd(gr, xr, w, mu[r], rs[r], N, mine + 2 * N, dx.v + r * N);
         }
@@ -337,7 +325,7 @@ amp_status layer_norm_backward(node *n, const amp_tensor *gout, amp_tensor **gin
         memset(part, 0, (size_t)nblk * (size_t)(2 * N) * sizeof(double));
 #pragma omp parallel for num_threads(nblk > 1 ? nt : 1) schedule(static)
         for (int64_t blk = 0; blk < nblk; blk++) {
-            float *mine = rows + (size_t)thread_id() * per;
+            float *mine = rows + (size_t)amp_thread_num() * per;
             double *aw = need_w ? part + blk * 2 * N : NULL, *ab = need_b ? part + blk * 2 * N + N : NULL;
             const int64_t r1 = (blk + 1) * rb < M ? (blk + 1) * rb : M;
             for (int64_t r = blk * rb; r < r1; r++)

@@ -18,9 +18,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* Pools a [.., H, W] tensor (3-D or 4-D) plane by plane (the geometry:
  * src/ops/infer.c, shared with the CUDA forward). */
@@ -47,15 +44,6 @@ static void pool_window(const pool_geom *g, int64_t oy, int64_t ox, int64_t *y0,
 }
 
 static bool is_2x2(const pool_geom *g) { return g->k == 2 && g->s == 2 && g->p == 0; }
-
-static int thread_id(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 static inline uint32_t f32_bits(float f)
 {
@@ -182,7 +170,7 @@ static amp_tensor *pool_forward(node *n, bool is_max)
             pool_plane(&g, is_max, (const float *)x + pl * hw, (float *)yp + pl * per_plane, ip);
             continue;
         }
-        float *xb = bufs + (size_t)thread_id() * (size_t)(hw + per_plane), *yb = xb + hw;
+        float *xb = bufs + (size_t)amp_thread_num() * (size_t)(hw + per_plane), *yb = xb + hw;
         amp_convert(x + (size_t)(pl * hw) * es, dt, xb, AMP_F32, (size_t)hw);
         pool_plane(&g, is_max, xb, yb, ip);
         amp_convert(yb, AMP_F32, yp + (size_t)(pl * per_plane) * es, dt, (size_t)per_plane);
@@ -241,7 +229,7 @@ static amp_status pool_backward(node *n, const amp_tensor *gout, amp_tensor **gi
     char *dx = tensor_ptr(gin[0]);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t pl = 0; pl < g.planes; pl++) {
-        float *mine = narrow ? bufs + (size_t)thread_id() * (size_t)(hw + per_plane) : NULL;
+        float *mine = narrow ? bufs + (size_t)amp_thread_num() * (size_t)(hw + per_plane) : NULL;
         float *dp = dt == AMP_F32 ? (float *)dx + pl * hw : mine;
         const float *gp = (const float *)gy + pl * per_plane;
         if (gdt != AMP_F32) {

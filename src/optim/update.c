@@ -18,10 +18,6 @@
 
 #include <math.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 /* Elements (over all parameters of a step) below which it runs on one
  * thread. */
 #define PAR_MIN_WORK 32768
@@ -66,15 +62,6 @@ typedef struct {
     int param;
     int64_t lo, hi;
 } work_item;
-
-static int thread_id(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 /* Runs fn over one work item; pb / gb are this thread's f32 scratch of
  * UPDATE_BLOCK elements for 16-bit parameters and gradients (widening is
@@ -134,7 +121,7 @@ static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const opti
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
     {
-        float *pb = scratch ? scratch + (size_t)thread_id() * 2 * UPDATE_BLOCK : NULL;
+        float *pb = scratch ? scratch + (size_t)amp_thread_num() * 2 * UPDATE_BLOCK : NULL;
         float *gb = pb ? pb + UPDATE_BLOCK : NULL;
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)

@@ -28,7 +28,6 @@
  */
 #ifdef AMPC_HAVE_CUDA
 
-#include "ops/cuda/conv.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/infer.h"
 

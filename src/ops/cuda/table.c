@@ -16,7 +16,6 @@
  */
 #ifdef AMPC_HAVE_CUDA
 
-#include "ops/cuda/conv.h"
 #include "ops/cuda/cuda_ops.h"
 
 const op_device_fns op_cuda_fns[OP_COUNT] = {
