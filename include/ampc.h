@@ -98,9 +98,17 @@ unsigned amp_cpu_features(void);
  * amp_cpu_limit(~0u) lifts the restriction. */
 void amp_cpu_limit(unsigned mask);
 
-/* Threads used by every kernel (0 = the number of cores). */
+/* Threads used by every kernel (0 = the number of cores), oneDNN's too. */
 void amp_set_num_threads(int n);
 int amp_get_num_threads(void);
+
+/* The CPU kernels this build runs on this CPU, for logs: e.g. "oneDNN
+ * 2.6.3 where faster (AMPC_CPU_LIB=auto), ampc f32 avx512 12x32, bf16
+ * amx-bf16 32x32"; without oneDNN "ampc f32 ..., bf16 ...". The
+ * environment variable AMPC_CPU_LIB=own|onednn|auto, read once, picks who
+ * runs the matrix products and convolutions (docs/ARCHITECTURE.md; any
+ * other value means auto). */
+const char *amp_cpu_kernels(void);
 
 /* Bytes held by tensors and kernel scratch. Blocks come from a caching
  * allocator: freed blocks are kept for reuse by the next request of their

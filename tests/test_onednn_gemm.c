@@ -392,6 +392,19 @@ static void test_sequential_fuses_linear_relu(void)
     amp_module_free(seq);
 }
 
+/* amp_cpu_kernels says who runs the products, and follows the mode. */
+static void test_cpu_kernels_string(void)
+{
+    const char *k = amp_cpu_kernels();
+    CHECK(strstr(k, "ampc f32 ") != NULL && strstr(k, ", bf16 ") != NULL);
+    CHECK_MSG((strstr(k, "oneDNN ") != NULL) == onednn_available(), "\"%s\" (oneDNN available: %d)", k,
+              onednn_available());
+    onednn_set_mode(CPU_LIB_OWN);
+    CHECK(!onednn_available() || strstr(amp_cpu_kernels(), "AMPC_CPU_LIB=own") != NULL);
+    onednn_set_mode(CPU_LIB_AUTO);
+    CHECK(!onednn_available() || strstr(amp_cpu_kernels(), "AMPC_CPU_LIB=auto") != NULL);
+}
+
 int main(void)
 {
     printf("%s, available: %d\n", onednn_version(), onednn_available());
@@ -403,5 +416,6 @@ int main(void)
     RUN(test_fused_linear_relu_equals_the_two_ops);
     RUN(test_fused_linear_relu_gradcheck);
     RUN(test_sequential_fuses_linear_relu);
+    RUN(test_cpu_kernels_string);
     return harness_done();
 }

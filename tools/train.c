@@ -308,6 +308,7 @@ static void print_config(const run *r, int64_t total)
     if (o->epochs > 0)
         printf(" (%lld epochs)", (long long)o->epochs);
     printf(", seed %llu, threads %d\n", (unsigned long long)o->seed, amp_get_num_threads());
+    printf("kernels %s\n", amp_cpu_kernels());
     fflush(stdout);
 }
 

@@ -11,10 +11,12 @@
  * and when the table is full a new primitive is made for the one call and
  * freed after it.
  */
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/onednn.h"
 #include "base/base.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +47,20 @@ cpu_lib_mode onednn_mode(void)
             atomic_store(&mode, m);
     }
     return (cpu_lib_mode)atomic_load(&mode);
+}
+
+const char *amp_cpu_kernels(void)
+{
+    static _Thread_local char buf[192];
+    static const char *const modes[] = {"where faster (AMPC_CPU_LIB=auto)", "off (AMPC_CPU_LIB=own)",
+                                        "for all it can do (AMPC_CPU_LIB=onednn)"};
+    char own[96];
+    snprintf(own, sizeof own, "ampc f32 %s, bf16 %s", gemm_kernel_name(), gemm_bf16_kernel_name());
+    if (onednn_available())
+        snprintf(buf, sizeof buf, "%s %s, %s", onednn_version(), modes[onednn_mode()], own);
+    else
+        snprintf(buf, sizeof buf, "%s", own);
+    return buf;
 }
 
 #ifndef AMPC_HAVE_DNNL
