@@ -11,7 +11,13 @@
  * Prints one JSON object per line:
  *   {"impl": "ampc", "kind": "gemm", "dtype", "n", "ms", "tflops"}
  *   {"impl": "ampc", "kind": "step", "model", "precision", "step_ms",
- *    "steps", "peak_mb"} (or "error" when the model cannot run on CUDA).
+ *    "steps", "peak_mb", "host_syncs_per_step", "h2d_per_step"} (or "error"
+ *    when the model cannot run on CUDA).
+ * host_syncs_per_step: the host's waits for the GPU (stream syncs plus
+ * copies to the host, amp_cuda_get_sync_stats) over the timed steps,
+ * divided by their number: 1.00 is the loss read that ends each step, the
+ * step itself should add none. h2d_per_step: copies from the host to the
+ * device per step (tensor lists, the loss's seed gradient; not waits).
  * Without a GPU it prints {"error": ...} and exits 77.
  */
 #include <ampc.h>
@@ -174,7 +180,10 @@ static bool step(rig *r, int prec, amp_scaler *s)
         amp_autocast_end();
     bool ok = loss && amp_backward(amp_scaler_scale(s, loss)) == AMP_OK && amp_scaler_step(s, r->opt, NULL) == AMP_OK &&
               amp_scaler_update(s) == AMP_OK;
-    ok = ok && amp_item(loss) == amp_item(loss); /* reads the loss: waits for the GPU, as loss.item() */
+    if (ok) { /* reads the loss once: waits for the GPU, as loss.item(); NaN (or a failed read) fails */
+        double v = amp_item(loss);
+        ok = v == v;
+    }
     amp_temps_free();
     return ok;
 }
@@ -203,14 +212,19 @@ static void bench_step(const char *model, const char *precision, int steps)
     for (int k = 0; k < 3 && ok; k++)
         ok = step(&r, prec, s);
     amp_cuda_memory_reset_peak();
+    amp_cuda_sync_stats w0 = amp_cuda_get_sync_stats();
     for (int k = 0; k < steps && ok; k++) {
         double t0 = now();
         ok = step(&r, prec, s);
         t[k] = (now() - t0) * 1e3;
     }
+    amp_cuda_sync_stats w1 = amp_cuda_get_sync_stats();
+    double waits = (double)((w1.syncs - w0.syncs) + (w1.d2h_copies - w0.d2h_copies)) / steps;
+    double h2d = (double)(w1.h2d_copies - w0.h2d_copies) / steps;
     if (ok)
-        printf("{\"impl\": \"ampc\", \"kind\": \"step\", %s, \"step_ms\": %.3f, \"steps\": %d, \"peak_mb\": %.1f}\n",
-               what, median(t, steps), steps, (double)amp_cuda_memory_get_stats().peak / (1 << 20));
+        printf("{\"impl\": \"ampc\", \"kind\": \"step\", %s, \"step_ms\": %.3f, \"steps\": %d, \"peak_mb\": %.1f, "
+               "\"host_syncs_per_step\": %.2f, \"h2d_per_step\": %.2f}\n",
+               what, median(t, steps), steps, (double)amp_cuda_memory_get_stats().peak / (1 << 20), waits, h2d);
     else
         json_error("step", what, amp_last_error());
     fflush(stdout);

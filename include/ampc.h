@@ -228,6 +228,26 @@ amp_memory_stats amp_cuda_memory_get_stats(void);
 void amp_cuda_memory_reset_peak(void);
 /* Returns the device memory cached for reuse to the driver. */
 void amp_cuda_empty_cache(void);
+/* How often ampc has blocked the host on the GPU, process-wide, since start
+ * or the last reset (docs/cuda.md, "Counting host synchronisations"):
+ * syncs counts stream synchronisations outside copies (amp_cuda_synchronize,
+ * amp_cuda_empty_cache, a cudaMalloc retried after emptying the cache);
+ * d2h_copies counts copies from the device to the host, each of which waits
+ * for everything queued before it (amp_item, amp_tensor_get / copy_out,
+ * amp_scaler_get_scale ...: one each); host waits = syncs + d2h_copies.
+ * h2d_copies counts copies from host memory to the device: not counted as
+ * waits, but CUDA may block on one while it stages the pageable source
+ * (small ones, as a training step's few bytes of tensor lists and the
+ * loss's seed gradient, return at once in practice). A training step as
+ * docs/cuda.md's loop adds no syncs and no d2h_copies. All zero without a
+ * GPU or in a build without CUDA. */
+typedef struct {
+    uint64_t syncs;
+    uint64_t d2h_copies;
+    uint64_t h2d_copies;
+} amp_cuda_sync_stats;
+amp_cuda_sync_stats amp_cuda_get_sync_stats(void);
+void amp_cuda_reset_sync_stats(void);
 
 /* A new tensor (caller-owned) on dev with t's dtype and values: no
  * history, requires_grad off (as amp_clone). */

@@ -6,7 +6,8 @@
  * 5, 8 and 11 with the scaler and optimizer on the device; autocast on
  * CUDA; a short MLP training run that must follow the CPU's; a tiny GPT
  * (forward and backward, with dropout, under autocast) against the CPU;
- * clip_grad_norm on the device (non-finite cases included);
+ * clip_grad_norm on the device (non-finite cases included); training
+ * steps that never wait for the GPU (amp_cuda_get_sync_stats);
  * checkpoints of a CUDA model (loaded on the CPU and on CUDA); and `ampc
  * train / eval --device cuda` on tiny images (against the CPU, resumed bit
  * for bit, the default fp16 with the scaler) and the GPT with --clip on
@@ -773,6 +774,116 @@ static void test_allocator_steady_state_and_autocast(void)
     amp_tensor_free(w);
 }
 
+/* --------------------------------------------- host synchronisations */
+
+/* Host waits since a: stream syncs and copies to the host (each waits). */
+static void check_waits(const char *what, amp_cuda_sync_stats a, amp_cuda_sync_stats b, uint64_t syncs, uint64_t d2h)
+{
+    CHECK_MSG(b.syncs - a.syncs == syncs, "%s: %llu stream syncs, expected %llu", what,
+              (unsigned long long)(b.syncs - a.syncs), (unsigned long long)syncs);
+    CHECK_MSG(b.d2h_copies - a.d2h_copies == d2h, "%s: %llu copies to the host, expected %llu", what,
+              (unsigned long long)(b.d2h_copies - a.d2h_copies), (unsigned long long)d2h);
+}
+
+/* docs/cuda.md's loop (f16 autocast, the grad scaler, data already on the
+ * device, amp_scaler_step with NULL) with SGD momentum or AdamW: after two
+ * warm-up steps, five more make no stream sync and no copy to the host
+ * (nor a cudaMalloc, which may synchronise); then reading the loss, the
+ * scale, and amp_cuda_synchronize are one host wait each, as documented. */
+static void check_steps_do_not_wait(bool adam)
+{
+    const char *name = adam ? "adamw" : "sgd momentum";
+    enum { WARMUP = 2, STEPS = 5 };
+    amp_manual_seed(5);
+    int64_t hidden[2] = {64, 32};
+    amp_module *m = amp_model_mlp(20, hidden, 2, 5);
+    amp_tensor *x = test_uniform(AMP_SHAPE(32, 20), AMP_F32, -1, 1, 53);
+    int64_t y_host[32];
+    for (int i = 0; i < 32; i++)
+        y_host[i] = (i * 3) % 5;
+    amp_tensor *y = amp_from_data(AMP_SHAPE(32), AMP_I64, y_host);
+    CHECK_OK(amp_module_to(m, AMP_CUDA));
+    CHECK_OK(amp_tensor_move(x, AMP_CUDA));
+    CHECK_OK(amp_tensor_move(y, AMP_CUDA));
+    amp_tensor *params[16];
+    int np = amp_module_params(m, params, 16);
+    amp_sgd_opts so = amp_sgd_defaults();
+    so.lr = 0.05;
+    so.momentum = 0.9;
+    amp_optim *opt = adam ? amp_optim_adamw(params, np, amp_adamw_defaults()) : amp_optim_sgd(params, np, so);
+    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
+    CHECK_OK(amp_cuda_synchronize()); /* the uploads above are not the loop's */
+
+    amp_cuda_sync_stats a = amp_cuda_get_sync_stats();
+    amp_memory_stats ma = amp_cuda_memory_get_stats();
+    amp_tensor *loss = NULL;
+    for (int k = 0; k < WARMUP + STEPS + 1; k++) {
+        if (k == WARMUP) {
+            a = amp_cuda_get_sync_stats();
+            ma = amp_cuda_memory_get_stats();
+        }
+        amp_optim_zero_grad(opt);
+        amp_autocast_begin(AMP_CUDA, AMP_F16);
+        loss = amp_cross_entropy(amp_module_forward(m, x), y);
+        amp_autocast_end();
+        CHECK_MSG(loss != NULL, "%s, step %d: %s", name, k, amp_last_error());
+        CHECK_OK(amp_backward(amp_scaler_scale(s, loss)));
+        CHECK_OK(amp_scaler_step(s, opt, NULL));
+        CHECK_OK(amp_scaler_update(s));
+        if (k < WARMUP + STEPS) /* the last step's loss is read below */
+            amp_temps_free();
+    }
+    amp_cuda_sync_stats b = amp_cuda_get_sync_stats();
+    amp_memory_stats mb = amp_cuda_memory_get_stats();
+    char what[96];
+    snprintf(what, sizeof what, "%s: %d training steps", name, STEPS + 1);
+    check_waits(what, a, b, 0, 0);
+    CHECK_MSG(mb.os_allocs == ma.os_allocs, "%s: cudaMalloc calls went from %zu to %zu", what, ma.os_allocs,
+              mb.os_allocs);
+    printf("  %s: %.1f host->device copies per step (not waits)\n", name,
+           (double)(b.h2d_copies - a.h2d_copies) / (STEPS + 1));
+
+    a = b;
+    double v = loss ? amp_item(loss) : NAN;
+    b = amp_cuda_get_sync_stats();
+    snprintf(what, sizeof what, "%s: amp_item(loss)", name);
+    check_waits(what, a, b, 0, 1);
+    CHECK_MSG(isfinite(v) && v > 0 && v < 10, "%s: loss %g", name, v);
+
+    a = b;
+    double scale = amp_scaler_get_scale(s);
+    b = amp_cuda_get_sync_stats();
+    snprintf(what, sizeof what, "%s: amp_scaler_get_scale", name);
+    check_waits(what, a, b, 0, 1);
+    CHECK_MSG(scale >= 1.0 && scale <= 65536.0, "%s: scale %g", name, scale); /* backed off at most */
+
+    a = b;
+    CHECK_OK(amp_cuda_synchronize());
+    b = amp_cuda_get_sync_stats();
+    snprintf(what, sizeof what, "%s: amp_cuda_synchronize", name);
+    check_waits(what, a, b, 1, 0);
+    CHECK(b.h2d_copies == a.h2d_copies);
+
+    amp_cuda_reset_sync_stats();
+    b = amp_cuda_get_sync_stats();
+    CHECK(b.syncs == 0 && b.d2h_copies == 0 && b.h2d_copies == 0);
+
+    amp_temps_free();
+    amp_scaler_free(s);
+    amp_optim_free(opt);
+    amp_module_free(m);
+    amp_tensor_free(x);
+    amp_tensor_free(y);
+}
+
+static void test_training_steps_do_not_wait_for_the_gpu(void)
+{
+    if (!gpu())
+        return;
+    check_steps_do_not_wait(false);
+    check_steps_do_not_wait(true);
+}
+
 /* ------------------------------------------------------------- gpt */
 
 /* The loss of a tiny GPT on fixed tokens (T of them per row), its
@@ -1246,6 +1357,7 @@ int main(void)
     RUN(test_scaler_nonfinite_skips_and_keeps_state);
     RUN(test_mlp_training_follows_the_cpu);
     RUN(test_allocator_steady_state_and_autocast);
+    RUN(test_training_steps_do_not_wait_for_the_gpu);
     RUN(test_gpt_on_cuda_matches_the_cpu);
     RUN(test_clip_grad_norm_matches_the_cpu);
     RUN(test_checkpoint_of_a_cuda_model);

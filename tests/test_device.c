@@ -2,7 +2,8 @@
  * test_device.c - the device API as every machine sees it: whether CUDA is
  * there, copies and in-place moves between devices, and, where no GPU is
  * present (or ampc was built without CUDA), that asking for a CUDA tensor
- * is a clear AMP_ERR_DEVICE error that changes nothing and never crashes.
+ * is a clear AMP_ERR_DEVICE error that changes nothing and never crashes;
+ * the host-wait counter (amp_cuda_get_sync_stats) reads zeros there.
  * The GPU's own behaviour is tests/test_cuda.c's.
  */
 #include "harness.h"
@@ -114,6 +115,38 @@ static void test_tf32_switch(void)
     CHECK(!amp_cuda_tf32_allowed());
 }
 
+/* The host-wait counter is there on every machine: zero after a reset;
+ * without a GPU (or without CUDA) it stays zero whatever is asked of the
+ * device, with one amp_cuda_synchronize is one sync and nothing else. */
+static void test_sync_stats(void)
+{
+    amp_cuda_reset_sync_stats();
+    amp_cuda_sync_stats s = amp_cuda_get_sync_stats();
+    CHECK(s.syncs == 0 && s.d2h_copies == 0 && s.h2d_copies == 0);
+    if (amp_cuda_available()) {
+        CHECK_OK(amp_cuda_synchronize());
+        s = amp_cuda_get_sync_stats();
+        CHECK_MSG(s.syncs == 1 && s.d2h_copies == 0 && s.h2d_copies == 0, "syncs %llu, d2h %llu, h2d %llu",
+                  (unsigned long long)s.syncs, (unsigned long long)s.d2h_copies, (unsigned long long)s.h2d_copies);
+        amp_cuda_reset_sync_stats();
+        s = amp_cuda_get_sync_stats();
+        CHECK(s.syncs == 0);
+        return;
+    }
+    amp_tensor *t = iota(4, AMP_F32);
+    CHECK(amp_to_device(t, AMP_CUDA) == NULL);
+    check_unavailable_error();
+    CHECK(amp_cuda_synchronize() == AMP_ERR_DEVICE);
+    check_unavailable_error();
+    amp_cuda_empty_cache();
+    CHECK(amp_item(amp_sum_all(t)) == 6.0); /* CPU reads are not counted */
+    s = amp_cuda_get_sync_stats();
+    CHECK_MSG(s.syncs == 0 && s.d2h_copies == 0 && s.h2d_copies == 0, "syncs %llu, d2h %llu, h2d %llu",
+              (unsigned long long)s.syncs, (unsigned long long)s.d2h_copies, (unsigned long long)s.h2d_copies);
+    amp_temps_free();
+    amp_tensor_free(t);
+}
+
 int main(void)
 {
     RUN(test_availability_is_consistent);
@@ -121,5 +154,6 @@ int main(void)
     RUN(test_to_device_cpu_is_a_copy);
     RUN(test_move_rejects_non_leaves_and_bad_devices);
     RUN(test_tf32_switch);
+    RUN(test_sync_stats);
     return harness_done();
 }

@@ -130,8 +130,9 @@ amp_status scaler_cuda_unscale(amp_scaler *s, amp_optim *o, opt_record *r)
         if (g && (g->dtype == AMP_F32 || g->dtype == AMP_BF16))
             bufs[k++] = (cuda_buf){tensor_ptr(g), g->numel, g->dtype};
     }
+    /* found_inf = 0 by a one-element fill kernel: no copy from the host */
     const float zero = 0.0f;
-    amp_status st = cuda_copy(dev_found(s, r), AMP_CUDA, &zero, AMP_CPU, sizeof zero);
+    amp_status st = cuda_fill_pattern(dev_found(s, r), 1, &zero, sizeof zero);
     if (st == AMP_OK && k > 0)
         st = cuda_unscale(bufs, k, tensor_f32(s->scale_t), dev_found(s, r));
     free(bufs);

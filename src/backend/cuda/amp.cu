@@ -50,8 +50,8 @@ static mt_entry *upload(std::vector<mt_entry> &v, int64_t *blocks)
     mt_entry *d = (mt_entry *)cuda_malloc(v.size() * sizeof(mt_entry));
     if (!d)
         return NULL;
-    if (cuda_check(cudaMemcpyAsync(d, v.data(), v.size() * sizeof(mt_entry), cudaMemcpyHostToDevice, cuda_stream()),
-                   "cudaMemcpyAsync (tensor list)") != AMP_OK) {
+    if (cuda_memcpy(d, v.data(), v.size() * sizeof(mt_entry), cudaMemcpyHostToDevice,
+                    "cudaMemcpyAsync (tensor list)") != AMP_OK) {
         cuda_free(d);
         return NULL;
     }

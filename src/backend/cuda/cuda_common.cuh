@@ -21,6 +21,12 @@ extern "C" {
 /* The stream every kernel, copy and GEMM is queued on. */
 cudaStream_t cuda_stream(void);
 
+/* Every cudaMemcpyAsync of the backend: queued on the stream, counted for
+ * amp_cuda_get_sync_stats; a copy into host memory waits for it (runtime.cu
+ * says what counts). Nothing else in the backend calls cudaMemcpy* or
+ * cudaStreamSynchronize. */
+amp_status cuda_memcpy(void *dst, const void *src, size_t nbytes, cudaMemcpyKind kind, const char *what);
+
 /* AMP_OK, or the error set from e naming what failed. */
 amp_status cuda_check(cudaError_t e, const char *what);
 /* Checks the last launch (bad configuration, no kernel image ...). */

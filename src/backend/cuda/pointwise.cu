@@ -59,9 +59,8 @@ extern "C" amp_status cuda_convert(const void *src, amp_dtype sdt, void *dst, am
     if (n <= 0)
         return AMP_OK;
     if (sdt == ddt)
-        return cuda_check(cudaMemcpyAsync(dst, src, (size_t)n * amp_dtype_size(sdt), cudaMemcpyDeviceToDevice,
-                                          cuda_stream()),
-                          "cudaMemcpyAsync (device copy)");
+        return cuda_memcpy(dst, src, (size_t)n * amp_dtype_size(sdt), cudaMemcpyDeviceToDevice,
+                           "cudaMemcpyAsync (device copy)");
     k_convert<<<cuda_blocks(n), CUDA_THREADS, 0, cuda_stream()>>>(src, sdt, dst, ddt, n);
     return cuda_launched("convert kernel");
 }

@@ -13,6 +13,11 @@
  * because all work runs on one stream, in order: a kernel queued after the
  * free runs after every kernel that used the block before. When cudaMalloc
  * fails the cache is returned to the driver and the allocation retried.
+ *
+ * Every cudaMemcpy* and cudaStreamSynchronize of the backend goes through
+ * the two counted wrappers below (cuda_memcpy, stream_wait), so
+ * amp_cuda_get_sync_stats sees each time ampc may block the host on the
+ * GPU (docs/cuda.md, "Counting host synchronisations").
  */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -77,6 +82,61 @@ amp_status cuda_check(cudaError_t e, const char *what)
     return amp_set_error(st, "cuda: %s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+/* ------------------------------------------- counted host waits, copies */
+
+/* Process-wide, relaxed: the counts are read between steps, not used to
+ * order anything. */
+static std::atomic<uint64_t> n_syncs{0}, n_d2h{0}, n_h2d{0};
+
+/* The one place the host waits for the stream outside a copy to the
+ * host. */
+static cudaError_t stream_wait(void)
+{
+    n_syncs.fetch_add(1, std::memory_order_relaxed);
+    return cudaStreamSynchronize(cuda_stream());
+}
+
+/* Queues nbytes from src to dst on the stream. A copy into host memory
+ * then waits for the stream (the host reads it next): a device -> host copy
+ * counts once, as a d2h copy (its wait is part of it); host -> host counts
+ * as a sync (ampc never asks for one: device.c memcpy's). A host -> device
+ * copy from pageable memory returns once CUDA has staged the source (the
+ * caller may free it); CUDA may block the host for that (its documentation
+ * allows a stream synchronisation), small copies return at once in
+ * practice: counted apart, as h2d, not as a wait. Device -> device copies
+ * never block the host and are not counted. */
+amp_status cuda_memcpy(void *dst, const void *src, size_t nbytes, cudaMemcpyKind kind, const char *what)
+{
+    if (nbytes == 0)
+        return AMP_OK;
+    if (kind == cudaMemcpyHostToDevice)
+        n_h2d.fetch_add(1, std::memory_order_relaxed);
+    else if (kind == cudaMemcpyDeviceToHost)
+        n_d2h.fetch_add(1, std::memory_order_relaxed);
+    amp_status st = cuda_check(cudaMemcpyAsync(dst, src, nbytes, kind, cuda_stream()), what);
+    if (st != AMP_OK || (kind != cudaMemcpyDeviceToHost && kind != cudaMemcpyHostToHost))
+        return st;
+    if (kind == cudaMemcpyHostToHost)
+        return cuda_check(stream_wait(), "cudaStreamSynchronize after a host copy");
+    return cuda_check(cudaStreamSynchronize(cuda_stream()), "cudaStreamSynchronize after a copy to the host");
+}
+
+extern "C" amp_cuda_sync_stats amp_cuda_get_sync_stats(void)
+{
+    amp_cuda_sync_stats s;
+    s.syncs = n_syncs.load(std::memory_order_relaxed);
+    s.d2h_copies = n_d2h.load(std::memory_order_relaxed);
+    s.h2d_copies = n_h2d.load(std::memory_order_relaxed);
+    return s;
+}
+
+extern "C" void amp_cuda_reset_sync_stats(void)
+{
+    n_syncs.store(0, std::memory_order_relaxed);
+    n_d2h.store(0, std::memory_order_relaxed);
+    n_h2d.store(0, std::memory_order_relaxed);
+}
+
 /* ---------------------------------------------------------- allocator */
 
 static std::mutex mu;
@@ -122,7 +182,7 @@ extern "C" void *cuda_malloc(size_t nbytes)
         cudaError_t e = cudaMalloc(&p, cs);
         if (e == cudaErrorMemoryAllocation) {
             cudaGetLastError();
-            cudaStreamSynchronize(stream);
+            stream_wait(); /* the cached blocks may still be in use by queued work */
             release_cache_locked();
             e = cudaMalloc(&p, cs);
         }
@@ -176,7 +236,7 @@ extern "C" void cuda_empty_cache(void)
     if (cuda_device_count() < 1)
         return;
     std::lock_guard<std::mutex> g(mu);
-    cudaStreamSynchronize(stream);
+    stream_wait();
     release_cache_locked();
 }
 
@@ -190,20 +250,15 @@ extern "C" amp_status cuda_copy(void *dst, amp_device ddev, const void *src, amp
         return amp_set_error(AMP_ERR_DEVICE, "cuda is not available (%s)", reason);
     cudaMemcpyKind kind = sdev == AMP_CPU ? (ddev == AMP_CPU ? cudaMemcpyHostToHost : cudaMemcpyHostToDevice)
                                           : (ddev == AMP_CPU ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice);
-    amp_status st = cuda_check(cudaMemcpyAsync(dst, src, nbytes, kind, stream), "cudaMemcpyAsync");
-    /* The host reads what it asked for right after: wait for it. (From
-     * pageable host memory the call returns once the source was staged, so
-     * the caller may free it.) */
-    if (st == AMP_OK && ddev == AMP_CPU)
-        st = cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize after a copy to the host");
-    return st;
+    /* A copy to the host waits for it (the host reads it right after). */
+    return cuda_memcpy(dst, src, nbytes, kind, "cudaMemcpyAsync");
 }
 
 extern "C" amp_status cuda_synchronize(void)
 {
     if (cuda_device_count() < 1)
         return amp_set_error(AMP_ERR_DEVICE, "cuda is not available (%s)", reason);
-    return cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    return cuda_check(stream_wait(), "cudaStreamSynchronize");
 }
 
 /* --------------------------------------------------------------- TF32 */

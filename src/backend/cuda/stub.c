@@ -36,6 +36,9 @@ amp_status cuda_copy(void *dst, amp_device ddev, const void *src, amp_device sde
 }
 
 amp_status cuda_synchronize(void) { return unavailable(); }
+/* No device, so ampc never waited for one. */
+amp_cuda_sync_stats amp_cuda_get_sync_stats(void) { return (amp_cuda_sync_stats){0, 0, 0}; }
+void amp_cuda_reset_sync_stats(void) {}
 /* The switch is kept (and ignored) so a program behaves the same either way. */
 static bool tf32;
 void cuda_set_tf32(bool on) { tf32 = on; }
