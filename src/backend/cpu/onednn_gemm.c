@@ -118,14 +118,12 @@ static bool make_matmul(const void *key, dnnl_primitive_desc_t *pd)
     return ok;
 }
 
-static bool is_float(amp_dtype dt) { return dt == AMP_F32 || dt == AMP_BF16 || dt == AMP_F16; }
-
 /* What a primitive can take directly: f32, bf16 or f16 on both sides
  * (f16 only where this oneDNN has f16 kernels: the primitive cache finds
  * out), C in f32 or the inputs' dtype. */
 static bool direct_dtypes(amp_dtype a, amp_dtype b, amp_dtype c)
 {
-    if (a != b || !is_float(a))
+    if (a != b || !amp_dtype_is_float(a))
         return false;
     return c == AMP_F32 || c == a;
 }
