@@ -132,8 +132,8 @@ static void test_device_cuda_is_a_clear_error_not_a_crash(void)
     if (!cli_have_binary())
         return;
     /* Without a GPU (this test's machines): exit 1, naming the device and
-     * the library's reason. With one, train and eval run there (test_cuda
-     * runs them). */
+     * the library's reason. With one, train and eval run there
+     * (test_cuda_cli runs them). */
     if (amp_cuda_available())
         return;
     CHECK_EQ_INT(cli_run("train --device cuda --data %s", tiny), 1);

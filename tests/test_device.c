@@ -4,7 +4,7 @@
  * present (or ampc was built without CUDA), that asking for a CUDA tensor
  * is a clear AMP_ERR_DEVICE error that changes nothing and never crashes;
  * the host-wait counter (amp_cuda_get_sync_stats) reads zeros there.
- * The GPU's own behaviour is tests/test_cuda.c's.
+ * The GPU's own behaviour is tests/test_cuda*.c's.
  */
 #include "harness.h"
 

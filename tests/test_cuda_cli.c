@@ -1,0 +1,181 @@
+/*
+ * test_cuda_cli.c - `ampc train / eval --device cuda`, run as a user runs
+ * it: the cnn on tiny images (against the CPU, resumed bit for bit, the
+ * default fp16 with the scaler, the checkpoint evaluated on both devices)
+ * and the GPT with --clip on tiny text (against the CPU). Skipped when the
+ * ampc binary is not built beside this program.
+ *
+ * The ops are test_cuda.c's, training through the library
+ * test_cuda_train.c's; what they share is cuda_rig.h.
+ *
+ * Without a GPU every test is reported as skipped (never as passed) and
+ * the program exits 77, which CTest shows as "Skipped".
+ */
+#include "cuda_rig.h"
+#include "test_cli_util.h"
+
+/* ------------------------------------------------ ampc --device cuda */
+
+static bool cli_ready;
+
+/* The "key" field of each of the log's lines, into vals (at most max);
+ * returns the line count. */
+static int log_field(const char *path, const char *key, double *vals, char (*text)[64], int max)
+{
+    char *buf = cli_read_file(path, NULL), *lines[512];
+    if (!buf)
+        return 0;
+    int n = cli_lines(buf, lines, 512), k = 0;
+    for (int i = 0; i < n && k < max; i++) {
+        char v[64];
+        if (!lines[i][0] || !cli_json_field(lines[i], key, v, sizeof v))
+            continue;
+        if (text)
+            snprintf(text[k], sizeof text[k], "%s", v);
+        vals[k++] = strcmp(v, "null") == 0 ? NAN : atof(v);
+    }
+    free(buf);
+    return k;
+}
+
+/* The temp dir and the ampc binary; false (skipped) without them. */
+static bool cli_setup(void)
+{
+    if (!cli_ready && !(cli_ready = cli_init("test-cuda")))
+        return false;
+    if (!cli_ampc[0]) { /* run by hand, without CTest's AMPC_BUILD_DIR: the ampc beside this program */
+        char self[900];
+        ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (len > 0) {
+            self[len] = '\0';
+            char *slash = strrchr(self, '/');
+            if (slash)
+                *slash = '\0';
+            snprintf(cli_ampc, sizeof cli_ampc, "%s/ampc", self);
+        }
+    }
+    return cli_have_binary();
+}
+
+/* The cnn on tiny images: a cuda run follows the cpu run in fp32; the
+ * default precision on cuda is fp16 with the scaler; a cuda run stopped,
+ * saved and resumed logs the same steps as one straight run, bit for bit;
+ * its checkpoint evaluates the same on cuda and (nearly) on the cpu. */
+static void test_cli_trains_and_checkpoints_on_cuda(void)
+{
+    if (!gpu() || !cli_setup())
+        return;
+    enum { STEPS = 8 };
+    char tiny[256], lcpu[512], lcuda[512], la[512], lc[512], ck[512];
+    cli_path(tiny, sizeof tiny, "tiny");
+    cli_write_tiny_images(tiny);
+    cli_path(lcpu, sizeof lcpu, "cpu.jsonl");
+    cli_path(lcuda, sizeof lcuda, "cuda.jsonl");
+    cli_path(la, sizeof la, "a.jsonl");
+    cli_path(lc, sizeof lc, "c.jsonl");
+    cli_path(ck, sizeof ck, "ck");
+    char common[1024];
+    snprintf(common, sizeof common, "train --model cnn --data %s --batch 16 --threads 2 --schedule cosine", tiny);
+
+    /* fp32: the same losses as the CPU's, to GEMM summation order */
+    int rc = cli_run("%s --steps %d --precision fp32 --device cpu --log %s", common, STEPS, lcpu);
+    CHECK_MSG(rc == 0, "cpu run: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("%s --steps %d --precision fp32 --device cuda --log %s", common, STEPS, lcuda);
+    CHECK_MSG(rc == 0, "cuda run: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("on cuda");
+    CHECK_OUT("peak device memory");
+    CHECK_OUT("test_accuracy");
+    double lc1[STEPS], lc2[STEPS];
+    int n1 = log_field(lcpu, "loss", lc1, NULL, STEPS), n2 = log_field(lcuda, "loss", lc2, NULL, STEPS);
+    CHECK_EQ_INT(n1, STEPS);
+    CHECK_EQ_INT(n2, STEPS);
+    for (int i = 0; i < n1 && i < n2; i++)
+        CHECK_MSG(close_to(lc1[i], lc2[i], 1e-4), "fp32 step %d: loss %.7g on cuda, %.7g on the cpu", i + 1, lc2[i],
+                  lc1[i]);
+
+    /* the default precision there: fp16 with the scaler; no --log, so the
+     * losses are read at the progress lines only */
+    rc = cli_run("%s --steps %d --device cuda --log-every 4", common, STEPS);
+    CHECK_MSG(rc == 0, "cuda fp16 run: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("precision fp16 with the grad scaler, on cuda");
+    CHECK_OUT("scaler: final scale");
+    CHECK_MSG(isfinite(cli_value_after("loss ")), "no finite loss in the progress lines:\n%s", cli_out);
+
+    /* stop at STEPS / 2, save, resume: the same log as straight through */
+    rc = cli_run("%s --steps %d --device cuda --log %s", common, STEPS, la);
+    CHECK_MSG(rc == 0, "straight cuda run: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("%s --steps %d --stop-at %d --device cuda --save %s", common, STEPS, STEPS / 2, ck);
+    CHECK_MSG(rc == 0, "first half: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("train --resume %s --device cuda --threads 2 --log %s", ck, lc);
+    CHECK_MSG(rc == 0, "resumed half: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("resumed from");
+    double acc = cli_value_after("test_accuracy ");
+    const char *keys[3] = {"loss", "lr", "scale"};
+    for (int k = 0; k < 3; k++) {
+        double va[STEPS], vc[STEPS];
+        char ta[STEPS][64], tc[STEPS][64];
+        int na = log_field(la, keys[k], va, ta, STEPS), nc = log_field(lc, keys[k], vc, tc, STEPS);
+        CHECK_EQ_INT(na, STEPS);
+        CHECK_EQ_INT(nc, STEPS / 2);
+        for (int i = 0; i < STEPS / 2 && i < nc && STEPS / 2 + i < na; i++)
+            CHECK_MSG(strcmp(ta[STEPS / 2 + i], tc[i]) == 0, "resumed on cuda: step %d %s %s, straight %s",
+                      STEPS / 2 + i + 1, keys[k], tc[i], ta[STEPS / 2 + i]);
+    }
+    /* the checkpoint: the same accuracy on cuda, about the same on the cpu */
+    rc = cli_run("eval %s --device cuda", ck);
+    CHECK_MSG(rc == 0, "eval on cuda: exit %d:\n%s", rc, cli_out);
+    CHECK_MSG(cli_value_after("test_accuracy ") == acc, "eval on cuda: accuracy %g, the run ended with %g",
+              cli_value_after("test_accuracy "), acc);
+    rc = cli_run("eval %s --device cpu", ck);
+    CHECK_MSG(rc == 0, "eval on the cpu: exit %d:\n%s", rc, cli_out);
+    CHECK_MSG(fabs(cli_value_after("test_accuracy ") - acc) <= 0.02, "eval on the cpu: accuracy %g, cuda %g",
+              cli_value_after("test_accuracy "), acc);
+}
+
+/* ampc train --model gpt --clip on cuda (both refused before): fp32 follows
+ * the CPU's run step for step, losses and grad norms (measured and clipped
+ * on the device), and the clipping bites (max norm below the norms). */
+static void test_cli_gpt_with_clip_on_cuda(void)
+{
+    if (!gpu() || !cli_setup())
+        return;
+    enum { STEPS = 6 };
+    char text[256], lcpu[512], lcuda[512];
+    cli_path(text, sizeof text, "tiny.txt");
+    cli_write_tiny_text(text);
+    cli_path(lcpu, sizeof lcpu, "gpt-cpu.jsonl");
+    cli_path(lcuda, sizeof lcuda, "gpt-cuda.jsonl");
+    char common[1024];
+    snprintf(common, sizeof common,
+             "train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 8 --steps %d "
+             "--lr 0.01 --clip 0.05 --val-batches 2 --threads 2 --precision fp32",
+             text, STEPS);
+    int rc = cli_run("%s --device cpu --log %s", common, lcpu);
+    CHECK_MSG(rc == 0, "gpt cpu run: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("%s --device cuda --log %s", common, lcuda);
+    CHECK_MSG(rc == 0, "gpt cuda run: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("on cuda");
+    CHECK_MSG(isfinite(cli_value_after("val_loss ")), "no val_loss:\n%s", cli_out);
+    const char *keys[2] = {"loss", "grad_norm"};
+    for (int k = 0; k < 2; k++) {
+        double a[STEPS], b[STEPS];
+        int na = log_field(lcpu, keys[k], a, NULL, STEPS), nb = log_field(lcuda, keys[k], b, NULL, STEPS);
+        CHECK_EQ_INT(na, STEPS);
+        CHECK_EQ_INT(nb, STEPS);
+        for (int i = 0; i < na && i < nb; i++) {
+            CHECK_MSG(isfinite(b[i]) && close_to(a[i], b[i], 1e-4), "gpt step %d: %s %.7g on cuda, %.7g on the cpu",
+                      i + 1, keys[k], b[i], a[i]);
+            if (k == 1)
+                CHECK_MSG(b[i] > 0.05, "gpt step %d: grad norm %g is not above --clip 0.05", i + 1, b[i]);
+        }
+    }
+}
+
+int main(void)
+{
+    RUN(test_cli_trains_and_checkpoints_on_cuda);
+    RUN(test_cli_gpt_with_clip_on_cuda);
+    if (cli_ready)
+        cli_cleanup();
+    return cuda_rig_done();
+}
