@@ -1,10 +1,10 @@
 /*
  * test_cuda.c - the CUDA backend's ops against the CPU: every op with a
- * CUDA kernel (conv2d and the pools included), forward and backward, in
- * f32 / f16 / bf16 with per-dtype tolerances (the CPU result is the
- * reference); tensors on the device and the errors of mixed devices and
- * bad shapes; and the grad scaler's conformance cases 3, 5, 8 and 11 with
- * the scaler and optimizer on the device.
+ * CUDA kernel (conv2d, the pools and linear's fused relu included),
+ * forward and backward, in f32 / f16 / bf16 with per-dtype tolerances (the
+ * CPU result is the reference); tensors on the device and the errors of
+ * mixed devices and bad shapes; and the grad scaler's conformance cases
+ * 3, 5, 8 and 11 with the scaler and optimizer on the device.
  *
  * Training on the device (the MLP, the allocator and autocast, host
  * synchronisations, the GPT, clip_grad_norm, checkpoints) is
@@ -15,6 +15,7 @@
  * the program exits 77, which CTest shows as "Skipped".
  */
 #include "cuda_rig.h"
+#include "ops/fused.h"
 
 /* ------------------------------------------------------------ compare */
 
@@ -266,6 +267,8 @@ static amp_tensor *f_linalg(amp_tensor **in, const void *c)
     case 0: return amp_matmul(in[0], in[1]);
     case 1: return amp_linear(in[0], in[1], in[2]);
     case 2: return amp_linear(in[0], in[1], NULL);
+    case 5: return op_linear_relu(in[0], in[1], in[2]);
+    case 6: return op_linear_relu(in[0], in[1], NULL);
     case 3: return amp_attention(in[0], in[1], in[2], true);
     default: return amp_attention(in[0], in[1], in[2], false);
     }
@@ -295,6 +298,11 @@ static void test_matmul_linear_attention(void)
         ew_ctx l1 = {1, 0}, l2 = {2, 0};
         compare("linear with bias", f_linalg, lin, 3, &l1, tol);
         compare("linear without bias", f_linalg, lin, 2, &l2, tol);
+        /* The fused relu: a cuBLASLt epilogue (RELU_BIAS / RELU) or its
+         * fallback, against the CPU's fused op; backward masks by y > 0. */
+        ew_ctx l5 = {5, 0}, l6 = {6, 0};
+        compare("linear + relu with bias", f_linalg, lin, 3, &l5, tol);
+        compare("linear + relu without bias", f_linalg, lin, 2, &l6, tol);
         for (int k = 3; k <= 4; k++) {
             amp_tensor *qkv[3];
             for (int i = 0; i < 3; i++)

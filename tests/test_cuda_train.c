@@ -5,8 +5,9 @@
  * CUDA; training steps that never wait for the GPU
  * (amp_cuda_get_sync_stats); a tiny GPT (forward and backward, with
  * dropout, under autocast) against the CPU; clip_grad_norm on the device
- * (non-finite cases included); and checkpoints of a CUDA model (loaded on
- * the CPU and on CUDA).
+ * (non-finite cases included); checkpoints of a CUDA model (loaded on
+ * the CPU and on CUDA); and a sequential Linear-ReLU-Linear (the fused
+ * linear + relu) against the CPU.
  *
  * The ops themselves are test_cuda.c's; `ampc ... --device cuda` is
  * test_cuda_cli.c's; what they share is cuda_rig.h.
@@ -522,6 +523,56 @@ static void test_checkpoint_of_a_cuda_model(void)
     unlink(path);
 }
 
+/* A sequential Linear, ReLU, Linear on CUDA (the first pair runs as the
+ * fused linear + relu: a cuBLASLt epilogue or its fallback) gives the
+ * CPU's output and gradients, with and without the first layer's bias. */
+static void test_sequential_linear_relu_on_cuda(void)
+{
+    if (!gpu())
+        return;
+    for (int bias = 0; bias < 2; bias++) {
+        amp_manual_seed(11);
+        amp_module *seq = amp_nn_sequential();
+        CHECK_OK(amp_sequential_add(seq, amp_nn_linear(12, 16, bias)));
+        CHECK_OK(amp_sequential_add(seq, amp_nn_relu()));
+        CHECK_OK(amp_sequential_add(seq, amp_nn_linear(16, 3, true)));
+        const int np = amp_module_num_params(seq);
+        amp_tensor *x = amp_randn(AMP_SHAPE(5, 12), AMP_F32, 0.0, 1.0);
+        CHECK_OK(amp_tensor_set_requires_grad(x, true));
+        amp_tensor *want[8] = {0}, *out = amp_module_forward(seq, x);
+        CHECK_OK(amp_backward(amp_sum_all(amp_mul(out, out))));
+        want[0] = amp_clone(out);
+        want[1] = amp_clone(amp_tensor_grad(x));
+        for (int i = 0; i < np && i < 6; i++) {
+            amp_tensor *p = amp_module_param(seq, i, NULL);
+            want[2 + i] = amp_clone(amp_tensor_grad(p));
+            amp_tensor_clear_grad(p);
+        }
+        amp_temps_free();
+        CHECK_OK(amp_module_to(seq, AMP_CUDA));
+        amp_tensor *xd = amp_to_device(x, AMP_CUDA);
+        CHECK_OK(amp_tensor_set_requires_grad(xd, true));
+        out = amp_module_forward(seq, xd);
+        CHECK_MSG(out != NULL, "bias %d: %s", bias, amp_last_error());
+        CHECK_OK(amp_backward(amp_sum_all(amp_mul(out, out))));
+        const double tol = tol_of(AMP_F32) * 2;
+        check_same("sequential linear-relu-linear", "output", want[0], out, tol);
+        check_same("sequential linear-relu-linear", "x's gradient", want[1], amp_tensor_grad(xd), tol);
+        for (int i = 0; i < np && i < 6; i++) {
+            char part[48];
+            snprintf(part, sizeof part, "parameter %d's gradient", i);
+            check_same("sequential linear-relu-linear", part, want[2 + i],
+                       amp_tensor_grad(amp_module_param(seq, i, NULL)), tol);
+        }
+        for (int i = 0; i < 8; i++)
+            amp_tensor_free(want[i]);
+        amp_temps_free();
+        amp_tensor_free(x);
+        amp_tensor_free(xd);
+        amp_module_free(seq);
+    }
+}
+
 int main(void)
 {
     RUN(test_mlp_training_follows_the_cpu);
@@ -530,5 +581,6 @@ int main(void)
     RUN(test_gpt_on_cuda_matches_the_cpu);
     RUN(test_clip_grad_norm_matches_the_cpu);
     RUN(test_checkpoint_of_a_cuda_model);
+    RUN(test_sequential_linear_relu_on_cuda);
     return cuda_rig_done();
 }

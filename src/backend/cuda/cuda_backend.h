@@ -283,6 +283,25 @@ amp_status cuda_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
                      int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta, void *C, int64_t ldc,
                      int64_t sc, int64_t batch, amp_dtype abdt, amp_dtype cdt);
 
+/* What cuda_gemm_epilogue applies to the f32 product before rounding. */
+typedef enum {
+    CUDA_EPI_NONE = 0,
+    CUDA_EPI_BIAS,      /* + bias[j] on every row of C */
+    CUDA_EPI_RELU,      /* max(x, 0) */
+    CUDA_EPI_RELU_BIAS, /* max(x + bias[j], 0) */
+} cuda_epilogue;
+
+/* C [M, N] = ep(op(A) op(B)), one row-major GEMM (alpha 1, beta 0: C is
+ * only written) with a cuBLASLt epilogue; bias [N] (dtype cdt, contiguous)
+ * is added to every row of C. *taken = false, AMP_OK and C untouched when
+ * cuBLASLt refuses the epilogue for this shape / dtype / alignment (or
+ * there is nothing to compute): the caller then runs its unfused path.
+ * NaN: cuBLASLt's relu is documented as max(x, 0), whose NaN result is not
+ * specified (ampc's relu keeps NaN). */
+amp_status cuda_gemm_epilogue(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                              const void *B, int64_t ldb, void *C, int64_t ldc, amp_dtype abdt, amp_dtype cdt,
+                              cuda_epilogue ep, const void *bias, bool *taken);
+
 /* Attention helpers over S [heads, T, T] f32. Forward: softmax of each row
  * (only the first i+1 entries of row i when causal, the rest 0) into P
  * (pdt), and lse[row] = max + log(sum) when lse is non-NULL. */

@@ -12,6 +12,12 @@
  * (amp_cuda_allow_tf32), as PyTorch's allow_tf32 switch. beta = 1 makes the
  * GEMM add onto C (linear's bias rows), still with one rounding.
  *
+ * Epilogues (cuda_gemm_epilogue): bias, relu, bias then relu, applied by
+ * cuBLASLt to the f32 result before its one rounding into C. They are an
+ * optimisation only: whenever cuBLASLt refuses one (no algorithm from the
+ * heuristic, NOT_SUPPORTED) the entry reports "not taken" and the caller
+ * runs the unfused path (bias rows + beta 1, then a relu pass).
+ *
  * One handle and one 32 MiB workspace for the process; the heuristic picks
  * the algorithm per call (cheap next to the GEMMs ampc runs); when it has
  * none for a layout, a plain kernel does the product. A batch with
@@ -97,11 +103,20 @@ static amp_status naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
     return cuda_launched("fallback GEMM kernel");
 }
 
-/* One (possibly strided-batched) GEMM in cuBLASLt's column-major terms. */
+/* One (possibly strided-batched) GEMM in cuBLASLt's column-major terms.
+ * With taken NULL (plain GEMMs) a layout cuBLASLt has no algorithm for
+ * goes to the naive kernel. With taken non-NULL (an epilogue, epi and
+ * bias set) anything cuBLASLt refuses - the attribute, the heuristic, the
+ * launch - sets *taken = false and returns AMP_OK with C untouched, so
+ * that the caller runs its unfused path instead. */
 static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
                             int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta, void *C,
-                            int64_t ldc, int64_t sc, int64_t batch, amp_dtype abdt, amp_dtype cdt)
+                            int64_t ldc, int64_t sc, int64_t batch, amp_dtype abdt, amp_dtype cdt,
+                            cublasLtEpilogue_t epi, const void *bias, bool *taken)
 {
+    bool refused = false; /* an epilogue cuBLASLt would not take */
+    if (taken)
+        *taken = false;
     cublasComputeType_t ct = abdt == AMP_F32 && cuda_get_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cudaDataType_t at = cuda_type(abdt), ctp = cuda_type(cdt);
     cublasLtMatmulDesc_t desc = NULL;
@@ -117,13 +132,24 @@ static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         st = lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1), "TRANSA");
     if (st == AMP_OK)
         st = lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2), "TRANSB");
-    if (st == AMP_OK)
+    /* The epilogue and its bias. Column-major D is [N, M] (row-major C
+     * [M, N] read column-major), so the bias - one value per D row, the
+     * same for every column - runs along N, a row-major row of C. Its
+     * elements have D's type (BIAS_DATA_TYPE left at its default, -1). */
+    if (st == AMP_OK && taken && epi != CUBLASLT_EPILOGUE_DEFAULT) {
+        refused = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) !=
+                  CUBLAS_STATUS_SUCCESS;
+        if (!refused && bias)
+            refused = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) !=
+                      CUBLAS_STATUS_SUCCESS;
+    }
+    if (st == AMP_OK && !refused)
         st = lt_check(cublasLtMatrixLayoutCreate(&la, at, r1, c1, ldb), "layout of B");
-    if (st == AMP_OK)
+    if (st == AMP_OK && !refused)
         st = lt_check(cublasLtMatrixLayoutCreate(&lb, at, r2, c2, lda), "layout of A");
-    if (st == AMP_OK)
+    if (st == AMP_OK && !refused)
         st = lt_check(cublasLtMatrixLayoutCreate(&lc, ctp, (uint64_t)N, (uint64_t)M, ldc), "layout of C");
-    if (st == AMP_OK && batch > 1) {
+    if (st == AMP_OK && !refused && batch > 1) {
         int32_t bc = (int32_t)batch;
         cublasLtMatrixLayout_t ls[3] = {la, lb, lc};
         int64_t strides[3] = {sb, sa, sc};
@@ -137,9 +163,9 @@ static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         }
     }
     size_t ws = workspace ? WORKSPACE : 0;
-    if (st == AMP_OK)
+    if (st == AMP_OK && !refused)
         st = lt_check(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
-    if (st == AMP_OK)
+    if (st == AMP_OK && !refused)
         st = lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                            sizeof ws),
                       "MAX_WORKSPACE_BYTES");
@@ -149,24 +175,34 @@ static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
     const cublasLtMatmulPreferenceAttributes_t which[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int k = 0; k < 4 && st == AMP_OK; k++)
+    for (int k = 0; k < 4 && st == AMP_OK && !refused; k++)
         st = lt_check(cublasLtMatmulPreferenceSetAttribute(pref, which[k], &align[k], sizeof align[k]),
                       "MIN_ALIGNMENT");
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     /* No algorithm is NOT_SUPPORTED (or a count of 0): the plain kernel. */
     cublasStatus_t hs = CUBLAS_STATUS_SUCCESS;
-    if (st == AMP_OK) {
+    if (st == AMP_OK && !refused) {
         hs = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &found);
-        if (hs != CUBLAS_STATUS_NOT_SUPPORTED)
+        /* For an epilogue any refusal (an unsupported combination may come
+         * back as INVALID_VALUE as well) means the unfused path. */
+        if (taken)
+            refused = hs != CUBLAS_STATUS_SUCCESS || found < 1;
+        else if (hs != CUBLAS_STATUS_NOT_SUPPORTED)
             st = lt_check(hs, "AlgoGetHeuristic");
     }
-    if (st == AMP_OK && (hs == CUBLAS_STATUS_NOT_SUPPORTED || found < 1))
+    if (st == AMP_OK && !refused && !taken && (hs == CUBLAS_STATUS_NOT_SUPPORTED || found < 1)) {
         st = naive(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch, abdt, cdt);
-    else if (st == AMP_OK)
-        st = lt_check(cublasLtMatmul(lt, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &heur.algo, workspace, ws,
-                                     cuda_stream()),
-                      "Matmul");
+    } else if (st == AMP_OK && !refused) {
+        cublasStatus_t ms = cublasLtMatmul(lt, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &heur.algo,
+                                           workspace, ws, cuda_stream());
+        if (taken && ms == CUBLAS_STATUS_NOT_SUPPORTED)
+            refused = true; /* refused before launching: C is untouched */
+        else
+            st = lt_check(ms, "Matmul");
+    }
+    if (taken)
+        *taken = st == AMP_OK && !refused;
     if (pref)
         cublasLtMatmulPreferenceDestroy(pref);
     if (lc)
@@ -211,11 +247,36 @@ extern "C" amp_status cuda_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t 
         for (int64_t b = 0; b < batch; b++) {
             amp_status st = lt_matmul(ta, tb, M, N, K, alpha, (const char *)A + (size_t)(b * sa) * ea, lda, 0,
                                       (const char *)B + (size_t)(b * sb) * ea, ldb, 0, beta,
-                                      (char *)C + (size_t)(b * sc) * ec, ldc, 0, 1, abdt, cdt);
+                                      (char *)C + (size_t)(b * sc) * ec, ldc, 0, 1, abdt, cdt,
+                                      CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
             if (st != AMP_OK)
                 return st;
         }
         return AMP_OK;
     }
-    return lt_matmul(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch, abdt, cdt);
+    return lt_matmul(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch, abdt, cdt,
+                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
+}
+
+extern "C" amp_status cuda_gemm_epilogue(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
+                                         int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc,
+                                         amp_dtype abdt, amp_dtype cdt, cuda_epilogue ep, const void *bias,
+                                         bool *taken)
+{
+    *taken = false;
+    const bool with_bias = ep == CUDA_EPI_BIAS || ep == CUDA_EPI_RELU_BIAS;
+    /* Empty products, odd dtypes, a missing bias: the caller's path knows
+     * what to do with those. */
+    if (M <= 0 || N <= 0 || K <= 0 || ep == CUDA_EPI_NONE || (with_bias && !bias))
+        return AMP_OK;
+    if (!(abdt == AMP_F32 || abdt == AMP_F16 || abdt == AMP_BF16) || !(cdt == abdt || cdt == AMP_F32))
+        return AMP_OK;
+    std::call_once(lt_once, lt_init);
+    if (lt_status != CUBLAS_STATUS_SUCCESS)
+        return lt_check(lt_status, "cublasLtCreate");
+    const cublasLtEpilogue_t epi = ep == CUDA_EPI_BIAS   ? CUBLASLT_EPILOGUE_BIAS
+                                   : ep == CUDA_EPI_RELU ? CUBLASLT_EPILOGUE_RELU
+                                                         : CUBLASLT_EPILOGUE_RELU_BIAS;
+    return lt_matmul(ta, tb, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, abdt, cdt, epi,
+                     with_bias ? bias : NULL, taken);
 }

@@ -4,8 +4,11 @@
  * src/ops/matmul.c's and attention.c's shapes, checks and messages.
  *
  * Precision as on the CPU: 16-bit inputs accumulate in f32 and round once;
- * linear writes the bias rows first and the GEMM adds onto them (beta 1);
- * a shared a's gradient sums over the batches in f32 before rounding.
+ * linear's bias and its fused relu (op_linear_relu) are a cuBLASLt
+ * epilogue (BIAS, RELU_BIAS, RELU) where cuBLASLt takes it, and otherwise
+ * bias rows written first, the GEMM adding onto them (beta 1), then a relu
+ * pass in place; a shared a's gradient sums over the batches in f32 before
+ * rounding.
  *
  * Attention runs all heads as strided batches: S = scale q kᵀ in f32 for
  * every head at once, the masked softmax (and log-sum-exp, saved) in f32,
@@ -90,26 +93,69 @@ amp_status cu_matmul_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 
 /* ------------------------------------------------------------- linear */
 
+/* p.i[1] == 1: a relu fused after the bias (op_linear_relu, nn's Linear +
+ * ReLU pairs). */
+static bool lin_relu(const node *n) { return n->p.i[1] == 1; }
+
+/* The whole tensor t as one flat run (in-place elementwise passes). */
+static cuda_ew_plan flat_plan(int64_t numel, int nin)
+{
+    cuda_ew_plan p;
+    memset(&p, 0, sizeof p);
+    p.nd = 1;
+    p.d[0] = numel;
+    for (int k = 0; k < nin; k++)
+        p.st[k][0] = 1;
+    return p;
+}
+
+/* y = relu(y) in place, with the relu op's formula (NaN stays NaN). */
+static amp_status relu_in_place(amp_tensor *y)
+{
+    const void *in[1] = {tensor_ptr(y)};
+    const amp_dtype dt[1] = {y->dtype};
+    cuda_ew_plan p = flat_plan(y->numel, 1);
+    return cuda_ew(CEW_RELU, tensor_ptr(y), y->dtype, y->numel, 1, in, dt, &p, 0.0f);
+}
+
 amp_tensor *cu_linear_forward(node *n)
 {
     lin_plan pl;
     if (!same_float_dtypes(n) || !linear_infer(n, &pl))
         return NULL;
-    if (n->p.i[1] != 0) /* the fused relu is a CPU (oneDNN post-op) form only */
-        return op_fail_shapes(n, "a fused activation is not supported on cuda");
+    if (n->p.i[1] != 0 && !lin_relu(n))
+        return op_fail_shapes(n, "unknown fused activation");
     const amp_tensor *x = n->in[0], *w = n->in[1];
-    const bool has_bias = lin_has_bias(n);
+    const bool has_bias = lin_has_bias(n), relu = lin_relu(n);
     amp_shape os = x->shape;
     os.d[os.ndim - 1] = pl.out;
     amp_tensor *y = cu_new(os, x->dtype);
     if (!y)
         return NULL;
+    /* First the bias as a cuBLASLt epilogue (one rounding); when cuBLASLt
+     * refuses it, bias rows + beta 1, the same values up to the GEMM's own
+     * summation order. The relu is ampc's own kernel, not cuBLASLt's RELU
+     * epilogue: that one is documented as max(x, 0) and may turn a NaN
+     * into 0, where relu (PyTorch's and ampc's) keeps it. */
+    bool taken = false;
     amp_status st = AMP_OK;
-    if (has_bias) /* every row starts as the bias; the GEMM adds x wᵀ onto it */
-        st = cuda_copy_2d(tensor_ptr(n->in[2]), x->dtype, 0, 0, tensor_ptr(y), y->dtype, pl.out, 0, pl.rows, pl.out);
-    if (st == AMP_OK)
-        st = cuda_gemm(false, true, pl.rows, pl.out, pl.in, 1.0f, tensor_ptr(x), pl.in, 0, tensor_ptr(w), pl.in, 0,
-                       has_bias ? 1.0f : 0.0f, tensor_ptr(y), pl.out, 0, 1, x->dtype, y->dtype);
+    if (has_bias)
+        st = cuda_gemm_epilogue(false, true, pl.rows, pl.out, pl.in, tensor_ptr(x), pl.in, tensor_ptr(w), pl.in,
+                                tensor_ptr(y), pl.out, x->dtype, y->dtype, CUDA_EPI_BIAS, tensor_ptr(n->in[2]),
+                                &taken);
+    if (st == AMP_OK && !taken) {
+        if (has_bias) /* every row starts as the bias; the GEMM adds x wᵀ onto it */
+            st = cuda_copy_2d(tensor_ptr(n->in[2]), x->dtype, 0, 0, tensor_ptr(y), y->dtype, pl.out, 0, pl.rows,
+                              pl.out);
+        if (st == AMP_OK)
+            st = cuda_gemm(false, true, pl.rows, pl.out, pl.in, 1.0f, tensor_ptr(x), pl.in, 0, tensor_ptr(w), pl.in,
+                           0, has_bias ? 1.0f : 0.0f, tensor_ptr(y), pl.out, 0, 1, x->dtype, y->dtype);
+    }
+    if (st == AMP_OK && relu)
+        st = relu_in_place(y);
+    /* The relu's backward masks by the output, as the CPU's. */
+    if (st == AMP_OK && relu && n->needs_grad)
+        st = op_save(n, 0, y);
     if (st != AMP_OK) {
         amp_tensor_free(y);
         return NULL;
@@ -124,27 +170,45 @@ amp_status cu_linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
         return amp_last_status();
     const amp_tensor *x = n->in[0], *w = n->in[1];
     const amp_dtype dt = x->dtype;
+    amp_tensor *masked = NULL;
+    if (lin_relu(n)) {
+        /* Through the fused relu first: dY where the output is > 0 (the
+         * relu op's backward formula, on the saved output). */
+        const amp_tensor *y = n->saved[0];
+        if (!y)
+            return amp_set_error(AMP_ERR_STATE, "%s: the fused relu's output was not saved", op_name(n));
+        if (y->numel != gout->numel)
+            return amp_set_error(AMP_ERR_STATE, "%s: gradient of %lld elements for an output of %lld", op_name(n),
+                                 (long long)gout->numel, (long long)y->numel);
+        cu_arg args[2] = {cu_arg_of(gout), cu_arg_of(y)};
+        args[1].shape = gout->shape;
+        if (!(masked = cu_ew(CEW_RELU_GRAD, gout->shape, gout->dtype, args, 2, 0.0f)))
+            return fail_status();
+        gout = masked;
+    }
+    amp_status st = AMP_OK;
     if (in_needs_grad(n, 0)) {
         /* dX [rows, in] = dY [rows, out] W [out, in] */
         if (!(gin[0] = cu_new(x->shape, dt)) ||
             cuda_gemm(false, false, pl.rows, pl.in, pl.out, 1.0f, tensor_ptr(gout), pl.out, 0, tensor_ptr(w), pl.in, 0,
                       0.0f, tensor_ptr(gin[0]), pl.in, 0, 1, dt, dt) != AMP_OK)
-            return fail_status();
+            st = fail_status();
     }
-    if (in_needs_grad(n, 1)) {
+    if (st == AMP_OK && in_needs_grad(n, 1)) {
         /* dW [out, in] = dYᵀ [out, rows] X [rows, in] */
         if (!(gin[1] = cu_new(w->shape, dt)) ||
             cuda_gemm(true, false, pl.out, pl.in, pl.rows, 1.0f, tensor_ptr(gout), pl.out, 0, tensor_ptr(x), pl.in, 0,
                       0.0f, tensor_ptr(gin[1]), pl.in, 0, 1, dt, dt) != AMP_OK)
-            return fail_status();
+            st = fail_status();
     }
-    if (lin_has_bias(n) && in_needs_grad(n, 2)) {
+    if (st == AMP_OK && lin_has_bias(n) && in_needs_grad(n, 2)) {
         /* db = column sums of dY [rows, out] */
         cu_arg g = {tensor_ptr(gout), gout->dtype, {2, {pl.rows, pl.out}}};
         if (!(gin[2] = cu_reduce(&g, 1u, 1.0, n->in[2]->shape, n->in[2]->dtype)))
-            return fail_status();
+            st = fail_status();
     }
-    return AMP_OK;
+    amp_tensor_free(masked);
+    return st;
 }
 
 /* ---------------------------------------------------------- attention */
