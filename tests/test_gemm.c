@@ -6,6 +6,7 @@
  */
 #include "backend/cpu/gemm.h"
 #include "base/base.h"
+#include "gemm_ref.h"
 #include "harness.h"
 
 #include <stdlib.h>
@@ -28,27 +29,6 @@ static float *matrix(int64_t rows, int64_t cols, int64_t ld)
         for (int64_t j = 0; j < cols; j++)
             m[i * ld + j] = frand();
     return m;
-}
-
-/* ref = alpha op(A) op(B) + beta C in double; bound = the same sum over
- * absolute values, the scale of the rounding error. */
-static void naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const float *A,
-                  int64_t lda, const float *B, int64_t ldb, double beta, const float *C, int64_t ldc,
-                  double *ref, double *bound)
-{
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            double s = 0, sa = 0;
-            for (int64_t k = 0; k < K; k++) {
-                double a = ta ? A[k * lda + i] : A[i * lda + k];
-                double b = tb ? B[j * ldb + k] : B[k * ldb + j];
-                s += a * b;
-                sa += fabs(a * b);
-            }
-            double c = beta != 0 ? C[i * ldc + j] : 0;
-            ref[i * N + j] = alpha * s + beta * c;
-            bound[i * N + j] = fabs(alpha) * sa + fabs(beta * c);
-        }
 }
 
 /* Runs one case through gemm_f32 and checks every element and that the

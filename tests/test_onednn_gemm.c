@@ -11,6 +11,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/onednn.h"
 #include "base/base.h"
+#include "gemm_ref.h"
 #include "harness.h"
 #include "ops/fused.h"
 
@@ -49,26 +50,6 @@ static uint16_t *to_bf16(const float *f, int64_t n)
     uint16_t *h = malloc(2 * (size_t)(n + 1));
     amp_convert(f, AMP_F32, h, round_to, (size_t)n);
     return h;
-}
-
-/* ref = alpha op(A) op(B) + beta C in double, and the sum of the terms'
- * magnitudes (the scale of the f32 rounding error). */
-static void naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const float *A, int64_t lda,
-                  const float *B, int64_t ldb, double beta, const float *C, int64_t ldc, double *ref, double *bound)
-{
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            double s = 0, sa = 0;
-            for (int64_t k = 0; k < K; k++) {
-                double a = ta ? A[k * lda + i] : A[i * lda + k];
-                double b = tb ? B[j * ldb + k] : B[k * ldb + j];
-                s += a * b;
-                sa += fabs(a * b);
-            }
-            double c = beta != 0 ? C[i * ldc + j] : 0;
-            ref[i * N + j] = alpha * s + beta * c;
-            bound[i * N + j] = fabs(alpha) * sa + fabs(beta * c);
-        }
 }
 
 /* One product on oneDNN (mode ONEDNN), f32 or bf16 inputs with an f32 or
