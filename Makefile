@@ -1,8 +1,11 @@
 # ampc: convenience targets around CMake.
 #   make train   install what is missing, build, run the main job: ampc train
 #                (a CNN on Fashion-MNIST in bf16, about a minute; ARGS="..." adds options)
-#   make test    install what is missing, build, run every test (CTest)
+#   make test    install what is missing, build, run every test (CTest), then
+#                the CUDA backend's tests on cudaemu (make test-cuda-emu)
 #   make asan    the tests again under AddressSanitizer + UBSan
+#   make test-cuda-emu  the CUDA backend's tests on cudaemu, the CUDA runtime
+#                and cuBLASLt emulated on the CPU (tests/cuda_emu; no GPU needed)
 #   make bench   benchmarks: GEMM, grad scaler, training step beside PyTorch
 #   make install PREFIX=/usr/local
 
@@ -11,7 +14,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DAMPC_WERROR=ON
 
-.PHONY: all deps build train test asan bench install clean
+.PHONY: all deps build train test asan test-cuda-emu bench install clean
 
 all: build
 
@@ -29,12 +32,18 @@ train: deps build
 
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) --no-print-directory test-cuda-emu
 
 asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DAMPC_SANITIZE=ON -DAMPC_WERROR=ON
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 AMPC_TEST_QUICK=1 \
 		UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+
+test-cuda-emu: deps
+	cmake -S . -B build-emu -DCMAKE_BUILD_TYPE=Release -DAMPC_WERROR=ON -DAMPC_CUDA=EMU
+	cmake --build build-emu -j $(JOBS) --target cuda_emu_tests
+	cd build-emu && ctest --output-on-failure -j $(JOBS) -L cuda
 
 bench: deps build
 	bench/run.sh $(BUILD) $(ARGS)
@@ -43,4 +52,4 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-emu

@@ -1,0 +1,58 @@
+/*
+ * library_types.h - cudaemu's stand-in for the CUDA toolkit header of the
+ * same name: the data-type and library-property enums that the CUDA math
+ * libraries (here, cudaemu's cuBLASLt) take. Names and numeric values
+ * follow the toolkit's, so code written against the real header compiles
+ * and behaves the same here. Self-contained and usable from C and C++.
+ */
+#ifndef CUDAEMU_LIBRARY_TYPES_H
+#define CUDAEMU_LIBRARY_TYPES_H
+
+/* Element type of a matrix or scalar: R_ real, C_ complex; then the width
+ * in bits and F (float), BF (bfloat16), I (signed) or U (unsigned). */
+typedef enum cudaDataType_t {
+    CUDA_R_32F = 0,
+    CUDA_R_64F = 1,
+    CUDA_R_16F = 2,
+    CUDA_R_8I = 3,
+    CUDA_C_32F = 4,
+    CUDA_C_64F = 5,
+    CUDA_C_16F = 6,
+    CUDA_C_8I = 7,
+    CUDA_R_8U = 8,
+    CUDA_C_8U = 9,
+    CUDA_R_32I = 10,
+    CUDA_C_32I = 11,
+    CUDA_R_32U = 12,
+    CUDA_C_32U = 13,
+    CUDA_R_16BF = 14,
+    CUDA_C_16BF = 15,
+    CUDA_R_4I = 16,
+    CUDA_C_4I = 17,
+    CUDA_R_4U = 18,
+    CUDA_C_4U = 19,
+    CUDA_R_16I = 20,
+    CUDA_C_16I = 21,
+    CUDA_R_16U = 22,
+    CUDA_C_16U = 23,
+    CUDA_R_64I = 24,
+    CUDA_C_64I = 25,
+    CUDA_R_64U = 26,
+    CUDA_C_64U = 27,
+    CUDA_R_8F_E4M3 = 28,
+    CUDA_R_8F_E5M2 = 29,
+} cudaDataType;
+
+/* C code may spell the type either way, as C++ code can. */
+typedef enum cudaDataType_t cudaDataType_t;
+
+/* What cublasLtGetProperty and friends report. */
+typedef enum libraryPropertyType_t {
+    MAJOR_VERSION,
+    MINOR_VERSION,
+    PATCH_LEVEL,
+} libraryPropertyType;
+
+typedef enum libraryPropertyType_t libraryPropertyType_t;
+
+#endif
