@@ -249,10 +249,14 @@ amp_status amp_backward(amp_tensor *loss)
                              "only for one element (use amp_backward_with)",
                              amp_shape_str(loss->shape, b, sizeof b));
     }
-    amp_tensor *seed = amp_full(loss->shape, loss->dtype, 1.0);
+    /* The seed is made where the loss is: on CUDA by a fill kernel, so
+     * that backward queues no copy from the host. */
+    amp_tensor *seed = tensor_new_on(loss->shape, loss->dtype, amp_tensor_device(loss));
     if (!seed)
         return amp_last_status();
-    amp_status st = run_backward(loss, seed);
+    amp_status st = amp_tensor_fill(seed, 1.0);
+    if (st == AMP_OK)
+        st = run_backward(loss, seed);
     amp_tensor_free(seed);
     return st;
 }

@@ -18,7 +18,10 @@
  * total.
  *
  * Multi-tensor launches: the host lists the tensors (pointers, sizes,
- * dtypes) in a small array copied to the device, each tensor split into
+ * dtypes) in a struct passed by value as a kernel argument, as PyTorch's
+ * multi_tensor_apply does - no copy to the device, so nothing the host
+ * could wait for - MT_MAX tensors per launch (kernel arguments are limited
+ * to 4 KiB), more tensors taking more launches. Each tensor is split into
  * chunks of CHUNK elements; block b finds its tensor by binary search over
  * the chunk offsets. The formulas are optim.c's and scaler.c's, element for
  * element.
@@ -37,48 +40,63 @@ struct mt_entry {
     int64_t first_block;
 };
 
-/* Copies the entries to the device (stream-ordered; the host vector may go
- * at once) and returns the device copy, NULL with the error set. */
-static mt_entry *upload(std::vector<mt_entry> &v, int64_t *blocks)
+/* The tensors of one launch, and its number of chunks. */
+#define MT_MAX 44
+struct mt_list {
+    mt_entry e[MT_MAX];
+    int n;
+    int64_t blocks;
+};
+/* What a launch passes besides the list (pointers, an optimizer's options)
+ * stays under 4 KiB with it. */
+static_assert(sizeof(mt_list) + 256 <= 4096, "a tensor list must fit CUDA's 4 KiB of kernel arguments");
+
+/* Splits v into launches of at most MT_MAX tensors, chunk offsets counted
+ * from each launch's start. */
+static std::vector<mt_list> lists_of(const std::vector<mt_entry> &v)
 {
-    int64_t b = 0;
-    for (auto &e : v) {
-        e.first_block = b;
-        b += (e.p.n + CHUNK - 1) / CHUNK;
+    std::vector<mt_list> out;
+    for (size_t i = 0; i < v.size(); i++) {
+        if (i % MT_MAX == 0) {
+            mt_list l;
+            memset(&l, 0, sizeof l);
+            out.push_back(l);
+        }
+        mt_list &l = out.back();
+        l.e[l.n] = v[i];
+        l.e[l.n].first_block = l.blocks;
+        l.blocks += (v[i].p.n + CHUNK - 1) / CHUNK;
+        l.n++;
     }
-    *blocks = b;
-    mt_entry *d = (mt_entry *)cuda_malloc(v.size() * sizeof(mt_entry));
-    if (!d)
-        return NULL;
-    if (cuda_memcpy(d, v.data(), v.size() * sizeof(mt_entry), cudaMemcpyHostToDevice,
-                    "cudaMemcpyAsync (tensor list)") != AMP_OK) {
-        cuda_free(d);
-        return NULL;
-    }
-    return d;
+    return out;
 }
 
-/* The entry block b belongs to. */
-__device__ __forceinline__ int find_entry(const mt_entry *e, int n, int64_t b)
+/* The grid of a launch over l's chunks. */
+static unsigned grid_of(const mt_list &l) { return (unsigned)(l.blocks < 65535 * 16 ? l.blocks : 65535 * 16); }
+
+/* The entry chunk b belongs to, copied (a by-value read of the kernel
+ * argument; a reference into it would make the compiler copy the whole
+ * list into each thread's local memory). */
+__device__ __forceinline__ mt_entry find_entry(const mt_list &l, int64_t b)
 {
-    int lo = 0, hi = n - 1;
+    int lo = 0, hi = l.n - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
-        if (e[mid].first_block <= b)
+        if (l.e[mid].first_block <= b)
             lo = mid;
         else
             hi = mid - 1;
     }
-    return lo;
+    return l.e[lo];
 }
 
 /* ------------------------------------------------------------- unscale */
 
-__global__ void k_unscale(const mt_entry *e, int n, int64_t blocks, const float *scale, float *found_inf)
+__global__ void k_unscale(const mt_list l, const float *scale, float *found_inf)
 {
     const float inv = (float)(1.0 / (double)*scale); /* PyTorch: the reciprocal in double */
-    for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
-        const mt_entry &t = e[find_entry(e, n, b)];
+    for (int64_t b = blockIdx.x; b < l.blocks; b += gridDim.x) {
+        const mt_entry t = find_entry(l, b);
         const int64_t lo = (b - t.first_block) * CHUNK, hi = lo + CHUNK < t.p.n ? lo + CHUNK : t.p.n;
         int bad = 0;
         for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
@@ -115,16 +133,14 @@ extern "C" amp_status cuda_unscale(const cuda_buf *g, int n, const float *scale,
         e.p.pdt = g[i].dt;
         v.push_back(e);
     }
-    if (v.empty())
-        return AMP_OK;
-    int64_t blocks;
-    mt_entry *d = upload(v, &blocks);
-    if (!d)
-        return amp_last_status();
-    unsigned grid = (unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16);
-    k_unscale<<<grid, CUDA_THREADS, 0, cuda_stream()>>>(d, (int)v.size(), blocks, scale, found_inf);
-    amp_status st = cuda_launched("unscale kernel");
-    cuda_free(d);
+    amp_status st = AMP_OK;
+    for (const mt_list &l : lists_of(v)) {
+        if (l.blocks == 0)
+            continue;
+        k_unscale<<<grid_of(l), CUDA_THREADS, 0, cuda_stream()>>>(l, scale, found_inf);
+        if ((st = cuda_launched("unscale kernel")) != AMP_OK)
+            break;
+    }
     return st;
 }
 
@@ -138,11 +154,11 @@ struct clip_coef {
 
 /* partial[b] = the sum of the squares of chunk b, in double (a float's
  * square is exact in double, as in clip.c's sum). */
-__global__ void k_clip_sumsq(const mt_entry *e, int n, int64_t blocks, double *partial)
+__global__ void k_clip_sumsq(const mt_list l, double *partial)
 {
     __shared__ double scratch[32];
-    for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
-        const mt_entry &t = e[find_entry(e, n, b)];
+    for (int64_t b = blockIdx.x; b < l.blocks; b += gridDim.x) {
+        const mt_entry t = find_entry(l, b);
         const int64_t lo = (b - t.first_block) * CHUNK, hi = lo + CHUNK < t.p.n ? lo + CHUNK : t.p.n;
         double s = 0;
         for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
@@ -173,13 +189,13 @@ __global__ void k_clip_coef(const double *partial, int64_t blocks, double max_no
     }
 }
 
-__global__ void k_clip_scale(const mt_entry *e, int n, int64_t blocks, const clip_coef *c)
+__global__ void k_clip_scale(const mt_list l, const clip_coef *c)
 {
     if (!c->apply)
         return;
     const float coef = c->coef;
-    for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
-        const mt_entry &t = e[find_entry(e, n, b)];
+    for (int64_t b = blockIdx.x; b < l.blocks; b += gridDim.x) {
+        const mt_entry t = find_entry(l, b);
         const int64_t lo = (b - t.first_block) * CHUNK, hi = lo + CHUNK < t.p.n ? lo + CHUNK : t.p.n;
         if (t.p.pdt == AMP_F32) {
             float *g = (float *)t.p.p;
@@ -208,36 +224,42 @@ extern "C" amp_status cuda_clip_grad_norm(const cuda_buf *g, int n, double max_n
         e.p.pdt = g[i].dt;
         v.push_back(e);
     }
+    const std::vector<mt_list> lists = lists_of(v);
     int64_t blocks = 0;
-    mt_entry *d = NULL;
-    if (!v.empty() && !(d = upload(v, &blocks)))
-        return amp_last_status();
-    /* The partial sums, then the factor, in one scratch block. */
+    for (const mt_list &l : lists)
+        blocks += l.blocks;
+    /* The partial sums (each launch's at its own offset), then the factor,
+     * in one scratch block. */
     const size_t n_partial = (size_t)(blocks > 0 ? blocks : 1);
     char *scratch = (char *)cuda_malloc(n_partial * sizeof(double) + sizeof(clip_coef));
-    if (!scratch) {
-        cuda_free(d);
+    if (!scratch)
         return amp_last_status();
-    }
     double *partial = (double *)scratch;
     clip_coef *c = (clip_coef *)(scratch + n_partial * sizeof(double));
     cudaStream_t s = cuda_stream();
-    const unsigned grid = (unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16);
     amp_status st = AMP_OK;
-    if (blocks > 0) {
-        k_clip_sumsq<<<grid, CUDA_THREADS, 0, s>>>(d, (int)v.size(), blocks, partial);
-        st = cuda_launched("clip_grad_norm sum kernel");
+    int64_t at = 0;
+    for (const mt_list &l : lists) {
+        if (l.blocks == 0)
+            continue;
+        k_clip_sumsq<<<grid_of(l), CUDA_THREADS, 0, s>>>(l, partial + at);
+        at += l.blocks;
+        if ((st = cuda_launched("clip_grad_norm sum kernel")) != AMP_OK)
+            break;
     }
     if (st == AMP_OK) { /* with no gradients: total 0, factor not applied */
         k_clip_coef<<<1, CUDA_THREADS, 0, s>>>(partial, blocks, max_norm, total, c);
         st = cuda_launched("clip_grad_norm factor kernel");
     }
-    if (st == AMP_OK && blocks > 0) {
-        k_clip_scale<<<grid, CUDA_THREADS, 0, s>>>(d, (int)v.size(), blocks, c);
+    for (const mt_list &l : lists) {
+        if (st != AMP_OK)
+            break;
+        if (l.blocks == 0)
+            continue;
+        k_clip_scale<<<grid_of(l), CUDA_THREADS, 0, s>>>(l, c);
         st = cuda_launched("clip_grad_norm scale kernel");
     }
     cuda_free(scratch);
-    cuda_free(d);
     return st;
 }
 
@@ -312,25 +334,26 @@ extern "C" amp_status cuda_scaler_count(cuda_scaler_state *st, int rec)
 
 /* ---------------------------------------------------------- optimizers */
 
-/* Counts the step: each parameter's counter and the optimizer's total. */
-__global__ void k_count_steps(const mt_entry *e, int n, long long *steps, int n_counters, const float *found_inf)
+/* Counts the step: each listed parameter's counter, and the optimizer's
+ * total when `total` (once per step, with the first list). */
+__global__ void k_count_steps(const mt_list l, long long *steps, int n_counters, bool total,
+                              const float *found_inf)
 {
     if (found_inf && *found_inf != 0.0f)
         return;
-    for (int k = threadIdx.x; k < n; k += blockDim.x)
-        steps[e[k].p.index]++;
-    if (threadIdx.x == 0)
+    for (int k = threadIdx.x; k < l.n; k += blockDim.x)
+        steps[l.e[k].p.index]++;
+    if (threadIdx.x == 0 && total)
         steps[n_counters]++;
 }
 
-__global__ void k_sgd(const mt_entry *e, int n, int64_t blocks, const long long *steps, const float *found_inf,
-                      cuda_sgd_opts o)
+__global__ void k_sgd(const mt_list l, const long long *steps, const float *found_inf, cuda_sgd_opts o)
 {
     if (found_inf && *found_inf != 0.0f)
         return;
     const float neg_lr = -o.lr;
-    for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
-        const mt_entry &t = e[find_entry(e, n, b)];
+    for (int64_t b = blockIdx.x; b < l.blocks; b += gridDim.x) {
+        const mt_entry t = find_entry(l, b);
         const bool first = steps[t.p.index] == 0;
         const int64_t lo = (b - t.first_block) * CHUNK, hi = lo + CHUNK < t.p.n ? lo + CHUNK : t.p.n;
         float *buf = t.p.s0;
@@ -347,16 +370,15 @@ __global__ void k_sgd(const mt_entry *e, int n, int64_t blocks, const long long 
     }
 }
 
-__global__ void k_adam(const mt_entry *e, int n, int64_t blocks, const long long *steps, const float *found_inf,
-                       cuda_adam_opts a)
+__global__ void k_adam(const mt_list l, const long long *steps, const float *found_inf, cuda_adam_opts a)
 {
     if (found_inf && *found_inf != 0.0f)
         return;
     const float eps = (float)a.eps, wd = (float)a.weight_decay, decay = (float)(1.0 - a.lr * a.weight_decay);
     const float w1 = (float)(1.0 - a.beta1), b2 = (float)a.beta2, w2 = (float)(1.0 - a.beta2);
     const bool l2 = !a.decoupled && a.weight_decay != 0, dec = a.decoupled && a.weight_decay != 0;
-    for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
-        const mt_entry &t = e[find_entry(e, n, b)];
+    for (int64_t b = blockIdx.x; b < l.blocks; b += gridDim.x) {
+        const mt_entry t = find_entry(l, b);
         const double step = (double)(steps[t.p.index] + 1);
         const double bc1 = 1.0 - pow(a.beta1, step), bc2 = 1.0 - pow(a.beta2, step);
         const float neg_step = (float)(-(a.lr / bc1)), bc2_sqrt = (float)sqrt(bc2);
@@ -383,8 +405,8 @@ __global__ void k_adam(const mt_entry *e, int n, int64_t blocks, const long long
     }
 }
 
-/* The entries for p[0..n) (empty tensors dropped), uploaded. */
-static mt_entry *param_entries(const cuda_param *p, int n, int *count, int64_t *blocks)
+/* The launches over p[0..n). */
+static std::vector<mt_list> param_lists(const cuda_param *p, int n)
 {
     std::vector<mt_entry> v;
     for (int i = 0; i < n; i++) {
@@ -393,8 +415,32 @@ static mt_entry *param_entries(const cuda_param *p, int n, int *count, int64_t *
         e.p = p[i];
         v.push_back(e);
     }
-    *count = (int)v.size();
-    return upload(v, blocks);
+    return lists_of(v);
+}
+
+/* The update kernel over every list, then the counts (after all updates:
+ * an update reads its parameters' counters). */
+template <class Opts>
+static amp_status step_lists(const std::vector<mt_list> &lists, void (*update)(mt_list, const long long *,
+                                                                               const float *, Opts),
+                             Opts o, int64_t *steps, int n_counters, const float *found_inf, const char *what)
+{
+    cudaStream_t s = cuda_stream();
+    for (const mt_list &l : lists) {
+        if (l.blocks == 0)
+            continue;
+        update<<<grid_of(l), CUDA_THREADS, 0, s>>>(l, (const long long *)steps, found_inf, o);
+        amp_status st = cuda_launched(what);
+        if (st != AMP_OK)
+            return st;
+    }
+    for (size_t i = 0; i < lists.size(); i++) {
+        k_count_steps<<<1, CUDA_THREADS, 0, s>>>(lists[i], (long long *)steps, n_counters, i == 0, found_inf);
+        amp_status st = cuda_launched("step count kernel");
+        if (st != AMP_OK)
+            return st;
+    }
+    return AMP_OK;
 }
 
 extern "C" amp_status cuda_sgd_step(const cuda_param *p, int n, int64_t *steps, int n_counters,
@@ -402,24 +448,7 @@ extern "C" amp_status cuda_sgd_step(const cuda_param *p, int n, int64_t *steps, 
 {
     if (n <= 0)
         return AMP_OK;
-    int count;
-    int64_t blocks;
-    mt_entry *d = param_entries(p, n, &count, &blocks);
-    if (!d)
-        return amp_last_status();
-    cudaStream_t s = cuda_stream();
-    amp_status st = AMP_OK;
-    if (blocks > 0) {
-        unsigned grid = (unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16);
-        k_sgd<<<grid, CUDA_THREADS, 0, s>>>(d, count, blocks, (const long long *)steps, found_inf, o);
-        st = cuda_launched("sgd kernel");
-    }
-    if (st == AMP_OK) {
-        k_count_steps<<<1, CUDA_THREADS, 0, s>>>(d, count, (long long *)steps, n_counters, found_inf);
-        st = cuda_launched("step count kernel");
-    }
-    cuda_free(d);
-    return st;
+    return step_lists(param_lists(p, n), k_sgd, o, steps, n_counters, found_inf, "sgd kernel");
 }
 
 extern "C" amp_status cuda_adam_step(const cuda_param *p, int n, int64_t *steps, int n_counters,
@@ -427,22 +456,5 @@ extern "C" amp_status cuda_adam_step(const cuda_param *p, int n, int64_t *steps,
 {
     if (n <= 0)
         return AMP_OK;
-    int count;
-    int64_t blocks;
-    mt_entry *d = param_entries(p, n, &count, &blocks);
-    if (!d)
-        return amp_last_status();
-    cudaStream_t s = cuda_stream();
-    amp_status st = AMP_OK;
-    if (blocks > 0) {
-        unsigned grid = (unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16);
-        k_adam<<<grid, CUDA_THREADS, 0, s>>>(d, count, blocks, (const long long *)steps, found_inf, o);
-        st = cuda_launched("adam kernel");
-    }
-    if (st == AMP_OK) {
-        k_count_steps<<<1, CUDA_THREADS, 0, s>>>(d, count, (long long *)steps, n_counters, found_inf);
-        st = cuda_launched("step count kernel");
-    }
-    cuda_free(d);
-    return st;
+    return step_lists(param_lists(p, n), k_adam, o, steps, n_counters, found_inf, "adam kernel");
 }
