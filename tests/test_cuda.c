@@ -14,6 +14,7 @@
  * Without a GPU every test is reported as skipped (never as passed) and
  * the program exits 77, which CTest shows as "Skipped".
  */
+#include "backend/cuda/cuda_backend.h"
 #include "cuda_rig.h"
 #include "ops/fused.h"
 
@@ -434,6 +435,48 @@ static void test_pools(void)
 
 /* ------------------------------------------------- tensors and errors */
 
+/* cuda_gemm with an empty sum (K = 0): C = beta * C for any beta - kept
+ * (1), zeroed without reading C (0, over NaN), scaled (0.5, -2) - in f32
+ * and bf16, over a strided batch. */
+static void test_gemm_with_an_empty_sum(void)
+{
+    if (!gpu())
+        return;
+    enum { M = 3, N = 5, LDC = 6, BATCH = 2, SC = M * LDC };
+    const float betas[4] = {1.0f, 0.0f, 0.5f, -2.0f};
+    for (int d = 0; d < 2; d++) {
+        const amp_dtype dt = d ? AMP_BF16 : AMP_F32;
+        const size_t es = amp_dtype_size(dt);
+        for (int k = 0; k < 4; k++) {
+            float c0[BATCH * SC], got[BATCH * SC];
+            for (int i = 0; i < BATCH * SC; i++)
+                c0[i] = betas[k] == 0.0f && i % 4 == 0 ? NAN : (float)(i % 9) - 3.5f;
+            unsigned char host[BATCH * SC * 4];
+            amp_convert(c0, AMP_F32, host, dt, BATCH * SC);
+            void *c = cuda_malloc(sizeof host);
+            CHECK(c != NULL);
+            if (!c)
+                return;
+            CHECK_OK(cuda_copy(c, AMP_CUDA, host, AMP_CPU, BATCH * SC * es));
+            CHECK_OK(cuda_gemm(false, false, M, N, 0, 1.0f, NULL, 1, 0, NULL, N, 0, betas[k], c, LDC, SC, BATCH,
+                               dt, dt));
+            CHECK_OK(cuda_copy(host, AMP_CPU, c, AMP_CUDA, BATCH * SC * es));
+            amp_convert(host, dt, got, AMP_F32, BATCH * SC);
+            int bad = 0;
+            for (int i = 0; i < BATCH * SC; i++) {
+                const bool inside = i % SC % LDC < N;
+                /* Exact: the products by 0, 0.5, -2 and 1 of these values
+                 * are representable in both dtypes. */
+                const float want = !inside ? c0[i] : betas[k] == 0.0f ? 0.0f : betas[k] * c0[i];
+                bad += !(got[i] == want || (isnan(got[i]) && isnan(want)));
+            }
+            CHECK_MSG(bad == 0, "%s, beta %g: %d of %d elements wrong", amp_dtype_name(dt), betas[k], bad,
+                      BATCH * SC);
+            cuda_free(c);
+        }
+    }
+}
+
 static void test_device_tensors(void)
 {
     if (!gpu())
@@ -644,6 +687,7 @@ int main(void)
     RUN(test_matmul_linear_attention);
     RUN(test_conv2d);
     RUN(test_pools);
+    RUN(test_gemm_with_an_empty_sum);
     RUN(test_device_tensors);
     RUN(test_scaler_small_interval_sequence);
     RUN(test_scaler_no_floor);

@@ -226,9 +226,12 @@ extern "C" amp_status cuda_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t 
         return amp_set_error(AMP_ERR_DTYPE, "cuda gemm: %s inputs into %s output", amp_dtype_name(abdt),
                              amp_dtype_name(cdt));
     if (K <= 0) {
-        /* An empty sum: C = beta * C, that is 0 or unchanged (beta 1). */
-        if (beta != 0.0f)
+        /* An empty sum: C = beta * C: unchanged (beta 1), zeros (beta 0,
+         * C not read), or scaled by the plain kernel (its sum is empty). */
+        if (beta == 1.0f)
             return AMP_OK;
+        if (beta != 0.0f)
+            return naive(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch, abdt, cdt);
         size_t es = amp_dtype_size(cdt);
         for (int64_t b = 0; b < batch; b++) {
             amp_status st = cuda_check(cudaMemset2DAsync((char *)C + (size_t)(b * sc) * es, (size_t)ldc * es, 0,
