@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ampc needs, if any are missing, and says which.
 #   build: gcc, make, cmake, zlib, pkg-config (for the install test),
+#          g++ and sed (cudaemu: the CUDA backend's tests without a GPU),
 #          oneDNN (libdnnl-dev: the CPU GEMMs and convolutions; ampc builds
 #          without it too, on its own kernels only)
 #   data:  dataset-fashion-mnist (images), fortunes (the default text corpus)
 set -euo pipefail
 
-need=(gcc make cmake zlib1g-dev pkg-config libdnnl-dev dataset-fashion-mnist fortunes)
+need=(gcc g++ sed make cmake zlib1g-dev pkg-config libdnnl-dev dataset-fashion-mnist fortunes)
 missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
