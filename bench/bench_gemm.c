@@ -10,11 +10,15 @@
  *     products, n = 256 .. 2048, 1 and 2 threads: f32 on ampc's kernel and
  *     on oneDNN, bf16 on every path of ampc's this CPU has (widening to
  *     f32, VDPBF16PS, AMX) and on oneDNN, each as GFLOP/s and as a fraction
- *     of its own instruction's peak;
+ *     of its own instruction's peak; and gemm_lowp(f16 x f16 -> f16)
+ *     widened to f32 and split into bf16 on AMX (gemm_f16_split.c);
  *   - the shapes that matter: every GEMM of one training step of the three
  *     benchmark models (bench/ampc_step.c), as ampc issues them, on 2
  *     threads, f32 and bf16, own kernels against oneDNN, with the side the
- *     AUTO policy (onednn_gemm_policy) picks and whether the pick lost.
+ *     AUTO policy (onednn_gemm_policy) picks and whether the pick lost;
+ *     f16 widened against split, with the side gemm_f16_split_policy picks;
+ *   - the f16 paths' worst error against double (64 x 64 outputs, K 256 ..
+ *     4096), beside the error a three-term split (dropping lo x lo) adds.
  * oneDNN is reached through ampc's own entry points (gemm_f32, gemm_lowp
  * with onednn_set_mode), so this measures exactly what training runs; its
  * columns read "-" when ampc is built without it or it declines a shape.
@@ -34,6 +38,7 @@
 #include "base/base.h"
 #include "peaks.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,21 +58,28 @@ typedef struct {
     cpu_act act;
 } shape;
 
-/* Operand buffers large enough for every shape run on them, in f32 and
- * bf16 (the same values rounded). */
+/* Operand buffers large enough for every shape run on them, in f32, bf16
+ * and f16 (the same values rounded). */
 typedef struct {
     float *af, *bf, *cf, *biasf;
     uint16_t *ah, *bh, *ch, *biash;
+    uint16_t *a16, *b16, *c16, *bias16;
 } operands;
 
-/* Who runs the product: the CPU library mode, ampc's bf16 path, the dtype. */
+/* Who runs the product: the CPU library mode, ampc's bf16 path, the dtype
+ * (bf16, f16 or else f32), ampc's f16 path. */
 typedef struct {
     cpu_lib_mode lib;
     gemm_bf16_mode path;
     bool bf16;
+    bool f16;
+    gemm_f16_mode f16_path;
 } route;
 
 static double flops(const shape *s) { return 2.0 * (double)s->M * (double)s->N * (double)s->K; }
+
+/* --f16-only: time the f16 products alone (the other columns read "-"). */
+static bool f16_only;
 
 static void die(const char *what)
 {
@@ -78,6 +90,13 @@ static void die(const char *what)
 static amp_status product(const route *r, const shape *s, const operands *o)
 {
     const int64_t lda = s->trans_a ? s->M : s->K, ldb = s->trans_b ? s->K : s->N;
+    if (r->f16) {
+        if (s->bias || s->act != CPU_ACT_NONE)
+            return gemm_batched(s->trans_a, s->trans_b, 1, s->M, s->N, s->K, o->a16, AMP_F16, lda, 0, o->b16, AMP_F16,
+                                ldb, 0, 0.0f, o->c16, AMP_F16, s->N, 0, s->bias ? o->bias16 : NULL, s->act);
+        return gemm_lowp(s->trans_a, s->trans_b, s->M, s->N, s->K, 1.0f, o->a16, AMP_F16, lda, o->b16, AMP_F16, ldb,
+                         0.0f, o->c16, AMP_F16, s->N);
+    }
     if (s->bias || s->act != CPU_ACT_NONE) {
         const amp_dtype dt = r->bf16 ? AMP_BF16 : AMP_F32;
         const void *A = r->bf16 ? (const void *)o->ah : o->af, *B = r->bf16 ? (const void *)o->bh : o->bf;
@@ -100,6 +119,9 @@ static bool route_set(const route *r, const shape *s, const operands *o)
 {
     onednn_set_mode(r->lib);
     gemm_bf16_set_mode(r->path);
+    gemm_f16_set_mode(r->f16_path);
+    if (r->f16) /* the split only where the CPU has it (its name, not widening's) */
+        return r->f16_path != GEMM_F16_SPLIT || !strstr(gemm_f16_kernel_name(), "widen");
     if (r->lib == CPU_LIB_ONEDNN) {
         if (!onednn_available())
             return false;
@@ -146,20 +168,31 @@ static void reset_routes(void)
 {
     onednn_set_mode(CPU_LIB_AUTO);
     gemm_bf16_set_mode(GEMM_BF16_AUTO);
+    gemm_f16_set_mode(GEMM_F16_AUTO);
 }
 
 /* ------------------------------------------------------ square products */
 
-typedef enum { RUN_F32, RUN_F32_DNNL, RUN_WIDEN, RUN_DOT, RUN_AMX, RUN_DNNL, N_RUNS } run_kind;
+typedef enum {
+    RUN_F32, RUN_F32_DNNL, RUN_WIDEN, RUN_DOT, RUN_AMX, RUN_DNNL, RUN_F16_WIDEN, RUN_F16_SPLIT, N_RUNS
+} run_kind;
 /* The names are the JSON keys too ("f32" and the bf16 ones as before). */
-static const char *run_names[N_RUNS] = {"f32", "f32 onednn", "bf16 widen", "bf16 dot", "bf16 amx", "bf16 onednn"};
+static const char *run_names[N_RUNS] = {"f32",      "f32 onednn", "bf16 widen", "bf16 dot",
+                                        "bf16 amx", "bf16 onednn", "f16 widen", "f16 split"};
 static const route run_route[N_RUNS] = {
-    {CPU_LIB_OWN, GEMM_BF16_AUTO, false},  {CPU_LIB_ONEDNN, GEMM_BF16_AUTO, false},
-    {CPU_LIB_OWN, GEMM_BF16_WIDEN, true},  {CPU_LIB_OWN, GEMM_BF16_DOT, true},
-    {CPU_LIB_OWN, GEMM_BF16_AMX, true},    {CPU_LIB_ONEDNN, GEMM_BF16_AUTO, true},
+    {CPU_LIB_OWN, GEMM_BF16_AUTO, false, false, 0},  {CPU_LIB_ONEDNN, GEMM_BF16_AUTO, false, false, 0},
+    {CPU_LIB_OWN, GEMM_BF16_WIDEN, true, false, 0},  {CPU_LIB_OWN, GEMM_BF16_DOT, true, false, 0},
+    {CPU_LIB_OWN, GEMM_BF16_AMX, true, false, 0},    {CPU_LIB_ONEDNN, GEMM_BF16_AUTO, true, false, 0},
+    {CPU_LIB_OWN, GEMM_BF16_AUTO, false, true, GEMM_F16_WIDEN},
+    {CPU_LIB_OWN, GEMM_BF16_AUTO, false, true, GEMM_F16_SPLIT},
 };
-/* The peak each run is measured against. */
-static const peak_kind run_peak[N_RUNS] = {PEAK_FMA, PEAK_FMA, PEAK_FMA, PEAK_DOT, PEAK_AMX, PEAK_AMX};
+static bool skip_run(int k) { return f16_only && !run_route[k].f16; }
+
+/* The peak each run is measured against, and the instruction's products
+ * per multiply-add of the product (the f16 split does 4 bf16 ones). */
+static const peak_kind run_peak[N_RUNS] = {PEAK_FMA, PEAK_FMA, PEAK_FMA, PEAK_DOT,
+                                           PEAK_AMX, PEAK_AMX, PEAK_FMA, PEAK_AMX};
+static const int run_work[N_RUNS] = {1, 1, 1, 1, 1, 1, 1, 4};
 
 static uint64_t rng = 7;
 static float frand(void)
@@ -175,8 +208,11 @@ static operands operands_new(int64_t na, int64_t nb, int64_t nc, int64_t nbias)
     operands o = {amp_alloc(sizeof(float) * (size_t)na),    amp_alloc(sizeof(float) * (size_t)nb),
                   amp_alloc(sizeof(float) * (size_t)nc),    amp_alloc(sizeof(float) * (size_t)nbias),
                   amp_alloc(2 * (size_t)na),                amp_alloc(2 * (size_t)nb),
+                  amp_alloc(2 * (size_t)nc),                amp_alloc(2 * (size_t)nbias),
+                  amp_alloc(2 * (size_t)na),                amp_alloc(2 * (size_t)nb),
                   amp_alloc(2 * (size_t)nc),                amp_alloc(2 * (size_t)nbias)};
-    if (!o.af || !o.bf || !o.cf || !o.biasf || !o.ah || !o.bh || !o.ch || !o.biash)
+    if (!o.af || !o.bf || !o.cf || !o.biasf || !o.ah || !o.bh || !o.ch || !o.biash || !o.a16 || !o.b16 || !o.c16 ||
+        !o.bias16)
         die("allocating operands");
     for (int64_t i = 0; i < na; i++)
         o.af[i] = frand();
@@ -187,6 +223,9 @@ static operands operands_new(int64_t na, int64_t nb, int64_t nc, int64_t nbias)
     amp_convert(o.af, AMP_F32, o.ah, AMP_BF16, (size_t)na);
     amp_convert(o.bf, AMP_F32, o.bh, AMP_BF16, (size_t)nb);
     amp_convert(o.biasf, AMP_F32, o.biash, AMP_BF16, (size_t)nbias);
+    amp_convert(o.af, AMP_F32, o.a16, AMP_F16, (size_t)na);
+    amp_convert(o.bf, AMP_F32, o.b16, AMP_F16, (size_t)nb);
+    amp_convert(o.biasf, AMP_F32, o.bias16, AMP_F16, (size_t)nbias);
     return o;
 }
 
@@ -194,6 +233,7 @@ static void operands_free(operands *o)
 {
     amp_free(o->af), amp_free(o->bf), amp_free(o->cf), amp_free(o->biasf);
     amp_free(o->ah), amp_free(o->bh), amp_free(o->ch), amp_free(o->biash);
+    amp_free(o->a16), amp_free(o->b16), amp_free(o->c16), amp_free(o->bias16);
 }
 
 /* Best GFLOP/s of the route on the shape, or 0 when the route is missing. */
@@ -263,18 +303,21 @@ static int model_gemms(step_gemm *g)
     return n;
 }
 
-enum { S_F32_OWN, S_F32_DNNL, S_BF16_OWN, S_BF16_DNNL, N_SIDES };
+enum { S_F32_OWN, S_F32_DNNL, S_BF16_OWN, S_BF16_DNNL, S_F16_WIDEN, S_F16_SPLIT, N_SIDES };
 static const route side_route[N_SIDES] = {
-    {CPU_LIB_OWN, GEMM_BF16_AUTO, false},
-    {CPU_LIB_ONEDNN, GEMM_BF16_AUTO, false},
-    {CPU_LIB_OWN, GEMM_BF16_AUTO, true},
-    {CPU_LIB_ONEDNN, GEMM_BF16_AUTO, true},
+    {CPU_LIB_OWN, GEMM_BF16_AUTO, false, false, 0},
+    {CPU_LIB_ONEDNN, GEMM_BF16_AUTO, false, false, 0},
+    {CPU_LIB_OWN, GEMM_BF16_AUTO, true, false, 0},
+    {CPU_LIB_ONEDNN, GEMM_BF16_AUTO, true, false, 0},
+    {CPU_LIB_OWN, GEMM_BF16_AUTO, false, true, GEMM_F16_WIDEN},
+    {CPU_LIB_OWN, GEMM_BF16_AUTO, false, true, GEMM_F16_SPLIT},
 };
 
 typedef struct {
     double t[N_SIDES]; /* best seconds per product; 0: the side is missing */
     bool auto_dnnl[2]; /* AUTO's pick per dtype (f32, bf16): oneDNN */
     double lost[2];    /* AUTO's pick's time over the other side's (0: no other side) */
+    bool auto_split;   /* f16: gemm_f16_split_policy picks the split */
 } shape_result;
 
 /* Times every side of one shape on nt threads, the sides interleaved
@@ -286,7 +329,7 @@ static void time_shape(const step_gemm *g, const operands *o, int nt, int reps, 
     for (int k = 0; k < N_SIDES; k++) {
         res->t[k] = 0;
         inner[k] = 0;
-        if (route_set(&side_route[k], &g->s, o)) {
+        if (!(f16_only && !side_route[k].f16) && route_set(&side_route[k], &g->s, o)) {
             inner[k] = warm_up(&side_route[k], &g->s, o);
             res->t[k] = 1e30;
         }
@@ -296,6 +339,7 @@ static void time_shape(const step_gemm *g, const operands *o, int nt, int reps, 
             if (inner[k]) {
                 onednn_set_mode(side_route[k].lib); /* route_set without asking oneDNN again */
                 gemm_bf16_set_mode(side_route[k].path);
+                gemm_f16_set_mode(side_route[k].f16_path);
                 double t = sample(&side_route[k], &g->s, o, inner[k]);
                 res->t[k] = t < res->t[k] ? t : res->t[k];
             }
@@ -303,15 +347,19 @@ static void time_shape(const step_gemm *g, const operands *o, int nt, int reps, 
     for (int d = 0; d < 2; d++) {
         double own = res->t[2 * d], dnnl = res->t[2 * d + 1];
         /* AUTO runs oneDNN where the policy says so and oneDNN takes it */
-        res->auto_dnnl[d] = dnnl > 0 && onednn_gemm_policy(g->s.trans_a, g->s.trans_b, g->s.M, g->s.N, g->s.K,
-                                                            d ? AMP_BF16 : AMP_F32);
+        res->auto_dnnl[d] = dnnl > 0 && own > 0 &&
+                            onednn_gemm_policy(g->s.trans_a, g->s.trans_b, g->s.M, g->s.N, g->s.K,
+                                               d ? AMP_BF16 : AMP_F32);
         res->lost[d] = dnnl > 0 ? (res->auto_dnnl[d] ? dnnl / own : own / dnnl) : 0;
     }
+    res->auto_split = res->t[S_F16_SPLIT] > 0 && gemm_f16_split_policy(g->s.M, g->s.N, g->s.K);
 }
 
-/* Prints the table of the model shapes and their totals; fills res and
- * totals[dtype][own, onednn, auto][once, per step] in ms. */
-static void model_shapes(const step_gemm *g, int n, int reps, shape_result *res, double totals[2][3][2])
+/* Prints the table of the model shapes and their totals; fills res,
+ * totals[dtype][own, onednn, auto][once, per step] and f16[widen, split,
+ * auto][once, per step] in ms. */
+static void model_shapes(const step_gemm *g, int n, int reps, shape_result *res, double totals[2][3][2],
+                         double f16[3][2])
 {
     int64_t na = 0, nb = 0, nc = 0, nbias = 0;
     for (int i = 0; i < n; i++) {
@@ -325,9 +373,11 @@ static void model_shapes(const step_gemm *g, int n, int reps, shape_result *res,
     printf("\nthe shapes that matter: the GEMMs of one training step, 2 threads, GFLOP/s (best of %d);\n"
            "AUTO: the side onednn_gemm_policy picks, * when it is more than 10%% slower here (x: by how much)\n",
            reps);
-    printf("%-24s %2s %2s %5s %5s %5s %4s | %7s %7s %-14s | %8s %7s %-14s\n", "GEMM", "ta", "tb", "M", "N", "K",
-           "step", "f32 own", "oneDNN", "AUTO", "bf16 own", "oneDNN", "AUTO");
+    printf("%-24s %2s %2s %5s %5s %5s %4s | %7s %7s %-14s | %8s %7s %-14s | %9s %6s %5s %-6s\n", "GEMM", "ta", "tb",
+           "M", "N", "K", "step", "f32 own", "oneDNN", "AUTO", "bf16 own", "oneDNN", "AUTO", "f16 widen", "split",
+           "x", "AUTO");
     memset(totals, 0, sizeof(double) * 12);
+    memset(f16, 0, sizeof(double) * 6);
     for (int i = 0; i < n; i++) {
         const shape *s = &g[i].s;
         time_shape(&g[i], &o, 2, reps, &res[i]);
@@ -337,7 +387,10 @@ static void model_shapes(const step_gemm *g, int n, int reps, shape_result *res,
                (long long)s->M, (long long)s->N, (long long)s->K, g[i].count);
         for (int d = 0; d < 2; d++) {
             const double own = res[i].t[2 * d], dnnl = res[i].t[2 * d + 1];
-            printf(d ? " %8.0f" : " %7.0f", flops(s) / own / 1e9);
+            if (own > 0)
+                printf(d ? " %8.0f" : " %7.0f", flops(s) / own / 1e9);
+            else
+                printf(d ? " %8s" : " %7s", "-");
             if (dnnl > 0)
                 printf(" %7.0f", flops(s) / dnnl / 1e9);
             else
@@ -346,7 +399,7 @@ static void model_shapes(const step_gemm *g, int n, int reps, shape_result *res,
             snprintf(pick, sizeof pick, "%s", res[i].auto_dnnl[d] ? "oneDNN" : "own");
             if (res[i].lost[d] > 1.10)
                 snprintf(pick, sizeof pick, "%s *%.2fx", res[i].auto_dnnl[d] ? "oneDNN" : "own", res[i].lost[d]);
-            printf(" %-14s%s", pick, d ? "\n" : " |");
+            printf(" %-14s |", pick);
             /* oneDNN-only: ampc's kernel where oneDNN declines, as gemm_* do */
             const double side[3] = {own, dnnl > 0 ? dnnl : own, res[i].auto_dnnl[d] ? dnnl : own};
             for (int k = 0; k < 3; k++) {
@@ -354,12 +407,23 @@ static void model_shapes(const step_gemm *g, int n, int reps, shape_result *res,
                 totals[d][k][1] += 1e3 * side[k] * g[i].count;
             }
         }
+        const double wid = res[i].t[S_F16_WIDEN], spl = res[i].t[S_F16_SPLIT];
+        printf(" %9.0f", flops(s) / wid / 1e9);
+        if (spl > 0)
+            printf(" %6.0f %4.2fx %-6s\n", flops(s) / spl / 1e9, wid / spl, res[i].auto_split ? "split" : "widen");
+        else
+            printf(" %6s %5s %-6s\n", "-", "-", "widen");
+        const double f16_side[3] = {wid, spl > 0 ? spl : wid, res[i].auto_split ? spl : wid};
+        for (int k = 0; k < 3; k++) {
+            f16[k][0] += 1e3 * f16_side[k];
+            f16[k][1] += 1e3 * f16_side[k] * g[i].count;
+        }
         fflush(stdout);
     }
     operands_free(&o);
     const bool have_dnnl = onednn_available();
-    printf("%-40s %8s %7s %7s | %8s %7s %7s\n", "total ms (AUTO: the picked side's time)", "f32 own", "oneDNN", "AUTO",
-           "bf16 own", "oneDNN", "AUTO");
+    printf("%-40s %8s %7s %7s | %8s %7s %7s | %9s %6s %7s\n", "total ms (AUTO: the picked side's time)", "f32 own",
+           "oneDNN", "AUTO", "bf16 own", "oneDNN", "AUTO", "f16 widen", "split", "AUTO");
     for (int w = 0; w < 2; w++) {
         printf("  %-38s", w ? "one training step (each GEMM x step)" : "each shape once");
         for (int d = 0; d < 2; d++) {
@@ -370,7 +434,68 @@ static void model_shapes(const step_gemm *g, int n, int reps, shape_result *res,
                 printf(" %7s", "-");
             printf(" %7.2f", totals[d][2][w]);
         }
-        printf("\n");
+        printf(" | %9.2f %6.2f %7.2f\n", f16[0][w], f16[1][w], f16[2][w]);
+    }
+}
+
+/* ------------------------------------------------------ f16 accuracy */
+
+#define N_ERR_K 3
+static const int64_t err_k[N_ERR_K] = {256, 1024, 4096};
+
+/* The worst |error| / sum |a b| over 64 x 64 outputs of f16 products
+ * (values uniform in [-1, 1]) against double: err[k][widen, split,
+ * three-term], the last the sum of al bl alone that a three-term split
+ * (hi x hi + hi x lo + lo x hi) would drop, in double. */
+static void f16_accuracy(double err[N_ERR_K][3])
+{
+    const int64_t M = 64, N = 64;
+    printf("\nf16 x f16 -> f32 against double, 64 x 64 outputs, values in [-1, 1]: worst |error| / sum |a b|,\n"
+           "in f32 ulps (2^-24); three-term: what dropping lo x lo alone adds\n%6s %9s %9s %11s\n", "K", "widen",
+           "split", "three-term");
+    for (int e = 0; e < N_ERR_K; e++) {
+        const int64_t K = err_k[e];
+        uint16_t *a = amp_alloc(2 * (size_t)(M * K)), *b = amp_alloc(2 * (size_t)(K * N));
+        float *c[2] = {amp_alloc(4 * (size_t)(M * N)), amp_alloc(4 * (size_t)(M * N))};
+        if (!a || !b || !c[0] || !c[1])
+            die("allocating the accuracy operands");
+        for (int64_t i = 0; i < M * K; i++)
+            a[i] = amp_f32_to_f16(2 * frand());
+        for (int64_t i = 0; i < K * N; i++)
+            b[i] = amp_f32_to_f16(2 * frand());
+        err[e][0] = err[e][1] = err[e][2] = 0;
+        bool split = false;
+        for (int p = 0; p < 2; p++) {
+            gemm_f16_set_mode(p ? GEMM_F16_SPLIT : GEMM_F16_WIDEN);
+            split = p && !strstr(gemm_f16_kernel_name(), "widen");
+            if (gemm_lowp(false, false, M, N, K, 1.0f, a, AMP_F16, K, b, AMP_F16, N, 0.0f, c[p], AMP_F32, N) != AMP_OK)
+                die("gemm_lowp f16");
+        }
+        gemm_f16_set_mode(GEMM_F16_AUTO);
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double sum = 0, mag = 0, lolo = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    double x = amp_f16_to_f32(a[i * K + k]), y = amp_f16_to_f32(b[k * N + j]);
+                    double xl = x - amp_bf16_to_f32(amp_f32_to_bf16((float)x));
+                    double yl = y - amp_bf16_to_f32(amp_f32_to_bf16((float)y));
+                    sum += x * y, mag += fabs(x * y), lolo += xl * yl;
+                }
+                for (int p = 0; p < 2; p++) {
+                    double r = fabs(c[p][i * N + j] - sum) / mag;
+                    err[e][p] = r > err[e][p] ? r : err[e][p];
+                }
+                err[e][2] = fabs(lolo) / mag > err[e][2] ? fabs(lolo) / mag : err[e][2];
+            }
+        if (!split)
+            err[e][1] = 0;
+        printf("%6lld %9.2f", (long long)K, err[e][0] * 0x1p24);
+        if (split)
+            printf(" %9.2f", err[e][1] * 0x1p24);
+        else
+            printf(" %9s", "-");
+        printf(" %11.2f\n", err[e][2] * 0x1p24);
+        amp_free(a), amp_free(b), amp_free(c[0]), amp_free(c[1]);
     }
 }
 
@@ -398,7 +523,8 @@ static void json_num(FILE *js, double v)
 
 static void write_json(const char *path, const double load0[3], const double load1[3], int reps,
                        double peaks[3][2], int n_sizes, const int64_t *sizes, double gflops[][2][N_RUNS],
-                       const step_gemm *g, int n_g, const shape_result *res, double totals[2][3][2])
+                       const step_gemm *g, int n_g, const shape_result *res, double totals[2][3][2],
+                       double f16[3][2], double err[N_ERR_K][3])
 {
     FILE *js = fopen(path, "w");
     if (!js) {
@@ -407,8 +533,8 @@ static void write_json(const char *path, const double load0[3], const double loa
     }
     fprintf(js, "{\n  \"load_average_before\": [%.2f, %.2f, %.2f],\n", load0[0], load0[1], load0[2]);
     fprintf(js, "  \"load_average_after\": [%.2f, %.2f, %.2f],\n  \"reps\": %d,\n", load1[0], load1[1], load1[2], reps);
-    fprintf(js, "  \"f32_kernel\": \"%s\",\n  \"bf16_default\": \"%s\",\n", gemm_kernel_name(),
-            gemm_bf16_kernel_name());
+    fprintf(js, "  \"f32_kernel\": \"%s\",\n  \"bf16_default\": \"%s\",\n  \"f16_default\": \"%s\",\n",
+            gemm_kernel_name(), gemm_bf16_kernel_name(), gemm_f16_kernel_name());
     fprintf(js, "  \"onednn\": \"%s\",\n", onednn_available() ? onednn_version() : "none");
     fprintf(js, "  \"peak_gflops\": {\"threads\": [1, 2], \"fma_f32\": [%.1f, %.1f], \"vdpbf16ps\": [%.1f, %.1f], "
                 "\"amx_bf16\": [%.1f, %.1f]},\n",
@@ -417,8 +543,10 @@ static void write_json(const char *path, const double load0[3], const double loa
     for (int s = 0; s < n_sizes; s++)
         for (int nt = 1; nt <= 2; nt++) {
             fprintf(js, "%s\n    {\"n\": %lld, \"threads\": %d", s || nt > 1 ? "," : "", (long long)sizes[s], nt);
-            for (int k = 0; k < N_RUNS; k++)
-                fprintf(js, ", \"%s\": %.1f", run_names[k], gflops[s][nt - 1][k]);
+            for (int k = 0; k < N_RUNS; k++) {
+                fprintf(js, ", \"%s\": ", run_names[k]);
+                json_num(js, gflops[s][nt - 1][k]);
+            }
             fprintf(js, "}");
         }
     fprintf(js, "\n  ],\n  \"model_shapes\": [");
@@ -429,7 +557,8 @@ static void write_json(const char *path, const double load0[3], const double loa
                 "\"M\": %lld, \"N\": %lld, \"K\": %lld, \"per_step\": %d, \"threads\": 2",
                 i ? "," : "", g[i].model, g[i].layer, g[i].pass, s->trans_a ? "true" : "false",
                 s->trans_b ? "true" : "false", (long long)s->M, (long long)s->N, (long long)s->K, g[i].count);
-        static const char *keys[N_SIDES] = {"f32_own", "f32_onednn", "bf16_own", "bf16_onednn"};
+        static const char *keys[N_SIDES] = {"f32_own", "f32_onednn", "bf16_own", "bf16_onednn", "f16_widen",
+                                            "f16_split"};
         for (int k = 0; k < N_SIDES; k++) {
             fprintf(js, ", \"%s\": ", keys[k]);
             json_num(js, res[i].t[k] > 0 ? flops(s) / res[i].t[k] / 1e9 : 0);
@@ -441,7 +570,7 @@ static void write_json(const char *path, const double load0[3], const double loa
                     dt);
             json_num(js, res[i].lost[d]);
         }
-        fprintf(js, "}");
+        fprintf(js, ", \"auto_f16\": \"%s\"}", res[i].auto_split ? "split" : "widen");
     }
     fprintf(js, "\n  ]");
     if (n_g) {
@@ -453,9 +582,20 @@ static void write_json(const char *path, const double load0[3], const double loa
                 json_num(js, onednn_available() ? totals[d][1][w] : 0);
                 fprintf(js, ", \"auto\": %.3f}", totals[d][2][w]);
             }
+        for (int w = 0; w < 2; w++)
+            fprintf(js, ", \"%s_f16\": {\"widen\": %.3f, \"split\": %.3f, \"auto\": %.3f}", w ? "step" : "once",
+                    f16[0][w], f16[1][w], f16[2][w]);
         fprintf(js, "}");
     }
-    fprintf(js, "\n}\n");
+    /* worst |error| / sum |a b| against double, in f32 ulps */
+    fprintf(js, ",\n  \"f16_error_ulps\": [");
+    for (int e = 0; e < N_ERR_K; e++) {
+        fprintf(js, "%s{\"K\": %lld, \"widen\": %.3f, \"split\": ", e ? ", " : "", (long long)err_k[e],
+                err[e][0] * 0x1p24);
+        json_num(js, err[e][1] * 0x1p24);
+        fprintf(js, ", \"three_term_dropped\": %.3f}", err[e][2] * 0x1p24);
+    }
+    fprintf(js, "]\n}\n");
     fclose(js);
     printf("\nwrote %s\n", path);
 }
@@ -475,10 +615,12 @@ int main(int argc, char **argv)
             max_n = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--no-shapes"))
             shapes = false;
+        else if (!strcmp(argv[i], "--f16-only"))
+            f16_only = true;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--reps N] [--max-n N] [--no-shapes] [--json PATH]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--reps N] [--max-n N] [--no-shapes] [--f16-only] [--json PATH]\n", argv[0]);
             return 2;
         }
     }
@@ -494,8 +636,9 @@ int main(int argc, char **argv)
     printf("load average %.2f %.2f %.2f (a shared machine: figures are noisy; best of %d)\n", load0[0], load0[1],
            load0[2], reps);
     const bool no_engine = !onednn_available() && strncmp(onednn_version(), "none", 4) != 0;
-    printf("f32 kernel: %s; bf16 x bf16 by default: %s; %s%s\n\n", gemm_kernel_name(), gemm_bf16_kernel_name(),
-           onednn_version(), no_engine ? " (its CPU engine could not be made)" : "");
+    printf("f32 kernel: %s; bf16 x bf16 by default: %s; %s%s\nf16 x f16 by default: %s\n\n", gemm_kernel_name(),
+           gemm_bf16_kernel_name(), onednn_version(), no_engine ? " (its CPU engine could not be made)" : "",
+           gemm_f16_kernel_name());
 
     /* peaks[kind][threads - 1], measured now and again after the GEMMs
      * (the best of both: other work on the machine only lowers them) */
@@ -515,7 +658,7 @@ int main(int argc, char **argv)
         for (int nt = 1; nt <= 2; nt++) {
             printf("  n %5lld, %d thread%s:", (long long)n, nt, nt > 1 ? "s" : " ");
             for (int k = 0; k < N_RUNS; k++) {
-                gflops[n_sizes][nt - 1][k] = time_route(&run_route[k], &s, &o, nt, r);
+                gflops[n_sizes][nt - 1][k] = skip_run(k) ? 0 : time_route(&run_route[k], &s, &o, nt, r);
                 if (gflops[n_sizes][nt - 1][k] > 0)
                     printf(" %s %.0f", run_names[k], gflops[n_sizes][nt - 1][k]);
                 else
@@ -533,7 +676,8 @@ int main(int argc, char **argv)
     read_load(load1);
 
     printf("\nGFLOP/s (%% of the peak of the path's instruction on as many threads: FMA for f32 and widen,\n"
-           "VDPBF16PS for dot, TDPBF16PS for amx and bf16 oneDNN); load average now %.2f\n", load1[0]);
+           "VDPBF16PS for dot, TDPBF16PS for amx, bf16 oneDNN and f16 split, which does 4 bf16 products per\n"
+           "f16 multiply-add); load average now %.2f\n", load1[0]);
     printf("%5s %3s", "n", "thr");
     for (int k = 0; k < N_RUNS; k++)
         printf(" %17s", run_names[k]);
@@ -544,7 +688,7 @@ int main(int argc, char **argv)
             for (int k = 0; k < N_RUNS; k++) {
                 double gf = gflops[s][nt - 1][k], pk = peaks[run_peak[k]][nt - 1];
                 if (gf > 0)
-                    printf("  %6.0f (%5.1f%%)", gf, pk > 0 ? 100.0 * gf / pk : 0.0);
+                    printf("  %6.0f (%5.1f%%)", gf, pk > 0 ? 100.0 * run_work[k] * gf / pk : 0.0);
                 else
                     printf(" %17s", "-");
             }
@@ -554,12 +698,13 @@ int main(int argc, char **argv)
     /* after the square table: it prints as it goes */
     static step_gemm g[MAX_STEP_GEMMS];
     static shape_result res[MAX_STEP_GEMMS];
-    double totals[2][3][2];
+    double totals[2][3][2], f16[3][2], err[N_ERR_K][3];
     int n_g = shapes ? model_gemms(g) : 0;
     if (n_g)
-        model_shapes(g, n_g, reps, res, totals);
+        model_shapes(g, n_g, reps, res, totals, f16);
+    f16_accuracy(err);
 
-    write_json(json, load0, load1, reps, peaks, n_sizes, sizes, gflops, g, n_g, res, totals);
+    write_json(json, load0, load1, reps, peaks, n_sizes, sizes, gflops, g, n_g, res, totals, f16, err);
     amp_set_num_threads(0);
     return 0;
 }

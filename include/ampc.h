@@ -104,10 +104,12 @@ int amp_get_num_threads(void);
 
 /* The CPU kernels this build runs on this CPU, for logs: e.g. "oneDNN
  * 2.6.3 where faster (AMPC_CPU_LIB=auto), ampc f32 avx512 12x32, bf16
- * amx-bf16 32x32"; without oneDNN "ampc f32 ..., bf16 ...". The
- * environment variable AMPC_CPU_LIB=own|onednn|auto, read once, picks who
- * runs the matrix products and convolutions (docs/ARCHITECTURE.md; any
- * other value means auto). */
+ * amx-bf16 32x32, f16 amx-bf16 split 32x32 from 2^22 multiply-adds, else
+ * widen: avx512 12x32"; without oneDNN "ampc f32 ..., bf16 ..., f16 ...".
+ * The environment variable AMPC_CPU_LIB=own|onednn|auto, read once, picks
+ * who runs the matrix products and convolutions (docs/ARCHITECTURE.md; any
+ * other value means auto); AMPC_GEMM_F16=widen|split|auto how ampc's own
+ * kernels run f16 x f16 products. */
 const char *amp_cpu_kernels(void);
 
 /* Bytes held by tensors and kernel scratch. Blocks come from a caching

@@ -2,7 +2,8 @@
  * test_gemm.c - the CPU GEMM against a naive triple loop in double: every
  * transpose combination, odd sizes around the kernels' tile and block
  * sizes, alpha / beta, padded leading dimensions, every kernel this CPU
- * has (via amp_cpu_limit), thread counts, and the 16-bit entry point.
+ * has (via amp_cpu_limit), thread counts, and the 16-bit entry point:
+ * bf16 on its native paths, f16 widened and split into bf16 on AMX.
  */
 #include "backend/cpu/gemm.h"
 #include "base/base.h"
@@ -284,6 +285,7 @@ static void test_lowp_same_bits_as_f32(void)
     const unsigned masks[] = {~0u, AMP_CPU_AVX2 | AMP_CPU_F16C, 0u};
     const amp_dtype dts[] = {AMP_F16, AMP_BF16};
     gemm_bf16_set_mode(GEMM_BF16_WIDEN);
+    gemm_f16_set_mode(GEMM_F16_WIDEN);
     for (size_t m = 0; m < 3; m++) {
         amp_cpu_limit(masks[m]);
         for (int d = 0; d < 2; d++)
@@ -295,6 +297,7 @@ static void test_lowp_same_bits_as_f32(void)
     }
     amp_cpu_limit(~0u);
     gemm_bf16_set_mode(GEMM_BF16_AUTO);
+    gemm_f16_set_mode(GEMM_F16_AUTO);
     /* K = 0: C = beta * C, rounded (and beta = 0 clears a NaN C) */
     uint16_t c[3] = {0x3C00, 0xC500, 0x7E00}; /* 1, -5, NaN */
     CHECK_OK(gemm_lowp(false, false, 1, 2, 0, 1.0f, NULL, AMP_F16, 1, NULL, AMP_F16, 2, 0.5f, c, AMP_F16, 2));
@@ -557,6 +560,311 @@ static void test_bf16_threads_do_not_change_results(void)
     gemm_bf16_set_mode(GEMM_BF16_AUTO);
 }
 
+/* ------------------------------------------- f16 split into bf16 on AMX */
+
+/* The f16 paths: forced widening, and the split where the CPU has AMX. */
+static const struct {
+    gemm_f16_mode mode;
+    const char *name;
+} f16_paths[] = {{GEMM_F16_WIDEN, "widen"}, {GEMM_F16_SPLIT, "split"}};
+
+static bool use_f16_path(size_t i)
+{
+    gemm_f16_set_mode(f16_paths[i].mode);
+    if (strstr(gemm_f16_kernel_name(), f16_paths[i].name) && !strstr(gemm_f16_kernel_name(), "else"))
+        return true;
+    gemm_f16_set_mode(GEMM_F16_AUTO);
+    return false;
+}
+
+/* An f16 matrix (rows x cols, stride ld, NaN padding) and its exact float
+ * copy. ints > 0: random integers in [-ints, ints] times `scale` (a power
+ * of two), so that products and all their partial sums are exact in f32
+ * when K ints^2 < 2^24; ints = 0: lowp_matrix's values (random, zeros,
+ * f16 subnormals, x8). */
+static float *f16_matrix(int64_t rows, int64_t cols, int64_t ld, int ints, float scale, uint16_t **h)
+{
+    if (!ints)
+        return lowp_matrix(rows, cols, ld, AMP_F16, h);
+    float *m = matrix(rows, cols, ld);
+    *h = malloc(sizeof(uint16_t) * (size_t)(rows * ld + 1));
+    for (int64_t i = 0; i < rows * ld + 1; i++) {
+        bool padding = i % ld >= cols || i == rows * ld;
+        m[i] = padding ? m[i] : (float)(int)(m[i] * (float)ints) * scale;
+        (*h)[i] = padding ? 0x7E01 : amp_f32_to_f16(m[i]);
+    }
+    return m;
+}
+
+/* gemm_lowp(f16, f16 -> c_dt) on the forced f16 path against the double
+ * reference of the same inputs. ints: f16_matrix's exact integers (A
+ * scaled by a_scale, B by 1), where every order of f32 summation is exact,
+ * so C must be the reference (rounded once for a 16-bit C) bit for bit;
+ * else within f32 summation of 4 K products (the split's; the widening
+ * path does K) plus the final rounding. Padding of C untouched. Returns
+ * the largest |error| / sum |terms| over C (for comparing paths). */
+static double check_f16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta, int pad,
+                        amp_dtype c_dt, int ints, float a_scale)
+{
+    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    int64_t lda = ac + pad, ldb = bc + pad, ldc = N + pad;
+    uint16_t *Ah, *Bh, *Ch = NULL;
+    float *A = f16_matrix(ar, ac, lda, ints, a_scale, &Ah), *B = f16_matrix(br, bc, ldb, ints, 1.0f, &Bh);
+    float *C = c_dt == AMP_F32 ? f16_matrix(M, N, ldc, ints, 1.0f, &Ch) : NULL;
+    if (c_dt != AMP_F32) { /* C's dtype bits, and the values they hold for the reference */
+        free(Ch);
+        C = c_dt == AMP_F16 ? f16_matrix(M, N, ldc, ints, 1.0f, &Ch) : bf16_matrix(M, N, ldc, &Ch);
+    }
+    const uint16_t pad16 = c_dt == AMP_BF16 ? 0x7FC1 : 0x7E01;
+    if (beta == 0) /* beta == 0 must not read C */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++)
+                C[i * ldc + j] = NAN, Ch[i * ldc + j] = pad16;
+    double *ref = malloc(sizeof(double) * (size_t)(M * N + 1)), *bound = malloc(sizeof(double) * (size_t)(M * N + 1));
+    naive(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ref, bound);
+    void *out = c_dt == AMP_F32 ? (void *)C : (void *)Ch;
+    CHECK_OK(gemm_lowp(ta, tb, M, N, K, alpha, Ah, AMP_F16, lda, Bh, AMP_F16, ldb, beta, out, c_dt, ldc));
+    double half_ulp = c_dt == AMP_BF16 ? 0x1p-9 : c_dt == AMP_F16 ? 0x1p-12 : 0, worst = 0;
+    int bad = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            const int64_t o = i * ldc + j;
+            double got = c_dt == AMP_F32 ? C[o] : c_dt == AMP_BF16 ? amp_bf16_to_f32(Ch[o]) : amp_f16_to_f32(Ch[o]);
+            double r = ref[i * N + j], b = bound[i * N + j], tol;
+            if (ints) { /* exact: the reference rounded once to C's dtype */
+                float rf = (float)r;
+                uint16_t r16 = 0;
+                if (c_dt != AMP_F32)
+                    amp_convert(&rf, AMP_F32, &r16, c_dt, 1);
+                tol = 0;
+                r = c_dt == AMP_F32 ? rf : c_dt == AMP_BF16 ? amp_bf16_to_f32(r16) : amp_f16_to_f32(r16);
+            } else {
+                tol = 0x1p-24 * (double)(4 * K + 2) * 1.02 * b * (1 + half_ulp) + 2 * half_ulp * fabs(r) +
+                      (c_dt == AMP_F16 ? 0x1p-25 : 1e-30);
+            }
+            double err = fabs(got - r);
+            if (b > 0 && c_dt == AMP_F32 && err / b > worst)
+                worst = err / b;
+            if (!(err <= tol) && bad++ < 3)
+                CHECK_MSG(0, "%s -> %s ta=%d tb=%d M=%lld N=%lld K=%lld alpha=%g beta=%g%s: C[%lld,%lld] = %.9g, "
+                             "want %.9g (tol %.3g)",
+                          gemm_f16_kernel_name(), amp_dtype_name(c_dt), ta, tb, (long long)M, (long long)N,
+                          (long long)K, alpha, beta, ints ? " (exact ints)" : "", (long long)i, (long long)j, got, r,
+                          tol);
+        }
+    for (int64_t i = 0; i < M * ldc + 1; i++)
+        if ((i % ldc >= N || i == M * ldc) && !(c_dt == AMP_F32 ? C[i] == 1e30f : Ch[i] == pad16) && bad++ < 3)
+            CHECK_MSG(0, "%s: C padding at %lld written", gemm_f16_kernel_name(), (long long)i);
+    free(A), free(B), free(C), free(Ah), free(Bh), free(Ch), free(ref), free(bound);
+    return worst;
+}
+
+/* Sizes around AMX's 32 x 32 tiles, its 16-k steps and its K block (384). */
+static const int64_t f16_sizes[][3] = {
+    {1, 1, 1}, {7, 1, 33}, {1, 33, 7}, {33, 7, 17}, {31, 33, 3}, {32, 32, 16}, {13, 37, 29}, {45, 70, 64},
+};
+
+/* Exactness: integer operands whose products and every partial sum are
+ * exact in f32 (the sum of |terms| below 2^24, for the split's 4 K terms
+ * too), so any correct path gives the reference's bits and a wrong split
+ * term (a dropped al bl is up to 16 here) shows. Values to +-500 have 9
+ * significant bits (a nonzero lo); f16 subnormals (A times 2^-24) too.
+ * Every transpose, odd sizes, padded strides, alpha / beta, f32 and f16
+ * C, and K across the K block with smaller values. */
+static void test_f16_split_exact_products(void)
+{
+    one_thread();
+    for (size_t p = 0; p < sizeof f16_paths / sizeof f16_paths[0]; p++) {
+        if (!use_f16_path(p)) {
+            printf("    (no %s path for f16 on this CPU)\n", f16_paths[p].name);
+            continue;
+        }
+        printf("    f16 path: %s\n", gemm_f16_kernel_name());
+        for (int t = 0; t < 4; t++)
+            for (size_t s = 0; s < sizeof f16_sizes / sizeof f16_sizes[0]; s++) {
+                const int64_t *z = f16_sizes[s];
+                check_f16(t & 1, t & 2, z[0], z[1], z[2], 1.0f, 0.0f, (int)(s % 3) * 5, AMP_F32, 500, 1.0f);
+                check_f16(t & 1, t & 2, z[0], z[1], z[2], 0.5f, s % 2 ? 1.0f : -2.0f, 1, s % 2 ? AMP_F16 : AMP_F32,
+                          s % 2 ? 63 : 500, 0x1p-24f);
+            }
+        /* K = 800: three K blocks; |terms| < 2^24 / 800 */
+        check_f16(false, false, 40, 50, 800, 1.0f, 1.0f, 0, AMP_F32, 140, 1.0f);
+        check_f16(true, true, 33, 65, 800, 1.0f, 0.0f, 3, AMP_F32, 140, 0x1p-24f);
+    }
+    restore_threads();
+    gemm_f16_set_mode(GEMM_F16_AUTO);
+}
+
+/* Real-valued f16 (random, zeros, subnormals, x8): every path within f32
+ * summation error of the double reference, into f32, f16 and bf16 C with
+ * alpha / beta and several K blocks; and the split no less accurate than
+ * widening on the same products (a three-term split, dropping al bl,
+ * measured 6-10x the widening path's worst error here). */
+static void test_f16_split_matches_double(void)
+{
+    const float ab[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {-2.0f, 0.75f}};
+    const amp_dtype cdts[] = {AMP_F32, AMP_F16, AMP_BF16};
+    double worst[2] = {0, 0};
+    bool have[2] = {false, false};
+    one_thread();
+    for (size_t p = 0; p < sizeof f16_paths / sizeof f16_paths[0]; p++) {
+        if (!(have[p] = use_f16_path(p)))
+            continue;
+        for (int t = 0; t < 4; t++)
+            for (size_t s = 0; s < sizeof f16_sizes / sizeof f16_sizes[0]; s++)
+                check_f16(t & 1, t & 2, f16_sizes[s][0], f16_sizes[s][1], f16_sizes[s][2], ab[s % 3][0], ab[s % 3][1],
+                          (int)(s % 3) * 2, cdts[(s + (size_t)t) % 3], 0, 1.0f);
+        for (int c = 0; c < 3; c++)
+            check_f16(c & 1, !(c & 1), 37, 45, 1101, ab[c][0], ab[c][1], 1, cdts[c], 0, 1.0f);
+        rng_state = 1234; /* the same operands for both paths */
+        worst[p] = check_f16(false, false, 64, 64, 1000, 1.0f, 0.0f, 0, AMP_F32, 0, 1.0f);
+    }
+    if (have[0] && have[1])
+        CHECK_MSG(worst[1] <= 2 * worst[0] + 0x1p-24, "split's worst error %.3g x sum|ab|, widening's %.3g", worst[1],
+                  worst[0]);
+    restore_threads();
+    gemm_f16_set_mode(GEMM_F16_AUTO);
+}
+
+/* inf and NaN: each output is non-finite exactly when, and as, the f32
+ * path's (widening) is: inf * 0 = NaN, inf * x = inf of the product's sign
+ * also where x is exact in bf16 (a zero lo), inf meeting -inf = NaN, NaN
+ * stays NaN. One-element cases, then matrices with a few of each. */
+static void test_f16_split_special_values(void)
+{
+    if (!use_f16_path(1)) {
+        printf("    (no split path for f16 on this CPU)\n");
+        return;
+    }
+    const uint16_t inf = 0x7C00, ninf = 0xFC00, nan = 0x7E00, one = 0x3C00, half = 0x3800, zero = 0,
+                   v257 = 0x5C04 /* 257: a nonzero lo */, tiny = 0x0001 /* 2^-24 */, big = 0x7BFF /* 65504 */;
+    const struct {
+        uint16_t a[2], b[2];
+        float want; /* NAN: any NaN */
+    } cases[] = {
+        {{inf, zero}, {half, zero}, INFINITY}, {{half, zero}, {inf, zero}, INFINITY},
+        {{v257, zero}, {ninf, zero}, -INFINITY}, {{ninf, zero}, {v257, zero}, -INFINITY},
+        {{inf, zero}, {inf, zero}, INFINITY},    {{inf, zero}, {ninf, zero}, -INFINITY},
+        {{inf, zero}, {zero, zero}, NAN},        {{zero, zero}, {inf, zero}, NAN},
+        {{nan, zero}, {one, zero}, NAN},         {{one, zero}, {nan, zero}, NAN},
+        {{inf, one}, {one, ninf}, NAN},          {{tiny, inf}, {tiny, one}, INFINITY},
+        {{big, big}, {big, 0xFBFF}, 0.0f},       {{tiny, tiny}, {tiny, 0x8001}, 0.0f},
+        {{big, tiny}, {tiny, big}, 2 * 65504.0f * 0x1p-24f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        float c = 0;
+        CHECK_OK(gemm_lowp(false, false, 1, 1, 2, 1.0f, cases[i].a, AMP_F16, 2, cases[i].b, AMP_F16, 1, 0.0f, &c,
+                           AMP_F32, 1));
+        float w = cases[i].want;
+        CHECK_MSG(isnan(w) ? isnan(c) : c == w, "case %zu: %g, want %g", i, c, w);
+    }
+    /* 40 x 50 x 70, operands of lowp_matrix's mix with bf16-exact values
+     * (lo = 0) and a few infs and NaNs, transposed and not */
+    int classes[4] = {0}; /* finite, +inf, -inf, NaN among the outputs */
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        const int64_t M = 40, N = 50, K = 70, lda = ta ? M : K, ldb = tb ? K : N;
+        uint16_t *Ah, *Bh;
+        float *A = lowp_matrix(ta ? K : M, lda, lda, AMP_F16, &Ah);
+        float *B = lowp_matrix(tb ? N : K, ldb, ldb, AMP_F16, &Bh);
+        for (int64_t i = 0; i < M * K; i += 5)
+            Ah[i] = (uint16_t)(one + (i % 3) * 0x400); /* 1, 2, 4: exact in bf16 */
+        for (int64_t i = 0; i < K * N; i += 3)
+            Bh[i] = (uint16_t)(half | (i % 2 ? 0x8000 : 0));
+        const int64_t ai[] = {7, 100, 101, 1200, 2001}, bi[] = {3, 50, 51, 2600, 3000};
+        const uint16_t av[] = {inf, ninf, inf, nan, inf}, bv[] = {ninf, inf, inf, nan, zero};
+        for (int i = 0; i < 5; i++)
+            Ah[ai[i]] = av[i], Bh[bi[i]] = bv[i];
+        float *c[2];
+        for (int p = 0; p < 2; p++) {
+            c[p] = malloc(sizeof(float) * (size_t)(M * N));
+            gemm_f16_set_mode(f16_paths[p].mode);
+            CHECK_OK(gemm_lowp(ta, tb, M, N, K, 1.0f, Ah, AMP_F16, lda, Bh, AMP_F16, ldb, 0.0f, c[p], AMP_F32, N));
+        }
+        int bad = 0;
+        for (int64_t i = 0; i < M * N; i++) {
+            float w = c[0][i], g = c[1][i];
+            int cw = isnan(w) ? 3 : isinf(w) ? (w > 0 ? 1 : 2) : 0, cg = isnan(g) ? 3 : isinf(g) ? (g > 0 ? 1 : 2) : 0;
+            classes[cw]++;
+            if ((cw != cg || (cw == 0 && fabsf(g - w) > 1e-3f * (1 + fabsf(w)))) && bad++ < 3)
+                CHECK_MSG(0, "ta=%d tb=%d C[%lld] split %g, widen %g", ta, tb, (long long)i, g, w);
+        }
+        free(A), free(B), free(Ah), free(Bh), free(c[0]), free(c[1]);
+    }
+    CHECK_MSG(classes[0] && classes[1] && classes[2] && classes[3], "outputs: %d finite, %d inf, %d -inf, %d NaN",
+              classes[0], classes[1], classes[2], classes[3]);
+    gemm_f16_set_mode(GEMM_F16_AUTO);
+}
+
+/* The split's tiles are the same whatever thread runs them: 1 and 2
+ * threads give the same bits (f32 and f16 C, the B block sliced when M is
+ * small); an f16 C is the f32 C rounded once, over several K blocks. */
+static void test_f16_split_threads_and_rounding(void)
+{
+    if (!use_f16_path(1))
+        return;
+    const int64_t shapes[][3] = {{100, 130, 1030}, {3, 2000, 801}};
+    int old = amp_get_num_threads();
+    for (size_t s = 0; s < 2; s++) {
+        int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        uint16_t *Ah, *Bh, *ch[2];
+        float *A = lowp_matrix(M, K, K, AMP_F16, &Ah), *B = lowp_matrix(K, N, N, AMP_F16, &Bh), *cf[2];
+        for (int nt = 1; nt <= 2; nt++) {
+            amp_set_num_threads(nt);
+            cf[nt - 1] = malloc(sizeof(float) * (size_t)(M * N));
+            ch[nt - 1] = malloc(sizeof(uint16_t) * (size_t)(M * N));
+            CHECK_OK(gemm_lowp(false, false, M, N, K, 1.0f, Ah, AMP_F16, K, Bh, AMP_F16, N, 0.0f, cf[nt - 1],
+                               AMP_F32, N));
+            CHECK_OK(gemm_lowp(false, false, M, N, K, 1.0f, Ah, AMP_F16, K, Bh, AMP_F16, N, 0.0f, ch[nt - 1],
+                               AMP_F16, N));
+        }
+        CHECK(memcmp(cf[0], cf[1], sizeof(float) * (size_t)(M * N)) == 0);
+        CHECK(memcmp(ch[0], ch[1], sizeof(uint16_t) * (size_t)(M * N)) == 0);
+        amp_convert(cf[0], AMP_F32, ch[1], AMP_F16, (size_t)(M * N));
+        CHECK_MSG(memcmp(ch[0], ch[1], sizeof(uint16_t) * (size_t)(M * N)) == 0, "f16 C is not the f32 C rounded");
+        free(A), free(B), free(Ah), free(Bh), free(cf[0]), free(cf[1]), free(ch[0]), free(ch[1]);
+    }
+    amp_set_num_threads(old);
+    gemm_f16_set_mode(GEMM_F16_AUTO);
+}
+
+/* Which path runs: the names follow the mode and the CPU; AUTO gives
+ * widening's bits on a small product and the split's on a big one; with
+ * AVX512-BF16 masked only widening is left. */
+static void test_f16_path_choice(void)
+{
+    gemm_f16_set_mode(GEMM_F16_WIDEN);
+    CHECK(strncmp(gemm_f16_kernel_name(), "widen: ", 7) == 0);
+    gemm_f16_set_mode(GEMM_F16_AUTO);
+    const char *auto_name = gemm_f16_kernel_name();
+    printf("    f16 path by default: %s\n", auto_name);
+    bool amx = false;
+#if defined(__x86_64__)
+    amx = (amp_cpu_features() & AMP_CPU_AVX512BF16) && (amp_cpu_features() & AMP_CPU_AVX512BW) && gemm_amx_usable();
+#endif
+    CHECK_MSG(!amx == !strstr(auto_name, "split"), "AMX %d: %s", amx, auto_name);
+    amp_cpu_limit(~(unsigned)AMP_CPU_AVX512BF16);
+    gemm_f16_set_mode(GEMM_F16_SPLIT);
+    CHECK_MSG(strncmp(gemm_f16_kernel_name(), "widen: ", 7) == 0, "masked: %s", gemm_f16_kernel_name());
+    check_f16(false, true, 33, 40, 77, 1.0f, 0.0f, 1, AMP_F16, 0, 1.0f);
+    amp_cpu_limit(~0u);
+    const int64_t shapes[][3] = {{20, 30, 40}, {256, 160, 128}}; /* below and above 2^22 multiply-adds */
+    for (size_t s = 0; s < 2 && amx; s++) {
+        int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        uint16_t *Ah, *Bh;
+        float *A = lowp_matrix(M, K, K, AMP_F16, &Ah), *B = lowp_matrix(K, N, N, AMP_F16, &Bh);
+        float *c[2] = {malloc(sizeof(float) * (size_t)(M * N)), malloc(sizeof(float) * (size_t)(M * N))};
+        gemm_f16_set_mode(s ? GEMM_F16_SPLIT : GEMM_F16_WIDEN);
+        CHECK_OK(gemm_lowp(false, false, M, N, K, 1.0f, Ah, AMP_F16, K, Bh, AMP_F16, N, 0.0f, c[0], AMP_F32, N));
+        gemm_f16_set_mode(GEMM_F16_AUTO);
+        CHECK_OK(gemm_lowp(false, false, M, N, K, 1.0f, Ah, AMP_F16, K, Bh, AMP_F16, N, 0.0f, c[1], AMP_F32, N));
+        CHECK_MSG(memcmp(c[0], c[1], sizeof(float) * (size_t)(M * N)) == 0, "AUTO at %lld x %lld x %lld is not %s",
+                  (long long)M, (long long)N, (long long)K, s ? "the split" : "widening");
+        free(A), free(B), free(Ah), free(Bh), free(c[0]), free(c[1]);
+    }
+    gemm_f16_set_mode(GEMM_F16_AUTO);
+}
+
 int main(void)
 {
     /* ampc's own kernels, each path forced in turn; oneDNN's matmul has
@@ -577,5 +885,10 @@ int main(void)
     RUN(test_bf16_16bit_c_is_the_f32_result_rounded);
     RUN(test_bf16_cpu_limit);
     RUN(test_bf16_threads_do_not_change_results);
+    RUN(test_f16_split_exact_products);
+    RUN(test_f16_split_matches_double);
+    RUN(test_f16_split_special_values);
+    RUN(test_f16_split_threads_and_rounding);
+    RUN(test_f16_path_choice);
     return harness_done();
 }

@@ -19,7 +19,8 @@
  * dtype. bf16 x bf16 products go to native 16-bit dot products instead
  * (AVX512-BF16 VDPBF16PS or AMX-BF16) where the CPU runs them faster than
  * f32 FMA: gemm_bf16.c, the same loops over panels kept in bf16 with pairs
- * of k interleaved.
+ * of k interleaved. Big f16 x f16 products go to AMX too, each f16 split
+ * exactly into two bf16 (gemm_f16_split.c).
  *
  * Threads: the work items are (A panel, slice of the B block) pairs. When
  * A has many MR-row panels each thread takes a contiguous run of them;
@@ -371,6 +372,9 @@ amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
         return st;
     if (a_dt == AMP_BF16 && b_dt == AMP_BF16 &&
         gemm_bf16_native(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, &st))
+        return st;
+    if (a_dt == AMP_F16 && b_dt == AMP_F16 &&
+        gemm_f16_split(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, &st))
         return st;
     operand a = operand_a(trans_a, A, a_dt, lda), b = operand_b(trans_b, B, b_dt, ldb);
     if (c_dt == AMP_F32)

@@ -15,7 +15,10 @@
  *                bf16 x bf16 runs on the CPU's bf16 dot products instead
  *                (AMX or AVX512-BF16, gemm_bf16.c) where they are faster:
  *                still f32 accumulation and one rounding, but bf16
- *                subnormal inputs count as zero there.
+ *                subnormal inputs count as zero there. Big f16 x f16
+ *                products run on AMX too, each f16 split exactly into two
+ *                bf16 (gemm_f16_split.c): the same exact products, f32
+ *                accumulation in another order, one rounding.
  *   gemm_kernel_name - which micro-kernel this CPU runs (tests, logs).
  *
  * Both run on oneDNN's matmul instead where it is built in and faster for
@@ -100,6 +103,14 @@ bool gemm_bf16_native(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
                       const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
                       amp_dtype c_dt, int64_t ldc, amp_status *st);
 
+/* gemm_lowp's product (M, N, K > 0, alpha != 0) on the given kernel,
+ * whose packers read the 16-bit A and B (gemm_bf16_native's and
+ * gemm_f16_split's common driver). */
+typedef struct gemm_bf16_kernel gemm_bf16_kernel;
+amp_status gemm_bf16_drive(const gemm_bf16_kernel *kern, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                           int64_t K, float alpha, const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
+                           float beta, void *C, amp_dtype c_dt, int64_t ldc);
+
 /* One MR x NR tile over kp pairs of k, all in f32: C = alpha * acc + beta
  * * C, beta == 0 not reading C. Each 32-bit word of a packed panel holds a
  * pair of bf16 along k, the even k in the low half. b is always pair-major,
@@ -112,8 +123,10 @@ typedef void (*gemm_bf16_micro_fn)(int64_t kp, const uint32_t *a, const uint32_t
 /* Packs lines 0 .. w-1 (of R) over k 0 .. kc-1 of an operand whose element
  * (line q, k) is s[q * rs + k * ks] (rs or ks is 1) into kp pairs, in the
  * kernel's layout; zero words pad lines w .. R-1, an odd kc's last pair
- * and the pairs past kc. */
-typedef void (*gemm_bf16_pack_fn)(const uint16_t *s, int64_t rs, int64_t ks, int w, int R, int64_t kc,
+ * and the pairs past kc. Returns whether the panel holds an infinity that
+ * needs the kernel's pack_a_inf for A (only the f16 split's B packer says
+ * so; every other packer returns false). */
+typedef bool (*gemm_bf16_pack_fn)(const uint16_t *s, int64_t rs, int64_t ks, int w, int R, int64_t kc,
                                   int64_t kp, uint32_t *dst);
 
 /* A 16-bit C tile: the f32 tile t (mr x nr, row stride tl) gets beta * C
@@ -122,25 +135,79 @@ typedef void (*gemm_bf16_pack_fn)(const uint16_t *s, int64_t rs, int64_t ks, int
 typedef void (*gemm_bf16_finish_fn)(float *t, int64_t tl, int mr, int nr, uint16_t *c, int64_t ldc,
                                     bool is_bf16, bool add_beta, float beta, bool store);
 
-typedef struct {
+struct gemm_bf16_kernel {
     int mr, nr;
     int kpair;              /* kp is padded (with zero pairs) to a multiple of this */
     int kc, nc;             /* the blocking: k per B block (even), columns per B block */
+    int a_words2k, b_words2k; /* 32-bit words per 2 k in packed A and B lines: 1 (0 reads
+                             * as 1) for bf16 pairs; the f16 split (gemm_f16_split.c) packs
+                             * 2 words per k of A (4) and 1 of B (2). kp counts A's words;
+                             * B panels hold kp * b_words2k / a_words2k words per line. */
     double par_min;         /* multiply-adds below which one thread is faster */
     gemm_bf16_micro_fn micro;
     gemm_bf16_pack_fn pack_a, pack_b;
+    gemm_bf16_pack_fn pack_a_inf; /* A for K blocks whose B panels hold an inf, or NULL */
     gemm_bf16_finish_fn finish16;
     void (*enter)(void);    /* per thread, before its first micro call (AMX tile config) */
     void (*leave)(void);    /* per thread, after its last one */
     const char *name;
-} gemm_bf16_kernel;
+};
 
 #if defined(__x86_64__)
 extern const gemm_bf16_kernel gemm_bf16_kernel_dot; /* 12 x 32, AVX512-BF16 */
 extern const gemm_bf16_kernel gemm_bf16_kernel_amx; /* 32 x 32, AMX-BF16 */
+/* AMX-BF16 on f16 operands split into bf16 (gemm_f16_split.c's packers):
+ * 32 x 32, each B tile multiplied by the hi and the lo A tile. */
+extern const gemm_bf16_kernel gemm_f16_kernel_amx;
 /* Whether this CPU and OS let the process use AMX tiles (asks Linux for
  * the permission once). */
 bool gemm_amx_usable(void);
+/* gemm_f16_split.c's packers (gemm_bf16_pack_fn over f16 bits): AMX's
+ * row-major A panel (nearest split, or the one for B blocks holding an
+ * inf) and pair-major B panel of the split operands. */
+bool gemm_f16_pack_a_split(const uint16_t *s, int64_t rs, int64_t ks, int w, int R, int64_t kc, int64_t kp,
+                           uint32_t *dst);
+bool gemm_f16_pack_a_split_inf(const uint16_t *s, int64_t rs, int64_t ks, int w, int R, int64_t kc, int64_t kp,
+                               uint32_t *dst);
+bool gemm_f16_pack_b_split(const uint16_t *s, int64_t rs, int64_t ks, int w, int R, int64_t kc, int64_t kp,
+                           uint32_t *dst);
 #endif
+
+/* ---- f16 x f16 as exact bf16 splits on AMX (gemm_f16_split.c) ---- */
+
+/* Which path gemm_lowp takes when both A and B are f16:
+ *   AUTO   the split on AMX where the CPU has it and the product is big
+ *          enough to gain (gemm_f16_split.c), else widening
+ *   WIDEN  widen to f32 while packing, f32 FMA kernels
+ *   SPLIT  the split on AMX whatever the size (where the CPU has it)
+ * The environment variable AMPC_GEMM_F16=widen|split|auto, read once,
+ * sets the starting mode (for comparing whole training steps). For tests
+ * and benchmarks. */
+typedef enum { GEMM_F16_AUTO, GEMM_F16_WIDEN, GEMM_F16_SPLIT } gemm_f16_mode;
+void gemm_f16_set_mode(gemm_f16_mode mode);
+
+/* The path f16 x f16 products take now: "widen: avx512 12x32", "amx-bf16
+ * split 32x32" (forced), or in AUTO with AMX "amx-bf16 split 32x32 from
+ * 2^22 multiply-adds, else widen: avx512 12x32" (products with a side
+ * under 32 widen too). */
+const char *gemm_f16_kernel_name(void);
+
+/* Whether AUTO takes the split for an M x N x K product where AMX is
+ * usable (the measured threshold; for bench_gemm's tables). */
+bool gemm_f16_split_policy(int64_t M, int64_t N, int64_t K);
+
+/* Whether gemm_lowp runs an f16 x f16 product of this size on the split
+ * now (mode, CPU, AUTO's threshold; alpha != 0): callers that would
+ * otherwise widen an f16 operand to f32 up front (matmul's dW) keep it
+ * f16 then, so the product stays f16 x f16. */
+bool gemm_f16_split_active(int64_t M, int64_t N, int64_t K);
+
+/* gemm_lowp for f16 A and B on the split AMX kernel. Returns false without
+ * touching anything when the mode, the CPU or the size says widening
+ * (the caller widens); otherwise true with *st the status. c_dt: f32, f16
+ * or bf16. */
+bool gemm_f16_split(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A,
+                    int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C, amp_dtype c_dt, int64_t ldc,
+                    amp_status *st);
 
 #endif

@@ -17,6 +17,11 @@
  * wait in C itself when C is f32, else in an f32 workspace), so a 16-bit
  * output is rounded exactly once, as gemm_lowp promises.
  *
+ * The same driver runs f16 x f16 products split into bf16 (gemm_f16_split.c,
+ * through gemm_bf16_drive): its kernel's packers lay each k out as two
+ * words of A and one of B instead of half a word of each (a_words2k,
+ * b_words2k), which only changes how k maps to packed words here.
+ *
  * Numerics: the dot instructions round after each product pair like an
  * FMA chain, but (as in oneDNN and PyTorch) treat bf16 subnormal inputs
  * (below 2^-126) as zero and flush subnormal partial sums to zero; the
@@ -38,6 +43,7 @@
 
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -107,26 +113,35 @@ typedef struct {
     int64_t rs, ks;
 } operand;
 
-/* Lines r0 .. r0+w (of R) over k0 .. k0+kc into kp pairs at dst. */
-static void pack(gemm_bf16_pack_fn fn, const operand *o, int64_t r0, int w, int R, int64_t k0, int64_t kc,
+/* Lines r0 .. r0+w (of R) over k0 .. k0+kc into kp pairs at dst; the
+ * packer's answer (an inf needing pack_a_inf). */
+static bool pack(gemm_bf16_pack_fn fn, const operand *o, int64_t r0, int w, int R, int64_t k0, int64_t kc,
                  int64_t kp, uint32_t *dst)
 {
-    fn(o->p + r0 * o->rs + k0 * o->ks, o->rs, o->ks, w, R, kc, kp, dst);
+    return fn(o->p + r0 * o->rs + k0 * o->ks, o->rs, o->ks, w, R, kc, kp, dst);
 }
 
-/* Pairs [p0, p1) of every NR-line panel of a B block (nc columns from j0,
- * panels kp pairs apart at bp). For B's rows contiguous (B not
- * transposed): a thread then reads whole rows of B, which the hardware
- * prefetchers follow, rather than 64 bytes from each of kc rows. */
-static void pack_b_rows(const gemm_bf16_kernel *kern, const operand *o, int64_t j0, int64_t nc, int64_t k0,
+/* 32-bit words per 2 k in the kernel's packed A and B lines (gemm.h). */
+static int a_words2k(const gemm_bf16_kernel *kern) { return kern->a_words2k ? kern->a_words2k : 1; }
+static int b_words2k(const gemm_bf16_kernel *kern) { return kern->b_words2k ? kern->b_words2k : 1; }
+
+/* Words [p0, p1) of every NR-line panel of a B block (nc columns from j0,
+ * panels kp words apart at bp; p0 a whole number of k). For B's rows
+ * contiguous (B not transposed): a thread then reads whole rows of B,
+ * which the hardware prefetchers follow, rather than 64 bytes from each of
+ * kc rows. */
+static bool pack_b_rows(const gemm_bf16_kernel *kern, const operand *o, int64_t j0, int64_t nc, int64_t k0,
                         int64_t kc, int64_t kp, int64_t p0, int64_t p1, uint32_t *bp)
 {
     const int NR = kern->nr;
-    const int64_t k_off = 2 * p0 < kc ? 2 * p0 : kc;
+    const int64_t k_off = 2 * p0 / b_words2k(kern) < kc ? 2 * p0 / b_words2k(kern) : kc;
+    bool inf = false;
     for (int64_t jp = 0; jp * NR < nc; jp++) {
         int w = nc - jp * NR < NR ? (int)(nc - jp * NR) : NR;
-        pack(kern->pack_b, o, j0 + jp * NR, w, NR, k0 + k_off, kc - k_off, p1 - p0, bp + jp * NR * kp + p0 * NR);
+        inf |= pack(kern->pack_b, o, j0 + jp * NR, w, NR, k0 + k_off, kc - k_off, p1 - p0,
+                    bp + jp * NR * kp + p0 * NR);
     }
+    return inf;
 }
 
 /* -------------------------------------------------------------- driver */
@@ -148,14 +163,18 @@ typedef struct {
 static amp_status run(const gemm_bf16_kernel *kern, const operand *a, const operand *b, int64_t M,
                       int64_t N, int64_t K, const target *g)
 {
-    const int MR = kern->mr, NR = kern->nr;
+    const int MR = kern->mr, NR = kern->nr, wa = a_words2k(kern), wb = b_words2k(kern);
     /* K in equal blocks of at most kern->kc (whole tile steps): 512 as
      * 256 + 256 rather than 384 + 128, whose short second block would pay
      * a tile's fixed costs for little work. */
-    const int64_t step = 2 * kern->kpair, nb = ceil_div(K, kern->kc);
+    const int64_t step = 2 * kern->kpair / wa, nb = ceil_div(K, kern->kc);
     const int64_t KC = ceil_div(ceil_div(K, nb), step) * step, NC = kern->nc;
     const int64_t kc_max = K < KC ? K : KC;
-    const int64_t kp_max = ceil_div(ceil_div(kc_max, 2), kern->kpair) * kern->kpair;
+    /* kp: words per line of an A panel; B's lines hold kp * wb / wa */
+    const int64_t kp_max = ceil_div(ceil_div(kc_max * wa, 2), kern->kpair) * kern->kpair;
+    const int64_t kpb_max = kp_max * wb / wa;
+    /* B packing work items when B's rows are contiguous: 16 k */
+    const int64_t b_words = B_PAIRS * wb;
     const int64_t nc_max = N < NC ? ceil_div(N, NR) * NR : NC;
     const int64_t m_panels = ceil_div(M, MR);
     const bool c16 = g->c_dt != AMP_F32;
@@ -174,9 +193,16 @@ static amp_status run(const gemm_bf16_kernel *kern, const operand *a, const oper
     /* Per thread (in 64-byte steps): an A panel and an MR x NR f32 tile. */
     const int64_t a_words = ceil_div(MR * kp_max, 16) * 16;
     const int64_t per_thread = a_words + ceil_div(MR * NR, 16) * 16;
-    uint32_t *bp = amp_alloc((size_t)(kp_max * nc_max) * sizeof(uint32_t));
+    /* Per (N block, K block) with pack_a_inf: whether its packed B holds an
+     * inf, set while B is packed and read after the barrier that follows. */
+    const int64_t n_kblocks = ceil_div(K, KC), n_blocks = ceil_div(N, NC) * n_kblocks;
+    int *b_inf = kern->pack_a_inf ? amp_alloc((size_t)n_blocks * sizeof(int)) : NULL;
+    uint32_t *bp = amp_alloc((size_t)(kpb_max * nc_max) * sizeof(uint32_t));
     uint32_t *ap = amp_alloc((size_t)(per_thread * nt) * sizeof(uint32_t));
-    if (!bp || !ap) {
+    if (b_inf)
+        memset(b_inf, 0, (size_t)n_blocks * sizeof(int));
+    if (!bp || !ap || (kern->pack_a_inf && !b_inf)) {
+        amp_free(b_inf);
         amp_free(bp);
         amp_free(ap);
         return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for packing buffers (%lld x %lld x %lld)",
@@ -203,21 +229,33 @@ static amp_status run(const gemm_bf16_kernel *kern, const operand *a, const oper
             const int64_t items = m_panels * chunks;
             for (int64_t pc = 0; pc < K; pc += KC) {
                 const int64_t kc = K - pc < KC ? K - pc : KC;
-                const int64_t kp = ceil_div(ceil_div(kc, 2), kern->kpair) * kern->kpair;
+                const int64_t kp = ceil_div(ceil_div(kc * wa, 2), kern->kpair) * kern->kpair;
+                const int64_t kpb = kp * wb / wa;
                 const bool first = pc == 0, last = pc + KC >= K;
                 /* A 16-bit C takes beta in finish16, from C itself. */
                 const float beta_k = !first ? 1.0f : c16 ? 0.0f : g->beta;
+                int *inf = b_inf ? b_inf + jc / NC * n_kblocks + pc / KC : NULL;
                 if (b->rs == 1) {
 #pragma omp for schedule(static)
-                    for (int64_t p0 = 0; p0 < kp; p0 += B_PAIRS)
-                        pack_b_rows(kern, b, jc, nc, pc, kc, kp, p0, p0 + B_PAIRS < kp ? p0 + B_PAIRS : kp, bp);
+                    for (int64_t p0 = 0; p0 < kpb; p0 += b_words) {
+                        const int64_t p1 = p0 + b_words < kpb ? p0 + b_words : kpb;
+                        if (pack_b_rows(kern, b, jc, nc, pc, kc, kpb, p0, p1, bp) && inf) {
+#pragma omp atomic write
+                            *inf = 1;
+                        }
+                    }
                 } else {
 #pragma omp for schedule(static)
                     for (int64_t jp = 0; jp < n_panels; jp++) {
                         int64_t w = nc - jp * NR < NR ? nc - jp * NR : NR;
-                        pack(kern->pack_b, b, jc + jp * NR, (int)w, NR, pc, kc, kp, bp + jp * NR * kp);
+                        if (pack(kern->pack_b, b, jc + jp * NR, (int)w, NR, pc, kc, kpb, bp + jp * NR * kpb) && inf) {
+#pragma omp atomic write
+                            *inf = 1;
+                        }
                     }
                 }
+                /* (the implied barrier: B and its flag are complete) */
+                const gemm_bf16_pack_fn pack_a = inf && *inf ? kern->pack_a_inf : kern->pack_a;
                 int64_t packed = -1;
 #pragma omp for schedule(static)
                 for (int64_t it = 0; it < items; it++) {
@@ -225,14 +263,14 @@ static amp_status run(const gemm_bf16_kernel *kern, const operand *a, const oper
                     const int64_t i0 = mp * MR;
                     const int mr = M - i0 < MR ? (int)(M - i0) : MR;
                     if (mp != packed) {
-                        pack(kern->pack_a, a, i0, mr, MR, pc, kc, kp, my_a);
+                        pack(pack_a, a, i0, mr, MR, pc, kc, kp, my_a);
                         packed = mp;
                     }
                     const int64_t jp_end = (ch + 1) * n_panels / chunks;
                     for (int64_t jp = ch * n_panels / chunks; jp < jp_end; jp++) {
                         const int64_t j0 = jc + jp * NR;
                         const int nr = N - j0 < NR ? (int)(N - j0) : NR;
-                        const uint32_t *bpan = bp + jp * NR * kp;
+                        const uint32_t *bpan = bp + jp * NR * kpb;
                         float *t = tile;
                         int64_t tl = NR;
                         if (mr == MR && nr == NR && g->acc) {
@@ -264,18 +302,16 @@ static amp_status run(const gemm_bf16_kernel *kern, const operand *a, const oper
         if (kern->leave)
             kern->leave();
     }
+    amp_free(b_inf);
     amp_free(bp);
     amp_free(ap);
     return AMP_OK;
 }
 
-bool gemm_bf16_native(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                      const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
-                      amp_dtype c_dt, int64_t ldc, amp_status *st)
+amp_status gemm_bf16_drive(const gemm_bf16_kernel *kern, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                           int64_t K, float alpha, const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
+                           float beta, void *C, amp_dtype c_dt, int64_t ldc)
 {
-    const gemm_bf16_kernel *kern = pick_bf16();
-    if (!kern || M <= 0 || N <= 0 || K <= 0 || alpha == 0.0f)
-        return false; /* gemm_lowp's general path handles the trivial cases */
     /* element (i, k) of op(A); element (j, k) of op(B) */
     operand a = trans_a ? (operand){A, 1, lda} : (operand){A, lda, 1};
     operand b = trans_b ? (operand){B, ldb, 1} : (operand){B, 1, ldb};
@@ -287,16 +323,25 @@ bool gemm_bf16_native(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
     } else {
         if (K > kern->kc) {
             work = amp_alloc((size_t)(M * N) * sizeof(float));
-            if (!work) {
-                *st = amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for a %lld x %lld f32 accumulator",
-                                    (long long)M, (long long)N);
-                return true;
-            }
+            if (!work)
+                return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for a %lld x %lld f32 accumulator",
+                                     (long long)M, (long long)N);
             g.acc = work;
             g.acc_ld = N;
         }
     }
-    *st = run(kern, &a, &b, M, N, K, &g);
+    amp_status st = run(kern, &a, &b, M, N, K, &g);
     amp_free(work);
+    return st;
+}
+
+bool gemm_bf16_native(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                      const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
+                      amp_dtype c_dt, int64_t ldc, amp_status *st)
+{
+    const gemm_bf16_kernel *kern = pick_bf16();
+    if (!kern || M <= 0 || N <= 0 || K <= 0 || alpha == 0.0f)
+        return false; /* gemm_lowp's general path handles the trivial cases */
+    *st = gemm_bf16_drive(kern, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc);
     return true;
 }

@@ -51,11 +51,12 @@ cpu_lib_mode onednn_mode(void)
 
 const char *amp_cpu_kernels(void)
 {
-    static _Thread_local char buf[192];
+    static _Thread_local char buf[384];
     static const char *const modes[] = {"where faster (AMPC_CPU_LIB=auto)", "off (AMPC_CPU_LIB=own)",
                                         "for all it can do (AMPC_CPU_LIB=onednn)"};
-    char own[96];
-    snprintf(own, sizeof own, "ampc f32 %s, bf16 %s", gemm_kernel_name(), gemm_bf16_kernel_name());
+    char own[288];
+    snprintf(own, sizeof own, "ampc f32 %s, bf16 %s, f16 %s", gemm_kernel_name(), gemm_bf16_kernel_name(),
+             gemm_f16_kernel_name());
     if (onednn_available())
         snprintf(buf, sizeof buf, "%s %s, %s", onednn_version(), modes[onednn_mode()], own);
     else
