@@ -3,7 +3,8 @@
 #                (a CNN on Fashion-MNIST in bf16, about a minute; ARGS="..." adds options)
 #   make test    install what is missing, build, run every test (CTest), then
 #                the CUDA backend's tests on cudaemu (make test-cuda-emu)
-#   make asan    the tests again under AddressSanitizer + UBSan
+#   make asan    the tests again under AddressSanitizer + UBSan (the CUDA ones
+#                on cudaemu too)
 #   make test-cuda-emu  the CUDA backend's tests on cudaemu, the CUDA runtime
 #                and cuBLASLt emulated on the CPU (tests/cuda_emu; no GPU needed)
 #   make bench   benchmarks: GEMM, grad scaler, training step beside PyTorch
@@ -39,6 +40,10 @@ asan: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 AMPC_TEST_QUICK=1 \
 		UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+	cmake -S . -B build-emu-asan -DCMAKE_BUILD_TYPE=Debug -DAMPC_SANITIZE=ON -DAMPC_WERROR=ON -DAMPC_CUDA=EMU
+	cmake --build build-emu-asan -j $(JOBS) --target cuda_emu_tests
+	cd build-emu-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 AMPC_TEST_QUICK=1 \
+		UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -L cuda
 
 test-cuda-emu: deps
 	cmake -S . -B build-emu -DCMAKE_BUILD_TYPE=Release -DAMPC_WERROR=ON -DAMPC_CUDA=EMU
@@ -52,4 +57,4 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) build-asan build-emu
+	rm -rf $(BUILD) build-asan build-emu build-emu-asan
