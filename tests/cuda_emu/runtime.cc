@@ -702,35 +702,40 @@ void run_grid(const char *kernel, dim3 grid, dim3 block, body_fn body, void *ctx
     run.ctx = ctx;
     run.kernel = kernel;
     run.n = n;
-    for (unsigned bz = 0; bz < grid.z; bz++)
-        for (unsigned by = 0; by < grid.y; by++)
-            for (unsigned bx = 0; bx < grid.x; bx++) {
-                block_idx = uint3{bx, by, bz};
+    /* CUDAEMU_BLOCK_ORDER=reverse runs the last block first: a kernel whose
+     * result depends on the order of its blocks shows. */
+    static const bool reverse = [] {
+        const char *o = getenv("CUDAEMU_BLOCK_ORDER");
+        return o && strcmp(o, "reverse") == 0;
+    }();
+    const unsigned long long n_blocks = (unsigned long long)grid.x * grid.y * grid.z;
+    for (unsigned long long q = 0; q < n_blocks; q++) {
+        const unsigned long long b = reverse ? n_blocks - 1 - q : q;
+        block_idx = uint3{(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y),
+                          (unsigned)(b / ((unsigned long long)grid.x * grid.y))};
+        for (unsigned t = 0; t < n; t++) {
+            fiber_init(&run.f[t]);
+            run.f[t].idx = uint3{t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+            run.f[t].pred = run.f[t].result = 0;
+        }
+        run.live = n;
+        while (run.live > 0) {
+            for (unsigned t = 0; t < n; t++)
+                if (run.f[t].state == RUNNABLE)
+                    enter(t);
+            if (run.live > 0 && !release()) {
+                unsigned at_block = 0, at_warp = 0;
                 for (unsigned t = 0; t < n; t++) {
-                    fiber_init(&run.f[t]);
-                    run.f[t].idx = uint3{t % block.x, t / block.x % block.y, t / (block.x * block.y)};
-                    run.f[t].pred = run.f[t].result = 0;
+                    at_block += run.f[t].state == WAIT_BLOCK;
+                    at_warp += run.f[t].state == WAIT_WARP;
                 }
-                run.live = n;
-                while (run.live > 0) {
-                    for (unsigned t = 0; t < n; t++)
-                        if (run.f[t].state == RUNNABLE)
-                            enter(t);
-                    if (run.live > 0 && !release()) {
-                        unsigned a = 0, b = 0;
-                        for (unsigned t = 0; t < n; t++) {
-                            if (run.f[t].state == WAIT_BLOCK)
-                                a++;
-                            if (run.f[t].state == WAIT_WARP)
-                                b++;
-                        }
-                        misuse("kernel %s: block (%u, %u, %u) deadlocks: %u threads wait at __syncthreads, %u at a "
-                               "warp shuffle, %u have exited",
-                               kernel, bx, by, bz, a, b, n - run.live);
-                        goto out; /* abandoned: its fibers are re-made by the next launch */
-                    }
-                }
+                misuse("kernel %s: block (%u, %u, %u) deadlocks: %u threads wait at __syncthreads, %u at a warp "
+                       "shuffle, %u have exited",
+                       kernel, block_idx.x, block_idx.y, block_idx.z, at_block, at_warp, n - run.live);
+                goto out; /* abandoned: its fibers are re-made by the next launch */
             }
+        }
+    }
 out:
     block_dim = saved_block;
     grid_dim = saved_grid;
