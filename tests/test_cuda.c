@@ -1,6 +1,6 @@
 /*
  * test_cuda.c - the CUDA backend's ops against the CPU: every op with a
- * CUDA kernel (conv2d, the pools and linear's fused relu included),
+ * CUDA kernel (conv2d, the pools and linear's fused relu and gelu included),
  * forward and backward, in f32 / f16 / bf16 with per-dtype tolerances (the
  * CPU result is the reference); tensors on the device and the errors of
  * mixed devices and bad shapes; and the grad scaler's conformance cases
@@ -270,6 +270,8 @@ static amp_tensor *f_linalg(amp_tensor **in, const void *c)
     case 2: return amp_linear(in[0], in[1], NULL);
     case 5: return op_linear_relu(in[0], in[1], in[2]);
     case 6: return op_linear_relu(in[0], in[1], NULL);
+    case 7: return op_linear_gelu(in[0], in[1], in[2]);
+    case 8: return op_linear_gelu(in[0], in[1], NULL);
     case 3: return amp_attention(in[0], in[1], in[2], true);
     default: return amp_attention(in[0], in[1], in[2], false);
     }
@@ -316,6 +318,82 @@ static void test_matmul_linear_attention(void)
         }
         for (int i = 0; i < 3; i++)
             amp_tensor_free(lin[i]);
+    }
+}
+
+
+/* cudaemu (AMPC_CUDA_EMU) takes every epilogue it validates, so there the
+ * counts of epilogues taken must be exact; a real cuBLASLt may refuse one
+ * (ampc then runs the unfused path, whose values the same test checks), so
+ * on a GPU the counts are reported, not asserted. */
+#ifdef AMPC_CUDA_EMU
+#define EPILOGUE_CHECK(cond, ...) CHECK_MSG(cond, __VA_ARGS__)
+#else
+#define EPILOGUE_CHECK(cond, ...) ((cond) ? (void)0 : (void)(printf("  note: "), printf(__VA_ARGS__), printf("\n")))
+#endif
+/* The fused linear + gelu (op_linear_gelu) against the CPU's (which is
+ * gelu_tanh(linear(...)) bit for bit): forward and the gradients of x, w
+ * and the bias, f32 / f16 / bf16, with and without a bias, and forward
+ * without grad. out 16: one GEMM with the GELU_AUX_BIAS / GELU_AUX
+ * epilogue, the pre-activation into the aux buffer (ld 16, a multiple of
+ * 8 as cuBLASLt asks); out 10: an aux ld cuBLASLt would not take, so the
+ * unfused path (bias epilogue, then ampc's gelu kernel); without grad,
+ * GELU_BIAS / GELU with no aux whatever out is. Where cuBLASLt refuses
+ * every epilogue (CUDAEMU_LT_REFUSE=all or =epilogue, the CTest
+ * *_lt_refused runs) every case takes the unfused path; elsewhere the
+ * epilogue counters show that the fused one ran where it should. */
+static void test_linear_gelu(void)
+{
+    if (!gpu())
+        return;
+    const char *knob = getenv("CUDAEMU_LT_REFUSE");
+    const bool refused = knob && (!strcmp(knob, "all") || !strcmp(knob, "epilogue"));
+    const int64_t outs[2] = {16, 10};
+    for (int d = 0; d < 3; d++) {
+        const amp_dtype dt = FLOATS[d];
+        const double tol = tol_of(dt) * 2;
+        for (int o = 0; o < 2; o++) {
+            const int64_t out = outs[o];
+            amp_tensor *lin[3] = {test_uniform(AMP_SHAPE(2, 3, 24), dt, -2, 2, 61),
+                                  test_uniform(AMP_SHAPE(out, 24), dt, -0.5, 0.5, 62),
+                                  test_uniform(AMP_SHAPE(out), dt, -1, 1, 63)};
+            const uint64_t aux_bias = cuda_gemm_epilogues_taken(CUDA_EPI_GELU_AUX_BIAS),
+                           aux = cuda_gemm_epilogues_taken(CUDA_EPI_GELU_AUX);
+            ew_ctx with = {7, 0}, without = {8, 0};
+            compare("linear + gelu with bias", f_linalg, lin, 3, &with, tol);
+            compare("linear + gelu without bias", f_linalg, lin, 2, &without, tol);
+            const uint64_t want = !refused && out % 8 == 0;
+            EPILOGUE_CHECK(cuda_gemm_epilogues_taken(CUDA_EPI_GELU_AUX_BIAS) - aux_bias == want &&
+                          cuda_gemm_epilogues_taken(CUDA_EPI_GELU_AUX) - aux == want,
+                      "%s, out %lld: GELU_AUX_BIAS taken %llu times, GELU_AUX %llu, expected %llu each",
+                      amp_dtype_name(dt), (long long)out,
+                      (unsigned long long)(cuda_gemm_epilogues_taken(CUDA_EPI_GELU_AUX_BIAS) - aux_bias),
+                      (unsigned long long)(cuda_gemm_epilogues_taken(CUDA_EPI_GELU_AUX) - aux),
+                      (unsigned long long)want);
+            /* Without grad: no aux, nothing saved. */
+            const uint64_t gb = cuda_gemm_epilogues_taken(CUDA_EPI_GELU_BIAS),
+                           g = cuda_gemm_epilogues_taken(CUDA_EPI_GELU);
+            amp_tensor *dev[3];
+            for (int i = 0; i < 3; i++)
+                dev[i] = amp_to_device(lin[i], AMP_CUDA);
+            amp_no_grad_begin();
+            check_same("linear + gelu with bias, no grad", "forward", op_linear_gelu(lin[0], lin[1], lin[2]),
+                       op_linear_gelu(dev[0], dev[1], dev[2]), tol);
+            check_same("linear + gelu without bias, no grad", "forward", op_linear_gelu(lin[0], lin[1], NULL),
+                       op_linear_gelu(dev[0], dev[1], NULL), tol);
+            amp_no_grad_end();
+            EPILOGUE_CHECK(cuda_gemm_epilogues_taken(CUDA_EPI_GELU_BIAS) - gb == !refused &&
+                          cuda_gemm_epilogues_taken(CUDA_EPI_GELU) - g == !refused,
+                      "%s, out %lld, no grad: GELU_BIAS taken %llu times, GELU %llu, expected %d each",
+                      amp_dtype_name(dt), (long long)out,
+                      (unsigned long long)(cuda_gemm_epilogues_taken(CUDA_EPI_GELU_BIAS) - gb),
+                      (unsigned long long)(cuda_gemm_epilogues_taken(CUDA_EPI_GELU) - g), !refused);
+            amp_temps_free();
+            for (int i = 0; i < 3; i++) {
+                amp_tensor_free(dev[i]);
+                amp_tensor_free(lin[i]);
+            }
+        }
     }
 }
 
@@ -685,6 +763,7 @@ int main(void)
     RUN(test_losses);
     RUN(test_layers_and_shapes);
     RUN(test_matmul_linear_attention);
+    RUN(test_linear_gelu);
     RUN(test_conv2d);
     RUN(test_pools);
     RUN(test_gemm_with_an_empty_sum);

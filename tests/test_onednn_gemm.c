@@ -1,11 +1,13 @@
 /*
  * test_onednn_gemm.c - the GEMMs that run through oneDNN (when it is built
  * in), the batched entry point with bias and relu epilogues on both
- * backends, and the fused linear + relu op that nn's sequential uses.
+ * backends, the fused linear + relu op that nn's sequential uses, and the
+ * fused linear + gelu (tanh) op of the GPT's fc1.
  *
  * Results are checked against products in double; the fused ops against
  * the two ops in sequence (bit for bit on ampc's own kernels, where the
- * same GEMM runs either way). Without oneDNN every case still runs, on
+ * same GEMM runs either way; linear + gelu bit for bit with oneDNN too,
+ * since its GEMM is plain linear's). Without oneDNN every case still runs, on
  * ampc's kernels, and the "taken" checks expect oneDNN to decline.
  */
 #include "backend/cpu/gemm.h"
@@ -349,6 +351,93 @@ static void test_fused_linear_relu_gradcheck(void)
         amp_tensor_free(in[i]);
 }
 
+/* op_linear_gelu against gelu_tanh(linear(...)): the output and the
+ * gradients of x, w and the bias bit for bit, with and without a bias, in
+ * the inputs' dtype or under autocast (f32 leaves, the op in ad; the
+ * gradients come back to the f32 leaves through the casts), on ampc's
+ * kernels and on oneDNN's (the same GEMM either way: the fused op's GEMM
+ * is plain linear's). Without grad the result is the same and nothing is
+ * kept (ASan would see a leaked pre-activation). */
+static void check_fused_linear_gelu(cpu_lib_mode mode, amp_dtype dt, bool bias, amp_dtype ad)
+{
+    const amp_dtype leaf_dt = ad != AMP_F32 ? AMP_F32 : dt, out_dt = ad != AMP_F32 ? ad : dt;
+    amp_tensor *x = leaf(AMP_SHAPE(3, 5, 40), leaf_dt), *w = leaf(AMP_SHAPE(24, 40), leaf_dt);
+    amp_tensor *b = bias ? leaf(AMP_SHAPE(24), leaf_dt) : NULL;
+    amp_tensor *g = amp_randn(AMP_SHAPE(3, 5, 24), out_dt, 0.0, 1.0);
+    amp_tensor *got[5] = {0}, *want[5] = {0};
+    onednn_set_mode(mode);
+    for (int fused = 0; fused < 2; fused++) {
+        amp_tensor **out = fused ? got : want;
+        if (ad != AMP_F32)
+            CHECK_OK(amp_autocast_begin(AMP_CPU, ad));
+        amp_tensor *y = fused ? op_linear_gelu(x, w, b) : amp_gelu(amp_linear(x, w, b), AMP_GELU_TANH);
+        if (ad != AMP_F32)
+            CHECK_OK(amp_autocast_end());
+        CHECK_MSG(y != NULL, "%s", amp_last_error());
+        if (!y)
+            break;
+        out[0] = amp_clone(y);
+        CHECK_OK(amp_backward_with(y, g));
+        amp_tensor *ts[3] = {x, w, b};
+        for (int i = 0; i < (bias ? 3 : 2); i++) {
+            out[i + 1] = amp_clone(amp_tensor_grad(ts[i]));
+            amp_tensor_clear_grad(ts[i]);
+        }
+        amp_no_grad_begin();
+        if (ad != AMP_F32)
+            CHECK_OK(amp_autocast_begin(AMP_CPU, ad));
+        out[4] = amp_clone(fused ? op_linear_gelu(x, w, b) : amp_gelu(amp_linear(x, w, b), AMP_GELU_TANH));
+        if (ad != AMP_F32)
+            CHECK_OK(amp_autocast_end());
+        amp_no_grad_end();
+        amp_temps_free();
+    }
+    onednn_set_mode(CPU_LIB_AUTO);
+    const char *names[5] = {"output", "dx", "dw", "db", "output without grad"};
+    for (int i = 0; i < 5; i++) {
+        if (i == 3 && !bias)
+            continue;
+        const amp_dtype want_dt = i == 0 || i == 4 ? out_dt : leaf_dt;
+        CHECK_MSG(got[i] && amp_tensor_dtype(got[i]) == want_dt && same_bits(got[i], want[i]),
+                  "%s %s%s%s%s: fused linear+gelu %s differs from linear then gelu",
+                  mode == CPU_LIB_OWN ? "own" : "onednn", amp_dtype_name(dt), bias ? " with bias" : " without bias",
+                  ad != AMP_F32 ? ", autocast " : "", ad != AMP_F32 ? amp_dtype_name(ad) : "", names[i]);
+        amp_tensor_free(got[i]);
+        amp_tensor_free(want[i]);
+    }
+    amp_tensor_free(x), amp_tensor_free(w), amp_tensor_free(b), amp_tensor_free(g);
+}
+
+static void test_fused_linear_gelu_equals_the_two_ops(void)
+{
+    const amp_dtype dts[3] = {AMP_F32, AMP_BF16, AMP_F16};
+    for (int m = 0; m < 2; m++)
+        for (int bias = 0; bias < 2; bias++) {
+            const cpu_lib_mode mode = m ? CPU_LIB_ONEDNN : CPU_LIB_OWN;
+            for (int d = 0; d < 3; d++)
+                check_fused_linear_gelu(mode, dts[d], bias, AMP_F32);
+            check_fused_linear_gelu(mode, AMP_F32, bias, AMP_BF16);
+            check_fused_linear_gelu(mode, AMP_F32, bias, AMP_F16);
+        }
+}
+
+static amp_tensor *fused_gelu_fn(amp_tensor **in, void *ctx)
+{
+    return op_linear_gelu(in[0], in[1], ctx ? in[2] : NULL);
+}
+
+/* The gradients themselves, by finite differences (not only equal to the
+ * two ops'), with and without a bias. */
+static void test_fused_linear_gelu_gradcheck(void)
+{
+    amp_tensor *in[3] = {leaf(AMP_SHAPE(2, 3, 7), AMP_F32), leaf(AMP_SHAPE(5, 7), AMP_F32), leaf(AMP_SHAPE(5), AMP_F32)};
+    int with_bias = 1;
+    CHECK(gradcheck("linear_gelu with bias", fused_gelu_fn, in, 3, &with_bias, 1e-3, 2e-3, 2e-3));
+    CHECK(gradcheck("linear_gelu without bias", fused_gelu_fn, in, 2, NULL, 1e-3, 2e-3, 2e-3));
+    for (int i = 0; i < 3; i++)
+        amp_tensor_free(in[i]);
+}
+
 /* A sequential of Linear, ReLU, Linear, ReLU, Linear runs the fused op for
  * each pair and gives what the layers' ops give one by one. */
 static void test_sequential_fuses_linear_relu(void)
@@ -397,6 +486,8 @@ int main(void)
     RUN(test_fused_linear_relu_equals_the_two_ops);
     RUN(test_fused_linear_relu_gradcheck);
     RUN(test_sequential_fuses_linear_relu);
+    RUN(test_fused_linear_gelu_equals_the_two_ops);
+    RUN(test_fused_linear_gelu_gradcheck);
     RUN(test_cpu_kernels_string);
     return harness_done();
 }

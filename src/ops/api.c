@@ -46,8 +46,9 @@ amp_tensor *amp_gelu(amp_tensor *a, amp_gelu_approx approx)
 
 amp_tensor *amp_matmul(amp_tensor *a, amp_tensor *b) { return binary(OP_MATMUL, a, b); }
 
-/* i[0] = 1 when a bias is given (it is then input 2); i[1] = 1: a relu
- * fused into the epilogue (op_linear_relu). */
+/* i[0] = 1 when a bias is given (it is then input 2); i[1]: the
+ * activation fused after the product, 1 = relu (op_linear_relu), 2 = gelu
+ * with the tanh approximation (op_linear_gelu). */
 amp_tensor *amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *bias)
 {
     amp_tensor *in[3] = {x, w, bias};
@@ -59,6 +60,13 @@ amp_tensor *op_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias)
 {
     amp_tensor *in[3] = {x, w, bias};
     op_params p = {.i = {bias != NULL, 1}};
+    return op_apply(OP_LINEAR, in, bias ? 3 : 2, &p);
+}
+
+amp_tensor *op_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *bias)
+{
+    amp_tensor *in[3] = {x, w, bias};
+    op_params p = {.i = {bias != NULL, 2}};
     return op_apply(OP_LINEAR, in, bias ? 3 : 2, &p);
 }
 

@@ -19,4 +19,17 @@
 amp_tensor *op_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias);
 amp_tensor *op_conv2d_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding);
 
+/* gelu(linear(x, w, bias), AMP_GELU_TANH) as one op (linear with p.i[1] ==
+ * 2), for the GPT's fc1 + gelu. The pre-activation linear(x, w, bias) is
+ * kept for backward (in the output's dtype), as the two ops keep it.
+ * CPU: bit for bit the two ops - the same GEMM, then the gelu op's own
+ * kernels forward and backward. CUDA: one cuBLASLt GEMM with the
+ * GELU_AUX(_BIAS) epilogue, which applies GELU to the f32 sum before its
+ * one rounding and writes the pre-activation into the aux buffer (so a
+ * 16-bit result may differ from the CPU's, which rounds the pre-activation
+ * first, in the last place); when cuBLASLt refuses, the linear as usual
+ * and ampc's gelu kernel after it. Backward: gout * gelu'(pre) with the
+ * gelu op's backward formula, then linear's backward. */
+amp_tensor *op_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *bias);
+
 #endif

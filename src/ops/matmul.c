@@ -15,7 +15,11 @@
  * followed by a fused relu (nn's Linear + ReLU pairs): one gemm_batched
  * call, where oneDNN adds the bias and applies the relu as post-ops, or
  * ampc's own GEMM adds onto bias rows (beta = 1) and a relu pass follows;
- * either way a 16-bit result is rounded once.
+ * either way a 16-bit result is rounded once. Or by a fused gelu (tanh;
+ * the GPT's fc1): the same GEMM as plain linear into the pre-activation,
+ * kept for backward, then the gelu op's own forward and backward kernels,
+ * so that the values and gradients are those of the two ops bit for bit
+ * (the fusion pays on CUDA, where the GELU is a cuBLASLt epilogue).
  *
  * 16-bit tensors go through gemm_batched / gemm_lowp: f32 accumulation,
  * one rounding per output. Every gradient comes out in its input's dtype.
@@ -126,15 +130,36 @@ amp_status matmul_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 
 /* ------------------------------------------------------------ linear */
 
-/* p.i[1]: the activation fused into the epilogue (1 = relu), set by
- * op_linear_act for nn's Linear + ReLU pairs. */
+/* p.i[1]: the activation fused after the product: 1 = relu, an epilogue
+ * of the GEMM (op_linear_relu, nn's Linear + ReLU pairs); 2 = gelu with
+ * the tanh approximation (op_linear_gelu, the GPT's fc1 + gelu). */
 static cpu_act lin_act(const node *n) { return n->p.i[1] == 1 ? CPU_ACT_RELU : CPU_ACT_NONE; }
+static bool lin_gelu(const node *n) { return n->p.i[1] == 2; }
+
+/* A gelu (tanh) node over the one input in[0] (the array must outlive the
+ * node), so that the fused gelu runs the gelu op's own kernels
+ * (gelu_forward / gelu_backward in elementwise.c), not a copy of its
+ * formulas. */
+static node gelu_node(const amp_tensor **in)
+{
+    node g;
+    memset(&g, 0, sizeof g);
+    g.op = OP_GELU;
+    g.n_in = 1;
+    g.in = (amp_tensor **)in;
+    g.p.i[0] = AMP_GELU_TANH;
+    g.out_shape = in[0]->shape;
+    g.out_dtype = in[0]->dtype;
+    return g;
+}
 
 amp_tensor *linear_forward(node *n)
 {
     lin_plan pl;
     if (!same_float_dtypes(n) || !linear_infer(n, &pl))
         return NULL;
+    if (n->p.i[1] < 0 || n->p.i[1] > 2)
+        return op_fail_shapes(n, "unknown fused activation");
     const amp_tensor *x = n->in[0], *w = n->in[1];
     amp_shape os = x->shape;
     os.d[os.ndim - 1] = pl.out;
@@ -148,7 +173,18 @@ amp_tensor *linear_forward(node *n)
         amp_tensor_free(y);
         return NULL;
     }
-    return y;
+    if (!lin_gelu(n))
+        return y;
+    /* y is the pre-activation: gelu of it is the result, and backward
+     * reads it (the gelu op keeps its input likewise). */
+    const amp_tensor *pre[1] = {y};
+    node g = gelu_node(pre);
+    amp_tensor *out = gelu_forward(&g);
+    if (out && n->needs_grad)
+        n->saved[0] = y;
+    else
+        amp_tensor_free(y);
+    return out;
 }
 
 /* db[j] = sum over rows of dY[r, j]: f32 sums over fixed blocks of rows
@@ -267,6 +303,34 @@ static amp_status linear_grads(const node *n, const lin_plan *pl_, const amp_ten
     return AMP_OK;
 }
 
+/* dpre = gout * gelu'(pre) in gout's dtype, by the gelu op's backward
+ * (which reads its input, here the saved pre-activation). */
+static amp_tensor *gelu_grad_of_pre(const node *n, const amp_tensor *gout)
+{
+    const amp_tensor *pre = n->saved[0];
+    if (!pre)
+        return amp_fail_null(AMP_ERR_STATE, "%s: the fused gelu's pre-activation was not saved", op_name(n));
+    if (pre->numel != gout->numel || pre->dtype != gout->dtype)
+        return amp_fail_null(AMP_ERR_STATE, "%s: gradient %s [%lld] for a pre-activation %s [%lld]", op_name(n),
+                             amp_dtype_name(gout->dtype), (long long)gout->numel, amp_dtype_name(pre->dtype),
+                             (long long)pre->numel);
+    /* gelu_backward computes the gradient only for an input that requires
+     * one: a stack copy of the saved tensor's header says so, without
+     * touching the saved tensor (nothing keeps the copy). */
+    amp_tensor v = *pre;
+    v.requires_grad = true;
+    v.grad = NULL;
+    v.grad_fn = NULL;
+    const amp_tensor *in[1] = {&v};
+    node g = gelu_node(in);
+    amp_tensor *gin[1] = {NULL};
+    if (gelu_backward(&g, gout, gin) != AMP_OK) {
+        amp_tensor_free(gin[0]);
+        return NULL;
+    }
+    return gin[0];
+}
+
 amp_status linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 {
     lin_plan pl;
@@ -278,6 +342,11 @@ amp_status linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
         if (!n->saved[0] || !(masked = relu_grad_from_output(gout, n->saved[0])))
             return n->saved[0] ? amp_last_status()
                                : amp_set_error(AMP_ERR_STATE, "%s: the fused relu's output was not saved", op_name(n));
+        gout = masked;
+    } else if (lin_gelu(n)) {
+        /* Through the fused gelu first. */
+        if (!(masked = gelu_grad_of_pre(n, gout)))
+            return amp_last_status();
         gout = masked;
     }
     amp_status st = linear_grads(n, &pl, gout, gin);

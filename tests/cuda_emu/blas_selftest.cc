@@ -4,9 +4,11 @@
  * number-format code: column-major addressing, transposes, ld > rows,
  * f32 / f16 / bf16 inputs into f32 and 16-bit outputs, alpha / beta,
  * in-place beta = 1 accumulation, strided batches, every epilogue with
- * and without bias, TF32, rounding into 16 bits, the heuristic's results,
- * and the statuses and misuse reports for bad arguments. Elements the
- * product must not write (ld padding, batch gaps) are checked untouched.
+ * and without bias (the GELU_AUX ones' aux matrix too: the pre-activation,
+ * its ld and batch stride), TF32, rounding into 16 bits, the heuristic's
+ * results, and the statuses and misuse reports for bad arguments. Elements
+ * the product must not write (ld padding, batch gaps) are checked
+ * untouched.
  * main returns 0 when everything passed, 1 otherwise (failures on stderr;
  * "cudaemu:" lines there are the emulator's expected diagnostics).
  *
@@ -317,14 +319,25 @@ static const uint64_t kWorkspaceMax = 1 << 20;
 
 static bool has_bias(cublasLtEpilogue_t e)
 {
-    return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS;
+    return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS ||
+           e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+
+static bool has_aux(cublasLtEpilogue_t e)
+{
+    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+
+static bool is_gelu(cublasLtEpilogue_t e)
+{
+    return e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS || has_aux(e);
 }
 
 static double activate(cublasLtEpilogue_t e, double x)
 {
     if (e == CUBLASLT_EPILOGUE_RELU || e == CUBLASLT_EPILOGUE_RELU_BIAS)
         return x > 0 ? x : 0;
-    if (e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS)
+    if (is_gelu(e))
         return gelu_tanh(x);
     return x;
 }
@@ -346,6 +359,8 @@ struct Case {
     bool c_nan = false;    /* C holds NaN (with beta 0: must not be read) */
     bool c_ld0 = false;    /* C is one column, ld 0, broadcast */
     bool bias_per_batch = false; /* BIAS_BATCH_STRIDE m: a bias per batch */
+    int64_t aux_ld = 8, aux_gap = 0; /* GELU_AUX: the aux matrix's ld, batch gap */
+    bool aux_type = false;           /* set EPILOGUE_AUX_DATA_TYPE (to D's) */
 };
 
 static void run_case(const Case &cs)
@@ -359,6 +374,7 @@ static void run_case(const Case &cs)
     Matrix Csep(cs.cd, cs.m, cs.c_ld0 ? 1 : cs.n, (int64_t)cs.m + cs.pad_c, cs.batch, cs.gap);
     Matrix &C = cs.in_place ? D : Csep;
     Matrix bias(cs.cd, cs.m, 1, (int64_t)cs.m, cs.bias_per_batch ? cs.batch : 1);
+    Matrix aux(cs.cd, cs.m, cs.n, cs.aux_ld > (int64_t)cs.m ? cs.aux_ld : (int64_t)cs.m, cs.batch, cs.aux_gap);
     A.fill(small);
     B.fill(small);
     C.fill(small);
@@ -368,13 +384,13 @@ static void run_case(const Case &cs)
             for (uint64_t j = 0; j < C.cols; j++)
                 for (uint64_t i = 0; i < C.rows; i++)
                     C.set(i, j, b, NAN);
-    const std::vector<uint8_t> before = D.img;
+    const std::vector<uint8_t> before = D.img, aux_before = aux.img;
     std::vector<double> c0; /* C as it was (in place, D overwrites it) */
     for (int b = 0; b < C.batch; b++)
         for (uint64_t j = 0; j < C.cols; j++)
             for (uint64_t i = 0; i < C.rows; i++)
                 c0.push_back(C.get(i, j, b));
-    for (Matrix *x : {&A, &B, &Csep, &D, &bias})
+    for (Matrix *x : {&A, &B, &Csep, &D, &bias, &aux})
         x->upload();
 
     cublasLtMatmulDesc_t desc;
@@ -387,6 +403,16 @@ static void run_case(const Case &cs)
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias.dev, sizeof bias.dev);
     if (cs.bias_per_batch)
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &bias.stride, sizeof bias.stride);
+    if (has_aux(cs.epilogue)) {
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux.dev, sizeof aux.dev);
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux.ld, sizeof aux.ld);
+        if (cs.batch > 1)
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &aux.stride,
+                                           sizeof aux.stride);
+        const int32_t t = cs.cd;
+        if (cs.aux_type)
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &t, sizeof t);
+    }
     cublasLtMatrixLayout_t la = A.layout(), lb = B.layout(), ld = D.layout();
     cublasLtMatrixLayout_t lc = cs.in_place ? ld : Csep.layout();
     if (cs.c_ld0) { /* one stored column serves every column of C */
@@ -409,6 +435,7 @@ static void run_case(const Case &cs)
                           workspace, kWorkspaceMax, nullptr),
            CUBLAS_STATUS_SUCCESS);
     D.download();
+    aux.download();
 
     const bool tf = cs.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
     int bad = 0, tf32_visible = 0;
@@ -425,11 +452,13 @@ static void run_case(const Case &cs)
                 }
                 const double c = cs.beta != 0 ? c0[((uint64_t)b * C.cols + (cs.c_ld0 ? 0 : j)) * C.rows + i] : 0;
                 const double add = cs.beta * c + (has_bias(cs.epilogue) ? bias.get(i, 0, cs.bias_per_batch ? b : 0) : 0);
-                double want = activate(cs.epilogue, cs.alpha * sum + add);
+                const double pre = cs.alpha * sum + add;
+                double want = activate(cs.epilogue, pre);
                 scale = fabs(cs.alpha) * scale + fabs(add);
                 /* f32 accumulation: about k roundings of the running sum. */
                 double tol = (double)(cs.k + 4) * ldexp(scale, -24);
-                const bool gelu = cs.epilogue == CUBLASLT_EPILOGUE_GELU || cs.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS;
+                const double pre_tol = tol;
+                const bool gelu = is_gelu(cs.epilogue);
                 if (cs.cd != CUDA_R_32F) /* small-integer data: exact, then one rounding */
                     tol = gelu ? ulp16(want, cs.cd) : 0;
                 if (cs.cd != CUDA_R_32F && !gelu)
@@ -438,6 +467,13 @@ static void run_case(const Case &cs)
                 if (!(fabs(got - want) <= tol) && bad++ < 3)
                     fail(cs.name, "D(%llu, %llu) batch %d = %.9g, expected %.9g (tolerance %.3g)",
                          (unsigned long long)i, (unsigned long long)j, b, got, want, tol);
+                /* The aux: the GELU's input, rounded once into D's type. */
+                const double got_pre = has_aux(cs.epilogue) ? aux.get(i, j, b) : 0;
+                const double want_pre = cs.cd != CUDA_R_32F ? round16(pre, cs.cd) : pre;
+                if (has_aux(cs.epilogue) && !(fabs(got_pre - want_pre) <= (cs.cd != CUDA_R_32F ? 0 : pre_tol)) &&
+                    bad++ < 3)
+                    fail(cs.name, "aux(%llu, %llu) batch %d = %.9g, expected %.9g", (unsigned long long)i,
+                         (unsigned long long)j, b, got_pre, want_pre);
                 tf32_visible += fabs(got - activate(cs.epilogue, cs.alpha * plain + add)) > tol;
             }
     /* Padding between columns and gaps between batches: untouched. */
@@ -448,6 +484,17 @@ static void run_case(const Case &cs)
     for (size_t x = 0; x < D.img.size(); x++)
         if (!element[x] && D.img[x] != before[x]) {
             fail(cs.name, "byte %zu of D's padding was written", x);
+            break;
+        }
+    /* The aux: its padding and gaps untouched; wholly untouched without
+     * an aux epilogue. */
+    std::vector<uint8_t> written(aux.img.size());
+    for (int b = 0; b < cs.batch && has_aux(cs.epilogue); b++)
+        for (uint64_t j = 0; j < cs.n; j++)
+            memset(&written[aux.at(0, j, b)], 1, cs.m * esize(cs.cd));
+    for (size_t x = 0; x < aux.img.size(); x++)
+        if (!written[x] && aux.img[x] != aux_before[x]) {
+            fail(cs.name, "byte %zu of the aux outside its elements was written", x);
             break;
         }
     if (tf)
@@ -536,6 +583,22 @@ static void test_products()
     ebb.name = "bias + gelu, a bias per batch (BIAS_BATCH_STRIDE)";
     ebb.epilogue = CUBLASLT_EPILOGUE_GELU_BIAS, ebb.batch = 3, ebb.ab = ebb.cd = F32, ebb.bias_per_batch = true;
     add(ebb);
+    /* GELU_AUX: the pre-activation into aux (ld a multiple of 8, padded;
+     * a batch stride a multiple of 8; the data type set or defaulted). */
+    for (cublasLtEpilogue_t e : {CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS})
+        for (cudaDataType t : {F32, F16, BF16}) {
+            Case c;
+            c.name = e == CUBLASLT_EPILOGUE_GELU_AUX ? "gelu, pre-activation into aux"
+                                                      : "bias + gelu, pre-activation into aux";
+            c.epilogue = e, c.ab = c.cd = t, c.m = 7, c.n = 6, c.k = 5, c.pad_d = 1, c.beta = 1;
+            c.aux_ld = t == F16 ? 16 : 8, c.aux_type = t == BF16;
+            add(c);
+        }
+    Case ea;
+    ea.name = "bias + gelu + aux over batches, f16 -> f32";
+    ea.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS, ea.batch = 3, ea.ab = F16, ea.m = 16, ea.n = 3, ea.k = 7;
+    ea.aux_ld = 24, ea.aux_gap = 8, ea.bias_per_batch = true; /* stride 2 * 24 + 16 + 8 = 72 */
+    add(ea);
     Case ek0;
     ek0.name = "k = 0 with gelu + bias";
     ek0.k = 0, ek0.beta = 1, ek0.epilogue = CUBLASLT_EPILOGUE_GELU_BIAS;
@@ -555,7 +618,7 @@ struct Setup {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr, ld = nullptr;
     cublasLtMatmulPreference_t pref = nullptr;
-    char *A, *B, *C, *D, *bias; /* 64 KiB each */
+    char *A, *B, *C, *D, *bias, *aux; /* 64 KiB each */
     float alpha = 1, beta = 0;
     cublasLtMatmulHeuristicResult_t heur;
 
@@ -564,7 +627,7 @@ struct Setup {
                    uint64_t k = 8, cublasComputeType_t compute = CUBLAS_COMPUTE_32F)
     {
         A = (char *)dev_alloc(65536), B = (char *)dev_alloc(65536), C = (char *)dev_alloc(65536);
-        D = (char *)dev_alloc(65536), bias = (char *)dev_alloc(65536);
+        D = (char *)dev_alloc(65536), bias = (char *)dev_alloc(65536), aux = (char *)dev_alloc(65536);
         cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F);
         cublasLtMatrixLayoutCreate(&la, ab, m, k, (int64_t)m);
         cublasLtMatrixLayoutCreate(&lb, ab, k, n, (int64_t)k);
@@ -578,7 +641,7 @@ struct Setup {
         for (cublasLtMatrixLayout_t l : {la, lb, lc, ld})
             cublasLtMatrixLayoutDestroy(l);
         cublasLtMatmulDescDestroy(desc);
-        for (char *p : {A, B, C, D, bias})
+        for (char *p : {A, B, C, D, bias, aux})
             dev_free(p);
     }
     cublasStatus_t heuristic()
@@ -598,6 +661,14 @@ struct Setup {
     template <class T> void pref_set(cublasLtMatmulPreferenceAttributes_t a, T v)
     {
         cublasLtMatmulPreferenceSetAttribute(pref, a, &v, sizeof v);
+    }
+    /* The GELU_AUX_BIAS epilogue with the aux at p, ld aux_ld. */
+    void gelu_aux(void *p, int64_t aux_ld = 8)
+    {
+        set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+        set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, (const void *)bias);
+        set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p);
+        set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld);
     }
 };
 
@@ -723,6 +794,44 @@ static void test_invalid_values()
         expect_both("bias not aligned to its elements", s, CUBLAS_STATUS_INVALID_VALUE);
     }
     {
+        /* GELU_AUX (docs, EPILOGUE_AUX_LD / _BATCH_STRIDE / _DATA_TYPE):
+         * ld a multiple of 8 and at least D's rows, the default 0 too;
+         * the type D's; the pointer needed for the product. */
+        Setup s; /* D is 8 x 8 f32 */
+        s.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_GELU_AUX);
+        s.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, (void *)s.aux);
+        expect_both("aux ld left at 0", s, CUBLAS_STATUS_INVALID_VALUE);
+        s.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)12);
+        expect_both("aux ld not a multiple of 8", s, CUBLAS_STATUS_INVALID_VALUE);
+        s.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)16);
+        expect_both("aux ld 16", s, CUBLAS_STATUS_SUCCESS);
+        s.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, (int32_t)CUDA_R_16F);
+        expect_both("f16 aux with f32 D", s, CUBLAS_STATUS_INVALID_VALUE);
+        s.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, (int32_t)CUDA_R_32F);
+        expect_both("aux type set to D's", s, CUBLAS_STATUS_SUCCESS);
+        s.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, (void *)(s.aux + 2));
+        expect_both("aux not aligned to its elements", s, CUBLAS_STATUS_INVALID_VALUE);
+        s.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, (void *)nullptr);
+        expect("NULL aux: heuristic", s.heuristic(), CUBLAS_STATUS_SUCCESS);
+        expect("NULL aux: matmul", s.run(&s.heur.algo), CUBLAS_STATUS_INVALID_VALUE);
+    }
+    {
+        Setup s(CUDA_R_16BF, CUDA_R_16BF, 16, 4, 8); /* D is 16 x 4 */
+        s.gelu_aux(s.aux, 8);
+        expect_both("aux ld 8 < D's 16 rows", s, CUBLAS_STATUS_INVALID_VALUE);
+        s.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)16);
+        for (cublasLtMatrixLayout_t l : {s.la, s.lb, s.lc, s.ld}) {
+            layout_set(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, (int32_t)2);
+            layout_set(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, (int64_t)128);
+        }
+        s.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, (int64_t)68);
+        expect_both("aux batch stride not a multiple of 8", s, CUBLAS_STATUS_INVALID_VALUE);
+        s.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, (int64_t)32);
+        expect_both("aux batches overlapping", s, CUBLAS_STATUS_INVALID_VALUE);
+        s.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, (int64_t)64);
+        expect_both("aux batches apart", s, CUBLAS_STATUS_SUCCESS);
+    }
+    {
         Setup s;
         cublasLtMatmulHeuristicResult_t r;
         int n = 5;
@@ -823,6 +932,28 @@ static void test_misuse()
         expect("heuristic with an aligned bias", s.heuristic(), CUBLAS_STATUS_SUCCESS);
         s.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, (const void *)(s.bias + 4));
         expect("bias moved to a less aligned place", s.run(&s.heur.algo), CUBLAS_STATUS_INVALID_VALUE, true);
+    }
+    {
+        Setup s; /* the aux: D's 8 x 8 f32 with ld 8, 256 bytes */
+        s.gelu_aux(s.aux);
+        expect("heuristic with an aligned aux", s.heuristic(), CUBLAS_STATUS_SUCCESS);
+        expect("aux as the heuristic saw it", s.run(&s.heur.algo), CUBLAS_STATUS_SUCCESS);
+        s.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, (void *)(s.aux + 4));
+        expect("aux moved to a less aligned place", s.run(&s.heur.algo), CUBLAS_STATUS_INVALID_VALUE, true);
+        std::vector<float> host(64);
+        s.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, (void *)host.data());
+        expect("heuristic with a host aux", s.heuristic(), CUBLAS_STATUS_SUCCESS);
+        expect("aux in host memory", s.run(&s.heur.algo), CUBLAS_STATUS_INVALID_VALUE, true);
+        s.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, (void *)(s.aux + 65536 - 128));
+        expect("heuristic with a short aux", s.heuristic(), CUBLAS_STATUS_SUCCESS);
+        expect("aux runs past its allocation", s.run(&s.heur.algo), CUBLAS_STATUS_INVALID_VALUE, true);
+        for (char *p : {s.D, s.A, s.C, s.bias}) {
+            s.beta = p == s.C ? 1.0f : 0.0f; /* C is read only with beta != 0 */
+            s.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, (void *)p);
+            expect("heuristic with an aux over an operand", s.heuristic(), CUBLAS_STATUS_SUCCESS);
+            expect("aux sharing memory with D, A, C or the bias", s.run(&s.heur.algo), CUBLAS_STATUS_INVALID_VALUE,
+                   true);
+        }
     }
     {
         Setup s;
@@ -1016,6 +1147,10 @@ static void test_refusal_knob()
     expect("default epilogue, refusing epilogues", s.heuristic(), CUBLAS_STATUS_SUCCESS);
     s.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_RELU);
     expect("relu epilogue, refusing epilogues", s.heuristic(), CUBLAS_STATUS_NOT_SUPPORTED);
+    s.gelu_aux(s.aux);
+    expect("gelu aux epilogue, refusing epilogues", s.heuristic(), CUBLAS_STATUS_NOT_SUPPORTED);
+    unsetenv("CUDAEMU_LT_REFUSE");
+    expect("gelu aux epilogue, refusing nothing", s.heuristic(), CUBLAS_STATUS_SUCCESS);
     setenv("CUDAEMU_LT_REFUSE", "all", 1);
     s.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DEFAULT);
     expect("refusing all", s.heuristic(), CUBLAS_STATUS_NOT_SUPPORTED);

@@ -19,7 +19,11 @@
  * cvt.rna.tf32.f32). alpha acc + beta C, bias and activation are f32, then
  * one rounding into D's type (nearest even, NaN kept, overflow to inf).
  * beta == 0 does not read C. RELU sends NaN to 0 (as GPUs are reported to;
- * the docs say max(x, 0)); GELU is the tanh approximation.
+ * the docs say max(x, 0)); GELU is the tanh approximation. The GELU_AUX
+ * forms also store the GELU's input (alpha acc + beta C + bias, f32) into
+ * the aux matrix, rounded once into its type (EPILOGUE_AUX_DATA_TYPE,
+ * default -1: D's type, the only one accepted here): element (i, j) of
+ * batch b at b * AUX_BATCH_STRIDE + j * AUX_LD + i, D's shape.
  *
  * Supported (scale type R_32F, bias of D's type), a subset of the docs'
  * "Datatypes Supported" table of cublasLtMatmul; else NOT_SUPPORTED:
@@ -28,21 +32,29 @@
  *                                         R_16F     R_16F or R_32F
  *                                         R_16BF    R_16BF or R_32F
  *     COMPUTE_32F_FAST_TF32               R_32F     R_32F
- * with epilogues DEFAULT, RELU, BIAS, RELU_BIAS, GELU, GELU_BIAS, column
- * order, host pointer mode, TRANSA / TRANSB N or T.
+ * with epilogues DEFAULT, RELU, BIAS, RELU_BIAS, GELU, GELU_BIAS, GELU_AUX,
+ * GELU_AUX_BIAS, column order, host pointer mode, TRANSA / TRANSB N or T.
  *
  * INVALID_VALUE, with a "cudaemu:" line on stderr: shapes of op(A), op(B),
  * C, D that disagree; ld < rows; batch counts that differ; D's batches
  * sharing memory; C == D with another layout; C and D of other types; a
  * *_BIAS epilogue without a bias or with one not aligned to its element;
+ * a GELU_AUX epilogue whose EPILOGUE_AUX_LD is not a multiple of 8 or is
+ * less than D's rows (docs, EPILOGUE_AUX_LD, for the GELU input: a
+ * multiple of 8, at least D's rows; its default 0 fails that), whose
+ * AUX_BATCH_STRIDE is not a multiple of 8 or makes the aux batches share
+ * memory, whose AUX_DATA_TYPE is neither -1 nor D's type, whose aux is
+ * not aligned to its element, or (cublasLtMatmul) NULL;
  * an algo not from the heuristic, or chosen for other types, transposes
  * or epilogue; a workspace smaller than the algo needs or not 256-byte
  * aligned; NULL or wrong-size arguments. Also through emu::misuse, as a
  * GPU would fault or silently go wrong: memory that is not device memory
  * over the whole extent touched; A, B, C, D less aligned than the
  * heuristic was told (PREF_MIN_ALIGNMENT_*_BYTES, 256 when unset), a bias
- * less aligned than when it saw it; D sharing memory with A, B, or with a C
- * other than D itself; host-mode alpha / beta in device memory; destroyed
+ * or an aux less aligned than when it saw it (docs: the heuristic takes
+ * their alignment from the pointers); D sharing memory with A, B, or with
+ * a C other than D itself; the aux sharing memory with A, B, C, D or the
+ * bias; host-mode alpha / beta in device memory; destroyed
  * or unknown handles and descriptors. The heuristic gives one algo,
  * deterministically, asking min(MAX_WORKSPACE_BYTES, 4 KiB) of workspace
  * (overwritten by cublasLtMatmul); none (NOT_SUPPORTED) with the
@@ -145,6 +157,9 @@ struct Desc {
     uint32_t epilogue;
     const void *bias;
     int64_t bias_stride;
+    void *aux;                      /* the GELU_AUX output */
+    int64_t aux_ld, aux_stride;     /* elements; default 0 */
+    int32_t aux_type;               /* -1: D's */
 };
 struct Pref {
     uint64_t max_workspace, impl;
@@ -154,7 +169,7 @@ struct Pref {
 /* What the heuristic writes into a cublasLtMatmulAlgo_t (no padding bytes). */
 struct Algo {
     uint64_t magic, signature, workspace;
-    uint32_t align[4], bias_align, unused;
+    uint32_t align[4], bias_align, aux_align;
 };
 static_assert(sizeof(Algo) <= sizeof(cublasLtMatmulAlgo_t), "Algo must fit cublasLtMatmulAlgo_t");
 const uint64_t kAlgoMagic = 0x63756461656d754cull, kWorkspace = 4096;
@@ -241,7 +256,11 @@ const Field kDescFields[] = {
     FIELD(CUBLASLT_MATMUL_DESC_FILL_MODE, Desc, fill), FIELD(CUBLASLT_MATMUL_DESC_EPILOGUE, Desc, epilogue),
     FIELD(CUBLASLT_MATMUL_DESC_BIAS_POINTER, Desc, bias),
     FIELD(CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, Desc, bias_stride),
-    FIELD(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, Desc, bias_type)};
+    FIELD(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, Desc, bias_type),
+    FIELD(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, Desc, aux),
+    FIELD(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, Desc, aux_ld),
+    FIELD(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, Desc, aux_stride),
+    FIELD(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, Desc, aux_type)};
 const Field kPrefFields[] = {
     FIELD(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, Pref, max_workspace),
     {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, offsetof(Pref, align) + 0, 4},
@@ -346,8 +365,9 @@ uint32_t align_of(const void *p) /* the largest power of two dividing p, at most
 struct Problem {
     const Desc *desc;
     const Layout *a, *b, *c, *d;
+    Layout aux_layout; /* the aux matrix, when aux: D's shape and batches */
     uint64_t m, n, k, signature;
-    bool tf32, bias; /* round inputs to TF32; the epilogue adds a bias */
+    bool tf32, bias, aux; /* round inputs to TF32; the epilogue adds a bias; writes aux */
 };
 
 const struct {
@@ -397,10 +417,13 @@ cublasStatus_t examine(const char *who, cublasLtHandle_t h, cublasLtMatmulDesc_t
     for (const Layout *l : all)
         orders &= l->order == CUBLASLT_ORDER_COL && l->plane == 0;
     const uint32_t e = s.epilogue;
-    p->bias = e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS;
+    p->bias = e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS ||
+              e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    p->aux = e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     if (!orders || s.pointer_mode != CUBLASLT_POINTER_MODE_HOST || s.fill != CUBLAS_FILL_MODE_FULL ||
         s.tc != CUBLAS_OP_N || (s.bias_type != -1 && s.bias_type != (int32_t)d.type) ||
-        !(p->bias || e == CUBLASLT_EPILOGUE_DEFAULT || e == CUBLASLT_EPILOGUE_RELU || e == CUBLASLT_EPILOGUE_GELU))
+        !(p->bias || p->aux || e == CUBLASLT_EPILOGUE_DEFAULT || e == CUBLASLT_EPILOGUE_RELU ||
+          e == CUBLASLT_EPILOGUE_GELU))
         return note(UNSUPPORTED, "%s: layout order, pointer mode, fill mode, TRANSC, bias type or epilogue %u", who, e);
     for (int32_t t : {s.ta, s.tb}) {
         if (t == CUBLAS_OP_C || t == CUBLAS_OP_CONJG)
@@ -438,6 +461,26 @@ cublasStatus_t examine(const char *who, cublasLtHandle_t h, cublasLtMatmulDesc_t
         return note(INVALID, "%s: batch stride %" PRId64 " makes D's batches share memory", who, d.stride);
     if (p->bias && (uintptr_t)s.bias % type_size(d.type))
         return note(INVALID, "%s: bias %p is not aligned to its %zu-byte elements", who, s.bias, type_size(d.type));
+    if (p->aux) {
+        /* Docs (EPILOGUE_AUX_LD, _BATCH_STRIDE, _DATA_TYPE): for the GELU
+         * input, ld and batch stride in elements, multiples of 8, ld at
+         * least D's rows; the type D's unless an fp8 case allows another. */
+        if (s.aux_type != -1 && s.aux_type != (int32_t)d.type)
+            return note(INVALID, "%s: EPILOGUE_AUX_DATA_TYPE %d with D of type %d", who, s.aux_type, d.type);
+        p->aux_layout = Layout{d.type, CUBLASLT_ORDER_COL, d.batch, d.rows, d.cols, s.aux_ld, s.aux_stride, 0};
+        const Layout &x = p->aux_layout;
+        uint64_t bytes;
+        if (x.ld % 8 || x.ld < 0 || (uint64_t)x.ld < x.rows)
+            return note(INVALID, "%s: EPILOGUE_AUX_LD %" PRId64 " is not a multiple of 8 of at least D's %" PRIu64
+                        " rows", who, x.ld, x.rows);
+        if (x.batch > 1 && (x.stride % 8 || x.stride < 0 || batches_overlap(x)))
+            return note(INVALID, "%s: EPILOGUE_AUX_BATCH_STRIDE %" PRId64 " is not a multiple of 8, or makes the "
+                        "aux batches share memory", who, x.stride);
+        if (!span(x, &bytes))
+            return note(INVALID, "%s: the aux spans more than 2^64 bytes", who);
+        if ((uintptr_t)s.aux % type_size(x.type))
+            return note(INVALID, "%s: aux %p is not aligned to its %zu-byte elements", who, s.aux, type_size(x.type));
+    }
     p->tf32 = s.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
     /* What an algo is tied to (not the sizes): FNV-1a over these. */
     p->signature = 1469598103934665603ull;
@@ -450,7 +493,8 @@ float activate(uint32_t epilogue, float x)
 {
     if (epilogue == CUBLASLT_EPILOGUE_RELU || epilogue == CUBLASLT_EPILOGUE_RELU_BIAS)
         return x > 0.0f ? x : 0.0f; /* NaN -> 0 */
-    if (epilogue == CUBLASLT_EPILOGUE_GELU || epilogue == CUBLASLT_EPILOGUE_GELU_BIAS) {
+    if (epilogue == CUBLASLT_EPILOGUE_GELU || epilogue == CUBLASLT_EPILOGUE_GELU_BIAS ||
+        epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
         const double v = x; /* 0.79788... = sqrt(2 / pi) */
         return (float)(0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
     }
@@ -489,6 +533,8 @@ void multiply(const Problem &p, float alpha, float beta, const void *A, const vo
                     x = fmaf(beta, load(c.type, C, oc + i + j * c.ld), x);
                 if (p.bias)
                     x += load(d.type, p.desc->bias, bt * p.desc->bias_stride + i);
+                if (p.aux) /* the GELU's input, before the activation */
+                    store(p.aux_layout.type, p.desc->aux, bt * p.aux_layout.stride + i + j * p.aux_layout.ld, x);
                 store(d.type, D, od + i + j * d.ld, activate(p.desc->epilogue, x));
             }
     }
@@ -542,7 +588,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *matmulDesc, cublas
                     (int)scaleType);
     return make(matmulDesc, DESC,
                 Desc{computeType, scaleType, CUBLASLT_POINTER_MODE_HOST, CUBLAS_OP_N, CUBLAS_OP_N, CUBLAS_OP_N,
-                     CUBLAS_FILL_MODE_FULL, -1, CUBLASLT_EPILOGUE_DEFAULT, nullptr, 0},
+                     CUBLAS_FILL_MODE_FULL, -1, CUBLASLT_EPILOGUE_DEFAULT, nullptr, 0, nullptr, 0, 0, -1},
                 "cublasLtMatmulDescCreate");
 }
 
@@ -603,10 +649,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
     if (refuse && (!strcmp(refuse, "all") ||
                    (!strcmp(refuse, "epilogue") && p.desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT)))
         return note(UNSUPPORTED, "%s: refused (CUDAEMU_LT_REFUSE=%s)", who, refuse);
-    /* The bias is not read here, but its address sets the alignment the
-     * algo may assume (docs, CUBLASLT_MATMUL_DESC_BIAS_POINTER). */
+    /* The bias and the aux are not touched here, but their addresses set
+     * the alignment the algo may assume (docs, BIAS_POINTER and
+     * EPILOGUE_AUX_POINTER). */
     const Algo a = {kAlgoMagic, p.signature, pr->max_workspace < kWorkspace ? pr->max_workspace : kWorkspace,
-                    {pr->align[0], pr->align[1], pr->align[2], pr->align[3]}, align_of(p.desc->bias), 0};
+                    {pr->align[0], pr->align[1], pr->align[2], pr->align[3]}, align_of(p.desc->bias),
+                    align_of(p.desc->aux)};
     cublasLtMatmulHeuristicResult_t &r = heuristicResultsArray[0];
     memset(&r, 0, sizeof r);
     memcpy(&r.algo, &a, sizeof a);
@@ -638,7 +686,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
 
     /* The algo: the heuristic's, for this configuration. NULL means an
      * implicit heuristic with default preferences (docs, cublasLtMatmul). */
-    Algo a = {kAlgoMagic, p.signature, 0, {256, 256, 256, 256}, align_of(p.desc->bias), 0};
+    Algo a = {kAlgoMagic, p.signature, 0, {256, 256, 256, 256}, align_of(p.desc->bias), align_of(p.desc->aux)};
     if (algo)
         memcpy(&a, algo, sizeof a);
     if (a.magic != kAlgoMagic || a.signature != p.signature)
@@ -653,8 +701,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         return OK;
     const bool reads_ab = p.k > 0, reads_c = be != 0.0f;
     const void *bias = p.desc->bias;
-    if (!D || (reads_ab && (!A || !B)) || (reads_c && !C) || (p.bias && !bias))
-        return note(INVALID, "%s: NULL A, B, C, D or bias (%p %p %p %p %p)", who, A, B, C, D, bias);
+    void *aux = p.desc->aux;
+    if (!D || (reads_ab && (!A || !B)) || (reads_c && !C) || (p.bias && !bias) || (p.aux && !aux))
+        return note(INVALID, "%s: NULL A, B, C, D, bias or aux (%p %p %p %p %p %p)", who, A, B, C, D, bias, aux);
     if (C == D && reads_c && !(Cdesc == Ddesc || same_layout(*p.c, *p.d))) /* docs: in place, Cdesc == Ddesc */
         return note(INVALID, "%s: C == D (in place) needs the same layout for both", who);
 
@@ -685,6 +734,23 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     if (p.bias && align_of(bias) < a.bias_align)
         return misused("%s: bias %p is less aligned than the %u bytes it had for the heuristic", who, bias,
                        a.bias_align);
+    if (p.aux) {
+        const Layout &x = p.aux_layout;
+        uint64_t bytes;
+        span(x, &bytes);
+        if (!emu::device_range(aux, bytes))
+            return misused("%s: aux (%p, %" PRIu64 " bytes) is not device memory", who, aux, bytes);
+        if (align_of(aux) < a.aux_align)
+            return misused("%s: aux %p is less aligned than the %u bytes it had for the heuristic", who, aux,
+                           a.aux_align);
+        /* The aux is written: no operand may share memory with it. */
+        for (const auto &o : mats)
+            if (o.used && shares_memory(aux, x, o.ptr, *o.l))
+                return misused("%s: aux (%p) shares memory with %c (%p)", who, aux, o.name, o.ptr);
+        const Layout bl = {p.d->type, CUBLASLT_ORDER_COL, p.d->batch, p.m, 1, (int64_t)p.m, p.desc->bias_stride, 0};
+        if (p.bias && shares_memory(aux, x, bias, bl))
+            return misused("%s: aux (%p) shares memory with the bias (%p)", who, aux, bias);
+    }
     if (a.workspace && !emu::device_range(workspace, a.workspace))
         return misused("%s: workspace (%p, %" PRIu64 " bytes) is not device memory", who, workspace, a.workspace);
 

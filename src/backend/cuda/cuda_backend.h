@@ -286,21 +286,34 @@ amp_status cuda_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
 /* What cuda_gemm_epilogue applies to the f32 product before rounding. */
 typedef enum {
     CUDA_EPI_NONE = 0,
-    CUDA_EPI_BIAS,      /* + bias[j] on every row of C */
-    CUDA_EPI_RELU,      /* max(x, 0) */
-    CUDA_EPI_RELU_BIAS, /* max(x + bias[j], 0) */
+    CUDA_EPI_BIAS,          /* + bias[j] on every row of C */
+    CUDA_EPI_RELU,          /* max(x, 0) */
+    CUDA_EPI_RELU_BIAS,     /* max(x + bias[j], 0) */
+    CUDA_EPI_GELU,          /* gelu(x), the tanh approximation */
+    CUDA_EPI_GELU_BIAS,     /* gelu(x + bias[j]) */
+    CUDA_EPI_GELU_AUX,      /* gelu(x), and x itself into aux */
+    CUDA_EPI_GELU_AUX_BIAS, /* gelu(x + bias[j]), and x + bias[j] into aux */
+    CUDA_EPI_COUNT
 } cuda_epilogue;
 
 /* C [M, N] = ep(op(A) op(B)), one row-major GEMM (alpha 1, beta 0: C is
  * only written) with a cuBLASLt epilogue; bias [N] (dtype cdt, contiguous)
- * is added to every row of C. *taken = false, AMP_OK and C untouched when
- * cuBLASLt refuses the epilogue for this shape / dtype / alignment (or
- * there is nothing to compute): the caller then runs its unfused path.
- * NaN: cuBLASLt's relu is documented as max(x, 0), whose NaN result is not
- * specified (ampc's relu keeps NaN). */
+ * is added to every row of C. The _AUX epilogues also write the GELU's
+ * input, rounded to cdt, into aux [M, N] (row-major, row stride ldaux
+ * elements, which cuBLASLt wants a multiple of 8 and >= N; aux is
+ * ignored by the other epilogues). *taken = false, AMP_OK and C (and aux)
+ * untouched when cuBLASLt refuses the epilogue for this shape / dtype /
+ * alignment (or there is nothing to compute, or ldaux does not fit): the
+ * caller then runs its unfused path. NaN: cuBLASLt's relu is documented
+ * as max(x, 0), whose NaN result is not specified (ampc's relu keeps
+ * NaN). cuBLASLt's GELU is its own implementation of the tanh form:
+ * within rounding of ampc's gelu kernel, not bit for bit. */
 amp_status cuda_gemm_epilogue(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
                               const void *B, int64_t ldb, void *C, int64_t ldc, amp_dtype abdt, amp_dtype cdt,
-                              cuda_epilogue ep, const void *bias, bool *taken);
+                              cuda_epilogue ep, const void *bias, void *aux, int64_t ldaux, bool *taken);
+/* How many cuda_gemm_epilogue calls cuBLASLt took with epilogue ep since
+ * the process started (the tests check that the fused paths really run). */
+uint64_t cuda_gemm_epilogues_taken(cuda_epilogue ep);
 
 /* Attention helpers over S [heads, T, T] f32. Forward: softmax of each row
  * (only the first i+1 entries of row i when causal, the rest 0) into P

@@ -12,11 +12,13 @@
  * (amp_cuda_allow_tf32), as PyTorch's allow_tf32 switch. beta = 1 makes the
  * GEMM add onto C (linear's bias rows), still with one rounding.
  *
- * Epilogues (cuda_gemm_epilogue): bias, relu, bias then relu, applied by
- * cuBLASLt to the f32 result before its one rounding into C. They are an
+ * Epilogues (cuda_gemm_epilogue): bias, relu, gelu, bias then relu or
+ * gelu, applied by cuBLASLt to the f32 result before its one rounding into
+ * C; the GELU_AUX forms also store the GELU's input (the pre-activation
+ * backward needs) into an aux matrix laid out as C. They are an
  * optimisation only: whenever cuBLASLt refuses one (no algorithm from the
  * heuristic, NOT_SUPPORTED) the entry reports "not taken" and the caller
- * runs the unfused path (bias rows + beta 1, then a relu pass).
+ * runs the unfused path (bias rows + beta 1, then a relu or gelu pass).
  *
  * One handle and one 32 MiB workspace for the process; the heuristic picks
  * the algorithm per call (cheap next to the GEMMs ampc runs); when it has
@@ -26,6 +28,7 @@
  */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <atomic>
 #include <cublasLt.h>
 #include <mutex>
 #include <stdio.h>
@@ -36,6 +39,8 @@ static std::once_flag lt_once;
 static cublasLtHandle_t lt;
 static void *workspace;
 static cublasStatus_t lt_status = CUBLAS_STATUS_NOT_INITIALIZED;
+/* cuda_gemm_epilogues_taken's counts, per cuda_epilogue. */
+static std::atomic<uint64_t> epilogues_taken[CUDA_EPI_COUNT];
 
 static void lt_init(void)
 {
@@ -105,14 +110,14 @@ static amp_status naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
 
 /* One (possibly strided-batched) GEMM in cuBLASLt's column-major terms.
  * With taken NULL (plain GEMMs) a layout cuBLASLt has no algorithm for
- * goes to the naive kernel. With taken non-NULL (an epilogue, epi and
- * bias set) anything cuBLASLt refuses - the attribute, the heuristic, the
- * launch - sets *taken = false and returns AMP_OK with C untouched, so
- * that the caller runs its unfused path instead. */
+ * goes to the naive kernel. With taken non-NULL (an epilogue, epi, bias
+ * and aux set as it needs) anything cuBLASLt refuses - the attribute, the
+ * heuristic, the launch - sets *taken = false and returns AMP_OK with C
+ * untouched, so that the caller runs its unfused path instead. */
 static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
                             int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta, void *C,
                             int64_t ldc, int64_t sc, int64_t batch, amp_dtype abdt, amp_dtype cdt,
-                            cublasLtEpilogue_t epi, const void *bias, bool *taken)
+                            cublasLtEpilogue_t epi, const void *bias, void *aux, int64_t ldaux, bool *taken)
 {
     bool refused = false; /* an epilogue cuBLASLt would not take */
     if (taken)
@@ -142,6 +147,16 @@ static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         if (!refused && bias)
             refused = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) !=
                       CUBLAS_STATUS_SUCCESS;
+        /* The GELU's input, as D: column-major [N, M] with ld ldaux (in
+         * elements; a multiple of 8, >= D's N rows, cublasLt.h's
+         * EPILOGUE_AUX_LD). Its type is left at the default (-1: D's type,
+         * EPILOGUE_AUX_DATA_TYPE). Set before the heuristic, which reads
+         * the alignment from the pointer, as the bias's. */
+        if (!refused && aux)
+            refused = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                     sizeof aux) != CUBLAS_STATUS_SUCCESS ||
+                      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux,
+                                                     sizeof ldaux) != CUBLAS_STATUS_SUCCESS;
     }
     if (st == AMP_OK && !refused)
         st = lt_check(cublasLtMatrixLayoutCreate(&la, at, r1, c1, ldb), "layout of B");
@@ -251,35 +266,57 @@ extern "C" amp_status cuda_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t 
             amp_status st = lt_matmul(ta, tb, M, N, K, alpha, (const char *)A + (size_t)(b * sa) * ea, lda, 0,
                                       (const char *)B + (size_t)(b * sb) * ea, ldb, 0, beta,
                                       (char *)C + (size_t)(b * sc) * ec, ldc, 0, 1, abdt, cdt,
-                                      CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
+                                      CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, NULL);
             if (st != AMP_OK)
                 return st;
         }
         return AMP_OK;
     }
     return lt_matmul(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch, abdt, cdt,
-                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
+                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, NULL);
 }
 
 extern "C" amp_status cuda_gemm_epilogue(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
                                          int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc,
                                          amp_dtype abdt, amp_dtype cdt, cuda_epilogue ep, const void *bias,
-                                         bool *taken)
+                                         void *aux, int64_t ldaux, bool *taken)
 {
     *taken = false;
-    const bool with_bias = ep == CUDA_EPI_BIAS || ep == CUDA_EPI_RELU_BIAS;
-    /* Empty products, odd dtypes, a missing bias: the caller's path knows
-     * what to do with those. */
-    if (M <= 0 || N <= 0 || K <= 0 || ep == CUDA_EPI_NONE || (with_bias && !bias))
+    cublasLtEpilogue_t epi;
+    switch (ep) {
+    case CUDA_EPI_BIAS: epi = CUBLASLT_EPILOGUE_BIAS; break;
+    case CUDA_EPI_RELU: epi = CUBLASLT_EPILOGUE_RELU; break;
+    case CUDA_EPI_RELU_BIAS: epi = CUBLASLT_EPILOGUE_RELU_BIAS; break;
+    case CUDA_EPI_GELU: epi = CUBLASLT_EPILOGUE_GELU; break;
+    case CUDA_EPI_GELU_BIAS: epi = CUBLASLT_EPILOGUE_GELU_BIAS; break;
+    case CUDA_EPI_GELU_AUX: epi = CUBLASLT_EPILOGUE_GELU_AUX; break;
+    case CUDA_EPI_GELU_AUX_BIAS: epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
+    default: return AMP_OK; /* none: nothing to fuse */
+    }
+    const bool with_bias = ep == CUDA_EPI_BIAS || ep == CUDA_EPI_RELU_BIAS || ep == CUDA_EPI_GELU_BIAS ||
+                           ep == CUDA_EPI_GELU_AUX_BIAS;
+    const bool with_aux = ep == CUDA_EPI_GELU_AUX || ep == CUDA_EPI_GELU_AUX_BIAS;
+    /* Empty products, odd dtypes, a missing bias or aux: the caller's path
+     * knows what to do with those. So does it with an aux ld cuBLASLt
+     * does not accept (not a multiple of 8, fewer than D's N rows): asking
+     * would be an INVALID_VALUE, not a refusal. */
+    if (M <= 0 || N <= 0 || K <= 0 || (with_bias && !bias))
         return AMP_OK;
     if (!(abdt == AMP_F32 || abdt == AMP_F16 || abdt == AMP_BF16) || !(cdt == abdt || cdt == AMP_F32))
+        return AMP_OK;
+    if (with_aux && (!aux || ldaux < N || ldaux % 8 != 0 || (uintptr_t)aux % amp_dtype_size(cdt) != 0))
         return AMP_OK;
     std::call_once(lt_once, lt_init);
     if (lt_status != CUBLAS_STATUS_SUCCESS)
         return lt_check(lt_status, "cublasLtCreate");
-    const cublasLtEpilogue_t epi = ep == CUDA_EPI_BIAS   ? CUBLASLT_EPILOGUE_BIAS
-                                   : ep == CUDA_EPI_RELU ? CUBLASLT_EPILOGUE_RELU
-                                                         : CUBLASLT_EPILOGUE_RELU_BIAS;
-    return lt_matmul(ta, tb, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, abdt, cdt, epi,
-                     with_bias ? bias : NULL, taken);
+    amp_status st = lt_matmul(ta, tb, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C, ldc, 0, 1, abdt, cdt, epi,
+                              with_bias ? bias : NULL, with_aux ? aux : NULL, with_aux ? ldaux : 0, taken);
+    if (*taken)
+        epilogues_taken[ep]++;
+    return st;
+}
+
+extern "C" uint64_t cuda_gemm_epilogues_taken(cuda_epilogue ep)
+{
+    return (int)ep >= 0 && (int)ep < (int)CUDA_EPI_COUNT ? epilogues_taken[ep].load() : 0;
 }

@@ -4,10 +4,14 @@
  * src/ops/matmul.c's and attention.c's shapes, checks and messages.
  *
  * Precision as on the CPU: 16-bit inputs accumulate in f32 and round once;
- * linear's bias and its fused relu (op_linear_relu) are a cuBLASLt
- * epilogue (BIAS, RELU_BIAS, RELU) where cuBLASLt takes it, and otherwise
- * bias rows written first, the GEMM adding onto them (beta 1), then a relu
- * pass in place; a shared a's gradient sums over the batches in f32 before
+ * linear's bias is a cuBLASLt epilogue (BIAS) where cuBLASLt takes it,
+ * and otherwise bias rows written first, the GEMM adding onto them (beta
+ * 1); its fused relu (op_linear_relu) is ampc's relu pass in place after
+ * that. Its fused gelu (op_linear_gelu) is one GEMM with the GELU_AUX_BIAS
+ * (GELU_AUX) epilogue, the pre-activation written to the aux buffer for
+ * backward (GELU_BIAS / GELU without aux when no gradient is needed); when
+ * cuBLASLt refuses, the plain linear into the pre-activation, then ampc's
+ * gelu kernel. A shared a's gradient sums over the batches in f32 before
  * rounding.
  *
  * Attention runs all heads as strided batches: S = scale q kᵀ in f32 for
@@ -94,8 +98,10 @@ amp_status cu_matmul_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 /* ------------------------------------------------------------- linear */
 
 /* p.i[1] == 1: a relu fused after the bias (op_linear_relu, nn's Linear +
- * ReLU pairs). */
+ * ReLU pairs); p.i[1] == 2: a gelu, tanh approximation (op_linear_gelu,
+ * the GPT's fc1 + gelu). */
 static bool lin_relu(const node *n) { return n->p.i[1] == 1; }
+static bool lin_gelu(const node *n) { return n->p.i[1] == 2; }
 
 /* The whole tensor t as one flat run (in-place elementwise passes). */
 static cuda_ew_plan flat_plan(int64_t numel, int nin)
@@ -109,13 +115,64 @@ static cuda_ew_plan flat_plan(int64_t numel, int nin)
     return p;
 }
 
-/* y = relu(y) in place, with the relu op's formula (NaN stays NaN). */
-static amp_status relu_in_place(amp_tensor *y)
+/* y = op(x) elementwise over the whole tensor (x may be y: in place),
+ * with the relu or gelu op's own kernel (relu keeps NaN). */
+static amp_status pointwise(cuda_ew_op op, amp_tensor *y, const amp_tensor *x)
 {
-    const void *in[1] = {tensor_ptr(y)};
-    const amp_dtype dt[1] = {y->dtype};
+    const void *in[1] = {tensor_ptr(x)};
+    const amp_dtype dt[1] = {x->dtype};
     cuda_ew_plan p = flat_plan(y->numel, 1);
-    return cuda_ew(CEW_RELU, tensor_ptr(y), y->dtype, y->numel, 1, in, dt, &p, 0.0f);
+    return cuda_ew(op, tensor_ptr(y), y->dtype, y->numel, 1, in, dt, &p, 0.0f);
+}
+
+/* t [rows, out] = x wᵀ + bias: the bias as a cuBLASLt epilogue (one
+ * rounding); when cuBLASLt refuses it, bias rows + beta 1, the same values
+ * up to the GEMM's own summation order. */
+static amp_status linear_into(const node *n, const lin_plan *pl, amp_tensor *t)
+{
+    const amp_tensor *x = n->in[0], *w = n->in[1];
+    const bool has_bias = lin_has_bias(n);
+    bool taken = false;
+    amp_status st = AMP_OK;
+    if (has_bias)
+        st = cuda_gemm_epilogue(false, true, pl->rows, pl->out, pl->in, tensor_ptr(x), pl->in, tensor_ptr(w), pl->in,
+                                tensor_ptr(t), pl->out, x->dtype, t->dtype, CUDA_EPI_BIAS, tensor_ptr(n->in[2]), NULL,
+                                0, &taken);
+    if (st == AMP_OK && !taken) {
+        if (has_bias) /* every row starts as the bias; the GEMM adds x wᵀ onto it */
+            st = cuda_copy_2d(tensor_ptr(n->in[2]), x->dtype, 0, 0, tensor_ptr(t), t->dtype, pl->out, 0, pl->rows,
+                              pl->out);
+        if (st == AMP_OK)
+            st = cuda_gemm(false, true, pl->rows, pl->out, pl->in, 1.0f, tensor_ptr(x), pl->in, 0, tensor_ptr(w),
+                           pl->in, 0, has_bias ? 1.0f : 0.0f, tensor_ptr(t), pl->out, 0, 1, x->dtype, t->dtype);
+    }
+    return st;
+}
+
+/* The fused gelu: y = gelu(x wᵀ + bias), the pre-activation into *pre
+ * (made here) when backward needs it. First as one cuBLASLt GEMM whose
+ * epilogue applies GELU to the f32 sum and writes the sum itself, rounded
+ * to y's dtype, into pre (the aux buffer: laid out as y, row stride out);
+ * then, when cuBLASLt refuses, the plain linear into pre (or y) and ampc's
+ * gelu kernel after it. */
+static amp_status linear_gelu_into(const node *n, const lin_plan *pl, amp_tensor *y, amp_tensor **pre)
+{
+    const amp_tensor *x = n->in[0], *w = n->in[1];
+    const bool has_bias = lin_has_bias(n);
+    if (n->needs_grad && !(*pre = cu_new(y->shape, y->dtype)))
+        return fail_status();
+    const cuda_epilogue ep = *pre ? (has_bias ? CUDA_EPI_GELU_AUX_BIAS : CUDA_EPI_GELU_AUX)
+                                  : (has_bias ? CUDA_EPI_GELU_BIAS : CUDA_EPI_GELU);
+    bool taken = false;
+    amp_status st = cuda_gemm_epilogue(false, true, pl->rows, pl->out, pl->in, tensor_ptr(x), pl->in, tensor_ptr(w),
+                                       pl->in, tensor_ptr(y), pl->out, x->dtype, y->dtype, ep,
+                                       has_bias ? tensor_ptr(n->in[2]) : NULL, *pre ? tensor_ptr(*pre) : NULL,
+                                       pl->out, &taken);
+    if (st != AMP_OK || taken)
+        return st;
+    amp_tensor *t = *pre ? *pre : y; /* without a gradient, gelu in place */
+    st = linear_into(n, pl, t);
+    return st == AMP_OK ? pointwise(CEW_GELU_TANH, y, t) : st;
 }
 
 amp_tensor *cu_linear_forward(node *n)
@@ -123,43 +180,36 @@ amp_tensor *cu_linear_forward(node *n)
     lin_plan pl;
     if (!same_float_dtypes(n) || !linear_infer(n, &pl))
         return NULL;
-    if (n->p.i[1] != 0 && !lin_relu(n))
+    if (n->p.i[1] != 0 && !lin_relu(n) && !lin_gelu(n))
         return op_fail_shapes(n, "unknown fused activation");
-    const amp_tensor *x = n->in[0], *w = n->in[1];
-    const bool has_bias = lin_has_bias(n), relu = lin_relu(n);
+    const amp_tensor *x = n->in[0];
+    const bool relu = lin_relu(n);
     amp_shape os = x->shape;
     os.d[os.ndim - 1] = pl.out;
-    amp_tensor *y = cu_new(os, x->dtype);
+    amp_tensor *y = cu_new(os, x->dtype), *pre = NULL;
     if (!y)
         return NULL;
-    /* First the bias as a cuBLASLt epilogue (one rounding); when cuBLASLt
-     * refuses it, bias rows + beta 1, the same values up to the GEMM's own
-     * summation order. The relu is ampc's own kernel, not cuBLASLt's RELU
-     * epilogue: that one is documented as max(x, 0) and may turn a NaN
-     * into 0, where relu (PyTorch's and ampc's) keeps it. */
-    bool taken = false;
-    amp_status st = AMP_OK;
-    if (has_bias)
-        st = cuda_gemm_epilogue(false, true, pl.rows, pl.out, pl.in, tensor_ptr(x), pl.in, tensor_ptr(w), pl.in,
-                                tensor_ptr(y), pl.out, x->dtype, y->dtype, CUDA_EPI_BIAS, tensor_ptr(n->in[2]),
-                                &taken);
-    if (st == AMP_OK && !taken) {
-        if (has_bias) /* every row starts as the bias; the GEMM adds x wᵀ onto it */
-            st = cuda_copy_2d(tensor_ptr(n->in[2]), x->dtype, 0, 0, tensor_ptr(y), y->dtype, pl.out, 0, pl.rows,
-                              pl.out);
-        if (st == AMP_OK)
-            st = cuda_gemm(false, true, pl.rows, pl.out, pl.in, 1.0f, tensor_ptr(x), pl.in, 0, tensor_ptr(w), pl.in,
-                           0, has_bias ? 1.0f : 0.0f, tensor_ptr(y), pl.out, 0, 1, x->dtype, y->dtype);
+    amp_status st;
+    if (lin_gelu(n)) {
+        st = linear_gelu_into(n, &pl, y, &pre);
+    } else {
+        /* The relu is ampc's own kernel, not cuBLASLt's RELU epilogue:
+         * that one is documented as max(x, 0) and may turn a NaN into 0,
+         * where relu (PyTorch's and ampc's) keeps it. */
+        st = linear_into(n, &pl, y);
+        if (st == AMP_OK && relu)
+            st = pointwise(CEW_RELU, y, y);
+        /* The relu's backward masks by the output, as the CPU's. */
+        if (st == AMP_OK && relu && n->needs_grad)
+            st = op_save(n, 0, y);
     }
-    if (st == AMP_OK && relu)
-        st = relu_in_place(y);
-    /* The relu's backward masks by the output, as the CPU's. */
-    if (st == AMP_OK && relu && n->needs_grad)
-        st = op_save(n, 0, y);
     if (st != AMP_OK) {
         amp_tensor_free(y);
+        amp_tensor_free(pre);
         return NULL;
     }
+    if (pre) /* the gelu's pre-activation, owned by the node */
+        n->saved[0] = pre;
     return y;
 }
 
@@ -171,18 +221,21 @@ amp_status cu_linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
     const amp_tensor *x = n->in[0], *w = n->in[1];
     const amp_dtype dt = x->dtype;
     amp_tensor *masked = NULL;
-    if (lin_relu(n)) {
-        /* Through the fused relu first: dY where the output is > 0 (the
-         * relu op's backward formula, on the saved output). */
+    if (lin_relu(n) || lin_gelu(n)) {
+        /* Through the fused activation first, with its op's backward
+         * kernel: relu masks dY where the saved output is > 0; gelu takes
+         * dY * gelu'(pre) on the saved pre-activation. */
         const amp_tensor *y = n->saved[0];
         if (!y)
-            return amp_set_error(AMP_ERR_STATE, "%s: the fused relu's output was not saved", op_name(n));
+            return amp_set_error(AMP_ERR_STATE, "%s: the fused %s was not saved", op_name(n),
+                                 lin_relu(n) ? "relu's output" : "gelu's pre-activation");
         if (y->numel != gout->numel)
             return amp_set_error(AMP_ERR_STATE, "%s: gradient of %lld elements for an output of %lld", op_name(n),
                                  (long long)gout->numel, (long long)y->numel);
         cu_arg args[2] = {cu_arg_of(gout), cu_arg_of(y)};
         args[1].shape = gout->shape;
-        if (!(masked = cu_ew(CEW_RELU_GRAD, gout->shape, gout->dtype, args, 2, 0.0f)))
+        if (!(masked = cu_ew(lin_relu(n) ? CEW_RELU_GRAD : CEW_GELU_TANH_GRAD, gout->shape, gout->dtype, args, 2,
+                             0.0f)))
             return fail_status();
         gout = masked;
     }

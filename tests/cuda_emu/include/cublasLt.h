@@ -138,7 +138,10 @@ typedef enum {
 
 /* What is applied to alpha op(A) op(B) + beta C before it is stored. The
  * _BIAS forms first add a bias vector (one value per row of D, the same
- * for every column); the _AUX and gradient forms are not emulated. */
+ * for every column). GELU_AUX and GELU_AUX_BIAS also store the GELU's
+ * input into the aux matrix (EPILOGUE_AUX_POINTER, _LD, _BATCH_STRIDE,
+ * _DATA_TYPE); the RELU_AUX and gradient (D*, BGRAD*) forms are not
+ * emulated. */
 typedef enum {
     CUBLASLT_EPILOGUE_DEFAULT = 1,
     CUBLASLT_EPILOGUE_RELU = 2,
@@ -170,9 +173,9 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_EPILOGUE = 7,                   /* uint32_t, DEFAULT */
     CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,               /* const void *, NULL */
     CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE = 10,         /* int64_t elements, 0 */
-    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,      /* void * */
-    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,           /* int64_t */
-    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE = 13, /* int64_t */
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,      /* void *, NULL */
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,           /* int64_t elements, 0 */
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE = 13, /* int64_t elements, 0 */
     CUBLASLT_MATMUL_DESC_ALPHA_VECTOR_BATCH_STRIDE = 14, /* int64_t */
     CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET = 15,           /* int32_t */
     CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17,           /* const void * */
@@ -180,7 +183,7 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_C_SCALE_POINTER = 19,           /* const void * */
     CUBLASLT_MATMUL_DESC_D_SCALE_POINTER = 20,           /* const void * */
     CUBLASLT_MATMUL_DESC_AMAX_D_POINTER = 21,            /* void * */
-    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22,    /* int32_t */
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22,    /* int32_t (cudaDataType), -1: D's type */
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_POINTER = 23,
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_AMAX_POINTER = 24,
     CUBLASLT_MATMUL_DESC_FAST_ACCUM = 25,     /* int8_t */
