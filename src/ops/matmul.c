@@ -277,13 +277,15 @@ static amp_status linear_grads(const node *n, const lin_plan *pl_, const amp_ten
     }
     if (in_needs_grad(n, 1)) {
         /* dW [out, in] = dY^T [out, rows] X [rows, in]. An f16 dY^T is
-         * widened and transposed up front: the GEMM would widen its
-         * transposed panels a dozen elements at a time. */
+         * widened and transposed up front (the widening GEMM would widen
+         * its transposed panels a dozen elements at a time), unless the
+         * product runs on the f16 split kernel, which packs it as it is. */
         gin[1] = tensor_new(w->shape, dt);
         if (!gin[1])
             return amp_last_status();
         float *gt = NULL;
-        if (dt == AMP_F16 && !(gt = amp_alloc((size_t)(pl.rows * pl.out) * sizeof(float))))
+        if (dt == AMP_F16 && !gemm_f16_split_active(pl.out, pl.in, pl.rows) &&
+            !(gt = amp_alloc((size_t)(pl.rows * pl.out) * sizeof(float))))
             return amp_last_status();
         if (gt)
             transpose_widen(tensor_ptr(gout), dt, pl.rows, pl.out, gt);
