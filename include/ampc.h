@@ -455,8 +455,21 @@ amp_status amp_optim_set_steps(amp_optim *o, int64_t steps);
  * Parameters without a gradient are skipped. max_norm < 0: NAN + error.
  * All gradients must be on one device (else NAN + AMP_ERR_DEVICE, nothing
  * changed). On CUDA the norm and the clipping run on the device; returning
- * the norm waits for the GPU. */
+ * the norm waits for the GPU (amp_clip_grad_norm_tensor does not). */
 double amp_clip_grad_norm(amp_tensor *const *params, int n, double max_norm);
+/* The same clipping (the same gradients, bit for bit), the norm returned as
+ * PyTorch's clip_grad_norm_ returns it: a new 0-d tensor on the gradients'
+ * device, so on CUDA nothing waits for the GPU until the caller reads it
+ * (amp_item). The caller owns it (amp_tensor_free); no history. Its dtype
+ * is always f32: amp_clip_grad_norm's double rounded once (past FLT_MAX:
+ * inf), where PyTorch's is the gradients' (f16 for f16 ones). No gradient:
+ * 0, on params[0]'s device (the CPU when n is 0; PyTorch: the CPU). A
+ * non-finite norm is a value, not an error (PyTorch's default
+ * error_if_nonfinite=False): the tensor holds inf/NaN and the gradients
+ * are scaled as above; to refuse it, read it. On error NULL with the error
+ * set: amp_clip_grad_norm's (found before any gradient changes), or no
+ * memory for the result (nothing changed). */
+amp_tensor *amp_clip_grad_norm_tensor(amp_tensor *const *params, int n, double max_norm);
 
 /* Learning-rate schedules, as closed forms of the step count. */
 typedef enum { AMP_SCHED_CONSTANT = 0, AMP_SCHED_STEP, AMP_SCHED_COSINE } amp_sched_kind;

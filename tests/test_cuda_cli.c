@@ -2,8 +2,8 @@
  * test_cuda_cli.c - `ampc train / eval --device cuda`, run as a user runs
  * it: the cnn on tiny images (against the CPU, resumed bit for bit, the
  * default fp16 with the scaler, the checkpoint evaluated on both devices)
- * and the GPT with --clip on tiny text (against the CPU). Skipped when the
- * ampc binary is not built beside this program.
+ * and the GPT with --clip on tiny text (against the CPU, with and without
+ * --log). Skipped when the ampc binary is not built beside this program.
  *
  * The ops are test_cuda.c's, training through the library
  * test_cuda_train.c's; what they share is cuda_rig.h.
@@ -132,9 +132,28 @@ static void test_cli_trains_and_checkpoints_on_cuda(void)
               cli_value_after("test_accuracy "), acc);
 }
 
+/* The progress lines' "step k/STEPS loss X" values and the val_loss of
+ * the last run's output, into v[0..steps]; false if one is missing. */
+static bool run_losses(int steps, double *v)
+{
+    bool ok = true;
+    for (int k = 1; k <= steps; k++) {
+        char label[48];
+        snprintf(label, sizeof label, "step %d/%d loss ", k, steps);
+        v[k - 1] = cli_value_after(label);
+        ok = ok && strstr(cli_out, label) != NULL;
+    }
+    v[steps] = cli_value_after("val_loss ");
+    return ok && strstr(cli_out, "val_loss ") != NULL;
+}
+
 /* ampc train --model gpt --clip on cuda (both refused before): fp32 follows
  * the CPU's run step for step, losses and grad norms (measured and clipped
- * on the device), and the clipping bites (max norm below the norms). */
+ * on the device, read at each --log record), and the clipping bites (max
+ * norm below the norms). Without --log nothing reads the norm
+ * (amp_clip_grad_norm_tensor), and the run is the --log run, loss for loss
+ * to the printed digits: still clipped (a run without --clip differs),
+ * still the CPU's. */
 static void test_cli_gpt_with_clip_on_cuda(void)
 {
     if (!gpu() || !cli_setup())
@@ -148,14 +167,16 @@ static void test_cli_gpt_with_clip_on_cuda(void)
     char common[1024];
     snprintf(common, sizeof common,
              "train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 8 --steps %d "
-             "--lr 0.01 --clip 0.05 --val-batches 2 --threads 2 --precision fp32",
+             "--lr 0.01 --val-batches 2 --threads 2 --precision fp32 --log-every 1",
              text, STEPS);
-    int rc = cli_run("%s --device cpu --log %s", common, lcpu);
+    double cpu[STEPS + 1], logged[STEPS + 1], quiet[STEPS + 1], unclipped[STEPS + 1];
+    int rc = cli_run("%s --clip 0.05 --device cpu --log %s", common, lcpu);
     CHECK_MSG(rc == 0, "gpt cpu run: exit %d:\n%s", rc, cli_out);
-    rc = cli_run("%s --device cuda --log %s", common, lcuda);
+    CHECK_MSG(run_losses(STEPS, cpu), "gpt cpu run: a loss is missing:\n%s", cli_out);
+    rc = cli_run("%s --clip 0.05 --device cuda --log %s", common, lcuda);
     CHECK_MSG(rc == 0, "gpt cuda run: exit %d:\n%s", rc, cli_out);
     CHECK_OUT("on cuda");
-    CHECK_MSG(isfinite(cli_value_after("val_loss ")), "no val_loss:\n%s", cli_out);
+    CHECK_MSG(run_losses(STEPS, logged) && isfinite(logged[STEPS]), "gpt cuda run: a loss is missing:\n%s", cli_out);
     const char *keys[2] = {"loss", "grad_norm"};
     for (int k = 0; k < 2; k++) {
         double a[STEPS], b[STEPS];
@@ -169,6 +190,22 @@ static void test_cli_gpt_with_clip_on_cuda(void)
                 CHECK_MSG(b[i] > 0.05, "gpt step %d: grad norm %g is not above --clip 0.05", i + 1, b[i]);
         }
     }
+
+    rc = cli_run("%s --clip 0.05 --device cuda", common);
+    CHECK_MSG(rc == 0, "gpt cuda run without --log: exit %d:\n%s", rc, cli_out);
+    CHECK_MSG(run_losses(STEPS, quiet), "gpt cuda run without --log: a loss is missing:\n%s", cli_out);
+    rc = cli_run("%s --device cuda", common);
+    CHECK_MSG(rc == 0, "gpt cuda run without --clip: exit %d:\n%s", rc, cli_out);
+    CHECK_MSG(run_losses(STEPS, unclipped), "gpt cuda run without --clip: a loss is missing:\n%s", cli_out);
+    for (int i = 0; i <= STEPS; i++) {
+        const char *what = i < STEPS ? "loss" : "val_loss";
+        CHECK_MSG(quiet[i] == logged[i], "gpt step %d: %s %.4f without --log, %.4f with", i + 1, what, quiet[i],
+                  logged[i]);
+        CHECK_MSG(close_to(cpu[i], quiet[i], 2e-4), "gpt step %d: %s %.4f on cuda, %.4f on the cpu", i + 1, what,
+                  quiet[i], cpu[i]);
+    }
+    CHECK_MSG(unclipped[STEPS] != quiet[STEPS], "val_loss %.4f with --clip 0.05 and without: not clipped?",
+              quiet[STEPS]);
 }
 
 int main(void)

@@ -5,7 +5,8 @@
  * CUDA; training steps that never wait for the GPU
  * (amp_cuda_get_sync_stats); a tiny GPT (forward and backward, with
  * dropout, under autocast) against the CPU; clip_grad_norm on the device
- * (non-finite cases included); checkpoints of a CUDA model (loaded on
+ * (non-finite cases included), and its 0-d tensor variant, which does not
+ * wait; checkpoints of a CUDA model (loaded on
  * the CPU and on CUDA); and a sequential Linear-ReLU-Linear (the fused
  * linear + relu) against the CPU.
  *
@@ -376,6 +377,12 @@ static double norm_of(amp_tensor *const *p)
     return sqrt(ss);
 }
 
+/* The clip cases: bad (see clip_params) and max_norm. */
+static const struct {
+    int bad;
+    double max_norm;
+} clip_cases[] = {{0, 1e6}, {0, 1.0}, {0, 0.0}, {1, 1.0}, {2, 1.0}, {0, INFINITY}, {1, INFINITY}};
+
 /* clip_grad_norm on CUDA gradients (f32, f16, bf16; one parameter
  * without a gradient) returns the CPU's total and leaves the CPU's values:
  * not clipped, clipped, and with an inf (total inf: factor 0, the inf
@@ -386,17 +393,13 @@ static void test_clip_grad_norm_matches_the_cpu(void)
 {
     if (!gpu())
         return;
-    const struct {
-        int bad;
-        double max_norm;
-    } cases[] = {{0, 1e6}, {0, 1.0}, {0, 0.0}, {1, 1.0}, {2, 1.0}, {0, INFINITY}, {1, INFINITY}};
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (size_t c = 0; c < sizeof clip_cases / sizeof clip_cases[0]; c++) {
         amp_tensor *p[2][CLIP_N];
-        clip_params(p, cases[c].bad);
+        clip_params(p, clip_cases[c].bad);
         const double ref = norm_of(p[0]);
         amp_clear_error();
-        const double tc = amp_clip_grad_norm(p[0], CLIP_N, cases[c].max_norm);
-        const double td = amp_clip_grad_norm(p[1], CLIP_N, cases[c].max_norm);
+        const double tc = amp_clip_grad_norm(p[0], CLIP_N, clip_cases[c].max_norm);
+        const double td = amp_clip_grad_norm(p[1], CLIP_N, clip_cases[c].max_norm);
         CHECK_MSG(amp_last_status() == AMP_OK, "case %zu: %s", c, amp_last_error());
         CHECK_MSG(close_to(ref, tc, 1e-12) && close_to(ref, td, 1e-12),
                   "case %zu: total %.17g on cuda, %.17g on the cpu, %.17g in double", c, td, tc, ref);
@@ -412,12 +415,12 @@ static void test_clip_grad_norm_matches_the_cpu(void)
             /* the same factor rounded into the same dtype: bit for bit */
             check_same(what, part, amp_tensor_grad(p[0][i]), amp_tensor_grad(p[1][i]), 0.0);
         }
-        if (cases[c].bad == 0 && cases[c].max_norm == 1.0) /* clipped to 1, to the 16-bit roundings */
+        if (clip_cases[c].bad == 0 && clip_cases[c].max_norm == 1.0) /* clipped to 1, to the 16-bit roundings */
             CHECK_NEAR(norm_of(p[1]), 1.0, 2e-3);
-        if (cases[c].bad == 1 && isfinite(cases[c].max_norm)) /* factor 0: the inf is NaN, the rest 0 */
+        if (clip_cases[c].bad == 1 && isfinite(clip_cases[c].max_norm)) /* factor 0: the inf is NaN, the rest 0 */
             CHECK(isnan(amp_tensor_get(amp_tensor_grad(p[1][1]), 4)) &&
                   amp_tensor_get(amp_tensor_grad(p[1][0]), 1) == 0.0);
-        if (cases[c].bad == 2 || (cases[c].bad == 1 && !isfinite(cases[c].max_norm)))
+        if (clip_cases[c].bad == 2 || (clip_cases[c].bad == 1 && !isfinite(clip_cases[c].max_norm)))
             CHECK(isnan(amp_tensor_get(amp_tensor_grad(p[1][0]), 1)));
         clip_free(p);
     }
@@ -439,6 +442,133 @@ static void test_clip_grad_norm_matches_the_cpu(void)
     CHECK_ERROR(AMP_ERR_DEVICE, "all gradients must be on one device");
     CHECK(norm_of(p[1]) == before && norm_of(p[0]) == before);
     clip_free(p);
+}
+
+/* Whether a and b (on any device) hold the same bits. */
+static bool same_bits(const amp_tensor *a, const amp_tensor *b)
+{
+    if (!a || !b || amp_tensor_dtype(a) != amp_tensor_dtype(b) || amp_tensor_numel(a) != amp_tensor_numel(b))
+        return false;
+    const size_t bytes = (size_t)amp_tensor_numel(a) * amp_dtype_size(amp_tensor_dtype(a));
+    char *x = malloc(bytes ? bytes : 1), *y = malloc(bytes ? bytes : 1);
+    bool same = x && y && amp_tensor_copy_out(a, x, amp_tensor_dtype(a)) == AMP_OK &&
+                amp_tensor_copy_out(b, y, amp_tensor_dtype(b)) == AMP_OK && memcmp(x, y, bytes) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+/* t is a caller-owned 0-d f32 tensor on dev without history; its value
+ * (one copy to the host), or NaN. */
+static double norm_tensor_value(const char *what, amp_tensor *t, amp_device dev)
+{
+    CHECK_MSG(t != NULL, "%s: NULL (%s)", what, amp_last_error());
+    if (!t)
+        return NAN;
+    CHECK_MSG(amp_tensor_dtype(t) == AMP_F32 && amp_tensor_ndim(t) == 0 && amp_tensor_device(t) == dev &&
+                  !amp_tensor_requires_grad(t),
+              "%s: %s, %d dims, on %s", what, amp_dtype_name(amp_tensor_dtype(t)), amp_tensor_ndim(t),
+              amp_device_name(amp_tensor_device(t)));
+    return amp_item(t);
+}
+
+/* amp_clip_grad_norm_tensor on CUDA gradients: no stream sync, no copy to
+ * or from the host (nor, warm, a cudaMalloc); the norm stays in a 0-d f32
+ * tensor on the device, (float) of the double amp_clip_grad_norm returns
+ * there, and the CPU's to f32's rounding; the gradients are those
+ * amp_clip_grad_norm leaves, bit for bit (and the CPU's) - for every case
+ * of clip_cases, non-finite ones included. */
+static void test_clip_grad_norm_tensor_does_not_wait(void)
+{
+    if (!gpu())
+        return;
+    for (size_t c = 0; c < sizeof clip_cases / sizeof clip_cases[0]; c++) {
+        amp_tensor *p[2][CLIP_N], *q[2][CLIP_N]; /* p: amp_clip_grad_norm, q: the tensor variant */
+        clip_params(p, clip_cases[c].bad);
+        clip_params(q, clip_cases[c].bad);
+        char what[64];
+        snprintf(what, sizeof what, "clip tensor case %zu", c);
+        amp_clear_error();
+        const double tc = amp_clip_grad_norm(p[0], CLIP_N, clip_cases[c].max_norm);
+        const double td = amp_clip_grad_norm(p[1], CLIP_N, clip_cases[c].max_norm);
+        amp_tensor *t_cpu = amp_clip_grad_norm_tensor(q[0], CLIP_N, clip_cases[c].max_norm);
+        CHECK_OK(amp_cuda_synchronize()); /* the uploads above are not the call's */
+
+        const amp_cuda_sync_stats a = amp_cuda_get_sync_stats();
+        amp_tensor *t = amp_clip_grad_norm_tensor(q[1], CLIP_N, clip_cases[c].max_norm);
+        const amp_cuda_sync_stats b = amp_cuda_get_sync_stats();
+        check_waits(what, a, b, 0, 0);
+        CHECK_MSG(b.h2d_copies == a.h2d_copies, "%s: %llu copies from the host", what,
+                  (unsigned long long)(b.h2d_copies - a.h2d_copies));
+
+        const double v = norm_tensor_value(what, t, AMP_CUDA), vc = norm_tensor_value(what, t_cpu, AMP_CPU);
+        const float want = (float)td;
+        CHECK_MSG(isnan(want) ? isnan(v) : v == (double)want, "%s: tensor %.9g, (float) of the double %.9g", what, v,
+                  (double)want);
+        CHECK_MSG(close_to(vc, v, 1e-7) && close_to(tc, v, 1e-7),
+                  "%s: %.9g on cuda, %.9g (tensor) and %.17g on the cpu", what, v, vc, tc);
+        for (int i = 0; i < CLIP_N - 1; i++) { /* parameter CLIP_N - 1 has no gradient */
+            CHECK_MSG(same_bits(amp_tensor_grad(p[1][i]), amp_tensor_grad(q[1][i])),
+                      "%s: gradient %d differs from amp_clip_grad_norm's", what, i);
+            char part[48];
+            snprintf(part, sizeof part, "gradient %d (%s)", i, amp_dtype_name(clip_dt[i]));
+            check_same(what, part, amp_tensor_grad(q[0][i]), amp_tensor_grad(q[1][i]), 0.0);
+        }
+        CHECK(!amp_tensor_grad(q[1][CLIP_N - 1]));
+        amp_tensor_free(t);
+        amp_tensor_free(t_cpu);
+        clip_free(p);
+        clip_free(q);
+    }
+
+    /* Warm, as in a training loop: three more calls, no wait, no cudaMalloc;
+     * amp_clip_grad_norm's double is one copy to the host each. */
+    amp_tensor *p[2][CLIP_N];
+    clip_params(p, 0);
+    amp_tensor_free(amp_clip_grad_norm_tensor(p[1], CLIP_N, 1.0));
+    CHECK_OK(amp_cuda_synchronize());
+    amp_cuda_sync_stats a = amp_cuda_get_sync_stats();
+    const amp_memory_stats ma = amp_cuda_memory_get_stats();
+    for (int k = 0; k < 3; k++) {
+        amp_tensor *t = amp_clip_grad_norm_tensor(p[1], CLIP_N, 1.0);
+        CHECK(t != NULL);
+        amp_tensor_free(t);
+    }
+    amp_cuda_sync_stats b = amp_cuda_get_sync_stats();
+    check_waits("three warm amp_clip_grad_norm_tensor calls", a, b, 0, 0);
+    CHECK(b.h2d_copies == a.h2d_copies);
+    CHECK_MSG(amp_cuda_memory_get_stats().os_allocs == ma.os_allocs, "cudaMalloc calls went from %zu to %zu",
+              ma.os_allocs, amp_cuda_memory_get_stats().os_allocs);
+    a = b;
+    for (int k = 0; k < 3; k++)
+        CHECK(isfinite(amp_clip_grad_norm(p[1], CLIP_N, 1.0)));
+    b = amp_cuda_get_sync_stats();
+    check_waits("three amp_clip_grad_norm calls", a, b, 0, 3);
+
+    /* A CPU gradient beside a CUDA one: NULL, nothing changed. */
+    amp_tensor *mixed[2] = {p[0][0], p[1][1]};
+    amp_tensor *before[2] = {amp_clone(amp_tensor_grad(p[0][0])), amp_clone(amp_tensor_grad(p[1][1]))};
+    CHECK(amp_clip_grad_norm_tensor(mixed, 2, 1e-3) == NULL);
+    CHECK_ERROR(AMP_ERR_DEVICE, "clip_grad_norm_tensor: parameter 0's gradient is on cpu, parameter 1's on cuda");
+    CHECK(same_bits(before[0], amp_tensor_grad(p[0][0])) && same_bits(before[1], amp_tensor_grad(p[1][1])));
+    amp_tensor_free(before[0]);
+    amp_tensor_free(before[1]);
+    clip_free(p);
+
+    /* No gradient: a zero on the parameters' device, no wait. */
+    amp_tensor *none = amp_zeros(AMP_SHAPE(3), AMP_F32);
+    CHECK_OK(amp_tensor_move(none, AMP_CUDA));
+    amp_tensor_set_requires_grad(none, true);
+    CHECK_OK(amp_cuda_synchronize());
+    a = amp_cuda_get_sync_stats();
+    amp_clear_error();
+    amp_tensor *t = amp_clip_grad_norm_tensor(&none, 1, 1.0);
+    b = amp_cuda_get_sync_stats();
+    check_waits("no gradient", a, b, 0, 0);
+    CHECK_OK(amp_last_status());
+    CHECK(norm_tensor_value("no gradient", t, AMP_CUDA) == 0.0);
+    amp_tensor_free(t);
+    amp_tensor_free(none);
 }
 
 /* ------------------------------------------------------- checkpoints */
@@ -583,6 +713,7 @@ int main(void)
     RUN(test_training_steps_do_not_wait_for_the_gpu);
     RUN(test_gpt_on_cuda_matches_the_cpu);
     RUN(test_clip_grad_norm_matches_the_cpu);
+    RUN(test_clip_grad_norm_tensor_does_not_wait);
     RUN(test_checkpoint_of_a_cuda_model);
     RUN(test_sequential_linear_relu_on_cuda);
     return cuda_rig_done();

@@ -25,9 +25,11 @@
  * where a non-finite loss is noticed. With the grad scaler (fp16, cuda's
  * default) each step also reads whether the scaler skipped it: the lr
  * schedule counts only steps taken, so the next step's lr depends on it.
- * The grad norm is measured (and clipped, --clip) on the device; reading
- * it waits for the GPU, so on cuda it is measured only where it is needed:
- * with --clip, and with --log (which waits every step anyway).
+ * The grad norm is measured (and clipped, --clip) on the device by
+ * amp_clip_grad_norm_tensor, which leaves it there in a 0-d tensor: with
+ * --clip and no --log nothing reads it, so clipping adds no wait; only
+ * --log's records show it, and they read it beside the step's loss, after
+ * the step is queued. Without --clip or --log it is not measured on cuda.
  */
 #include "cli.h"
 #include "log.h"
@@ -45,9 +47,10 @@ typedef struct {
     run_info *ri;
     int64_t nb; /* micro-batches per epoch */
     bool cuda;  /* --device cuda */
-    bool read_each;             /* cuda: read every step's loss (and scale), for --log */
+    bool read_each;             /* cuda: read every step's loss (and scale, grad norm), for --log */
     amp_tensor *dev_x, *dev_y;  /* cuda: the micro-batch on the device, refilled in place */
     amp_tensor *loss_acc;       /* cuda: the losses of the steps not read yet, summed on the device */
+    amp_tensor *norm_dev;       /* cuda, --log: this step's grad norm (0-d f32, on the device), not read yet */
     int64_t loss_steps;         /* steps loss_acc holds */
     int64_t loss_skipped;       /* of those, steps the scaler skipped */
 } run;
@@ -122,6 +125,18 @@ static double read_losses(run *r, int64_t *n, int64_t *skipped)
     return v;
 }
 
+/* cuda: this step's grad norm, measured on the device (this waits for the
+ * GPU); NaN when there is none, NaN with the error set when the read
+ * failed. */
+static double read_norm(run *r)
+{
+    amp_clear_error();
+    double v = r->norm_dev ? amp_item(r->norm_dev) : NAN;
+    amp_tensor_free(r->norm_dev);
+    r->norm_dev = NULL;
+    return v;
+}
+
 /* Optimizer step `step` (0-based); fills out. -1 or an exit code. */
 static int train_step(run *r, int64_t step, step_out *out)
 {
@@ -158,11 +173,22 @@ static int train_step(run *r, int64_t step, step_out *out)
     if (amp_scaler_unscale(t->scaler, t->opt) != AMP_OK)
         return fail("unscale", step + 1);
     out->grad_norm = NAN;
-    if (!r->cuda || o->clip > 0 || r->read_each) {
+    const double max_norm = o->clip > 0 ? o->clip : INFINITY;
+    if (!r->cuda) {
         amp_clear_error(); /* a NaN norm is a value (inf / NaN gradients), unless an error says otherwise */
-        out->grad_norm = amp_clip_grad_norm(t->params, t->n_params, o->clip > 0 ? o->clip : INFINITY);
+        out->grad_norm = amp_clip_grad_norm(t->params, t->n_params, max_norm);
         if (isnan(out->grad_norm) && amp_last_status() != AMP_OK)
             return fail("clip_grad_norm", step + 1);
+    } else if (o->clip > 0 || r->read_each) { /* left on the device: the log's record reads it */
+        amp_tensor *norm = amp_clip_grad_norm_tensor(t->params, t->n_params, max_norm);
+        if (!norm)
+            return fail("clip_grad_norm", step + 1);
+        if (r->read_each) {
+            amp_tensor_free(r->norm_dev);
+            r->norm_dev = norm;
+        } else { /* --clip without --log: nothing shows it */
+            amp_tensor_free(norm);
+        }
     }
     out->lr = amp_sched_lr(&t->sched, r->ri->sched_step);
     if (isnan(out->lr))
@@ -234,6 +260,13 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
                 if (isnan(s.loss) && amp_last_status() != AMP_OK) {
                     progress_clear(&pg);
                     return fail("reading the loss", step + 1);
+                }
+            }
+            if (r->norm_dev) { /* --log: read beside the loss */
+                s.grad_norm = read_norm(r);
+                if (isnan(s.grad_norm) && amp_last_status() != AMP_OK) {
+                    progress_clear(&pg);
+                    return fail("reading the grad norm", step + 1);
                 }
             }
         }
@@ -400,6 +433,7 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
     amp_tensor_free(r.dev_x);
     amp_tensor_free(r.dev_y);
     amp_tensor_free(r.loss_acc);
+    amp_tensor_free(r.norm_dev);
     trainer_free(&t);
     data_close(&rd);
     return rc;

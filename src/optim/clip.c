@@ -10,10 +10,17 @@
  * the same; with a factor of exactly 1 it skips the (identity) multiply.
  * The sum of squares is accumulated in double.
  *
+ * amp_clip_grad_norm_tensor is the same clipping, with the total left in a
+ * new 0-d f32 tensor on the gradients' device (PyTorch returns a 0-d
+ * tensor too); amp_clip_grad_norm returns it as a host double. Both are
+ * clip() below, which only delivers the total differently: as the double
+ * itself, or rounded once to f32 into the tensor.
+ *
  * CUDA gradients are clipped on the device (cuda_clip_grad_norm: the sum,
  * the factor and the multiply all run there, in the same arithmetic); the
- * only wait for the GPU is reading the total back, which the double this
- * function returns needs. All gradients must be on one device.
+ * only wait for the GPU is reading the total back, which the double
+ * amp_clip_grad_norm returns needs and the tensor does not. All gradients
+ * must be on one device.
  */
 #include "backend/cuda/cuda_backend.h"
 #include "base/base.h"
@@ -60,83 +67,122 @@ static amp_status scale(amp_tensor *g, float coef)
     return AMP_OK;
 }
 
-/* The CUDA path: every gradient of params[0..n) is on the device. */
-static double clip_cuda(amp_tensor *const *params, int n, double max_norm)
+/* The last error again, its message prefixed with "fn: ". */
+static amp_status prefixed(amp_status st, const char *fn)
+{
+    char why[400];
+    snprintf(why, sizeof why, "%s", amp_last_error());
+    return amp_set_error(st, "%s: %s", fn, why);
+}
+
+/* The CUDA path: every gradient of params[0..n) is on the device, at
+ * least one exists. The total goes to *host (read back: the wait) or into
+ * *out, a new 0-d f32 tensor on the device (no wait). */
+static amp_status clip_cuda(amp_tensor *const *params, int n, double max_norm, const char *fn, double *host,
+                            amp_tensor **out)
 {
     cuda_buf *bufs = calloc((size_t)(n > 0 ? n : 1), sizeof *bufs);
-    if (!bufs) {
-        amp_set_error(AMP_ERR_MEMORY, "clip_grad_norm: out of memory");
-        return NAN;
-    }
-    double *dev_total = cuda_malloc(sizeof *dev_total); /* the total, on the device */
-    if (!dev_total) {
-        free(bufs);
-        return NAN; /* cuda_malloc said why */
-    }
+    if (!bufs)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", fn);
     int k = 0;
     for (int i = 0; i < n; i++)
         if (params[i]->grad)
             bufs[k++] = (cuda_buf){tensor_ptr(params[i]->grad), params[i]->grad->numel, params[i]->grad->dtype};
-    double total = NAN;
-    amp_status st = cuda_clip_grad_norm(bufs, k, max_norm, dev_total);
-    if (st == AMP_OK) /* the synchronisation point: the host needs the value */
-        st = cuda_copy(&total, AMP_CPU, dev_total, AMP_CUDA, sizeof total);
-    cuda_free(dev_total);
-    free(bufs);
-    if (st != AMP_OK) {
-        char why[400];
-        snprintf(why, sizeof why, "%s", amp_last_error());
-        amp_set_error(st, "clip_grad_norm: %s", why);
-        return NAN;
+    amp_status st;
+    if (host) {
+        double *dev_total = cuda_malloc(sizeof *dev_total); /* the total, on the device */
+        if (!dev_total) {
+            free(bufs);
+            return amp_last_status(); /* cuda_malloc said why */
+        }
+        st = cuda_clip_grad_norm(bufs, k, max_norm, dev_total);
+        if (st == AMP_OK) /* the synchronisation point: the host needs the value */
+            st = cuda_copy(host, AMP_CPU, dev_total, AMP_CUDA, sizeof *host);
+        cuda_free(dev_total);
+    } else {
+        /* made before anything changes: without memory, nothing is clipped */
+        amp_tensor *t = tensor_new_on(AMP_SHAPE(), AMP_F32, AMP_CUDA);
+        st = t ? cuda_clip_grad_norm_f32(bufs, k, max_norm, tensor_f32(t)) : amp_last_status();
+        if (st == AMP_OK)
+            *out = t;
+        else
+            amp_tensor_free(t);
     }
-    return total;
+    free(bufs);
+    return st == AMP_OK ? AMP_OK : prefixed(st, fn);
 }
 
-double amp_clip_grad_norm(amp_tensor *const *params, int n, double max_norm)
+/* The one implementation of both entry points (fn names the caller in
+ * messages): checks, clips, and delivers the total to *host (a double) when
+ * host is not NULL, else into *out (a new 0-d f32 tensor on the gradients'
+ * device; with no gradient, a zero on params[0]'s device, the CPU when n is
+ * 0). On error nothing is written and, but for a failure part way through
+ * the scaling itself (out of memory on the CPU, a failed launch), no
+ * gradient has changed. */
+static amp_status clip(amp_tensor *const *params, int n, double max_norm, const char *fn, double *host,
+                       amp_tensor **out)
 {
-    if (n < 0 || (n > 0 && !params)) {
-        amp_set_error(AMP_ERR_ARG, "clip_grad_norm: bad parameter list (n = %d)", n);
-        return NAN;
-    }
-    if (!(max_norm >= 0)) {
-        amp_set_error(AMP_ERR_ARG, "clip_grad_norm: max_norm %g must be >= 0", max_norm);
-        return NAN;
-    }
+    if (n < 0 || (n > 0 && !params))
+        return amp_set_error(AMP_ERR_ARG, "%s: bad parameter list (n = %d)", fn, n);
+    if (!(max_norm >= 0))
+        return amp_set_error(AMP_ERR_ARG, "%s: max_norm %g must be >= 0", fn, max_norm);
     /* Check everything before anything changes: no NULLs, one device. */
     int first = -1;
     for (int i = 0; i < n; i++) {
-        if (!params[i]) {
-            amp_set_error(AMP_ERR_ARG, "clip_grad_norm: parameter %d is NULL", i);
-            return NAN;
-        }
+        if (!params[i])
+            return amp_set_error(AMP_ERR_ARG, "%s: parameter %d is NULL", fn, i);
         if (!params[i]->grad)
             continue;
         if (first < 0) {
             first = i;
         } else if (tensor_device(params[i]->grad) != tensor_device(params[first]->grad)) {
-            amp_set_error(AMP_ERR_DEVICE, "clip_grad_norm: parameter %d's gradient is on %s, parameter %d's on %s; "
-                          "all gradients must be on one device",
-                          first, amp_device_name(tensor_device(params[first]->grad)), i,
-                          amp_device_name(tensor_device(params[i]->grad)));
-            return NAN;
+            return amp_set_error(AMP_ERR_DEVICE, "%s: parameter %d's gradient is on %s, parameter %d's on %s; "
+                                 "all gradients must be on one device",
+                                 fn, first, amp_device_name(tensor_device(params[first]->grad)), i,
+                                 amp_device_name(tensor_device(params[i]->grad)));
         }
     }
     if (first >= 0 && tensor_device(params[first]->grad) != AMP_CPU)
-        return clip_cuda(params, n, max_norm);
+        return clip_cuda(params, n, max_norm, fn, host, out);
+    amp_tensor *t = NULL; /* the result, made before anything changes */
+    if (!host) {
+        if (first < 0) /* no gradient: a zero where the parameters are (PyTorch: on the CPU) */
+            return (*out = tensor_zeros_on(AMP_SHAPE(), AMP_F32, n > 0 ? tensor_device(params[0]) : AMP_CPU))
+                       ? AMP_OK
+                       : prefixed(amp_last_status(), fn);
+        if (!(t = tensor_new(AMP_SHAPE(), AMP_F32)))
+            return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", fn);
+    }
     double ss = 0;
     for (int i = 0; i < n; i++)
         if (params[i]->grad && !sum_squares(params[i]->grad, &ss)) {
-            amp_set_error(AMP_ERR_MEMORY, "clip_grad_norm: out of memory");
-            return NAN;
+            amp_tensor_free(t);
+            return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", fn);
         }
-    double total = sqrt(ss);
-    double coef = max_norm / (total + 1e-6);
-    if (coef >= 1.0) /* clamp(max=1): a factor of 1 changes nothing */
-        return total;
-    for (int i = 0; i < n; i++)
-        if (params[i]->grad && scale(params[i]->grad, (float)coef) != AMP_OK) {
-            amp_set_error(AMP_ERR_MEMORY, "clip_grad_norm: out of memory");
-            return NAN;
-        }
-    return total;
+    const double total = sqrt(ss), coef = max_norm / (total + 1e-6);
+    if (!(coef >= 1.0)) /* clamp(max=1): a factor of 1 changes nothing */
+        for (int i = 0; i < n; i++)
+            if (params[i]->grad && scale(params[i]->grad, (float)coef) != AMP_OK) {
+                amp_tensor_free(t);
+                return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", fn);
+            }
+    if (host) {
+        *host = total;
+    } else {
+        tensor_f32(t)[0] = (float)total;
+        *out = t;
+    }
+    return AMP_OK;
+}
+
+double amp_clip_grad_norm(amp_tensor *const *params, int n, double max_norm)
+{
+    double total;
+    return clip(params, n, max_norm, "clip_grad_norm", &total, NULL) == AMP_OK ? total : NAN;
+}
+
+amp_tensor *amp_clip_grad_norm_tensor(amp_tensor *const *params, int n, double max_norm)
+{
+    amp_tensor *total = NULL;
+    return clip(params, n, max_norm, "clip_grad_norm_tensor", NULL, &total) == AMP_OK ? total : NULL;
 }

@@ -15,7 +15,7 @@
  * multi-tensor launch writes each chunk's sum of squares, one block adds
  * them and computes the factor on the device, one multi-tensor launch
  * applies it; nothing comes back to the host unless the caller reads the
- * total.
+ * total (a device double, or an f32 for amp_clip_grad_norm_tensor).
  *
  * Multi-tensor launches: the host lists the tensors (pointers, sizes,
  * dtypes) in a struct passed by value as a kernel argument, as PyTorch's
@@ -171,10 +171,13 @@ __global__ void k_clip_sumsq(const mt_list l, double *partial)
     }
 }
 
-/* One block: *total = sqrt(sum of the partials), then clip.c's factor
+/* One block: the total = sqrt(sum of the partials) into *total (a double)
+ * or *total_f32 (rounded once to f32, as clip.c does on the host for
+ * amp_clip_grad_norm_tensor), whichever is not NULL; then clip.c's factor
  * max_norm / (total + 1e-6), applied unless it is >= 1 (a NaN factor is
  * applied: PyTorch's clamp keeps the NaN). */
-__global__ void k_clip_coef(const double *partial, int64_t blocks, double max_norm, double *total, clip_coef *c)
+__global__ void k_clip_coef(const double *partial, int64_t blocks, double max_norm, double *total, float *total_f32,
+                            clip_coef *c)
 {
     __shared__ double scratch[32];
     double s = 0;
@@ -183,7 +186,10 @@ __global__ void k_clip_coef(const double *partial, int64_t blocks, double max_no
     s = block_sum(s, scratch);
     if (threadIdx.x == 0) {
         const double t = sqrt(s), coef = max_norm / (t + 1e-6);
-        *total = t;
+        if (total)
+            *total = t;
+        if (total_f32)
+            *total_f32 = (float)t;
         c->coef = (float)coef;
         c->apply = !(coef >= 1.0);
     }
@@ -208,7 +214,9 @@ __global__ void k_clip_scale(const mt_list l, const clip_coef *c)
     }
 }
 
-extern "C" amp_status cuda_clip_grad_norm(const cuda_buf *g, int n, double max_norm, double *total)
+/* cuda_clip_grad_norm and cuda_clip_grad_norm_f32: the same launches, the
+ * total written as a double or as an f32. */
+static amp_status clip_grad_norm(const cuda_buf *g, int n, double max_norm, double *total, float *total_f32)
 {
     std::vector<mt_entry> v;
     for (int i = 0; i < n; i++) {
@@ -248,7 +256,7 @@ extern "C" amp_status cuda_clip_grad_norm(const cuda_buf *g, int n, double max_n
             break;
     }
     if (st == AMP_OK) { /* with no gradients: total 0, factor not applied */
-        k_clip_coef<<<1, CUDA_THREADS, 0, s>>>(partial, blocks, max_norm, total, c);
+        k_clip_coef<<<1, CUDA_THREADS, 0, s>>>(partial, blocks, max_norm, total, total_f32, c);
         st = cuda_launched("clip_grad_norm factor kernel");
     }
     for (const mt_list &l : lists) {
@@ -261,6 +269,18 @@ extern "C" amp_status cuda_clip_grad_norm(const cuda_buf *g, int n, double max_n
     }
     cuda_free(scratch);
     return st;
+}
+
+extern "C" amp_status cuda_clip_grad_norm(const cuda_buf *g, int n, double max_norm, double *total)
+{
+    return clip_grad_norm(g, n, max_norm, total, NULL);
+}
+
+/* As cuda_clip_grad_norm, the total written to the device float *total as
+ * (float) of the double (amp_clip_grad_norm_tensor's 0-d f32 tensor). */
+extern "C" amp_status cuda_clip_grad_norm_f32(const cuda_buf *g, int n, double max_norm, float *total)
+{
+    return clip_grad_norm(g, n, max_norm, NULL, total);
 }
 
 /* -------------------------------------------------------------- update */

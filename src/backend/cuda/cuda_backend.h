@@ -111,6 +111,9 @@ amp_status cuda_unscale(const cuda_buf *g, int n, const float *scale, float *fou
  * or inf total thus gives a NaN or 0 factor, as on the CPU. Three launches,
  * no host synchronisation: the caller reads *total when it needs it. */
 amp_status cuda_clip_grad_norm(const cuda_buf *g, int n, double max_norm, double *total);
+/* As cuda_clip_grad_norm, the total written to the device float *total as
+ * (float) of the double (amp_clip_grad_norm_tensor's 0-d f32 tensor). */
+amp_status cuda_clip_grad_norm_f32(const cuda_buf *g, int n, double max_norm, float *total);
 
 /* The options the device update rule needs (amp_scaler_opts). */
 typedef struct {

@@ -68,6 +68,12 @@ amp_status cuda_clip_grad_norm(const cuda_buf *g, int n, double max_norm, double
     return unavailable();
 }
 
+amp_status cuda_clip_grad_norm_f32(const cuda_buf *g, int n, double max_norm, float *total)
+{
+    (void)g, (void)n, (void)max_norm, (void)total;
+    return unavailable();
+}
+
 amp_status cuda_unscale(const cuda_buf *g, int n, const float *scale, float *found_inf)
 {
     (void)g, (void)n, (void)scale, (void)found_inf;
