@@ -74,9 +74,11 @@ static std::vector<mt_list> lists_of(const std::vector<mt_entry> &v)
 /* The grid of a launch over l's chunks. */
 static unsigned grid_of(const mt_list &l) { return (unsigned)(l.blocks < 65535 * 16 ? l.blocks : 65535 * 16); }
 
-/* The entry chunk b belongs to, copied (a by-value read of the kernel
- * argument; a reference into it would make the compiler copy the whole
- * list into each thread's local memory). */
+/* The entry chunk b belongs to, copied. The list is a __grid_constant__
+ * kernel argument: read where it lies (the constant bank), its address
+ * taken by this reference without the compiler first copying the whole
+ * list into each thread's local memory, which a plain by-value argument
+ * whose address is taken would get. */
 __device__ __forceinline__ mt_entry find_entry(const mt_list &l, int64_t b)
 {
     int lo = 0, hi = l.n - 1;
@@ -92,7 +94,7 @@ __device__ __forceinline__ mt_entry find_entry(const mt_list &l, int64_t b)
 
 /* ------------------------------------------------------------- unscale */
 
-__global__ void k_unscale(const mt_list l, const float *scale, float *found_inf)
+__global__ void k_unscale(__grid_constant__ const mt_list l, const float *scale, float *found_inf)
 {
     const float inv = (float)(1.0 / (double)*scale); /* PyTorch: the reciprocal in double */
     for (int64_t b = blockIdx.x; b < l.blocks; b += gridDim.x) {
@@ -154,7 +156,7 @@ struct clip_coef {
 
 /* partial[b] = the sum of the squares of chunk b, in double (a float's
  * square is exact in double, as in clip.c's sum). */
-__global__ void k_clip_sumsq(const mt_list l, double *partial)
+__global__ void k_clip_sumsq(__grid_constant__ const mt_list l, double *partial)
 {
     __shared__ double scratch[32];
     for (int64_t b = blockIdx.x; b < l.blocks; b += gridDim.x) {
@@ -195,7 +197,7 @@ __global__ void k_clip_coef(const double *partial, int64_t blocks, double max_no
     }
 }
 
-__global__ void k_clip_scale(const mt_list l, const clip_coef *c)
+__global__ void k_clip_scale(__grid_constant__ const mt_list l, const clip_coef *c)
 {
     if (!c->apply)
         return;
@@ -356,7 +358,7 @@ extern "C" amp_status cuda_scaler_count(cuda_scaler_state *st, int rec)
 
 /* Counts the step: each listed parameter's counter, and the optimizer's
  * total when `total` (once per step, with the first list). */
-__global__ void k_count_steps(const mt_list l, long long *steps, int n_counters, bool total,
+__global__ void k_count_steps(__grid_constant__ const mt_list l, long long *steps, int n_counters, bool total,
                               const float *found_inf)
 {
     if (found_inf && *found_inf != 0.0f)
@@ -367,7 +369,8 @@ __global__ void k_count_steps(const mt_list l, long long *steps, int n_counters,
         steps[n_counters]++;
 }
 
-__global__ void k_sgd(const mt_list l, const long long *steps, const float *found_inf, cuda_sgd_opts o)
+__global__ void k_sgd(__grid_constant__ const mt_list l, const long long *steps, const float *found_inf,
+                      cuda_sgd_opts o)
 {
     if (found_inf && *found_inf != 0.0f)
         return;
@@ -390,7 +393,8 @@ __global__ void k_sgd(const mt_list l, const long long *steps, const float *foun
     }
 }
 
-__global__ void k_adam(const mt_list l, const long long *steps, const float *found_inf, cuda_adam_opts a)
+__global__ void k_adam(__grid_constant__ const mt_list l, const long long *steps, const float *found_inf,
+                       cuda_adam_opts a)
 {
     if (found_inf && *found_inf != 0.0f)
         return;
