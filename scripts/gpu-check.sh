@@ -11,6 +11,13 @@
 #
 # --build-only (or no GPU) stops after the build: what a machine without a
 # GPU can check. Exit status: 0 when the build and the CUDA tests passed.
+#
+# On the device tool's machine (nothing can be fetched there): run
+# scripts/gpu-deps.sh here first and carry .gpu-deps (zlib's headers, used
+# when that image has none). Warnings do not stop the build there (another
+# compiler may warn where CI's does not; CI keeps -Werror). When $OUT is set
+# (the device tool), the report and the logs are copied there at the end,
+# whatever happened.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=build-gpu
@@ -27,10 +34,32 @@ phase() { echo "== $* ($(( $(date +%s) - start )) s)"; }
 jobs=$(nproc)
 out="$build/gpu-check"
 mkdir -p "$out"
+save_out() {
+  [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] || return 0
+  cp docs/benchmarks-gpu.md "$out/tests.log" "$out/results.jsonl" "$OUT/" 2>/dev/null
+  for f in configure build; do [ -f "$out/$f.log" ] && tail -200 "$out/$f.log" > "$OUT/$f.log"; done
+  return 0
+}
+trap save_out EXIT
+
+# zlib: the machine's headers, else the carried ones beside the machine's
+# libz.so.1 (scripts/gpu-deps.sh).
+zlib_args=()
+if ! echo '#include <zlib.h>' | cc -E -x c - > /dev/null 2>&1; then
+  zlib_so=$(ldconfig -p 2>/dev/null | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')
+  if [ -f .gpu-deps/zlib/include/zlib.h ] && [ -n "$zlib_so" ]; then
+    echo "gpu-check: no zlib.h here: .gpu-deps/zlib/include with $zlib_so"
+    zlib_args=(-DZLIB_INCLUDE_DIR="$PWD/.gpu-deps/zlib/include" -DZLIB_LIBRARY="$zlib_so")
+  else
+    echo "gpu-check: no zlib.h here (and no .gpu-deps/zlib or libz.so.1): run scripts/gpu-deps.sh where" \
+      "packages can be fetched and carry .gpu-deps" >&2
+    exit 1
+  fi
+fi
 
 phase "configure ($build, sm_90, AMPC_CUDA=ON)"
-if ! timeout 120 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DAMPC_WERROR=ON -DAMPC_CUDA=ON \
-     -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/configure.log" 2>&1; then
+if ! timeout 120 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DAMPC_WERROR=OFF -DAMPC_CUDA=ON \
+     -DCMAKE_CUDA_ARCHITECTURES=90 "${zlib_args[@]}" > "$out/configure.log" 2>&1; then
   tail -30 "$out/configure.log"
   echo "gpu-check: configure failed"
   exit 1
