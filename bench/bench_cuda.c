@@ -5,14 +5,22 @@
  * PyTorch's (same models, batches, optimizers; each step ends with reading
  * the loss, which waits for the GPU; median of the timed steps).
  *
- *   bench_cuda [--gemm 4096,8192] [--steps N] [--models mlp,cnn,gpt]
- *              [--precisions fp32,bf16,fp16]
+ *   bench_cuda [--gemm 4096,8192] [--steps N] [--warmup N (3)]
+ *              [--models mlp,cnn,gpt] [--precisions fp32,bf16,fp16]
  *
  * Prints one JSON object per line:
  *   {"impl": "ampc", "kind": "gemm", "dtype", "n", "ms", "tflops"}
  *   {"impl": "ampc", "kind": "step", "model", "precision", "step_ms",
- *    "steps", "peak_mb", "host_syncs_per_step", "h2d_per_step"} (or "error"
- *    when the model cannot run on CUDA).
+ *    "steps", "peak_mb", "host_syncs_per_step", "h2d_per_step",
+ *    "queue_ms", "launches_per_step", "fwd_ms", "bwd_ms", "opt_ms"} (or
+ *    "error" when the model cannot run on CUDA).
+ * queue_ms: the host's time to queue a step, up to the loss read (median):
+ * near step_ms, the step is bound by the host (launch overhead), not the
+ * GPU. launches_per_step: kernels and cuBLASLt products queued per step.
+ * fwd_ms / bwd_ms / opt_ms: a breakdown from separate steps with a wait
+ * after the forward (and loss), the backward, and the scaler + optimizer
+ * (medians; their sum exceeds step_ms by the waits). For one GPU run to
+ * say where the time goes, since nothing else profiles there.
  * host_syncs_per_step: the host's waits for the GPU (stream syncs plus
  * copies to the host, amp_cuda_get_sync_stats) over the timed steps,
  * divided by their number: 1.00 is the loss read that ends each step, the
@@ -21,6 +29,8 @@
  * Without a GPU it prints {"error": ...} and exits 77.
  */
 #include <ampc.h>
+
+#include "backend/cuda/cuda_backend.h" /* cuda_launch_count */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,9 +176,13 @@ static bool make(const char *model, rig *r)
     return r->opt != NULL;
 }
 
-/* One step; false with the error set. */
-static bool step(rig *r, int prec, amp_scaler *s)
+/* One step; false with the error set. queue: the host's time to queue it
+ * (up to the loss read), in ms. phases: when non-NULL, waits for the GPU
+ * after the forward (and loss), the backward and the optimizer, and
+ * writes their times (ms). */
+static bool step(rig *r, int prec, amp_scaler *s, double *queue, double *phases)
 {
+    double t0 = now();
     amp_optim_zero_grad(r->opt);
     if (prec && amp_autocast_begin(AMP_CUDA, prec == 1 ? AMP_BF16 : AMP_F16) != AMP_OK)
         return false;
@@ -178,8 +192,26 @@ static bool step(rig *r, int prec, amp_scaler *s)
     amp_tensor *loss = amp_cross_entropy(out, r->y);
     if (prec)
         amp_autocast_end();
-    bool ok = loss && amp_backward(amp_scaler_scale(s, loss)) == AMP_OK && amp_scaler_step(s, r->opt, NULL) == AMP_OK &&
-              amp_scaler_update(s) == AMP_OK;
+    bool ok = loss != NULL;
+    double t1 = now(), t2 = t1;
+    if (ok && phases) {
+        ok = amp_cuda_synchronize() == AMP_OK;
+        t1 = now();
+        phases[0] = (t1 - t0) * 1e3;
+    }
+    ok = ok && amp_backward(amp_scaler_scale(s, loss)) == AMP_OK;
+    if (ok && phases) {
+        ok = amp_cuda_synchronize() == AMP_OK;
+        t2 = now();
+        phases[1] = (t2 - t1) * 1e3;
+    }
+    ok = ok && amp_scaler_step(s, r->opt, NULL) == AMP_OK && amp_scaler_update(s) == AMP_OK;
+    if (ok && phases) {
+        ok = amp_cuda_synchronize() == AMP_OK;
+        phases[2] = (now() - t2) * 1e3;
+    }
+    if (queue)
+        *queue = (now() - t0) * 1e3;
     if (ok) { /* reads the loss once: waits for the GPU, as loss.item(); NaN (or a failed read) fails */
         double v = amp_item(loss);
         ok = v == v;
@@ -188,7 +220,7 @@ static bool step(rig *r, int prec, amp_scaler *s)
     return ok;
 }
 
-static void bench_step(const char *model, const char *precision, int steps)
+static void bench_step(const char *model, const char *precision, int steps, int warmup)
 {
     int prec = strcmp(precision, "bf16") == 0 ? 1 : strcmp(precision, "fp16") == 0 ? 2 : 0;
     char what[96];
@@ -207,28 +239,42 @@ static void bench_step(const char *model, const char *precision, int steps)
         amp_scaler_free(s);
         return;
     }
-    double *t = malloc((size_t)steps * sizeof *t);
-    bool ok = true;
-    for (int k = 0; k < 3 && ok; k++)
-        ok = step(&r, prec, s);
+    enum { PHASE_STEPS = 3 };
+    double *t = malloc((size_t)steps * sizeof *t), *q = malloc((size_t)steps * sizeof *q);
+    double ph[3][PHASE_STEPS];
+    bool ok = t && q;
+    for (int k = 0; k < warmup && ok; k++)
+        ok = step(&r, prec, s, NULL, NULL);
     amp_cuda_memory_reset_peak();
     amp_cuda_sync_stats w0 = amp_cuda_get_sync_stats();
+    const uint64_t l0 = cuda_launch_count();
     for (int k = 0; k < steps && ok; k++) {
         double t0 = now();
-        ok = step(&r, prec, s);
+        ok = step(&r, prec, s, &q[k], NULL);
         t[k] = (now() - t0) * 1e3;
     }
     amp_cuda_sync_stats w1 = amp_cuda_get_sync_stats();
+    const double launches = (double)(cuda_launch_count() - l0) / steps;
     double waits = (double)((w1.syncs - w0.syncs) + (w1.d2h_copies - w0.d2h_copies)) / steps;
     double h2d = (double)(w1.h2d_copies - w0.h2d_copies) / steps;
+    for (int k = 0; k < PHASE_STEPS && ok; k++) {
+        double p[3];
+        ok = step(&r, prec, s, NULL, p);
+        for (int i = 0; i < 3; i++)
+            ph[i][k] = p[i];
+    }
     if (ok)
         printf("{\"impl\": \"ampc\", \"kind\": \"step\", %s, \"step_ms\": %.3f, \"steps\": %d, \"peak_mb\": %.1f, "
-               "\"host_syncs_per_step\": %.2f, \"h2d_per_step\": %.2f}\n",
-               what, median(t, steps), steps, (double)amp_cuda_memory_get_stats().peak / (1 << 20), waits, h2d);
+               "\"host_syncs_per_step\": %.2f, \"h2d_per_step\": %.2f, \"queue_ms\": %.3f, "
+               "\"launches_per_step\": %.1f, \"fwd_ms\": %.3f, \"bwd_ms\": %.3f, \"opt_ms\": %.3f}\n",
+               what, median(t, steps), steps, (double)amp_cuda_memory_get_stats().peak / (1 << 20), waits, h2d,
+               median(q, steps), launches, median(ph[0], PHASE_STEPS), median(ph[1], PHASE_STEPS),
+               median(ph[2], PHASE_STEPS));
     else
         json_error("step", what, amp_last_error());
     fflush(stdout);
     free(t);
+    free(q);
     amp_scaler_free(s);
     rig_free(&r);
 }
@@ -236,7 +282,7 @@ static void bench_step(const char *model, const char *precision, int steps)
 int main(int argc, char **argv)
 {
     const char *gemm = "4096,8192", *models = "mlp,cnn,gpt", *precisions = "fp32,bf16,fp16";
-    int steps = 20;
+    int steps = 20, warmup = 3;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--gemm") == 0 && i + 1 < argc)
             gemm = argv[++i];
@@ -246,15 +292,20 @@ int main(int argc, char **argv)
             models = argv[++i];
         else if (strcmp(argv[i], "--precisions") == 0 && i + 1 < argc)
             precisions = argv[++i];
+        else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc)
+            warmup = atoi(argv[++i]);
         else {
             fprintf(stderr,
-                    "usage: %s [--gemm 4096,8192] [--steps N] [--models mlp,cnn,gpt] [--precisions fp32,bf16,fp16]\n",
+                    "usage: %s [--gemm 4096,8192] [--steps N] [--warmup N] [--models mlp,cnn,gpt] "
+                    "[--precisions fp32,bf16,fp16]\n",
                     argv[0]);
             return 2;
         }
     }
     if (steps < 1)
         steps = 1;
+    if (warmup < 0)
+        warmup = 0;
     if (!amp_cuda_available()) {
         printf("{\"impl\": \"ampc\", \"error\": \"no CUDA device\"}\n");
         return 77;
@@ -272,7 +323,7 @@ int main(int argc, char **argv)
     for (char *m = strtok_r(mb, ",", &msave); m; m = strtok_r(NULL, ",", &msave)) {
         snprintf(pb, sizeof pb, "%s", precisions);
         for (char *p = strtok_r(pb, ",", &psave); p; p = strtok_r(NULL, ",", &psave))
-            bench_step(m, p, steps);
+            bench_step(m, p, steps, warmup);
     }
     return 0;
 }

@@ -217,6 +217,11 @@ const char *amp_shape_str(amp_shape s, char *buf, size_t n);
  * first). */
 bool amp_cuda_available(void);
 int amp_cuda_device_count(void);
+/* Whether the device has bf16 tensor cores (compute capability 8.0 or
+ * more: A100, H100, H200 ...), as torch.cuda.is_bf16_supported(); false
+ * without a GPU. Without them, cuda autocast to bf16 is an AMP_ERR_DEVICE
+ * error (use f16); bf16 tensors still work there, on slower kernels. */
+bool amp_cuda_bf16_supported(void);
 /* f32 matmuls on TF32 tensor cores (off by default, as PyTorch's
  * torch.backends.cuda.matmul.allow_tf32). f16 / bf16 always use tensor
  * cores with f32 accumulation. */

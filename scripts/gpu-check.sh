@@ -153,8 +153,9 @@ print("\n## Training step (median ms per step, each ending with reading the loss
 print("mlp: 784-4096-4096-10, batch 256, SGD momentum. cnn: conv 1-32 and 32-64 3x3 with max pools,")
 print("linear 3136-128-10, 28x28 images, batch 128, SGD momentum. gpt: 4 layers, width 256, 4 heads,")
 print("context 128, batch 16, AdamW. fp16 runs with the grad scaler.\n")
-print("| model | precision | ampc ms | PyTorch ms | ampc / PyTorch | ampc peak MB | PyTorch peak MB | ampc host syncs/step |")
-print("|---|---|---|---|---|---|---|---|")
+print("| model | precision | ampc ms | PyTorch ms | ampc / PyTorch | ampc peak MB | PyTorch peak MB | ampc host syncs/step |"
+      " ampc queue ms | launches/step | fwd / bwd / opt ms |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 s = {}
 for r in rows:
     if "model" in r:
@@ -163,8 +164,12 @@ for (m, p), v in s.items():
     a, t = v.get("ampc", {}), v.get("torch", {})
     am, tm = a.get("step_ms"), t.get("step_ms")
     ratio = f"{am / tm:.2f}" if am and tm else "-"
+    phases = " / ".join(str(a.get(k, "-")) for k in ("fwd_ms", "bwd_ms", "opt_ms"))
     print(f"| {m} | {p} | {am if am else 'error'} | {tm if tm else '-'} | {ratio} | "
-          f"{a.get('peak_mb', '-')} | {t.get('peak_mb', '-')} | {a.get('host_syncs_per_step', '-')} |")
+          f"{a.get('peak_mb', '-')} | {t.get('peak_mb', '-')} | {a.get('host_syncs_per_step', '-')} | "
+          f"{a.get('queue_ms', '-')} | {a.get('launches_per_step', '-')} | {phases} |")
+print("\nqueue ms: the host's time to queue one step (near the step's time: bound by the host's launches);")
+print("fwd / bwd / opt: separate steps with a wait after each phase.")
 errs = [r for r in rows if "error" in r]
 if errs:
     print("\nErrors:\n")

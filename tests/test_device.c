@@ -8,6 +8,8 @@
  */
 #include "harness.h"
 
+#include <stdlib.h>
+
 static amp_tensor *iota(int64_t n, amp_dtype dt)
 {
     amp_tensor *t = amp_arange(0, (double)n, 1, dt);
@@ -115,6 +117,37 @@ static void test_tf32_switch(void)
     CHECK(!amp_cuda_tf32_allowed());
 }
 
+/* cuda bf16 autocast where the GPU has bf16 (compute capability 8.0 or
+ * more), a device error naming it, nothing opened, where it has not (f16
+ * still fine); without a GPU the answer is false. AMPC_TEST_EXPECT_BF16
+ * (0 or 1), when set, says which to expect: CTest's test_device_sm75 runs
+ * this on cudaemu posing as an sm_75 device (CUDAEMU_SM=75). */
+static void test_bf16_support(void)
+{
+    const bool has = amp_cuda_bf16_supported();
+    const char *want = getenv("AMPC_TEST_EXPECT_BF16");
+    if (want)
+        CHECK_MSG(has == (atoi(want) != 0), "amp_cuda_bf16_supported() is %d, expected %s", has, want);
+    if (!amp_cuda_available()) {
+        CHECK(!has);
+        return;
+    }
+    amp_status st = amp_autocast_begin(AMP_CUDA, AMP_BF16);
+    if (has) {
+        CHECK_OK(st);
+        CHECK(amp_autocast_is_enabled(AMP_CUDA));
+        if (st == AMP_OK)
+            amp_autocast_end();
+        return;
+    }
+    CHECK(st == AMP_ERR_DEVICE);
+    CHECK_MSG(strstr(amp_last_error(), "does not support bf16") != NULL, "error: %s", amp_last_error());
+    CHECK(!amp_autocast_is_enabled(AMP_CUDA));
+    CHECK_OK(amp_autocast_begin(AMP_CUDA, AMP_F16));
+    CHECK(amp_autocast_is_enabled(AMP_CUDA));
+    amp_autocast_end();
+}
+
 /* The host-wait counter is there on every machine: zero after a reset;
  * without a GPU (or without CUDA) it stays zero whatever is asked of the
  * device, with one amp_cuda_synchronize is one sync and nothing else. */
@@ -154,6 +187,7 @@ int main(void)
     RUN(test_to_device_cpu_is_a_copy);
     RUN(test_move_rejects_non_leaves_and_bad_devices);
     RUN(test_tf32_switch);
+    RUN(test_bf16_support);
     RUN(test_sync_stats);
     return harness_done();
 }

@@ -15,6 +15,7 @@
  * has neither check).
  */
 #include "amp/amp.h"
+#include "backend/cuda/cuda_backend.h"
 #include "ops/ops.h"
 
 #include <stdatomic.h>
@@ -117,6 +118,12 @@ amp_status amp_autocast_begin_ex(amp_device dev, amp_dtype dt, bool enabled, boo
                  amp_dtype_name(target));
         enabled = false;
     }
+    /* PyTorch refuses cuda bf16 autocast on a GPU without bf16 support. */
+    if (enabled && dev == AMP_CUDA && target == AMP_BF16 && amp_cuda_available() && !amp_cuda_bf16_supported())
+        return amp_set_error(AMP_ERR_DEVICE,
+                             "autocast_begin: this GPU (compute capability %d.%d) does not support bf16 (8.0 or "
+                             "more needed); use f16",
+                             cuda_compute_capability() / 10, cuda_compute_capability() % 10);
     saved[depth++] = cur;
     cur.enabled[dev] = enabled;
     if (target == AMP_F16 || target == AMP_BF16)

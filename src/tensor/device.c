@@ -16,6 +16,7 @@
 
 bool amp_cuda_available(void) { return cuda_device_count() > 0; }
 int amp_cuda_device_count(void) { return cuda_device_count(); }
+bool amp_cuda_bf16_supported(void) { return cuda_device_count() > 0 && cuda_compute_capability() >= 80; }
 void amp_cuda_allow_tf32(bool on) { cuda_set_tf32(on); }
 bool amp_cuda_tf32_allowed(void) { return cuda_get_tf32(); }
 amp_status amp_cuda_synchronize(void) { return cuda_synchronize(); }

@@ -157,6 +157,22 @@ extern "C" cudaError_t cudaGetDeviceCount(int *count)
 
 extern "C" cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 
+/* CUDAEMU_SM=75 (say): a device of that compute capability (default 90,
+ * an H100 / H200), for the paths that depend on it. */
+extern "C" cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device)
+{
+    if (!value || device != 0)
+        return cudaErrorInvalidValue;
+    const int sm = env_int("CUDAEMU_SM", 90);
+    if (attr == cudaDevAttrComputeCapabilityMajor)
+        *value = sm / 10;
+    else if (attr == cudaDevAttrComputeCapabilityMinor)
+        *value = sm % 10;
+    else
+        return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+
 extern "C" cudaError_t cudaGetDevice(int *device)
 {
     if (!device)

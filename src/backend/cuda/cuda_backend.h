@@ -52,6 +52,12 @@ void cuda_empty_cache(void);
 amp_status cuda_copy(void *dst, amp_device ddev, const void *src, amp_device sdev, size_t nbytes);
 /* Waits for everything queued so far. */
 amp_status cuda_synchronize(void);
+/* Device 0's compute capability as major * 10 + minor (90 for an H100 /
+ * H200), 0 without a device. */
+int cuda_compute_capability(void);
+/* Kernel launches and cuBLASLt products queued since the start, for
+ * bench_cuda's per-step count (0 without CUDA). */
+uint64_t cuda_launch_count(void);
 
 /* TF32 for f32 GEMMs (off by default). */
 void cuda_set_tf32(bool on);

@@ -29,8 +29,15 @@ amp_status cuda_memcpy(void *dst, const void *src, size_t nbytes, cudaMemcpyKind
 
 /* AMP_OK, or the error set from e naming what failed. */
 amp_status cuda_check(cudaError_t e, const char *what);
-/* Checks the last launch (bad configuration, no kernel image ...). */
-static inline amp_status cuda_launched(const char *what) { return cuda_check(cudaGetLastError(), what); }
+/* Counts one kernel launch (cuda_launch_count, for bench_cuda). */
+void cuda_note_launch(void);
+/* Checks the last launch (bad configuration, no kernel image ...) and
+ * counts it: every kernel launch of the backend is followed by this. */
+static inline amp_status cuda_launched(const char *what)
+{
+    cuda_note_launch();
+    return cuda_check(cudaGetLastError(), what);
+}
 
 /* Threads per block, and blocks for n elements (grid-stride loops cover
  * the rest). */

@@ -209,6 +209,7 @@ static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
     if (st == AMP_OK && !refused && !taken && (hs == CUBLAS_STATUS_NOT_SUPPORTED || found < 1)) {
         st = naive(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch, abdt, cdt);
     } else if (st == AMP_OK && !refused) {
+        cuda_note_launch();
         cublasStatus_t ms = cublasLtMatmul(lt, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &heur.algo,
                                            workspace, ws, cuda_stream());
         if (taken && ms == CUBLAS_STATUS_NOT_SUPPORTED)

@@ -30,7 +30,7 @@
 /* ---------------------------------------------------------- discovery */
 
 static std::once_flag init_once;
-static int n_devices;
+static int n_devices, capability; /* capability: major * 10 + minor of device 0 */
 static char reason[256] = "no CUDA device found";
 static cudaStream_t stream;
 
@@ -44,7 +44,12 @@ static void init(void)
         cudaGetLastError(); /* clear the sticky-free error state */
         return;
     }
+    int major = 0, minor = 0;
     e = cudaSetDevice(0);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
     if (e == cudaSuccess)
         e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
@@ -54,6 +59,13 @@ static void init(void)
         return;
     }
     n_devices = n;
+    capability = major * 10 + minor;
+}
+
+extern "C" int cuda_compute_capability(void)
+{
+    std::call_once(init_once, init);
+    return capability;
 }
 
 extern "C" int cuda_device_count(void)
@@ -120,6 +132,14 @@ amp_status cuda_memcpy(void *dst, const void *src, size_t nbytes, cudaMemcpyKind
         return cuda_check(stream_wait(), "cudaStreamSynchronize after a host copy");
     return cuda_check(cudaStreamSynchronize(cuda_stream()), "cudaStreamSynchronize after a copy to the host");
 }
+
+/* Kernel launches and cuBLASLt products queued (bench_cuda's per-step
+ * count: a step of many tiny launches is bound by the host). */
+static std::atomic<uint64_t> n_launches{0};
+
+void cuda_note_launch(void) { n_launches.fetch_add(1, std::memory_order_relaxed); }
+
+extern "C" uint64_t cuda_launch_count(void) { return n_launches.load(std::memory_order_relaxed); }
 
 extern "C" amp_cuda_sync_stats amp_cuda_get_sync_stats(void)
 {

@@ -122,6 +122,9 @@ amp_status cuda_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
     return unavailable();
 }
 
+uint64_t cuda_launch_count(void) { return 0; }
+int cuda_compute_capability(void) { return 0; }
+
 /* Called by tests/test_cuda.c directly; without CUDA no epilogue is taken. */
 uint64_t cuda_gemm_epilogues_taken(cuda_epilogue ep)
 {

@@ -43,12 +43,18 @@ typedef enum cudaMemcpyKind {
 } cudaMemcpyKind;
 
 typedef struct CUstream_st *cudaStream_t;
+
+typedef enum cudaDeviceAttr {
+    cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76,
+} cudaDeviceAttr;
 #define cudaStreamDefault 0x00
 #define cudaStreamNonBlocking 0x01
 
 cudaError_t cudaGetDeviceCount(int *count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device);
 cudaError_t cudaDeviceSynchronize(void);
 
 cudaError_t cudaMalloc(void **ptr, size_t size);
