@@ -35,6 +35,10 @@ struct device_scope {
  * cudaGetLastError / cudaStreamSynchronize returns. */
 void misuse(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* How many misuses were reported so far; forgets them (the exit status no
+ * longer counts them). For runtime_selftest, which provokes them. */
+unsigned long take_misuses(void);
+
 } // namespace emu
 
 #endif

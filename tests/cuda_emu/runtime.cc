@@ -92,6 +92,14 @@ void misuse(const char *fmt, ...)
         abort();
 }
 
+unsigned long take_misuses(void)
+{
+    std::lock_guard<std::recursive_mutex> g(mu);
+    unsigned long n = n_misuse;
+    n_misuse = 0;
+    return n;
+}
+
 } // namespace emu
 
 extern "C" cudaError_t cudaGetLastError(void)
