@@ -4,8 +4,9 @@
 # run the CUDA tests, then the GPU benchmark (cuBLASLt GEMM TFLOP/s in
 # f16 / bf16 / f32, the mlp, cnn and gpt training steps in fp32 / bf16 /
 # fp16 + scaler) and PyTorch AMP on the same models in the same run, and
-# write docs/benchmarks-gpu.md. Each phase has a time limit; the whole
-# stays under 8 minutes.
+# write docs/benchmarks-gpu.md; then, in the time left, compute-sanitizer's
+# memcheck and racecheck over test_cuda. Each phase has a time limit; the
+# whole stays under 8 minutes.
 #
 #   scripts/gpu-check.sh [--build-only] [BUILD_DIR]     (default build-gpu)
 #
@@ -37,6 +38,7 @@ mkdir -p "$out"
 save_out() {
   [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] || return 0
   cp docs/benchmarks-gpu.md "$out/tests.log" "$out/results.jsonl" "$OUT/" 2>/dev/null
+  [ -f "$out/sanitizer.log" ] && tail -300 "$out/sanitizer.log" > "$OUT/sanitizer.log"
   for f in configure build; do [ -f "$out/$f.log" ] && tail -200 "$out/$f.log" > "$OUT/$f.log"; done
   return 0
 }
@@ -177,6 +179,26 @@ if errs:
         what = ", ".join(str(r[k]) for k in ("impl", "kind", "model", "precision", "dtype") if k in r)
         print(f"- {what}: {r['error']}")
 EOF
-cat docs/benchmarks-gpu.md
+# compute-sanitizer (on the GPU image, not here): memcheck and racecheck
+# over test_cuda, the ops' test, in what is left of ~7.5 minutes; after the
+# report, so running out of time loses nothing else. Findings are appended.
+if command -v compute-sanitizer > /dev/null; then
+  left=$(( 450 - ($(date +%s) - start) ))
+  if [ $left -gt 60 ]; then
+    phase "compute-sanitizer memcheck + racecheck (test_cuda, $left s)"
+    m=0 r=0
+    (cd "$build" && timeout $(( left / 2 )) compute-sanitizer --tool memcheck --error-exitcode 9 ./test_cuda) \
+      > "$out/sanitizer.log" 2>&1 || m=$?
+    (cd "$build" && timeout $(( left / 2 )) compute-sanitizer --tool racecheck --error-exitcode 9 ./test_cuda) \
+      >> "$out/sanitizer.log" 2>&1 || r=$?
+    {
+      printf '\n## compute-sanitizer on test_cuda\n\n'
+      printf 'memcheck exit %s, racecheck exit %s (0: clean; 9: errors found; 124: out of time).\n\n' "$m" "$r"
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Race reported|Hazard" "$out/sanitizer.log" | head -20 |
+        sed 's/^/    /'
+    } >> docs/benchmarks-gpu.md
+    [ $m -eq 0 ] && [ $r -eq 0 ] || status=1
+  fi
+fi
 phase "done"
 exit $status
