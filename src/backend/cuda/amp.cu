@@ -92,6 +92,29 @@ __device__ __forceinline__ mt_entry find_entry(const mt_list &l, int64_t b)
     return l.e[lo];
 }
 
+/* The entries of the non-empty gradients g[0..n) into v; false with the
+ * error set (naming `what` and the gradient) for a dtype other than f32 and
+ * bf16 (and f16 when f16_ok). */
+static bool buf_entries(const cuda_buf *g, int n, bool f16_ok, const char *what, std::vector<mt_entry> &v)
+{
+    for (int i = 0; i < n; i++) {
+        if (g[i].n <= 0)
+            continue;
+        if (g[i].dt != AMP_F32 && g[i].dt != AMP_BF16 && !(f16_ok && g[i].dt == AMP_F16)) {
+            amp_set_error(AMP_ERR_DTYPE, "%s: gradient %d has dtype %s (f32%s or bf16 only)", what, i,
+                          amp_dtype_name(g[i].dt), f16_ok ? ", f16" : "");
+            return false;
+        }
+        mt_entry e;
+        memset(&e, 0, sizeof e);
+        e.p.p = g[i].p;
+        e.p.n = g[i].n;
+        e.p.pdt = g[i].dt;
+        v.push_back(e);
+    }
+    return true;
+}
+
 /* ------------------------------------------------------------- unscale */
 
 __global__ void k_unscale(__grid_constant__ const mt_list l, const float *scale, float *found_inf)
@@ -122,19 +145,8 @@ __global__ void k_unscale(__grid_constant__ const mt_list l, const float *scale,
 extern "C" amp_status cuda_unscale(const cuda_buf *g, int n, const float *scale, float *found_inf)
 {
     std::vector<mt_entry> v;
-    for (int i = 0; i < n; i++) {
-        if (g[i].n <= 0)
-            continue;
-        if (g[i].dt != AMP_F32 && g[i].dt != AMP_BF16)
-            return amp_set_error(AMP_ERR_DTYPE, "cuda unscale: gradient %d has dtype %s (f32 or bf16 only)", i,
-                                 amp_dtype_name(g[i].dt));
-        mt_entry e;
-        memset(&e, 0, sizeof e);
-        e.p.p = g[i].p;
-        e.p.n = g[i].n;
-        e.p.pdt = g[i].dt;
-        v.push_back(e);
-    }
+    if (!buf_entries(g, n, false, "cuda unscale", v))
+        return amp_last_status();
     amp_status st = AMP_OK;
     for (const mt_list &l : lists_of(v)) {
         if (l.blocks == 0)
@@ -221,19 +233,8 @@ __global__ void k_clip_scale(__grid_constant__ const mt_list l, const clip_coef 
 static amp_status clip_grad_norm(const cuda_buf *g, int n, double max_norm, double *total, float *total_f32)
 {
     std::vector<mt_entry> v;
-    for (int i = 0; i < n; i++) {
-        if (g[i].n <= 0)
-            continue;
-        if (g[i].dt != AMP_F32 && g[i].dt != AMP_F16 && g[i].dt != AMP_BF16)
-            return amp_set_error(AMP_ERR_DTYPE, "cuda clip_grad_norm: gradient %d has dtype %s", i,
-                                 amp_dtype_name(g[i].dt));
-        mt_entry e;
-        memset(&e, 0, sizeof e);
-        e.p.p = g[i].p;
-        e.p.n = g[i].n;
-        e.p.pdt = g[i].dt;
-        v.push_back(e);
-    }
+    if (!buf_entries(g, n, true, "cuda clip_grad_norm", v))
+        return amp_last_status();
     const std::vector<mt_list> lists = lists_of(v);
     int64_t blocks = 0;
     for (const mt_list &l : lists)
