@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Layout, in SVG pixels. */
@@ -735,13 +736,18 @@ amp_status plot_file(const char *log_path, const char *svg_path, plot_summary *s
         plot_data_free(&d);
         return st;
     }
+    /* A half-written SVG is removed, but only a regular file: unlinking
+     * /dev/full after its write error would delete the device (as root). */
+    struct stat so;
+    bool regular = fstat(fileno(f), &so) == 0 && S_ISREG(so.st_mode);
     const char *name = strrchr(log_path, '/');
     plot p = {.f = f, .d = &d};
     draw(&p, name ? name + 1 : log_path);
     bool bad = ferror(f) != 0;
     if (fclose(f) != 0 || bad) {
         st = amp_set_error(AMP_ERR_IO, "plot: cannot write %s: %s", svg_path, strerror(errno));
-        unlink(svg_path);
+        if (regular)
+            unlink(svg_path);
     } else if (sum) {
         *sum = (plot_summary){d.n, p.skipped, p.nonfinite, p.val};
     }
