@@ -85,8 +85,8 @@ static bool idx_headers_ok(const char *xpath, const char *ypath)
     static const char *const field2[] = {"image count", "features per image"};
     const char *const *field = x.ndim == 3 ? field3 : field2;
     if (x.ndim != 2 && x.ndim != 3) {
-        fprintf(stderr, "ampc: %s: the header gives %d dimensions; images are [count, height, width] "
-                        "(or [count, features])\n", xpath, x.ndim);
+        fprintf(stderr, "ampc: %s: the header gives %d dimension%s; images are [count, height, width] "
+                        "(or [count, features])\n", xpath, x.ndim, x.ndim == 1 ? "" : "s");
         return false;
     }
     int64_t features = 1;
@@ -114,7 +114,8 @@ static bool idx_headers_ok(const char *xpath, const char *ypath)
     if (!idx_peek(ypath, &y))
         return true;
     if (y.ndim != 1) {
-        fprintf(stderr, "ampc: %s: the header gives %d dimensions; labels are [count]\n", ypath, y.ndim);
+        fprintf(stderr, "ampc: %s: the header gives %d dimension%s; labels are [count]\n", ypath, y.ndim,
+                y.ndim == 1 ? "" : "s");
         return false;
     }
     if (y.d[0] != x.d[0]) {
@@ -318,6 +319,15 @@ bool text_load(text_data *t, const char *path, int64_t batch, int64_t context)
         fprintf(stderr, "ampc: %s\n", amp_last_error());
         fprintf(stderr, "ampc: --data %s should be a text file or a directory of them (the default, %s, "
                         "is Debian's fortunes package)\n", path, TEXT_CORPUS);
+        return false;
+    }
+    /* Any bytes are a corpus to the library; a NUL byte (the smallest
+     * byte, so token 0) never occurs in text: --data points at something
+     * else (an image set, a checkpoint). */
+    if (amp_text_char(t->text, 0) == 0) {
+        fprintf(stderr, "ampc: --data %s holds NUL bytes: binary data, not text (gpt trains on a text file or a "
+                        "directory of them)\n", path);
+        text_free(t);
         return false;
     }
     t->x = amp_empty(AMP_SHAPE(batch, context), AMP_I64);
