@@ -1,0 +1,899 @@
+/*
+ * test_malformed.c - what a careless or hostile user can hand `ampc`: one
+ * row per class of bad input (a file, a directory, an argument). Each row
+ * builds its bad input in a directory of its own, runs the command as a
+ * user does, and asserts that
+ *
+ *   - it ends by itself: no signal (no crash), within the row's time limit
+ *     (no hang; the child is killed at the limit);
+ *   - the exit code is the documented one: 1 a run that failed, 2 a bad
+ *     command line (0 where the input is odd but fine);
+ *   - stderr names what was wrong (a substring);
+ *   - nothing the user had is destroyed: the row's `keep` file is
+ *     byte-identical afterwards.
+ *
+ * Then every numeric option of train and eval (from args.c's table) is
+ * given values below and above its range, not numbers, overflowing ones.
+ *
+ * Rows whose fix is on another branch carry `pending` (the reason) and
+ * are reported as skipped; their inputs are built all the same, so
+ * flipping them on is deleting the reason.
+ *
+ * Tokens in a row's command line: @D its directory, @TINY a tiny image
+ * set, @TEXT a tiny text corpus, @CK a checkpoint directory of a tiny mlp
+ * run, @LOG that run's log, @RO a directory where nothing can be created,
+ * @FULL a device whose writes fail with ENOSPC (/dev/full; for root a
+ * copy of it made here, so that a regression that unlinks its output
+ * cannot delete the machine's /dev/full, as `ampc plot -o` once did).
+ */
+#define _GNU_SOURCE /* memmem */
+#include "test_cli_util.h"
+
+#include "cli.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+
+#define PENDING "fixed on another branch"
+
+static char tiny[256], text[256], ck[256], goodlog[256], ro[256], full[256];
+static char err_text[1 << 16];
+
+typedef struct {
+    const char *what;             /* the class of bad input */
+    void (*make)(const char *d);  /* writes the bad input into the row's directory d */
+    const char *args;             /* the command line (tokens above) */
+    int exit;                     /* 1 run failure, 2 bad command line, 0 fine */
+    const char *says;             /* on stderr (on stdout when exit is 0) */
+    const char *keep;             /* a file that must be byte-identical afterwards, or NULL */
+    int limit_s;                  /* 0: 20 s */
+    const char *pending;          /* NULL, or why the row is not run yet */
+    bool (*after)(const char *d); /* more checks, or NULL */
+} row;
+
+/* ------------------------------------------------------------ helpers */
+
+static void write_bytes(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK_MSG(f != NULL, "cannot write %s", path);
+    if (!f)
+        return;
+    if (n)
+        fwrite(p, 1, n, f);
+    fclose(f);
+}
+
+static void at(char *buf, size_t n, const char *d, const char *name)
+{
+    if (snprintf(buf, n, "%s/%s", d, name) >= (int)n)
+        buf[0] = '\0';
+}
+
+/* An IDX file d/name (gzip when name ends .gz): type byte, dims, then
+ * `data` bytes of data (NULL: zeros). */
+static void idx_file(const char *d, const char *name, unsigned char type, int ndim, const uint32_t *dims,
+                     const void *data, size_t n)
+{
+    char path[512];
+    at(path, sizeof path, d, name);
+    unsigned char h[4 + 4 * 8] = {0, 0, type, (unsigned char)ndim};
+    for (int i = 0; i < ndim; i++)
+        for (int k = 0; k < 4; k++)
+            h[4 + 4 * i + k] = (unsigned char)(dims[i] >> (24 - 8 * k));
+    unsigned char *body = calloc(n ? n : 1, 1);
+    if (data)
+        memcpy(body, data, n);
+    size_t hn = 4 + 4 * (size_t)ndim;
+    if (strstr(name, ".gz")) {
+        gzFile f = gzopen(path, "wb");
+        CHECK(f != NULL);
+        if (f) {
+            gzwrite(f, h, (unsigned)hn);
+            if (n)
+                gzwrite(f, body, (unsigned)n);
+            gzclose(f);
+        }
+    } else {
+        FILE *f = fopen(path, "wb");
+        CHECK(f != NULL);
+        if (f) {
+            fwrite(h, 1, hn, f);
+            fwrite(body, 1, n, f);
+            fclose(f);
+        }
+    }
+    free(body);
+}
+
+/* A data directory d/data whose four files are the tiny set's, except
+ * those a row then writes over. */
+static void tiny_copy(const char *d, char *data, size_t n)
+{
+    at(data, n, d, "data");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", tiny, data);
+    CHECK(system(cmd) == 0);
+}
+
+static void rm_file(const char *dir, const char *name)
+{
+    char p[512];
+    at(p, sizeof p, dir, name);
+    unlink(p);
+}
+
+/* ------------------------------------------------ the rows' bad inputs */
+
+/* Item 1: a zero dimension, 2000 x 0 x 28 (it divided by it: SIGFPE). */
+static void zero_height(const char *d)
+{
+    char data[512];
+    tiny_copy(d, data, sizeof data);
+    uint32_t dims[3] = {2000, 0, 28}, ld[1] = {2000};
+    static unsigned char labels[2000];
+    for (int i = 0; i < 2; i++) {
+        const char *pre = i ? "t10k" : "train";
+        char name[64];
+        snprintf(name, sizeof name, "%s-images-idx3-ubyte.gz", pre);
+        idx_file(data, name, 0x08, 3, dims, NULL, 0);
+        snprintf(name, sizeof name, "%s-labels-idx1-ubyte.gz", pre);
+        idx_file(data, name, 0x08, 1, ld, labels, sizeof labels);
+    }
+}
+
+static void zero_count(const char *d)
+{
+    char data[512];
+    tiny_copy(d, data, sizeof data);
+    uint32_t dims[3] = {0, 4, 4}, ld[1] = {0};
+    idx_file(data, "train-images-idx3-ubyte.gz", 0x08, 3, dims, NULL, 0);
+    idx_file(data, "train-labels-idx1-ubyte.gz", 0x08, 1, ld, NULL, 0);
+}
+
+static void label_count_mismatch(const char *d)
+{
+    char data[512];
+    tiny_copy(d, data, sizeof data);
+    uint32_t ld[1] = {255};
+    static unsigned char labels[255];
+    idx_file(data, "train-labels-idx1-ubyte.gz", 0x08, 1, ld, labels, sizeof labels);
+}
+
+/* A gzip header promising 60000 x 65535 x 65535 pixels (257 TB). */
+static void huge_dims(const char *d)
+{
+    char data[512];
+    tiny_copy(d, data, sizeof data);
+    uint32_t dims[3] = {60000, 65535, 65535};
+    idx_file(data, "train-images-idx3-ubyte.gz", 0x08, 3, dims, NULL, 16);
+}
+
+static void huge_features(const char *d)
+{
+    char data[512];
+    tiny_copy(d, data, sizeof data);
+    uint32_t dims[2] = {256, 1u << 30};
+    idx_file(data, "train-images-idx3-ubyte.gz", 0x08, 2, dims, NULL, 16);
+}
+
+static void one_dim_images(const char *d)
+{
+    char data[512];
+    tiny_copy(d, data, sizeof data);
+    uint32_t dims[1] = {256};
+    idx_file(data, "train-images-idx3-ubyte.gz", 0x08, 1, dims, NULL, 256);
+}
+
+static void four_dim_images(const char *d)
+{
+    char data[512];
+    tiny_copy(d, data, sizeof data);
+    uint32_t dims[4] = {256, 1, 4, 4};
+    idx_file(data, "train-images-idx3-ubyte.gz", 0x08, 4, dims, NULL, 256 * 16);
+}
+
+static void two_dim_labels(const char *d)
+{
+    char data[512];
+    tiny_copy(d, data, sizeof data);
+    uint32_t ld[2] = {256, 1};
+    idx_file(data, "train-labels-idx1-ubyte.gz", 0x08, 2, ld, NULL, 256);
+}
+
+static void label_too_big(const char *d)
+{
+    char data[512];
+    tiny_copy(d, data, sizeof data);
+    uint32_t ld[1] = {256};
+    unsigned char be[256 * 4] = {0};
+    be[4 * 7 + 1] = 0x01; /* label 7 = 65536 + 0x11 * 256 ...: over 65535 */
+    be[4 * 7 + 2] = 0x11;
+    idx_file(data, "train-labels-idx1-ubyte.gz", 0x0C, 1, ld, be, sizeof be);
+}
+
+static void label_negative(const char *d)
+{
+    char data[512];
+    tiny_copy(d, data, sizeof data);
+    uint32_t ld[1] = {256};
+    unsigned char l[256] = {0};
+    l[3] = 0xFF; /* -1 as i8 */
+    idx_file(data, "train-labels-idx1-ubyte.gz", 0x09, 1, ld, l, sizeof l);
+}
+
+/* Test labels 0..5 where training has 0..1. */
+static void test_classes_beyond_train(const char *d)
+{
+    char data[512];
+    tiny_copy(d, data, sizeof data);
+    uint32_t ld[1] = {256};
+    unsigned char l[256];
+    for (int i = 0; i < 256; i++)
+        l[i] = (unsigned char)(i % 6);
+    idx_file(data, "t10k-labels-idx1-ubyte.gz", 0x08, 1, ld, l, sizeof l);
+}
+
+static void empty_images(const char *d)
+{
+    char data[512], p[600];
+    tiny_copy(d, data, sizeof data);
+    rm_file(data, "train-images-idx3-ubyte.gz");
+    at(p, sizeof p, data, "train-images-idx3-ubyte");
+    write_bytes(p, "", 0);
+}
+
+static void truncated_gz(const char *d)
+{
+    char data[512], p[600];
+    tiny_copy(d, data, sizeof data);
+    at(p, sizeof p, data, "train-images-idx3-ubyte.gz");
+    size_t n;
+    char *b = cli_read_file(p, &n);
+    if (b)
+        write_bytes(p, b, n / 2);
+    free(b);
+}
+
+static void wrong_magic(const char *d)
+{
+    char data[512], p[600];
+    tiny_copy(d, data, sizeof data);
+    at(p, sizeof p, data, "train-images-idx3-ubyte.gz");
+    write_bytes(p, "PK\3\4 not an idx file", 21);
+}
+
+static void bad_type_byte(const char *d)
+{
+    char data[512];
+    tiny_copy(d, data, sizeof data);
+    uint32_t dims[3] = {256, 4, 4};
+    idx_file(data, "train-images-idx3-ubyte.gz", 0x42, 3, dims, NULL, 256 * 16);
+}
+
+static void trailing_bytes(const char *d)
+{
+    char data[512];
+    tiny_copy(d, data, sizeof data);
+    uint32_t dims[3] = {256, 4, 4};
+    idx_file(data, "train-images-idx3-ubyte.gz", 0x08, 3, dims, NULL, 256 * 16 + 7);
+}
+
+static void dir_as_images(const char *d)
+{
+    char data[512], p[600];
+    tiny_copy(d, data, sizeof data);
+    rm_file(data, "train-images-idx3-ubyte.gz");
+    at(p, sizeof p, data, "train-images-idx3-ubyte.gz");
+    mkdir(p, 0700);
+}
+
+/* Images 5x5 for the cnn, whose poolings need sides divisible by 4. */
+static void odd_sides(const char *d)
+{
+    char data[512];
+    tiny_copy(d, data, sizeof data);
+    uint32_t dims[3] = {256, 5, 5};
+    for (int i = 0; i < 2; i++)
+        idx_file(data, i ? "t10k-images-idx3-ubyte.gz" : "train-images-idx3-ubyte.gz", 0x08, 3, dims, NULL,
+                 256 * 25);
+}
+
+/* f32 images with a NaN pixel. */
+static void nan_pixels(const char *d)
+{
+    char data[512];
+    tiny_copy(d, data, sizeof data);
+    uint32_t dims[3] = {256, 4, 4};
+    static unsigned char px[256 * 16 * 4];
+    memset(px, 0, sizeof px);
+    px[40] = 0x7f, px[41] = 0xc0; /* big-endian f32 NaN */
+    idx_file(data, "train-images-idx3-ubyte.gz", 0x0D, 3, dims, px, sizeof px);
+}
+
+static void a_file(const char *d)
+{
+    char p[512];
+    at(p, sizeof p, d, "file");
+    write_bytes(p, "precious\n", 9);
+}
+
+static void empty_text(const char *d)
+{
+    char p[512];
+    at(p, sizeof p, d, "empty.txt");
+    write_bytes(p, "", 0);
+}
+
+static void short_text(const char *d)
+{
+    char p[512];
+    at(p, sizeof p, d, "short.txt");
+    write_bytes(p, "just a few words here\n", 22);
+}
+
+static void binary_text(const char *d)
+{
+    char p[512];
+    at(p, sizeof p, d, "blob.bin");
+    static unsigned char b[8192];
+    for (size_t i = 0; i < sizeof b; i++)
+        b[i] = (unsigned char)(i * 7919 % 251);
+    write_bytes(p, b, sizeof b);
+}
+
+static void empty_dir(const char *d)
+{
+    char p[512];
+    at(p, sizeof p, d, "empty");
+    mkdir(p, 0700);
+}
+
+/* A copy of the good checkpoint in d/ck, its header's `from` replaced by
+ * `to` (the header length kept right). */
+static void patched_checkpoint(const char *d, const char *from, const char *to)
+{
+    char dir[512], path[600], src[600];
+    at(dir, sizeof dir, d, "ck");
+    mkdir(dir, 0700);
+    checkpoint_path(src, sizeof src, ck);
+    checkpoint_path(path, sizeof path, dir);
+    size_t n;
+    unsigned char *b = (unsigned char *)cli_read_file(src, &n);
+    CHECK(b != NULL && n > 8);
+    if (!b)
+        return;
+    uint64_t hn = 0;
+    for (int i = 7; i >= 0; i--)
+        hn = hn << 8 | b[i];
+    char *hdr = (char *)b + 8, *hit = memmem(hdr, hn, from, strlen(from));
+    CHECK_MSG(hit != NULL, "no %s in the checkpoint's header", from);
+    if (!hit) {
+        free(b);
+        return;
+    }
+    size_t fl = strlen(from), tl = strlen(to), out_n = n - fl + tl;
+    unsigned char *o = malloc(out_n);
+    uint64_t on = hn - fl + tl;
+    for (int i = 0; i < 8; i++)
+        o[i] = (unsigned char)(on >> (8 * i));
+    size_t pre = (size_t)(hit - hdr);
+    memcpy(o + 8, hdr, pre);
+    memcpy(o + 8 + pre, to, tl);
+    memcpy(o + 8 + pre + tl, hit + fl, n - 8 - pre - fl);
+    write_bytes(path, o, out_n);
+    free(o);
+    free(b);
+}
+
+static void ck_step_negative(const char *d) { patched_checkpoint(d, "\"step\":\"2\"", "\"step\":\"-5\""); }
+static void ck_batch_overflow(const char *d)
+{
+    patched_checkpoint(d, "\\\"batch\\\":16", "\\\"batch\\\":99999999999999999999999");
+}
+
+static void ck_empty(const char *d)
+{
+    char dir[512], p[600];
+    at(dir, sizeof dir, d, "ck");
+    mkdir(dir, 0700);
+    checkpoint_path(p, sizeof p, dir);
+    write_bytes(p, "", 0);
+}
+
+static void ck_text(const char *d)
+{
+    char dir[512], p[600];
+    at(dir, sizeof dir, d, "ck");
+    mkdir(dir, 0700);
+    checkpoint_path(p, sizeof p, dir);
+    write_bytes(p, "hello, I am not a checkpoint\n", 29);
+}
+
+static void ck_fifo(const char *d)
+{
+    char dir[512], p[600];
+    at(dir, sizeof dir, d, "ck");
+    mkdir(dir, 0700);
+    checkpoint_path(p, sizeof p, dir);
+    CHECK(mkfifo(p, 0600) == 0);
+}
+
+static void dev_zero_data(const char *d)
+{
+    char data[512];
+    at(data, sizeof data, d, "data");
+    mkdir(data, 0700);
+    const char *names[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                           "t10k-labels-idx1-ubyte.gz"};
+    for (int i = 0; i < 4; i++) {
+        char p[600];
+        at(p, sizeof p, data, names[i]);
+        CHECK(symlink("/dev/zero", p) == 0);
+    }
+}
+
+/* A copy of the good checkpoint (d/ck) and of the good log (d/run.jsonl). */
+static void ck_copy(const char *d)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s/ck' && cp '%s' '%s/run.jsonl'", ck, d, goodlog, d);
+    CHECK(system(cmd) == 0);
+}
+
+static void log_file_text(const char *d, const char *name, const char *content)
+{
+    char p[512];
+    at(p, sizeof p, d, name);
+    write_bytes(p, content, strlen(content));
+}
+
+static void log_at_2p53(const char *d)
+{
+    log_file_text(d, "big.jsonl",
+                  "{\"step\":9007199254740992,\"loss\":1}\n{\"step\":9007199254740993,\"loss\":1}\n"
+                  "{\"step\":9007199254740994,\"loss\":1}\n");
+}
+static void log_loss_1e308(const char *d)
+{
+    log_file_text(d, "huge.jsonl", "{\"step\":1,\"loss\":1e308}\n{\"step\":2,\"loss\":-1e308}\n");
+}
+static void log_step_inf(const char *d) { log_file_text(d, "inf.jsonl", "{\"step\":1e999,\"loss\":1}\n"); }
+static void log_empty(const char *d) { log_file_text(d, "empty.jsonl", ""); }
+static void log_denormal(const char *d)
+{
+    log_file_text(d, "tiny.jsonl", "{\"step\":5e-324,\"loss\":5e-324}\n{\"step\":1e-323,\"loss\":1e-323}\n");
+}
+
+/* After a plot: the SVG is small and every number in it finite. */
+static bool svg_sane(const char *d, const char *name)
+{
+    char p[512];
+    at(p, sizeof p, d, name);
+    size_t n = 0;
+    char *s = cli_read_file(p, &n);
+    bool ok = s && n < 200000 && strstr(s, "</svg>");
+    for (const char *q = s ? strstr(s, "inf") : NULL; ok && q; q = strstr(q + 1, "inf"))
+        ok = !strchr("\"- MLHV", q[-1]);
+    for (const char *q = s ? strstr(s, "nan") : NULL; ok && q; q = strstr(q + 1, "nan"))
+        ok = !strchr("\"- MLHV", q[-1]) || q[3] == '-';
+    CHECK_MSG(ok, "%s: %zu bytes, or a non-finite number in it", p, n);
+    free(s);
+    return ok;
+}
+static bool big_svg_sane(const char *d) { return svg_sane(d, "big.svg"); }
+static bool huge_svg_sane(const char *d) { return svg_sane(d, "huge.svg"); }
+static bool tiny_svg_sane(const char *d) { return svg_sane(d, "tiny.svg"); }
+
+/* After a write to @FULL failed: it is still a device, not removed. */
+static bool full_still_device(const char *d)
+{
+    (void)d;
+    struct stat st;
+    bool ok = stat(full, &st) == 0 && S_ISCHR(st.st_mode);
+    CHECK_MSG(ok, "%s is no longer a character device", full);
+    return ok;
+}
+
+/* After a refused --save: nothing was trained (no progress lines). */
+static bool nothing_trained(const char *d)
+{
+    (void)d;
+    bool ok = strstr(cli_out, "model ") == NULL && strstr(cli_out, "step ") == NULL;
+    CHECK_MSG(ok, "the run trained before refusing:\n%s", cli_out);
+    return ok;
+}
+
+/* ---------------------------------------------------------- the table */
+
+#define T "--threads 1 "
+#define MLP "train --model mlp --hidden 8 --batch 16 --steps 1 " T
+static const row rows[] = {
+    /* Item 1: IDX headers */
+    {"idx: a zero dimension (2000 x 0 x 28), train", zero_height, MLP "--data @D/data", 1, "(dimension 1) is 0", NULL, 0, NULL, NULL},
+    {"idx: a zero dimension (2000 x 0 x 28), eval", zero_height, "eval @CK --data @D/data " T, 1,
+     "(dimension 1) is 0", NULL, 0, NULL, NULL},
+    {"idx: no images (count 0)", zero_count, MLP "--data @D/data", 1, "image count (dimension 0) is 0", NULL, 0, NULL, NULL},
+    {"idx: label count differs from image count", label_count_mismatch, MLP "--data @D/data", 1,
+     "label count (dimension 0) is 255", NULL, 0, NULL, NULL},
+    {"idx: gzip header promising 257 TB", huge_dims, MLP "--data @D/data", 1, "more than 16384", NULL, 0, NULL, NULL},
+    {"idx: 2^30 features per image", huge_features, MLP "--data @D/data", 1, "pixels per image", NULL, 0, NULL, NULL},
+    {"idx: images with one dimension", one_dim_images, MLP "--data @D/data", 1, "gives 1 dimension", NULL, 0, NULL, NULL},
+    {"idx: images with four dimensions", four_dim_images, MLP "--data @D/data", 1, "gives 4 dimensions", NULL, 0, NULL, NULL},
+    {"idx: labels with two dimensions", two_dim_labels, MLP "--data @D/data", 1, "labels are [count]", NULL, 0, NULL, NULL},
+    {"idx: a label over 65535", label_too_big, MLP "--data @D/data", 1, "is not a class number", NULL, 0, NULL, NULL},
+    {"idx: a negative label", label_negative, MLP "--data @D/data", 1, "label -1 at index 3", NULL, 0, NULL, NULL},
+    {"idx: test labels beyond the training classes", test_classes_beyond_train, MLP "--data @D/data", 1,
+     "does not match the training set", NULL, 0, NULL, NULL},
+    {"idx: test labels beyond the checkpoint's classes (eval)", test_classes_beyond_train,
+     "eval @CK --data @D/data " T, 1, "in 6 classes; the model in", NULL, 0, NULL, NULL},
+    {"idx: empty images file", empty_images, MLP "--data @D/data", 1, "truncated header", NULL, 0, NULL, NULL},
+    {"idx: gzip file cut in half", truncated_gz, MLP "--data @D/data", 1, "truncated", NULL, 0, NULL, NULL},
+    {"idx: wrong magic", wrong_magic, MLP "--data @D/data", 1, "bad magic", NULL, 0, NULL, NULL},
+    {"idx: unknown type byte", bad_type_byte, MLP "--data @D/data", 1, "unsupported type byte 0x42", NULL, 0, NULL, NULL},
+    {"idx: bytes after the data", trailing_bytes, MLP "--data @D/data", 1, "bytes after", NULL, 0, NULL, NULL},
+    {"idx: a directory where the images file should be", dir_as_images, MLP "--data @D/data", 1,
+     "it is a directory", NULL, 0, NULL, NULL},
+    {"idx: cnn on 5x5 images", odd_sides, "train --model cnn --batch 16 --steps 1 " T "--data @D/data", 1,
+     "divide by 4", NULL, 0, NULL, NULL},
+    {"idx: NaN pixels", nan_pixels, MLP "--data @D/data", 1, "NaN", NULL, 0, PENDING, NULL},
+    {"idx: /dev/zero as the data files", dev_zero_data, MLP "--data @D/data", 1, "not a regular file", NULL, 10,
+     PENDING, NULL},
+    /* --data pointing at the wrong thing */
+    {"--data: a path that does not exist", NULL, MLP "--data @D/absent", 1, "No such file or directory", NULL, 0, NULL, NULL},
+    {"--data: a file where a directory is expected", a_file, MLP "--data @D/file", 1, "Not a directory", NULL, 0, NULL, NULL},
+    {"--data: the text corpus for the mlp", NULL, MLP "--data @TEXT", 1, "should hold Fashion-MNIST", NULL, 0, NULL, NULL},
+    {"--data: the image set for gpt", NULL,
+     "train --model gpt --layers 1 --heads 1 --width 8 --context 8 --batch 2 --steps 1 " T "--data @TINY", 1,
+     "binary data, not text", NULL, 0, NULL, NULL},
+    {"--data: a binary file for gpt", binary_text,
+     "train --model gpt --layers 1 --heads 1 --width 8 --context 8 --batch 2 --steps 1 " T "--data @D/blob.bin", 1,
+     "binary data, not text", NULL, 0, NULL, NULL},
+    {"--data: an empty text file", empty_text, "train --model gpt --steps 1 " T "--data @D/empty.txt", 1, "empty", NULL, 0, NULL, NULL},
+    {"--data: an empty directory for gpt", empty_dir, "train --model gpt --steps 1 " T "--data @D/empty", 1,
+     "no text files", NULL, 0, NULL, NULL},
+    {"--data: text shorter than the context", short_text, "train --model gpt --steps 1 " T "--data @D/short.txt", 1,
+     "validation split", NULL, 0, NULL, NULL},
+    {"--data: /dev/zero as the text", NULL, "train --model gpt --steps 1 " T "--data /dev/zero", 1,
+     "not a regular file", NULL, 10, PENDING, NULL},
+    {"--data: an empty value", NULL, "train --data ''", 2, "--data: needs a non-empty value", NULL, 0, NULL, NULL},
+    /* Item 7: --save */
+    {"--save: a directory where nothing can be created", NULL, MLP "--data @TINY --save @RO", 1,
+     "cannot create a file there", NULL, 10, NULL, nothing_trained},
+    {"--save: a file, not a directory", a_file, MLP "--data @TINY --save @D/file", 1,
+     "exists and is not a directory", "@D/file", 10, NULL, nothing_trained},
+    {"--save: under a missing parent", NULL, MLP "--data @TINY --save @D/no/such/dir", 1,
+     "cannot create the directory: No such file or directory", NULL, 10, NULL, nothing_trained},
+    {"--save: under a file", a_file, MLP "--data @TINY --save @D/file/ck", 1, "Not a directory", "@D/file", 10, NULL,
+     nothing_trained},
+    /* Item 8: --log */
+    {"--log: a checkpoint", ck_copy, MLP "--data @TINY --log @D/ck/checkpoint.safetensors", 1,
+     "is not an ampc log", "@D/ck/checkpoint.safetensors", 0, NULL, NULL},
+    {"--log: the text corpus being trained on", NULL,
+     "train --model gpt --layers 1 --heads 1 --width 8 --context 8 --batch 2 --steps 1 " T "--data @TEXT --log @TEXT",
+     1, "is not an ampc log", "@TEXT", 0, NULL, NULL},
+    {"--log: an earlier run's log, no --log-mode", ck_copy, MLP "--data @TINY --log @D/run.jsonl", 2,
+     "--log-mode append", "@D/run.jsonl", 0, NULL, NULL},
+    {"--log: a directory", NULL, MLP "--data @TINY --log @D", 1, "is a directory", NULL, 0, NULL, NULL},
+    {"--log: a full disk (/dev/full)", NULL, MLP "--data @TINY --log @FULL", 1, "No space left on device", NULL, 0, NULL,
+     full_still_device},
+    {"--log: in a missing directory", NULL, MLP "--data @TINY --log @D/no/run.jsonl", 1, "No such file or directory", NULL, 0, NULL, NULL},
+    {"--log-mode: without --log", NULL, MLP "--data @TINY --log-mode append", 2, "--log-mode needs --log", NULL, 0, NULL, NULL},
+    {"--log-mode: an unknown mode", NULL, MLP "--data @TINY --log @D/x.jsonl --log-mode overwrite", 2,
+     "unknown value 'overwrite'", NULL, 0, NULL, NULL},
+    /* --resume / eval of something that is not a checkpoint */
+    {"--resume: a directory without a checkpoint", empty_dir, "train --resume @D/empty " T, 1,
+     "No such file or directory", NULL, 0, NULL, NULL},
+    {"--resume: a path that does not exist", NULL, "train --resume @D/absent " T, 1, "No such file or directory", NULL, 0, NULL, NULL},
+    {"--resume: a file, not a directory", a_file, "train --resume @D/file " T, 1, "Not a directory", "@D/file", 0, NULL, NULL},
+    {"--resume: an empty checkpoint", ck_empty, "train --resume @D/ck " T, 1, "truncated", NULL, 0, NULL, NULL},
+    {"--resume: a text file as the checkpoint", ck_text, "train --resume @D/ck " T, 1, "not a safetensors file",
+     "@D/ck/checkpoint.safetensors", 0, NULL, NULL},
+    {"--resume: a FIFO as the checkpoint", ck_fifo, "train --resume @D/ck " T, 1, "not a regular file", NULL, 10,
+     PENDING, NULL},
+    {"--resume: a checkpoint at step -5", ck_step_negative, "train --resume @D/ck --data @TINY " T, 1, "step",
+     NULL, 10, PENDING, NULL},
+    {"--resume: a setting past int64 in the checkpoint", ck_batch_overflow, "train --resume @D/ck --data @TINY " T,
+     1, "batch", NULL, 10, PENDING, NULL},
+    {"--resume: another model's options", NULL, "train --resume @CK --layers 2 " T, 2, "--layers applies to --model gpt", NULL, 0, NULL, NULL},
+    {"eval: a directory without a checkpoint", empty_dir, "eval @D/empty " T, 1, "No such file or directory", NULL, 0, NULL, NULL},
+    {"eval: a text file as the checkpoint", ck_text, "eval @D/ck " T, 1, "not a safetensors file", NULL, 0, NULL, NULL},
+    {"eval: the text corpus as --data of an mlp", NULL, "eval @CK --data @TEXT " T, 1, "should hold Fashion-MNIST", NULL, 0, NULL, NULL},
+    {"eval: no checkpoint given", NULL, "eval", 2, "which checkpoint", NULL, 0, NULL, NULL},
+    {"eval: a train-only option", NULL, "eval @CK --batch 3", 2, "unknown option '--batch'", NULL, 0, NULL, NULL},
+    /* Command lines */
+    {"train: an unknown option", NULL, "train --bogus 3", 2, "unknown option '--bogus'", NULL, 0, NULL, NULL},
+    {"train: a stray argument", NULL, "train stray", 2, "unexpected argument 'stray'", NULL, 0, NULL, NULL},
+    {"train: an option without its value", NULL, "train --batch", 2, "--batch: needs a value", NULL, 0, NULL, NULL},
+    {"train: a flag with a value", NULL, "train --no-scaler=yes", 2, "--no-scaler: takes no value", NULL, 0, NULL, NULL},
+    {"train: an option for another model", NULL, "train --model mlp --layers 2", 2, "--layers applies to --model gpt", NULL, 0, NULL, NULL},
+    {"train: an mlp option for gpt", NULL, "train --model gpt --hidden 8", 2, "--hidden applies to --model mlp", NULL, 0, NULL, NULL},
+    {"train: --epochs and --steps", NULL, "train --epochs 1 --steps 1", 2, "not both", NULL, 0, NULL, NULL},
+    {"train: heads not dividing width", NULL, "train --model gpt --width 10 --heads 3", 2, "not divisible", NULL, 0, NULL, NULL},
+    {"ampc: an unknown command", NULL, "frobnicate", 2, "unknown command 'frobnicate'", NULL, 0, NULL, NULL},
+    {"policy: an unknown option", NULL, "policy --bogus", 2, "unknown option '--bogus'", NULL, 0, NULL, NULL},
+    {"policy: a stray argument", NULL, "policy extra", 2, "unknown option 'extra'", NULL, 0, NULL, NULL},
+    /* Item 3: plot */
+    {"plot: steps at 2^53 (the tick loop stalled)", log_at_2p53, "plot @D/big.jsonl", 0, "wrote", NULL, 10, NULL,
+     big_svg_sane},
+    {"plot: losses of +-1e308 (-inf coordinates)", log_loss_1e308, "plot @D/huge.jsonl", 0, "wrote", NULL, 10, NULL,
+     huge_svg_sane},
+    {"plot: denormal steps and losses", log_denormal, "plot @D/tiny.jsonl", 0, "wrote", NULL, 10, NULL,
+     tiny_svg_sane},
+    {"plot: a step of 1e999", log_step_inf, "plot @D/inf.jsonl", 1, "\"step\" is out of range", NULL, 0, NULL, NULL},
+    {"plot: an empty log", log_empty, "plot @D/empty.jsonl", 1, "no step lines", NULL, 0, NULL, NULL},
+    {"plot: a checkpoint as the log", NULL, "plot @CK/checkpoint.safetensors -o @D/x.svg", 1, "@CK/checkpoint.safetensors", NULL, 0, NULL, NULL},
+    {"plot: a directory as the log", NULL, "plot @CK -o @D/x.svg", 1, "Is a directory", NULL, 0, NULL, NULL},
+    {"plot: a log that does not exist", NULL, "plot @D/absent.jsonl", 1, "No such file or directory", NULL, 0, NULL, NULL},
+    {"plot: -o onto a checkpoint", ck_copy, "plot @D/run.jsonl -o @D/ck/checkpoint.safetensors", 1,
+     "is not an SVG", "@D/ck/checkpoint.safetensors", 0, NULL, NULL},
+    {"plot: -o onto the log by another name", ck_copy, "plot @D/run.jsonl -o @D/../$(basename @D)/run.jsonl", 2,
+     "would overwrite the log", "@D/run.jsonl", 0, NULL, NULL},
+    {"plot: -o into a missing directory", ck_copy, "plot @D/run.jsonl -o @D/no/x.svg", 1, "cannot create", NULL, 0, NULL, NULL},
+    {"plot: -o on a full disk", ck_copy, "plot @D/run.jsonl -o @FULL", 1, "No space left on device", NULL, 0, NULL,
+     full_still_device},
+    {"plot: no log", NULL, "plot", 2, "usage: ampc plot", NULL, 0, NULL, NULL},
+    {"plot: an unknown option", NULL, "plot --bogus x.jsonl", 2, "unknown option '--bogus'", NULL, 0, NULL, NULL},
+};
+
+/* ------------------------------------------------------------ running */
+
+/* src with the tokens replaced, into out. */
+static void expand(char *out, size_t n, const char *src, const char *d)
+{
+    static const struct {
+        const char *tok;
+        const char *val;
+    } toks[] = {{"@TINY", tiny}, {"@TEXT", text}, {"@CK", ck}, {"@LOG", goodlog}, {"@RO", ro}, {"@FULL", full}};
+    size_t k = 0;
+    while (*src && k + 1 < n) {
+        const char *val = NULL;
+        size_t len = 0;
+        if (strncmp(src, "@D", 2) == 0) {
+            val = d;
+            len = 2;
+        }
+        for (size_t t = 0; t < sizeof toks / sizeof toks[0] && !val; t++)
+            if (strncmp(src, toks[t].tok, strlen(toks[t].tok)) == 0) {
+                val = toks[t].val;
+                len = strlen(toks[t].tok);
+            }
+        if (val) {
+            k += (size_t)snprintf(out + k, n - k, "%s", val);
+            src += len;
+        } else {
+            out[k++] = *src++;
+        }
+    }
+    out[k < n ? k : n - 1] = '\0';
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    int code;   /* exit code; -1 when not exited */
+    int signal; /* the signal that ended it, 0 if none */
+    bool timed_out;
+    double secs;
+} outcome;
+
+/* Runs "ampc ARGS" through sh (so quotes and $(...) work), stdout into
+ * cli_out and stderr into err_text, killed at limit_s seconds. */
+static outcome run_ampc(const char *args, int limit_s)
+{
+    char cmd[8192], outp[128], errp[128];
+    snprintf(outp, sizeof outp, "%s/.stdout", cli_tmp);
+    snprintf(errp, sizeof errp, "%s/.stderr", cli_tmp);
+    snprintf(cmd, sizeof cmd, "exec '%s' %s >'%s' 2>'%s' </dev/null", cli_ampc, args, outp, errp);
+    outcome r = {.code = -1};
+    double t0 = now();
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid)
+            break;
+        if (now() - t0 > limit_s) {
+            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            r.timed_out = true;
+            break;
+        }
+        usleep(2000);
+    }
+    r.secs = now() - t0;
+    if (WIFEXITED(st))
+        r.code = WEXITSTATUS(st);
+    else if (WIFSIGNALED(st))
+        r.signal = WTERMSIG(st);
+    char *o = cli_read_file(outp, NULL), *e = cli_read_file(errp, NULL);
+    snprintf(cli_out, sizeof cli_out, "%s", o ? o : "");
+    snprintf(err_text, sizeof err_text, "%s", e ? e : "");
+    free(o);
+    free(e);
+    return r;
+}
+
+static const row *cur;
+static int row_no;
+
+static void run_row(void)
+{
+    const row *r = cur;
+    if (r->pending) {
+        harness_skip(r->pending);
+        return;
+    }
+    char d[256], args[4096], keep[1024], says[1024];
+    snprintf(d, sizeof d, "%s/row%02d", cli_tmp, row_no);
+    mkdir(d, 0700);
+    if (r->make)
+        r->make(d);
+    expand(args, sizeof args, r->args, d);
+    expand(says, sizeof says, r->says, d);
+    size_t keep_n = 0;
+    char *before = NULL;
+    if (r->keep) {
+        expand(keep, sizeof keep, r->keep, d);
+        before = cli_read_file(keep, &keep_n);
+        CHECK_MSG(before != NULL, "the row's file %s is not there to keep", keep);
+    }
+    int limit = r->limit_s ? r->limit_s : 20;
+    outcome o = run_ampc(args, limit);
+    CHECK_MSG(!o.timed_out, "ampc %s: still running after %d s (a hang)", args, limit);
+    CHECK_MSG(o.signal == 0, "ampc %s: killed by signal %d (%s)\nstderr: %s", args, o.signal, strsignal(o.signal),
+              err_text);
+    CHECK_MSG(o.code == r->exit, "ampc %s: exit %d, expected %d\nstdout: %s\nstderr: %s", args, o.code, r->exit,
+              cli_out, err_text);
+    const char *where = r->exit == 0 ? cli_out : err_text;
+    CHECK_MSG(strstr(where, says) != NULL, "ampc %s: no \"%s\" in its %s:\n%s", args, says,
+              r->exit == 0 ? "stdout" : "stderr", where);
+    if (before) {
+        size_t n = 0;
+        char *after = cli_read_file(keep, &n);
+        CHECK_MSG(after && n == keep_n && memcmp(after, before, n) == 0, "ampc %s changed %s (%zu bytes, was %zu)",
+                  args, keep, n, keep_n);
+        free(after);
+        free(before);
+    }
+    if (r->after)
+        r->after(d);
+}
+
+/* Every numeric option of train (and eval) refuses, with exit 2 and its
+ * name, values below and above its range, non-numbers and overflows. */
+static void test_every_numeric_option_refuses_bad_values(void)
+{
+    const opt_def *t = opts_table();
+    int runs = 0;
+    for (int i = 0; i < opts_count(); i++) {
+        const opt_def *d = &t[i];
+        const char *vals[12];
+        char below[64], above[64];
+        int nv = 0;
+        switch (d->kind) {
+        case OPT_INT:
+        case OPT_LIST:
+            snprintf(below, sizeof below, "%.0f", d->lo - 1);
+            snprintf(above, sizeof above, "%.0f", d->hi * 2 + 1);
+            vals[nv++] = below;
+            vals[nv++] = above;
+            vals[nv++] = "99999999999999999999999";
+            vals[nv++] = "1.5";
+            vals[nv++] = "1e3";
+            vals[nv++] = "0x10";
+            vals[nv++] = "";
+            vals[nv++] = "abc";
+            if (d->kind == OPT_LIST) {
+                vals[nv++] = "8,,8";
+                vals[nv++] = "8,";
+            }
+            break;
+        case OPT_REAL:
+            snprintf(below, sizeof below, "%.17g", d->lo > 0 && d->lo < 1 ? 0 : d->lo - 1);
+            snprintf(above, sizeof above, "%.17g", d->hi * 10);
+            vals[nv++] = below;
+            vals[nv++] = above;
+            vals[nv++] = "nan";
+            vals[nv++] = "inf";
+            vals[nv++] = "-inf";
+            vals[nv++] = "1e999";
+            vals[nv++] = "";
+            vals[nv++] = "1.0x";
+            break;
+        case OPT_U64:
+            vals[nv++] = "-1";
+            vals[nv++] = "18446744073709551616";
+            vals[nv++] = "1.5";
+            vals[nv++] = "";
+            vals[nv++] = "x";
+            break;
+        default:
+            continue;
+        }
+        for (int e = 0; e < 2; e++) {
+            if (e == 1 && !d->eval)
+                continue;
+            for (int k = 0; k < nv; k++) {
+                char args[512];
+                /* --data nowhere: a value wrongly accepted fails fast (exit 1)
+                 * instead of training on the default data set. */
+                if (e == 0)
+                    snprintf(args, sizeof args, "train --data /nonexistent-ampc %s%s --%s %s",
+                             d->models ? "--model " : "", d->models ? d->models : "", d->name,
+                             *vals[k] ? vals[k] : "''");
+                else
+                    snprintf(args, sizeof args, "eval %s --data /nonexistent-ampc --%s %s", ck, d->name,
+                             *vals[k] ? vals[k] : "''");
+                outcome o = run_ampc(args, 10);
+                runs++;
+                char needle[64];
+                snprintf(needle, sizeof needle, "--%s", d->name);
+                CHECK_MSG(!o.timed_out && o.signal == 0 && o.code == 2 && strstr(err_text, needle),
+                          "ampc %s: exit %d signal %d%s, stderr: %s", args, o.code, o.signal,
+                          o.timed_out ? " (timed out)" : "", err_text);
+            }
+        }
+    }
+    CHECK(runs > 100);
+}
+
+static void skip_without_binary(void) { cli_have_binary(); }
+
+int main(void)
+{
+    if (!cli_init("test-malformed"))
+        return 1;
+    if (!cli_ampc[0] || access(cli_ampc, X_OK) != 0) {
+        RUN(skip_without_binary);
+        cli_cleanup();
+        return harness_done();
+    }
+    cli_path(tiny, sizeof tiny, "tiny");
+    cli_write_tiny_images(tiny);
+    cli_path(text, sizeof text, "tiny.txt");
+    cli_write_tiny_text(text);
+    cli_path(ck, sizeof ck, "good");
+    cli_path(goodlog, sizeof goodlog, "good.jsonl");
+    /* A directory no file can be created in: permissions for a user, /proc
+     * for root (whom permissions do not stop). */
+    if (geteuid() == 0) {
+        snprintf(ro, sizeof ro, "/proc");
+    } else {
+        cli_path(ro, sizeof ro, "readonly");
+        mkdir(ro, 0500);
+    }
+    snprintf(full, sizeof full, "/dev/full");
+    if (geteuid() == 0) {
+        char own[256];
+        cli_path(own, sizeof own, "full");
+        if (mknod(own, S_IFCHR | 0666, makedev(1, 7)) == 0) /* Linux's full device */
+            snprintf(full, sizeof full, "%s", own);
+    }
+    int rc = cli_run("train --model mlp --hidden 8 --batch 16 --steps 2 --threads 1 --data %s --save %s --log %s",
+                     tiny, ck, goodlog);
+    CHECK_MSG(rc == 0, "the good run: exit %d\n%s", rc, cli_out);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        cur = &rows[i];
+        row_no = (int)i;
+        harness_run(rows[i].what, run_row);
+    }
+    RUN(test_every_numeric_option_refuses_bad_values);
+    if (geteuid() != 0)
+        chmod(ro, 0700);
+    cli_cleanup();
+    return harness_done();
+}
