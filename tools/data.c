@@ -33,11 +33,13 @@ static void pick_file(char *out, size_t n, const char *dir, const char *name)
     snprintf(out, n, "%s/%s.gz", dir, name);
 }
 
-/* What an images file's header may announce, checked before anything is
- * read or allocated (the data is loaded only after): far beyond Fashion-MNIST (60000 x 28 x 28), and small
+/* What an images file's header may announce, checked before its data is
+ * read or allocated: far beyond Fashion-MNIST (60000 x 28 x 28), and small
  * enough that a corrupt or hostile header (a gzip file can promise much
  * more than its size) fails with a message instead of an allocation of
- * gigabytes, or a zero that later divides. */
+ * gigabytes, or a zero that later divides. The library's amp_idx_load
+ * takes any dims (an empty tensor is a tensor); these limits are the
+ * program's. */
 #define MAX_SIDE 16384            /* image height or width */
 #define MAX_FEATURES (1ll << 24)  /* pixels per image */
 #define MAX_PIXELS (1ll << 31)    /* pixels in a file: 8 GiB as f32 */
@@ -130,6 +132,10 @@ bool dataset_load(dataset *d, const char *dir, const char *prefix)
 {
     char xpath[4096], ypath[4096], name[64];
     memset(d, 0, sizeof *d);
+    if (strlen(dir) + sizeof name >= sizeof xpath) { /* the file names would be cut short */
+        fprintf(stderr, "ampc: --data %.80s...: the path is too long (%zu bytes)\n", dir, strlen(dir));
+        return false;
+    }
     snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix);
     pick_file(xpath, sizeof xpath, dir, name);
     snprintf(name, sizeof name, "%s-labels-idx1-ubyte", prefix);
