@@ -134,7 +134,8 @@ int log_target_check(const train_opts *o)
 int preflight(const train_opts *o)
 {
     int rc = log_target_check(o);
-    if (rc < 0 && o->save)
-        rc = save_dir_check(o->save);
+    if (rc < 0 && o->save && (rc = save_dir_check(o->save)) >= 0 && o->save == o->resume)
+        fprintf(stderr, "ampc train: (a resumed run saves where it was resumed from unless --save DIR says "
+                        "elsewhere)\n");
     return rc;
 }
