@@ -283,7 +283,7 @@ static void text(FILE *f, double x, double y, const char *anchor, const char *st
         case '&': fputs("&amp;", f); break;
         case '<': fputs("&lt;", f); break;
         case '>': fputs("&gt;", f); break;
-        default: fputc(*s, f);
+        default: fputc((unsigned char)*s < 0x20 ? '?' : *s, f); /* control characters are not XML */
         }
     fputs("</text>\n", f);
 }
