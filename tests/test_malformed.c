@@ -137,6 +137,8 @@ static const row rows[] = {
     {"--log: a full disk (/dev/full)", NULL, MLP "--data @TINY --log @FULL", 1, "No space left on device",
      .after = full_still_device},
     {"--log: in a missing directory", NULL, MLP "--data @TINY --log @D/no/run.jsonl", 1, "No such file or directory"},
+    {"--log: where --save puts the checkpoint", NULL, MLP "--data @TINY --save @D/run --log @D/run/./" CHECKPOINT_FILE, 2,
+     "is where --save"},
     {"--log-mode: without --log", NULL, MLP "--data @TINY --log-mode append", 2, "--log-mode needs --log"},
     {"--log-mode: an unknown mode", NULL, MLP "--data @TINY --log @D/x.jsonl --log-mode overwrite", 2,
      "unknown value 'overwrite'"},

@@ -19,6 +19,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -53,6 +55,7 @@ int save_dir_check(const char *dir)
     char probe[4096], moved[4200];
     snprintf(probe, sizeof probe, "%s/.ampc-save-check.%ld", dir, (long)getpid());
     snprintf(moved, sizeof moved, "%s.renamed", probe);
+    unlink(probe); /* one left by a killed run that had this pid */
     int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0)
         return save_fail(dir, "cannot create a file there", errno);
@@ -131,11 +134,42 @@ int log_target_check(const train_opts *o)
     return -1;
 }
 
+/* Whether the log would be where the checkpoint is saved (DIR exists by
+ * now): the first save would rename the checkpoint over it. */
+static bool log_is_checkpoint(const char *log, const char *dir)
+{
+    char ck[4096], real_dir[PATH_MAX], log_dir[PATH_MAX];
+    checkpoint_path(ck, sizeof ck, dir);
+    struct stat a, b;
+    if (stat(log, &a) == 0 && stat(ck, &b) == 0)
+        return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    const char *slash = strrchr(log, '/');
+    const char *base = slash ? slash + 1 : log;
+    if (strcmp(base, CHECKPOINT_FILE) != 0)
+        return false;
+    char parent[4096] = ".";
+    if (slash == log) {
+        snprintf(parent, sizeof parent, "/");
+    } else if (slash) {
+        size_t n = (size_t)(slash - log);
+        if (n >= sizeof parent)
+            return false;
+        memcpy(parent, log, n);
+        parent[n] = '\0';
+    }
+    return realpath(parent, log_dir) && realpath(dir, real_dir) && strcmp(log_dir, real_dir) == 0;
+}
+
 int preflight(const train_opts *o)
 {
     int rc = log_target_check(o);
     if (rc < 0 && o->save && (rc = save_dir_check(o->save)) >= 0 && o->save == o->resume)
         fprintf(stderr, "ampc train: (a resumed run saves where it was resumed from unless --save DIR says "
                         "elsewhere)\n");
+    if (rc < 0 && o->save && o->log && log_is_checkpoint(o->log, o->save)) {
+        fprintf(stderr, "ampc train: --log %s is where --save %s puts its checkpoint; give the log another name\n",
+                o->log, o->save);
+        rc = EXIT_USAGE;
+    }
     return rc;
 }
