@@ -388,6 +388,39 @@ static void ck_batch_overflow(const char *d)
     patched_checkpoint(d, "\\\"batch\\\":16", "\\\"batch\\\":99999999999999999999999");
 }
 
+/* The good checkpoint cut to half its size (d/ck). */
+static void ck_truncated(const char *d)
+{
+    char dir[512], path[600], src[600];
+    at(dir, sizeof dir, d, "ck");
+    mkdir(dir, 0700);
+    checkpoint_path(src, sizeof src, ck);
+    checkpoint_path(path, sizeof path, dir);
+    size_t n;
+    char *b = cli_read_file(src, &n);
+    if (b)
+        write_bytes(path, b, n / 2);
+    free(b);
+}
+
+/* The good checkpoint with a header length of 2^60 (d/ck). */
+static void ck_huge_header(const char *d)
+{
+    char dir[512], path[600], src[600];
+    at(dir, sizeof dir, d, "ck");
+    mkdir(dir, 0700);
+    checkpoint_path(src, sizeof src, ck);
+    checkpoint_path(path, sizeof path, dir);
+    size_t n;
+    char *b = cli_read_file(src, &n);
+    if (b && n > 8) {
+        memset(b, 0, 8);
+        b[7] = 0x10; /* little-endian 2^60 */
+        write_bytes(path, b, n);
+    }
+    free(b);
+}
+
 static void ck_empty(const char *d)
 {
     char dir[512], p[600];
