@@ -6,7 +6,7 @@
  * data written here (and Fashion-MNIST when installed) that end with their
  * result line, mixed precision, the JSON-lines log (one valid line per
  * step with the required keys, plotted to SVG), and gradient accumulation
- * (accum 2 x batch B = batch 2B, first step, fp32).
+ * (accum 2 x batch B = batch 2B, first step, fp32), and --log-mode.
  *
  * Resuming and checkpoints are in test_cli_resume.c.
  */
@@ -387,6 +387,44 @@ static void test_accumulation_matches_the_full_batch(void)
     free(b);
 }
 
+/* Lines in a file (0 when absent). */
+static int count_lines(const char *path)
+{
+    char *s = cli_read_file(path, NULL);
+    int n = 0;
+    for (const char *p = s; p && *p; p++)
+        n += *p == '\n';
+    free(s);
+    return n;
+}
+
+/* An existing log is written only as --log-mode says (append is the
+ * default on --resume); --save leaves nothing but the checkpoint behind
+ * (its writability probe is removed). */
+static void test_log_modes_and_the_save_probe(void)
+{
+    if (!cli_have_binary())
+        return;
+    char log[512], dir[512];
+    cli_path(log, sizeof log, "modes.jsonl");
+    cli_path(dir, sizeof dir, "modes-run");
+    const char *run = "train --model mlp --hidden 8 --batch 16 --threads 1";
+    CHECK_EQ_INT(cli_run("%s --data %s --steps 2 --save %s --log %s", run, tiny, dir, log), 0);
+    CHECK_EQ_INT(count_lines(log), 2);
+    CHECK_EQ_INT(cli_run("%s --data %s --steps 2 --log %s", run, tiny, log), 2);
+    CHECK_OUT("--log-mode append");
+    CHECK_EQ_INT(count_lines(log), 2);
+    CHECK_EQ_INT(cli_run("%s --data %s --steps 3 --log %s --log-mode append", run, tiny, log), 0);
+    CHECK_EQ_INT(count_lines(log), 5);
+    CHECK_EQ_INT(cli_run("%s --data %s --steps 1 --log %s --log-mode replace", run, tiny, log), 0);
+    CHECK_EQ_INT(count_lines(log), 1);
+    CHECK_EQ_INT(cli_run("train --resume %s --steps 4 --log %s", dir, log), 0); /* steps 3 and 4, appended */
+    CHECK_EQ_INT(count_lines(log), 3);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "test \"$(ls -A '%s')\" = checkpoint.safetensors", dir);
+    CHECK_MSG(system(cmd) == 0, "%s holds more than its checkpoint", dir);
+}
+
 static void test_short_fashion_mnist_run_prints_test_accuracy(void)
 {
     if (!cli_have_binary())
@@ -425,6 +463,7 @@ int main(void)
     RUN(test_log_has_one_valid_json_line_per_step_and_plots);
     RUN(test_schedule_holds_on_skipped_steps);
     RUN(test_accumulation_matches_the_full_batch);
+    RUN(test_log_modes_and_the_save_probe);
     RUN(test_short_fashion_mnist_run_prints_test_accuracy);
     cli_cleanup();
     return harness_done();

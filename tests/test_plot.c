@@ -19,6 +19,7 @@
 
 #include <dirent.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -335,6 +336,136 @@ static void test_malformed_lines_name_the_file_and_line(void)
     check_malformed("empty.jsonl", none, sizeof none - 1, 0, "no step lines");
 }
 
+/* Whether the SVG has a non-finite number where a coordinate goes: printf
+ * writes "inf" / "nan" in lower case after a quote, a sign, a space or a
+ * path command (the legends' "NaN/inf" follow other characters). */
+static bool has_nonfinite_number(const char *svg)
+{
+    const char *words[] = {"inf", "nan"};
+    for (int w = 0; w < 2; w++)
+        for (const char *p = strstr(svg, words[w]); p; p = strstr(p + 1, words[w]))
+            if (p > svg && strchr("\"- MLHV", p[-1]) && p[3] != '-') /* not class="nan-mark" */
+                return true;
+    return false;
+}
+
+/* A stalled drawing loop ends the test (SIGALRM, or SIGXFSZ past 32 MiB
+ * of output) instead of hanging it and filling the disk. */
+static struct rlimit saved_fsize;
+
+static void guard_begin(void)
+{
+    getrlimit(RLIMIT_FSIZE, &saved_fsize);
+    struct rlimit r = saved_fsize;
+    r.rlim_cur = 32u << 20;
+    if (saved_fsize.rlim_max != RLIM_INFINITY && saved_fsize.rlim_max < r.rlim_cur)
+        r.rlim_cur = saved_fsize.rlim_max;
+    setrlimit(RLIMIT_FSIZE, &r);
+    alarm(30);
+}
+
+static void guard_end(void)
+{
+    alarm(0);
+    setrlimit(RLIMIT_FSIZE, &saved_fsize);
+}
+
+/* Logs at the edges of what a double holds: each is drawn quickly (the
+ * tick loops once stalled at 2^53, filling the disk), with finite
+ * coordinates only (1e308 once gave -inf) and a bounded size. */
+static void test_extreme_values_draw_finite_and_bounded(void)
+{
+    static const char *const logs[] = {
+        /* steps at 2^53, where step + 1 == step */
+        "{\"step\":9007199254740992,\"loss\":1}\n{\"step\":9007199254740993,\"loss\":2}\n"
+        "{\"step\":9007199254740996,\"loss\":1.5}\n",
+        /* a span that overflows: hi - lo > DBL_MAX */
+        "{\"step\":1,\"loss\":1e308,\"scale\":1e308}\n{\"step\":2,\"loss\":-1e308,\"scale\":5e-324}\n",
+        "{\"step\":-1.7976931348623157e308,\"loss\":1.7976931348623157e308}\n"
+        "{\"step\":1.7976931348623157e308,\"loss\":-1.7976931348623157e308,\"val_loss\":0}\n",
+        /* equal ends, at DBL_MAX and at 0 */
+        "{\"step\":1.7976931348623157e308,\"loss\":1.7976931348623157e308}\n",
+        "{\"step\":0,\"loss\":0,\"scale\":1}\n",
+        /* denormals: a span too small to divide */
+        "{\"step\":5e-324,\"loss\":5e-324}\n{\"step\":1e-323,\"loss\":1e-323}\n",
+        "{\"step\":1,\"loss\":2.2250738585072014e-308}\n{\"step\":2,\"loss\":2.2250738585072019e-308}\n",
+        /* a log axis over 600 decades, and below DBL_MIN */
+        "{\"step\":1,\"loss\":1e-300}\n{\"step\":2,\"loss\":1e300}\n{\"step\":3,\"loss\":5e-324,\"val_loss\":1e308}\n",
+        /* negative and fractional steps, negative losses */
+        "{\"step\":-5,\"loss\":-3}\n{\"step\":-4.5,\"loss\":-2}\n{\"step\":0.001,\"loss\":-1e-9}\n",
+        /* the last bits of a large value */
+        "{\"step\":1,\"loss\":1e15}\n{\"step\":2,\"loss\":1.0000000000000002e15}\n",
+    };
+    guard_begin();
+    for (size_t i = 0; i < sizeof logs / sizeof logs[0]; i++) {
+        const char *log = tmp_path("edge.jsonl"), *svg = tmp_path("edge.svg");
+        FILE *f = fopen(log, "w");
+        CHECK(f != NULL);
+        if (!f)
+            return;
+        fputs(logs[i], f);
+        fclose(f);
+        amp_status st = plot_file(log, svg, NULL);
+        CHECK_MSG(st == AMP_OK, "log %zu: %s", i, amp_last_error());
+        char *s = slurp(svg);
+        CHECK_MSG(s != NULL, "log %zu: no SVG", i);
+        if (!s)
+            continue;
+        CHECK_MSG(!has_nonfinite_number(s), "log %zu: a non-finite number in the SVG", i);
+        CHECK_MSG(strlen(s) < 100000, "log %zu: %zu bytes", i, strlen(s));
+        CHECK(strcmp(s + strlen(s) - 7, "</svg>\n") == 0);
+        free(s);
+    }
+    guard_end();
+}
+
+/* Whatever the log's order and gaps, the drawing keeps a few elements per
+ * pixel column: steps out of order, and a loss, val loss and scale that
+ * change (or are NaN) at every step. */
+static void test_output_size_is_bounded_for_any_log(void)
+{
+    const char *log = tmp_path("zigzag.jsonl"), *svg = tmp_path("zigzag.svg");
+    FILE *f = fopen(log, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    enum { N = 100000 };
+    for (int i = 0; i < N; i++) {
+        int step = i % 2 ? N - i : i; /* 0, N-1, 2, N-3, ... */
+        if (i % 2)
+            fprintf(f, "{\"step\":%d,\"loss\":null,\"scale\":%d,\"skipped\":true,\"val_loss\":%d}\n", step,
+                    1 << (i % 20), i % 7);
+        else
+            fprintf(f, "{\"step\":%d,\"loss\":%d,\"scale\":%d,\"skipped\":false}\n", step, i % 13, 1 << (i % 17));
+    }
+    fclose(f);
+    guard_begin();
+    plot_summary sum;
+    CHECK_OK(plot_file(log, svg, &sum));
+    guard_end();
+    CHECK_EQ_INT(sum.steps, N);
+    CHECK_EQ_INT(sum.skipped, N / 2);
+    CHECK_EQ_INT(sum.nonfinite, N / 2);
+    char *s = slurp(svg);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    /* About 877 pixel columns: a few hundred bytes each at most. */
+    CHECK_MSG(strlen(s) < 1500000, "%zu bytes for %d steps", strlen(s), N);
+    CHECK_MSG(count(s, "class=\"nan-mark\"") <= (int)PW + 2, "%d NaN marks", count(s, "class=\"nan-mark\""));
+    CHECK_MSG(count(s, "class=\"skip-dot\"") <= (int)PW + 2, "%d skip dots", count(s, "class=\"skip-dot\""));
+    int v = path_vertices(s, "loss-raw");
+    CHECK_MSG(v > 0 && v <= 5 * (int)PW + 10, "%d vertices", v);
+    CHECK(!has_nonfinite_number(s));
+    free(s);
+}
+
+static void test_a_step_beyond_double_is_an_error(void)
+{
+    static const char text[] = "{\"step\":1,\"loss\":1}\n{\"step\":1e999,\"loss\":1}\n";
+    check_malformed("step-inf.jsonl", text, sizeof text - 1, 2, "\"step\" is out of range");
+}
+
 static void test_missing_log_is_an_io_error(void)
 {
     const char *log = tmp_path("absent.jsonl");
@@ -406,6 +537,9 @@ int main(void)
     RUN(test_log_without_a_scale_has_one_panel);
     RUN(test_big_logs_are_decimated_but_keep_spikes);
     RUN(test_malformed_lines_name_the_file_and_line);
+    RUN(test_extreme_values_draw_finite_and_bounded);
+    RUN(test_output_size_is_bounded_for_any_log);
+    RUN(test_a_step_beyond_double_is_an_error);
     RUN(test_missing_log_is_an_io_error);
     RUN(test_command_line_exits);
     remove_tmpdir();

@@ -91,7 +91,9 @@ static const opt_def opts[] = {
     O("resume", "DIR", OPT_STR, OC_RUN, resume, 0, 0, NULL, NULL, true,
       "continue the run saved in DIR (its settings; saves there unless --save)"),
     O("log", "FILE", OPT_STR, OC_RUN, log, 0, 0, NULL, NULL, false,
-      "write one JSON line per optimizer step to FILE (appended to when resuming; see ampc plot)"),
+      "write one JSON line per optimizer step to FILE (see ampc plot); never over a non-log file"),
+    O("log-mode", "MODE", OPT_STR, OC_RUN, log_mode, 0, 0, "append|replace", NULL, false,
+      "an existing log at --log: append or replace (default: refused; append on --resume)"),
     O("log-every", "N", OPT_INT, OC_RUN, log_every, 1, 1e12, NULL, NULL, false,
       "steps between progress lines (default: about 20 a run)"),
 };

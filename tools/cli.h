@@ -12,6 +12,8 @@
  *   checkpoint_cli.c  DIR/checkpoint.safetensors: save, read settings, load
  *   train.c       the train command: the step and the loop
  *   eval.c        test accuracy / validation loss, and the eval command
+ *   preflight.c   train's checks before it starts: --save takes files,
+ *                 --log is not someone else's file
  *   progress.c    the live line on a terminal, plain lines otherwise
  *   policy.c      the policy command: the autocast table
  *   log.c         the JSON-lines training log (log.h)
@@ -73,6 +75,7 @@ typedef struct {
     int64_t stop_at;       /* > 0: stop after this step (and save), to resume later */
     const char *resume;    /* checkpoint directory to continue from, or NULL */
     const char *log;       /* JSON-lines log file, or NULL */
+    const char *log_mode;  /* "append", "replace" an existing log, or NULL (see preflight.c) */
     int64_t log_every;     /* steps between plain progress lines; 0: about 20 a run */
     bool given[CLI_MAX_OPTS]; /* per option (args.c's table order): set on the command line */
 } train_opts;
@@ -290,6 +293,22 @@ int train_main(int argc, char **argv);
 /* --device cuda without a usable GPU: the clear error naming the device and
  * the library's reason; -1 for cpu or an available GPU, else 1 after it. */
 int device_check(const train_opts *o, const char *who);
+
+/* -------------------------------------------------------- preflight.c */
+
+/* The checks before a run loads anything: --log (and --log-mode) then
+ * --save. -1, or 1 / EXIT_USAGE after a message naming the path. */
+int preflight(const train_opts *o);
+/* DIR can hold a checkpoint: created when missing, then a file created,
+ * written, renamed and removed there. -1 or 1 (message names DIR and the
+ * system's reason). */
+int save_dir_check(const char *dir);
+/* --log FILE may be written: absent, empty, a character device, or an ampc
+ * log with --log-mode (or --resume); never another file. -1, 1 or
+ * EXIT_USAGE (message printed). */
+int log_target_check(const train_opts *o);
+/* Whether the log is appended to (else created / truncated). */
+bool log_appends(const train_opts *o);
 
 /* ----------------------------------------------------------- policy.c */
 

@@ -12,7 +12,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 /* Test images per forward pass: small enough that evaluation does not set
  * the peak memory (a no-grad forward still keeps its pass's activations). */
@@ -31,15 +33,116 @@ static void pick_file(char *out, size_t n, const char *dir, const char *name)
     snprintf(out, n, "%s/%s.gz", dir, name);
 }
 
+/* What an images file's header may announce, checked before its data is
+ * read or allocated: far beyond Fashion-MNIST (60000 x 28 x 28), and small
+ * enough that a corrupt or hostile header (a gzip file can promise much
+ * more than its size) fails with a message instead of an allocation of
+ * gigabytes, or a zero that later divides. The library's amp_idx_load
+ * takes any dims (an empty tensor is a tensor); these limits are the
+ * program's. */
+#define MAX_SIDE 16384            /* image height or width */
+#define MAX_FEATURES (1ll << 24)  /* pixels per image */
+#define MAX_PIXELS (1ll << 31)    /* pixels in a file: 8 GiB as f32 */
+#define MAX_LABEL 65535           /* the largest class number */
+
+typedef struct {
+    int ndim;
+    int64_t d[8];
+} idx_header;
+
+/* Reads the dims of path's IDX header (plain or gzip). False when the
+ * file cannot be read or its header is not well-formed: amp_idx_load then
+ * reports it, in its words. */
+static bool idx_peek(const char *path, idx_header *h)
+{
+    struct stat st; /* only regular files: opening a FIFO would wait for a writer */
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return false;
+    gzFile f = gzopen(path, "rb");
+    if (!f)
+        return false;
+    unsigned char b[4 + 4 * 8];
+    bool ok = gzread(f, b, 4) == 4 && b[0] == 0 && b[1] == 0 && b[3] <= 8;
+    if (ok) {
+        h->ndim = b[3];
+        ok = gzread(f, b + 4, 4u * (unsigned)h->ndim) == 4 * h->ndim;
+        for (int i = 0; ok && i < h->ndim; i++)
+            h->d[i] = (int64_t)((uint32_t)b[4 + 4 * i] << 24 | (uint32_t)b[5 + 4 * i] << 16 |
+                                (uint32_t)b[6 + 4 * i] << 8 | b[7 + 4 * i]);
+    }
+    gzclose(f);
+    return ok;
+}
+
+/* Checks the headers of an images file and its labels file against each
+ * other and the limits above; false after a message naming the file and
+ * the header field. A header that cannot be read passes (the loader says
+ * what is wrong with it). */
+static bool idx_headers_ok(const char *xpath, const char *ypath)
+{
+    idx_header x, y;
+    if (!idx_peek(xpath, &x))
+        return true;
+    static const char *const field3[] = {"image count", "height", "width"};
+    static const char *const field2[] = {"image count", "features per image"};
+    const char *const *field = x.ndim == 3 ? field3 : field2;
+    if (x.ndim != 2 && x.ndim != 3) {
+        fprintf(stderr, "ampc: %s: the header gives %d dimension%s; images are [count, height, width] "
+                        "(or [count, features])\n", xpath, x.ndim, x.ndim == 1 ? "" : "s");
+        return false;
+    }
+    int64_t features = 1;
+    for (int i = 0; i < x.ndim; i++) {
+        if (x.d[i] == 0) {
+            fprintf(stderr, "ampc: %s: the header's %s (dimension %d) is 0%s\n", xpath, field[i], i,
+                    i == 0 ? ": the file holds no images" : ": the images are empty");
+            return false;
+        }
+        if (i > 0 && x.ndim == 3 && x.d[i] > MAX_SIDE) {
+            fprintf(stderr, "ampc: %s: the header's %s (dimension %d) is %lld, more than %d\n", xpath, field[i], i,
+                    (long long)x.d[i], MAX_SIDE);
+            return false;
+        }
+        if (i > 0)
+            features *= x.d[i];
+    }
+    if (features > MAX_FEATURES || x.d[0] * features > MAX_PIXELS) {
+        fprintf(stderr, "ampc: %s: the header announces %lld images of %lld pixels: more than %lld pixels %s\n",
+                xpath, (long long)x.d[0], (long long)features,
+                features > MAX_FEATURES ? (long long)MAX_FEATURES : (long long)MAX_PIXELS,
+                features > MAX_FEATURES ? "per image" : "in all");
+        return false;
+    }
+    if (!idx_peek(ypath, &y))
+        return true;
+    if (y.ndim != 1) {
+        fprintf(stderr, "ampc: %s: the header gives %d dimension%s; labels are [count]\n", ypath, y.ndim,
+                y.ndim == 1 ? "" : "s");
+        return false;
+    }
+    if (y.d[0] != x.d[0]) {
+        fprintf(stderr, "ampc: %s: the header's label count (dimension 0) is %lld, but %s holds %lld images\n",
+                ypath, (long long)y.d[0], xpath, (long long)x.d[0]);
+        return false;
+    }
+    return true;
+}
+
 bool dataset_load(dataset *d, const char *dir, const char *prefix)
 {
     char xpath[4096], ypath[4096], name[64];
     memset(d, 0, sizeof *d);
+    if (strlen(dir) + sizeof name >= sizeof xpath) { /* the file names would be cut short */
+        fprintf(stderr, "ampc: --data %.80s...: the path is too long (%zu bytes)\n", dir, strlen(dir));
+        return false;
+    }
     snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix);
     pick_file(xpath, sizeof xpath, dir, name);
     snprintf(name, sizeof name, "%s-labels-idx1-ubyte", prefix);
     pick_file(ypath, sizeof ypath, dir, name);
 
+    if (!idx_headers_ok(xpath, ypath))
+        return false;
     d->x = amp_idx_load(xpath, AMP_F32);
     d->y = d->x ? amp_idx_load(ypath, AMP_I64) : NULL;
     if (!d->x || !d->y) {
@@ -61,13 +164,18 @@ bool dataset_load(dataset *d, const char *dir, const char *prefix)
     d->features = amp_tensor_numel(d->x) / d->n;
     /* [n, h, w] images keep their shape for the cnn; [n, f] rows are 1 x f. */
     d->height = amp_tensor_ndim(d->x) >= 3 ? amp_tensor_dim(d->x, 1) : 1;
+    if (d->features < 1 || d->height < 1) { /* idx_headers_ok said so already; never divide by it */
+        fprintf(stderr, "ampc: %s: the images are empty\n", xpath);
+        dataset_free(d);
+        return false;
+    }
     d->width = d->features / d->height;
 
     const int64_t *y = amp_tensor_cdata(d->y);
     for (int64_t i = 0; i < d->n; i++) {
-        if (y[i] < 0 || y[i] > 65535) {
-            fprintf(stderr, "ampc: %s: label %lld at index %lld is not a class number\n", ypath,
-                    (long long)y[i], (long long)i);
+        if (y[i] < 0 || y[i] > MAX_LABEL) {
+            fprintf(stderr, "ampc: %s: label %lld at index %lld is not a class number (0 to %d)\n", ypath,
+                    (long long)y[i], (long long)i, MAX_LABEL);
             dataset_free(d);
             return false;
         }
@@ -217,6 +325,15 @@ bool text_load(text_data *t, const char *path, int64_t batch, int64_t context)
         fprintf(stderr, "ampc: %s\n", amp_last_error());
         fprintf(stderr, "ampc: --data %s should be a text file or a directory of them (the default, %s, "
                         "is Debian's fortunes package)\n", path, TEXT_CORPUS);
+        return false;
+    }
+    /* Any bytes are a corpus to the library; a NUL byte (the smallest
+     * byte, so token 0) never occurs in text: --data points at something
+     * else (an image set, a checkpoint). */
+    if (amp_text_char(t->text, 0) == 0) {
+        fprintf(stderr, "ampc: --data %s holds NUL bytes: binary data, not text (gpt trains on a text file or a "
+                        "directory of them)\n", path);
+        text_free(t);
         return false;
     }
     t->x = amp_empty(AMP_SHAPE(batch, context), AMP_I64);

@@ -54,7 +54,8 @@ typedef struct {
 
 /* Opens path for writing: truncated, or appended to when append (a resumed
  * run continues its log); NULL with an AMP_ERR_IO error naming path when
- * it cannot. */
+ * it cannot. Whether an existing file may be written at all is train's
+ * check before it starts (preflight.c). */
 log_file *log_open(const char *path, bool append);
 /* Writes r as one line and flushes it. AMP_ERR_IO naming the file when the
  * write fails (disk full ...). */

@@ -25,10 +25,12 @@
 #include "base/base.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Layout, in SVG pixels. */
@@ -47,10 +49,19 @@
 
 typedef enum { AX_LIN, AX_LOG10, AX_LOG2 } ax_kind;
 
+/* Pixels are clamped to this many either side of the page: a coordinate
+ * is always a short finite number, whatever the data. */
+#define PX_LIMIT 1e4
+/* At most this many tick intervals on a linear axis: the tick loops count
+ * (they never add a step until a bound, which stalls where lo + step ==
+ * lo, as at 2^53). */
+#define MAX_TICKS 40
+
 typedef struct {
     ax_kind kind;
-    double lo, hi; /* in axis units: the value, log10 or log2 of it */
-    double step;   /* linear tick spacing (axis units) */
+    double lo, hi; /* in axis units: the value, log10 or log2 of it; finite, lo < hi */
+    double step;   /* linear tick spacing (axis units), finite and > 0 */
+    int nticks;    /* linear: tick k (0..nticks) is at lo + k * step */
     double top, h; /* pixels; for the x axis: left, width */
 } axis;
 
@@ -59,37 +70,84 @@ static double ax_units(const axis *a, double v)
     return a->kind == AX_LOG10 ? log10(v) : a->kind == AX_LOG2 ? log2(v) : v;
 }
 
-/* The pixel of value v: y axes grow upwards. */
-static double ax_y(const axis *a, double v) { return a->top + a->h * (1 - (ax_units(a, v) - a->lo) / (a->hi - a->lo)); }
-static double ax_x(const axis *a, double v) { return a->top + a->h * (ax_units(a, v) - a->lo) / (a->hi - a->lo); }
-
-/* 1, 2 or 5 times a power of ten, about span / n. */
-static double nice_step(double span, int n)
+/* Where u (axis units) falls between lo (0) and hi (1); halved when hi -
+ * lo overflows (ends near +-DBL_MAX). */
+static double ax_frac(const axis *a, double u)
 {
-    double raw = span / n, mag = pow(10, floor(log10(raw))), f = raw / mag;
-    return (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * mag;
+    double span = a->hi - a->lo;
+    if (isfinite(span))
+        return (u - a->lo) / span;
+    return (u / 2 - a->lo / 2) / (a->hi / 2 - a->lo / 2);
 }
 
-/* A linear axis over [lo, hi], widened to whole ticks. */
+static double clamp_px(double p) { return isnan(p) ? -PX_LIMIT : fmin(fmax(p, -PX_LIMIT), PX_LIMIT); }
+
+/* The pixel of value v: y axes grow upwards. */
+static double ax_y_units(const axis *a, double u) { return clamp_px(a->top + a->h * (1 - ax_frac(a, u))); }
+static double ax_y(const axis *a, double v) { return ax_y_units(a, ax_units(a, v)); }
+static double ax_x(const axis *a, double v) { return clamp_px(a->top + a->h * ax_frac(a, ax_units(a, v))); }
+
+/* 1, 2 or 5 times a power of ten, about (hi - lo) / n; without overflow
+ * for any finite ends. Not finite when the span is too small to divide. */
+static double nice_step(double lo, double hi, int n)
+{
+    double raw = (hi / 2 - lo / 2) / n * 2, mag = pow(10, floor(log10(raw))), f = raw / mag;
+    double step = (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * mag;
+    return isfinite(step) ? step : raw; /* past DBL_MAX: the raw spacing */
+}
+
+/* Tick k of a linear axis. */
+static double ax_tick(const axis *a, int k)
+{
+    double v = a->lo + k * a->step;
+    if (!isfinite(v) || k == a->nticks) { /* the last tick is hi itself; interpolated where lo + k * step overflows */
+        double t = (double)k / a->nticks;
+        v = k == a->nticks ? a->hi : a->lo * (1 - t) + a->hi * t;
+    }
+    return v;
+}
+
+/* A linear axis over [lo, hi] (finite), widened to whole ticks. A span
+ * too small to divide (equal ends, denormals, fewer than ~64 ulps of a
+ * large number) is widened around its middle first: equal ends by 10%
+ * (by 1 at 0), a narrow span to the 64 ulps. */
 static void lin_axis(axis *a, double lo, double hi, int ticks)
 {
-    if (!(hi > lo)) {
-        double d = fabs(lo) > 0 ? fabs(lo) * 0.1 : 1;
-        lo -= d;
-        hi += d;
+    double mid = lo / 2 + hi / 2, mag = fmax(fabs(lo), fabs(hi));
+    double min_span = fmax(mag * 0x1p-46, 1e-300); /* ~64 ulps of the larger end */
+    if (!(hi / 2 - lo / 2 >= min_span / 2)) {
+        double d = hi > lo ? min_span / 2 : fabs(mid) * 0.1; /* equal ends: 10% either side */
+        if (!(d >= min_span / 2))
+            d = mid == 0 ? 1 : min_span / 2;
+        lo = fmax(mid - d, -DBL_MAX);
+        hi = fmin(mid + d, DBL_MAX);
     }
     a->kind = AX_LIN;
-    a->step = nice_step(hi - lo, ticks);
-    a->lo = floor(lo / a->step + 1e-9) * a->step;
-    a->hi = ceil(hi / a->step - 1e-9) * a->step;
+    a->step = nice_step(lo, hi, ticks);
+    double l = floor(lo / a->step + 1e-9) * a->step, h = ceil(hi / a->step - 1e-9) * a->step;
+    a->lo = isfinite(l) && l <= lo ? l : lo;
+    a->hi = isfinite(h) && h >= hi ? h : hi;
+    double n = round((a->hi / 2 - a->lo / 2) / a->step * 2);
+    if (!(n >= 1 && n <= MAX_TICKS)) { /* cannot happen for a nice step; just the ends then */
+        n = 1;
+        a->step = a->hi / 2 - a->lo / 2;
+    }
+    a->nticks = (int)n;
 }
 
 /* A tick label: enough decimals for the spacing; k / M for thousands and
- * millions. */
+ * millions; %g's form for very large or very small values. */
 static void tick_label(char *buf, size_t n, double v, double step)
 {
     if (fabs(v) < step * 1e-6)
         v = 0;
+    if (step < 1e-4 || fabs(v) >= 1e12 || step >= 1e12) {
+        /* digits enough to tell ticks apart: v's magnitude over the step */
+        double r = fmax(fabs(v), step) / step;
+        int d = (int)fmin(17, fmax(2, ceil(log10(r)) + 2));
+        snprintf(buf, n, "%.*g", d, v);
+        return;
+    }
     if (step >= 1000) { /* ticks are whole thousands: "0", "2k", "4k" */
         if (v == 0)
             snprintf(buf, n, "0");
@@ -103,6 +161,16 @@ static void tick_label(char *buf, size_t n, double v, double step)
     snprintf(buf, n, "%.*f", d, v);
 }
 
+/* A step number as text: %.15g, or %.17g where that is needed to tell
+ * it from its neighbours (past 2^53). Returns buf (32 bytes). */
+static const char *step_str(char *buf, double v)
+{
+    snprintf(buf, 32, "%.15g", v);
+    if (strtod(buf, NULL) != v)
+        snprintf(buf, 32, "%.17g", v);
+    return buf;
+}
+
 static void decade_label(char *buf, size_t n, int k)
 {
     if (k >= -4 && k <= 4)
@@ -114,11 +182,15 @@ static void decade_label(char *buf, size_t n, int k)
 /* -------------------------------------------------------- lines (paths) */
 
 /* Writes one polyline as a path's d, with breaks (M) at non-finite y and
- * per-pixel-column decimation when asked. */
+ * per-pixel-column decimation when asked. Decimated, a line has at most
+ * five vertices per pixel column, whatever its points: a break inside a
+ * column is not drawn (it would be invisible), so a log alternating
+ * finite and NaN losses stays as small as any other. */
 typedef struct {
     FILE *f;
     bool decimate, pen;
     bool have;  /* a column bucket is pending */
+    bool gap;   /* a non-finite point came after the bucket */
     double col; /* its pixel column */
     double x, y_first, y_min, y_max, y_last;
     int min_first; /* whether the min came before the max */
@@ -148,7 +220,10 @@ static void pl_flush(polyline *p)
 static void pl_point(polyline *p, double x, double y)
 {
     if (!isfinite(y)) { /* a gap */
-        pl_flush(p);
+        if (p->decimate) {
+            p->gap = true;
+            return;
+        }
         p->pen = false;
         return;
     }
@@ -170,8 +245,23 @@ static void pl_point(polyline *p, double x, double y)
         return;
     }
     pl_flush(p);
-    *p = (polyline){.f = p->f, .decimate = true, .pen = p->pen, .have = true, .col = col, .x = x,
+    *p = (polyline){.f = p->f, .decimate = true, .pen = p->pen && !p->gap, .have = true, .col = col, .x = x,
                     .y_first = y, .y_min = y, .y_max = y, .y_last = y, .min_first = 1};
+}
+
+/* Whether a marker of one kind may go in pixel column x: one per column
+ * (the points come in step order), so markers stay as few as the columns. */
+typedef struct {
+    double col;
+} mark_col;
+
+static bool mark_once(mark_col *m, double x)
+{
+    double col = floor(x);
+    if (col == m->col)
+        return false;
+    m->col = col;
+    return true;
 }
 
 /* ------------------------------------------------------------- drawing */
@@ -193,7 +283,7 @@ static void text(FILE *f, double x, double y, const char *anchor, const char *st
         case '&': fputs("&amp;", f); break;
         case '<': fputs("&lt;", f); break;
         case '>': fputs("&gt;", f); break;
-        default: fputc(*s, f);
+        default: fputc((unsigned char)*s < 0x20 ? '?' : *s, f); /* control characters are not XML */
         }
     fputs("</text>\n", f);
 }
@@ -245,26 +335,32 @@ static void panel_frame(plot *p, const axis *y, const char *title, const char *c
             clip, ML, y->top, PW, y->h);
     char buf[32];
     fprintf(f, "<g stroke=\"" C_GRID "\" stroke-width=\"1\">\n");
-    for (double v = p->x.lo; v <= p->x.hi + p->x.step * 1e-6; v += p->x.step)
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ax_x(&p->x, v), y->top,
-                ax_x(&p->x, v), y->top + y->h);
-    if (y->kind == AX_LOG10) /* minor lines at 2..9 x 10^k */
+    for (int k = 0; k <= p->x.nticks; k++) {
+        double px = ax_x(&p->x, ax_tick(&p->x, k));
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", px, y->top, px, y->top + y->h);
+    }
+    /* Log axes: a major line every `step` powers (at most about 8 of them);
+     * minor lines at 2..9 x 10^k when each decade has a line. Counted in
+     * axis units, so no power is computed that over- or underflows. */
+    double step = 1, first = y->lo;
+    int n_major = y->nticks;
+    if (y->kind != AX_LIN) {
+        step = fmax(1, ceil((y->hi - y->lo) / (y->kind == AX_LOG2 ? 6 : 8)));
+        first = ceil(y->lo / step - 1e-9) * step;
+        n_major = (int)floor((y->hi - first) / step + 1e-9);
+    }
+    if (y->kind == AX_LOG10 && step == 1)
         for (int k = (int)y->lo; k < (int)y->hi; k++)
             for (int m = 2; m <= 9; m++) {
-                double py = ax_y(y, m * pow(10, k));
+                double py = ax_y_units(y, k + log10(m));
                 fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#f1f1f1\"/>\n", ML,
                         py, ML + PW, py);
             }
     fputs("</g>\n", f);
     /* Major y lines and labels. */
-    double first = y->lo, last = y->hi, step = y->kind == AX_LIN ? y->step : 1;
-    if (y->kind == AX_LOG2) { /* powers 2^e with e a multiple of the step */
-        step = fmax(1, ceil((y->hi - y->lo) / 6));
-        first = ceil(y->lo / step) * step;
-    }
-    for (double u = first; u <= last + step * 1e-6; u += step) {
-        double v = y->kind == AX_LOG10 ? pow(10, u) : y->kind == AX_LOG2 ? exp2(u) : u;
-        double py = ax_y(y, v);
+    for (int k = 0; k <= n_major; k++) {
+        double u = y->kind == AX_LIN ? ax_tick(y, k) : first + k * step;
+        double py = ax_y_units(y, u);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#d4d4d4\"/>\n", ML, py,
                 ML + PW, py);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"" C_FRAME "\"/>\n", ML - 5,
@@ -278,7 +374,7 @@ static void panel_frame(plot *p, const axis *y, const char *title, const char *c
         if (y->kind == AX_LOG10)
             decade_label(buf, sizeof buf, (int)lround(u));
         else
-            tick_label(buf, sizeof buf, v, y->step);
+            tick_label(buf, sizeof buf, u, y->step);
         text(f, ML - 8, py + 4, "end", "font-size=\"11\" fill=\"" C_TEXT "\"", buf);
     }
 }
@@ -315,15 +411,17 @@ static void loss_axis(plot *p, axis *y)
         y->hi = ceil(log10(hi));
         return;
     }
-    double pad = (hi - lo) * 0.04;
-    lin_axis(y, lo >= 0 && lo - pad < 0 ? 0 : lo - pad, hi + pad, 6);
+    double pad = (hi / 2 - lo / 2) * 0.08; /* 4% of hi - lo, which may overflow */
+    double plo = fmax(lo - pad, -DBL_MAX), phi = fmin(hi + pad, DBL_MAX);
+    lin_axis(y, lo >= 0 && plo < 0 ? 0 : plo, phi, 6);
 }
 
 static void loss_panel(plot *p)
 {
     FILE *f = p->f;
     const plot_data *d = p->d;
-    axis y;
+    char sb[32];
+    axis y = {0};
     loss_axis(p, &y);
     panel_frame(p, &y, y.kind == AX_LOG10 ? "Training loss (log scale)" : "Training loss", "clip-loss");
     fputs("<g clip-path=\"url(#clip-loss)\" fill=\"none\" stroke-linejoin=\"round\">\n", f);
@@ -355,37 +453,40 @@ static void loss_panel(plot *p)
             ema = a * ema + (1 - a) * u;
             wsum = a * wsum + (1 - a);
             double s = ema / wsum;
-            pl_point(&pl, ax_x(&p->x, d->p[i].step), ax_y(&y, y.kind == AX_LOG10 ? pow(10, s) : s));
+            pl_point(&pl, ax_x(&p->x, d->p[i].step), y.kind == AX_LOG10 ? ax_y_units(&y, s) : ax_y(&y, s));
         }
         pl_flush(&pl);
         fputs("\"/>\n", f);
     }
     if (p->val) {
         fprintf(f, "<path stroke=\"" C_VAL "\" stroke-width=\"1.2\" stroke-dasharray=\"4 3\" d=\"");
-        pl = (polyline){.f = f};
+        pl = (polyline){.f = f, .decimate = (double)p->val > 2 * PW};
         for (int64_t i = 0; i < d->n; i++)
             if (isfinite(d->p[i].val_loss))
                 pl_point(&pl, ax_x(&p->x, d->p[i].step), ax_y(&y, d->p[i].val_loss));
+        pl_flush(&pl);
         fputs("\"/>\n", f);
+        mark_col mc = {NAN};
         for (int64_t i = 0; i < d->n; i++)
-            if (isfinite(d->p[i].val_loss))
+            if (isfinite(d->p[i].val_loss) && mark_once(&mc, ax_x(&p->x, d->p[i].step)))
                 fprintf(f, "<circle class=\"val-dot\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"" C_VAL
-                           "\" stroke=\"white\"><title>step %.0f: val loss %.4g</title></circle>\n",
-                        ax_x(&p->x, d->p[i].step), ax_y(&y, d->p[i].val_loss), d->p[i].step,
+                           "\" stroke=\"white\"><title>step %s: val loss %.4g</title></circle>\n",
+                        ax_x(&p->x, d->p[i].step), ax_y(&y, d->p[i].val_loss), step_str(sb, d->p[i].step),
                         d->p[i].val_loss);
     }
     fputs("</g>\n", f);
+    mark_col skip_col = {NAN}, nan_col = {NAN};
     for (int64_t i = 0; i < d->n; i++) {
         const plot_point *pt = &d->p[i];
         double px = ax_x(&p->x, pt->step);
-        if (pt->skipped)
+        if (pt->skipped && mark_once(&skip_col, px))
             fprintf(f, "<line class=\"skip-tick\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"" C_BAD
-                       "\" stroke-width=\"1.5\"><title>step %.0f: skipped</title></line>\n",
-                    px, y.top + y.h, px, y.top + y.h - 12, pt->step);
-        if (pt->has_loss && !isfinite(pt->loss))
+                       "\" stroke-width=\"1.5\"><title>step %s: skipped</title></line>\n",
+                    px, y.top + y.h, px, y.top + y.h - 12, step_str(sb, pt->step));
+        if (pt->has_loss && !isfinite(pt->loss) && mark_once(&nan_col, px))
             fprintf(f, "<path class=\"nan-mark\" d=\"M%.1f %.1fl7 7m0 -7l-7 7\" stroke=\"" C_BAD
-                       "\" stroke-width=\"2\" fill=\"none\"><title>step %.0f: loss NaN/inf</title></path>\n",
-                    px - 3.5, y.top + 4, pt->step);
+                       "\" stroke-width=\"2\" fill=\"none\"><title>step %s: loss NaN/inf</title></path>\n",
+                    px - 3.5, y.top + 4, step_str(sb, pt->step));
     }
     panel_border(f, &y);
     legend_item it[5];
@@ -402,8 +503,28 @@ static void loss_panel(plot *p)
     legend(f, y.top - 10, it, n);
 }
 
+/* The scale line's changes pending in one pixel column. */
+typedef struct {
+    bool have;
+    double col, x, lo, hi, last;
+} scale_col;
+
+static void sc_flush(FILE *f, scale_col *c)
+{
+    if (!c->have)
+        return;
+    c->have = false;
+    fprintf(f, "H%.1f", c->x);
+    if (c->lo != c->last)
+        fprintf(f, "V%.1f", c->lo);
+    if (c->hi != c->last && c->hi != c->lo)
+        fprintf(f, "V%.1f", c->hi);
+    fprintf(f, "V%.1f", c->last);
+}
+
 static void scale_panel(plot *p)
 {
+    char sb[32];
     FILE *f = p->f;
     const plot_data *d = p->d;
     double lo = INFINITY, hi = -INFINITY;
@@ -423,37 +544,51 @@ static void scale_panel(plot *p)
     fputs("<g clip-path=\"url(#clip-scale)\">\n", f);
     fputs("<path class=\"scale\" fill=\"none\" stroke=\"" C_SCALE "\" stroke-width=\"1.8\" stroke-linecap=\"round\" d=\"", f);
     /* A step line: the scale holds until the step that changes it, so
-     * only changes (and each run's end) need vertices. */
+     * only changes (and each run's end) need vertices. The changes within
+     * one pixel column are drawn as one vertical run over their range, so
+     * a scale that changes at every step still costs a few vertices per
+     * column. */
     bool pen = false;
     double held = NAN, last_x = 0;
+    scale_col c = {.have = false};
     for (int64_t i = 0; i <= d->n; i++) {
         double s = i < d->n ? d->p[i].scale : NAN;
         double px = i < d->n ? ax_x(&p->x, d->p[i].step) : 0;
         if (!isfinite(s)) {
+            sc_flush(f, &c);
             if (pen)
                 fprintf(f, "H%.1f", last_x);
             pen = false;
             continue;
         }
         double py = ax_y(&y, s);
-        if (!pen)
+        if (!pen) {
             fprintf(f, "M%.1f %.1f", px, py);
-        else if (py != held)
-            fprintf(f, "H%.1fV%.1f", px, py);
+        } else if (py != held) {
+            if (c.have && floor(px) == c.col) {
+                c.lo = fmin(c.lo, py);
+                c.hi = fmax(c.hi, py);
+                c.last = py;
+            } else {
+                sc_flush(f, &c);
+                c = (scale_col){.have = true, .col = floor(px), .x = px, .lo = py, .hi = py, .last = py};
+            }
+        }
         pen = true;
         held = py;
         last_x = px;
     }
     fputs("\"/>\n</g>\n", f);
+    mark_col skip_col = {NAN};
     for (int64_t i = 0; i < d->n; i++) {
         const plot_point *pt = &d->p[i];
-        if (!pt->skipped)
-            continue;
         double px = ax_x(&p->x, pt->step);
+        if (!pt->skipped || !mark_once(&skip_col, px))
+            continue;
         if (isfinite(pt->scale))
             fprintf(f, "<circle class=\"skip-dot\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"" C_BAD
-                       "\" stroke=\"white\" stroke-width=\"0.8\"><title>step %.0f: skipped at scale %.9g</title></circle>\n",
-                    px, ax_y(&y, pt->scale), pt->step, pt->scale);
+                       "\" stroke=\"white\" stroke-width=\"0.8\"><title>step %s: skipped at scale %.9g</title></circle>\n",
+                    px, ax_y(&y, pt->scale), step_str(sb, pt->step), pt->scale);
         else
             fprintf(f, "<line class=\"skip-tick\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"" C_BAD
                        "\" stroke-width=\"1.5\"/>\n",
@@ -468,8 +603,8 @@ static void scale_panel(plot *p)
 static void x_labels(plot *p, double bottom)
 {
     char buf[32];
-    for (double v = p->x.lo; v <= p->x.hi + p->x.step * 1e-6; v += p->x.step) {
-        double px = ax_x(&p->x, v);
+    for (int k = 0; k <= p->x.nticks; k++) {
+        double v = ax_tick(&p->x, k), px = ax_x(&p->x, v);
         fprintf(p->f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"" C_FRAME "\"/>\n", px,
                 bottom, px, bottom + 5);
         tick_label(buf, sizeof buf, v, p->x.step);
@@ -482,8 +617,9 @@ static void x_labels(plot *p, double bottom)
 static void summary(plot *p, char *buf, size_t n)
 {
     const plot_data *d = p->d;
-    size_t k = (size_t)snprintf(buf, n, "%lld step%s (%.0f to %.0f)", (long long)d->n, d->n == 1 ? "" : "s",
-                                p->x_lo, p->x_hi);
+    char s_lo[32], s_hi[32];
+    size_t k = (size_t)snprintf(buf, n, "%lld step%s (%s to %s)", (long long)d->n, d->n == 1 ? "" : "s",
+                                step_str(s_lo, p->x_lo), step_str(s_hi, p->x_hi));
     double last = NAN, best = INFINITY, best_step = 0, s0 = NAN, s1 = NAN;
     for (int64_t i = 0; i < d->n; i++) {
         if (isfinite(d->p[i].loss)) {
@@ -500,7 +636,8 @@ static void summary(plot *p, char *buf, size_t n)
         }
     }
     if (k < n && isfinite(last))
-        k += (size_t)snprintf(buf + k, n - k, "  |  last loss %.4g, lowest %.4g at step %.0f", last, best, best_step);
+        k += (size_t)snprintf(buf + k, n - k, "  |  last loss %.4g, lowest %.4g at step %s", last, best,
+                              step_str(s_lo, best_step));
     if (k < n && p->has_scale)
         k += (size_t)snprintf(buf + k, n - k, "  |  scale %.6g to %.6g, %lld skipped (%.2f%%)", s0, s1,
                               (long long)p->skipped, 100.0 * (double)p->skipped / (double)d->n);
@@ -548,12 +685,49 @@ static void draw(plot *p, const char *name)
     fputs("</svg>\n", f);
 }
 
+/* Puts the points in step order, keeping the log's order among equal
+ * steps (a resumed run's log may repeat steps): the drawing then meets
+ * each pixel column once, which is what bounds its size. */
+typedef struct {
+    plot_point p;
+    int64_t i;
+} ranked_point;
+
+static int by_step(const void *a, const void *b)
+{
+    const ranked_point *x = a, *y = b;
+    if (x->p.step != y->p.step)
+        return x->p.step < y->p.step ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+static amp_status sort_by_step(plot_data *d, const char *path)
+{
+    int64_t k = 1;
+    while (k < d->n && d->p[k - 1].step <= d->p[k].step)
+        k++;
+    if (k >= d->n)
+        return AMP_OK;
+    ranked_point *r = malloc(sizeof *r * (size_t)d->n);
+    if (!r)
+        return amp_set_error(AMP_ERR_MEMORY, "plot: %s: out of memory sorting %lld steps", path, (long long)d->n);
+    for (int64_t i = 0; i < d->n; i++)
+        r[i] = (ranked_point){d->p[i], i};
+    qsort(r, (size_t)d->n, sizeof *r, by_step);
+    for (int64_t i = 0; i < d->n; i++)
+        d->p[i] = r[i].p;
+    free(r);
+    return AMP_OK;
+}
+
 amp_status plot_file(const char *log_path, const char *svg_path, plot_summary *sum)
 {
     if (!log_path || !svg_path)
         return amp_set_error(AMP_ERR_ARG, "plot: NULL %s path", !log_path ? "log" : "output");
     plot_data d;
     amp_status st = plot_read(log_path, &d);
+    if (st == AMP_OK && (st = sort_by_step(&d, log_path)) != AMP_OK)
+        plot_data_free(&d);
     if (st != AMP_OK)
         return st;
     FILE *f = fopen(svg_path, "w");
@@ -562,13 +736,18 @@ amp_status plot_file(const char *log_path, const char *svg_path, plot_summary *s
         plot_data_free(&d);
         return st;
     }
+    /* A half-written SVG is removed, but only a regular file: unlinking
+     * /dev/full after its write error would delete the device (as root). */
+    struct stat so;
+    bool regular = fstat(fileno(f), &so) == 0 && S_ISREG(so.st_mode);
     const char *name = strrchr(log_path, '/');
     plot p = {.f = f, .d = &d};
     draw(&p, name ? name + 1 : log_path);
     bool bad = ferror(f) != 0;
     if (fclose(f) != 0 || bad) {
         st = amp_set_error(AMP_ERR_IO, "plot: cannot write %s: %s", svg_path, strerror(errno));
-        unlink(svg_path);
+        if (regular)
+            unlink(svg_path);
     } else if (sum) {
         *sum = (plot_summary){d.n, p.skipped, p.nonfinite, p.val};
     }

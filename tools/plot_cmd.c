@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void plot_usage(FILE *f)
 {
@@ -17,7 +18,8 @@ static void plot_usage(FILE *f)
                "with the skipped steps marked in red.\n\n"
                "options:\n"
                "  -o, --output FILE  the SVG to write (default: LOG with its .jsonl, .json,\n"
-               "                     .ndjson or .log extension replaced by .svg)\n"
+               "                     .ndjson or .log extension replaced by .svg); an existing\n"
+               "                     file is replaced only when it is an SVG\n"
                "  -h, --help         this help\n");
 }
 
@@ -41,6 +43,32 @@ char *default_output(const char *log)
         memcpy(out + n, ".svg", 5);
     }
     return out;
+}
+
+/* The output may be written: not the log itself (under any name), and
+ * never an existing file other than an SVG (a checkpoint given as -o
+ * stays as it was). -1, or the exit code after a message. */
+static int output_check(const char *log, const char *out)
+{
+    struct stat so, sl;
+    if (stat(out, &so) != 0)
+        return -1; /* a new file, or fopen will say why not */
+    if (strcmp(out, log) == 0 || (stat(log, &sl) == 0 && so.st_dev == sl.st_dev && so.st_ino == sl.st_ino)) {
+        fprintf(stderr, "ampc plot: the output %s would overwrite the log\n", out);
+        return 2;
+    }
+    if (!S_ISREG(so.st_mode) || so.st_size == 0)
+        return -1; /* a directory or device: fopen's error, or written through */
+    char head[5] = {0};
+    FILE *f = fopen(out, "rb");
+    size_t got = f ? fread(head, 1, 4, f) : 0;
+    if (f)
+        fclose(f);
+    if (got == 4 && memcmp(head, "<svg", 4) == 0)
+        return -1;
+    fprintf(stderr, "ampc plot: the output %s exists and is not an SVG (it does not start with <svg); it was left "
+                    "untouched: give another -o\n", out);
+    return 1;
 }
 
 int plot_run(int argc, char **argv)
@@ -80,13 +108,13 @@ int plot_run(int argc, char **argv)
         return 1;
     }
     const char *path = out ? out : def;
-    if (strcmp(path, log) == 0) {
-        fprintf(stderr, "ampc plot: the output %s would overwrite the log\n", path);
+    int rc = output_check(log, path);
+    if (rc >= 0) {
         free(def);
-        return 2;
+        return rc;
     }
     plot_summary s;
-    int rc = 0;
+    rc = 0;
     if (plot_file(log, path, &s) != AMP_OK) {
         fprintf(stderr, "ampc %s\n", amp_last_error());
         rc = 1;

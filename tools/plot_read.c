@@ -143,6 +143,8 @@ static bool store(cursor *c, const char *key, vkind k, double v, plot_point *pt,
     if (strcmp(key, "step") == 0) {
         if (!num)
             return fail(c, "\"step\" must be a number");
+        if (!isfinite(v)) /* 1e999: JSON's grammar allows it, no double holds it */
+            return fail(c, "\"step\" is out of range (not a finite double)");
         pt->step = v;
         *has_step = true;
     } else if (strcmp(key, "loss") == 0) {

@@ -216,7 +216,7 @@ static int open_log(const train_opts *o, log_file **lf)
     *lf = NULL;
     if (!o->log)
         return -1;
-    if (!(*lf = log_open(o->log, o->resume != NULL))) {
+    if (!(*lf = log_open(o->log, log_appends(o)))) {
         fprintf(stderr, "ampc: --log: %s\n", amp_last_error());
         return 1;
     }
@@ -458,6 +458,8 @@ int train_main(int argc, char **argv)
     }
     if (rc < 0)
         rc = opts_resolve(&o);
+    if (rc < 0)
+        rc = preflight(&o);
     if (rc >= 0)
         return rc;
     amp_set_num_threads((int)o.threads);
