@@ -12,6 +12,8 @@
  */
 #include "cli.h"
 
+#include "io/checkpoint.h"
+#include "io/file.h"
 #include "io/json.h"
 
 #include <errno.h>
@@ -35,9 +37,11 @@ static int ck_fail(const char *path, const char *fmt, const char *detail)
  * message. */
 static char *read_settings_text(const char *path)
 {
-    FILE *f = fopen(path, "rb");
+    char why[160];
+    int64_t size;
+    FILE *f = file_fopen_read(path, 0, &size, why, sizeof why); /* a FIFO would block */
     if (!f) {
-        ck_fail(path, "cannot open it: %s", strerror(errno));
+        ck_fail(path, "%s", why);
         return NULL;
     }
     unsigned char len8[8];
@@ -94,6 +98,13 @@ int checkpoint_read_settings(const char *dir, train_opts *ck, run_info *ri)
     int rc = settings_from_json(text, path, ck, ri);
     free(text);
     return rc;
+}
+
+void checkpoint_clean(const char *dir)
+{
+    char path[4096];
+    checkpoint_path(path, sizeof path, dir);
+    ckpt_remove_stale_temps(path);
 }
 
 int checkpoint_load_run(const char *dir, trainer *t, bool load_state, bool load_scaler, int64_t *step)

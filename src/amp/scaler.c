@@ -452,12 +452,31 @@ amp_status amp_scaler_state_load(amp_scaler *s, amp_scaler_state st)
     if (st.growth_tracker < 0)
         return amp_set_error(AMP_ERR_ARG, "scaler_state_load: growth tracker %lld is negative",
                              (long long)st.growth_tracker);
+    /* update() grows the scale when the tracker reaches the interval: one
+     * already past it would never grow it again (and count on forever). */
+    if (st.growth_tracker >= st.growth_interval)
+        return amp_set_error(AMP_ERR_ARG,
+                             "scaler_state_load: growth tracker %lld is not below the growth interval %lld",
+                             (long long)st.growth_tracker, (long long)st.growth_interval);
     if (on_cuda(s) && scaler_cuda_to_host(s) != AMP_OK)
         return amp_last_status();
     s->o = o;
     s->tracker = st.growth_tracker;
     if (s->scale_t)
         set_scale(s, (float)st.scale);
+    return on_cuda(s) ? scaler_cuda_from_host(s) : AMP_OK;
+}
+
+amp_status scaler_counts_load(amp_scaler *s, amp_scaler_counts c)
+{
+    if (!s)
+        return amp_set_error(AMP_ERR_ARG, "scaler_counts_load: NULL scaler");
+    if (c.steps < 0 || c.skipped < 0)
+        return amp_set_error(AMP_ERR_ARG, "scaler_counts_load: steps %lld and skipped %lld must be >= 0",
+                             (long long)c.steps, (long long)c.skipped);
+    if (on_cuda(s) && scaler_cuda_to_host(s) != AMP_OK)
+        return amp_last_status();
+    s->counts = c;
     return on_cuda(s) ? scaler_cuda_from_host(s) : AMP_OK;
 }
 
