@@ -259,6 +259,9 @@ static void test_out_of_range_metadata_names_field_value_and_range(void)
         {"optim.total_steps", "-1", "\"optim.total_steps\" is -1, outside [0, 9007199254740992]"},
         {"optim.lr", "-0.5", "\"optim.lr\" is -0.5, it must be >= 0"},
         {"scaler.growth_interval", "0", "\"scaler.growth_interval\" is 0, outside [1, 9007199254740992]"},
+        /* the scale is an f32: 1e300 would be inf, every step skipped */
+        {"scaler.scale", "1e300", "bad scaler state (scaler: init_scale must be positive and finite as an f32"},
+        {"scaler.scale", "1e-50", "bad scaler state (scaler: init_scale must be positive and finite as an f32"},
         /* the tracker reaching the interval would never grow the scale */
         {"scaler.growth_tracker", "2", "\"scaler.growth_tracker\" is 2, outside [0, 1]"},
         {"scaler.growth_tracker", "9223372036854775807", "\"scaler.growth_tracker\" is 9223372036854775807"},
