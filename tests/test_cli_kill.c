@@ -10,12 +10,14 @@
  *     byte (every tensor and the metadata, the scaler's counters too);
  *   - no "<checkpoint>.tmp.<pid>" is left after the next save.
  *
- * Mid-save kills: every other killed run gets AMPC_TEST_SAVE_DELAY_MS,
+ * Mid-save kills: two killed runs in three get AMPC_TEST_SAVE_DELAY_MS,
  * which pauses each save after its header is written, so that most of
- * its kills land between a save's first byte and its rename (the others'
- * land mostly between saves); a kill is counted as mid-save when it
- * leaves a temporary behind (measured, and required to be at least a
- * fifth of the kills: about half land there).
+ * their kills land between a save's first byte and its rename; one of
+ * those two waits, after its random time, for the next save in progress
+ * (a temporary in DIR) and kills it there. The third run, without the
+ * delay, is killed mostly between saves. A kill is counted as mid-save
+ * when it leaves a temporary behind (measured, and required to be at
+ * least a fifth of the kills: about half land there).
  *
  * The kill times are uniform over a run's measured length, drawn from a
  * seed printed at the start: AMPC_KILL_SEED=S replays a sequence (the
@@ -175,15 +177,21 @@ static void test_killed_runs_resume_to_the_straight_result(void)
         snprintf(dir, sizeof dir, "%s/k%d", cli_tmp, attempt);
         snprintf(log, sizeof log, "%s/k%d.jsonl", cli_tmp, attempt);
         snprintf(file, sizeof file, "%s/" CHECKPOINT_FILE, dir);
-        int delay = attempt % 2; /* without it the kills land mostly between saves */
+        /* Kinds of kill, in turn: at a random time without the save delay
+         * (mostly between saves), with it (mostly mid-save), and with it
+         * at the first save in progress after a random time (mid-save
+         * whatever the machine's speed). */
+        int kind = attempt % 3, delay = kind > 0;
         double at = 0.9 * len[delay] * (double)(next(&seed) >> 11) * 0x1p-53; /* later runs start warmer */
         p = start(dir, log, delay);
         double t_start = now();
-        while (now() - t_start < at) {
+        bool ended = false;
+        while (!ended && (now() - t_start < at || (kind == 2 && temporaries(dir) == 0))) {
             struct timespec nap = {0, 200000}; /* 0.2 ms */
             nanosleep(&nap, NULL);
+            ended = now() - t_start >= at && waitpid(p, &st, WNOHANG) == p;
         }
-        if (waitpid(p, &st, WNOHANG) == p) { /* it finished first: no kill, and runs are shorter now */
+        if (ended || waitpid(p, &st, WNOHANG) == p) { /* it finished first: no kill, and runs are shorter now */
             missed++;
             len[delay] *= 0.8;
             continue;
