@@ -251,6 +251,10 @@ void checkpoint_path(char *buf, size_t n, const char *dir);
 /* Reads the settings a checkpoint holds (without building a model);
  * -1, or 1 after a message naming the file. */
 int checkpoint_read_settings(const char *dir, train_opts *ck, run_info *ri);
+/* Checks that the checkpoint in DIR can hold the parameters of the model
+ * o and ri describe (before building it: damaged settings could ask for
+ * terabytes); -1, or 1 after a message naming the file. */
+int checkpoint_check_size(const char *dir, const train_opts *o, const run_info *ri);
 /* Removes the temporaries that saves into DIR killed before their rename
  * left (those of dead processes; a resumed run calls it). */
 void checkpoint_clean(const char *dir);

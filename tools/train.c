@@ -382,7 +382,8 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
     char where[4096] = "";
     if (o->resume)
         checkpoint_path(where, sizeof where, o->resume);
-    if (saved && (rc = data_check(&ri, saved, o, where)) >= 0) {
+    if (saved && ((rc = data_check(&ri, saved, o, where)) >= 0 ||
+                  (rc = checkpoint_check_size(o->resume, o, &ri)) >= 0)) {
         data_close(&rd);
         return rc;
     }

@@ -378,8 +378,9 @@ static amp_status check_optim(const ckpt *c, const amp_optim *o, plan *pl)
     int nk = ckpt_optim_keys(o, keys);
     for (int i = 0; i < o->n; i++) {
         if (pl->steps[i] < 0 || pl->steps[i] > CKPT_MAX_COUNT)
-            return ck_fail(c, AMP_ERR_FORMAT, "tensor 'optim.steps' element %d is %" PRId64 ", outside [0, %" PRId64 "]",
-                           i, pl->steps[i], CKPT_MAX_COUNT);
+            return ck_fail(c, AMP_ERR_FORMAT,
+                           "tensor 'optim.steps' element %d is %" PRId64 ", outside [0, %" PRId64 "]", i,
+                           pl->steps[i], CKPT_MAX_COUNT);
         for (int k = 0; k < nk && pl->steps[i] > 0; k++) {
             char name[48], a[CKPT_SHAPE_TEXT], b[CKPT_SHAPE_TEXT];
             snprintf(name, sizeof name, "optim.%d.%s", i, keys[k]);
