@@ -218,8 +218,9 @@ int settings_from_json(const char *text, const char *where, train_opts *ck, run_
     static const struct {
         const char *key;
         int64_t hi;
-    } keys[] = {{"features", UINT32_MAX}, {"channels", 1},   {"height", UINT32_MAX},        {"width", UINT32_MAX},
-                {"classes", UINT32_MAX},  {"vocab", 256},    {"sched_step", CLI_MAX_STEPS}, {"skipped", CLI_MAX_STEPS}};
+    } keys[] = {{"features", UINT32_MAX}, {"channels", 1}, {"height", UINT32_MAX},
+                {"width", UINT32_MAX},    {"classes", UINT32_MAX}, {"vocab", 256},
+                {"sched_step", CLI_MAX_STEPS}, {"skipped", CLI_MAX_STEPS}};
     int64_t *fields[] = {&ri->features, &ri->channels, &ri->height, &ri->width,
                          &ri->classes,  &ri->vocab,    &ri->sched_step, &ri->skipped};
     for (int i = 0; i < 8 && rc < 0; i++)
