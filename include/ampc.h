@@ -559,7 +559,7 @@ void amp_set_warning_handler(amp_warning_fn fn, void *user);
 typedef struct amp_scaler amp_scaler;
 
 typedef struct {
-    double init_scale;       /* 65536 = 2^16 */
+    double init_scale;       /* 65536 = 2^16; positive and finite as an f32 */
     double growth_factor;    /* 2.0; must be > 1 when enabled */
     double backoff_factor;   /* 0.5; must be < 1 when enabled */
     int64_t growth_interval; /* 2000 */
@@ -585,7 +585,8 @@ amp_status amp_scaler_unscale(amp_scaler *s, amp_optim *o);
 amp_status amp_scaler_step(amp_scaler *s, amp_optim *o, bool *skipped);
 /* Backs off or grows the scale from this iteration's records. */
 amp_status amp_scaler_update(amp_scaler *s);
-/* Sets the scale to new_scale; the growth tracker is kept. */
+/* Sets the scale to new_scale (positive and finite as an f32); the growth
+ * tracker is kept. */
 amp_status amp_scaler_update_to(amp_scaler *s, double new_scale);
 
 /* On CUDA the scale and the scaler's state live on the device (scale()
@@ -604,7 +605,8 @@ void amp_scaler_set_growth_interval(amp_scaler *s, int64_t n);
 bool amp_scaler_is_enabled(const amp_scaler *s);
 
 /* state_dict / load_state_dict. valid=false is the empty state of a
- * disabled scaler. */
+ * disabled scaler. Load checks the state as amp_scaler_new checks its
+ * options, and the growth tracker in [0, growth_interval). */
 typedef struct {
     bool valid;
     double scale, growth_factor, backoff_factor;
