@@ -559,7 +559,7 @@ void amp_set_warning_handler(amp_warning_fn fn, void *user);
 typedef struct amp_scaler amp_scaler;
 
 typedef struct {
-    double init_scale;       /* 65536 = 2^16 */
+    double init_scale;       /* 65536 = 2^16; positive and finite as an f32 */
     double growth_factor;    /* 2.0; must be > 1 when enabled */
     double backoff_factor;   /* 0.5; must be < 1 when enabled */
     int64_t growth_interval; /* 2000 */
@@ -585,7 +585,8 @@ amp_status amp_scaler_unscale(amp_scaler *s, amp_optim *o);
 amp_status amp_scaler_step(amp_scaler *s, amp_optim *o, bool *skipped);
 /* Backs off or grows the scale from this iteration's records. */
 amp_status amp_scaler_update(amp_scaler *s);
-/* Sets the scale to new_scale; the growth tracker is kept. */
+/* Sets the scale to new_scale (positive and finite as an f32); the growth
+ * tracker is kept. */
 amp_status amp_scaler_update_to(amp_scaler *s, double new_scale);
 
 /* On CUDA the scale and the scaler's state live on the device (scale()
@@ -604,7 +605,8 @@ void amp_scaler_set_growth_interval(amp_scaler *s, int64_t n);
 bool amp_scaler_is_enabled(const amp_scaler *s);
 
 /* state_dict / load_state_dict. valid=false is the empty state of a
- * disabled scaler. */
+ * disabled scaler. Load checks the state as amp_scaler_new checks its
+ * options, and the growth tracker in [0, growth_interval). */
 typedef struct {
     bool valid;
     double scale, growth_factor, backoff_factor;
@@ -660,7 +662,8 @@ amp_module *amp_model_gpt(amp_gpt_config c);
 
 /* Reads an IDX file (optionally gzip-compressed) into a tensor of dt; the
  * caller owns it (amp_tensor_free). Pixel bytes keep their 0..255 values.
- * Errors name the file and what is wrong: AMP_ERR_IO (missing, unreadable),
+ * Errors name the file and what is wrong: AMP_ERR_IO (missing, unreadable,
+ * not a regular file: a FIFO or a device is refused without blocking),
  * AMP_ERR_FORMAT (bad magic or type, truncated, trailing bytes). */
 amp_tensor *amp_idx_load(const char *path, amp_dtype dt);
 
@@ -670,22 +673,28 @@ amp_tensor *amp_idx_load(const char *path, amp_dtype dt);
  * step counts), the scaler's state, the step, the global RNG state and the
  * run's settings (a JSON string in the header's __metadata__). Written to a
  * temporary file, fsynced and renamed into place: a crash never leaves a
- * half-written checkpoint under path. Any pointer but path and m may be
- * NULL to leave that part out. */
+ * half-written checkpoint under path. The temporaries "<path>.tmp.<pid>"
+ * that killed saves left are removed first (those of pids that are not
+ * live processes). Any pointer but path and m may be NULL to leave that
+ * part out. */
 amp_status amp_checkpoint_save(const char *path, const amp_module *m, const amp_optim *o,
                                const amp_scaler *s, int64_t step, const char *settings_json);
 /* Loads what amp_checkpoint_save wrote into an already-built model (and
- * optimizer / scaler, when given), restores the global RNG state, and
- * returns the step and (malloc'd, caller frees) the settings. A corrupt,
- * truncated or mismatching file is an error naming the file and the
- * problem, and then nothing has been changed. */
+ * optimizer / scaler with its step counters, when given), restores the
+ * global RNG state, and returns the step and (malloc'd, caller frees) the
+ * settings. A corrupt, truncated or mismatching file, a number out of its
+ * range (a negative step, a counter above 2^53), an inf / NaN weight or
+ * optimizer buffer, or a path that is not a regular file is an error
+ * naming the file and the problem, and then nothing has been changed. */
 amp_status amp_checkpoint_load(const char *path, amp_module *m, amp_optim *o, amp_scaler *s,
                                int64_t *step, char **settings_json);
 
 /* A character-level text corpus: the bytes of a file, with a vocabulary of
  * the distinct bytes present (sorted). */
 typedef struct amp_text amp_text;
-/* Reads path; errors name the file (missing, empty, unreadable). */
+/* Reads path (a regular file, or a directory of them); errors name the
+ * file (missing, empty, unreadable, not a regular file, larger than
+ * memory). */
 amp_text *amp_text_load(const char *path);
 int64_t amp_text_vocab(const amp_text *t);
 int64_t amp_text_length(const amp_text *t);

@@ -2,12 +2,15 @@
  * test_idx.c - amp_idx_load: IDX files written here (plain and gzip, into
  * a fresh directory under /tmp) are read back with the right shape, dtype
  * and values; each kind of broken file gives an error naming the file and
- * the problem; the real Fashion-MNIST files, when installed, have their
+ * the problem, a FIFO or a device is refused without blocking; the real
+ * Fashion-MNIST files, when installed, have their
  * published shapes.
  */
 #include "harness.h"
 
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -207,6 +210,42 @@ static void test_directory_is_io_error(void)
     CHECK_ERROR(AMP_ERR_IO, "directory");
 }
 
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "FAIL: idx_load blocked (on a FIFO?) for 10 s\n";
+    if (write(2, msg, sizeof msg - 1) < 0) {
+    }
+    _exit(1);
+}
+
+/* A FIFO used to block the open forever, /dev/zero to read until memory
+ * ran out (issue 11): only regular files are read. */
+static void test_fifo_and_devices_are_io_errors_at_once(void)
+{
+    char *fifo = made[n_made++];
+    snprintf(fifo, sizeof made[0], "%s/fifo-images-idx3-ubyte", tmpdir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    signal(SIGALRM, on_alarm);
+    alarm(10);
+    CHECK(amp_idx_load(fifo, AMP_F32) == NULL);
+    CHECK_ERROR(AMP_ERR_IO, "not a regular file (a FIFO)");
+    CHECK(amp_idx_load("/dev/zero", AMP_F32) == NULL);
+    CHECK_ERROR(AMP_ERR_IO, "/dev/zero: not a regular file (a character device)");
+    alarm(0);
+}
+
+/* A gzip file holds at most 1032 times its size (deflate's limit): a
+ * header announcing more is refused before the tensor is allocated. */
+static void test_gzip_announcing_more_than_it_can_hold_is_refused(void)
+{
+    unsigned char c[4 + 2 * 4] = {0, 0, 0x08, 2};
+    put_be32(c + 4, 1u << 20);
+    put_be32(c + 8, 1u << 20);
+    CHECK(amp_idx_load(write_file("bomb.idx.gz", c, sizeof c, true), AMP_F32) == NULL);
+    CHECK_ERROR(AMP_ERR_FORMAT, "the header announces 1099511627776 bytes of data, more than");
+}
+
 static void test_truncated_header_is_format_error(void)
 {
     const char *p = write_file("short.idx", u8_2x3, 3, false);
@@ -379,6 +418,8 @@ int main(void)
     RUN(test_empty_dim_gives_empty_tensor);
     RUN(test_missing_file_is_io_error_naming_it);
     RUN(test_directory_is_io_error);
+    RUN(test_fifo_and_devices_are_io_errors_at_once);
+    RUN(test_gzip_announcing_more_than_it_can_hold_is_refused);
     RUN(test_truncated_header_is_format_error);
     RUN(test_truncated_data_says_expected_and_got);
     RUN(test_cut_gzip_stream_is_format_error);

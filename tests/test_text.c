@@ -4,11 +4,13 @@
  * vocabulary; batches hold windows of the text with next-byte targets,
  * from the right split only, the same for the same seed; a directory
  * loads as its text files concatenated in name order; each broken input
- * gives an error naming the file or the shapes; the fortunes corpus, when
+ * gives an error naming the file or the shapes (a FIFO or a device one
+ * at once, without blocking); the fortunes corpus, when
  * installed, loads.
  */
 #include "harness.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -286,6 +288,40 @@ static void test_missing_and_empty_inputs_name_the_file(void)
     CHECK_ERROR(AMP_ERR_ARG, "NULL path");
 }
 
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "FAIL: text_load blocked (on a FIFO?) for 10 s\n";
+    if (write(2, msg, sizeof msg - 1) < 0) {
+    }
+    _exit(1);
+}
+
+/* --data /dev/zero used to read until memory ran out, a FIFO to block
+ * forever (issue 11): regular files only, in a directory too. */
+static void test_fifo_and_devices_are_io_errors_at_once(void)
+{
+    char *fifo = made[n_made++];
+    snprintf(fifo, sizeof made[0], "%s/fifo.txt", tmpdir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    signal(SIGALRM, on_alarm);
+    alarm(10);
+    CHECK(amp_text_load(fifo) == NULL);
+    CHECK_ERROR(AMP_ERR_IO, "not a regular file (a FIFO)");
+    CHECK(amp_text_load("/dev/zero") == NULL);
+    CHECK_ERROR(AMP_ERR_IO, "/dev/zero: not a regular file (a character device)");
+    /* In a directory a FIFO is not a text file: left out. */
+    const char *d = make_dir("with-fifo");
+    char *f2 = made[n_made++];
+    snprintf(f2, sizeof made[0], "%s/with-fifo/a-fifo", tmpdir);
+    CHECK(mkfifo(f2, 0600) == 0);
+    write_file("with-fifo/b.txt", "hello", 5);
+    amp_text *t = amp_text_load(d);
+    CHECK(t != NULL && amp_text_length(t) == 5);
+    amp_text_free(t);
+    alarm(0);
+}
+
 static void test_bad_x_y_name_the_shapes_and_dtypes(void)
 {
     amp_text *t = amp_text_load(perm_path);
@@ -363,6 +399,7 @@ int main(void)
     RUN(test_split_sizes_are_nine_tenths_rounded_down);
     RUN(test_directory_concatenates_text_files_in_name_order);
     RUN(test_missing_and_empty_inputs_name_the_file);
+    RUN(test_fifo_and_devices_are_io_errors_at_once);
     RUN(test_bad_x_y_name_the_shapes_and_dtypes);
     RUN(test_fortunes_corpus_loads);
     /* Files first, then directories, deepest last-made first. */

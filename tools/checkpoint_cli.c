@@ -12,6 +12,8 @@
  */
 #include "cli.h"
 
+#include "io/checkpoint.h"
+#include "io/file.h"
 #include "io/json.h"
 
 #include <errno.h>
@@ -35,9 +37,11 @@ static int ck_fail(const char *path, const char *fmt, const char *detail)
  * message. */
 static char *read_settings_text(const char *path)
 {
-    FILE *f = fopen(path, "rb");
+    char why[160];
+    int64_t size;
+    FILE *f = file_fopen_read(path, 0, &size, why, sizeof why); /* a FIFO would block */
     if (!f) {
-        ck_fail(path, "cannot open it: %s", strerror(errno));
+        ck_fail(path, "%s", why);
         return NULL;
     }
     unsigned char len8[8];
@@ -94,6 +98,50 @@ int checkpoint_read_settings(const char *dir, train_opts *ck, run_info *ri)
     int rc = settings_from_json(text, path, ck, ri);
     free(text);
     return rc;
+}
+
+/* A lower bound on the parameters of o's model for ri: its weight
+ * matrices alone (build.c and the library's models), in a double so that
+ * no product overflows. */
+static double min_params(const train_opts *o, const run_info *ri)
+{
+    double n = 0;
+    if (strcmp(o->model, "mlp") == 0) {
+        double in = (double)ri->features;
+        for (int i = 0; i < o->n_hidden; i++) {
+            n += in * (double)o->hidden[i];
+            in = (double)o->hidden[i];
+        }
+        return n + in * (double)ri->classes;
+    }
+    if (strcmp(o->model, "cnn") == 0) /* conv 3x3 ->32, ->64, linear 64*(h/4)*(w/4) -> 128 -> classes */
+        return (double)ri->channels * 32 * 9 + 32.0 * 64 * 9 +
+               64.0 * (double)(ri->height / 4) * (double)(ri->width / 4) * 128 + 128.0 * (double)ri->classes;
+    double w = (double)o->width; /* embeddings; per block q, k, v, proj and the MLP's two */
+    return ((double)ri->vocab + (double)o->context) * w +
+           (double)o->layers * (4 * w * w + 2 * w * (double)o->mlp_width);
+}
+
+int checkpoint_check_size(const char *dir, const train_opts *o, const run_info *ri)
+{
+    char path[4096];
+    checkpoint_path(path, sizeof path, dir);
+    struct stat sb;
+    double need = 4 * min_params(o, ri); /* f32 parameters */
+    if (stat(path, &sb) != 0 || need <= (double)sb.st_size)
+        return -1; /* (a missing file is the load's to report) */
+    fprintf(stderr,
+            "ampc: checkpoint %s: its settings describe a model of at least %.0f parameters (%.0f bytes), more "
+            "than the file's %lld bytes can hold (damaged settings?)\n",
+            path, need / 4, need, (long long)sb.st_size);
+    return 1;
+}
+
+void checkpoint_clean(const char *dir)
+{
+    char path[4096];
+    checkpoint_path(path, sizeof path, dir);
+    ckpt_remove_stale_temps(path);
 }
 
 int checkpoint_load_run(const char *dir, trainer *t, bool load_state, bool load_scaler, int64_t *step)

@@ -31,6 +31,11 @@
 
 #define CLI_MAX_HIDDEN 16
 #define CLI_MAX_OPTS 64
+/* The most optimizer steps a run takes (--steps, --stop-at, --save-every,
+ * the total that --epochs makes, the step a checkpoint resumes from):
+ * below 2^40, so with --accum <= 2^16 the micro-batch index step * accum
+ * + j stays below 2^56, far from INT64_MAX. */
+#define CLI_MAX_STEPS INT64_C(1000000000000)
 #define EXIT_USAGE 2
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
@@ -249,6 +254,13 @@ void checkpoint_path(char *buf, size_t n, const char *dir);
 /* Reads the settings a checkpoint holds (without building a model);
  * -1, or 1 after a message naming the file. */
 int checkpoint_read_settings(const char *dir, train_opts *ck, run_info *ri);
+/* Checks that the checkpoint in DIR can hold the parameters of the model
+ * o and ri describe (before building it: damaged settings could ask for
+ * terabytes); -1, or 1 after a message naming the file. */
+int checkpoint_check_size(const char *dir, const train_opts *o, const run_info *ri);
+/* Removes the temporaries that saves into DIR killed before their rename
+ * left (those of dead processes; a resumed run calls it). */
+void checkpoint_clean(const char *dir);
 /* Loads the checkpoint into t (optimizer and scaler too when load_state);
  * *step gets its step. -1 or 1 (message printed). */
 int checkpoint_load_run(const char *dir, trainer *t, bool load_state, bool load_scaler, int64_t *step);

@@ -157,7 +157,9 @@ int eval_run(int argc, char **argv)
         return rc;
     trainer t = {0};
     int64_t step = 0;
-    if ((rc = data_check(&ri, &saved, &o, where)) < 0 && !trainer_build(&t, &o, &saved, 1))
+    if ((rc = data_check(&ri, &saved, &o, where)) < 0)
+        rc = checkpoint_check_size(o.resume, &o, &saved);
+    if (rc < 0 && !trainer_build(&t, &o, &saved, 1))
         rc = 1;
     if (rc < 0)
         rc = checkpoint_load_run(o.resume, &t, false, false, &step);

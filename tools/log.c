@@ -8,6 +8,7 @@
 #include "log.h"
 
 #include "base/base.h"
+#include "io/file.h"
 
 #include <errno.h>
 #include <math.h>
@@ -40,9 +41,10 @@ log_file *log_open(const char *path, bool append)
         free(copy);
         return amp_fail_null(AMP_ERR_MEMORY, "log: %s: out of memory", path);
     }
-    l->f = fopen(path, append ? "a" : "w");
+    char why[160];
+    l->f = file_fopen_write(path, append, why, sizeof why); /* a FIFO would block */
     if (!l->f) {
-        amp_set_error(AMP_ERR_IO, "log: cannot create %s: %s", path, strerror(errno));
+        amp_set_error(AMP_ERR_IO, "log: %s: %s", path, why);
         free(copy);
         free(l);
         return NULL;

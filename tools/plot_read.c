@@ -13,6 +13,7 @@
 #include "plot.h"
 
 #include "base/base.h"
+#include "io/file.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -247,9 +248,11 @@ static amp_status push(plot_data *d, const plot_point *pt, const char *path)
 amp_status plot_read(const char *path, plot_data *d)
 {
     *d = (plot_data){0};
-    FILE *f = fopen(path, "r");
+    char why[160];
+    int64_t size;
+    FILE *f = file_fopen_read(path, 0, &size, why, sizeof why); /* a FIFO would block */
     if (!f)
-        return amp_set_error(AMP_ERR_IO, "plot: cannot open %s: %s", path, strerror(errno));
+        return amp_set_error(AMP_ERR_IO, "plot: %s: %s", path, why);
     char *line = NULL;
     size_t cap = 0;
     long lineno = 0;

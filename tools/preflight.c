@@ -116,7 +116,8 @@ int log_target_check(const train_opts *o)
     if (S_ISCHR(st.st_mode)) /* /dev/null, /dev/stdout: written to, never read */
         return -1;
     if (!S_ISREG(st.st_mode)) {
-        fprintf(stderr, "ampc train: --log %s: is not a regular file; give a file name\n", o->log);
+        fprintf(stderr, "ampc train: --log %s: not a regular file (%s); give a file name\n", o->log,
+                S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a block device");
         return 1;
     }
     if (st.st_size == 0)

@@ -56,7 +56,7 @@ void progress_step(progress *p, int64_t step, double loss, const trainer *t, int
     double tn = now_s(), done = (double)(step - p->first);
     eta(left, sizeof left, (tn - p->t_start) / done * (double)(p->total - step));
     if ((step - p->first) % p->every == 0 || step == p->total) {
-        double rate = (double)(p->steps_window * p->per_step) / (tn - p->t_window);
+        double rate = (double)p->steps_window * (double)p->per_step / (tn - p->t_window); /* up to 1e12 x 2^52 */
         printf("%sstep %lld/%lld loss %.4f lr %.3g%s %.0f %s/s %.1f s, eta %s\n", p->live ? "\r\033[K" : "",
                (long long)step, (long long)p->total, p->loss_sum / (double)p->loss_n,
                amp_optim_get_lr(t->opt), scale, rate, p->unit, tn - p->t_start, left);

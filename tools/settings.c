@@ -21,6 +21,7 @@
 
 #include "io/json.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -172,17 +173,24 @@ static int set_from_json(const opt_def *d, const json_value *v, train_opts *ck, 
     return opts_set(d, owned, ck, who) >= 0 ? 1 : -1;
 }
 
-static bool get_i64(const json_value *run, const char *key, int64_t *out)
+/* run.<key>: a whole number in [lo, hi]; -1, or 1 after a message naming
+ * the file, the field, the value and the range. */
+static int get_run_value(const json_value *run, const char *key, int64_t lo, int64_t hi, int64_t *out,
+                         const char *where)
 {
     const json_value *v = json_get(run, key);
     if (!v || v->type != JSON_NUMBER)
-        return false;
+        return bad_settings(where, "a missing or non-number run value", key);
     char *end;
+    errno = 0;
     long long x = strtoll(v->str, &end, 10);
-    if (*end || x < 0)
-        return false;
+    if (*end || errno == ERANGE || x < lo || x > hi) {
+        fprintf(stderr, "ampc: %s: the saved run value \"%s\" is %s, outside [%" PRId64 ", %" PRId64 "]\n", where, key,
+                v->str, lo, hi);
+        return 1;
+    }
     *out = x;
-    return true;
+    return -1;
 }
 
 int settings_from_json(const char *text, const char *where, train_opts *ck, run_info *ri)
@@ -205,13 +213,24 @@ int settings_from_json(const char *text, const char *where, train_opts *ck, run_
         else
             rc = set_from_json(d, &s->items[i], ck, where);
     }
-    static const char *keys[] = {"features", "channels", "height", "width", "classes", "vocab", "sched_step",
-                                 "skipped"};
+    /* Ranges: an IDX dimension is a u32; a byte-level vocabulary has at
+     * most 256 tokens; a run takes at most CLI_MAX_STEPS steps. */
+    static const struct {
+        const char *key;
+        int64_t hi;
+    } keys[] = {{"features", UINT32_MAX}, {"channels", 1}, {"height", UINT32_MAX},
+                {"width", UINT32_MAX},    {"classes", UINT32_MAX}, {"vocab", 256},
+                {"sched_step", CLI_MAX_STEPS}, {"skipped", CLI_MAX_STEPS}};
     int64_t *fields[] = {&ri->features, &ri->channels, &ri->height, &ri->width,
                          &ri->classes,  &ri->vocab,    &ri->sched_step, &ri->skipped};
     for (int i = 0; i < 8 && rc < 0; i++)
-        if (!get_i64(run, keys[i], fields[i]))
-            rc = bad_settings(where, "a missing or negative run value", keys[i]);
+        rc = get_run_value(run, keys[i].key, 0, keys[i].hi, fields[i], where);
+    int64_t hw;
+    if (rc < 0 && (__builtin_mul_overflow(ri->height, ri->width, &hw) || hw != ri->features)) {
+        fprintf(stderr, "ampc: %s: the saved run values disagree: features %" PRId64 " is not height %" PRId64
+                        " x width %" PRId64 "\n", where, ri->features, ri->height, ri->width);
+        rc = 1;
+    }
 out:
     json_free(doc);
     return rc;

@@ -235,7 +235,7 @@ static bool progress_due(const progress *p, int64_t step)
 static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_file *lf)
 {
     const train_opts *o = r->o;
-    int64_t per_step = o->batch * o->accum * (r->rd->gpt ? o->context : 1);
+    int64_t per_step = o->batch * o->accum * (r->rd->gpt ? o->context : 1); /* < 2^20 * 2^16 * 2^16 */
     progress pg;
     progress_begin(&pg, o, first, total, per_step, r->rd->gpt);
     r->read_each = !r->cuda || lf != NULL;
@@ -382,14 +382,24 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
     char where[4096] = "";
     if (o->resume)
         checkpoint_path(where, sizeof where, o->resume);
-    if (saved && (rc = data_check(&ri, saved, o, where)) >= 0) {
+    if (saved && ((rc = data_check(&ri, saved, o, where)) >= 0 ||
+                  (rc = checkpoint_check_size(o->resume, o, &ri)) >= 0)) {
         data_close(&rd);
         return rc;
     }
     double t_loaded = now_s();
 
     run r = {.o = o, .rd = &rd, .ri = &ri, .nb = data_epoch_batches(&rd, o), .cuda = strcmp(o->device, "cuda") == 0};
-    int64_t total = o->steps > 0 ? o->steps : o->epochs * r.nb / o->accum;
+    int64_t total = o->steps;
+    if (total <= 0) { /* epochs * nb / accum: at most 1e6 * 2^32 (a u32 IDX dimension), checked anyway */
+        if (__builtin_mul_overflow(o->epochs, r.nb, &total) || total / o->accum > CLI_MAX_STEPS) {
+            fprintf(stderr, "ampc: --epochs %lld of %lld micro-batches, %lld per step, is more than %lld steps\n",
+                    (long long)o->epochs, (long long)r.nb, (long long)o->accum, (long long)CLI_MAX_STEPS);
+            data_close(&rd);
+            return EXIT_USAGE;
+        }
+        total /= o->accum;
+    }
     if (total < 1)
         total = 1;
     trainer t;
@@ -406,6 +416,14 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
         rc = checkpoint_load_run(o->resume, &t, true, had && amp_scaler_is_enabled(t.scaler), &first);
         ri.sched_step = saved->sched_step;
         ri.skipped = saved->skipped;
+        /* Each step is taken or skipped: the counts add up to the step (and
+         * so it is at most 2 * CLI_MAX_STEPS, the settings' bounds). */
+        if (rc < 0 && ri.sched_step + ri.skipped != first) {
+            fprintf(stderr, "ampc: %s: the saved run values sched_step %lld + skipped %lld are not the step %lld "
+                            "it was saved at (a damaged checkpoint?)\n",
+                    where, (long long)ri.sched_step, (long long)ri.skipped, (long long)first);
+            rc = 1;
+        }
     }
     log_file *lf = NULL;
     if (rc < 0)
@@ -451,6 +469,8 @@ int train_main(int argc, char **argv)
         char where[4096];
         checkpoint_path(where, sizeof where, o.resume);
         rc = checkpoint_read_settings(o.resume, &ck, &saved);
+        if (rc < 0)
+            checkpoint_clean(o.resume);
         if (rc < 0)
             rc = settings_merge(&o, &ck, where);
         if (!o.save)

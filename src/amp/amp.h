@@ -1,8 +1,8 @@
 /*
  * amp.h - autocast's hook into op_apply.
  *
- * Defines: autocast_inputs (cast an op's inputs per its category) and the
- * warning channel.
+ * Defines: autocast_inputs (cast an op's inputs per its category), the
+ * warning channel, and scaler_counts_load (for the checkpoint reader).
  */
 #ifndef AMPC_AMP_H
 #define AMPC_AMP_H
@@ -17,5 +17,9 @@ amp_status autocast_inputs(int op, amp_tensor *const *in, int n, amp_tensor **ou
 
 /* Sends msg to the warning handler. */
 void amp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Sets the scaler's steps / skipped counters (amp_scaler_get_counts), as a
+ * checkpoint saved them, so a resumed run counts on from there. */
+amp_status scaler_counts_load(amp_scaler *s, amp_scaler_counts c);
 
 #endif

@@ -44,8 +44,10 @@ static amp_status check_opts(const amp_scaler_opts *o)
     if (!(o->backoff_factor > 0.0))
         return amp_set_error(AMP_ERR_ARG, "scaler: the backoff factor must be > 0 (got %g)",
                              o->backoff_factor);
-    if (!(o->init_scale > 0.0) || !isfinite(o->init_scale))
-        return amp_set_error(AMP_ERR_ARG, "scaler: init_scale must be positive and finite (got %g)",
+    /* The scale is kept as an f32: 1e300 would become inf (every step
+     * skipped, forever), 1e-50 zero (every gradient zero). */
+    if (!((float)o->init_scale > 0.0f) || !isfinite((float)o->init_scale))
+        return amp_set_error(AMP_ERR_ARG, "scaler: init_scale must be positive and finite as an f32 (got %g)",
                              o->init_scale);
     if (o->growth_interval < 1)
         return amp_set_error(AMP_ERR_ARG, "scaler: growth_interval must be >= 1 (got %lld)",
@@ -368,8 +370,8 @@ amp_status amp_scaler_update_to(amp_scaler *s, double new_scale)
         return AMP_OK;
     if (check_started(s, "update") != AMP_OK)
         return AMP_ERR_STATE;
-    if (!(new_scale > 0) || !isfinite(new_scale))
-        return amp_set_error(AMP_ERR_ARG, "scaler_update: new_scale %g must be positive and finite",
+    if (!((float)new_scale > 0) || !isfinite((float)new_scale))
+        return amp_set_error(AMP_ERR_ARG, "scaler_update: new_scale %g must be positive and finite as an f32",
                              new_scale);
     if (on_cuda(s) && scaler_cuda_to_host(s) != AMP_OK)
         return amp_last_status();
@@ -452,12 +454,31 @@ amp_status amp_scaler_state_load(amp_scaler *s, amp_scaler_state st)
     if (st.growth_tracker < 0)
         return amp_set_error(AMP_ERR_ARG, "scaler_state_load: growth tracker %lld is negative",
                              (long long)st.growth_tracker);
+    /* update() grows the scale when the tracker reaches the interval: one
+     * already past it would never grow it again (and count on forever). */
+    if (st.growth_tracker >= st.growth_interval)
+        return amp_set_error(AMP_ERR_ARG,
+                             "scaler_state_load: growth tracker %lld is not below the growth interval %lld",
+                             (long long)st.growth_tracker, (long long)st.growth_interval);
     if (on_cuda(s) && scaler_cuda_to_host(s) != AMP_OK)
         return amp_last_status();
     s->o = o;
     s->tracker = st.growth_tracker;
     if (s->scale_t)
         set_scale(s, (float)st.scale);
+    return on_cuda(s) ? scaler_cuda_from_host(s) : AMP_OK;
+}
+
+amp_status scaler_counts_load(amp_scaler *s, amp_scaler_counts c)
+{
+    if (!s)
+        return amp_set_error(AMP_ERR_ARG, "scaler_counts_load: NULL scaler");
+    if (c.steps < 0 || c.skipped < 0)
+        return amp_set_error(AMP_ERR_ARG, "scaler_counts_load: steps %lld and skipped %lld must be >= 0",
+                             (long long)c.steps, (long long)c.skipped);
+    if (on_cuda(s) && scaler_cuda_to_host(s) != AMP_OK)
+        return amp_last_status();
+    s->counts = c;
     return on_cuda(s) ? scaler_cuda_from_host(s) : AMP_OK;
 }
 

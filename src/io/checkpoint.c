@@ -23,7 +23,7 @@
  *                         / total_steps (and its options, for the reader),
  *                         scaler.enabled / scale / growth_factor /
  *                         backoff_factor / growth_interval / growth_tracker
- *                         (and steps / skipped, for the reader)
+ *                         / steps / skipped (amp_scaler_get_counts)
  * Tensors are laid out widest element first, so each starts aligned to its
  * element size.
  *
@@ -31,6 +31,15 @@
  *   - Save writes "<path>.tmp.<pid>" next to path, fsyncs it, renames it
  *     over path and fsyncs the directory: readers see the old checkpoint or
  *     the new one, never half of one. Any failure removes the temporary.
+ *   - A save killed before its rename leaves its temporary behind; the
+ *     next save into the same place removes every "<path>.tmp.<pid>" whose
+ *     pid is not a live process (ckpt_remove_stale_temps). A live one's is
+ *     kept: two processes may be saving to one path, each into its own
+ *     temporary, and the other's rename must still find its file. (A
+ *     dead run's pid reused by a live process keeps that file until the
+ *     process ends: a leak, never a lost save.)
+ *   - AMPC_TEST_SAVE_DELAY_MS=N (tests only) pauses N ms after the header
+ *     is written, so that a test can kill a save half-way.
  *   - Load reads the whole file and checks everything (sizes, JSON, dtypes,
  *     shapes, offsets, every parameter and optimizer key, the scaler state)
  *     before it writes anything: a bad file changes nothing. (Only running
@@ -52,12 +61,16 @@
 #include "io/json.h"
 #include "tensor/tensor.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------- shared */
@@ -304,6 +317,47 @@ static int sync_dir(const char *path)
     return err;
 }
 
+void ckpt_remove_stale_temps(const char *path)
+{
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    DIR *d = dir ? opendir(dir) : NULL;
+    size_t nb = strlen(base);
+    struct dirent *ent;
+    while (d && (ent = readdir(d)) != NULL) {
+        const char *name = ent->d_name, *digits = name + nb + 5;
+        if (strncmp(name, base, nb) != 0 || strncmp(name + nb, ".tmp.", 5) != 0 || !*digits ||
+            strspn(digits, "0123456789") != strlen(digits) || strlen(digits) > 9)
+            continue;
+        long pid = strtol(digits, NULL, 10);
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* ours, or a live process's (EPERM: alive, another user's) */
+        char *full = malloc(strlen(dir) + strlen(name) + 2);
+        struct stat sb;
+        if (full) {
+            sprintf(full, "%s/%s", dir, name);
+            if (lstat(full, &sb) == 0 && S_ISREG(sb.st_mode))
+                unlink(full); /* best effort: a file we cannot remove stays */
+        }
+        free(full);
+    }
+    if (d)
+        closedir(d);
+    free(dir);
+}
+
+/* The test hook: AMPC_TEST_SAVE_DELAY_MS's pause, if set. */
+static void test_delay(void)
+{
+    const char *v = getenv("AMPC_TEST_SAVE_DELAY_MS");
+    long ms = v ? strtol(v, NULL, 10) : 0;
+    if (ms > 0 && ms <= 60000) {
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
+}
+
 static amp_status write_atomic(const char *path, const json_buf *hdr, const out_entry *e, int n)
 {
     size_t plen = strlen(path) + 32;
@@ -330,6 +384,10 @@ static amp_status write_atomic(const char *path, const json_buf *hdr, const out_
             len[i] = (unsigned char)((uint64_t)hdr->len >> (8 * i));
         errno = 0;
         bool ok = fwrite(len, 1, 8, f) == 8 && fwrite(hdr->p, 1, hdr->len, f) == hdr->len;
+        if (ok && getenv("AMPC_TEST_SAVE_DELAY_MS")) {
+            ok = fflush(f) == 0; /* a half-written temporary on disk, for the pause */
+            test_delay();
+        }
         for (int i = 0; i < n && ok; i++)
             ok = fwrite(e[i].data, 1, e[i].nbytes, f) == e[i].nbytes;
         if (!ok || fflush(f) != 0)
@@ -382,8 +440,10 @@ amp_status amp_checkpoint_save(const char *path, const amp_module *m, const amp_
     amp_status st = gather(path, m, o, steps, onames, &e, &n);
     if (st == AMP_OK)
         st = build_header(o, s, step, settings_json, e, n, &hdr);
-    if (st == AMP_OK)
+    if (st == AMP_OK) {
+        ckpt_remove_stale_temps(path);
         st = write_atomic(path, &hdr, e, n);
+    }
     jb_free(&hdr);
     free_hosts(e, n);
     free(e);

@@ -9,14 +9,24 @@
  * data_offsets matching the shape) and that the entries tile the data;
  * match the model's parameters, the optimizer's kind, parameter count and
  * keys, the scaler's state (dry-run on a scratch scaler); only then copy
- * anything in. Every error names the file and the problem. Tensors on
+ * anything in. Every error names the file and the problem.
+ *
+ * Every number is range-checked before use: the step, the optimizer's and
+ * the scaler's counters in [0, CKPT_MAX_COUNT] (a step of -5 once sent the
+ * CLI's batcher before its index array), the growth tracker below the
+ * growth interval; weights and optimizer buffers must be finite, Adam's
+ * exp_avg_sq (and max_exp_avg_sq) >= 0; the whole file must fit in this
+ * machine's memory, and only a regular file is opened (io/file.h: a FIFO
+ * would block the load). Tensors on
  * CUDA (a model moved there before the load) are filled with copies to
  * the device; such a copy failing (a device error) is the one way a load
  * can stop half-way.
  */
 #include "io/checkpoint.h"
 
+#include "amp/amp.h"
 #include "base/base.h"
+#include "io/file.h"
 #include "io/json.h"
 #include "tensor/tensor.h"
 
@@ -26,7 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* The safetensors library refuses headers over 100 MB; so does ampc. */
 #define MAX_HEADER ((uint64_t)100 << 20)
@@ -63,19 +72,16 @@ static amp_status ck_fail(const ckpt *c, amp_status st, const char *fmt, ...)
 
 static amp_status read_all(ckpt *c)
 {
-    FILE *f = fopen(c->path, "rb");
+    char why[160];
+    int64_t size;
+    FILE *f = file_fopen_read(c->path, file_mem_limit(), &size, why, sizeof why);
     if (!f)
-        return ck_fail(c, AMP_ERR_IO, "cannot open: %s", strerror(errno));
-    struct stat sb;
+        return ck_fail(c, AMP_ERR_IO, "%s", why);
     amp_status st = AMP_OK;
-    if (fstat(fileno(f), &sb) != 0)
-        st = ck_fail(c, AMP_ERR_IO, "cannot stat: %s", strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        st = ck_fail(c, AMP_ERR_IO, "not a regular file");
-    else if (!(c->file = malloc((size_t)sb.st_size + 1)))
-        st = ck_fail(c, AMP_ERR_MEMORY, "out of memory for %lld bytes", (long long)sb.st_size);
-    else if ((c->size = fread(c->file, 1, (size_t)sb.st_size, f)) != (size_t)sb.st_size || ferror(f))
-        st = ck_fail(c, AMP_ERR_IO, "read failed after %zu of %lld bytes", c->size, (long long)sb.st_size);
+    if (!(c->file = malloc((size_t)size + 1)))
+        st = ck_fail(c, AMP_ERR_MEMORY, "out of memory for %lld bytes", (long long)size);
+    else if ((c->size = fread(c->file, 1, (size_t)size, f)) != (size_t)size || ferror(f))
+        st = ck_fail(c, AMP_ERR_IO, "read failed after %zu of %lld bytes", c->size, (long long)size);
     fclose(f);
     return st;
 }
@@ -253,6 +259,55 @@ static amp_status meta_u64(const ckpt *c, const char *key, uint64_t *v)
     return meta_num(c, key, false, NULL, NULL, v);
 }
 
+/* A metadata integer that must lie in [lo, hi]. */
+static amp_status meta_i64_in(const ckpt *c, const char *key, int64_t lo, int64_t hi, int64_t *v)
+{
+    amp_status st = meta_i64(c, key, v);
+    if (st == AMP_OK && (*v < lo || *v > hi))
+        st = ck_fail(c, AMP_ERR_FORMAT, "__metadata__ \"%s\" is %" PRId64 ", outside [%" PRId64 ", %" PRId64 "]", key,
+                     *v, lo, hi);
+    return st;
+}
+
+/* Whether element i of a float tensor's raw bytes is finite (integer
+ * dtypes always are); *v gets its value when it is an F32. */
+static bool elem_finite(amp_dtype dt, const unsigned char *p, size_t i, double *v)
+{
+    *v = 0;
+    if (dt == AMP_F32) {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        *v = f;
+        return isfinite(f);
+    }
+    if (dt == AMP_F16 || dt == AMP_BF16) {
+        uint16_t u;
+        memcpy(&u, p + 2 * i, 2);
+        uint16_t e = dt == AMP_F16 ? 0x7c00 : 0x7f80; /* the exponent bits: all ones is inf / NaN */
+        return (u & e) != e;
+    }
+    return true;
+}
+
+/* Entry e's values: finite, and >= 0 when nonneg (Adam's second moments,
+ * whose square roots the update takes). A weight or optimizer buffer that
+ * is inf / NaN can only turn every later step into NaN: refused, naming
+ * the tensor (Python's safetensors still opens the file to inspect it). */
+static amp_status check_values(const ckpt *c, const in_entry *e, bool nonneg)
+{
+    const unsigned char *p = c->data + e->begin;
+    size_t n = (size_t)((e->end - e->begin) / amp_dtype_size(e->dt));
+    for (size_t i = 0; i < n; i++) {
+        double v;
+        if (!elem_finite(e->dt, p, i, &v))
+            return ck_fail(c, AMP_ERR_FORMAT, "tensor '%s' holds a non-finite value (inf or NaN) at element %zu",
+                           e->name, i);
+        if (nonneg && v < 0)
+            return ck_fail(c, AMP_ERR_FORMAT, "tensor '%s' holds %g at element %zu; it must be >= 0", e->name, v, i);
+    }
+    return AMP_OK;
+}
+
 /* What the checks found, applied only when all passed. */
 typedef struct {
     int64_t *steps; /* per optimizer parameter */
@@ -260,6 +315,8 @@ typedef struct {
     int64_t total_steps;
     bool scaler; /* load sst into the scaler */
     amp_scaler_state sst;
+    bool counts; /* and these counters */
+    amp_scaler_counts cnt;
     bool rng;
     amp_rng_state r;
     int64_t step;
@@ -285,6 +342,9 @@ static amp_status check_model(const ckpt *c, const amp_module *m)
         if (e->dt != p->dtype)
             return ck_fail(c, AMP_ERR_DTYPE, "tensor '%s' is %s, the model's parameter is %s", name,
                            ckpt_dtype_name(e->dt), ckpt_dtype_name(p->dtype));
+        amp_status st = check_values(c, e, false);
+        if (st != AMP_OK)
+            return st;
         e->used = true;
     }
     return AMP_OK;
@@ -300,14 +360,13 @@ static amp_status check_optim(const ckpt *c, const amp_optim *o, plan *pl)
     int64_t np;
     amp_status st;
     if ((st = meta_i64(c, "optim.n_params", &np)) || (st = meta_f64(c, "optim.lr", &pl->lr)) ||
-        (st = meta_i64(c, "optim.total_steps", &pl->total_steps)))
+        (st = meta_i64_in(c, "optim.total_steps", 0, CKPT_MAX_COUNT, &pl->total_steps)))
         return st;
     if (np != o->n)
         return ck_fail(c, AMP_ERR_SHAPE, "holds state for %" PRId64 " optimizer parameters, the %s optimizer has %d",
                        np, o->name, o->n);
-    if (!(pl->lr >= 0) || pl->total_steps < 0)
-        return ck_fail(c, AMP_ERR_FORMAT, "optim.lr %g or optim.total_steps %" PRId64 " is negative", pl->lr,
-                       pl->total_steps);
+    if (!(pl->lr >= 0))
+        return ck_fail(c, AMP_ERR_FORMAT, "__metadata__ \"optim.lr\" is %g, it must be >= 0", pl->lr);
     in_entry *se = find(c, "optim.steps");
     if (!se || se->dt != AMP_I64 || se->shape.ndim != 1 || se->shape.d[0] != o->n)
         return ck_fail(c, AMP_ERR_FORMAT, "tensor 'optim.steps' is missing or not I64 [%d]", o->n);
@@ -318,8 +377,10 @@ static amp_status check_optim(const ckpt *c, const amp_optim *o, plan *pl)
     const char *keys[OPTIM_MAX_STATE];
     int nk = ckpt_optim_keys(o, keys);
     for (int i = 0; i < o->n; i++) {
-        if (pl->steps[i] < 0)
-            return ck_fail(c, AMP_ERR_FORMAT, "optim.steps[%d] is negative (%" PRId64 ")", i, pl->steps[i]);
+        if (pl->steps[i] < 0 || pl->steps[i] > CKPT_MAX_COUNT)
+            return ck_fail(c, AMP_ERR_FORMAT,
+                           "tensor 'optim.steps' element %d is %" PRId64 ", outside [0, %" PRId64 "]", i,
+                           pl->steps[i], CKPT_MAX_COUNT);
         for (int k = 0; k < nk && pl->steps[i] > 0; k++) {
             char name[48], a[CKPT_SHAPE_TEXT], b[CKPT_SHAPE_TEXT];
             snprintf(name, sizeof name, "optim.%d.%s", i, keys[k]);
@@ -331,6 +392,9 @@ static amp_status check_optim(const ckpt *c, const amp_optim *o, plan *pl)
                 return ck_fail(c, AMP_ERR_SHAPE, "tensor '%s' is %s %s, the optimizer's parameter %d is %s", name,
                                ckpt_shape_text(e->shape, a, sizeof a), ckpt_dtype_name(e->dt), i,
                                ckpt_shape_text(o->params[i]->shape, b, sizeof b));
+            amp_status st = check_values(c, e, strstr(keys[k], "exp_avg_sq") != NULL);
+            if (st != AMP_OK)
+                return st;
             e->used = true;
         }
     }
@@ -360,9 +424,16 @@ static amp_status check_scaler(const ckpt *c, const amp_scaler *s, plan *pl)
     if ((st = meta_f64(c, "scaler.scale", &t->scale)) ||
         (st = meta_f64(c, "scaler.growth_factor", &t->growth_factor)) ||
         (st = meta_f64(c, "scaler.backoff_factor", &t->backoff_factor)) ||
-        (st = meta_i64(c, "scaler.growth_interval", &t->growth_interval)) ||
-        (st = meta_i64(c, "scaler.growth_tracker", &t->growth_tracker)))
+        (st = meta_i64_in(c, "scaler.growth_interval", 1, CKPT_MAX_COUNT, &t->growth_interval)) ||
+        (st = meta_i64_in(c, "scaler.growth_tracker", 0, t->growth_interval - 1, &t->growth_tracker)))
         return st;
+    /* The counters amp_scaler_get_counts reports (files may lack them). */
+    if (meta_str(c, "scaler.steps") || meta_str(c, "scaler.skipped")) {
+        if ((st = meta_i64_in(c, "scaler.steps", 0, CKPT_MAX_COUNT, &pl->cnt.steps)) ||
+            (st = meta_i64_in(c, "scaler.skipped", 0, CKPT_MAX_COUNT, &pl->cnt.skipped)))
+            return st;
+        pl->counts = true;
+    }
     /* A dry run on a scratch scaler: the same checks the real load makes. */
     amp_scaler *scratch = amp_scaler_new(amp_scaler_defaults());
     st = scratch ? amp_scaler_state_load(scratch, *t) : amp_last_status();
@@ -380,7 +451,7 @@ static amp_status check_rest(const ckpt *c, const amp_optim *o, plan *pl)
             return ck_fail(c, AMP_ERR_FORMAT, "unexpected tensor '%s' (the model has no parameter of that name)",
                            c->e[i].name);
     amp_status st;
-    if (meta_str(c, "step") && (st = meta_i64(c, "step", &pl->step)))
+    if (meta_str(c, "step") && (st = meta_i64_in(c, "step", 0, CKPT_MAX_COUNT, &pl->step)))
         return st;
     if (meta_str(c, "rng.seed") || meta_str(c, "rng.offset")) {
         if ((st = meta_u64(c, "rng.seed", &pl->r.seed)) || (st = meta_u64(c, "rng.offset", &pl->r.offset)))
@@ -435,8 +506,11 @@ static amp_status apply(const ckpt *c, amp_module *m, amp_optim *o, amp_scaler *
         if (st != AMP_OK)
             return st;
     }
-    if (pl->scaler)
-        amp_scaler_state_load(s, pl->sst);
+    amp_status st;
+    if (pl->scaler && (st = amp_scaler_state_load(s, pl->sst)) != AMP_OK)
+        return st;
+    if (pl->counts && (st = scaler_counts_load(s, pl->cnt)) != AMP_OK)
+        return st;
     if (pl->rng)
         amp_rng_set_state(pl->r);
     return AMP_OK;

@@ -28,19 +28,20 @@
  *   - The tensor belongs to the caller (amp_tensor_free), like any
  *     constructor's.
  *
- * Errors name the file: AMP_ERR_IO when it cannot be opened or read,
+ * Only a regular file is read (a FIFO or /dev/zero would block or never
+ * end). Errors name the file: AMP_ERR_IO when it cannot be opened or read
+ * or is not a regular file,
  * AMP_ERR_FORMAT when its content is not a well-formed IDX file,
  * AMP_ERR_MEMORY when the tensor cannot be allocated.
  */
 #include "base/base.h"
+#include "io/file.h"
 #include "tensor/tensor.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -120,23 +121,15 @@ static long read_some(gzFile f, const char *path, void *buf, size_t n)
     return (long)got;
 }
 
-/* Opens path for gzread, with an error naming the file (and the system's
- * reason) when it cannot. */
+/* Opens path for gzread if it is a regular file (io/file.h: a FIFO or a
+ * device would block or never end), with an error naming the file and
+ * the reason when it cannot. */
 static gzFile open_file(const char *path, int64_t *file_size)
 {
-    *file_size = -1;
-    int fd = open(path, O_RDONLY);
+    char why[160];
+    int fd = file_open_read(path, 0, file_size, why, sizeof why);
     if (fd < 0)
-        return amp_fail_null(AMP_ERR_IO, "idx_load: cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) == 0) {
-        if (S_ISDIR(st.st_mode)) {
-            close(fd);
-            return amp_fail_null(AMP_ERR_IO, "idx_load: cannot read %s: it is a directory", path);
-        }
-        if (S_ISREG(st.st_mode))
-            *file_size = (int64_t)st.st_size;
-    }
+        return amp_fail_null(AMP_ERR_IO, "idx_load: %s: %s", path, why);
     gzFile f = gzdopen(fd, "rb");
     if (!f) {
         close(fd);
@@ -276,12 +269,20 @@ done:
 
 /* For an uncompressed file the size is known up front: a header that
  * announces more data than the file holds is reported before allocating
- * (a corrupt header could otherwise ask for terabytes). */
+ * (a corrupt header could otherwise ask for terabytes). A gzip file
+ * cannot hold more than 1032 times its size (deflate's largest ratio,
+ * zlib's FAQ), which bounds it too. */
 static amp_status check_plain_size(gzFile f, const char *path, int64_t file_size, size_t header,
                                   size_t nbytes)
 {
-    if (!gzdirect(f) || file_size < 0)
-        return AMP_OK;
+    if (!gzdirect(f)) {
+        if ((uint64_t)nbytes / 1032 <= (uint64_t)file_size)
+            return AMP_OK;
+        return amp_set_error(AMP_ERR_FORMAT,
+                             "idx_load: %s: truncated: the header announces %zu bytes of data, more than "
+                             "%lld gzip-compressed bytes can hold",
+                             path, nbytes, (long long)file_size);
+    }
     size_t have = (size_t)file_size - header;
     if (have < nbytes)
         return amp_set_error(AMP_ERR_FORMAT,

@@ -27,11 +27,16 @@
  *     batch on any thread or machine. Callers pass a different seed per
  *     step (e.g. run seed + step).
  *
- * Errors name the file or the tensors: AMP_ERR_IO (missing, unreadable),
+ *   - Regular files only (a FIFO or /dev/zero would block or never end),
+ *     each read up to the size it has when opened.
+ *
+ * Errors name the file or the tensors: AMP_ERR_IO (missing, unreadable,
+ * not a regular file), AMP_ERR_MEMORY (larger than this machine's memory),
  * AMP_ERR_FORMAT (empty), AMP_ERR_SHAPE (x / y shapes, a split shorter than
  * T + 1), AMP_ERR_DTYPE (x or y not i64), AMP_ERR_ARG (NULL arguments).
  */
 #include "base/base.h"
+#include "io/file.h"
 #include "tensor/tensor.h"
 
 #include <dirent.h>
@@ -48,7 +53,7 @@ struct amp_text {
     uint8_t chars[256]; /* id -> byte */
 };
 
-/* A growing byte buffer, so files of unknown size (pipes) read too. */
+/* A growing byte buffer: a directory's files, one after another. */
 typedef struct {
     uint8_t *p;
     size_t n, cap;
@@ -56,7 +61,7 @@ typedef struct {
 
 static amp_status bytes_reserve(bytes *b, size_t more, const char *path)
 {
-    if (b->cap - b->n >= more)
+    if (b->cap - b->n >= more && b->cap)
         return AMP_OK;
     size_t cap = b->cap ? b->cap : 1 << 16;
     while (cap - b->n < more) {
@@ -72,29 +77,26 @@ static amp_status bytes_reserve(bytes *b, size_t more, const char *path)
     return AMP_OK;
 }
 
-/* Appends the whole of file path to b. */
+/* Appends file path to b: a regular file (io/file.h: a FIFO would block,
+ * /dev/zero never end), as many bytes as its size says, the corpus in all
+ * no larger than this machine's memory. */
 static amp_status read_file(bytes *b, const char *path)
 {
-    FILE *f = fopen(path, "rb");
+    char why[160];
+    int64_t size, mem = file_mem_limit();
+    FILE *f = file_fopen_read(path, mem, &size, why, sizeof why);
     if (!f)
-        return amp_set_error(AMP_ERR_IO, "text_load: cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
-        bytes_reserve(b, (size_t)st.st_size, path) != AMP_OK) {
-        fclose(f);
-        return AMP_ERR_MEMORY;
-    }
+        return amp_set_error(AMP_ERR_IO, "text_load: %s: %s", path, why);
     amp_status rc = AMP_OK;
-    for (;;) {
-        if ((rc = bytes_reserve(b, 1 << 16, path)) != AMP_OK)
-            break;
-        size_t got = fread(b->p + b->n, 1, b->cap - b->n, f);
+    if ((int64_t)b->n > mem - size)
+        rc = amp_set_error(AMP_ERR_MEMORY, "text_load: %s: the corpus would reach %lld bytes, more than the %lld "
+                                           "this machine's memory holds",
+                           path, (long long)b->n + (long long)size, (long long)mem);
+    else if ((rc = bytes_reserve(b, (size_t)size, path)) == AMP_OK) {
+        size_t got = fread(b->p + b->n, 1, (size_t)size, f);
         b->n += got;
-        if (got == 0) {
-            if (ferror(f))
-                rc = amp_set_error(AMP_ERR_IO, "text_load: cannot read %s: %s", path, strerror(errno));
-            break;
-        }
+        if (ferror(f))
+            rc = amp_set_error(AMP_ERR_IO, "text_load: cannot read %s: %s", path, strerror(errno));
     }
     fclose(f);
     return rc;
