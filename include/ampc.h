@@ -675,8 +675,10 @@ amp_tensor *amp_idx_load(const char *path, amp_dtype dt);
  * temporary file, fsynced and renamed into place: a crash never leaves a
  * half-written checkpoint under path. The temporaries "<path>.tmp.<pid>"
  * that killed saves left are removed first (those of pids that are not
- * live processes). Any pointer but path and m may be NULL to leave that
- * part out. */
+ * live processes). Weights or optimizer state holding inf / NaN are not
+ * saved (AMP_ERR_STATE naming the tensor; the file under path is left as
+ * it was), so a diverged run never replaces its last good checkpoint.
+ * Any pointer but path and m may be NULL to leave that part out. */
 amp_status amp_checkpoint_save(const char *path, const amp_module *m, const amp_optim *o,
                                const amp_scaler *s, int64_t step, const char *settings_json);
 /* Loads what amp_checkpoint_save wrote into an already-built model (and

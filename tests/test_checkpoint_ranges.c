@@ -7,7 +7,8 @@
  *     the scaler's counters, the growth tracker) is an error naming the
  *     file, the field, the value and the range, and changes nothing;
  *   - a non-finite weight or optimizer buffer, or a negative Adam
- *     exp_avg_sq / max_exp_avg_sq, is an error naming the tensor;
+ *     exp_avg_sq / max_exp_avg_sq, is an error naming the tensor; a save
+ *     of non-finite state is refused and the old file kept;
  *   - the scaler's steps / skipped counters come back with the rest;
  *   - a FIFO or a device is refused at once (a FIFO used to block the
  *     load forever: an alarm turns that into a failure here);
@@ -320,6 +321,39 @@ static void test_non_finite_weights_are_errors_naming_the_tensor(void)
     free_rig(&g);
 }
 
+/* A run that diverged between two saves has inf / NaN weights or
+ * optimizer state: saving them would replace the last good checkpoint with
+ * one no load accepts. The save is refused, naming the tensor, and the
+ * file on disk keeps its bytes. */
+static void test_save_of_non_finite_state_is_refused_and_keeps_the_old_file(void)
+{
+    run r = make_run(7);
+    train(&r, 0, 3);
+    const char *path = at("diverged.safetensors");
+    CHECK_OK(amp_checkpoint_save(path, r.m, r.o, r.s, 3, NULL));
+    bytes before = file_bytes(path);
+    const char *name;
+    amp_tensor *w = amp_module_param(r.m, 2, &name);
+    float *wd = amp_tensor_data(w);
+    float keep = wd[5];
+    wd[5] = NAN;
+    CHECK_EQ_INT(amp_checkpoint_save(path, r.m, r.o, r.s, 4, NULL), AMP_ERR_STATE);
+    CHECK_ERROR(AMP_ERR_STATE, "not saved: tensor '2.weight' holds a non-finite value (inf or NaN) at element 5");
+    wd[5] = keep;
+    amp_tensor *m = amp_optim_state_tensor(r.o, 1, "exp_avg_sq");
+    CHECK(m != NULL);
+    if (m) {
+        ((float *)amp_tensor_data(m))[0] = INFINITY;
+        CHECK_EQ_INT(amp_checkpoint_save(path, r.m, r.o, r.s, 4, NULL), AMP_ERR_STATE);
+        CHECK_ERROR(AMP_ERR_STATE, "tensor 'optim.1.exp_avg_sq' holds a non-finite value");
+    }
+    bytes after = file_bytes(path);
+    CHECK(before.n > 0 && before.n == after.n && memcmp(before.p, after.p, before.n) == 0);
+    free(before.p);
+    free(after.p);
+    free_run(&r);
+}
+
 static void test_bad_adam_state_is_an_error_naming_the_tensor(void)
 {
     rig g = make_rig();
@@ -431,6 +465,7 @@ int main(void)
     RUN(test_out_of_range_metadata_names_field_value_and_range);
     RUN(test_scaler_tracker_at_the_interval_is_refused);
     RUN(test_non_finite_weights_are_errors_naming_the_tensor);
+    RUN(test_save_of_non_finite_state_is_refused_and_keeps_the_old_file);
     RUN(test_bad_adam_state_is_an_error_naming_the_tensor);
     RUN(test_scaler_counts_survive_the_round_trip);
     RUN(test_fifo_and_devices_are_refused_without_blocking);

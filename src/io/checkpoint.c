@@ -65,6 +65,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -224,6 +225,43 @@ static void write_metadata(json_buf *b, const amp_optim *o, const amp_scaler *s,
     jb_puts(b, "}");
 }
 
+/* Whether element i of a float tensor's raw bytes is finite (integer
+ * dtypes always are); *v gets its value when it is an F32. */
+bool ckpt_elem_finite(amp_dtype dt, const unsigned char *p, size_t i, double *v)
+{
+    *v = 0;
+    if (dt == AMP_F32) {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        *v = f;
+        return isfinite(f);
+    }
+    if (dt == AMP_F16 || dt == AMP_BF16) {
+        uint16_t u;
+        memcpy(&u, p + 2 * i, 2);
+        uint16_t e = dt == AMP_F16 ? 0x7c00 : 0x7f80; /* the exponent bits: all ones is inf / NaN */
+        return (u & e) != e;
+    }
+    return true;
+}
+
+/* A tensor about to be saved must be finite: a weight or optimizer buffer
+ * that is inf / NaN (a run that diverged between two saves) would replace
+ * the last good checkpoint with one no resume accepts. */
+static amp_status check_finite(const char *path, const out_entry *e)
+{
+    size_t n = e->nbytes / amp_dtype_size(e->dt);
+    for (size_t i = 0; i < n; i++) {
+        double v;
+        if (!ckpt_elem_finite(e->dt, e->data, i, &v))
+            return amp_set_error(AMP_ERR_STATE,
+                                 "checkpoint '%s': not saved: tensor '%s' holds a non-finite value (inf or NaN) at "
+                                 "element %zu (the run diverged); the previous checkpoint is left as it was",
+                                 path, e->name, i);
+    }
+    return AMP_OK;
+}
+
 /* The tensors to write, widest element first (stable within a width). */
 static amp_status gather(const char *path, const amp_module *m, const amp_optim *o, const int64_t *steps,
                          char (*onames)[48], out_entry **out, int *n_out)
@@ -243,8 +281,10 @@ static amp_status gather(const char *path, const amp_module *m, const amp_optim 
             st = amp_last_status();
         else if (strncmp(name, "optim.", 6) == 0 || strcmp(name, "__metadata__") == 0)
             st = amp_set_error(AMP_ERR_ARG, "checkpoint '%s': parameter name '%s' is reserved", path, name);
+        else if ((st = entry_of(path, name, p, &e[n])) == AMP_OK)
+            st = check_finite(path, &e[n++]);
         else
-            st = entry_of(path, name, p, &e[n++]);
+            n++;
     }
     if (o && st == AMP_OK) {
         e[n++] = (out_entry){"optim.steps", AMP_I64, AMP_SHAPE(o->n), steps, (size_t)o->n * sizeof(int64_t), NULL};
@@ -261,7 +301,8 @@ static amp_status gather(const char *path, const amp_module *m, const amp_optim 
                     break;
                 }
                 snprintf(onames[q], sizeof onames[q], "optim.%d.%s", i, keys[k]);
-                st = entry_of(path, onames[q++], t, &e[n++]);
+                if ((st = entry_of(path, onames[q++], t, &e[n++])) == AMP_OK)
+                    st = check_finite(path, &e[n - 1]);
             }
     }
     int k = 0;
