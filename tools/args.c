@@ -94,6 +94,10 @@ static const opt_def opts[] = {
       "write one JSON line per optimizer step to FILE (appended to when resuming; see ampc plot)"),
     O("log-every", "N", OPT_INT, OC_RUN, log_every, 1, 1e12, NULL, NULL, false,
       "steps between progress lines (default: about 20 a run)"),
+    O("dry-run", "", OPT_FLAG, OC_RUN, dry_run, 0, 0, NULL, NULL, false,
+      "print the memory the run needs (estimated) and what is available, and stop"),
+    O("no-memory-check", "", OPT_FLAG, OC_RUN, no_memory_check, 0, 0, NULL, NULL, false,
+      "run even when the memory estimate does not fit (also AMPC_NO_MEMORY_CHECK=1)"),
 };
 #define N_OPTS (int)(sizeof opts / sizeof opts[0])
 _Static_assert(N_OPTS <= CLI_MAX_OPTS, "raise CLI_MAX_OPTS");

@@ -387,6 +387,10 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
         return rc;
     }
     double t_loaded = now_s();
+    if ((rc = mem_check(o, &ri, &rd, o->dry_run)) >= 0) { /* before the model is allocated */
+        data_close(&rd);
+        return rc;
+    }
 
     run r = {.o = o, .rd = &rd, .ri = &ri, .nb = data_epoch_batches(&rd, o), .cuda = strcmp(o->device, "cuda") == 0};
     int64_t total = o->steps > 0 ? o->steps : o->epochs * r.nb / o->accum;

@@ -1,0 +1,425 @@
+/*
+ * estimate.c - how much memory a training run will need at its peak,
+ * computed from its settings and its data's shapes alone: no model is
+ * built, nothing of the model's size is allocated.
+ *
+ * Where the peak is. An op's result lives in the thread's temporary pool
+ * until amp_temps_free (after each micro-batch's backward), and the graph
+ * keeps each node's inputs and saved tensors until the end of backward,
+ * when it frees them all at once, together with every node's gradient
+ * (graph.c). So the peak is at the end of a micro-batch's backward, and
+ * from the second step on the optimizer's state is there too:
+ *
+ *   data + parameters + optimizer state                     (persistent)
+ * + every forward result and saved tensor       ("activations")
+ * + every node's output gradient                ("activation gradients")
+ * + the parameters' gradients (f32, as the parameters)
+ * + under autocast, each lowered weight's cached 16-bit copy and the
+ *   gradient of that cast ("16-bit weight copies")
+ * + the largest scratch one kernel takes at once ("workspace")
+ *
+ * The activation terms follow the ops as the models call them (nn/models.c,
+ * nn/gpt.c, ops/): a Linear or Conv2d followed by a ReLU is one op keeping
+ * its output (cuda runs a conv's relu apart); under autocast a lowered op's
+ * non-leaf input is cast by a `to` node (a copy, with a gradient), a
+ * weight once per forward (the cast cache); layer_norm keeps mean and rstd
+ * [rows] f32, attention its log-sum-exp [B, heads, T] f32, max_pool2d its
+ * argmax indices (i32), cross_entropy [rows, 2] f32 and, under autocast
+ * (it is an fp32 op), an f32 copy of the logits; reshape is a view, but its
+ * gradient is copied once when it reaches the producer; permute copies.
+ * Every allocation is rounded up to the caching allocator's size class
+ * (base/memory.c: 64-byte steps to 4 KiB, then four classes per power of
+ * two), as amp_memory_get_stats counts them.
+ *
+ * What is not exact: the workspace (the largest single scratch, with the
+ * thread count known; oneDNN's own scratch is not modelled), small
+ * tensors (scalars, the positions, node records malloc'd outside the
+ * allocator), and the evaluation pass (no-grad, smaller batch: below the
+ * training peak). tests/test_cli_memory.c holds the estimate to within
+ * MEM_TOLERANCE of the measured peak for the three models in each
+ * precision; docs/memory.md has the measurements.
+ */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint64_t acts, act_grads, casts, work;
+    bool low;      /* autocast: lowered ops run in 16 bits */
+    bool f16;      /* ... in float16 */
+    int es;        /* bytes of a lowered op's result: 2 under autocast, else 4 */
+    bool cuda;
+    bool onednn;   /* oneDNN runs the convolutions it takes */
+    bool eval;     /* the evaluation pass: no grad, no saved tensors, forward scratch */
+    uint64_t fwd_peak; /* evaluation: the most results + one op's scratch at once */
+    int threads;
+} tape;
+
+uint64_t mem_block(uint64_t n)
+{
+    /* base/memory.c's size classes */
+    if (n <= 4096)
+        return n ? (n + 63) / 64 * 64 : 64;
+    int e = 63 - __builtin_clzll((unsigned long long)(n - 1)); /* 2^e < n <= 2^(e+1) */
+    uint64_t base = (uint64_t)1 << e, step = base / 4;
+    return base + (n - base + step - 1) / step * step;
+}
+
+static uint64_t bytes_of(int64_t numel, int es) { return mem_block((uint64_t)numel * (uint64_t)es); }
+
+/* An op's scratch. In training the peak is at the end of backward, with
+ * nearly everything allocated: the largest scratch counts on top. In
+ * evaluation the forward's results pile up: what counts is the results
+ * so far plus this op's scratch, at its largest (kept as the excess over
+ * all the results). */
+static void work(tape *t, uint64_t bytes)
+{
+    if (t->eval && t->acts + bytes > t->fwd_peak)
+        t->fwd_peak = t->acts + bytes;
+    if (!t->eval && bytes > t->work)
+        t->work = bytes;
+}
+
+/* An op's result of numel elements of es bytes, and its gradient when it
+ * is on the path from the parameters to the loss. */
+static void result(tape *t, int64_t numel, int es, bool grad)
+{
+    t->acts += bytes_of(numel, es);
+    if (grad && !t->eval)
+        t->act_grads += bytes_of(numel, es);
+}
+
+/* reshape / flatten: a view, whose gradient is a copy. */
+static void view(tape *t, int64_t numel, int es)
+{
+    if (!t->eval)
+        t->act_grads += bytes_of(numel, es);
+}
+
+/* A tensor kept for backward only. */
+static void saved(tape *t, uint64_t bytes)
+{
+    if (!t->eval)
+        t->acts += bytes;
+}
+
+/* A parameter of numel elements read by a lowered op: under autocast its
+ * cached 16-bit copy, and that cast's gradient. */
+static void weight(tape *t, int64_t numel)
+{
+    if (t->low)
+        t->casts += (t->eval ? 1 : 2) * bytes_of(numel, 2);
+}
+
+/* The input of a lowered op, *es bytes each: cast to 16 bits by a `to`
+ * node unless it is already. */
+static void lower_input(tape *t, int64_t numel, int *es, bool grad)
+{
+    if (t->low && *es != 2) {
+        result(t, numel, 2, grad);
+        *es = 2;
+    }
+}
+
+/* linear(x [rows, in]) -> [rows, out] (a fused relu keeps this result). */
+static void linear(tape *t, int64_t rows, int64_t in, int64_t out, bool bias, bool relu, int *es, bool in_grad)
+{
+    lower_input(t, rows * in, es, in_grad);
+    weight(t, in * out);
+    if (bias)
+        weight(t, out);
+    result(t, rows * out, *es, true);
+    if (t->eval)
+        return;
+    /* backward: the bias gradient's partial sums (and 16-bit rows widened
+     * per thread); an f16 dY is widened and transposed up front */
+    uint64_t rb = rows / 64 > 32 ? (uint64_t)rows / 64 : 32, nrb = ((uint64_t)rows + rb - 1) / rb;
+    uint64_t w = mem_block((nrb * (uint64_t)out + (uint64_t)out) * 4) + (*es == 2 ? bytes_of(t->threads * out, 4) : 0);
+    if (t->f16)
+        w += bytes_of(rows * out, 4); /* f16's dY^T, widened */
+    if (relu && !t->cuda)
+        w += bytes_of(rows * out, *es); /* dY masked by the fused relu */
+    work(t, w);
+}
+
+/* The cross-entropy on logits [rows, classes]. */
+static void cross_entropy(tape *t, int64_t rows, int64_t classes, int es)
+{
+    if (es != 4) /* an fp32 op under autocast: an f32 copy of the logits */
+        result(t, rows * classes, 4, true);
+    saved(t, bytes_of(rows * 2, 4));    /* max and logsumexp per row */
+    t->acts += 3 * bytes_of(1, 4);      /* the loss scalars */
+    work(t, bytes_of(rows, 8) + bytes_of(t->threads * 2 * classes, 4));
+}
+
+/* conv2d 3x3 pad 1 (stride 1), [N, C, H, W] -> [N, O, H, W], its relu
+ * fused on the CPU. Backward first masks dY by the relu (a copy), then
+ * runs oneDNN's passes where it takes them (conv.c, onednn_conv.c: all
+ * but bf16 with fewer than 8 input channels), whose inputs in a blocked
+ * layout are copied into scratch (dY always here, x for the weight pass
+ * when C is a multiple of 16), and an f16 pass on f32 copies of its
+ * operands; or ampc's own kernels, with per-thread column scratch of
+ * about 1 MiB a thread (conv.c's plan_make). */
+static void conv3x3(tape *t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int *es, bool in_grad)
+{
+    lower_input(t, N * C * H * W, es, in_grad);
+    weight(t, O * C * 9);
+    weight(t, O);
+    result(t, N * O * H * W, *es, true);
+    if (t->cuda) { /* the relu apart */
+        result(t, N * O * H * W, *es, true);
+        return;
+    }
+    const int64_t nx = N * C * H * W, ny = N * O * H * W, nw = O * C * 9;
+    const uint64_t masked = t->eval ? 0 : bytes_of(ny, *es);
+    if (t->eval && t->onednn && !(*es == 2 && !t->f16 && C < 8)) { /* the forward pass */
+        const int ces = t->f16 || *es == 4 ? 4 : 2;
+        work(t, bytes_of(ny, ces) + (C % 16 == 0 ? bytes_of(nx, ces) : 0) +
+                    (t->f16 ? bytes_of(nx, 4) + bytes_of(nw, 4) + bytes_of(ny, 4) : 0));
+        return;
+    }
+    if (t->onednn && !(*es == 2 && !t->f16 && C < 8)) {
+        const int ces = t->f16 || *es == 4 ? 4 : 2;
+        uint64_t wpass = bytes_of(ny, ces) + (C % 16 == 0 ? bytes_of(nx, ces) : 0);
+        uint64_t dpass = in_grad ? bytes_of(ny, ces) : 0;
+        if (t->f16) {
+            wpass += bytes_of(nx, 4) + bytes_of(ny, 4) + bytes_of(nw, 4);
+            dpass += in_grad ? bytes_of(ny, 4) + bytes_of(nw, 4) + bytes_of(nx, 4) : 0;
+        }
+        work(t, masked + (wpass > dpass ? wpass : dpass));
+        return;
+    }
+    const double ces = *es == 2 && !t->f16 ? 2 : 4, ckk = (double)C * 9, l = (double)H * (double)W;
+    const int64_t share = (N + t->threads - 1) / t->threads;
+    double per = t->eval ? ckk * l * ces + (double)O * l * 4 : ckk * l * (ces + (in_grad ? 4 : 0)) + (double)O * l * ces;
+    int64_t cnt = (int64_t)((double)(1 << 20) / per);
+    cnt = cnt > share ? share : cnt < 1 ? 1 : cnt;
+    double slice = (double)cnt * per + (*es == 2 ? 4 * (double)C * l : 0) + 4 * (double)O * ckk + 8 * (double)O;
+    work(t, masked + mem_block((uint64_t)(slice * t->threads)));
+}
+
+/* max_pool2d(2): [N, C, H, W] -> [N, C, H/2, W/2], keeping the argmax. */
+static void max_pool(tape *t, int64_t N, int64_t C, int64_t H, int64_t W, int es)
+{
+    int64_t n = N * C * (H / 2) * (W / 2);
+    result(t, n, es, true);
+    saved(t, bytes_of(n, 4)); /* the argmax */
+}
+
+static void mlp(tape *t, const train_opts *o, const run_info *ri, int64_t B)
+{
+    int es = 4;
+    int64_t in = ri->features;
+    for (int i = 0; i < o->n_hidden; i++) {
+        linear(t, B, in, o->hidden[i], true, true, &es, false);
+        if (t->cuda) /* Linear + ReLU: the relu apart on cuda */
+            result(t, B * o->hidden[i], es, true);
+        in = o->hidden[i];
+    }
+    linear(t, B, in, ri->classes, true, false, &es, o->n_hidden > 0);
+    cross_entropy(t, B, ri->classes, es);
+}
+
+static void cnn(tape *t, const run_info *ri, int64_t B)
+{
+    int es = 4;
+    const int64_t H = ri->height, W = ri->width;
+    conv3x3(t, B, ri->channels, H, W, 32, &es, false);
+    max_pool(t, B, 32, H, W, es);
+    conv3x3(t, B, 32, H / 2, W / 2, 64, &es, true);
+    max_pool(t, B, 64, H / 2, W / 2, es);
+    const int64_t f = 64 * (H / 4) * (W / 4);
+    view(t, B * f, es);
+    linear(t, B, f, 128, true, true, &es, true);
+    linear(t, B, 128, ri->classes, true, false, &es, true);
+    cross_entropy(t, B, ri->classes, es);
+}
+
+/* [rows, W] f32 layer_norm (NONE on the CPU, fp32 on cuda: f32 in, f32 out). */
+static void layer_norm(tape *t, int64_t rows, int64_t W)
+{
+    result(t, rows * W, 4, true);
+    t->acts += 2 * bytes_of(rows, 4); /* mean and rstd (made in evaluation too) */
+    work(t, bytes_of(t->threads * (2 * W + 1), 4) + bytes_of(64 * 2 * W, 8));
+}
+
+static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
+{
+    const int64_t T = o->context, W = o->width, M = o->mlp_width, V = ri->vocab, H = o->heads, R = B * T;
+    const bool drop = o->dropout > 0;
+    t->acts += bytes_of(T, 8);  /* the positions */
+    result(t, R * W, 4, true);  /* wte[idx] */
+    result(t, T * W, 4, true);  /* wpe[0..T) */
+    result(t, R * W, 4, true);  /* their sum */
+    for (int64_t l = 0; l < o->layers; l++) {
+        layer_norm(t, R, W);
+        for (int k = 0; k < 3; k++) { /* q, k, v: linear, split into heads */
+            int es = 4;
+            linear(t, R, W, W, true, false, &es, true);
+            view(t, R * W, es);
+            result(t, R * W, es, true); /* the permute's copy */
+        }
+        int es = t->low ? 2 : 4;
+        result(t, R * W, es, true);        /* attention */
+        saved(t, bytes_of(B * H * T, 4)); /* its log-sum-exp */
+        const int64_t heads = B * H, nt = heads < t->threads ? heads : t->threads;
+        const int64_t tt = T * T, half = t->low ? (tt + 1) / 2 : 0;
+        work(t, (uint64_t)nt * mem_block((uint64_t)((t->eval ? 1 : 2) * tt + half) * 4));
+        result(t, R * W, es, true); /* merge heads: permute */
+        view(t, R * W, es);         /* and reshape */
+        linear(t, R, W, W, true, false, &es, true);
+        if (drop)
+            result(t, R * W, es, true);
+        result(t, R * W, 4, true); /* the residual add (f32) */
+        layer_norm(t, R, W);
+        es = 4;
+        linear(t, R, W, M, true, false, &es, true); /* fc1, whose pre-activation is kept... */
+        result(t, R * M, es, false);   /* ...beside the gelu */
+        linear(t, R, M, W, true, false, &es, true);
+        if (drop)
+            result(t, R * W, es, true);
+        result(t, R * W, 4, true);
+    }
+    layer_norm(t, R, W);
+    int es = 4;
+    linear(t, R, W, V, false, false, &es, true); /* the head, tied to wte (cast once more: wte's embedding reads it in f32) */
+    view(t, R * V, es);            /* [B, T, V] -> [B*T, V] */
+    cross_entropy(t, R, V, es);
+}
+
+/* Parameter elements of the run's model, as amp_model_* builds it. */
+int64_t mem_param_count(const train_opts *o, const run_info *ri)
+{
+    if (strcmp(o->model, "mlp") == 0) {
+        int64_t n = 0, in = ri->features;
+        for (int i = 0; i < o->n_hidden; i++) {
+            n += (in + 1) * o->hidden[i];
+            in = o->hidden[i];
+        }
+        return n + (in + 1) * ri->classes;
+    }
+    if (strcmp(o->model, "cnn") == 0) {
+        int64_t f = 64 * (ri->height / 4) * (ri->width / 4);
+        return (ri->channels * 9 + 1) * 32 + (32 * 9 + 1) * 64 + (f + 1) * 128 + (128 + 1) * ri->classes;
+    }
+    const int64_t W = o->width, M = o->mlp_width;
+    return ri->vocab * W + o->context * W + 2 * W + o->layers * (4 * W * W + 2 * W * M + 9 * W + M);
+}
+
+/* Bytes of the parameters as tensors: one allocation each. */
+static uint64_t param_bytes(const train_opts *o, const run_info *ri, int es)
+{
+    if (strcmp(o->model, "mlp") == 0) {
+        uint64_t n = 0;
+        int64_t in = ri->features;
+        for (int i = 0; i < o->n_hidden; i++) {
+            n += bytes_of(in * o->hidden[i], es) + bytes_of(o->hidden[i], es);
+            in = o->hidden[i];
+        }
+        return n + bytes_of(in * ri->classes, es) + bytes_of(ri->classes, es);
+    }
+    if (strcmp(o->model, "cnn") == 0) {
+        int64_t f = 64 * (ri->height / 4) * (ri->width / 4);
+        return bytes_of(ri->channels * 9 * 32, es) + bytes_of(32, es) + bytes_of(32 * 9 * 64, es) + bytes_of(64, es) +
+               bytes_of(f * 128, es) + bytes_of(128, es) + bytes_of(128 * ri->classes, es) + bytes_of(ri->classes, es);
+    }
+    const int64_t W = o->width, M = o->mlp_width;
+    uint64_t block = 4 * bytes_of(W, es) + 4 * (bytes_of(W * W, es) + bytes_of(W, es)) + bytes_of(W * M, es) +
+                     bytes_of(M, es) + bytes_of(M * W, es) + bytes_of(W, es);
+    return bytes_of(ri->vocab * o->width, es) + bytes_of(o->context * W, es) + 2 * bytes_of(W, es) +
+           (uint64_t)o->layers * block;
+}
+
+static uint64_t tensor_bytes(const amp_tensor *t)
+{
+    return t ? mem_block((uint64_t)amp_tensor_numel(t) * amp_dtype_size(amp_tensor_dtype(t))) : 0;
+}
+
+const char *mem_cat_name(mem_cat c)
+{
+    static const char *const names[MEM_CATS] = {
+        "data",        "parameters",           "gradients", "optimizer state", "16-bit weight copies",
+        "activations", "activation gradients", "workspace", "program"};
+    return (unsigned)c < MEM_CATS ? names[c] : "?";
+}
+
+/* The model's part of a training step's peak (eval = false) or of the
+ * evaluation pass's. */
+static tape run_tape(const train_opts *o, const run_info *ri, int64_t batch, int threads, bool eval)
+{
+    tape t = {.low = strcmp(o->precision, "fp32") != 0,
+              .f16 = strcmp(o->precision, "fp16") == 0,
+              .cuda = strcmp(o->device, "cuda") == 0,
+              .eval = eval,
+              .threads = threads > 0 ? threads : 1};
+    t.es = t.low ? 2 : 4;
+    const char *lib = getenv("AMPC_CPU_LIB");
+    t.onednn = strstr(amp_cpu_kernels(), "oneDNN") && !(lib && strcmp(lib, "own") == 0);
+    if (strcmp(o->model, "mlp") == 0)
+        mlp(&t, o, ri, batch);
+    else if (strcmp(o->model, "cnn") == 0)
+        cnn(&t, ri, batch);
+    else
+        gpt(&t, o, ri, batch);
+    if (eval)
+        t.work = t.fwd_peak > t.acts ? t.fwd_peak - t.acts : 0;
+    return t;
+}
+
+void mem_estimate_run(const train_opts *o, const run_info *ri, const run_data *rd, int threads, mem_estimate *e)
+{
+    memset(e, 0, sizeof *e);
+    const bool cuda = strcmp(o->device, "cuda") == 0;
+    tape t = run_tape(o, ri, o->batch, threads, false);
+    /* Evaluation keeps a whole forward of its batch (EVAL_BATCH test
+     * images, or --batch windows) in the pool: without gradients, but with
+     * a batch that can be larger than the training one. */
+    tape ev = run_tape(o, ri, rd->gpt ? o->batch : rd->eb.size, threads, true);
+    if (ev.acts + ev.casts + ev.work > t.acts + t.act_grads + t.casts + t.work) {
+        t = ev;
+        e->eval_peak = true;
+        e->eval_batch = rd->gpt ? o->batch : rd->eb.size;
+    }
+
+    e->params = mem_param_count(o, ri);
+    uint64_t pb = param_bytes(o, ri, 4);
+    uint64_t *m = cuda ? e->dev : e->host;
+    m[MEM_PARAMS] = pb;
+    m[MEM_GRADS] = pb;
+    int slots = strcmp(o->optim, "sgd") == 0 ? o->momentum != 0 : 2;
+    m[MEM_OPTIM] = (uint64_t)slots * pb;
+    m[MEM_CASTS] = t.casts;
+    m[MEM_ACTS] = t.acts;
+    m[MEM_ACT_GRADS] = t.act_grads;
+    m[MEM_WORK] = t.work;
+    if (cuda)
+        e->host[MEM_PARAMS] = pb; /* built on the host, then moved */
+
+    /* The data as loaded: the library's tensors... */
+    uint64_t data = 0, untracked = 0;
+    if (rd->gpt) {
+        data = tensor_bytes(rd->text.x) + tensor_bytes(rd->text.y);
+        untracked = (uint64_t)amp_text_length(rd->text.text); /* the corpus, malloc'd by text.c */
+        if (cuda)
+            e->dev[MEM_DATA] = data;
+    } else {
+        const dataset *sets[2] = {&rd->train, &rd->test};
+        const batcher *bs[2] = {&rd->tb, &rd->eb};
+        for (int i = 0; i < 2; i++) {
+            data += tensor_bytes(sets[i]->x) + tensor_bytes(sets[i]->y);
+            data += tensor_bytes(bs[i]->x) + tensor_bytes(bs[i]->y) + tensor_bytes(bs[i]->tail_x) +
+                    tensor_bytes(bs[i]->tail_y);
+        }
+        untracked = (uint64_t)rd->train.n * sizeof(int64_t); /* the epoch's order (malloc) */
+        if (cuda)
+            e->dev[MEM_DATA] = tensor_bytes(rd->tb.x) + tensor_bytes(rd->tb.y);
+    }
+    e->host[MEM_DATA] = data + untracked;
+    e->tracked_data = data;
+    for (int c = 0; c < MEM_CATS; c++) {
+        e->host_total += e->host[c];
+        e->dev_total += e->dev[c];
+    }
+    e->tracked = e->host_total - untracked;
+}
