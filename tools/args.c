@@ -175,6 +175,9 @@ void train_usage(FILE *f)
     fprintf(f, "\n--data defaults to %s (Debian's dataset-fashion-mnist) for mlp and cnn,\n"
                "and to %s (Debian's fortunes, one corpus of its files) for gpt.\n",
             FMNIST_DIR, TEXT_CORPUS);
+    fprintf(f, "\nBefore it builds the model, a run estimates its peak memory and stops (exit 1)\n"
+               "when that cannot fit in the memory available: the cgroup's limit, MemAvailable,\n"
+               "or AMPC_MEMORY_LIMIT=BYTES (600M, 4G) when set. --dry-run prints the estimate.\n");
 }
 
 void eval_usage(FILE *f)
