@@ -44,15 +44,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One op of the forward, for the walk through backward: the gradient of
+ * its output (made before its backward runs, by its consumer's), the
+ * parameter gradients its backward makes (p: beside its scratch; under
+ * autocast that is the gradient of the weight's 16-bit copy, and the f32
+ * .grad comes after, pa, from the cast's own backward) and its scratch. */
 typedef struct {
-    uint64_t acts, act_grads, casts, work;
-    bool low;      /* autocast: lowered ops run in 16 bits */
-    bool f16;      /* ... in float16 */
-    int es;        /* bytes of a lowered op's result: 2 under autocast, else 4 */
+    uint64_t g, p, pa, w;
+} op_rec;
+
+typedef struct {
+    uint64_t acts;      /* forward results and saved tensors */
+    uint64_t casts;     /* autocast's 16-bit weight copies (not their gradients) */
+    uint64_t leaf;      /* the parameters (f32), one tensor each: also their gradients' size */
+    uint64_t fwd_peak;  /* evaluation: the most results + one op's scratch at once */
+    op_rec *ops;        /* training: the forward's ops in order */
+    size_t n, cap;
+    bool failed;        /* out of memory for ops */
+    bool low;           /* autocast: lowered ops run in 16 bits */
+    bool f16;           /* ... in float16 */
     bool cuda;
-    bool onednn;   /* oneDNN runs the convolutions it takes */
-    bool eval;     /* the evaluation pass: no grad, no saved tensors, forward scratch */
-    uint64_t fwd_peak; /* evaluation: the most results + one op's scratch at once */
+    bool onednn;        /* oneDNN runs the GEMMs and convolutions it takes */
+    bool eval;          /* the evaluation pass: no grad, no saved tensors, forward scratch */
     int threads;
 } tape;
 
@@ -68,34 +81,53 @@ uint64_t mem_block(uint64_t n)
 
 static uint64_t bytes_of(int64_t numel, int es) { return mem_block((uint64_t)numel * (uint64_t)es); }
 
-/* An op's scratch. In training the peak is at the end of backward, with
- * nearly everything allocated: the largest scratch counts on top. In
- * evaluation the forward's results pile up: what counts is the results
- * so far plus this op's scratch, at its largest (kept as the excess over
- * all the results). */
+/* Starts the next op (training); its record, or a scratch one. */
+static op_rec *op(tape *t)
+{
+    static _Thread_local op_rec spare;
+    if (t->eval || t->failed)
+        return memset(&spare, 0, sizeof spare);
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 256;
+        op_rec *v = realloc(t->ops, cap * sizeof *v);
+        if (!v) {
+            t->failed = true;
+            return memset(&spare, 0, sizeof spare);
+        }
+        t->ops = v;
+        t->cap = cap;
+    }
+    return memset(&t->ops[t->n++], 0, sizeof *t->ops);
+}
+
+static op_rec *cur(tape *t)
+{
+    static _Thread_local op_rec spare;
+    return t->n && !t->eval && !t->failed ? &t->ops[t->n - 1] : memset(&spare, 0, sizeof spare);
+}
+
+/* The current op's scratch. In evaluation the forward's results pile up,
+ * and what counts is the results so far plus this op's scratch. */
 static void work(tape *t, uint64_t bytes)
 {
     if (t->eval && t->acts + bytes > t->fwd_peak)
         t->fwd_peak = t->acts + bytes;
-    if (!t->eval && bytes > t->work)
-        t->work = bytes;
+    op_rec *r = cur(t);
+    if (bytes > r->w)
+        r->w = bytes;
 }
 
-/* An op's result of numel elements of es bytes, and its gradient when it
- * is on the path from the parameters to the loss. */
+/* The current op's result of numel elements of es bytes, and its gradient
+ * when it is on the path from the parameters to the loss. */
 static void result(tape *t, int64_t numel, int es, bool grad)
 {
     t->acts += bytes_of(numel, es);
-    if (grad && !t->eval)
-        t->act_grads += bytes_of(numel, es);
+    if (grad)
+        cur(t)->g += bytes_of(numel, es);
 }
 
 /* reshape / flatten: a view, whose gradient is a copy. */
-static void view(tape *t, int64_t numel, int es)
-{
-    if (!t->eval)
-        t->act_grads += bytes_of(numel, es);
-}
+static void view(tape *t, int64_t numel, int es) { op(t)->g = bytes_of(numel, es); }
 
 /* A tensor kept for backward only. */
 static void saved(tape *t, uint64_t bytes)
@@ -104,12 +136,22 @@ static void saved(tape *t, uint64_t bytes)
         t->acts += bytes;
 }
 
-/* A parameter of numel elements read by a lowered op: under autocast its
- * cached 16-bit copy, and that cast's gradient. */
-static void weight(tape *t, int64_t numel)
+/* A parameter of numel elements (f32), its gradient made by the current
+ * op's backward; read by a lowered op (lowered), under autocast through
+ * its cached 16-bit copy, whose cast has a gradient too. new_grad: the
+ * parameter's .grad is made here (false for wte's second use). */
+static void param(tape *t, int64_t numel, bool lowered, bool new_grad)
 {
-    if (t->low)
-        t->casts += (t->eval ? 1 : 2) * bytes_of(numel, 2);
+    op_rec *r = cur(t);
+    const bool cast = lowered && t->low;
+    if (new_grad) {
+        t->leaf += bytes_of(numel, 4);
+        *(cast ? &r->pa : &r->p) += bytes_of(numel, 4);
+    }
+    if (cast) {
+        t->casts += bytes_of(numel, 2);
+        r->p += bytes_of(numel, 2);
+    }
 }
 
 /* The input of a lowered op, *es bytes each: cast to 16 bits by a `to`
@@ -117,37 +159,50 @@ static void weight(tape *t, int64_t numel)
 static void lower_input(tape *t, int64_t numel, int *es, bool grad)
 {
     if (t->low && *es != 2) {
+        op(t);
         result(t, numel, 2, grad);
         *es = 2;
     }
 }
 
-/* linear(x [rows, in]) -> [rows, out] (a fused relu keeps this result). */
+/* linear(x [rows, in]) -> [rows, out] (a fused relu keeps this result).
+ * wte: the GPT's tied head, reading wte (whose .grad the embedding makes
+ * too: counted here, where backward meets it first). */
 static void linear(tape *t, int64_t rows, int64_t in, int64_t out, bool bias, bool relu, int *es, bool in_grad)
 {
     lower_input(t, rows * in, es, in_grad);
-    weight(t, in * out);
+    op(t);
+    param(t, in * out, true, true);
     if (bias)
-        weight(t, out);
+        param(t, out, true, true);
     result(t, rows * out, *es, true);
     if (t->eval)
         return;
-    /* backward: the bias gradient's partial sums (and 16-bit rows widened
-     * per thread); an f16 dY is widened and transposed up front */
+    /* backward: dY masked by a fused relu first (a copy; cuda runs the
+     * relu apart); the weight gradient's GEMM: oneDNN's scratchpad for an
+     * f32 one, a packed dY panel of rows x min(out, 512) floats (measured
+     * with oneDNN 2.6: not its documented behaviour), or f16's dY^T widened
+     * to f32 (the split f16 kernel does without: a bound); then the bias
+     * gradient's partial sums (and 16-bit rows widened per thread). */
+    const uint64_t masked = relu && !t->cuda ? bytes_of(rows * out, *es) : 0;
+    uint64_t dw = 0;
+    if (t->onednn && *es == 4 && !t->cuda)
+        dw = bytes_of(rows * (out < 512 ? out : 512), 4);
+    if (t->f16 && !t->cuda)
+        dw = bytes_of(rows * out, 4);
     uint64_t rb = rows / 64 > 32 ? (uint64_t)rows / 64 : 32, nrb = ((uint64_t)rows + rb - 1) / rb;
-    uint64_t w = mem_block((nrb * (uint64_t)out + (uint64_t)out) * 4) + (*es == 2 ? bytes_of(t->threads * out, 4) : 0);
-    if (t->f16)
-        w += bytes_of(rows * out, 4); /* f16's dY^T, widened */
-    if (relu && !t->cuda)
-        w += bytes_of(rows * out, *es); /* dY masked by the fused relu */
-    work(t, w);
+    uint64_t db = mem_block((nrb * (uint64_t)out + (uint64_t)out) * 4) + (*es == 2 ? bytes_of(t->threads * out, 4) : 0);
+    work(t, masked + (dw > db ? dw : db));
 }
 
 /* The cross-entropy on logits [rows, classes]. */
 static void cross_entropy(tape *t, int64_t rows, int64_t classes, int es)
 {
-    if (es != 4) /* an fp32 op under autocast: an f32 copy of the logits */
+    if (es != 4) { /* an fp32 op under autocast: an f32 copy of the logits */
+        op(t);
         result(t, rows * classes, 4, true);
+    }
+    op(t);
     saved(t, bytes_of(rows * 2, 4));    /* max and logsumexp per row */
     t->acts += 3 * bytes_of(1, 4);      /* the loss scalars */
     work(t, bytes_of(rows, 8) + bytes_of(t->threads * 2 * classes, 4));
@@ -164,10 +219,12 @@ static void cross_entropy(tape *t, int64_t rows, int64_t classes, int es)
 static void conv3x3(tape *t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int *es, bool in_grad)
 {
     lower_input(t, N * C * H * W, es, in_grad);
-    weight(t, O * C * 9);
-    weight(t, O);
+    op(t);
+    param(t, O * C * 9, true, true);
+    param(t, O, true, true);
     result(t, N * O * H * W, *es, true);
     if (t->cuda) { /* the relu apart */
+        op(t);
         result(t, N * O * H * W, *es, true);
         return;
     }
@@ -203,6 +260,7 @@ static void conv3x3(tape *t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t
 static void max_pool(tape *t, int64_t N, int64_t C, int64_t H, int64_t W, int es)
 {
     int64_t n = N * C * (H / 2) * (W / 2);
+    op(t);
     result(t, n, es, true);
     saved(t, bytes_of(n, 4)); /* the argmax */
 }
@@ -212,9 +270,11 @@ static void mlp(tape *t, const train_opts *o, const run_info *ri, int64_t B)
     int es = 4;
     int64_t in = ri->features;
     for (int i = 0; i < o->n_hidden; i++) {
-        linear(t, B, in, o->hidden[i], true, true, &es, false);
-        if (t->cuda) /* Linear + ReLU: the relu apart on cuda */
+        linear(t, B, in, o->hidden[i], true, true, &es, i > 0);
+        if (t->cuda) { /* Linear + ReLU: the relu apart on cuda */
+            op(t);
             result(t, B * o->hidden[i], es, true);
+        }
         in = o->hidden[i];
     }
     linear(t, B, in, ri->classes, true, false, &es, o->n_hidden > 0);
@@ -239,6 +299,9 @@ static void cnn(tape *t, const run_info *ri, int64_t B)
 /* [rows, W] f32 layer_norm (NONE on the CPU, fp32 on cuda: f32 in, f32 out). */
 static void layer_norm(tape *t, int64_t rows, int64_t W)
 {
+    op(t);
+    param(t, W, false, true);
+    param(t, W, false, true);
     result(t, rows * W, 4, true);
     t->acts += 2 * bytes_of(rows, 4); /* mean and rstd (made in evaluation too) */
     work(t, bytes_of(t->threads * (2 * W + 1), 4) + bytes_of(64 * 2 * W, 8));
@@ -248,43 +311,65 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
 {
     const int64_t T = o->context, W = o->width, M = o->mlp_width, V = ri->vocab, H = o->heads, R = B * T;
     const bool drop = o->dropout > 0;
-    t->acts += bytes_of(T, 8);  /* the positions */
-    result(t, R * W, 4, true);  /* wte[idx] */
-    result(t, T * W, 4, true);  /* wpe[0..T) */
-    result(t, R * W, 4, true);  /* their sum */
+    t->acts += bytes_of(T, 8); /* the positions */
+    op(t); /* wte[idx]: its dense [V, W] gradient is added into wte.grad (made by the head's) */
+    result(t, R * W, 4, true);
+    work(t, bytes_of(V * W, 4));
+    op(t); /* wpe[0..T) */
+    param(t, T * W, false, true);
+    result(t, T * W, 4, true);
+    op(t);
+    result(t, R * W, 4, true); /* their sum */
     for (int64_t l = 0; l < o->layers; l++) {
         layer_norm(t, R, W);
         for (int k = 0; k < 3; k++) { /* q, k, v: linear, split into heads */
             int es = 4;
             linear(t, R, W, W, true, false, &es, true);
             view(t, R * W, es);
+            op(t);
             result(t, R * W, es, true); /* the permute's copy */
         }
         int es = t->low ? 2 : 4;
-        result(t, R * W, es, true);        /* attention */
+        op(t);
+        result(t, R * W, es, true);       /* attention */
         saved(t, bytes_of(B * H * T, 4)); /* its log-sum-exp */
         const int64_t heads = B * H, nt = heads < t->threads ? heads : t->threads;
         const int64_t tt = T * T, half = t->low ? (tt + 1) / 2 : 0;
         work(t, (uint64_t)nt * mem_block((uint64_t)((t->eval ? 1 : 2) * tt + half) * 4));
+        op(t);
         result(t, R * W, es, true); /* merge heads: permute */
         view(t, R * W, es);         /* and reshape */
         linear(t, R, W, W, true, false, &es, true);
-        if (drop)
+        if (drop) {
+            op(t);
             result(t, R * W, es, true);
+        }
+        op(t);
         result(t, R * W, 4, true); /* the residual add (f32) */
         layer_norm(t, R, W);
         es = 4;
         linear(t, R, W, M, true, false, &es, true); /* fc1, whose pre-activation is kept... */
-        result(t, R * M, es, false);   /* ...beside the gelu */
+        result(t, R * M, es, false);                 /* ...beside the gelu */
         linear(t, R, M, W, true, false, &es, true);
-        if (drop)
+        if (drop) {
+            op(t);
             result(t, R * W, es, true);
+        }
+        op(t);
         result(t, R * W, 4, true);
     }
     layer_norm(t, R, W);
     int es = 4;
-    linear(t, R, W, V, false, false, &es, true); /* the head, tied to wte (cast once more: wte's embedding reads it in f32) */
-    view(t, R * V, es);            /* [B, T, V] -> [B*T, V] */
+    /* the head, tied to wte: backward meets it first, so wte.grad is made here */
+    lower_input(t, R * W, &es, true);
+    op(t);
+    param(t, V * W, true, true);
+    result(t, R * V, es, true);
+    if (!t->eval && t->onednn && es == 4 && !t->cuda)
+        work(t, bytes_of(R * (V < 512 ? V : 512), 4));
+    if (!t->eval && t->f16 && !t->cuda)
+        work(t, bytes_of(R * V, 4));
+    view(t, R * V, es); /* [B, T, V] -> [B*T, V] */
     cross_entropy(t, R, V, es);
 }
 
@@ -307,30 +392,6 @@ int64_t mem_param_count(const train_opts *o, const run_info *ri)
     return ri->vocab * W + o->context * W + 2 * W + o->layers * (4 * W * W + 2 * W * M + 9 * W + M);
 }
 
-/* Bytes of the parameters as tensors: one allocation each. */
-static uint64_t param_bytes(const train_opts *o, const run_info *ri, int es)
-{
-    if (strcmp(o->model, "mlp") == 0) {
-        uint64_t n = 0;
-        int64_t in = ri->features;
-        for (int i = 0; i < o->n_hidden; i++) {
-            n += bytes_of(in * o->hidden[i], es) + bytes_of(o->hidden[i], es);
-            in = o->hidden[i];
-        }
-        return n + bytes_of(in * ri->classes, es) + bytes_of(ri->classes, es);
-    }
-    if (strcmp(o->model, "cnn") == 0) {
-        int64_t f = 64 * (ri->height / 4) * (ri->width / 4);
-        return bytes_of(ri->channels * 9 * 32, es) + bytes_of(32, es) + bytes_of(32 * 9 * 64, es) + bytes_of(64, es) +
-               bytes_of(f * 128, es) + bytes_of(128, es) + bytes_of(128 * ri->classes, es) + bytes_of(ri->classes, es);
-    }
-    const int64_t W = o->width, M = o->mlp_width;
-    uint64_t block = 4 * bytes_of(W, es) + 4 * (bytes_of(W * W, es) + bytes_of(W, es)) + bytes_of(W * M, es) +
-                     bytes_of(M, es) + bytes_of(M * W, es) + bytes_of(W, es);
-    return bytes_of(ri->vocab * o->width, es) + bytes_of(o->context * W, es) + 2 * bytes_of(W, es) +
-           (uint64_t)o->layers * block;
-}
-
 static uint64_t tensor_bytes(const amp_tensor *t)
 {
     return t ? mem_block((uint64_t)amp_tensor_numel(t) * amp_dtype_size(amp_tensor_dtype(t))) : 0;
@@ -346,14 +407,17 @@ const char *mem_cat_name(mem_cat c)
 
 /* The model's part of a training step's peak (eval = false) or of the
  * evaluation pass's. */
-static tape run_tape(const train_opts *o, const run_info *ri, int64_t batch, int threads, bool eval)
+typedef struct {
+    uint64_t params, acts, casts, act_grads, grads, work, total;
+} model_peak;
+
+static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batch, int threads, bool eval)
 {
     tape t = {.low = strcmp(o->precision, "fp32") != 0,
               .f16 = strcmp(o->precision, "fp16") == 0,
               .cuda = strcmp(o->device, "cuda") == 0,
               .eval = eval,
               .threads = threads > 0 ? threads : 1};
-    t.es = t.low ? 2 : 4;
     const char *lib = getenv("AMPC_CPU_LIB");
     t.onednn = strstr(amp_cpu_kernels(), "oneDNN") && !(lib && strcmp(lib, "own") == 0);
     if (strcmp(o->model, "mlp") == 0)
@@ -362,37 +426,63 @@ static tape run_tape(const train_opts *o, const run_info *ri, int64_t batch, int
         cnn(&t, ri, batch);
     else
         gpt(&t, o, ri, batch);
-    if (eval)
-        t.work = t.fwd_peak > t.acts ? t.fwd_peak - t.acts : 0;
-    return t;
+    model_peak m = {.params = t.leaf, .acts = t.acts, .casts = t.casts};
+    if (eval) {
+        m.work = t.fwd_peak > t.acts ? t.fwd_peak - t.acts : 0;
+        m.total = t.acts + t.casts + m.work;
+        return m;
+    }
+    /* Backward, from the last op to the first: op i's output gradient is
+     * there (its consumer made it), with those of every later op and the
+     * parameter gradients made so far; during op i's backward, its
+     * inputs' gradients (taken as the previous op's), its own parameter
+     * gradients and its scratch. At the end everything but the scratch. */
+    uint64_t g = 0, p = 0, most = 0;
+    for (size_t i = t.n; i-- > 0;) {
+        const op_rec *r = &t.ops[i];
+        g += r->g;
+        uint64_t during = g + (i > 0 ? t.ops[i - 1].g : 0) + p + r->p;
+        if (during + (r->w > r->pa ? r->w : r->pa) > most)
+            most = during + (r->w > r->pa ? r->w : r->pa);
+        p += r->p + r->pa;
+    }
+    if (g + p > most)
+        most = g + p;
+    free(t.ops);
+    /* p holds the parameters' gradients and the 16-bit copies' */
+    m.grads = t.leaf;
+    m.casts += p - t.leaf;
+    m.act_grads = g;
+    m.work = most - g - p;
+    m.total = t.acts + t.casts + most;
+    return m;
 }
 
 void mem_estimate_run(const train_opts *o, const run_info *ri, const run_data *rd, int threads, mem_estimate *e)
 {
     memset(e, 0, sizeof *e);
     const bool cuda = strcmp(o->device, "cuda") == 0;
-    tape t = run_tape(o, ri, o->batch, threads, false);
+    model_peak t = run_tape(o, ri, o->batch, threads, false);
     /* Evaluation keeps a whole forward of its batch (EVAL_BATCH test
      * images, or --batch windows) in the pool: without gradients, but with
-     * a batch that can be larger than the training one. */
-    tape ev = run_tape(o, ri, rd->gpt ? o->batch : rd->eb.size, threads, true);
-    if (ev.acts + ev.casts + ev.work > t.acts + t.act_grads + t.casts + t.work) {
-        t = ev;
-        e->eval_peak = true;
-        e->eval_batch = rd->gpt ? o->batch : rd->eb.size;
-    }
-
+     * a batch that can be larger than the training one. The parameters'
+     * gradients and the optimizer's state are still there. */
+    const int64_t eb = rd->gpt ? o->batch : rd->eb.size;
+    model_peak ev = run_tape(o, ri, eb, threads, true);
+    const uint64_t pb = t.params;
     e->params = mem_param_count(o, ri);
-    uint64_t pb = param_bytes(o, ri, 4);
     uint64_t *m = cuda ? e->dev : e->host;
     m[MEM_PARAMS] = pb;
     m[MEM_GRADS] = pb;
     int slots = strcmp(o->optim, "sgd") == 0 ? o->momentum != 0 : 2;
     m[MEM_OPTIM] = (uint64_t)slots * pb;
-    m[MEM_CASTS] = t.casts;
-    m[MEM_ACTS] = t.acts;
-    m[MEM_ACT_GRADS] = t.act_grads;
-    m[MEM_WORK] = t.work;
+    const model_peak *use = ev.total > t.total ? &ev : &t;
+    e->eval_peak = use == &ev;
+    e->eval_batch = eb;
+    m[MEM_CASTS] = use->casts;
+    m[MEM_ACTS] = use->acts;
+    m[MEM_ACT_GRADS] = use->act_grads;
+    m[MEM_WORK] = use->work;
     if (cuda)
         e->host[MEM_PARAMS] = pb; /* built on the host, then moved */
 
