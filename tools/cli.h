@@ -344,6 +344,9 @@ typedef struct {
 /* The smallest of AMPC_MEMORY_LIMIT, the cgroup (v2, v1) limits and
  * MemAvailable, each made a budget for the whole process. */
 void mem_budget_get(mem_budget *b);
+/* The cuda device's: its free memory (cudaMemGetInfo) and what ampc's
+ * cache holds; not known without a GPU. */
+void mem_budget_device(mem_budget *b);
 /* Bytes in "600000000", "600M", "4G", "512KiB"; false when not. */
 bool mem_parse_bytes(const char *s, uint64_t *out);
 /* This process's resident memory (VmRSS). */

@@ -18,10 +18,15 @@
  * which is what the estimate's total is. AMPC_MEMORY_LIMIT is that budget
  * itself.
  *
+ * With --device cuda the device's part is checked too, against the
+ * device's free memory (cudaMemGetInfo) plus what ampc's device cache
+ * already holds.
+ *
  * The estimate is within MEM_TOLERANCE of the measured peak (tests/
- * test_cli_memory.c), so a run is refused only when even the estimate's
- * low end, total * (1 - MEM_TOLERANCE), exceeds the budget; between that
- * and the total it goes on after a warning. --no-memory-check (or
+ * test_cli_memory.c; the device's part: tests/test_cuda_cli.c, on
+ * cudaemu), so a run is refused only when even the estimate's low end,
+ * total * (1 - MEM_TOLERANCE), exceeds the budget; between that and the
+ * total it goes on after a warning. --no-memory-check (or
  * AMPC_NO_MEMORY_CHECK=1) skips the check.
  */
 #include "cli.h"
@@ -279,6 +284,64 @@ static void print_table(FILE *f, const char *title, const uint64_t *v, uint64_t 
     fprintf(f, "  %-22s %14llu %10.1f\n", "total", (unsigned long long)total, (double)total / MIB);
 }
 
+void mem_budget_device(mem_budget *b)
+{
+    memset(b, 0, sizeof *b);
+    size_t free_b = 0, total_b = 0;
+    if (amp_cuda_mem_get_info(&free_b, &total_b) != AMP_OK) {
+        amp_clear_error();
+        return;
+    }
+    /* ampc's cache keeps freed blocks for its own reuse: they count */
+    amp_memory_stats s = amp_cuda_memory_get_stats();
+    b->known = true;
+    b->bytes = (uint64_t)free_b + s.current + s.cached;
+    snprintf(b->source, sizeof b->source,
+             "cudaMemGetInfo: %.1f MiB free of %.1f MiB, + %.1f MiB this process holds or caches",
+             (double)free_b / MIB, (double)total_b / MIB, (double)(s.current + s.cached) / MIB);
+}
+
+/* The fit line of the dry run for one memory. */
+static void print_fit(const char *what, uint64_t total, const mem_budget *b)
+{
+    if (!b->known) {
+        printf("%s available: unknown\n", what);
+        return;
+    }
+    const double low = (double)total * (1.0 - MEM_TOLERANCE);
+    printf("%s available: %.1f MiB (%s)\n", what, (double)b->bytes / MIB, b->source);
+    printf("  %s: the estimate is %.0f%% of it (it is within +-%.0f%%: a run is refused when even %.0f%% of it "
+           "does not fit)\n",
+           low > (double)b->bytes ? "does not fit" : (double)total > (double)b->bytes ? "may not fit" : "fits",
+           100.0 * (double)total / (double)b->bytes, 100 * MEM_TOLERANCE, 100 * (1 - MEM_TOLERANCE));
+}
+
+/* Whether v (the estimate's rows, total) fits in b; the refusal or the
+ * warning printed. */
+static bool fits(const train_opts *o, const char *where, const uint64_t *v, uint64_t total, const mem_budget *b)
+{
+    if (!b->known || (double)total * (1.0 - MEM_TOLERANCE) <= (double)b->bytes) {
+        if (b->known && (double)total > (double)b->bytes)
+            fprintf(stderr, "ampc: warning: this run may not fit in %s: it needs about %.1f MiB (+-%.0f%%), %.1f MiB "
+                            "are available (%s)\n",
+                    where, (double)total / MIB, 100 * MEM_TOLERANCE, (double)b->bytes / MIB, b->source);
+        return true;
+    }
+    int order[MEM_CATS];
+    int n = biggest(v, order);
+    fprintf(stderr, "ampc: not enough %s for this run: it needs about %.1f MiB at its peak, %.1f MiB are "
+                    "available\n  (%s)\n  the biggest parts:",
+            where, (double)total / MIB, (double)b->bytes / MIB, b->source);
+    for (int i = 0; i < n && i < 3; i++)
+        fprintf(stderr, "%s %s %.1f MiB", i ? "," : "", mem_cat_name((mem_cat)order[i]), (double)v[order[i]] / MIB);
+    fprintf(stderr, "\n  try: a smaller --batch (with --accum to keep the step's size: the peak follows the "
+                    "micro-batch)%s%s; `ampc train --dry-run` prints the estimate; --no-memory-check runs anyway\n",
+            strcmp(o->precision, "fp32") == 0 ? ", --precision bf16 (16-bit activations)" : "",
+            is_gpt(o) ? ", a smaller model (--layers, --width, --mlp-width, --context)"
+                      : strcmp(o->model, "mlp") == 0 ? ", a smaller model (--hidden)" : ", --model mlp");
+    return false;
+}
+
 int mem_check(const train_opts *o, const run_info *ri, const run_data *rd, bool dry_run)
 {
     const bool cuda = strcmp(o->device, "cuda") == 0;
@@ -291,57 +354,37 @@ int mem_check(const train_opts *o, const run_info *ri, const run_data *rd, bool 
     uint64_t counted = e.host[MEM_DATA] - e.tracked_data; /* malloc'd data, inside the rss already */
     e.host[MEM_PROGRAM] = program > counted ? program - counted : 0;
     e.host_total += e.host[MEM_PROGRAM];
-    mem_budget b;
+    mem_budget b, db;
     mem_budget_get(&b);
-    const double low = (double)e.host_total * (1.0 - MEM_TOLERANCE);
+    memset(&db, 0, sizeof db);
+    if (cuda)
+        mem_budget_device(&db);
     if (dry_run) {
         char desc[256];
         printf("model %s (%lld parameters), precision %s, optim %s, batch %lld%s, %d threads\n",
                model_describe(o, ri, desc, sizeof desc), (long long)e.params, o->precision, o->optim,
                (long long)o->batch, o->accum > 1 ? " (accumulated: the same peak)" : "", amp_get_num_threads());
-        char title[128];
+        char title[160];
         snprintf(title, sizeof title, "memory estimate%s, at the peak (%s):", cuda ? " on the host" : "",
                  e.eval_peak ? "the evaluation pass" : "the end of a training step's backward");
         print_table(stdout, title, e.host, e.host_total);
-        if (cuda)
-            print_table(stdout, "memory estimate, cuda device (peak; the device's free memory is not checked):",
-                        e.dev, e.dev_total);
         printf("of it in the library's allocator (a run's 'peak memory' line): %.1f MiB, the data set %.1f MiB\n",
                (double)e.tracked / MIB, (double)e.tracked_data / MIB);
-        if (b.known)
-            printf("available: %.1f MiB (%s)\n", (double)b.bytes / MIB, b.source);
-        else
-            printf("available: unknown (no cgroup limit, /proc/meminfo or AMPC_MEMORY_LIMIT)\n");
-        if (b.known)
-            printf("%s: the estimate is %.0f%% of it (the estimate is within +-%.0f%%; a run is refused when "
-                   "even %.0f%% of it does not fit)\n",
-                   low > (double)b.bytes ? "does not fit" : (double)e.host_total > (double)b.bytes ? "may not fit" : "fits",
-                   100.0 * (double)e.host_total / (double)b.bytes, 100 * MEM_TOLERANCE, 100 * (1 - MEM_TOLERANCE));
+        print_fit("host memory", e.host_total, &b);
+        if (cuda) {
+            print_table(stdout, "memory estimate on the cuda device (a run's 'peak device memory' line):", e.dev,
+                        e.dev_total);
+            print_fit("device memory", e.dev_total, &db);
+        }
         fflush(stdout);
         return 0;
     }
     const char *skip = getenv("AMPC_NO_MEMORY_CHECK");
-    if (o->no_memory_check || (skip && *skip && strcmp(skip, "0") != 0) || !b.known)
+    if (o->no_memory_check || (skip && *skip && strcmp(skip, "0") != 0))
         return -1;
-    if (low <= (double)b.bytes) {
-        if ((double)e.host_total > (double)b.bytes)
-            fprintf(stderr, "ampc: warning: this run may not fit in memory: it needs about %.1f MiB (+-%.0f%%), "
-                            "%.1f MiB are available (%s)\n",
-                    (double)e.host_total / MIB, 100 * MEM_TOLERANCE, (double)b.bytes / MIB, b.source);
-        return -1;
-    }
-    int order[MEM_CATS];
-    int n = biggest(e.host, order);
-    fprintf(stderr, "ampc: not enough memory for this run: it needs about %.1f MiB at its peak, %.1f MiB are "
-                    "available\n  (%s)\n  the biggest parts:",
-            (double)e.host_total / MIB, (double)b.bytes / MIB, b.source);
-    for (int i = 0; i < n && i < 3; i++)
-        fprintf(stderr, "%s %s %.1f MiB", i ? "," : "", mem_cat_name((mem_cat)order[i]),
-                (double)e.host[order[i]] / MIB);
-    fprintf(stderr, "\n  try: a smaller --batch (with --accum to keep the step's size: the peak follows the "
-                    "micro-batch)%s%s; `ampc train --dry-run` prints the estimate; --no-memory-check runs anyway\n",
-            strcmp(o->precision, "fp32") == 0 ? ", --precision bf16 (16-bit activations)" : "",
-            is_gpt(o) ? ", a smaller model (--layers, --width, --mlp-width, --context)"
-                      : strcmp(o->model, "mlp") == 0 ? ", a smaller model (--hidden)" : ", --model mlp");
-    return 1;
+    if (!fits(o, "memory", e.host, e.host_total, &b))
+        return 1;
+    if (cuda && !fits(o, "device memory", e.dev, e.dev_total, &db))
+        return 1;
+    return -1;
 }
