@@ -366,7 +366,7 @@ int mem_check(const train_opts *o, const run_info *ri, const run_data *rd, bool 
                (long long)o->batch, o->accum > 1 ? " (accumulated: the same peak)" : "", amp_get_num_threads());
         char title[160];
         snprintf(title, sizeof title, "memory estimate%s, at the peak (%s):", cuda ? " on the host" : "",
-                 e.eval_peak ? "the evaluation pass" : "the end of a training step's backward");
+                 e.eval_peak ? "the evaluation pass" : "a training step's backward");
         print_table(stdout, title, e.host, e.host_total);
         printf("of it in the library's allocator (a run's 'peak memory' line): %.1f MiB, the data set %.1f MiB\n",
                (double)e.tracked / MIB, (double)e.tracked_data / MIB);
