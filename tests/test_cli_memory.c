@@ -13,7 +13,9 @@
  *     (needed, available and from where, the biggest parts, what to try),
  *     and no training line; --no-memory-check runs it anyway.
  *   - --dry-run prints the table (every category, total, available) and
- *     exits 0 without training.
+ *     exits 0 without training; it resolves the options as the run would,
+ *     a resumed checkpoint's settings included; a cuda run's estimate
+ *     needs no GPU.
  */
 #include "test_cli_util.h"
 
@@ -139,6 +141,32 @@ static void test_dry_run_prints_the_table_and_does_not_train(void)
     CHECK_MSG(!strstr(cli_out, "val_loss") && !strstr(cli_out, "step "), "it trained:\n%s", cli_out);
 }
 
+static void test_dry_run_takes_a_resumed_runs_settings(void)
+{
+    if (!cli_have_binary())
+        return;
+    char ck[512];
+    cli_path(ck, sizeof ck, "ck");
+    CHECK_EQ_INT(cli_run("train --model gpt --layers 1 --width 32 --heads 2 --context 16 --batch 4 --steps 2 "
+                         "--val-batches 1 --threads 1 --data %s --save %s",
+                         text, ck),
+                 0);
+    CHECK_EQ_INT(cli_run("train --resume %s --dry-run", ck), 0);
+    CHECK_MSG(strstr(cli_out, "gpt 1 layers, 2 heads, width 32") && strstr(cli_out, "batch 4"),
+              "not the checkpoint's settings:\n%s", cli_out);
+    CHECK_EQ_INT(cli_run("train --resume %s --batch 64 --dry-run", ck), 0);
+    CHECK_MSG(strstr(cli_out, "batch 64"), "--batch given on resume is not used:\n%s", cli_out);
+}
+
+static void test_dry_run_of_a_cuda_run_needs_no_gpu(void)
+{
+    if (!cli_have_binary())
+        return;
+    CHECK_EQ_INT(cli_run("train --model gpt --data %s --device cuda --dry-run", text), 0);
+    CHECK_MSG(strstr(cli_out, "on the cuda device") && strstr(cli_out, "device memory available: "),
+              "no device table:\n%s", cli_out);
+}
+
 int main(void)
 {
     if (!cli_init("memory"))
@@ -150,6 +178,8 @@ int main(void)
     RUN(test_estimate_is_within_tolerance_of_the_measured_peak);
     RUN(test_a_run_that_does_not_fit_is_refused_before_it_starts);
     RUN(test_dry_run_prints_the_table_and_does_not_train);
+    RUN(test_dry_run_takes_a_resumed_runs_settings);
+    RUN(test_dry_run_of_a_cuda_run_needs_no_gpu);
     cli_cleanup();
     return harness_done();
 }

@@ -278,7 +278,7 @@ static void print_table(FILE *f, const char *title, const uint64_t *v, uint64_t 
 {
     fprintf(f, "%s\n  %-22s %14s %10s\n", title, "category", "bytes", "MiB");
     for (int c = 0; c < MEM_CATS; c++)
-        if (v[c] || c != MEM_CASTS)
+        if (v[c] || (c != MEM_CASTS && c != MEM_PROGRAM))
             fprintf(f, "  %-22s %14llu %10.1f\n", mem_cat_name((mem_cat)c), (unsigned long long)v[c],
                     (double)v[c] / MIB);
     fprintf(f, "  %-22s %14llu %10.1f\n", "total", (unsigned long long)total, (double)total / MIB);
@@ -289,6 +289,7 @@ void mem_budget_device(mem_budget *b)
     memset(b, 0, sizeof *b);
     size_t free_b = 0, total_b = 0;
     if (amp_cuda_mem_get_info(&free_b, &total_b) != AMP_OK) {
+        snprintf(b->source, sizeof b->source, "%s", amp_last_error());
         amp_clear_error();
         return;
     }
@@ -305,7 +306,7 @@ void mem_budget_device(mem_budget *b)
 static void print_fit(const char *what, uint64_t total, const mem_budget *b)
 {
     if (!b->known) {
-        printf("%s available: unknown\n", what);
+        printf("%s available: unknown%s%s%s\n", what, b->source[0] ? " (" : "", b->source, b->source[0] ? ")" : "");
         return;
     }
     const double low = (double)total * (1.0 - MEM_TOLERANCE);

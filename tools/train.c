@@ -449,7 +449,7 @@ int train_main(int argc, char **argv)
     run_info saved = {0};
     train_opts_default(&o);
     int rc = opts_parse(argc, argv, &o, false);
-    if (rc < 0)
+    if (rc < 0 && !o.dry_run) /* a dry run estimates a cuda run without a GPU too */
         rc = device_check(&o, "ampc train");
     if (rc < 0 && o.resume) {
         char where[4096];
