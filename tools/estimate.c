@@ -70,9 +70,10 @@ typedef struct {
     uint64_t leaf;      /* the parameters (f32), one tensor each: also their gradients' size */
     uint64_t leaf_max;  /* the largest of them */
     uint64_t fwd_peak;  /* evaluation: the most results + one op's scratch at once */
+    uint64_t grads_all; /* training: every gradient (all records' g, p and pa) */
     op_rec *ops;        /* training: the forward's ops in order */
     size_t n, cap;
-    bool failed;        /* out of memory for ops */
+    bool failed;        /* out of memory for ops: grads_all stands in for the walk */
     bool low;           /* autocast: lowered ops run in 16 bits */
     bool f16;           /* ... in float16 */
     bool cuda;
@@ -111,7 +112,8 @@ static uint64_t bytes_of(const tape *t, int64_t numel, int es)
 
 static uint64_t blk(const tape *t, uint64_t n) { return t->cuda ? dev_block(n) : mem_block(n); }
 
-/* Starts the next op (training); its record, or a scratch one. */
+/* Starts the next op (training); its record. In evaluation (no records)
+ * or when records could not be had, a scratch record that nothing reads. */
 static op_rec *op(tape *t)
 {
     static _Thread_local op_rec spare;
@@ -130,6 +132,7 @@ static op_rec *op(tape *t)
     return memset(&t->ops[t->n++], 0, sizeof *t->ops);
 }
 
+/* The current op's record (or the scratch one, as op). */
 static op_rec *cur(tape *t)
 {
     static _Thread_local op_rec spare;
@@ -152,12 +155,19 @@ static void work(tape *t, uint64_t bytes)
 static void result(tape *t, int64_t numel, int es, bool grad)
 {
     t->acts += bytes_of(t, numel, es);
-    if (grad)
+    if (grad && !t->eval) {
         cur(t)->g += bytes_of(t, numel, es);
+        t->grads_all += bytes_of(t, numel, es);
+    }
 }
 
 /* reshape / flatten: a view, whose gradient is a copy. */
-static void view(tape *t, int64_t numel, int es) { op(t)->g = bytes_of(t, numel, es); }
+static void view(tape *t, int64_t numel, int es)
+{
+    op(t)->g = bytes_of(t, numel, es);
+    if (!t->eval)
+        t->grads_all += bytes_of(t, numel, es);
+}
 
 /* A tensor kept for backward only. */
 static void saved(tape *t, uint64_t bytes)
@@ -166,23 +176,23 @@ static void saved(tape *t, uint64_t bytes)
         t->acts += bytes;
 }
 
-/* A parameter of numel elements (f32), its gradient made by the current
- * op's backward; read by a lowered op (lowered), under autocast through
- * its cached 16-bit copy, whose cast has a gradient too. new_grad: the
- * parameter's .grad is made here (false for wte's second use). */
-static void param(tape *t, int64_t numel, bool lowered, bool new_grad)
+/* A parameter of numel elements (f32), whose .grad the current op's
+ * backward makes (a parameter read twice, the GPT's wte, is declared at the
+ * use backward meets first); read by a lowered op (lowered), under
+ * autocast through its cached 16-bit copy, whose cast has a gradient too. */
+static void param(tape *t, int64_t numel, bool lowered)
 {
     op_rec *r = cur(t);
     const bool cast = lowered && t->low;
-    if (new_grad) {
-        t->leaf += bytes_of(t, numel, 4);
-        if (bytes_of(t, numel, 4) > t->leaf_max)
-            t->leaf_max = bytes_of(t, numel, 4);
-        *(cast ? &r->pa : &r->p) += bytes_of(t, numel, 4);
-    }
+    const uint64_t b = bytes_of(t, numel, 4);
+    t->leaf += b;
+    t->leaf_max = b > t->leaf_max ? b : t->leaf_max;
+    *(cast ? &r->pa : &r->p) += b;
+    t->grads_all += b;
     if (cast) {
         t->casts += bytes_of(t, numel, 2);
         r->p += bytes_of(t, numel, 2);
+        t->grads_all += bytes_of(t, numel, 2);
     }
 }
 
@@ -207,9 +217,9 @@ static void linear(tape *t, int64_t rows, int64_t in, int64_t out, bool bias, in
 {
     lower_input(t, rows * in, es, in_grad);
     op(t);
-    param(t, in * out, true, true);
+    param(t, in * out, true);
     if (bias)
-        param(t, out, true, true);
+        param(t, out, true);
     result(t, rows * out, *es, true);
     if (act == ACT_GELU)
         result(t, rows * out, *es, false);
@@ -263,8 +273,8 @@ static void conv3x3(tape *t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t
 {
     lower_input(t, N * C * H * W, es, in_grad);
     op(t);
-    param(t, O * C * 9, true, true);
-    param(t, O, true, true);
+    param(t, O * C * 9, true);
+    param(t, O, true);
     result(t, N * O * H * W, *es, true);
     if (t->cuda) {
         /* ops/cuda/conv.c: im2col workspace for as many images as fit
@@ -350,8 +360,8 @@ static void cnn(tape *t, const run_info *ri, int64_t B)
 static void layer_norm(tape *t, int64_t rows, int64_t W)
 {
     op(t);
-    param(t, W, false, true);
-    param(t, W, false, true);
+    param(t, W, false);
+    param(t, W, false);
     result(t, rows * W, 4, true);
     if (t->cuda) { /* mean and rstd, for backward only */
         saved(t, 2 * bytes_of(t, rows, 4));
@@ -370,7 +380,7 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
     result(t, R * W, 4, true);
     work(t, bytes_of(t, V * W, 4));
     op(t); /* wpe[0..T) */
-    param(t, T * W, false, true);
+    param(t, T * W, false);
     result(t, T * W, 4, true);
     op(t);
     result(t, R * W, 4, true); /* their sum */
@@ -424,7 +434,7 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
     /* the head, tied to wte: backward meets it first, so wte.grad is made here */
     lower_input(t, R * W, &es, true);
     op(t);
-    param(t, V * W, true, true);
+    param(t, V * W, true);
     result(t, R * V, es, true);
     if (!t->eval && t->onednn && es == 4 && !t->cuda)
         work(t, bytes_of(t, R * (V < 512 ? V : 512), 4));
@@ -510,6 +520,11 @@ static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batc
     if (g + p > most)
         most = g + p;
     free(t.ops);
+    if (t.failed) { /* no walk: the end of backward, without scratch */
+        p = t.leaf + (t.low ? t.casts : 0);
+        g = t.grads_all - p;
+        most = t.grads_all;
+    }
     /* p holds the parameters' gradients and the 16-bit copies' */
     m.grads = t.leaf;
     m.casts += p - t.leaf;
