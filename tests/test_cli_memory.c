@@ -12,6 +12,9 @@
  *     AMPC_MEMORY_LIMIT below the estimate is exit 1 with the message
  *     (needed, available and from where, the biggest parts, what to try),
  *     and no training line; --no-memory-check runs it anyway.
+ *   - The memory available: cgroup v2 and v1 limits read up the
+ *     hierarchy from the process's cgroup (a made-up /proc and mounts),
+ *     AMPC_MEMORY_LIMIT's sizes.
  *   - --dry-run prints the table (every category, total, available) and
  *     exits 0 without training; it resolves the options as the run would,
  *     a resumed checkpoint's settings included; a cuda run's estimate
@@ -167,6 +170,92 @@ static void test_dry_run_of_a_cuda_run_needs_no_gpu(void)
               "no device table:\n%s", cli_out);
 }
 
+/* Writes text into dir/name (dir made first). */
+static void put(const char *dir, const char *name, const char *text)
+{
+    char cmd[1024], path[1024];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    CHECK(system(cmd) == 0);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A made-up /proc/self and cgroup mounts: v2 with the limit on the
+ * parent of the process's cgroup, v1's memory controller mounted from a
+ * container's root; the smallest budget wins and names its files. */
+static void test_cgroup_limits_are_read_up_the_hierarchy(void)
+{
+    char proc[512], v2[512], v1[512], dir[1024], text[2048];
+    cli_path(proc, sizeof proc, "proc");
+    cli_path(v2, sizeof v2, "cg2");
+    cli_path(v1, sizeof v1, "cg1");
+    snprintf(text, sizeof text,
+             "25 1 0:22 / /proc rw - proc proc rw\n"
+             "30 23 0:26 / %s rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+             "31 23 0:27 / /somewhere/cpu rw - cgroup cgroup rw,cpu\n"
+             "40 23 0:30 /ctr %s rw - cgroup cgroup rw,memory\n",
+             v2, v1);
+    put(proc, "mountinfo", text);
+    put(proc, "cgroup", "5:cpu:/ctr/job\n4:memory:/ctr/job\n0::/a/b\n");
+    /* v2: /a/b has no limit, /a has 600 MiB with 100 MiB used, 10 MiB of it inactive file cache */
+    snprintf(dir, sizeof dir, "%s/a/b", v2);
+    put(dir, "memory.max", "max\n");
+    put(dir, "memory.current", "1000\n");
+    snprintf(dir, sizeof dir, "%s/a", v2);
+    put(dir, "memory.max", "629145600\n");
+    put(dir, "memory.current", "104857600\n");
+    put(dir, "memory.stat", "anon 94371840\nfile 10485760\ninactive_file 10485760\n");
+    /* v1, seen from the container (its root /ctr is the mount's root): job
+     * has no limit (v1's huge number), the container 1 GiB */
+    snprintf(dir, sizeof dir, "%s/job", v1);
+    put(dir, "memory.limit_in_bytes", "9223372036854771712\n");
+    put(dir, "memory.usage_in_bytes", "1000\n");
+    put(v1, "memory.limit_in_bytes", "1073741824\n");
+    put(v1, "memory.usage_in_bytes", "0\n");
+
+    mem_budget b;
+    memset(&b, 0, sizeof b);
+    mem_budget_cgroups(&b, proc, 5 << 20);
+    CHECK(b.known);
+    CHECK_EQ_INT((long long)b.bytes, (600LL - 100 + 10 + 5) << 20);
+    snprintf(dir, sizeof dir, "cgroup v2 %s/a: memory.max 600.0 MiB - memory.current 100.0 MiB", v2);
+    CHECK_MSG(strstr(b.source, dir), "source: %s", b.source);
+
+    /* v1's limit the smaller: it wins */
+    put(v1, "memory.limit_in_bytes", "314572800\n");
+    memset(&b, 0, sizeof b);
+    mem_budget_cgroups(&b, proc, 0);
+    CHECK_EQ_INT((long long)b.bytes, 300LL << 20);
+    snprintf(dir, sizeof dir, "cgroup v1 %s: memory.limit_in_bytes 300.0 MiB", v1);
+    CHECK_MSG(strstr(b.source, dir), "source: %s", b.source);
+
+    /* no limit anywhere: nothing known */
+    snprintf(dir, sizeof dir, "%s/a", v2);
+    put(dir, "memory.max", "max\n");
+    put(v1, "memory.limit_in_bytes", "9223372036854771712\n");
+    memset(&b, 0, sizeof b);
+    mem_budget_cgroups(&b, proc, 0);
+    CHECK(!b.known);
+}
+
+static void test_memory_limit_takes_sizes_with_units(void)
+{
+    uint64_t v = 0;
+    CHECK(mem_parse_bytes("600000000", &v) && v == 600000000ull);
+    CHECK(mem_parse_bytes("600M", &v) && v == 600ull << 20);
+    CHECK(mem_parse_bytes("4G", &v) && v == 4ull << 30);
+    CHECK(mem_parse_bytes("512KiB", &v) && v == 512ull << 10);
+    CHECK(mem_parse_bytes("2gb", &v) && v == 2ull << 30);
+    CHECK(!mem_parse_bytes("", &v) && !mem_parse_bytes("-1", &v) && !mem_parse_bytes("1.5G", &v) &&
+          !mem_parse_bytes("12 M", &v) && !mem_parse_bytes("99999999999999999999", &v) &&
+          !mem_parse_bytes("20000000000G", &v));
+}
+
 int main(void)
 {
     if (!cli_init("memory"))
@@ -180,6 +269,8 @@ int main(void)
     RUN(test_dry_run_prints_the_table_and_does_not_train);
     RUN(test_dry_run_takes_a_resumed_runs_settings);
     RUN(test_dry_run_of_a_cuda_run_needs_no_gpu);
+    RUN(test_cgroup_limits_are_read_up_the_hierarchy);
+    RUN(test_memory_limit_takes_sizes_with_units);
     cli_cleanup();
     return harness_done();
 }

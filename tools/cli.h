@@ -344,6 +344,10 @@ typedef struct {
 /* The smallest of AMPC_MEMORY_LIMIT, the cgroup (v2, v1) limits and
  * MemAvailable, each made a budget for the whole process. */
 void mem_budget_get(mem_budget *b);
+/* Takes the cgroup limits (v2, then v1's memory controller) into b, for
+ * a process with rss resident bytes whose mountinfo and cgroup files are
+ * in proc ("/proc/self"; another directory in tests). */
+void mem_budget_cgroups(mem_budget *b, const char *proc, uint64_t rss);
 /* The cuda device's: its free memory (cudaMemGetInfo) and what ampc's
  * cache holds; not known without a GPU. */
 void mem_budget_device(mem_budget *b);

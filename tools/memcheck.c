@@ -35,6 +35,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MIB (1024.0 * 1024.0)
 
@@ -117,7 +118,7 @@ bool mem_parse_bytes(const char *s, uint64_t *out)
     case 'T': mult = 1ull << 40; end++; break;
     default: break;
     }
-    if (mult > 1 && (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0))
+    if (mult > 1 && (strcasecmp(end, "iB") == 0 || strcasecmp(end, "B") == 0))
         end += strlen(end);
     if (*end || x > UINT64_MAX / mult)
         return false;
@@ -125,11 +126,13 @@ bool mem_parse_bytes(const char *s, uint64_t *out)
     return true;
 }
 
-/* Where the cgroup hierarchy of `controller` ("" for v2) is mounted, and
- * the root of that mount inside the hierarchy (/proc/self/mountinfo). */
-static bool cgroup_mount(bool v2, char *mnt, size_t n, char *root, size_t rn)
+/* Where hierarchy v2 or v1's memory controller is mounted, and the root
+ * of that mount inside the hierarchy (proc/mountinfo). */
+static bool cgroup_mount(const char *proc, bool v2, char *mnt, size_t n, char *root, size_t rn)
 {
-    FILE *f = fopen("/proc/self/mountinfo", "r");
+    char path[600];
+    snprintf(path, sizeof path, "%s/mountinfo", proc);
+    FILE *f = fopen(path, "r");
     if (!f)
         return false;
     char line[1024];
@@ -151,11 +154,13 @@ static bool cgroup_mount(bool v2, char *mnt, size_t n, char *root, size_t rn)
     return found;
 }
 
-/* The cgroup path of this process in hierarchy v2 ("0::") or v1's memory
- * controller. */
-static bool cgroup_path(bool v2, char *out, size_t n)
+/* The cgroup path of this process in hierarchy v2 ("0::/path") or v1's
+ * memory controller ("4:memory:/path"), from proc/cgroup. */
+static bool cgroup_path(const char *proc, bool v2, char *out, size_t n)
 {
-    FILE *f = fopen("/proc/self/cgroup", "r");
+    char path[600];
+    snprintf(path, sizeof path, "%s/cgroup", proc);
+    FILE *f = fopen(path, "r");
     if (!f)
         return false;
     char line[1024];
@@ -165,10 +170,9 @@ static bool cgroup_path(bool v2, char *out, size_t n)
         char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
         if (!c2)
             continue;
-        *c2 = '\0';
-        const char *ctl = c1 + 1;
-        bool match = v2 ? strncmp(line, "0", 2) == 0 && *ctl == '\0'
-                        : strcmp(ctl, "memory") == 0 || strstr(ctl, "memory") != NULL;
+        *c1 = *c2 = '\0';
+        const char *ctl = c1 + 1; /* the controllers: none for v2 */
+        bool match = v2 ? strcmp(line, "0") == 0 && *ctl == '\0' : strstr(ctl, "memory") != NULL;
         if (match) {
             snprintf(out, n, "%s", c2 + 1);
             found = true;
@@ -189,10 +193,10 @@ static void consider(mem_budget *b, uint64_t bytes, const char *source)
 }
 
 /* The cgroup limits, from the process's cgroup up to the hierarchy's root. */
-static void cgroup_budget(mem_budget *b, bool v2, uint64_t rss)
+static void cgroup_budget(mem_budget *b, const char *proc, bool v2, uint64_t rss)
 {
     char mnt[256], root[256], path[512];
-    if (!cgroup_mount(v2, mnt, sizeof mnt, root, sizeof root) || !cgroup_path(v2, path, sizeof path))
+    if (!cgroup_mount(proc, v2, mnt, sizeof mnt, root, sizeof root) || !cgroup_path(proc, v2, path, sizeof path))
         return;
     /* The path is relative to the hierarchy's root; the mount shows `root`
      * of it (a container's own cgroup, say). */
@@ -232,6 +236,12 @@ static void cgroup_budget(mem_budget *b, bool v2, uint64_t rss)
     }
 }
 
+void mem_budget_cgroups(mem_budget *b, const char *proc, uint64_t rss)
+{
+    cgroup_budget(b, proc, true, rss);
+    cgroup_budget(b, proc, false, rss);
+}
+
 void mem_budget_get(mem_budget *b)
 {
     memset(b, 0, sizeof *b);
@@ -243,8 +253,7 @@ void mem_budget_get(mem_budget *b)
                  (double)avail / MIB, (double)rss / MIB);
         consider(b, avail + rss, src);
     }
-    cgroup_budget(b, true, rss);
-    cgroup_budget(b, false, rss);
+    mem_budget_cgroups(b, "/proc/self", rss);
     const char *env = getenv("AMPC_MEMORY_LIMIT");
     uint64_t cap;
     if (env && *env) {
