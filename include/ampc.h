@@ -235,6 +235,10 @@ amp_memory_stats amp_cuda_memory_get_stats(void);
 void amp_cuda_memory_reset_peak(void);
 /* Returns the device memory cached for reuse to the driver. */
 void amp_cuda_empty_cache(void);
+/* The device's free and total memory in bytes (cudaMemGetInfo: free
+ * does not count the blocks ampc's cache keeps). AMP_ERR_DEVICE without
+ * a usable GPU. */
+amp_status amp_cuda_mem_get_info(size_t *free_bytes, size_t *total_bytes);
 /* How often ampc has blocked the host on the GPU, process-wide, since start
  * or the last reset (docs/cuda.md, "Counting host synchronisations"):
  * syncs counts stream synchronisations outside copies (amp_cuda_synchronize,

@@ -3,7 +3,10 @@
  * it: the cnn on tiny images (against the CPU, resumed bit for bit, the
  * default fp16 with the scaler, the checkpoint evaluated on both devices)
  * and the GPT with --clip on tiny text (against the CPU, with and without
- * --log). Skipped when the ampc binary is not built beside this program.
+ * --log); the memory estimate's device part against the measured peak,
+ * and a run refused when the device cannot hold it (on cudaemu, whose
+ * device size CUDAEMU_MEM_MB sets). Skipped when the ampc binary is not
+ * built beside this program.
  *
  * The ops are test_cuda.c's, training through the library
  * test_cuda_train.c's; what they share is cuda_rig.h.
@@ -13,6 +16,8 @@
  */
 #include "cuda_rig.h"
 #include "test_cli_util.h"
+
+#include "cli.h"
 
 /* ------------------------------------------------ ampc --device cuda */
 
@@ -208,10 +213,111 @@ static void test_cli_gpt_with_clip_on_cuda(void)
               quiet[STEPS]);
 }
 
+/* 28x28 images (the cnn's real shape), 160 of each split: an evaluation
+ * pass of 128, as with Fashion-MNIST. */
+static void write_images(const char *dir)
+{
+    enum { N = 160, P = 28 * 28 };
+    static unsigned char img[N * P], lab[N];
+    uint64_t s = 3;
+    for (int i = 0; i < N; i++) {
+        lab[i] = (unsigned char)(i % 10);
+        for (int k = 0; k < P; k++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            img[i * P + k] = (unsigned char)(s >> 56);
+        }
+    }
+    mkdir(dir, 0700);
+    uint32_t idims[3] = {N, 28, 28}, ldims[1] = {N};
+    const char *pre[2] = {"train", "t10k"};
+    for (int i = 0; i < 2; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte.gz", dir, pre[i]);
+        cli_write_idx(path, 3, idims, img, sizeof img);
+        snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte.gz", dir, pre[i]);
+        cli_write_idx(path, 1, ldims, lab, sizeof lab);
+    }
+}
+
+/* --dry-run's device total and a 2-step run's 'peak device memory' agree
+ * within MEM_TOLERANCE (10%, tools/cli.h) for the three models in each
+ * precision (AMPC_TEST_QUICK=1: fp16 only). */
+static void test_cli_device_memory_estimate_meets_the_peak(void)
+{
+    if (!gpu() || !cli_setup())
+        return;
+    char images[256], text[256];
+    cli_path(images, sizeof images, "images28");
+    write_images(images);
+    cli_path(text, sizeof text, "mem.txt");
+    cli_write_tiny_text(text);
+    const char *precisions[3] = {"fp32", "bf16", "fp16"};
+    for (int m = 0; m < 3; m++) {
+        char args[1024];
+        if (m == 0)
+            snprintf(args, sizeof args, "--model mlp --hidden 1024 --batch 256 --data %s", images);
+        else if (m == 1)
+            snprintf(args, sizeof args, "--model cnn --batch 16 --data %s", images);
+        else
+            snprintf(args, sizeof args, "--model gpt --layers 2 --width 64 --heads 4 --context 32 --batch 8 "
+                                        "--val-batches 1 --data %s", text);
+        const char *quick = getenv("AMPC_TEST_QUICK"); /* sanitizers: fp16, cuda's default, only */
+        for (int p = quick && *quick == '1' ? 2 : 0; p < 3; p++) {
+            if (p == 1 && !amp_cuda_bf16_supported())
+                continue;
+            int rc = cli_run("train %s --device cuda --precision %s --threads 2 --dry-run", args, precisions[p]);
+            CHECK_MSG(rc == 0, "%s %s --dry-run: exit %d:\n%s", args, precisions[p], rc, cli_out);
+            const char *dev = strstr(cli_out, "on the cuda device");
+            const char *tot = dev ? strstr(dev, "  total ") : NULL;
+            double est = tot ? atof(tot + 8 + strspn(tot + 8, " ")) : -1; /* bytes */
+            rc = cli_run("train %s --device cuda --precision %s --threads 2 --steps 2", args, precisions[p]);
+            CHECK_MSG(rc == 0, "%s %s: exit %d:\n%s", args, precisions[p], rc, cli_out);
+            double peak = cli_value_after("peak device memory ") * 1024 * 1024;
+            CHECK_MSG(est > 0 && peak > 0, "%s %s: no estimate or peak", args, precisions[p]);
+            double err = est / peak - 1;
+            printf("  %-5s %s: device estimate %.1f MiB, measured %.1f MiB, %+.1f%%\n",
+                   m == 0 ? "mlp" : m == 1 ? "cnn" : "gpt", precisions[p], est / 1048576, peak / 1048576, 100 * err);
+            CHECK_MSG(err <= MEM_TOLERANCE && err >= -MEM_TOLERANCE, "%s %s: device estimate %.1f MiB vs %.1f MiB",
+                      args, precisions[p], est / 1048576, peak / 1048576);
+        }
+    }
+}
+
+/* On cudaemu, a device of 40 MiB: the cnn's eval pass (its im2col
+ * workspace for 128 images and cuBLASLt's 32 MiB) cannot fit, and the run
+ * stops before it moves anything there. */
+static void test_cli_refuses_a_run_the_device_cannot_hold(void)
+{
+#ifndef AMPC_CUDA_EMU
+    harness_skip("needs cudaemu (CUDAEMU_MEM_MB sets its device's size)");
+    return;
+#endif
+    if (!gpu() || !cli_setup())
+        return;
+    char images[256], cmd[2048];
+    cli_path(images, sizeof images, "images28");
+    write_images(images);
+    snprintf(cmd, sizeof cmd, "CUDAEMU_MEM_MB=40 '%s' train --model cnn --batch 16 --data %s --device cuda "
+             "--steps 2 --threads 2 2>&1", cli_ampc, images);
+    FILE *f = popen(cmd, "r");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    size_t n = fread(cli_out, 1, sizeof cli_out - 1, f);
+    cli_out[n] = '\0';
+    int st = pclose(f);
+    CHECK_EQ_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 1);
+    CHECK_MSG(strstr(cli_out, "not enough device memory for this run") && strstr(cli_out, "cudaMemGetInfo"),
+              "no refusal naming the device:\n%s", cli_out);
+    CHECK_MSG(!strstr(cli_out, "on cuda\n") && !strstr(cli_out, "peak device memory"), "it trained:\n%s", cli_out);
+}
+
 int main(void)
 {
     RUN(test_cli_trains_and_checkpoints_on_cuda);
     RUN(test_cli_gpt_with_clip_on_cuda);
+    RUN(test_cli_device_memory_estimate_meets_the_peak);
+    RUN(test_cli_refuses_a_run_the_device_cannot_hold);
     if (cli_ready)
         cli_cleanup();
     return cuda_rig_done();

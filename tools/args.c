@@ -96,6 +96,10 @@ static const opt_def opts[] = {
       "an existing log at --log: append or replace (default: refused; append on --resume)"),
     O("log-every", "N", OPT_INT, OC_RUN, log_every, 1, 1e12, NULL, NULL, false,
       "steps between progress lines (default: about 20 a run)"),
+    O("dry-run", "", OPT_FLAG, OC_RUN, dry_run, 0, 0, NULL, NULL, false,
+      "print the memory the run needs (estimated) and what is available, and stop"),
+    O("no-memory-check", "", OPT_FLAG, OC_RUN, no_memory_check, 0, 0, NULL, NULL, false,
+      "run even when the memory estimate does not fit (also AMPC_NO_MEMORY_CHECK=1)"),
 };
 #define N_OPTS (int)(sizeof opts / sizeof opts[0])
 _Static_assert(N_OPTS <= CLI_MAX_OPTS, "raise CLI_MAX_OPTS");
@@ -173,6 +177,9 @@ void train_usage(FILE *f)
     fprintf(f, "\n--data defaults to %s (Debian's dataset-fashion-mnist) for mlp and cnn,\n"
                "and to %s (Debian's fortunes, one corpus of its files) for gpt.\n",
             FMNIST_DIR, TEXT_CORPUS);
+    fprintf(f, "\nBefore it builds the model, a run estimates its peak memory and stops (exit 1)\n"
+               "when that cannot fit in the memory available: the cgroup's limit, MemAvailable,\n"
+               "or AMPC_MEMORY_LIMIT=BYTES (600M, 4G) when set. --dry-run prints the estimate.\n");
 }
 
 void eval_usage(FILE *f)

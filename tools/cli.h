@@ -11,6 +11,9 @@
  *   build.c       the model, optimizer, precision and schedule of a run
  *   checkpoint_cli.c  DIR/checkpoint.safetensors: save, read settings, load
  *   train.c       the train command: the step and the loop
+ *   estimate.c    the memory a run will need, from its settings and shapes
+ *   memcheck.c    that estimate against the memory available: --dry-run's
+ *                 table, the refusal before a run that cannot fit
  *   eval.c        test accuracy / validation loss, and the eval command
  *   preflight.c   train's checks before it starts: --save takes files,
  *                 --log is not someone else's file
@@ -82,6 +85,8 @@ typedef struct {
     const char *log;       /* JSON-lines log file, or NULL */
     const char *log_mode;  /* "append", "replace" an existing log, or NULL (see preflight.c) */
     int64_t log_every;     /* steps between plain progress lines; 0: about 20 a run */
+    bool dry_run;          /* print the memory estimate and stop */
+    bool no_memory_check;  /* run even when the estimate does not fit */
     bool given[CLI_MAX_OPTS]; /* per option (args.c's table order): set on the command line */
 } train_opts;
 
@@ -321,6 +326,70 @@ int save_dir_check(const char *dir);
 int log_target_check(const train_opts *o);
 /* Whether the log is appended to (else created / truncated). */
 bool log_appends(const train_opts *o);
+
+/* --------------------------------------------------------- estimate.c */
+
+/* The estimate's categories (estimate.c's head comment says what each
+ * holds). */
+typedef enum {
+    MEM_DATA, MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_CASTS, MEM_ACTS, MEM_ACT_GRADS, MEM_WORK, MEM_PROGRAM,
+    MEM_CATS
+} mem_cat;
+
+/* How far the estimate may be from the measured peak, either way (tests/
+ * test_cli_memory.c holds it to this; memcheck.c refuses a run whose
+ * total does not fit, and warns when total * (1 - MEM_TOLERANCE) does not). */
+#define MEM_TOLERANCE 0.10
+
+typedef struct {
+    uint64_t host[MEM_CATS]; /* bytes per category, host memory */
+    uint64_t dev[MEM_CATS];  /* --device cuda: on the GPU */
+    uint64_t host_total, dev_total;
+    uint64_t tracked;      /* of host_total, what amp_memory_get_stats counts (the 'peak memory' line) */
+    uint64_t tracked_data; /* of that, the data set's tensors */
+    int64_t params;        /* parameter elements */
+    bool eval_peak;        /* the peak is in the evaluation pass (a batch of eval_batch), not a training step */
+    int64_t eval_batch;
+} mem_estimate;
+
+/* The peak of a run of o on rd's data (shapes in ri), with `threads`
+ * kernel threads; no model is built. host[MEM_PROGRAM] is left 0: it is
+ * measured (memcheck.c). */
+void mem_estimate_run(const train_opts *o, const run_info *ri, const run_data *rd, int threads, mem_estimate *e);
+const char *mem_cat_name(mem_cat c);
+/* Parameter elements of o's model. */
+int64_t mem_param_count(const train_opts *o, const run_info *ri);
+/* The bytes the caching allocator takes for a request of n (base/memory.c's
+ * size classes). */
+uint64_t mem_block(uint64_t n);
+
+/* --------------------------------------------------------- memcheck.c */
+
+/* What the whole process may hold, and where that number came from. */
+typedef struct {
+    bool known;
+    uint64_t bytes;
+    char source[4096];
+} mem_budget;
+
+/* The smallest of AMPC_MEMORY_LIMIT, the cgroup (v2, v1) limits and
+ * MemAvailable, each made a budget for the whole process. */
+void mem_budget_get(mem_budget *b);
+/* Takes the cgroup limits (v2, then v1's memory controller) into b, for
+ * a process with rss resident bytes whose mountinfo and cgroup files are
+ * in proc ("/proc/self"; another directory in tests). */
+void mem_budget_cgroups(mem_budget *b, const char *proc, uint64_t rss);
+/* The cuda device's: its free memory (cudaMemGetInfo) and what ampc's
+ * cache holds; not known without a GPU. */
+void mem_budget_device(mem_budget *b);
+/* Bytes in "600000000", "600M", "4G", "512KiB"; false when not. */
+bool mem_parse_bytes(const char *s, uint64_t *out);
+/* This process's resident memory (VmRSS). */
+uint64_t mem_rss(void);
+/* After the data is loaded, before the model: --dry-run prints the
+ * estimate and returns 0; otherwise -1 to go on, or 1 after a message
+ * when the run cannot fit. */
+int mem_check(const train_opts *o, const run_info *ri, const run_data *rd, bool dry_run);
 
 /* ----------------------------------------------------------- policy.c */
 

@@ -388,6 +388,10 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
         return rc;
     }
     double t_loaded = now_s();
+    if ((rc = mem_check(o, &ri, &rd, o->dry_run)) >= 0) { /* before the model is allocated */
+        data_close(&rd);
+        return rc;
+    }
 
     run r = {.o = o, .rd = &rd, .ri = &ri, .nb = data_epoch_batches(&rd, o), .cuda = strcmp(o->device, "cuda") == 0};
     int64_t total = o->steps;
@@ -463,7 +467,7 @@ int train_main(int argc, char **argv)
     run_info saved = {0};
     train_opts_default(&o);
     int rc = opts_parse(argc, argv, &o, false);
-    if (rc < 0)
+    if (rc < 0 && !o.dry_run) /* a dry run estimates a cuda run without a GPU too */
         rc = device_check(&o, "ampc train");
     if (rc < 0 && o.resume) {
         char where[4096];

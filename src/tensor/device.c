@@ -24,6 +24,13 @@ amp_memory_stats amp_cuda_memory_get_stats(void) { return cuda_memory_stats(); }
 void amp_cuda_memory_reset_peak(void) { cuda_memory_reset_peak(); }
 void amp_cuda_empty_cache(void) { cuda_empty_cache(); }
 
+amp_status amp_cuda_mem_get_info(size_t *free_bytes, size_t *total_bytes)
+{
+    if (!free_bytes || !total_bytes)
+        return amp_set_error(AMP_ERR_ARG, "cuda_mem_get_info: NULL argument");
+    return cuda_mem_info(free_bytes, total_bytes);
+}
+
 static amp_status check_device(amp_device dev, const char *fn)
 {
     if (dev == AMP_CPU)

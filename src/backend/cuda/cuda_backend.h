@@ -46,6 +46,8 @@ void cuda_free(void *p);
 amp_memory_stats cuda_memory_stats(void);
 void cuda_memory_reset_peak(void);
 void cuda_empty_cache(void);
+/* cudaMemGetInfo. */
+amp_status cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 
 /* nbytes from src (on sdev) to dst (on ddev); any pair of CPU and CUDA. A
  * copy to the CPU waits for the stream (and the copy) to finish. */

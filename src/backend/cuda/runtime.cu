@@ -245,6 +245,13 @@ extern "C" amp_memory_stats cuda_memory_stats(void)
     return s;
 }
 
+extern "C" amp_status cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    if (cuda_device_count() < 1)
+        return amp_set_error(AMP_ERR_DEVICE, "cuda is not available (%s)", reason);
+    return cuda_check(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
+}
+
 extern "C" void cuda_memory_reset_peak(void)
 {
     std::lock_guard<std::mutex> g(mu);

@@ -27,6 +27,11 @@ void *cuda_malloc(size_t nbytes)
 void cuda_free(void *p) { (void)p; }
 amp_memory_stats cuda_memory_stats(void) { return (amp_memory_stats){0, 0, 0, 0, 0}; }
 void cuda_memory_reset_peak(void) {}
+amp_status cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    (void)free_bytes, (void)total_bytes;
+    return unavailable();
+}
 void cuda_empty_cache(void) {}
 
 amp_status cuda_copy(void *dst, amp_device ddev, const void *src, amp_device sdev, size_t nbytes)

@@ -1,0 +1,604 @@
+/*
+ * estimate.c - how much memory a training run will need at its peak,
+ * computed from its settings and its data's shapes alone: no model is
+ * built, nothing of the model's size is allocated.
+ *
+ * Where the peak is. An op's result lives in the thread's temporary pool
+ * until amp_temps_free (after each micro-batch's backward), and the graph
+ * keeps each node's inputs and saved tensors until the end of backward,
+ * when it frees them all at once, together with every node's output
+ * gradient (autograd/graph.c). From the second step on, the optimizer's
+ * state is there too. So the peak is late in a micro-batch's backward:
+ *
+ *   data + parameters + optimizer state                (persistent)
+ * + every forward result and saved tensor              "activations"
+ * + the node gradients made so far                     "activation gradients"
+ * + the parameters' gradients made so far (f32)        "gradients"
+ * + under autocast, each lowered weight's cached 16-bit
+ *   copy, and that cast's gradient                     "16-bit weight copies"
+ * + the scratch of the op whose backward is running    "workspace"
+ *
+ * The forward is written down op by op as the models call them
+ * (nn/models.c, nn/gpt.c) and walked backward from the last op, taking the
+ * most all of this holds at once (the table shows the gradients at the
+ * end of backward and, as workspace, what the peak holds beyond that).
+ * What each op keeps follows ops/: a Linear or Conv2d followed by a ReLU
+ * is one op keeping its output (cuda runs the relu apart); under autocast
+ * a lowered op's non-leaf input is cast by a `to` node (a copy, with a
+ * gradient), a weight once per forward (the cast cache); layer_norm keeps
+ * mean and rstd [rows] f32, attention its log-sum-exp [B, heads, T] f32,
+ * max_pool2d its argmax (i32), cross_entropy [rows, 2] f32 and, under
+ * autocast (an fp32 op), an f32 copy of the logits; reshape is a view whose
+ * gradient is copied once; permute copies. Every allocation is rounded up
+ * to the caching allocator's size class (base/memory.c: 64-byte steps to
+ * 4 KiB, then four classes per power of two), as amp_memory_get_stats
+ * counts them.
+ *
+ * The evaluation after training keeps a whole no-grad forward of its batch
+ * in the pool (128 test images for mlp / cnn): for a small --batch that is
+ * the peak, and the estimate says so.
+ *
+ * Not exact: the scratch (each op's largest, for the thread count given;
+ * oneDNN's scratchpad only where measured: its f32 weight-gradient GEMM and
+ * blocked-layout copies), small tensors (scalars, positions; node records
+ * are malloc'd outside the allocator) and --device cuda (not measured on a
+ * GPU: docs/memory.md). tests/test_cli_memory.c holds the estimate to
+ * within MEM_TOLERANCE of the measured peak for the three models in each
+ * precision; docs/memory.md has the measurements.
+ */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* cuBLASLt's one workspace, made at the first GEMM and kept
+ * (backend/cuda/gemm.cu's WORKSPACE). */
+#define CUBLASLT_WORKSPACE ((uint64_t)32 << 20)
+
+/* One op of the forward, for the walk through backward: the gradient of
+ * its output (made before its backward runs, by its consumer's), the
+ * parameter gradients its backward makes (p: beside its scratch; under
+ * autocast that is the gradient of the weight's 16-bit copy, and the f32
+ * .grad comes after, pa, from the cast's own backward) and its scratch. */
+typedef struct {
+    uint64_t g, p, pa, w;
+} op_rec;
+
+typedef struct {
+    uint64_t acts;      /* forward results and saved tensors */
+    uint64_t casts;     /* autocast's 16-bit weight copies (not their gradients) */
+    uint64_t leaf;      /* the parameters (f32), one tensor each: also their gradients' size */
+    uint64_t leaf_max;  /* the largest of them */
+    uint64_t fwd_peak;  /* evaluation: the most results + one op's scratch at once */
+    uint64_t grads_all; /* training: every gradient (all records' g, p and pa) */
+    op_rec *ops;        /* training: the forward's ops in order */
+    size_t n, cap;
+    bool failed;        /* out of memory for ops: grads_all stands in for the walk */
+    bool low;           /* autocast: lowered ops run in 16 bits */
+    bool f16;           /* ... in float16 */
+    bool cuda;
+    bool onednn;        /* oneDNN runs the GEMMs and convolutions it takes */
+    bool eval;          /* the evaluation pass: no grad, no saved tensors, forward scratch */
+    int threads;
+} tape;
+
+uint64_t mem_block(uint64_t n)
+{
+    /* base/memory.c's size classes */
+    if (n <= 4096)
+        return n ? (n + 63) / 64 * 64 : 64;
+    int e = 63 - __builtin_clzll((unsigned long long)(n - 1)); /* 2^e < n <= 2^(e+1) */
+    uint64_t base = (uint64_t)1 << e, step = base / 4;
+    return base + (n - base + step - 1) / step * step;
+}
+
+/* The device allocator's classes (backend/cuda/runtime.cu): 512-byte steps
+ * to 1 MiB, then four per power of two. */
+static uint64_t dev_block(uint64_t n)
+{
+    if (n <= ((uint64_t)1 << 20))
+        return n ? (n + 511) / 512 * 512 : 512;
+    int e = 63 - __builtin_clzll((unsigned long long)(n - 1));
+    uint64_t base = (uint64_t)1 << e, step = base / 4;
+    return base + (n - base + step - 1) / step * step;
+}
+
+/* numel elements of es bytes, as the allocator of the tape's device takes them. */
+static uint64_t bytes_of(const tape *t, int64_t numel, int es)
+{
+    uint64_t n = (uint64_t)numel * (uint64_t)es;
+    return t->cuda ? dev_block(n) : mem_block(n);
+}
+
+static uint64_t blk(const tape *t, uint64_t n) { return t->cuda ? dev_block(n) : mem_block(n); }
+
+/* Starts the next op (training); its record. In evaluation (no records)
+ * or when records could not be had, a scratch record that nothing reads. */
+static op_rec *op(tape *t)
+{
+    static _Thread_local op_rec spare;
+    if (t->eval || t->failed)
+        return memset(&spare, 0, sizeof spare);
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 256;
+        op_rec *v = realloc(t->ops, cap * sizeof *v);
+        if (!v) {
+            t->failed = true;
+            return memset(&spare, 0, sizeof spare);
+        }
+        t->ops = v;
+        t->cap = cap;
+    }
+    return memset(&t->ops[t->n++], 0, sizeof *t->ops);
+}
+
+/* The current op's record (or the scratch one, as op). */
+static op_rec *cur(tape *t)
+{
+    static _Thread_local op_rec spare;
+    return t->n && !t->eval && !t->failed ? &t->ops[t->n - 1] : memset(&spare, 0, sizeof spare);
+}
+
+/* The current op's scratch. In evaluation the forward's results pile up,
+ * and what counts is the results so far plus this op's scratch. */
+static void work(tape *t, uint64_t bytes)
+{
+    if (t->eval && t->acts + bytes > t->fwd_peak)
+        t->fwd_peak = t->acts + bytes;
+    op_rec *r = cur(t);
+    if (bytes > r->w)
+        r->w = bytes;
+}
+
+/* The current op's result of numel elements of es bytes, and its gradient
+ * when it is on the path from the parameters to the loss. */
+static void result(tape *t, int64_t numel, int es, bool grad)
+{
+    t->acts += bytes_of(t, numel, es);
+    if (grad && !t->eval) {
+        cur(t)->g += bytes_of(t, numel, es);
+        t->grads_all += bytes_of(t, numel, es);
+    }
+}
+
+/* reshape / flatten: a view, whose gradient is a copy. */
+static void view(tape *t, int64_t numel, int es)
+{
+    op(t)->g = bytes_of(t, numel, es);
+    if (!t->eval)
+        t->grads_all += bytes_of(t, numel, es);
+}
+
+/* A tensor kept for backward only. */
+static void saved(tape *t, uint64_t bytes)
+{
+    if (!t->eval)
+        t->acts += bytes;
+}
+
+/* A parameter of numel elements (f32), whose .grad the current op's
+ * backward makes (a parameter read twice, the GPT's wte, is declared at the
+ * use backward meets first); read by a lowered op (lowered), under
+ * autocast through its cached 16-bit copy, whose cast has a gradient too. */
+static void param(tape *t, int64_t numel, bool lowered)
+{
+    op_rec *r = cur(t);
+    const bool cast = lowered && t->low;
+    const uint64_t b = bytes_of(t, numel, 4);
+    t->leaf += b;
+    t->leaf_max = b > t->leaf_max ? b : t->leaf_max;
+    *(cast ? &r->pa : &r->p) += b;
+    t->grads_all += b;
+    if (cast) {
+        t->casts += bytes_of(t, numel, 2);
+        r->p += bytes_of(t, numel, 2);
+        t->grads_all += bytes_of(t, numel, 2);
+    }
+}
+
+/* The input of a lowered op, *es bytes each: cast to 16 bits by a `to`
+ * node unless it is already. */
+static void lower_input(tape *t, int64_t numel, int *es, bool grad)
+{
+    if (t->low && *es != 2) {
+        op(t);
+        result(t, numel, 2, grad);
+        *es = 2;
+    }
+}
+
+/* The activation fused into a linear: none, relu (nn's Linear + ReLU)
+ * or gelu (the GPT's fc1). */
+enum { ACT_NONE, ACT_RELU, ACT_GELU };
+
+/* linear(x [rows, in]) -> [rows, out], its activation fused: the relu
+ * keeps its output, the gelu its pre-activation too. */
+static void linear(tape *t, int64_t rows, int64_t in, int64_t out, bool bias, int act, int *es, bool in_grad)
+{
+    lower_input(t, rows * in, es, in_grad);
+    op(t);
+    param(t, in * out, true);
+    if (bias)
+        param(t, out, true);
+    result(t, rows * out, *es, true);
+    if (act == ACT_GELU)
+        result(t, rows * out, *es, false);
+    if (t->eval)
+        return;
+    /* backward: dY through the fused activation first (a new tensor),
+     * then on the CPU the weight gradient's GEMM: oneDNN's scratchpad for
+     * an f32 one, a packed dY panel of rows x min(out, 512) floats
+     * (measured with oneDNN 2.6, not documented), or f16's dY^T widened to
+     * f32 (the split f16 kernel does without: a bound); then the bias
+     * gradient's partial sums (and 16-bit rows widened per thread). On
+     * cuda the GEMMs use cuBLASLt's one workspace (counted once). */
+    const uint64_t masked = act != ACT_NONE ? bytes_of(t, rows * out, *es) : 0;
+    if (t->cuda) {
+        work(t, masked);
+        return;
+    }
+    uint64_t dw = 0;
+    if (t->onednn && *es == 4)
+        dw = bytes_of(t, rows * (out < 512 ? out : 512), 4);
+    if (t->f16)
+        dw = bytes_of(t, rows * out, 4);
+    uint64_t rb = rows / 64 > 32 ? (uint64_t)rows / 64 : 32, nrb = ((uint64_t)rows + rb - 1) / rb;
+    uint64_t db = blk(t, (nrb * (uint64_t)out + (uint64_t)out) * 4) + (*es == 2 ? bytes_of(t, t->threads * out, 4) : 0);
+    work(t, masked + (dw > db ? dw : db));
+}
+
+/* The cross-entropy on logits [rows, classes]. */
+static void cross_entropy(tape *t, int64_t rows, int64_t classes, int es)
+{
+    if (es != 4) { /* an fp32 op under autocast: an f32 copy of the logits */
+        op(t);
+        result(t, rows * classes, 4, true);
+    }
+    op(t);
+    saved(t, bytes_of(t, rows * 2, 4)); /* max and logsumexp per row */
+    t->acts += 3 * bytes_of(t, 1, 4);   /* the loss scalars (on cuda, the count) */
+    if (!t->cuda)
+        work(t, bytes_of(t, rows, 8) + bytes_of(t, t->threads * 2 * classes, 4));
+}
+
+/* conv2d 3x3 pad 1 (stride 1), [N, C, H, W] -> [N, O, H, W], its relu
+ * fused on the CPU. Backward first masks dY by the relu (a copy), then
+ * runs oneDNN's passes where it takes them (conv.c, onednn_conv.c: all
+ * but bf16 with fewer than 8 input channels), whose inputs in a blocked
+ * layout are copied into scratch (dY always here, x for the weight pass
+ * when C is a multiple of 16), and an f16 pass on f32 copies of its
+ * operands; or ampc's own kernels, with per-thread column scratch of
+ * about 1 MiB a thread (conv.c's plan_make). */
+static void conv3x3(tape *t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int *es, bool in_grad)
+{
+    lower_input(t, N * C * H * W, es, in_grad);
+    op(t);
+    param(t, O * C * 9, true);
+    param(t, O, true);
+    result(t, N * O * H * W, *es, true);
+    if (t->cuda) {
+        /* ops/cuda/conv.c: im2col workspace for as many images as fit
+         * in 256 MiB; the relu a separate op */
+        const double ces = *es, ckk = (double)C * 9, l = (double)H * (double)W, budget = 256.0 * 1024 * 1024;
+        double per = t->eval ? ckk * l * ces + (double)O * l * 4
+                             : (double)O * l * ces + ckk * l * ces + (in_grad ? ckk * l * 4 : 0);
+        int64_t cnt = (int64_t)(budget / per);
+        cnt = cnt < 1 ? 1 : cnt > N ? N : cnt;
+        double ws = t->eval ? ckk * l * ces * cnt + (double)O * l * 4 * cnt
+                            : (cnt > 1 ? (double)O * l * ces * cnt : 0) + ckk * l * ces * cnt +
+                                  (in_grad ? ckk * l * 4 * cnt : 0) + (*es != 4 ? (double)O * ckk * 4 : 0);
+        work(t, blk(t, (uint64_t)ws));
+        op(t);
+        result(t, N * O * H * W, *es, true);
+        return;
+    }
+    const int64_t nx = N * C * H * W, ny = N * O * H * W, nw = O * C * 9;
+    const uint64_t masked = t->eval ? 0 : bytes_of(t, ny, *es);
+    if (t->eval && t->onednn && !(*es == 2 && !t->f16 && C < 8)) { /* the forward pass */
+        const int ces = t->f16 || *es == 4 ? 4 : 2;
+        work(t, bytes_of(t, ny, ces) + (C % 16 == 0 ? bytes_of(t, nx, ces) : 0) +
+                    (t->f16 ? bytes_of(t, nx, 4) + bytes_of(t, nw, 4) + bytes_of(t, ny, 4) : 0));
+        return;
+    }
+    if (t->onednn && !(*es == 2 && !t->f16 && C < 8)) {
+        const int ces = t->f16 || *es == 4 ? 4 : 2;
+        uint64_t wpass = bytes_of(t, ny, ces) + (C % 16 == 0 ? bytes_of(t, nx, ces) : 0);
+        uint64_t dpass = in_grad ? bytes_of(t, ny, ces) : 0;
+        if (t->f16) {
+            wpass += bytes_of(t, nx, 4) + bytes_of(t, ny, 4) + bytes_of(t, nw, 4);
+            dpass += in_grad ? bytes_of(t, ny, 4) + bytes_of(t, nw, 4) + bytes_of(t, nx, 4) : 0;
+        }
+        work(t, masked + (wpass > dpass ? wpass : dpass));
+        return;
+    }
+    const double ces = *es == 2 && !t->f16 ? 2 : 4, ckk = (double)C * 9, l = (double)H * (double)W;
+    const int64_t share = (N + t->threads - 1) / t->threads;
+    double per = t->eval ? ckk * l * ces + (double)O * l * 4 : ckk * l * (ces + (in_grad ? 4 : 0)) + (double)O * l * ces;
+    int64_t cnt = (int64_t)((double)(1 << 20) / per);
+    cnt = cnt > share ? share : cnt < 1 ? 1 : cnt;
+    double slice = (double)cnt * per + (*es == 2 ? 4 * (double)C * l : 0) + 4 * (double)O * ckk + 8 * (double)O;
+    work(t, masked + blk(t, (uint64_t)(slice * t->threads)));
+}
+
+/* max_pool2d(2): [N, C, H, W] -> [N, C, H/2, W/2], keeping the argmax. */
+static void max_pool(tape *t, int64_t N, int64_t C, int64_t H, int64_t W, int es)
+{
+    int64_t n = N * C * (H / 2) * (W / 2);
+    op(t);
+    result(t, n, es, true);
+    saved(t, bytes_of(t, n, 4)); /* the argmax */
+}
+
+static void mlp(tape *t, const train_opts *o, const run_info *ri, int64_t B)
+{
+    int es = 4;
+    int64_t in = ri->features;
+    for (int i = 0; i < o->n_hidden; i++) {
+        linear(t, B, in, o->hidden[i], true, ACT_RELU, &es, i > 0);
+        in = o->hidden[i];
+    }
+    linear(t, B, in, ri->classes, true, ACT_NONE, &es, o->n_hidden > 0);
+    cross_entropy(t, B, ri->classes, es);
+}
+
+static void cnn(tape *t, const run_info *ri, int64_t B)
+{
+    int es = 4;
+    const int64_t H = ri->height, W = ri->width;
+    conv3x3(t, B, ri->channels, H, W, 32, &es, false);
+    max_pool(t, B, 32, H, W, es);
+    conv3x3(t, B, 32, H / 2, W / 2, 64, &es, true);
+    max_pool(t, B, 64, H / 2, W / 2, es);
+    const int64_t f = 64 * (H / 4) * (W / 4);
+    view(t, B * f, es);
+    linear(t, B, f, 128, true, ACT_RELU, &es, true);
+    linear(t, B, 128, ri->classes, true, ACT_NONE, &es, true);
+    cross_entropy(t, B, ri->classes, es);
+}
+
+/* [rows, W] f32 layer_norm (NONE on the CPU, fp32 on cuda: f32 in, f32 out). */
+static void layer_norm(tape *t, int64_t rows, int64_t W)
+{
+    op(t);
+    param(t, W, false);
+    param(t, W, false);
+    result(t, rows * W, 4, true);
+    if (t->cuda) { /* mean and rstd, for backward only */
+        saved(t, 2 * bytes_of(t, rows, 4));
+        return;
+    }
+    t->acts += 2 * bytes_of(t, rows, 4); /* mean and rstd (made in evaluation too) */
+    work(t, bytes_of(t, t->threads * (2 * W + 1), 4) + bytes_of(t, 64 * 2 * W, 8));
+}
+
+static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
+{
+    const int64_t T = o->context, W = o->width, M = o->mlp_width, V = ri->vocab, H = o->heads, R = B * T;
+    const bool drop = o->dropout > 0;
+    t->acts += bytes_of(t, T, 8); /* the positions */
+    op(t); /* wte[idx]: its dense [V, W] gradient is added into wte.grad (made by the head's) */
+    result(t, R * W, 4, true);
+    work(t, bytes_of(t, V * W, 4));
+    op(t); /* wpe[0..T) */
+    param(t, T * W, false);
+    result(t, T * W, 4, true);
+    op(t);
+    result(t, R * W, 4, true); /* their sum */
+    for (int64_t l = 0; l < o->layers; l++) {
+        layer_norm(t, R, W);
+        for (int k = 0; k < 3; k++) { /* q, k, v: linear, split into heads */
+            int es = 4;
+            linear(t, R, W, W, true, ACT_NONE, &es, true);
+            view(t, R * W, es);
+            op(t);
+            result(t, R * W, es, true); /* the permute's copy */
+        }
+        int es = t->low ? 2 : 4;
+        op(t);
+        result(t, R * W, es, true);       /* attention */
+        saved(t, bytes_of(t, B * H * T, 4)); /* its log-sum-exp */
+        /* backward makes q's and k's gradients with v's (the previous op's) */
+        const uint64_t gqk = t->eval ? 0 : 2 * bytes_of(t, R * W, es);
+        const int64_t heads = B * H, tt = T * T;
+        if (t->cuda) { /* ops/cuda/linalg.c: the scores [heads, T, T] in f32, P in 16 bits beside them;
+                        * backward: S, P, dP, and dS in 16 bits */
+            const uint64_t S = bytes_of(t, heads * tt, 4), P = es == 2 ? bytes_of(t, heads * tt, 2) : 0;
+            work(t, t->eval ? S + P : gqk + 2 * S + 2 * P);
+        } else { /* per head and thread: [T, T] scores (and dP), bf16 staging */
+            const int64_t nt = heads < t->threads ? heads : t->threads, half = t->low ? (tt + 1) / 2 : 0;
+            work(t, gqk + (uint64_t)nt * blk(t, (uint64_t)((t->eval ? 1 : 2) * tt + half) * 4));
+        }
+        op(t);
+        result(t, R * W, es, true); /* merge heads: permute */
+        view(t, R * W, es);         /* and reshape */
+        linear(t, R, W, W, true, ACT_NONE, &es, true);
+        if (drop) {
+            op(t);
+            result(t, R * W, es, true);
+        }
+        op(t);
+        result(t, R * W, 4, true); /* the residual add (f32) */
+        layer_norm(t, R, W);
+        es = 4;
+        linear(t, R, W, M, true, ACT_GELU, &es, true);
+        linear(t, R, M, W, true, ACT_NONE, &es, true);
+        if (drop) {
+            op(t);
+            result(t, R * W, es, true);
+        }
+        op(t);
+        result(t, R * W, 4, true);
+    }
+    layer_norm(t, R, W);
+    int es = 4;
+    /* the head, tied to wte: backward meets it first, so wte.grad is made here */
+    lower_input(t, R * W, &es, true);
+    op(t);
+    param(t, V * W, true);
+    result(t, R * V, es, true);
+    if (!t->eval && t->onednn && es == 4 && !t->cuda)
+        work(t, bytes_of(t, R * (V < 512 ? V : 512), 4));
+    if (!t->eval && t->f16 && !t->cuda)
+        work(t, bytes_of(t, R * V, 4));
+    view(t, R * V, es); /* [B, T, V] -> [B*T, V] */
+    cross_entropy(t, R, V, es);
+}
+
+/* Parameter elements of the run's model, as amp_model_* builds it. */
+int64_t mem_param_count(const train_opts *o, const run_info *ri)
+{
+    if (strcmp(o->model, "mlp") == 0) {
+        int64_t n = 0, in = ri->features;
+        for (int i = 0; i < o->n_hidden; i++) {
+            n += (in + 1) * o->hidden[i];
+            in = o->hidden[i];
+        }
+        return n + (in + 1) * ri->classes;
+    }
+    if (strcmp(o->model, "cnn") == 0) {
+        int64_t f = 64 * (ri->height / 4) * (ri->width / 4);
+        return (ri->channels * 9 + 1) * 32 + (32 * 9 + 1) * 64 + (f + 1) * 128 + (128 + 1) * ri->classes;
+    }
+    const int64_t W = o->width, M = o->mlp_width;
+    return ri->vocab * W + o->context * W + 2 * W + o->layers * (4 * W * W + 2 * W * M + 9 * W + M);
+}
+
+static uint64_t tensor_bytes(const amp_tensor *t)
+{
+    return t ? mem_block((uint64_t)amp_tensor_numel(t) * amp_dtype_size(amp_tensor_dtype(t))) : 0;
+}
+
+const char *mem_cat_name(mem_cat c)
+{
+    static const char *const names[MEM_CATS] = {
+        "data",        "parameters",           "gradients", "optimizer state", "16-bit weight copies",
+        "activations", "activation gradients", "workspace", "program"};
+    return (unsigned)c < MEM_CATS ? names[c] : "?";
+}
+
+/* The model's part of a training step's peak (eval = false) or of the
+ * evaluation pass's. */
+typedef struct {
+    uint64_t params, param_max, acts, casts, act_grads, grads, work, total;
+} model_peak;
+
+static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batch, int threads, bool eval)
+{
+    tape t = {.low = strcmp(o->precision, "fp32") != 0,
+              .f16 = strcmp(o->precision, "fp16") == 0,
+              .cuda = strcmp(o->device, "cuda") == 0,
+              .eval = eval,
+              .threads = threads > 0 ? threads : 1};
+    const char *lib = getenv("AMPC_CPU_LIB");
+    t.onednn = strstr(amp_cpu_kernels(), "oneDNN") && !(lib && strcmp(lib, "own") == 0);
+    if (strcmp(o->model, "mlp") == 0)
+        mlp(&t, o, ri, batch);
+    else if (strcmp(o->model, "cnn") == 0)
+        cnn(&t, ri, batch);
+    else
+        gpt(&t, o, ri, batch);
+    model_peak m = {.params = t.leaf, .param_max = t.leaf_max, .acts = t.acts, .casts = t.casts};
+    if (eval) {
+        m.work = t.fwd_peak > t.acts ? t.fwd_peak - t.acts : 0;
+        m.total = t.acts + t.casts + m.work;
+        return m;
+    }
+    /* Backward, from the last op to the first: op i's output gradient is
+     * there (its consumer made it), with those of every later op and the
+     * parameter gradients made so far; during op i's backward, its
+     * inputs' gradients (taken as the previous op's), its own parameter
+     * gradients and its scratch. At the end everything but the scratch. */
+    uint64_t g = 0, p = 0, most = 0;
+    for (size_t i = t.n; i-- > 0;) {
+        const op_rec *r = &t.ops[i];
+        g += r->g;
+        uint64_t during = g + (i > 0 ? t.ops[i - 1].g : 0) + p + r->p;
+        if (during + (r->w > r->pa ? r->w : r->pa) > most)
+            most = during + (r->w > r->pa ? r->w : r->pa);
+        p += r->p + r->pa;
+    }
+    if (g + p > most)
+        most = g + p;
+    free(t.ops);
+    if (t.failed) { /* no walk: the end of backward, without scratch */
+        p = t.leaf + (t.low ? t.casts : 0);
+        g = t.grads_all - p;
+        most = t.grads_all;
+    }
+    /* p holds the parameters' gradients and the 16-bit copies' */
+    m.grads = t.leaf;
+    m.casts += p - t.leaf;
+    m.act_grads = g;
+    m.work = most - g - p;
+    m.total = t.acts + t.casts + most;
+    return m;
+}
+
+void mem_estimate_run(const train_opts *o, const run_info *ri, const run_data *rd, int threads, mem_estimate *e)
+{
+    memset(e, 0, sizeof *e);
+    const bool cuda = strcmp(o->device, "cuda") == 0;
+    /* a training batch is at most the training set (data.c's batcher) */
+    const int64_t batch = rd->gpt ? o->batch : rd->tb.size;
+    model_peak t = run_tape(o, ri, batch, threads, false);
+    /* Evaluation keeps a whole forward of its batch (EVAL_BATCH test
+     * images, or --batch windows) in the pool: without gradients, but with
+     * a batch that can be larger than the training one. The parameters'
+     * gradients and the optimizer's state are still there. */
+    const int64_t eb = rd->gpt ? o->batch : rd->eb.size;
+    model_peak ev = run_tape(o, ri, eb, threads, true);
+    if (cuda) { /* evaluation's batch on the device, beside the training buffers */
+        const uint64_t x = rd->gpt ? 2 * dev_block((uint64_t)(eb * o->context) * 8) : dev_block((uint64_t)(eb * ri->features) * 4);
+        ev.acts += x;
+        ev.total += x;
+    }
+    const uint64_t pb = t.params;
+    e->params = mem_param_count(o, ri);
+    uint64_t *m = cuda ? e->dev : e->host;
+    m[MEM_PARAMS] = pb;
+    m[MEM_GRADS] = pb;
+    int slots = strcmp(o->optim, "sgd") == 0 ? o->momentum != 0 : 2;
+    m[MEM_OPTIM] = (uint64_t)slots * pb;
+    const model_peak *use = ev.total > t.total ? &ev : &t;
+    e->eval_peak = use == &ev;
+    e->eval_batch = eb;
+    m[MEM_CASTS] = use->casts;
+    m[MEM_ACTS] = use->acts;
+    m[MEM_ACT_GRADS] = use->act_grads;
+    m[MEM_WORK] = use->work;
+    if (cuda) {
+        /* built on the host, then moved one by one; building one takes
+         * as much again for a moment (measured on cudaemu: the largest
+         * parameter's size) */
+        e->host[MEM_PARAMS] = pb;
+        e->host[MEM_WORK] = mem_block(t.param_max);
+        e->dev[MEM_WORK] += CUBLASLT_WORKSPACE;
+    }
+
+    /* The data as loaded: the library's tensors... */
+    uint64_t data = 0, untracked = 0;
+    if (rd->gpt) {
+        data = tensor_bytes(rd->text.x) + tensor_bytes(rd->text.y);
+        untracked = (uint64_t)amp_text_length(rd->text.text); /* the corpus, malloc'd by text.c */
+        if (cuda)
+            e->dev[MEM_DATA] = 2 * dev_block((uint64_t)(o->batch * o->context) * 8);
+    } else {
+        const dataset *sets[2] = {&rd->train, &rd->test};
+        const batcher *bs[2] = {&rd->tb, &rd->eb};
+        for (int i = 0; i < 2; i++) {
+            data += tensor_bytes(sets[i]->x) + tensor_bytes(sets[i]->y);
+            data += tensor_bytes(bs[i]->x) + tensor_bytes(bs[i]->y) + tensor_bytes(bs[i]->tail_x) +
+                    tensor_bytes(bs[i]->tail_y);
+        }
+        untracked = (uint64_t)rd->train.n * sizeof(int64_t); /* the epoch's order (malloc) */
+        if (cuda)
+            e->dev[MEM_DATA] = dev_block((uint64_t)(batch * ri->features) * 4) + dev_block((uint64_t)batch * 8);
+    }
+    e->host[MEM_DATA] = data + untracked;
+    e->tracked_data = data;
+    for (int c = 0; c < MEM_CATS; c++) {
+        e->host_total += e->host[c];
+        e->dev_total += e->dev[c];
+    }
+    e->tracked = e->host_total - untracked;
+}
