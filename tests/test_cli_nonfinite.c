@@ -120,7 +120,8 @@ static void test_nan_loss_without_scaler_blames_the_inputs_not_the_lr(void)
     for (int i = 0; i < 2; i++) {
         int rc = cli_run(TRAIN "--precision %s --data %s", prec[i], nan_dir);
         /* fp32: step 1's loss is finite (ReLU drops the NaN), its gradient is not: step 2's loss is NaN. */
-        CHECK_MSG(rc == 1 && strstr(cli_out, "the loss is nan at step ") && strstr(cli_out, ": the inputs hold 16 inf/NaN values") &&
+        CHECK_MSG(rc == 1 && strstr(cli_out, "the loss is nan at step ") &&
+                      strstr(cli_out, ": the inputs hold 16 inf/NaN values") &&
                       strstr(cli_out, "fix --data") && !strstr(cli_out, "--lr"),
                   "%s: exit %d:\n%s", prec[i], rc, cli_out);
     }
@@ -170,7 +171,8 @@ static void test_eval_refuses_nan_inputs_and_nan_weights(void)
     snprintf(file, sizeof file, "%s/" CHECKPOINT_FILE, ck);
     poison_checkpoint(file, "2.weight");
     rc = cli_run("eval %s --threads 1", ck);
-    CHECK_MSG(rc == 1 && strstr(cli_out, "the weights are not finite: 2.weight [2, 16] holds 1 inf/NaN values (of 32)") &&
+    CHECK_MSG(rc == 1 &&
+                  strstr(cli_out, "the weights are not finite: 2.weight [2, 16] holds 1 inf/NaN values (of 32)") &&
                   !strstr(cli_out, "test_accuracy"),
               "NaN weights: exit %d:\n%s", rc, cli_out);
 }

@@ -196,9 +196,11 @@ static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
     uint64_t r2 = ta ? (uint64_t)M : (uint64_t)K, c2 = ta ? (uint64_t)K : (uint64_t)M;
     amp_status st = lt_check(api.cublasLtMatmulDescCreate(&desc, ct, CUDA_R_32F), "MatmulDescCreate");
     if (st == AMP_OK)
-        st = lt_check(api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1), "TRANSA");
+        st = lt_check(api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1),
+                      "TRANSA");
     if (st == AMP_OK)
-        st = lt_check(api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2), "TRANSB");
+        st = lt_check(api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2),
+                      "TRANSB");
     /* The epilogue and its bias. Column-major D is [N, M] (row-major C
      * [M, N] read column-major), so the bias - one value per D row, the
      * same for every column - runs along N, a row-major row of C. Its
@@ -231,8 +233,9 @@ static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         cublasLtMatrixLayout_t ls[3] = {la, lb, lc};
         int64_t strides[3] = {sb, sa, sc};
         for (int k = 0; k < 3 && st == AMP_OK; k++) {
-            st = lt_check(api.cublasLtMatrixLayoutSetAttribute(ls[k], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc),
-                          "BATCH_COUNT");
+            st = lt_check(
+                api.cublasLtMatrixLayoutSetAttribute(ls[k], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc),
+                "BATCH_COUNT");
             if (st == AMP_OK)
                 st = lt_check(api.cublasLtMatrixLayoutSetAttribute(ls[k], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                                                &strides[k], sizeof strides[k]),
