@@ -122,8 +122,8 @@ void diagnose_step(trainer *t, const train_opts *o, const run_info *ri, bool gpt
         fprintf(stderr, "ampc: the forward pass overflows on finite inputs: try a smaller --lr, --clip, or "
                         "--precision bf16\n");
     else
-        fprintf(stderr, "ampc: the backward pass overflows even at this scale: try a smaller --lr, --clip, or "
-                        "--precision bf16\n");
+        fprintf(stderr, "ampc: the backward pass overflows at scale %g: try a smaller --init-scale or --lr, --clip, "
+                        "or --precision bf16\n", amp_scaler_get_scale(t->scaler));
     amp_optim_zero_grad(t->opt);
     amp_temps_free();
 }

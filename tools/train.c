@@ -108,7 +108,7 @@ static int watch_skips(run *r, int64_t step, bool skipped)
         return -1;
     fprintf(stderr,
             "ampc: the grad scaler skipped %lld steps in a row (steps %lld to %lld, --max-skips %lld): each had "
-            "inf/NaN gradients, the scale is down to %g; step %lld again:\n",
+            "inf/NaN gradients, the scale is down to %g; re-running step %lld:\n",
             (long long)r->skip_streak, (long long)(step + 2 - r->skip_streak), (long long)step + 1,
             (long long)r->o->max_skips, amp_scaler_get_scale(r->t->scaler), (long long)step + 1);
     diagnose_step(r->t, r->o, r->ri, r->rd->gpt, step, batch_cb, r);
