@@ -636,6 +636,15 @@ int amp_scaler_history(const amp_scaler *s, amp_scale_change *out, int max);
 amp_status amp_scaler_f16_health(const amp_scaler *s, const amp_tensor *param, int64_t *underflow,
                                  int64_t *overflow);
 
+/* Diagnosing inf/NaN (what the scaler's fused check does not say): they
+ * read every element, copying a CUDA tensor to the host first (a wait). */
+/* Inf/NaN elements of t (0 for an integer tensor); -1 + error on failure. */
+int64_t amp_tensor_count_nonfinite(const amp_tensor *t);
+/* *index: the first of o's parameters (in its order) whose gradient holds
+ * inf/NaN, -1 when every gradient is finite or missing; *count (may be
+ * NULL): how many of its elements. */
+amp_status amp_optim_find_nonfinite_grad(const amp_optim *o, int *index, int64_t *count);
+
 /* ----------------------------------------------------------------- models */
 /* Ready-made models: the CLI's, the benchmarks' and the examples'. */
 

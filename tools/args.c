@@ -79,6 +79,8 @@ static const opt_def opts[] = {
       "the grad scaler's initial scale (default 65536)"),
     O("growth-interval", "N", OPT_INT, OC_SETTING, growth_interval, 1, 1e12, NULL, NULL, false,
       "clean steps before the scale grows (default 2000)"),
+    O("max-skips", "N", OPT_INT, OC_SETTING, max_skips, 0, 1e12, NULL, NULL, false,
+      "stop with an error after N steps skipped in a row (inf/NaN at every scale), 0: never (default 32)"),
 
     O("val-batches", "N", OPT_INT, OC_SETTING, val_batches, 1, 1e6, NULL, "gpt", true,
       "gpt: validation batches for the val loss (default 20)"),
@@ -140,6 +142,7 @@ void train_opts_default(train_opts *o)
     o->precision = "bf16";
     o->init_scale = 65536.0;
     o->growth_interval = 2000;
+    o->max_skips = DEFAULT_MAX_SKIPS;
     o->val_batches = 20;
     o->save_every = 1000;
 }
@@ -383,7 +386,8 @@ int opts_resolve(train_opts *o)
     if (refuse(o, "momentum", sgd, "--optim sgd") || refuse(o, "step-size", step, "--schedule step") ||
         refuse(o, "gamma", step, "--schedule step") || refuse(o, "min-lr", cosine, "--schedule cosine") ||
         refuse(o, "init-scale", scaler, "--precision fp16 with the scaler") ||
-        refuse(o, "growth-interval", scaler, "--precision fp16 with the scaler"))
+        refuse(o, "growth-interval", scaler, "--precision fp16 with the scaler") ||
+        refuse(o, "max-skips", scaler, "--precision fp16 with the scaler"))
         return EXIT_USAGE;
     if (o->no_scaler && strcmp(o->precision, "fp16") != 0) {
         fprintf(stderr, "ampc train: --no-scaler applies to --precision fp16 only (precision is %s)\n",

@@ -18,6 +18,7 @@
  *   preflight.c   train's checks before it starts: --save takes files,
  *                 --log is not someone else's file
  *   progress.c    the live line on a terminal, plain lines otherwise
+ *   diagnose.c    what is not finite when a run cannot train
  *   policy.c      the policy command: the autocast table
  *   log.c         the JSON-lines training log (log.h)
  *   plot*.c       `ampc plot`: the log drawn as SVG (plot.h)
@@ -77,6 +78,7 @@ typedef struct {
     bool no_scaler;        /* fp16 without the grad scaler (to see underflow) */
     double init_scale;
     int64_t growth_interval;
+    int64_t max_skips;     /* stop after this many steps skipped in a row; 0: never */
     int64_t val_batches;   /* gpt: validation batches */
     const char *save;      /* checkpoint directory, or NULL */
     int64_t save_every;    /* 0: only at the end */
@@ -163,6 +165,7 @@ typedef struct {
     amp_tensor *y;       /* [n] i64 */
     int64_t n, features, classes;
     int64_t height, width; /* the images' shape (features = height * width) */
+    char images[4096];     /* the images' file, for messages */
 } dataset;
 
 /* Loads DIR/PREFIX-images-idx3-ubyte(.gz) and the labels beside it,
@@ -302,6 +305,29 @@ void progress_step(progress *p, int64_t step, double loss, const trainer *t, int
 /* Clears the live line (before other output). */
 void progress_clear(progress *p);
 double now_s(void);
+
+/* --------------------------------------------------------- diagnose.c */
+
+/* --max-skips' default. Each skip halves the scale (backoff 0.5), so 32 in
+ * a row take the default 65536 = 2^16 down to 2^-16: an fp16 gradient has
+ * overflowed at every scale from the start to where every gradient below
+ * 1 flushes to zero (f16's smallest subnormal is 2^-24). An overflow the
+ * scaler can fix is fixed in fewer (PyTorch runs skip a handful of steps
+ * at the start); a run still skipping holds inf/NaN at any scale. */
+#define DEFAULT_MAX_SKIPS 32
+
+/* train.c's micro-batch m of the run, on the model's device. */
+typedef bool (*batch_fn)(void *ctx, int64_t m, amp_tensor **x, amp_tensor **y);
+/* Inf/NaN values in the inputs of steps first..last (0-based), of *total;
+ * -1 (error set) on failure. */
+int64_t count_bad_inputs(const train_opts *o, int64_t first, int64_t last, batch_fn fn, void *ctx, int64_t *total);
+/* Re-runs step `step`'s forward and backward (the scaler skipped it, so
+ * nothing changed since) and says on stderr what is not finite: the
+ * weights (which tensor), each micro-batch's inputs (how many values), its
+ * loss, the first parameter whose gradient is not (name, shape, how many),
+ * then a hint. Leaves the gradients zeroed. */
+void diagnose_step(trainer *t, const train_opts *o, const run_info *ri, bool gpt, int64_t step, batch_fn fn,
+                   void *ctx);
 
 /* ------------------------------------------------------------ train.c */
 

@@ -138,6 +138,7 @@ bool dataset_load(dataset *d, const char *dir, const char *prefix)
     }
     snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix);
     pick_file(xpath, sizeof xpath, dir, name);
+    snprintf(d->images, sizeof d->images, "%s", xpath);
     snprintf(name, sizeof name, "%s-labels-idx1-ubyte", prefix);
     pick_file(ypath, sizeof ypath, dir, name);
 

@@ -52,8 +52,37 @@ static void autocast_end(const trainer *t)
         amp_autocast_end();
 }
 
+/* Refuses weights or inputs holding inf/NaN: the model's outputs would be
+ * NaN, and an accuracy from their argmax (a tie-break, not a prediction)
+ * or a NaN loss is no measurement. inputs (from the file named what) may
+ * be NULL (token ids). False, with an error naming what is not finite. */
+static bool all_finite(const trainer *t, const amp_tensor *inputs, const char *what)
+{
+    for (int i = 0; i < t->n_params; i++) {
+        int64_t bad = amp_tensor_count_nonfinite(t->params[i]);
+        if (bad < 0)
+            return false;
+        if (bad > 0) {
+            const char *name = NULL;
+            char shape[96];
+            amp_module_param(t->model, i, &name);
+            amp_set_error(AMP_ERR_ARG, "the weights are not finite: %s %s holds %lld inf/NaN values (of %lld)",
+                          name ? name : "?", amp_shape_str(amp_tensor_shape(t->params[i]), shape, sizeof shape),
+                          (long long)bad, (long long)amp_tensor_numel(t->params[i]));
+            return false;
+        }
+    }
+    int64_t bad = inputs ? amp_tensor_count_nonfinite(inputs) : 0;
+    if (bad > 0)
+        amp_set_error(AMP_ERR_ARG, "%s: the images hold %lld inf/NaN values (of %lld); inputs must be finite", what,
+                      (long long)bad, (long long)amp_tensor_numel(inputs));
+    return bad == 0;
+}
+
 double eval_accuracy(trainer *t, const dataset *d, batcher *b)
 {
+    if (!all_finite(t, d->x, d->images))
+        return -1.0;
     int64_t correct = 0;
     bool ok = true;
     amp_tensor *dev = NULL; /* the batch on the model's device */
@@ -89,6 +118,8 @@ double eval_accuracy(trainer *t, const dataset *d, batcher *b)
 
 double eval_text_loss(trainer *t, const train_opts *o, text_data *td)
 {
+    if (!all_finite(t, NULL, NULL))
+        return NAN;
     double sum = 0;
     bool ok = true;
     amp_tensor *dx = NULL, *dy = NULL; /* the windows on the model's device */

@@ -40,7 +40,7 @@ static bool applies(const opt_def *d, const train_opts *o)
         return strcmp(o->schedule, "step") == 0;
     if (strcmp(n, "min-lr") == 0)
         return strcmp(o->schedule, "cosine") == 0;
-    if (strcmp(n, "init-scale") == 0 || strcmp(n, "growth-interval") == 0)
+    if (strcmp(n, "init-scale") == 0 || strcmp(n, "growth-interval") == 0 || strcmp(n, "max-skips") == 0)
         return strcmp(o->precision, "fp16") == 0 && !o->no_scaler;
     if (strcmp(n, "epochs") == 0)
         return o->epochs > 0;

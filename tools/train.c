@@ -53,6 +53,7 @@ typedef struct {
     amp_tensor *norm_dev;       /* cuda, --log: this step's grad norm (0-d f32, on the device), not read yet */
     int64_t loss_steps;         /* steps loss_acc holds */
     int64_t loss_skipped;       /* of those, steps the scaler skipped */
+    int64_t skip_streak;        /* steps skipped in a row (--max-skips) */
 } run;
 
 typedef struct {
@@ -93,6 +94,44 @@ static bool micro_batch(run *r, int64_t m, amp_tensor **x, amp_tensor **y)
     if (r->cuda && (!(*x = upload(*x, &r->dev_x)) || !(*y = upload(*y, &r->dev_y))))
         return false;
     return true;
+}
+
+static bool batch_cb(void *r, int64_t m, amp_tensor **x, amp_tensor **y) { return micro_batch(r, m, x, y); }
+
+/* --max-skips: a run whose every step the scaler skips trains nothing
+ * while its scale decays to 0, so it stops, saying what is not finite
+ * (diagnose.c). -1 to go on, or 1. */
+static int watch_skips(run *r, int64_t step, bool skipped)
+{
+    r->skip_streak = skipped ? r->skip_streak + 1 : 0;
+    if (r->o->max_skips <= 0 || r->skip_streak < r->o->max_skips)
+        return -1;
+    fprintf(stderr,
+            "ampc: the grad scaler skipped %lld steps in a row (steps %lld to %lld, --max-skips %lld): each had "
+            "inf/NaN gradients, the scale is down to %g; re-running step %lld:\n",
+            (long long)r->skip_streak, (long long)(step + 2 - r->skip_streak), (long long)step + 1,
+            (long long)r->o->max_skips, amp_scaler_get_scale(r->t->scaler), (long long)step + 1);
+    diagnose_step(r->t, r->o, r->ri, r->rd->gpt, step, batch_cb, r);
+    return 1;
+}
+
+/* A loss that is not finite, without a skip (no scaler): steps
+ * step-n+1..step summed to loss. The inputs are checked before blaming
+ * the lr. Returns 1. */
+static int bad_loss(run *r, int64_t step, int64_t n, double loss)
+{
+    const train_opts *o = r->o;
+    int64_t total = 0, bad = count_bad_inputs(o, step + 1 - n, step, batch_cb, r, &total);
+    if (bad > 0) {
+        fprintf(stderr, "ampc: the loss is %g at step %lld: the inputs hold %lld inf/NaN values (of %lld in %s %lld); "
+                "fix --data %s (inputs must be finite)\n", loss / (double)n, (long long)step + 1, (long long)bad,
+                (long long)total, n > 1 ? "the steps up to" : "step", (long long)step + 1, o->data);
+        return 1;
+    }
+    fprintf(stderr, "ampc: the loss is %g at step %lld (the inputs are finite; try a smaller --lr%s)\n",
+            loss / (double)n, (long long)step + 1,
+            strcmp(o->precision, "fp16") == 0 && o->no_scaler ? ", or the grad scaler" : "");
+    return 1;
 }
 
 /* cuda: adds a micro-batch's loss to the unread sum on the device (no
@@ -272,9 +311,11 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
         }
         if (report && !isfinite(s.loss) && skipped == 0) { /* a skipped step is the scaler doing its job */
             progress_clear(&pg);
-            fprintf(stderr, "ampc: the loss is %g at step %lld (try a smaller --lr%s)\n", s.loss / (double)n,
-                    (long long)step + 1, strcmp(o->precision, "fp16") == 0 && o->no_scaler ? ", or the grad scaler" : "");
-            return 1;
+            return bad_loss(r, step, n, s.loss);
+        }
+        if ((rc = watch_skips(r, step, s.skipped)) >= 0) {
+            progress_clear(&pg);
+            return rc;
         }
         double ms = 1e3 * (now_s() - t0);
         if (lf) {

@@ -219,8 +219,13 @@ amp_tensor *amp_optim_state_tensor(const amp_optim *o, int i, const char *name)
     if (!o || !name || i < 0 || i >= o->n)
         return amp_fail_null(AMP_ERR_ARG, "optim_state_tensor: bad optimizer, index %d or name", i);
     for (int k = 0; k < OPTIM_MAX_STATE; k++)
-        if (slot_name(o, k) && strcmp(slot_name(o, k), name) == 0)
-            return o->state[i * OPTIM_MAX_STATE + k];
+        if (slot_name(o, k) && strcmp(slot_name(o, k), name) == 0) {
+            amp_tensor *t = o->state[i * OPTIM_MAX_STATE + k];
+            /* On CUDA the buffers are made (zeros) before the fused launch
+             * that found_inf may skip, as PyTorch's fused optimizers do;
+             * at 0 steps they are never read, and are no state yet. */
+            return t && amp_optim_param_steps(o, i) > 0 ? t : NULL;
+        }
     return amp_fail_null(AMP_ERR_ARG, "optim_state_tensor: %s with these options has no state \"%s\"", o->name,
                          name);
 }

@@ -20,6 +20,10 @@
  * heuristic, NOT_SUPPORTED) the entry reports "not taken" and the caller
  * runs the unfused path (bias rows + beta 1, then a relu or gelu pass).
  *
+ * cuBLASLt is opened with dlopen at the first product (lt_load), so a
+ * CPU-only program never maps it; when it is missing the product fails
+ * with an error naming the library.
+ *
  * One handle and one 32 MiB workspace for the process; the heuristic picks
  * the algorithm per call (cheap next to the GEMMs ampc runs); when it has
  * none for a layout, a plain kernel does the product. A batch with
@@ -30,6 +34,7 @@
 
 #include <atomic>
 #include <cublasLt.h>
+#include <dlfcn.h>
 #include <mutex>
 #include <stdio.h>
 
@@ -42,15 +47,72 @@ static cublasStatus_t lt_status = CUBLAS_STATUS_NOT_INITIALIZED;
 /* cuda_gemm_epilogues_taken's counts, per cuda_epilogue. */
 static std::atomic<uint64_t> epilogues_taken[CUDA_EPI_COUNT];
 
+/* cuBLASLt is opened (dlopen) at the first product, not linked: a program
+ * that never uses a CUDA device never maps it (hundreds of MiB, and its
+ * start-up runs at load time otherwise). cudaemu links its emulation in:
+ * the table points at it. */
+#define LT_FUNCS(X)                                                                                            \
+    X(cublasLtCreate) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescSetAttribute)                            \
+    X(cublasLtMatmulDescDestroy) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutSetAttribute)             \
+    X(cublasLtMatrixLayoutDestroy) X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceSetAttribute)   \
+    X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+
+static struct {
+#define LT_MEMBER(f) decltype(&::f) f;
+    LT_FUNCS(LT_MEMBER)
+#undef LT_MEMBER
+} api;
+static char lt_missing[512]; /* why cuBLASLt could not be opened; "" when it was */
+
+#define LT_STR2(x) #x
+#define LT_STR(x) LT_STR2(x)
+
+static bool lt_load(void)
+{
+#ifdef CUDAEMU_CUBLASLT_H
+#define LT_BIND(f) api.f = &::f;
+    LT_FUNCS(LT_BIND)
+#undef LT_BIND
+    return true;
+#else
+    /* The soname of the toolkit ampc was built with, then the unversioned name. */
+    static const char *const names[] = {"libcublasLt.so." LT_STR(CUBLAS_VER_MAJOR), "libcublasLt.so"};
+    void *h = NULL;
+    for (const char *n : names)
+        if ((h = dlopen(n, RTLD_NOW | RTLD_LOCAL)))
+            break;
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(lt_missing, sizeof lt_missing,
+                 "cuBLASLt could not be loaded (%s: %s); install CUDA %d's cuBLASLt or add its directory to "
+                 "LD_LIBRARY_PATH",
+                 names[0], e ? e : "not found", CUBLAS_VER_MAJOR);
+        return false;
+    }
+#define LT_BIND(f)                                                                                             \
+    if (!(api.f = (decltype(&::f))dlsym(h, #f))) {                                                             \
+        snprintf(lt_missing, sizeof lt_missing, "cuBLASLt (%s) lacks %s", names[0], #f);                       \
+        return false;                                                                                          \
+    }
+    LT_FUNCS(LT_BIND)
+#undef LT_BIND
+    return true; /* kept open for the process's life, as CUDA's own libraries */
+#endif
+}
+
 static void lt_init(void)
 {
-    lt_status = cublasLtCreate(&lt);
+    if (!lt_load())
+        return;
+    lt_status = api.cublasLtCreate(&lt);
     if (lt_status == CUBLAS_STATUS_SUCCESS)
         workspace = cuda_malloc(WORKSPACE);
 }
 
 static amp_status lt_check(cublasStatus_t s, const char *what)
 {
+    if (lt_missing[0])
+        return amp_set_error(AMP_ERR_DEVICE, "cuda: %s", lt_missing);
     if (s == CUBLAS_STATUS_SUCCESS)
         return AMP_OK;
     return amp_set_error(s == CUBLAS_STATUS_ALLOC_FAILED ? AMP_ERR_MEMORY : AMP_ERR_DEVICE,
@@ -132,20 +194,22 @@ static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
     cublasOperation_t op1 = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op2 = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     uint64_t r1 = tb ? (uint64_t)K : (uint64_t)N, c1 = tb ? (uint64_t)N : (uint64_t)K;
     uint64_t r2 = ta ? (uint64_t)M : (uint64_t)K, c2 = ta ? (uint64_t)K : (uint64_t)M;
-    amp_status st = lt_check(cublasLtMatmulDescCreate(&desc, ct, CUDA_R_32F), "MatmulDescCreate");
+    amp_status st = lt_check(api.cublasLtMatmulDescCreate(&desc, ct, CUDA_R_32F), "MatmulDescCreate");
     if (st == AMP_OK)
-        st = lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1), "TRANSA");
+        st = lt_check(api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1),
+                      "TRANSA");
     if (st == AMP_OK)
-        st = lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2), "TRANSB");
+        st = lt_check(api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2),
+                      "TRANSB");
     /* The epilogue and its bias. Column-major D is [N, M] (row-major C
      * [M, N] read column-major), so the bias - one value per D row, the
      * same for every column - runs along N, a row-major row of C. Its
      * elements have D's type (BIAS_DATA_TYPE left at its default, -1). */
     if (st == AMP_OK && taken && epi != CUBLASLT_EPILOGUE_DEFAULT) {
-        refused = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) !=
+        refused = api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) !=
                   CUBLAS_STATUS_SUCCESS;
         if (!refused && bias)
-            refused = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) !=
+            refused = api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) !=
                       CUBLAS_STATUS_SUCCESS;
         /* The GELU's input, as D: column-major [N, M] with ld ldaux (in
          * elements; a multiple of 8, >= D's N rows, cublasLt.h's
@@ -153,35 +217,36 @@ static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
          * EPILOGUE_AUX_DATA_TYPE). Set before the heuristic, which reads
          * the alignment from the pointer, as the bias's. */
         if (!refused && aux)
-            refused = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+            refused = api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                                                      sizeof aux) != CUBLAS_STATUS_SUCCESS ||
-                      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux,
+                      api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux,
                                                      sizeof ldaux) != CUBLAS_STATUS_SUCCESS;
     }
     if (st == AMP_OK && !refused)
-        st = lt_check(cublasLtMatrixLayoutCreate(&la, at, r1, c1, ldb), "layout of B");
+        st = lt_check(api.cublasLtMatrixLayoutCreate(&la, at, r1, c1, ldb), "layout of B");
     if (st == AMP_OK && !refused)
-        st = lt_check(cublasLtMatrixLayoutCreate(&lb, at, r2, c2, lda), "layout of A");
+        st = lt_check(api.cublasLtMatrixLayoutCreate(&lb, at, r2, c2, lda), "layout of A");
     if (st == AMP_OK && !refused)
-        st = lt_check(cublasLtMatrixLayoutCreate(&lc, ctp, (uint64_t)N, (uint64_t)M, ldc), "layout of C");
+        st = lt_check(api.cublasLtMatrixLayoutCreate(&lc, ctp, (uint64_t)N, (uint64_t)M, ldc), "layout of C");
     if (st == AMP_OK && !refused && batch > 1) {
         int32_t bc = (int32_t)batch;
         cublasLtMatrixLayout_t ls[3] = {la, lb, lc};
         int64_t strides[3] = {sb, sa, sc};
         for (int k = 0; k < 3 && st == AMP_OK; k++) {
-            st = lt_check(cublasLtMatrixLayoutSetAttribute(ls[k], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc),
-                          "BATCH_COUNT");
+            st = lt_check(
+                api.cublasLtMatrixLayoutSetAttribute(ls[k], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc),
+                "BATCH_COUNT");
             if (st == AMP_OK)
-                st = lt_check(cublasLtMatrixLayoutSetAttribute(ls[k], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                st = lt_check(api.cublasLtMatrixLayoutSetAttribute(ls[k], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                                                &strides[k], sizeof strides[k]),
                               "STRIDED_BATCH_OFFSET");
         }
     }
     size_t ws = workspace ? WORKSPACE : 0;
     if (st == AMP_OK && !refused)
-        st = lt_check(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+        st = lt_check(api.cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
     if (st == AMP_OK && !refused)
-        st = lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+        st = lt_check(api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                            sizeof ws),
                       "MAX_WORKSPACE_BYTES");
     const size_t ea = amp_dtype_size(abdt), ec = amp_dtype_size(cdt);
@@ -191,14 +256,14 @@ static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int k = 0; k < 4 && st == AMP_OK && !refused; k++)
-        st = lt_check(cublasLtMatmulPreferenceSetAttribute(pref, which[k], &align[k], sizeof align[k]),
+        st = lt_check(api.cublasLtMatmulPreferenceSetAttribute(pref, which[k], &align[k], sizeof align[k]),
                       "MIN_ALIGNMENT");
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     /* No algorithm is NOT_SUPPORTED (or a count of 0): the plain kernel. */
     cublasStatus_t hs = CUBLAS_STATUS_SUCCESS;
     if (st == AMP_OK && !refused) {
-        hs = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &found);
+        hs = api.cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &found);
         /* For an epilogue any refusal (an unsupported combination may come
          * back as INVALID_VALUE as well) means the unfused path. */
         if (taken)
@@ -210,7 +275,7 @@ static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         st = naive(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch, abdt, cdt);
     } else if (st == AMP_OK && !refused) {
         cuda_note_launch();
-        cublasStatus_t ms = cublasLtMatmul(lt, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &heur.algo,
+        cublasStatus_t ms = api.cublasLtMatmul(lt, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &heur.algo,
                                            workspace, ws, cuda_stream());
         if (taken && ms == CUBLAS_STATUS_NOT_SUPPORTED)
             refused = true; /* refused before launching: C is untouched */
@@ -220,15 +285,15 @@ static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
     if (taken)
         *taken = st == AMP_OK && !refused;
     if (pref)
-        cublasLtMatmulPreferenceDestroy(pref);
+        api.cublasLtMatmulPreferenceDestroy(pref);
     if (lc)
-        cublasLtMatrixLayoutDestroy(lc);
+        api.cublasLtMatrixLayoutDestroy(lc);
     if (lb)
-        cublasLtMatrixLayoutDestroy(lb);
+        api.cublasLtMatrixLayoutDestroy(lb);
     if (la)
-        cublasLtMatrixLayoutDestroy(la);
+        api.cublasLtMatrixLayoutDestroy(la);
     if (desc)
-        cublasLtMatmulDescDestroy(desc);
+        api.cublasLtMatmulDescDestroy(desc);
     return st;
 }
 

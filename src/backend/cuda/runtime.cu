@@ -4,7 +4,9 @@
  *
  * Discovery runs once (cudaGetDeviceCount); with no driver or no GPU the
  * count is 0 and the reason is kept for error messages, and nothing else
- * in the backend is ever called.
+ * in the backend is ever called. The runtime is linked statically and
+ * opens the driver (libcuda.so.1) at that first call, so a program that
+ * never asks for a device loads nothing of CUDA (cuBLASLt: gemm.cu).
  *
  * The allocator keeps freed blocks in free lists per size class (multiples
  * of 512 bytes up to 1 MiB, then four classes per power of two, so at most
@@ -22,6 +24,7 @@
 #include "backend/cuda/cuda_common.cuh"
 
 #include <atomic>
+#include <dlfcn.h>
 #include <mutex>
 #include <stdio.h>
 #include <unordered_map>
@@ -41,6 +44,13 @@ static void init(void)
     if (e != cudaSuccess || n < 1) {
         snprintf(reason, sizeof reason, "no CUDA device found: %s",
                  e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices");
+#ifndef CUDAEMU_CUDA_RUNTIME_H
+        /* The static runtime says "driver version is insufficient" also
+         * when there is no driver at all: say which. */
+        if (e != cudaSuccess && !dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL))
+            snprintf(reason, sizeof reason, "no CUDA device found: no NVIDIA driver (libcuda.so.1 could not be "
+                     "loaded)");
+#endif
         cudaGetLastError(); /* clear the sticky-free error state */
         return;
     }
