@@ -435,6 +435,37 @@ static void test_fused_relu_is_conv_then_relu_bitwise(void)
     onednn_set_mode(CPU_LIB_AUTO);
 }
 
+/* Through oneDNN too a NaN input stays NaN through the fused relu
+ * (its relu post-op turned NaN into 0; ampc's relu now runs after the
+ * primitive): the fused output is NaN exactly where conv2d then amp_relu
+ * is. */
+static void test_fused_relu_keeps_nan_on_onednn(void)
+{
+    const int64_t nx = 2 * 16 * 49, nw = 16 * 16 * 9;
+    float *x = values(nx), *w = values(nw), *b = values(16);
+    x[7] = NAN;
+    amp_tensor *xt = tensor(AMP_SHAPE(2, 16, 7, 7), AMP_F32, x, false);
+    amp_tensor *wt = tensor(AMP_SHAPE(16, 16, 3, 3), AMP_F32, w, false);
+    amp_tensor *bt = tensor(AMP_SHAPE(16), AMP_F32, b, false);
+    onednn_set_mode(CPU_LIB_ONEDNN);
+    amp_tensor *fused = conv_act(xt, wt, bt, 1, 1, 1), *plain = amp_relu(amp_conv2d(xt, wt, bt, 1, 1));
+    onednn_set_mode(CPU_LIB_AUTO);
+    CHECK(fused && plain);
+    if (fused && plain) {
+        const float *f = amp_tensor_cdata(fused), *p = amp_tensor_cdata(plain);
+        int nans = 0, differ = 0;
+        for (int64_t i = 0; i < amp_tensor_numel(fused); i++) {
+            nans += isnan(p[i]);
+            differ += isnan(f[i]) != isnan(p[i]);
+        }
+        CHECK_MSG(nans > 0 && differ == 0, "%d NaN outputs unfused, %d places where the fused one differs", nans,
+                  differ);
+    }
+    amp_tensor_free(xt), amp_tensor_free(wt), amp_tensor_free(bt);
+    amp_temps_free();
+    free(x), free(w), free(b);
+}
+
 typedef struct {
     int stride, pad;
 } gc_args;
@@ -501,6 +532,7 @@ int main(void)
     RUN(test_onednn_entry_points);
     RUN(test_onednn_is_deterministic);
     RUN(test_fused_relu_is_conv_then_relu_bitwise);
+    RUN(test_fused_relu_keeps_nan_on_onednn);
     RUN(test_fused_relu_gradcheck);
     RUN(test_unknown_activation_is_an_error);
     return harness_done();

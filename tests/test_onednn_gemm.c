@@ -309,8 +309,8 @@ static void check_fused_linear(cpu_lib_mode mode, amp_dtype dt)
     const char *names[4] = {"output", "dx", "dw", "db"};
     for (int i = 0; i < 4; i++) {
         /* ampc's kernels: the same GEMM either way, so the same bits. With
-         * oneDNN the relu is a post-op on the f32 sums: still the same
-         * values up to the sums' order, which may differ by primitive. */
+         * oneDNN the sums' order may differ by primitive (the relu is
+         * ampc's, after it, on both): the same values up to that. */
         if (mode == CPU_LIB_OWN)
             CHECK_MSG(same_bits(got[i], want[i]), "own %s: fused linear+relu %s differs from linear then relu",
                       amp_dtype_name(dt), names[i]);
@@ -329,6 +329,38 @@ static void test_fused_linear_relu_equals_the_two_ops(void)
     check_fused_linear(CPU_LIB_OWN, AMP_BF16);
     check_fused_linear(CPU_LIB_ONEDNN, AMP_F32);
     check_fused_linear(CPU_LIB_ONEDNN, AMP_BF16);
+}
+
+/* A NaN in x reaches the output through the fused relu, on ampc's kernels
+ * and on oneDNN's, as through amp_relu (PyTorch's relu propagates NaN):
+ * oneDNN's relu post-op turned it into 0, so an fp32 mlp given NaN inputs
+ * produced finite logits. Row 0 of x holds a NaN, so row 0 of the output
+ * is NaN everywhere; the other rows are finite. */
+static void test_fused_linear_relu_keeps_a_nan_input(void)
+{
+    const cpu_lib_mode modes[2] = {CPU_LIB_OWN, CPU_LIB_ONEDNN};
+    const amp_dtype dts[2] = {AMP_F32, AMP_BF16};
+    for (int m = 0; m < 2; m++)
+        for (int d = 0; d < 2; d++) {
+            amp_tensor *x = amp_randn(AMP_SHAPE(4, 40), AMP_F32, 0.0, 1.0);
+            ((float *)amp_tensor_data(x))[3] = NAN;
+            amp_tensor *xd = amp_to(x, dts[d]), *w = amp_randn(AMP_SHAPE(24, 40), dts[d], 0.0, 1.0);
+            amp_tensor *b = amp_randn(AMP_SHAPE(24), dts[d], 0.0, 1.0);
+            onednn_set_mode(modes[m]);
+            amp_tensor *y = amp_to(op_linear_relu(xd, w, b), AMP_F32);
+            onednn_set_mode(CPU_LIB_AUTO);
+            CHECK(y != NULL);
+            if (y) {
+                const float *v = amp_tensor_cdata(y);
+                int nan0 = 0, nan_rest = 0;
+                for (int i = 0; i < 4 * 24; i++)
+                    *(i < 24 ? &nan0 : &nan_rest) += isnan(v[i]);
+                CHECK_MSG(nan0 == 24 && nan_rest == 0, "%s %s: %d of row 0's 24 outputs NaN, %d of the rest",
+                          m ? "onednn" : "own", amp_dtype_name(dts[d]), nan0, nan_rest);
+            }
+            amp_temps_free();
+            amp_tensor_free(x), amp_tensor_free(w), amp_tensor_free(b);
+        }
 }
 
 static amp_tensor *fused_fn(amp_tensor **in, void *ctx)
@@ -484,6 +516,7 @@ int main(void)
     RUN(test_thread_count_changes);
     RUN(test_steady_state_takes_no_fresh_memory);
     RUN(test_fused_linear_relu_equals_the_two_ops);
+    RUN(test_fused_linear_relu_keeps_a_nan_input);
     RUN(test_fused_linear_relu_gradcheck);
     RUN(test_sequential_fuses_linear_relu);
     RUN(test_fused_linear_gelu_equals_the_two_ops);

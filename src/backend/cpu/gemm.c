@@ -425,6 +425,15 @@ static void relu_row(void *row, amp_dtype dt, int64_t n)
             r[j] = 0;
 }
 
+void cpu_relu_rows(void *C, amp_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t ldc, int64_t sc)
+{
+    const size_t ec = amp_dtype_size(dt);
+    int64_t rows = batch * M;
+#pragma omp parallel for num_threads(amp_threads()) if (rows * N >= 65536) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        relu_row((char *)C + (size_t)((r / M) * sc + (r % M) * ldc) * ec, dt, N);
+}
+
 amp_status gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                         const void *A, amp_dtype a_dt, int64_t lda, int64_t sa, const void *B, amp_dtype b_dt,
                         int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,
@@ -462,11 +471,7 @@ amp_status gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, in
             return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory in a batch of %lld products",
                                  (long long)batch);
     }
-    if (act == CPU_ACT_RELU) {
-        int64_t rows = batch * M;
-#pragma omp parallel for num_threads(amp_threads()) if (rows * N >= 65536) schedule(static)
-        for (int64_t r = 0; r < rows; r++)
-            relu_row((char *)C + (size_t)((r / M) * sc + (r % M) * ldc) * ec, c_dt, N);
-    }
+    if (act == CPU_ACT_RELU)
+        cpu_relu_rows(C, c_dt, batch, M, N, ldc, sc);
     return AMP_OK;
 }

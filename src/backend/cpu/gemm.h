@@ -46,8 +46,8 @@ amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
  * that operand is shared),
  *     C_b = act(op(A_b) op(B_b) + bias + beta * C_b)
  * in gemm_lowp's dtypes; bias is NULL or N values of C's dtype, added to
- * every row (only with beta = 0: an AMP_ERR_ARG error otherwise). oneDNN runs it in one call where it takes it (bias and act
- * fused as post-ops); otherwise each product runs on gemm_lowp, spread
+ * every row (only with beta = 0: an AMP_ERR_ARG error otherwise). oneDNN runs it in one call where it takes it (bias
+ * fused, the relu applied after by cpu_relu_rows); otherwise each product runs on gemm_lowp, spread
  * over the threads when there are several, with the bias written into C
  * first and the activation applied after (the same values: relu commutes
  * with rounding).
@@ -57,6 +57,13 @@ amp_status gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, in
                         const void *A, amp_dtype a_dt, int64_t lda, int64_t sa, const void *B, amp_dtype b_dt,
                         int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,
                         const void *bias, cpu_act act);
+
+/* relu in place over C's batch x M rows of N (row stride ldc, batch
+ * stride sc elements), as amp_relu computes it: NaN stays NaN, -0 becomes
+ * +0. Every CPU path applies the fused relu this way, oneDNN's too: its
+ * relu post-op turns NaN into 0, which would hide a NaN input from the
+ * loss (PyTorch's relu propagates it). */
+void cpu_relu_rows(void *C, amp_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t ldc, int64_t sc);
 
 /* "avx512 12x32", "avx2 6x16" or "portable 4x16", honouring amp_cpu_limit. */
 const char *gemm_kernel_name(void);

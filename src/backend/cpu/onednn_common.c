@@ -149,7 +149,7 @@ void onednn_md_drop(onednn_md *md)
 #endif
 }
 
-dnnl_primitive_attr_t onednn_attr(float alpha, float beta, cpu_act act)
+dnnl_primitive_attr_t onednn_attr(float alpha, float beta)
 {
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
@@ -167,11 +167,9 @@ dnnl_primitive_attr_t onednn_attr(float alpha, float beta, cpu_act act)
         ok = APPEND_ELTWISE(dnnl_eltwise_linear, alpha, 0.0f) == dnnl_success;
     if (ok && beta != 0.0f)
         ok = APPEND_SUM(beta) == dnnl_success;
-    if (ok && act == CPU_ACT_RELU)
-        ok = APPEND_ELTWISE(dnnl_eltwise_relu, 0.0f, 0.0f) == dnnl_success;
 #undef APPEND_ELTWISE
 #undef APPEND_SUM
-    if (ok && (alpha != 1.0f || beta != 0.0f || act != CPU_ACT_NONE))
+    if (ok && (alpha != 1.0f || beta != 0.0f))
         ok = dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
     if (po)
         dnnl_post_ops_destroy(po);

@@ -59,6 +59,7 @@ bool onednn_conv_backward_weights(const onednn_conv_geom *g, const void *x, cons
 
 #else
 
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/onednn_impl.h"
 #include "base/base.h"
 
@@ -74,7 +75,7 @@ enum { ROLE_SRC, ROLE_WEI, ROLE_DST, ROLES };
  * the cache key. `role` picks the tensor of a ONEDNN_KIND_CONV_REORDER. */
 typedef struct {
     onednn_conv_geom g;
-    int pass, dt, out_dt, bias_dt, has_bias, act, threads, role;
+    int pass, dt, out_dt, bias_dt, has_bias, threads, role;
 } conv_key;
 
 #if ONEDNN_V3
@@ -186,7 +187,7 @@ static bool make_conv(const void *key, dnnl_primitive_desc_t *pd)
     const dnnl_dims_t str = {g->sh, g->sw}, dil = {g->dh - 1, g->dw - 1}, pad = {g->ph, g->pw};
     onednn_md md[ROLES] = {0}, bias = {0};
     dnnl_primitive_desc_t hint = NULL;
-    dnnl_primitive_attr_t attr = onednn_attr(1.0f, 0.0f, (cpu_act)k->act);
+    dnnl_primitive_attr_t attr = onednn_attr(1.0f, 0.0f);
     bool ok = attr != NULL;
     for (int r = 0; r < ROLES; r++) {
         int64_t d[4];
@@ -252,7 +253,7 @@ static bool make_reorder(const void *key, dnnl_primitive_desc_t *pd)
     const conv_key *k = key;
     dnnl_primitive_desc_t conv = NULL;
     onednn_md plain = {0};
-    dnnl_primitive_attr_t attr = onednn_attr(1.0f, 0.0f, CPU_ACT_NONE);
+    dnnl_primitive_attr_t attr = onednn_attr(1.0f, 0.0f);
     bool ok = attr && make_conv(k, &conv) && plain_md(&plain, k, k->role);
     if (ok) {
         md_ref inner = dnnl_primitive_desc_query_md(conv, role_query[k->pass][k->role], 0);
@@ -379,9 +380,12 @@ static bool direct_forward(const onednn_conv_geom *g, const void *x, const void 
         return false;
     k.has_bias = bias != NULL;
     k.bias_dt = bias ? bias_dt : 0;
-    k.act = act;
     void *const t[ROLES] = {(void *)x, (void *)w, y};
-    return conv_run(&k, t, (void *)bias, st);
+    if (!conv_run(&k, t, (void *)bias, st))
+        return false;
+    if (*st == AMP_OK && act == CPU_ACT_RELU) /* y is [N, O, Ho, Wo]: rows of Ho * Wo */
+        cpu_relu_rows(y, y_dt, 1, g->N * g->O, g->OH * g->OW, g->OH * g->OW, 0);
+    return true;
 }
 
 static bool direct_backward_data(const onednn_conv_geom *g, const void *dy, const void *w, amp_dtype dt,

@@ -46,6 +46,7 @@ bool onednn_gemm(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N
 
 #else
 
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/onednn_impl.h"
 #include "base/base.h"
 
@@ -57,7 +58,7 @@ bool onednn_gemm(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N
 typedef struct {
     int64_t batch, M, N, K, lda, ldb, ldc, sa, sb, sc;
     float alpha, beta;
-    int trans_a, trans_b, a_dt, b_dt, c_dt, bias_dt, has_bias, act, threads;
+    int trans_a, trans_b, a_dt, b_dt, c_dt, bias_dt, has_bias, threads;
 } mm_key;
 
 /* AUTO: the rule from the header comment. */
@@ -94,7 +95,7 @@ static bool make_matmul(const void *key, dnnl_primitive_desc_t *pd)
     onednn_md a = {0}, b = {0}, c = {0}, bias = {0};
     int64_t bdims[3] = {1, 1, k->N};
     int nd = k->batch > 1 ? 3 : 2;
-    dnnl_primitive_attr_t attr = onednn_attr(k->alpha, k->beta, (cpu_act)k->act);
+    dnnl_primitive_attr_t attr = onednn_attr(k->alpha, k->beta);
     bool ok = attr && operand_md(&a, k, k->M, k->K, k->trans_a, k->lda, k->sa, k->a_dt) &&
               operand_md(&b, k, k->K, k->N, k->trans_b, k->ldb, k->sb, k->b_dt) &&
               operand_md(&c, k, k->M, k->N, false, k->ldc, k->sc, k->c_dt) &&
@@ -159,7 +160,6 @@ static bool run_direct(bool trans_a, bool trans_b, int64_t batch, int64_t M, int
     k.a_dt = a_dt, k.b_dt = b_dt, k.c_dt = c_dt;
     k.has_bias = bias != NULL;
     k.bias_dt = bias ? bias_dt : 0;
-    k.act = act;
     k.threads = onednn_threads();
     if (!onednn_wants(&k))
         return false;
@@ -174,6 +174,8 @@ static bool run_direct(bool trans_a, bool trans_b, int64_t batch, int64_t M, int
     };
     *st = onednn_run(&p, bias ? 4 : 3, args, "gemm");
     onednn_prim_put(&p);
+    if (*st == AMP_OK && act == CPU_ACT_RELU)
+        cpu_relu_rows(C, c_dt, batch, M, N, ldc, sc);
     return true;
 }
 

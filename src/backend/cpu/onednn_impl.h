@@ -34,10 +34,12 @@ dnnl_engine_t onednn_engine(void);
 /* Thread count a primitive is made for (part of every cache key). */
 int onednn_threads(void);
 
-/* Primitive attributes with a user scratchpad and, when act or the
- * scales ask, post-ops in this order: eltwise linear (alpha, when
- * alpha != 1), sum (beta, when beta != 0), act. NULL on failure. */
-dnnl_primitive_attr_t onednn_attr(float alpha, float beta, cpu_act act);
+/* Primitive attributes with a user scratchpad and, when the scales ask,
+ * post-ops in this order: eltwise linear (alpha, when alpha != 1), sum
+ * (beta, when beta != 0). No relu post-op: oneDNN's turns NaN into 0, so
+ * callers apply ampc's (cpu_relu_rows) after the primitive. NULL on
+ * failure. */
+dnnl_primitive_attr_t onednn_attr(float alpha, float beta);
 
 /*
  * The primitive cache. A key is the bytes of a caller's struct (zero it
