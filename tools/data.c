@@ -10,6 +10,7 @@
  */
 #include "cli.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -187,8 +188,20 @@ bool dataset_load(dataset *d, const char *dir, const char *prefix)
     /* x/255 then (x - mean)/std, folded into one multiply-add. */
     float *x = amp_tensor_data(d->x);
     const float a = (float)(1.0 / (255.0 * FMNIST_STD)), b = (float)(-FMNIST_MEAN / FMNIST_STD);
-    for (int64_t i = 0, n = amp_tensor_numel(d->x); i < n; i++)
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0, n = amp_tensor_numel(d->x); i < n; i++) {
         x[i] = x[i] * a + b;
+        if (!isfinite(x[i]) && bad++ == 0)
+            first = i;
+    }
+    /* f32 IDX images (type 0x0D) may hold inf / NaN. Said at once, not at
+     * the step whose batch first holds one: then the scaler skips that
+     * step (fp16) or the run stops on a NaN loss (fp32, bf16), and eval
+     * refuses such images. */
+    if (bad)
+        fprintf(stderr, "ampc: warning: %s holds %lld inf/NaN values (the first in image %lld, pixel %lld): a batch "
+                        "holding one gives a NaN loss\n", xpath, (long long)bad, (long long)(first / d->features),
+                (long long)(first % d->features));
     return true;
 }
 
