@@ -41,5 +41,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     train_opts ck;
     run_info ri;
     checkpoint_read_settings(fuzz_dir(), &ck, &ri);
+    settings_forget();
     return 0;
 }

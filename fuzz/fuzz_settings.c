@@ -51,6 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (settings_merge(&o, &ck, "fuzz") < 0 && opts_resolve(&o) < 0)
             round_trip(&o, &ri);
     }
+    settings_forget();
     free(text);
     return 0;
 }
