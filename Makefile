@@ -7,6 +7,8 @@
 #                on cudaemu too)
 #   make test-cuda-emu  the CUDA backend's tests on cudaemu, the CUDA runtime
 #                and cuBLASLt emulated on the CPU (tests/cuda_emu; no GPU needed)
+#   make fuzz    the libFuzzer targets (fuzz/, clang + ASan + UBSan, in build-fuzz),
+#                each for FUZZ_SECONDS (default 600); a crash, leak, hang or OOM fails
 #   make bench   benchmarks: GEMM, grad scaler, training step beside PyTorch
 #   make install PREFIX=/usr/local
 
@@ -14,8 +16,9 @@ BUILD ?= build
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DAMPC_WERROR=ON
+FUZZ_SECONDS ?= 600
 
-.PHONY: all deps build train test asan test-cuda-emu bench install clean
+.PHONY: all deps build train test asan test-cuda-emu fuzz bench install clean
 
 all: build
 
@@ -50,6 +53,9 @@ test-cuda-emu: deps
 	cmake --build build-emu -j $(JOBS) --target cuda_emu_tests
 	cd build-emu && ctest --output-on-failure -j $(JOBS) -L cuda
 
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) scripts/fuzz.sh
+
 bench: deps build
 	bench/run.sh $(BUILD) $(ARGS)
 
@@ -57,4 +63,4 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) build-asan build-emu build-emu-asan
+	rm -rf $(BUILD) build-asan build-emu build-emu-asan build-fuzz

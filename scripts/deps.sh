@@ -4,10 +4,12 @@
 #          g++ and sed (cudaemu: the CUDA backend's tests without a GPU),
 #          oneDNN (libdnnl-dev: the CPU GEMMs and convolutions; ampc builds
 #          without it too, on its own kernels only)
+#   fuzz:  clang and libclang-rt-14-dev (libFuzzer and the sanitizer
+#          runtimes for clang 14, Debian 12; make fuzz)
 #   data:  dataset-fashion-mnist (images), fortunes (the default text corpus)
 set -euo pipefail
 
-need=(gcc g++ sed make cmake zlib1g-dev pkg-config libdnnl-dev dataset-fashion-mnist fortunes)
+need=(gcc g++ sed make cmake zlib1g-dev pkg-config libdnnl-dev clang libclang-rt-14-dev dataset-fashion-mnist fortunes)
 missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

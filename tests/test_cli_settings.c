@@ -88,6 +88,33 @@ static void test_saved_values_pass_the_command_line_checks(void)
     }
 }
 
+/* Found by fuzz/fuzz_settings: past the 128th value read in a process,
+ * settings_from_json's copies were lost (a leak under make asan); now
+ * every string is kept until settings_forget, numbers are not copied. */
+static void test_settings_read_many_times_keep_their_strings_until_forget(void)
+{
+    enum { N = 200 };
+    static train_opts ck[N];
+    for (int i = 0; i < N; i++) {
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"settings\":{\"model\":\"mlp\",\"data\":\"/data/%d\",\"batch\":%d,\"optim\":\"sgd\"},"
+                 "\"run\":{\"features\":4,\"channels\":1,\"height\":2,\"width\":2,\"classes\":3,\"vocab\":0,"
+                 "\"sched_step\":0,\"skipped\":0}}",
+                 i, i + 1);
+        run_info ri = {0};
+        train_opts_default(&ck[i]);
+        CHECK_EQ_INT(settings_from_json(json, "test", &ck[i], &ri), -1);
+    }
+    for (int i = 0; i < N; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "/data/%d", i);
+        CHECK_MSG(strcmp(ck[i].data, want) == 0 && strcmp(ck[i].model, "mlp") == 0 && ck[i].batch == i + 1,
+                  "settings %d: data %s model %s batch %lld", i, ck[i].data, ck[i].model, (long long)ck[i].batch);
+    }
+    settings_forget();
+}
+
 static void test_resume_merge_keeps_shape_and_takes_given_options(void)
 {
     char a[512], b[512];
@@ -190,6 +217,7 @@ int main(void)
 {
     RUN(test_options_round_trip_through_the_settings_json);
     RUN(test_saved_values_pass_the_command_line_checks);
+    RUN(test_settings_read_many_times_keep_their_strings_until_forget);
     RUN(test_resume_merge_keeps_shape_and_takes_given_options);
     RUN(test_a_training_batch_depends_on_seed_and_step_only);
     return harness_done();

@@ -338,6 +338,27 @@ static void test_dims_that_overflow_are_rejected_before_allocating(void)
     CHECK_ERROR(AMP_ERR_FORMAT, "expected 1099511627776 bytes of data, got 0");
 }
 
+/* Found by fuzz/fuzz_idx: a 40-byte gzip file announcing gigabytes made
+ * the loader allocate them (an out-of-memory under the fuzzer) before
+ * finding it truncated. Deflate holds at most 1032 bytes per byte. */
+static void test_gzip_announcing_more_than_it_can_hold_is_refused_before_allocating(void)
+{
+    unsigned char b[4 + 2 * 4] = {0, 0, 0x08, 2};
+    put_be32(b + 4, 1u << 16);
+    put_be32(b + 8, 1u << 12);
+    const char *p = write_file("vast.idx.gz", b, sizeof b, true);
+    CHECK(amp_idx_load(p, AMP_F32) == NULL);
+    CHECK_MSG(strstr(amp_last_error(), p) != NULL, "message does not name the file: %s", amp_last_error());
+    CHECK_ERROR(AMP_ERR_FORMAT, "announces 268435456 bytes of data, more than a");
+    /* At the bound: 4 KiB of zeros compress far below 1032:1's limit. */
+    static unsigned char z[4 + 2 * 4 + 4096] = {0, 0, 0x08, 2};
+    put_be32(z + 4, 64);
+    put_be32(z + 8, 64);
+    amp_tensor *t = amp_idx_load(write_file("zeros.idx.gz", z, sizeof z, true), AMP_F32);
+    CHECK(t != NULL);
+    amp_tensor_free(t);
+}
+
 static void test_trailing_bytes_are_format_error(void)
 {
     unsigned char b[sizeof u8_2x3 + 1];
@@ -427,6 +448,7 @@ int main(void)
     RUN(test_bad_type_byte_is_named);
     RUN(test_too_many_dims_is_format_error);
     RUN(test_dims_that_overflow_are_rejected_before_allocating);
+    RUN(test_gzip_announcing_more_than_it_can_hold_is_refused_before_allocating);
     RUN(test_trailing_bytes_are_format_error);
     RUN(test_bad_arguments);
     RUN(test_fashion_mnist_has_published_shapes);

@@ -148,6 +148,10 @@ char *settings_to_json(const train_opts *o, const run_info *ri);
 /* Parses what settings_to_json wrote into ck (from train_opts_default)
  * and ri; `where` names the file for messages. -1 or 1 (message printed). */
 int settings_from_json(const char *text, const char *where, train_opts *ck, run_info *ri);
+/* Frees the copies of string values settings_from_json keeps for the
+ * options it fills (they live until then); for tests and fuzz targets
+ * that read settings many times in one process. */
+void settings_forget(void);
 /* A resumed run's options: the checkpoint's, with what the command line o
  * gave on top; a given model-shape option that differs is an error. Result
  * in o. -1 or EXIT_USAGE. */

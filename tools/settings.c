@@ -107,15 +107,34 @@ char *settings_to_json(const train_opts *o, const run_info *ri)
     return b.p;
 }
 
-/* Parsed values must outlive the document (they are pointed to). */
+/* String values must outlive the document (train_opts points to them):
+ * copies kept until settings_forget, reachable from here meanwhile. */
+static char **kept;
+static size_t n_kept, cap_kept;
+
 static char *keep(const char *s)
 {
-    static char *kept[CLI_MAX_OPTS * 2];
-    static int n;
+    if (n_kept == cap_kept) {
+        size_t cap = cap_kept ? 2 * cap_kept : 16;
+        char **p = realloc(kept, cap * sizeof *p);
+        if (!p)
+            return NULL;
+        kept = p;
+        cap_kept = cap;
+    }
     char *c = strdup(s);
-    if (c && n < (int)(sizeof kept / sizeof kept[0]))
-        kept[n++] = c; /* reachable: not a leak to the sanitizer */
+    if (c)
+        kept[n_kept++] = c;
     return c;
+}
+
+void settings_forget(void)
+{
+    for (size_t i = 0; i < n_kept; i++)
+        free(kept[i]);
+    free(kept);
+    kept = NULL;
+    n_kept = cap_kept = 0;
 }
 
 static int bad_settings(const char *where, const char *what, const char *key)
@@ -163,14 +182,15 @@ static int set_from_json(const opt_def *d, const json_value *v, train_opts *ck, 
         return bad_settings(where, "a flag that is not true / false", d->name);
     if ((d->kind == OPT_LIST) != (v->type == JSON_ARRAY))
         return bad_settings(where, "a list where none belongs, or none where one does", d->name);
-    char *owned = keep(text);
-    if (!owned) {
+    /* Only a string is pointed to by ck; numbers are parsed from text. */
+    char *value = d->kind == OPT_STR ? keep(text) : text;
+    if (!value) {
         fprintf(stderr, "ampc: out of memory\n");
         return 1;
     }
     char who[512];
     snprintf(who, sizeof who, "ampc: %s: saved setting", where);
-    return opts_set(d, owned, ck, who) >= 0 ? 1 : -1;
+    return opts_set(d, value, ck, who) >= 0 ? 1 : -1;
 }
 
 /* run.<key>: a whole number in [lo, hi]; -1, or 1 after a message naming

@@ -8,6 +8,9 @@
 #include "base/base.h"
 
 #include <stdatomic.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -21,8 +24,16 @@ static unsigned detect(void)
     unsigned f = 0;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
+#ifdef __clang__
+    /* clang before 18 does not know "f16c" in __builtin_cpu_supports (and
+     * make fuzz builds with Debian 12's clang 14): CPUID leaf 1, ECX bit 29. */
+    unsigned a, b, c, d;
+    if (__get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1))
+        f |= AMP_CPU_F16C;
+#else
     if (__builtin_cpu_supports("f16c"))
         f |= AMP_CPU_F16C;
+#endif
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         f |= AMP_CPU_AVX2;
     if (__builtin_cpu_supports("avx512f"))

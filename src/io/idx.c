@@ -20,11 +20,12 @@
  *     the file (a wrong or concatenated file), which is worth knowing.
  *   - The data is streamed through a small buffer and converted chunk by
  *     chunk, so loading 47M pixels as f16 does not need a 47M-float copy.
- *   - Sizes are checked for overflow, and an uncompressed file shorter
- *     than its header claims is refused before the tensor is allocated.
- *     (A gzip file's size is known only by reading it: a corrupt header
- *     there can still ask for a large allocation, which then fails
- *     cleanly with AMP_ERR_MEMORY or is cut short as "truncated".)
+ *   - Sizes are checked for overflow, and a file shorter than its header
+ *     claims is refused before the tensor is allocated: for gzip, one
+ *     whose data could not fit even at deflate's best ratio (1032:1). A
+ *     corrupt gzip header can still ask for up to 1032 times the file's
+ *     size, which then fails cleanly with AMP_ERR_MEMORY or is cut short
+ *     as "truncated". (Pipes, of unknown size, are not checked.)
  *   - The tensor belongs to the caller (amp_tensor_free), like any
  *     constructor's.
  *
@@ -267,27 +268,33 @@ done:
     return st;
 }
 
-/* For an uncompressed file the size is known up front: a header that
- * announces more data than the file holds is reported before allocating
- * (a corrupt header could otherwise ask for terabytes). A gzip file
- * cannot hold more than 1032 times its size (deflate's largest ratio,
- * zlib's FAQ), which bounds it too. */
-static amp_status check_plain_size(gzFile f, const char *path, int64_t file_size, size_t header,
-                                  size_t nbytes)
+/* Deflate expands at most 1032:1 (zlib's FAQ): a gzip file of n bytes
+ * holds at most 1032 n bytes. */
+#define GZIP_MAX_RATIO 1032
+
+/* A regular file's size is known up front: a header that announces more
+ * data than the file holds (uncompressed) or can hold (gzip) is reported
+ * before allocating, since a corrupt header could otherwise ask for
+ * terabytes. */
+static amp_status check_size(gzFile f, const char *path, int64_t file_size, size_t header, size_t nbytes)
 {
-    if (!gzdirect(f)) {
-        if ((uint64_t)nbytes / 1032 <= (uint64_t)file_size)
-            return AMP_OK;
+    if (file_size < 0)
+        return AMP_OK;
+    if (gzdirect(f)) {
+        size_t have = (size_t)file_size - header;
+        if (have < nbytes)
+            return amp_set_error(AMP_ERR_FORMAT,
+                                 "idx_load: %s: truncated: expected %zu bytes of data, got %zu", path,
+                                 nbytes, have);
+        return AMP_OK;
+    }
+    uint64_t most;
+    if (!__builtin_mul_overflow((uint64_t)file_size, (uint64_t)GZIP_MAX_RATIO, &most) &&
+        (uint64_t)nbytes > most - header)
         return amp_set_error(AMP_ERR_FORMAT,
                              "idx_load: %s: truncated: the header announces %zu bytes of data, more than "
-                             "%lld gzip-compressed bytes can hold",
-                             path, nbytes, (long long)file_size);
-    }
-    size_t have = (size_t)file_size - header;
-    if (have < nbytes)
-        return amp_set_error(AMP_ERR_FORMAT,
-                             "idx_load: %s: truncated: expected %zu bytes of data, got %zu", path,
-                             nbytes, have);
+                             "a %lld-byte gzip file can hold (at most %d:1)",
+                             path, nbytes, (long long)file_size, GZIP_MAX_RATIO);
     return AMP_OK;
 }
 
@@ -306,7 +313,7 @@ amp_tensor *amp_idx_load(const char *path, amp_dtype dt)
     size_t nbytes = 0;
     amp_tensor *t = NULL;
     if (read_header(f, path, &ty, &shape, &nbytes) == AMP_OK &&
-        check_plain_size(f, path, file_size, 4 + 4 * (size_t)shape.ndim, nbytes) == AMP_OK) {
+        check_size(f, path, file_size, 4 + 4 * (size_t)shape.ndim, nbytes) == AMP_OK) {
         t = tensor_new(shape, dt);
         if (!t) {
             char buf[96];

@@ -1,0 +1,43 @@
+/*
+ * fuzz_args.c - libFuzzer target: the input is a command line, one
+ * argument per line (a NUL byte ends an argument too), parsed as the
+ * train command's options and as the eval command's (opts_parse), then
+ * checked and completed (opts_resolve) when the parse goes on. Seeds:
+ * fuzz/corpus/args.
+ */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ARGS 128
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *buf = malloc(size + 1);
+    if (!buf)
+        return 0;
+    memcpy(buf, data, size);
+    buf[size] = '\0';
+    char *argv[MAX_ARGS + 1];
+    int argc = 0;
+    for (size_t i = 0, start = 0; i <= size && argc < MAX_ARGS; i++) {
+        if (i < size && buf[i] != '\n' && buf[i] != '\0')
+            continue;
+        if (i < size || i > start) /* no empty argument after the last separator */
+            argv[argc++] = buf + start;
+        buf[i] = '\0';
+        start = i + 1;
+    }
+    argv[argc] = NULL;
+    for (int eval = 0; eval < 2; eval++) {
+        train_opts o;
+        train_opts_default(&o);
+        if (opts_parse(argc, argv, &o, eval) < 0)
+            opts_resolve(&o);
+    }
+    free(buf);
+    return 0;
+}

@@ -1,0 +1,46 @@
+/*
+ * fuzz_checkpoint.c - libFuzzer target: the input is a checkpoint file,
+ * DIR/checkpoint.safetensors. It goes through the library's loader
+ * (amp_checkpoint_load: header, entries, layout, optimizer and scaler
+ * state) into an mlp with Adam and the scaler, into one with SGD and no
+ * scaler, and into the model alone; then through the ampc program's
+ * reader of the run settings in its header (checkpoint_read_settings:
+ * header and settings JSON). Seeds: fuzz/corpus/checkpoint (fuzz_seeds).
+ */
+#include "cli.h"
+#include "util.h"
+
+#include <stdlib.h>
+
+static fuzz_run adam, sgd;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    fuzz_run_make(&adam, false);
+    fuzz_run_make(&sgd, true);
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *path = fuzz_file(CHECKPOINT_FILE, data, size);
+    int64_t step = 0;
+    char *settings = NULL;
+    amp_checkpoint_load(path, adam.m, adam.o, adam.s, &step, &settings);
+    free(settings);
+    amp_checkpoint_load(path, sgd.m, sgd.o, NULL, NULL, NULL);
+    settings = NULL;
+    amp_checkpoint_load(path, adam.m, NULL, NULL, &step, &settings);
+    free(settings);
+    amp_clear_error();
+
+    train_opts ck;
+    run_info ri;
+    checkpoint_read_settings(fuzz_dir(), &ck, &ri);
+    settings_forget();
+    return 0;
+}

@@ -1,0 +1,35 @@
+/*
+ * util.h - what the fuzz targets share: the input written to a file (the
+ * loaders take paths), and the small training run the checkpoint target
+ * loads into and fuzz_seeds saves from.
+ *
+ * Defines: fuzz_file, fuzz_dir, fuzz_run, fuzz_run_make / fuzz_run_free.
+ */
+#ifndef AMPC_FUZZ_UTIL_H
+#define AMPC_FUZZ_UTIL_H
+
+#include "ampc.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* This process's scratch directory (under $TMPDIR, else /tmp), made on
+ * first use and removed with what fuzz_file wrote when the process exits. */
+const char *fuzz_dir(void);
+/* Writes data[0..size) to fuzz_dir()/name (replacing it) and returns its
+ * path (a static buffer per name slot; at most 4 names per process). A
+ * failure to write is the harness's fault: it prints why and exits. */
+const char *fuzz_file(const char *name, const uint8_t *data, size_t size);
+
+/* mlp 4-8-3 with an optimizer (Adam or SGD with momentum) and an enabled
+ * grad scaler, seeded: what the checkpoint seeds are saved from. */
+typedef struct {
+    amp_module *m;
+    amp_optim *o;
+    amp_scaler *s;
+} fuzz_run;
+
+void fuzz_run_make(fuzz_run *r, bool sgd);
+void fuzz_run_free(fuzz_run *r);
+
+#endif
