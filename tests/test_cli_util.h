@@ -107,6 +107,23 @@ static inline void cli_write_idx(const char *path, int ndim, const uint32_t *dim
     gzclose(f);
 }
 
+/* dir/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz: the same n images
+ * of h x w u8 pixels (img) and n u8 labels (lab) in both splits. */
+static inline void cli_write_idx_set(const char *dir, uint32_t n, uint32_t h, uint32_t w, const unsigned char *img,
+                                     const unsigned char *lab)
+{
+    mkdir(dir, 0700);
+    uint32_t idims[3] = {n, h, w}, ldims[1] = {n};
+    const char *pre[2] = {"train", "t10k"};
+    for (int i = 0; i < 2; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte.gz", dir, pre[i]);
+        cli_write_idx(path, 3, idims, img, (size_t)n * h * w);
+        snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte.gz", dir, pre[i]);
+        cli_write_idx(path, 1, ldims, lab, n);
+    }
+}
+
 /* A tiny two-class image set in dir: class 1 images are bright, class 0
  * dark, 4x4 pixels (so the cnn's two 2x2 poolings fit), N of each split.
  * The test split is the training split (the runs here test the program,
@@ -124,16 +141,7 @@ static inline void cli_write_tiny_images(const char *dir)
             img[i * P + k] = (unsigned char)(lab[i] ? 100 + r : r);
         }
     }
-    mkdir(dir, 0700);
-    uint32_t idims[3] = {N, 4, 4}, ldims[1] = {N};
-    const char *pre[2] = {"train", "t10k"};
-    for (int i = 0; i < 2; i++) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte.gz", dir, pre[i]);
-        cli_write_idx(path, 3, idims, img, sizeof img);
-        snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte.gz", dir, pre[i]);
-        cli_write_idx(path, 1, ldims, lab, sizeof lab);
-    }
+    cli_write_idx_set(dir, N, 4, 4, img, lab);
 }
 
 /* A small text corpus: a few sentences repeated with variations. */

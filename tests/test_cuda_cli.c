@@ -227,16 +227,7 @@ static void write_images(const char *dir)
             img[i * P + k] = (unsigned char)(s >> 56);
         }
     }
-    mkdir(dir, 0700);
-    uint32_t idims[3] = {N, 28, 28}, ldims[1] = {N};
-    const char *pre[2] = {"train", "t10k"};
-    for (int i = 0; i < 2; i++) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte.gz", dir, pre[i]);
-        cli_write_idx(path, 3, idims, img, sizeof img);
-        snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte.gz", dir, pre[i]);
-        cli_write_idx(path, 1, ldims, lab, sizeof lab);
-    }
+    cli_write_idx_set(dir, N, 28, 28, img, lab);
 }
 
 /* --dry-run's device total and a 2-step run's 'peak device memory' agree

@@ -322,6 +322,12 @@ double now_s(void);
 
 /* train.c's micro-batch m of the run, on the model's device. */
 typedef bool (*batch_fn)(void *ctx, int64_t m, amp_tensor **x, amp_tensor **y);
+/* One micro-batch's loss as a training step computes it: the forward and
+ * cross-entropy inside autocast when the run has it (on dev), the gpt's
+ * [B, T, V] logits as one row per position, divided by --accum. NULL on
+ * error (amp_last_error says why). diagnose_step re-runs a step with it. */
+amp_tensor *micro_batch_loss(const trainer *t, const train_opts *o, const run_info *ri, bool gpt, amp_device dev,
+                             amp_tensor *x, amp_tensor *y);
 /* Inf/NaN values in the inputs of steps first..last (0-based), of *total;
  * -1 (error set) on failure. */
 int64_t count_bad_inputs(const train_opts *o, int64_t first, int64_t last, batch_fn fn, void *ctx, int64_t *total);

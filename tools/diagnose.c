@@ -73,20 +73,7 @@ void diagnose_step(trainer *t, const train_opts *o, const run_info *ri, bool gpt
             fprintf(stderr, "ampc:   the inputs: micro-batch %lld holds %lld inf/NaN values (of %lld)\n",
                     (long long)m, (long long)bad, (long long)amp_tensor_numel(x));
         }
-        if (t->autocast && amp_autocast_begin(dev, t->dtype) != AMP_OK) {
-            ok = false;
-            break;
-        }
-        amp_tensor *logits = amp_module_forward(t->model, x);
-        if (gpt) {
-            logits = amp_reshape(logits, AMP_SHAPE(-1, ri->vocab));
-            y = amp_reshape(y, AMP_SHAPE(-1));
-        }
-        amp_tensor *loss = amp_cross_entropy(logits, y);
-        if (t->autocast)
-            amp_autocast_end();
-        if (o->accum > 1)
-            loss = amp_div_scalar(loss, (double)o->accum);
+        amp_tensor *loss = micro_batch_loss(t, o, ri, gpt, dev, x, y);
         double v = loss ? amp_item(loss) : NAN;
         if (!(ok = loss != NULL && amp_backward(amp_scaler_scale(t->scaler, loss)) == AMP_OK))
             break;

@@ -66,7 +66,8 @@ static bool read_u64(const char *path, uint64_t *v, bool *unlimited)
     return true;
 }
 
-/* The value of key (a line "key N") in file path, or 0. */
+/* The number after key in file path's line "key N" (key, then a space or a
+ * tab: cgroups' "inactive_file N", /proc's "VmRSS:\t N kB"), or 0. */
 static uint64_t read_keyed(const char *path, const char *key)
 {
     FILE *f = fopen(path, "r");
@@ -76,7 +77,7 @@ static uint64_t read_keyed(const char *path, const char *key)
     size_t n = strlen(key);
     uint64_t v = 0;
     while (fgets(line, sizeof line, f))
-        if (strncmp(line, key, n) == 0 && line[n] == ' ') {
+        if (strncmp(line, key, n) == 0 && (line[n] == ' ' || line[n] == '\t')) {
             v = strtoull(line + n + 1, NULL, 10);
             break;
         }
@@ -84,23 +85,8 @@ static uint64_t read_keyed(const char *path, const char *key)
     return v;
 }
 
-/* "VmRSS:  1234 kB" style lines of /proc files, in bytes; 0 when absent. */
-static uint64_t proc_kb(const char *path, const char *key)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    char line[256];
-    size_t n = strlen(key);
-    uint64_t v = 0;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, key, n) == 0) {
-            v = strtoull(line + n, NULL, 10) * 1024;
-            break;
-        }
-    fclose(f);
-    return v;
-}
+/* /proc's "Key:  1234 kB" lines, in bytes; 0 when absent. */
+static uint64_t proc_kb(const char *path, const char *key) { return read_keyed(path, key) * 1024; }
 
 uint64_t mem_rss(void) { return proc_kb("/proc/self/status", "VmRSS:"); }
 

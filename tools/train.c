@@ -176,6 +176,24 @@ static double read_norm(run *r)
     return v;
 }
 
+amp_tensor *micro_batch_loss(const trainer *t, const train_opts *o, const run_info *ri, bool gpt, amp_device dev,
+                             amp_tensor *x, amp_tensor *y)
+{
+    if (t->autocast && amp_autocast_begin(dev, t->dtype) != AMP_OK)
+        return NULL;
+    amp_tensor *logits = amp_module_forward(t->model, x);
+    if (gpt) { /* [B, T, V] against [B, T]: one row per position */
+        logits = amp_reshape(logits, AMP_SHAPE(-1, ri->vocab));
+        y = amp_reshape(y, AMP_SHAPE(-1));
+    }
+    amp_tensor *loss = amp_cross_entropy(logits, y);
+    if (t->autocast)
+        amp_autocast_end();
+    if (loss && o->accum > 1)
+        loss = amp_div_scalar(loss, (double)o->accum);
+    return loss;
+}
+
 /* Optimizer step `step` (0-based); fills out. -1 or an exit code. */
 static int train_step(run *r, int64_t step, step_out *out)
 {
@@ -188,18 +206,7 @@ static int train_step(run *r, int64_t step, step_out *out)
         amp_tensor *x, *y;
         if (!micro_batch(r, step * o->accum + j, &x, &y))
             return fail("batch", step + 1);
-        if (t->autocast && amp_autocast_begin(r->cuda ? AMP_CUDA : AMP_CPU, t->dtype) != AMP_OK)
-            return fail("autocast", step + 1);
-        amp_tensor *logits = amp_module_forward(t->model, x);
-        if (r->rd->gpt) { /* [B, T, V] against [B, T]: one row per position */
-            logits = amp_reshape(logits, AMP_SHAPE(-1, r->ri->vocab));
-            y = amp_reshape(y, AMP_SHAPE(-1));
-        }
-        amp_tensor *loss = amp_cross_entropy(logits, y);
-        if (t->autocast)
-            amp_autocast_end();
-        if (o->accum > 1)
-            loss = amp_div_scalar(loss, (double)o->accum);
+        amp_tensor *loss = micro_batch_loss(t, o, r->ri, r->rd->gpt, r->cuda ? AMP_CUDA : AMP_CPU, x, y);
         if (!loss || amp_backward(amp_scaler_scale(t->scaler, loss)) != AMP_OK)
             return fail("forward / backward", step + 1);
         if (!r->cuda)
