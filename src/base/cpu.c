@@ -25,8 +25,8 @@ static unsigned detect(void)
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
 #ifdef __clang__
-    /* clang before 18 does not know "f16c" in __builtin_cpu_supports (and
-     * make fuzz builds with Debian 12's clang 14): CPUID leaf 1, ECX bit 29. */
+    /* Debian 12's clang 14 (make fuzz builds with it) does not know "f16c"
+     * in __builtin_cpu_supports: CPUID leaf 1, ECX bit 29. */
     unsigned a, b, c, d;
     if (__get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1))
         f |= AMP_CPU_F16C;
