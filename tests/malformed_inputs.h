@@ -347,13 +347,20 @@ static void empty_dir(const char *d)
 
 /* A copy of the good checkpoint in d/ck, its header's `from` replaced by
  * `to` (the header length kept right). */
-static void patched_checkpoint(const char *d, const char *from, const char *to)
+/* d/ck, made, and the path of the checkpoint file in it, into p. */
+static void ck_file(const char *d, char *p, size_t n)
 {
-    char dir[512], path[600], src[600];
+    char dir[512];
     at(dir, sizeof dir, d, "ck");
     mkdir(dir, 0700);
+    checkpoint_path(p, n, dir);
+}
+
+static void patched_checkpoint(const char *d, const char *from, const char *to)
+{
+    char path[600], src[600];
+    ck_file(d, path, sizeof path);
     checkpoint_path(src, sizeof src, ck);
-    checkpoint_path(path, sizeof path, dir);
     size_t n;
     unsigned char *b = (unsigned char *)cli_read_file(src, &n);
     CHECK(b != NULL && n > 8);
@@ -391,11 +398,9 @@ static void ck_batch_overflow(const char *d)
 /* The good checkpoint cut to half its size (d/ck). */
 static void ck_truncated(const char *d)
 {
-    char dir[512], path[600], src[600];
-    at(dir, sizeof dir, d, "ck");
-    mkdir(dir, 0700);
+    char path[600], src[600];
+    ck_file(d, path, sizeof path);
     checkpoint_path(src, sizeof src, ck);
-    checkpoint_path(path, sizeof path, dir);
     size_t n;
     char *b = cli_read_file(src, &n);
     if (b)
@@ -406,11 +411,9 @@ static void ck_truncated(const char *d)
 /* The good checkpoint with a header length of 2^60 (d/ck). */
 static void ck_huge_header(const char *d)
 {
-    char dir[512], path[600], src[600];
-    at(dir, sizeof dir, d, "ck");
-    mkdir(dir, 0700);
+    char path[600], src[600];
+    ck_file(d, path, sizeof path);
     checkpoint_path(src, sizeof src, ck);
-    checkpoint_path(path, sizeof path, dir);
     size_t n;
     char *b = cli_read_file(src, &n);
     if (b && n > 8) {
@@ -423,28 +426,22 @@ static void ck_huge_header(const char *d)
 
 static void ck_empty(const char *d)
 {
-    char dir[512], p[600];
-    at(dir, sizeof dir, d, "ck");
-    mkdir(dir, 0700);
-    checkpoint_path(p, sizeof p, dir);
+    char p[600];
+    ck_file(d, p, sizeof p);
     write_bytes(p, "", 0);
 }
 
 static void ck_text(const char *d)
 {
-    char dir[512], p[600];
-    at(dir, sizeof dir, d, "ck");
-    mkdir(dir, 0700);
-    checkpoint_path(p, sizeof p, dir);
+    char p[600];
+    ck_file(d, p, sizeof p);
     write_bytes(p, "hello, I am not a checkpoint\n", 29);
 }
 
 static void ck_fifo(const char *d)
 {
-    char dir[512], p[600];
-    at(dir, sizeof dir, d, "ck");
-    mkdir(dir, 0700);
-    checkpoint_path(p, sizeof p, dir);
+    char p[600];
+    ck_file(d, p, sizeof p);
     CHECK(mkfifo(p, 0600) == 0);
 }
 
