@@ -6,25 +6,19 @@
  * every element, and a CUDA tensor is copied to the host first (a wait).
  */
 #include "base/base.h"
+#include "dtype/dtype.h"
 #include "tensor/tensor.h"
 
-#include <string.h>
+#include <math.h>
 
-/* Inf/NaN elements of a host buffer: the exponent bits all ones. */
+/* Inf/NaN elements of a host buffer of a float dtype (f16 / bf16 widen
+ * exactly, inf and NaN included). */
 static int64_t count_host(const void *p, amp_dtype dt, int64_t n)
 {
     int64_t bad = 0;
-    if (dt == AMP_F32) {
-        const uint32_t *b = p;
-        for (int64_t i = 0; i < n; i++)
-            bad += (b[i] & 0x7F800000u) == 0x7F800000u;
-    } else if (dt == AMP_F16 || dt == AMP_BF16) {
-        const uint16_t *b = p;
-        const uint16_t e = dt == AMP_F16 ? 0x7C00u : 0x7F80u;
-        for (int64_t i = 0; i < n; i++)
-            bad += (b[i] & e) == e;
-    }
-    return bad; /* integers are always finite */
+    for (int64_t i = 0; i < n; i++)
+        bad += !isfinite(load_f32(p, dt, (size_t)i));
+    return bad;
 }
 
 int64_t amp_tensor_count_nonfinite(const amp_tensor *t)

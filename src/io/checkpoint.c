@@ -58,6 +58,7 @@
 #include "io/checkpoint.h"
 
 #include "base/base.h"
+#include "dtype/dtype.h"
 #include "io/json.h"
 #include "tensor/tensor.h"
 
@@ -225,26 +226,6 @@ static void write_metadata(json_buf *b, const amp_optim *o, const amp_scaler *s,
     jb_puts(b, "}");
 }
 
-/* Whether element i of a float tensor's raw bytes is finite (integer
- * dtypes always are); *v gets its value when it is an F32. */
-bool ckpt_elem_finite(amp_dtype dt, const unsigned char *p, size_t i, double *v)
-{
-    *v = 0;
-    if (dt == AMP_F32) {
-        float f;
-        memcpy(&f, p + 4 * i, 4);
-        *v = f;
-        return isfinite(f);
-    }
-    if (dt == AMP_F16 || dt == AMP_BF16) {
-        uint16_t u;
-        memcpy(&u, p + 2 * i, 2);
-        uint16_t e = dt == AMP_F16 ? 0x7c00 : 0x7f80; /* the exponent bits: all ones is inf / NaN */
-        return (u & e) != e;
-    }
-    return true;
-}
-
 /* A tensor about to be saved must be finite: a weight or optimizer buffer
  * that is inf / NaN (a run that diverged between two saves) would replace
  * the last good checkpoint with one no resume accepts. */
@@ -252,8 +233,7 @@ static amp_status check_finite(const char *path, const out_entry *e)
 {
     size_t n = e->nbytes / amp_dtype_size(e->dt);
     for (size_t i = 0; i < n; i++) {
-        double v;
-        if (!ckpt_elem_finite(e->dt, e->data, i, &v))
+        if (amp_dtype_is_float(e->dt) && !isfinite(load_f32(e->data, e->dt, i)))
             return amp_set_error(AMP_ERR_STATE,
                                  "checkpoint '%s': not saved: tensor '%s' holds a non-finite value (inf or NaN) at "
                                  "element %zu (the run diverged); the previous checkpoint is left as it was",

@@ -4,8 +4,7 @@
  * optimizer state keys. The file layout is described in checkpoint.c.
  *
  * Defines: CKPT_FORMAT, CKPT_MAX_COUNT, ckpt_dtype_name / ckpt_dtype_parse,
- * ckpt_host_le, ckpt_shape_text, ckpt_elem_finite, ckpt_remove_stale_temps,
- * ckpt_optim_keys.
+ * ckpt_host_le, ckpt_shape_text, ckpt_remove_stale_temps, ckpt_optim_keys.
  */
 #ifndef AMPC_CHECKPOINT_H
 #define AMPC_CHECKPOINT_H
@@ -30,9 +29,6 @@ bool ckpt_dtype_parse(const char *s, amp_dtype *dt);
 bool ckpt_host_le(void);
 /* "[10, 784]" into buf. */
 const char *ckpt_shape_text(amp_shape s, char *buf, size_t n);
-/* Whether element i of raw float data p (dtype dt) is finite (integer
- * dtypes always are); *v gets its value when dt is F32. */
-bool ckpt_elem_finite(amp_dtype dt, const unsigned char *p, size_t i, double *v);
 /* Removes the temporaries "<path>.tmp.<pid>" (regular files) that saves
  * killed before their rename left, of pids that are not live processes;
  * best effort, silent. amp_checkpoint_save calls it before it writes. */

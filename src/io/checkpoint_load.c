@@ -269,6 +269,27 @@ static amp_status meta_i64_in(const ckpt *c, const char *key, int64_t lo, int64_
     return st;
 }
 
+/* Whether element i of a float tensor's raw bytes is finite (integer
+ * dtypes always are); *v gets its value when it is an F32. By memcpy, not
+ * load_f32: a file's data offsets need not be aligned. */
+static bool elem_finite(amp_dtype dt, const unsigned char *p, size_t i, double *v)
+{
+    *v = 0;
+    if (dt == AMP_F32) {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        *v = f;
+        return isfinite(f);
+    }
+    if (dt == AMP_F16 || dt == AMP_BF16) {
+        uint16_t u;
+        memcpy(&u, p + 2 * i, 2);
+        uint16_t e = dt == AMP_F16 ? 0x7c00 : 0x7f80; /* the exponent bits: all ones is inf / NaN */
+        return (u & e) != e;
+    }
+    return true;
+}
+
 /* Entry e's values: finite, and >= 0 when nonneg (Adam's second moments,
  * whose square roots the update takes). A weight or optimizer buffer that
  * is inf / NaN can only turn every later step into NaN: refused, naming
@@ -279,7 +300,7 @@ static amp_status check_values(const ckpt *c, const in_entry *e, bool nonneg)
     size_t n = (size_t)((e->end - e->begin) / amp_dtype_size(e->dt));
     for (size_t i = 0; i < n; i++) {
         double v;
-        if (!ckpt_elem_finite(e->dt, p, i, &v))
+        if (!elem_finite(e->dt, p, i, &v))
             return ck_fail(c, AMP_ERR_FORMAT, "tensor '%s' holds a non-finite value (inf or NaN) at element %zu",
                            e->name, i);
         if (nonneg && v < 0)
