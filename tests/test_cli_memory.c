@@ -27,20 +27,7 @@
 static char images[256], text[256];
 
 /* 28x28 images (the cnn's real shape), N of them in each split. */
-static void write_images(const char *dir)
-{
-    enum { N = 512, P = 28 * 28 };
-    static unsigned char img[N * P], lab[N];
-    uint64_t s = 1;
-    for (int i = 0; i < N; i++) {
-        lab[i] = (unsigned char)(i % 10);
-        for (int k = 0; k < P; k++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            img[i * P + k] = (unsigned char)(s >> 56);
-        }
-    }
-    cli_write_idx_set(dir, N, 28, 28, img, lab);
-}
+static void write_images(const char *dir) { cli_write_noise_images(dir, 512, 1); }
 
 static const char *const precisions[3] = {"fp32", "bf16", "fp16"};
 

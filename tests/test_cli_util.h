@@ -124,6 +124,28 @@ static inline void cli_write_idx_set(const char *dir, uint32_t n, uint32_t h, ui
     }
 }
 
+/* n random 28x28 images (the cnn's real shape) in 10 classes, from seed,
+ * the same in both splits: what memory tests measure, not what learns. */
+static inline void cli_write_noise_images(const char *dir, uint32_t n, uint64_t seed)
+{
+    enum { P = 28 * 28 };
+    unsigned char *img = malloc((size_t)n * P), *lab = malloc(n);
+    if (!img || !lab) {
+        free(img), free(lab);
+        return;
+    }
+    uint64_t s = seed;
+    for (uint32_t i = 0; i < n; i++) {
+        lab[i] = (unsigned char)(i % 10);
+        for (int k = 0; k < P; k++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            img[(size_t)i * P + k] = (unsigned char)(s >> 56);
+        }
+    }
+    cli_write_idx_set(dir, n, 28, 28, img, lab);
+    free(img), free(lab);
+}
+
 /* A tiny two-class image set in dir: class 1 images are bright, class 0
  * dark, 4x4 pixels (so the cnn's two 2x2 poolings fit), N of each split.
  * The test split is the training split (the runs here test the program,

@@ -215,20 +215,7 @@ static void test_cli_gpt_with_clip_on_cuda(void)
 
 /* 28x28 images (the cnn's real shape), 160 of each split: an evaluation
  * pass of 128, as with Fashion-MNIST. */
-static void write_images(const char *dir)
-{
-    enum { N = 160, P = 28 * 28 };
-    static unsigned char img[N * P], lab[N];
-    uint64_t s = 3;
-    for (int i = 0; i < N; i++) {
-        lab[i] = (unsigned char)(i % 10);
-        for (int k = 0; k < P; k++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            img[i * P + k] = (unsigned char)(s >> 56);
-        }
-    }
-    cli_write_idx_set(dir, N, 28, 28, img, lab);
-}
+static void write_images(const char *dir) { cli_write_noise_images(dir, 160, 3); }
 
 /* --dry-run's device total and a 2-step run's 'peak device memory' agree
  * within MEM_TOLERANCE (10%, tools/cli.h) for the three models in each
