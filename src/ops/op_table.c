@@ -3,6 +3,7 @@
  */
 #include "ops/ops.h"
 #include "amp/amp.h"
+#include "backend/backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,22 +16,23 @@ static const op_backward_fn cpu_backward[OP_COUNT] = {
 #undef X
 };
 
-static bool node_on_cuda(const node *n)
+static amp_device node_device(const node *n)
 {
-    return n->n_in > 0 && n->in[0] && n->in[0]->storage->device == AMP_CUDA;
+    return n->n_in > 0 && n->in[0] ? n->in[0]->storage->device : AMP_CPU;
 }
 
+/* TRANSITION (issue 12): a CUDA node runs its row's legacy CUDA function
+ * while src/ops/cuda/table.c still lists one, else the row's own
+ * device-neutral function; either way through op_cuda_backward, which
+ * accumulates on the device. Goes away with src/ops/cuda/. */
 static amp_status device_backward(int op, node *n, const amp_tensor *gout, amp_tensor **gin)
 {
-    if (!node_on_cuda(n))
+    if (node_device(n) == AMP_CPU)
         return cpu_backward[op](n, gout, gin);
 #ifdef AMPC_HAVE_CUDA
-    if (!op_cuda_fns[op].backward)
-        return amp_set_error(AMP_ERR_DEVICE, "%s: has no CUDA backward yet", op_table[op].name);
-    return op_cuda_backward(n, &op_cuda_fns[op], gout, gin);
+    return op_cuda_backward(n, op_cuda_fns[op].backward ? op_cuda_fns[op].backward : cpu_backward[op], gout, gin);
 #else
-    return amp_set_error(AMP_ERR_DEVICE, "%s: cuda is not available (ampc was built without CUDA)",
-                         op_table[op].name);
+    return cpu_backward[op](n, gout, gin);
 #endif
 }
 
@@ -48,24 +50,36 @@ const op_def op_table[OP_COUNT] = {
 #undef X
 };
 
-/* The forward of the inputs' device. */
+/* The forward on the inputs' device, after asking its backend whether it
+ * can run there at all. */
 static amp_tensor *device_forward(int op, node *n)
 {
-    if (!node_on_cuda(n))
-        return op_table[op].forward(n);
+    amp_device dev = node_device(n);
+    const char *name = op_table[op].name;
+    if (dev != AMP_CPU && backend_check(dev, name) != AMP_OK)
+        return NULL;
+    if (!op_supported(dev, op, n))
+        return amp_fail_null(AMP_ERR_DEVICE, "%s: the %s backend does not support this op for these dtypes", name,
+                             backend_of(dev)->name);
 #ifdef AMPC_HAVE_CUDA
     const op_device_fns *f = &op_cuda_fns[op];
-    if (!f->forward)
-        return amp_fail_null(AMP_ERR_DEVICE, "%s: has no CUDA kernel yet (run it on the CPU)", op_table[op].name);
-    if (n->needs_grad && !f->backward)
-        return amp_fail_null(AMP_ERR_DEVICE,
-                             "%s: has no CUDA backward yet (run it without gradients, or on the CPU)",
-                             op_table[op].name);
-    return f->forward(n);
-#else
-    return amp_fail_null(AMP_ERR_DEVICE, "%s: cuda is not available (ampc was built without CUDA)",
-                         op_table[op].name);
+    if (dev == AMP_CUDA && f->forward) /* TRANSITION: a legacy CUDA forward */
+        return f->forward(n);
 #endif
+    return op_table[op].forward(n);
+}
+
+bool op_supported(amp_device dev, int op, const node *n)
+{
+    const amp_backend *be = backend_of(dev);
+    if (op < 0 || op >= OP_COUNT || !be->supports_op)
+        return false;
+    amp_dtype dts[8];
+    int k = 0;
+    for (int i = 0; n && i < n->n_in && k < 8; i++)
+        if (n->in[i])
+            dts[k++] = n->in[i]->dtype;
+    return be->supports_op(op, dts, k);
 }
 
 int amp_op_count(void) { return OP_COUNT; }

@@ -71,8 +71,12 @@ extern const op_device_fns op_cuda_fns[OP_COUNT];
  * engine seeds the loss's gradient there) and adds each gradient that
  * meets an existing one into it on the device, so the engine's own
  * (CPU) accumulation only ever stores a first gradient. */
-amp_status op_cuda_backward(node *n, const op_device_fns *f, const amp_tensor *gout, amp_tensor **gin);
+amp_status op_cuda_backward(node *n, op_backward_fn backward, const amp_tensor *gout, amp_tensor **gin);
 #endif
+
+/* Whether dev's backend runs op for the inputs of n (their dtypes; n may
+ * be NULL: any dtypes). */
+bool op_supported(amp_device dev, int op, const node *n);
 
 /* Runs op on in[0..n_in) with params p (may be NULL). The result is a
  * pool temporary; NULL with the error set (or kept, for NULL inputs). */

@@ -56,7 +56,7 @@ const op_device_fns op_cuda_fns[OP_COUNT] = {
     [OP_ATTENTION] = {cu_attention_forward, cu_attention_backward},
 };
 
-amp_status op_cuda_backward(node *n, const op_device_fns *f, const amp_tensor *gout, amp_tensor **gin)
+amp_status op_cuda_backward(node *n, op_backward_fn backward, const amp_tensor *gout, amp_tensor **gin)
 {
     amp_tensor *up = NULL;
     if (!tensor_on_cuda(gout)) {
@@ -64,7 +64,7 @@ amp_status op_cuda_backward(node *n, const op_device_fns *f, const amp_tensor *g
             return fail_status();
         gout = up;
     }
-    amp_status st = f->backward(n, gout, gin);
+    amp_status st = backward(n, gout, gin);
     amp_tensor_free(up); /* a gradient that is a view of it keeps the storage */
     for (int i = 0; i < n->n_in && st == AMP_OK; i++) {
         amp_tensor *x = n->in[i];

@@ -1,0 +1,242 @@
+/*
+ * backend.h - the one interface between the device-neutral core (tensor,
+ * ops, autograd, amp, optim, nn, io) and a device's kernels.
+ *
+ * A backend is one struct of function pointers (amp_backend) per device,
+ * registered in one table (registry.c). Every primitive takes raw pointers
+ * to the backend's own memory, element counts, dtypes and small geometry
+ * structs; none takes a tensor, a node or an autocast state, so a backend
+ * knows nothing of the layers above it. The core asks backend_of(device)
+ * for the table and calls through it; it never includes a device header.
+ *
+ * A NULL field is a primitive the backend lacks: BACKEND_CALL turns the
+ * call into an AMP_ERR_DEVICE error naming the caller, the primitive and
+ * the device ("linear: the cuda backend has no gemm"), never a crash.
+ * supports_op answers, per op-table row, whether the backend runs that op
+ * (forward and backward); op_apply refuses an op a backend does not
+ * support before any work is done, and the table-driven op test
+ * (tests/test_backend_ops.c) checks that the answer is honest.
+ *
+ * Numerics, every backend: float kernels read 16-bit data as f32, compute
+ * in f32 (sums in double where the CPU reference does) and round once into
+ * the output dtype.
+ *
+ * Adding a backend: a folder under src/backend/ that defines one
+ * `const amp_backend amp_backend_<name>` and one line in registry.c.
+ */
+#ifndef AMPC_BACKEND_H
+#define AMPC_BACKEND_H
+
+#include "ampc.h"
+#include "backend/pointwise.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Most dims of a shape, and most operands of a pointwise primitive. */
+#define BE_MAX_DIMS 8
+#define BE_PW_MAX_IN 4
+
+/* ------------------------------------------------------ plans / geometry */
+
+/* A pointwise op's iteration: the output's (simplified) shape, nd dims of
+ * d, and each input's element strides along it (0 where it is broadcast). */
+typedef struct {
+    int nd;
+    int64_t d[BE_MAX_DIMS];
+    int64_t st[BE_PW_MAX_IN][BE_MAX_DIMS];
+} be_pw_plan;
+
+/* A reduction: the kept dims (sizes, input strides) index the outputs in
+ * order; the reduced dims (sizes, input strides) are what each one sums. */
+typedef struct {
+    int nk, nr;
+    int64_t kd[BE_MAX_DIMS], ks[BE_MAX_DIMS];
+    int64_t rd[BE_MAX_DIMS], rs[BE_MAX_DIMS];
+} be_reduce_plan;
+
+/* ==== types: section linalg ========================================== */
+/* What gemm applies to the f32 product before its one rounding. */
+typedef enum {
+    BE_EPI_NONE = 0,
+    BE_EPI_RELU,     /* max(x, 0), NaN kept */
+    BE_EPI_GELU_AUX, /* gelu_tanh(x) into C, and x itself (rounded to C's dtype) into aux */
+} be_epilogue;
+
+/* One (batched) product: for b in [0, batch), with A, B, C advanced by sa,
+ * sb, sc elements (0: shared), C_b = ep(alpha op(A_b) op(B_b) + beta C_b
+ * + bias) where bias (may be NULL) is added to every row. */
+typedef struct {
+    bool ta, tb;
+    int64_t M, N, K, batch;
+    float alpha, beta;
+    const void *A, *B;
+    void *C;
+    int64_t lda, ldb, ldc, sa, sb, sc;
+    amp_dtype adt, bdt, cdt;
+    const void *bias;
+    amp_dtype bias_dt;
+    be_epilogue ep;
+    void *aux;
+    int64_t ldaux;
+} be_gemm_desc;
+
+/* Attention over heads x [T, D] q, k, v (the linalg helper completes it). */
+typedef struct {
+    int64_t heads, T, D;
+    bool causal;
+    double scale;
+} be_attn_desc;
+/* ==== end types: section linalg ====================================== */
+
+
+
+/* ==== types: section nn =============================================== */
+/* ==== end types: section nn =========================================== */
+
+
+
+/* ==== types: section conv ============================================= */
+/* ==== end types: section conv ========================================= */
+
+
+
+/* ==== types: section amp ============================================== */
+/* ==== end types: section amp ========================================== */
+
+
+
+/* ==== types: section optim ============================================ */
+/* ==== end types: section optim ======================================== */
+
+
+
+/* ------------------------------------------------------------ the table */
+
+typedef struct amp_backend {
+    const char *name;  /* "cpu", "cuda": in every error message */
+    amp_device device;
+
+    /* ---- availability --------------------------------------------- */
+    /* Whether the device can run now (a CUDA build on a machine with a
+     * GPU); why not, for error messages. */
+    bool (*available)(void);
+    const char *(*unavailable_reason)(void);
+    /* Whether this backend runs op-table row `op` (OP_* of ops.h),
+     * forward and backward, for the inputs' dtypes in dts[0..n). */
+    bool (*supports_op)(int op, const amp_dtype *dts, int n);
+
+    /* ---- memory ----------------------------------------------------- */
+    /* From the backend's (caching) allocator; NULL + AMP_ERR_MEMORY. */
+    void *(*alloc)(size_t nbytes);
+    void (*free)(void *p);
+    /* nbytes between any two devices one of which is this backend's (the
+     * other may be AMP_CPU); a copy to the host waits for the data. */
+    amp_status (*copy)(void *dst, amp_device ddev, const void *src, amp_device sdev, size_t nbytes);
+    /* n copies of the elem_size-byte pattern at host address elem. */
+    amp_status (*fill)(void *dst, int64_t n, const void *elem, size_t elem_size);
+    /* n elements from src (sdt) to dst (ddt), amp_convert's semantics. */
+    amp_status (*convert)(const void *src, amp_dtype sdt, void *dst, amp_dtype ddt, int64_t n);
+    /* dst[i] = i (index tensors made in place: the GPT's positions). */
+    amp_status (*iota_i64)(int64_t *dst, int64_t n);
+    /* Waits for everything queued so far (no-op on a synchronous device). */
+    amp_status (*synchronize)(void);
+    amp_memory_stats (*memory_stats)(void);
+    void (*memory_reset_peak)(void);
+    void (*empty_cache)(void);
+
+    /* ---- elementwise, reductions, layout  (owner: pointwise) -------- */
+    /* out[i] = pw_eval(op, in...) for the n elements of the contiguous
+     * output (formulas: backend/pointwise.h). */
+    amp_status (*pointwise)(amp_pw_op op, void *out, amp_dtype odt, int64_t n, int nin, const void *const *in,
+                            const amp_dtype *idt, const be_pw_plan *plan, float s0);
+    /* dst[i] += src[i] in dst's dtype (f32 arithmetic, one rounding):
+     * autograd's gradient accumulation. */
+    amp_status (*accumulate)(void *dst, amp_dtype ddt, const void *src, amp_dtype sdt, int64_t n);
+    /* out[j] = scale * sum (in double), rounded into odt. */
+    amp_status (*reduce_sum)(const void *x, amp_dtype xdt, const be_reduce_plan *plan, double scale, void *out,
+                             amp_dtype odt);
+    /* [outer, len, inner] -> i64 index of the largest along len (first
+     * wins; a NaN wins). */
+    amp_status (*argmax)(const void *x, amp_dtype dt, int64_t outer, int64_t len, int64_t inner, int64_t *out);
+    /* dst (contiguous, out dims od[0..nd)) from src at element strides ist. */
+    amp_status (*permute)(const void *src, void *dst, size_t elem_size, int nd, const int64_t *od,
+                          const int64_t *ist);
+    /* dst[r*dld + doff + c] = convert(src[r*sld + soff + c]); sld 0 repeats
+     * one source row. */
+    amp_status (*copy_2d)(const void *src, amp_dtype sdt, int64_t sld, int64_t soff, void *dst, amp_dtype ddt,
+                          int64_t dld, int64_t doff, int64_t rows, int64_t cols);
+
+    /* ==== section linalg (GEMM, attention) ============================ */
+    /* C = ep(alpha op(A) op(B) + beta C [+ bias]), batched, row-major;
+     * see be_gemm_desc. */
+    amp_status (*gemm)(const be_gemm_desc *g);
+    /* Scaled dot-product attention over [heads, T, D] q, k, v. */
+    amp_status (*attention)(const be_attn_desc *a);
+    amp_status (*attention_backward)(const be_attn_desc *a);
+    /* ==== end section linalg ========================================== */
+
+
+
+    /* ==== section nn (softmax, losses, layer_norm, embedding, dropout) = */
+    /* Softmax / log_softmax of x seen as [outer, len, inner] along len. */
+    amp_status (*softmax)(const void *x, amp_dtype xdt, void *y, amp_dtype ydt, int64_t outer, int64_t len,
+                          int64_t inner, bool log);
+    amp_status (*softmax_backward)(const void *g, amp_dtype gdt, const void *y, amp_dtype ydt, void *gx,
+                                   amp_dtype gxdt, int64_t outer, int64_t len, int64_t inner, bool log);
+    /* (cross_entropy, cross_entropy_backward, layer_norm,
+     * layer_norm_backward, embedding, embedding_backward, dropout: the
+     * nn helper adds them here, shaped as cuda_backend.h's.) */
+    /* ==== end section nn ============================================== */
+
+
+
+    /* ==== section conv (conv2d, pooling) ============================== */
+    /* (conv2d, conv2d_backward, pool2d, pool2d_backward: the conv helper
+     * adds them here.) */
+    /* ==== end section conv ============================================ */
+
+
+
+    /* ==== section amp (scaler, optimizers, clip, non-finite checks) === */
+    /* (unscale + non-finite check, non-finite count, scaler_update,
+     * scaler_count, clip_grad_norm: the amp helper adds them here, shaped
+     * as cuda_backend.h's AMP kernels.) */
+    /* ==== end section amp ============================================= */
+
+
+
+    /* ==== section optim (multi-tensor optimizer steps) ================ */
+    /* ==== end section optim =========================================== */
+} amp_backend;
+
+/* The backend of dev: never NULL for a valid device (a device without a
+ * backend compiled in gets a table whose available() is false and whose
+ * primitives are all NULL). */
+const amp_backend *backend_of(amp_device dev);
+
+/* Sets AMP_ERR_DEVICE "<who>: <why>" for dev when its backend cannot run
+ * now (no GPU, no CUDA build); AMP_OK when it can. */
+amp_status backend_check(amp_device dev, const char *who);
+
+/* The error for a NULL primitive: "<who>: the <backend> backend has no
+ * <primitive>". Returns the status (AMP_ERR_DEVICE). */
+amp_status backend_missing(const amp_backend *be, const char *who, const char *primitive);
+
+/* Calls be->FIELD(...) (FIELD may be a path: linalg.gemm), or returns the
+ * missing-primitive error from the enclosing amp_status function. */
+#define BACKEND_CALL(be, who, field, ...)                                                  \
+    do {                                                                                   \
+        const amp_backend *be_ = (be);                                                     \
+        if (!be_->field)                                                                   \
+            return backend_missing(be_, (who), #field);                                    \
+        amp_status st_ = be_->field(__VA_ARGS__);                                          \
+        if (st_ != AMP_OK)                                                                 \
+            return st_;                                                                    \
+    } while (0)
+
+#ifdef __cplusplus
+}
+#endif
+#endif
