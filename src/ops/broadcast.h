@@ -16,6 +16,7 @@
 #ifndef AMPC_BROADCAST_H
 #define AMPC_BROADCAST_H
 
+#include "backend/backend.h"
 #include "ops/ops.h"
 
 /* OpenMP pragmas that vanish (without an unknown-pragma warning) when the
@@ -86,9 +87,21 @@ amp_tensor *ew_convert(const amp_tensor *t, amp_dtype dt);
 amp_tensor *reduce_sum(const ew_arg *x, unsigned mask, double scale, amp_shape out_shape, amp_dtype dt);
 
 /* scale * g summed over the dims along which small was broadcast to reach
- * g's shape, as a new tensor of shape small and dtype dt: the gradient of
- * a broadcast input. */
+ * g's shape, as a new tensor of shape small and dtype dt on g's device:
+ * the gradient of a broadcast input. */
 amp_tensor *sum_to_shape(const amp_tensor *g, amp_shape small, amp_dtype dt, double scale);
+
+/* ---- device-neutral building blocks (issue 12), over the backend ------- */
+
+/* A new tensor (shape, dt) on dev = formula op (backend/pointwise.h) of
+ * the operands in[0..nin) (on dev) broadcast to shape, s0 the scalar;
+ * NULL with the error set. */
+amp_tensor *op_pointwise(amp_pw_op op, amp_shape shape, amp_dtype dt, amp_device dev, const ew_arg *in, int nin,
+                         float s0);
+/* reduce_sum on dev's backend: scale * the sum of x (on dev) over the dims
+ * whose bit is set in mask, into a new tensor of out_shape and dt. */
+amp_tensor *op_reduce_sum(const ew_arg *x, amp_device dev, unsigned mask, double scale, amp_shape out_shape,
+                          amp_dtype dt);
 
 /* A status that is not AMP_OK for a failure already reported (the
  * thread's error), AMP_ERR_MEMORY when none was. */
