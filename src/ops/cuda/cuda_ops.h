@@ -97,14 +97,6 @@ amp_status cu_embedding_backward(node *n, const amp_tensor *gout, amp_tensor **g
 amp_tensor *cu_dropout_forward(node *n);
 amp_status cu_dropout_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
 
-/* linalg.c */
-amp_tensor *cu_matmul_forward(node *n);
-amp_status cu_matmul_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_tensor *cu_linear_forward(node *n);
-amp_status cu_linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_tensor *cu_attention_forward(node *n);
-amp_status cu_attention_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-
 /* shape.c */
 amp_tensor *cu_reshape_forward(node *n);
 amp_status cu_reshape_backward(node *n, const amp_tensor *gout, amp_tensor **gin);

@@ -34,8 +34,6 @@ const op_device_fns op_cuda_fns[OP_COUNT] = {
     [OP_EXP] = {cu_exp_forward, cu_exp_backward},
     [OP_LOG] = {cu_log_forward, cu_log_backward},
     [OP_POW_SCALAR] = {cu_pow_scalar_forward, cu_pow_scalar_backward},
-    [OP_MATMUL] = {cu_matmul_forward, cu_matmul_backward},
-    [OP_LINEAR] = {cu_linear_forward, cu_linear_backward},
     [OP_SUM] = {cu_sum_forward, cu_sum_backward},
     [OP_MEAN] = {cu_mean_forward, cu_mean_backward},
     [OP_SOFTMAX] = {cu_softmax_forward, cu_softmax_backward},
@@ -53,7 +51,6 @@ const op_device_fns op_cuda_fns[OP_COUNT] = {
     [OP_CAT] = {cu_cat_forward, cu_cat_backward},
     [OP_TO] = {cu_to_forward, cu_to_backward},
     [OP_ARGMAX] = {cu_argmax_forward, no_backward},
-    [OP_ATTENTION] = {cu_attention_forward, cu_attention_backward},
 };
 
 amp_status op_cuda_backward(node *n, op_backward_fn backward, const amp_tensor *gout, amp_tensor **gin)
