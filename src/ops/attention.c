@@ -63,8 +63,10 @@ amp_tensor *attention_forward(node *n)
     if (q->numel == 0)
         return tensor_zeros_on(q->shape, q->dtype, dev);
     const amp_backend *be = backend_of(dev);
-    if (!be->attention)
-        return backend_missing(be, op_name(n), "attention"), NULL;
+    if (!be->attention) {
+        backend_missing(be, op_name(n), "attention");
+        return NULL;
+    }
     amp_tensor *out = tensor_new_on(q->shape, q->dtype, dev);
     amp_tensor *lse = NULL;
     if (out && n->needs_grad) {

@@ -27,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "base/base.h"
 
 #include <string.h>
 
