@@ -27,7 +27,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm.h"
 #include "base/base.h"
-#include "ops/simd.h"
+#include "backend/cpu/simd.h"
 
 #include <math.h>
 

@@ -6,9 +6,9 @@
  * where oneDNN adds the bias (ampc's own GEMM adds onto bias rows, beta 1)
  * and cpu_relu_rows applies the relu after; either way a 16-bit result is
  * rounded once. The gelu epilogue is that GEMM into the pre-activation
- * (aux, or scratch), then the gelu op's kernel over it (the SIMD one where
- * the CPU has it), so values are those of linear followed by gelu bit for
- * bit. A plain product is gemm_lowp (batch 1), or gemm_batched, which
+ * (aux, or scratch), then the gelu formula over it (the SIMD kernel where
+ * the CPU has it, as the pointwise primitive), so values are those of
+ * linear followed by gelu bit for bit. A plain product is gemm_lowp (batch 1), or gemm_batched, which
  * spreads the batch over the threads.
  *
  * Each gradient keeps the bits of the code it came from (src/ops/matmul.c):
@@ -19,25 +19,15 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm.h"
 #include "base/base.h"
-#include "ops/simd.h"
+#include "backend/cpu/simd.h"
+#include "backend/pointwise.h"
 
-#include <math.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 /* ------------------------------------------------------------- gelu */
-
-#define K_SQRT_2_PI 0.79788456080286535588f
-#define K_KAPPA 0.044715f
-
-/* The tanh form as the gelu op computes it: 1 + tanh(u) = 2 sigmoid(2u). */
-static inline float gelu_tanh(float x)
-{
-    float u = K_SQRT_2_PI * (x + K_KAPPA * x * x * x);
-    return x / (1.0f + expf(-2.0f * u));
-}
 
 /* Elements of a gelu block (widened, then rounded, through the stack). */
 #define GELU_BLOCK 1024
@@ -65,7 +55,7 @@ static void gelu_rows(const void *x, int64_t ldx, void *y, int64_t ldy, amp_dtyp
                 f(xf, yf, nc);
             else
                 for (int64_t j = 0; j < nc; j++)
-                    yf[j] = gelu_tanh(xf[j]);
+                    yf[j] = pw_gelu_tanh_of(xf[j]);
             if (dt != AMP_F32)
                 amp_convert(out, AMP_F32, ys, dt, (size_t)nc);
         }

@@ -35,9 +35,9 @@
 
 /* y = op(x) elementwise over n contiguous elements (x may be y: in place),
  * with the relu or gelu op's own kernel. */
-static amp_status flat_ew(cuda_ew_op op, void *y, const void *x, amp_dtype dt, int64_t n)
+static amp_status flat_ew(amp_pw_op op, void *y, const void *x, amp_dtype dt, int64_t n)
 {
-    cuda_ew_plan p;
+    be_pw_plan p;
     memset(&p, 0, sizeof p);
     p.nd = 1;
     p.d[0] = n;
@@ -86,7 +86,7 @@ static amp_status gemm_gelu(const be_gemm_desc *g)
                              (long long)g->ldaux, (long long)g->N);
     void *t = g->aux ? g->aux : g->C;
     st = product_into(g, t, g->N);
-    return st == AMP_OK ? flat_ew(CEW_GELU_TANH, g->C, t, g->cdt, g->M * g->N) : st;
+    return st == AMP_OK ? flat_ew(AMP_PW_GELU_TANH, g->C, t, g->cdt, g->M * g->N) : st;
 }
 
 amp_status cuda_linalg_gemm(const be_gemm_desc *g)
@@ -108,7 +108,7 @@ amp_status cuda_linalg_gemm(const be_gemm_desc *g)
         return gemm_gelu(g);
     amp_status st = product_into(g, g->C, g->ldc);
     if (st == AMP_OK && g->ep == BE_EPI_RELU)
-        st = flat_ew(CEW_RELU, g->C, g->C, g->cdt, g->M * g->N);
+        st = flat_ew(AMP_PW_RELU, g->C, g->C, g->cdt, g->M * g->N);
     return st;
 }
 
