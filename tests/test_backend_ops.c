@@ -5,7 +5,8 @@
  * CASES lists, per row of src/ops/op_list.h (by its name), how to make the
  * inputs (shapes; value ranges that keep the op well-conditioned: positive
  * for log / pow, away from relu's kink, distinct values for max_pool2d and
- * argmax, labels in range), how to call the op through the public API, and
+ * argmax, labels in range; an f32 input beside 16-bit ones for type
+ * promotion), how to call the op through the public API, and
  * whether it has a gradient. A row without a case fails the test, naming
  * the row: a new op cannot land untested.
  *
@@ -44,8 +45,8 @@
  * main: at most 2e-5 for every case; a 1% error in tanh's derivative gives
  * 9e-3, gelu's exact derivative swapped for the tanh approximation's 5e-4.
  *
- * Small shapes: the CPU runs it in about a second (Release), cudaemu in
- * seconds. AMPC_TEST_QUICK=1 (the sanitizer builds) checks fewer elements
+ * Small shapes: the CPU runs it in under a second (Release), cudaemu in
+ * about 10 s. AMPC_TEST_QUICK=1 (the sanitizer builds) checks fewer elements
  * by finite differences.
  */
 #include "harness.h"
@@ -62,6 +63,7 @@ enum {
     V_AWAY0,   /* |x| uniform in [lo, hi), random sign: away from a kink at 0 */
     V_DISTINCT,/* a shuffled ramp over [lo, hi): no ties; keep the gaps above the fd step */
     V_LABELS,  /* i64 integers in [lo, hi) */
+    V_F32,     /* uniform in [lo, hi), f32 whatever the case's dtype (promotion) */
 };
 
 typedef struct {
@@ -185,11 +187,13 @@ static amp_tensor *c_attention(amp_tensor **x, const op_case *c) { return amp_at
 #define A0(lo, hi, ...) {V_AWAY0, AMP_SHAPE(__VA_ARGS__), lo, hi}
 #define D(lo, hi, ...) {V_DISTINCT, AMP_SHAPE(__VA_ARGS__), lo, hi}
 #define L(hi, ...) {V_LABELS, AMP_SHAPE(__VA_ARGS__), 0, hi}
+#define F32U(lo, hi, ...) {V_F32, AMP_SHAPE(__VA_ARGS__), lo, hi}
 
 static const op_case CASES[] = {
     {"add", "same shape", c_add, 2, {U(-2, 2, 3, 5), U(-2, 2, 3, 5)}, .flags = 0},
     {"add", "broadcast", c_add, 2, {U(-2, 2, 4, 5, 6), U(-2, 2, 5, 1)}, .flags = 0},
     {"add", "scalar tensor", c_add, 2, {U(-2, 2, 3, 7), U(-2, 2)}, .flags = 0},
+    {"add", "x + f32", c_add, 2, {U(-2, 2, 3, 7), F32U(-2, 2, 3, 7)}, .flags = 0},
     {"sub", "broadcast", c_sub, 2, {U(-2, 2, 4, 5, 6), U(-2, 2, 6)}, .flags = 0},
     {"mul", "broadcast", c_mul, 2, {U(-2, 2, 4, 5, 6), U(-2, 2, 4, 1, 6)}, .flags = 0},
     {"div", "broadcast", c_div, 2, {U(-2, 2, 4, 5, 6), U(0.5, 2, 5, 1)}, .flags = 0},
@@ -328,7 +332,7 @@ static amp_tensor *make_input(int ci, int k, amp_dtype dt)
             v[i] = v[j];
             v[j] = t;
         }
-    amp_tensor *t = from_floats(sp->shape, dt, v);
+    amp_tensor *t = from_floats(sp->shape, sp->values == V_F32 ? AMP_F32 : dt, v);
     free(v);
     return t;
 }
