@@ -598,9 +598,11 @@ static void cell_err(cell s, double e, double tol)
 static int n_devs;
 static amp_device devs[AMP_DEVICE_COUNT];
 
-/* Runs case ci on the device (not the CPU) with copies of the CPU run's
- * leaves, in plain dtypes (at = AMP_DTYPE_COUNT) or under autocast to at,
- * and compares it with ref. Fills the table cell. */
+/* Runs case ci on dev with copies of the CPU leaves cpu->in (clones when
+ * dev is the CPU), in their dtypes (at = AMP_DTYPE_COUNT) or under
+ * autocast to at, and compares it with ref; or, where dev's backend says
+ * it does not run the row for those dtypes, checks that the call fails
+ * with AMP_ERR_DEVICE. Fills the table cell. */
 static void on_device(int ci, amp_device dev, const run_t *cpu, const run_t *ref, amp_dtype at, double tol,
                       bool same_dtype, cell out, const char *where)
 {
@@ -608,6 +610,14 @@ static void on_device(int ci, amp_device dev, const run_t *cpu, const run_t *ref
     run_t g = {.n = c->n_in};
     for (int k = 0; k < c->n_in; k++)
         g.in[k] = dev == AMP_CPU ? amp_clone(cpu->in[k]) : amp_to_device(cpu->in[k], dev);
+    for (int k = 0; k < c->n_in; k++)
+        if (!g.in[k]) {
+            harness_fail(__FILE__, __LINE__, "%s: input %d not copied: %s", where, k, amp_last_error());
+            snprintf(out, sizeof(cell), "ERR");
+            amp_clear_error();
+            run_free(&g);
+            return;
+        }
     int row = row_of(c->op);
     bool sup = supported(dev, row, g.in, g.n);
     if (sup && at != AMP_DTYPE_COUNT) { /* the dtypes the op runs in under autocast */
