@@ -193,9 +193,11 @@ typedef struct amp_backend {
     /* C = ep(alpha op(A) op(B) + beta C [+ bias]), batched, row-major;
      * see be_gemm_desc. */
     amp_status (*gemm)(const be_gemm_desc *g);
-    /* db [cols] (dbdt) = the column sums of dy [rows, cols] (dt): a
-     * linear layer's bias gradient, summed in f32 / double as the
-     * backend's reduce_sum does or better, rounded once. */
+    /* db [cols] (dbdt) = the column sums of dy [rows, cols] (dt), rounded
+     * once: a linear layer's bias gradient. Not reduce_sum: the CPU's
+     * sums f32 blocks of rows, the blocks added in double (vectorised, the
+     * same for any thread count), and keeps those bits; CUDA's is its
+     * reduce_sum. */
     amp_status (*bias_grad)(const void *dy, amp_dtype dt, int64_t rows, int64_t cols, void *db, amp_dtype dbdt);
     /* Scaled dot-product attention and its gradients; see be_attn_desc. */
     amp_status (*attention)(const be_attn_desc *a);
