@@ -10,7 +10,7 @@
  */
 #include "backend/cpu/cpu_backend.h"
 #include "base/base.h"
-#include "ops/simd.h"
+#include "backend/cpu/simd.h"
 
 #include <math.h>
 #include <string.h>
