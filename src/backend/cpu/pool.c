@@ -9,8 +9,8 @@
  * window without padding (every CNN's pool) has its own loop.
  */
 #include "backend/cpu/cpu_backend.h"
-#include "base/base.h"
 #include "backend/cpu/simd.h"
+#include "base/base.h"
 
 #include <math.h>
 #include <string.h>

@@ -56,9 +56,9 @@ static const char *at(const void *p, int64_t i, size_t es) { return (const char 
 /* Relu in place over the n elements of y (dt). */
 static amp_status relu_in_place(void *y, amp_dtype dt, int64_t n)
 {
-    cuda_ew_plan plan = {.nd = 1, .d = {n}, .st = {{1}}};
+    const be_pw_plan plan = {.nd = 1, .d = {n}, .st = {{1}}};
     const void *in[1] = {y};
-    return cuda_ew(CEW_RELU, y, dt, n, 1, in, &dt, &plan, 0.0f);
+    return cuda_ew(AMP_PW_RELU, y, dt, n, 1, in, &dt, &plan, 0.0f);
 }
 
 amp_status cuda_conv2d(const be_conv_geom *bg, const void *x, const void *w, const void *bias, amp_dtype dt,
@@ -95,27 +95,14 @@ amp_status cuda_conv2d(const be_conv_geom *bg, const void *x, const void *w, con
     return st;
 }
 
-/* db[o] (dt) = the sum of dY [N, O, L] over images and positions, in
- * double (size-1 dims left out of the plan). */
-static amp_status bias_grad(const cu_conv *c, const void *gy, amp_dtype dt, void *db)
-{
-    cuda_reduce_plan p = {0};
-    if (c->O != 1)
-        p.kd[p.nk] = c->O, p.ks[p.nk++] = c->l;
-    if (c->N != 1)
-        p.rd[p.nr] = c->N, p.rs[p.nr++] = c->O * c->l;
-    if (c->l != 1)
-        p.rd[p.nr] = c->l, p.rs[p.nr++] = 1;
-    return cuda_reduce_sum(gy, dt, &p, 1.0, db, dt);
-}
-
 amp_status cuda_conv2d_backward(const be_conv_geom *bg, const void *gy, const void *x, const void *w, amp_dtype dt,
                                 void *dx, void *dwo, void *db)
 {
     const cu_conv c = conv_of(bg);
     const bool need_x = dx != NULL, need_w = dwo != NULL;
     const size_t es = amp_dtype_size(dt);
-    amp_status st = db ? bias_grad(&c, gy, dt, db) : AMP_OK;
+    /* db[o] = the sum of dY [N, O, L] over images and positions */
+    amp_status st = db ? cuda_reduce_sum_dims(gy, dt, AMP_SHAPE(c.N, c.O, c.l), 0x5u, 1.0, db, dt, c.O) : AMP_OK;
     if (st != AMP_OK || !(need_x || need_w) || c.O * c.ckk == 0 || c.N * c.l == 0) {
         /* No GEMM to run (no images, no output or input channels): what
          * is left to fill is a sum of nothing, 0. */
