@@ -72,9 +72,8 @@ typedef enum {
  * weight_grad says that this is a linear layer's dW = dYᵀ X (ta, not tb,
  * A = dY [K, M] contiguous): a hint a backend may use to lay dYᵀ out first
  * (the CPU widens an f16 one up front); it never changes the result's
- * definition. (Named structs: cuda_backend.h declares the CUDA primitives
- * without including this header.) */
-typedef struct be_gemm_desc {
+ * definition. */
+typedef struct {
     bool ta, tb;
     int64_t M, N, K, batch;
     float alpha, beta;
@@ -95,7 +94,7 @@ typedef struct be_gemm_desc {
  * log-sum-exp: written by attention when not NULL, read by
  * attention_backward, which rebuilds the probabilities from it. Backward
  * writes dQ, dK, dV (dt) into gq, gk, gv, each NULL when not wanted. */
-typedef struct be_attn_desc {
+typedef struct {
     int64_t heads, T, D;
     bool causal;
     float scale;
@@ -116,6 +115,20 @@ typedef struct be_attn_desc {
 
 
 /* ==== types: section conv ============================================= */
+/* A 2-D convolution: x [N, C, H, W] with w [O, C, kh, kw] into y [N, O,
+ * Ho, Wo], one stride and one zero padding on both axes (conv2d_infer in
+ * src/ops/infer.c makes it). */
+typedef struct {
+    int64_t N, C, H, W, O, kh, kw, stride, pad, Ho, Wo;
+} be_conv_geom;
+
+/* A pool over `planes` planes of H x W: k x k windows, stride, zero
+ * padding (pool_infer makes it). Windows are clipped to the image; max
+ * lets the first maximum win ties and a NaN win over numbers; avg divides
+ * by k*k, padding included (PyTorch's count_include_pad). */
+typedef struct {
+    int64_t planes, H, W, k, stride, pad, Ho, Wo;
+} be_pool_geom;
 /* ==== end types: section conv ========================================= */
 
 
@@ -220,8 +233,24 @@ typedef struct amp_backend {
 
 
     /* ==== section conv (conv2d, pooling) ============================== */
-    /* (conv2d, conv2d_backward, pool2d, pool2d_backward: the conv helper
-     * adds them here.) */
+    /* y = act(conv(x, w) + bias): x, w, bias (may be NULL) and y all of
+     * dtype dt, act BE_EPI_NONE or BE_EPI_RELU (before the one rounding). */
+    amp_status (*conv2d)(const be_conv_geom *g, const void *x, const void *w, const void *bias, amp_dtype dt,
+                         be_epilogue act, void *y);
+    /* From gy [N, O, Ho, Wo] (dt, already through a fused activation):
+     * dx, dw, db in dt, each NULL when not wanted; every element of the
+     * others is written. */
+    amp_status (*conv2d_backward)(const be_conv_geom *g, const void *gy, const void *x, const void *w, amp_dtype dt,
+                                  void *dx, void *dw, void *db);
+    /* y [planes, Ho, Wo] (dt) = each window's max or average of x; for
+     * max, idx (may be NULL) gets each window's argmax as an offset within
+     * its plane. */
+    amp_status (*pool2d)(const be_pool_geom *g, bool is_max, const void *x, amp_dtype dt, void *y, int32_t *idx);
+    /* dx (dxdt, every element written) = gy (gdt) back through the pool:
+     * to each window's argmax idx (max), or spread over the window / (k*k)
+     * (avg: idx NULL). */
+    amp_status (*pool2d_backward)(const be_pool_geom *g, const void *gy, amp_dtype gdt, const int32_t *idx,
+                                  void *dx, amp_dtype dxdt);
     /* ==== end section conv ============================================ */
 
 
