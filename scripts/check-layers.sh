@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# check-layers.sh - fails when a file under src/ includes a header of a
+# layer above its own (docs/ARCHITECTURE.md, "Layers, bottom to top").
+#
+# A file's layer is the first folder of its path under src/ (src/backend/cuda/
+# gemm.cu is in "backend"); so is a header's, from its #include "x/y.h". A
+# file may include headers of its own layer and of the layers below; "ampc.h"
+# (the public API, no folder) is open to every layer. Every #include "..."
+# of every .c, .h, .cu and .cuh file is read, headers' included.
+#
+# Usage: scripts/check-layers.sh [source dir] [allowlist]
+# The allowlist (default scripts/layers-allow.txt) names known violations,
+# one "file include" per line, # comments; they are reported but pass.
+set -euo pipefail
+root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+allow=${2:-$root/scripts/layers-allow.txt}
+
+# Bottom to top. Keep in step with docs/ARCHITECTURE.md's layer table.
+layers=(base dtype backend tensor autograd ops optim amp nn io)
+
+declare -A rank
+for i in "${!layers[@]}"; do rank[${layers[$i]}]=$i; done
+
+declare -A allowed
+if [ -f "$allow" ]; then
+  while read -r f h _; do
+    case $f in ''|'#'*) continue ;; esac
+    allowed["$f $h"]=1
+  done < "$allow"
+fi
+
+cd "$root"
+bad=0 known=0 files=0 unknown=0
+while IFS= read -r file; do
+  files=$((files + 1))
+  from=${file#src/}; from=${from%%/*}
+  if [ -z "${rank[$from]+x}" ]; then
+    echo "check-layers: $file: folder src/$from is in no layer (add it to scripts/check-layers.sh)"
+    unknown=$((unknown + 1))
+    continue
+  fi
+  while IFS= read -r inc; do
+    case $inc in */*) ;; *) continue ;; esac  # "ampc.h", system-like names
+    to=${inc%%/*}
+    if [ -z "${rank[$to]+x}" ]; then
+      echo "check-layers: $file includes \"$inc\": src/$to is in no layer"
+      unknown=$((unknown + 1))
+      continue
+    fi
+    if [ "${rank[$to]}" -gt "${rank[$from]}" ]; then
+      if [ -n "${allowed["$file $inc"]+x}" ]; then
+        echo "check-layers: allowed for now: $file ($from) includes \"$inc\" ($to)"
+        known=$((known + 1))
+      else
+        echo "check-layers: $file ($from) includes \"$inc\" ($to), a layer above its own"
+        bad=$((bad + 1))
+      fi
+    fi
+  done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
+done < <(find src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) | LC_ALL=C sort)
+
+echo "check-layers: $files files, layers ${layers[*]}: $bad violations, $known allowed, $unknown unplaced"
+[ "$bad" -eq 0 ] && [ "$unknown" -eq 0 ]
