@@ -116,20 +116,14 @@ const char *ckpt_shape_text(amp_shape s, char *buf, size_t n)
     return buf;
 }
 
-/* As optim.c creates them: SGD's buffer only with momentum, Adam's max
- * only with amsgrad. */
+/* The state keys o's options use, in slot order (the optimizer kind's
+ * registry entry says which). */
 int ckpt_optim_keys(const amp_optim *o, const char *keys[OPTIM_MAX_STATE])
 {
     int n = 0;
-    if (o->kind == OPTIM_SGD) {
-        if (o->sgd.momentum != 0)
-            keys[n++] = "momentum_buffer";
-    } else {
-        keys[n++] = "exp_avg";
-        keys[n++] = "exp_avg_sq";
-        if (o->adam.amsgrad)
-            keys[n++] = "max_exp_avg_sq";
-    }
+    for (int k = 0; k < OPTIM_MAX_STATE; k++)
+        if (o->def->has_state(o, k))
+            keys[n++] = o->def->state_names[k];
     return n;
 }
 
@@ -179,6 +173,14 @@ static void meta(json_buf *b, const char *key, const char *fmt, ...)
     jb_string(b, val);
 }
 
+/* An optimizer option as "optim.<key>" metadata. */
+static void put_optim_meta(void *ctx, const char *key, const char *value)
+{
+    char k[64];
+    snprintf(k, sizeof k, "optim.%s", key);
+    meta(ctx, k, "%s", value);
+}
+
 static void write_metadata(json_buf *b, const amp_optim *o, const amp_scaler *s, int64_t step, const char *settings)
 {
     amp_rng_state r = amp_rng_get_state();
@@ -196,18 +198,7 @@ static void write_metadata(json_buf *b, const amp_optim *o, const amp_scaler *s,
         meta(b, "optim.lr", "%.17g", o->lr);
         meta(b, "optim.n_params", "%d", o->n);
         meta(b, "optim.total_steps", "%" PRId64, amp_optim_steps(o)); /* (on the device for CUDA) */
-        if (o->kind == OPTIM_SGD) {
-            meta(b, "optim.momentum", "%.17g", o->sgd.momentum);
-            meta(b, "optim.dampening", "%.17g", o->sgd.dampening);
-            meta(b, "optim.weight_decay", "%.17g", o->sgd.weight_decay);
-            meta(b, "optim.nesterov", "%s", o->sgd.nesterov ? "true" : "false");
-        } else {
-            meta(b, "optim.beta1", "%.17g", o->adam.beta1);
-            meta(b, "optim.beta2", "%.17g", o->adam.beta2);
-            meta(b, "optim.eps", "%.17g", o->adam.eps);
-            meta(b, "optim.weight_decay", "%.17g", o->adam.weight_decay);
-            meta(b, "optim.amsgrad", "%s", o->adam.amsgrad ? "true" : "false");
-        }
+        o->def->describe(o, put_optim_meta, b);
     }
     if (s) {
         amp_scaler_state st = amp_scaler_state_get(s);

@@ -356,6 +356,8 @@ static amp_status check_optim(const ckpt *c, const amp_optim *o, plan *pl)
     const char *kind = meta_str(c, "optim.kind");
     if (!kind)
         return ck_fail(c, AMP_ERR_FORMAT, "has no optimizer state, but a %s optimizer was given", o->name);
+    if (!optim_find(kind))
+        return ck_fail(c, AMP_ERR_FORMAT, "holds state of an unknown optimizer kind \"%s\"", kind);
     if (strcmp(kind, o->name) != 0)
         return ck_fail(c, AMP_ERR_STATE, "holds %s optimizer state, but the optimizer given is %s", kind, o->name);
     int64_t np;

@@ -98,5 +98,7 @@ const amp_backend amp_backend_cpu = {
 
 
     /* ==== section optim ==== */
+    .sgd_step = cpu_sgd_step,
+    .adam_step = cpu_adam_step,
     /* ==== end section optim ==== */
 };
