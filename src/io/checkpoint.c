@@ -135,16 +135,16 @@ typedef struct {
     amp_shape shape;
     const void *data;
     size_t nbytes;
-    void *host; /* a CUDA tensor's host copy (data points at it), freed after writing */
+    void *host; /* a device tensor's host copy (data points at it), freed after writing */
 } out_entry;
 
-/* The entry for tensor t: its own data, or for a CUDA tensor a host copy
- * (which waits for the GPU). */
+/* The entry for tensor t: its own data in host memory, or for a tensor on
+ * another device a host copy (which waits for the device). */
 static amp_status entry_of(const char *path, const char *name, const amp_tensor *t, out_entry *e)
 {
     size_t nb = (size_t)t->numel * amp_dtype_size(t->dtype);
     *e = (out_entry){name, t->dtype, t->shape, tensor_ptr(t), nb, NULL};
-    if (!tensor_on_cuda(t))
+    if (tensor_device(t) == AMP_CPU)
         return AMP_OK;
     if (!(e->host = malloc(nb ? nb : 1)))
         return amp_set_error(AMP_ERR_MEMORY, "checkpoint '%s': out of memory for a host copy of '%s'", path, name);

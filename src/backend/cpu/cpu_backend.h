@@ -9,6 +9,8 @@
 #include "backend/backend.h"
 
 /* ==== section pointwise ==== */
+/* accumulate.c: dst[i] += src[i] in dst's dtype (backend.h's accumulate). */
+amp_status cpu_accumulate(void *dst, amp_dtype ddt, const void *src, amp_dtype sdt, int64_t n);
 /* ==== end section pointwise ==== */
 
 

@@ -37,6 +37,7 @@ const amp_backend amp_backend_cuda = {
     .empty_cache = cuda_empty_cache,
 
     /* ==== section pointwise ==== */
+    .accumulate = cuda_accumulate,
     /* ==== end section pointwise ==== */
 
 
