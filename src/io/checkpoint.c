@@ -51,9 +51,10 @@
  *   - Little-endian hosts only (the format's byte order); a big-endian one
  *     gets an error rather than swapped bytes.
  *   - The file does not say which device a tensor was on: save copies
- *     CUDA parameters and optimizer state to the host first (and reads the
- *     optimizer's step counts from the device), load copies into CUDA
- *     tensors; a run saved on one device loads on the other.
+ *     device parameters and optimizer state to the host first (and reads
+ *     the optimizer's step counts from its backend's memory), load copies
+ *     into the tensors on their device; a run saved on one device loads on
+ *     the other.
  */
 #include "io/checkpoint.h"
 
@@ -443,7 +444,7 @@ amp_status amp_checkpoint_save(const char *path, const amp_module *m, const amp_
             free(onames);
             return amp_set_error(AMP_ERR_MEMORY, "checkpoint '%s': out of memory", path);
         }
-        for (int i = 0; i < o->n; i++) /* the device's counters for a CUDA optimizer */
+        for (int i = 0; i < o->n; i++) /* (read from the parameters' backend memory) */
             steps[i] = amp_optim_param_steps(o, i);
     }
     out_entry *e = NULL;
