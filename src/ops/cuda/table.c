@@ -28,9 +28,6 @@ const op_device_fns op_cuda_fns[OP_COUNT] = {
     [OP_LAYER_NORM] = {cu_layer_norm_forward, cu_layer_norm_backward},
     [OP_EMBEDDING] = {cu_embedding_forward, cu_embedding_backward},
     [OP_DROPOUT] = {cu_dropout_forward, cu_dropout_backward},
-    [OP_CONV2D] = {cu_conv2d_forward, cu_conv2d_backward},
-    [OP_MAX_POOL2D] = {cu_max_pool2d_forward, cu_max_pool2d_backward},
-    [OP_AVG_POOL2D] = {cu_avg_pool2d_forward, cu_avg_pool2d_backward},
     [OP_ATTENTION] = {cu_attention_forward, cu_attention_backward},
 };
 
