@@ -1,10 +1,10 @@
 /*
  * test_optim_multi.c - the CPU optimizer step over all parameters at once
- * (update.c's multi-tensor loop): one step of an optimizer over 40
- * parameters of mixed sizes and dtypes gives, bit for bit, what 40
- * single-parameter optimizers give stepping one parameter each, for every
- * optimizer variant, on 1 and 2 threads and on the scalar loops; per-
- * parameter step counts (and so Adam's bias corrections) stay per
+ * (the multi-tensor loop of src/backend/cpu/optim.c): one step of an
+ * optimizer over 40 parameters of mixed sizes and dtypes gives, bit for
+ * bit, what 40 single-parameter optimizers give stepping one parameter
+ * each, for every optimizer variant, on 1 and 2 threads and on the scalar
+ * loops; per-parameter step counts (and so Adam's bias corrections) stay per
  * parameter when some parameters miss a step. test_optim.c checks the
  * values themselves against PyTorch.
  */
@@ -274,10 +274,46 @@ static void test_step_without_gradients(void)
         amp_tensor_free(ps[i]);
 }
 
+/* optim_step_guarded with a non-zero found_inf (a host float on the CPU)
+ * changes nothing, counters included; with zero it is a plain step. */
+static void test_guarded_step_skips(void)
+{
+    amp_tensor *p = amp_full(AMP_SHAPE(4), AMP_F32, 1.0);
+    amp_tensor_set_requires_grad(p, true);
+    amp_optim *o = amp_optim_adamw(&p, 1, amp_adamw_defaults());
+    p->grad = amp_full(AMP_SHAPE(4), AMP_F32, 0.5);
+    float inf = 1, ok = 0;
+    CHECK_OK(optim_step_guarded(o, &inf));
+    CHECK_EQ_INT(amp_optim_steps(o), 0);
+    CHECK_EQ_INT(amp_optim_param_steps(o, 0), 0);
+    CHECK_NEAR(amp_tensor_get(p, 3), 1.0, 0);
+    CHECK(amp_optim_state_tensor(o, 0, "exp_avg") == NULL);
+    CHECK_OK(optim_step_guarded(o, &ok));
+    CHECK_EQ_INT(amp_optim_steps(o), 1);
+    CHECK_EQ_INT(amp_optim_param_steps(o, 0), 1);
+    CHECK(amp_tensor_get(p, 3) < 1.0);
+    CHECK(amp_optim_state_tensor(o, 0, "exp_avg") != NULL);
+    amp_optim_free(o);
+    amp_tensor_free(p);
+}
+
+/* The registry knows each kind by name, with its state keys. */
+static void test_registry(void)
+{
+    CHECK(optim_find("sgd") == &optim_def_sgd);
+    CHECK(optim_find("adam") == &optim_def_adam);
+    CHECK(optim_find("adamw") == &optim_def_adamw);
+    CHECK(optim_find("lion") == NULL);
+    CHECK(strcmp(optim_find("adamw")->state_names[2], "max_exp_avg_sq") == 0);
+    CHECK(strcmp(optim_find("sgd")->state_names[0], "momentum_buffer") == 0);
+}
+
 int main(void)
 {
     RUN(test_all_at_once_equals_one_at_a_time);
     RUN(test_per_parameter_step_counts);
     RUN(test_step_without_gradients);
+    RUN(test_guarded_step_skips);
+    RUN(test_registry);
     return harness_done();
 }

@@ -3,13 +3,16 @@
  *
  * backward(loss): collect the nodes reachable from loss in topological
  * order (iterative DFS, so deep graphs cannot overflow the stack), seed
- * loss's gradient with ones, walk the nodes from the last to the first,
- * and hand each input its gradient: into the producing node's grad for
- * intermediate results, into .grad (in the leaf's dtype) for leaves. Then
- * free every node's inputs and saved tensors, which is what releases a
- * step's activations; a node marked freed refuses a second backward.
+ * loss's gradient with ones on the loss's device, walk the nodes from the
+ * last to the first, and hand each input its gradient: into the producing
+ * node's grad for intermediate results, into .grad (in the leaf's dtype)
+ * for leaves, adding to a gradient already there with the backend's
+ * accumulate on the gradient's device. Then free every node's inputs and
+ * saved tensors, which is what releases a step's activations; a node
+ * marked freed refuses a second backward.
  */
 #include "autograd/graph.h"
+#include "backend/backend.h"
 #include "base/base.h"
 #include "ops/ops.h"
 
@@ -49,6 +52,11 @@ void node_release(node *n)
     free(n);
 }
 
+/* amp_tensor_free drops a result's grad_fn through node_release, installed
+ * before any node can exist (the tensor layer never calls up into this
+ * one). */
+__attribute__((constructor)) static void install_node_release(void) { tensor_set_grad_fn_release(node_release); }
+
 /* ------------------------------------------------------------ tensors */
 
 amp_status amp_tensor_set_requires_grad(amp_tensor *t, bool on)
@@ -80,7 +88,9 @@ void amp_tensor_clear_grad(amp_tensor *t)
 
 /* --------------------------------------------------------------- engine */
 
-/* dst += src, elementwise, in dst's dtype (accumulating in f32). */
+/* *dst += src in dst's dtype (f32 arithmetic, one rounding), on their
+ * device; the first gradient is kept (when nothing else holds it) or
+ * converted to dt. */
 static amp_status accumulate(amp_tensor **dst, amp_tensor *src, amp_dtype dt)
 {
     if (!*dst) {
@@ -89,31 +99,20 @@ static amp_status accumulate(amp_tensor **dst, amp_tensor *src, amp_dtype dt)
             return AMP_OK;
         }
         *dst = tensor_convert(src, dt);
-        return *dst ? AMP_OK : AMP_ERR_MEMORY;
+        return *dst ? AMP_OK : amp_last_status();
     }
     amp_tensor *d = *dst;
-    if (d->dtype == AMP_F32 && src->dtype == AMP_F32) {
-        float *a = tensor_f32(d);
-        const float *b = tensor_f32(src);
-        for (int64_t i = 0; i < d->numel; i++)
-            a[i] += b[i];
-        return AMP_OK;
+    const amp_device dev = tensor_device(d);
+    if (tensor_device(src) != dev)
+        return amp_set_error(AMP_ERR_DEVICE, "backward: a gradient on %s cannot be added to one on %s",
+                             amp_device_name(tensor_device(src)), amp_device_name(dev));
+    if (src->numel != d->numel) {
+        char a[96], b[96];
+        return amp_set_error(AMP_ERR_SHAPE, "backward: a gradient of shape %s cannot be added to one of shape %s",
+                             amp_shape_str(src->shape, a, sizeof a), amp_shape_str(d->shape, b, sizeof b));
     }
-    float *ta, *tb;
-    const float *a = tensor_as_f32(d, &ta), *b = tensor_as_f32(src, &tb);
-    float *sum = amp_alloc((size_t)d->numel * sizeof(float));
-    if (!a || !b || !sum) {
-        amp_free(ta);
-        amp_free(tb);
-        amp_free(sum);
-        return AMP_ERR_MEMORY;
-    }
-    for (int64_t i = 0; i < d->numel; i++)
-        sum[i] = a[i] + b[i];
-    tensor_store_f32(d, sum);
-    amp_free(ta);
-    amp_free(tb);
-    amp_free(sum);
+    BACKEND_CALL(backend_of(dev), "backward", accumulate, tensor_ptr(d), d->dtype, tensor_ptr(src), src->dtype,
+                 d->numel);
     return AMP_OK;
 }
 
@@ -249,7 +248,7 @@ amp_status amp_backward(amp_tensor *loss)
                              "only for one element (use amp_backward_with)",
                              amp_shape_str(loss->shape, b, sizeof b));
     }
-    /* The seed is made where the loss is: on CUDA by a fill kernel, so
+    /* The seed is made where the loss is (on a device by its fill), so
      * that backward queues no copy from the host. */
     amp_tensor *seed = tensor_new_on(loss->shape, loss->dtype, amp_tensor_device(loss));
     if (!seed)
@@ -276,8 +275,10 @@ amp_status amp_backward_with(amp_tensor *t, const amp_tensor *grad)
     if (!amp_dtype_is_float(grad->dtype))
         return amp_set_error(AMP_ERR_DTYPE, "backward: gradient dtype %s is not a float type",
                              amp_dtype_name(grad->dtype));
-    /* accumulate may keep the seed itself as a gradient: never the caller's. */
-    amp_tensor *seed = tensor_convert(grad, grad->dtype);
+    /* accumulate may keep the seed itself as a gradient: never the caller's.
+     * The copy is made on t's device. */
+    amp_tensor *seed = tensor_device(grad) == tensor_device(t) ? tensor_convert(grad, grad->dtype)
+                                                                : amp_to_device(grad, tensor_device(t));
     if (!seed)
         return amp_last_status();
     amp_status st = run_backward(t, seed);

@@ -139,6 +139,30 @@ typedef struct {
 
 
 /* ==== types: section optim ============================================ */
+/* One parameter of a multi-tensor optimizer step, in the backend's memory:
+ * its data and gradient (float dtypes pdt, gdt; n elements each), up to
+ * three f32 state buffers shaped like it in the optimizer's slot order
+ * (NULL where the options need none), and its index in the step counters. */
+typedef struct {
+    void *p;
+    const void *g;
+    float *s0, *s1, *s2;
+    int64_t n;
+    amp_dtype pdt, gdt;
+    int index;
+} be_optim_param;
+
+/* SGD's constants, as f32 (torch.optim's SGD runs in the parameter's f32). */
+typedef struct {
+    float lr, weight_decay, momentum, one_minus_dampening;
+    bool nesterov;
+} be_sgd_opts;
+
+/* Adam's (decoupled: AdamW); amsgrad uses s2 as the running maximum. */
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+    bool decoupled, amsgrad;
+} be_adam_opts;
 /* ==== end types: section optim ======================================== */
 
 
@@ -264,6 +288,18 @@ typedef struct amp_backend {
 
 
     /* ==== section optim (multi-tensor optimizer steps) ================ */
+    /* One update of every parameter in p[0..n) (torch.optim's
+     * single-tensor formulas, element for element; 16-bit parameters are
+     * updated in f32 and rounded once). steps holds n_counters + 1 int64
+     * counters in this backend's memory: steps[p[i].index] is parameter
+     * i's step count (its update uses that count + 1), steps[n_counters]
+     * the optimizer's. When found_inf (this backend's memory, may be NULL)
+     * is non-zero nothing changes, counters included; otherwise each
+     * stepped parameter's counter and the total go up by 1. */
+    amp_status (*sgd_step)(const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
+                           be_sgd_opts o);
+    amp_status (*adam_step)(const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
+                            be_adam_opts o);
     /* ==== end section optim =========================================== */
 } amp_backend;
 

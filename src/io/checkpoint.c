@@ -51,9 +51,10 @@
  *   - Little-endian hosts only (the format's byte order); a big-endian one
  *     gets an error rather than swapped bytes.
  *   - The file does not say which device a tensor was on: save copies
- *     CUDA parameters and optimizer state to the host first (and reads the
- *     optimizer's step counts from the device), load copies into CUDA
- *     tensors; a run saved on one device loads on the other.
+ *     device parameters and optimizer state to the host first (and reads
+ *     the optimizer's step counts from its backend's memory), load copies
+ *     into the tensors on their device; a run saved on one device loads on
+ *     the other.
  */
 #include "io/checkpoint.h"
 
@@ -116,20 +117,14 @@ const char *ckpt_shape_text(amp_shape s, char *buf, size_t n)
     return buf;
 }
 
-/* As optim.c creates them: SGD's buffer only with momentum, Adam's max
- * only with amsgrad. */
+/* The state keys o's options use, in slot order (the optimizer kind's
+ * registry entry says which). */
 int ckpt_optim_keys(const amp_optim *o, const char *keys[OPTIM_MAX_STATE])
 {
     int n = 0;
-    if (o->kind == OPTIM_SGD) {
-        if (o->sgd.momentum != 0)
-            keys[n++] = "momentum_buffer";
-    } else {
-        keys[n++] = "exp_avg";
-        keys[n++] = "exp_avg_sq";
-        if (o->adam.amsgrad)
-            keys[n++] = "max_exp_avg_sq";
-    }
+    for (int k = 0; k < OPTIM_MAX_STATE; k++)
+        if (o->def->has_state(o, k))
+            keys[n++] = o->def->state_names[k];
     return n;
 }
 
@@ -141,16 +136,16 @@ typedef struct {
     amp_shape shape;
     const void *data;
     size_t nbytes;
-    void *host; /* a CUDA tensor's host copy (data points at it), freed after writing */
+    void *host; /* a device tensor's host copy (data points at it), freed after writing */
 } out_entry;
 
-/* The entry for tensor t: its own data, or for a CUDA tensor a host copy
- * (which waits for the GPU). */
+/* The entry for tensor t: its own data in host memory, or for a tensor on
+ * another device a host copy (which waits for the device). */
 static amp_status entry_of(const char *path, const char *name, const amp_tensor *t, out_entry *e)
 {
     size_t nb = (size_t)t->numel * amp_dtype_size(t->dtype);
     *e = (out_entry){name, t->dtype, t->shape, tensor_ptr(t), nb, NULL};
-    if (!tensor_on_cuda(t))
+    if (tensor_device(t) == AMP_CPU)
         return AMP_OK;
     if (!(e->host = malloc(nb ? nb : 1)))
         return amp_set_error(AMP_ERR_MEMORY, "checkpoint '%s': out of memory for a host copy of '%s'", path, name);
@@ -179,6 +174,14 @@ static void meta(json_buf *b, const char *key, const char *fmt, ...)
     jb_string(b, val);
 }
 
+/* An optimizer option as "optim.<key>" metadata. */
+static void put_optim_meta(void *ctx, const char *key, const char *value)
+{
+    char k[64];
+    snprintf(k, sizeof k, "optim.%s", key);
+    meta(ctx, k, "%s", value);
+}
+
 static void write_metadata(json_buf *b, const amp_optim *o, const amp_scaler *s, int64_t step, const char *settings)
 {
     amp_rng_state r = amp_rng_get_state();
@@ -196,18 +199,7 @@ static void write_metadata(json_buf *b, const amp_optim *o, const amp_scaler *s,
         meta(b, "optim.lr", "%.17g", o->lr);
         meta(b, "optim.n_params", "%d", o->n);
         meta(b, "optim.total_steps", "%" PRId64, amp_optim_steps(o)); /* (on the device for CUDA) */
-        if (o->kind == OPTIM_SGD) {
-            meta(b, "optim.momentum", "%.17g", o->sgd.momentum);
-            meta(b, "optim.dampening", "%.17g", o->sgd.dampening);
-            meta(b, "optim.weight_decay", "%.17g", o->sgd.weight_decay);
-            meta(b, "optim.nesterov", "%s", o->sgd.nesterov ? "true" : "false");
-        } else {
-            meta(b, "optim.beta1", "%.17g", o->adam.beta1);
-            meta(b, "optim.beta2", "%.17g", o->adam.beta2);
-            meta(b, "optim.eps", "%.17g", o->adam.eps);
-            meta(b, "optim.weight_decay", "%.17g", o->adam.weight_decay);
-            meta(b, "optim.amsgrad", "%s", o->adam.amsgrad ? "true" : "false");
-        }
+        o->def->describe(o, put_optim_meta, b);
     }
     if (s) {
         amp_scaler_state st = amp_scaler_state_get(s);
@@ -452,7 +444,7 @@ amp_status amp_checkpoint_save(const char *path, const amp_module *m, const amp_
             free(onames);
             return amp_set_error(AMP_ERR_MEMORY, "checkpoint '%s': out of memory", path);
         }
-        for (int i = 0; i < o->n; i++) /* the device's counters for a CUDA optimizer */
+        for (int i = 0; i < o->n; i++) /* (read from the parameters' backend memory) */
             steps[i] = amp_optim_param_steps(o, i);
     }
     out_entry *e = NULL;

@@ -356,6 +356,8 @@ static amp_status check_optim(const ckpt *c, const amp_optim *o, plan *pl)
     const char *kind = meta_str(c, "optim.kind");
     if (!kind)
         return ck_fail(c, AMP_ERR_FORMAT, "has no optimizer state, but a %s optimizer was given", o->name);
+    if (!optim_find(kind))
+        return ck_fail(c, AMP_ERR_FORMAT, "holds state of an unknown optimizer kind \"%s\"", kind);
     if (strcmp(kind, o->name) != 0)
         return ck_fail(c, AMP_ERR_STATE, "holds %s optimizer state, but the optimizer given is %s", kind, o->name);
     int64_t np;
@@ -467,15 +469,11 @@ static amp_status check_rest(const ckpt *c, const amp_optim *o, plan *pl)
     return AMP_OK;
 }
 
-/* The bytes of entry e into t: a plain copy, or for a CUDA tensor a copy
- * to the device (the only step here that can fail after the checks). */
+/* The bytes of entry e (t's dtype and size, checked) into t on its device
+ * (a copy to a GPU is the only step here that can fail after the checks). */
 static amp_status fill(const ckpt *c, const in_entry *e, amp_tensor *t)
 {
-    if (tensor_on_cuda(t))
-        return amp_tensor_copy_in(t, c->data + e->begin, t->dtype);
-    memcpy(tensor_ptr(t), c->data + e->begin, e->end - e->begin);
-    tensor_bump(t);
-    return AMP_OK;
+    return amp_tensor_copy_in(t, c->data + e->begin, t->dtype);
 }
 
 /* Every check passed: copy in. */

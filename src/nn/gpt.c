@@ -37,7 +37,7 @@
  */
 #include "nn/nn.h"
 
-#include "backend/cuda/cuda_backend.h"
+#include "backend/backend.h"
 #include "base/base.h"
 #include "ops/fused.h"
 #include "tensor/tensor.h"
@@ -118,15 +118,19 @@ static amp_tensor *block_error(int64_t i)
     return amp_fail_null(amp_last_status(), "gpt: block %lld: %s", (long long)i, msg);
 }
 
-/* The position indices 0..T-1 (i64) on wpe's device. On CUDA they are
- * written there by a kernel: no copy from the host, so a step does not
- * wait on one; the caching allocator serves the T * 8 bytes. */
+/* The position indices 0..T-1 (i64) on wpe's device, written there by
+ * its backend (on a GPU by a kernel: no copy from the host, so a step does
+ * not wait on one; the caching allocator serves the T * 8 bytes). */
+static amp_status fill_positions(amp_tensor *pos, int64_t T)
+{
+    BACKEND_CALL(backend_of(tensor_device(pos)), "gpt", iota_i64, tensor_ptr(pos), T);
+    return AMP_OK;
+}
+
 static amp_tensor *positions(int64_t T, amp_device dev)
 {
-    if (dev == AMP_CPU)
-        return amp_arange(0, (double)T, 1, AMP_I64);
     amp_tensor *pos = tensor_new_on(AMP_SHAPE(T), AMP_I64, dev);
-    if (pos && cuda_iota_i64(tensor_ptr(pos), T) != AMP_OK) {
+    if (pos && fill_positions(pos, T) != AMP_OK) {
         amp_tensor_free(pos);
         return NULL;
     }

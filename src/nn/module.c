@@ -7,9 +7,12 @@
  * ("weight" before "bias"), then each child's, prefixed with the child's
  * index ("0.weight", "2.1.bias"), which is the order and naming of
  * torch.nn.Sequential.named_parameters().
+ *
+ * amp_module_to moves every parameter in place (amp_tensor_move).
  */
 #include "nn/nn.h"
 
+#include "backend/backend.h"
 #include "base/base.h"
 #include "tensor/tensor.h"
 
@@ -293,4 +296,27 @@ void amp_module_free(amp_module *m)
         return;
     }
     module_destroy(m);
+}
+
+/* ------------------------------------------------------------ devices */
+
+amp_status amp_module_to(amp_module *m, amp_device dev)
+{
+    if (!m)
+        return amp_set_error(AMP_ERR_ARG, "module_to: NULL module");
+    if (backend_check(dev, "module_to") != AMP_OK)
+        return amp_last_status();
+    int n = amp_module_num_params(m);
+    for (int i = 0; i < n; i++) {
+        const char *name = NULL;
+        amp_tensor *p = amp_module_param(m, i, &name);
+        amp_status st = p ? amp_tensor_move(p, dev) : amp_last_status();
+        if (st != AMP_OK) {
+            char why[400];
+            snprintf(why, sizeof why, "%s", amp_last_error());
+            return amp_set_error(st, "module_to: parameter %d (%s) could not move to %s: %s", i, name ? name : "?",
+                                 amp_device_name(dev), why);
+        }
+    }
+    return AMP_OK;
 }

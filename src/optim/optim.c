@@ -1,27 +1,20 @@
 /*
- * optim.c - SGD, Adam and AdamW, step for step as torch.optim's
- * single-tensor implementations (torch/optim/sgd.py _single_tensor_sgd,
- * torch/optim/adam.py _single_tensor_adam; AdamW is Adam with
- * decoupled_weight_decay=True), plus the optimizer's bookkeeping.
+ * optim.c - what every optimizer shares: the registry of kinds, the
+ * parameters and their state buffers, the step counters, and the step
+ * itself, which checks the gradients, makes missing state and hands every
+ * parameter with a gradient to the kind's step function (sgd.c, adam.c)
+ * in one multi-tensor call to the parameters' backend.
  *
- * Every parameter is updated in f32: f32 parameters in place, f16/bf16
- * ones loaded to f32, updated, and rounded once on store. State buffers
- * are f32 whatever the parameter's dtype. The element loops (update.c)
- * follow PyTorch's order of operations so f32 results agree to rounding.
- * A CPU step updates all parameters at once: one parallel region over the
- * blocks of every parameter with a gradient (multi-tensor, like PyTorch's
- * foreach), with the per-parameter scalars worked out before it.
- *
- * An optimizer over CUDA parameters (all of them on CUDA: one optimizer
- * per device) keeps its state buffers on the device and steps every
- * parameter in one fused multi-tensor launch (src/backend/cuda/amp.cu,
- * the same formulas), with the step counts on the device too, so the
- * grad scaler's skipped steps need no host synchronisation.
+ * Every parameter is updated in f32 by the backend: f32 parameters in
+ * place, f16/bf16 ones loaded to f32, updated, and rounded once on store.
+ * State buffers are f32 whatever the parameter's dtype, on the parameters'
+ * device (one optimizer per device). The step counters live in the same
+ * backend's memory and are counted by the backend's step, so a step the
+ * grad scaler skips on the device (found_inf) needs no host
+ * synchronisation; the getters copy them to the host.
  */
 #include "optim/optim.h"
-#include "optim/update.h"
 
-#include "backend/cuda/cuda_backend.h"
 #include "base/base.h"
 #include "tensor/tensor.h"
 
@@ -29,68 +22,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ------------------------------------------------------------ options */
+/* ------------------------------------------------------------ registry */
 
-amp_sgd_opts amp_sgd_defaults(void)
+/* One line per optimizer kind. */
+static const optim_def *const optim_registry[] = {
+    &optim_def_sgd,
+    &optim_def_adam,
+    &optim_def_adamw,
+};
+
+const optim_def *optim_find(const char *name)
 {
-    return (amp_sgd_opts){.lr = 0.01, .momentum = 0, .dampening = 0, .weight_decay = 0, .nesterov = false};
+    for (size_t i = 0; name && i < sizeof optim_registry / sizeof *optim_registry; i++)
+        if (strcmp(optim_registry[i]->name, name) == 0)
+            return optim_registry[i];
+    return NULL;
 }
 
-/* torch.optim.Adam's defaults. */
-amp_adam_opts amp_adam_defaults(void)
-{
-    return (amp_adam_opts){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0, .amsgrad = false};
-}
-
-/* torch.optim.AdamW's defaults: Adam's with weight_decay 0.01. */
-amp_adam_opts amp_adamw_defaults(void)
-{
-    amp_adam_opts o = amp_adam_defaults();
-    o.weight_decay = 1e-2;
-    return o;
-}
-
-/* The checks torch.optim's constructors make, with the same wording. */
-static amp_status check_nonneg(const char *opt, const char *what, double v)
+amp_status optim_check_nonneg(const char *opt, const char *what, double v)
 {
     if (!(v >= 0) || isinf(v))
         return amp_set_error(AMP_ERR_ARG, "%s: invalid %s value: %g (must be finite and >= 0)", opt, what, v);
     return AMP_OK;
 }
 
-static amp_status check_sgd(amp_sgd_opts o)
-{
-    amp_status st;
-    if ((st = check_nonneg("sgd", "learning rate (lr)", o.lr)) || (st = check_nonneg("sgd", "momentum", o.momentum)) ||
-        (st = check_nonneg("sgd", "weight_decay", o.weight_decay)))
-        return st;
-    if (isnan(o.dampening) || isinf(o.dampening))
-        return amp_set_error(AMP_ERR_ARG, "sgd: invalid dampening value: %g", o.dampening);
-    if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
-        return amp_set_error(AMP_ERR_ARG,
-                             "sgd: nesterov momentum requires a momentum > 0 and zero dampening "
-                             "(momentum %g, dampening %g)",
-                             o.momentum, o.dampening);
-    return AMP_OK;
-}
-
-static amp_status check_adam(const char *opt, amp_adam_opts o)
-{
-    amp_status st;
-    if ((st = check_nonneg(opt, "learning rate (lr)", o.lr)) || (st = check_nonneg(opt, "epsilon (eps)", o.eps)) ||
-        (st = check_nonneg(opt, "weight_decay", o.weight_decay)))
-        return st;
-    if (!(o.beta1 >= 0 && o.beta1 < 1))
-        return amp_set_error(AMP_ERR_ARG, "%s: invalid beta1 value: %g (must be in [0, 1))", opt, o.beta1);
-    if (!(o.beta2 >= 0 && o.beta2 < 1))
-        return amp_set_error(AMP_ERR_ARG, "%s: invalid beta2 value: %g (must be in [0, 1))", opt, o.beta2);
-    return AMP_OK;
-}
-
 /* ------------------------------------------------------- construction */
 
-static amp_optim *optim_new(optim_kind kind, const char *name, amp_tensor *const *params, int n)
+amp_optim *optim_new(const optim_def *def, amp_tensor *const *params, int n, double lr)
 {
+    const char *name = def->name;
     if (n < 1 || !params)
         return amp_fail_null(AMP_ERR_ARG, "%s: got an empty parameter list (n = %d)", name, n);
     for (int i = 0; i < n; i++) {
@@ -120,46 +80,13 @@ static amp_optim *optim_new(optim_kind kind, const char *name, amp_tensor *const
         }
         return amp_fail_null(AMP_ERR_MEMORY, "%s: out of memory", name);
     }
-    o->kind = kind;
+    o->def = def;
     o->name = name;
     o->n = n;
+    o->lr = lr;
     for (int i = 0; i < n; i++)
         o->params[i] = amp_tensor_retain(params[i]);
     return o;
-}
-
-amp_optim *amp_optim_sgd(amp_tensor *const *params, int n, amp_sgd_opts opts)
-{
-    if (check_sgd(opts) != AMP_OK)
-        return NULL;
-    amp_optim *o = optim_new(OPTIM_SGD, "sgd", params, n);
-    if (o) {
-        o->sgd = opts;
-        o->lr = opts.lr;
-    }
-    return o;
-}
-
-static amp_optim *adam_new(optim_kind kind, const char *name, amp_tensor *const *params, int n, amp_adam_opts opts)
-{
-    if (check_adam(name, opts) != AMP_OK)
-        return NULL;
-    amp_optim *o = optim_new(kind, name, params, n);
-    if (o) {
-        o->adam = opts;
-        o->lr = opts.lr;
-    }
-    return o;
-}
-
-amp_optim *amp_optim_adam(amp_tensor *const *params, int n, amp_adam_opts o)
-{
-    return adam_new(OPTIM_ADAM, "adam", params, n, o);
-}
-
-amp_optim *amp_optim_adamw(amp_tensor *const *params, int n, amp_adam_opts o)
-{
-    return adam_new(OPTIM_ADAMW, "adamw", params, n, o);
 }
 
 void amp_optim_free(amp_optim *o)
@@ -173,7 +100,8 @@ void amp_optim_free(amp_optim *o)
     free(o->params);
     free(o->state);
     free(o->param_steps);
-    cuda_free(o->dev_steps);
+    if (o->counters)
+        backend_of(o->counters_dev)->free(o->counters);
     free(o);
 }
 
@@ -182,13 +110,10 @@ void amp_optim_free(amp_optim *o)
 /* The name of state slot k, or NULL when this optimizer does not use it. */
 static const char *slot_name(const amp_optim *o, int k)
 {
-    if (o->kind == OPTIM_SGD)
-        return (k == 0 && o->sgd.momentum != 0) ? "momentum_buffer" : NULL;
-    static const char *const adam[OPTIM_MAX_STATE] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-    return (k < 2 || o->adam.amsgrad) ? adam[k] : NULL;
+    return o->def->has_state(o, k) ? o->def->state_names[k] : NULL;
 }
 
-/* Creates parameter i's state buffers (zeros) where missing. */
+/* Creates parameter i's state buffers (zeros, on its device) where missing. */
 static amp_status ensure_state(amp_optim *o, int i)
 {
     for (int k = 0; k < OPTIM_MAX_STATE; k++) {
@@ -221,32 +146,74 @@ amp_tensor *amp_optim_state_tensor(const amp_optim *o, int i, const char *name)
     for (int k = 0; k < OPTIM_MAX_STATE; k++)
         if (slot_name(o, k) && strcmp(slot_name(o, k), name) == 0) {
             amp_tensor *t = o->state[i * OPTIM_MAX_STATE + k];
-            /* On CUDA the buffers are made (zeros) before the fused launch
-             * that found_inf may skip, as PyTorch's fused optimizers do;
-             * at 0 steps they are never read, and are no state yet. */
+            /* The buffers are made (zeros) before the step that found_inf
+             * may skip, as PyTorch's fused optimizers do; at 0 steps they
+             * are never read, and are no state yet. */
             return t && amp_optim_param_steps(o, i) > 0 ? t : NULL;
         }
     return amp_fail_null(AMP_ERR_ARG, "optim_state_tensor: %s with these options has no state \"%s\"", o->name,
                          name);
 }
 
-/* Counter k of the device's step counters (0 when it cannot be read). */
-static int64_t dev_counter(const amp_optim *o, int k)
+/* ------------------------------------------------------------- counters */
+
+/* Counter k (o->n: the optimizer's own) as the host sees it. */
+static int64_t counter_get(const amp_optim *o, int k)
 {
+    if (!o->counters)
+        return k == o->n ? o->steps : o->param_steps[k];
     int64_t v = 0;
-    return cuda_copy(&v, AMP_CPU, o->dev_steps + k, AMP_CUDA, sizeof v) == AMP_OK ? v : 0;
+    const amp_backend *be = backend_of(o->counters_dev);
+    return be->copy(&v, AMP_CPU, o->counters + k, o->counters_dev, sizeof v) == AMP_OK ? v : 0;
 }
 
-static amp_status dev_counter_set(amp_optim *o, int k, int64_t v)
+static amp_status counter_set(amp_optim *o, int k, int64_t v)
 {
-    return o->dev_steps ? cuda_copy(o->dev_steps + k, AMP_CUDA, &v, AMP_CPU, sizeof v) : AMP_OK;
+    if (k == o->n)
+        o->steps = v;
+    else
+        o->param_steps[k] = v;
+    if (!o->counters)
+        return AMP_OK;
+    return backend_of(o->counters_dev)->copy(o->counters + k, o->counters_dev, &v, AMP_CPU, sizeof v);
+}
+
+/* Makes the counters in dev's memory from the host's (moving them back
+ * first when they were made on another device). */
+static amp_status counters_on(amp_optim *o, amp_device dev)
+{
+    if (o->counters && o->counters_dev == dev)
+        return AMP_OK;
+    const size_t nb = (size_t)(o->n + 1) * sizeof *o->counters;
+    int64_t *host = malloc(nb);
+    if (!host)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", o->name);
+    for (int k = 0; k <= o->n; k++)
+        host[k] = counter_get(o, k);
+    const amp_backend *be = backend_of(dev);
+    int64_t *c = be->alloc(nb);
+    amp_status st = c ? be->copy(c, dev, host, AMP_CPU, nb) : amp_last_status();
+    if (st != AMP_OK) {
+        if (c)
+            be->free(c);
+        free(host);
+        return st;
+    }
+    memcpy(o->param_steps, host, (size_t)o->n * sizeof *host);
+    o->steps = host[o->n];
+    free(host);
+    if (o->counters)
+        backend_of(o->counters_dev)->free(o->counters);
+    o->counters = c;
+    o->counters_dev = dev;
+    return AMP_OK;
 }
 
 int64_t amp_optim_param_steps(const amp_optim *o, int i)
 {
     if (!o || i < 0 || i >= o->n)
         return 0;
-    return o->dev_steps ? dev_counter(o, i) : o->param_steps[i];
+    return counter_get(o, i);
 }
 
 amp_status amp_optim_set_param_steps(amp_optim *o, int i, int64_t steps)
@@ -261,160 +228,87 @@ amp_status amp_optim_set_param_steps(amp_optim *o, int i, int64_t steps)
         if (st != AMP_OK)
             return st;
     }
-    o->param_steps[i] = steps;
-    return dev_counter_set(o, i, steps);
+    return counter_set(o, i, steps);
 }
 
 amp_status amp_optim_set_steps(amp_optim *o, int64_t steps)
 {
     if (!o || steps < 0)
         return amp_set_error(AMP_ERR_ARG, "optim_set_steps: bad optimizer or steps %lld", (long long)steps);
-    o->steps = steps;
-    return dev_counter_set(o, o->n, steps);
+    return counter_set(o, o->n, steps);
 }
+
+int64_t amp_optim_steps(const amp_optim *o) { return o ? counter_get(o, o->n) : 0; }
 
 /* --------------------------------------------------------------- updates */
 
-/* Checks every gradient before anything changes, so a failed step leaves
- * parameters and state as they were. */
-static amp_status check_grads(const amp_optim *o)
+/* Checks every parameter, gradient and state buffer before anything
+ * changes, so a failed step leaves parameters and state as they were. */
+static amp_status check_step(const amp_optim *o)
 {
+    const amp_device dev = tensor_device(o->params[0]);
     for (int i = 0; i < o->n; i++) {
         const amp_tensor *p = o->params[i], *g = p->grad;
-        if (tensor_device(p) != tensor_device(o->params[0]))
+        if (tensor_device(p) != dev)
             return amp_set_error(AMP_ERR_DEVICE, "%s: parameter 0 is on %s but parameter %d on %s (one optimizer per "
-                                 "device)", o->name, amp_device_name(tensor_device(o->params[0])), i,
-                                 amp_device_name(tensor_device(p)));
-        if (g && tensor_device(g) != tensor_device(p))
+                                 "device)", o->name, amp_device_name(dev), i, amp_device_name(tensor_device(p)));
+        if (g && tensor_device(g) != dev)
             return amp_set_error(AMP_ERR_DEVICE, "%s: parameter %d is on %s but its gradient on %s", o->name, i,
-                                 amp_device_name(tensor_device(p)), amp_device_name(tensor_device(g)));
+                                 amp_device_name(dev), amp_device_name(tensor_device(g)));
         if (g && (!shape_equal(g->shape, p->shape) || !amp_dtype_is_float(g->dtype))) {
             char a[96], b[96];
             return amp_set_error(AMP_ERR_SHAPE, "%s: parameter %d is %s %s but its gradient is %s %s", o->name, i,
                                  amp_shape_str(p->shape, a, sizeof a), amp_dtype_name(p->dtype),
                                  amp_shape_str(g->shape, b, sizeof b), amp_dtype_name(g->dtype));
         }
-    }
-    return AMP_OK;
-}
-
-/* Every parameter with a gradient in one multi-tensor pass (update.c):
- * one parallel region over the blocks of all of them, each parameter at
- * its own step count. Parameters and counters change only when the whole
- * step succeeds. */
-static amp_status step_cpu(amp_optim *o)
-{
-    optim_param *ps = calloc((size_t)o->n, sizeof *ps);
-    if (!ps)
-        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", o->name);
-    int k = 0;
-    for (int i = 0; i < o->n; i++) {
-        amp_tensor *p = o->params[i];
-        if (!p->grad)
-            continue;
-        for (int j = 0; j < OPTIM_MAX_STATE; j++) {
-            amp_tensor *t = o->state[i * OPTIM_MAX_STATE + j];
-            if (t && tensor_on_cuda(t)) {
-                free(ps);
-                return amp_set_error(AMP_ERR_DEVICE, "%s: parameter %d is on the cpu but its state is on cuda",
-                                     o->name, i);
-            }
-        }
-        ps[k++] = (optim_param){tensor_ptr(p), tensor_ptr(p->grad), p->dtype, p->grad->dtype,
-                                {state_f32(o, i, 0), state_f32(o, i, 1), state_f32(o, i, 2)}, p->numel,
-                                o->param_steps[i] + 1};
-    }
-    amp_status st = o->kind == OPTIM_SGD
-                        ? optim_sgd_step(&o->sgd, (float)o->lr, ps, k)
-                        : optim_adam_step(&o->adam, o->kind == OPTIM_ADAMW, o->lr, ps, k);
-    free(ps);
-    if (st != AMP_OK)
-        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", o->name);
-    for (int i = 0; i < o->n; i++)
-        if (o->params[i]->grad) {
-            o->param_steps[i]++;
-            tensor_bump(o->params[i]); /* an in-place write: stale autocast casts must go */
-        }
-    return AMP_OK;
-}
-
-/* Every parameter with a gradient in one fused launch, guarded by
- * found_inf; the counters go up on the device. */
-static amp_status step_cuda(amp_optim *o, const float *found_inf)
-{
-    if (!o->dev_steps) {
-        int64_t *init = malloc((size_t)(o->n + 1) * sizeof *init);
-        if (!init)
-            return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", o->name);
-        memcpy(init, o->param_steps, (size_t)o->n * sizeof *init);
-        init[o->n] = o->steps;
-        o->dev_steps = cuda_malloc((size_t)(o->n + 1) * sizeof *init);
-        amp_status st = o->dev_steps ? cuda_copy(o->dev_steps, AMP_CUDA, init, AMP_CPU,
-                                                 (size_t)(o->n + 1) * sizeof *init)
-                                     : amp_last_status();
-        free(init);
-        if (st != AMP_OK) {
-            cuda_free(o->dev_steps);
-            o->dev_steps = NULL;
-            return st;
-        }
-    }
-    cuda_param *ps = calloc((size_t)o->n, sizeof *ps);
-    if (!ps)
-        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", o->name);
-    int k = 0;
-    for (int i = 0; i < o->n; i++) {
-        amp_tensor *p = o->params[i];
-        if (!p->grad)
-            continue;
-        float *st[OPTIM_MAX_STATE];
-        for (int j = 0; j < OPTIM_MAX_STATE; j++) {
-            amp_tensor *t = o->state[i * OPTIM_MAX_STATE + j];
-            if (t && !tensor_on_cuda(t)) {
-                free(ps);
+        for (int k = 0; g && k < OPTIM_MAX_STATE; k++) {
+            const amp_tensor *t = o->state[i * OPTIM_MAX_STATE + k];
+            if (t && tensor_device(t) != dev)
                 return amp_set_error(AMP_ERR_DEVICE,
-                                     "%s: parameter %d is on cuda but its state is on the cpu (move parameters "
-                                     "before the first step)",
-                                     o->name, i);
-            }
-            st[j] = t ? tensor_f32(t) : NULL;
+                                     "%s: parameter %d is on %s but its state is on %s (move parameters before the "
+                                     "first step)",
+                                     o->name, i, amp_device_name(dev), amp_device_name(tensor_device(t)));
         }
-        ps[k++] = (cuda_param){tensor_ptr(p), tensor_ptr(p->grad), st[0], st[1], st[2], p->numel, p->dtype,
-                               p->grad->dtype, i};
-        tensor_bump(p); /* an in-place write: stale autocast casts must go */
     }
-    amp_status st;
-    if (o->kind == OPTIM_SGD) {
-        const amp_sgd_opts *s = &o->sgd;
-        cuda_sgd_opts so = {(float)o->lr, (float)s->weight_decay, (float)s->momentum, (float)(1.0 - s->dampening),
-                            s->nesterov};
-        st = cuda_sgd_step(ps, k, o->dev_steps, o->n, found_inf, so);
-    } else {
-        const amp_adam_opts *a = &o->adam;
-        cuda_adam_opts ao = {o->lr, a->beta1, a->beta2, a->eps, a->weight_decay, o->kind == OPTIM_ADAMW, a->amsgrad};
-        st = cuda_adam_step(ps, k, o->dev_steps, o->n, found_inf, ao);
-    }
-    free(ps);
-    return st;
+    return AMP_OK;
 }
 
 amp_status amp_optim_step(amp_optim *o) { return optim_step_guarded(o, NULL); }
 
+/* Every parameter with a gradient in one multi-tensor call to the
+ * parameters' backend, each at its own step count; the backend counts the
+ * step (or skips it all when *found_inf is non-zero). */
 amp_status optim_step_guarded(amp_optim *o, const float *found_inf)
 {
     if (!o)
         return amp_set_error(AMP_ERR_ARG, "optim_step: NULL optimizer");
-    amp_status st = check_grads(o);
+    amp_status st = check_step(o);
     for (int i = 0; i < o->n && st == AMP_OK; i++)
         if (o->params[i]->grad)
             st = ensure_state(o, i);
-    if (st == AMP_OK && tensor_on_cuda(o->params[0]))
-        return step_cuda(o, found_inf);
+    const amp_device dev = tensor_device(o->params[0]);
     if (st == AMP_OK)
-        st = step_cpu(o);
-    if (st == AMP_OK)
-        o->steps++;
-    return st;
+        st = counters_on(o, dev);
+    if (st != AMP_OK)
+        return st;
+    be_optim_param *ps = calloc((size_t)o->n, sizeof *ps);
+    if (!ps)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", o->name);
+    int k = 0;
+    for (int i = 0; i < o->n; i++) {
+        amp_tensor *p = o->params[i];
+        if (p->grad)
+            ps[k++] = (be_optim_param){tensor_ptr(p), tensor_ptr(p->grad), state_f32(o, i, 0), state_f32(o, i, 1),
+                                       state_f32(o, i, 2), p->numel, p->dtype, p->grad->dtype, i};
+    }
+    st = o->def->step(o, backend_of(dev), ps, k, o->counters, o->n, found_inf);
+    free(ps);
+    if (st != AMP_OK)
+        return st;
+    for (int i = 0; i < o->n; i++)
+        if (o->params[i]->grad)
+            tensor_bump(o->params[i]); /* an in-place write: stale autocast casts must go */
+    return AMP_OK;
 }
 
 /* ------------------------------------------------------------ accessors */
@@ -445,11 +339,4 @@ amp_tensor *amp_optim_param(const amp_optim *o, int i)
     if (!o || i < 0 || i >= o->n)
         return amp_fail_null(AMP_ERR_ARG, "optim_param: index %d out of range (%d parameters)", i, o ? o->n : 0);
     return o->params[i];
-}
-
-int64_t amp_optim_steps(const amp_optim *o)
-{
-    if (!o)
-        return 0;
-    return o->dev_steps ? dev_counter(o, o->n) : o->steps;
 }

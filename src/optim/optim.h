@@ -1,6 +1,13 @@
 /*
  * optim.h - the optimizer object behind amp_optim (internal), and the
- * optimizers share.
+ * registry of optimizer kinds.
+ *
+ * An optimizer kind is a step function plus named state, not a case in a
+ * switch: one optim_def per kind (its name, its state names in slot order,
+ * which slots its options use, its step over the backend, its options as
+ * checkpoint metadata) and one registration line in optim.c. Adding one:
+ * a file with its def, its step function and its public constructor, and
+ * that line.
  *
  * An optimizer holds a reference to each parameter and, per parameter,
  * up to three f32 state buffers shaped like it (PyTorch's state keys):
@@ -9,41 +16,77 @@
  * and the number of steps that parameter has taken (PyTorch's
  * state["step"]: a parameter without a gradient does not count a step,
  * which matters for Adam's bias correction). Buffers are created on a
- * parameter's first step.
+ * parameter's first step, on the parameters' device.
  *
- * Defines: struct amp_optim (the state accessors are public, in ampc.h).
+ * Defines: optim_def, struct amp_optim (the state accessors are public, in
+ * ampc.h), optim_new, optim_find, optim_step_guarded.
  */
 #ifndef AMPC_OPTIM_H
 #define AMPC_OPTIM_H
 
 #include "ampc.h"
+#include "backend/backend.h"
 
 #define OPTIM_MAX_STATE 3
 
-typedef enum { OPTIM_SGD = 0, OPTIM_ADAM, OPTIM_ADAMW } optim_kind;
+/* Receives one option as checkpoint metadata: key ("momentum") and its
+ * text ("0.90000000000000002", "true"). */
+typedef void (*optim_put_fn)(void *ctx, const char *key, const char *value);
+
+typedef struct optim_def {
+    const char *name; /* "sgd", "adam", "adamw": in messages and checkpoints */
+    /* Slot k's state key (PyTorch's), NULL for unused slots. */
+    const char *state_names[OPTIM_MAX_STATE];
+    /* Whether o's options use slot k (SGD's buffer only with momentum,
+     * Adam's maximum only with amsgrad). */
+    bool (*has_state)(const amp_optim *o, int k);
+    /* One multi-tensor step of the n parameters ps (in be's memory) with
+     * the counters steps (n_counters + 1 of them, backend.h's sgd_step
+     * contract), skipped when *found_inf is non-zero. */
+    amp_status (*step)(const amp_optim *o, const amp_backend *be, const be_optim_param *ps, int n, int64_t *steps,
+                       int n_counters, const float *found_inf);
+    /* The options, each as put(ctx, key, text), in a fixed order. */
+    void (*describe)(const amp_optim *o, optim_put_fn put, void *ctx);
+} optim_def;
 
 struct amp_optim {
-    optim_kind kind;
-    const char *name;      /* "sgd", "adam", "adamw" for messages */
+    const optim_def *def;
+    const char *name;      /* def->name */
     int n;
     amp_tensor **params;   /* references */
     amp_tensor **state;    /* n * OPTIM_MAX_STATE, NULL until a parameter's first step */
-    int64_t *param_steps;  /* per parameter */
-    int64_t steps;         /* amp_optim_step calls that succeeded */
+    int64_t *param_steps;  /* per parameter (host), until the first step */
+    int64_t steps;         /* amp_optim_step calls that succeeded (host), until the first step */
     double lr;
-    amp_sgd_opts sgd;
-    amp_adam_opts adam;
-    /* CUDA parameters: n + 1 int64 step counters on the device (each
-     * parameter's, then the optimizer's), authoritative once allocated at
-     * the first CUDA step; the getters copy them to the host. */
-    int64_t *dev_steps;
+    union {
+        amp_sgd_opts sgd;
+        amp_adam_opts adam;
+    } opts;
+    /* n + 1 int64 step counters (each parameter's, then the optimizer's)
+     * in the memory of counters_dev's backend, authoritative once made at
+     * the first step, so a step skipped on the device (found_inf) needs no
+     * host synchronisation; the getters copy them to the host. */
+    int64_t *counters;
+    amp_device counters_dev;
 };
 
-/* One step of o; for CUDA parameters, found_inf (a device float, may be
- * NULL) makes the step skip itself on the device when it is non-zero:
- * the grad scaler's step, without a host synchronisation. */
+/* A new optimizer of kind def over params[0..n) with lr (the options are
+ * set by the caller): checks the parameters; NULL + error. */
+amp_optim *optim_new(const optim_def *def, amp_tensor *const *params, int n, double lr);
+
+/* The registered kind called name, or NULL. */
+const optim_def *optim_find(const char *name);
+
+/* One step of o. found_inf (may be NULL) points into the parameters'
+ * backend memory (a host float on the CPU, a device float on CUDA); when
+ * it is non-zero the step changes nothing, counters included, decided on
+ * the device without a host synchronisation (the grad scaler's step). */
 amp_status optim_step_guarded(amp_optim *o, const float *found_inf);
 
-/* Proposed public API (for checkpoints). */
+/* The torch.optim constructors' check that v is finite and >= 0. */
+amp_status optim_check_nonneg(const char *opt, const char *what, double v);
+
+/* The optimizers, registered in optim.c. */
+extern const optim_def optim_def_sgd, optim_def_adam, optim_def_adamw;
 
 #endif

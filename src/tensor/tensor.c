@@ -2,14 +2,19 @@
  * tensor.c - tensor creation, reference counting, accessors, the per-thread
  * pool of op results, and copies to and from user memory.
  *
- * A CUDA tensor's storage comes from the CUDA backend's caching allocator;
- * the few functions here that touch element data (convert, fill, copies,
- * get) take a device branch through src/backend/cuda/cuda_backend.h, and
- * every CPU path is as it was.
+ * Storage comes from the backend of the tensor's device (backend_of: the
+ * CPU's caching allocator, the CUDA backend's), and what touches element
+ * data (zeros, convert, fill, copies, get) goes through that backend's
+ * memory primitives, one code path for every device. Host code reads
+ * element data directly only on the CPU; other devices' data is staged
+ * through a host copy.
+ *
+ * Tensor sits below autograd: a tensor's grad_fn is released through the
+ * function the autograd layer installs (tensor_set_grad_fn_release), never
+ * by a call up.
  */
 #include "tensor/tensor.h"
-#include "autograd/graph.h"
-#include "backend/cuda/cuda_backend.h"
+#include "backend/backend.h"
 #include "base/base.h"
 #include "dtype/dtype.h"
 
@@ -75,70 +80,39 @@ static amp_status check_shape(amp_shape s, const char *fn)
 
 /* ------------------------------------------------------- construction */
 
-amp_tensor *tensor_new(amp_shape shape, amp_dtype dt)
-{
-    if ((unsigned)dt >= AMP_DTYPE_COUNT)
-        return amp_fail_null(AMP_ERR_DTYPE, "tensor: invalid dtype %d", (int)dt);
-    if (check_shape(shape, "tensor") != AMP_OK)
-        return NULL;
-    amp_tensor *t = calloc(1, sizeof *t);
-    amp_storage *s = calloc(1, sizeof *s);
-    int64_t numel = shape_numel(shape);
-    void *data = amp_alloc((size_t)numel * amp_dtype_size(dt));
-    if (!t || !s || !data) {
-        free(t);
-        free(s);
-        amp_free(data);
-        return amp_fail_null(AMP_ERR_MEMORY, "tensor: out of memory for %lld elements",
-                             (long long)numel);
-    }
-    s->data = data;
-    s->nbytes = (size_t)numel * amp_dtype_size(dt);
-    s->refcount = 1;
-    s->device = AMP_CPU;
-    t->shape = shape;
-    t->numel = numel;
-    t->dtype = dt;
-    t->storage = s;
-    t->refcount = 1;
-    return t;
-}
+amp_tensor *tensor_new(amp_shape shape, amp_dtype dt) { return tensor_new_on(shape, dt, AMP_CPU); }
 
-amp_tensor *tensor_zeros(amp_shape shape, amp_dtype dt)
-{
-    amp_tensor *t = tensor_new(shape, dt);
-    if (t)
-        memset(tensor_ptr(t), 0, t->storage->nbytes);
-    return t;
-}
+amp_tensor *tensor_zeros(amp_shape shape, amp_dtype dt) { return tensor_zeros_on(shape, dt, AMP_CPU); }
 
 amp_tensor *tensor_new_on(amp_shape shape, amp_dtype dt, amp_device dev)
 {
-    if (dev == AMP_CPU)
-        return tensor_new(shape, dt);
-    if (dev != AMP_CUDA)
-        return amp_fail_null(AMP_ERR_DEVICE, "tensor: invalid device %d", (int)dev);
-    if (cuda_device_count() < 1)
-        return amp_fail_null(AMP_ERR_DEVICE, "tensor: cuda is not available (%s)", cuda_unavailable_reason());
+    if (backend_check(dev, "tensor") != AMP_OK)
+        return NULL;
     if ((unsigned)dt >= AMP_DTYPE_COUNT)
         return amp_fail_null(AMP_ERR_DTYPE, "tensor: invalid dtype %d", (int)dt);
     if (check_shape(shape, "tensor") != AMP_OK)
         return NULL;
+    const amp_backend *be = backend_of(dev);
     amp_tensor *t = calloc(1, sizeof *t);
     amp_storage *s = calloc(1, sizeof *s);
     int64_t numel = shape_numel(shape);
-    void *data = t && s ? cuda_malloc((size_t)numel * amp_dtype_size(dt)) : NULL;
+    size_t nbytes = (size_t)numel * amp_dtype_size(dt);
+    void *data = t && s ? be->alloc(nbytes) : NULL;
     if (!t || !s || !data) {
         free(t);
         free(s);
-        return data || amp_last_status() == AMP_OK
-                   ? amp_fail_null(AMP_ERR_MEMORY, "tensor: out of memory for %lld elements", (long long)numel)
-                   : NULL; /* the device allocator said why */
+        if (data)
+            be->free(data);
+        char why[256] = "";
+        if (t && s) /* the allocator said why */
+            snprintf(why, sizeof why, " (%s)", amp_last_error());
+        return amp_fail_null(AMP_ERR_MEMORY, "tensor: out of memory for %lld elements on %s%s", (long long)numel,
+                             amp_device_name(dev), why);
     }
     s->data = data;
-    s->nbytes = (size_t)numel * amp_dtype_size(dt);
+    s->nbytes = nbytes;
     s->refcount = 1;
-    s->device = AMP_CUDA;
+    s->device = dev;
     t->shape = shape;
     t->numel = numel;
     t->dtype = dt;
@@ -149,11 +123,9 @@ amp_tensor *tensor_new_on(amp_shape shape, amp_dtype dt, amp_device dev)
 
 amp_tensor *tensor_zeros_on(amp_shape shape, amp_dtype dt, amp_device dev)
 {
-    if (dev == AMP_CPU)
-        return tensor_zeros(shape, dt);
     amp_tensor *t = tensor_new_on(shape, dt, dev);
     const uint64_t zero = 0;
-    if (t && cuda_fill_pattern(tensor_ptr(t), t->numel, &zero, amp_dtype_size(dt)) != AMP_OK) {
+    if (t && backend_of(dev)->fill(tensor_ptr(t), t->numel, &zero, amp_dtype_size(dt)) != AMP_OK) {
         amp_tensor_free(t);
         return NULL;
     }
@@ -177,27 +149,23 @@ amp_tensor *tensor_view(const amp_tensor *src, amp_shape shape)
 
 amp_tensor *tensor_convert(const amp_tensor *src, amp_dtype dt)
 {
-    if (tensor_on_cuda(src)) {
-        amp_tensor *t = tensor_new_on(src->shape, dt, AMP_CUDA);
-        if (t && cuda_convert(tensor_ptr(src), src->dtype, tensor_ptr(t), dt, src->numel) != AMP_OK) {
-            amp_tensor_free(t);
-            return NULL;
-        }
-        return t;
+    const amp_device dev = tensor_device(src);
+    amp_tensor *t = tensor_new_on(src->shape, dt, dev);
+    if (t && backend_of(dev)->convert(tensor_ptr(src), src->dtype, tensor_ptr(t), dt, src->numel) != AMP_OK) {
+        amp_tensor_free(t);
+        return NULL;
     }
-    amp_tensor *t = tensor_new(src->shape, dt);
-    if (t)
-        amp_convert(tensor_ptr(src), src->dtype, tensor_ptr(t), dt, (size_t)src->numel);
     return t;
 }
 
 const float *tensor_as_f32(const amp_tensor *t, float **tmp)
 {
     *tmp = NULL;
-    if (tensor_on_cuda(t))
+    if (tensor_device(t) != AMP_CPU)
         return amp_fail_null(AMP_ERR_DEVICE,
-                             "a CUDA tensor reached a CPU-only code path (it has no CUDA implementation yet; "
-                             "move the tensor to the CPU with amp_to_device)");
+                             "a %s tensor reached a CPU-only code path (it has no %s implementation yet; "
+                             "move the tensor to the CPU with amp_to_device)",
+                             amp_device_name(tensor_device(t)), amp_device_name(tensor_device(t)));
     if (t->dtype == AMP_F32)
         return tensor_f32(t);
     *tmp = amp_alloc((size_t)t->numel * sizeof(float));
@@ -223,8 +191,8 @@ amp_tensor *amp_full(amp_shape shape, amp_dtype dt, double value)
     return t;
 }
 
-/* The fill value as one element of dt (CPU fill's conversions), for the
- * device fill. */
+/* The fill value as one element of dt: f32 through (float), integers
+ * saturated (NaN as 0), 16-bit floats rounded from the f32. */
 static void fill_element(amp_dtype dt, double value, void *elem)
 {
     float vf = (float)value;
@@ -244,35 +212,9 @@ amp_status amp_tensor_fill(amp_tensor *t, double value)
     if (!t)
         return amp_set_error(AMP_ERR_ARG, "fill: NULL tensor");
     tensor_bump(t);
-    if (tensor_on_cuda(t)) {
-        unsigned char elem[8];
-        fill_element(t->dtype, value, elem);
-        return cuda_fill_pattern(tensor_ptr(t), t->numel, elem, amp_dtype_size(t->dtype));
-    }
-    float vf = (float)value;
-    switch (t->dtype) {
-    case AMP_F32:
-        for (int64_t i = 0; i < t->numel; i++)
-            tensor_f32(t)[i] = vf;
-        break;
-    case AMP_I32:
-    case AMP_I64: {
-        int64_t iv = isnan(value) ? 0 : (int64_t)fmax(fmin(value, 9.2e18), -9.2e18);
-        for (int64_t i = 0; i < t->numel; i++) {
-            if (t->dtype == AMP_I32)
-                ((int32_t *)tensor_ptr(t))[i] = (int32_t)iv;
-            else
-                ((int64_t *)tensor_ptr(t))[i] = iv;
-        }
-        break;
-    }
-    default: {
-        uint16_t h = t->dtype == AMP_F16 ? amp_f32_to_f16(vf) : amp_f32_to_bf16(vf);
-        for (int64_t i = 0; i < t->numel; i++)
-            ((uint16_t *)tensor_ptr(t))[i] = h;
-    }
-    }
-    return AMP_OK;
+    unsigned char elem[8];
+    fill_element(t->dtype, value, elem);
+    return backend_of(tensor_device(t))->fill(tensor_ptr(t), t->numel, elem, amp_dtype_size(t->dtype));
 }
 
 amp_tensor *amp_arange(double start, double end, double step, amp_dtype dt)
@@ -383,19 +325,22 @@ amp_tensor *amp_tensor_retain(amp_tensor *t)
     return t;
 }
 
+/* Installed by the autograd layer before it makes the first node. */
+static void (*grad_fn_release)(struct node *n);
+
+void tensor_set_grad_fn_release(void (*release)(struct node *n)) { grad_fn_release = release; }
+
 void amp_tensor_free(amp_tensor *t)
 {
     if (!t || --t->refcount > 0)
         return;
     if (--t->storage->refcount == 0) {
-        if (t->storage->device == AMP_CUDA)
-            cuda_free(t->storage->data);
-        else
-            amp_free(t->storage->data);
+        backend_of(t->storage->device)->free(t->storage->data);
         free(t->storage);
     }
     amp_tensor_free(t->grad);
-    node_release(t->grad_fn);
+    if (t->grad_fn && grad_fn_release)
+        grad_fn_release(t->grad_fn);
     free(t);
 }
 
@@ -463,24 +408,37 @@ int64_t amp_tensor_dim(const amp_tensor *t, int i)
     return t->shape.d[d];
 }
 
+/* t's data in host memory: t's own buffer on the CPU, else a host copy in
+ * *tmp (free with amp_free; the copy waits for the device). NULL + error. */
+static const void *host_data(const amp_tensor *t, void **tmp)
+{
+    *tmp = NULL;
+    const amp_device dev = tensor_device(t);
+    if (dev == AMP_CPU)
+        return tensor_ptr(t);
+    size_t nb = (size_t)t->numel * amp_dtype_size(t->dtype);
+    if (!(*tmp = amp_alloc(nb)))
+        return NULL;
+    if (backend_of(dev)->copy(*tmp, AMP_CPU, tensor_ptr(t), dev, nb) != AMP_OK) {
+        amp_free(*tmp);
+        *tmp = NULL;
+        return NULL;
+    }
+    return *tmp;
+}
+
 amp_status amp_tensor_copy_out(const amp_tensor *t, void *dst, amp_dtype dt)
 {
     if (!t || !dst)
         return amp_set_error(AMP_ERR_ARG, "copy_out: NULL %s", t ? "destination" : "tensor");
     if ((unsigned)dt >= AMP_DTYPE_COUNT)
         return amp_set_error(AMP_ERR_DTYPE, "copy_out: invalid dtype %d", (int)dt);
-    if (tensor_on_cuda(t)) {
-        /* Device to host in the tensor's dtype (this waits for the GPU), then
-         * the CPU's conversion. */
-        size_t nb = (size_t)t->numel * amp_dtype_size(t->dtype);
-        void *tmp = amp_alloc(nb);
-        amp_status st = tmp ? cuda_copy(tmp, AMP_CPU, tensor_ptr(t), AMP_CUDA, nb) : AMP_ERR_MEMORY;
-        if (st == AMP_OK)
-            amp_convert(tmp, t->dtype, dst, dt, (size_t)t->numel);
-        amp_free(tmp);
-        return st;
-    }
-    amp_convert(tensor_ptr(t), t->dtype, dst, dt, (size_t)t->numel);
+    void *tmp;
+    const void *src = host_data(t, &tmp);
+    if (!src)
+        return amp_last_status();
+    amp_convert(src, t->dtype, dst, dt, (size_t)t->numel);
+    amp_free(tmp);
     return AMP_OK;
 }
 
@@ -491,18 +449,20 @@ amp_status amp_tensor_copy_in(amp_tensor *t, const void *src, amp_dtype dt)
     if ((unsigned)dt >= AMP_DTYPE_COUNT)
         return amp_set_error(AMP_ERR_DTYPE, "copy_in: invalid dtype %d", (int)dt);
     tensor_bump(t);
-    if (tensor_on_cuda(t)) {
-        size_t nb = (size_t)t->numel * amp_dtype_size(t->dtype);
-        void *tmp = amp_alloc(nb);
-        if (!tmp)
-            return AMP_ERR_MEMORY;
-        amp_convert(src, dt, tmp, t->dtype, (size_t)t->numel);
-        amp_status st = cuda_copy(tensor_ptr(t), AMP_CUDA, tmp, AMP_CPU, nb);
-        amp_free(tmp);
-        return st;
+    const amp_device dev = tensor_device(t);
+    if (dev == AMP_CPU) {
+        amp_convert(src, dt, tensor_ptr(t), t->dtype, (size_t)t->numel);
+        return AMP_OK;
     }
-    amp_convert(src, dt, tensor_ptr(t), t->dtype, (size_t)t->numel);
-    return AMP_OK;
+    /* Converted on the host, then one copy to the device. */
+    size_t nb = (size_t)t->numel * amp_dtype_size(t->dtype);
+    void *tmp = amp_alloc(nb);
+    if (!tmp)
+        return amp_last_status();
+    amp_convert(src, dt, tmp, t->dtype, (size_t)t->numel);
+    amp_status st = backend_of(dev)->copy(tensor_ptr(t), dev, tmp, AMP_CPU, nb);
+    amp_free(tmp);
+    return st;
 }
 
 double amp_tensor_get(const amp_tensor *t, int64_t i)
@@ -516,22 +476,19 @@ double amp_tensor_get(const amp_tensor *t, int64_t i)
                       (long long)t->numel);
         return NAN;
     }
-    if (tensor_on_cuda(t)) {
-        /* One element to the host (this waits for the GPU). */
-        size_t es = amp_dtype_size(t->dtype);
-        unsigned char elem[8];
-        if (cuda_copy(elem, AMP_CPU, (const char *)tensor_ptr(t) + (size_t)i * es, AMP_CUDA, es) != AMP_OK)
-            return NAN;
-        if (t->dtype == AMP_I64) {
-            int64_t v;
-            memcpy(&v, elem, 8);
-            return (double)v;
-        }
-        return (double)load_f32(elem, t->dtype, 0);
+    /* One element to the host (on a device, this waits for it). */
+    const amp_device dev = tensor_device(t);
+    const size_t es = amp_dtype_size(t->dtype);
+    const char *at = (const char *)tensor_ptr(t) + (size_t)i * es;
+    unsigned char elem[8];
+    if (backend_of(dev)->copy(elem, AMP_CPU, at, dev, es) != AMP_OK)
+        return NAN;
+    if (t->dtype == AMP_I64) {
+        int64_t v;
+        memcpy(&v, elem, 8);
+        return (double)v;
     }
-    if (t->dtype == AMP_I64)
-        return (double)((const int64_t *)tensor_ptr(t))[i];
-    return (double)load_f32(tensor_ptr(t), t->dtype, (size_t)i);
+    return (double)load_f32(elem, t->dtype, 0);
 }
 
 double amp_item(const amp_tensor *t)

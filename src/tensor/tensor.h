@@ -49,9 +49,9 @@ int shape_dim(int ndim, int dim);
 /* Internal constructors: the caller owns one reference, no pool. */
 amp_tensor *tensor_new(amp_shape shape, amp_dtype dt);   /* uninitialised */
 amp_tensor *tensor_zeros(amp_shape shape, amp_dtype dt);
-/* The same on a device: AMP_CPU is tensor_new / tensor_zeros; AMP_CUDA
- * takes device memory (AMP_ERR_DEVICE "cuda is not available (...)" when
- * there is no GPU or no CUDA build). */
+/* The same on a device, from its backend's allocator (AMP_ERR_DEVICE
+ * "cuda is not available (...)" when the device cannot run: no GPU, no
+ * CUDA build). */
 amp_tensor *tensor_new_on(amp_shape shape, amp_dtype dt, amp_device dev);
 amp_tensor *tensor_zeros_on(amp_shape shape, amp_dtype dt, amp_device dev);
 /* A new tensor object over t's storage with another shape (same numel). */
@@ -62,12 +62,18 @@ amp_tensor *tensor_convert(const amp_tensor *t, amp_dtype dt);
 static inline amp_device tensor_device(const amp_tensor *t) { return t->storage->device; }
 static inline bool tensor_on_cuda(const amp_tensor *t) { return t->storage->device == AMP_CUDA; }
 
+/* Sets how amp_tensor_free drops a tensor's grad_fn reference: the
+ * autograd layer installs its node release here, so that tensor never
+ * calls up into autograd. */
+void tensor_set_grad_fn_release(void (*release)(struct node *n));
+
 /* Hands one reference of t to this thread's pool; returns t. */
 amp_tensor *pool_add(amp_tensor *t);
 
 /* A float view of t's data: t's own buffer when t is f32, else a converted
  * copy in *tmp (free with amp_free). NULL when out of memory, and for a
- * CUDA tensor (AMP_ERR_DEVICE: host code cannot read device memory). */
+ * tensor on another device (AMP_ERR_DEVICE: host code cannot read device
+ * memory). */
 const float *tensor_as_f32(const amp_tensor *t, float **tmp);
 /* Stores n floats from src into t's buffer, rounding to t's dtype. */
 void tensor_store_f32(amp_tensor *t, const float *src);

@@ -68,6 +68,12 @@ amp_status cpu_pool2d_backward(const be_pool_geom *g, const void *gy, amp_dtype 
 
 
 /* ==== section optim ==== */
+/* optim.c: the multi-tensor SGD and Adam / AdamW steps over host memory
+ * (backend.h's sgd_step / adam_step; found_inf and steps are host memory). */
+amp_status cpu_sgd_step(const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
+                        be_sgd_opts o);
+amp_status cpu_adam_step(const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
+                         be_adam_opts o);
 /* ==== end section optim ==== */
 
 #endif

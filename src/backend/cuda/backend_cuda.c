@@ -78,6 +78,8 @@ const amp_backend amp_backend_cuda = {
 
 
     /* ==== section optim ==== */
+    .sgd_step = cuda_sgd_step,
+    .adam_step = cuda_adam_step,
     /* ==== end section optim ==== */
 };
 

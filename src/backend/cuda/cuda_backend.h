@@ -139,28 +139,11 @@ amp_status cuda_scaler_update(float *scale, cuda_scaler_state *st, uint64_t reco
  * skipped++ on the device. */
 amp_status cuda_scaler_count(cuda_scaler_state *st, int rec);
 
-/* One parameter for the fused optimizers: its data and gradient, up to
- * three f32 state buffers (SGD: momentum or NULL; Adam: exp_avg, exp_avg_sq,
- * max_exp_avg_sq or NULL) and its index in the step counters. */
-typedef struct {
-    void *p;
-    const void *g;
-    float *s0, *s1, *s2;
-    int64_t n;
-    amp_dtype pdt, gdt;
-    int index;
-} cuda_param;
-
-/* The f32 constants optim.c's sgd_update uses. */
-typedef struct {
-    float lr, weight_decay, momentum, one_minus_dampening;
-    bool nesterov;
-} cuda_sgd_opts;
-
-typedef struct {
-    double lr, beta1, beta2, eps, weight_decay;
-    bool decoupled, amsgrad;
-} cuda_adam_opts;
+/* The fused optimizers' parameter and options: backend.h's (the table
+ * names cuda_sgd_step / cuda_adam_step as its sgd_step / adam_step). */
+typedef be_optim_param cuda_param;
+typedef be_sgd_opts cuda_sgd_opts;
+typedef be_adam_opts cuda_adam_opts;
 
 /* One update of every parameter in p[0..n) in one launch (torch.optim's
  * single-tensor formulas, element for element as optim.c). steps holds

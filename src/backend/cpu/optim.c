@@ -1,20 +1,26 @@
 /*
- * update.c - the element loops of the CPU optimizer steps (update.h):
- * SGD and Adam / AdamW over all of an optimizer's parameters at once. The
- * work items are the (parameter, block) pairs of every parameter, taken by
- * the threads of one parallel region; each block runs on AVX-512 where the
- * CPU has it, 16-bit parameters and gradients through per-thread f32
- * scratch.
+ * optim.c - the CPU backend's optimizer steps (backend.h's sgd_step and
+ * adam_step): SGD and Adam / AdamW over all of an optimizer's parameters
+ * at once (PyTorch's foreach / multi-tensor idea). The work items are the
+ * (parameter, block) pairs of every parameter, taken by the threads of one
+ * parallel region, so many small parameters do not each pay a fork / join;
+ * each block runs on AVX-512 where the CPU has it, 16-bit parameters and
+ * gradients through per-thread f32 scratch. Per-parameter scalars (step
+ * counts, bias corrections) are worked out once per parameter before the
+ * loop.
  *
  * The loops follow torch.optim's single-tensor implementations operation
- * for operation (see optim.c), so f32 results agree with PyTorch's to
- * rounding. Every element's arithmetic is the same whichever block, thread
- * or vector width it lands in, so the bits do not depend on the number of
- * threads or on which parameters share a step.
+ * for operation (torch/optim/sgd.py _single_tensor_sgd, adam.py
+ * _single_tensor_adam), so f32 results agree with PyTorch's to rounding.
+ * Every element's arithmetic is the same whichever block, thread or vector
+ * width it lands in, so the bits do not depend on the number of threads or
+ * on which parameters share a step.
  */
-#include "optim/update.h"
+#include "backend/cpu/cpu_backend.h"
 
 #include "base/base.h"
+
+#include <stdlib.h>
 
 #include <math.h>
 
@@ -52,6 +58,21 @@ static bool use_vector(void)
 }
 
 /* ------------------------------------------------------- work items */
+
+/* One parameter of a step: p and g in their own float dtypes (f32 values
+ * update in place, 16-bit ones are widened block by block, updated in f32
+ * and rounded once on store), the f32 state buffers in slot order (NULL
+ * where the options need none), and t, the parameter's step count
+ * including this step (so 1 on its first step: SGD's momentum buffer
+ * starts as the gradient then). */
+typedef struct {
+    void *p;
+    const void *g;
+    amp_dtype p_dt, g_dt;
+    float *state[3];
+    int64_t n;
+    int64_t t;
+} optim_param;
 
 /* The element loop of one optimizer over n f32 elements: k is the
  * parameter's constants, s its state buffers, all offset to the block. */
@@ -190,14 +211,13 @@ static void sgd_fn_v(const void *k, float *p, const float *g, float *const *s, i
 }
 #endif
 
-amp_status optim_sgd_step(const amp_sgd_opts *s, float lr, const optim_param *ps, int n)
+static amp_status sgd_all(const be_sgd_opts *s, const optim_param *ps, int n)
 {
     sgd_k *ks = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *ks);
     if (!ks)
         return AMP_ERR_MEMORY;
     for (int i = 0; i < n; i++)
-        ks[i] = (sgd_k){(float)s->weight_decay, (float)s->momentum, (float)(1.0 - s->dampening), -lr, ps[i].t == 1,
-                        s->nesterov};
+        ks[i] = (sgd_k){s->weight_decay, s->momentum, s->one_minus_dampening, -s->lr, ps[i].t == 1, s->nesterov};
     range_fn fn = sgd_fn;
 #ifdef HAVE_VEC_UPDATE
     if (use_vector())
@@ -284,7 +304,7 @@ static void adam_fn_v(const void *k, float *p, const float *g, float *const *s, 
 }
 #endif
 
-amp_status optim_adam_step(const amp_adam_opts *a, bool decoupled, double lr, const optim_param *ps, int n)
+static amp_status adam_all(const be_adam_opts *a, const optim_param *ps, int n)
 {
     adam_k *ks = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *ks);
     if (!ks)
@@ -293,6 +313,8 @@ amp_status optim_adam_step(const amp_adam_opts *a, bool decoupled, double lr, co
      * per-parameter state["step"]), worked out once here, not per block. */
     for (int i = 0; i < n; i++) {
         const double t = (double)ps[i].t, bc1 = 1.0 - pow(a->beta1, t), bc2 = 1.0 - pow(a->beta2, t);
+        const double lr = a->lr;
+        const bool decoupled = a->decoupled;
         ks[i] = (adam_k){.neg_step = (float)(-(lr / bc1)),
                          .bc2_sqrt = (float)sqrt(bc2),
                          .eps = (float)a->eps,
@@ -312,4 +334,48 @@ amp_status optim_adam_step(const amp_adam_opts *a, bool decoupled, double lr, co
     amp_status st = run_all(fn, ks, sizeof *ks, ps, n);
     amp_free(ks);
     return st;
+}
+
+/* --------------------------------------------------- the primitives */
+
+typedef amp_status (*step_all_fn)(const void *opts, const optim_param *ps, int n);
+
+static amp_status sgd_all_v(const void *o, const optim_param *ps, int n) { return sgd_all(o, ps, n); }
+static amp_status adam_all_v(const void *o, const optim_param *ps, int n) { return adam_all(o, ps, n); }
+
+/* The shared part of both primitives: skips on a non-zero *found_inf,
+ * runs the loops over every parameter at its own step count, and counts
+ * the step only when the whole update succeeded (on failure nothing has
+ * changed). */
+static amp_status step_all(const char *who, step_all_fn fn, const void *opts, const be_optim_param *p, int n,
+                           int64_t *steps, int n_counters, const float *found_inf)
+{
+    if (found_inf && *found_inf != 0)
+        return AMP_OK;
+    optim_param *ps = calloc((size_t)(n > 0 ? n : 1), sizeof *ps);
+    if (!ps)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", who);
+    for (int i = 0; i < n; i++)
+        ps[i] = (optim_param){p[i].p, p[i].g, p[i].pdt, p[i].gdt, {p[i].s0, p[i].s1, p[i].s2}, p[i].n,
+                              steps[p[i].index] + 1};
+    amp_status st = fn(opts, ps, n);
+    free(ps);
+    if (st != AMP_OK)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", who);
+    for (int i = 0; i < n; i++)
+        steps[p[i].index]++;
+    steps[n_counters]++;
+    return AMP_OK;
+}
+
+amp_status cpu_sgd_step(const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
+                        be_sgd_opts o)
+{
+    return step_all("sgd_step", sgd_all_v, &o, p, n, steps, n_counters, found_inf);
+}
+
+amp_status cpu_adam_step(const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
+                         be_adam_opts o)
+{
+    return step_all("adam_step", adam_all_v, &o, p, n, steps, n_counters, found_inf);
 }
