@@ -13,9 +13,11 @@
  * the thread's error set, naming the CUDA call and CUDA's message.
  *
  * Two groups:
- *   - the runtime, the dtype kernels and the AMP kernels are used by the
- *     core (tensor, scaler, optimizer): a build without CUDA gets stubs
- *     (stub.c) that report "ampc was built without CUDA";
+ *   - the runtime, the dtype kernels and the optimizer kernels are used by
+ *     the core (tensor, optimizer): a build without CUDA gets stubs
+ *     (stub.c) that report "ampc was built without CUDA"; the scaler's,
+ *     clip's and the non-finite count's kernels are reached only through
+ *     the backend's table (backend_cuda.c: its amp primitives);
  *   - the op kernels below "ops" are used only by src/ops/cuda/, which is
  *     compiled only with CUDA (AMPC_HAVE_CUDA).
  */
