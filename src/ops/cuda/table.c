@@ -19,25 +19,8 @@
 #include "ops/cuda/cuda_ops.h"
 
 const op_device_fns op_cuda_fns[OP_COUNT] = {
-    [OP_ADD] = {cu_add_forward, cu_add_backward},
-    [OP_SUB] = {cu_sub_forward, cu_sub_backward},
-    [OP_MUL] = {cu_mul_forward, cu_mul_backward},
-    [OP_DIV] = {cu_div_forward, cu_div_backward},
-    [OP_ADD_SCALAR] = {cu_add_scalar_forward, cu_add_scalar_backward},
-    [OP_MUL_SCALAR] = {cu_mul_scalar_forward, cu_mul_scalar_backward},
-    [OP_DIV_SCALAR] = {cu_div_scalar_forward, cu_div_scalar_backward},
-    [OP_NEG] = {cu_neg_forward, cu_neg_backward},
-    [OP_RELU] = {cu_relu_forward, cu_relu_backward},
-    [OP_GELU] = {cu_gelu_forward, cu_gelu_backward},
-    [OP_TANH] = {cu_tanh_forward, cu_tanh_backward},
-    [OP_SIGMOID] = {cu_sigmoid_forward, cu_sigmoid_backward},
-    [OP_EXP] = {cu_exp_forward, cu_exp_backward},
-    [OP_LOG] = {cu_log_forward, cu_log_backward},
-    [OP_POW_SCALAR] = {cu_pow_scalar_forward, cu_pow_scalar_backward},
     [OP_MATMUL] = {cu_matmul_forward, cu_matmul_backward},
     [OP_LINEAR] = {cu_linear_forward, cu_linear_backward},
-    [OP_SUM] = {cu_sum_forward, cu_sum_backward},
-    [OP_MEAN] = {cu_mean_forward, cu_mean_backward},
     [OP_SOFTMAX] = {cu_softmax_forward, cu_softmax_backward},
     [OP_LOG_SOFTMAX] = {cu_log_softmax_forward, cu_log_softmax_backward},
     [OP_CROSS_ENTROPY] = {cu_cross_entropy_forward, cu_cross_entropy_backward},
@@ -48,11 +31,6 @@ const op_device_fns op_cuda_fns[OP_COUNT] = {
     [OP_CONV2D] = {cu_conv2d_forward, cu_conv2d_backward},
     [OP_MAX_POOL2D] = {cu_max_pool2d_forward, cu_max_pool2d_backward},
     [OP_AVG_POOL2D] = {cu_avg_pool2d_forward, cu_avg_pool2d_backward},
-    [OP_RESHAPE] = {cu_reshape_forward, cu_reshape_backward},
-    [OP_PERMUTE] = {cu_permute_forward, cu_permute_backward},
-    [OP_CAT] = {cu_cat_forward, cu_cat_backward},
-    [OP_TO] = {cu_to_forward, cu_to_backward},
-    [OP_ARGMAX] = {cu_argmax_forward, no_backward},
     [OP_ATTENTION] = {cu_attention_forward, cu_attention_backward},
 };
 
