@@ -19,6 +19,7 @@
 #include "test_cli_util.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 
 static char tiny[256], nan_dir[256];
 
@@ -193,6 +194,27 @@ static void check_helpers(amp_device dev)
         amp_tensor_free(t);
         amp_temps_free();
     }
+    /* Many blocks' worth (the CUDA kernel adds per-block counts): every
+     * 997th element inf or NaN. */
+    enum { BIG = 300000 };
+    float *w = calloc(BIG, sizeof *w);
+    int64_t want = 0;
+    for (int64_t j = 0; j < BIG; j++) {
+        w[j] = (float)(j % 13) - 6.0f;
+        if (j % 997 == 0) {
+            w[j] = want % 2 ? NAN : -INFINITY;
+            want++;
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        amp_tensor *f = amp_from_data(AMP_SHAPE(BIG), AMP_F32, w), *t = amp_clone(amp_to(f, dts[i]));
+        CHECK_OK(amp_tensor_move(t, dev));
+        CHECK_EQ_INT(amp_tensor_count_nonfinite(t), want);
+        amp_tensor_free(f);
+        amp_tensor_free(t);
+        amp_temps_free();
+    }
+    free(w);
     /* f16 overflow is the dtype's own: 70000 is inf in f16, finite in f32. */
     float big = 70000;
     amp_tensor *b32 = amp_from_data(AMP_SHAPE(1), AMP_F32, &big), *b16 = amp_to(b32, AMP_F16);

@@ -2,23 +2,19 @@
  * nonfinite.c - finding inf/NaN: how many a tensor holds, and which
  * parameter of an optimizer first has a non-finite gradient. Diagnostics
  * for a run whose steps the scaler keeps skipping (the scaler itself only
- * records "some gradient was not finite", in its fused pass): they read
- * every element, and a CUDA tensor is copied to the host first (a wait).
+ * records "some gradient was not finite", in its fused pass): the tensor's
+ * backend counts every element (count_nonfinite) and the count is copied
+ * to the host (on a GPU, a wait).
  */
+#include "backend/backend.h"
 #include "base/base.h"
-#include "dtype/dtype.h"
 #include "tensor/tensor.h"
 
-#include <math.h>
-
-/* Inf/NaN elements of a host buffer of a float dtype (f16 / bf16 widen
- * exactly, inf and NaN included). */
-static int64_t count_host(const void *p, amp_dtype dt, int64_t n)
+/* The backend's count into *count, in its memory. */
+static amp_status count_on(const amp_backend *be, const amp_tensor *t, int64_t *count)
 {
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++)
-        bad += !isfinite(load_f32(p, dt, (size_t)i));
-    return bad;
+    BACKEND_CALL(be, "tensor_count_nonfinite", count_nonfinite, tensor_ptr(t), t->dtype, t->numel, count);
+    return AMP_OK;
 }
 
 int64_t amp_tensor_count_nonfinite(const amp_tensor *t)
@@ -29,13 +25,15 @@ int64_t amp_tensor_count_nonfinite(const amp_tensor *t)
     }
     if (!amp_dtype_is_float(t->dtype) || t->numel == 0)
         return 0;
-    if (!tensor_on_cuda(t))
-        return count_host(tensor_ptr(t), t->dtype, t->numel);
-    amp_tensor *h = amp_to_device(t, AMP_CPU);
-    if (!h)
+    const amp_backend *be = backend_of(tensor_device(t));
+    int64_t *d = be->alloc(sizeof *d), n = -1;
+    if (!d) {
+        amp_set_error(AMP_ERR_MEMORY, "tensor_count_nonfinite: out of %s memory", be->name);
         return -1;
-    int64_t n = count_host(tensor_ptr(h), h->dtype, h->numel);
-    amp_tensor_free(h);
+    }
+    if (count_on(be, t, d) != AMP_OK || be->copy(&n, AMP_CPU, d, be->device, sizeof n) != AMP_OK)
+        n = -1;
+    be->free(d);
     return n;
 }
 

@@ -1,27 +1,60 @@
 /*
- * scaler.c - the grad scaler: torch.amp.GradScaler's semantics in C.
+ * scaler.c - the grad scaler: torch.amp.GradScaler's semantics in C, the
+ * same on every device.
  *
  * The scale is an f32 value; scale(loss) multiplies by it; unscale divides
  * an optimizer's gradients by it (multiplying by the f32 inverse computed
- * in double, as PyTorch) in one fused pass per dtype that also records any
- * inf/NaN; step skips the optimizer when one was found; update backs off
- * or grows the scale. Each optimizer goes READY -> UNSCALED -> STEPPED and
- * back to READY at update, and each misuse gets PyTorch's message.
+ * in double, as PyTorch) in one fused pass that also records any inf/NaN;
+ * step skips the optimizer when one was found; update backs off or grows
+ * the scale. Each optimizer goes READY -> UNSCALED -> STEPPED and back to
+ * READY at update, and each misuse gets PyTorch's message.
  *
  * Opt-in extras (off by default): min_scale, max_scale, hysteresis.
  *
- * On CUDA (the loss given to scale() is a CUDA tensor) the state lives on
- * the device and scaler_cuda.c runs unscale, step and update there; this
- * file keeps the host's logic (stages, messages) and reads the device
- * state back in the getters.
+ * Where the state lives: the first scale() makes the scale, a 0-d f32
+ * tensor, on the loss's device, and beside it a be_scaler_state (tracker,
+ * hysteresis, history, counts, each optimizer's found_inf) in the memory
+ * of that device's backend. unscale, the guarded step and update are
+ * backend primitives on that state (backend.h, section amp), so an
+ * iteration never waits for the device; the getters, update_to and the
+ * loaders copy it to the host with the backend's copy (on a GPU, a
+ * synchronisation point, as scaler.get_scale()). Before the first scale()
+ * the state is a host copy in the scaler itself.
+ *
+ * This file keeps the host's logic: stages, messages, getters.
  */
-#include "amp/scaler_impl.h"
+#include "amp/amp.h"
+#include "backend/backend.h"
 #include "base/base.h"
 #include "dtype/dtype.h"
+#include "optim/optim.h"
 #include "tensor/tensor.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+
+enum { STAGE_READY = 0, STAGE_UNSCALED, STAGE_STEPPED };
+
+/* Each optimizer the scaler meets in an iteration gets a record: its
+ * stage and whether unscale saw a gradient; its found_inf is the state's
+ * found_inf at the record's index. Records are dropped at update. */
+typedef struct {
+    amp_optim *opt;
+    int stage;
+    bool recorded; /* unscale saw at least one gradient */
+} opt_record;
+
+struct amp_scaler {
+    amp_scaler_opts o;
+    bool started;          /* scale() has been called: _scale is not None */
+    amp_tensor *scale_t;   /* 0-d f32, the scale scale() multiplies by */
+    const amp_backend *be; /* the backend of scale_t's device */
+    be_scaler_state *st;   /* in be's memory, made with scale_t */
+    be_scaler_state host;  /* the state until scale_t exists */
+    opt_record *recs;
+    int n_recs, cap_recs;
+};
 
 amp_scaler_opts amp_scaler_defaults(void)
 {
@@ -62,6 +95,7 @@ static amp_status check_opts(const amp_scaler_opts *o)
     return AMP_OK;
 }
 
+
 amp_scaler *amp_scaler_new(amp_scaler_opts o)
 {
     if (check_opts(&o) != AMP_OK)
@@ -70,7 +104,7 @@ amp_scaler *amp_scaler_new(amp_scaler_opts o)
     if (!s)
         return amp_fail_null(AMP_ERR_MEMORY, "scaler: out of memory");
     s->o = o;
-    s->hysteresis_left = o.hysteresis > 1 ? o.hysteresis : 1;
+    s->host.hysteresis_left = o.hysteresis > 1 ? o.hysteresis : 1;
     return s;
 }
 
@@ -79,30 +113,70 @@ void amp_scaler_free(amp_scaler *s)
     if (!s)
         return;
     amp_tensor_free(s->scale_t);
-    cuda_free(s->dev);
+    if (s->st)
+        s->be->free(s->st);
     free(s->recs);
     free(s);
 }
 
-static bool on_cuda(const amp_scaler *s) { return s->dev != NULL; }
+/* ------------------------------------------------ the state, host side */
 
-/* The scale (on CUDA: copied to the host, which waits for the GPU). */
-static float scale_value(const amp_scaler *s)
+/* The state copied to the host (from the backend once it lives there). */
+static amp_status pull(const amp_scaler *s, be_scaler_state *st)
 {
-    return on_cuda(s) ? scaler_cuda_get_scale(s) : tensor_f32(s->scale_t)[0];
+    if (!s->st) {
+        *st = s->host;
+        return AMP_OK;
+    }
+    return s->be->copy(st, AMP_CPU, s->st, s->be->device, sizeof *st);
 }
 
-static void set_scale(amp_scaler *s, float v)
+/* st back to where the state lives. */
+static amp_status push(amp_scaler *s, const be_scaler_state *st)
 {
-    if (on_cuda(s))
-        scaler_cuda_set_scale(s, v);
-    else
-        tensor_f32(s->scale_t)[0] = v;
+    if (!s->st) {
+        s->host = *st;
+        return AMP_OK;
+    }
+    return s->be->copy(s->st, s->be->device, st, AMP_CPU, sizeof *st);
+}
+
+/* The scale, copied to the host (NaN if the copy failed). */
+static float scale_value(const amp_scaler *s)
+{
+    float v = NAN;
+    if (s->be->copy(&v, AMP_CPU, tensor_ptr(s->scale_t), s->be->device, sizeof v) != AMP_OK)
+        return NAN;
+    return v;
+}
+
+static amp_status set_scale(amp_scaler *s, float v)
+{
     tensor_bump(s->scale_t);
+    return s->be->copy(tensor_ptr(s->scale_t), s->be->device, &v, AMP_CPU, sizeof v);
+}
+
+/* Appends a change of the scale to st's history, as the backends'
+ * scaler_update does (for update_to, which sets the scale on the host). */
+static void remember(be_scaler_state *st, float old, float now)
+{
+    if (old == now)
+        return;
+    if (st->hist_len == BE_SCALER_HISTORY) {
+        memmove(st->hist_update, st->hist_update + 1, (BE_SCALER_HISTORY - 1) * sizeof st->hist_update[0]);
+        memmove(st->hist_old, st->hist_old + 1, (BE_SCALER_HISTORY - 1) * sizeof st->hist_old[0]);
+        memmove(st->hist_new, st->hist_new + 1, (BE_SCALER_HISTORY - 1) * sizeof st->hist_new[0]);
+        st->hist_len--;
+    }
+    st->hist_update[st->hist_len] = st->updates;
+    st->hist_old[st->hist_len] = old;
+    st->hist_new[st->hist_len] = now;
+    st->hist_len++;
 }
 
 /* The lazy start of PyTorch's _scale: made from init_scale at first use,
- * on the loss's device. */
+ * on the loss's device, with the state (which a state_load may have set
+ * before) copied into that device's backend. */
 static amp_status ensure_scale(amp_scaler *s, amp_device dev)
 {
     if (s->scale_t) {
@@ -112,11 +186,28 @@ static amp_status ensure_scale(amp_scaler *s, amp_device dev)
                                  amp_device_name(dev));
         return AMP_OK;
     }
-    if (dev == AMP_CUDA)
-        return scaler_cuda_start(s);
-    s->scale_t = amp_full(AMP_SHAPE(), AMP_F32, s->o.init_scale);
-    return s->scale_t ? AMP_OK : amp_last_status();
+    const amp_backend *be = backend_of(dev);
+    amp_tensor *t = tensor_new_on(AMP_SHAPE(), AMP_F32, dev);
+    if (!t)
+        return amp_last_status();
+    amp_status rc = amp_tensor_fill(t, s->o.init_scale);
+    be_scaler_state *d = NULL;
+    if (rc == AMP_OK && !(d = be->alloc(sizeof *d)))
+        rc = amp_set_error(AMP_ERR_MEMORY, "scaler: out of %s memory for its state", be->name);
+    if (rc == AMP_OK)
+        rc = be->copy(d, dev, &s->host, AMP_CPU, sizeof *d);
+    if (rc != AMP_OK) {
+        amp_tensor_free(t);
+        if (d)
+            be->free(d);
+        return rc;
+    }
+    s->scale_t = t;
+    s->be = be;
+    s->st = d;
+    return AMP_OK;
 }
+
 
 static amp_status check_started(const amp_scaler *s, const char *fn)
 {
@@ -161,38 +252,14 @@ amp_tensor *amp_scaler_scale(amp_scaler *s, amp_tensor *loss)
 
 /* ---------------------------------------------------------- unscale */
 
-/* g *= inv (skipped when inv is exactly 1), returning whether any input
- * element was inf or NaN. The check reads the exponent bits, an integer OR
- * that the compiler vectorises. */
-static bool unscale_f32(float *g, size_t n, float inv)
+/* The backend's unscale of bufs[0..k) into found_inf (zeroed first). */
+static amp_status run_unscale(const amp_scaler *s, const be_buf *bufs, int k, float *found_inf)
 {
-    uint32_t bad = 0;
-    if (inv == 1.0f) {
-        for (size_t i = 0; i < n; i++) {
-            uint32_t b;
-            memcpy(&b, &g[i], 4);
-            bad |= (uint32_t)((b & 0x7F800000u) == 0x7F800000u);
-        }
-        return bad != 0;
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint32_t b;
-        memcpy(&b, &g[i], 4);
-        bad |= (uint32_t)((b & 0x7F800000u) == 0x7F800000u);
-        g[i] *= inv;
-    }
-    return bad != 0;
-}
-
-static bool unscale_bf16(uint16_t *g, size_t n, float inv)
-{
-    uint32_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        bad |= (uint32_t)((g[i] & 0x7F80u) == 0x7F80u);
-        if (inv != 1.0f)
-            g[i] = amp_f32_to_bf16(amp_bf16_to_f32(g[i]) * inv);
-    }
-    return bad != 0;
+    const float zero = 0.0f; /* a one-element fill: no copy from the host */
+    BACKEND_CALL(s->be, "scaler_unscale", fill, found_inf, 1, &zero, sizeof zero);
+    if (k > 0)
+        BACKEND_CALL(s->be, "scaler_unscale", unscale, bufs, k, tensor_f32(s->scale_t), found_inf);
+    return AMP_OK;
 }
 
 amp_status amp_scaler_unscale(amp_scaler *s, amp_optim *o)
@@ -212,8 +279,12 @@ amp_status amp_scaler_unscale(amp_scaler *s, amp_optim *o)
                              "update().");
     if (r->stage == STAGE_STEPPED)
         return amp_set_error(AMP_ERR_STATE, "unscale_() is being called after step().");
+    const int rec = (int)(r - s->recs);
+    if (rec >= BE_SCALER_MAX_RECORDS)
+        return amp_set_error(AMP_ERR_ARG, "scaler: more than %d optimizers in one iteration",
+                             BE_SCALER_MAX_RECORDS);
 
-    int n = amp_optim_num_params(o);
+    int n = amp_optim_num_params(o), k = 0;
     for (int i = 0; i < n; i++) {
         amp_tensor *g = amp_tensor_grad(amp_optim_param(o, i));
         if (g && g->dtype == AMP_F16)
@@ -221,38 +292,49 @@ amp_status amp_scaler_unscale(amp_scaler *s, amp_optim *o)
                                  "Attempting to unscale FP16 gradients. (parameter %d has an f16 "
                                  "gradient; keep f32 master parameters and let autocast cast them)",
                                  i);
-        if (g && tensor_on_cuda(g) != on_cuda(s))
+        if (g && tensor_device(g) != tensor_device(s->scale_t))
             return amp_set_error(AMP_ERR_DEVICE,
                                  "scaler: parameter %d's gradient is on %s but the scale was made on %s (one "
                                  "scaler per device)",
                                  i, amp_device_name(tensor_device(g)), amp_device_name(tensor_device(s->scale_t)));
     }
-    if (on_cuda(s))
-        return scaler_cuda_unscale(s, o, r);
-    /* FP32 division can be imprecise; PyTorch takes the reciprocal in FP64. */
-    float inv = (float)(1.0 / (double)scale_value(s));
-    bool found = false, any = false;
-    /* One pass per dtype group (f32, then bf16), as the fused kernel runs. */
-    for (int pass = 0; pass < 2; pass++) {
-        amp_dtype want = pass == 0 ? AMP_F32 : AMP_BF16;
-        for (int i = 0; i < n; i++) {
-            amp_tensor *g = amp_tensor_grad(amp_optim_param(o, i));
-            if (!g || g->dtype != want)
-                continue;
-            any = true;
-            if (want == AMP_F32)
-                found |= unscale_f32(tensor_f32(g), (size_t)g->numel, inv);
-            else
-                found |= unscale_bf16(tensor_ptr(g), (size_t)g->numel, inv);
-        }
+    be_buf *bufs = calloc((size_t)(n > 0 ? n : 1), sizeof *bufs);
+    if (!bufs)
+        return amp_set_error(AMP_ERR_MEMORY, "scaler: out of memory");
+    for (int i = 0; i < n; i++) {
+        amp_tensor *g = amp_tensor_grad(amp_optim_param(o, i));
+        if (g && (g->dtype == AMP_F32 || g->dtype == AMP_BF16))
+            bufs[k++] = (be_buf){tensor_ptr(g), g->numel, g->dtype};
     }
-    r->recorded = any;
-    r->found_inf = found;
+    amp_status st = run_unscale(s, bufs, k, &s->st->found_inf[rec]);
+    free(bufs);
+    if (st != AMP_OK)
+        return st;
+    r->recorded = k > 0;
     r->stage = STAGE_UNSCALED;
     return AMP_OK;
 }
 
 /* ------------------------------------------------------------ step */
+
+/* o's step, skipped by the optimizer itself when record rec's found_inf
+ * (in the backend's memory) is set, then counted there; *skipped needs
+ * the flag on the host (on a GPU, a synchronisation). */
+static amp_status guarded_step(amp_scaler *s, amp_optim *o, int rec, bool *skipped)
+{
+    float *found = &s->st->found_inf[rec];
+    amp_status st = optim_step_guarded(o, found);
+    if (st != AMP_OK)
+        return st;
+    BACKEND_CALL(s->be, "scaler_step", scaler_count, s->st, rec);
+    if (skipped) {
+        float f = 0;
+        if ((st = s->be->copy(&f, AMP_CPU, found, s->be->device, sizeof f)) != AMP_OK)
+            return st;
+        *skipped = f != 0.0f;
+    }
+    return AMP_OK;
+}
 
 amp_status amp_scaler_step(amp_scaler *s, amp_optim *o, bool *skipped)
 {
@@ -280,35 +362,23 @@ amp_status amp_scaler_step(amp_scaler *s, amp_optim *o, bool *skipped)
         return amp_set_error(AMP_ERR_STATE,
                              "No inf checks were recorded for this optimizer. (none of its "
                              "parameters has a gradient: did backward run?)");
-    amp_status st = AMP_OK;
-    if (on_cuda(s)) {
-        st = scaler_cuda_step(s, o, r, skipped);
-    } else if (r->found_inf) {
-        s->counts.skipped++;
-        if (skipped)
-            *skipped = true;
-    } else {
-        st = amp_optim_step(o);
-        s->counts.steps++;
-    }
+    amp_status st = guarded_step(s, o, (int)(r - s->recs), skipped);
     r->stage = STAGE_STEPPED;
     return st;
 }
 
 /* ----------------------------------------------------------- update */
 
-static void remember(amp_scaler *s, float old, float now)
-{
-    if (old == now)
-        return;
-    if (s->hist_len == HISTORY) {
-        memmove(s->hist, s->hist + 1, (HISTORY - 1) * sizeof s->hist[0]);
-        s->hist_len--;
-    }
-    s->hist[s->hist_len++] = (amp_scale_change){s->updates, old, now};
-}
-
 static void reset_records(amp_scaler *s) { s->n_recs = 0; }
+
+/* The backend's update rule over the records that unscale saw. */
+static amp_status run_update(amp_scaler *s, uint64_t records)
+{
+    be_scaler_opts co = {s->o.growth_factor, s->o.backoff_factor, s->o.min_scale, s->o.max_scale,
+                         s->o.growth_interval, s->o.hysteresis};
+    BACKEND_CALL(s->be, "scaler_update", scaler_update, tensor_f32(s->scale_t), s->st, records, co);
+    return AMP_OK;
+}
 
 amp_status amp_scaler_update(amp_scaler *s)
 {
@@ -318,48 +388,18 @@ amp_status amp_scaler_update(amp_scaler *s)
         return AMP_OK;
     if (check_started(s, "update") != AMP_OK)
         return AMP_ERR_STATE;
-    bool any = false, found = false;
-    for (int i = 0; i < s->n_recs; i++) {
-        any |= s->recs[i].recorded;
-        found |= s->recs[i].recorded && s->recs[i].found_inf;
-    }
-    if (!any)
+    uint64_t records = 0; /* unscale refuses records past BE_SCALER_MAX_RECORDS */
+    for (int i = 0; i < s->n_recs && i < BE_SCALER_MAX_RECORDS; i++)
+        if (s->recs[i].recorded)
+            records |= 1ull << i;
+    if (!records)
         return amp_set_error(AMP_ERR_STATE,
                              "No inf checks were recorded prior to update. (call "
                              "amp_scaler_step or amp_scaler_unscale first)");
-    if (on_cuda(s)) {
-        amp_status st = scaler_cuda_update(s);
-        tensor_bump(s->scale_t);
-        reset_records(s);
-        return st;
-    }
-    float old = scale_value(s), now = old;
-    /* The rule of PyTorch's _amp_update_scale_: products in double,
-     * stored as f32. */
-    if (found) {
-        s->tracker = 0;
-        if (--s->hysteresis_left <= 0) {
-            double b = (double)old * s->o.backoff_factor;
-            if (s->o.min_scale > 0 && b < s->o.min_scale)
-                b = s->o.min_scale;
-            now = (float)b;
-            s->hysteresis_left = 1; /* keep backing off until the scale grows again */
-        }
-    } else if (++s->tracker == s->o.growth_interval) {
-        double g = (double)old * s->o.growth_factor;
-        if (s->o.max_scale > 0 && g > s->o.max_scale)
-            g = s->o.max_scale;
-        float gf = (float)g;
-        if (isfinite(gf))
-            now = gf;
-        s->tracker = 0;
-        s->hysteresis_left = s->o.hysteresis > 1 ? s->o.hysteresis : 1;
-    }
-    set_scale(s, now);
-    remember(s, old, now);
-    s->updates++;
+    amp_status st = run_update(s, records);
+    tensor_bump(s->scale_t);
     reset_records(s);
-    return AMP_OK;
+    return st;
 }
 
 amp_status amp_scaler_update_to(amp_scaler *s, double new_scale)
@@ -373,14 +413,17 @@ amp_status amp_scaler_update_to(amp_scaler *s, double new_scale)
     if (!((float)new_scale > 0) || !isfinite((float)new_scale))
         return amp_set_error(AMP_ERR_ARG, "scaler_update: new_scale %g must be positive and finite as an f32",
                              new_scale);
-    if (on_cuda(s) && scaler_cuda_to_host(s) != AMP_OK)
-        return amp_last_status();
+    be_scaler_state st;
+    amp_status rc = pull(s, &st);
+    if (rc != AMP_OK)
+        return rc;
     float old = scale_value(s);
-    set_scale(s, (float)new_scale);
-    remember(s, old, (float)new_scale);
-    s->updates++;
+    if ((rc = set_scale(s, (float)new_scale)) != AMP_OK)
+        return rc;
+    remember(&st, old, (float)new_scale);
+    st.updates++;
     reset_records(s);
-    return on_cuda(s) ? scaler_cuda_from_host(s) : AMP_OK;
+    return push(s, &st);
 }
 
 /* -------------------------------------------------------- accessors */
@@ -397,11 +440,10 @@ double amp_scaler_get_backoff_factor(const amp_scaler *s) { return s ? s->o.back
 int64_t amp_scaler_get_growth_interval(const amp_scaler *s) { return s ? s->o.growth_interval : 0; }
 int64_t amp_scaler_get_growth_tracker(const amp_scaler *s)
 {
-    if (s && s->o.enabled && on_cuda(s)) {
-        cuda_scaler_state st;
-        return scaler_cuda_pull(s, &st) == AMP_OK ? st.tracker : 0;
-    }
-    return s && s->o.enabled ? s->tracker : 0;
+    be_scaler_state st;
+    if (!s || !s->o.enabled || pull(s, &st) != AMP_OK)
+        return 0;
+    return st.tracker;
 }
 void amp_scaler_set_growth_factor(amp_scaler *s, double f)
 {
@@ -460,13 +502,15 @@ amp_status amp_scaler_state_load(amp_scaler *s, amp_scaler_state st)
         return amp_set_error(AMP_ERR_ARG,
                              "scaler_state_load: growth tracker %lld is not below the growth interval %lld",
                              (long long)st.growth_tracker, (long long)st.growth_interval);
-    if (on_cuda(s) && scaler_cuda_to_host(s) != AMP_OK)
-        return amp_last_status();
+    be_scaler_state cur;
+    amp_status rc = pull(s, &cur);
+    if (rc != AMP_OK)
+        return rc;
     s->o = o;
-    s->tracker = st.growth_tracker;
-    if (s->scale_t)
-        set_scale(s, (float)st.scale);
-    return on_cuda(s) ? scaler_cuda_from_host(s) : AMP_OK;
+    cur.tracker = st.growth_tracker;
+    if (s->scale_t && (rc = set_scale(s, (float)st.scale)) != AMP_OK)
+        return rc;
+    return push(s, &cur);
 }
 
 amp_status scaler_counts_load(amp_scaler *s, amp_scaler_counts c)
@@ -476,40 +520,33 @@ amp_status scaler_counts_load(amp_scaler *s, amp_scaler_counts c)
     if (c.steps < 0 || c.skipped < 0)
         return amp_set_error(AMP_ERR_ARG, "scaler_counts_load: steps %lld and skipped %lld must be >= 0",
                              (long long)c.steps, (long long)c.skipped);
-    if (on_cuda(s) && scaler_cuda_to_host(s) != AMP_OK)
-        return amp_last_status();
-    s->counts = c;
-    return on_cuda(s) ? scaler_cuda_from_host(s) : AMP_OK;
+    be_scaler_state st;
+    amp_status rc = pull(s, &st);
+    if (rc != AMP_OK)
+        return rc;
+    st.steps = c.steps;
+    st.skipped = c.skipped;
+    return push(s, &st);
 }
 
 amp_scaler_counts amp_scaler_get_counts(const amp_scaler *s)
 {
-    if (s && on_cuda(s)) {
-        cuda_scaler_state st;
-        if (scaler_cuda_pull(s, &st) != AMP_OK)
-            return (amp_scaler_counts){0, 0};
-        return (amp_scaler_counts){st.steps, st.skipped};
-    }
-    return s ? s->counts : (amp_scaler_counts){0, 0};
+    be_scaler_state st;
+    if (!s || pull(s, &st) != AMP_OK)
+        return (amp_scaler_counts){0, 0};
+    return (amp_scaler_counts){st.steps, st.skipped};
 }
 
 int amp_scaler_history(const amp_scaler *s, amp_scale_change *out, int max)
 {
-    if (!s || !out || max <= 0)
+    be_scaler_state st;
+    if (!s || !out || max <= 0 || pull(s, &st) != AMP_OK)
         return 0;
-    if (on_cuda(s)) {
-        cuda_scaler_state st;
-        if (scaler_cuda_pull(s, &st) != AMP_OK)
-            return 0;
-        int len = (int)st.hist_len, n = len < max ? len : max;
-        for (int k = 0; k < n; k++) {
-            int j = len - n + k;
-            out[k] = (amp_scale_change){st.hist_update[j], st.hist_old[j], st.hist_new[j]};
-        }
-        return n;
+    int len = (int)st.hist_len, n = len < max ? len : max;
+    for (int k = 0; k < n; k++) {
+        int j = len - n + k;
+        out[k] = (amp_scale_change){st.hist_update[j], st.hist_old[j], st.hist_new[j]};
     }
-    int n = s->hist_len < max ? s->hist_len : max;
-    memcpy(out, s->hist + (s->hist_len - n), (size_t)n * sizeof *out);
     return n;
 }
 
@@ -520,21 +557,27 @@ amp_status amp_scaler_f16_health(const amp_scaler *s, const amp_tensor *param, i
         return amp_set_error(AMP_ERR_ARG, "scaler_f16_health: NULL argument");
     *underflow = *overflow = 0;
     const amp_tensor *g = param->grad;
-    if (!g)
+    if (!g || g->numel == 0)
         return AMP_OK;
-    amp_tensor *host = tensor_on_cuda(g) ? amp_to_device(g, AMP_CPU) : NULL; /* a diagnostic: may wait */
-    if (tensor_on_cuda(g) && !host)
-        return amp_last_status();
-    if (host)
-        g = host;
+    /* A diagnostic: the gradient copied to the host (on a GPU, a wait). */
+    const amp_backend *be = backend_of(tensor_device(g));
+    size_t nbytes = (size_t)g->numel * amp_dtype_size(g->dtype);
+    void *host = amp_alloc(nbytes);
+    if (!host)
+        return amp_set_error(AMP_ERR_MEMORY, "scaler_f16_health: out of memory");
+    amp_status rc = be->copy(host, AMP_CPU, tensor_ptr(g), tensor_device(g), nbytes);
+    if (rc != AMP_OK) {
+        amp_free(host);
+        return rc;
+    }
     double scale = amp_scaler_get_scale(s);
     for (int64_t i = 0; i < g->numel; i++) {
-        double v = fabs((double)load_f32(tensor_ptr(g), g->dtype, (size_t)i) * scale);
+        double v = fabs((double)load_f32(host, g->dtype, (size_t)i) * scale);
         if (v != 0 && v <= 0x1p-25)
             (*underflow)++;
         else if (v >= 65520.0)
             (*overflow)++;
     }
-    amp_tensor_free(host);
+    amp_free(host);
     return AMP_OK;
 }

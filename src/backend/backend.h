@@ -134,6 +134,41 @@ typedef struct {
 
 
 /* ==== types: section amp ============================================== */
+#define BE_SCALER_HISTORY 64
+#define BE_SCALER_MAX_RECORDS 64
+
+/* The grad scaler's state, in the memory of the backend it runs on (the
+ * scale itself is a 0-d f32 tensor beside it): what unscale, the guarded
+ * step and update read and write, so an iteration never waits for the
+ * device. The host copies it out (the backend's copy) when asked: the
+ * getters, update_to, state_load. Plain fixed-size fields: the same layout
+ * in C and C++. */
+typedef struct {
+    int64_t tracker;
+    int64_t hysteresis_left;
+    int64_t updates;
+    int64_t steps, skipped;
+    int64_t hist_len;
+    int64_t hist_update[BE_SCALER_HISTORY];
+    float hist_old[BE_SCALER_HISTORY];
+    float hist_new[BE_SCALER_HISTORY];
+    float found_inf[BE_SCALER_MAX_RECORDS]; /* per optimizer record: 0 or 1 */
+} be_scaler_state;
+
+/* The options the update rule needs (amp_scaler_opts). */
+typedef struct {
+    double growth_factor, backoff_factor, min_scale, max_scale;
+    int64_t growth_interval;
+    int hysteresis;
+} be_scaler_opts;
+
+/* One tensor's data in the backend's memory, as the multi-tensor
+ * primitives (unscale, clip_grad_norm) take a list of them. */
+typedef struct {
+    void *p;
+    int64_t n;
+    amp_dtype dt;
+} be_buf;
 /* ==== end types: section amp ========================================== */
 
 
@@ -280,9 +315,29 @@ typedef struct amp_backend {
 
 
     /* ==== section amp (scaler, optimizers, clip, non-finite checks) === */
-    /* (unscale + non-finite check, non-finite count, scaler_update,
-     * scaler_count, clip_grad_norm: the amp helper adds them here, shaped
-     * as cuda_backend.h's AMP kernels.) */
+    /* g[i] *= 1/scale for every buffer (f32 or bf16), the inverse computed
+     * in double from *scale and rounded to f32 (PyTorch's reciprocal); a
+     * factor of exactly 1 multiplies nothing. Sets *found_inf = 1 when any
+     * element was inf or NaN (the caller zeroes it first). */
+    amp_status (*unscale)(const be_buf *g, int n, const float *scale, float *found_inf);
+    /* *count = the inf/NaN elements among x[0..n) of a float dtype. */
+    amp_status (*count_nonfinite)(const void *x, amp_dtype dt, int64_t n, int64_t *count);
+    /* PyTorch's _amp_update_scale_: found = any st->found_inf[r] with bit
+     * r of records set; backs off (hysteresis, min_scale) or grows
+     * (growth_interval, max_scale) *scale, products in double stored as
+     * f32; keeps the tracker, the history and the update count in *st. */
+    amp_status (*scaler_update)(float *scale, be_scaler_state *st, uint64_t records, be_scaler_opts o);
+    /* After an optimizer step guarded by st->found_inf[rec]: st->steps++,
+     * or st->skipped++ when the flag is set. */
+    amp_status (*scaler_count)(be_scaler_state *st, int rec);
+    /* clip_grad_norm_ (norm 2) over g[0..n) (f32, f16, bf16): total =
+     * sqrt(sum of squares, in double), coef = max_norm / (total + 1e-6),
+     * and unless coef >= 1 every element *= (float)coef in f32, rounded
+     * once into its dtype (a NaN or inf total gives a NaN or 0 factor, as
+     * PyTorch). *total, in the backend's memory, gets the double; the _f32
+     * form gets (float) of it (a 0-d f32 tensor's data). */
+    amp_status (*clip_grad_norm)(const be_buf *g, int n, double max_norm, double *total);
+    amp_status (*clip_grad_norm_f32)(const be_buf *g, int n, double max_norm, float *total);
     /* ==== end section amp ============================================= */
 
 

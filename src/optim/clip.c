@@ -16,56 +16,20 @@
  * clip() below, which only delivers the total differently: as the double
  * itself, or rounded once to f32 into the tensor.
  *
- * CUDA gradients are clipped on the device (cuda_clip_grad_norm: the sum,
- * the factor and the multiply all run there, in the same arithmetic); the
- * only wait for the GPU is reading the total back, which the double
- * amp_clip_grad_norm returns needs and the tensor does not. All gradients
- * must be on one device.
+ * The clipping is the gradients' backend's clip_grad_norm primitive (the
+ * sum, the factor and the multiply all run there, in the same arithmetic
+ * on every backend); the total lands in the backend's memory. The only
+ * wait for a GPU is reading it back, which the double amp_clip_grad_norm
+ * returns needs and the tensor does not. All gradients must be on one
+ * device.
  */
-#include "backend/cuda/cuda_backend.h"
+#include "backend/backend.h"
 #include "base/base.h"
 #include "tensor/tensor.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-/* Adds the sum of g's squared elements to *acc; false when out of memory. */
-static bool sum_squares(const amp_tensor *g, double *acc)
-{
-    float *tmp = NULL;
-    const float *v = tensor_as_f32(g, &tmp);
-    if (!v)
-        return false;
-    double s = 0;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(amp_threads()) reduction(+ : s) if (g->numel > 32768)
-#endif
-    for (int64_t j = 0; j < g->numel; j++)
-        s += (double)v[j] * v[j];
-    amp_free(tmp);
-    *acc += s;
-    return true;
-}
-
-/* g *= coef in g's dtype (computing in f32, rounding once). */
-static amp_status scale(amp_tensor *g, float coef)
-{
-    if (g->dtype == AMP_F32) {
-        float *v = tensor_f32(g);
-        for (int64_t j = 0; j < g->numel; j++)
-            v[j] *= coef;
-        return AMP_OK;
-    }
-    float *tmp = NULL;
-    if (!tensor_as_f32(g, &tmp))
-        return AMP_ERR_MEMORY;
-    for (int64_t j = 0; j < g->numel; j++)
-        tmp[j] *= coef;
-    tensor_store_f32(g, tmp);
-    amp_free(tmp);
-    return AMP_OK;
-}
 
 /* The last error again, its message prefixed with "fn: ". */
 static amp_status prefixed(amp_status st, const char *fn)
@@ -75,34 +39,37 @@ static amp_status prefixed(amp_status st, const char *fn)
     return amp_set_error(st, "%s: %s", fn, why);
 }
 
-/* The CUDA path: every gradient of params[0..n) is on the device, at
- * least one exists. The total goes to *host (read back: the wait) or into
- * *out, a new 0-d f32 tensor on the device (no wait). */
-static amp_status clip_cuda(amp_tensor *const *params, int n, double max_norm, const char *fn, double *host,
-                            amp_tensor **out)
+/* Every gradient of params[0..n) is on dev, at least one exists. The
+ * total goes to *host (read back: on a GPU, the wait) or into *out, a new
+ * 0-d f32 tensor on dev (no wait). */
+static amp_status clip_on(amp_device dev, amp_tensor *const *params, int n, double max_norm, const char *fn,
+                          double *host, amp_tensor **out)
 {
-    cuda_buf *bufs = calloc((size_t)(n > 0 ? n : 1), sizeof *bufs);
+    const amp_backend *be = backend_of(dev);
+    if (host ? !be->clip_grad_norm : !be->clip_grad_norm_f32)
+        return backend_missing(be, fn, host ? "clip_grad_norm" : "clip_grad_norm_f32");
+    be_buf *bufs = calloc((size_t)(n > 0 ? n : 1), sizeof *bufs);
     if (!bufs)
         return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", fn);
     int k = 0;
     for (int i = 0; i < n; i++)
         if (params[i]->grad)
-            bufs[k++] = (cuda_buf){tensor_ptr(params[i]->grad), params[i]->grad->numel, params[i]->grad->dtype};
+            bufs[k++] = (be_buf){tensor_ptr(params[i]->grad), params[i]->grad->numel, params[i]->grad->dtype};
     amp_status st;
     if (host) {
-        double *dev_total = cuda_malloc(sizeof *dev_total); /* the total, on the device */
-        if (!dev_total) {
+        double *total = be->alloc(sizeof *total); /* the total, in the backend's memory */
+        if (!total) {
             free(bufs);
-            return amp_last_status(); /* cuda_malloc said why */
+            return amp_set_error(AMP_ERR_MEMORY, "%s: out of %s memory", fn, be->name);
         }
-        st = cuda_clip_grad_norm(bufs, k, max_norm, dev_total);
-        if (st == AMP_OK) /* the synchronisation point: the host needs the value */
-            st = cuda_copy(host, AMP_CPU, dev_total, AMP_CUDA, sizeof *host);
-        cuda_free(dev_total);
+        st = be->clip_grad_norm(bufs, k, max_norm, total);
+        if (st == AMP_OK) /* on a GPU, the synchronisation point: the host needs the value */
+            st = be->copy(host, AMP_CPU, total, dev, sizeof *host);
+        be->free(total);
     } else {
         /* made before anything changes: without memory, nothing is clipped */
-        amp_tensor *t = tensor_new_on(AMP_SHAPE(), AMP_F32, AMP_CUDA);
-        st = t ? cuda_clip_grad_norm_f32(bufs, k, max_norm, tensor_f32(t)) : amp_last_status();
+        amp_tensor *t = tensor_new_on(AMP_SHAPE(), AMP_F32, dev);
+        st = t ? be->clip_grad_norm_f32(bufs, k, max_norm, tensor_f32(t)) : amp_last_status();
         if (st == AMP_OK)
             *out = t;
         else
@@ -142,37 +109,16 @@ static amp_status clip(amp_tensor *const *params, int n, double max_norm, const 
                                  amp_device_name(tensor_device(params[i]->grad)));
         }
     }
-    if (first >= 0 && tensor_device(params[first]->grad) != AMP_CPU)
-        return clip_cuda(params, n, max_norm, fn, host, out);
-    amp_tensor *t = NULL; /* the result, made before anything changes */
-    if (!host) {
-        if (first < 0) /* no gradient: a zero where the parameters are (PyTorch: on the CPU) */
-            return (*out = tensor_zeros_on(AMP_SHAPE(), AMP_F32, n > 0 ? tensor_device(params[0]) : AMP_CPU))
-                       ? AMP_OK
-                       : prefixed(amp_last_status(), fn);
-        if (!(t = tensor_new(AMP_SHAPE(), AMP_F32)))
-            return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", fn);
-    }
-    double ss = 0;
-    for (int i = 0; i < n; i++)
-        if (params[i]->grad && !sum_squares(params[i]->grad, &ss)) {
-            amp_tensor_free(t);
-            return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", fn);
-        }
-    const double total = sqrt(ss), coef = max_norm / (total + 1e-6);
-    if (!(coef >= 1.0)) /* clamp(max=1): a factor of 1 changes nothing */
-        for (int i = 0; i < n; i++)
-            if (params[i]->grad && scale(params[i]->grad, (float)coef) != AMP_OK) {
-                amp_tensor_free(t);
-                return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", fn);
-            }
+    if (first >= 0)
+        return clip_on(tensor_device(params[first]->grad), params, n, max_norm, fn, host, out);
+    /* No gradient: a total of 0, as a zero tensor where the parameters are
+     * (PyTorch: on the CPU when there are none). */
     if (host) {
-        *host = total;
-    } else {
-        tensor_f32(t)[0] = (float)total;
-        *out = t;
+        *host = 0.0;
+        return AMP_OK;
     }
-    return AMP_OK;
+    *out = tensor_zeros_on(AMP_SHAPE(), AMP_F32, n > 0 ? tensor_device(params[0]) : AMP_CPU);
+    return *out ? AMP_OK : prefixed(amp_last_status(), fn);
 }
 
 double amp_clip_grad_norm(amp_tensor *const *params, int n, double max_norm)

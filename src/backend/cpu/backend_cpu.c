@@ -118,6 +118,12 @@ const amp_backend amp_backend_cpu = {
 
 
     /* ==== section amp ==== */
+    .unscale = cpu_unscale,
+    .count_nonfinite = cpu_count_nonfinite,
+    .scaler_update = cpu_scaler_update,
+    .scaler_count = cpu_scaler_count,
+    .clip_grad_norm = cpu_clip_grad_norm,
+    .clip_grad_norm_f32 = cpu_clip_grad_norm_f32,
     /* ==== end section amp ==== */
 
 

@@ -63,6 +63,13 @@ amp_status cpu_pool2d_backward(const be_pool_geom *g, const void *gy, amp_dtype 
 
 
 /* ==== section amp ==== */
+/* amp.c: the scaler, non-finite count and clip_grad_norm on host memory. */
+amp_status cpu_unscale(const be_buf *g, int n, const float *scale, float *found_inf);
+amp_status cpu_count_nonfinite(const void *x, amp_dtype dt, int64_t n, int64_t *count);
+amp_status cpu_scaler_update(float *scale, be_scaler_state *st, uint64_t records, be_scaler_opts o);
+amp_status cpu_scaler_count(be_scaler_state *st, int rec);
+amp_status cpu_clip_grad_norm(const be_buf *g, int n, double max_norm, double *total);
+amp_status cpu_clip_grad_norm_f32(const be_buf *g, int n, double max_norm, float *total);
 /* ==== end section amp ==== */
 
 

@@ -15,7 +15,8 @@
  * multi-tensor launch writes each chunk's sum of squares, one block adds
  * them and computes the factor on the device, one multi-tensor launch
  * applies it; nothing comes back to the host unless the caller reads the
- * total (a device double, or an f32 for amp_clip_grad_norm_tensor).
+ * total (a device double, or an f32 for amp_clip_grad_norm_tensor). And
+ * the count of a tensor's inf/NaN elements, into a device int64.
  *
  * Multi-tensor launches: the host lists the tensors (pointers, sizes,
  * dtypes) in a struct passed by value as a kernel argument, as PyTorch's
@@ -95,7 +96,7 @@ __device__ __forceinline__ mt_entry find_entry(const mt_list &l, int64_t b)
 /* The entries of the non-empty gradients g[0..n) into v; false with the
  * error set (naming `what` and the gradient) for a dtype other than f32 and
  * bf16 (and f16 when f16_ok). */
-static bool buf_entries(const cuda_buf *g, int n, bool f16_ok, const char *what, std::vector<mt_entry> &v)
+static bool buf_entries(const be_buf *g, int n, bool f16_ok, const char *what, std::vector<mt_entry> &v)
 {
     for (int i = 0; i < n; i++) {
         if (g[i].n <= 0)
@@ -142,7 +143,7 @@ __global__ void k_unscale(__grid_constant__ const mt_list l, const float *scale,
     }
 }
 
-extern "C" amp_status cuda_unscale(const cuda_buf *g, int n, const float *scale, float *found_inf)
+extern "C" amp_status cuda_unscale(const be_buf *g, int n, const float *scale, float *found_inf)
 {
     std::vector<mt_entry> v;
     if (!buf_entries(g, n, false, "cuda unscale", v))
@@ -230,7 +231,7 @@ __global__ void k_clip_scale(__grid_constant__ const mt_list l, const clip_coef 
 
 /* cuda_clip_grad_norm and cuda_clip_grad_norm_f32: the same launches, the
  * total written as a double or as an f32. */
-static amp_status clip_grad_norm(const cuda_buf *g, int n, double max_norm, double *total, float *total_f32)
+static amp_status clip_grad_norm(const be_buf *g, int n, double max_norm, double *total, float *total_f32)
 {
     std::vector<mt_entry> v;
     if (!buf_entries(g, n, true, "cuda clip_grad_norm", v))
@@ -274,24 +275,24 @@ static amp_status clip_grad_norm(const cuda_buf *g, int n, double max_norm, doub
     return st;
 }
 
-extern "C" amp_status cuda_clip_grad_norm(const cuda_buf *g, int n, double max_norm, double *total)
+extern "C" amp_status cuda_clip_grad_norm(const be_buf *g, int n, double max_norm, double *total)
 {
     return clip_grad_norm(g, n, max_norm, total, NULL);
 }
 
 /* As cuda_clip_grad_norm, the total written to the device float *total as
  * (float) of the double (amp_clip_grad_norm_tensor's 0-d f32 tensor). */
-extern "C" amp_status cuda_clip_grad_norm_f32(const cuda_buf *g, int n, double max_norm, float *total)
+extern "C" amp_status cuda_clip_grad_norm_f32(const be_buf *g, int n, double max_norm, float *total)
 {
     return clip_grad_norm(g, n, max_norm, NULL, total);
 }
 
 /* -------------------------------------------------------------- update */
 
-__global__ void k_scaler_update(float *scale, cuda_scaler_state *st, unsigned long long records, cuda_scaler_opts o)
+__global__ void k_scaler_update(float *scale, be_scaler_state *st, unsigned long long records, be_scaler_opts o)
 {
     bool found = false;
-    for (int r = 0; r < CUDA_SCALER_MAX_RECORDS; r++)
+    for (int r = 0; r < BE_SCALER_MAX_RECORDS; r++)
         if (((records >> r) & 1ull) && st->found_inf[r] != 0.0f)
             found = true;
     const float old = *scale;
@@ -317,8 +318,8 @@ __global__ void k_scaler_update(float *scale, cuda_scaler_state *st, unsigned lo
     }
     *scale = now;
     if (old != now) {
-        if (st->hist_len == CUDA_SCALER_HISTORY) {
-            for (int k = 1; k < CUDA_SCALER_HISTORY; k++) {
+        if (st->hist_len == BE_SCALER_HISTORY) {
+            for (int k = 1; k < BE_SCALER_HISTORY; k++) {
                 st->hist_update[k - 1] = st->hist_update[k];
                 st->hist_old[k - 1] = st->hist_old[k];
                 st->hist_new[k - 1] = st->hist_new[k];
@@ -333,13 +334,13 @@ __global__ void k_scaler_update(float *scale, cuda_scaler_state *st, unsigned lo
     st->updates++;
 }
 
-extern "C" amp_status cuda_scaler_update(float *scale, cuda_scaler_state *st, uint64_t records, cuda_scaler_opts o)
+extern "C" amp_status cuda_scaler_update(float *scale, be_scaler_state *st, uint64_t records, be_scaler_opts o)
 {
     k_scaler_update<<<1, 1, 0, cuda_stream()>>>(scale, st, (unsigned long long)records, o);
     return cuda_launched("scaler update kernel");
 }
 
-__global__ void k_scaler_count(cuda_scaler_state *st, int rec)
+__global__ void k_scaler_count(be_scaler_state *st, int rec)
 {
     if (st->found_inf[rec] != 0.0f)
         st->skipped++;
@@ -347,12 +348,40 @@ __global__ void k_scaler_count(cuda_scaler_state *st, int rec)
         st->steps++;
 }
 
-extern "C" amp_status cuda_scaler_count(cuda_scaler_state *st, int rec)
+extern "C" amp_status cuda_scaler_count(be_scaler_state *st, int rec)
 {
-    if (rec < 0 || rec >= CUDA_SCALER_MAX_RECORDS)
+    if (rec < 0 || rec >= BE_SCALER_MAX_RECORDS)
         return amp_set_error(AMP_ERR_ARG, "cuda scaler: record %d out of range", rec);
     k_scaler_count<<<1, 1, 0, cuda_stream()>>>(st, rec);
     return cuda_launched("scaler count kernel");
+}
+
+/* ------------------------------------------------- non-finite count */
+
+/* Each block counts its elements' inf/NaN (f16 and bf16 widen exactly) and
+ * adds its count to *count. */
+__global__ void k_count_nonfinite(const void *x, int dt, int64_t n, unsigned long long *count)
+{
+    __shared__ double scratch[32];
+    double c = 0; /* exact: a block counts far fewer than 2^53 */
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        c += !isfinite(ld_f32(x, dt, i));
+    c = block_sum(c, scratch);
+    if (threadIdx.x == 0 && c > 0)
+        atomicAdd(count, (unsigned long long)c);
+}
+
+extern "C" amp_status cuda_count_nonfinite(const void *x, amp_dtype dt, int64_t n, int64_t *count)
+{
+    if (dt != AMP_F32 && dt != AMP_F16 && dt != AMP_BF16)
+        return amp_set_error(AMP_ERR_DTYPE, "cuda count_nonfinite: dtype %s (f32, f16 or bf16 only)",
+                             amp_dtype_name(dt));
+    const int64_t zero = 0;
+    amp_status st = cuda_fill_pattern(count, 1, &zero, sizeof zero);
+    if (st != AMP_OK || n <= 0)
+        return st;
+    k_count_nonfinite<<<cuda_blocks(n), CUDA_THREADS, 0, cuda_stream()>>>(x, dt, n, (unsigned long long *)count);
+    return cuda_launched("count_nonfinite kernel");
 }
 
 /* ---------------------------------------------------------- optimizers */

@@ -73,6 +73,12 @@ const amp_backend amp_backend_cuda = {
 
 
     /* ==== section amp ==== */
+    .unscale = cuda_unscale,
+    .count_nonfinite = cuda_count_nonfinite,
+    .scaler_update = cuda_scaler_update,
+    .scaler_count = cuda_scaler_count,
+    .clip_grad_norm = cuda_clip_grad_norm,
+    .clip_grad_norm_f32 = cuda_clip_grad_norm_f32,
     /* ==== end section amp ==== */
 
 

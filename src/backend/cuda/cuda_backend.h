@@ -13,9 +13,11 @@
  * the thread's error set, naming the CUDA call and CUDA's message.
  *
  * Two groups:
- *   - the runtime, the dtype kernels and the AMP kernels are used by the
- *     core (tensor, scaler, optimizer): a build without CUDA gets stubs
- *     (stub.c) that report "ampc was built without CUDA";
+ *   - the runtime, the dtype kernels and the optimizer kernels are used by
+ *     the core (tensor, optimizer): a build without CUDA gets stubs
+ *     (stub.c) that report "ampc was built without CUDA"; the scaler's,
+ *     clip's and the non-finite count's kernels are reached only through
+ *     the backend's table (backend_cuda.c: its amp primitives);
  *   - the op kernels below "ops" are used only by src/ops/cuda/, which is
  *     compiled only with CUDA (AMPC_HAVE_CUDA).
  */
@@ -79,36 +81,14 @@ amp_status cuda_iota_i64(int64_t *dst, int64_t n);
 
 /* --------------------------------------------------------- AMP kernels */
 
-#define CUDA_SCALER_HISTORY 64
-#define CUDA_SCALER_MAX_RECORDS 64
-
-/* The grad scaler's state on the device (the scale itself is a 0-d f32
- * tensor beside it): what update() reads and writes, so an iteration needs
- * no host synchronisation. Plain fixed-size fields: the same layout in C
- * and C++. */
-typedef struct {
-    int64_t tracker;
-    int64_t hysteresis_left;
-    int64_t updates;
-    int64_t steps, skipped;
-    int64_t hist_len;
-    int64_t hist_update[CUDA_SCALER_HISTORY];
-    float hist_old[CUDA_SCALER_HISTORY];
-    float hist_new[CUDA_SCALER_HISTORY];
-    float found_inf[CUDA_SCALER_MAX_RECORDS]; /* per optimizer record: 0 or 1 */
-} cuda_scaler_state;
-
-/* A device tensor's data, as the multi-tensor kernels take it. */
-typedef struct {
-    void *p;
-    int64_t n;
-    amp_dtype dt;
-} cuda_buf;
+/* The grad scaler's state (be_scaler_state), a tensor list (be_buf) and
+ * the update's options (be_scaler_opts) are backend.h's types: the CUDA
+ * backend's table names these functions as its amp primitives. */
 
 /* g *= 1/scale for every buffer (f32 or bf16) in one launch, the inverse
  * computed on the device in double from *scale; sets *found_inf = 1 when
  * any element was inf or NaN (the caller zeroes it first). */
-amp_status cuda_unscale(const cuda_buf *g, int n, const float *scale, float *found_inf);
+amp_status cuda_unscale(const be_buf *g, int n, const float *scale, float *found_inf);
 
 /* clip_grad_norm on the device (src/optim/clip.c's semantics, PyTorch's
  * clip_grad_norm_ with norm_type 2): the sum of the squares of every
@@ -119,25 +99,22 @@ amp_status cuda_unscale(const cuda_buf *g, int n, const float *scale, float *fou
  * multiplied by (float)coef in f32 and rounded once into its dtype. A NaN
  * or inf total thus gives a NaN or 0 factor, as on the CPU. Three launches,
  * no host synchronisation: the caller reads *total when it needs it. */
-amp_status cuda_clip_grad_norm(const cuda_buf *g, int n, double max_norm, double *total);
+amp_status cuda_clip_grad_norm(const be_buf *g, int n, double max_norm, double *total);
 /* As cuda_clip_grad_norm, the total written to the device float *total as
  * (float) of the double (amp_clip_grad_norm_tensor's 0-d f32 tensor). */
-amp_status cuda_clip_grad_norm_f32(const cuda_buf *g, int n, double max_norm, float *total);
-
-/* The options the device update rule needs (amp_scaler_opts). */
-typedef struct {
-    double growth_factor, backoff_factor, min_scale, max_scale;
-    int64_t growth_interval;
-    int hysteresis;
-} cuda_scaler_opts;
+amp_status cuda_clip_grad_norm_f32(const be_buf *g, int n, double max_norm, float *total);
 
 /* PyTorch's _amp_update_scale_ on the device: found = any found_inf[r] with
  * bit r of records set; backs off or grows *scale, keeps tracker, history
  * and the update count in *st. */
-amp_status cuda_scaler_update(float *scale, cuda_scaler_state *st, uint64_t records, cuda_scaler_opts o);
+amp_status cuda_scaler_update(float *scale, be_scaler_state *st, uint64_t records, be_scaler_opts o);
 /* After an optimizer step guarded by st->found_inf[rec]: steps++ or
  * skipped++ on the device. */
-amp_status cuda_scaler_count(cuda_scaler_state *st, int rec);
+amp_status cuda_scaler_count(be_scaler_state *st, int rec);
+/* *count (a device int64) = the inf/NaN elements among x[0..n) (f32, f16
+ * or bf16): one launch and no host synchronisation (the caller copies the
+ * count out). */
+amp_status cuda_count_nonfinite(const void *x, amp_dtype dt, int64_t n, int64_t *count);
 
 /* The fused optimizers' parameter and options: backend.h's (the table
  * names cuda_sgd_step / cuda_adam_step as its sgd_step / adam_step). */

@@ -67,36 +67,6 @@ amp_status cuda_iota_i64(int64_t *dst, int64_t n)
     return unavailable();
 }
 
-amp_status cuda_clip_grad_norm(const cuda_buf *g, int n, double max_norm, double *total)
-{
-    (void)g, (void)n, (void)max_norm, (void)total;
-    return unavailable();
-}
-
-amp_status cuda_clip_grad_norm_f32(const cuda_buf *g, int n, double max_norm, float *total)
-{
-    (void)g, (void)n, (void)max_norm, (void)total;
-    return unavailable();
-}
-
-amp_status cuda_unscale(const cuda_buf *g, int n, const float *scale, float *found_inf)
-{
-    (void)g, (void)n, (void)scale, (void)found_inf;
-    return unavailable();
-}
-
-amp_status cuda_scaler_update(float *scale, cuda_scaler_state *st, uint64_t records, cuda_scaler_opts o)
-{
-    (void)scale, (void)st, (void)records, (void)o;
-    return unavailable();
-}
-
-amp_status cuda_scaler_count(cuda_scaler_state *st, int rec)
-{
-    (void)st, (void)rec;
-    return unavailable();
-}
-
 amp_status cuda_sgd_step(const cuda_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
                          cuda_sgd_opts o)
 {

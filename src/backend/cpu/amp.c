@@ -1,0 +1,244 @@
+/*
+ * amp.c - the CPU backend's AMP primitives (backend.h, section amp): the
+ * grad scaler's unscale + inf/NaN check, its update rule and step count,
+ * the count of non-finite elements, and clip_grad_norm, on host memory.
+ *
+ * These are the loops src/amp/scaler.c, src/amp/nonfinite.c and
+ * src/optim/clip.c ran themselves before the backend interface, moved
+ * unchanged: the same arithmetic in the same order, so the scale, the
+ * counters, the clip totals and the gradients are bit for bit what they
+ * were. The CUDA backend's kernels (cuda/amp.cu) follow the same formulas.
+ */
+#include "backend/cpu/cpu_backend.h"
+#include "base/base.h"
+#include "dtype/dtype.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ unscale */
+
+/* g *= inv (skipped when inv is exactly 1), returning whether any input
+ * element was inf or NaN. The check reads the exponent bits, an integer OR
+ * that the compiler vectorises. */
+static bool unscale_f32(float *g, size_t n, float inv)
+{
+    uint32_t bad = 0;
+    if (inv == 1.0f) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t b;
+            memcpy(&b, &g[i], 4);
+            bad |= (uint32_t)((b & 0x7F800000u) == 0x7F800000u);
+        }
+        return bad != 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &g[i], 4);
+        bad |= (uint32_t)((b & 0x7F800000u) == 0x7F800000u);
+        g[i] *= inv;
+    }
+    return bad != 0;
+}
+
+static bool unscale_bf16(uint16_t *g, size_t n, float inv)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        bad |= (uint32_t)((g[i] & 0x7F80u) == 0x7F80u);
+        if (inv != 1.0f)
+            g[i] = amp_f32_to_bf16(amp_bf16_to_f32(g[i]) * inv);
+    }
+    return bad != 0;
+}
+
+amp_status cpu_unscale(const be_buf *g, int n, const float *scale, float *found_inf)
+{
+    for (int i = 0; i < n; i++)
+        if (g[i].n > 0 && g[i].dt != AMP_F32 && g[i].dt != AMP_BF16)
+            return amp_set_error(AMP_ERR_DTYPE, "unscale: gradient %d has dtype %s (f32 or bf16 only)", i,
+                                 amp_dtype_name(g[i].dt));
+    /* FP32 division can be imprecise; PyTorch takes the reciprocal in FP64. */
+    const float inv = (float)(1.0 / (double)*scale);
+    bool found = false;
+    /* One pass per dtype group (f32, then bf16), as the fused kernel runs. */
+    for (int pass = 0; pass < 2; pass++) {
+        amp_dtype want = pass == 0 ? AMP_F32 : AMP_BF16;
+        for (int i = 0; i < n; i++) {
+            if (g[i].dt != want || g[i].n <= 0)
+                continue;
+            if (want == AMP_F32)
+                found |= unscale_f32(g[i].p, (size_t)g[i].n, inv);
+            else
+                found |= unscale_bf16(g[i].p, (size_t)g[i].n, inv);
+        }
+    }
+    if (found)
+        *found_inf = 1.0f;
+    return AMP_OK;
+}
+
+/* -------------------------------------------------- non-finite count */
+
+amp_status cpu_count_nonfinite(const void *x, amp_dtype dt, int64_t n, int64_t *count)
+{
+    /* f16 / bf16 widen exactly, inf and NaN included. */
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += !isfinite(load_f32(x, dt, (size_t)i));
+    *count = bad;
+    return AMP_OK;
+}
+
+/* ---------------------------------------------------- scaler update */
+
+/* Appends a change of the scale to the history (the oldest one dropped
+ * when it is full). */
+static void remember(be_scaler_state *st, float old, float now)
+{
+    if (old == now)
+        return;
+    if (st->hist_len == BE_SCALER_HISTORY) {
+        memmove(st->hist_update, st->hist_update + 1, (BE_SCALER_HISTORY - 1) * sizeof st->hist_update[0]);
+        memmove(st->hist_old, st->hist_old + 1, (BE_SCALER_HISTORY - 1) * sizeof st->hist_old[0]);
+        memmove(st->hist_new, st->hist_new + 1, (BE_SCALER_HISTORY - 1) * sizeof st->hist_new[0]);
+        st->hist_len--;
+    }
+    st->hist_update[st->hist_len] = st->updates;
+    st->hist_old[st->hist_len] = old;
+    st->hist_new[st->hist_len] = now;
+    st->hist_len++;
+}
+
+amp_status cpu_scaler_update(float *scale, be_scaler_state *st, uint64_t records, be_scaler_opts o)
+{
+    bool found = false;
+    for (int r = 0; r < BE_SCALER_MAX_RECORDS; r++)
+        if (((records >> r) & 1u) && st->found_inf[r] != 0.0f)
+            found = true;
+    const float old = *scale;
+    float now = old;
+    /* The rule of PyTorch's _amp_update_scale_: products in double,
+     * stored as f32. */
+    if (found) {
+        st->tracker = 0;
+        if (--st->hysteresis_left <= 0) {
+            double b = (double)old * o.backoff_factor;
+            if (o.min_scale > 0 && b < o.min_scale)
+                b = o.min_scale;
+            now = (float)b;
+            st->hysteresis_left = 1; /* keep backing off until the scale grows again */
+        }
+    } else if (++st->tracker == o.growth_interval) {
+        double g = (double)old * o.growth_factor;
+        if (o.max_scale > 0 && g > o.max_scale)
+            g = o.max_scale;
+        float gf = (float)g;
+        if (isfinite(gf))
+            now = gf;
+        st->tracker = 0;
+        st->hysteresis_left = o.hysteresis > 1 ? o.hysteresis : 1;
+    }
+    *scale = now;
+    remember(st, old, now);
+    st->updates++;
+    return AMP_OK;
+}
+
+amp_status cpu_scaler_count(be_scaler_state *st, int rec)
+{
+    if (rec < 0 || rec >= BE_SCALER_MAX_RECORDS)
+        return amp_set_error(AMP_ERR_ARG, "scaler count: record %d out of range", rec);
+    if (st->found_inf[rec] != 0.0f)
+        st->skipped++;
+    else
+        st->steps++;
+    return AMP_OK;
+}
+
+/* ----------------------------------------------------- clip_grad_norm */
+
+/* g's n elements as f32: g itself, or a converted copy in *tmp (NULL when
+ * out of memory). */
+static const float *as_f32(const be_buf *g, float **tmp)
+{
+    *tmp = NULL;
+    if (g->dt == AMP_F32)
+        return g->p;
+    *tmp = amp_alloc((size_t)g->n * sizeof(float));
+    if (*tmp)
+        amp_convert(g->p, g->dt, *tmp, AMP_F32, (size_t)g->n);
+    return *tmp;
+}
+
+/* Adds the sum of g's squared elements to *acc; false when out of memory. */
+static bool sum_squares(const be_buf *g, double *acc)
+{
+    float *tmp = NULL;
+    const float *v = as_f32(g, &tmp);
+    if (!v)
+        return false;
+    double s = 0;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(amp_threads()) reduction(+ : s) if (g->n > 32768)
+#endif
+    for (int64_t j = 0; j < g->n; j++)
+        s += (double)v[j] * v[j];
+    amp_free(tmp);
+    *acc += s;
+    return true;
+}
+
+/* g *= coef in g's dtype (computing in f32, rounding once); false when out
+ * of memory. */
+static bool scale_by(const be_buf *g, float coef)
+{
+    if (g->dt == AMP_F32) {
+        float *v = g->p;
+        for (int64_t j = 0; j < g->n; j++)
+            v[j] *= coef;
+        return true;
+    }
+    float *tmp = NULL;
+    if (!as_f32(g, &tmp))
+        return false;
+    for (int64_t j = 0; j < g->n; j++)
+        tmp[j] *= coef;
+    amp_convert(tmp, AMP_F32, g->p, g->dt, (size_t)g->n);
+    amp_free(tmp);
+    return true;
+}
+
+/* Both forms: the total to *total (a double) or *total_f32 (rounded once),
+ * whichever is not NULL. */
+static amp_status clip(const be_buf *g, int n, double max_norm, double *total, float *total_f32)
+{
+    for (int i = 0; i < n; i++)
+        if (g[i].n > 0 && g[i].dt != AMP_F32 && g[i].dt != AMP_F16 && g[i].dt != AMP_BF16)
+            return amp_set_error(AMP_ERR_DTYPE, "gradient %d has dtype %s (f32, f16 or bf16 only)", i,
+                                 amp_dtype_name(g[i].dt));
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        if (!sum_squares(&g[i], &ss))
+            return amp_set_error(AMP_ERR_MEMORY, "out of memory");
+    const double t = sqrt(ss), coef = max_norm / (t + 1e-6);
+    if (!(coef >= 1.0)) /* clamp(max=1): a factor of 1 changes nothing */
+        for (int i = 0; i < n; i++)
+            if (!scale_by(&g[i], (float)coef))
+                return amp_set_error(AMP_ERR_MEMORY, "out of memory");
+    if (total)
+        *total = t;
+    if (total_f32)
+        *total_f32 = (float)t;
+    return AMP_OK;
+}
+
+amp_status cpu_clip_grad_norm(const be_buf *g, int n, double max_norm, double *total)
+{
+    return clip(g, n, max_norm, total, NULL);
+}
+
+amp_status cpu_clip_grad_norm_f32(const be_buf *g, int n, double max_norm, float *total)
+{
+    return clip(g, n, max_norm, NULL, total);
+}
