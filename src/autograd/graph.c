@@ -14,7 +14,6 @@
 #include "autograd/graph.h"
 #include "backend/backend.h"
 #include "base/base.h"
-#include "ops/ops.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -66,7 +65,7 @@ amp_status amp_tensor_set_requires_grad(amp_tensor *t, bool on)
     if (t->grad_fn)
         return amp_set_error(AMP_ERR_STATE,
                              "set_requires_grad: only leaf tensors can be set (this one was made by %s)",
-                             op_table[t->grad_fn->op].name);
+                             t->grad_fn->name);
     if (on && !amp_dtype_is_float(t->dtype))
         return amp_set_error(AMP_ERR_DTYPE, "set_requires_grad: dtype %s cannot have a gradient",
                              amp_dtype_name(t->dtype));
@@ -156,7 +155,7 @@ static amp_status topo_order(node *root, node_vec *order)
                 st = amp_set_error(AMP_ERR_STATE,
                                    "backward: the graph through %s was already freed by an earlier "
                                    "backward",
-                                   op_table[c->op].name);
+                                   c->name);
                 break;
             }
             c->mark = visiting;
@@ -193,7 +192,7 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
         return amp_set_error(AMP_ERR_STATE,
                              "backward: the graph through %s was already freed by an earlier "
                              "backward (PyTorch's retain_graph is not supported)",
-                             op_table[root->op].name);
+                             root->name);
 
     node_vec order = {0};
     amp_status st = topo_order(root, &order);
@@ -211,7 +210,7 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
             st = amp_set_error(AMP_ERR_MEMORY, "backward: out of memory");
             break;
         }
-        st = op_table[n->op].backward(n, n->grad, gin);
+        st = n->backward(n, n->grad, gin);
         for (int i = 0; i < n->n_in; i++) {
             amp_tensor *x = n->in[i];
             if (st == AMP_OK && gin[i] && x->requires_grad) {

@@ -22,8 +22,15 @@ typedef struct op_params {
     double f[4];
 } op_params;
 
+struct node;
+/* Fills gin[i] with the gradient of input i from gout (the op layer's
+ * backward for the node's op; see ops/ops.h). */
+typedef amp_status (*node_backward_fn)(struct node *n, const amp_tensor *gout, amp_tensor **gin);
+
 typedef struct node {
     int op;
+    const char *name;          /* the op's name, for messages */
+    node_backward_fn backward; /* set by the op layer when it records the node */
     int refcount;
     bool needs_grad;  /* forward saves what backward needs only if set */
     bool freed;       /* backward has run and released the saved state */

@@ -173,6 +173,8 @@ amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p)
         return amp_fail_null(AMP_ERR_MEMORY, "%s: out of memory", op_table[op].name);
     }
     n->op = op;
+    n->name = op_table[op].name;
+    n->backward = op_table[op].backward;
     n->refcount = 1;
     n->n_in = n_in;
     n->in = ins;
