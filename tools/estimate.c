@@ -23,7 +23,7 @@
  * most all of this holds at once (the table shows the gradients at the
  * end of backward and, as workspace, what the peak holds beyond that).
  * What each op keeps follows ops/: a Linear or Conv2d followed by a ReLU
- * is one op keeping its output (cuda runs the relu apart); under autocast
+ * is one op keeping its output; under autocast
  * a lowered op's non-leaf input is cast by a `to` node (a copy, with a
  * gradient), a weight once per forward (the cast cache); layer_norm keeps
  * mean and rstd [rows] f32, attention its log-sum-exp [B, heads, T] f32,
@@ -262,7 +262,7 @@ static void cross_entropy(tape *t, int64_t rows, int64_t classes, int es)
 }
 
 /* conv2d 3x3 pad 1 (stride 1), [N, C, H, W] -> [N, O, H, W], its relu
- * fused on the CPU. Backward first masks dY by the relu (a copy), then
+ * fused. Backward first masks dY by the relu (a copy), then on the CPU
  * runs oneDNN's passes where it takes them (conv.c, onednn_conv.c: all
  * but bf16 with fewer than 8 input channels), whose inputs in a blocked
  * layout are copied into scratch (dY always here, x for the weight pass
@@ -278,7 +278,7 @@ static void conv3x3(tape *t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t
     result(t, N * O * H * W, *es, true);
     if (t->cuda) {
         /* backend/cuda/conv.c: im2col workspace for as many images as fit
-         * in 256 MiB; the relu a separate op */
+         * in 256 MiB, beside the relu-masked dY */
         const double ces = *es, ckk = (double)C * 9, l = (double)H * (double)W, budget = 256.0 * 1024 * 1024;
         double per = t->eval ? ckk * l * ces + (double)O * l * 4
                              : (double)O * l * ces + ckk * l * ces + (in_grad ? ckk * l * 4 : 0);
@@ -287,9 +287,7 @@ static void conv3x3(tape *t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t
         double ws = t->eval ? ckk * l * ces * cnt + (double)O * l * 4 * cnt
                             : (cnt > 1 ? (double)O * l * ces * cnt : 0) + ckk * l * ces * cnt +
                                   (in_grad ? ckk * l * 4 * cnt : 0) + (*es != 4 ? (double)O * ckk * 4 : 0);
-        work(t, blk(t, (uint64_t)ws));
-        op(t);
-        result(t, N * O * H * W, *es, true);
+        work(t, blk(t, (uint64_t)ws) + (t->eval ? 0 : bytes_of(t, N * O * H * W, *es)));
         return;
     }
     const int64_t nx = N * C * H * W, ny = N * O * H * W, nw = O * C * 9;

@@ -64,20 +64,12 @@ static void prefix_error(const amp_module *seq, int i, const amp_module *child)
 
 /* A Linear or Conv2d followed by a ReLU runs as one op, the relu fused
  * into the product's epilogue (same values and gradients, one pass over
- * the activations less each way): Linear on every device (on CUDA: the
- * bias in the cuBLASLt GEMM, then ampc's relu kernel), Conv2d on the CPU
- * only (its CUDA forward has no fused form). */
-static bool fusable(const amp_module *c, const amp_tensor *x)
-{
-    return amp_tensor_device(x) == AMP_CPU || strcmp(c->kind, "linear") == 0;
-}
-
+ * the activations less each way), on every device. */
 static amp_tensor *sequential_forward(amp_module *m, amp_tensor *x)
 {
     for (int i = 0; i < m->n_children && x; i++) {
         amp_module *c = m->children[i];
-        bool fuse = c->forward_relu && i + 1 < m->n_children && module_is_relu(m->children[i + 1]) &&
-                    fusable(c, x);
+        bool fuse = c->forward_relu && i + 1 < m->n_children && module_is_relu(m->children[i + 1]);
         amp_tensor *y = fuse ? c->forward_relu(c, x) : amp_module_forward(c, x);
         if (!y && amp_last_status() != AMP_OK)
             prefix_error(m, i, c);

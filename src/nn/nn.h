@@ -24,7 +24,7 @@ struct amp_module {
     const char *kind;          /* "linear", "sequential", ... (static string) */
     module_forward_fn forward;
     /* forward followed by relu in one op, for a sequential that has this
-     * module then a ReLU (linear, conv2d; NULL elsewhere). CPU only. */
+     * module then a ReLU (linear, conv2d; NULL elsewhere). */
     module_forward_fn forward_relu;
     bool training;             /* PyTorch's default: modules start in training mode */
     amp_module *parent;        /* the container that owns this module, or NULL */

@@ -9,13 +9,10 @@
 
 #include "ampc.h"
 
-/* linear / conv2d followed by relu as one op (the relu is an epilogue of
- * the GEMM or convolution: a oneDNN post-op, or a pass over the result of
- * ampc's own kernels). The values and gradients equal those of the two ops
- * in sequence. op_linear_relu runs on the CPU and on CUDA (the bias as a
- * cuBLASLt epilogue there, the relu ampc's kernel); op_conv2d_relu on the
- * CPU only. nn's sequential uses
- * them for Linear / Conv2d followed by ReLU. */
+/* linear / conv2d followed by relu as one op (the relu is an epilogue the
+ * backend applies after the GEMM or convolution, on every backend). The
+ * values and gradients equal those of the two ops in sequence. nn's
+ * sequential uses them for Linear / Conv2d followed by ReLU. */
 amp_tensor *op_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias);
 amp_tensor *op_conv2d_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding);
 
