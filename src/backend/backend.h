@@ -217,6 +217,11 @@ typedef struct amp_backend {
      * forward and backward, for the inputs' dtypes in dts[0..n). */
     bool (*supports_op)(int op, const amp_dtype *dts, int n);
 
+    /* Whether autocast may lower to target (f16 or bf16) on this device:
+     * AMP_OK, or the error that refuses the region (a GPU without bf16).
+     * NULL: every 16-bit dtype is fine. */
+    amp_status (*autocast_check)(amp_dtype target);
+
     /* ---- memory ----------------------------------------------------- */
     /* From the backend's (caching) allocator; NULL + AMP_ERR_MEMORY. */
     void *(*alloc)(size_t nbytes);

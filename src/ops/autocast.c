@@ -17,7 +17,7 @@
  * has neither check).
  */
 #include "ops/ops.h"
-#include "backend/cuda/cuda_backend.h"
+#include "backend/backend.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -97,12 +97,11 @@ amp_status amp_autocast_begin_ex(amp_device dev, amp_dtype dt, bool enabled, boo
                  amp_dtype_name(target));
         enabled = false;
     }
-    /* PyTorch refuses cuda bf16 autocast on a GPU without bf16 support. */
-    if (enabled && dev == AMP_CUDA && target == AMP_BF16 && amp_cuda_available() && !amp_cuda_bf16_supported())
-        return amp_set_error(AMP_ERR_DEVICE,
-                             "autocast_begin: this GPU (compute capability %d.%d) does not support bf16 (8.0 or "
-                             "more needed); use f16",
-                             cuda_compute_capability() / 10, cuda_compute_capability() % 10);
+    /* The device may refuse a 16-bit dtype (PyTorch refuses cuda bf16
+     * autocast on a GPU without bf16 support). */
+    const amp_backend *be = backend_of(dev);
+    if (enabled && be->autocast_check && be->available() && be->autocast_check(target) != AMP_OK)
+        return amp_last_status();
     saved[depth++] = cur;
     cur.enabled[dev] = enabled;
     if (target == AMP_F16 || target == AMP_BF16)

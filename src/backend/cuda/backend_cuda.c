@@ -7,12 +7,24 @@
  */
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "base/base.h"
 
 static bool cuda_available(void) { return cuda_device_count() > 0; }
 
 #ifdef AMPC_HAVE_CUDA
 
 _Static_assert(CEW_COUNT == (int)AMP_PW_COUNT, "cuda_ew_op mirrors amp_pw_op (TRANSITION: goes with src/ops/cuda)");
+
+static amp_status cuda_autocast_check(amp_dtype target)
+{
+    int cc = cuda_compute_capability();
+    if (target == AMP_BF16 && cc < 80)
+        return amp_set_error(AMP_ERR_DEVICE,
+                             "autocast_begin: this GPU (compute capability %d.%d) does not support bf16 (8.0 or more "
+                             "needed); use f16",
+                             cc / 10, cc % 10);
+    return AMP_OK;
+}
 
 static bool cuda_supports_op(int op, const amp_dtype *dts, int n)
 {
@@ -26,6 +38,7 @@ const amp_backend amp_backend_cuda = {
     .available = cuda_available,
     .unavailable_reason = cuda_unavailable_reason,
     .supports_op = cuda_supports_op,
+    .autocast_check = cuda_autocast_check,
 
     .alloc = cuda_malloc,
     .free = cuda_free,
