@@ -79,23 +79,7 @@ amp_tensor *cu_sum_forward(node *n);
 amp_tensor *cu_mean_forward(node *n);
 amp_status cu_sum_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
 amp_status cu_mean_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_tensor *cu_mse_loss_forward(node *n);
-amp_status cu_mse_loss_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
 amp_tensor *cu_argmax_forward(node *n);
-
-/* nn.c */
-amp_tensor *cu_softmax_forward(node *n);
-amp_tensor *cu_log_softmax_forward(node *n);
-amp_status cu_softmax_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_status cu_log_softmax_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_tensor *cu_cross_entropy_forward(node *n);
-amp_status cu_cross_entropy_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_tensor *cu_layer_norm_forward(node *n);
-amp_status cu_layer_norm_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_tensor *cu_embedding_forward(node *n);
-amp_status cu_embedding_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_tensor *cu_dropout_forward(node *n);
-amp_status cu_dropout_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
 
 /* linalg.c */
 amp_tensor *cu_matmul_forward(node *n);
