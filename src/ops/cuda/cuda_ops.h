@@ -6,10 +6,7 @@
  * Each function here is the CUDA twin of the CPU one in src/ops: the same
  * checks and error messages (they run on the host, on shapes and dtypes),
  * the same result shapes and dtypes, the same saved tensors' meaning; the
- * element work goes to src/backend/cuda through cuda_backend.h. Two checks
- * that would need the data (class labels and embedding indices in range)
- * cannot run on the host without waiting for the GPU: out-of-range values
- * give NaN results instead of an error.
+ * element work goes to src/backend/cuda through cuda_backend.h.
  *
  * Compiled only with CUDA (AMPC_HAVE_CUDA).
  */
@@ -79,6 +76,8 @@ amp_tensor *cu_sum_forward(node *n);
 amp_tensor *cu_mean_forward(node *n);
 amp_status cu_sum_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
 amp_status cu_mean_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
+amp_tensor *cu_mse_loss_forward(node *n);
+amp_status cu_mse_loss_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
 amp_tensor *cu_argmax_forward(node *n);
 
 /* linalg.c */

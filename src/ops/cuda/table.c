@@ -38,6 +38,7 @@ const op_device_fns op_cuda_fns[OP_COUNT] = {
     [OP_LINEAR] = {cu_linear_forward, cu_linear_backward},
     [OP_SUM] = {cu_sum_forward, cu_sum_backward},
     [OP_MEAN] = {cu_mean_forward, cu_mean_backward},
+    [OP_MSE_LOSS] = {cu_mse_loss_forward, cu_mse_loss_backward},
     [OP_CONV2D] = {cu_conv2d_forward, cu_conv2d_backward},
     [OP_MAX_POOL2D] = {cu_max_pool2d_forward, cu_max_pool2d_backward},
     [OP_AVG_POOL2D] = {cu_avg_pool2d_forward, cu_avg_pool2d_backward},
