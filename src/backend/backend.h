@@ -48,14 +48,6 @@ typedef struct {
     int64_t st[BE_PW_MAX_IN][BE_MAX_DIMS];
 } be_pw_plan;
 
-/* A reduction: the kept dims (sizes, input strides) index the outputs in
- * order; the reduced dims (sizes, input strides) are what each one sums. */
-typedef struct {
-    int nk, nr;
-    int64_t kd[BE_MAX_DIMS], ks[BE_MAX_DIMS];
-    int64_t rd[BE_MAX_DIMS], rs[BE_MAX_DIMS];
-} be_reduce_plan;
-
 /* ==== types: section linalg ========================================== */
 /* What gemm applies to the f32 product before its one rounding. */
 typedef enum {
@@ -154,9 +146,12 @@ typedef struct amp_backend {
     /* dst[i] += src[i] in dst's dtype (f32 arithmetic, one rounding):
      * autograd's gradient accumulation. */
     amp_status (*accumulate)(void *dst, amp_dtype ddt, const void *src, amp_dtype sdt, int64_t n);
-    /* out[j] = scale * sum (in double), rounded into odt. */
-    amp_status (*reduce_sum)(const void *x, amp_dtype xdt, const be_reduce_plan *plan, double scale, void *out,
-                             amp_dtype odt);
+    /* out (out_n elements, odt) = scale * the sum (in double) of the
+     * contiguous x of the given shape over the dims whose bit is set in
+     * mask, the kept dims' elements in order; fixed summation order (the
+     * same bits whatever the number of threads). */
+    amp_status (*reduce_sum)(const void *x, amp_dtype xdt, amp_shape shape, unsigned mask, double scale, void *out,
+                             amp_dtype odt, int64_t out_n);
     /* [outer, len, inner] -> i64 index of the largest along len (first
      * wins; a NaN wins). */
     amp_status (*argmax)(const void *x, amp_dtype dt, int64_t outer, int64_t len, int64_t inner, int64_t *out);

@@ -41,4 +41,16 @@ int amp_threads(void);
  * or without OpenMP): which per-thread scratch slice a kernel uses. */
 int amp_thread_num(void);
 
+/* OpenMP pragmas that vanish (without an unknown-pragma warning) when the
+ * library is built without OpenMP. */
+#ifdef _OPENMP
+#define OMP_PRAGMA(x) _Pragma(#x)
+#else
+#define OMP_PRAGMA(x)
+#endif
+
+/* Elements of work below which a kernel stays on one thread: under this,
+ * waking threads costs more than it saves. */
+#define EW_PARALLEL_MIN 32768
+
 #endif

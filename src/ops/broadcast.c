@@ -13,6 +13,7 @@
 #include "ops/infer.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 bool bcast_shapes(amp_shape a, amp_shape b, amp_shape *out)
 {
@@ -346,15 +347,61 @@ amp_tensor *reduce_sum(const ew_arg *x, unsigned mask, double scale, amp_shape o
     return out;
 }
 
+/* ------------------------------------------------- over the backend */
+
+amp_tensor *op_pointwise(amp_pw_op op, amp_shape shape, amp_dtype dt, amp_device dev, const ew_arg *in, int nin,
+                         float s0)
+{
+    const amp_backend *be = backend_of(dev);
+    if (!be->pointwise) {
+        backend_missing(be, "pointwise", "pointwise");
+        return NULL;
+    }
+    amp_tensor *out = tensor_new_on(shape, dt, dev);
+    if (!out)
+        return NULL;
+    be_pw_plan p;
+    amp_shape shapes[BE_PW_MAX_IN];
+    const void *ptr[BE_PW_MAX_IN];
+    amp_dtype dts[BE_PW_MAX_IN];
+    for (int k = 0; k < nin; k++) {
+        shapes[k] = in[k].shape;
+        ptr[k] = in[k].data;
+        dts[k] = in[k].dt;
+    }
+    memset(&p, 0, sizeof p);
+    p.nd = bcast_plan(shape, shapes, nin, p.d, p.st);
+    if (out->numel > 0 && be->pointwise(op, tensor_ptr(out), dt, out->numel, nin, ptr, dts, &p, s0) != AMP_OK) {
+        amp_tensor_free(out);
+        return NULL;
+    }
+    return out;
+}
+
+amp_tensor *op_reduce_sum(const ew_arg *x, amp_device dev, unsigned mask, double scale, amp_shape out_shape,
+                          amp_dtype dt)
+{
+    const amp_backend *be = backend_of(dev);
+    if (!be->reduce_sum) {
+        backend_missing(be, "sum", "reduce_sum");
+        return NULL;
+    }
+    amp_tensor *out = tensor_new_on(out_shape, dt, dev);
+    if (out && be->reduce_sum(x->data, x->dt, x->shape, mask, scale, tensor_ptr(out), dt, out->numel) != AMP_OK) {
+        amp_tensor_free(out);
+        return NULL;
+    }
+    return out;
+}
+
 amp_tensor *sum_to_shape(const amp_tensor *g, amp_shape small, amp_dtype dt, double scale)
 {
     ew_arg a = ew_arg_of(g);
     if (shape_equal(g->shape, small)) {
         if (scale == 1.0)
-            return ew_convert(g, dt);
-        float s = (float)scale;
-        return ew_new(small, dt, &a, 1, ew_scale, &s);
+            return tensor_convert(g, dt);
+        return op_pointwise(AMP_PW_MUL_S, small, dt, tensor_device(g), &a, 1, (float)scale);
     }
     const unsigned mask = sum_to_shape_mask(g->shape, small);
-    return reduce_sum(&a, mask, scale, small, dt);
+    return op_reduce_sum(&a, tensor_device(g), mask, scale, small, dt);
 }

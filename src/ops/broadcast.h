@@ -19,18 +19,6 @@
 #include "backend/backend.h"
 #include "ops/ops.h"
 
-/* OpenMP pragmas that vanish (without an unknown-pragma warning) when the
- * library is built without OpenMP. */
-#ifdef _OPENMP
-#define OMP_PRAGMA(x) _Pragma(#x)
-#else
-#define OMP_PRAGMA(x)
-#endif
-
-/* Elements of work below which a kernel stays on one thread: under this,
- * waking threads costs more than it saves. */
-#define EW_PARALLEL_MIN 32768
-
 /* Most operands an elementwise kernel takes. */
 #define EW_MAX_IN 4
 

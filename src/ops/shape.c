@@ -4,21 +4,12 @@
  * cat, and to (the differentiable dtype cast autocast relies on).
  *
  * Every tensor is contiguous, so reshape can share its input's storage,
- * while permute must copy. The permute kernel first merges dims that stay
- * neighbours and drops size-1 dims, then copies either contiguous runs
- * (when the last dim keeps its place) or 2-D tiles, so that both the reads
- * and the writes stay within a few cache lines for any ndim.
+ * while permute must copy (the backend's permute, given the output's dims
+ * and each one's stride into the input) and cat copies slices (the
+ * backend's copy_2d, converting dtypes on the way).
  */
 #include "ops/broadcast.h"
 #include "ops/infer.h"
-
-#include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-/* Below this many elements a kernel runs on one thread. */
-#define PAR_MIN_WORK 32768
 
 /* -------------------------------------------------------------- reshape */
 
@@ -42,118 +33,22 @@ amp_status reshape_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 
 /* -------------------------------------------------------------- permute */
 
-/* One element type's tile and run loops, for element sizes 2, 4 and 8. */
-#define DEFINE_TILE(T)                                                                            \
-    static void tile_##T(const T *src, T *dst, int64_t a0, int64_t a1, int64_t b0, int64_t b1,      \
-                         int64_t sa_in, int64_t sb_in, int64_t sa_out)                              \
-    {                                                                                             \
-        for (int64_t a = a0; a < a1; a++)                                                         \
-            for (int64_t b = b0; b < b1; b++)                                                     \
-                dst[a * sa_out + b] = src[a * sa_in + b * sb_in];                                 \
-    }
-DEFINE_TILE(uint16_t)
-DEFINE_TILE(uint32_t)
-DEFINE_TILE(uint64_t)
-
-/* dst (contiguous, dims permuted: dst dim k is src dim perm[k]) from src
- * (contiguous, shape in), elements of es bytes. */
-static void permute_copy(const void *src, amp_shape in, const int *perm, void *dst, size_t es)
+/* dst (x's shape permuted by perm: dst dim k is x's dim perm[k]) from x,
+ * on x's device. */
+static amp_status permute_into(const amp_tensor *x, const int *perm, amp_tensor *dst, const char *who)
 {
-    const int64_t total = shape_numel(in);
-    if (total == 0)
-        return;
-    int64_t istr[AMP_MAX_DIMS], s = 1;
-    for (int d = in.ndim - 1; d >= 0; d--) {
+    int64_t istr[AMP_MAX_DIMS], od[AMP_MAX_DIMS], ist[AMP_MAX_DIMS], s = 1;
+    for (int d = x->shape.ndim - 1; d >= 0; d--) {
         istr[d] = s;
-        s *= in.d[d];
+        s *= x->shape.d[d];
     }
-    /* Output dims with their strides into src, merged where two output
-     * neighbours are neighbours in src too, size-1 dims dropped. */
-    int m = 0;
-    int64_t sz[AMP_MAX_DIMS], is[AMP_MAX_DIMS], os[AMP_MAX_DIMS];
-    for (int k = 0; k < in.ndim; k++) {
-        int64_t size = in.d[perm[k]], stride = istr[perm[k]];
-        if (size == 1)
-            continue;
-        if (m > 0 && is[m - 1] == stride * size) {
-            sz[m - 1] *= size;
-            is[m - 1] = stride;
-        } else {
-            sz[m] = size;
-            is[m] = stride;
-            m++;
-        }
+    for (int k = 0; k < x->shape.ndim; k++) {
+        od[k] = x->shape.d[perm[k]];
+        ist[k] = istr[perm[k]];
     }
-    if (m == 0 || (m == 1 && is[0] == 1)) {
-        memcpy(dst, src, (size_t)total * es);
-        return;
-    }
-    s = 1;
-    for (int k = m - 1; k >= 0; k--) {
-        os[k] = s;
-        s *= sz[k];
-    }
-    const char *sp = src;
-    char *dp = dst;
-    if (is[m - 1] == 1) {
-        /* The last dim keeps its place: contiguous runs. */
-        const int64_t run = sz[m - 1], outer = total / run;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(amp_threads()) if (total > PAR_MIN_WORK)
-#endif
-        for (int64_t o = 0; o < outer; o++) {
-            int64_t rem = o, off = 0;
-            for (int k = m - 2; k >= 0; k--) {
-                off += (rem % sz[k]) * is[k];
-                rem /= sz[k];
-            }
-            memcpy(dp + (size_t)(o * run) * es, sp + (size_t)off * es, (size_t)run * es);
-        }
-        return;
-    }
-    /* Tiles over two dims: the output's last (contiguous in dst) and the
-     * one with the smallest stride into src (contiguous there when src's
-     * last dim is not size 1). The other dims index the tile batch. */
-    int kc = 0;
-    for (int k = 1; k < m - 1; k++)
-        if (is[k] < is[kc])
-            kc = k;
-    int q = 0;
-    int64_t qsz[AMP_MAX_DIMS], qis[AMP_MAX_DIMS], qos[AMP_MAX_DIMS];
-    for (int k = 0; k < m - 1; k++)
-        if (k != kc) {
-            qsz[q] = sz[k];
-            qis[q] = is[k];
-            qos[q] = os[k];
-            q++;
-        }
-    enum { T = 32 };
-    const int64_t A = sz[kc], B = sz[m - 1], ta = (A + T - 1) / T, tb = (B + T - 1) / T;
-    const int64_t units = (total / (A * B)) * ta * tb;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(amp_threads()) if (total > PAR_MIN_WORK)
-#endif
-    for (int64_t u = 0; u < units; u++) {
-        int64_t o = u / (ta * tb), t = u % (ta * tb), ioff = 0, ooff = 0;
-        for (int k = q - 1; k >= 0; k--) {
-            ioff += (o % qsz[k]) * qis[k];
-            ooff += (o % qsz[k]) * qos[k];
-            o /= qsz[k];
-        }
-        const int64_t a0 = (t / tb) * T, b0 = (t % tb) * T;
-        const int64_t a1 = a0 + T < A ? a0 + T : A, b1 = b0 + T < B ? b0 + T : B;
-        const char *s0 = sp + (size_t)ioff * es;
-        char *d0 = dp + (size_t)ooff * es;
-        if (es == 2)
-            tile_uint16_t((const uint16_t *)(const void *)s0, (uint16_t *)(void *)d0, a0, a1, b0, b1,
-                          is[kc], is[m - 1], os[kc]);
-        else if (es == 4)
-            tile_uint32_t((const uint32_t *)(const void *)s0, (uint32_t *)(void *)d0, a0, a1, b0, b1,
-                          is[kc], is[m - 1], os[kc]);
-        else
-            tile_uint64_t((const uint64_t *)(const void *)s0, (uint64_t *)(void *)d0, a0, a1, b0, b1,
-                          is[kc], is[m - 1], os[kc]);
-    }
+    BACKEND_CALL(backend_of(tensor_device(x)), who, permute, tensor_ptr(x), tensor_ptr(dst),
+                 amp_dtype_size(x->dtype), x->shape.ndim, od, ist);
+    return AMP_OK;
 }
 
 amp_tensor *permute_forward(node *n)
@@ -165,9 +60,11 @@ amp_tensor *permute_forward(node *n)
     amp_shape s = x->shape;
     for (int k = 0; k < s.ndim; k++)
         s.d[k] = x->shape.d[perm[k]];
-    amp_tensor *out = tensor_new(s, x->dtype);
-    if (out)
-        permute_copy(tensor_ptr(x), x->shape, perm, tensor_ptr(out), amp_dtype_size(x->dtype));
+    amp_tensor *out = tensor_new_on(s, x->dtype, tensor_device(x));
+    if (out && permute_into(x, perm, out, op_name(n)) != AMP_OK) {
+        amp_tensor_free(out);
+        return NULL;
+    }
     return out;
 }
 
@@ -181,11 +78,10 @@ amp_status permute_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
         return amp_last_status();
     for (int k = 0; k < gout->shape.ndim; k++)
         inv[perm[k]] = k;
-    gin[0] = tensor_new(n->in[0]->shape, gout->dtype);
+    gin[0] = tensor_new_on(n->in[0]->shape, gout->dtype, tensor_device(gout));
     if (!gin[0])
         return amp_last_status();
-    permute_copy(tensor_ptr(gout), gout->shape, inv, tensor_ptr(gin[0]), amp_dtype_size(gout->dtype));
-    return AMP_OK;
+    return permute_into(gout, inv, gin[0], op_name(n));
 }
 
 /* ------------------------------------------------------------------ cat */
@@ -206,25 +102,25 @@ amp_tensor *cat_forward(node *n)
     int dim;
     if (!cat_infer(n, &s, &dt, &dim))
         return NULL;
-    amp_tensor *out = tensor_new(s, dt);
+    amp_device dev = tensor_device(n->in[0]);
+    const amp_backend *be = backend_of(dev);
+    amp_tensor *out = tensor_new_on(s, dt, dev);
     if (!out)
         return NULL;
-    const int64_t outer = out->numel ? shape_numel(s) / inner_from(out, dim) : 0;
     const int64_t inner_out = inner_from(out, dim);
-    const size_t eo = amp_dtype_size(dt);
-    char *dp = tensor_ptr(out);
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(amp_threads()) if (out->numel > PAR_MIN_WORK && outer > 1)
-#endif
-    for (int64_t o = 0; o < outer; o++) {
-        int64_t off = 0;
-        for (int i = 0; i < n->n_in; i++) {
-            const amp_tensor *t = n->in[i];
-            const int64_t inner = inner_from(t, dim);
-            const char *sp = (const char *)tensor_ptr(t) + (size_t)(o * inner) * amp_dtype_size(t->dtype);
-            amp_convert(sp, t->dtype, dp + (size_t)(o * inner_out + off) * eo, dt, (size_t)inner);
-            off += inner;
-        }
+    const int64_t outer = out->numel ? out->numel / inner_out : 0;
+    int64_t off = 0;
+    amp_status st = be->copy_2d ? AMP_OK : backend_missing(be, op_name(n), "copy_2d");
+    for (int i = 0; i < n->n_in && st == AMP_OK; i++) {
+        const amp_tensor *t = n->in[i];
+        const int64_t inner = inner_from(t, dim);
+        if (outer > 0 && inner > 0)
+            st = be->copy_2d(tensor_ptr(t), t->dtype, inner, 0, tensor_ptr(out), dt, inner_out, off, outer, inner);
+        off += inner;
+    }
+    if (st != AMP_OK) {
+        amp_tensor_free(out);
+        return NULL;
     }
     return out;
 }
@@ -235,22 +131,19 @@ amp_status cat_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
     const int dim = shape_dim(gout->shape.ndim, (int)n->p.i[0]);
     const int64_t inner_out = inner_from(gout, dim);
     const int64_t outer = inner_out ? gout->numel / inner_out : 0;
-    const size_t eg = amp_dtype_size(gout->dtype);
+    const amp_backend *be = backend_of(tensor_device(gout));
     int64_t off = 0;
     for (int i = 0; i < n->n_in; i++) {
         const amp_tensor *t = n->in[i];
         const int64_t inner = inner_from(t, dim);
         if (in_needs_grad(n, i)) {
-            amp_tensor *g = tensor_new(t->shape, t->dtype);
+            amp_tensor *g = tensor_new_on(t->shape, t->dtype, tensor_device(gout));
             if (!g)
                 return amp_last_status();
-            const size_t es = amp_dtype_size(t->dtype);
-            const char *sp = tensor_ptr(gout);
-            char *dp = tensor_ptr(g);
-            for (int64_t o = 0; o < outer; o++)
-                amp_convert(sp + (size_t)(o * inner_out + off) * eg, gout->dtype,
-                            dp + (size_t)(o * inner) * es, t->dtype, (size_t)inner);
             gin[i] = g;
+            if (outer > 0 && inner > 0)
+                BACKEND_CALL(be, op_name(n), copy_2d, tensor_ptr(gout), gout->dtype, inner_out, off, tensor_ptr(g),
+                             t->dtype, inner, 0, outer, inner);
         }
         off += inner;
     }
@@ -264,7 +157,7 @@ amp_tensor *to_forward(node *n)
     const amp_dtype dt = (amp_dtype)n->p.i[0];
     if ((unsigned)dt >= AMP_DTYPE_COUNT)
         return amp_fail_null(AMP_ERR_DTYPE, "%s: invalid dtype %d", op_name(n), (int)dt);
-    return ew_convert(n->in[0], dt);
+    return tensor_convert(n->in[0], dt);
 }
 
 /* The gradient goes back in the input's dtype; a cast to or from an
@@ -274,6 +167,6 @@ amp_status to_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
     const amp_tensor *x = n->in[0];
     if (!in_needs_grad(n, 0) || !amp_dtype_is_float(x->dtype) || !amp_dtype_is_float(gout->dtype))
         return AMP_OK;
-    gin[0] = ew_convert(gout, x->dtype);
+    gin[0] = tensor_convert(gout, x->dtype);
     return gin[0] ? AMP_OK : amp_last_status();
 }

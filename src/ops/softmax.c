@@ -161,26 +161,6 @@ amp_status cross_entropy_backward(node *n, const amp_tensor *gout, amp_tensor **
 
 /* --------------------------------------------------------------- mse_loss */
 
-static void k_sqdiff(float *out, const float *const *in, int64_t n, const void *ctx)
-{
-    (void)ctx;
-    const float *restrict a = in[0], *restrict b = in[1];
-    float *restrict o = out;
-    for (int64_t j = 0; j < n; j++) {
-        float d = a[j] - b[j];
-        o[j] = d * d;
-    }
-}
-
-/* ctx = {norm, g}: norm * (a - b) * g, PyTorch's mse_loss_backward. */
-static void k_mse_grad(float *out, const float *const *in, int64_t n, const void *ctx)
-{
-    const float *restrict a = in[0], *restrict b = in[1];
-    float *restrict o = out, norm = ((const float *)ctx)[0], g = ((const float *)ctx)[1];
-    for (int64_t j = 0; j < n; j++)
-        o[j] = norm * (a[j] - b[j]) * g;
-}
-
 /* mean((a - b)^2) as a 0-d tensor of the promoted dtype; the squares are
  * f32, their sum double. */
 amp_tensor *mse_loss_forward(node *n)
@@ -188,29 +168,31 @@ amp_tensor *mse_loss_forward(node *n)
     if (!mse_loss_infer(n))
         return NULL;
     const amp_tensor *a = n->in[0], *b = n->in[1];
+    const amp_device dev = tensor_device(a);
     ew_arg args[2] = {ew_arg_of(a), ew_arg_of(b)};
-    amp_tensor *sq = ew_new(a->shape, AMP_F32, args, 2, k_sqdiff, NULL);
+    amp_tensor *sq = op_pointwise(AMP_PW_SQDIFF, a->shape, AMP_F32, dev, args, 2, 0.0f);
     if (!sq)
         return NULL;
     ew_arg s = ew_arg_of(sq);
     unsigned all = (1u << a->shape.ndim) - 1u;
-    amp_tensor *out = reduce_sum(&s, all, 1.0 / (double)a->numel, (amp_shape){0, {0}},
-                                 promote_float(a->dtype, b->dtype));
+    amp_tensor *out = op_reduce_sum(&s, dev, all, 1.0 / (double)a->numel, (amp_shape){0, {0}},
+                                    promote_float(a->dtype, b->dtype));
     amp_tensor_free(sq);
     return out;
 }
 
-/* d/da = 2/numel * (a - b) * g, d/db = 2/numel * (b - a) * g, each in its
- * input's dtype. */
+/* d/da = 2/numel * (a - b) * g, d/db = 2/numel * (b - a) * g (PyTorch's
+ * mse_loss_backward), each in its input's dtype; g, the loss's 0-d
+ * gradient, is read where it lives. */
 amp_status mse_loss_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 {
     const amp_tensor *a = n->in[0];
-    float ctx[2] = {(float)(2.0 / (double)a->numel), load_f32(tensor_ptr(gout), gout->dtype, 0)};
+    const float norm = (float)(2.0 / (double)a->numel);
     for (int i = 0; i < 2; i++) {
         if (!in_needs_grad(n, i))
             continue;
-        ew_arg args[2] = {ew_arg_of(n->in[i]), ew_arg_of(n->in[1 - i])};
-        if (!(gin[i] = ew_new(a->shape, n->in[i]->dtype, args, 2, k_mse_grad, ctx)))
+        ew_arg args[3] = {ew_arg_of(n->in[i]), ew_arg_of(n->in[1 - i]), {tensor_ptr(gout), gout->dtype, {0, {0}}}};
+        if (!(gin[i] = op_pointwise(AMP_PW_MSE_GRAD, a->shape, n->in[i]->dtype, tensor_device(a), args, 3, norm)))
             return fail_status();
     }
     return AMP_OK;

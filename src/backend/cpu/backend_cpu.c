@@ -39,12 +39,6 @@ static amp_status cpu_fill(void *dst, int64_t n, const void *elem, size_t elem_s
     return AMP_OK;
 }
 
-static amp_status cpu_convert(const void *src, amp_dtype sdt, void *dst, amp_dtype ddt, int64_t n)
-{
-    amp_convert(src, sdt, dst, ddt, (size_t)n);
-    return AMP_OK;
-}
-
 static amp_status cpu_iota_i64(int64_t *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -73,6 +67,12 @@ const amp_backend amp_backend_cpu = {
     .empty_cache = amp_memory_empty_cache,
 
     /* ==== section pointwise ==== */
+    .pointwise = cpu_pointwise,
+    .accumulate = cpu_accumulate,
+    .reduce_sum = cpu_reduce_sum,
+    .argmax = cpu_argmax,
+    .permute = cpu_permute,
+    .copy_2d = cpu_copy_2d,
     /* ==== end section pointwise ==== */
 
 

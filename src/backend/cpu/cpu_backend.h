@@ -9,6 +9,17 @@
 #include "backend/backend.h"
 
 /* ==== section pointwise ==== */
+/* pointwise.c */
+amp_status cpu_pointwise(amp_pw_op op, void *out, amp_dtype odt, int64_t n, int nin, const void *const *in,
+                         const amp_dtype *idt, const be_pw_plan *plan, float s0);
+amp_status cpu_convert(const void *src, amp_dtype sdt, void *dst, amp_dtype ddt, int64_t n);
+amp_status cpu_accumulate(void *dst, amp_dtype ddt, const void *src, amp_dtype sdt, int64_t n);
+amp_status cpu_reduce_sum(const void *x, amp_dtype xdt, amp_shape shape, unsigned mask, double scale, void *out,
+                          amp_dtype odt, int64_t out_n);
+amp_status cpu_argmax(const void *x, amp_dtype dt, int64_t outer, int64_t len, int64_t inner, int64_t *out);
+amp_status cpu_permute(const void *src, void *dst, size_t elem_size, int nd, const int64_t *od, const int64_t *ist);
+amp_status cpu_copy_2d(const void *src, amp_dtype sdt, int64_t sld, int64_t soff, void *dst, amp_dtype ddt,
+                       int64_t dld, int64_t doff, int64_t rows, int64_t cols);
 /* ==== end section pointwise ==== */
 
 

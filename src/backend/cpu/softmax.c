@@ -12,7 +12,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "base/base.h"
 #include "dtype/dtype.h"
-#include "ops/simd.h"
+#include "backend/cpu/simd.h"
 
 #include <math.h>
 #include <string.h>

@@ -12,6 +12,8 @@ static bool cuda_available(void) { return cuda_device_count() > 0; }
 
 #ifdef AMPC_HAVE_CUDA
 
+_Static_assert(CEW_COUNT == (int)AMP_PW_COUNT, "cuda_ew_op mirrors amp_pw_op (TRANSITION: goes with src/ops/cuda)");
+
 static bool cuda_supports_op(int op, const amp_dtype *dts, int n)
 {
     (void)op, (void)dts, (void)n;
@@ -37,6 +39,12 @@ const amp_backend amp_backend_cuda = {
     .empty_cache = cuda_empty_cache,
 
     /* ==== section pointwise ==== */
+    .pointwise = cuda_ew,
+    .accumulate = cuda_accumulate,
+    .reduce_sum = cuda_reduce_sum_dims,
+    .argmax = cuda_argmax,
+    .permute = cuda_permute,
+    .copy_2d = cuda_copy_2d,
     /* ==== end section pointwise ==== */
 
 

@@ -23,6 +23,7 @@
 #define AMPC_CUDA_BACKEND_H
 
 #include "ampc.h"
+#include "backend/backend.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -177,8 +178,8 @@ amp_status cuda_adam_step(const cuda_param *p, int n, int64_t *steps, int n_coun
  * contiguous unless strides are given; float kernels compute in f32 (sums
  * in double) and round once into the output dtype. */
 
-#define CUDA_EW_MAX_IN 4
-#define CUDA_MAX_DIMS 8
+#define CUDA_EW_MAX_IN BE_PW_MAX_IN
+#define CUDA_MAX_DIMS BE_MAX_DIMS
 
 /* The pointwise formulas (a = input 0, b = input 1, c = input 2, s0 / s1 the
  * scalars). */
@@ -201,17 +202,12 @@ typedef enum {
     CEW_COUNT
 } cuda_ew_op;
 
-/* The output's shape (nd dims of d) and each input's element strides
- * along it (0 where the input is broadcast). */
-typedef struct {
-    int nd;
-    int64_t d[CUDA_MAX_DIMS];
-    int64_t st[CUDA_EW_MAX_IN][CUDA_MAX_DIMS];
-} cuda_ew_plan;
+/* The pointwise plan is the backend interface's (backend.h). */
+typedef be_pw_plan cuda_ew_plan;
 
 /* out[i] = op(in...) for the n elements of the contiguous output. */
-amp_status cuda_ew(cuda_ew_op op, void *out, amp_dtype odt, int64_t n, int nin, const void *const *in,
-                   const amp_dtype *idt, const cuda_ew_plan *plan, float s0);
+amp_status cuda_ew(amp_pw_op op, void *out, amp_dtype odt, int64_t n, int nin, const void *const *in,
+                   const amp_dtype *idt, const be_pw_plan *plan, float s0);
 /* In place: dst[i] += src[i] in dst's dtype (f32 arithmetic, one rounding). */
 amp_status cuda_accumulate(void *dst, amp_dtype ddt, const void *src, amp_dtype sdt, int64_t n);
 
@@ -225,6 +221,10 @@ typedef struct {
 /* out[j] = scale * sum (in double), rounded into odt. */
 amp_status cuda_reduce_sum(const void *x, amp_dtype xdt, const cuda_reduce_plan *plan, double scale, void *out,
                            amp_dtype odt);
+/* The backend's reduce_sum: the plan of a contiguous x of shape summed
+ * over the dims in mask (size-1 dims dropped, neighbours merged). */
+amp_status cuda_reduce_sum_dims(const void *x, amp_dtype xdt, amp_shape shape, unsigned mask, double scale, void *out,
+                                amp_dtype odt, int64_t out_n);
 
 /* Softmax / log_softmax of x seen as [outer, len, inner] along len. */
 amp_status cuda_softmax(const void *x, amp_dtype xdt, void *y, amp_dtype ydt, int64_t outer, int64_t len,

@@ -90,6 +90,44 @@ extern "C" amp_status cuda_reduce_sum(const void *x, amp_dtype xdt, const cuda_r
     return cuda_launched("sum kernel");
 }
 
+/* Appends a dim to a run list, merging it into the last one when the two
+ * are neighbours in memory. */
+static void push_dim(int *n, int64_t *d, int64_t *s, int64_t size, int64_t stride)
+{
+    if (*n > 0 && s[*n - 1] == stride * size) {
+        d[*n - 1] *= size;
+        s[*n - 1] = stride;
+        return;
+    }
+    d[*n] = size;
+    s[*n] = stride;
+    (*n)++;
+}
+
+extern "C" amp_status cuda_reduce_sum_dims(const void *x, amp_dtype xdt, amp_shape shape, unsigned mask, double scale,
+                                           void *out, amp_dtype odt, int64_t out_n)
+{
+    (void)out_n; /* the kept dims' product */
+    cuda_reduce_plan p;
+    memset(&p, 0, sizeof p);
+    int64_t st[CUDA_MAX_DIMS], s = 1;
+    for (int i = shape.ndim - 1; i >= 0; i--) {
+        st[i] = s;
+        s *= shape.d[i];
+    }
+    /* A zero-size reduced dim makes every output a sum of nothing (0, or
+     * NaN for a mean, as the CPU's). */
+    for (int i = 0; i < shape.ndim; i++) {
+        if (shape.d[i] == 1)
+            continue;
+        if ((mask >> i) & 1u)
+            push_dim(&p.nr, p.rd, p.rs, shape.d[i], st[i]);
+        else
+            push_dim(&p.nk, p.kd, p.ks, shape.d[i], st[i]);
+    }
+    return cuda_reduce_sum(x, xdt, &p, scale, out, odt);
+}
+
 /* ------------------------------------------------------------- softmax */
 
 /* One block per [len] slice of [outer, len, inner]; element d of row r is

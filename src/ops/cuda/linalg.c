@@ -122,7 +122,7 @@ static amp_status pointwise(cuda_ew_op op, amp_tensor *y, const amp_tensor *x)
     const void *in[1] = {tensor_ptr(x)};
     const amp_dtype dt[1] = {x->dtype};
     cuda_ew_plan p = flat_plan(y->numel, 1);
-    return cuda_ew(op, tensor_ptr(y), y->dtype, y->numel, 1, in, dt, &p, 0.0f);
+    return cuda_ew((amp_pw_op)op, tensor_ptr(y), y->dtype, y->numel, 1, in, dt, &p, 0.0f);
 }
 
 /* t [rows, out] = x wᵀ + bias: the bias as a cuBLASLt epilogue (one

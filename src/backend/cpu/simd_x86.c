@@ -10,7 +10,7 @@
  * 4s(1 - s) with s = 1 / (1 + exp(-2u)) and 1 - s = exp(-2u) s, which
  * avoids the cancellation of 1 - t*t near |t| = 1.
  */
-#include "ops/simd.h"
+#include "backend/cpu/simd.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
