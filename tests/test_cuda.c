@@ -400,7 +400,7 @@ static void test_linear_gelu(void)
 /* ------------------------------------------------------ conv and pools */
 
 typedef struct {
-    int kind; /* 0 conv2d, 1 max_pool2d, 2 avg_pool2d */
+    int kind; /* 0 conv2d, 1 max_pool2d, 2 avg_pool2d, 3 conv2d with a fused relu */
     int k, stride, pad;
     bool bias;
 } conv_ctx;
@@ -411,6 +411,7 @@ static amp_tensor *f_conv(amp_tensor **in, const void *c)
     switch (e->kind) {
     case 0: return amp_conv2d(in[0], in[1], e->bias ? in[2] : NULL, e->stride, e->pad);
     case 1: return amp_max_pool2d(in[0], e->k, e->stride, e->pad);
+    case 3: return op_conv2d_relu(in[0], in[1], e->bias ? in[2] : NULL, e->stride, e->pad);
     default: return amp_avg_pool2d(in[0], e->k, e->stride, e->pad);
     }
 }
@@ -418,7 +419,9 @@ static amp_tensor *f_conv(amp_tensor **in, const void *c)
 /* conv2d in every dtype: the cnn model's two layers (1 -> 32 and
  * 32 -> 64, 3x3, padding 1, on 28x28 and 14x14, batch 4), stride 2 with
  * padding 1, a non-square kernel without padding, with and without bias;
- * the result and the gradients of x, the weight and the bias. */
+ * the result and the gradients of x, the weight and the bias. The cnn's
+ * first layer and the stride-2 ones again with the fused relu
+ * (op_conv2d_relu: a relu pass over y, and its mask in backward). */
 static void test_conv2d(void)
 {
     if (!gpu())
@@ -449,6 +452,12 @@ static void test_conv2d(void)
                      cases[k].pad, cases[k].bias ? "bias" : "no bias", amp_dtype_name(dt));
             /* GEMM sums in another order than the CPU's: one more ulp. */
             compare(what, f_conv, in, cases[k].bias ? 3 : 2, &c, tol_of(dt) * 2);
+            if (k == 0 || k == 3 || k == 4) {
+                c.kind = 3;
+                snprintf(what, sizeof what, "conv2d + relu case %zu (%s), %s", k,
+                         cases[k].bias ? "bias" : "no bias", amp_dtype_name(dt));
+                compare(what, f_conv, in, cases[k].bias ? 3 : 2, &c, tol_of(dt) * 2);
+            }
             for (int i = 0; i < 3; i++)
                 amp_tensor_free(in[i]);
         }

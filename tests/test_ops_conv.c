@@ -8,9 +8,9 @@
  * vector 2x2 max pool against the scalar one, and errors that name the op
  * and shapes.
  */
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/onednn.h"
 #include "harness.h"
-#include "ops/conv.h"
 #include "reference/conv_ref.h"
 
 #include <stdlib.h>

@@ -277,7 +277,7 @@ static void conv3x3(tape *t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t
     param(t, O, true);
     result(t, N * O * H * W, *es, true);
     if (t->cuda) {
-        /* ops/cuda/conv.c: im2col workspace for as many images as fit
+        /* backend/cuda/conv.c: im2col workspace for as many images as fit
          * in 256 MiB; the relu a separate op */
         const double ces = *es, ckk = (double)C * 9, l = (double)H * (double)W, budget = 256.0 * 1024 * 1024;
         double per = t->eval ? ckk * l * ces + (double)O * l * 4

@@ -90,6 +90,20 @@ typedef struct {
 
 
 /* ==== types: section conv ============================================= */
+/* A 2-D convolution: x [N, C, H, W] with w [O, C, kh, kw] into y [N, O,
+ * Ho, Wo], one stride and one zero padding on both axes (conv2d_infer in
+ * src/ops/infer.c makes it). */
+typedef struct {
+    int64_t N, C, H, W, O, kh, kw, stride, pad, Ho, Wo;
+} be_conv_geom;
+
+/* A pool over `planes` planes of H x W: k x k windows, stride, zero
+ * padding (pool_infer makes it). Windows are clipped to the image; max
+ * lets the first maximum win ties and a NaN win over numbers; avg divides
+ * by k*k, padding included (PyTorch's count_include_pad). */
+typedef struct {
+    int64_t planes, H, W, k, stride, pad, Ho, Wo;
+} be_pool_geom;
 /* ==== end types: section conv ========================================= */
 
 
@@ -227,8 +241,24 @@ typedef struct amp_backend {
 
 
     /* ==== section conv (conv2d, pooling) ============================== */
-    /* (conv2d, conv2d_backward, pool2d, pool2d_backward: the conv helper
-     * adds them here.) */
+    /* y = act(conv(x, w) + bias): x, w, bias (may be NULL) and y all of
+     * dtype dt, act BE_EPI_NONE or BE_EPI_RELU (before the one rounding). */
+    amp_status (*conv2d)(const be_conv_geom *g, const void *x, const void *w, const void *bias, amp_dtype dt,
+                         be_epilogue act, void *y);
+    /* From gy [N, O, Ho, Wo] (dt, already through a fused activation):
+     * dx, dw, db in dt, each NULL when not wanted; every element of the
+     * others is written. */
+    amp_status (*conv2d_backward)(const be_conv_geom *g, const void *gy, const void *x, const void *w, amp_dtype dt,
+                                  void *dx, void *dw, void *db);
+    /* y [planes, Ho, Wo] (dt) = each window's max or average of x; for
+     * max, idx (may be NULL) gets each window's argmax as an offset within
+     * its plane. */
+    amp_status (*pool2d)(const be_pool_geom *g, bool is_max, const void *x, amp_dtype dt, void *y, int32_t *idx);
+    /* dx (dxdt, every element written) = gy (gdt) back through the pool:
+     * to each window's argmax idx (max), or spread over the window / (k*k)
+     * (avg: idx NULL). */
+    amp_status (*pool2d_backward)(const be_pool_geom *g, const void *gy, amp_dtype gdt, const int32_t *idx,
+                                  void *dx, amp_dtype dxdt);
     /* ==== end section conv ============================================ */
 
 

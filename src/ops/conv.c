@@ -1,478 +1,47 @@
 /*
- * conv.c - conv2d, forward and backward, as im2col + one GEMM per group
- * of images.
- *
- * Images go to threads in groups; each thread lowers its group to one
- * column matrix cols [C*kh*kw, n*L] (L = Ho*Wo; image i owns columns
- * i*L .. i*L+L-1) and runs one single-threaded GEMM on it: W [O, C*kh*kw]
- * cols -> [O, n*L] in f32, then a permute into y [n, O, L] that adds the
- * bias and rounds once. A group is sized so that its scratch stays in the
- * core's L2 cache (conv.h): one GEMM over the whole batch would stream a
- * column matrix of tens of MB through memory twice, which costs more than
- * the GEMM saves on packing. Fewer groups than threads (a single image)
- * leave the threads to the GEMM instead.
- *
- * The columns keep bf16 as bf16, so bf16 convolutions run on the CPU's
- * bf16 dot products (gemm_lowp); f16 inputs are widened to f32 once, on
- * their way into the columns, rather than in every GEMM panel.
- *
- * Backward permutes each group's dY into dY' [O, n*L] and reuses the same
- * columns: dW += dY' cols^T (a per-thread f32 partial sum, the partials
- * added in thread order), dcols = W^T dY', and col2im adds dcols back onto
- * each image in f32 before one rounding; db sums dY' rows in double.
- * Stride 1 with Wo == W ("same" padding) lowers and raises a whole plane
- * per kernel tap with one shifted copy. Pooling lives in pool.c.
- *
- * oneDNN's convolutions (onednn_conv.c) get each pass first where it is
- * built in; this file's kernels run what it does not take.
+ * conv.c - conv2d (and op_conv2d_relu, conv2d with a relu fused in),
+ * forward and backward, once for every device: the shapes (conv2d_infer),
+ * the result on the inputs' device, what backward keeps, and backward's
+ * composition. The convolutions themselves are the backend's conv2d and
+ * conv2d_backward primitives (CPU: backend/cpu/conv.c, im2col + GEMMs or
+ * oneDNN; CUDA: backend/cuda/conv.c, im2col + cuBLASLt).
  *
  * A relu can be fused (p.i[3] = 1): y = relu(conv + bias), applied before
  * the one rounding (relu commutes with it, so the bits equal conv2d then
- * amp_relu); backward masks dY with y > 0 first, as relu's backward would.
+ * amp_relu). y is saved, and backward masks dY with y > 0 first, as
+ * relu's backward would. Pooling lives in pool.c.
  */
-#include "ops/conv.h"
-
-#include "backend/cpu/gemm.h"
-#include "backend/cpu/onednn.h"
+#include "backend/backend.h"
+#include "ops/broadcast.h"
 #include "ops/infer.h"
 
-#include <string.h>
-
-/* Per-thread scratch (columns, dY', f32 results) a group of images may
- * take: about what stays in a core's L2 cache. */
-#define GROUP_BUDGET_DEFAULT ((size_t)1 << 20)
-static size_t group_budget = GROUP_BUDGET_DEFAULT;
-
-size_t conv_set_cols_budget(size_t bytes)
+static be_conv_geom geom_of(const conv2d_shape *s)
 {
-    size_t old = group_budget;
-    group_budget = bytes ? bytes : GROUP_BUDGET_DEFAULT;
-    return old;
+    return (be_conv_geom){.N = s->N, .C = s->C, .H = s->H, .W = s->W, .O = s->O, .kh = s->kh, .kw = s->kw,
+                          .stride = s->s, .pad = s->p, .Ho = s->Ho, .Wo = s->Wo};
 }
 
-/* The geometry (src/ops/infer.c, shared with the CUDA forward). */
-typedef conv2d_shape conv_geom;
-
-/* The layout of the work: images go to threads in groups of cnt, each
- * group one GEMM on its thread; fewer groups than threads (one image, say)
- * leave the threads to the GEMM instead. cdt is the GEMM's operand dtype:
- * bf16 stays bf16 (native dot products), f16 is widened to f32 once, on
- * its way into the columns, rather than in every GEMM panel. */
-typedef struct {
-    int64_t cnt, groups;
-    int nt;
-    amp_dtype dt, cdt;
-    bool tr; /* f32 GEMMs run transposed (see plan_make) */
-} conv_plan;
-
-static conv_plan plan_make(const conv_geom *g, amp_dtype dt, bool backward)
+static amp_status run_forward(const node *n, const conv2d_shape *s, amp_tensor *y)
 {
-    conv_plan p = {.dt = dt, .cdt = dt == AMP_BF16 ? AMP_BF16 : AMP_F32};
-    size_t ces = amp_dtype_size(p.cdt);
-    /* Bytes per image: the columns and the GEMM results (forward), or the
-     * columns, their gradient and dY' (backward). */
-    double per = backward ? (double)g->ckk * (double)g->l * (double)(ces + 4) + (double)(g->O * g->l) * (double)ces
-                          : (double)g->ckk * (double)g->l * (double)ces + (double)(g->O * g->l) * 4.0;
-    int64_t cnt = (int64_t)((double)group_budget / per);
-    int nt = amp_threads();
-    int64_t share = (g->N + nt - 1) / nt; /* every thread gets a group */
-    cnt = cnt > share ? share : cnt;
-    if (cnt < 1)
-        cnt = 1; /* N == 0: no groups, not a division by zero */
-    p.cnt = cnt;
-    p.groups = (g->N + cnt - 1) / cnt;
-    p.nt = p.groups < nt ? 1 : nt;
-    /* The f32 kernel's tiles are 12 x 32: with O (a few dozen channels) as
-     * M, the last row panel is mostly padding, as N it fills whole column
-     * panels. So f32 runs the products transposed: accT [n*L, O] = cols^T
-     * W^T and dW^T += cols dY'^T (~20% faster at CNN sizes). The bf16
-     * kernel's 32 x 32 tiles prefer them as they are. */
-    p.tr = p.cdt == AMP_F32;
-    return p;
-}
-
-/* The weight as the GEMM reads it: its own data, or an f32 copy of an f16
- * weight in *tmp. NULL when out of memory. */
-static const void *weight_operand(const amp_tensor *w, amp_dtype cdt, float **tmp)
-{
-    *tmp = NULL;
-    if (w->dtype == cdt)
-        return tensor_ptr(w);
-    return tensor_as_f32(w, tmp);
-}
-
-/* The output columns ox whose input column ox*s - p + j lies inside the
- * image: [*lo, *hi). Hoisting this out of the inner loops keeps them free
- * of branches (and a plain copy when the stride is 1). */
-static void valid_cols(const conv_geom *g, int64_t j, int64_t *lo, int64_t *hi)
-{
-    int64_t first = g->p - j, last = g->W - 1 + g->p - j; /* need first <= ox*s <= last */
-    *lo = first > 0 ? (first + g->s - 1) / g->s : 0;
-    *hi = last < 0 ? 0 : last / g->s + 1;
-    if (*hi > g->Wo)
-        *hi = g->Wo;
-    if (*lo > *hi)
-        *lo = *hi;
-}
-
-/* cols[(c*kh + i)*kw + j][oy*Wo + ox] = x[c][oy*s - p + i][ox*s - p + j],
- * 0 off the image; row r of cols starts at cols + r * ld. One body per
- * element size: the copy is the same for every dtype of that size.
- *
- * With stride 1 and Wo == W ("same" padding along x), a row of cols is the
- * channel's plane shifted by (i - p) * W + (j - p): one long copy, then
- * zeros over the few columns that wrapped around an edge. Otherwise each
- * output row is copied on its own (rows are short: plain loops beat
- * memcpy / memset calls there). */
-#define IM2COL(NAME, T)                                                                       \
-    static void NAME##_same(const conv_geom *g, const T *x, T *cols, int64_t ld)              \
-    {                                                                                         \
-        const int64_t W = g->W, hw = g->H * g->W, lw = g->l;                                  \
-        for (int64_t c = 0; c < g->C; c++)                                                    \
-            for (int64_t i = 0; i < g->kh; i++)                                               \
-                for (int64_t j = 0; j < g->kw; j++) {                                         \
-                    T *out = cols + ((c * g->kh + i) * g->kw + j) * ld;                       \
-                    const T *plane = x + c * hw;                                              \
-                    const int64_t d = (i - g->p) * W + (j - g->p); /* source of q: q + d */   \
-                    int64_t q0 = d < 0 ? -d : 0, q1 = hw - d < lw ? hw - d : lw;              \
-                    if (q1 < q0)                                                              \
-                        q1 = q0 = lw < q0 ? lw : q0;                                          \
-                    memset(out, 0, (size_t)q0 * sizeof(T));                                   \
-                    memcpy(out + q0, plane + q0 + d, (size_t)(q1 - q0) * sizeof(T));          \
-                    memset(out + q1, 0, (size_t)(lw - q1) * sizeof(T));                       \
-                    int64_t lo, hi;                                                           \
-                    valid_cols(g, j, &lo, &hi);                                               \
-                    for (int64_t oy = 0; oy < g->Ho; oy++) {                                  \
-                        for (int64_t ox = 0; ox < lo; ox++)                                   \
-                            out[oy * W + ox] = 0;                                             \
-                        for (int64_t ox = hi; ox < W; ox++)                                   \
-                            out[oy * W + ox] = 0;                                             \
-                    }                                                                         \
-                }                                                                             \
-    }                                                                                         \
-    static void NAME(const conv_geom *g, const T *x, T *cols, int64_t ld)                     \
-    {                                                                                         \
-        if (g->s == 1 && g->Wo == g->W) {                                                     \
-            NAME##_same(g, x, cols, ld);                                                      \
-            return;                                                                           \
-        }                                                                                     \
-        for (int64_t c = 0; c < g->C; c++)                                                    \
-            for (int64_t i = 0; i < g->kh; i++)                                               \
-                for (int64_t j = 0; j < g->kw; j++) {                                         \
-                    T *row = cols + ((c * g->kh + i) * g->kw + j) * ld;                       \
-                    int64_t lo, hi;                                                           \
-                    valid_cols(g, j, &lo, &hi);                                               \
-                    const int64_t shift = j - g->p; /* input column of ox = ox*s + shift */   \
-                    for (int64_t oy = 0; oy < g->Ho; oy++) {                                  \
-                        int64_t iy = oy * g->s - g->p + i;                                    \
-                        T *out = row + oy * g->Wo;                                            \
-                        if (iy < 0 || iy >= g->H) {                                           \
-                            for (int64_t ox = 0; ox < g->Wo; ox++)                            \
-                                out[ox] = 0;                                                  \
-                            continue;                                                         \
-                        }                                                                     \
-                        const T *in = x + (c * g->H + iy) * g->W;                             \
-                        for (int64_t ox = 0; ox < lo; ox++)                                   \
-                            out[ox] = 0;                                                      \
-                        if (g->s == 1)                                                        \
-                            for (int64_t ox = lo; ox < hi; ox++)                              \
-                                out[ox] = in[ox + shift];                                     \
-                        else                                                                  \
-                            for (int64_t ox = lo; ox < hi; ox++)                              \
-                                out[ox] = in[ox * g->s + shift];                              \
-                        for (int64_t ox = hi; ox < g->Wo; ox++)                               \
-                            out[ox] = 0;                                                      \
-                    }                                                                         \
-                }                                                                             \
-    }
-
-IM2COL(im2col32, float)
-IM2COL(im2col16, uint16_t)
-
-/* Lowers images [0, cnt) of x (dtype dt) into cols [ckk, cnt*L] of dtype
- * cdt; img32 holds one widened image when dt != cdt (f16 -> f32). */
-static void lower_group(const conv_geom *g, const void *x, amp_dtype dt, amp_dtype cdt, int64_t cnt, void *cols,
-                        float *img32)
-{
-    const int64_t ld = cnt * g->l, chw = g->C * g->H * g->W;
-    const size_t es = amp_dtype_size(dt);
-    for (int64_t i = 0; i < cnt; i++) {
-        if (cdt == AMP_BF16) {
-            im2col16(g, (const uint16_t *)x + i * chw, (uint16_t *)cols + i * g->l, ld);
-            continue;
-        }
-        const float *xi = (const float *)x + i * chw;
-        if (dt != AMP_F32) {
-            amp_convert((const char *)x + (size_t)(i * chw) * es, dt, img32, AMP_F32, (size_t)chw);
-            xi = img32;
-        }
-        im2col32(g, xi, (float *)cols + i * g->l, ld);
-    }
-}
-
-/* col2im for stride 1 and Wo == W: each row of cols adds onto the plane
- * shifted by (i - p) * W + (j - p), one long run. The columns that wrapped
- * around an edge hold gradients of padding, which belong to no input:
- * they are zeroed first (cols is scratch), so adding them is harmless. */
-static void col2im_same(const conv_geom *g, float *cols, int64_t ld, float *dx)
-{
-    const int64_t W = g->W, hw = g->H * g->W, lw = g->l;
-    for (int64_t c = 0; c < g->C; c++)
-        for (int64_t i = 0; i < g->kh; i++)
-            for (int64_t j = 0; j < g->kw; j++) {
-                float *restrict row = cols + ((c * g->kh + i) * g->kw + j) * ld;
-                float *restrict plane = dx + c * hw;
-                int64_t lo, hi;
-                valid_cols(g, j, &lo, &hi);
-                for (int64_t oy = 0; oy < g->Ho; oy++) {
-                    for (int64_t ox = 0; ox < lo; ox++)
-                        row[oy * W + ox] = 0.0f;
-                    for (int64_t ox = hi; ox < W; ox++)
-                        row[oy * W + ox] = 0.0f;
-                }
-                const int64_t d = (i - g->p) * W + (j - g->p);
-                const int64_t q0 = d < 0 ? -d : 0, q1 = hw - d < lw ? hw - d : lw;
-                for (int64_t q = q0; q < q1; q++)
-                    plane[q + d] += row[q];
-            }
-}
-
-/* The adjoint of im2col for one image: dx (f32) += the image's columns
- * (rows of stride ld). cols may be overwritten. */
-static void col2im(const conv_geom *g, float *cols, int64_t ld, float *dx)
-{
-    if (g->s == 1 && g->Wo == g->W) {
-        col2im_same(g, cols, ld, dx);
-        return;
-    }
-    for (int64_t c = 0; c < g->C; c++)
-        for (int64_t i = 0; i < g->kh; i++)
-            for (int64_t j = 0; j < g->kw; j++) {
-                const float *row = cols + ((c * g->kh + i) * g->kw + j) * ld;
-                int64_t lo, hi;
-                valid_cols(g, j, &lo, &hi);
-                const int64_t shift = j - g->p;
-                for (int64_t oy = 0; oy < g->Ho; oy++) {
-                    int64_t iy = oy * g->s - g->p + i;
-                    if (iy < 0 || iy >= g->H)
-                        continue;
-                    float *out = dx + (c * g->H + iy) * g->W;
-                    const float *in = row + oy * g->Wo;
-                    if (g->s == 1)
-                        for (int64_t ox = lo; ox < hi; ox++)
-                            out[ox + shift] += in[ox];
-                    else
-                        for (int64_t ox = lo; ox < hi; ox++)
-                            out[ox * g->s + shift] += in[ox];
-                }
-            }
-}
-
-/* Elements per block when a row is rounded through a stack buffer. */
-#define ROW_BLOCK 1024
-
-/* amp_relu's f32 kernel: NaN stays NaN, -0 becomes +0. */
-static inline float relu1(float v) { return v > 0.0f ? v : (v == v ? 0.0f : v); }
-
-/* y[i][o][:] = accT[i*L + l][o] + b[o]: scatter_group for the
- * transposed product (f32 columns), through a row buffer. */
-static void scatter_group_t(const conv_geom *g, const float *acc, int64_t cnt, const float *b, void *y, amp_dtype dt,
-                            float *row)
-{
-    const size_t es = amp_dtype_size(dt);
-    for (int64_t r = 0; r < cnt * g->O; r++) {
-        const int64_t i = r / g->O, o = r % g->O;
-        const float *src = acc + i * g->l * g->O + o;
-        const float bias = b ? b[o] : 0.0f;
-        float *d = dt == AMP_F32 ? (float *)y + r * g->l : row;
-        if (g->relu)
-            for (int64_t k = 0; k < g->l; k++)
-                d[k] = relu1(src[k * g->O] + bias);
-        else
-            for (int64_t k = 0; k < g->l; k++)
-                d[k] = src[k * g->O] + bias;
-        if (dt != AMP_F32)
-            amp_convert(row, AMP_F32, (char *)y + (size_t)(r * g->l) * es, dt, (size_t)g->l);
-    }
-}
-
-/* y[i][o][:] = acc[o][i*L ..] + b[o] for the group's images, rounded once
- * into y's dtype (b may be NULL). */
-static void scatter_group(const conv_geom *g, const float *acc, int64_t cnt, const float *b, void *y,
-                          amp_dtype dt)
-{
-    const int64_t ld = cnt * g->l;
-    const size_t es = amp_dtype_size(dt);
-    for (int64_t r = 0; r < cnt * g->O; r++) {
-        const int64_t i = r / g->O, o = r % g->O;
-        const float *src = acc + o * ld + i * g->l;
-        char *dst = (char *)y + (size_t)(r * g->l) * es;
-        const float bias = b ? b[o] : 0.0f;
-        if (dt == AMP_F32) {
-            float *d = (float *)dst;
-            if (g->relu)
-                for (int64_t k = 0; k < g->l; k++)
-                    d[k] = relu1(src[k] + bias);
-            else
-                for (int64_t k = 0; k < g->l; k++)
-                    d[k] = src[k] + bias;
-            continue;
-        }
-        if (!b && !g->relu) {
-            amp_convert(src, AMP_F32, dst, dt, (size_t)g->l);
-            continue;
-        }
-        float buf[ROW_BLOCK];
-        for (int64_t k0 = 0; k0 < g->l; k0 += ROW_BLOCK) {
-            int64_t len = g->l - k0 < ROW_BLOCK ? g->l - k0 : ROW_BLOCK;
-            for (int64_t k = 0; k < len; k++)
-                buf[k] = g->relu ? relu1(src[k0 + k] + bias) : src[k0 + k] + bias;
-            amp_convert(buf, AMP_F32, dst + (size_t)k0 * es, dt, (size_t)len);
-        }
-    }
-}
-
-/* dY' [O, cnt*L] (dtype cdt) = the group's dY [cnt, O, L] (dtype dt). */
-static void gather_group(const conv_geom *g, const void *gy, amp_dtype dt, amp_dtype cdt, int64_t cnt, void *gyp)
-{
-    const int64_t ld = cnt * g->l;
-    const size_t es = amp_dtype_size(dt), ces = amp_dtype_size(cdt);
-    for (int64_t r = 0; r < cnt * g->O; r++) {
-        const int64_t i = r / g->O, o = r % g->O;
-        amp_convert((const char *)gy + (size_t)(r * g->l) * es, dt, (char *)gyp + (size_t)(o * ld + i * g->l) * ces,
-                    cdt, (size_t)g->l);
-    }
-}
-
-/* db[o] += the sum of row o of dY' [O, ld] (dtype dt), in double. */
-static void bias_sums(const void *gyp, amp_dtype dt, int64_t O, int64_t ld, double *db)
-{
-    const size_t es = amp_dtype_size(dt);
-    for (int64_t o = 0; o < O; o++) {
-        const char *row = (const char *)gyp + (size_t)(o * ld) * es;
-        float buf[ROW_BLOCK];
-        double s = 0;
-        for (int64_t k0 = 0; k0 < ld; k0 += ROW_BLOCK) {
-            int64_t len = ld - k0 < ROW_BLOCK ? ld - k0 : ROW_BLOCK;
-            const float *v = (const float *)(row + (size_t)k0 * es);
-            if (dt != AMP_F32) {
-                amp_convert(row + (size_t)k0 * es, dt, buf, AMP_F32, (size_t)len);
-                v = buf;
-            }
-            /* Short f32 runs in 16 independent lanes (so the loop
-             * vectorises), then double across them. */
-            float lane[16] = {0};
-            int64_t k = 0;
-            for (; k + 16 <= len; k += 16)
-                for (int l = 0; l < 16; l++)
-                    lane[l] += v[k + l];
-            for (; k < len; k++)
-                lane[0] += v[k];
-            for (int l = 0; l < 16; l++)
-                s += lane[l];
-        }
-        db[o] += s;
-    }
-}
-
-/* Adds col2im of the group's dcols [ckk, cnt*L] into dx's images (dtype
- * dt; each image summed in f32 and rounded once through img32). */
-static void raise_group(const conv_geom *g, float *dcols, int64_t cnt, void *dx, amp_dtype dt, float *img32)
-{
-    const int64_t ld = cnt * g->l, chw = g->C * g->H * g->W;
-    for (int64_t i = 0; i < cnt; i++) {
-        float *img = dt == AMP_F32 ? (float *)dx + i * chw : img32;
-        memset(img, 0, (size_t)chw * sizeof(float));
-        col2im(g, dcols + i * g->l, ld, img);
-        if (dt != AMP_F32)
-            amp_convert(img, AMP_F32, (char *)dx + (size_t)(i * chw) * amp_dtype_size(dt), dt, (size_t)chw);
-    }
-}
-
-/* Per-thread scratch: nt slices of `per` bytes (64-byte multiples). */
-static size_t slice(size_t bytes) { return (bytes + 63) / 64 * 64; }
-
-/* The geometry as onednn.h takes it. */
-static onednn_conv_geom onednn_geom(const conv_geom *g)
-{
-    return (onednn_conv_geom){.N = g->N, .C = g->C, .H = g->H, .W = g->W, .O = g->O, .KH = g->kh, .KW = g->kw,
-                              .OH = g->Ho, .OW = g->Wo, .sh = g->s, .sw = g->s, .ph = g->p, .pw = g->p,
-                              .dh = 1, .dw = 1};
-}
-
-/* y = the convolution of n's inputs, with ampc's kernels. */
-static amp_status forward_own(const node *n, const conv_geom *gp, amp_tensor *y)
-{
-    const conv_geom g = *gp;
-    const amp_dtype dt = n->in[0]->dtype;
-    const conv_plan pl = plan_make(&g, dt, false);
-    const size_t es = amp_dtype_size(dt), ces = amp_dtype_size(pl.cdt);
-    const int64_t chw = g.C * g.H * g.W;
-    const size_t cols_b = slice((size_t)(g.ckk * pl.cnt * g.l) * ces);
-    const size_t acc_b = slice((size_t)(g.O * pl.cnt * g.l) * sizeof(float));
-    /* an f32 image to widen f16 into, or a row for the transposed scatter */
-    const int64_t img_n = (dt != pl.cdt ? chw : 0) > (pl.tr ? g.l : 0) ? chw : (pl.tr ? g.l : 0);
-    const size_t img_b = slice((size_t)img_n * sizeof(float));
-    const size_t per = cols_b + acc_b + img_b;
-    char *scratch = amp_alloc((size_t)pl.nt * per);
-    float *wtmp, *b = g.bias ? amp_alloc((size_t)g.O * sizeof(float)) : NULL;
-    const void *w = weight_operand(n->in[1], pl.cdt, &wtmp);
-    int failed = !scratch || !w || (g.bias && !b);
-    if (b)
-        amp_convert(tensor_ptr(n->in[2]), dt, b, AMP_F32, (size_t)g.O);
-    const char *x = tensor_ptr(n->in[0]);
-    char *yp = tensor_ptr(y);
-    if (!failed) {
-#pragma omp parallel for num_threads(pl.nt) if (pl.nt > 1) schedule(static) reduction(| : failed)
-        for (int64_t gi = 0; gi < pl.groups; gi++) {
-            char *mine = scratch + (size_t)amp_thread_num() * per;
-            void *cols = mine;
-            float *acc = (float *)(mine + cols_b), *img32 = (float *)(mine + cols_b + acc_b);
-            const int64_t n0 = gi * pl.cnt, cnt = g.N - n0 < pl.cnt ? g.N - n0 : pl.cnt, ld = cnt * g.l;
-            lower_group(&g, x + (size_t)(n0 * chw) * es, dt, pl.cdt, cnt, cols, img32);
-            char *yg = yp + (size_t)(n0 * g.O * g.l) * es;
-            if (pl.tr) {
-                /* accT [ld, O] = cols^T [ld, CKK] W^T [CKK, O] */
-                if (gemm_lowp(true, true, ld, g.O, g.ckk, 1.0f, cols, pl.cdt, ld, w, pl.cdt, g.ckk, 0.0f, acc,
-                              AMP_F32, g.O) != AMP_OK) {
-                    failed = 1;
-                    continue;
-                }
-                scatter_group_t(&g, acc, cnt, b, yg, dt, img32);
-                continue;
-            }
-            /* acc [O, ld] = W [O, CKK] cols [CKK, ld] */
-            if (gemm_lowp(false, false, g.O, ld, g.ckk, 1.0f, w, pl.cdt, g.ckk, cols, pl.cdt, ld, 0.0f, acc,
-                          AMP_F32, ld) != AMP_OK) {
-                failed = 1;
-                continue;
-            }
-            scatter_group(&g, acc, cnt, b, yg, dt);
-        }
-    }
-    amp_free(scratch);
-    amp_free(wtmp);
-    amp_free(b);
-    return failed ? amp_set_error(AMP_ERR_MEMORY, "conv2d: out of memory") : AMP_OK;
+    const be_conv_geom g = geom_of(s);
+    BACKEND_CALL(backend_of(tensor_device(y)), "conv2d", conv2d, &g, tensor_ptr(n->in[0]), tensor_ptr(n->in[1]),
+                 s->bias ? tensor_ptr(n->in[2]) : NULL, y->dtype, s->relu ? BE_EPI_RELU : BE_EPI_NONE,
+                 tensor_ptr(y));
+    return AMP_OK;
 }
 
 amp_tensor *conv2d_forward(node *n)
 {
-    conv_geom g;
-    if (!same_float_dtypes(n) || !conv2d_infer(n, &g))
+    conv2d_shape s;
+    if (!same_float_dtypes(n) || !conv2d_infer(n, &s))
         return NULL;
-    const amp_dtype dt = n->in[0]->dtype;
-    amp_tensor *y = tensor_new(AMP_SHAPE(g.N, g.O, g.Ho, g.Wo), dt);
+    const amp_tensor *x = n->in[0];
+    amp_tensor *y = tensor_new_on(AMP_SHAPE(s.N, s.O, s.Ho, s.Wo), x->dtype, tensor_device(x));
     if (!y)
         return NULL;
-    const onednn_conv_geom og = onednn_geom(&g);
-    amp_status st = AMP_OK;
-    if (!onednn_conv_forward(&og, tensor_ptr(n->in[0]), tensor_ptr(n->in[1]), dt,
-                             g.bias ? tensor_ptr(n->in[2]) : NULL, dt, tensor_ptr(y), dt,
-                             g.relu ? CPU_ACT_RELU : CPU_ACT_NONE, &st))
-        st = forward_own(n, &g, y);
+    amp_status st = run_forward(n, &s, y);
     /* The fused relu's backward reads the output. */
-    if (st == AMP_OK && g.relu && n->needs_grad && op_save(n, 0, y) != AMP_OK)
+    if (st == AMP_OK && s.relu && n->needs_grad && op_save(n, 0, y) != AMP_OK)
         st = amp_set_error(AMP_ERR_MEMORY, "conv2d: out of memory");
     if (st != AMP_OK) {
         amp_tensor_free(y);
@@ -481,143 +50,43 @@ amp_tensor *conv2d_forward(node *n)
     return y;
 }
 
-/* The gradients of n's inputs that the flags ask for (gin[] allocated),
- * with ampc's kernels. */
-static amp_status backward_own(const node *n, const conv_geom *gp, const amp_tensor *gout, amp_tensor **gin,
-                               bool need_x, bool need_w, bool need_b)
+/* The gradients the non-NULL pointers of d ask for, from dY (the inputs'
+ * dtype, already through the fused relu). */
+static amp_status run_backward(const node *n, const conv2d_shape *s, const amp_tensor *gy, void *const d[3])
 {
-    const conv_geom g = *gp;
-    const amp_dtype dt = n->in[0]->dtype;
-    const conv_plan pl = plan_make(&g, dt, true);
-    const size_t es = amp_dtype_size(dt), ces = amp_dtype_size(pl.cdt);
-    const int64_t chw = g.C * g.H * g.W;
-    /* Per thread: dY', columns, their gradient, an f32 image, and partial
-     * sums of dW and db. */
-    const size_t gyp_b = slice((size_t)(g.O * pl.cnt * g.l) * ces);
-    const size_t cols_b = need_w ? slice((size_t)(g.ckk * pl.cnt * g.l) * ces) : 0;
-    const size_t dcols_b = need_x ? slice((size_t)(g.ckk * pl.cnt * g.l) * sizeof(float)) : 0;
-    const size_t img_b = dt != AMP_F32 ? slice((size_t)chw * sizeof(float)) : 0;
-    const size_t dw_b = need_w ? slice((size_t)(g.O * g.ckk) * sizeof(float)) : 0;
-    const size_t db_b = slice((size_t)g.O * sizeof(double));
-    const size_t per = gyp_b + cols_b + dcols_b + img_b + dw_b + db_b;
-    char *scratch = amp_alloc((size_t)pl.nt * per);
-    float *wtmp;
-    const void *w = need_x ? weight_operand(n->in[1], pl.cdt, &wtmp) : (wtmp = NULL, NULL);
-    int failed = !scratch || (need_x && !w);
-    for (int t = 0; !failed && t < pl.nt; t++) {
-        char *sums = scratch + (size_t)t * per + gyp_b + cols_b + dcols_b + img_b;
-        memset(sums, 0, dw_b + db_b);
-    }
-    const char *x = tensor_ptr(n->in[0]), *gy = tensor_ptr(gout);
-    if (!failed) {
-#pragma omp parallel for num_threads(pl.nt) if (pl.nt > 1) schedule(static) reduction(| : failed)
-        for (int64_t gi = 0; gi < pl.groups; gi++) {
-            char *mine = scratch + (size_t)amp_thread_num() * per;
-            void *gyp = mine, *cols = mine + gyp_b;
-            float *dcols = (float *)(mine + gyp_b + cols_b), *img32 = (float *)((char *)dcols + dcols_b);
-            float *dw = (float *)((char *)img32 + img_b);
-            double *db = (double *)((char *)dw + dw_b);
-            const int64_t n0 = gi * pl.cnt, cnt = g.N - n0 < pl.cnt ? g.N - n0 : pl.cnt, ld = cnt * g.l;
-            gather_group(&g, gy + (size_t)(n0 * g.O * g.l) * es, dt, pl.cdt, cnt, gyp);
-            if (need_b)
-                bias_sums(gyp, pl.cdt, g.O, ld, db);
-            if (need_w) {
-                lower_group(&g, x + (size_t)(n0 * chw) * es, dt, pl.cdt, cnt, cols, img32);
-                if (pl.tr) /* dW^T [CKK, O] += cols [CKK, ld] dY'^T [ld, O] */
-                    failed |= gemm_lowp(false, true, g.ckk, g.O, ld, 1.0f, cols, pl.cdt, ld, gyp, pl.cdt, ld, 1.0f,
-                                        dw, AMP_F32, g.O) != AMP_OK;
-                else /* dW [O, CKK] += dY' [O, ld] cols^T [ld, CKK] */
-                    failed |= gemm_lowp(false, true, g.O, g.ckk, ld, 1.0f, gyp, pl.cdt, ld, cols, pl.cdt, ld, 1.0f,
-                                        dw, AMP_F32, g.ckk) != AMP_OK;
-            }
-            if (need_x) {
-                /* dcols [CKK, ld] = W^T [CKK, O] dY' [O, ld], then back onto the images */
-                if (gemm_lowp(true, false, g.ckk, ld, g.O, 1.0f, w, pl.cdt, g.ckk, gyp, pl.cdt, ld, 0.0f, dcols,
-                              AMP_F32, ld) != AMP_OK) {
-                    failed = 1;
-                    continue;
-                }
-                raise_group(&g, dcols, cnt, (char *)tensor_ptr(gin[0]) + (size_t)(n0 * chw) * es, dt, img32);
-            }
-        }
-    }
-    /* Thread 0's partial sums collect the others', in thread order. */
-    float *dw0 = (float *)(scratch + gyp_b + cols_b + dcols_b + img_b);
-    double *db0 = (double *)((char *)dw0 + dw_b);
-    for (int t = 1; !failed && t < pl.nt; t++) {
-        const float *dwt = (const float *)((const char *)dw0 + (size_t)t * per);
-        const double *dbt = (const double *)((const char *)db0 + (size_t)t * per);
-        for (int64_t k = 0; need_w && k < g.O * g.ckk; k++)
-            dw0[k] += dwt[k];
-        for (int64_t o = 0; need_b && o < g.O; o++)
-            db0[o] += dbt[o];
-    }
-    if (!failed && need_w && pl.tr) {
-        /* dW^T [CKK, O] back to [O, CKK], through thread 0's dY' slot */
-        float *dwo = (float *)scratch;
-        if (gyp_b < (size_t)(g.O * g.ckk) * sizeof(float))
-            failed = !(dwo = amp_alloc((size_t)(g.O * g.ckk) * sizeof(float)));
-        for (int64_t o = 0; !failed && o < g.O; o++)
-            for (int64_t k = 0; k < g.ckk; k++)
-                dwo[o * g.ckk + k] = dw0[k * g.O + o];
-        if (!failed)
-            tensor_store_f32(gin[1], dwo);
-        if (dwo != (float *)scratch)
-            amp_free(dwo);
-    } else if (!failed && need_w) {
-        tensor_store_f32(gin[1], dw0);
-    }
-    if (!failed && need_b) {
-        float vals[64];
-        for (int64_t o0 = 0; o0 < g.O; o0 += 64) {
-            int64_t len = g.O - o0 < 64 ? g.O - o0 : 64;
-            for (int64_t o = 0; o < len; o++)
-                vals[o] = (float)db0[o0 + o];
-            amp_convert(vals, AMP_F32, (char *)tensor_ptr(gin[2]) + (size_t)o0 * es, dt, (size_t)len);
-        }
-    }
-    amp_free(scratch);
-    amp_free(wtmp);
-    return failed ? amp_set_error(AMP_ERR_MEMORY, "conv2d: out of memory in backward") : AMP_OK;
+    const be_conv_geom g = geom_of(s);
+    BACKEND_CALL(backend_of(tensor_device(gy)), "conv2d", conv2d_backward, &g, tensor_ptr(gy),
+                 tensor_ptr(n->in[0]), tensor_ptr(n->in[1]), gy->dtype, d[0], d[1], d[2]);
+    return AMP_OK;
 }
 
 amp_status conv2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 {
-    conv_geom g;
-    if (!conv2d_infer(n, &g))
+    conv2d_shape s;
+    if (!conv2d_infer(n, &s))
         return amp_last_status();
-    bool need_x = in_needs_grad(n, 0), need_w = in_needs_grad(n, 1);
-    bool need_b = g.bias && in_needs_grad(n, 2);
+    const bool need[3] = {in_needs_grad(n, 0), in_needs_grad(n, 1), s.bias && in_needs_grad(n, 2)};
     const amp_dtype dt = n->in[0]->dtype;
-    if (need_x)
-        gin[0] = tensor_new(n->in[0]->shape, dt);
-    if (need_w)
-        gin[1] = tensor_new(n->in[1]->shape, dt);
-    if (need_b)
-        gin[2] = tensor_new(n->in[2]->shape, dt);
-    if ((need_x && !gin[0]) || (need_w && !gin[1]) || (need_b && !gin[2]))
-        return amp_last_status();
-    amp_tensor *masked = NULL;
-    if (g.relu) {
-        /* Through the fused relu first: dY where the output is > 0. */
-        if (!n->saved[0])
-            return amp_set_error(AMP_ERR_STATE, "%s: the fused relu's output was not saved", op_name(n));
-        if (!(gout = masked = relu_grad_from_output(gout, n->saved[0])))
-            return amp_last_status();
-    }
-    /* oneDNN first; its weight pass makes the bias gradient along (so a
-     * frozen weight with a trainable bias stays on the own kernels). */
-    const onednn_conv_geom og = onednn_geom(&g);
-    amp_status st = AMP_OK;
-    if (need_x && onednn_conv_backward_data(&og, tensor_ptr(gout), tensor_ptr(n->in[1]), dt, tensor_ptr(gin[0]),
-                                            dt, &st))
-        need_x = false;
-    if (st == AMP_OK && need_w &&
-        onednn_conv_backward_weights(&og, tensor_ptr(n->in[0]), tensor_ptr(gout), dt, tensor_ptr(gin[1]), dt,
-                                     need_b ? tensor_ptr(gin[2]) : NULL, dt, &st))
-        need_w = need_b = false;
-    if (st == AMP_OK && (need_x || need_w || need_b))
-        st = backward_own(n, &g, gout, gin, need_x, need_w, need_b);
+    void *d[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++)
+        if (need[i]) {
+            if (!(gin[i] = tensor_new_on(n->in[i]->shape, dt, tensor_device(n->in[0]))))
+                return fail_status();
+            d[i] = tensor_ptr(gin[i]);
+        }
+    if (s.relu && !n->saved[0])
+        return amp_set_error(AMP_ERR_STATE, "%s: the fused relu's output was not saved", op_name(n));
+    /* The kernels take dY in the inputs' dtype (the engine hands it so),
+     * through the fused relu first: dY where the output is > 0. */
+    amp_tensor *conv = gout->dtype == dt ? NULL : tensor_convert(gout, dt), *masked = NULL;
+    amp_status st;
+    if (gout->dtype != dt && !(gout = conv))
+        st = fail_status();
+    else if (s.relu && !(gout = masked = relu_grad_from_output(gout, n->saved[0])))
+        st = fail_status();
+    else
+        st = run_backward(n, &s, gout, d);
     amp_tensor_free(masked);
+    amp_tensor_free(conv);
     return st;
 }

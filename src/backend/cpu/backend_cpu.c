@@ -97,6 +97,10 @@ const amp_backend amp_backend_cpu = {
 
 
     /* ==== section conv ==== */
+    .conv2d = cpu_conv2d,
+    .conv2d_backward = cpu_conv2d_backward,
+    .pool2d = cpu_pool2d,
+    .pool2d_backward = cpu_pool2d_backward,
     /* ==== end section conv ==== */
 
 

@@ -59,6 +59,23 @@ amp_status cpu_dropout(const void *src, void *dst, amp_dtype dt, int64_t n, doub
 
 
 /* ==== section conv ==== */
+/* conv.c */
+amp_status cpu_conv2d(const be_conv_geom *g, const void *x, const void *w, const void *bias, amp_dtype dt,
+                      be_epilogue act, void *y);
+amp_status cpu_conv2d_backward(const be_conv_geom *g, const void *gy, const void *x, const void *w, amp_dtype dt,
+                               void *dx, void *dw, void *db);
+/* conv2d's tuning knob, for tests: conv2d lowers a group of images to one
+ * column matrix and runs one GEMM per group, each group on one thread; a
+ * group is as many images as fit a per-thread scratch budget (default 1
+ * MiB, about a core's L2 share). Sets the budget in bytes (0 restores the
+ * default) and returns the previous one; tests lower it to reach the
+ * many-group paths with small inputs. Not thread-safe: call it between
+ * steps. */
+size_t conv_set_cols_budget(size_t bytes);
+/* pool.c */
+amp_status cpu_pool2d(const be_pool_geom *g, bool is_max, const void *x, amp_dtype dt, void *y, int32_t *idx);
+amp_status cpu_pool2d_backward(const be_pool_geom *g, const void *gy, amp_dtype gdt, const int32_t *idx, void *dx,
+                               amp_dtype dxdt);
 /* ==== end section conv ==== */
 
 

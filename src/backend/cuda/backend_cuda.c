@@ -69,6 +69,10 @@ const amp_backend amp_backend_cuda = {
 
 
     /* ==== section conv ==== */
+    .conv2d = cuda_conv2d,
+    .conv2d_backward = cuda_conv2d_backward,
+    .pool2d = cuda_pool2d,
+    .pool2d_backward = cuda_pool2d_backward,
     /* ==== end section conv ==== */
 
 

@@ -1,7 +1,7 @@
 /*
  * conv.cu - the element kernels around conv2d's GEMMs and the two pools.
  *
- * conv2d runs as implicit GEMM (src/ops/cuda/conv.c drives it): im2col
+ * conv2d runs as implicit GEMM (conv.c beside this file drives it): im2col
  * lowers a group of images to a column matrix, cuBLASLt multiplies, and
  * cuda_conv_output moves the f32 product into y's [N, O, Ho, Wo] layout,
  * adding the bias and rounding once. Backward goes the other way with
@@ -10,7 +10,7 @@
  * element was copied to. No atomics, so the result does not depend on
  * scheduling, and every element is written (no zeroing pass).
  *
- * The pools follow src/ops/pool.c element for element: one thread per
+ * The pools follow the CPU backend's (backend/cpu/pool.c) element for element: one thread per
  * output computes its clipped window in row-major order (max: first
  * maximum wins, a NaN wins over numbers; avg: sum from 0, times 1/(k*k)),
  * and backward gathers per input element over the windows that hold it,
@@ -28,7 +28,7 @@
  * x[img][c][oy*s - p + i][ox*s - p + j], 0 off the image. T: the raw
  * element (the copy is the same for every dtype of a size). */
 template <typename T>
-__global__ void k_im2col(const T *__restrict__ x, cuda_conv_geom g, int64_t cnt, T *__restrict__ cols)
+__global__ void k_im2col(const T *__restrict__ x, be_conv_geom g, int64_t cnt, T *__restrict__ cols)
 {
     const int64_t L = g.Ho * g.Wo, ld = cnt * L, total = g.C * g.kh * g.kw * ld;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
@@ -44,7 +44,7 @@ __global__ void k_im2col(const T *__restrict__ x, cuda_conv_geom g, int64_t cnt,
     }
 }
 
-extern "C" amp_status cuda_im2col(const void *x, amp_dtype dt, const cuda_conv_geom *g, int64_t cnt, void *cols)
+extern "C" amp_status cuda_im2col(const void *x, amp_dtype dt, const be_conv_geom *g, int64_t cnt, void *cols)
 {
     const int64_t n = g->C * g->kh * g->kw * cnt * g->Ho * g->Wo;
     if (n <= 0)
@@ -100,7 +100,7 @@ __device__ __forceinline__ int64_t tap_source(int64_t v, int64_t t, int64_t s, i
     return o < n ? o : -1;
 }
 
-__global__ void k_col2im(const float *__restrict__ dcols, cuda_conv_geom g, int64_t cnt, void *dx, int dxdt)
+__global__ void k_col2im(const float *__restrict__ dcols, be_conv_geom g, int64_t cnt, void *dx, int dxdt)
 {
     const int64_t hw = g.H * g.W, chw = g.C * hw, total = cnt * chw;
     const int64_t L = g.Ho * g.Wo, ld = cnt * L;
@@ -123,7 +123,7 @@ __global__ void k_col2im(const float *__restrict__ dcols, cuda_conv_geom g, int6
     }
 }
 
-extern "C" amp_status cuda_col2im(const float *dcols, const cuda_conv_geom *g, int64_t cnt, void *dx, amp_dtype dxdt)
+extern "C" amp_status cuda_col2im(const float *dcols, const be_conv_geom *g, int64_t cnt, void *dx, amp_dtype dxdt)
 {
     const int64_t n = cnt * g->C * g->H * g->W;
     if (n <= 0)
@@ -134,7 +134,7 @@ extern "C" amp_status cuda_col2im(const float *dcols, const cuda_conv_geom *g, i
 
 /* -------------------------------------------------------------- pools */
 
-__global__ void k_pool2d(const void *x, int dt, cuda_pool_geom g, bool is_max, float inv_area, void *y, int32_t *idx)
+__global__ void k_pool2d(const void *x, int dt, be_pool_geom g, bool is_max, float inv_area, void *y, int32_t *idx)
 {
     const int64_t per = g.Ho * g.Wo, total = g.planes * per, hw = g.H * g.W;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
@@ -169,9 +169,9 @@ __global__ void k_pool2d(const void *x, int dt, cuda_pool_geom g, bool is_max, f
 }
 
 /* 1/(k*k) as the CPU computes it: one f32 division. */
-static float inverse_area(const cuda_pool_geom *g) { return 1.0f / (float)(g->k * g->k); }
+static float inverse_area(const be_pool_geom *g) { return 1.0f / (float)(g->k * g->k); }
 
-extern "C" amp_status cuda_pool2d(const void *x, amp_dtype dt, const cuda_pool_geom *g, bool is_max, void *y,
+extern "C" amp_status cuda_pool2d(const be_pool_geom *g, bool is_max, const void *x, amp_dtype dt, void *y,
                                   int32_t *idx)
 {
     const int64_t n = g->planes * g->Ho * g->Wo;
@@ -193,7 +193,7 @@ __device__ __forceinline__ void windows_of(int64_t v, int64_t k, int64_t s, int6
     *hi = h < n - 1 ? h : n - 1;
 }
 
-__global__ void k_pool2d_backward(const void *gy, int gdt, const int32_t *idx, cuda_pool_geom g, float inv_area,
+__global__ void k_pool2d_backward(const void *gy, int gdt, const int32_t *idx, be_pool_geom g, float inv_area,
                                   void *dx, int dxdt)
 {
     const int64_t hw = g.H * g.W, per = g.Ho * g.Wo, total = g.planes * hw;
@@ -219,7 +219,7 @@ __global__ void k_pool2d_backward(const void *gy, int gdt, const int32_t *idx, c
     }
 }
 
-extern "C" amp_status cuda_pool2d_backward(const void *gy, amp_dtype gdt, const int32_t *idx, const cuda_pool_geom *g,
+extern "C" amp_status cuda_pool2d_backward(const be_pool_geom *g, const void *gy, amp_dtype gdt, const int32_t *idx,
                                            void *dx, amp_dtype dxdt)
 {
     const int64_t n = g->planes * g->H * g->W;

@@ -338,15 +338,13 @@ amp_status cuda_attn_probs(float *S, int64_t heads, int64_t T, bool causal, cons
 /* dS = scale * P * (dP - rowsum(P * dP)) in place of dP (masked 0). */
 amp_status cuda_attn_dscores(const float *P, float *dP, int64_t heads, int64_t T, bool causal, float scale);
 
-/* conv2d as implicit GEMM (conv.cu): images [cnt, C, H, W] lowered to a
- * column matrix cols [C*kh*kw, cnt*L] (L = Ho*Wo; image i owns columns
- * i*L .. i*L+L-1, as src/ops/conv.c lays them out), the GEMMs through
- * cuda_gemm, and the way back. */
-typedef struct {
-    int64_t C, H, W, kh, kw, stride, pad, Ho, Wo;
-} cuda_conv_geom;
+/* conv2d as implicit GEMM (conv.cu's kernels, composed in conv.c):
+ * images [cnt, C, H, W] lowered to a column matrix cols [C*kh*kw, cnt*L]
+ * (L = Ho*Wo; image i owns columns i*L .. i*L+L-1, as the CPU backend lays
+ * them out), the GEMMs through cuda_gemm, and the way back. The geometry
+ * is backend.h's be_conv_geom (its N and O unused by the kernels). */
 /* cols (x's dtype dt) = im2col of the cnt images at x; 0 off the image. */
-amp_status cuda_im2col(const void *x, amp_dtype dt, const cuda_conv_geom *g, int64_t cnt, void *cols);
+amp_status cuda_im2col(const void *x, amp_dtype dt, const be_conv_geom *g, int64_t cnt, void *cols);
 /* y[i][o][l] = acc[o][i*L + l] (+ bias[o]) for cnt images of O channels,
  * added in f32 and rounded once into ydt (bias may be NULL). */
 amp_status cuda_conv_output(const float *acc, int64_t O, int64_t cnt, int64_t L, const void *bias, amp_dtype bdt,
@@ -355,22 +353,18 @@ amp_status cuda_conv_output(const float *acc, int64_t O, int64_t cnt, int64_t L,
  * f32 sum of the dcols [C*kh*kw, cnt*L] entries it was copied to, over
  * the kernel taps in order (one thread per element, no atomics), rounded
  * once. Every element of dx is written. */
-amp_status cuda_col2im(const float *dcols, const cuda_conv_geom *g, int64_t cnt, void *dx, amp_dtype dxdt);
+amp_status cuda_col2im(const float *dcols, const be_conv_geom *g, int64_t cnt, void *dx, amp_dtype dxdt);
+/* The backend table's conv2d and conv2d_backward (backend.h). */
+amp_status cuda_conv2d(const be_conv_geom *g, const void *x, const void *w, const void *bias, amp_dtype dt,
+                       be_epilogue act, void *y);
+amp_status cuda_conv2d_backward(const be_conv_geom *g, const void *gy, const void *x, const void *w, amp_dtype dt,
+                                void *dx, void *dw, void *db);
 
-/* max_pool2d / avg_pool2d over planes of H x W (window k, stride, pad;
- * src/ops/pool.c's semantics: windows clipped to the image, max with the
- * first maximum winning ties and a NaN winning over numbers, avg dividing
- * by k*k). */
-typedef struct {
-    int64_t planes, H, W, k, stride, pad, Ho, Wo;
-} cuda_pool_geom;
-/* y (x's dtype) and, for max when idx is non-NULL, each window's argmax
- * as an offset within its plane. */
-amp_status cuda_pool2d(const void *x, amp_dtype dt, const cuda_pool_geom *g, bool is_max, void *y, int32_t *idx);
-/* dx (dxdt) from gy (gdt): to each window's argmax idx (max, idx
- * non-NULL) or spread over the window / (k*k) (avg, idx NULL); one thread
- * per input element, f32 sums in output order, one rounding. */
-amp_status cuda_pool2d_backward(const void *gy, amp_dtype gdt, const int32_t *idx, const cuda_pool_geom *g, void *dx,
+/* The backend table's pool2d and pool2d_backward (backend.h; the CPU
+ * backend's semantics element for element). Backward: one thread per
+ * input element, f32 sums in output order, one rounding. */
+amp_status cuda_pool2d(const be_pool_geom *g, bool is_max, const void *x, amp_dtype dt, void *y, int32_t *idx);
+amp_status cuda_pool2d_backward(const be_pool_geom *g, const void *gy, amp_dtype gdt, const int32_t *idx, void *dx,
                                 amp_dtype dxdt);
 
 #ifdef __cplusplus

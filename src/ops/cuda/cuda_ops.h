@@ -45,12 +45,4 @@ amp_status cu_attention_backward(node *n, const amp_tensor *gout, amp_tensor **g
 
 /* shape.c */
 
-/* conv.c */
-amp_tensor *cu_conv2d_forward(node *n);
-amp_status cu_conv2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_tensor *cu_max_pool2d_forward(node *n);
-amp_status cu_max_pool2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_tensor *cu_avg_pool2d_forward(node *n);
-amp_status cu_avg_pool2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-
 #endif

@@ -21,9 +21,6 @@
 const op_device_fns op_cuda_fns[OP_COUNT] = {
     [OP_MATMUL] = {cu_matmul_forward, cu_matmul_backward},
     [OP_LINEAR] = {cu_linear_forward, cu_linear_backward},
-    [OP_CONV2D] = {cu_conv2d_forward, cu_conv2d_backward},
-    [OP_MAX_POOL2D] = {cu_max_pool2d_forward, cu_max_pool2d_backward},
-    [OP_AVG_POOL2D] = {cu_avg_pool2d_forward, cu_avg_pool2d_backward},
     [OP_ATTENTION] = {cu_attention_forward, cu_attention_backward},
 };
 

@@ -1,0 +1,213 @@
+/*
+ * pool.c (CPU backend) - the max_pool2d and avg_pool2d primitives, forward
+ * and backward (the ops themselves: src/ops/pool.c, which says what they
+ * compute).
+ *
+ * Planes are independent, so threads take whole planes. A 16-bit plane is
+ * widened into a per-thread f32 buffer, pooled, and its result rounded
+ * once; f32 planes are read and written in place. The 2x2 stride-2
+ * window without padding (every CNN's pool) has its own loop.
+ */
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/simd.h"
+#include "base/base.h"
+
+#include <math.h>
+#include <string.h>
+
+/* The geometry as this file's kernels read it. */
+typedef struct {
+    int64_t planes, H, W, k, s, p, Ho, Wo;
+} pool_geom;
+
+static pool_geom geom_of(const be_pool_geom *b)
+{
+    return (pool_geom){b->planes, b->H, b->W, b->k, b->stride, b->pad, b->Ho, b->Wo};
+}
+
+/* The window of output (oy, ox) clipped to the image: rows [*y0, *y1),
+ * columns [*x0, *x1). With padding <= k/2 it is never empty. */
+static void pool_window(const pool_geom *g, int64_t oy, int64_t ox, int64_t *y0, int64_t *y1, int64_t *x0,
+                        int64_t *x1)
+{
+    int64_t ys = oy * g->s - g->p, xs = ox * g->s - g->p;
+    *y0 = ys < 0 ? 0 : ys;
+    *x0 = xs < 0 ? 0 : xs;
+    *y1 = ys + g->k < g->H ? ys + g->k : g->H;
+    *x1 = xs + g->k < g->W ? xs + g->k : g->W;
+}
+
+static bool is_2x2(const pool_geom *g) { return g->k == 2 && g->s == 2 && g->p == 0; }
+
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* One update of a running max: NaN wins (PyTorch's test), ties keep the
+ * first. Written with masks rather than a branch (which compilers keep
+ * for a ?: on floats): on real data which element wins is a coin toss
+ * that the branch predictor loses. */
+#define MAX_STEP(v, at)                                                          \
+    do {                                                                         \
+        float v_ = (v);                                                          \
+        uint32_t m_ = 0u - (uint32_t)((v_ > best) | (v_ != v_));                 \
+        best = bits_f32((f32_bits(v_) & m_) | (f32_bits(best) & ~m_));           \
+        arg = (int32_t)(((uint32_t)(at) & m_) | ((uint32_t)arg & ~m_));          \
+    } while (0)
+
+/* Pools one f32 plane xp into yp (and idx, when not NULL). */
+static void pool_plane(const pool_geom *g, bool is_max, const float *xp, float *yp, int32_t *idx)
+{
+    const float inv_area = 1.0f / (float)(g->k * g->k);
+    simd_max2x2_fn vmax = is_max && is_2x2(g) ? simd_pick_max2x2() : NULL;
+    if (vmax) {
+        for (int64_t oy = 0; oy < g->Ho; oy++)
+            vmax(xp + 2 * oy * g->W, xp + (2 * oy + 1) * g->W, g->Wo, (int32_t)(2 * oy * g->W), (int32_t)g->W,
+                 yp + oy * g->Wo, idx ? idx + oy * g->Wo : NULL);
+        return;
+    }
+    if (is_2x2(g)) {
+        for (int64_t oy = 0; oy < g->Ho; oy++) {
+            const float *r0 = xp + 2 * oy * g->W, *r1 = r0 + g->W;
+            float *yr = yp + oy * g->Wo;
+            for (int64_t ox = 0; ox < g->Wo; ox++) {
+                const int64_t c = 2 * ox;
+                if (is_max) {
+                    /* Against the starting -inf the first element always
+                     * wins (or ties with -inf, keeping its index). */
+                    float best = r0[c];
+                    int32_t arg = (int32_t)(2 * oy * g->W + c);
+                    MAX_STEP(r0[c + 1], 2 * oy * g->W + c + 1);
+                    MAX_STEP(r1[c], (2 * oy + 1) * g->W + c);
+                    MAX_STEP(r1[c + 1], (2 * oy + 1) * g->W + c + 1);
+                    yr[ox] = best;
+                    if (idx)
+                        idx[oy * g->Wo + ox] = arg;
+                } else {
+                    yr[ox] = (((0.0f + r0[c]) + r0[c + 1]) + r1[c] + r1[c + 1]) * inv_area; /* the generic loop's order */
+                }
+            }
+        }
+        return;
+    }
+    for (int64_t oy = 0; oy < g->Ho; oy++)
+        for (int64_t ox = 0; ox < g->Wo; ox++) {
+            int64_t y0, y1, x0, x1, o = oy * g->Wo + ox;
+            pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
+            if (is_max) {
+                float best = -INFINITY;
+                int32_t arg = (int32_t)(y0 * g->W + x0);
+                for (int64_t iy = y0; iy < y1; iy++)
+                    for (int64_t ix = x0; ix < x1; ix++)
+                        MAX_STEP(xp[iy * g->W + ix], iy * g->W + ix);
+                yp[o] = best;
+                if (idx)
+                    idx[o] = arg;
+            } else {
+                float sum = 0.0f;
+                for (int64_t iy = y0; iy < y1; iy++)
+                    for (int64_t ix = x0; ix < x1; ix++)
+                        sum += xp[iy * g->W + ix];
+                yp[o] = sum * inv_area;
+            }
+        }
+}
+
+/* Threads for the planes: one when the whole pool is small. */
+static int plane_threads(const pool_geom *g)
+{
+    int64_t work = g->planes * g->Ho * g->Wo * g->k * g->k;
+    int nt = amp_threads();
+    return work > 32768 && g->planes > 1 ? (g->planes < nt ? (int)g->planes : nt) : 1;
+}
+
+amp_status cpu_pool2d(const be_pool_geom *bg, bool is_max, const void *x, amp_dtype dt, void *y, int32_t *idx)
+{
+    const pool_geom g = geom_of(bg);
+    const size_t es = amp_dtype_size(dt);
+    const int nt = plane_threads(&g);
+    const int64_t hw = g.H * g.W, per_plane = g.Ho * g.Wo;
+    /* Per thread, for 16-bit planes: the widened plane and its result. */
+    float *bufs = dt == AMP_F32 ? NULL : amp_alloc((size_t)nt * (size_t)(hw + per_plane) * sizeof(float));
+    if (dt != AMP_F32 && !bufs)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", is_max ? "max_pool2d" : "avg_pool2d");
+    const char *xp = x;
+    char *yp = y;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t pl = 0; pl < g.planes; pl++) {
+        int32_t *ip = idx ? idx + pl * per_plane : NULL;
+        if (dt == AMP_F32) {
+            pool_plane(&g, is_max, (const float *)xp + pl * hw, (float *)yp + pl * per_plane, ip);
+            continue;
+        }
+        float *xb = bufs + (size_t)amp_thread_num() * (size_t)(hw + per_plane), *yb = xb + hw;
+        amp_convert(xp + (size_t)(pl * hw) * es, dt, xb, AMP_F32, (size_t)hw);
+        pool_plane(&g, is_max, xb, yb, ip);
+        amp_convert(yb, AMP_F32, yp + (size_t)(pl * per_plane) * es, dt, (size_t)per_plane);
+    }
+    amp_free(bufs);
+    return AMP_OK;
+}
+
+/* dp (f32, zeroed) += the plane's output gradient gp spread back: to each
+ * window's argmax (max) or over its image positions (avg). */
+static void unpool_plane(const pool_geom *g, const float *gp, const int32_t *idx, float *dp)
+{
+    const int64_t per_plane = g->Ho * g->Wo;
+    if (idx) {
+        for (int64_t o = 0; o < per_plane; o++)
+            dp[idx[o]] += gp[o];
+        return;
+    }
+    const float inv_area = 1.0f / (float)(g->k * g->k);
+    for (int64_t o = 0; o < per_plane; o++) {
+        int64_t y0, y1, x0, x1;
+        pool_window(g, o / g->Wo, o % g->Wo, &y0, &y1, &x0, &x1);
+        float v = gp[o] * inv_area;
+        for (int64_t iy = y0; iy < y1; iy++)
+            for (int64_t ix = x0; ix < x1; ix++)
+                dp[iy * g->W + ix] += v;
+    }
+}
+
+amp_status cpu_pool2d_backward(const be_pool_geom *bg, const void *gyv, amp_dtype gdt, const int32_t *idx, void *dxv,
+                               amp_dtype dt)
+{
+    const pool_geom g = geom_of(bg);
+    const size_t es = amp_dtype_size(dt), ges = amp_dtype_size(gdt);
+    const int nt = plane_threads(&g);
+    const int64_t hw = g.H * g.W, per_plane = g.Ho * g.Wo;
+    /* Per thread, for 16-bit tensors: the plane's gradient and dY. */
+    bool narrow = dt != AMP_F32 || gdt != AMP_F32;
+    float *bufs = narrow ? amp_alloc((size_t)nt * (size_t)(hw + per_plane) * sizeof(float)) : NULL;
+    if (narrow && !bufs)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory in backward", idx ? "max_pool2d" : "avg_pool2d");
+    const char *gy = gyv;
+    char *dx = dxv;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t pl = 0; pl < g.planes; pl++) {
+        float *mine = narrow ? bufs + (size_t)amp_thread_num() * (size_t)(hw + per_plane) : NULL;
+        float *dp = dt == AMP_F32 ? (float *)dx + pl * hw : mine;
+        const float *gp = (const float *)gy + pl * per_plane;
+        if (gdt != AMP_F32) {
+            amp_convert(gy + (size_t)(pl * per_plane) * ges, gdt, mine + hw, AMP_F32, (size_t)per_plane);
+            gp = mine + hw;
+        }
+        memset(dp, 0, (size_t)hw * sizeof(float));
+        unpool_plane(&g, gp, idx ? idx + pl * per_plane : NULL, dp);
+        if (dt != AMP_F32)
+            amp_convert(dp, AMP_F32, dx + (size_t)(pl * hw) * es, dt, (size_t)hw);
+    }
+    amp_free(bufs);
+    return AMP_OK;
+}
