@@ -31,6 +31,16 @@ extern "C" {
 #endif
 
 #define AMPC_VERSION "0.1.0"
+
+/* What libampc exports. The library is compiled with hidden visibility, so
+ * every declaration below carries AMP_API and nothing else leaves it
+ * (tests/check_exports.sh). */
+#if defined(__GNUC__) || defined(__clang__)
+#define AMP_API __attribute__((visibility("default")))
+#else
+#define AMP_API
+#endif
+
 #define AMP_MAX_DIMS 8
 
 /* ------------------------------------------------------------------ errors */
@@ -48,11 +58,11 @@ typedef enum {
 } amp_status;
 
 /* The message of the last error on this thread ("" when none). */
-const char *amp_last_error(void);
+AMP_API const char *amp_last_error(void);
 /* The status of the last error on this thread (AMP_OK when none). */
-amp_status amp_last_status(void);
+AMP_API amp_status amp_last_status(void);
 /* Forgets the last error on this thread. */
-void amp_clear_error(void);
+AMP_API void amp_clear_error(void);
 
 /* ------------------------------------------------------------------ dtypes */
 
@@ -67,22 +77,22 @@ typedef enum {
 
 typedef enum { AMP_CPU = 0, AMP_CUDA, AMP_DEVICE_COUNT } amp_device;
 
-const char *amp_dtype_name(amp_dtype dt);   /* "f32", "f16", ... */
-size_t amp_dtype_size(amp_dtype dt);        /* bytes per element; 0 if invalid */
-bool amp_dtype_is_float(amp_dtype dt);
-const char *amp_device_name(amp_device dev);
+AMP_API const char *amp_dtype_name(amp_dtype dt);   /* "f32", "f16", ... */
+AMP_API size_t amp_dtype_size(amp_dtype dt);        /* bytes per element; 0 if invalid */
+AMP_API bool amp_dtype_is_float(amp_dtype dt);
+AMP_API const char *amp_device_name(amp_device dev);
 
 /* Scalar conversions on raw bits: round to nearest even, +-inf kept, NaN
  * stays a quiet NaN, overflow goes to inf, subnormals both ways. */
-float amp_f16_to_f32(uint16_t h);
-uint16_t amp_f32_to_f16(float f);
-float amp_bf16_to_f32(uint16_t b);
-uint16_t amp_f32_to_bf16(float f);
+AMP_API float amp_f16_to_f32(uint16_t h);
+AMP_API uint16_t amp_f32_to_f16(float f);
+AMP_API float amp_bf16_to_f32(uint16_t b);
+AMP_API uint16_t amp_f32_to_bf16(float f);
 
 /* Converts n elements between any two dtypes, on the fastest path this CPU
  * has (F16C / AVX-512 / AVX512-BF16 / scalar), bit-identical to the scalar
  * functions above. Float to integer truncates toward zero. */
-void amp_convert(const void *src, amp_dtype src_dt, void *dst, amp_dtype dst_dt, size_t n);
+AMP_API void amp_convert(const void *src, amp_dtype src_dt, void *dst, amp_dtype dst_dt, size_t n);
 
 /* CPU features detected at run time (bit flags). */
 enum {
@@ -93,14 +103,14 @@ enum {
     AMP_CPU_AVX512BW = 1u << 4,
 };
 /* The features in use: those detected, less any masked by amp_cpu_limit. */
-unsigned amp_cpu_features(void);
+AMP_API unsigned amp_cpu_features(void);
 /* Restricts the kernels to the features in mask (for tests and benchmarks);
  * amp_cpu_limit(~0u) lifts the restriction. */
-void amp_cpu_limit(unsigned mask);
+AMP_API void amp_cpu_limit(unsigned mask);
 
 /* Threads used by every kernel (0 = the number of cores), oneDNN's too. */
-void amp_set_num_threads(int n);
-int amp_get_num_threads(void);
+AMP_API void amp_set_num_threads(int n);
+AMP_API int amp_get_num_threads(void);
 
 /* The CPU kernels this build runs on this CPU, for logs: e.g. "oneDNN
  * 2.6.3 where faster (AMPC_CPU_LIB=auto), ampc f32 avx512 12x32, bf16
@@ -110,7 +120,7 @@ int amp_get_num_threads(void);
  * who runs the matrix products and convolutions (docs/ARCHITECTURE.md; any
  * other value means auto); AMPC_GEMM_F16=widen|split|auto how ampc's own
  * kernels run f16 x f16 products. */
-const char *amp_cpu_kernels(void);
+AMP_API const char *amp_cpu_kernels(void);
 
 /* Bytes held by tensors and kernel scratch. Blocks come from a caching
  * allocator: freed blocks are kept for reuse by the next request of their
@@ -123,11 +133,11 @@ typedef struct {
     size_t cached;    /* freed and kept for reuse */
     size_t os_allocs; /* allocations that had to take fresh memory */
 } amp_memory_stats;
-amp_memory_stats amp_memory_get_stats(void);
+AMP_API amp_memory_stats amp_memory_get_stats(void);
 /* Starts a new peak measurement from the current figure. */
-void amp_memory_reset_peak(void);
+AMP_API void amp_memory_reset_peak(void);
 /* Returns the cached blocks to the OS. */
-void amp_memory_empty_cache(void);
+AMP_API void amp_memory_empty_cache(void);
 
 /* ----------------------------------------------------------------- random */
 
@@ -138,9 +148,9 @@ typedef struct {
     uint64_t offset;
 } amp_rng_state;
 
-void amp_manual_seed(uint64_t seed);
-amp_rng_state amp_rng_get_state(void);
-void amp_rng_set_state(amp_rng_state s);
+AMP_API void amp_manual_seed(uint64_t seed);
+AMP_API amp_rng_state amp_rng_get_state(void);
+AMP_API void amp_rng_set_state(amp_rng_state s);
 
 /* ---------------------------------------------------------------- tensors */
 
@@ -156,52 +166,52 @@ typedef struct {
     ((amp_shape){(int)(sizeof((int64_t[]){0, __VA_ARGS__}) / sizeof(int64_t)) - 1, {__VA_ARGS__}})
 
 /* Constructors: the caller owns the result (amp_tensor_free). */
-amp_tensor *amp_empty(amp_shape shape, amp_dtype dt);  /* uninitialised */
-amp_tensor *amp_zeros(amp_shape shape, amp_dtype dt);
-amp_tensor *amp_ones(amp_shape shape, amp_dtype dt);
-amp_tensor *amp_full(amp_shape shape, amp_dtype dt, double value);
+AMP_API amp_tensor *amp_empty(amp_shape shape, amp_dtype dt);  /* uninitialised */
+AMP_API amp_tensor *amp_zeros(amp_shape shape, amp_dtype dt);
+AMP_API amp_tensor *amp_ones(amp_shape shape, amp_dtype dt);
+AMP_API amp_tensor *amp_full(amp_shape shape, amp_dtype dt, double value);
 /* start, start+step, ... below end (1-D). */
-amp_tensor *amp_arange(double start, double end, double step, amp_dtype dt);
+AMP_API amp_tensor *amp_arange(double start, double end, double step, amp_dtype dt);
 /* Copies numel elements of type dt from data. */
-amp_tensor *amp_from_data(amp_shape shape, amp_dtype dt, const void *data);
+AMP_API amp_tensor *amp_from_data(amp_shape shape, amp_dtype dt, const void *data);
 /* Seeded from the global generator. */
-amp_tensor *amp_randn(amp_shape shape, amp_dtype dt, double mean, double std);
-amp_tensor *amp_rand(amp_shape shape, amp_dtype dt, double low, double high);
+AMP_API amp_tensor *amp_randn(amp_shape shape, amp_dtype dt, double mean, double std);
+AMP_API amp_tensor *amp_rand(amp_shape shape, amp_dtype dt, double low, double high);
 /* A new tensor (caller-owned) with t's values, no history. */
-amp_tensor *amp_clone(const amp_tensor *t);
+AMP_API amp_tensor *amp_clone(const amp_tensor *t);
 
 /* Reference counting. amp_tensor_free(NULL) is allowed. */
-amp_tensor *amp_tensor_retain(amp_tensor *t);
-void amp_tensor_free(amp_tensor *t);
+AMP_API amp_tensor *amp_tensor_retain(amp_tensor *t);
+AMP_API void amp_tensor_free(amp_tensor *t);
 /* Releases every op result this thread made since the last call. */
-void amp_temps_free(void);
+AMP_API void amp_temps_free(void);
 /* Number of tensors the pool holds (for tests and leak hunting). */
-size_t amp_temps_count(void);
+AMP_API size_t amp_temps_count(void);
 
-amp_dtype amp_tensor_dtype(const amp_tensor *t);
-amp_device amp_tensor_device(const amp_tensor *t);
-int amp_tensor_ndim(const amp_tensor *t);
+AMP_API amp_dtype amp_tensor_dtype(const amp_tensor *t);
+AMP_API amp_device amp_tensor_device(const amp_tensor *t);
+AMP_API int amp_tensor_ndim(const amp_tensor *t);
 /* Size of dim i; negative i counts from the end. */
-int64_t amp_tensor_dim(const amp_tensor *t, int i);
-amp_shape amp_tensor_shape(const amp_tensor *t);
-int64_t amp_tensor_numel(const amp_tensor *t);
+AMP_API int64_t amp_tensor_dim(const amp_tensor *t, int i);
+AMP_API amp_shape amp_tensor_shape(const amp_tensor *t);
+AMP_API int64_t amp_tensor_numel(const amp_tensor *t);
 /* The contiguous element buffer: host memory for a CPU tensor, a device
  * pointer (not readable by the host) for a CUDA tensor. */
-void *amp_tensor_data(amp_tensor *t);
-const void *amp_tensor_cdata(const amp_tensor *t);
+AMP_API void *amp_tensor_data(amp_tensor *t);
+AMP_API const void *amp_tensor_cdata(const amp_tensor *t);
 
 /* Copies all elements out to / in from user memory, converting to / from
  * dt. The buffer holds numel elements of dt. */
-amp_status amp_tensor_copy_out(const amp_tensor *t, void *dst, amp_dtype dt);
-amp_status amp_tensor_copy_in(amp_tensor *t, const void *src, amp_dtype dt);
+AMP_API amp_status amp_tensor_copy_out(const amp_tensor *t, void *dst, amp_dtype dt);
+AMP_API amp_status amp_tensor_copy_in(amp_tensor *t, const void *src, amp_dtype dt);
 /* Element i (flat index) as a double; NAN with an error when out of range. */
-double amp_tensor_get(const amp_tensor *t, int64_t i);
+AMP_API double amp_tensor_get(const amp_tensor *t, int64_t i);
 /* The value of a one-element tensor as a double. */
-double amp_item(const amp_tensor *t);
+AMP_API double amp_item(const amp_tensor *t);
 /* Fills t with value (in place, no history). */
-amp_status amp_tensor_fill(amp_tensor *t, double value);
+AMP_API amp_status amp_tensor_fill(amp_tensor *t, double value);
 /* Writes "shape dtype" into buf, e.g. "[64, 784] f32". */
-const char *amp_shape_str(amp_shape s, char *buf, size_t n);
+AMP_API const char *amp_shape_str(amp_shape s, char *buf, size_t n);
 
 /* ---------------------------------------------------------------- devices */
 /* CUDA (docs/cuda.md). A tensor lives on one device; an op's inputs must
@@ -215,30 +225,30 @@ const char *amp_shape_str(amp_shape s, char *buf, size_t n);
 
 /* Whether a CUDA device is usable, and how many there are (ampc uses the
  * first). */
-bool amp_cuda_available(void);
-int amp_cuda_device_count(void);
+AMP_API bool amp_cuda_available(void);
+AMP_API int amp_cuda_device_count(void);
 /* Whether the device has bf16 tensor cores (compute capability 8.0 or
  * more: A100, H100, H200 ...), as torch.cuda.is_bf16_supported(); false
  * without a GPU. Without them, cuda autocast to bf16 is an AMP_ERR_DEVICE
  * error (use f16); bf16 tensors still work there, on slower kernels. */
-bool amp_cuda_bf16_supported(void);
+AMP_API bool amp_cuda_bf16_supported(void);
 /* f32 matmuls on TF32 tensor cores (off by default, as PyTorch's
  * torch.backends.cuda.matmul.allow_tf32). f16 / bf16 always use tensor
  * cores with f32 accumulation. */
-void amp_cuda_allow_tf32(bool on);
-bool amp_cuda_tf32_allowed(void);
+AMP_API void amp_cuda_allow_tf32(bool on);
+AMP_API bool amp_cuda_tf32_allowed(void);
 /* Waits until the GPU has finished everything queued. */
-amp_status amp_cuda_synchronize(void);
+AMP_API amp_status amp_cuda_synchronize(void);
 /* The device caching allocator's figures, as amp_memory_get_stats
  * (os_allocs counts cudaMalloc calls: flat after the first step). */
-amp_memory_stats amp_cuda_memory_get_stats(void);
-void amp_cuda_memory_reset_peak(void);
+AMP_API amp_memory_stats amp_cuda_memory_get_stats(void);
+AMP_API void amp_cuda_memory_reset_peak(void);
 /* Returns the device memory cached for reuse to the driver. */
-void amp_cuda_empty_cache(void);
+AMP_API void amp_cuda_empty_cache(void);
 /* The device's free and total memory in bytes (cudaMemGetInfo: free
  * does not count the blocks ampc's cache keeps). AMP_ERR_DEVICE without
  * a usable GPU. */
-amp_status amp_cuda_mem_get_info(size_t *free_bytes, size_t *total_bytes);
+AMP_API amp_status amp_cuda_mem_get_info(size_t *free_bytes, size_t *total_bytes);
 /* How often ampc has blocked the host on the GPU, process-wide, since start
  * or the last reset (docs/cuda.md, "Counting host synchronisations"):
  * syncs counts stream synchronisations outside copies (amp_cuda_synchronize,
@@ -257,158 +267,159 @@ typedef struct {
     uint64_t d2h_copies;
     uint64_t h2d_copies;
 } amp_cuda_sync_stats;
-amp_cuda_sync_stats amp_cuda_get_sync_stats(void);
-void amp_cuda_reset_sync_stats(void);
+AMP_API amp_cuda_sync_stats amp_cuda_get_sync_stats(void);
+AMP_API void amp_cuda_reset_sync_stats(void);
 
 /* A new tensor (caller-owned) on dev with t's dtype and values: no
  * history, requires_grad off (as amp_clone). */
-amp_tensor *amp_to_device(const amp_tensor *t, amp_device dev);
+AMP_API amp_tensor *amp_to_device(const amp_tensor *t, amp_device dev);
 /* Moves a leaf tensor (and its gradient) to dev in place: the tensor
  * object stays, its storage changes, so a module or optimizer holding it
  * sees the move (PyTorch's module.to(device)). A tensor made by an op is an
  * AMP_ERR_STATE error; on failure nothing changes. */
-amp_status amp_tensor_move(amp_tensor *t, amp_device dev);
+AMP_API amp_status amp_tensor_move(amp_tensor *t, amp_device dev);
 
 /* --------------------------------------------------------------- autograd */
 
 /* Marks a leaf as a parameter whose gradient backward accumulates. */
-amp_status amp_tensor_set_requires_grad(amp_tensor *t, bool on);
-bool amp_tensor_requires_grad(const amp_tensor *t);
-bool amp_tensor_is_leaf(const amp_tensor *t);
+AMP_API amp_status amp_tensor_set_requires_grad(amp_tensor *t, bool on);
+AMP_API bool amp_tensor_requires_grad(const amp_tensor *t);
+AMP_API bool amp_tensor_is_leaf(const amp_tensor *t);
 /* The accumulated gradient (same dtype and shape as t) or NULL. Owned by t. */
-amp_tensor *amp_tensor_grad(const amp_tensor *t);
+AMP_API amp_tensor *amp_tensor_grad(const amp_tensor *t);
 /* Drops t's gradient (PyTorch's zero_grad(set_to_none=True)). */
-void amp_tensor_clear_grad(amp_tensor *t);
+AMP_API void amp_tensor_clear_grad(amp_tensor *t);
 
 /* Runs backward from a one-element tensor, seeding with 1, then frees the
  * graph and its saved activations. A second backward through the same
  * graph is an AMP_ERR_STATE error. */
-amp_status amp_backward(amp_tensor *loss);
+AMP_API amp_status amp_backward(amp_tensor *loss);
 /* As amp_backward, seeding with grad (same shape as t). */
-amp_status amp_backward_with(amp_tensor *t, const amp_tensor *grad);
+AMP_API amp_status amp_backward_with(amp_tensor *t, const amp_tensor *grad);
 
 /* No-grad regions: ops inside record nothing. They nest. */
-void amp_no_grad_begin(void);
-void amp_no_grad_end(void);
-bool amp_grad_enabled(void);
+AMP_API void amp_no_grad_begin(void);
+AMP_API void amp_no_grad_end(void);
+AMP_API bool amp_grad_enabled(void);
 
 /* -------------------------------------------------------------------- ops */
 /* Every op returns a temporary (see Ownership) or NULL on error. Float ops
  * take f32, f16 and bf16; 16-bit kernels compute and accumulate in f32. */
 
-amp_tensor *amp_add(amp_tensor *a, amp_tensor *b);  /* broadcasting */
-amp_tensor *amp_sub(amp_tensor *a, amp_tensor *b);
-amp_tensor *amp_mul(amp_tensor *a, amp_tensor *b);
-amp_tensor *amp_div(amp_tensor *a, amp_tensor *b);
-amp_tensor *amp_add_scalar(amp_tensor *a, double s);
-amp_tensor *amp_sub_scalar(amp_tensor *a, double s);
-amp_tensor *amp_mul_scalar(amp_tensor *a, double s);
-amp_tensor *amp_div_scalar(amp_tensor *a, double s);
-amp_tensor *amp_neg(amp_tensor *a);
-amp_tensor *amp_relu(amp_tensor *a);
+AMP_API amp_tensor *amp_add(amp_tensor *a, amp_tensor *b);  /* broadcasting */
+AMP_API amp_tensor *amp_sub(amp_tensor *a, amp_tensor *b);
+AMP_API amp_tensor *amp_mul(amp_tensor *a, amp_tensor *b);
+AMP_API amp_tensor *amp_div(amp_tensor *a, amp_tensor *b);
+AMP_API amp_tensor *amp_add_scalar(amp_tensor *a, double s);
+AMP_API amp_tensor *amp_sub_scalar(amp_tensor *a, double s);
+AMP_API amp_tensor *amp_mul_scalar(amp_tensor *a, double s);
+AMP_API amp_tensor *amp_div_scalar(amp_tensor *a, double s);
+AMP_API amp_tensor *amp_neg(amp_tensor *a);
+AMP_API amp_tensor *amp_relu(amp_tensor *a);
 typedef enum { AMP_GELU_EXACT = 0, AMP_GELU_TANH = 1 } amp_gelu_approx;
-amp_tensor *amp_gelu(amp_tensor *a, amp_gelu_approx approx);
-amp_tensor *amp_tanh(amp_tensor *a);
-amp_tensor *amp_sigmoid(amp_tensor *a);
-amp_tensor *amp_exp(amp_tensor *a);
-amp_tensor *amp_log(amp_tensor *a);
-amp_tensor *amp_pow_scalar(amp_tensor *a, double p);
+AMP_API amp_tensor *amp_gelu(amp_tensor *a, amp_gelu_approx approx);
+AMP_API amp_tensor *amp_tanh(amp_tensor *a);
+AMP_API amp_tensor *amp_sigmoid(amp_tensor *a);
+AMP_API amp_tensor *amp_exp(amp_tensor *a);
+AMP_API amp_tensor *amp_log(amp_tensor *a);
+AMP_API amp_tensor *amp_pow_scalar(amp_tensor *a, double p);
 
 /* a [.., M, K] @ b [K, N] or [.., K, N] with the same leading dims. */
-amp_tensor *amp_matmul(amp_tensor *a, amp_tensor *b);
+AMP_API amp_tensor *amp_matmul(amp_tensor *a, amp_tensor *b);
 /* x [.., in] . w[out, in]^T + bias[out]; bias may be NULL. */
-amp_tensor *amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *bias);
+AMP_API amp_tensor *amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *bias);
 
 /* Sum / mean over the ndims dims listed (negative counts from the end). */
-amp_tensor *amp_sum(amp_tensor *a, int ndims, const int *dims, bool keepdim);
-amp_tensor *amp_mean(amp_tensor *a, int ndims, const int *dims, bool keepdim);
-amp_tensor *amp_sum_all(amp_tensor *a);   /* a scalar (0-d) */
-amp_tensor *amp_mean_all(amp_tensor *a);
+AMP_API amp_tensor *amp_sum(amp_tensor *a, int ndims, const int *dims, bool keepdim);
+AMP_API amp_tensor *amp_mean(amp_tensor *a, int ndims, const int *dims, bool keepdim);
+AMP_API amp_tensor *amp_sum_all(amp_tensor *a);   /* a scalar (0-d) */
+AMP_API amp_tensor *amp_mean_all(amp_tensor *a);
 
-amp_tensor *amp_softmax(amp_tensor *a, int dim);
-amp_tensor *amp_log_softmax(amp_tensor *a, int dim);
+AMP_API amp_tensor *amp_softmax(amp_tensor *a, int dim);
+AMP_API amp_tensor *amp_log_softmax(amp_tensor *a, int dim);
 /* PyTorch's default ignore_index. */
 #define AMP_IGNORE_INDEX (-100)
 /* logits [N, C], labels [N] (i32 or i64): mean over labels != ignore_index. */
-amp_tensor *amp_cross_entropy(amp_tensor *logits, amp_tensor *labels);
-amp_tensor *amp_cross_entropy_ignore(amp_tensor *logits, amp_tensor *labels, int64_t ignore_index);
+AMP_API amp_tensor *amp_cross_entropy(amp_tensor *logits, amp_tensor *labels);
+AMP_API amp_tensor *amp_cross_entropy_ignore(amp_tensor *logits, amp_tensor *labels, int64_t ignore_index);
 /* mean((a - b)^2), same shapes. */
-amp_tensor *amp_mse_loss(amp_tensor *a, amp_tensor *b);
+AMP_API amp_tensor *amp_mse_loss(amp_tensor *a, amp_tensor *b);
 /* Normalises over the last normalized_ndim dims; weight/bias (shaped as
  * those dims) may be NULL. */
-amp_tensor *amp_layer_norm(amp_tensor *x, int normalized_ndim, amp_tensor *weight, amp_tensor *bias,
-                           double eps);
+AMP_API amp_tensor *amp_layer_norm(amp_tensor *x, int normalized_ndim, amp_tensor *weight, amp_tensor *bias,
+                                   double eps);
 /* weight [V, D], indices (i32/i64, any shape) -> [indices.., D]. */
-amp_tensor *amp_embedding(amp_tensor *weight, amp_tensor *indices);
+AMP_API amp_tensor *amp_embedding(amp_tensor *weight, amp_tensor *indices);
 /* Zeroes elements with probability p and scales the rest by 1/(1-p), from
  * the global generator; identity when !training or p == 0. */
-amp_tensor *amp_dropout(amp_tensor *a, double p, bool training);
+AMP_API amp_tensor *amp_dropout(amp_tensor *a, double p, bool training);
 /* x [N, C, H, W], w [O, C, kh, kw], bias [O] or NULL. */
-amp_tensor *amp_conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding);
+AMP_API amp_tensor *amp_conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding);
 /* stride 0 means stride = kernel (PyTorch's default). */
-amp_tensor *amp_max_pool2d(amp_tensor *x, int kernel, int stride, int padding);
+AMP_API amp_tensor *amp_max_pool2d(amp_tensor *x, int kernel, int stride, int padding);
 /* Padding counts in the divisor (count_include_pad=True, as PyTorch). */
-amp_tensor *amp_avg_pool2d(amp_tensor *x, int kernel, int stride, int padding);
+AMP_API amp_tensor *amp_avg_pool2d(amp_tensor *x, int kernel, int stride, int padding);
 
 /* A view sharing a's storage; one dim may be -1. */
-amp_tensor *amp_reshape(amp_tensor *a, amp_shape shape);
-amp_tensor *amp_transpose(amp_tensor *a, int dim0, int dim1);
+AMP_API amp_tensor *amp_reshape(amp_tensor *a, amp_shape shape);
+AMP_API amp_tensor *amp_transpose(amp_tensor *a, int dim0, int dim1);
 /* dims: a permutation of 0..ndim-1. */
-amp_tensor *amp_permute(amp_tensor *a, const int *dims);
-amp_tensor *amp_cat(amp_tensor *const *ts, int n, int dim);
+AMP_API amp_tensor *amp_permute(amp_tensor *a, const int *dims);
+AMP_API amp_tensor *amp_cat(amp_tensor *const *ts, int n, int dim);
 /* Differentiable dtype cast (the gradient flows back in a's dtype). */
-amp_tensor *amp_to(amp_tensor *a, amp_dtype dt);
+AMP_API amp_tensor *amp_to(amp_tensor *a, amp_dtype dt);
 /* Index of the largest value along dim (i64, no gradient). */
-amp_tensor *amp_argmax(amp_tensor *a, int dim);
+AMP_API amp_tensor *amp_argmax(amp_tensor *a, int dim);
 /* softmax(q kᵀ / sqrt(d) [+ causal mask]) v for q, k, v [.., T, d] (same
  * shapes): PyTorch's scaled_dot_product_attention. The scores and the
  * softmax are computed in f32 whatever the inputs' dtype, so f16 cannot
  * overflow there. */
-amp_tensor *amp_attention(amp_tensor *q, amp_tensor *k, amp_tensor *v, bool causal);
+AMP_API amp_tensor *amp_attention(amp_tensor *q, amp_tensor *k, amp_tensor *v, bool causal);
 
 /* The op table: every op by name, for tools and docs. */
-int amp_op_count(void);
-const char *amp_op_name(int op);
+AMP_API int amp_op_count(void);
+AMP_API const char *amp_op_name(int op);
 
 /* --------------------------------------------------------------------- nn */
 
 typedef struct amp_module amp_module;
 
-amp_module *amp_nn_linear(int64_t in_features, int64_t out_features, bool bias);
-amp_module *amp_nn_conv2d(int64_t in_ch, int64_t out_ch, int kernel, int stride, int padding, bool bias);
-amp_module *amp_nn_layer_norm(int64_t dim, double eps);
-amp_module *amp_nn_embedding(int64_t num, int64_t dim);
-amp_module *amp_nn_dropout(double p);
-amp_module *amp_nn_relu(void);
-amp_module *amp_nn_gelu(amp_gelu_approx approx);
-amp_module *amp_nn_tanh(void);
-amp_module *amp_nn_max_pool2d(int kernel, int stride);
-amp_module *amp_nn_avg_pool2d(int kernel, int stride);
+AMP_API amp_module *amp_nn_linear(int64_t in_features, int64_t out_features, bool bias);
+AMP_API amp_module *amp_nn_conv2d(int64_t in_ch, int64_t out_ch, int kernel, int stride, int padding,
+                                  bool bias);
+AMP_API amp_module *amp_nn_layer_norm(int64_t dim, double eps);
+AMP_API amp_module *amp_nn_embedding(int64_t num, int64_t dim);
+AMP_API amp_module *amp_nn_dropout(double p);
+AMP_API amp_module *amp_nn_relu(void);
+AMP_API amp_module *amp_nn_gelu(amp_gelu_approx approx);
+AMP_API amp_module *amp_nn_tanh(void);
+AMP_API amp_module *amp_nn_max_pool2d(int kernel, int stride);
+AMP_API amp_module *amp_nn_avg_pool2d(int kernel, int stride);
 /* Flattens all dims after the first. */
-amp_module *amp_nn_flatten(void);
+AMP_API amp_module *amp_nn_flatten(void);
 /* A container that runs its children in order. */
-amp_module *amp_nn_sequential(void);
+AMP_API amp_module *amp_nn_sequential(void);
 /* Appends child (the container takes ownership, also on error), except
  * when child already belongs to a container or would make a cycle: then
  * nothing changes and the error is AMP_ERR_STATE. */
-amp_status amp_sequential_add(amp_module *seq, amp_module *child);
+AMP_API amp_status amp_sequential_add(amp_module *seq, amp_module *child);
 
-amp_tensor *amp_module_forward(amp_module *m, amp_tensor *x);
+AMP_API amp_tensor *amp_module_forward(amp_module *m, amp_tensor *x);
 /* Training mode (dropout on) or eval mode; applies to children. Modules
  * start in training mode; a child added later keeps its own mode. */
-void amp_module_train(amp_module *m, bool training);
+AMP_API void amp_module_train(amp_module *m, bool training);
 /* Parameters in a fixed order, with names like "0.weight". */
-int amp_module_num_params(const amp_module *m);
-amp_tensor *amp_module_param(const amp_module *m, int i, const char **name);
+AMP_API int amp_module_num_params(const amp_module *m);
+AMP_API amp_tensor *amp_module_param(const amp_module *m, int i, const char **name);
 /* Fills out with up to max parameters; returns how many m has. */
-int amp_module_params(const amp_module *m, amp_tensor **out, int max);
-const char *amp_module_kind(const amp_module *m);
+AMP_API int amp_module_params(const amp_module *m, amp_tensor **out, int max);
+AMP_API const char *amp_module_kind(const amp_module *m);
 /* Frees m, its children and its parameters (tensors others retained live
  * on). A module inside a container is left alone (AMP_ERR_STATE). */
-void amp_module_free(amp_module *m);
+AMP_API void amp_module_free(amp_module *m);
 /* amp_tensor_move for every parameter of m. Checks the device first, so
  * "no GPU" changes nothing. Create optimizers after the move. */
-amp_status amp_module_to(amp_module *m, amp_device dev);
+AMP_API amp_status amp_module_to(amp_module *m, amp_device dev);
 
 /* ------------------------------------------------------------------ optim */
 
@@ -425,38 +436,38 @@ typedef struct {
 } amp_adam_opts;
 
 /* PyTorch's defaults (except SGD's lr: 0.01 here, 1e-3 in PyTorch 2.x). */
-amp_sgd_opts amp_sgd_defaults(void);
-amp_adam_opts amp_adam_defaults(void);   /* lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 0 */
-amp_adam_opts amp_adamw_defaults(void);  /* as Adam, wd 0.01 */
+AMP_API amp_sgd_opts amp_sgd_defaults(void);
+AMP_API amp_adam_opts amp_adam_defaults(void);   /* lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 0 */
+AMP_API amp_adam_opts amp_adamw_defaults(void);  /* as Adam, wd 0.01 */
 
 /* The optimizer keeps references to params (retained). */
-amp_optim *amp_optim_sgd(amp_tensor *const *params, int n, amp_sgd_opts o);
-amp_optim *amp_optim_adam(amp_tensor *const *params, int n, amp_adam_opts o);
-amp_optim *amp_optim_adamw(amp_tensor *const *params, int n, amp_adam_opts o);
+AMP_API amp_optim *amp_optim_sgd(amp_tensor *const *params, int n, amp_sgd_opts o);
+AMP_API amp_optim *amp_optim_adam(amp_tensor *const *params, int n, amp_adam_opts o);
+AMP_API amp_optim *amp_optim_adamw(amp_tensor *const *params, int n, amp_adam_opts o);
 /* One update of every parameter that has a gradient. */
-amp_status amp_optim_step(amp_optim *o);
+AMP_API amp_status amp_optim_step(amp_optim *o);
 /* Drops every parameter's gradient (set_to_none). */
-void amp_optim_zero_grad(amp_optim *o);
-double amp_optim_get_lr(const amp_optim *o);
-void amp_optim_set_lr(amp_optim *o, double lr);
-int amp_optim_num_params(const amp_optim *o);
-amp_tensor *amp_optim_param(const amp_optim *o, int i);
+AMP_API void amp_optim_zero_grad(amp_optim *o);
+AMP_API double amp_optim_get_lr(const amp_optim *o);
+AMP_API void amp_optim_set_lr(amp_optim *o, double lr);
+AMP_API int amp_optim_num_params(const amp_optim *o);
+AMP_API amp_tensor *amp_optim_param(const amp_optim *o, int i);
 /* Number of steps taken (Adam's step counter; SGD counts too). */
-int64_t amp_optim_steps(const amp_optim *o);
-void amp_optim_free(amp_optim *o);
+AMP_API int64_t amp_optim_steps(const amp_optim *o);
+AMP_API void amp_optim_free(amp_optim *o);
 
 /* Optimizer state, for checkpoints. Parameter i's f32 buffer called name
  * (PyTorch's keys: "momentum_buffer"; "exp_avg", "exp_avg_sq",
  * "max_exp_avg_sq"), owned by the optimizer; NULL without an error before
  * the parameter's first step, NULL with an error for a name these options
  * do not use. */
-amp_tensor *amp_optim_state_tensor(const amp_optim *o, int i, const char *name);
+AMP_API amp_tensor *amp_optim_state_tensor(const amp_optim *o, int i, const char *name);
 /* Steps parameter i has taken (its own count: Adam's bias correction). */
-int64_t amp_optim_param_steps(const amp_optim *o, int i);
+AMP_API int64_t amp_optim_param_steps(const amp_optim *o, int i);
 /* Loading: steps > 0 creates the buffers (zeros) for state_tensor to fill;
  * 0 drops them. */
-amp_status amp_optim_set_param_steps(amp_optim *o, int i, int64_t steps);
-amp_status amp_optim_set_steps(amp_optim *o, int64_t steps);
+AMP_API amp_status amp_optim_set_param_steps(amp_optim *o, int i, int64_t steps);
+AMP_API amp_status amp_optim_set_steps(amp_optim *o, int64_t steps);
 
 /* Scales gradients so their global L2 norm is at most max_norm; returns the
  * norm before clipping (NAN/inf if a gradient is not finite, as PyTorch,
@@ -465,7 +476,7 @@ amp_status amp_optim_set_steps(amp_optim *o, int64_t steps);
  * All gradients must be on one device (else NAN + AMP_ERR_DEVICE, nothing
  * changed). On CUDA the norm and the clipping run on the device; returning
  * the norm waits for the GPU (amp_clip_grad_norm_tensor does not). */
-double amp_clip_grad_norm(amp_tensor *const *params, int n, double max_norm);
+AMP_API double amp_clip_grad_norm(amp_tensor *const *params, int n, double max_norm);
 /* The same clipping (the same gradients, bit for bit), the norm returned as
  * PyTorch's clip_grad_norm_ returns it: a new 0-d tensor on the gradients'
  * device, so on CUDA nothing waits for the GPU until the caller reads it
@@ -478,7 +489,7 @@ double amp_clip_grad_norm(amp_tensor *const *params, int n, double max_norm);
  * are scaled as above; to refuse it, read it. On error NULL with the error
  * set: amp_clip_grad_norm's (found before any gradient changes), or no
  * memory for the result (nothing changed). */
-amp_tensor *amp_clip_grad_norm_tensor(amp_tensor *const *params, int n, double max_norm);
+AMP_API amp_tensor *amp_clip_grad_norm_tensor(amp_tensor *const *params, int n, double max_norm);
 
 /* Learning-rate schedules, as closed forms of the step count. */
 typedef enum { AMP_SCHED_CONSTANT = 0, AMP_SCHED_STEP, AMP_SCHED_COSINE } amp_sched_kind;
@@ -494,7 +505,7 @@ typedef struct {
 } amp_sched;
 /* The learning rate at step t (0-based). COSINE past total_steps rises
  * again, as PyTorch's. Bad fields or t < 0: NAN with an error. */
-double amp_sched_lr(const amp_sched *s, int64_t t);
+AMP_API double amp_sched_lr(const amp_sched *s, int64_t t);
 
 /* --------------------------------------------------------------- autocast */
 /* Autocast runs each op in the precision its category asks for, as
@@ -516,13 +527,13 @@ typedef enum {
 
 /* Opens a region on device type dev with dtype dt (f16 or bf16, or
  * AMP_DTYPE_INHERIT), autocast enabled and the cast cache on. */
-amp_status amp_autocast_begin(amp_device dev, amp_dtype dt);
+AMP_API amp_status amp_autocast_begin(amp_device dev, amp_dtype dt);
 /* The full form: enabled=false turns autocast off inside (still a nesting
  * level); cache_enabled=false makes every cast anew. */
-amp_status amp_autocast_begin_ex(amp_device dev, amp_dtype dt, bool enabled, bool cache_enabled);
+AMP_API amp_status amp_autocast_begin_ex(amp_device dev, amp_dtype dt, bool enabled, bool cache_enabled);
 /* Closes the innermost region, restoring the state before it; the outermost
  * end empties the cast cache. An end without a begin is an AMP_ERR_STATE. */
-amp_status amp_autocast_end(void);
+AMP_API amp_status amp_autocast_end(void);
 /* The scoped form: AMP_AUTOCAST(AMP_CPU, AMP_BF16) { ... } runs the block
  * inside a region and ends it after. Leave the block only at its end (no
  * return, break or goto out of it). If the region cannot begin, the block
@@ -530,32 +541,32 @@ amp_status amp_autocast_end(void);
 #define AMP_AUTOCAST(dev, dt)                                                     \
     for (int amp_autocast_once_ = amp_autocast_begin((dev), (dt)) == AMP_OK;      \
          amp_autocast_once_; amp_autocast_once_ = 0, amp_autocast_end())
-bool amp_autocast_is_enabled(amp_device dev);
+AMP_API bool amp_autocast_is_enabled(amp_device dev);
 /* The dtype autocast lowers to on dev (defaults: cpu bf16, cuda f16). */
-amp_dtype amp_autocast_dtype(amp_device dev);
+AMP_API amp_dtype amp_autocast_dtype(amp_device dev);
 /* Open regions on this thread. */
-int amp_autocast_depth(void);
+AMP_API int amp_autocast_depth(void);
 /* Entries in this thread's cast cache. */
-size_t amp_autocast_cache_size(void);
+AMP_API size_t amp_autocast_cache_size(void);
 
 /* The category of op (by name) on device type dev, with any override. */
-amp_cast_category amp_autocast_category(const char *op, amp_device dev);
+AMP_API amp_cast_category amp_autocast_category(const char *op, amp_device dev);
 /* Overrides op's category on dev for every thread (PyTorch has no such
  * switch). AMP_CAST_COUNT restores the built-in category. */
-amp_status amp_autocast_set_category(const char *op, amp_device dev, amp_cast_category c);
-const char *amp_cast_category_name(amp_cast_category c);
+AMP_API amp_status amp_autocast_set_category(const char *op, amp_device dev, amp_cast_category c);
+AMP_API const char *amp_cast_category_name(amp_cast_category c);
 /* The dtypes op would run in under autocast (dev, autocast dtype at) for
  * inputs of dtypes in[0..n): out[i] per input. Used for the CUDA policy
  * where no GPU is present. AMP_ERR_DTYPE for f16 mixed with bf16 under
  * PROMOTE, AMP_ERR_STATE for a BANNED op. */
-amp_status amp_autocast_plan(const char *op, amp_device dev, amp_dtype at, int n, const amp_dtype *in,
-                             amp_dtype *out);
+AMP_API amp_status amp_autocast_plan(const char *op, amp_device dev, amp_dtype at, int n, const amp_dtype *in,
+                                     amp_dtype *out);
 
 /* Warnings (autocast disabled for an unsupported dtype, ...) go to this
  * handler; the default prints "ampc warning: ..." to stderr. NULL restores
  * the default. */
 typedef void (*amp_warning_fn)(const char *msg, void *user);
-void amp_set_warning_handler(amp_warning_fn fn, void *user);
+AMP_API void amp_set_warning_handler(amp_warning_fn fn, void *user);
 
 /* ------------------------------------------------------------ grad scaler */
 /* Dynamic loss scaling with torch.amp.GradScaler's semantics (AMP_SPEC). */
@@ -575,38 +586,38 @@ typedef struct {
                                 since the scale last grew (Megatron-LM) */
 } amp_scaler_opts;
 
-amp_scaler_opts amp_scaler_defaults(void);
-amp_scaler *amp_scaler_new(amp_scaler_opts o);
-void amp_scaler_free(amp_scaler *s);
+AMP_API amp_scaler_opts amp_scaler_defaults(void);
+AMP_API amp_scaler *amp_scaler_new(amp_scaler_opts o);
+AMP_API void amp_scaler_free(amp_scaler *s);
 
 /* loss * scale (f32 scale); the loss itself when disabled. */
-amp_tensor *amp_scaler_scale(amp_scaler *s, amp_tensor *loss);
+AMP_API amp_tensor *amp_scaler_scale(amp_scaler *s, amp_tensor *loss);
 /* Divides o's gradients by the scale in one pass per dtype and records
  * whether any is inf/NaN. */
-amp_status amp_scaler_unscale(amp_scaler *s, amp_optim *o);
+AMP_API amp_status amp_scaler_unscale(amp_scaler *s, amp_optim *o);
 /* Unscales if not done yet, then steps o unless a non-finite gradient was
  * found. *skipped (may be NULL) says which. */
-amp_status amp_scaler_step(amp_scaler *s, amp_optim *o, bool *skipped);
+AMP_API amp_status amp_scaler_step(amp_scaler *s, amp_optim *o, bool *skipped);
 /* Backs off or grows the scale from this iteration's records. */
-amp_status amp_scaler_update(amp_scaler *s);
+AMP_API amp_status amp_scaler_update(amp_scaler *s);
 /* Sets the scale to new_scale (positive and finite as an f32); the growth
  * tracker is kept. */
-amp_status amp_scaler_update_to(amp_scaler *s, double new_scale);
+AMP_API amp_status amp_scaler_update_to(amp_scaler *s, double new_scale);
 
 /* On CUDA the scale and the scaler's state live on the device (scale()
  * creates them on the loss's device) and step / update never wait for the
  * GPU; the getters below copy the state to the host, so reading the scale
  * is the explicit synchronisation point (as .item() in PyTorch). So is a
  * non-NULL `skipped` in amp_scaler_step on CUDA: pass NULL to avoid it. */
-double amp_scaler_get_scale(const amp_scaler *s);   /* 1.0 when disabled */
-double amp_scaler_get_growth_factor(const amp_scaler *s);
-double amp_scaler_get_backoff_factor(const amp_scaler *s);
-int64_t amp_scaler_get_growth_interval(const amp_scaler *s);
-int64_t amp_scaler_get_growth_tracker(const amp_scaler *s);
-void amp_scaler_set_growth_factor(amp_scaler *s, double f);
-void amp_scaler_set_backoff_factor(amp_scaler *s, double f);
-void amp_scaler_set_growth_interval(amp_scaler *s, int64_t n);
-bool amp_scaler_is_enabled(const amp_scaler *s);
+AMP_API double amp_scaler_get_scale(const amp_scaler *s);   /* 1.0 when disabled */
+AMP_API double amp_scaler_get_growth_factor(const amp_scaler *s);
+AMP_API double amp_scaler_get_backoff_factor(const amp_scaler *s);
+AMP_API int64_t amp_scaler_get_growth_interval(const amp_scaler *s);
+AMP_API int64_t amp_scaler_get_growth_tracker(const amp_scaler *s);
+AMP_API void amp_scaler_set_growth_factor(amp_scaler *s, double f);
+AMP_API void amp_scaler_set_backoff_factor(amp_scaler *s, double f);
+AMP_API void amp_scaler_set_growth_interval(amp_scaler *s, int64_t n);
+AMP_API bool amp_scaler_is_enabled(const amp_scaler *s);
 
 /* state_dict / load_state_dict. valid=false is the empty state of a
  * disabled scaler. Load checks the state as amp_scaler_new checks its
@@ -616,44 +627,44 @@ typedef struct {
     double scale, growth_factor, backoff_factor;
     int64_t growth_interval, growth_tracker;
 } amp_scaler_state;
-amp_scaler_state amp_scaler_state_get(const amp_scaler *s);
-amp_status amp_scaler_state_load(amp_scaler *s, amp_scaler_state st);
+AMP_API amp_scaler_state amp_scaler_state_get(const amp_scaler *s);
+AMP_API amp_status amp_scaler_state_load(amp_scaler *s, amp_scaler_state st);
 
 /* Observability: steps taken and skipped, and the last scale changes. */
 typedef struct {
     int64_t steps, skipped;
 } amp_scaler_counts;
-amp_scaler_counts amp_scaler_get_counts(const amp_scaler *s);
+AMP_API amp_scaler_counts amp_scaler_get_counts(const amp_scaler *s);
 typedef struct {
     int64_t update;    /* the update() call that changed it (0-based) */
     double old_scale, new_scale;
 } amp_scale_change;
 /* Copies up to max of the most recent changes, oldest first; returns how many. */
-int amp_scaler_history(const amp_scaler *s, amp_scale_change *out, int max);
+AMP_API int amp_scaler_history(const amp_scaler *s, amp_scale_change *out, int max);
 /* For param's (unscaled) gradient g at the current scale: how many nonzero
  * elements would round to zero in f16 (|g * scale| <= 2^-25) and how many
  * would overflow to inf (|g * scale| >= 65520). */
-amp_status amp_scaler_f16_health(const amp_scaler *s, const amp_tensor *param, int64_t *underflow,
-                                 int64_t *overflow);
+AMP_API amp_status amp_scaler_f16_health(const amp_scaler *s, const amp_tensor *param, int64_t *underflow,
+                                         int64_t *overflow);
 
 /* Diagnosing inf/NaN (what the scaler's fused check does not say): they
  * read every element, copying a CUDA tensor to the host first (a wait). */
 /* Inf/NaN elements of t (0 for an integer tensor); -1 + error on failure. */
-int64_t amp_tensor_count_nonfinite(const amp_tensor *t);
+AMP_API int64_t amp_tensor_count_nonfinite(const amp_tensor *t);
 /* *index: the first of o's parameters (in its order) whose gradient holds
  * inf/NaN, -1 when every gradient is finite or missing; *count (may be
  * NULL): how many of its elements. */
-amp_status amp_optim_find_nonfinite_grad(const amp_optim *o, int *index, int64_t *count);
+AMP_API amp_status amp_optim_find_nonfinite_grad(const amp_optim *o, int *index, int64_t *count);
 
 /* ----------------------------------------------------------------- models */
 /* Ready-made models: the CLI's, the benchmarks' and the examples'. */
 
 /* in -> hidden[0] -> ... -> classes, ReLU between the linear layers. */
-amp_module *amp_model_mlp(int64_t in, const int64_t *hidden, int n_hidden, int64_t classes);
+AMP_API amp_module *amp_model_mlp(int64_t in, const int64_t *hidden, int n_hidden, int64_t classes);
 /* conv in_ch->32 3x3 pad 1, ReLU, max-pool 2; conv 32->64 3x3 pad 1, ReLU,
  * max-pool 2; flatten; linear -> 128, ReLU; linear 128 -> classes. Input
  * [N, in_ch, height, width] (height and width divisible by 4). */
-amp_module *amp_model_cnn(int64_t in_ch, int64_t height, int64_t width, int64_t classes);
+AMP_API amp_module *amp_model_cnn(int64_t in_ch, int64_t height, int64_t width, int64_t classes);
 
 typedef struct {
     int64_t vocab;    /* tokens */
@@ -669,7 +680,7 @@ typedef struct {
  * LayerNorm, and an output head tied to the token embedding. Its forward
  * takes token indices [B, T] (i32/i64, T <= context) and returns logits
  * [B, T, vocab]. */
-amp_module *amp_model_gpt(amp_gpt_config c);
+AMP_API amp_module *amp_model_gpt(amp_gpt_config c);
 
 /* --------------------------------------------------------------------- io */
 
@@ -678,7 +689,7 @@ amp_module *amp_model_gpt(amp_gpt_config c);
  * Errors name the file and what is wrong: AMP_ERR_IO (missing, unreadable,
  * not a regular file: a FIFO or a device is refused without blocking),
  * AMP_ERR_FORMAT (bad magic or type, truncated, trailing bytes). */
-amp_tensor *amp_idx_load(const char *path, amp_dtype dt);
+AMP_API amp_tensor *amp_idx_load(const char *path, amp_dtype dt);
 
 /* Checkpoints, in the safetensors format (Python's safetensors and
  * PyTorch open the tensors by name). One file holds the model's parameters
@@ -692,8 +703,8 @@ amp_tensor *amp_idx_load(const char *path, amp_dtype dt);
  * saved (AMP_ERR_STATE naming the tensor; the file under path is left as
  * it was), so a diverged run never replaces its last good checkpoint.
  * Any pointer but path and m may be NULL to leave that part out. */
-amp_status amp_checkpoint_save(const char *path, const amp_module *m, const amp_optim *o,
-                               const amp_scaler *s, int64_t step, const char *settings_json);
+AMP_API amp_status amp_checkpoint_save(const char *path, const amp_module *m, const amp_optim *o,
+                                       const amp_scaler *s, int64_t step, const char *settings_json);
 /* Loads what amp_checkpoint_save wrote into an already-built model (and
  * optimizer / scaler with its step counters, when given), restores the
  * global RNG state, and returns the step and (malloc'd, caller frees) the
@@ -701,8 +712,8 @@ amp_status amp_checkpoint_save(const char *path, const amp_module *m, const amp_
  * range (a negative step, a counter above 2^53), an inf / NaN weight or
  * optimizer buffer, or a path that is not a regular file is an error
  * naming the file and the problem, and then nothing has been changed. */
-amp_status amp_checkpoint_load(const char *path, amp_module *m, amp_optim *o, amp_scaler *s,
-                               int64_t *step, char **settings_json);
+AMP_API amp_status amp_checkpoint_load(const char *path, amp_module *m, amp_optim *o, amp_scaler *s,
+                                       int64_t *step, char **settings_json);
 
 /* A character-level text corpus: the bytes of a file, with a vocabulary of
  * the distinct bytes present (sorted). */
@@ -710,16 +721,16 @@ typedef struct amp_text amp_text;
 /* Reads path (a regular file, or a directory of them); errors name the
  * file (missing, empty, unreadable, not a regular file, larger than
  * memory). */
-amp_text *amp_text_load(const char *path);
-int64_t amp_text_vocab(const amp_text *t);
-int64_t amp_text_length(const amp_text *t);
+AMP_API amp_text *amp_text_load(const char *path);
+AMP_API int64_t amp_text_vocab(const amp_text *t);
+AMP_API int64_t amp_text_length(const amp_text *t);
 /* The byte with token id `id` (for printing samples). */
-int amp_text_char(const amp_text *t, int64_t id);
+AMP_API int amp_text_char(const amp_text *t, int64_t id);
 /* Fills x and y ([B, T] i64, caller-allocated) with B windows of T tokens
  * and their next-token targets, starting at positions drawn with seed from
  * the split: the first 90% of the text (val = false) or the last 10%. */
-amp_status amp_text_batch(const amp_text *t, bool val, uint64_t seed, amp_tensor *x, amp_tensor *y);
-void amp_text_free(amp_text *t);
+AMP_API amp_status amp_text_batch(const amp_text *t, bool val, uint64_t seed, amp_tensor *x, amp_tensor *y);
+AMP_API void amp_text_free(amp_text *t);
 
 #ifdef __cplusplus
 }

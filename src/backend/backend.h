@@ -49,16 +49,30 @@ typedef struct {
 } be_pw_plan;
 
 /* ==== types: section linalg ========================================== */
-/* What gemm applies to the f32 product before its one rounding. */
+/* What gemm applies to the f32 product (plus bias) before its one
+ * rounding into C. */
 typedef enum {
     BE_EPI_NONE = 0,
-    BE_EPI_RELU,     /* max(x, 0), NaN kept */
-    BE_EPI_GELU_AUX, /* gelu_tanh(x) into C, and x itself (rounded to C's dtype) into aux */
+    BE_EPI_RELU, /* max(x, 0) as the relu op computes it: NaN kept, -0 -> +0 */
+    BE_EPI_GELU, /* gelu_tanh(x) into C, and when aux is not NULL x itself
+                  * (rounded to C's dtype) into aux: the pre-activation
+                  * that backward reads */
 } be_epilogue;
 
-/* One (batched) product: for b in [0, batch), with A, B, C advanced by sa,
- * sb, sc elements (0: shared), C_b = ep(alpha op(A_b) op(B_b) + beta C_b
- * + bias) where bias (may be NULL) is added to every row. */
+/* One (batched) row-major product: for b in [0, batch), with A, B, C
+ * advanced by sa, sb, sc elements (0: shared by every b),
+ *     C_b = ep(alpha op(A_b) op(B_b) + beta C_b + bias)
+ * op(A) is M x K (A stored K x M when ta), op(B) K x N (B stored N x K
+ * when tb); lda, ldb, ldc are row strides in elements; beta 0 never reads
+ * C. A and B have one float dtype (adt == bdt; the CPU also takes mixed
+ * f32 / 16-bit), C any float dtype; the product accumulates in f32 and
+ * each output is rounded once.
+ * bias (N values of cdt, added to every row) and an epilogue other than
+ * NONE: alpha 1, beta 0, batch 1 only; aux [M, N] at row stride ldaux.
+ * weight_grad says that this is a linear layer's dW = dYᵀ X (ta, not tb,
+ * A = dY [K, M] contiguous): a hint a backend may use to lay dYᵀ out first
+ * (the CPU widens an f16 one up front); it never changes the result's
+ * definition. */
 typedef struct {
     bool ta, tb;
     int64_t M, N, K, batch;
@@ -68,17 +82,28 @@ typedef struct {
     int64_t lda, ldb, ldc, sa, sb, sc;
     amp_dtype adt, bdt, cdt;
     const void *bias;
-    amp_dtype bias_dt;
     be_epilogue ep;
     void *aux;
     int64_t ldaux;
+    bool weight_grad;
 } be_gemm_desc;
 
-/* Attention over heads x [T, D] q, k, v (the linalg helper completes it). */
+/* Scaled dot-product attention over `heads` contiguous [T, D] slices of
+ * q, k, v (one float dtype dt): out = softmax(scale q kᵀ [+ causal mask]) v.
+ * Scores, mask and softmax are f32; lse [heads, T] (f32) holds each row's
+ * log-sum-exp: written by attention when not NULL, read by
+ * attention_backward, which rebuilds the probabilities from it. Backward
+ * writes dQ, dK, dV (dt) into gq, gk, gv, each NULL when not wanted. */
 typedef struct {
     int64_t heads, T, D;
     bool causal;
-    double scale;
+    float scale;
+    amp_dtype dt;
+    const void *q, *k, *v;
+    void *out;         /* attention */
+    float *lse;
+    const void *gout;  /* attention_backward */
+    void *gq, *gk, *gv;
 } be_attn_desc;
 /* ==== end types: section linalg ====================================== */
 
@@ -181,7 +206,13 @@ typedef struct amp_backend {
     /* C = ep(alpha op(A) op(B) + beta C [+ bias]), batched, row-major;
      * see be_gemm_desc. */
     amp_status (*gemm)(const be_gemm_desc *g);
-    /* Scaled dot-product attention over [heads, T, D] q, k, v. */
+    /* db [cols] (dbdt) = the column sums of dy [rows, cols] (dt), rounded
+     * once: a linear layer's bias gradient. Not reduce_sum: the CPU's
+     * sums f32 blocks of rows, the blocks added in double (vectorised, the
+     * same for any thread count), and keeps those bits; CUDA's is its
+     * reduce_sum. */
+    amp_status (*bias_grad)(const void *dy, amp_dtype dt, int64_t rows, int64_t cols, void *db, amp_dtype dbdt);
+    /* Scaled dot-product attention and its gradients; see be_attn_desc. */
     amp_status (*attention)(const be_attn_desc *a);
     amp_status (*attention_backward)(const be_attn_desc *a);
     /* ==== end section linalg ========================================== */

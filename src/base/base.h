@@ -2,7 +2,8 @@
  * base.h - what every layer uses: the per-thread error, CPU features,
  * threads, the random generator, and aligned memory.
  *
- * Defines: amp_set_error, amp_fail, ampc_xmalloc/free, philox, thread count.
+ * Defines: amp_set_error, amp_fail_null, amp_warn, amp_alloc/free, philox,
+ * thread count.
  */
 #ifndef AMPC_BASE_H
 #define AMPC_BASE_H
@@ -21,6 +22,9 @@
 amp_status amp_set_error(amp_status st, const char *fmt, ...) AMP_PRINTF(2, 3);
 /* As amp_set_error, returning NULL: `return amp_fail_null(...)`. */
 void *amp_fail_null(amp_status st, const char *fmt, ...) AMP_PRINTF(2, 3);
+/* Sends a warning to the handler (amp_set_warning_handler; by default
+ * "ampc warning: ..." on stderr). */
+void amp_warn(const char *fmt, ...) AMP_PRINTF(1, 2);
 
 /* 64-byte aligned allocation; size 0 gives a valid pointer. Sets an
  * AMP_ERR_MEMORY error on failure. */

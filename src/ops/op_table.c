@@ -1,8 +1,9 @@
 /*
- * op_table.c - the op table and op_apply, the one path every op takes.
+ * op_table.c - the op table and op_apply, the one path every op takes:
+ * op_apply checks the inputs and casts them for autocast (autocast.c),
+ * op_run runs the forward and records the node.
  */
 #include "ops/ops.h"
-#include "amp/amp.h"
 #include "backend/backend.h"
 
 #include <stdio.h>
@@ -133,8 +134,6 @@ amp_status op_save(node *n, int k, const amp_tensor *t)
     return AMP_OK;
 }
 
-static amp_tensor *run_op(int op, amp_tensor *const *in, int n_in, const op_params *p);
-
 amp_tensor *op_apply(int op, amp_tensor *const *args, int n_in, const op_params *p)
 {
     for (int i = 0; i < n_in; i++)
@@ -157,14 +156,14 @@ amp_tensor *op_apply(int op, amp_tensor *const *args, int n_in, const op_params 
             free(in);
         return NULL;
     }
-    amp_tensor *out = run_op(op, in, n_in, p);
+    amp_tensor *out = op_run(op, in, n_in, p);
     if (in != cast_stack)
         free(in);
     return out;
 }
 
 /* Runs the forward on inputs already autocast and records the node. */
-static amp_tensor *run_op(int op, amp_tensor *const *in, int n_in, const op_params *p)
+amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p)
 {
     node *n = calloc(1, sizeof *n);
     amp_tensor **ins = calloc((size_t)(n_in ? n_in : 1), sizeof *ins);

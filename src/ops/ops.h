@@ -79,8 +79,21 @@ amp_status op_cuda_backward(node *n, op_backward_fn backward, const amp_tensor *
 bool op_supported(amp_device dev, int op, const node *n);
 
 /* Runs op on in[0..n_in) with params p (may be NULL). The result is a
- * pool temporary; NULL with the error set (or kept, for NULL inputs). */
+ * pool temporary; NULL with the error set (or kept, for NULL inputs).
+ * The public op functions (api.c) call it; it checks the inputs, asks
+ * autocast_inputs for their autocast dtypes, then calls op_run. */
 amp_tensor *op_apply(int op, amp_tensor *const *in, int n_in, const op_params *p);
+/* The part of op_apply below autocast: runs the forward on inputs that
+ * are non-NULL, on one device and already in the dtypes the op runs in,
+ * and records the node. Autocast's casts (`to` ops) come through here, so
+ * op_apply -> autocast_inputs -> op_run never loops back. */
+amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p);
+/* Autocast's step of op_apply (autocast.c): replaces in[i] by its cast
+ * where op's category on the inputs' device asks for one; out[i] is in[i]
+ * itself or a cast (a pool temporary, or from the cast cache). Returns
+ * AMP_OK, or an error for a banned op or f16 mixed with bf16 under
+ * PROMOTE. Does nothing outside autocast. */
+amp_status autocast_inputs(int op, amp_tensor *const *in, int n, amp_tensor **out);
 
 #include "ops/fused.h"
 

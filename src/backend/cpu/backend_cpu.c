@@ -78,6 +78,10 @@ const amp_backend amp_backend_cpu = {
 
 
     /* ==== section linalg ==== */
+    .gemm = cpu_gemm,
+    .bias_grad = cpu_bias_grad,
+    .attention = cpu_attention,
+    .attention_backward = cpu_attention_backward,
     /* ==== end section linalg ==== */
 
 

@@ -25,6 +25,12 @@ amp_status cpu_copy_2d(const void *src, amp_dtype sdt, int64_t sld, int64_t soff
 
 
 /* ==== section linalg ==== */
+/* linalg.c: gemm over gemm.h's GEMMs, the bias gradient's column sums. */
+amp_status cpu_gemm(const be_gemm_desc *g);
+amp_status cpu_bias_grad(const void *dy, amp_dtype dt, int64_t rows, int64_t cols, void *db, amp_dtype dbdt);
+/* attention.c: scaled dot-product attention, one head at a time. */
+amp_status cpu_attention(const be_attn_desc *a);
+amp_status cpu_attention_backward(const be_attn_desc *a);
 /* ==== end section linalg ==== */
 
 

@@ -50,6 +50,10 @@ const amp_backend amp_backend_cuda = {
 
 
     /* ==== section linalg ==== */
+    .gemm = cuda_linalg_gemm,
+    .bias_grad = cuda_linalg_bias_grad,
+    .attention = cuda_attention,
+    .attention_backward = cuda_attention_backward,
     /* ==== end section linalg ==== */
 
 

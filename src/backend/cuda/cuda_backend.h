@@ -338,6 +338,16 @@ amp_status cuda_attn_probs(float *S, int64_t heads, int64_t T, bool causal, cons
 /* dS = scale * P * (dP - rowsum(P * dP)) in place of dP (masked 0). */
 amp_status cuda_attn_dscores(const float *P, float *dP, int64_t heads, int64_t T, bool causal, float scale);
 
+/* The backend table's linalg primitives (backend/backend.h), composed of
+ * the kernels above in linalg.c: gemm over cuda_gemm / cuda_gemm_epilogue
+ * (the unfused path where cuBLASLt refuses an epilogue), the bias
+ * gradient as a cuda_reduce_sum, attention as strided-batch GEMMs around
+ * the cuda_attn_* kernels. */
+amp_status cuda_linalg_gemm(const be_gemm_desc *g);
+amp_status cuda_linalg_bias_grad(const void *dy, amp_dtype dt, int64_t rows, int64_t cols, void *db, amp_dtype dbdt);
+amp_status cuda_attention(const be_attn_desc *a);
+amp_status cuda_attention_backward(const be_attn_desc *a);
+
 /* conv2d as implicit GEMM (conv.cu's kernels, composed in conv.c):
  * images [cnt, C, H, W] lowered to a column matrix cols [C*kh*kw, cnt*L]
  * (L = Ho*Wo; image i owns columns i*L .. i*L+L-1, as the CPU backend lays

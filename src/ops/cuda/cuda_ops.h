@@ -35,13 +35,6 @@ amp_tensor *cu_sum_to_shape(const amp_tensor *g, amp_shape small, amp_dtype dt, 
 
 /* elementwise.c */
 
-/* linalg.c */
-amp_tensor *cu_matmul_forward(node *n);
-amp_status cu_matmul_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_tensor *cu_linear_forward(node *n);
-amp_status cu_linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_tensor *cu_attention_forward(node *n);
-amp_status cu_attention_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
 
 /* shape.c */
 

@@ -1,8 +1,10 @@
 /*
- * autocast.c - autocast regions, the policy lookup, and the cast cache.
+ * autocast.c - autocast regions, the policy lookup, and the cast cache:
+ * the step of op_apply that casts an op's inputs (autocast_inputs).
  *
  * The policy is the op table's cast column (ops/op_list.h) plus run-time
- * overrides. A region saves the previous per-device state and restores it
+ * overrides. The casts are `to` ops run through op_run, the part of
+ * op_apply below this step, so a cast never comes back here. A region saves the previous per-device state and restores it
  * on end; the outermost end empties the cache. All state but the
  * overrides is per thread, as in PyTorch.
  *
@@ -14,13 +16,12 @@
  * forward/backward inside one region both see fresh casts (PyTorch's cache
  * has neither check).
  */
-#include "amp/amp.h"
-#include "backend/cuda/cuda_backend.h"
 #include "ops/ops.h"
+#include "backend/cuda/cuda_backend.h"
 
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MAX_DEPTH 64
 
@@ -44,28 +45,6 @@ static _Thread_local size_t cache_len, cache_cap;
 /* Overrides: AMP_CAST_COUNT means "use the table". Shared by all threads. */
 static _Atomic int overrides[OP_COUNT][AMP_DEVICE_COUNT];
 static _Atomic int overrides_ready;
-
-static amp_warning_fn warn_fn;
-static void *warn_user;
-
-void amp_set_warning_handler(amp_warning_fn fn, void *user)
-{
-    warn_fn = fn;
-    warn_user = user;
-}
-
-void amp_warn(const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (warn_fn)
-        warn_fn(msg, warn_user);
-    else
-        fprintf(stderr, "ampc warning: %s\n", msg);
-}
 
 static void cache_clear(void)
 {
@@ -259,12 +238,20 @@ amp_status amp_autocast_plan(const char *name, amp_device dev, amp_dtype at, int
 
 /* --------------------------------------------------------- the casts */
 
+/* t as dt: a `to` op, recorded like any other (the gradient flows back in
+ * t's dtype), run below autocast. t is an input op_apply has checked. */
+static amp_tensor *cast(amp_tensor *t, amp_dtype dt)
+{
+    op_params p = {.i = {dt}};
+    return op_run(OP_TO, &t, 1, &p);
+}
+
 static amp_tensor *cached_cast(amp_tensor *t, amp_dtype dt)
 {
     bool cacheable = cur.cache_enabled && t->dtype == AMP_F32 && !t->grad_fn && t->requires_grad &&
                      dt == cur.dtype[t->storage->device];
     if (!cacheable)
-        return amp_to(t, dt);
+        return cast(t, dt);
     for (size_t i = 0; i < cache_len; i++) {
         cache_entry *e = &cache[i];
         if (e->src != t)
@@ -273,7 +260,7 @@ static amp_tensor *cached_cast(amp_tensor *t, amp_dtype dt)
                      !e->cast->grad_fn->freed;
         if (fresh)
             return e->cast;
-        amp_tensor *c = amp_to(t, dt);
+        amp_tensor *c = cast(t, dt);
         if (!c)
             return NULL;
         amp_tensor_free(e->cast);
@@ -281,7 +268,7 @@ static amp_tensor *cached_cast(amp_tensor *t, amp_dtype dt)
         e->version = t->storage->version;
         return c;
     }
-    amp_tensor *c = amp_to(t, dt);
+    amp_tensor *c = cast(t, dt);
     if (!c)
         return NULL;
     if (cache_len == cache_cap) {
@@ -320,7 +307,7 @@ amp_status autocast_inputs(int op, amp_tensor *const *in, int n, amp_tensor **ou
     for (int i = 0; i < n; i++) {
         if (dout[i] == din[i] || !amp_dtype_is_float(din[i]))
             continue;
-        out[i] = c == AMP_CAST_LOWER ? cached_cast(in[i], dout[i]) : amp_to(in[i], dout[i]);
+        out[i] = c == AMP_CAST_LOWER ? cached_cast(in[i], dout[i]) : cast(in[i], dout[i]);
         if (!out[i])
             return amp_last_status();
     }

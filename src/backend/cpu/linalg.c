@@ -1,0 +1,217 @@
+/*
+ * linalg.c (CPU) - the CPU backend's gemm and bias_grad primitives, over
+ * the GEMMs of gemm.h (oneDNN, AMX, AVX-512 behind them).
+ *
+ * gemm: a product with a bias or an epilogue is one gemm_batched call,
+ * where oneDNN adds the bias (ampc's own GEMM adds onto bias rows, beta 1)
+ * and cpu_relu_rows applies the relu after; either way a 16-bit result is
+ * rounded once. The gelu epilogue is that GEMM into the pre-activation
+ * (aux, or scratch), then the gelu formula over it (the SIMD kernel where
+ * the CPU has it, as the pointwise primitive), so values are those of
+ * linear followed by gelu bit for bit. A plain product is gemm_lowp (batch 1), or gemm_batched, which
+ * spreads the batch over the threads.
+ *
+ * Each gradient keeps the bits of the code it came from (src/ops/matmul.c):
+ * a linear layer's f16 dW (weight_grad) widens and transposes dY up front
+ * unless the f16 split kernel runs the product, and bias_grad sums f32
+ * blocks of rows, added in double in block order.
+ */
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/gemm.h"
+#include "base/base.h"
+#include "backend/cpu/simd.h"
+#include "backend/pointwise.h"
+
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ------------------------------------------------------------- gelu */
+
+/* Elements of a gelu block (widened, then rounded, through the stack). */
+#define GELU_BLOCK 1024
+
+/* y[r, :] = gelu_tanh(x[r, :]) for rows x cols, x and y of dtype dt at
+ * row strides ldx and ldy: f32 values, one rounding. */
+static void gelu_rows(const void *x, int64_t ldx, void *y, int64_t ldy, amp_dtype dt, int64_t rows, int64_t cols)
+{
+    const size_t es = amp_dtype_size(dt);
+    const simd_gelu_tanh_fn f = simd_pick_gelu_tanh();
+#pragma omp parallel for num_threads(amp_threads()) if (rows * cols >= 32768) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        float in[GELU_BLOCK], out[GELU_BLOCK];
+        for (int64_t c0 = 0; c0 < cols; c0 += GELU_BLOCK) {
+            const int64_t nc = cols - c0 < GELU_BLOCK ? cols - c0 : GELU_BLOCK;
+            const char *xs = (const char *)x + (size_t)(r * ldx + c0) * es;
+            char *ys = (char *)y + (size_t)(r * ldy + c0) * es;
+            const float *xf = (const float *)xs;
+            float *yf = dt == AMP_F32 ? (float *)ys : out;
+            if (dt != AMP_F32) {
+                amp_convert(xs, dt, in, AMP_F32, (size_t)nc);
+                xf = in;
+            }
+            if (f)
+                f(xf, yf, nc);
+            else
+                for (int64_t j = 0; j < nc; j++)
+                    yf[j] = pw_gelu_tanh_of(xf[j]);
+            if (dt != AMP_F32)
+                amp_convert(out, AMP_F32, ys, dt, (size_t)nc);
+        }
+    }
+}
+
+/* ------------------------------------------------------------- gemm */
+
+static amp_status gemm_gelu(const be_gemm_desc *g)
+{
+    void *pre = g->aux;
+    int64_t ldp = g->ldaux;
+    if (!pre) {
+        if (!(pre = amp_alloc((size_t)(g->M * g->N) * amp_dtype_size(g->cdt))))
+            return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for a %lld x %lld pre-activation",
+                                 (long long)g->M, (long long)g->N);
+        ldp = g->N;
+    }
+    amp_status st = gemm_batched(g->ta, g->tb, 1, g->M, g->N, g->K, g->A, g->adt, g->lda, 0, g->B, g->bdt, g->ldb, 0,
+                                 0.0f, pre, g->cdt, ldp, 0, g->bias, CPU_ACT_NONE);
+    if (st == AMP_OK)
+        gelu_rows(pre, ldp, g->C, g->ldc, g->cdt, g->M, g->N);
+    if (pre != g->aux)
+        amp_free(pre);
+    return st;
+}
+
+/* dst [cols, rows] (f32) = the transpose of src [rows, cols] (dtype dt),
+ * in tiles that keep both sides in cache. */
+static void transpose_widen(const void *src, amp_dtype dt, int64_t rows, int64_t cols, float *dst)
+{
+    enum { TILE = 32 };
+    const size_t es = amp_dtype_size(dt);
+    const int64_t rt = (rows + TILE - 1) / TILE;
+#pragma omp parallel for num_threads(amp_threads()) if (rows * cols >= 65536) schedule(static)
+    for (int64_t bi = 0; bi < rt; bi++) {
+        float tile[TILE][TILE];
+        const int64_t r0 = bi * TILE, nr = rows - r0 < TILE ? rows - r0 : TILE;
+        for (int64_t c0 = 0; c0 < cols; c0 += TILE) {
+            const int64_t nc = cols - c0 < TILE ? cols - c0 : TILE;
+            for (int64_t r = 0; r < nr; r++)
+                amp_convert((const char *)src + (size_t)((r0 + r) * cols + c0) * es, dt, tile[r], AMP_F32,
+                            (size_t)nc);
+            for (int64_t c = 0; c < nc; c++)
+                for (int64_t r = 0; r < nr; r++)
+                    dst[(c0 + c) * rows + r0 + r] = tile[r][c];
+        }
+    }
+}
+
+/* dW [M, N] = dYᵀ X with an f16 dY [K, M]: widened and transposed up
+ * front (the widening GEMM would widen its transposed panels a dozen
+ * elements at a time), unless the product runs on the f16 split kernel,
+ * which packs dY as it is. Returns false when the plain product applies. */
+static bool weight_grad_widened(const be_gemm_desc *g, amp_status *st)
+{
+    if (!g->weight_grad || !g->ta || g->tb || g->adt != AMP_F16 || g->batch != 1 || g->lda != g->M ||
+        gemm_f16_split_active(g->M, g->N, g->K))
+        return false;
+    float *gt = amp_alloc((size_t)(g->K * g->M) * sizeof(float));
+    if (!gt) {
+        *st = amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for a %lld x %lld transposed gradient",
+                            (long long)g->M, (long long)g->K);
+        return true;
+    }
+    transpose_widen(g->A, AMP_F16, g->K, g->M, gt);
+    *st = gemm_lowp(false, false, g->M, g->N, g->K, g->alpha, gt, AMP_F32, g->K, g->B, g->bdt, g->ldb, g->beta, g->C,
+                    g->cdt, g->ldc);
+    amp_free(gt);
+    return true;
+}
+
+amp_status cpu_gemm(const be_gemm_desc *g)
+{
+    if (g->batch < 0)
+        return amp_set_error(AMP_ERR_ARG, "gemm: a batch of %lld products", (long long)g->batch);
+    if (g->bias || g->ep != BE_EPI_NONE) {
+        if (g->alpha != 1.0f || g->beta != 0.0f || g->batch != 1)
+            return amp_set_error(AMP_ERR_ARG, "gemm: a bias or an epilogue needs alpha 1, beta 0 and batch 1 "
+                                              "(got %g, %g, %lld)",
+                                 g->alpha, g->beta, (long long)g->batch);
+        if (g->ep == BE_EPI_GELU)
+            return gemm_gelu(g);
+        return gemm_batched(g->ta, g->tb, 1, g->M, g->N, g->K, g->A, g->adt, g->lda, 0, g->B, g->bdt, g->ldb, 0, 0.0f,
+                            g->C, g->cdt, g->ldc, 0, g->bias, g->ep == BE_EPI_RELU ? CPU_ACT_RELU : CPU_ACT_NONE);
+    }
+    amp_status st;
+    if (weight_grad_widened(g, &st))
+        return st;
+    if (g->batch == 1) /* gemm_batched's single product, with any alpha */
+        return gemm_lowp(g->ta, g->tb, g->M, g->N, g->K, g->alpha, g->A, g->adt, g->lda, g->B, g->bdt, g->ldb,
+                         g->beta, g->C, g->cdt, g->ldc);
+    if (g->alpha == 1.0f)
+        return gemm_batched(g->ta, g->tb, g->batch, g->M, g->N, g->K, g->A, g->adt, g->lda, g->sa, g->B, g->bdt,
+                            g->ldb, g->sb, g->beta, g->C, g->cdt, g->ldc, g->sc, NULL, CPU_ACT_NONE);
+    /* A scaled batch: one product after the other, each threading itself. */
+    const size_t ea = amp_dtype_size(g->adt), eb = amp_dtype_size(g->bdt), ec = amp_dtype_size(g->cdt);
+    for (int64_t k = 0; k < g->batch; k++) {
+        st = gemm_lowp(g->ta, g->tb, g->M, g->N, g->K, g->alpha, (const char *)g->A + (size_t)(k * g->sa) * ea,
+                       g->adt, g->lda, (const char *)g->B + (size_t)(k * g->sb) * eb, g->bdt, g->ldb, g->beta,
+                       (char *)g->C + (size_t)(k * g->sc) * ec, g->cdt, g->ldc);
+        if (st != AMP_OK)
+            return st;
+    }
+    return AMP_OK;
+}
+
+/* ------------------------------------------------------------ bias_grad */
+
+/* db[j] = sum over rows of dY[r, j]: f32 sums over fixed blocks of rows
+ * (vectorisable, and the same whatever the thread count), added in block
+ * order in double. 16-bit rows are widened one at a time. */
+amp_status cpu_bias_grad(const void *dy, amp_dtype dt, int64_t rows, int64_t cols, void *db, amp_dtype dbdt)
+{
+    const int64_t out = cols;
+    const int64_t rb = rows / 64 > 32 ? rows / 64 : 32, nrb = rows > 0 ? (rows + rb - 1) / rb : 0;
+    const int nt = nrb > 1 && rows * out >= 65536 ? amp_threads() : 1;
+    const size_t es = amp_dtype_size(dt);
+    float *part = amp_alloc((size_t)(nrb * out + out) * sizeof(float));
+    float *rowbuf = dt == AMP_F32 ? NULL : amp_alloc((size_t)nt * (size_t)out * sizeof(float));
+    if (!part || (dt != AMP_F32 && !rowbuf)) {
+        amp_free(part);
+        amp_free(rowbuf);
+        return amp_set_error(AMP_ERR_MEMORY, "bias_grad: out of memory for %lld x %lld partial sums",
+                             (long long)nrb, (long long)out);
+    }
+    const char *g = dy;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t b = 0; b < nrb; b++) {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        float *restrict acc = part + b * out;
+        memset(acc, 0, (size_t)out * sizeof(float));
+        const int64_t r1 = (b + 1) * rb < rows ? (b + 1) * rb : rows;
+        for (int64_t r = b * rb; r < r1; r++) {
+            const float *restrict row = (const float *)(g + (size_t)(r * out) * es);
+            if (rowbuf) {
+                float *mine = rowbuf + (size_t)tid * (size_t)out;
+                amp_convert(g + (size_t)(r * out) * es, dt, mine, AMP_F32, (size_t)out);
+                row = mine;
+            }
+            for (int64_t j = 0; j < out; j++)
+                acc[j] += row[j];
+        }
+    }
+    float *sum = part + nrb * out;
+    for (int64_t j = 0; j < out; j++) {
+        double s = 0;
+        for (int64_t b = 0; b < nrb; b++)
+            s += part[b * out + j];
+        sum[j] = (float)s;
+    }
+    amp_convert(sum, AMP_F32, db, dbdt, (size_t)out);
+    amp_free(part);
+    amp_free(rowbuf);
+    return AMP_OK;
+}
