@@ -287,11 +287,50 @@ typedef struct amp_backend {
     /* Softmax / log_softmax of x seen as [outer, len, inner] along len. */
     amp_status (*softmax)(const void *x, amp_dtype xdt, void *y, amp_dtype ydt, int64_t outer, int64_t len,
                           int64_t inner, bool log);
+    /* gx = y * (g - sum(g * y)) or, for log, g - exp(y) * sum(g). */
     amp_status (*softmax_backward)(const void *g, amp_dtype gdt, const void *y, amp_dtype ydt, void *gx,
                                    amp_dtype gxdt, int64_t outer, int64_t len, int64_t inner, bool log);
-    /* (cross_entropy, cross_entropy_backward, layer_norm,
-     * layer_norm_backward, embedding, embedding_backward, dropout: the
-     * nn helper adds them here, shaped as cuda_backend.h's.) */
+    /* Cross-entropy of logits [N, C] against labels [N] (i32/i64): the
+     * mean over rows whose label is not `ignore` into out (0-d, odt; NaN
+     * when none counts), the number of those rows into *count ([1] f32),
+     * and, when stats is not NULL, each row's max and log-sum-exp ([N, 2]
+     * f32). A label outside [0, C): the CPU fails with AMP_ERR_ARG naming
+     * it; CUDA gives a NaN loss (checking would wait for the GPU). */
+    amp_status (*cross_entropy)(const void *x, amp_dtype xdt, const void *labels, amp_dtype ldt, int64_t N,
+                                int64_t C, int64_t ignore, float *stats, float *count, void *out, amp_dtype odt);
+    /* gx[i, c] = (softmax(x_i)[c] - [c == label_i]) * g / *count, 0 for
+     * ignored rows; g is the loss's 0-d gradient (gdt), stats and count
+     * the forward's. */
+    amp_status (*cross_entropy_backward)(const void *x, amp_dtype xdt, const void *labels, amp_dtype ldt,
+                                         int64_t N, int64_t C, int64_t ignore, const float *stats,
+                                         const float *count, const void *g, amp_dtype gdt, void *gx,
+                                         amp_dtype gxdt);
+    /* layer_norm over M rows of N: y = (x - mean) * rstd [* w] [+ b] (w, b
+     * [N] or NULL, each in its own dtype); each row's mean and rstd = 1 /
+     * sqrt(biased var + eps) ([M] f32) are written when not NULL. */
+    amp_status (*layer_norm)(const void *x, amp_dtype xdt, const void *w, amp_dtype wdt, const void *b,
+                             amp_dtype bdt, int64_t M, int64_t N, double eps, void *y, amp_dtype ydt, float *mean,
+                             float *rstd);
+    /* From g and the forward's x, w, mean, rstd: dx [M, N], dw and db
+     * ([N]), each may be NULL (not wanted) and each in its own dtype. */
+    amp_status (*layer_norm_backward)(const void *g, amp_dtype gdt, const void *x, amp_dtype xdt, const void *w,
+                                      amp_dtype wdt, const float *mean, const float *rstd, int64_t M, int64_t N,
+                                      void *dx, amp_dtype dxdt, void *dw, amp_dtype dwdt, void *db,
+                                      amp_dtype dbdt);
+    /* out [nidx, D] (wdt) = rows idx[i] (i32/i64) of w [V, D]. An index
+     * outside [0, V): the CPU fails with AMP_ERR_ARG naming it; CUDA gives
+     * a NaN row (checking would wait for the GPU). */
+    amp_status (*embedding)(const void *w, amp_dtype wdt, const void *idx, amp_dtype idt, int64_t nidx, int64_t V,
+                            int64_t D, void *out);
+    /* dw [V, D] f32 (zeroed by the caller) += row i of g [nidx, D] at row
+     * idx[i], summed in f32 (CUDA: atomic adds, in no fixed order). */
+    amp_status (*embedding_backward)(const void *g, amp_dtype gdt, const void *idx, amp_dtype idt, int64_t nidx,
+                                     int64_t V, int64_t D, float *dw);
+    /* dst = src * mask / (1 - p) for 0 < p < 1, n elements of dt: element
+     * j kept when word j % 4 of Philox counter (first + j / 4) under seed,
+     * >> 8, is >= p * 2^24 (every backend drops the same elements). */
+    amp_status (*dropout)(const void *src, void *dst, amp_dtype dt, int64_t n, double p, uint64_t seed,
+                          uint64_t first);
     /* ==== end section nn ============================================== */
 
 

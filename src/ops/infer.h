@@ -46,7 +46,7 @@ typedef struct {
 bool dim_view_infer(const node *n, dim_view *v);
 
 /* cross_entropy: float logits [N, C] and i32/i64 labels [N] (the labels'
- * values are checked by the CPU forward only: it reads them on the host). */
+ * values are checked by the CPU backend only: it reads them on the host). */
 bool cross_entropy_infer(const node *n);
 
 /* mse_loss: input and target float, of one shape. */

@@ -1,202 +1,34 @@
 /*
- * norm.c - layer_norm, forward and backward.
+ * norm.c - layer_norm, forward and backward, on any device: the checks,
+ * result dtypes and saved statistics here, the row kernels in the inputs'
+ * backend (backend.h's nn section).
  *
  * x is seen as M rows of N elements (N = the product of the last k dims).
  * Each row is normalised with its mean and biased variance (as PyTorch),
  * then scaled by weight and shifted by bias, both shaped as the last k
- * dims. 16-bit inputs are widened to f32 a row at a time and each result
- * rounded once; the row statistics are summed in double so long rows lose
- * nothing.
+ * dims; statistics are summed in double, 16-bit values computed in f32
+ * and rounded once.
  *
  * Saved for backward (only when a gradient is needed): the mean and rstd
  * = 1/sqrt(var + eps) of each row, f32 [M], in n->saved[0] and [1]; x and
  * weight are the node's inputs already.
- *
- * Speed: the per-row loops are written with independent lanes so that
- * they vectorise, and are compiled twice, for baseline x86-64 and for
- * AVX-512 (picked at run time, honouring amp_cpu_limit). Rows are spread
- * over threads; the weight and bias gradients sum fixed blocks of rows
- * into double partial sums that are added in block order, so the result
- * does not depend on the number of threads.
  *
  * Params (api.c): i[0] = k, i[1] = has weight, i[2] = has bias, f[0] = eps.
  * Inputs: x, then weight if given, then bias if given. weight and bias may
  * have a dtype other than x's (PyTorch's CPU mixed-dtype layer_norm); the
  * output takes x's dtype and each gradient its input's.
  */
+#include "ops/broadcast.h"
 #include "ops/infer.h"
 
-#include <math.h>
-#include <string.h>
-
-/* Below this many elements a kernel runs on one thread. */
-#define PAR_MIN_WORK 32768
-
-/* Row sums in double, over 8 independent lanes: one serial chain of
- * double adds would cost an add latency per element (the compiler may not
- * reorder FP adds), lanes let it pipeline and vectorise. */
-enum { LANES = 8 };
-
-#define INLINE static inline __attribute__((always_inline))
-
-/* Mean and rstd of row x, then y = (x - mean) * rstd [* w] [+ b]. */
-INLINE void fwd_row_body(const float *restrict x, const float *restrict w, const float *restrict b, int64_t N,
-                         double eps, float *restrict y, float *mu, float *rs)
+static amp_status layer_norm_run(const node *n, const ln_args *a, amp_tensor *out, amp_tensor *mean,
+                                 amp_tensor *rstd)
 {
-    double acc[LANES] = {0}, s = 0;
-    int64_t j = 0;
-    for (; j + LANES <= N; j += LANES)
-        for (int l = 0; l < LANES; l++)
-            acc[l] += x[j + l];
-    for (; j < N; j++)
-        s += x[j];
-    for (int l = 0; l < LANES; l++)
-        s += acc[l];
-    const float m = (float)(s / (double)N);
-    /* Two passes: no cancellation when |mean| >> std. */
-    double dv[LANES] = {0}, v = 0;
-    for (j = 0; j + LANES <= N; j += LANES)
-        for (int l = 0; l < LANES; l++) {
-            float d = x[j + l] - m;
-            dv[l] += (double)(d * d);
-        }
-    for (; j < N; j++) {
-        float d = x[j] - m;
-        v += (double)(d * d);
-    }
-    for (int l = 0; l < LANES; l++)
-        v += dv[l];
-    const float is = (float)(1.0 / sqrt(v / (double)N + eps));
-    *mu = m;
-    *rs = is;
-    if (w && b)
-        for (j = 0; j < N; j++)
-            y[j] = (x[j] - m) * is * w[j] + b[j];
-    else if (w)
-        for (j = 0; j < N; j++)
-            y[j] = (x[j] - m) * is * w[j];
-    else if (b)
-        for (j = 0; j < N; j++)
-            y[j] = (x[j] - m) * is + b[j];
-    else
-        for (j = 0; j < N; j++)
-            y[j] = (x[j] - m) * is;
-}
-
-/* dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)), gw = g * weight:
- * the derivative of the normalisation with the row statistics depending
- * on x. gw is scratch for the row's g * weight. */
-INLINE void bwd_row_body(const float *restrict g, const float *restrict x, const float *restrict w, float mr,
-                         float rr, int64_t N, float *restrict gw, float *restrict dx)
-{
-    if (w)
-        for (int64_t j = 0; j < N; j++)
-            gw[j] = g[j] * w[j];
-    else
-        memcpy(gw, g, (size_t)N * sizeof(float));
-    double a1[LANES] = {0}, a2[LANES] = {0}, s1 = 0, s2 = 0;
-    int64_t j = 0;
-    for (; j + LANES <= N; j += LANES)
-        for (int l = 0; l < LANES; l++) {
-            a1[l] += gw[j + l];
-            a2[l] += (double)(gw[j + l] * ((x[j + l] - mr) * rr));
-        }
-    for (; j < N; j++) {
-        s1 += gw[j];
-        s2 += (double)(gw[j] * ((x[j] - mr) * rr));
-    }
-    for (int l = 0; l < LANES; l++) {
-        s1 += a1[l];
-        s2 += a2[l];
-    }
-    const float m1 = (float)(s1 / (double)N), m2 = (float)(s2 / (double)N);
-    for (int64_t k = 0; k < N; k++)
-        dx[k] = rr * (gw[k] - m1 - ((x[k] - mr) * rr) * m2);
-}
-
-/* aw[j] += g[j] * xhat[j], ab[j] += g[j] for one row (either may be NULL). */
-INLINE void param_row_body(const float *restrict g, const float *restrict x, float mr, float rr, int64_t N,
-                           double *restrict aw, double *restrict ab)
-{
-    if (aw)
-        for (int64_t j = 0; j < N; j++)
-            aw[j] += (double)(g[j] * ((x[j] - mr) * rr));
-    if (ab)
-        for (int64_t j = 0; j < N; j++)
-            ab[j] += g[j];
-}
-
-static void fwd_row_c(const float *x, const float *w, const float *b, int64_t N, double eps, float *y, float *mu,
-                      float *rs)
-{
-    fwd_row_body(x, w, b, N, eps, y, mu, rs);
-}
-
-static void bwd_row_c(const float *g, const float *x, const float *w, float mr, float rr, int64_t N, float *gw,
-                      float *dx)
-{
-    bwd_row_body(g, x, w, mr, rr, N, gw, dx);
-}
-
-static void param_row_c(const float *g, const float *x, float mr, float rr, int64_t N, double *aw, double *ab)
-{
-    param_row_body(g, x, mr, rr, N, aw, ab);
-}
-
-typedef struct {
-    void (*fwd)(const float *, const float *, const float *, int64_t, double, float *, float *, float *);
-    void (*bwd)(const float *, const float *, const float *, float, float, int64_t, float *, float *);
-    void (*param)(const float *, const float *, float, float, int64_t, double *, double *);
-} row_kernels;
-
-static const row_kernels kernels_c = {fwd_row_c, bwd_row_c, param_row_c};
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TGT_AVX512 __attribute__((target("avx512f,fma")))
-TGT_AVX512 static void fwd_row_v(const float *x, const float *w, const float *b, int64_t N, double eps, float *y,
-                                 float *mu, float *rs)
-{
-    fwd_row_body(x, w, b, N, eps, y, mu, rs);
-}
-
-TGT_AVX512 static void bwd_row_v(const float *g, const float *x, const float *w, float mr, float rr, int64_t N,
-                                 float *gw, float *dx)
-{
-    bwd_row_body(g, x, w, mr, rr, N, gw, dx);
-}
-
-TGT_AVX512 static void param_row_v(const float *g, const float *x, float mr, float rr, int64_t N, double *aw,
-                                   double *ab)
-{
-    param_row_body(g, x, mr, rr, N, aw, ab);
-}
-
-static const row_kernels kernels_v = {fwd_row_v, bwd_row_v, param_row_v};
-#endif
-
-static const row_kernels *pick_kernels(void)
-{
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (amp_cpu_features() & AMP_CPU_AVX512F)
-        return &kernels_v;
-#endif
-    return &kernels_c;
-}
-
-/* Row r of t as f32: t's own row when t is f32, else widened into buf. */
-static const float *row_f32(const amp_tensor *t, int64_t r, int64_t N, float *buf)
-{
-    if (t->dtype == AMP_F32)
-        return tensor_f32(t) + r * N;
-    amp_convert((const char *)tensor_ptr(t) + (size_t)(r * N) * amp_dtype_size(t->dtype), t->dtype, buf, AMP_F32,
-                (size_t)N);
-    return buf;
-}
-
-/* Threads for M rows of N. */
-static int row_threads(int64_t M, int64_t N)
-{
-    return M * N > PAR_MIN_WORK && M > 1 ? amp_threads() : 1;
+    BACKEND_CALL(backend_of(tensor_device(a->x)), op_name(n), layer_norm, tensor_ptr(a->x), a->x->dtype,
+                 a->w ? tensor_ptr(a->w) : NULL, a->w ? a->w->dtype : AMP_F32, a->b ? tensor_ptr(a->b) : NULL,
+                 a->b ? a->b->dtype : AMP_F32, a->rows, a->cols, n->p.f[0], tensor_ptr(out), out->dtype,
+                 mean ? tensor_f32(mean) : NULL, rstd ? tensor_f32(rstd) : NULL);
+    return AMP_OK;
 }
 
 amp_tensor *layer_norm_forward(node *n)
@@ -204,152 +36,62 @@ amp_tensor *layer_norm_forward(node *n)
     ln_args a;
     if (!layer_norm_infer(n, &a))
         return NULL;
-    const int64_t M = a.rows, N = a.cols;
-    const int nt = row_threads(M, N);
-    const amp_dtype dt = a.x->dtype;
-    const size_t es = amp_dtype_size(dt);
-    amp_tensor *out = tensor_new(a.x->shape, dt);
-    amp_tensor *mean = tensor_new(AMP_SHAPE(M), AMP_F32), *rstd = tensor_new(AMP_SHAPE(M), AMP_F32);
-    float *tw = NULL, *tb = NULL;
-    const float *w = a.w ? tensor_as_f32(a.w, &tw) : NULL, *b = a.b ? tensor_as_f32(a.b, &tb) : NULL;
-    /* Per thread, for a 16-bit x: the widened row and its result. */
-    float *rows = dt == AMP_F32 ? NULL : amp_alloc((size_t)nt * (size_t)(2 * N + 1) * sizeof(float));
-    if (!out || !mean || !rstd || (dt != AMP_F32 && !rows) || (a.w && !w) || (a.b && !b)) {
+    const amp_device dev = tensor_device(a.x);
+    amp_tensor *out = tensor_new_on(a.x->shape, a.x->dtype, dev);
+    amp_tensor *mean = n->needs_grad ? tensor_new_on(AMP_SHAPE(a.rows), AMP_F32, dev) : NULL;
+    amp_tensor *rstd = n->needs_grad ? tensor_new_on(AMP_SHAPE(a.rows), AMP_F32, dev) : NULL;
+    if (!out || (n->needs_grad && (!mean || !rstd)) || layer_norm_run(n, &a, out, mean, rstd) != AMP_OK) {
         amp_tensor_free(out);
-        out = amp_fail_null(AMP_ERR_MEMORY, "%s: out of memory", op_name(n));
-        goto done;
+        amp_tensor_free(mean);
+        amp_tensor_free(rstd);
+        return NULL;
     }
-    const double eps = n->p.f[0];
-    const row_kernels *k = pick_kernels();
-    float *mu = tensor_f32(mean), *rs = tensor_f32(rstd);
-    char *yp = tensor_ptr(out);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t r = 0; r < M; r++) {
-        float *mine = rows ? rows + (size_t)amp_thread_num() * (size_t)(2 * N + 1) : NULL;
-        const float *xr = row_f32(a.x, r, N, mine);
-        float *yr = dt == AMP_F32 ? (float *)yp + r * N : mine + N;
-        k->fwd(xr, w, b, N, eps, yr, mu + r, rs + r);
-        if (dt != AMP_F32)
-            amp_convert(yr, AMP_F32, yp + (size_t)(r * N) * es, dt, (size_t)N);
-    }
-    if (n->needs_grad) {
-        n->saved[0] = mean;
-        n->saved[1] = rstd;
-        mean = rstd = NULL;
-    }
-done:
-    amp_tensor_free(mean);
-    amp_tensor_free(rstd);
-    amp_free(tw);
-    amp_free(tb);
-    amp_free(rows);
+    n->saved[0] = mean;
+    n->saved[1] = rstd;
     return out;
 }
 
-/* Rows per block of the weight / bias gradient sums: fixed for a given M,
- * whatever the thread count, and at most 64 blocks. */
-static int64_t param_block_rows(int64_t M)
+static amp_status layer_norm_grad_run(const node *n, const amp_tensor *gout, const amp_tensor *w, int64_t M,
+                                      int64_t N, amp_tensor *dx, amp_tensor *dw, amp_tensor *db)
 {
-    int64_t rb = (M + 63) / 64;
-    return rb < 32 ? 32 : rb;
-}
-
-/* The gradient of one output tensor, computed in f32: straight into the
- * tensor when it is f32, else into a buffer rounded in once at the end. */
-typedef struct {
-    amp_tensor *t;
-    float *v;
-} f32_out;
-
-static bool out_open(f32_out *o, const amp_tensor *like)
-{
-    o->t = tensor_new(like->shape, like->dtype);
-    const size_t n = (size_t)(like->numel ? like->numel : 1);
-    o->v = !o->t ? NULL : like->dtype == AMP_F32 ? tensor_f32(o->t) : amp_alloc(n * sizeof(float));
-    return o->v != NULL;
-}
-
-/* Finishes o: its tensor (or NULL, and o released, when !ok). */
-static amp_tensor *out_close(f32_out *o, bool ok)
-{
-    bool tmp = o->t && o->t->dtype != AMP_F32;
-    if (ok && tmp)
-        tensor_store_f32(o->t, o->v);
-    if (tmp)
-        amp_free(o->v);
-    if (!ok) {
-        amp_tensor_free(o->t);
-        o->t = NULL;
-    }
-    return o->t;
+    const amp_tensor *x = n->in[0];
+    BACKEND_CALL(backend_of(tensor_device(x)), op_name(n), layer_norm_backward, tensor_ptr(gout), gout->dtype,
+                 tensor_ptr(x), x->dtype, w ? tensor_ptr(w) : NULL, w ? w->dtype : AMP_F32,
+                 tensor_f32(n->saved[0]), tensor_f32(n->saved[1]), M, N, dx ? tensor_ptr(dx) : NULL, x->dtype,
+                 dw ? tensor_ptr(dw) : NULL, dw ? dw->dtype : AMP_F32, db ? tensor_ptr(db) : NULL,
+                 db ? db->dtype : AMP_F32);
+    return AMP_OK;
 }
 
 amp_status layer_norm_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 {
-    const int hw = n->p.i[1] != 0, hb = n->p.i[2] != 0;
-    const amp_tensor *xt = n->in[0], *wt = hw ? n->in[1] : NULL;
-    const int iw = 1, ib = 1 + hw;
+    const int hw = n->p.i[1] != 0, hb = n->p.i[2] != 0, iw = 1, ib = 1 + hw;
+    const amp_tensor *x = n->in[0], *w = hw ? n->in[iw] : NULL;
     const bool need_x = in_needs_grad(n, 0), need_w = hw && in_needs_grad(n, iw),
                need_b = hb && in_needs_grad(n, ib);
     if (!n->saved[0] || !n->saved[1])
         return amp_set_error(AMP_ERR_STATE, "%s: backward without saved statistics", op_name(n));
     int64_t N = 1;
-    for (int d = xt->shape.ndim - (int)n->p.i[0]; d < xt->shape.ndim; d++)
-        N *= xt->shape.d[d];
+    for (int d = x->shape.ndim - (int)n->p.i[0]; d < x->shape.ndim; d++)
+        N *= x->shape.d[d];
     const int64_t M = n->saved[0]->numel;
-    const float *mu = tensor_f32(n->saved[0]), *rs = tensor_f32(n->saved[1]);
-    const int nt = row_threads(M, N);
-    const int64_t rb = param_block_rows(M), nblk = (M + rb - 1) / rb;
-    const bool params = need_w || need_b;
-
-    float *tw = NULL;
-    const float *w = wt ? tensor_as_f32(wt, &tw) : NULL;
-    /* Per thread: g and x rows (16-bit), g * weight, and dx (16-bit). */
-    const size_t per = (size_t)(4 * N + 4);
-    float *rows = amp_alloc((size_t)nt * per * sizeof(float));
-    /* Per block of rows: partial sums for dweight and dbias. */
-    double *part = params ? amp_alloc((size_t)nblk * (size_t)(2 * N) * sizeof(double)) : NULL;
-    f32_out dx = {0}, dw = {0}, db = {0};
-    bool ok = (!wt || w) && rows && (!params || part) && (!need_x || out_open(&dx, xt)) &&
-              (!need_w || out_open(&dw, n->in[iw])) && (!need_b || out_open(&db, n->in[ib]));
-    const row_kernels *k = pick_kernels();
-    if (ok && need_x) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t r = 0; r < M; r++) {
-            float *mine = rows + (size_t)amp_thread_num() * per;
-            const float *gr = row_f32(gout, r, N, mine), *xr = row_f32(xt, r, N, mine + N);
-            k->bwd(gr, xr, w, mu[r], rs[r], N, mine + 2 * N, dx.v + r * N);
-        }
+    const amp_device dev = tensor_device(x);
+    amp_tensor *dx = need_x ? tensor_new_on(x->shape, x->dtype, dev) : NULL;
+    amp_tensor *dw = need_w ? tensor_new_on(n->in[iw]->shape, n->in[iw]->dtype, dev) : NULL;
+    amp_tensor *db = need_b ? tensor_new_on(n->in[ib]->shape, n->in[ib]->dtype, dev) : NULL;
+    amp_status st = (need_x && !dx) || (need_w && !dw) || (need_b && !db)
+                        ? amp_set_error(AMP_ERR_MEMORY, "%s: backward out of memory", op_name(n))
+                        : layer_norm_grad_run(n, gout, w, M, N, dx, dw, db);
+    if (st != AMP_OK) {
+        amp_tensor_free(dx);
+        amp_tensor_free(dw);
+        amp_tensor_free(db);
+        return st;
     }
-    if (ok && params) {
-        memset(part, 0, (size_t)nblk * (size_t)(2 * N) * sizeof(double));
-#pragma omp parallel for num_threads(nblk > 1 ? nt : 1) schedule(static)
-        for (int64_t blk = 0; blk < nblk; blk++) {
-            float *mine = rows + (size_t)amp_thread_num() * per;
-            double *aw = need_w ? part + blk * 2 * N : NULL, *ab = need_b ? part + blk * 2 * N + N : NULL;
-            const int64_t r1 = (blk + 1) * rb < M ? (blk + 1) * rb : M;
-            for (int64_t r = blk * rb; r < r1; r++)
-                k->param(row_f32(gout, r, N, mine), row_f32(xt, r, N, mine + N), mu[r], rs[r], N, aw, ab);
-        }
-        for (int64_t j = 0; j < N; j++) {
-            double sw = 0, sb = 0;
-            for (int64_t blk = 0; blk < nblk; blk++) {
-                sw += part[blk * 2 * N + j];
-                sb += part[blk * 2 * N + N + j];
-            }
-            if (need_w)
-                dw.v[j] = (float)sw;
-            if (need_b)
-                db.v[j] = (float)sb;
-        }
-    }
-    gin[0] = out_close(&dx, ok);
+    gin[0] = dx;
     if (hw)
-        gin[iw] = out_close(&dw, ok);
+        gin[iw] = dw;
     if (hb)
-        gin[ib] = out_close(&db, ok);
-    amp_free(tw);
-    amp_free(rows);
-    amp_free(part);
-    return ok ? AMP_OK : amp_set_error(AMP_ERR_MEMORY, "%s: backward out of memory", op_name(n));
+        gin[ib] = db;
+    return AMP_OK;
 }

@@ -104,6 +104,15 @@ const amp_backend amp_backend_cpu = {
 
 
     /* ==== section nn ==== */
+    .softmax = cpu_softmax,
+    .softmax_backward = cpu_softmax_backward,
+    .cross_entropy = cpu_cross_entropy,
+    .cross_entropy_backward = cpu_cross_entropy_backward,
+    .layer_norm = cpu_layer_norm,
+    .layer_norm_backward = cpu_layer_norm_backward,
+    .embedding = cpu_embedding,
+    .embedding_backward = cpu_embedding_backward,
+    .dropout = cpu_dropout,
     /* ==== end section nn ==== */
 
 

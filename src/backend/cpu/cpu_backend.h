@@ -36,6 +36,30 @@ amp_status cpu_attention_backward(const be_attn_desc *a);
 
 
 /* ==== section nn ==== */
+/* softmax.c: softmax, log_softmax and cross_entropy rows. */
+amp_status cpu_softmax(const void *x, amp_dtype xdt, void *y, amp_dtype ydt, int64_t outer, int64_t len,
+                       int64_t inner, bool log);
+amp_status cpu_softmax_backward(const void *g, amp_dtype gdt, const void *y, amp_dtype ydt, void *gx,
+                                amp_dtype gxdt, int64_t outer, int64_t len, int64_t inner, bool log);
+amp_status cpu_cross_entropy(const void *x, amp_dtype xdt, const void *labels, amp_dtype ldt, int64_t N, int64_t C,
+                             int64_t ignore, float *stats, float *count, void *out, amp_dtype odt);
+amp_status cpu_cross_entropy_backward(const void *x, amp_dtype xdt, const void *labels, amp_dtype ldt, int64_t N,
+                                      int64_t C, int64_t ignore, const float *stats, const float *count,
+                                      const void *g, amp_dtype gdt, void *gx, amp_dtype gxdt);
+/* norm.c: layer_norm. */
+amp_status cpu_layer_norm(const void *x, amp_dtype xdt, const void *w, amp_dtype wdt, const void *b,
+                          amp_dtype bdt, int64_t M, int64_t N, double eps, void *y, amp_dtype ydt, float *mean,
+                          float *rstd);
+amp_status cpu_layer_norm_backward(const void *g, amp_dtype gdt, const void *x, amp_dtype xdt, const void *w,
+                                   amp_dtype wdt, const float *mean, const float *rstd, int64_t M, int64_t N,
+                                   void *dx, amp_dtype dxdt, void *dw, amp_dtype dwdt, void *db, amp_dtype dbdt);
+/* embedding.c: embedding and dropout. */
+amp_status cpu_embedding(const void *w, amp_dtype wdt, const void *idx, amp_dtype idt, int64_t nidx, int64_t V,
+                         int64_t D, void *out);
+amp_status cpu_embedding_backward(const void *g, amp_dtype gdt, const void *idx, amp_dtype idt, int64_t nidx,
+                                  int64_t V, int64_t D, float *dw);
+amp_status cpu_dropout(const void *src, void *dst, amp_dtype dt, int64_t n, double p, uint64_t seed,
+                       uint64_t first);
 /* ==== end section nn ==== */
 
 

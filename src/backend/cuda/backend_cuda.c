@@ -72,6 +72,15 @@ const amp_backend amp_backend_cuda = {
 
 
     /* ==== section nn ==== */
+    .softmax = cuda_softmax,
+    .softmax_backward = cuda_softmax_backward,
+    .cross_entropy = cuda_cross_entropy,
+    .cross_entropy_backward = cuda_cross_entropy_backward,
+    .layer_norm = cuda_layer_norm,
+    .layer_norm_backward = cuda_layer_norm_backward,
+    .embedding = cuda_embedding,
+    .embedding_backward = cuda_embedding_backward,
+    .dropout = cuda_dropout,
     /* ==== end section nn ==== */
 
 

@@ -4,8 +4,9 @@
  * row-wise pieces of attention around its cuBLASLt GEMMs (masked softmax
  * with log-sum-exp, rebuilding P from it, and dS).
  *
- * The formulas and orders of operations are those of src/ops/norm.c,
- * embedding.c and attention.c; row sums are in double.
+ * The formulas and orders of operations are those of the CPU backend's
+ * norm.c and embedding.c (src/backend/cpu) and of src/ops/attention.c;
+ * row sums are in double.
  */
 #include "backend/cuda/cuda_common.cuh"
 

@@ -3,7 +3,7 @@
  * log_softmax along a dim (and their backwards), the fused cross-entropy,
  * and argmax.
  *
- * As on the CPU (src/ops/broadcast.c, softmax.c), sums accumulate in
+ * As on the CPU (src/backend/cpu/pointwise.c, softmax.c), sums accumulate in
  * double, maxima propagate NaN, and each result is rounded once into its
  * dtype. A row that one block reduces is walked by all its threads with a
  * stride, then combined with block_sum / block_max: the order of additions

@@ -6,10 +6,7 @@
  * Each function here is the CUDA twin of the CPU one in src/ops: the same
  * checks and error messages (they run on the host, on shapes and dtypes),
  * the same result shapes and dtypes, the same saved tensors' meaning; the
- * element work goes to src/backend/cuda through cuda_backend.h. Two checks
- * that would need the data (class labels and embedding indices in range)
- * cannot run on the host without waiting for the GPU: out-of-range values
- * give NaN results instead of an error.
+ * element work goes to src/backend/cuda through cuda_backend.h.
  *
  * Compiled only with CUDA (AMPC_HAVE_CUDA).
  */
@@ -38,23 +35,6 @@ amp_tensor *cu_sum_to_shape(const amp_tensor *g, amp_shape small, amp_dtype dt, 
 
 /* elementwise.c */
 
-/* reduce.c */
-amp_tensor *cu_mse_loss_forward(node *n);
-amp_status cu_mse_loss_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-
-/* nn.c */
-amp_tensor *cu_softmax_forward(node *n);
-amp_tensor *cu_log_softmax_forward(node *n);
-amp_status cu_softmax_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_status cu_log_softmax_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_tensor *cu_cross_entropy_forward(node *n);
-amp_status cu_cross_entropy_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_tensor *cu_layer_norm_forward(node *n);
-amp_status cu_layer_norm_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_tensor *cu_embedding_forward(node *n);
-amp_status cu_embedding_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-amp_tensor *cu_dropout_forward(node *n);
-amp_status cu_dropout_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
 
 /* shape.c */
 
