@@ -9,64 +9,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Each row's CPU backward; op_table's backward column dispatches on the
- * node's device (CPU nodes land here unchanged). */
-static const op_backward_fn cpu_backward[OP_COUNT] = {
-#define X(e, nm, cpu, cuda, fwd, bwd) [OP_##e] = bwd,
-#include "ops/op_list.h"
-#undef X
-};
-
-static amp_device node_device(const node *n)
-{
-    return n->n_in > 0 && n->in[0] ? n->in[0]->storage->device : AMP_CPU;
-}
-
-/* TRANSITION (issue 12): a CUDA node runs its row's legacy CUDA function
- * while src/ops/cuda/table.c still lists one, else the row's own
- * device-neutral function; either way through op_cuda_backward, which
- * accumulates on the device. Goes away with src/ops/cuda/. */
-static amp_status device_backward(int op, node *n, const amp_tensor *gout, amp_tensor **gin)
-{
-    if (node_device(n) == AMP_CPU)
-        return cpu_backward[op](n, gout, gin);
-#ifdef AMPC_HAVE_CUDA
-    return op_cuda_backward(n, op_cuda_fns[op].backward ? op_cuda_fns[op].backward : cpu_backward[op], gout, gin);
-#else
-    return cpu_backward[op](n, gout, gin);
-#endif
-}
-
-#define X(e, nm, cpu, cuda, fwd, bwd)                                                        \
-    static amp_status backward_##e(node *n, const amp_tensor *gout, amp_tensor **gin)      \
-    {                                                                                      \
-        return device_backward(OP_##e, n, gout, gin);                                      \
-    }
-#include "ops/op_list.h"
-#undef X
-
 const op_def op_table[OP_COUNT] = {
-#define X(e, nm, cpu, cuda, fwd, bwd) [OP_##e] = {nm, {CAST_##cpu, CAST_##cuda}, fwd, backward_##e},
+#define X(e, nm, cpu, cuda, fwd, bwd) [OP_##e] = {nm, {CAST_##cpu, CAST_##cuda}, fwd, bwd},
 #include "ops/op_list.h"
 #undef X
 };
 
 /* The forward on the inputs' device, after asking its backend whether it
- * can run there at all. */
+ * can run there at all: the row's forward is device-neutral, the backend
+ * does the element work. */
 static amp_tensor *device_forward(int op, node *n)
 {
-    amp_device dev = node_device(n);
+    amp_device dev = n->n_in > 0 && n->in[0] ? tensor_device(n->in[0]) : AMP_CPU;
     const char *name = op_table[op].name;
-    if (dev != AMP_CPU && backend_check(dev, name) != AMP_OK)
+    if (backend_check(dev, name) != AMP_OK)
         return NULL;
     if (!op_supported(dev, op, n))
         return amp_fail_null(AMP_ERR_DEVICE, "%s: the %s backend does not support this op for these dtypes", name,
                              backend_of(dev)->name);
-#ifdef AMPC_HAVE_CUDA
-    const op_device_fns *f = &op_cuda_fns[op];
-    if (dev == AMP_CUDA && f->forward) /* TRANSITION: a legacy CUDA forward */
-        return f->forward(n);
-#endif
     return op_table[op].forward(n);
 }
 
@@ -185,7 +145,7 @@ amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p)
         ins[i] = amp_tensor_retain(in[i]);
         any_grad |= in[i]->requires_grad;
     }
-    n->needs_grad = any_grad && amp_grad_enabled() && cpu_backward[op] != no_backward;
+    n->needs_grad = any_grad && amp_grad_enabled() && op_table[op].backward != no_backward;
 
     amp_tensor *out = device_forward(op, n);
     if (!out || !n->needs_grad || !amp_dtype_is_float(out->dtype)) {

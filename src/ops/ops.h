@@ -55,25 +55,6 @@ amp_status no_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
 
 extern const op_def op_table[OP_COUNT];
 
-/* An op's kernels on another device than the CPU. op_apply runs a row's
- * forward from the table of its inputs' device, and the engine's call to
- * the row's backward lands there too (op_table.c); a NULL entry is "no
- * kernel for this op on that device yet", an AMP_ERR_DEVICE error. */
-typedef struct {
-    op_forward_fn forward;
-    op_backward_fn backward;
-} op_device_fns;
-
-#ifdef AMPC_HAVE_CUDA
-/* The CUDA table (src/ops/cuda/table.c). */
-extern const op_device_fns op_cuda_fns[OP_COUNT];
-/* Runs f->backward for a CUDA node: uploads gout when it is on the CPU (the
- * engine seeds the loss's gradient there) and adds each gradient that
- * meets an existing one into it on the device, so the engine's own
- * (CPU) accumulation only ever stores a first gradient. */
-amp_status op_cuda_backward(node *n, op_backward_fn backward, const amp_tensor *gout, amp_tensor **gin);
-#endif
-
 /* Whether dev's backend runs op for the inputs of n (their dtypes; n may
  * be NULL: any dtypes). */
 bool op_supported(amp_device dev, int op, const node *n);

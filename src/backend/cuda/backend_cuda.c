@@ -13,8 +13,6 @@ static bool cuda_available(void) { return cuda_device_count() > 0; }
 
 #ifdef AMPC_HAVE_CUDA
 
-_Static_assert(CEW_COUNT == (int)AMP_PW_COUNT, "cuda_ew_op mirrors amp_pw_op (TRANSITION: goes with src/ops/cuda)");
-
 static amp_status cuda_autocast_check(amp_dtype target)
 {
     int cc = cuda_compute_capability();

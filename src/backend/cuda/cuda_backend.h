@@ -141,26 +141,6 @@ amp_status cuda_adam_step(const cuda_param *p, int n, int64_t *steps, int n_coun
 #define CUDA_EW_MAX_IN BE_PW_MAX_IN
 #define CUDA_MAX_DIMS BE_MAX_DIMS
 
-/* The pointwise formulas (a = input 0, b = input 1, c = input 2, s0 / s1 the
- * scalars). */
-typedef enum {
-    CEW_COPY = 0,     /* a (a dtype conversion) */
-    CEW_ADD, CEW_SUB, CEW_MUL, CEW_DIV,
-    CEW_ADD_S,        /* a + s0 */
-    CEW_MUL_S,        /* a * s0 */
-    CEW_DIV_S,        /* a / s0 */
-    CEW_NEG, CEW_RELU, CEW_GELU_EXACT, CEW_GELU_TANH, CEW_TANH, CEW_SIGMOID, CEW_EXP, CEW_LOG,
-    CEW_POW_S,        /* a ^ s0 */
-    CEW_DIV_B_GRAD,   /* -a * ((b / c) / c) */
-    CEW_RELU_GRAD,    /* b > 0 ? a : 0 */
-    CEW_GELU_EXACT_GRAD, CEW_GELU_TANH_GRAD, /* a * gelu'(b) */
-    CEW_TANH_GRAD,    /* a * (1 - b^2) */
-    CEW_SIGMOID_GRAD, /* a * (1 - b) * b */
-    CEW_POW_GRAD,     /* s0 == 0 ? 0 : a * (s0 * b^(s0-1)) */
-    CEW_SQDIFF,       /* (a - b)^2 */
-    CEW_MSE_GRAD,     /* s0 * (a - b) * c */
-    CEW_COUNT
-} cuda_ew_op;
 
 /* The pointwise plan is the backend interface's (backend.h). */
 typedef be_pw_plan cuda_ew_plan;
