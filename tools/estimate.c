@@ -398,7 +398,7 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
         /* backward makes q's and k's gradients with v's (the previous op's) */
         const uint64_t gqk = t->eval ? 0 : 2 * bytes_of(t, R * W, es);
         const int64_t heads = B * H, tt = T * T;
-        if (t->cuda) { /* ops/cuda/linalg.c: the scores [heads, T, T] in f32, P in 16 bits beside them;
+        if (t->cuda) { /* backend/cuda/linalg.c: the scores [heads, T, T] in f32, P in 16 bits beside them;
                         * backward: S, P, dP, and dS in 16 bits */
             const uint64_t S = bytes_of(t, heads * tt, 4), P = es == 2 ? bytes_of(t, heads * tt, 2) : 0;
             work(t, t->eval ? S + P : gqk + 2 * S + 2 * P);

@@ -1,10 +1,8 @@
 /*
- * infer.h - the checks and result-shape computation that an op's CPU
- * forward (src/ops) and its CUDA forward (src/ops/cuda) share.
- *
- * Both backends must reject the same inputs with the same messages and
- * give the same result shapes and dtypes; keeping that logic in one place
- * means the two cannot drift apart. Each function runs on the host, on
+ * infer.h - each op's argument checks and result shape and dtype, once:
+ * the op's forward (src/ops) calls them before any backend work, so every
+ * device rejects the same inputs with the same messages and gives the
+ * same result shapes and dtypes. Each function runs on the host, on
  * shapes, dtypes and n->p only (never on tensor data); the bool ones set
  * the error and return false when the inputs do not fit (bcast_plan and
  * sum_to_shape_mask are shape arithmetic that cannot fail).

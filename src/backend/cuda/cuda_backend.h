@@ -12,14 +12,13 @@
  * Errors: every function that can fail returns an amp_status (or NULL) with
  * the thread's error set, naming the CUDA call and CUDA's message.
  *
- * Two groups:
- *   - the runtime, the dtype kernels and the optimizer kernels are used by
- *     the core (tensor, optimizer): a build without CUDA gets stubs
- *     (stub.c) that report "ampc was built without CUDA"; the scaler's,
- *     clip's and the non-finite count's kernels are reached only through
- *     the backend's table (backend_cuda.c: its amp primitives);
- *   - the op kernels below "ops" are used only by src/ops/cuda/, which is
- *     compiled only with CUDA (AMPC_HAVE_CUDA).
+ * The core reaches these functions only through the backend's table
+ * (backend_cuda.c names them as the CUDA primitives of backend/backend.h),
+ * and the public amp_cuda_* functions (device_api.c). The .c files here
+ * compose kernels into the coarse primitives (conv2d as im2col + GEMM,
+ * attention, the fused linear epilogues). A build without CUDA compiles
+ * stub.c instead (what device_api.c and the table's availability need:
+ * "ampc was built without CUDA").
  */
 #ifndef AMPC_CUDA_BACKEND_H
 #define AMPC_CUDA_BACKEND_H
@@ -134,7 +133,7 @@ amp_status cuda_adam_step(const cuda_param *p, int n, int64_t *steps, int n_coun
                           cuda_adam_opts o);
 
 /* ----------------------------------------------------------------- ops */
-/* Used only by src/ops/cuda (built with CUDA). Shapes are row-major and
+/* The op kernels (built with CUDA). Shapes are row-major and
  * contiguous unless strides are given; float kernels compute in f32 (sums
  * in double) and round once into the output dtype. */
 
