@@ -25,6 +25,7 @@
  */
 #include "amp/amp.h"
 #include "backend/backend.h"
+#include "backend/scaler_rule.h"
 #include "base/base.h"
 #include "dtype/dtype.h"
 #include "optim/optim.h"
@@ -154,24 +155,6 @@ static amp_status set_scale(amp_scaler *s, float v)
 {
     tensor_bump(s->scale_t);
     return s->be->copy(tensor_ptr(s->scale_t), s->be->device, &v, AMP_CPU, sizeof v);
-}
-
-/* Appends a change of the scale to st's history, as the backends'
- * scaler_update does (for update_to, which sets the scale on the host). */
-static void remember(be_scaler_state *st, float old, float now)
-{
-    if (old == now)
-        return;
-    if (st->hist_len == BE_SCALER_HISTORY) {
-        memmove(st->hist_update, st->hist_update + 1, (BE_SCALER_HISTORY - 1) * sizeof st->hist_update[0]);
-        memmove(st->hist_old, st->hist_old + 1, (BE_SCALER_HISTORY - 1) * sizeof st->hist_old[0]);
-        memmove(st->hist_new, st->hist_new + 1, (BE_SCALER_HISTORY - 1) * sizeof st->hist_new[0]);
-        st->hist_len--;
-    }
-    st->hist_update[st->hist_len] = st->updates;
-    st->hist_old[st->hist_len] = old;
-    st->hist_new[st->hist_len] = now;
-    st->hist_len++;
 }
 
 /* The lazy start of PyTorch's _scale: made from init_scale at first use,
@@ -420,7 +403,7 @@ amp_status amp_scaler_update_to(amp_scaler *s, double new_scale)
     float old = scale_value(s);
     if ((rc = set_scale(s, (float)new_scale)) != AMP_OK)
         return rc;
-    remember(&st, old, (float)new_scale);
+    be_scaler_remember(&st, old, (float)new_scale);
     st.updates++;
     reset_records(s);
     return push(s, &st);

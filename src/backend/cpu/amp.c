@@ -10,6 +10,7 @@
  * were. The CUDA backend's kernels (cuda/amp.cu) follow the same formulas.
  */
 #include "backend/cpu/cpu_backend.h"
+#include "backend/scaler_rule.h"
 #include "base/base.h"
 #include "dtype/dtype.h"
 
@@ -92,56 +93,9 @@ amp_status cpu_count_nonfinite(const void *x, amp_dtype dt, int64_t n, int64_t *
 
 /* ---------------------------------------------------- scaler update */
 
-/* Appends a change of the scale to the history (the oldest one dropped
- * when it is full). */
-static void remember(be_scaler_state *st, float old, float now)
-{
-    if (old == now)
-        return;
-    if (st->hist_len == BE_SCALER_HISTORY) {
-        memmove(st->hist_update, st->hist_update + 1, (BE_SCALER_HISTORY - 1) * sizeof st->hist_update[0]);
-        memmove(st->hist_old, st->hist_old + 1, (BE_SCALER_HISTORY - 1) * sizeof st->hist_old[0]);
-        memmove(st->hist_new, st->hist_new + 1, (BE_SCALER_HISTORY - 1) * sizeof st->hist_new[0]);
-        st->hist_len--;
-    }
-    st->hist_update[st->hist_len] = st->updates;
-    st->hist_old[st->hist_len] = old;
-    st->hist_new[st->hist_len] = now;
-    st->hist_len++;
-}
-
 amp_status cpu_scaler_update(float *scale, be_scaler_state *st, uint64_t records, be_scaler_opts o)
 {
-    bool found = false;
-    for (int r = 0; r < BE_SCALER_MAX_RECORDS; r++)
-        if (((records >> r) & 1u) && st->found_inf[r] != 0.0f)
-            found = true;
-    const float old = *scale;
-    float now = old;
-    /* The rule of PyTorch's _amp_update_scale_: products in double,
-     * stored as f32. */
-    if (found) {
-        st->tracker = 0;
-        if (--st->hysteresis_left <= 0) {
-            double b = (double)old * o.backoff_factor;
-            if (o.min_scale > 0 && b < o.min_scale)
-                b = o.min_scale;
-            now = (float)b;
-            st->hysteresis_left = 1; /* keep backing off until the scale grows again */
-        }
-    } else if (++st->tracker == o.growth_interval) {
-        double g = (double)old * o.growth_factor;
-        if (o.max_scale > 0 && g > o.max_scale)
-            g = o.max_scale;
-        float gf = (float)g;
-        if (isfinite(gf))
-            now = gf;
-        st->tracker = 0;
-        st->hysteresis_left = o.hysteresis > 1 ? o.hysteresis : 1;
-    }
-    *scale = now;
-    remember(st, old, now);
-    st->updates++;
+    be_scaler_update_rule(scale, st, records, o);
     return AMP_OK;
 }
 

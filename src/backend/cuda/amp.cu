@@ -28,6 +28,7 @@
  * element.
  */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/scaler_rule.h"
 
 #include <math.h>
 #include <string.h>
@@ -291,47 +292,7 @@ extern "C" amp_status cuda_clip_grad_norm_f32(const be_buf *g, int n, double max
 
 __global__ void k_scaler_update(float *scale, be_scaler_state *st, unsigned long long records, be_scaler_opts o)
 {
-    bool found = false;
-    for (int r = 0; r < BE_SCALER_MAX_RECORDS; r++)
-        if (((records >> r) & 1ull) && st->found_inf[r] != 0.0f)
-            found = true;
-    const float old = *scale;
-    float now = old;
-    if (found) {
-        st->tracker = 0;
-        if (--st->hysteresis_left <= 0) {
-            double b = (double)old * o.backoff_factor;
-            if (o.min_scale > 0 && b < o.min_scale)
-                b = o.min_scale;
-            now = (float)b;
-            st->hysteresis_left = 1;
-        }
-    } else if (++st->tracker == o.growth_interval) {
-        double g = (double)old * o.growth_factor;
-        if (o.max_scale > 0 && g > o.max_scale)
-            g = o.max_scale;
-        float gf = (float)g;
-        if (isfinite(gf))
-            now = gf;
-        st->tracker = 0;
-        st->hysteresis_left = o.hysteresis > 1 ? o.hysteresis : 1;
-    }
-    *scale = now;
-    if (old != now) {
-        if (st->hist_len == BE_SCALER_HISTORY) {
-            for (int k = 1; k < BE_SCALER_HISTORY; k++) {
-                st->hist_update[k - 1] = st->hist_update[k];
-                st->hist_old[k - 1] = st->hist_old[k];
-                st->hist_new[k - 1] = st->hist_new[k];
-            }
-            st->hist_len--;
-        }
-        st->hist_update[st->hist_len] = st->updates;
-        st->hist_old[st->hist_len] = old;
-        st->hist_new[st->hist_len] = now;
-        st->hist_len++;
-    }
-    st->updates++;
+    be_scaler_update_rule(scale, st, records, o);
 }
 
 extern "C" amp_status cuda_scaler_update(float *scale, be_scaler_state *st, uint64_t records, be_scaler_opts o)

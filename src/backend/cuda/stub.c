@@ -49,44 +49,6 @@ static bool tf32;
 void cuda_set_tf32(bool on) { tf32 = on; }
 bool cuda_get_tf32(void) { return tf32; }
 
-amp_status cuda_convert(const void *src, amp_dtype sdt, void *dst, amp_dtype ddt, int64_t n)
-{
-    (void)src, (void)sdt, (void)dst, (void)ddt, (void)n;
-    return unavailable();
-}
-
-amp_status cuda_fill_pattern(void *dst, int64_t n, const void *elem, size_t elem_size)
-{
-    (void)dst, (void)n, (void)elem, (void)elem_size;
-    return unavailable();
-}
-
-amp_status cuda_iota_i64(int64_t *dst, int64_t n)
-{
-    (void)dst, (void)n;
-    return unavailable();
-}
-
-amp_status cuda_sgd_step(const cuda_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
-                         cuda_sgd_opts o)
-{
-    (void)p, (void)n, (void)steps, (void)n_counters, (void)found_inf, (void)o;
-    return unavailable();
-}
-
-amp_status cuda_adam_step(const cuda_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
-                          cuda_adam_opts o)
-{
-    (void)p, (void)n, (void)steps, (void)n_counters, (void)found_inf, (void)o;
-    return unavailable();
-}
-
-amp_status cuda_accumulate(void *dst, amp_dtype ddt, const void *src, amp_dtype sdt, int64_t n)
-{
-    (void)dst, (void)ddt, (void)src, (void)sdt, (void)n;
-    return unavailable();
-}
-
 /* Called by the ops only with CUDA, but by tests/test_cuda.c directly. */
 amp_status cuda_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, int64_t lda,
                      int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta, void *C, int64_t ldc, int64_t sc,
