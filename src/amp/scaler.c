@@ -202,8 +202,12 @@ static amp_status check_started(const amp_scaler *s, const char *fn)
                          fn);
 }
 
-static opt_record *record_for(amp_scaler *s, amp_optim *o)
+/* o's record for this iteration (a new one at its first unscale_ or
+ * step), once the loss was scaled; NULL with the error set. */
+static opt_record *record_for(amp_scaler *s, amp_optim *o, const char *fn)
 {
+    if (check_started(s, fn) != AMP_OK)
+        return NULL;
     for (int i = 0; i < s->n_recs; i++)
         if (s->recs[i].opt == o)
             return &s->recs[i];
@@ -251,11 +255,9 @@ amp_status amp_scaler_unscale(amp_scaler *s, amp_optim *o)
         return amp_set_error(AMP_ERR_ARG, "scaler_unscale: NULL %s", s ? "optimizer" : "scaler");
     if (!s->o.enabled)
         return AMP_OK;
-    if (check_started(s, "unscale_") != AMP_OK)
-        return AMP_ERR_STATE;
-    opt_record *r = record_for(s, o);
+    opt_record *r = record_for(s, o, "unscale_");
     if (!r)
-        return AMP_ERR_MEMORY;
+        return amp_last_status();
     if (r->stage == STAGE_UNSCALED)
         return amp_set_error(AMP_ERR_STATE,
                              "unscale_() has already been called on this optimizer since the last "
@@ -327,11 +329,9 @@ amp_status amp_scaler_step(amp_scaler *s, amp_optim *o, bool *skipped)
         return amp_set_error(AMP_ERR_ARG, "scaler_step: NULL %s", s ? "optimizer" : "scaler");
     if (!s->o.enabled)
         return amp_optim_step(o);
-    if (check_started(s, "step") != AMP_OK)
-        return AMP_ERR_STATE;
-    opt_record *r = record_for(s, o);
+    opt_record *r = record_for(s, o, "step");
     if (!r)
-        return AMP_ERR_MEMORY;
+        return amp_last_status();
     if (r->stage == STAGE_STEPPED)
         return amp_set_error(AMP_ERR_STATE,
                              "step() has already been called since the last update(). Call "

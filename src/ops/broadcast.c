@@ -40,17 +40,17 @@ amp_dtype promote_tensors(const amp_tensor *a, const amp_tensor *b)
 
 /* ------------------------------------------------- over the backend */
 
-amp_tensor *op_pointwise(amp_pw_op op, amp_shape shape, amp_dtype dt, amp_device dev, const ew_arg *in, int nin,
-                         float s0)
+/* out when st is AMP_OK, else NULL with out freed (the error is set). */
+static amp_tensor *kept_if(amp_tensor *out, amp_status st)
 {
-    const amp_backend *be = backend_of(dev);
-    if (!be->pointwise) {
-        backend_missing(be, "pointwise", "pointwise");
-        return NULL;
-    }
-    amp_tensor *out = tensor_new_on(shape, dt, dev);
-    if (!out)
-        return NULL;
+    if (st == AMP_OK)
+        return out;
+    amp_tensor_free(out);
+    return NULL;
+}
+
+static amp_status pointwise_into(amp_tensor *out, amp_pw_op op, const ew_arg *in, int nin, float s0)
+{
     be_pw_plan p;
     amp_shape shapes[BE_PW_MAX_IN];
     const void *ptr[BE_PW_MAX_IN];
@@ -61,28 +61,32 @@ amp_tensor *op_pointwise(amp_pw_op op, amp_shape shape, amp_dtype dt, amp_device
         dts[k] = in[k].dt;
     }
     memset(&p, 0, sizeof p);
-    p.nd = bcast_plan(shape, shapes, nin, p.d, p.st);
-    if (out->numel > 0 && be->pointwise(op, tensor_ptr(out), dt, out->numel, nin, ptr, dts, &p, s0) != AMP_OK) {
-        amp_tensor_free(out);
-        return NULL;
-    }
-    return out;
+    p.nd = bcast_plan(out->shape, shapes, nin, p.d, p.st);
+    if (out->numel > 0)
+        BACKEND_CALL(backend_of(tensor_device(out)), "pointwise", pointwise, op, tensor_ptr(out), out->dtype,
+                     out->numel, nin, ptr, dts, &p, s0);
+    return AMP_OK;
+}
+
+amp_tensor *op_pointwise(amp_pw_op op, amp_shape shape, amp_dtype dt, amp_device dev, const ew_arg *in, int nin,
+                         float s0)
+{
+    amp_tensor *out = tensor_new_on(shape, dt, dev);
+    return out ? kept_if(out, pointwise_into(out, op, in, nin, s0)) : NULL;
+}
+
+static amp_status reduce_into(amp_tensor *out, const ew_arg *x, unsigned mask, double scale)
+{
+    BACKEND_CALL(backend_of(tensor_device(out)), "sum", reduce_sum, x->data, x->dt, x->shape, mask, scale,
+                 tensor_ptr(out), out->dtype, out->numel);
+    return AMP_OK;
 }
 
 amp_tensor *op_reduce_sum(const ew_arg *x, amp_device dev, unsigned mask, double scale, amp_shape out_shape,
                           amp_dtype dt)
 {
-    const amp_backend *be = backend_of(dev);
-    if (!be->reduce_sum) {
-        backend_missing(be, "sum", "reduce_sum");
-        return NULL;
-    }
     amp_tensor *out = tensor_new_on(out_shape, dt, dev);
-    if (out && be->reduce_sum(x->data, x->dt, x->shape, mask, scale, tensor_ptr(out), dt, out->numel) != AMP_OK) {
-        amp_tensor_free(out);
-        return NULL;
-    }
-    return out;
+    return out ? kept_if(out, reduce_into(out, x, mask, scale)) : NULL;
 }
 
 amp_tensor *sum_to_shape(const amp_tensor *g, amp_shape small, amp_dtype dt, double scale)

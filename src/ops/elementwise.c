@@ -143,36 +143,35 @@ amp_status add_scalar_backward(node *n, const amp_tensor *gout, amp_tensor **gin
     return gin[0] ? AMP_OK : fail_status();
 }
 
-amp_tensor *mul_scalar_forward(node *n) { return unary_forward(n, AMP_PW_MUL_S, scalar_of(n), false); }
+/* x * s, x / s (true division, as PyTorch's div_true_kernel, not
+ * x * (1/s)) and -x are linear: the gradient is the same map of g. */
+#define LINEAR_MAP(name, formula, scalar)                                                            \
+    amp_tensor *name##_forward(node *n) { return unary_forward(n, formula, scalar, false); }          \
+    amp_status name##_backward(node *n, const amp_tensor *gout, amp_tensor **gin)                     \
+    {                                                                                                \
+        return unary_backward(n, gout, gin, NULL, formula, scalar);                                  \
+    }
+LINEAR_MAP(mul_scalar, AMP_PW_MUL_S, scalar_of(n))
+LINEAR_MAP(div_scalar, AMP_PW_DIV_S, scalar_of(n))
+LINEAR_MAP(neg, AMP_PW_NEG, 0.0f)
+#undef LINEAR_MAP
 
-amp_status mul_scalar_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
-{
-    return unary_backward(n, gout, gin, NULL, AMP_PW_MUL_S, scalar_of(n));
-}
-
-/* True division, x / s, as PyTorch's div_true_kernel (not x * (1/s)). */
-amp_tensor *div_scalar_forward(node *n) { return unary_forward(n, AMP_PW_DIV_S, scalar_of(n), false); }
-
-amp_status div_scalar_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
-{
-    return unary_backward(n, gout, gin, NULL, AMP_PW_DIV_S, scalar_of(n));
-}
-
-amp_tensor *neg_forward(node *n) { return unary_forward(n, AMP_PW_NEG, 0.0f, false); }
-
-amp_status neg_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
-{
-    return unary_backward(n, gout, gin, NULL, AMP_PW_NEG, 0.0f);
-}
-
-/* relu keeps NaN; its gradient is threshold_backward(g, y, 0) on the
- * output: g where y > 0, else 0 (so 0 at x = 0). */
-amp_tensor *relu_forward(node *n) { return unary_forward(n, AMP_PW_RELU, 0.0f, true); }
-
-amp_status relu_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
-{
-    return unary_backward(n, gout, gin, n->saved[0], AMP_PW_RELU_GRAD, 0.0f);
-}
+/* An activation: its formula, whether backward reads the saved output
+ * (else the input), and the gradient formula g * f'(that). relu keeps
+ * NaN; its gradient is threshold_backward(g, y, 0) on the output, so 0 at
+ * x = 0. exp's gradient is g * exp(x) = g * y; log's g / x. */
+#define ACTIVATION(name, formula, reads_out, grad)                                                   \
+    amp_tensor *name##_forward(node *n) { return unary_forward(n, formula, 0.0f, reads_out); }        \
+    amp_status name##_backward(node *n, const amp_tensor *gout, amp_tensor **gin)                     \
+    {                                                                                                \
+        return unary_backward(n, gout, gin, (reads_out) ? n->saved[0] : n->in[0], grad, 0.0f);       \
+    }
+ACTIVATION(relu, AMP_PW_RELU, true, AMP_PW_RELU_GRAD)
+ACTIVATION(tanh, AMP_PW_TANH, true, AMP_PW_TANH_GRAD)
+ACTIVATION(sigmoid, AMP_PW_SIGMOID, true, AMP_PW_SIGMOID_GRAD)
+ACTIVATION(exp, AMP_PW_EXP, true, AMP_PW_MUL)
+ACTIVATION(log, AMP_PW_LOG, false, AMP_PW_DIV)
+#undef ACTIVATION
 
 amp_tensor *relu_grad_from_output(const amp_tensor *gout, const amp_tensor *y)
 {
@@ -194,34 +193,6 @@ amp_status gelu_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 {
     return unary_backward(n, gout, gin, n->in[0],
                           n->p.i[0] == AMP_GELU_TANH ? AMP_PW_GELU_TANH_GRAD : AMP_PW_GELU_EXACT_GRAD, 0.0f);
-}
-
-amp_tensor *tanh_forward(node *n) { return unary_forward(n, AMP_PW_TANH, 0.0f, true); }
-
-amp_status tanh_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
-{
-    return unary_backward(n, gout, gin, n->saved[0], AMP_PW_TANH_GRAD, 0.0f);
-}
-
-amp_tensor *sigmoid_forward(node *n) { return unary_forward(n, AMP_PW_SIGMOID, 0.0f, true); }
-
-amp_status sigmoid_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
-{
-    return unary_backward(n, gout, gin, n->saved[0], AMP_PW_SIGMOID_GRAD, 0.0f);
-}
-
-amp_tensor *exp_forward(node *n) { return unary_forward(n, AMP_PW_EXP, 0.0f, true); }
-
-amp_status exp_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
-{
-    return unary_backward(n, gout, gin, n->saved[0], AMP_PW_MUL, 0.0f);
-}
-
-amp_tensor *log_forward(node *n) { return unary_forward(n, AMP_PW_LOG, 0.0f, false); }
-
-amp_status log_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
-{
-    return unary_backward(n, gout, gin, n->in[0], AMP_PW_DIV, 0.0f);
 }
 
 /* f[0] = the exponent. */

@@ -68,15 +68,10 @@ static amp_status adamw_step(const amp_optim *o, const amp_backend *be, const be
 static void adam_describe(const amp_optim *o, optim_put_fn put, void *ctx)
 {
     const amp_adam_opts *a = &o->opts.adam;
-    char v[64];
-    snprintf(v, sizeof v, "%.17g", a->beta1);
-    put(ctx, "beta1", v);
-    snprintf(v, sizeof v, "%.17g", a->beta2);
-    put(ctx, "beta2", v);
-    snprintf(v, sizeof v, "%.17g", a->eps);
-    put(ctx, "eps", v);
-    snprintf(v, sizeof v, "%.17g", a->weight_decay);
-    put(ctx, "weight_decay", v);
+    optim_put_number(put, ctx, "beta1", a->beta1);
+    optim_put_number(put, ctx, "beta2", a->beta2);
+    optim_put_number(put, ctx, "eps", a->eps);
+    optim_put_number(put, ctx, "weight_decay", a->weight_decay);
     put(ctx, "amsgrad", a->amsgrad ? "true" : "false");
 }
 

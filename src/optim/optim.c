@@ -19,6 +19,7 @@
 #include "tensor/tensor.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -339,4 +340,11 @@ amp_tensor *amp_optim_param(const amp_optim *o, int i)
     if (!o || i < 0 || i >= o->n)
         return amp_fail_null(AMP_ERR_ARG, "optim_param: index %d out of range (%d parameters)", i, o ? o->n : 0);
     return o->params[i];
+}
+
+void optim_put_number(optim_put_fn put, void *ctx, const char *key, double v)
+{
+    char text[64];
+    snprintf(text, sizeof text, "%.17g", v);
+    put(ctx, key, text);
 }

@@ -33,6 +33,9 @@
  * text ("0.90000000000000002", "true"). */
 typedef void (*optim_put_fn)(void *ctx, const char *key, const char *value);
 
+/* put(ctx, key, v) with v written exactly (%.17g), for describe. */
+void optim_put_number(optim_put_fn put, void *ctx, const char *key, double v);
+
 typedef struct optim_def {
     const char *name; /* "sgd", "adam", "adamw": in messages and checkpoints */
     /* Slot k's state key (PyTorch's), NULL for unused slots. */

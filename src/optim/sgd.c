@@ -51,13 +51,9 @@ static amp_status sgd_step(const amp_optim *o, const amp_backend *be, const be_o
 static void sgd_describe(const amp_optim *o, optim_put_fn put, void *ctx)
 {
     const amp_sgd_opts *s = &o->opts.sgd;
-    char v[64];
-    snprintf(v, sizeof v, "%.17g", s->momentum);
-    put(ctx, "momentum", v);
-    snprintf(v, sizeof v, "%.17g", s->dampening);
-    put(ctx, "dampening", v);
-    snprintf(v, sizeof v, "%.17g", s->weight_decay);
-    put(ctx, "weight_decay", v);
+    optim_put_number(put, ctx, "momentum", s->momentum);
+    optim_put_number(put, ctx, "dampening", s->dampening);
+    optim_put_number(put, ctx, "weight_decay", s->weight_decay);
     put(ctx, "nesterov", s->nesterov ? "true" : "false");
 }
 
