@@ -112,24 +112,11 @@ amp_status cpu_scaler_count(be_scaler_state *st, int rec)
 
 /* ----------------------------------------------------- clip_grad_norm */
 
-/* g's n elements as f32: g itself, or a converted copy in *tmp (NULL when
- * out of memory). */
-static const float *as_f32(const be_buf *g, float **tmp)
-{
-    *tmp = NULL;
-    if (g->dt == AMP_F32)
-        return g->p;
-    *tmp = amp_alloc((size_t)g->n * sizeof(float));
-    if (*tmp)
-        amp_convert(g->p, g->dt, *tmp, AMP_F32, (size_t)g->n);
-    return *tmp;
-}
-
 /* Adds the sum of g's squared elements to *acc; false when out of memory. */
 static bool sum_squares(const be_buf *g, double *acc)
 {
     float *tmp = NULL;
-    const float *v = as_f32(g, &tmp);
+    const float *v = cpu_as_f32(g->p, g->dt, g->n, &tmp);
     if (!v)
         return false;
     double s = 0;
@@ -154,7 +141,7 @@ static bool scale_by(const be_buf *g, float coef)
         return true;
     }
     float *tmp = NULL;
-    if (!as_f32(g, &tmp))
+    if (!cpu_as_f32(g->p, g->dt, g->n, &tmp))
         return false;
     for (int64_t j = 0; j < g->n; j++)
         tmp[j] *= coef;

@@ -10,6 +10,9 @@
 
 /* ==== section pointwise ==== */
 /* pointwise.c */
+/* n values of dt as f32: p itself when dt is f32, else widened into a new
+ * buffer (*tmp, amp_free'd by the caller). NULL when out of memory. */
+const float *cpu_as_f32(const void *p, amp_dtype dt, int64_t n, float **tmp);
 amp_status cpu_pointwise(amp_pw_op op, void *out, amp_dtype odt, int64_t n, int nin, const void *const *in,
                          const amp_dtype *idt, const be_pw_plan *plan, float s0);
 amp_status cpu_convert(const void *src, amp_dtype sdt, void *dst, amp_dtype ddt, int64_t n);

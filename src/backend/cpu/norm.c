@@ -191,19 +191,6 @@ static int row_threads(int64_t M, int64_t N)
     return M * N > PAR_MIN_WORK && M > 1 ? amp_threads() : 1;
 }
 
-/* n values of dt as f32: p itself when dt is f32, else widened into a new
- * buffer (*tmp, freed by the caller). NULL when out of memory. */
-static const float *as_f32(const void *p, amp_dtype dt, int64_t n, float **tmp)
-{
-    *tmp = NULL;
-    if (dt == AMP_F32)
-        return p;
-    *tmp = amp_alloc((size_t)n * sizeof(float));
-    if (*tmp)
-        amp_convert(p, dt, *tmp, AMP_F32, (size_t)n);
-    return *tmp;
-}
-
 amp_status cpu_layer_norm(const void *x, amp_dtype xdt, const void *wp, amp_dtype wdt, const void *bp,
                           amp_dtype bdt, int64_t M, int64_t N, double eps, void *y, amp_dtype ydt, float *mean,
                           float *rstd)
@@ -214,7 +201,7 @@ amp_status cpu_layer_norm(const void *x, amp_dtype xdt, const void *wp, amp_dtyp
     /* The statistics go somewhere even when the caller keeps none. */
     float *stat = mean && rstd ? NULL : amp_alloc((size_t)(M ? 2 * M : 1) * sizeof(float));
     float *tw = NULL, *tb = NULL;
-    const float *w = wp ? as_f32(wp, wdt, N, &tw) : NULL, *b = bp ? as_f32(bp, bdt, N, &tb) : NULL;
+    const float *w = wp ? cpu_as_f32(wp, wdt, N, &tw) : NULL, *b = bp ? cpu_as_f32(bp, bdt, N, &tb) : NULL;
     /* Per thread, for a 16-bit x or y: the widened row and its result. */
     float *rows = f32 ? NULL : amp_alloc((size_t)nt * (size_t)(2 * N + 1) * sizeof(float));
     amp_status st = AMP_OK;
@@ -288,7 +275,7 @@ amp_status cpu_layer_norm_backward(const void *g, amp_dtype gdt, const void *x, 
     const bool params = need_w || need_b;
 
     float *tw = NULL;
-    const float *w = wp ? as_f32(wp, wdt, N, &tw) : NULL;
+    const float *w = wp ? cpu_as_f32(wp, wdt, N, &tw) : NULL;
     /* Per thread: g and x rows (16-bit), g * weight, and dx (16-bit). */
     const size_t per = (size_t)(4 * N + 4);
     float *rows = amp_alloc((size_t)nt * per * sizeof(float));

@@ -208,6 +208,17 @@ amp_status cpu_pointwise(amp_pw_op op, void *out, amp_dtype odt, int64_t numel, 
     return AMP_OK;
 }
 
+const float *cpu_as_f32(const void *p, amp_dtype dt, int64_t n, float **tmp)
+{
+    *tmp = NULL;
+    if (dt == AMP_F32)
+        return p;
+    *tmp = amp_alloc((size_t)n * sizeof(float));
+    if (*tmp)
+        amp_convert(p, dt, *tmp, AMP_F32, (size_t)n);
+    return *tmp;
+}
+
 /* Elements per task of a threaded conversion: big enough that the
  * threads' start-up is paid back, small enough to share the work. */
 #define CONVERT_BLOCK 65536

@@ -31,12 +31,10 @@
  * the inputs (b may be NULL), out the result, all f32. */
 typedef void (*block_fn)(const float *a, const float *b, float *out, int64_t len, int64_t inner, int64_t w);
 
-static void softmax_block(const float *x, const float *unused, float *y, int64_t len, int64_t inner,
-                          int64_t w)
+/* mx[i] = the maximum of column i of the [len, inner]-strided block (a
+ * NaN makes the whole slice NaN), sm[i] = 0. */
+static void col_max(const float *x, int64_t len, int64_t inner, int64_t w, float *mx, double *sm)
 {
-    (void)unused;
-    float mx[SM_COLS];
-    double sm[SM_COLS];
     for (int64_t i = 0; i < w; i++) {
         mx[i] = -INFINITY;
         sm[i] = 0;
@@ -44,9 +42,18 @@ static void softmax_block(const float *x, const float *unused, float *y, int64_t
     for (int64_t d = 0; d < len; d++)
         for (int64_t i = 0; i < w; i++) {
             float v = x[d * inner + i];
-            if (v > mx[i] || v != v) /* a NaN makes the whole slice NaN */
+            if (v > mx[i] || v != v)
                 mx[i] = v;
         }
+}
+
+static void softmax_block(const float *x, const float *unused, float *y, int64_t len, int64_t inner,
+                          int64_t w)
+{
+    (void)unused;
+    float mx[SM_COLS];
+    double sm[SM_COLS];
+    col_max(x, len, inner, w, mx, sm);
     for (int64_t d = 0; d < len; d++)
         for (int64_t i = 0; i < w; i++) {
             float e = expf(x[d * inner + i] - mx[i]);
@@ -65,16 +72,7 @@ static void log_softmax_block(const float *x, const float *unused, float *y, int
     (void)unused;
     float mx[SM_COLS], ls[SM_COLS];
     double sm[SM_COLS];
-    for (int64_t i = 0; i < w; i++) {
-        mx[i] = -INFINITY;
-        sm[i] = 0;
-    }
-    for (int64_t d = 0; d < len; d++)
-        for (int64_t i = 0; i < w; i++) {
-            float v = x[d * inner + i];
-            if (v > mx[i] || v != v)
-                mx[i] = v;
-        }
+    col_max(x, len, inner, w, mx, sm);
     for (int64_t d = 0; d < len; d++)
         for (int64_t i = 0; i < w; i++)
             sm[i] += expf(x[d * inner + i] - mx[i]);
@@ -119,19 +117,6 @@ static void log_softmax_grad_block(const float *g, const float *y, float *gx, in
         }
 }
 
-/* n values of dt as f32: p itself when dt is f32, else widened into a new
- * buffer (*tmp, freed by the caller). NULL when out of memory. */
-static const float *as_f32(const void *p, amp_dtype dt, int64_t n, float **tmp)
-{
-    *tmp = NULL;
-    if (dt == AMP_F32)
-        return p;
-    *tmp = amp_alloc((size_t)n * sizeof(float));
-    if (*tmp)
-        amp_convert(p, dt, *tmp, AMP_F32, (size_t)n);
-    return *tmp;
-}
-
 /* out (odt) = fn over every [len] slice of a (and b) seen as [outer, len,
  * inner], computed in f32. */
 static amp_status along_dim(const void *a, amp_dtype adt, const void *b, amp_dtype bdt, void *out, amp_dtype odt,
@@ -139,7 +124,7 @@ static amp_status along_dim(const void *a, amp_dtype adt, const void *b, amp_dty
 {
     const int64_t numel = outer * len * inner;
     float *ta = NULL, *tb = NULL, *to = NULL;
-    const float *fa = as_f32(a, adt, numel, &ta), *fb = b ? as_f32(b, bdt, numel, &tb) : NULL;
+    const float *fa = cpu_as_f32(a, adt, numel, &ta), *fb = b ? cpu_as_f32(b, bdt, numel, &tb) : NULL;
     float *fo = odt == AMP_F32 ? out : (to = amp_alloc((size_t)numel * sizeof(float)));
     amp_status st = AMP_OK;
     if (fa && (fb || !b) && fo) {
