@@ -48,7 +48,7 @@ typedef struct {
     int64_t st[BE_PW_MAX_IN][BE_MAX_DIMS];
 } be_pw_plan;
 
-/* ==== types: section linalg ========================================== */
+/* ---- types: linalg -------------------------------------------------------- */
 /* What gemm applies to the f32 product (plus bias) before its one
  * rounding into C. */
 typedef enum {
@@ -105,16 +105,10 @@ typedef struct {
     const void *gout;  /* attention_backward */
     void *gq, *gk, *gv;
 } be_attn_desc;
-/* ==== end types: section linalg ====================================== */
 
+/* ---- types: nn ------------------------------------------------------------ */
 
-
-/* ==== types: section nn =============================================== */
-/* ==== end types: section nn =========================================== */
-
-
-
-/* ==== types: section conv ============================================= */
+/* ---- types: conv ---------------------------------------------------------- */
 /* A 2-D convolution: x [N, C, H, W] with w [O, C, kh, kw] into y [N, O,
  * Ho, Wo], one stride and one zero padding on both axes (conv2d_infer in
  * src/ops/infer.c makes it). */
@@ -129,11 +123,8 @@ typedef struct {
 typedef struct {
     int64_t planes, H, W, k, stride, pad, Ho, Wo;
 } be_pool_geom;
-/* ==== end types: section conv ========================================= */
 
-
-
-/* ==== types: section amp ============================================== */
+/* ---- types: amp ----------------------------------------------------------- */
 #define BE_SCALER_HISTORY 64
 #define BE_SCALER_MAX_RECORDS 64
 
@@ -169,11 +160,8 @@ typedef struct {
     int64_t n;
     amp_dtype dt;
 } be_buf;
-/* ==== end types: section amp ========================================== */
 
-
-
-/* ==== types: section optim ============================================ */
+/* ---- types: optim --------------------------------------------------------- */
 /* One parameter of a multi-tensor optimizer step, in the backend's memory:
  * its data and gradient (float dtypes pdt, gdt; n elements each), up to
  * three f32 state buffers shaped like it in the optimizer's slot order
@@ -198,9 +186,6 @@ typedef struct {
     double lr, beta1, beta2, eps, weight_decay;
     bool decoupled, amsgrad;
 } be_adam_opts;
-/* ==== end types: section optim ======================================== */
-
-
 
 /* ------------------------------------------------------------ the table */
 
@@ -241,7 +226,7 @@ typedef struct amp_backend {
     void (*memory_reset_peak)(void);
     void (*empty_cache)(void);
 
-    /* ---- elementwise, reductions, layout  (owner: pointwise) -------- */
+    /* ---- elementwise, reductions, layout ----------------------------- */
     /* out[i] = pw_eval(op, in...) for the n elements of the contiguous
      * output (formulas: backend/pointwise.h). */
     amp_status (*pointwise)(amp_pw_op op, void *out, amp_dtype odt, int64_t n, int nin, const void *const *in,
@@ -266,7 +251,7 @@ typedef struct amp_backend {
     amp_status (*copy_2d)(const void *src, amp_dtype sdt, int64_t sld, int64_t soff, void *dst, amp_dtype ddt,
                           int64_t dld, int64_t doff, int64_t rows, int64_t cols);
 
-    /* ==== section linalg (GEMM, attention) ============================ */
+    /* ---- linalg ---------------------------------------------------- */
     /* C = ep(alpha op(A) op(B) + beta C [+ bias]), batched, row-major;
      * see be_gemm_desc. */
     amp_status (*gemm)(const be_gemm_desc *g);
@@ -279,11 +264,8 @@ typedef struct amp_backend {
     /* Scaled dot-product attention and its gradients; see be_attn_desc. */
     amp_status (*attention)(const be_attn_desc *a);
     amp_status (*attention_backward)(const be_attn_desc *a);
-    /* ==== end section linalg ========================================== */
 
-
-
-    /* ==== section nn (softmax, losses, layer_norm, embedding, dropout) = */
+    /* ---- nn -------------------------------------------------------- */
     /* Softmax / log_softmax of x seen as [outer, len, inner] along len. */
     amp_status (*softmax)(const void *x, amp_dtype xdt, void *y, amp_dtype ydt, int64_t outer, int64_t len,
                           int64_t inner, bool log);
@@ -331,11 +313,8 @@ typedef struct amp_backend {
      * >> 8, is >= p * 2^24 (every backend drops the same elements). */
     amp_status (*dropout)(const void *src, void *dst, amp_dtype dt, int64_t n, double p, uint64_t seed,
                           uint64_t first);
-    /* ==== end section nn ============================================== */
 
-
-
-    /* ==== section conv (conv2d, pooling) ============================== */
+    /* ---- conv ------------------------------------------------------ */
     /* y = act(conv(x, w) + bias): x, w, bias (may be NULL) and y all of
      * dtype dt, act BE_EPI_NONE or BE_EPI_RELU (before the one rounding). */
     amp_status (*conv2d)(const be_conv_geom *g, const void *x, const void *w, const void *bias, amp_dtype dt,
@@ -354,11 +333,8 @@ typedef struct amp_backend {
      * (avg: idx NULL). */
     amp_status (*pool2d_backward)(const be_pool_geom *g, const void *gy, amp_dtype gdt, const int32_t *idx,
                                   void *dx, amp_dtype dxdt);
-    /* ==== end section conv ============================================ */
 
-
-
-    /* ==== section amp (scaler, optimizers, clip, non-finite checks) === */
+    /* ---- amp ------------------------------------------------------- */
     /* g[i] *= 1/scale for every buffer (f32 or bf16), the inverse computed
      * in double from *scale and rounded to f32 (PyTorch's reciprocal); a
      * factor of exactly 1 multiplies nothing. Sets *found_inf = 1 when any
@@ -382,11 +358,8 @@ typedef struct amp_backend {
      * form gets (float) of it (a 0-d f32 tensor's data). */
     amp_status (*clip_grad_norm)(const be_buf *g, int n, double max_norm, double *total);
     amp_status (*clip_grad_norm_f32)(const be_buf *g, int n, double max_norm, float *total);
-    /* ==== end section amp ============================================= */
 
-
-
-    /* ==== section optim (multi-tensor optimizer steps) ================ */
+    /* ---- optim ----------------------------------------------------- */
     /* One update of every parameter in p[0..n) (torch.optim's
      * single-tensor formulas, element for element; 16-bit parameters are
      * updated in f32 and rounded once). steps holds n_counters + 1 int64
@@ -399,7 +372,6 @@ typedef struct amp_backend {
                            be_sgd_opts o);
     amp_status (*adam_step)(const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
                             be_adam_opts o);
-    /* ==== end section optim =========================================== */
 } amp_backend;
 
 /* The backend of dev: never NULL for a valid device (a device without a
@@ -415,8 +387,8 @@ amp_status backend_check(amp_device dev, const char *who);
  * <primitive>". Returns the status (AMP_ERR_DEVICE). */
 amp_status backend_missing(const amp_backend *be, const char *who, const char *primitive);
 
-/* Calls be->FIELD(...) (FIELD may be a path: linalg.gemm), or returns the
- * missing-primitive error from the enclosing amp_status function. */
+/* Calls be->FIELD(...), or returns the missing-primitive error from the
+ * enclosing amp_status function; returns the primitive's error too. */
 #define BACKEND_CALL(be, who, field, ...)                                                  \
     do {                                                                                   \
         const amp_backend *be_ = (be);                                                     \

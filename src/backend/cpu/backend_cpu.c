@@ -83,27 +83,21 @@ const amp_backend amp_backend_cpu = {
     .memory_reset_peak = amp_memory_reset_peak,
     .empty_cache = amp_memory_empty_cache,
 
-    /* ==== section pointwise ==== */
+    /* pointwise */
     .pointwise = cpu_pointwise,
     .accumulate = cpu_accumulate,
     .reduce_sum = cpu_reduce_sum,
     .argmax = cpu_argmax,
     .permute = cpu_permute,
     .copy_2d = cpu_copy_2d,
-    /* ==== end section pointwise ==== */
 
-
-
-    /* ==== section linalg ==== */
+    /* linalg */
     .gemm = cpu_gemm,
     .bias_grad = cpu_bias_grad,
     .attention = cpu_attention,
     .attention_backward = cpu_attention_backward,
-    /* ==== end section linalg ==== */
 
-
-
-    /* ==== section nn ==== */
+    /* nn */
     .softmax = cpu_softmax,
     .softmax_backward = cpu_softmax_backward,
     .cross_entropy = cpu_cross_entropy,
@@ -113,32 +107,22 @@ const amp_backend amp_backend_cpu = {
     .embedding = cpu_embedding,
     .embedding_backward = cpu_embedding_backward,
     .dropout = cpu_dropout,
-    /* ==== end section nn ==== */
 
-
-
-    /* ==== section conv ==== */
+    /* conv */
     .conv2d = cpu_conv2d,
     .conv2d_backward = cpu_conv2d_backward,
     .pool2d = cpu_pool2d,
     .pool2d_backward = cpu_pool2d_backward,
-    /* ==== end section conv ==== */
 
-
-
-    /* ==== section amp ==== */
+    /* amp */
     .unscale = cpu_unscale,
     .count_nonfinite = cpu_count_nonfinite,
     .scaler_update = cpu_scaler_update,
     .scaler_count = cpu_scaler_count,
     .clip_grad_norm = cpu_clip_grad_norm,
     .clip_grad_norm_f32 = cpu_clip_grad_norm_f32,
-    /* ==== end section amp ==== */
 
-
-
-    /* ==== section optim ==== */
+    /* optim */
     .sgd_step = cpu_sgd_step,
     .adam_step = cpu_adam_step,
-    /* ==== end section optim ==== */
 };

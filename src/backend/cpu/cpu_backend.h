@@ -8,7 +8,7 @@
 
 #include "backend/backend.h"
 
-/* ==== section pointwise ==== */
+/* pointwise */
 /* pointwise.c */
 /* n values of dt as f32: p itself when dt is f32, else widened into a new
  * buffer (*tmp, amp_free'd by the caller). NULL when out of memory. */
@@ -23,22 +23,16 @@ amp_status cpu_argmax(const void *x, amp_dtype dt, int64_t outer, int64_t len, i
 amp_status cpu_permute(const void *src, void *dst, size_t elem_size, int nd, const int64_t *od, const int64_t *ist);
 amp_status cpu_copy_2d(const void *src, amp_dtype sdt, int64_t sld, int64_t soff, void *dst, amp_dtype ddt,
                        int64_t dld, int64_t doff, int64_t rows, int64_t cols);
-/* ==== end section pointwise ==== */
 
-
-
-/* ==== section linalg ==== */
+/* linalg */
 /* linalg.c: gemm over gemm.h's GEMMs, the bias gradient's column sums. */
 amp_status cpu_gemm(const be_gemm_desc *g);
 amp_status cpu_bias_grad(const void *dy, amp_dtype dt, int64_t rows, int64_t cols, void *db, amp_dtype dbdt);
 /* attention.c: scaled dot-product attention, one head at a time. */
 amp_status cpu_attention(const be_attn_desc *a);
 amp_status cpu_attention_backward(const be_attn_desc *a);
-/* ==== end section linalg ==== */
 
-
-
-/* ==== section nn ==== */
+/* nn */
 /* softmax.c: softmax, log_softmax and cross_entropy rows. */
 amp_status cpu_softmax(const void *x, amp_dtype xdt, void *y, amp_dtype ydt, int64_t outer, int64_t len,
                        int64_t inner, bool log);
@@ -63,11 +57,8 @@ amp_status cpu_embedding_backward(const void *g, amp_dtype gdt, const void *idx,
                                   int64_t V, int64_t D, float *dw);
 amp_status cpu_dropout(const void *src, void *dst, amp_dtype dt, int64_t n, double p, uint64_t seed,
                        uint64_t first);
-/* ==== end section nn ==== */
 
-
-
-/* ==== section conv ==== */
+/* conv */
 /* conv.c */
 amp_status cpu_conv2d(const be_conv_geom *g, const void *x, const void *w, const void *bias, amp_dtype dt,
                       be_epilogue act, void *y);
@@ -85,11 +76,8 @@ size_t conv_set_cols_budget(size_t bytes);
 amp_status cpu_pool2d(const be_pool_geom *g, bool is_max, const void *x, amp_dtype dt, void *y, int32_t *idx);
 amp_status cpu_pool2d_backward(const be_pool_geom *g, const void *gy, amp_dtype gdt, const int32_t *idx, void *dx,
                                amp_dtype dxdt);
-/* ==== end section conv ==== */
 
-
-
-/* ==== section amp ==== */
+/* amp */
 /* amp.c: the scaler, non-finite count and clip_grad_norm on host memory. */
 amp_status cpu_unscale(const be_buf *g, int n, const float *scale, float *found_inf);
 amp_status cpu_count_nonfinite(const void *x, amp_dtype dt, int64_t n, int64_t *count);
@@ -97,17 +85,13 @@ amp_status cpu_scaler_update(float *scale, be_scaler_state *st, uint64_t records
 amp_status cpu_scaler_count(be_scaler_state *st, int rec);
 amp_status cpu_clip_grad_norm(const be_buf *g, int n, double max_norm, double *total);
 amp_status cpu_clip_grad_norm_f32(const be_buf *g, int n, double max_norm, float *total);
-/* ==== end section amp ==== */
 
-
-
-/* ==== section optim ==== */
+/* optim */
 /* optim.c: the multi-tensor SGD and Adam / AdamW steps over host memory
  * (backend.h's sgd_step / adam_step; found_inf and steps are host memory). */
 amp_status cpu_sgd_step(const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
                         be_sgd_opts o);
 amp_status cpu_adam_step(const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
                          be_adam_opts o);
-/* ==== end section optim ==== */
 
 #endif

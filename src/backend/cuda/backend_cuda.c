@@ -49,27 +49,21 @@ const amp_backend amp_backend_cuda = {
     .memory_reset_peak = cuda_memory_reset_peak,
     .empty_cache = cuda_empty_cache,
 
-    /* ==== section pointwise ==== */
+    /* pointwise */
     .pointwise = cuda_ew,
     .accumulate = cuda_accumulate,
     .reduce_sum = cuda_reduce_sum_dims,
     .argmax = cuda_argmax,
     .permute = cuda_permute,
     .copy_2d = cuda_copy_2d,
-    /* ==== end section pointwise ==== */
 
-
-
-    /* ==== section linalg ==== */
+    /* linalg */
     .gemm = cuda_linalg_gemm,
     .bias_grad = cuda_linalg_bias_grad,
     .attention = cuda_attention,
     .attention_backward = cuda_attention_backward,
-    /* ==== end section linalg ==== */
 
-
-
-    /* ==== section nn ==== */
+    /* nn */
     .softmax = cuda_softmax,
     .softmax_backward = cuda_softmax_backward,
     .cross_entropy = cuda_cross_entropy,
@@ -79,34 +73,24 @@ const amp_backend amp_backend_cuda = {
     .embedding = cuda_embedding,
     .embedding_backward = cuda_embedding_backward,
     .dropout = cuda_dropout,
-    /* ==== end section nn ==== */
 
-
-
-    /* ==== section conv ==== */
+    /* conv */
     .conv2d = cuda_conv2d,
     .conv2d_backward = cuda_conv2d_backward,
     .pool2d = cuda_pool2d,
     .pool2d_backward = cuda_pool2d_backward,
-    /* ==== end section conv ==== */
 
-
-
-    /* ==== section amp ==== */
+    /* amp */
     .unscale = cuda_unscale,
     .count_nonfinite = cuda_count_nonfinite,
     .scaler_update = cuda_scaler_update,
     .scaler_count = cuda_scaler_count,
     .clip_grad_norm = cuda_clip_grad_norm,
     .clip_grad_norm_f32 = cuda_clip_grad_norm_f32,
-    /* ==== end section amp ==== */
 
-
-
-    /* ==== section optim ==== */
+    /* optim */
     .sgd_step = cuda_sgd_step,
     .adam_step = cuda_adam_step,
-    /* ==== end section optim ==== */
 };
 
 #else

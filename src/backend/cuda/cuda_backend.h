@@ -68,65 +68,34 @@ void cuda_set_tf32(bool on);
 bool cuda_get_tf32(void);
 
 /* ------------------------------------------------------- dtype kernels */
+/* The functions below without a comment of their own are the CUDA
+ * backend's table entries: backend.h's comment on the field of the same
+ * name is their contract, and holds here. */
 
-/* n elements from src (sdt) to dst (ddt), amp_convert's semantics. */
 amp_status cuda_convert(const void *src, amp_dtype sdt, void *dst, amp_dtype ddt, int64_t n);
-/* n copies of the elem_size-byte pattern at host address elem (2, 4 or 8
- * bytes: one element already in the tensor's dtype). */
 amp_status cuda_fill_pattern(void *dst, int64_t n, const void *elem, size_t elem_size);
-/* dst[i] = i for i in [0, n): index tensors made on the device (the GPT's
- * positions) without a copy from the host. */
 amp_status cuda_iota_i64(int64_t *dst, int64_t n);
 
 /* --------------------------------------------------------- AMP kernels */
 
-/* The grad scaler's state (be_scaler_state), a tensor list (be_buf) and
- * the update's options (be_scaler_opts) are backend.h's types: the CUDA
- * backend's table names these functions as its amp primitives. */
+/* One launch each, and no host synchronisation: the scale, found_inf,
+ * the clip totals and the counts stay on the device until a getter copies
+ * them out. The types are backend.h's. */
 
-/* g *= 1/scale for every buffer (f32 or bf16) in one launch, the inverse
- * computed on the device in double from *scale; sets *found_inf = 1 when
- * any element was inf or NaN (the caller zeroes it first). */
 amp_status cuda_unscale(const be_buf *g, int n, const float *scale, float *found_inf);
 
-/* clip_grad_norm on the device (src/optim/clip.c's semantics, PyTorch's
- * clip_grad_norm_ with norm_type 2): the sum of the squares of every
- * element of g[0..n) (f32, f16 or bf16) in double, per chunk into a device
- * buffer and then in one fixed-order reduction (the same bits every run);
- * *total (a device double) = its square root; coef = max_norm / (total +
- * 1e-6) computed there in double, and unless coef >= 1 every element is
- * multiplied by (float)coef in f32 and rounded once into its dtype. A NaN
- * or inf total thus gives a NaN or 0 factor, as on the CPU. Three launches,
- * no host synchronisation: the caller reads *total when it needs it. */
 amp_status cuda_clip_grad_norm(const be_buf *g, int n, double max_norm, double *total);
-/* As cuda_clip_grad_norm, the total written to the device float *total as
- * (float) of the double (amp_clip_grad_norm_tensor's 0-d f32 tensor). */
 amp_status cuda_clip_grad_norm_f32(const be_buf *g, int n, double max_norm, float *total);
 
-/* PyTorch's _amp_update_scale_ on the device: found = any found_inf[r] with
- * bit r of records set; backs off or grows *scale, keeps tracker, history
- * and the update count in *st. */
 amp_status cuda_scaler_update(float *scale, be_scaler_state *st, uint64_t records, be_scaler_opts o);
-/* After an optimizer step guarded by st->found_inf[rec]: steps++ or
- * skipped++ on the device. */
 amp_status cuda_scaler_count(be_scaler_state *st, int rec);
-/* *count (a device int64) = the inf/NaN elements among x[0..n) (f32, f16
- * or bf16): one launch and no host synchronisation (the caller copies the
- * count out). */
 amp_status cuda_count_nonfinite(const void *x, amp_dtype dt, int64_t n, int64_t *count);
 
-/* The fused optimizers' parameter and options: backend.h's (the table
- * names cuda_sgd_step / cuda_adam_step as its sgd_step / adam_step). */
+/* The fused optimizers: one launch for every parameter. */
 typedef be_optim_param cuda_param;
 typedef be_sgd_opts cuda_sgd_opts;
 typedef be_adam_opts cuda_adam_opts;
 
-/* One update of every parameter in p[0..n) in one launch (torch.optim's
- * single-tensor formulas, element for element as optim.c). steps holds
- * n_counters + 1 int64 counters on the device: steps[p.index] is the
- * parameter's step count, steps[n_counters] the optimizer's. When
- * found_inf (a device float) is non-NULL and non-zero, nothing changes,
- * counters included; otherwise each used counter and the total go up by 1. */
 amp_status cuda_sgd_step(const cuda_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
                          cuda_sgd_opts o);
 amp_status cuda_adam_step(const cuda_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
@@ -144,10 +113,8 @@ amp_status cuda_adam_step(const cuda_param *p, int n, int64_t *steps, int n_coun
 /* The pointwise plan is the backend interface's (backend.h). */
 typedef be_pw_plan cuda_ew_plan;
 
-/* out[i] = op(in...) for the n elements of the contiguous output. */
 amp_status cuda_ew(amp_pw_op op, void *out, amp_dtype odt, int64_t n, int nin, const void *const *in,
                    const amp_dtype *idt, const be_pw_plan *plan, float s0);
-/* In place: dst[i] += src[i] in dst's dtype (f32 arithmetic, one rounding). */
 amp_status cuda_accumulate(void *dst, amp_dtype ddt, const void *src, amp_dtype sdt, int64_t n);
 
 /* A reduction: the kept dims (sizes, input strides) index the outputs in
@@ -160,68 +127,40 @@ typedef struct {
 /* out[j] = scale * sum (in double), rounded into odt. */
 amp_status cuda_reduce_sum(const void *x, amp_dtype xdt, const cuda_reduce_plan *plan, double scale, void *out,
                            amp_dtype odt);
-/* The backend's reduce_sum: the plan of a contiguous x of shape summed
- * over the dims in mask (size-1 dims dropped, neighbours merged). */
 amp_status cuda_reduce_sum_dims(const void *x, amp_dtype xdt, amp_shape shape, unsigned mask, double scale, void *out,
                                 amp_dtype odt, int64_t out_n);
 
-/* Softmax / log_softmax of x seen as [outer, len, inner] along len. */
 amp_status cuda_softmax(const void *x, amp_dtype xdt, void *y, amp_dtype ydt, int64_t outer, int64_t len,
                         int64_t inner, bool log);
-/* gx = y * (g - sum(g * y)) or, for log, g - exp(y) * sum(g). */
 amp_status cuda_softmax_backward(const void *g, amp_dtype gdt, const void *y, amp_dtype ydt, void *gx,
                                  amp_dtype gxdt, int64_t outer, int64_t len, int64_t inner, bool log);
 
-/* Cross-entropy of logits [N, C] against labels [N] (i32/i64): writes the
- * mean over non-ignored rows into out (0-d, odt), the number of those rows
- * into *count (device float), and, when stats is non-NULL, each row's max
- * and log-sum-exp ([N, 2] f32). A label outside [0, C) makes the loss NaN
- * (the host cannot check it without a synchronisation). */
 amp_status cuda_cross_entropy(const void *x, amp_dtype xdt, const void *labels, amp_dtype ldt, int64_t N,
                               int64_t C, int64_t ignore, float *stats, float *count, void *out, amp_dtype odt);
-/* gx[i, c] = (softmax(x_i)[c] - [c == label_i]) * g / count, 0 for ignored
- * rows; g is the 0-d gradient of the loss (gdt) on the device. */
 amp_status cuda_cross_entropy_backward(const void *x, amp_dtype xdt, const void *labels, amp_dtype ldt, int64_t N,
                                        int64_t C, int64_t ignore, const float *stats, const float *count,
                                        const void *g, amp_dtype gdt, void *gx, amp_dtype gxdt);
 
-/* layer_norm over rows of N: y = (x - mean) * rstd [* w] [+ b]; mean and
- * rstd ([M] f32) are written when non-NULL. */
 amp_status cuda_layer_norm(const void *x, amp_dtype xdt, const void *w, amp_dtype wdt, const void *b,
                            amp_dtype bdt, int64_t M, int64_t N, double eps, void *y, amp_dtype ydt, float *mean,
                            float *rstd);
-/* dx (may be NULL), dw and db (may be NULL, each in its own dtype). */
 amp_status cuda_layer_norm_backward(const void *g, amp_dtype gdt, const void *x, amp_dtype xdt, const void *w,
                                     amp_dtype wdt, const float *mean, const float *rstd, int64_t M, int64_t N,
                                     void *dx, amp_dtype dxdt, void *dw, amp_dtype dwdt, void *db, amp_dtype dbdt);
 
-/* out [nidx, D] = rows of w [V, D]; an index outside [0, V) gives a NaN
- * row. */
 amp_status cuda_embedding(const void *w, amp_dtype wdt, const void *idx, amp_dtype idt, int64_t nidx, int64_t V,
                           int64_t D, void *out);
-/* dw [V, D] f32 (zeroed by the caller) += g rows by index (atomic adds:
- * the order of repeated indices is not fixed). */
 amp_status cuda_embedding_backward(const void *g, amp_dtype gdt, const void *idx, amp_dtype idt, int64_t nidx,
                                    int64_t V, int64_t D, float *dw);
 
-/* i64 index of the largest value along len of [outer, len, inner] (the
- * first; a NaN wins). */
 amp_status cuda_argmax(const void *x, amp_dtype dt, int64_t outer, int64_t len, int64_t inner, int64_t *out);
 
-/* dst (contiguous, out shape od[0..nd)) from src read at element strides
- * ist (src's stride of the input dim each output dim comes from). */
 amp_status cuda_permute(const void *src, void *dst, size_t elem_size, int nd, const int64_t *od,
                         const int64_t *ist);
 
-/* dst[r * dld + doff + c] = convert(src[r * sld + soff + c]) for rows x
- * cols: a slice copy with a dtype conversion (cat and its backward, bias
- * rows). sld = 0 repeats one source row. */
 amp_status cuda_copy_2d(const void *src, amp_dtype sdt, int64_t sld, int64_t soff, void *dst, amp_dtype ddt,
                         int64_t dld, int64_t doff, int64_t rows, int64_t cols);
 
-/* dst = src * mask / (1 - p), the mask from Philox words as amp_philox
- * draws them on the CPU (element j: word j % 4 of counter first + j / 4),
- * so CPU and CUDA drop the same elements. */
 amp_status cuda_dropout(const void *src, void *dst, amp_dtype dt, int64_t n, double p, uint64_t seed,
                         uint64_t first);
 
