@@ -320,6 +320,8 @@ typedef enum { AMP_GELU_EXACT = 0, AMP_GELU_TANH = 1 } amp_gelu_approx;
 AMP_API amp_tensor *amp_gelu(amp_tensor *a, amp_gelu_approx approx);
 AMP_API amp_tensor *amp_tanh(amp_tensor *a);
 AMP_API amp_tensor *amp_sigmoid(amp_tensor *a);
+/* x * sigmoid(x) (SiLU / swish), computed as x / (1 + exp(-x)). */
+AMP_API amp_tensor *amp_silu(amp_tensor *a);
 AMP_API amp_tensor *amp_exp(amp_tensor *a);
 AMP_API amp_tensor *amp_log(amp_tensor *a);
 AMP_API amp_tensor *amp_pow_scalar(amp_tensor *a, double p);

@@ -98,6 +98,7 @@ static amp_tensor *run_op(const char *op, int variant, amp_tensor **t, int n)
     if (!strcmp(op, "gelu")) return amp_gelu(t[0], AMP_GELU_EXACT);
     if (!strcmp(op, "tanh")) return amp_tanh(t[0]);
     if (!strcmp(op, "sigmoid")) return amp_sigmoid(t[0]);
+    if (!strcmp(op, "silu")) return amp_silu(t[0]);
     if (!strcmp(op, "exp")) return amp_exp(t[0]);
     if (!strcmp(op, "log")) return amp_log(t[0]);
     if (!strcmp(op, "pow")) return amp_pow_scalar(t[0], 2.0);

@@ -108,6 +108,7 @@ static amp_tensor *c_relu(amp_tensor **x, const op_case *c) { (void)c; return am
 static amp_tensor *c_gelu(amp_tensor **x, const op_case *c) { return amp_gelu(x[0], (amp_gelu_approx)c->iarg); }
 static amp_tensor *c_tanh(amp_tensor **x, const op_case *c) { (void)c; return amp_tanh(x[0]); }
 static amp_tensor *c_sigmoid(amp_tensor **x, const op_case *c) { (void)c; return amp_sigmoid(x[0]); }
+static amp_tensor *c_silu(amp_tensor **x, const op_case *c) { (void)c; return amp_silu(x[0]); }
 static amp_tensor *c_exp(amp_tensor **x, const op_case *c) { (void)c; return amp_exp(x[0]); }
 static amp_tensor *c_log(amp_tensor **x, const op_case *c) { (void)c; return amp_log(x[0]); }
 static amp_tensor *c_pow(amp_tensor **x, const op_case *c) { return amp_pow_scalar(x[0], c->farg); }
@@ -207,6 +208,7 @@ static const op_case CASES[] = {
     {"gelu", "tanh", c_gelu, 1, {U(-3, 3, 3, 33)}, .iarg = AMP_GELU_TANH},
     {"tanh", "", c_tanh, 1, {U(-3, 3, 3, 33)}, .flags = 0},
     {"sigmoid", "", c_sigmoid, 1, {U(-4, 4, 3, 33)}, .flags = 0},
+    {"silu", "", c_silu, 1, {U(-4, 4, 3, 33)}, .flags = 0},
     {"exp", "", c_exp, 1, {U(-2, 2, 3, 33)}, .flags = 0},
     {"log", "", c_log, 1, {U(0.5, 3, 3, 33)}, .flags = 0},
     {"pow", "^2.5", c_pow, 1, {U(0.5, 2, 3, 33)}, .farg = 2.5},

@@ -231,9 +231,9 @@ static void test_gradient_only_where_required(void)
 
 /* --------------------------------------------------------------- unary */
 
-enum { U_NEG, U_RELU, U_GELU, U_GELU_TANH, U_TANH, U_SIGMOID, U_EXP, U_LOG, U_POW,
+enum { U_NEG, U_RELU, U_GELU, U_GELU_TANH, U_TANH, U_SIGMOID, U_SILU, U_EXP, U_LOG, U_POW,
        U_ADDS, U_MULS, U_DIVS, U_COUNT };
-static const char *const U_NAME[U_COUNT] = {"neg", "relu", "gelu", "gelu_tanh", "tanh", "sigmoid",
+static const char *const U_NAME[U_COUNT] = {"neg", "relu", "gelu", "gelu_tanh", "tanh", "sigmoid", "silu",
                                             "exp", "log",  "pow",  "add_scalar", "mul_scalar", "div_scalar"};
 
 static amp_tensor *unary(int op, amp_tensor *x, double s)
@@ -245,6 +245,7 @@ static amp_tensor *unary(int op, amp_tensor *x, double s)
     case U_GELU_TANH: return amp_gelu(x, AMP_GELU_TANH);
     case U_TANH: return amp_tanh(x);
     case U_SIGMOID: return amp_sigmoid(x);
+    case U_SILU: return amp_silu(x);
     case U_EXP: return amp_exp(x);
     case U_LOG: return amp_log(x);
     case U_POW: return amp_pow_scalar(x, s);
@@ -267,6 +268,7 @@ static double unary_ref(int op, double x, double s)
     case U_GELU_TANH: return 0.5 * x * (1 + tanh(k * (x + 0.044715 * x * x * x)));
     case U_TANH: return tanh(x);
     case U_SIGMOID: return 1 / (1 + exp(-x));
+    case U_SILU: return x / (1 + exp(-x));
     case U_EXP: return exp(x);
     case U_LOG: return log(x);
     case U_POW: return pow(x, s);

@@ -71,6 +71,13 @@ PW_FN float pw_gelu_tanh_grad_of(float x)
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * PW_SQRT_2_PI * (1.0f + 3.0f * PW_KAPPA * x * x);
 }
 
+/* silu'(x) = s (1 + x (1 - s)) with s = sigmoid(x), PyTorch's form. */
+PW_FN float pw_silu_grad_of(float x)
+{
+    float s = 1.0f / (1.0f + expf(-x));
+    return s * (1.0f + x * (1.0f - s));
+}
+
 /* The table: one line per formula, (enum suffix, lower-case name,
  * operands read, expression of a, b, c, s). A new formula is one line
  * here; every backend picks it up. */
@@ -100,7 +107,9 @@ PW_FN float pw_gelu_tanh_grad_of(float x)
     X(SIGMOID_GRAD, sigmoid_grad, 2, a * (1.0f - b) * b)                             \
     X(POW_GRAD, pow_grad, 2, s == 0.0f ? 0.0f : a * (s * pw_pow(b, s - 1.0f)))       \
     X(SQDIFF, sqdiff, 2, (a - b) * (a - b))                                        \
-    X(MSE_GRAD, mse_grad, 3, s * (a - b) * c)
+    X(MSE_GRAD, mse_grad, 3, s * (a - b) * c)                                        \
+    X(SILU, silu, 1, a / (1.0f + expf(-a)))                                          \
+    X(SILU_GRAD, silu_grad, 2, a * pw_silu_grad_of(b))
 
 /* AMP_PW_COPY, AMP_PW_ADD, ...: the formulas, in the table's order. */
 typedef enum {

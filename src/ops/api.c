@@ -32,6 +32,7 @@ amp_tensor *amp_neg(amp_tensor *a) { return unary(OP_NEG, a); }
 amp_tensor *amp_relu(amp_tensor *a) { return unary(OP_RELU, a); }
 amp_tensor *amp_tanh(amp_tensor *a) { return unary(OP_TANH, a); }
 amp_tensor *amp_sigmoid(amp_tensor *a) { return unary(OP_SIGMOID, a); }
+amp_tensor *amp_silu(amp_tensor *a) { return unary(OP_SILU, a); }
 amp_tensor *amp_exp(amp_tensor *a) { return unary(OP_EXP, a); }
 amp_tensor *amp_log(amp_tensor *a) { return unary(OP_LOG, a); }
 amp_tensor *amp_pow_scalar(amp_tensor *a, double p) { return with_scalar(OP_POW_SCALAR, a, p); }

@@ -1,7 +1,7 @@
 /*
  * elementwise.c - the pointwise ops: add, sub, mul, div with broadcasting
  * and type promotion, the scalar forms, and the activations (relu, gelu,
- * tanh, sigmoid, exp, log, pow), forward and backward, on any device.
+ * tanh, sigmoid, silu, exp, log, pow), forward and backward, on any device.
  *
  * Each op names a formula of backend/pointwise.h and hands it to the
  * backend through op_pointwise (broadcast.h), which plans the
@@ -169,6 +169,7 @@ LINEAR_MAP(neg, AMP_PW_NEG, 0.0f)
 ACTIVATION(relu, AMP_PW_RELU, true, AMP_PW_RELU_GRAD)
 ACTIVATION(tanh, AMP_PW_TANH, true, AMP_PW_TANH_GRAD)
 ACTIVATION(sigmoid, AMP_PW_SIGMOID, true, AMP_PW_SIGMOID_GRAD)
+ACTIVATION(silu, AMP_PW_SILU, false, AMP_PW_SILU_GRAD)
 ACTIVATION(exp, AMP_PW_EXP, true, AMP_PW_MUL)
 ACTIVATION(log, AMP_PW_LOG, false, AMP_PW_DIV)
 #undef ACTIVATION

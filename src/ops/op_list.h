@@ -26,6 +26,7 @@ X(RELU,         "relu",         NONE,    NONE,     relu_forward,         relu_ba
 X(GELU,         "gelu",         NONE,    NONE,     gelu_forward,         gelu_backward)
 X(TANH,         "tanh",         NONE,    NONE,     tanh_forward,         tanh_backward)
 X(SIGMOID,      "sigmoid",      NONE,    NONE,     sigmoid_forward,      sigmoid_backward)
+X(SILU,         "silu",         NONE,    NONE,     silu_forward,         silu_backward)
 X(EXP,          "exp",          NONE,    FP32,     exp_forward,          exp_backward)
 X(LOG,          "log",          NONE,    FP32,     log_forward,          log_backward)
 X(POW_SCALAR,   "pow",          NONE,    FP32,     pow_scalar_forward,   pow_scalar_backward)

@@ -13,7 +13,7 @@ typedef struct {
     const char *op;
     int cpu, cuda;
 } amp_ref_category;
-static const amp_ref_category amp_ref_categories[35] = {
+static const amp_ref_category amp_ref_categories[36] = {
     {"add", AMP_CAST_NONE, AMP_CAST_NONE},
     {"sub", AMP_CAST_NONE, AMP_CAST_NONE},
     {"mul", AMP_CAST_NONE, AMP_CAST_NONE},
@@ -26,6 +26,7 @@ static const amp_ref_category amp_ref_categories[35] = {
     {"gelu", AMP_CAST_NONE, AMP_CAST_NONE},
     {"tanh", AMP_CAST_NONE, AMP_CAST_NONE},
     {"sigmoid", AMP_CAST_NONE, AMP_CAST_NONE},
+    {"silu", AMP_CAST_NONE, AMP_CAST_NONE},
     {"exp", AMP_CAST_NONE, AMP_CAST_FP32},
     {"log", AMP_CAST_NONE, AMP_CAST_FP32},
     {"pow", AMP_CAST_NONE, AMP_CAST_FP32},

@@ -111,6 +111,7 @@ CATEGORY = {
     "gelu":          (NONE,    NONE,     ["aten::gelu"]),
     "tanh":          (NONE,    NONE,     ["aten::tanh"]),
     "sigmoid":       (NONE,    NONE,     ["aten::sigmoid"]),
+    "silu":          (NONE,    NONE,     ["aten::silu"]),
     "exp":           (NONE,    FP32,     ["aten::exp"]),
     "log":           (NONE,    FP32,     ["aten::log"]),
     "pow":           (NONE,    FP32,     ["aten::pow.Tensor_Scalar"]),
@@ -151,7 +152,7 @@ def spec(op, variant):
     table = {
         "add": two, "sub": two, "mul": two, "div": two, "mse_loss": two,
         "add_scalar": s23, "mul_scalar": s23, "div_scalar": s23, "neg": s23,
-        "relu": s23, "gelu": s23, "tanh": s23, "sigmoid": s23, "exp": s23,
+        "relu": s23, "gelu": s23, "tanh": s23, "sigmoid": s23, "silu": s23, "exp": s23,
         "log": s23, "pow": s23, "softmax": s23, "log_softmax": s23,
         "dropout": s23, "reshape": s23, "argmax": s23, "to": s23,
         "sum": s23, "mean": s23,
@@ -186,6 +187,7 @@ def torch_call(op, variant, t):
     if op == "gelu": return F.gelu(t[0])
     if op == "tanh": return torch.tanh(t[0])
     if op == "sigmoid": return torch.sigmoid(t[0])
+    if op == "silu": return F.silu(t[0])
     if op == "exp": return torch.exp(t[0])
     if op == "log": return torch.log(t[0])
     if op == "pow": return torch.pow(t[0], 2.0)
