@@ -202,6 +202,8 @@ typedef struct amp_backend {
      * forward and backward, for the inputs' dtypes in dts[0..n). */
     bool (*supports_op)(int op, const amp_dtype *dts, int n);
 
+    /* What autocast lowers to on this device by default (f16 or bf16). */
+    amp_dtype autocast_dtype;
     /* Whether autocast may lower to target (f16 or bf16) on this device:
      * AMP_OK, or the error that refuses the region (a GPU without bf16).
      * NULL: every 16-bit dtype is fine. */

@@ -1,7 +1,9 @@
 /*
  * registry.c - the backends, one line each, and what the core asks of
- * them: backend_of(device), the availability check, the error for a
- * primitive a backend lacks.
+ * them: backend_of(device), the device's name, the availability check,
+ * the error for a primitive a backend lacks. A new backend is a folder
+ * under src/backend/ with its table, a line here and its amp_device value
+ * in ampc.h.
  */
 #include "backend/backend.h"
 #include "base/base.h"
@@ -23,6 +25,11 @@ const amp_backend *backend_of(amp_device dev)
     if ((unsigned)dev >= AMP_DEVICE_COUNT || !backends[dev])
         return &none;
     return backends[dev];
+}
+
+const char *amp_device_name(amp_device dev)
+{
+    return (unsigned)dev < AMP_DEVICE_COUNT && backends[dev] ? backends[dev]->name : "invalid";
 }
 
 amp_status backend_check(amp_device dev, const char *who)

@@ -24,15 +24,6 @@ size_t amp_dtype_size(amp_dtype dt) { return (unsigned)dt < AMP_DTYPE_COUNT ? dt
 
 bool amp_dtype_is_float(amp_dtype dt) { return dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16; }
 
-const char *amp_device_name(amp_device dev)
-{
-    switch (dev) {
-    case AMP_CPU: return "cpu";
-    case AMP_CUDA: return "cuda";
-    default: return "invalid";
-    }
-}
-
 static inline uint32_t f32_bits(float f)
 {
     uint32_t u;

@@ -31,7 +31,16 @@ typedef struct {
     bool cache_enabled;
 } ac_state;
 
-static _Thread_local ac_state cur = {{false, false}, {AMP_BF16, AMP_F16}, true};
+/* dtype[dev] is 0 until a region sets it: the device's default then
+ * (the backend's autocast_dtype; PyTorch's bf16 on the CPU, f16 on CUDA). */
+static _Thread_local ac_state cur = {{false}, {0}, true};
+
+/* The dtype autocast lowers to on dev in the current region. */
+static amp_dtype lower_dtype(amp_device dev)
+{
+    amp_dtype d = cur.dtype[dev];
+    return d == AMP_F16 || d == AMP_BF16 ? d : backend_of(dev)->autocast_dtype;
+}
 static _Thread_local ac_state saved[MAX_DEPTH];
 static _Thread_local int depth;
 
@@ -67,7 +76,7 @@ bool amp_autocast_is_enabled(amp_device dev)
 
 amp_dtype amp_autocast_dtype(amp_device dev)
 {
-    return (unsigned)dev < AMP_DEVICE_COUNT ? cur.dtype[dev] : AMP_DTYPE_COUNT;
+    return (unsigned)dev < AMP_DEVICE_COUNT ? lower_dtype(dev) : AMP_DTYPE_COUNT;
 }
 
 amp_status amp_autocast_begin(amp_device dev, amp_dtype dt)
@@ -85,23 +94,18 @@ amp_status amp_autocast_begin_ex(amp_device dev, amp_dtype dt, bool enabled, boo
         return amp_set_error(AMP_ERR_STATE,
                              "autocast_begin: %d regions open; is an amp_autocast_end missing?",
                              MAX_DEPTH);
-    amp_dtype target = dt == AMP_DTYPE_INHERIT ? cur.dtype[dev] : dt;
+    amp_dtype target = dt == AMP_DTYPE_INHERIT ? lower_dtype(dev) : dt;
+    /* The device may refuse a dtype (CUDA refuses all but f16 and bf16,
+     * and bf16 on a GPU without it, as PyTorch does). */
+    const amp_backend *be = backend_of(dev);
+    if (enabled && be->autocast_check && be->autocast_check(target) != AMP_OK)
+        return amp_last_status();
     if (enabled && target != AMP_F16 && target != AMP_BF16) {
-        if (dev == AMP_CUDA)
-            return amp_set_error(AMP_ERR_DTYPE,
-                                 "autocast_begin: cuda autocast supports f16 and bf16, not %s",
-                                 amp_dtype_name(target));
         /* PyTorch's CPU autocast warns and disables itself here. */
-        amp_warn("autocast on cpu supports bf16 and f16, not %s; autocast is disabled in this "
-                 "region",
-                 amp_dtype_name(target));
+        amp_warn("autocast on %s supports bf16 and f16, not %s; autocast is disabled in this region",
+                 amp_device_name(dev), amp_dtype_name(target));
         enabled = false;
     }
-    /* The device may refuse a 16-bit dtype (PyTorch refuses cuda bf16
-     * autocast on a GPU without bf16 support). */
-    const amp_backend *be = backend_of(dev);
-    if (enabled && be->autocast_check && be->available() && be->autocast_check(target) != AMP_OK)
-        return amp_last_status();
     saved[depth++] = cur;
     cur.enabled[dev] = enabled;
     if (target == AMP_F16 || target == AMP_BF16)
@@ -248,7 +252,7 @@ static amp_tensor *cast(amp_tensor *t, amp_dtype dt)
 static amp_tensor *cached_cast(amp_tensor *t, amp_dtype dt)
 {
     bool cacheable = cur.cache_enabled && t->dtype == AMP_F32 && !t->grad_fn && t->requires_grad &&
-                     dt == cur.dtype[t->storage->device];
+                     dt == lower_dtype(t->storage->device);
     if (!cacheable)
         return cast(t, dt);
     for (size_t i = 0; i < cache_len; i++) {
@@ -300,7 +304,7 @@ amp_status autocast_inputs(int op, amp_tensor *const *in, int n, amp_tensor **ou
     for (int i = 0; i < n; i++)
         /* Tensors on another device than the op's are never cast. */
         din[i] = in[i]->storage->device == dev ? in[i]->dtype : AMP_I64;
-    amp_status st = plan(op, c, cur.dtype[dev], n, din, dout);
+    amp_status st = plan(op, c, lower_dtype(dev), n, din, dout);
     if (st != AMP_OK)
         return st;
     for (int i = 0; i < n; i++) {

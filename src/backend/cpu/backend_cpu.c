@@ -71,6 +71,7 @@ const amp_backend amp_backend_cpu = {
     .available = cpu_available,
     .unavailable_reason = cpu_unavailable_reason,
     .supports_op = cpu_supports_op,
+    .autocast_dtype = AMP_BF16,
 
     .alloc = cpu_alloc,
     .free = cpu_free,

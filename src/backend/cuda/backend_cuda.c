@@ -11,18 +11,22 @@
 
 static bool cuda_available(void) { return cuda_device_count() > 0; }
 
-#ifdef AMPC_HAVE_CUDA
-
+/* As PyTorch: f16 or bf16 only, and bf16 only from compute capability 8.0. */
 static amp_status cuda_autocast_check(amp_dtype target)
 {
-    int cc = cuda_compute_capability();
-    if (target == AMP_BF16 && cc < 80)
+    if (target != AMP_F16 && target != AMP_BF16)
+        return amp_set_error(AMP_ERR_DTYPE, "autocast_begin: cuda autocast supports f16 and bf16, not %s",
+                             amp_dtype_name(target));
+    int cc = cuda_device_count() > 0 ? cuda_compute_capability() : 0;
+    if (target == AMP_BF16 && cc > 0 && cc < 80)
         return amp_set_error(AMP_ERR_DEVICE,
                              "autocast_begin: this GPU (compute capability %d.%d) does not support bf16 (8.0 or more "
                              "needed); use f16",
                              cc / 10, cc % 10);
     return AMP_OK;
 }
+
+#ifdef AMPC_HAVE_CUDA
 
 static bool cuda_supports_op(int op, const amp_dtype *dts, int n)
 {
@@ -36,6 +40,7 @@ const amp_backend amp_backend_cuda = {
     .available = cuda_available,
     .unavailable_reason = cuda_unavailable_reason,
     .supports_op = cuda_supports_op,
+    .autocast_dtype = AMP_F16,
     .autocast_check = cuda_autocast_check,
 
     .alloc = cuda_malloc,
@@ -100,6 +105,8 @@ const amp_backend amp_backend_cuda = {
     .device = AMP_CUDA,
     .available = cuda_available,
     .unavailable_reason = cuda_unavailable_reason,
+    .autocast_dtype = AMP_F16,
+    .autocast_check = cuda_autocast_check,
 };
 
 #endif
