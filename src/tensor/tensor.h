@@ -60,7 +60,6 @@ amp_tensor *tensor_view(const amp_tensor *t, amp_shape shape);
 amp_tensor *tensor_convert(const amp_tensor *t, amp_dtype dt);
 
 static inline amp_device tensor_device(const amp_tensor *t) { return t->storage->device; }
-static inline bool tensor_on_cuda(const amp_tensor *t) { return t->storage->device == AMP_CUDA; }
 
 /* Sets how amp_tensor_free drops a tensor's grad_fn reference: the
  * autograd layer installs its node release here, so that tensor never
