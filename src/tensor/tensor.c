@@ -158,22 +158,6 @@ amp_tensor *tensor_convert(const amp_tensor *src, amp_dtype dt)
     return t;
 }
 
-const float *tensor_as_f32(const amp_tensor *t, float **tmp)
-{
-    *tmp = NULL;
-    if (tensor_device(t) != AMP_CPU)
-        return amp_fail_null(AMP_ERR_DEVICE,
-                             "a %s tensor reached a CPU-only code path (it has no %s implementation yet; "
-                             "move the tensor to the CPU with amp_to_device)",
-                             amp_device_name(tensor_device(t)), amp_device_name(tensor_device(t)));
-    if (t->dtype == AMP_F32)
-        return tensor_f32(t);
-    *tmp = amp_alloc((size_t)t->numel * sizeof(float));
-    if (*tmp)
-        amp_convert(tensor_ptr(t), t->dtype, *tmp, AMP_F32, (size_t)t->numel);
-    return *tmp;
-}
-
 void tensor_store_f32(amp_tensor *t, const float *src)
 {
     amp_convert(src, AMP_F32, tensor_ptr(t), t->dtype, (size_t)t->numel);

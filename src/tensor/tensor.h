@@ -69,11 +69,6 @@ void tensor_set_grad_fn_release(void (*release)(struct node *n));
 /* Hands one reference of t to this thread's pool; returns t. */
 amp_tensor *pool_add(amp_tensor *t);
 
-/* A float view of t's data: t's own buffer when t is f32, else a converted
- * copy in *tmp (free with amp_free). NULL when out of memory, and for a
- * tensor on another device (AMP_ERR_DEVICE: host code cannot read device
- * memory). */
-const float *tensor_as_f32(const amp_tensor *t, float **tmp);
 /* Stores n floats from src into t's buffer, rounding to t's dtype. */
 void tensor_store_f32(amp_tensor *t, const float *src);
 
