@@ -75,7 +75,8 @@ typedef struct {
 /* Case flags. */
 enum {
     NO_GRAD = 1 << 0, /* the op has no gradient (argmax) */
-    NO_FD = 1 << 1,   /* no finite differences (the result is rounded to 16 bits) */
+    NO_FD = 1 << 1,   /* no finite differences (the result is rounded to 16 bits, or a fused relu's
+                       * kink lies within a step of some pre-activation) */
 };
 
 typedef struct op_case op_case;
@@ -114,6 +115,16 @@ static amp_tensor *c_log(amp_tensor **x, const op_case *c) { (void)c; return amp
 static amp_tensor *c_pow(amp_tensor **x, const op_case *c) { return amp_pow_scalar(x[0], c->farg); }
 static amp_tensor *c_matmul(amp_tensor **x, const op_case *c) { (void)c; return amp_matmul(x[0], x[1]); }
 static amp_tensor *c_linear(amp_tensor **x, const op_case *c) { return amp_linear(x[0], x[1], c->n_in > 2 ? x[2] : NULL); }
+/* The fused forms nn's layers use (ops/fused.h): the same row, an
+ * activation in the GEMM's epilogue. */
+static amp_tensor *c_linear_relu(amp_tensor **x, const op_case *c)
+{
+    return op_linear_relu(x[0], x[1], c->n_in > 2 ? x[2] : NULL);
+}
+static amp_tensor *c_linear_gelu(amp_tensor **x, const op_case *c)
+{
+    return op_linear_gelu(x[0], x[1], c->n_in > 2 ? x[2] : NULL);
+}
 
 static amp_tensor *c_sum(amp_tensor **x, const op_case *c)
 {
@@ -156,6 +167,11 @@ static amp_tensor *c_dropout(amp_tensor **x, const op_case *c)
 static amp_tensor *c_conv2d(amp_tensor **x, const op_case *c)
 {
     return amp_conv2d(x[0], x[1], c->n_in > 2 ? x[2] : NULL, c->iarg / 10, c->iarg % 10);
+}
+
+static amp_tensor *c_conv2d_relu(amp_tensor **x, const op_case *c)
+{
+    return op_conv2d_relu(x[0], x[1], c->n_in > 2 ? x[2] : NULL, c->iarg / 10, c->iarg % 10);
 }
 
 /* iarg: kernel * 100 + stride * 10 + padding. */
@@ -217,6 +233,8 @@ static const op_case CASES[] = {
     {"matmul", "batched", c_matmul, 2, {U(-1, 1, 2, 3, 6), U(-1, 1, 2, 6, 5)}, .tol_mul = 2},
     {"linear", "bias", c_linear, 3, {U(-1, 1, 2, 3, 8), U(-1, 1, 5, 8), U(-1, 1, 5)}, .tol_mul = 2},
     {"linear", "no bias", c_linear, 2, {U(-1, 1, 4, 8), U(-1, 1, 5, 8)}, .tol_mul = 2},
+    {"linear", "bias + relu", c_linear_relu, 3, {U(-1, 1, 2, 3, 8), U(-1, 1, 5, 8), U(-1, 1, 5)}, .tol_mul = 2},
+    {"linear", "bias + gelu", c_linear_gelu, 3, {U(-1, 1, 2, 3, 8), U(-1, 1, 5, 8), U(-1, 1, 5)}, .tol_mul = 2},
     {"sum", "dims 0,2 keep", c_sum, 1, {U(-2, 2, 4, 5, 6)}, .iarg = 1, .tol_mul = 2},
     {"sum", "all", c_sum, 1, {U(-2, 2, 4, 5, 6)}, .tol_mul = 4},
     {"mean", "dim 1", c_mean, 1, {U(-2, 2, 4, 5, 6)}, .iarg = 1, .tol_mul = 2},
@@ -235,6 +253,8 @@ static const op_case CASES[] = {
     {"dropout", "p 0.3", c_dropout, 1, {U(-2, 2, 4, 33)}, .iarg = 1234, .farg = 0.3},
     {"conv2d", "pad 1 bias", c_conv2d, 3, {U(-1, 1, 2, 3, 6, 5), U(-0.5, 0.5, 4, 3, 3, 3), U(-1, 1, 4)},
      .iarg = 11, .tol_mul = 2},
+    {"conv2d", "bias + relu", c_conv2d_relu, 3, {U(-1, 1, 2, 3, 6, 5), U(-0.5, 0.5, 4, 3, 3, 3), U(-1, 1, 4)},
+     .iarg = 11, .tol_mul = 2, .flags = NO_FD},
     {"conv2d", "stride 2", c_conv2d, 2, {U(-1, 1, 2, 2, 7, 6), U(-0.5, 0.5, 3, 2, 2, 3)}, .iarg = 20,
      .tol_mul = 2},
     {"max_pool2d", "2x2", c_max_pool, 1, {D(-2, 2, 2, 2, 4, 4)}, .iarg = 200},
