@@ -55,6 +55,8 @@ struct amp_scaler {
     be_scaler_state host;  /* the state until scale_t exists */
     opt_record *recs;
     int n_recs, cap_recs;
+    be_buf *bufs; /* unscale's list of gradients, kept between steps */
+    int cap_bufs;
 };
 
 amp_scaler_opts amp_scaler_defaults(void)
@@ -117,6 +119,7 @@ void amp_scaler_free(amp_scaler *s)
     if (s->st)
         s->be->free(s->st);
     free(s->recs);
+    free(s->bufs);
     free(s);
 }
 
@@ -283,16 +286,19 @@ amp_status amp_scaler_unscale(amp_scaler *s, amp_optim *o)
                                  "scaler per device)",
                                  i, amp_device_name(tensor_device(g)), amp_device_name(tensor_device(s->scale_t)));
     }
-    be_buf *bufs = calloc((size_t)(n > 0 ? n : 1), sizeof *bufs);
-    if (!bufs)
-        return amp_set_error(AMP_ERR_MEMORY, "scaler: out of memory");
+    if (n > s->cap_bufs) {
+        be_buf *b = realloc(s->bufs, (size_t)n * sizeof *b);
+        if (!b)
+            return amp_set_error(AMP_ERR_MEMORY, "scaler: out of memory");
+        s->bufs = b;
+        s->cap_bufs = n;
+    }
     for (int i = 0; i < n; i++) {
         amp_tensor *g = amp_tensor_grad(amp_optim_param(o, i));
         if (g && (g->dtype == AMP_F32 || g->dtype == AMP_BF16))
-            bufs[k++] = (be_buf){tensor_ptr(g), g->numel, g->dtype};
+            s->bufs[k++] = (be_buf){tensor_ptr(g), g->numel, g->dtype};
     }
-    amp_status st = run_unscale(s, bufs, k, &s->st->found_inf[rec]);
-    free(bufs);
+    amp_status st = run_unscale(s, s->bufs, k, &s->st->found_inf[rec]);
     if (st != AMP_OK)
         return st;
     r->recorded = k > 0;

@@ -71,12 +71,14 @@ amp_optim *optim_new(const optim_def *def, amp_tensor *const *params, int n, dou
         o->params = calloc((size_t)n, sizeof *o->params);
         o->state = calloc((size_t)n * OPTIM_MAX_STATE, sizeof *o->state);
         o->param_steps = calloc((size_t)n, sizeof *o->param_steps);
+        o->ps = calloc((size_t)n, sizeof *o->ps);
     }
-    if (!o || !o->params || !o->state || !o->param_steps) {
+    if (!o || !o->params || !o->state || !o->param_steps || !o->ps) {
         if (o) {
             free(o->params);
             free(o->state);
             free(o->param_steps);
+            free(o->ps);
             free(o);
         }
         return amp_fail_null(AMP_ERR_MEMORY, "%s: out of memory", name);
@@ -101,6 +103,7 @@ void amp_optim_free(amp_optim *o)
     free(o->params);
     free(o->state);
     free(o->param_steps);
+    free(o->ps);
     if (o->counters)
         backend_of(o->counters_dev)->free(o->counters);
     free(o);
@@ -292,9 +295,7 @@ amp_status optim_step_guarded(amp_optim *o, const float *found_inf)
         st = counters_on(o, dev);
     if (st != AMP_OK)
         return st;
-    be_optim_param *ps = calloc((size_t)o->n, sizeof *ps);
-    if (!ps)
-        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", o->name);
+    be_optim_param *ps = o->ps;
     int k = 0;
     for (int i = 0; i < o->n; i++) {
         amp_tensor *p = o->params[i];
@@ -303,7 +304,6 @@ amp_status optim_step_guarded(amp_optim *o, const float *found_inf)
                                        state_f32(o, i, 2), p->numel, p->dtype, p->grad->dtype, i};
     }
     st = o->def->step(o, backend_of(dev), ps, k, o->counters, o->n, found_inf);
-    free(ps);
     if (st != AMP_OK)
         return st;
     for (int i = 0; i < o->n; i++)

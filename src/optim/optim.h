@@ -71,6 +71,7 @@ struct amp_optim {
      * host synchronisation; the getters copy them to the host. */
     int64_t *counters;
     amp_device counters_dev;
+    be_optim_param *ps; /* n: the step's list for the backend, made once */
 };
 
 /* A new optimizer of kind def over params[0..n) with lr (the options are

@@ -59,20 +59,13 @@ static bool use_vector(void)
 
 /* ------------------------------------------------------- work items */
 
-/* One parameter of a step: p and g in their own float dtypes (f32 values
- * update in place, 16-bit ones are widened block by block, updated in f32
- * and rounded once on store), the f32 state buffers in slot order (NULL
- * where the options need none), and t, the parameter's step count
- * including this step (so 1 on its first step: SGD's momentum buffer
- * starts as the gradient then). */
-typedef struct {
-    void *p;
-    const void *g;
-    amp_dtype p_dt, g_dt;
-    float *state[3];
-    int64_t n;
-    int64_t t;
-} optim_param;
+/* A step's parameters are backend.h's be_optim_param: p and g in their
+ * own float dtypes (f32 values update in place, 16-bit ones are widened
+ * block by block, updated in f32 and rounded once on store), the f32 state
+ * buffers s0..s2 in slot order (NULL where the options need none), and
+ * index, the parameter's slot in the step counters. t, a parameter's step
+ * count including this step, is counters[index] + 1 (so 1 on its first
+ * step: SGD's momentum buffer starts as the gradient then). */
 
 /* The element loop of one optimizer over n f32 elements: k is the
  * parameter's constants, s its state buffers, all offset to the block. */
@@ -88,35 +81,34 @@ typedef struct {
  * UPDATE_BLOCK elements for 16-bit parameters and gradients (widening is
  * exact, and the parameter is rounded once on store, as a whole-tensor
  * conversion would). */
-static void run_item(range_fn fn, const void *k, const optim_param *q, int64_t lo, int64_t hi, float *pb, float *gb)
+static void run_item(range_fn fn, const void *k, const be_optim_param *q, int64_t lo, int64_t hi, float *pb,
+                     float *gb)
 {
     const int64_t len = hi - lo;
-    float *p = q->p_dt == AMP_F32 ? (float *)q->p + lo : pb;
-    const float *g = q->g_dt == AMP_F32 ? (const float *)q->g + lo : gb;
-    void *p16 = (char *)q->p + (size_t)lo * amp_dtype_size(q->p_dt);
+    float *p = q->pdt == AMP_F32 ? (float *)q->p + lo : pb;
+    const float *g = q->gdt == AMP_F32 ? (const float *)q->g + lo : gb;
+    void *p16 = (char *)q->p + (size_t)lo * amp_dtype_size(q->pdt);
     if (p == pb)
-        amp_convert(p16, q->p_dt, pb, AMP_F32, (size_t)len);
+        amp_convert(p16, q->pdt, pb, AMP_F32, (size_t)len);
     if (g == gb)
-        amp_convert((const char *)q->g + (size_t)lo * amp_dtype_size(q->g_dt), q->g_dt, gb, AMP_F32, (size_t)len);
-    float *s[3];
-    for (int j = 0; j < 3; j++)
-        s[j] = q->state[j] ? q->state[j] + lo : NULL;
+        amp_convert((const char *)q->g + (size_t)lo * amp_dtype_size(q->gdt), q->gdt, gb, AMP_F32, (size_t)len);
+    float *s[3] = {q->s0 ? q->s0 + lo : NULL, q->s1 ? q->s1 + lo : NULL, q->s2 ? q->s2 + lo : NULL};
     fn(k, p, g, s, len);
     if (p == pb)
-        amp_convert(pb, AMP_F32, p16, q->p_dt, (size_t)len);
+        amp_convert(pb, AMP_F32, p16, q->pdt, (size_t)len);
 }
 
 /* Runs fn over every block of the n parameters ps in one parallel region;
  * ks holds each parameter's constants (k_size bytes apiece). Allocates
  * everything before touching a value: on failure nothing has changed. */
-static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const optim_param *ps, int n)
+static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_optim_param *ps, int n)
 {
     int64_t items = 0, total = 0;
     bool convert = false;
     for (int i = 0; i < n; i++) {
         items += (ps[i].n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
         total += ps[i].n;
-        convert = convert || ps[i].p_dt != AMP_F32 || ps[i].g_dt != AMP_F32;
+        convert = convert || ps[i].pdt != AMP_F32 || ps[i].gdt != AMP_F32;
     }
     if (items == 0)
         return AMP_OK;
@@ -211,13 +203,13 @@ static void sgd_fn_v(const void *k, float *p, const float *g, float *const *s, i
 }
 #endif
 
-static amp_status sgd_all(const be_sgd_opts *s, const optim_param *ps, int n)
+static amp_status sgd_all(const be_sgd_opts *s, const be_optim_param *ps, int n, const int64_t *steps)
 {
     sgd_k *ks = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *ks);
     if (!ks)
         return AMP_ERR_MEMORY;
     for (int i = 0; i < n; i++)
-        ks[i] = (sgd_k){s->weight_decay, s->momentum, s->one_minus_dampening, -s->lr, ps[i].t == 1, s->nesterov};
+        ks[i] = (sgd_k){s->weight_decay, s->momentum, s->one_minus_dampening, -s->lr, steps[ps[i].index] == 0, s->nesterov};
     range_fn fn = sgd_fn;
 #ifdef HAVE_VEC_UPDATE
     if (use_vector())
@@ -304,7 +296,7 @@ static void adam_fn_v(const void *k, float *p, const float *g, float *const *s, 
 }
 #endif
 
-static amp_status adam_all(const be_adam_opts *a, const optim_param *ps, int n)
+static amp_status adam_all(const be_adam_opts *a, const be_optim_param *ps, int n, const int64_t *steps)
 {
     adam_k *ks = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *ks);
     if (!ks)
@@ -312,7 +304,7 @@ static amp_status adam_all(const be_adam_opts *a, const optim_param *ps, int n)
     /* Each parameter's bias corrections at its own step count (PyTorch's
      * per-parameter state["step"]), worked out once here, not per block. */
     for (int i = 0; i < n; i++) {
-        const double t = (double)ps[i].t, bc1 = 1.0 - pow(a->beta1, t), bc2 = 1.0 - pow(a->beta2, t);
+        const double t = (double)(steps[ps[i].index] + 1), bc1 = 1.0 - pow(a->beta1, t), bc2 = 1.0 - pow(a->beta2, t);
         const double lr = a->lr;
         const bool decoupled = a->decoupled;
         ks[i] = (adam_k){.neg_step = (float)(-(lr / bc1)),
@@ -338,10 +330,16 @@ static amp_status adam_all(const be_adam_opts *a, const optim_param *ps, int n)
 
 /* --------------------------------------------------- the primitives */
 
-typedef amp_status (*step_all_fn)(const void *opts, const optim_param *ps, int n);
+typedef amp_status (*step_all_fn)(const void *opts, const be_optim_param *ps, int n, const int64_t *steps);
 
-static amp_status sgd_all_v(const void *o, const optim_param *ps, int n) { return sgd_all(o, ps, n); }
-static amp_status adam_all_v(const void *o, const optim_param *ps, int n) { return adam_all(o, ps, n); }
+static amp_status sgd_all_v(const void *o, const be_optim_param *ps, int n, const int64_t *steps)
+{
+    return sgd_all(o, ps, n, steps);
+}
+static amp_status adam_all_v(const void *o, const be_optim_param *ps, int n, const int64_t *steps)
+{
+    return adam_all(o, ps, n, steps);
+}
 
 /* The shared part of both primitives: skips on a non-zero *found_inf,
  * runs the loops over every parameter at its own step count, and counts
@@ -352,15 +350,7 @@ static amp_status step_all(const char *who, step_all_fn fn, const void *opts, co
 {
     if (found_inf && *found_inf != 0)
         return AMP_OK;
-    optim_param *ps = calloc((size_t)(n > 0 ? n : 1), sizeof *ps);
-    if (!ps)
-        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", who);
-    for (int i = 0; i < n; i++)
-        ps[i] = (optim_param){p[i].p, p[i].g, p[i].pdt, p[i].gdt, {p[i].s0, p[i].s1, p[i].s2}, p[i].n,
-                              steps[p[i].index] + 1};
-    amp_status st = fn(opts, ps, n);
-    free(ps);
-    if (st != AMP_OK)
+    if (fn(opts, p, n, steps) != AMP_OK)
         return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", who);
     for (int i = 0; i < n; i++)
         steps[p[i].index]++;
