@@ -83,16 +83,23 @@ static void log_softmax_block(const float *x, const float *unused, float *y, int
             y[d * inner + i] = (x[d * inner + i] - mx[i]) - ls[i];
 }
 
+/* acc[i] = the sum over column i of g (times y when y is not NULL), in
+ * double, for w columns of a [len, inner]-strided block. */
+static void col_sums(const float *g, const float *y, int64_t len, int64_t inner, int64_t w, double *acc)
+{
+    for (int64_t i = 0; i < w; i++)
+        acc[i] = 0;
+    for (int64_t d = 0; d < len; d++)
+        for (int64_t i = 0; i < w; i++)
+            acc[i] += y ? (double)g[d * inner + i] * y[d * inner + i] : (double)g[d * inner + i];
+}
+
 /* gx = y * (g - sum(g * y)) */
 static void softmax_grad_block(const float *g, const float *y, float *gx, int64_t len, int64_t inner,
                                int64_t w)
 {
     double dot[SM_COLS];
-    for (int64_t i = 0; i < w; i++)
-        dot[i] = 0;
-    for (int64_t d = 0; d < len; d++)
-        for (int64_t i = 0; i < w; i++)
-            dot[i] += (double)g[d * inner + i] * y[d * inner + i];
+    col_sums(g, y, len, inner, w, dot);
     for (int64_t d = 0; d < len; d++)
         for (int64_t i = 0; i < w; i++) {
             int64_t k = d * inner + i;
@@ -105,11 +112,7 @@ static void log_softmax_grad_block(const float *g, const float *y, float *gx, in
                                    int64_t w)
 {
     double sm[SM_COLS];
-    for (int64_t i = 0; i < w; i++)
-        sm[i] = 0;
-    for (int64_t d = 0; d < len; d++)
-        for (int64_t i = 0; i < w; i++)
-            sm[i] += g[d * inner + i];
+    col_sums(g, NULL, len, inner, w, sm);
     for (int64_t d = 0; d < len; d++)
         for (int64_t i = 0; i < w; i++) {
             int64_t k = d * inner + i;
