@@ -199,7 +199,8 @@ typedef struct amp_backend {
     bool (*available)(void);
     const char *(*unavailable_reason)(void);
     /* Whether this backend runs op-table row `op` (OP_* of ops.h),
-     * forward and backward, for the inputs' dtypes in dts[0..n). */
+     * forward and backward, for the inputs' dtypes in dts[0..n); NULL:
+     * every row, in every float dtype. */
     bool (*supports_op)(int op, const amp_dtype *dts, int n);
 
     /* What autocast lowers to on this device by default (f16 or bf16). */

@@ -13,12 +13,6 @@
 static bool cpu_available(void) { return true; }
 static const char *cpu_unavailable_reason(void) { return "the CPU is always available"; }
 
-static bool cpu_supports_op(int op, const amp_dtype *dts, int n)
-{
-    (void)op, (void)dts, (void)n;
-    return true; /* the CPU backend is the reference: it runs every row */
-}
-
 static void *cpu_alloc(size_t nbytes) { return amp_alloc(nbytes); }
 static void cpu_free(void *p) { amp_free(p); }
 
@@ -65,12 +59,12 @@ static amp_status cpu_iota_i64(int64_t *dst, int64_t n)
 
 static amp_status cpu_synchronize(void) { return AMP_OK; }
 
+/* The reference: every op row runs here (supports_op NULL). */
 const amp_backend amp_backend_cpu = {
     .name = "cpu",
     .device = AMP_CPU,
     .available = cpu_available,
     .unavailable_reason = cpu_unavailable_reason,
-    .supports_op = cpu_supports_op,
     .autocast_dtype = AMP_BF16,
 
     .alloc = cpu_alloc,

@@ -2,8 +2,8 @@
  * backend_cuda.c - the CUDA backend's table. With CUDA built in, the
  * primitives are the functions of cuda_backend.h (kernels in the .cu
  * files, compositions of them in the .c files beside this one); without,
- * a table whose available() is false, so every use is a clear
- * "cuda is not available (ampc was built without CUDA)" error.
+ * the table has no primitives and available() is false, so every use is a
+ * clear "cuda is not available (ampc was built without CUDA)" error.
  */
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
@@ -26,23 +26,16 @@ static amp_status cuda_autocast_check(amp_dtype target)
     return AMP_OK;
 }
 
-#ifdef AMPC_HAVE_CUDA
-
-static bool cuda_supports_op(int op, const amp_dtype *dts, int n)
-{
-    (void)op, (void)dts, (void)n;
-    return true;
-}
-
+/* Every op row runs here (supports_op NULL). */
 const amp_backend amp_backend_cuda = {
     .name = "cuda",
     .device = AMP_CUDA,
     .available = cuda_available,
     .unavailable_reason = cuda_unavailable_reason,
-    .supports_op = cuda_supports_op,
     .autocast_dtype = AMP_F16,
     .autocast_check = cuda_autocast_check,
 
+#ifdef AMPC_HAVE_CUDA
     .alloc = cuda_malloc,
     .free = cuda_free,
     .copy = cuda_copy,
@@ -96,17 +89,5 @@ const amp_backend amp_backend_cuda = {
     /* optim */
     .sgd_step = cuda_sgd_step,
     .adam_step = cuda_adam_step,
-};
-
-#else
-
-const amp_backend amp_backend_cuda = {
-    .name = "cuda",
-    .device = AMP_CUDA,
-    .available = cuda_available,
-    .unavailable_reason = cuda_unavailable_reason,
-    .autocast_dtype = AMP_F16,
-    .autocast_check = cuda_autocast_check,
-};
-
 #endif
+};
