@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -138,6 +139,122 @@ AMP_API amp_memory_stats amp_memory_get_stats(void);
 AMP_API void amp_memory_reset_peak(void);
 /* Returns the cached blocks to the OS. */
 AMP_API void amp_memory_empty_cache(void);
+
+/* ----------------------------------------------- phases, memory categories */
+
+/* The phases of a training step. The library marks backward (amp_backward),
+ * unscale + check (amp_scaler_unscale), optimizer (amp_optim_step and the
+ * scaler's step), scaler update and checkpoint save itself; the caller
+ * marks data and forward with amp_phase_begin / amp_phase_end (ampc train
+ * does). Phases nest per thread; the innermost open one is current. They
+ * cost a few nanoseconds when the profiler is off. */
+typedef enum {
+    AMP_PHASE_OTHER,         /* outside every marked phase */
+    AMP_PHASE_DATA,          /* loading / copying the batch */
+    AMP_PHASE_FORWARD,       /* forward and loss (under autocast) */
+    AMP_PHASE_BACKWARD,      /* amp_backward */
+    AMP_PHASE_UNSCALE,       /* the scaler's unscale + inf/NaN check, and clipping */
+    AMP_PHASE_OPTIMIZER,     /* the optimizer's update */
+    AMP_PHASE_SCALER_UPDATE, /* the scaler's growth / backoff */
+    AMP_PHASE_CHECKPOINT,    /* saving a checkpoint */
+    AMP_PHASE_COUNT
+} amp_phase;
+AMP_API void amp_phase_begin(amp_phase p);
+/* Closes the innermost open phase, which must be p (else AMP_ERR_STATE). */
+AMP_API amp_status amp_phase_end(amp_phase p);
+/* The calling thread's innermost open phase (AMP_PHASE_OTHER when none). */
+AMP_API amp_phase amp_phase_current(void);
+AMP_API const char *amp_phase_name(amp_phase p);
+
+/* Every block the caching allocators (the host's and the device's) hand
+ * out carries one of these categories; the bytes of each are counted
+ * beside the allocator's total, which they sum to. A block takes the
+ * calling thread's category when it is made (amp_memory_set_category;
+ * temporaries for tensors, workspace for kernel scratch) and changes
+ * category when the library learns what it is for: a tensor kept by the
+ * graph for backward becomes an activation (and a temporary again when
+ * backward releases it), a parameter's .grad a gradient, an optimizer's
+ * buffer optimizer state, autocast's cached cast of a weight cast cache. */
+typedef enum {
+    AMP_MEM_PARAMETERS,   /* module parameters (and an optimizer's master copies) */
+    AMP_MEM_GRADIENTS,    /* parameters' .grad */
+    AMP_MEM_OPTIMIZER,    /* optimizer state (momentum, Adam's moments) */
+    AMP_MEM_ACTIVATIONS,  /* tensors the graph keeps for backward */
+    AMP_MEM_CAST_CACHE,   /* autocast's cached 16-bit copies of weights */
+    AMP_MEM_TEMPORARIES,  /* other tensors: op results, activation gradients */
+    AMP_MEM_WORKSPACE,    /* kernel scratch (packing, im2col, cuBLASLt's workspace) */
+    AMP_MEM_DATA,         /* the data set and batch buffers */
+    AMP_MEM_CATEGORY_COUNT
+} amp_mem_category;
+AMP_API const char *amp_memory_category_name(amp_mem_category c);
+/* Sets the category of the tensors the calling thread makes from now on
+ * (AMP_MEM_TEMPORARIES by default); returns the previous one. */
+AMP_API amp_mem_category amp_memory_set_category(amp_mem_category c);
+
+typedef struct {
+    size_t current[AMP_MEM_CATEGORY_COUNT]; /* in use now, per category */
+    size_t peak[AMP_MEM_CATEGORY_COUNT];    /* each category's own peak */
+    size_t total, total_peak;               /* the allocator's current and peak */
+    /* At the allocator's peak within each phase: that peak, and how it
+     * was made up. Since start or the last amp_memory_reset_peak. */
+    size_t phase_peak[AMP_PHASE_COUNT];
+    size_t phase_peak_by[AMP_PHASE_COUNT][AMP_MEM_CATEGORY_COUNT];
+} amp_memory_categories;
+/* The figures of dev's allocator (AMP_CPU: host memory). */
+AMP_API amp_status amp_memory_get_categories(amp_device dev, amp_memory_categories *out);
+/* Prints the categories table of every device in use to f (NULL: stdout):
+ * current and peak per category, and the peak of each phase. */
+AMP_API amp_status amp_memory_report(FILE *f);
+
+/* ---------------------------------------------------------------- profiler */
+
+/* Records every op call (forward and backward: name, input and output
+ * dtypes and shapes, FLOPs, bytes moved), every cast autocast inserts and
+ * every cast-cache hit, the phases, kernels on a device (timed with the
+ * device's events, read after the step: no host synchronisation inside
+ * it) and a memory counter, per thread. Off by default; off, each hook is
+ * one relaxed load. */
+typedef struct {
+    bool record_shapes; /* keep input / output shapes (default true) */
+    bool memory;        /* a memory counter sample at each phase boundary (default true) */
+    size_t max_events;  /* per thread; 0: 1 << 20. Events past it are counted, not kept */
+} amp_profiler_opts;
+AMP_API amp_profiler_opts amp_profiler_defaults(void);
+/* Starts recording (drops what an earlier run recorded). */
+AMP_API amp_status amp_profiler_start(const amp_profiler_opts *o);
+/* Marks the end of a training step (torch.profiler's step()). */
+AMP_API void amp_profiler_step(void);
+/* Stops recording and resolves device times; the results stay readable
+ * until the next start or amp_profiler_reset. */
+AMP_API amp_status amp_profiler_stop(void);
+AMP_API bool amp_profiler_enabled(void);
+AMP_API void amp_profiler_reset(void);
+/* Events recorded (kept) and dropped (past max_events). */
+AMP_API size_t amp_profiler_num_events(size_t *dropped);
+/* The Chrome trace / Perfetto JSON of the last run (traceEvents). */
+AMP_API amp_status amp_profiler_write_trace(const char *path);
+/* torch.profiler's key_averages() table: per (op, dtypes) calls, total
+ * and self time, % of the profiled steps, GFLOP/s, GB/s; sorted by total
+ * time, at most max_rows rows (0: all). f NULL: stdout. */
+AMP_API amp_status amp_profiler_print_table(FILE *f, int max_rows);
+/* A few lines: the split data / forward / backward / optimizer / other in
+ * %, the top ops, the time in autocast's casts. */
+AMP_API amp_status amp_profiler_print_verdict(FILE *f);
+
+/* The figures behind the verdict, for comparing runs side by side. */
+typedef struct {
+    int steps;                             /* profiled steps */
+    double step_ms;                        /* mean wall time of a step */
+    double phase_ms[AMP_PHASE_COUNT];      /* per step */
+    double cast_ms;                        /* per step, in autocast's casts */
+    int64_t casts, cast_cache_hits;        /* per step */
+    double gflop;                          /* per step, all ops */
+    struct {
+        char name[48];                     /* op (dtypes) */
+        double ms;                         /* per step */
+    } top[5];
+} amp_profile_summary;
+AMP_API amp_status amp_profiler_summary(amp_profile_summary *out);
 
 /* ----------------------------------------------------------------- random */
 

@@ -15,7 +15,7 @@
  * Under the sanitizers the cache is off (AMPC_NO_CACHE), so AddressSanitizer
  * still sees every use after free.
  */
-#include "base/base.h"
+#include "base/profile.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -139,5 +139,38 @@ void amp_memory_reset_peak(void)
 {
     pthread_mutex_lock(&lock);
     peak_bytes = live_bytes;
+    pthread_mutex_unlock(&lock);
+}
+
+/* ------------------------------------------------- categories (skeleton) */
+
+static _Thread_local int tensor_category = AMP_MEM_TEMPORARIES;
+
+static const char *const category_names[AMP_MEM_CATEGORY_COUNT] = {
+    [AMP_MEM_PARAMETERS] = "parameters",   [AMP_MEM_GRADIENTS] = "gradients",
+    [AMP_MEM_OPTIMIZER] = "optimizer state", [AMP_MEM_ACTIVATIONS] = "activations",
+    [AMP_MEM_CAST_CACHE] = "cast cache",   [AMP_MEM_TEMPORARIES] = "temporaries",
+    [AMP_MEM_WORKSPACE] = "workspace",     [AMP_MEM_DATA] = "data",
+};
+
+const char *amp_memory_category_name(amp_mem_category c)
+{
+    return c >= 0 && c < AMP_MEM_CATEGORY_COUNT ? category_names[c] : NULL;
+}
+
+amp_mem_category amp_memory_set_category(amp_mem_category c)
+{
+    int old = tensor_category;
+    if (c >= 0 && c < AMP_MEM_CATEGORY_COUNT)
+        tensor_category = c;
+    return (amp_mem_category)old;
+}
+
+void mem_host_current(size_t cur[AMP_MEM_CATEGORY_COUNT])
+{
+    for (int c = 0; c < AMP_MEM_CATEGORY_COUNT; c++)
+        cur[c] = 0;
+    pthread_mutex_lock(&lock);
+    cur[AMP_MEM_TEMPORARIES] = live_bytes;
     pthread_mutex_unlock(&lock);
 }

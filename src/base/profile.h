@@ -1,0 +1,116 @@
+/*
+ * profile.h - the profiler's recorder and the phases (the public side is in
+ * ampc.h: amp_profiler_*, amp_phase_*).
+ *
+ * Hooks in the layers above record into the calling thread's buffer:
+ *
+ *     prof_event *e = prof_begin(PROF_OP_FWD, name);   // NULL when off
+ *     ... the work ...
+ *     if (e) { fill e's dtypes, shapes, flops, bytes; prof_end(e); }
+ *
+ * prof_begin is one relaxed load when the profiler is off. Events nest:
+ * an event begun inside another ends before it (phases contain ops, an op
+ * contains the casts and kernels it runs), which is what the trace shows
+ * and what "self time" subtracts.
+ *
+ * Device work is timed by the device's backend: the hook that issues it
+ * asks for a mark (prof_device_mark) before and after, and the backend
+ * resolves the marks to times when the profiler stops or at a step's end,
+ * never inside the step.
+ */
+#ifndef AMPC_PROFILE_H
+#define AMPC_PROFILE_H
+
+#include "base/base.h"
+
+#include <stdatomic.h>
+
+typedef enum {
+    PROF_PHASE,     /* a phase of the step (amp_phase) */
+    PROF_STEP,      /* one training step, between amp_profiler_step calls */
+    PROF_OP_FWD,    /* an op's forward (op_run) */
+    PROF_OP_BWD,    /* an op's backward (the graph's node->backward) */
+    PROF_CAST,      /* a cast autocast inserted */
+    PROF_CAST_HIT,  /* a cast served from the cast cache (instant) */
+    PROF_KERNEL,    /* a named kernel / library call inside an op */
+    PROF_COUNTER,   /* a memory counter sample (instant) */
+    PROF_KIND_COUNT
+} prof_kind;
+
+#define PROF_MAX_TENSORS 4 /* inputs recorded per op (the output is apart) */
+#define PROF_MAX_DIMS 4    /* dims recorded per shape; more are folded into the last */
+
+typedef struct {
+    int8_t dtype; /* amp_dtype, -1: none */
+    int8_t ndim;
+    int64_t dims[PROF_MAX_DIMS];
+} prof_tensor;
+
+typedef struct prof_event {
+    const char *name;  /* static: the op's, phase's or kernel's name */
+    uint8_t kind;      /* prof_kind */
+    uint8_t device;    /* amp_device the work ran on */
+    uint8_t phase;     /* amp_phase current when it began */
+    uint8_t n_in;      /* inputs recorded */
+    int32_t depth;     /* open events of this thread when it began */
+    int64_t t0, t1;    /* host ns (CLOCK_MONOTONIC); t1 = t0 for instants */
+    int32_t dev_mark0, dev_mark1; /* device marks, -1: none (host timed) */
+    double flops;      /* floating-point operations, 0: not counted */
+    double bytes;      /* bytes read + written */
+    prof_tensor in[PROF_MAX_TENSORS], out;
+    size_t mem[AMP_MEM_CATEGORY_COUNT]; /* PROF_COUNTER: bytes per category */
+    int64_t step;      /* amp_profiler_step count when it began */
+} prof_event;
+
+extern atomic_bool prof_active;
+
+static inline bool prof_on(void) { return atomic_load_explicit(&prof_active, memory_order_relaxed); }
+
+/* Opens an event on this thread's buffer; NULL when the profiler is off or
+ * the buffer is full (counted as dropped). */
+prof_event *prof_begin_on(prof_kind kind, const char *name);
+static inline prof_event *prof_begin(prof_kind kind, const char *name)
+{
+    return prof_on() ? prof_begin_on(kind, name) : NULL;
+}
+/* Closes e (the most recently opened event of this thread). */
+void prof_end(prof_event *e);
+/* An instant event (a cast-cache hit); NULL when off. */
+prof_event *prof_instant(prof_kind kind, const char *name);
+
+/* Fills a prof_tensor from a dtype and shape (the hooks above tensor pass
+ * t->dtype, t->shape.dims, t->shape.ndim). */
+void prof_set_tensor(prof_tensor *pt, int dtype, const int64_t *dims, int ndim);
+
+int64_t prof_now_ns(void);
+
+/* Device timing, filled in by a backend that has events (CUDA): record a
+ * mark on its stream and return its index, and later turn the marks into
+ * host-clock ns. Registered by the backend at its first use. */
+typedef struct {
+    int32_t (*mark)(void);                           /* -1: none */
+    void (*resolve)(const int32_t *marks, int n, int64_t *ns_out); /* after the step */
+    void (*reset)(void);
+    /* The device allocator's bytes per category now (a counter sample). */
+    void (*memory)(size_t cur[AMP_MEM_CATEGORY_COUNT]);
+} prof_device_timer;
+void prof_register_device_timer(amp_device dev, const prof_device_timer *t);
+int32_t prof_device_mark(amp_device dev);
+
+/* The events recorded, for the outputs (profile_out.c): every thread's
+ * buffer in turn. Valid after amp_profiler_stop until the next start. */
+typedef struct {
+    int tid;
+    const prof_event *ev;
+    size_t n;
+} prof_thread_events;
+int prof_threads(const prof_thread_events **out);
+
+/* The phase stack (per thread) and the current phase of the process for
+ * the memory accounting: the main thread's innermost open phase. */
+amp_phase prof_process_phase(void);
+
+/* The host allocator's bytes per category now (memory.c), for counters. */
+void mem_host_current(size_t cur[AMP_MEM_CATEGORY_COUNT]);
+
+#endif
