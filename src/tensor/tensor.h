@@ -56,6 +56,9 @@ amp_tensor *tensor_new_on(amp_shape shape, amp_dtype dt, amp_device dev);
 amp_tensor *tensor_zeros_on(amp_shape shape, amp_dtype dt, amp_device dev);
 /* A new tensor object over t's storage with another shape (same numel). */
 amp_tensor *tensor_view(const amp_tensor *t, amp_shape shape);
+/* Moves t's storage to memory category c in its device's accounting
+ * (a parameter, a .grad, optimizer state, the cast cache ...). */
+void tensor_set_category(amp_tensor *t, amp_mem_category c);
 /* t's values converted to dt (a plain copy when dt matches), on t's device. */
 amp_tensor *tensor_convert(const amp_tensor *t, amp_dtype dt);
 
