@@ -4,12 +4,25 @@
  * precisions; median of the timed steps after a warm-up).
  *
  *   ampc_step [--threads N] [--steps N] [--models mlp,cnn,gpt]
- *             [--precisions fp32,bf16,fp16]
+ *             [--precisions fp32,bf16,fp16] [--profile-overhead]
  *
  * Prints one JSON object per line: {"impl": "ampc", "model", "precision",
  * "step_ms", "steps", "peak_mb"}.
+ *
+ * --profile-overhead: the profiler's cost instead (issue 13's targets: off
+ * under 1% of a step, on under 5%). Per model and precision, blocks of
+ * steps with the profiler off and on, interleaved (off, on, off, on ...;
+ * --steps blocks of 3 steps each), the median step of each and their
+ * ratio; the hooks a step runs (the events one on step records) times the
+ * cost of one hook while off (a tight loop of prof_begin, and of a phase
+ * begin + end, with the profiler off), as a % of the off step. Prints
+ * {"bench": "profiler", "model", "precision", "off_ms", "on_ms",
+ * "on_pct", "events_per_step", "phases_per_step", "hook_off_ns",
+ * "phase_off_ns", "off_pct"}.
  */
 #include <ampc.h>
+
+#include "base/profile.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +106,129 @@ static void unmake(rig *r)
     amp_tensor_free(r->y);
 }
 
+/* One training step as time_steps runs it; false on error (reported). */
+static bool one_step(rig *r, const char *model, const char *precision, amp_scaler *scaler)
+{
+    bool autocast = strcmp(precision, "fp32") != 0;
+    amp_dtype dt = strcmp(precision, "fp16") == 0 ? AMP_F16 : AMP_BF16;
+    amp_optim_zero_grad(r->opt);
+    if (autocast)
+        amp_autocast_begin(AMP_CPU, dt);
+    amp_tensor *out = amp_module_forward(r->net, r->x);
+    if (r->sequence)
+        out = amp_reshape(out, AMP_SHAPE(-1, 96));
+    amp_tensor *loss = amp_cross_entropy(out, r->y);
+    if (autocast)
+        amp_autocast_end();
+    if (amp_backward(amp_scaler_scale(scaler, loss)) != AMP_OK || amp_scaler_step(scaler, r->opt, NULL) != AMP_OK ||
+        amp_scaler_update(scaler) != AMP_OK) {
+        fprintf(stderr, "%s %s: %s\n", model, precision, amp_last_error());
+        return false;
+    }
+    amp_item(loss);
+    amp_profiler_step();
+    amp_temps_free();
+    return true;
+}
+
+/* The cost of one hook with the profiler off: a tight loop of prof_begin
+ * (what every op, cast and kernel hook does first), in ns. */
+static double hook_off_ns(void)
+{
+    const long n = 20000000;
+    double t0 = now();
+    for (long i = 0; i < n; i++) {
+        prof_event *e = prof_begin(PROF_OP_FWD, "bench");
+        __asm__ volatile("" : : "r"(e) : "memory"); /* one load per call, not hoisted */
+    }
+    return (now() - t0) / (double)n * 1e9;
+}
+
+/* A phase begin + end with the profiler off (the library's phases are
+ * marked whether or not it runs), in ns. */
+static double phase_off_ns(void)
+{
+    const long n = 5000000;
+    double t0 = now();
+    for (long i = 0; i < n; i++) {
+        amp_phase_begin(AMP_PHASE_OPTIMIZER);
+        amp_phase_end(AMP_PHASE_OPTIMIZER);
+    }
+    return (now() - t0) / (double)n * 1e9;
+}
+
+static double median_of(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return t[n / 2];
+}
+
+/* The profiler's overhead on one model and precision; false on error. */
+static bool profile_overhead(const char *model, const char *precision, int blocks, double hook_ns, double phase_ns)
+{
+    enum { PER_BLOCK = 3, WARMUP = 3 };
+    rig r;
+    if (!make(model, &r)) {
+        fprintf(stderr, "%s: %s\n", model, amp_last_error());
+        return false;
+    }
+    amp_scaler_opts so = amp_scaler_defaults();
+    so.enabled = strcmp(precision, "fp16") == 0;
+    amp_scaler *scaler = amp_scaler_new(so);
+    double *off = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
+    double *on = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
+    bool ok = off && on && scaler;
+    for (int i = 0; ok && i < WARMUP; i++)
+        ok = one_step(&r, model, precision, scaler);
+    size_t events = 0, phases = 0;
+    int n_off = 0, n_on = 0;
+    for (int b = 0; ok && b < blocks; b++) {
+        for (int i = 0; ok && i < PER_BLOCK; i++) {
+            double t0 = now();
+            ok = one_step(&r, model, precision, scaler);
+            off[n_off++] = now() - t0;
+        }
+        amp_profiler_opts po = amp_profiler_defaults();
+        ok = ok && amp_profiler_start(&po) == AMP_OK;
+        for (int i = 0; ok && i < PER_BLOCK; i++) {
+            double t0 = now();
+            ok = one_step(&r, model, precision, scaler);
+            on[n_on++] = now() - t0;
+        }
+        if (amp_profiler_enabled())
+            amp_profiler_stop();
+        if (b == 0) { /* what one block of on steps recorded */
+            const prof_thread_events *th;
+            int nt = prof_threads(&th);
+            for (int t = 0; t < nt; t++)
+                for (size_t i = 0; i < th[t].n; i++) {
+                    const prof_event *e = &th[t].ev[i];
+                    if (e->kind == PROF_PHASE)
+                        phases++;
+                    else if (e->kind != PROF_COUNTER && e->kind != PROF_STEP)
+                        events++;
+                }
+        }
+    }
+    if (ok) {
+        const double m_off = median_of(off, n_off), m_on = median_of(on, n_on);
+        const double ev = (double)events / PER_BLOCK, ph = (double)phases / PER_BLOCK;
+        const double off_pct = (ev * hook_ns + ph * phase_ns) * 1e-9 / m_off * 100;
+        printf("{\"bench\": \"profiler\", \"model\": \"%s\", \"precision\": \"%s\", \"threads\": %d, "
+               "\"off_ms\": %.3f, \"on_ms\": %.3f, \"on_pct\": %.2f, \"steps\": %d, \"events_per_step\": %.0f, "
+               "\"phases_per_step\": %.0f, \"hook_off_ns\": %.2f, \"phase_off_ns\": %.2f, \"off_pct\": %.4f}\n",
+               model, precision, amp_get_num_threads(), m_off * 1e3, m_on * 1e3, (m_on / m_off - 1) * 100, n_off, ev,
+               ph, hook_ns, phase_ns, off_pct);
+        fflush(stdout);
+    }
+    amp_profiler_reset();
+    free(off);
+    free(on);
+    amp_scaler_free(scaler);
+    unmake(&r);
+    return ok;
+}
+
 /* Median step time in ms; -1 on error. */
 static double time_steps(const char *model, const char *precision, int steps, double *peak_mb)
 {
@@ -101,33 +237,18 @@ static double time_steps(const char *model, const char *precision, int steps, do
         fprintf(stderr, "%s: %s\n", model, amp_last_error());
         return -1;
     }
-    bool autocast = strcmp(precision, "fp32") != 0;
-    amp_dtype dt = strcmp(precision, "fp16") == 0 ? AMP_F16 : AMP_BF16;
     amp_scaler_opts so = amp_scaler_defaults();
-    so.enabled = dt == AMP_F16 && autocast;
+    so.enabled = strcmp(precision, "fp16") == 0;
     amp_scaler *scaler = amp_scaler_new(so);
     const int warmup = 3;
     double *t = malloc(sizeof(double) * (size_t)steps);
     amp_memory_reset_peak();
     for (int i = 0; i < warmup + steps; i++) {
         double t0 = now();
-        amp_optim_zero_grad(r.opt);
-        if (autocast)
-            amp_autocast_begin(AMP_CPU, dt);
-        amp_tensor *out = amp_module_forward(r.net, r.x);
-        if (r.sequence)
-            out = amp_reshape(out, AMP_SHAPE(-1, 96));
-        amp_tensor *loss = amp_cross_entropy(out, r.y);
-        if (autocast)
-            amp_autocast_end();
-        if (amp_backward(amp_scaler_scale(scaler, loss)) != AMP_OK ||
-            amp_scaler_step(scaler, r.opt, NULL) != AMP_OK || amp_scaler_update(scaler) != AMP_OK) {
-            fprintf(stderr, "%s %s: %s\n", model, precision, amp_last_error());
+        if (!one_step(&r, model, precision, scaler)) {
             free(t);
             return -1;
         }
-        amp_item(loss);
-        amp_temps_free();
         if (i >= warmup)
             t[i - warmup] = now() - t0;
     }
@@ -143,8 +264,18 @@ static double time_steps(const char *model, const char *precision, int steps, do
 int main(int argc, char **argv)
 {
     int threads = 0, steps = 10;
+    bool overhead = false;
     char models[64] = "mlp,cnn,gpt", precisions[64] = "fp32,bf16,fp16";
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; i += 2) {
+        if (strcmp(argv[i], "--profile-overhead") == 0) {
+            overhead = true;
+            i--;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "ampc_step: %s needs a value\n", argv[i]);
+            return 2;
+        }
         if (strcmp(argv[i], "--threads") == 0)
             threads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--steps") == 0)
@@ -163,11 +294,21 @@ int main(int argc, char **argv)
         return 2;
     }
     amp_set_num_threads(threads);
+    double hook_ns = 0, phase_ns = 0;
+    if (overhead) {
+        hook_ns = hook_off_ns();
+        phase_ns = phase_off_ns();
+    }
     for (char *m = strtok(models, ","); m; m = strtok(NULL, ",")) {
         char pcopy[64];
         snprintf(pcopy, sizeof pcopy, "%s", precisions);
         char *save = NULL;
         for (char *p = strtok_r(pcopy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+            if (overhead) {
+                if (!profile_overhead(m, p, steps, hook_ns, phase_ns))
+                    return 1;
+                continue;
+            }
             double peak = 0, ms = time_steps(m, p, steps, &peak);
             if (ms < 0)
                 return 1;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The benchmark suite (`make bench`): GEMM against this CPU's measured peaks
 # (ampc's kernels beside oneDNN's, on square sizes and on the models' own
-# GEMM shapes), the grad scaler's overhead against memcpy, and the training
+# GEMM shapes), the grad scaler's overhead against memcpy, the training
 # step of the three benchmark models in fp32 / bf16 / fp16+scaler, ampc
-# beside PyTorch in the same run on the same threads. Prints tables; writes
+# beside PyTorch in the same run on the same threads, and the profiler's
+# overhead on those steps (off and on). Prints tables; writes
 # JSON lines to bench/results.jsonl and the tables to bench/results.md.
 #
 #   bench/run.sh [BUILD_DIR] [--threads N] [--steps N] [--quick]
@@ -82,6 +83,27 @@ for model in ("mlp", "cnn", "gpt"):
         speed = f"{base['step_ms'] / a['step_ms']:.2f}x" if base else "-"
         tms = f"{t['step_ms']:.1f}" if t else "-"
         print(f"| {model} | {p} | {a['step_ms']:.1f} | {tms} | {ratio} | {speed} | {a['peak_mb']:.0f} |")
+PY
+
+echo "== profiler overhead"
+echo >> "$md"
+prof_lines=$("$build/bench_ampc_step" --profile-overhead --threads "$threads" --steps "$steps")
+echo "$prof_lines" >> "$out"
+python3 - "$out" <<'PY' | tee -a "$md"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+rows = [r for r in rows if r.get("bench") == "profiler"]
+if rows:
+    r0 = rows[0]
+    print("profiler overhead (targets: off < 1%, on < 5% of a step): median step with the profiler off and on,")
+    print(f"interleaved blocks of 3 steps, {r0['steps']} steps each; off = hooks per step x one hook while off")
+    print(f"({r0['hook_off_ns']:.2f} ns; a phase begin + end {r0['phase_off_ns']:.2f} ns)")
+    print()
+    print("| model | precision | off ms | on ms | on overhead | events / step | off overhead |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['precision']} | {r['off_ms']:.1f} | {r['on_ms']:.1f} | {r['on_pct']:+.1f}% "
+              f"| {r['events_per_step']:.0f} | {r['off_pct']:.4f}% |")
 PY
 echo
 echo "wrote $out and $md"

@@ -106,6 +106,18 @@ static void test_flops_matmul(void)
         CHECK(f->bytes == (105.0 + 28 + 60) * 4);
         CHECK_EQ_INT(f->device, AMP_CPU);
     }
+    /* the GEMM inside it, named by the path it took (one product: the
+     * leading dims fold into M) */
+    const prof_event *k = find(PROF_KERNEL, NULL, 0);
+    CHECK(k != NULL);
+    if (k && f) {
+        CHECK(k->flops == 2 * mnk);
+        CHECK_MSG(strcmp(k->name, "gemm") != 0, "the kernel event does not name its path");
+        CHECK_EQ_INT(k->depth, f->depth + 1);
+        CHECK(k->host_t0 >= f->host_t0 && k->host_t1 <= f->host_t1);
+        check_dims(&k->in[0], AMP_F32, AMP_SHAPE(15, 7), "gemm A");
+        check_dims(&k->out, AMP_F32, AMP_SHAPE(15, 4), "gemm C");
+    }
     /* backward: out = gout, in[i] = input i's gradient */
     const prof_event *g = find(PROF_OP_BWD, "matmul", 0);
     if (g) {
@@ -509,7 +521,7 @@ static void test_cuda_steps(void)
               (unsigned long long)(b.h2d_copies - a.h2d_copies), (unsigned long long)(d.syncs - c.syncs),
               (unsigned long long)(d.d2h_copies - c.d2h_copies), (unsigned long long)(d.h2d_copies - c.h2d_copies));
 
-    int on_dev = 0, kernels = 0;
+    int on_dev = 0, kernels = 0, resolved = 0;
     const prof_thread_events *th;
     int nt = prof_threads(&th);
     for (int t = 0; t < nt; t++)
@@ -527,6 +539,7 @@ static void test_cuda_steps(void)
             /* device times, on the host's clock: after the host issued the work */
             CHECK_MSG(e->t0 <= e->t1 && e->t0 >= e->host_t0 - 100000, "%s: device %lld..%lld, host %lld..%lld",
                       e->name, (long long)e->t0, (long long)e->t1, (long long)e->host_t0, (long long)e->host_t1);
+            resolved += e->t0 != e->host_t0; /* the device's time, not the host's */
             if (e->kind == PROF_KERNEL) {
                 kernels++;
                 CHECK(e->flops > 0);
@@ -534,6 +547,7 @@ static void test_cuda_steps(void)
             }
         }
     CHECK(on_dev > 10);
+    CHECK_MSG(resolved > on_dev / 2, "%d of %d device events have device times", resolved, on_dev);
     CHECK(kernels >= STEPS * 3); /* three linear layers' forward products at least */
     CHECK(count(PROF_OP_FWD, "linear") == STEPS * 3);
     const prof_event *g = find(PROF_KERNEL, NULL, 0);
