@@ -409,6 +409,38 @@ static void test_phases_and_nesting(void)
     rig_free(&r);
 }
 
+/* Every phase the library opens is closed on its error paths too. */
+static void test_phases_closed_on_errors(void)
+{
+    start();
+    CHECK(amp_backward(NULL) != AMP_OK);
+    amp_clear_error();
+    amp_tensor *v = amp_zeros(AMP_SHAPE(3), AMP_F32);
+    CHECK(amp_backward(v) != AMP_OK); /* not a scalar */
+    CHECK(amp_backward_with(v, NULL) != AMP_OK);
+    amp_clear_error();
+    CHECK(amp_scaler_unscale(NULL, NULL) != AMP_OK);
+    CHECK(amp_scaler_update(NULL) != AMP_OK);
+    CHECK(amp_optim_step(NULL) != AMP_OK);
+    CHECK(amp_checkpoint_save(NULL, NULL, NULL, NULL, 0, NULL) != AMP_OK);
+    amp_tensor *ps[1] = {NULL};
+    CHECK(isnan(amp_clip_grad_norm(ps, 1, 1.0)));
+    amp_clear_error();
+    CHECK_EQ_INT(amp_phase_current(), AMP_PHASE_OTHER);
+    CHECK_OK(amp_profiler_stop());
+    /* each one a closed phase event */
+    static const char *const names[] = {"backward", "unscale", "scaler update", "optimizer", "checkpoint save"};
+    static const int want[] = {3, 2, 1, 1, 1};
+    for (int k = 0; k < 5; k++) {
+        CHECK_MSG(count(PROF_PHASE, names[k]) == want[k], "phase %s: %d events, expected %d", names[k],
+                  count(PROF_PHASE, names[k]), want[k]);
+        const prof_event *e = find(PROF_PHASE, names[k], 0);
+        if (e)
+            CHECK(e->depth == 0 && e->t1 >= e->t0);
+    }
+    amp_tensor_free(v);
+}
+
 /* A model's forward + backward records both kinds, with FLOPs. */
 static void test_model_forward_backward(void)
 {
@@ -564,6 +596,7 @@ int main(void)
     RUN(test_flops_pointwise_norm_loss);
     RUN(test_casts_and_cache_hits);
     RUN(test_phases_and_nesting);
+    RUN(test_phases_closed_on_errors);
     RUN(test_model_forward_backward);
     RUN(test_off_records_and_allocates_nothing);
     RUN(test_cuda_steps);
