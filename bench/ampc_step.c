@@ -12,15 +12,18 @@
  * --profile-overhead: the profiler's cost instead (issue 13's targets: off
  * under 1% of a step, on under 5%). Per model and precision, blocks of
  * steps with the profiler off and on, interleaved (off, on, off, on ...;
- * --steps blocks of 3 steps each), the median step of each and their
- * ratio; the hooks a step runs (the events one on step records) times the
+ * --steps blocks of 2 steps each), the median step of each and their
+ * ratio, and the median over blocks of each on block's time against the
+ * off block just before it ("paired_on_pct": slow drifts of the machine's
+ * load cancel); the hooks a step runs (the events one on step records) times the
  * cost of one hook while off (a tight loop of prof_begin, and of a phase
  * begin + end, with the profiler off), as a % of the off step; and the
  * same events times the cost of one recorded event (a tight loop of an
  * op hook's work with the profiler on), an estimate of "on" that a loaded
  * machine's noise does not swamp. Prints {"bench": "profiler", "model",
  * "precision", "off_ms", "on_ms", "on_pct" (medians), "min_off_ms",
- * "min_on_ms", "min_on_pct" (fastest steps), "events_per_step",
+ * "min_on_ms", "min_on_pct" (fastest steps), "cpu_off_ms", "cpu_on_ms",
+ * "cpu_on_pct" (medians of the process's CPU time per step), "events_per_step",
  * "phases_per_step", "hook_off_ns", "phase_off_ns", "off_pct",
  * "hook_on_ns", "on_est_pct"}.
  */
@@ -37,6 +40,16 @@ static double now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The process's CPU time in s (all its threads): what a step costs in work,
+ * which a loaded machine's waits for a core do not inflate as they do the
+ * wall time (with OMP_WAIT_POLICY=PASSIVE idle workers sleep). */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -219,7 +232,7 @@ static double median_of(double *t, int n)
 static bool profile_overhead(const char *model, const char *precision, int blocks, double hook_ns, double phase_ns,
                              double on_ns)
 {
-    enum { PER_BLOCK = 3, WARMUP = 3 };
+    enum { PER_BLOCK = 2, WARMUP = 3 };
     rig r;
     if (!make(model, &r)) {
         fprintf(stderr, "%s: %s\n", model, amp_last_error());
@@ -230,26 +243,39 @@ static bool profile_overhead(const char *model, const char *precision, int block
     amp_scaler *scaler = amp_scaler_new(so);
     double *off = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
     double *on = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
-    bool ok = off && on && scaler;
+    double *coff = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
+    double *con = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
+    double *pair = malloc(sizeof(double) * (size_t)blocks);
+    bool ok = off && on && coff && con && pair && scaler;
     for (int i = 0; ok && i < WARMUP; i++)
         ok = one_step(&r, model, precision, scaler);
     size_t events = 0, phases = 0;
     int n_off = 0, n_on = 0;
     for (int b = 0; ok && b < blocks; b++) {
         for (int i = 0; ok && i < PER_BLOCK; i++) {
-            double t0 = now();
+            double t0 = now(), c0 = cpu_now();
             ok = one_step(&r, model, precision, scaler);
+            coff[n_off] = cpu_now() - c0;
             off[n_off++] = now() - t0;
         }
         amp_profiler_opts po = amp_profiler_defaults();
         ok = ok && amp_profiler_start(&po) == AMP_OK;
         for (int i = 0; ok && i < PER_BLOCK; i++) {
-            double t0 = now();
+            double t0 = now(), c0 = cpu_now();
             ok = one_step(&r, model, precision, scaler);
+            con[n_on] = cpu_now() - c0;
             on[n_on++] = now() - t0;
         }
         if (amp_profiler_enabled())
             amp_profiler_stop();
+        if (ok) { /* this block's on steps against the off steps just before them */
+            double so = 0, sn = 0;
+            for (int i = 0; i < PER_BLOCK; i++) {
+                so += off[n_off - 1 - i];
+                sn += on[n_on - 1 - i];
+            }
+            pair[b] = sn / so;
+        }
         if (b == 0) { /* what one block of on steps recorded */
             const prof_thread_events *th;
             int nt = prof_threads(&th);
@@ -266,22 +292,28 @@ static bool profile_overhead(const char *model, const char *precision, int block
     if (ok) {
         const double m_off = median_of(off, n_off), m_on = median_of(on, n_on);
         const double min_off = off[0], min_on = on[0]; /* sorted by median_of */
+        const double c_off = median_of(coff, n_off), c_on = median_of(con, n_on);
+        const double paired = median_of(pair, blocks);
         const double ev = (double)events / PER_BLOCK, ph = (double)phases / PER_BLOCK;
         const double off_pct = (ev * hook_ns + ph * phase_ns) * 1e-9 / m_off * 100;
         const double on_est_pct = (ev + ph) * on_ns * 1e-9 / m_off * 100;
         printf("{\"bench\": \"profiler\", \"model\": \"%s\", \"precision\": \"%s\", \"threads\": %d, "
                "\"off_ms\": %.3f, \"on_ms\": %.3f, \"on_pct\": %.2f, \"min_off_ms\": %.3f, \"min_on_ms\": %.3f, "
-               "\"min_on_pct\": %.2f, \"steps\": %d, \"events_per_step\": %.0f, \"phases_per_step\": %.0f, "
+               "\"min_on_pct\": %.2f, \"cpu_off_ms\": %.3f, \"cpu_on_ms\": %.3f, \"cpu_on_pct\": %.2f, \"paired_on_pct\": %.2f, \"steps\": %d, \"events_per_step\": %.0f, \"phases_per_step\": %.0f, "
                "\"hook_off_ns\": %.2f, \"phase_off_ns\": %.2f, \"off_pct\": %.4f, \"hook_on_ns\": %.1f, "
                "\"on_est_pct\": %.4f}\n",
                model, precision, amp_get_num_threads(), m_off * 1e3, m_on * 1e3, (m_on / m_off - 1) * 100,
-               min_off * 1e3, min_on * 1e3, (min_on / min_off - 1) * 100, n_off, ev, ph, hook_ns, phase_ns, off_pct,
+               min_off * 1e3, min_on * 1e3, (min_on / min_off - 1) * 100, c_off * 1e3, c_on * 1e3,
+               (c_on / c_off - 1) * 100, (paired - 1) * 100, n_off, ev, ph, hook_ns, phase_ns, off_pct,
                on_ns, on_est_pct);
         fflush(stdout);
     }
     amp_profiler_reset();
     free(off);
     free(on);
+    free(coff);
+    free(con);
+    free(pair);
     amp_scaler_free(scaler);
     unmake(&r);
     return ok;

@@ -96,17 +96,21 @@ rows = [r for r in rows if r.get("bench") == "profiler"]
 if rows:
     r0 = rows[0]
     print("profiler overhead (targets: off < 1%, on < 5% of a step): step time with the profiler off and on,")
-    print(f"interleaved blocks of 3 steps, {r0['steps']} steps each, medians (and fastest steps); off = hooks per")
+    print(f"interleaved blocks of 2 steps, {r0['steps']} steps each: the median over blocks of an on block's wall time")
+    print("against the off block before it, and medians of the wall time, the fastest steps and the process's CPU")
+    print("time per step; off = hooks per")
     print(f"step x one hook while off ({r0['hook_off_ns']:.2f} ns; a phase begin + end {r0['phase_off_ns']:.2f} ns);")
     print(f"on, estimated = events per step x one recorded event ({r0['hook_on_ns']:.0f} ns), which a loaded")
     print("machine's noise does not swamp")
     print()
-    print("| model | precision | off ms | on ms | on overhead (median / fastest) | on, estimated | events / step "
-          "| off overhead |")
+    print("| model | precision | off ms | on ms | on overhead: paired / median / fastest / CPU time | on, estimated "
+          "| events / step | off overhead |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['precision']} | {r['off_ms']:.1f} | {r['on_ms']:.1f} | {r['on_pct']:+.1f}% / "
-              f"{r['min_on_pct']:+.1f}% | {r['on_est_pct']:.2f}% | {r['events_per_step']:.0f} | {r['off_pct']:.4f}% |")
+        print(f"| {r['model']} | {r['precision']} | {r['off_ms']:.1f} | {r['on_ms']:.1f} | {r['paired_on_pct']:+.1f}% / "
+              f"{r['on_pct']:+.1f}% / "
+              f"{r['min_on_pct']:+.1f}% / {r['cpu_on_pct']:+.1f}% | {r['on_est_pct']:.2f}% | "
+              f"{r['events_per_step']:.0f} | {r['off_pct']:.4f}% |")
 PY
 echo
 echo "wrote $out and $md"
