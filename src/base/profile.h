@@ -43,11 +43,15 @@
  *   PROF_CAST_HIT  instant: a cast served from autocast's cache (the same
  *                names and tensors as PROF_CAST; bytes 0).
  *   PROF_KERNEL  a GEMM inside an op (its depth is the op's + 1): on the
- *                CPU named by the path that ran ("oneDNN matmul", or ampc's
+ *                CPU each product of the backend's gemm primitive (matmul,
+ *                linear and their backward; conv2d's and attention's inner
+ *                products are not broken out), named by the path that ran
+ *                ("oneDNN matmul", or ampc's
  *                micro-kernel: "amx-bf16 32x32", "avx512bf16 12x32",
  *                "amx-bf16 split 32x32" for f16, "avx512 12x32", ...); on
- *                CUDA "cublasLt gemm bf16" (f32, f16, tf32, "+epilogue"
- *                when fused) or "ampc gemm kernel (no cuBLASLt algorithm)";
+ *                CUDA every product (conv2d's and attention's too),
+ *                "cublasLt gemm bf16" (f32, f16, tf32, "+epilogue" when
+ *                fused) or "ampc gemm kernel (no cuBLASLt algorithm)";
  *                in[0], in[1] = A [M, K] and B [K, N] ([batch, ..] for a
  *                batch), out = C; flops 2*batch*M*N*K.
  *   PROF_PHASE   amp_phase_begin/end: name = amp_phase_name.
