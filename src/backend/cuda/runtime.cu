@@ -286,7 +286,7 @@ extern "C" size_t cuda_block_size(size_t nbytes) { return class_size(nbytes); }
 
 extern "C" void cuda_mem_retag(void *p, amp_mem_category c)
 {
-    if (!p || c < 0 || c >= AMP_MEM_CATEGORY_COUNT)
+    if (!p || (int)c < 0 || (int)c >= AMP_MEM_CATEGORY_COUNT) /* int: an enum may be unsigned in C++ */
         return;
     std::lock_guard<std::mutex> g(mu);
     auto it = live.find(p);
