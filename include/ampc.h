@@ -195,8 +195,10 @@ typedef struct {
     size_t current[AMP_MEM_CATEGORY_COUNT]; /* in use now, per category */
     size_t peak[AMP_MEM_CATEGORY_COUNT];    /* each category's own peak */
     size_t total, total_peak;               /* the allocator's current and peak */
-    /* At the allocator's peak within each phase: that peak, and how it
-     * was made up. Since start or the last amp_memory_reset_peak. */
+    /* At the allocator's peak within each phase: that peak (what was in
+     * use when the phase began counts too), and how it was made up. Since
+     * start or the last amp_memory_reset_peak. The largest of them is
+     * total_peak. */
     size_t phase_peak[AMP_PHASE_COUNT];
     size_t phase_peak_by[AMP_PHASE_COUNT][AMP_MEM_CATEGORY_COUNT];
 } amp_memory_categories;

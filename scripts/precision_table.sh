@@ -66,7 +66,7 @@ for m in "${models[@]}"; do
     wall=$(echo "$(date +%s.%N) - $start" | bc)
     tail -n 3 "$log" >&2
     train_s=$(sed -n 's/^time: load [0-9.]* s, train \([0-9.]*\) s.*/\1/p' "$log")
-    peak=$(sed -n 's/^peak memory \([0-9.]*\) MiB/\1/p' "$log")
+    peak=$(sed -n 's/^peak memory \([0-9.]*\) MiB.*/\1/p' "$log")
     skipped=$(sed -n 's/^scaler: final scale [^,]*, \([0-9]*\) steps skipped.*/\1/p' "$log")
     [ -n "$skipped" ] || skipped="-"
     if [ $rc -ne 0 ]; then

@@ -102,6 +102,9 @@ static const opt_def opts[] = {
       "print the memory the run needs (estimated) and what is available, and stop"),
     O("no-memory-check", "", OPT_FLAG, OC_RUN, no_memory_check, 0, 0, NULL, NULL, false,
       "run even when the memory estimate does not fit (also AMPC_NO_MEMORY_CHECK=1)"),
+    O("memory", "", OPT_FLAG, OC_RUN, memory, 0, 0, NULL, NULL, false,
+      "at the end, print the memory per category (parameters, gradients, optimizer state, activations, "
+      "cast cache, temporaries, workspace, data) and per phase, on each device"),
 };
 #define N_OPTS (int)(sizeof opts / sizeof opts[0])
 _Static_assert(N_OPTS <= CLI_MAX_OPTS, "raise CLI_MAX_OPTS");

@@ -89,6 +89,7 @@ typedef struct {
     int64_t log_every;     /* steps between plain progress lines; 0: about 20 a run */
     bool dry_run;          /* print the memory estimate and stop */
     bool no_memory_check;  /* run even when the estimate does not fit */
+    bool memory;           /* print the memory categories table at the end */
     bool given[CLI_MAX_OPTS]; /* per option (args.c's table order): set on the command line */
 } train_opts;
 

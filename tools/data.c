@@ -383,7 +383,7 @@ int64_t text_epoch_batches(const text_data *t, int64_t batch, int64_t context)
     return train / per > 0 ? train / per : 1;
 }
 
-int data_open(run_data *rd, const train_opts *o, run_info *ri, bool train)
+static int open_data(run_data *rd, const train_opts *o, run_info *ri, bool train)
 {
     memset(rd, 0, sizeof *rd);
     rd->gpt = is_gpt(o);
@@ -428,6 +428,16 @@ int data_open(run_data *rd, const train_opts *o, run_info *ri, bool train)
     }
     rd->tb.seed = o->seed;
     return -1;
+}
+
+/* The data set and the batch buffers are counted as data in the memory
+ * categories (amp_memory_report), apart from the model's memory. */
+int data_open(run_data *rd, const train_opts *o, run_info *ri, bool train)
+{
+    amp_mem_category prev = amp_memory_set_category(AMP_MEM_DATA);
+    int rc = open_data(rd, o, ri, train);
+    amp_memory_set_category(prev);
+    return rc;
 }
 
 void data_close(run_data *rd)

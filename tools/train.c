@@ -393,6 +393,22 @@ static void print_config(const run *r, int64_t total)
     fflush(stdout);
 }
 
+/* "LABEL X MiB (model Y + data Z)": dev's peak, and the data set's and
+ * batches' part of it (the memory categories at that peak) apart. */
+static void print_peak(const char *label, amp_device dev)
+{
+    amp_memory_categories m;
+    if (amp_memory_get_categories(dev, &m) != AMP_OK)
+        return;
+    int at = 0; /* the phase that reached the overall peak */
+    for (int p = 1; p < AMP_PHASE_COUNT; p++)
+        if (m.phase_peak[p] > m.phase_peak[at])
+            at = p;
+    const double mib = 1024.0 * 1024.0, data = (double)m.phase_peak_by[at][AMP_MEM_DATA] / mib;
+    printf("%s %.1f MiB (model %.1f + data %.1f)\n", label, (double)m.total_peak / mib,
+           (double)m.total_peak / mib - data, data);
+}
+
 /* The result lines; the last is "test_accuracy X" or "val_loss X perplexity Y". */
 static int finish(run *r, double t0, double t_loaded, double t_trained)
 {
@@ -406,9 +422,11 @@ static int finish(run *r, double t0, double t_loaded, double t_trained)
     double t_end = now_s();
     printf("time: load %.1f s, train %.1f s, %s %.1f s, total %.1f s\n", t_loaded - t0, t_trained - t_loaded,
            gpt ? "validation" : "test", t_end - t_trained, t_end - t0);
-    printf("peak memory %.1f MiB\n", (double)amp_memory_get_stats().peak / (1024.0 * 1024.0));
+    print_peak("peak memory", AMP_CPU);
     if (r->cuda)
-        printf("peak device memory %.1f MiB\n", (double)amp_cuda_memory_get_stats().peak / (1024.0 * 1024.0));
+        print_peak("peak device memory", AMP_CUDA);
+    if (r->o->memory && amp_memory_report(stdout) != AMP_OK)
+        fprintf(stderr, "ampc: memory report: %s\n", amp_last_error());
     if (amp_scaler_is_enabled(r->t->scaler))
         printf("scaler: final scale %g, %lld steps skipped in all\n", amp_scaler_get_scale(r->t->scaler),
                (long long)r->ri->skipped);

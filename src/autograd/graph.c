@@ -29,16 +29,35 @@ void amp_no_grad_end(void)
 }
 bool amp_grad_enabled(void) { return no_grad_depth == 0; }
 
+void node_hold_state(node *n)
+{
+    if (!n->held_in)
+        for (int i = 0; i < n->n_in; i++)
+            tensor_graph_hold(n->in[i]);
+    n->held_in = true;
+    for (int k = 0; k < NODE_MAX_SAVED; k++)
+        if (n->saved[k] && !(n->held_saved & (1u << k))) {
+            tensor_graph_hold(n->saved[k]);
+            n->held_saved |= (uint8_t)(1u << k);
+        }
+}
+
 void node_free_state(node *n)
 {
     for (int i = 0; i < n->n_in; i++) {
+        if (n->held_in)
+            tensor_graph_release(n->in[i]);
         amp_tensor_free(n->in[i]);
         n->in[i] = NULL;
     }
+    n->held_in = false;
     for (int k = 0; k < NODE_MAX_SAVED; k++) {
+        if (n->held_saved & (1u << k))
+            tensor_graph_release(n->saved[k]);
         amp_tensor_free(n->saved[k]);
         n->saved[k] = NULL;
     }
+    n->held_saved = 0;
     amp_tensor_free(n->grad);
     n->grad = NULL;
 }
@@ -114,6 +133,15 @@ static amp_status accumulate(amp_tensor **dst, amp_tensor *src, amp_dtype dt)
     BACKEND_CALL(backend_of(dev), "backward", accumulate, tensor_ptr(d), d->dtype, tensor_ptr(src), src->dtype,
                  d->numel);
     return AMP_OK;
+}
+
+/* Into a leaf's .grad, which is counted as gradients. */
+static amp_status accumulate_leaf(amp_tensor *x, amp_tensor *src)
+{
+    amp_status st = accumulate(&x->grad, src, x->dtype);
+    if (x->grad)
+        tensor_set_category(x->grad, AMP_MEM_GRADIENTS);
+    return st;
 }
 
 typedef struct {
@@ -221,7 +249,7 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
         if (!t->requires_grad)
             return amp_set_error(AMP_ERR_STATE,
                                  "backward: the tensor does not require grad and has no grad_fn");
-        return accumulate(&t->grad, (amp_tensor *)seed, t->dtype);
+        return accumulate_leaf(t, (amp_tensor *)seed);
     }
     if (root->freed)
         return amp_set_error(AMP_ERR_STATE,
@@ -257,7 +285,7 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
                 if (x->grad_fn)
                     st = accumulate(&x->grad_fn->grad, gin[i], x->dtype);
                 else
-                    st = accumulate(&x->grad, gin[i], x->dtype);
+                    st = accumulate_leaf(x, gin[i]);
             }
             amp_tensor_free(gin[i]);
         }

@@ -46,11 +46,17 @@ typedef struct node {
     amp_dtype out_dtype;
     amp_tensor *grad; /* during backward: the gradient of the result */
     uint64_t mark;    /* traversal epoch */
+    bool held_in;       /* the inputs are held for backward (tensor_graph_hold) */
+    uint8_t held_saved; /* bit k: saved[k] is held */
 } node;
 
 /* Drops one reference; the last one releases the inputs and saved state. */
 void node_release(node *n);
 /* Releases what a node keeps for backward (inputs, saved tensors). */
 void node_free_state(node *n);
+/* Counts what a recorded node keeps (its inputs and saved tensors) as
+ * held by the graph, for the memory categories; node_free_state lets go
+ * of exactly what was held. */
+void node_hold_state(node *n);
 
 #endif

@@ -228,6 +228,13 @@ typedef struct amp_backend {
     amp_memory_stats (*memory_stats)(void);
     void (*memory_reset_peak)(void);
     void (*empty_cache)(void);
+    /* Memory categories (base/mem_ledger.h): the bytes a request of
+     * nbytes takes from the allocator (its size class); a live block's
+     * move to category c (p from alloc); the allocator's figures, read
+     * without starting the device. */
+    size_t (*mem_block_size)(size_t nbytes);
+    void (*mem_retag)(void *p, amp_mem_category c);
+    amp_status (*memory_categories)(amp_memory_categories *out);
 
     /* ---- elementwise, reductions, layout ----------------------------- */
     /* out[i] = pw_eval(op, in...) for the n elements of the contiguous

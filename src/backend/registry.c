@@ -47,17 +47,3 @@ amp_status backend_missing(const amp_backend *be, const char *who, const char *p
 {
     return amp_set_error(AMP_ERR_DEVICE, "%s: the %s backend has no %s", who, be->name, primitive);
 }
-
-/* Skeleton: the memory accounting work fills these in. */
-amp_status amp_memory_get_categories(amp_device dev, amp_memory_categories *out)
-{
-    (void)dev;
-    (void)out;
-    return amp_set_error(AMP_ERR_STATE, "memory_get_categories: not built yet");
-}
-
-amp_status amp_memory_report(FILE *f)
-{
-    (void)f;
-    return amp_set_error(AMP_ERR_STATE, "memory_report: not built yet");
-}

@@ -9,12 +9,14 @@
  * the first step, a step takes no fresh memory. Size classes are multiples
  * of 64 bytes up to 4 KiB, then four per power of two (at most 25% slack).
  *
- * Each block carries a 64-byte header (its class size, and the free-list
- * link), keeping the payload 64-byte aligned for AVX-512 rows.
+ * Each block carries a 64-byte header (its class size, its memory category
+ * and the free-list link), keeping the payload 64-byte aligned for AVX-512
+ * rows. The bytes in use per category are in host_ledger (mem_ledger.h).
  *
  * Under the sanitizers the cache is off (AMPC_NO_CACHE), so AddressSanitizer
  * still sees every use after free.
  */
+#include "base/mem_ledger.h"
 #include "base/profile.h"
 
 #include <pthread.h>
@@ -29,11 +31,13 @@
 typedef struct block {
     size_t size;        /* the class size: what this block can hold */
     struct block *next; /* free-list link while cached */
+    int category;       /* amp_mem_category while in use */
 } block;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static block *free_lists[N_CLASSES];
 static size_t live_bytes, peak_bytes, cached_bytes, n_allocs, n_os_allocs;
+static mem_ledger host_ledger;
 
 /* The class of a request of n bytes, and the size that class holds. */
 static int size_class(size_t n, size_t *class_size)
@@ -82,11 +86,13 @@ void *amp_alloc(size_t nbytes)
         n_os_allocs++;
         pthread_mutex_unlock(&lock);
     }
+    b->category = mem_alloc_category();
     pthread_mutex_lock(&lock);
     live_bytes += csize;
     if (live_bytes > peak_bytes)
         peak_bytes = live_bytes;
     n_allocs++;
+    mem_ledger_add(&host_ledger, (amp_mem_category)b->category, csize);
     pthread_mutex_unlock(&lock);
     return (char *)b + HEADER;
 }
@@ -101,6 +107,7 @@ void amp_free(void *ptr)
     (void)c;
     pthread_mutex_lock(&lock);
     live_bytes -= b->size;
+    mem_ledger_sub(&host_ledger, (amp_mem_category)b->category, b->size);
 #ifndef AMPC_NO_CACHE
     if (c >= 0 && c < N_CLASSES) {
         b->next = free_lists[c];
@@ -139,12 +146,11 @@ void amp_memory_reset_peak(void)
 {
     pthread_mutex_lock(&lock);
     peak_bytes = live_bytes;
+    mem_ledger_reset_peak(&host_ledger);
     pthread_mutex_unlock(&lock);
 }
 
-/* ------------------------------------------------- categories (skeleton) */
-
-static _Thread_local int tensor_category = AMP_MEM_TEMPORARIES;
+/* ------------------------------------------------------------ categories */
 
 static const char *const category_names[AMP_MEM_CATEGORY_COUNT] = {
     [AMP_MEM_PARAMETERS] = "parameters",   [AMP_MEM_GRADIENTS] = "gradients",
@@ -158,19 +164,30 @@ const char *amp_memory_category_name(amp_mem_category c)
     return c >= 0 && c < AMP_MEM_CATEGORY_COUNT ? category_names[c] : NULL;
 }
 
-amp_mem_category amp_memory_set_category(amp_mem_category c)
+size_t mem_host_block_size(size_t nbytes)
 {
-    int old = tensor_category;
-    if (c >= 0 && c < AMP_MEM_CATEGORY_COUNT)
-        tensor_category = c;
-    return (amp_mem_category)old;
+    size_t csize;
+    size_class(nbytes, &csize);
+    return csize;
 }
 
-void mem_host_current(size_t cur[AMP_MEM_CATEGORY_COUNT])
+void mem_host_retag(void *p, amp_mem_category c)
 {
-    for (int c = 0; c < AMP_MEM_CATEGORY_COUNT; c++)
-        cur[c] = 0;
+    if (!p || c < 0 || c >= AMP_MEM_CATEGORY_COUNT)
+        return;
+    block *b = (block *)((char *)p - HEADER);
     pthread_mutex_lock(&lock);
-    cur[AMP_MEM_TEMPORARIES] = live_bytes;
+    mem_ledger_move(&host_ledger, (amp_mem_category)b->category, c, b->size);
+    b->category = c;
     pthread_mutex_unlock(&lock);
 }
+
+amp_status mem_host_categories(amp_memory_categories *out)
+{
+    if (!out)
+        return amp_set_error(AMP_ERR_ARG, "memory_get_categories: NULL output");
+    mem_ledger_read(&host_ledger, out);
+    return AMP_OK;
+}
+
+void mem_host_current(size_t cur[AMP_MEM_CATEGORY_COUNT]) { mem_ledger_current(&host_ledger, cur); }

@@ -10,6 +10,7 @@
  * when the profiler stops. With the profiler off nothing is allocated and
  * each hook is one relaxed atomic load.
  */
+#include "base/mem_ledger.h"
 #include "base/profile.h"
 
 #include <pthread.h>
@@ -393,6 +394,7 @@ void amp_phase_begin(amp_phase p)
     phase_ev[phase_depth] = NULL;
     phase_depth++;
     atomic_store_explicit(&process_phase, (int)p, memory_order_relaxed);
+    mem_phase_note(p);
     if (prof_on()) {
         memory_sample();
         phase_ev[phase_depth - 1] = prof_begin_on(PROF_PHASE, phase_names[p]);
@@ -421,5 +423,6 @@ amp_status amp_phase_end(amp_phase p)
     if (prof_on())
         memory_sample();
     atomic_store_explicit(&process_phase, (int)amp_phase_current(), memory_order_relaxed);
+    mem_phase_note(amp_phase_current());
     return AMP_OK;
 }

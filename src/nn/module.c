@@ -45,6 +45,7 @@ amp_status module_add_param(amp_module *m, amp_tensor *t, const char *name)
         amp_tensor_free(t);
         return st;
     }
+    tensor_set_category(t, AMP_MEM_PARAMETERS);
     m->own[m->n_own] = t;
     m->own_names[m->n_own] = name;
     m->n_own++;

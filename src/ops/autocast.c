@@ -312,6 +312,7 @@ static amp_tensor *cached_cast(amp_tensor *t, amp_dtype dt)
         amp_tensor_free(e->cast);
         e->cast = amp_tensor_retain(c);
         e->version = t->storage->version;
+        tensor_set_category(c, AMP_MEM_CAST_CACHE);
         return c;
     }
     amp_tensor *c = cast(t, dt);
@@ -326,6 +327,7 @@ static amp_tensor *cached_cast(amp_tensor *t, amp_dtype dt)
         cache_cap = cap;
     }
     cache[cache_len++] = (cache_entry){amp_tensor_retain(t), amp_tensor_retain(c), t->storage->version};
+    tensor_set_category(c, AMP_MEM_CAST_CACHE);
     return c;
 }
 

@@ -197,5 +197,6 @@ amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p)
     n->out_dtype = out->dtype;
     out->requires_grad = true;
     out->grad_fn = n; /* the node's one reference now belongs to out */
+    node_hold_state(n); /* its inputs and saved tensors: activations */
     return pool_add(out);
 }

@@ -122,9 +122,11 @@ static amp_status ensure_state(amp_optim *o, int i)
 {
     for (int k = 0; k < OPTIM_MAX_STATE; k++) {
         amp_tensor **s = &o->state[i * OPTIM_MAX_STATE + k];
-        if (slot_name(o, k) && !*s &&
-            !(*s = tensor_zeros_on(o->params[i]->shape, AMP_F32, tensor_device(o->params[i]))))
-            return amp_last_status();
+        if (slot_name(o, k) && !*s) {
+            if (!(*s = tensor_zeros_on(o->params[i]->shape, AMP_F32, tensor_device(o->params[i]))))
+                return amp_last_status();
+            tensor_set_category(*s, AMP_MEM_OPTIMIZER);
+        }
     }
     return AMP_OK;
 }
@@ -196,6 +198,8 @@ static amp_status counters_on(amp_optim *o, amp_device dev)
         host[k] = counter_get(o, k);
     const amp_backend *be = backend_of(dev);
     int64_t *c = be->alloc(nb);
+    if (c && be->mem_retag)
+        be->mem_retag(c, AMP_MEM_OPTIMIZER);
     amp_status st = c ? be->copy(c, dev, host, AMP_CPU, nb) : amp_last_status();
     if (st != AMP_OK) {
         if (c)

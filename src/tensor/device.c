@@ -13,10 +13,14 @@
 #include "tensor/tensor.h"
 
 /* A new tensor on dev holding t's bytes, copied by the backend of the
- * device that is not the host (the CPU's within host memory). */
+ * device that is not the host (the CPU's within host memory). The copy is
+ * for what t is for: it takes t's memory category (a graph's hold on t is
+ * not copied). */
 static amp_tensor *copy_to(const amp_tensor *t, amp_device dev)
 {
+    amp_mem_category prev = amp_memory_set_category((amp_mem_category)t->storage->category);
     amp_tensor *c = tensor_new_on(t->shape, t->dtype, dev);
+    amp_memory_set_category(prev);
     if (!c)
         return NULL;
     size_t nb = (size_t)t->numel * amp_dtype_size(t->dtype);

@@ -16,6 +16,7 @@
 #include "tensor/tensor.h"
 #include "backend/backend.h"
 #include "base/base.h"
+#include "base/mem_ledger.h"
 #include "dtype/dtype.h"
 
 #include <math.h>
@@ -97,7 +98,12 @@ amp_tensor *tensor_new_on(amp_shape shape, amp_dtype dt, amp_device dev)
     amp_storage *s = calloc(1, sizeof *s);
     int64_t numel = shape_numel(shape);
     size_t nbytes = (size_t)numel * amp_dtype_size(dt);
+    /* The block takes the thread's tensor category (workspace is for what
+     * a backend allocates itself). */
+    const amp_mem_category cat = mem_tensor_category();
+    const amp_mem_category prev = mem_alloc_category_set(cat);
     void *data = t && s ? be->alloc(nbytes) : NULL;
+    mem_alloc_category_set(prev);
     if (!t || !s || !data) {
         free(t);
         free(s);
@@ -113,6 +119,7 @@ amp_tensor *tensor_new_on(amp_shape shape, amp_dtype dt, amp_device dev)
     s->nbytes = nbytes;
     s->refcount = 1;
     s->device = dev;
+    s->category = cat;
     t->shape = shape;
     t->numel = numel;
     t->dtype = dt;
@@ -486,8 +493,44 @@ double amp_item(const amp_tensor *t)
     return amp_tensor_get(t, 0);
 }
 
+/* The category a storage's block is counted in: its own, but activations
+ * for temporaries that a graph node keeps. */
+static amp_mem_category counted_as(const amp_storage *s)
+{
+    return s->category == AMP_MEM_TEMPORARIES && s->graph_holds > 0 ? AMP_MEM_ACTIVATIONS
+                                                                     : (amp_mem_category)s->category;
+}
+
+/* Sets s's category and holds, and retags its block when the category it
+ * is counted in moved. */
+static void recount(amp_storage *s, int category, int holds)
+{
+    amp_mem_category before = counted_as(s);
+    s->category = category;
+    s->graph_holds = holds;
+    amp_mem_category after = counted_as(s);
+    const amp_backend *be = backend_of(s->device);
+    if (after != before && be->mem_retag)
+        be->mem_retag(s->data, after);
+}
+
 void tensor_set_category(amp_tensor *t, amp_mem_category c)
 {
-    (void)t; /* skeleton: the memory accounting work fills this in */
-    (void)c;
+    if (!t || c < 0 || c >= AMP_MEM_CATEGORY_COUNT)
+        return;
+    recount(t->storage, c, t->storage->graph_holds);
+}
+
+void tensor_graph_hold(amp_tensor *t)
+{
+    if (t)
+        recount(t->storage, t->storage->category, t->storage->graph_holds + 1);
+}
+
+void tensor_graph_release(amp_tensor *t)
+{
+    /* A storage swapped under a held tensor (amp_tensor_move) was never
+     * held itself: nothing to let go. */
+    if (t && t->storage->graph_holds > 0)
+        recount(t->storage, t->storage->category, t->storage->graph_holds - 1);
 }

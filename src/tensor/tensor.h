@@ -20,6 +20,8 @@ typedef struct amp_storage {
     int refcount;
     amp_device device;
     uint64_t version; /* bumped by every write from outside the ops */
+    int category;     /* amp_mem_category: what the storage is for */
+    int graph_holds;  /* graph nodes keeping it for backward */
 } amp_storage;
 
 struct node; /* autograd/graph.h */
@@ -57,8 +59,14 @@ amp_tensor *tensor_zeros_on(amp_shape shape, amp_dtype dt, amp_device dev);
 /* A new tensor object over t's storage with another shape (same numel). */
 amp_tensor *tensor_view(const amp_tensor *t, amp_shape shape);
 /* Moves t's storage to memory category c in its device's accounting
- * (a parameter, a .grad, optimizer state, the cast cache ...). */
+ * (a parameter, a .grad, optimizer state, the cast cache ...). A storage
+ * takes the thread's tensor category when made (amp_memory_set_category). */
 void tensor_set_category(amp_tensor *t, amp_mem_category c);
+/* A graph node keeps t for backward (hold) or lets it go (release): a
+ * temporaries storage counts as activations while at least one node holds
+ * it. Other categories (parameters, cast cache, data) are never moved. */
+void tensor_graph_hold(amp_tensor *t);
+void tensor_graph_release(amp_tensor *t);
 /* t's values converted to dt (a plain copy when dt matches), on t's device. */
 amp_tensor *tensor_convert(const amp_tensor *t, amp_dtype dt);
 

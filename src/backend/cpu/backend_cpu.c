@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/base.h"
+#include "base/mem_ledger.h"
 
 #include <string.h>
 
@@ -77,6 +78,9 @@ const amp_backend amp_backend_cpu = {
     .memory_stats = amp_memory_get_stats,
     .memory_reset_peak = amp_memory_reset_peak,
     .empty_cache = amp_memory_empty_cache,
+    .mem_block_size = mem_host_block_size,
+    .mem_retag = mem_host_retag,
+    .memory_categories = mem_host_categories,
 
     /* pointwise */
     .pointwise = cpu_pointwise,

@@ -46,6 +46,9 @@ const amp_backend amp_backend_cuda = {
     .memory_stats = cuda_memory_stats,
     .memory_reset_peak = cuda_memory_reset_peak,
     .empty_cache = cuda_empty_cache,
+    .mem_block_size = cuda_block_size,
+    .mem_retag = cuda_mem_retag,
+    .memory_categories = cuda_memory_categories,
 
     /* pointwise */
     .pointwise = cuda_ew,

@@ -47,6 +47,14 @@ void *cuda_malloc(size_t nbytes);
 void cuda_free(void *p);
 amp_memory_stats cuda_memory_stats(void);
 void cuda_memory_reset_peak(void);
+/* Memory categories (mem_ledger.h): the class size a request of nbytes
+ * takes, a live block's move to category c, the figures, and the bytes
+ * per category now (the profiler's device memory counter: reads the
+ * ledger only, never starts CUDA). */
+size_t cuda_block_size(size_t nbytes);
+void cuda_mem_retag(void *p, amp_mem_category c);
+amp_status cuda_memory_categories(amp_memory_categories *out);
+void cuda_memory_current(size_t cur[AMP_MEM_CATEGORY_COUNT]);
 void cuda_empty_cache(void);
 /* cudaMemGetInfo. */
 amp_status cuda_mem_info(size_t *free_bytes, size_t *total_bytes);

@@ -15,7 +15,7 @@ static const prof_device_timer timer = {
     .reset = cuda_prof_reset,
     /* The device allocator's bytes per category: NULL until the runtime
      * counts them (the memory accounting's cuda_memory_current). */
-    .memory = NULL,
+    .memory = cuda_memory_current,
 };
 
 void cuda_prof_register(void) { prof_register_device_timer(AMP_CUDA, &timer); }

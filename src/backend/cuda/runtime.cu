@@ -15,6 +15,8 @@
  * because all work runs on one stream, in order: a kernel queued after the
  * free runs after every kernel that used the block before. When cudaMalloc
  * fails the cache is returned to the driver and the allocation retried.
+ * Each live block keeps its memory category (mem_ledger.h): device_ledger
+ * counts the bytes per category and per phase.
  *
  * Every cudaMemcpy* and cudaStreamSynchronize of the backend goes through
  * the two counted wrappers below (cuda_memcpy, stream_wait), so
@@ -22,6 +24,9 @@
  * GPU (docs/cuda.md, "Counting host synchronisations").
  */
 #include "backend/cuda/cuda_common.cuh"
+extern "C" {
+#include "base/mem_ledger.h"
+}
 
 #include <atomic>
 #include <dlfcn.h>
@@ -172,8 +177,13 @@ extern "C" void amp_cuda_reset_sync_stats(void)
 
 static std::mutex mu;
 static std::unordered_map<size_t, std::vector<void *>> free_lists; /* class size -> blocks */
-static std::unordered_map<void *, size_t> live;                     /* block -> class size */
+struct live_block {
+    size_t size;          /* class size */
+    amp_mem_category cat; /* what it holds */
+};
+static std::unordered_map<void *, live_block> live; /* block -> its class size and category */
 static size_t live_bytes, peak_bytes, cached_bytes, n_allocs, n_os_allocs;
+static mem_ledger device_ledger;
 
 static size_t class_size(size_t n)
 {
@@ -226,11 +236,13 @@ extern "C" void *cuda_malloc(size_t nbytes)
         }
         n_os_allocs++;
     }
-    live[p] = cs;
+    const amp_mem_category cat = mem_alloc_category();
+    live[p] = live_block{cs, cat};
     live_bytes += cs;
     if (live_bytes > peak_bytes)
         peak_bytes = live_bytes;
     n_allocs++;
+    mem_ledger_add(&device_ledger, cat, cs);
     return p;
 }
 
@@ -242,7 +254,8 @@ extern "C" void cuda_free(void *p)
     auto it = live.find(p);
     if (it == live.end())
         return; /* not ours: never hand a foreign pointer to cudaFree */
-    size_t cs = it->second;
+    size_t cs = it->second.size;
+    mem_ledger_sub(&device_ledger, it->second.cat, cs);
     live.erase(it);
     live_bytes -= cs;
     free_lists[cs].push_back(p);
@@ -267,6 +280,36 @@ extern "C" void cuda_memory_reset_peak(void)
 {
     std::lock_guard<std::mutex> g(mu);
     peak_bytes = live_bytes;
+    mem_ledger_reset_peak(&device_ledger);
+}
+
+extern "C" size_t cuda_block_size(size_t nbytes) { return class_size(nbytes); }
+
+extern "C" void cuda_mem_retag(void *p, amp_mem_category c)
+{
+    if (!p || (int)c < 0 || (int)c >= AMP_MEM_CATEGORY_COUNT) /* int: an enum may be unsigned in C++ */
+        return;
+    std::lock_guard<std::mutex> g(mu);
+    auto it = live.find(p);
+    if (it == live.end())
+        return;
+    mem_ledger_move(&device_ledger, it->second.cat, c, it->second.size);
+    it->second.cat = c;
+}
+
+extern "C" amp_status cuda_memory_categories(amp_memory_categories *out)
+{
+    if (!out)
+        return amp_set_error(AMP_ERR_ARG, "memory_get_categories: NULL output");
+    mem_ledger_read(&device_ledger, out);
+    return AMP_OK;
+}
+
+/* Reads the ledger only: never starts CUDA (a sample before any device
+ * use is all zeros). */
+extern "C" void cuda_memory_current(size_t cur[AMP_MEM_CATEGORY_COUNT])
+{
+    mem_ledger_current(&device_ledger, cur);
 }
 
 extern "C" void cuda_empty_cache(void)

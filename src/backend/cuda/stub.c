@@ -27,6 +27,20 @@ void *cuda_malloc(size_t nbytes)
 void cuda_free(void *p) { (void)p; }
 amp_memory_stats cuda_memory_stats(void) { return (amp_memory_stats){0, 0, 0, 0, 0}; }
 void cuda_memory_reset_peak(void) {}
+size_t cuda_block_size(size_t nbytes) { return nbytes; }
+void cuda_mem_retag(void *p, amp_mem_category c) { (void)p, (void)c; }
+amp_status cuda_memory_categories(amp_memory_categories *out)
+{
+    if (!out)
+        return amp_set_error(AMP_ERR_ARG, "memory_get_categories: NULL output");
+    *out = (amp_memory_categories){0};
+    return AMP_OK;
+}
+void cuda_memory_current(size_t cur[AMP_MEM_CATEGORY_COUNT])
+{
+    for (int c = 0; c < AMP_MEM_CATEGORY_COUNT; c++)
+        cur[c] = 0;
+}
 amp_status cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
 {
     (void)free_bytes, (void)total_bytes;
