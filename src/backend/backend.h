@@ -164,14 +164,18 @@ typedef struct {
 /* ---- types: optim --------------------------------------------------------- */
 /* One parameter of a multi-tensor optimizer step, in the backend's memory:
  * its data and gradient (float dtypes pdt, gdt; n elements each), up to
- * three f32 state buffers shaped like it in the optimizer's slot order
- * (NULL where the options need none), and its index in the step counters. */
+ * three state buffers shaped like it in the optimizer's slot order, in
+ * dtype sdt (f32, or bf16: loaded to f32, updated, rounded to nearest-even
+ * on store; NULL where the options need none), its f32 master copy (Apex
+ * O2: the update runs on master in place and p gets it rounded; NULL: the
+ * update runs on p itself), and its index in the step counters. */
 typedef struct {
     void *p;
     const void *g;
-    float *s0, *s1, *s2;
+    void *s0, *s1, *s2;
+    float *master;
     int64_t n;
-    amp_dtype pdt, gdt;
+    amp_dtype pdt, gdt, sdt;
     int index;
 } be_optim_param;
 

@@ -61,6 +61,10 @@ amp_tensor *tensor_view(const amp_tensor *t, amp_shape shape);
 void tensor_set_category(amp_tensor *t, amp_mem_category c);
 /* t's values converted to dt (a plain copy when dt matches), on t's device. */
 amp_tensor *tensor_convert(const amp_tensor *t, amp_dtype dt);
+/* Stores leaf t in dt in place (a new storage holding t's values
+ * converted, same device, version bumped, category kept as parameters);
+ * drops its gradient. */
+amp_status tensor_retype(amp_tensor *t, amp_dtype dt);
 
 static inline amp_device tensor_device(const amp_tensor *t) { return t->storage->device; }
 

@@ -4,8 +4,9 @@
  * at once (PyTorch's foreach / multi-tensor idea). The work items are the
  * (parameter, block) pairs of every parameter, taken by the threads of one
  * parallel region, so many small parameters do not each pay a fork / join;
- * each block runs on AVX-512 where the CPU has it, 16-bit parameters and
- * gradients through per-thread f32 scratch. Per-parameter scalars (step
+ * each block runs on AVX-512 where the CPU has it, 16-bit parameters,
+ * gradients and (bf16) state through per-thread f32 scratch; a parameter
+ * with an f32 master copy is updated on the master and stored rounded. Per-parameter scalars (step
  * counts, bias corrections) are worked out once per parameter before the
  * loop.
  *
@@ -61,11 +62,14 @@ static bool use_vector(void)
 
 /* A step's parameters are backend.h's be_optim_param: p and g in their
  * own float dtypes (f32 values update in place, 16-bit ones are widened
- * block by block, updated in f32 and rounded once on store), the f32 state
- * buffers s0..s2 in slot order (NULL where the options need none), and
- * index, the parameter's slot in the step counters. t, a parameter's step
- * count including this step, is counters[index] + 1 (so 1 on its first
- * step: SGD's momentum buffer starts as the gradient then). */
+ * block by block, updated in f32 and rounded once on store), the state
+ * buffers s0..s2 in slot order in dtype sdt (NULL where the options need
+ * none; bf16 ones are widened block by block like p and rounded to
+ * nearest-even on store), the f32 master copy (when set, the update runs
+ * on it in place and p only receives its rounding), and index, the
+ * parameter's slot in the step counters. t, a parameter's step count
+ * including this step, is counters[index] + 1 (so 1 on its first step:
+ * SGD's momentum buffer starts as the gradient then). */
 
 /* The element loop of one optimizer over n f32 elements: k is the
  * parameter's constants, s its state buffers, all offset to the block. */
@@ -77,25 +81,40 @@ typedef struct {
     int64_t lo, hi;
 } work_item;
 
-/* Runs fn over one work item; pb / gb are this thread's f32 scratch of
- * UPDATE_BLOCK elements for 16-bit parameters and gradients (widening is
- * exact, and the parameter is rounded once on store, as a whole-tensor
- * conversion would). */
-static void run_item(range_fn fn, const void *k, const be_optim_param *q, int64_t lo, int64_t hi, float *pb,
-                     float *gb)
+/* f32 scratch blocks a thread needs: the parameter, the gradient and the
+ * three state buffers. */
+#define SCRATCH_BLOCKS 5
+
+/* Runs fn over one work item; sc is this thread's f32 scratch of
+ * SCRATCH_BLOCKS * UPDATE_BLOCK elements for 16-bit parameters,
+ * gradients and state (widening is exact, and each is rounded once on
+ * store, as a whole-tensor conversion would). */
+static void run_item(range_fn fn, const void *k, const be_optim_param *q, int64_t lo, int64_t hi, float *sc)
 {
     const int64_t len = hi - lo;
-    float *p = q->pdt == AMP_F32 ? (float *)q->p + lo : pb;
+    float *pb = sc, *gb = sc ? sc + UPDATE_BLOCK : NULL;
+    float *p = q->master ? q->master + lo : q->pdt == AMP_F32 ? (float *)q->p + lo : pb;
     const float *g = q->gdt == AMP_F32 ? (const float *)q->g + lo : gb;
     void *p16 = (char *)q->p + (size_t)lo * amp_dtype_size(q->pdt);
     if (p == pb)
         amp_convert(p16, q->pdt, pb, AMP_F32, (size_t)len);
     if (g == gb)
         amp_convert((const char *)q->g + (size_t)lo * amp_dtype_size(q->gdt), q->gdt, gb, AMP_F32, (size_t)len);
-    float *s[3] = {q->s0 ? q->s0 + lo : NULL, q->s1 ? q->s1 + lo : NULL, q->s2 ? q->s2 + lo : NULL};
+    void *const sq[3] = {q->s0, q->s1, q->s2};
+    const size_t ss = amp_dtype_size(q->sdt);
+    float *s[3];
+    for (int j = 0; j < 3; j++) {
+        void *at = sq[j] ? (char *)sq[j] + (size_t)lo * ss : NULL;
+        s[j] = !at || q->sdt == AMP_F32 ? at : sc + (size_t)(2 + j) * UPDATE_BLOCK;
+        if (at && q->sdt != AMP_F32)
+            amp_convert(at, q->sdt, s[j], AMP_F32, (size_t)len);
+    }
     fn(k, p, g, s, len);
-    if (p == pb)
-        amp_convert(pb, AMP_F32, p16, q->pdt, (size_t)len);
+    if (p == pb || q->master)
+        amp_convert(p, AMP_F32, p16, q->pdt, (size_t)len);
+    for (int j = 0; j < 3 && q->sdt != AMP_F32; j++)
+        if (sq[j])
+            amp_convert(s[j], AMP_F32, (char *)sq[j] + (size_t)lo * ss, q->sdt, (size_t)len);
 }
 
 /* Runs fn over every block of the n parameters ps in one parallel region;
@@ -108,7 +127,7 @@ static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_o
     for (int i = 0; i < n; i++) {
         items += (ps[i].n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
         total += ps[i].n;
-        convert = convert || ps[i].pdt != AMP_F32 || ps[i].gdt != AMP_F32;
+        convert = convert || ps[i].pdt != AMP_F32 || ps[i].gdt != AMP_F32 || ps[i].sdt != AMP_F32;
     }
     if (items == 0)
         return AMP_OK;
@@ -118,7 +137,7 @@ static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_o
     if (threads < 1)
         threads = 1;
     work_item *w = amp_alloc((size_t)items * sizeof *w);
-    float *scratch = convert ? amp_alloc((size_t)threads * 2 * UPDATE_BLOCK * sizeof *scratch) : NULL;
+    float *scratch = convert ? amp_alloc((size_t)threads * SCRATCH_BLOCKS * UPDATE_BLOCK * sizeof *scratch) : NULL;
     if (!w || (convert && !scratch)) {
         amp_free(w);
         amp_free(scratch);
@@ -134,13 +153,12 @@ static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_o
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
     {
-        float *pb = scratch ? scratch + (size_t)amp_thread_num() * 2 * UPDATE_BLOCK : NULL;
-        float *gb = pb ? pb + UPDATE_BLOCK : NULL;
+        float *sc = scratch ? scratch + (size_t)amp_thread_num() * SCRATCH_BLOCKS * UPDATE_BLOCK : NULL;
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
         for (int64_t b = 0; b < items; b++)
-            run_item(fn, (const char *)ks + (size_t)w[b].param * k_size, &ps[w[b].param], w[b].lo, w[b].hi, pb, gb);
+            run_item(fn, (const char *)ks + (size_t)w[b].param * k_size, &ps[w[b].param], w[b].lo, w[b].hi, sc);
     }
     amp_free(w);
     amp_free(scratch);
