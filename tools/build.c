@@ -63,6 +63,25 @@ static amp_sched build_sched(const train_opts *o, int64_t total_steps)
     return s;
 }
 
+static amp_dtype dtype_named(const char *s) { return strcmp(s, "bf16") == 0 ? AMP_BF16 : strcmp(s, "fp16") == 0 ? AMP_F16 : AMP_F32; }
+
+/* --param-dtype: the model's weights to 16 bits (before the optimizer is
+ * made over them). */
+static bool levers_model(const train_opts *o, trainer *t)
+{
+    amp_dtype pd = dtype_named(o->param_dtype);
+    return pd == AMP_F32 || amp_module_to_dtype(t->model, pd) == AMP_OK;
+}
+
+/* --param-dtype: f32 masters in the optimizer; --optim-state: its state's
+ * dtype. */
+static bool levers_optim(const train_opts *o, trainer *t)
+{
+    if (dtype_named(o->param_dtype) != AMP_F32 && amp_optim_set_master_weights(t->opt, true) != AMP_OK)
+        return false;
+    return amp_optim_set_state_dtype(t->opt, dtype_named(o->optim_state)) == AMP_OK;
+}
+
 bool trainer_build(trainer *t, const train_opts *o, const run_info *ri, int64_t total_steps)
 {
     memset(t, 0, sizeof *t);
@@ -87,7 +106,12 @@ bool trainer_build(trainer *t, const train_opts *o, const run_info *ri, int64_t 
         for (int i = 0; i < t->n_params; i++)
             t->n_weights += amp_tensor_numel(t->params[i]);
         what = "optimizer";
-        t->opt = build_optim(o, t);
+        if (levers_model(o, t))
+            t->opt = build_optim(o, t);
+        if (t->opt && !levers_optim(o, t)) {
+            amp_optim_free(t->opt);
+            t->opt = NULL;
+        }
     }
     t->autocast = strcmp(o->precision, "fp32") != 0;
     t->dtype = strcmp(o->precision, "fp16") == 0 ? AMP_F16 : AMP_BF16;
