@@ -13,10 +13,15 @@
  *     momentum SGD.
  *   - The levers are saved settings: a resumed run keeps them, and a
  *     conflicting value is exit 2.
+ *   - The memory estimate (--dry-run) follows them: for mlp, cnn and gpt
+ *     with each lever and both, within MEM_TOLERANCE of the measured peak
+ *     (test_cli_memory.c's check), and the levers lower it.
  */
 #include "test_cli_util.h"
 
-static char tiny[256], text[256];
+#include "cli.h"
+
+static char tiny[256], text[256], images[256];
 
 static void test_bad_values_are_refused_with_clear_messages(void)
 {
@@ -123,6 +128,52 @@ static void test_resume_refuses_another_lever(void)
     CHECK_OUT("--optim-state fp32 conflicts with the checkpoint");
 }
 
+/* test_cli_memory.c's small runs. */
+static const char *run_args(int model, char *buf, size_t n)
+{
+    if (model == 0)
+        snprintf(buf, n, "--model mlp --hidden 512,256 --batch 256 --data %s", images);
+    else if (model == 1)
+        snprintf(buf, n, "--model cnn --batch 32 --data %s", images);
+    else
+        snprintf(buf, n, "--model gpt --layers 2 --width 64 --heads 4 --context 32 --batch 8 --val-batches 1 "
+                         "--data %s", text);
+    return buf;
+}
+
+static void test_estimate_follows_the_levers(void)
+{
+    if (!cli_have_binary())
+        return;
+    const char *const levers[4] = {"", "--param-dtype bf16", "--optim-state bf16",
+                                   "--param-dtype bf16 --optim-state bf16"};
+    for (int m = 0; m < 3; m++) {
+        double first = 0;
+        for (int l = 0; l < 4; l++) {
+            char args[1024];
+            run_args(m, args, sizeof args);
+            CHECK_EQ_INT(cli_run("train %s --precision bf16 %s --threads 2 --dry-run", args, levers[l]), 0);
+            double est = cli_value_after("(a run's 'peak memory' line): ");
+            double data = cli_value_after("MiB, the data set ");
+            CHECK_EQ_INT(cli_run("train %s --precision bf16 %s --threads 2 --steps 3", args, levers[l]), 0);
+            double peak = cli_value_after("peak memory ");
+            CHECK_MSG(est > 0 && data >= 0 && peak > 0, "%s %s: no estimate or peak in the output:\n%s", args,
+                      levers[l], cli_out);
+            double need = est - data, got = peak - data, err = need / got - 1;
+            printf("  %-5s bf16 %-38s estimate %.2f MiB, measured %.2f MiB, %+.1f%%\n",
+                   m == 0 ? "mlp" : m == 1 ? "cnn" : "gpt", levers[l], need, got, 100 * err);
+            CHECK_MSG(err <= MEM_TOLERANCE && err >= -MEM_TOLERANCE,
+                      "%s --precision bf16 %s: estimate %.2f MiB vs measured %.2f MiB (%+.1f%%, tolerance %.0f%%)",
+                      args, levers[l], need, got, 100 * err, 100 * MEM_TOLERANCE);
+            if (l == 0)
+                first = need;
+            else
+                CHECK_MSG(need < first, "%s %s: the estimate %.2f MiB is not below bf16's %.2f MiB", args,
+                          levers[l], need, first);
+        }
+    }
+}
+
 int main(void)
 {
     if (!cli_init("test-cli-levers"))
@@ -131,9 +182,12 @@ int main(void)
     cli_write_tiny_images(tiny);
     cli_path(text, sizeof text, "tiny.txt");
     cli_write_tiny_text(text);
+    cli_path(images, sizeof images, "images");
+    cli_write_noise_images(images, 512, 1);
     RUN(test_bad_values_are_refused_with_clear_messages);
     RUN(test_resume_is_exact_with_each_lever);
     RUN(test_resume_refuses_another_lever);
+    RUN(test_estimate_follows_the_levers);
     cli_cleanup();
     return harness_done();
 }
