@@ -7,6 +7,11 @@
  * initial weights. With --device cuda the model moves to the GPU right
  * after it is built (the same initial weights as on the CPU), before the
  * optimizer is made, so the optimizer's state lives there too.
+ *
+ * The memory levers: --param-dtype stores the weights in 16 bits
+ * (amp_module_to_dtype, after the move: the same initial weights,
+ * rounded) and gives the optimizer f32 masters; --optim-state sets the
+ * optimizer's state dtype.
  */
 #include "cli.h"
 
@@ -63,7 +68,11 @@ static amp_sched build_sched(const train_opts *o, int64_t total_steps)
     return s;
 }
 
-static amp_dtype dtype_named(const char *s) { return strcmp(s, "bf16") == 0 ? AMP_BF16 : strcmp(s, "fp16") == 0 ? AMP_F16 : AMP_F32; }
+/* "fp32" / "bf16" / "fp16" (args.c checked the name). */
+static amp_dtype dtype_named(const char *s)
+{
+    return strcmp(s, "bf16") == 0 ? AMP_BF16 : strcmp(s, "fp16") == 0 ? AMP_F16 : AMP_F32;
+}
 
 /* --param-dtype: the model's weights to 16 bits (before the optimizer is
  * made over them). */
@@ -106,7 +115,9 @@ bool trainer_build(trainer *t, const train_opts *o, const run_info *ri, int64_t 
         for (int i = 0; i < t->n_params; i++)
             t->n_weights += amp_tensor_numel(t->params[i]);
         what = "optimizer";
-        if (levers_model(o, t))
+        if (!levers_model(o, t))
+            what = "--param-dtype";
+        else
             t->opt = build_optim(o, t);
         if (t->opt && !levers_optim(o, t)) {
             amp_optim_free(t->opt);

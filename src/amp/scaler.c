@@ -278,8 +278,8 @@ amp_status amp_scaler_unscale(amp_scaler *s, amp_optim *o)
         if (g && g->dtype == AMP_F16 && !optim_master(o, i))
             return amp_set_error(AMP_ERR_DTYPE,
                                  "Attempting to unscale FP16 gradients. (parameter %d has an f16 "
-                                 "gradient; keep f32 master parameters and let autocast cast them, or give the optimizer master "
-                                 "weights: amp_optim_set_master_weights)",
+                                 "gradient; keep f32 master parameters and let autocast cast them, or give "
+                                 "the optimizer master weights: amp_optim_set_master_weights)",
                                  i);
         if (g && tensor_device(g) != tensor_device(s->scale_t))
             return amp_set_error(AMP_ERR_DEVICE,
