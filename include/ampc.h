@@ -620,6 +620,15 @@ AMP_API amp_tensor *amp_optim_master(const amp_optim *o, int i);
  * converted. Anything else: AMP_ERR_DTYPE, nothing changed. */
 AMP_API amp_status amp_optim_set_state_dtype(amp_optim *o, amp_dtype dt);
 AMP_API amp_dtype amp_optim_state_dtype(const amp_optim *o);
+/* bf16 state stored with stochastic rounding instead of to nearest-even:
+ * 16 random bits (a hash of parameter, step, buffer and element: the same
+ * on every thread count, device and resume) added below bf16's last place
+ * before truncating, so each stored value is the f32 one in expectation.
+ * Nearest-even loses every update under half a unit in the last place,
+ * and Adam's exp_avg_sq (beta2 0.999) then drifts (docs/memory.md).
+ * Off by default; no effect on f32 state. */
+AMP_API amp_status amp_optim_set_state_stochastic_rounding(amp_optim *o, bool on);
+AMP_API bool amp_optim_state_stochastic_rounding(const amp_optim *o);
 
 /* Scales gradients so their global L2 norm is at most max_norm; returns the
  * norm before clipping (NAN/inf if a gradient is not finite, as PyTorch,

@@ -32,7 +32,7 @@ static void test_bad_values_are_refused_with_clear_messages(void)
     } cases[] = {
         {"--param-dtype f8", "--param-dtype: unknown value 'f8' (choose from fp32|bf16|fp16)"},
         {"--param-dtype f32", "--param-dtype: unknown value 'f32'"},
-        {"--optim-state fp16", "--optim-state: unknown value 'fp16' (choose from fp32|bf16)"},
+        {"--optim-state fp16", "--optim-state: unknown value 'fp16' (choose from fp32|bf16|bf16-sr)"},
         {"--precision fp32 --param-dtype bf16", "--param-dtype bf16 needs --precision bf16"},
         {"--precision fp16 --param-dtype bf16", "--param-dtype bf16 needs --precision bf16"},
         {"--precision bf16 --param-dtype fp16", "--param-dtype fp16 needs --precision fp16"},
@@ -106,6 +106,12 @@ static void test_resume_is_exact_with_each_lever(void)
              "--lr 0.01 --val-batches 2 --threads 1 --precision bf16 --param-dtype bf16",
              text);
     check_resume_same_file("gpt", args, 8);
+    /* bf16 Adam state with stochastic rounding: the same bits again. */
+    snprintf(args, sizeof args,
+             "--model mlp --data %s --hidden 8 --batch 16 --threads 1 --seed 3 --precision bf16 --lr 0.01 "
+             "--optim-state bf16-sr",
+             tiny);
+    check_resume_same_file("mlp-sr", args, 10);
     /* bf16 momentum alone. */
     snprintf(args, sizeof args,
              "--model cnn --data %s --batch 100 --threads 1 --optim sgd --lr 0.05 --precision bf16 "

@@ -6,7 +6,9 @@
  * The references are the library's own f32 optimizer (test_optim.c holds
  * it to PyTorch): an O2 step is, bit for bit, the f32 step of the master,
  * the parameter its rounding to nearest-even; a bf16-state step is, bit
- * for bit, the f32 step from the widened state, the state stored rounded.
+ * for bit, the f32 step from the widened state, the state stored rounded
+ * (to nearest-even, or stochastically: one of the two neighbours, up as
+ * often as the discarded fraction says).
  * A step the grad scaler skips changes no parameter, master or state; f16
  * gradients of parameters with masters are unscaled into f32; a checkpoint
  * resumes bit-exact with each lever; wrong uses get clear errors.
@@ -157,6 +159,120 @@ static void test_bf16_state_is_rounded_f32_step(void)
             amp_tensor_free(ref);
             amp_tensor_free(f);
         }
+}
+
+/* bf16 state with stochastic rounding: the update still uses the f32
+ * values (the parameter is the reference's, bit for bit), each stored
+ * element is one of the two bf16 values around the reference's f32 value,
+ * and it is rounded away from zero as often as the discarded fractions
+ * say (over 3 buffers x 20007 elements x 4 steps: within 4 standard
+ * deviations), where nearest-even would be biased. */
+static void test_bf16_state_stochastic_rounding(void)
+{
+    amp_tensor *f = test_uniform(AMP_SHAPE(N), AMP_F32, -1, 1, 9);
+    amp_tensor *p = amp_clone(f), *ref = amp_clone(f);
+    amp_optim *o = make_optim(V_ADAMW_AMS, p), *r = make_optim(V_ADAMW_AMS, ref);
+    CHECK_OK(amp_optim_set_state_dtype(o, AMP_BF16));
+    CHECK_OK(amp_optim_set_state_stochastic_rounding(o, true));
+    CHECK(amp_optim_state_stochastic_rounding(o));
+    double ups = 0, expected = 0, var = 0;
+    int64_t outside = 0;
+    for (int s = 0; s < 4; s++) {
+        for (int k = 0; k < 3 && s > 0; k++) {
+            amp_tensor *b = amp_optim_state_tensor(o, 0, state_keys[V_ADAMW_AMS][k]);
+            amp_convert(tensor_ptr(b), AMP_BF16, tensor_ptr(amp_optim_state_tensor(r, 0, state_keys[V_ADAMW_AMS][k])),
+                        AMP_F32, (size_t)N);
+        }
+        amp_tensor *g = grad_of(s, AMP_F32);
+        p->grad = amp_clone(g);
+        ref->grad = g;
+        CHECK_OK(amp_optim_step(o));
+        CHECK_OK(amp_optim_step(r));
+        amp_optim_zero_grad(o);
+        amp_optim_zero_grad(r);
+        CHECK_MSG(same_bits(p, ref), "step %d: parameter != reference", s);
+        for (int k = 0; k < 3; k++) {
+            const float *want = tensor_f32(amp_optim_state_tensor(r, 0, state_keys[V_ADAMW_AMS][k]));
+            const uint16_t *got = tensor_ptr(amp_optim_state_tensor(o, 0, state_keys[V_ADAMW_AMS][k]));
+            for (int64_t j = 0; j < N; j++) {
+                uint32_t u;
+                memcpy(&u, &want[j], 4);
+                const uint16_t down = (uint16_t)(u >> 16);
+                const double frac = (u & 0xffffu) / 65536.0;
+                if (got[j] == down + 1 && frac > 0)
+                    ups += 1;
+                else if (got[j] != down)
+                    outside++;
+                expected += frac;
+                var += frac * (1 - frac);
+            }
+        }
+    }
+    CHECK_EQ_INT(outside, 0);
+    CHECK_MSG(fabs(ups - expected) <= 4 * sqrt(var) + 1, "rounded up %.0f times, expected %.1f (sd %.1f)", ups,
+              expected, sqrt(var));
+    amp_optim_free(o);
+    amp_optim_free(r);
+    amp_tensor_free(p);
+    amp_tensor_free(ref);
+    amp_tensor_free(f);
+}
+
+/* A long run of Adam (beta2 0.999) on normally distributed gradients:
+ * exp_avg_sq's mean, stored in bf16 with stochastic rounding, stays
+ * within 2% of the f32 run's; printed beside it, nearest-even's, which
+ * drifts (docs/memory.md quotes these lines). */
+static void test_stochastic_rounding_keeps_exp_avg_sq_unbiased(void)
+{
+    enum { M = 2000, STEPS = 6000 };
+    amp_tensor *p[3];
+    amp_optim *o[3];
+    for (int k = 0; k < 3; k++) {
+        p[k] = amp_zeros(AMP_SHAPE(M), AMP_F32);
+        amp_adam_opts a = amp_adam_defaults();
+        a.lr = 0; /* the moments only */
+        o[k] = amp_optim_adam(&p[k], 1, a);
+        if (k > 0)
+            CHECK_OK(amp_optim_set_state_dtype(o[k], AMP_BF16));
+        CHECK_OK(amp_optim_set_state_stochastic_rounding(o[k], k == 2));
+    }
+    uint64_t x = 88172645463325252ull;
+    float g[M];
+    for (int s = 1; s <= STEPS; s++) {
+        for (int j = 0; j < M; j++) { /* Box-Muller over xorshift64 */
+            double u[2];
+            for (int q = 0; q < 2; q++) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                u[q] = ((double)(x >> 11) + 0.5) / 9007199254740992.0;
+            }
+            g[j] = (float)(sqrt(-2 * log(u[0])) * cos(6.283185307179586 * u[1]) * 1e-3);
+        }
+        for (int k = 0; k < 3; k++) {
+            p[k]->grad = amp_zeros(AMP_SHAPE(M), AMP_F32);
+            memcpy(tensor_ptr(p[k]->grad), g, sizeof g);
+            CHECK_OK(amp_optim_step(o[k]));
+            amp_optim_zero_grad(o[k]);
+        }
+        if (s == 300 || s == 1000 || s == 3000 || s == STEPS) {
+            double mean[3] = {0, 0, 0};
+            for (int k = 0; k < 3; k++) {
+                float v[M];
+                CHECK_OK(amp_tensor_copy_out(amp_optim_state_tensor(o[k], 0, "exp_avg_sq"), v, AMP_F32));
+                for (int j = 0; j < M; j++)
+                    mean[k] += v[j];
+            }
+            printf("  step %4d: exp_avg_sq in bf16 / f32: nearest-even %.3f, stochastic %.3f\n", s,
+                   mean[1] / mean[0], mean[2] / mean[0]);
+            CHECK_MSG(fabs(mean[2] / mean[0] - 1) < 0.02, "step %d: stochastic rounding's mean is %.3f of f32's", s,
+                      mean[2] / mean[0]);
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        amp_optim_free(o[k]);
+        amp_tensor_free(p[k]);
+    }
 }
 
 /* Existing f32 state is converted (rounded); f16 state is refused. */
@@ -415,6 +531,8 @@ int main(void)
 {
     RUN(test_o2_step_is_f32_step_of_master);
     RUN(test_bf16_state_is_rounded_f32_step);
+    RUN(test_bf16_state_stochastic_rounding);
+    RUN(test_stochastic_rounding_keeps_exp_avg_sq_unbiased);
     RUN(test_state_dtype_switch_and_refusal);
     RUN(test_skipped_step_changes_nothing);
     RUN(test_f16_grads_without_master_refused);

@@ -11,7 +11,7 @@
  * The memory levers: --param-dtype stores the weights in 16 bits
  * (amp_module_to_dtype, after the move: the same initial weights,
  * rounded) and gives the optimizer f32 masters; --optim-state sets the
- * optimizer's state dtype.
+ * optimizer's state dtype (bf16-sr: bf16 with stochastic rounding).
  */
 #include "cli.h"
 
@@ -68,10 +68,10 @@ static amp_sched build_sched(const train_opts *o, int64_t total_steps)
     return s;
 }
 
-/* "fp32" / "bf16" / "fp16" (args.c checked the name). */
+/* "fp32" / "bf16" ("bf16-sr") / "fp16" (args.c checked the name). */
 static amp_dtype dtype_named(const char *s)
 {
-    return strcmp(s, "bf16") == 0 ? AMP_BF16 : strcmp(s, "fp16") == 0 ? AMP_F16 : AMP_F32;
+    return strncmp(s, "bf16", 4) == 0 ? AMP_BF16 : strcmp(s, "fp16") == 0 ? AMP_F16 : AMP_F32;
 }
 
 /* --param-dtype: the model's weights to 16 bits (before the optimizer is
@@ -88,7 +88,8 @@ static bool levers_optim(const train_opts *o, trainer *t)
 {
     if (dtype_named(o->param_dtype) != AMP_F32 && amp_optim_set_master_weights(t->opt, true) != AMP_OK)
         return false;
-    return amp_optim_set_state_dtype(t->opt, dtype_named(o->optim_state)) == AMP_OK;
+    return amp_optim_set_state_dtype(t->opt, dtype_named(o->optim_state)) == AMP_OK &&
+           amp_optim_set_state_stochastic_rounding(t->opt, strcmp(o->optim_state, "bf16-sr") == 0) == AMP_OK;
 }
 
 bool trainer_build(trainer *t, const train_opts *o, const run_info *ri, int64_t total_steps)

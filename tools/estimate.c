@@ -508,7 +508,7 @@ static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batc
               .eval = eval,
               .threads = threads > 0 ? threads : 1,
               .p16 = strcmp(o->param_dtype, "fp32") != 0,
-              .state_es = strcmp(o->optim_state, "bf16") == 0 ? 2 : 4};
+              .state_es = strncmp(o->optim_state, "bf16", 4) == 0 ? 2 : 4};
     const char *lib = getenv("AMPC_CPU_LIB");
     t.onednn = strstr(amp_cpu_kernels(), "oneDNN") && !(lib && strcmp(lib, "own") == 0);
     if (strcmp(o->model, "mlp") == 0)

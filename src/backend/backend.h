@@ -179,16 +179,18 @@ typedef struct {
     int index;
 } be_optim_param;
 
-/* SGD's constants, as f32 (torch.optim's SGD runs in the parameter's f32). */
+/* SGD's constants, as f32 (torch.optim's SGD runs in the parameter's f32).
+ * sr: bf16 state is stored with stochastic rounding (round_rule.h). */
 typedef struct {
     float lr, weight_decay, momentum, one_minus_dampening;
-    bool nesterov;
+    bool nesterov, sr;
 } be_sgd_opts;
 
-/* Adam's (decoupled: AdamW); amsgrad uses s2 as the running maximum. */
+/* Adam's (decoupled: AdamW); amsgrad uses s2 as the running maximum; sr
+ * as SGD's. */
 typedef struct {
     double lr, beta1, beta2, eps, weight_decay;
-    bool decoupled, amsgrad;
+    bool decoupled, amsgrad, sr;
 } be_adam_opts;
 
 /* ------------------------------------------------------------ the table */

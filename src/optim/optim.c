@@ -444,6 +444,16 @@ amp_status amp_optim_set_state_dtype(amp_optim *o, amp_dtype dt)
 
 amp_dtype amp_optim_state_dtype(const amp_optim *o) { return o ? o->state_dt : AMP_F32; }
 
+amp_status amp_optim_set_state_stochastic_rounding(amp_optim *o, bool on)
+{
+    if (!o)
+        return amp_set_error(AMP_ERR_ARG, "optim_set_state_stochastic_rounding: NULL optimizer");
+    o->state_sr = on;
+    return AMP_OK;
+}
+
+bool amp_optim_state_stochastic_rounding(const amp_optim *o) { return o && o->state_sr; }
+
 /* ------------------------------------------------------------ accessors */
 
 void amp_optim_zero_grad(amp_optim *o)

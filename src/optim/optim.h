@@ -86,6 +86,7 @@ struct amp_optim {
     amp_tensor **master;      /* n: each 16-bit parameter's f32 master (masters on), else NULL */
     uint64_t *master_version; /* n: the parameter's storage version its master was last in step with */
     amp_dtype state_dt;       /* the state buffers' dtype: AMP_F32 (default) or AMP_BF16 */
+    bool state_sr;            /* bf16 state stored with stochastic rounding */
 };
 
 /* Brings parameter i's master in step with it when master weights are on

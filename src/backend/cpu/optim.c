@@ -19,6 +19,7 @@
  */
 #include "backend/cpu/cpu_backend.h"
 
+#include "backend/round_rule.h"
 #include "base/base.h"
 
 #include <stdlib.h>
@@ -85,11 +86,22 @@ typedef struct {
  * three state buffers. */
 #define SCRATCH_BLOCKS 5
 
+/* Stores n f32 values as bf16 into dst with stochastic rounding: the bits
+ * of element lo + i of state slot `slot` of parameter `index` at step t
+ * (round_rule.h). */
+static void store_bf16_sr(const float *v, uint16_t *dst, int64_t n, int index, int64_t t, int slot, int64_t lo)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = be_bf16_sr(v[i], be_sr_bits(index, t, slot, lo + i));
+}
+
 /* Runs fn over one work item; sc is this thread's f32 scratch of
  * SCRATCH_BLOCKS * UPDATE_BLOCK elements for 16-bit parameters,
  * gradients and state (widening is exact, and each is rounded once on
- * store, as a whole-tensor conversion would). */
-static void run_item(range_fn fn, const void *k, const be_optim_param *q, int64_t lo, int64_t hi, float *sc)
+ * store, as a whole-tensor conversion would: to nearest-even, or for bf16
+ * state stochastically when sr_t, the parameter's step, is > 0). */
+static void run_item(range_fn fn, const void *k, const be_optim_param *q, int64_t lo, int64_t hi, float *sc,
+                     int64_t sr_t)
 {
     const int64_t len = hi - lo;
     float *pb = sc, *gb = sc ? sc + UPDATE_BLOCK : NULL;
@@ -112,15 +124,22 @@ static void run_item(range_fn fn, const void *k, const be_optim_param *q, int64_
     fn(k, p, g, s, len);
     if (p == pb || q->master)
         amp_convert(p, AMP_F32, p16, q->pdt, (size_t)len);
-    for (int j = 0; j < 3 && q->sdt != AMP_F32; j++)
-        if (sq[j])
-            amp_convert(s[j], AMP_F32, (char *)sq[j] + (size_t)lo * ss, q->sdt, (size_t)len);
+    for (int j = 0; j < 3 && q->sdt != AMP_F32; j++) {
+        void *dst = sq[j] ? (char *)sq[j] + (size_t)lo * ss : NULL;
+        if (dst && sr_t > 0 && q->sdt == AMP_BF16)
+            store_bf16_sr(s[j], dst, len, q->index, sr_t, j, lo);
+        else if (dst)
+            amp_convert(s[j], AMP_F32, dst, q->sdt, (size_t)len);
+    }
 }
 
 /* Runs fn over every block of the n parameters ps in one parallel region;
- * ks holds each parameter's constants (k_size bytes apiece). Allocates
- * everything before touching a value: on failure nothing has changed. */
-static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_optim_param *ps, int n)
+ * ks holds each parameter's constants (k_size bytes apiece); sr_t, when
+ * not NULL, each parameter's step for stochastic rounding of bf16 state.
+ * Allocates everything before touching a value: on failure nothing has
+ * changed. */
+static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_optim_param *ps, int n,
+                          const int64_t *sr_t)
 {
     int64_t items = 0, total = 0;
     bool convert = false;
@@ -158,11 +177,29 @@ static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_o
 #pragma omp for schedule(dynamic, 1)
 #endif
         for (int64_t b = 0; b < items; b++)
-            run_item(fn, (const char *)ks + (size_t)w[b].param * k_size, &ps[w[b].param], w[b].lo, w[b].hi, sc);
+            run_item(fn, (const char *)ks + (size_t)w[b].param * k_size, &ps[w[b].param], w[b].lo, w[b].hi, sc,
+                     sr_t ? sr_t[w[b].param] : 0);
     }
     amp_free(w);
     amp_free(scratch);
     return AMP_OK;
+}
+
+/* run_all, with each parameter's step (its counter + 1) for stochastic
+ * rounding when sr. */
+static amp_status run_all_sr(range_fn fn, const void *ks, size_t k_size, const be_optim_param *ps, int n,
+                             const int64_t *steps, bool sr)
+{
+    if (!sr)
+        return run_all(fn, ks, k_size, ps, n, NULL);
+    int64_t *t = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *t);
+    if (!t)
+        return AMP_ERR_MEMORY;
+    for (int i = 0; i < n; i++)
+        t[i] = steps[ps[i].index] + 1;
+    amp_status st = run_all(fn, ks, k_size, ps, n, t);
+    amp_free(t);
+    return st;
 }
 
 /* ------------------------------------------------------------------ SGD */
@@ -223,6 +260,7 @@ static void sgd_fn_v(const void *k, float *p, const float *g, float *const *s, i
 
 static amp_status sgd_all(const be_sgd_opts *s, const be_optim_param *ps, int n, const int64_t *steps)
 {
+    const bool sr = s->sr;
     sgd_k *ks = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *ks);
     if (!ks)
         return AMP_ERR_MEMORY;
@@ -233,7 +271,7 @@ static amp_status sgd_all(const be_sgd_opts *s, const be_optim_param *ps, int n,
     if (use_vector())
         fn = sgd_fn_v;
 #endif
-    amp_status st = run_all(fn, ks, sizeof *ks, ps, n);
+    amp_status st = run_all_sr(fn, ks, sizeof *ks, ps, n, steps, sr);
     amp_free(ks);
     return st;
 }
@@ -316,6 +354,7 @@ static void adam_fn_v(const void *k, float *p, const float *g, float *const *s, 
 
 static amp_status adam_all(const be_adam_opts *a, const be_optim_param *ps, int n, const int64_t *steps)
 {
+    const bool sr = a->sr;
     adam_k *ks = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *ks);
     if (!ks)
         return AMP_ERR_MEMORY;
@@ -341,7 +380,7 @@ static amp_status adam_all(const be_adam_opts *a, const be_optim_param *ps, int 
     if (use_vector())
         fn = adam_fn_v;
 #endif
-    amp_status st = run_all(fn, ks, sizeof *ks, ps, n);
+    amp_status st = run_all_sr(fn, ks, sizeof *ks, ps, n, steps, sr);
     amp_free(ks);
     return st;
 }

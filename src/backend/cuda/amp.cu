@@ -28,6 +28,7 @@
  * element.
  */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/round_rule.h"
 #include "backend/scaler_rule.h"
 
 #include <math.h>
@@ -360,6 +361,18 @@ __global__ void k_count_steps(__grid_constant__ const mt_list l, long long *step
         steps[n_counters]++;
 }
 
+/* Stores v as element j of state buffer p in dtype sdt: rounded to
+ * nearest-even, or, for bf16 with sr, stochastically with the bits of
+ * (parameter index, step t, slot, j) as the CPU's (round_rule.h). */
+__device__ __forceinline__ void st_state(void *p, int sdt, int64_t j, float v, bool sr, int index, long long t,
+                                         int slot)
+{
+    if (sr && sdt == AMP_BF16)
+        ((uint16_t *)p)[j] = be_bf16_sr(v, be_sr_bits(index, t, slot, j));
+    else
+        st_f32(p, sdt, j, v);
+}
+
 __global__ void k_sgd(__grid_constant__ const mt_list l, const long long *steps, const float *found_inf,
                       cuda_sgd_opts o)
 {
@@ -381,7 +394,7 @@ __global__ void k_sgd(__grid_constant__ const mt_list l, const long long *steps,
                  * nearest-even): the f32 value serves this step, as in the
                  * CPU's scratch block. */
                 float b = first ? gj : ld_f32(buf, sdt, j) * o.momentum + o.one_minus_dampening * gj;
-                st_f32(buf, sdt, j, b);
+                st_state(buf, sdt, j, b, o.sr, t.p.index, steps[t.p.index] + 1, 0);
                 gj = o.nesterov ? gj + o.momentum * b : b;
             }
             const float np = pj + neg_lr * gj;
@@ -420,14 +433,15 @@ __global__ void k_adam(__grid_constant__ const mt_list l, const long long *steps
             float mj = ld_f32(m, sdt, j);
             float d = gj - mj;
             mj = w1 < 0.5f ? mj + w1 * d : gj - d * (1.0f - w1);
-            st_f32(m, sdt, j, mj);
+            const long long tt = steps[t.p.index] + 1;
+            st_state(m, sdt, j, mj, a.sr, t.p.index, tt, 0);
             float vv = ld_f32(v, sdt, j) * b2 + w2 * gj * gj;
-            st_f32(v, sdt, j, vv);
+            st_state(v, sdt, j, vv, a.sr, t.p.index, tt, 1);
             if (vmax) {
                 float vm = ld_f32(vmax, sdt, j);
                 if (!(vm >= vv))
                     vm = vv;
-                st_f32(vmax, sdt, j, vm);
+                st_state(vmax, sdt, j, vm, a.sr, t.p.index, tt, 2);
                 vv = vm;
             }
             float denom = sqrtf(vv) / bc2_sqrt + eps;
