@@ -710,8 +710,8 @@ static void test_sequential_linear_relu_on_cuda(void)
 
 /* The memory levers on the device: SGD with Nesterov momentum and AdamW
  * with amsgrad, on bf16 and f16 parameters with f32 masters and bf16
- * state, follow the CPU for 3 steps (parameter, master and every state
- * buffer). */
+ * state (AdamW's rounded stochastically, with the CPU's bits), follow the
+ * CPU for 3 steps (parameter, master and every state buffer). */
 static void test_levers_step_follows_the_cpu(void)
 {
     if (!gpu())
@@ -734,6 +734,7 @@ static void test_levers_step_follows_the_cpu(void)
                 o[k] = v == 0 ? amp_optim_sgd(&p[k], 1, so) : amp_optim_adamw(&p[k], 1, ao);
                 CHECK_OK(amp_optim_set_master_weights(o[k], true));
                 CHECK_OK(amp_optim_set_state_dtype(o[k], AMP_BF16));
+                CHECK_OK(amp_optim_set_state_stochastic_rounding(o[k], v == 1)); /* AdamW: stochastically */
             }
             for (int s = 0; s < 3; s++) {
                 amp_tensor *gf = test_uniform(AMP_SHAPE(5000), AMP_F32, -2, 2, 40 + (uint64_t)s);
