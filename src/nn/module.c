@@ -321,9 +321,9 @@ static bool keeps_f32(const amp_module *m)
     return strcmp(m->kind, "layer_norm") == 0 || strcmp(m->kind, "embedding") == 0 || strcmp(m->kind, "gpt") == 0;
 }
 
-/* Converts the parameters of m and its children (every dtype made
- * before any changes would need the whole model twice: one at a time, and
- * a failure leaves a model partly converted, which the error says). */
+/* Converts the parameters of m and its children one tensor at a time
+ * (converting all before swapping any would hold the whole model twice),
+ * so a failure leaves the model partly converted, which the error says. */
 static amp_status to_dtype_walk(amp_module *m, amp_dtype dt)
 {
     for (int i = 0; i < m->n_own; i++) {
@@ -348,8 +348,11 @@ amp_status amp_module_to_dtype(amp_module *m, amp_dtype dt)
         return amp_set_error(AMP_ERR_DTYPE, "module_to_dtype: dtype %s is not f32, f16 or bf16",
                              (unsigned)dt < AMP_DTYPE_COUNT ? amp_dtype_name(dt) : "(invalid)");
     amp_status st = to_dtype_walk(m, dt);
-    if (st != AMP_OK)
-        return amp_set_error(st, "module_to_dtype: %s (some parameters may already be %s)", amp_last_error(),
+    if (st != AMP_OK) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", amp_last_error());
+        return amp_set_error(st, "module_to_dtype: %s (some parameters may already be %s)", why,
                              amp_dtype_name(dt));
+    }
     return AMP_OK;
 }

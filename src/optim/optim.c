@@ -346,8 +346,11 @@ static bool is_16bit(const amp_tensor *t) { return t->dtype == AMP_F16 || t->dty
 amp_status optim_sync_master(const amp_optim *o, int i)
 {
     amp_tensor *p = o->params[i], **m = &o->master[i];
-    if (!o->masters || !is_16bit(p))
+    if (!o->masters || !is_16bit(p)) { /* (a parameter made f32 since drops its master) */
+        amp_tensor_free(*m);
+        *m = NULL;
         return AMP_OK;
+    }
     if (*m && tensor_device(*m) == tensor_device(p) && o->master_version[i] == p->storage->version)
         return AMP_OK;
     if (*m && tensor_device(*m) == tensor_device(p)) {

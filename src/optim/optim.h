@@ -92,8 +92,9 @@ struct amp_optim {
 /* Brings parameter i's master in step with it when master weights are on
  * and it is 16-bit: made (f32, on the parameter's device) when missing or
  * on another device, re-seeded from the parameter when the parameter was
- * written from outside the optimizer since. Does nothing otherwise. (o is
- * const as the checkpoint writer holds it; only what it points to moves.) */
+ * written from outside the optimizer since. Otherwise drops a master it
+ * has (a parameter made f32 since). (o is const as the checkpoint writer
+ * holds it; only what it points to changes.) */
 amp_status optim_sync_master(const amp_optim *o, int i);
 
 /* Parameter i's master after optim_sync_master, or NULL when it has none. */

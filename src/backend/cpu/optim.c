@@ -6,9 +6,9 @@
  * parallel region, so many small parameters do not each pay a fork / join;
  * each block runs on AVX-512 where the CPU has it, 16-bit parameters,
  * gradients and (bf16) state through per-thread f32 scratch; a parameter
- * with an f32 master copy is updated on the master and stored rounded. Per-parameter scalars (step
- * counts, bias corrections) are worked out once per parameter before the
- * loop.
+ * with an f32 master copy is updated on the master and stored rounded.
+ * Per-parameter scalars (step counts, bias corrections) are worked out
+ * once per parameter before the loop.
  *
  * The loops follow torch.optim's single-tensor implementations operation
  * for operation (torch/optim/sgd.py _single_tensor_sgd, adam.py
