@@ -372,7 +372,8 @@ static void test_f16_grads_without_master_refused(void)
 }
 
 /* A write to the parameter from outside the optimizer re-seeds its
- * master; the optimizer's own writes do not. */
+ * master; the optimizer's own writes do not; a parameter made f32 has
+ * none. */
 static void test_master_follows_outside_writes(void)
 {
     amp_tensor *p = as(test_uniform(AMP_SHAPE(64), AMP_F32, -1, 1, 21), AMP_BF16);
@@ -389,6 +390,11 @@ static void test_master_follows_outside_writes(void)
     amp_tensor_free(w);
     w = as(p, AMP_F32);
     CHECK(same_bits(amp_optim_master(o, 0), w));
+    /* Made f32 again: no master (the step updates it in place). */
+    CHECK_OK(tensor_retype(p, AMP_F32));
+    CHECK(amp_optim_master(o, 0) == NULL);
+    CHECK_OK(tensor_retype(p, AMP_BF16));
+    CHECK(amp_optim_master(o, 0) != NULL);
     CHECK_OK(amp_optim_set_master_weights(o, false));
     CHECK(amp_optim_master(o, 0) == NULL);
     amp_tensor_free(w);
