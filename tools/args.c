@@ -76,11 +76,11 @@ static const opt_def opts[] = {
       "fp32, bf16 autocast, or fp16 autocast with the grad scaler (default bf16; fp16 with --device cuda)"),
     O("no-scaler", "", OPT_FLAG, OC_SETTING, no_scaler, 0, 0, NULL, NULL, false, "fp16 without the grad scaler"),
     O("param-dtype", "DT", OPT_STR, OC_SHAPE, param_dtype, 0, 0, "fp32|bf16|fp16", NULL, false,
-      "store the weights in 16 bits (= --precision; norms and embeddings stay fp32), the optimizer keeping "
-      "fp32 masters (Apex O2; default fp32)"),
+      "bf16 / fp16 (= --precision): weights in 16 bits, norms and embeddings fp32, fp32 masters in the "
+      "optimizer (Apex O2; default fp32)"),
     O("optim-state", "DT", OPT_STR, OC_SHAPE, optim_state, 0, 0, "fp32|bf16|bf16-sr", NULL, false,
-      "the optimizer's state (Adam's moments, SGD's momentum) in fp32 or bf16 (rounded to nearest-even, or "
-      "bf16-sr: stochastically), updated in fp32 (default fp32)"),
+      "optimizer state (Adam's moments, SGD's momentum): fp32, bf16, or bf16-sr (stochastic rounding); "
+      "updated in fp32 (default fp32)"),
     O("init-scale", "X", OPT_REAL, OC_SETTING, init_scale, 1e-30, 1e30, NULL, NULL, false,
       "the grad scaler's initial scale (default 65536)"),
     O("growth-interval", "N", OPT_INT, OC_SETTING, growth_interval, 1, 1e12, NULL, NULL, false,
