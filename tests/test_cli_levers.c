@@ -14,8 +14,9 @@
  *   - The levers are saved settings: a resumed run keeps them, and a
  *     conflicting value is exit 2.
  *   - The memory estimate (--dry-run) follows them: for mlp, cnn and gpt
- *     with each lever and both, within MEM_TOLERANCE of the measured peak
- *     (test_cli_memory.c's check), and the levers lower it.
+ *     in bf16 with each lever and both, and in fp16 with both, within
+ *     MEM_TOLERANCE of the measured peak (test_cli_memory.c's check), and
+ *     the levers lower it.
  */
 #include "test_cli_util.h"
 
@@ -151,31 +152,37 @@ static void test_estimate_follows_the_levers(void)
 {
     if (!cli_have_binary())
         return;
-    const char *const levers[4] = {"", "--param-dtype bf16", "--optim-state bf16",
-                                   "--param-dtype bf16 --optim-state bf16"};
+    /* Each precision's run without levers first, the base of the check
+     * that the levers lower the estimate. */
+    const char *const runs[6] = {"--precision bf16",
+                                 "--precision bf16 --param-dtype bf16",
+                                 "--precision bf16 --optim-state bf16",
+                                 "--precision bf16 --param-dtype bf16 --optim-state bf16-sr",
+                                 "--precision fp16",
+                                 "--precision fp16 --param-dtype fp16 --optim-state bf16"};
     for (int m = 0; m < 3; m++) {
-        double first = 0;
-        for (int l = 0; l < 4; l++) {
+        double base = 0;
+        for (int l = 0; l < 6; l++) {
             char args[1024];
             run_args(m, args, sizeof args);
-            CHECK_EQ_INT(cli_run("train %s --precision bf16 %s --threads 2 --dry-run", args, levers[l]), 0);
+            CHECK_EQ_INT(cli_run("train %s %s --threads 2 --dry-run", args, runs[l]), 0);
             double est = cli_value_after("(a run's 'peak memory' line): ");
             double data = cli_value_after("MiB, the data set ");
-            CHECK_EQ_INT(cli_run("train %s --precision bf16 %s --threads 2 --steps 3", args, levers[l]), 0);
+            CHECK_EQ_INT(cli_run("train %s %s --threads 2 --steps 3", args, runs[l]), 0);
             double peak = cli_value_after("peak memory ");
             CHECK_MSG(est > 0 && data >= 0 && peak > 0, "%s %s: no estimate or peak in the output:\n%s", args,
-                      levers[l], cli_out);
+                      runs[l], cli_out);
             double need = est - data, got = peak - data, err = need / got - 1;
-            printf("  %-5s bf16 %-38s estimate %.2f MiB, measured %.2f MiB, %+.1f%%\n",
-                   m == 0 ? "mlp" : m == 1 ? "cnn" : "gpt", levers[l], need, got, 100 * err);
+            printf("  %-5s %-58s estimate %.2f MiB, measured %.2f MiB, %+.1f%%\n",
+                   m == 0 ? "mlp" : m == 1 ? "cnn" : "gpt", runs[l], need, got, 100 * err);
             CHECK_MSG(err <= MEM_TOLERANCE && err >= -MEM_TOLERANCE,
-                      "%s --precision bf16 %s: estimate %.2f MiB vs measured %.2f MiB (%+.1f%%, tolerance %.0f%%)",
-                      args, levers[l], need, got, 100 * err, 100 * MEM_TOLERANCE);
-            if (l == 0)
-                first = need;
+                      "%s %s: estimate %.2f MiB vs measured %.2f MiB (%+.1f%%, tolerance %.0f%%)", args, runs[l],
+                      need, got, 100 * err, 100 * MEM_TOLERANCE);
+            if (l == 0 || l == 4)
+                base = need;
             else
-                CHECK_MSG(need < first, "%s %s: the estimate %.2f MiB is not below bf16's %.2f MiB", args,
-                          levers[l], need, first);
+                CHECK_MSG(need < base, "%s %s: the estimate %.2f MiB is not below the run's without levers, %.2f MiB",
+                          args, runs[l], need, base);
         }
     }
 }

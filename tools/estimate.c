@@ -21,8 +21,12 @@
  * stored in 16 bits (linear and conv weights and biases; not norms, not
  * embedding tables, not the GPT's tied wte: amp_module_to_dtype) takes 2
  * bytes, its gradient 2, and no cached copy; the optimizer adds its f32
- * master (4 bytes, counted with the parameters). bf16 optimizer state
- * takes 2 bytes an element per slot instead of 4.
+ * master (4 bytes, counted with the parameters). An f16 weight's gradient
+ * is widened to f32 when the grad scaler unscales it, after backward, so
+ * the gradients are counted at 4 bytes there (the peak of the unscale,
+ * which with f16 weights can pass backward's; 2 bytes a weight too many
+ * in backward). bf16 optimizer state takes 2 bytes an element per slot
+ * instead of 4.
  * + the scratch of the op whose backward is running    "workspace"
  *
  * The forward is written down op by op as the models call them
@@ -90,6 +94,7 @@ typedef struct {
     bool p16;           /* --param-dtype bf16 / fp16: lowered ops' weights stored in 16 bits */
     int state_es;       /* --optim-state: bytes of an optimizer state element */
     uint64_t masters;   /* the f32 masters of 16-bit parameters */
+    uint64_t widened;   /* f16 parameters: their gradients widened to f32, beyond the f16 size */
     uint64_t state;     /* one optimizer state slot over every parameter */
 } tape;
 
@@ -201,6 +206,8 @@ static void param_as(tape *t, int64_t numel, bool lowered, bool can16)
     const uint64_t b = bytes_of(t, numel, p16 ? 2 : 4);
     if (p16)
         t->masters += bytes_of(t, numel, 4);
+    if (p16 && t->f16)
+        t->widened += bytes_of(t, numel, 4) - b;
     t->state += bytes_of(t, numel, t->state_es);
     t->leaf += b;
     t->leaf_max = b > t->leaf_max ? b : t->leaf_max;
@@ -497,7 +504,7 @@ const char *mem_cat_name(mem_cat c)
  * evaluation pass's. */
 typedef struct {
     uint64_t params, param_max, acts, casts, act_grads, grads, work, total;
-    uint64_t masters, state; /* f32 masters; one optimizer state slot */
+    uint64_t masters, state, widened; /* f32 masters; one optimizer state slot; f16 gradients widened */
 } model_peak;
 
 static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batch, int threads, bool eval)
@@ -522,7 +529,8 @@ static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batc
                     .acts = t.acts,
                     .casts = t.casts,
                     .masters = t.masters,
-                    .state = t.state};
+                    .state = t.state,
+                    .widened = t.widened};
     if (eval) {
         m.work = t.fwd_peak > t.acts ? t.fwd_peak - t.acts : 0;
         m.total = t.acts + t.casts + m.work;
@@ -581,7 +589,7 @@ void mem_estimate_run(const train_opts *o, const run_info *ri, const run_data *r
     e->params = mem_param_count(o, ri);
     uint64_t *m = cuda ? e->dev : e->host;
     m[MEM_PARAMS] = pb + t.masters;
-    m[MEM_GRADS] = pb; /* (each in its parameter's dtype) */
+    m[MEM_GRADS] = pb + t.widened; /* (each in its parameter's dtype; f16 ones once unscaled in f32) */
     int slots = strcmp(o->optim, "sgd") == 0 ? o->momentum != 0 : 2;
     m[MEM_OPTIM] = (uint64_t)slots * t.state;
     const model_peak *use = ev.total > t.total ? &ev : &t;
