@@ -541,6 +541,17 @@ AMP_API void amp_module_free(amp_module *m);
 /* amp_tensor_move for every parameter of m. Checks the device first, so
  * "no GPU" changes nothing. Create optimizers after the move. */
 AMP_API amp_status amp_module_to(amp_module *m, amp_device dev);
+/* Stores m's parameters in dt in place (the tensors stay the same
+ * objects; values rounded to nearest-even), Apex O2's model.half(): every
+ * parameter except those of layer_norm modules (kept f32, Apex's
+ * keep_batchnorm_fp32: autocast runs the norms in f32) and of embedding
+ * modules (kept f32: autocast does not lower an embedding, and a 16-bit
+ * table would put the whole residual stream in 16 bits). Linear and conv
+ * weights and biases go to dt: under autocast those ops run in 16 bits
+ * anyway, so they need no cast and no cached 16-bit copy. dt: f32, f16 or
+ * bf16. Gradients are dropped. Convert before creating the optimizer, and
+ * give it master weights (amp_optim_set_master_weights). */
+AMP_API amp_status amp_module_to_dtype(amp_module *m, amp_dtype dt);
 
 /* ------------------------------------------------------------------ optim */
 
@@ -577,8 +588,8 @@ AMP_API amp_tensor *amp_optim_param(const amp_optim *o, int i);
 AMP_API int64_t amp_optim_steps(const amp_optim *o);
 AMP_API void amp_optim_free(amp_optim *o);
 
-/* Optimizer state, for checkpoints. Parameter i's f32 buffer called name
- * (PyTorch's keys: "momentum_buffer"; "exp_avg", "exp_avg_sq",
+/* Optimizer state, for checkpoints. Parameter i's buffer called name, in
+ * amp_optim_state_dtype (PyTorch's keys: "momentum_buffer"; "exp_avg", "exp_avg_sq",
  * "max_exp_avg_sq"), owned by the optimizer; NULL without an error before
  * the parameter's first step, NULL with an error for a name these options
  * do not use. */
@@ -589,6 +600,37 @@ AMP_API int64_t amp_optim_param_steps(const amp_optim *o, int i);
  * 0 drops them. */
 AMP_API amp_status amp_optim_set_param_steps(amp_optim *o, int i, int64_t steps);
 AMP_API amp_status amp_optim_set_steps(amp_optim *o, int64_t steps);
+
+/* Master weights (Apex O2). On: the optimizer keeps an f32 master copy of
+ * each f16 / bf16 parameter (made now, from the parameter, exactly); a
+ * step computes the update in f32 on the master and writes the parameter
+ * rounded to nearest-even, so updates smaller than the parameter's 16-bit
+ * spacing accumulate instead of rounding away. The gradients stay in the
+ * parameter's dtype (the grad scaler unscales bf16 ones in place and f16
+ * ones into f32, see amp_scaler_unscale). A write to a parameter from
+ * outside the optimizer (amp_tensor_copy_in, amp_tensor_data, a checkpoint
+ * load, amp_tensor_move) re-seeds its master from the 16-bit value. f32
+ * parameters have no master. Off drops the masters. */
+AMP_API amp_status amp_optim_set_master_weights(amp_optim *o, bool on);
+AMP_API bool amp_optim_master_weights(const amp_optim *o);
+/* Parameter i's f32 master (owned by the optimizer), or NULL (no error)
+ * when it has none: master weights off, or an f32 parameter. */
+AMP_API amp_tensor *amp_optim_master(const amp_optim *o, int i);
+/* The dtype of the optimizer's state buffers: AMP_F32 (default) or
+ * AMP_BF16 (Adam's moments, SGD's momentum: loaded to f32, updated in f32,
+ * stored rounded to nearest-even; half the memory). Existing buffers are
+ * converted. Anything else: AMP_ERR_DTYPE, nothing changed. */
+AMP_API amp_status amp_optim_set_state_dtype(amp_optim *o, amp_dtype dt);
+AMP_API amp_dtype amp_optim_state_dtype(const amp_optim *o);
+/* bf16 state stored with stochastic rounding instead of to nearest-even:
+ * 16 random bits (a hash of parameter, step, buffer and element: the same
+ * on every thread count, device and resume) added below bf16's last place
+ * before truncating, so each stored value is the f32 one in expectation.
+ * Nearest-even loses every update under half a unit in the last place,
+ * and Adam's exp_avg_sq (beta2 0.999) then drifts (docs/memory.md).
+ * Off by default; no effect on f32 state. */
+AMP_API amp_status amp_optim_set_state_stochastic_rounding(amp_optim *o, bool on);
+AMP_API bool amp_optim_state_stochastic_rounding(const amp_optim *o);
 
 /* Scales gradients so their global L2 norm is at most max_norm; returns the
  * norm before clipping (NAN/inf if a gradient is not finite, as PyTorch,

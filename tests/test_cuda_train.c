@@ -7,8 +7,9 @@
  * dropout, under autocast) against the CPU; clip_grad_norm on the device
  * (non-finite cases included), and its 0-d tensor variant, which does not
  * wait; checkpoints of a CUDA model (loaded on
- * the CPU and on CUDA); and a sequential Linear-ReLU-Linear (the fused
- * linear + relu) against the CPU.
+ * the CPU and on CUDA); a sequential Linear-ReLU-Linear (the fused
+ * linear + relu) against the CPU; and the memory levers' optimizer steps
+ * (f32 masters of 16-bit parameters, bf16 state) against the CPU.
  *
  * The ops themselves are test_cuda.c's; `ampc ... --device cuda` is
  * test_cuda_cli.c's; what they share is cuda_rig.h.
@@ -17,6 +18,7 @@
  * the program exits 77, which CTest shows as "Skipped".
  */
 #include "cuda_rig.h"
+#include "tensor/tensor.h"
 
 #include <unistd.h>
 
@@ -706,6 +708,60 @@ static void test_sequential_linear_relu_on_cuda(void)
     }
 }
 
+/* The memory levers on the device: SGD with Nesterov momentum and AdamW
+ * with amsgrad, on bf16 and f16 parameters with f32 masters and bf16
+ * state (AdamW's rounded stochastically, with the CPU's bits), follow the
+ * CPU for 3 steps (parameter, master and every state buffer). */
+static void test_levers_step_follows_the_cpu(void)
+{
+    if (!gpu())
+        return;
+    const amp_dtype pdts[2] = {AMP_BF16, AMP_F16};
+    const char *const keys[2][3] = {{"momentum_buffer"}, {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}};
+    for (int v = 0; v < 2; v++)
+        for (int d = 0; d < 2; d++) {
+            amp_tensor *f = test_uniform(AMP_SHAPE(5000), AMP_F32, -1, 1, 31);
+            amp_tensor *p[2], *h = tensor_convert(f, pdts[d]);
+            p[0] = h;
+            p[1] = amp_to_device(h, AMP_CUDA);
+            amp_optim *o[2];
+            for (int k = 0; k < 2; k++) {
+                amp_sgd_opts so = amp_sgd_defaults();
+                so.momentum = 0.9;
+                so.nesterov = true;
+                amp_adam_opts ao = amp_adamw_defaults();
+                ao.amsgrad = true;
+                o[k] = v == 0 ? amp_optim_sgd(&p[k], 1, so) : amp_optim_adamw(&p[k], 1, ao);
+                CHECK_OK(amp_optim_set_master_weights(o[k], true));
+                CHECK_OK(amp_optim_set_state_dtype(o[k], AMP_BF16));
+                CHECK_OK(amp_optim_set_state_stochastic_rounding(o[k], v == 1)); /* AdamW: stochastically */
+            }
+            for (int s = 0; s < 3; s++) {
+                amp_tensor *gf = test_uniform(AMP_SHAPE(5000), AMP_F32, -2, 2, 40 + (uint64_t)s);
+                amp_tensor *g = tensor_convert(gf, pdts[d]);
+                p[0]->grad = g;
+                p[1]->grad = amp_to_device(g, AMP_CUDA);
+                for (int k = 0; k < 2; k++) {
+                    CHECK_OK(amp_optim_step(o[k]));
+                    amp_optim_zero_grad(o[k]);
+                }
+                amp_tensor_free(gf);
+            }
+            char what[64];
+            snprintf(what, sizeof what, "%s %s", v == 0 ? "sgd" : "adamw", amp_dtype_name(pdts[d]));
+            check_same(what, "parameter", p[0], p[1], tol_of(pdts[d]));
+            check_same(what, "master", amp_optim_master(o[0], 0), amp_optim_master(o[1], 0), tol_of(AMP_F32));
+            for (int k = 0; k < 3 && keys[v][k]; k++)
+                check_same(what, keys[v][k], amp_optim_state_tensor(o[0], 0, keys[v][k]),
+                           amp_optim_state_tensor(o[1], 0, keys[v][k]), tol_of(AMP_BF16));
+            for (int k = 0; k < 2; k++) {
+                amp_optim_free(o[k]);
+                amp_tensor_free(p[k]);
+            }
+            amp_tensor_free(f);
+        }
+}
+
 int main(void)
 {
     RUN(test_mlp_training_follows_the_cpu);
@@ -716,5 +772,6 @@ int main(void)
     RUN(test_clip_grad_norm_tensor_does_not_wait);
     RUN(test_checkpoint_of_a_cuda_model);
     RUN(test_sequential_linear_relu_on_cuda);
+    RUN(test_levers_step_follows_the_cpu);
     return cuda_rig_done();
 }

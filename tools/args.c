@@ -75,6 +75,12 @@ static const opt_def opts[] = {
     O("precision", "P", OPT_STR, OC_SETTING, precision, 0, 0, "fp32|bf16|fp16", NULL, true,
       "fp32, bf16 autocast, or fp16 autocast with the grad scaler (default bf16; fp16 with --device cuda)"),
     O("no-scaler", "", OPT_FLAG, OC_SETTING, no_scaler, 0, 0, NULL, NULL, false, "fp16 without the grad scaler"),
+    O("param-dtype", "DT", OPT_STR, OC_SHAPE, param_dtype, 0, 0, "fp32|bf16|fp16", NULL, false,
+      "bf16 / fp16 (= --precision): weights in 16 bits, norms and embeddings fp32, fp32 masters in the "
+      "optimizer (Apex O2; default fp32)"),
+    O("optim-state", "DT", OPT_STR, OC_SHAPE, optim_state, 0, 0, "fp32|bf16|bf16-sr", NULL, false,
+      "optimizer state (Adam's moments, SGD's momentum): fp32, bf16, or bf16-sr (stochastic rounding); "
+      "updated in fp32 (default fp32)"),
     O("init-scale", "X", OPT_REAL, OC_SETTING, init_scale, 1e-30, 1e30, NULL, NULL, false,
       "the grad scaler's initial scale (default 65536)"),
     O("growth-interval", "N", OPT_INT, OC_SETTING, growth_interval, 1, 1e12, NULL, NULL, false,
@@ -143,6 +149,8 @@ void train_opts_default(train_opts *o)
     o->gamma = 0.1;
     o->device = "cpu";
     o->precision = "bf16";
+    o->param_dtype = "fp32";
+    o->optim_state = "fp32";
     o->init_scale = 65536.0;
     o->growth_interval = 2000;
     o->max_skips = DEFAULT_MAX_SKIPS;
@@ -365,6 +373,31 @@ static bool refuse(const train_opts *o, const char *name, bool applies, const ch
     return true;
 }
 
+/* --param-dtype and --optim-state (the memory levers): true after a
+ * message when the combination cannot run. 16-bit weights are autocast's
+ * own dtype, so that the ops need no cast (and autocast no cached copies,
+ * the saving): bf16 with --precision bf16, fp16 with fp16. fp16 weights
+ * need the grad scaler: their gradients are f16, and without scaling the
+ * small ones underflow to zero in backward (the scaler also unscales them
+ * into f32 for the f32 masters). */
+static bool check_levers(const train_opts *o)
+{
+    const char *pd = o->param_dtype;
+    if (strcmp(pd, "fp32") != 0 && strcmp(pd, o->precision) != 0) {
+        fprintf(stderr,
+                "ampc train: --param-dtype %s needs --precision %s (the weights are stored in autocast's dtype; "
+                "precision is %s)\n",
+                pd, pd, o->precision);
+        return true;
+    }
+    if (strcmp(pd, "fp16") == 0 && o->no_scaler) {
+        fprintf(stderr, "ampc train: --param-dtype fp16 needs the grad scaler (drop --no-scaler): unscaled f16 "
+                        "gradients underflow to zero\n");
+        return true;
+    }
+    return false;
+}
+
 int opts_resolve(train_opts *o)
 {
     bool gpt = is_gpt(o), cnn = strcmp(o->model, "cnn") == 0;
@@ -397,6 +430,8 @@ int opts_resolve(train_opts *o)
                 o->precision);
         return EXIT_USAGE;
     }
+    if (check_levers(o))
+        return EXIT_USAGE;
     if (o->given[opt_index("epochs")] && o->given[opt_index("steps")]) {
         fprintf(stderr, "ampc train: give --epochs or --steps, not both\n");
         return EXIT_USAGE;

@@ -7,6 +7,11 @@
  * initial weights. With --device cuda the model moves to the GPU right
  * after it is built (the same initial weights as on the CPU), before the
  * optimizer is made, so the optimizer's state lives there too.
+ *
+ * The memory levers: --param-dtype stores the weights in 16 bits
+ * (amp_module_to_dtype, after the move: the same initial weights,
+ * rounded) and gives the optimizer f32 masters; --optim-state sets the
+ * optimizer's state dtype (bf16-sr: bf16 with stochastic rounding).
  */
 #include "cli.h"
 
@@ -63,6 +68,30 @@ static amp_sched build_sched(const train_opts *o, int64_t total_steps)
     return s;
 }
 
+/* "fp32" / "bf16" ("bf16-sr") / "fp16" (args.c checked the name). */
+static amp_dtype dtype_named(const char *s)
+{
+    return strncmp(s, "bf16", 4) == 0 ? AMP_BF16 : strcmp(s, "fp16") == 0 ? AMP_F16 : AMP_F32;
+}
+
+/* --param-dtype: the model's weights to 16 bits (before the optimizer is
+ * made over them). */
+static bool levers_model(const train_opts *o, trainer *t)
+{
+    amp_dtype pd = dtype_named(o->param_dtype);
+    return pd == AMP_F32 || amp_module_to_dtype(t->model, pd) == AMP_OK;
+}
+
+/* --param-dtype: f32 masters in the optimizer; --optim-state: its state's
+ * dtype. */
+static bool levers_optim(const train_opts *o, trainer *t)
+{
+    if (dtype_named(o->param_dtype) != AMP_F32 && amp_optim_set_master_weights(t->opt, true) != AMP_OK)
+        return false;
+    return amp_optim_set_state_dtype(t->opt, dtype_named(o->optim_state)) == AMP_OK &&
+           amp_optim_set_state_stochastic_rounding(t->opt, strcmp(o->optim_state, "bf16-sr") == 0) == AMP_OK;
+}
+
 bool trainer_build(trainer *t, const train_opts *o, const run_info *ri, int64_t total_steps)
 {
     memset(t, 0, sizeof *t);
@@ -87,7 +116,14 @@ bool trainer_build(trainer *t, const train_opts *o, const run_info *ri, int64_t 
         for (int i = 0; i < t->n_params; i++)
             t->n_weights += amp_tensor_numel(t->params[i]);
         what = "optimizer";
-        t->opt = build_optim(o, t);
+        if (!levers_model(o, t))
+            what = "--param-dtype";
+        else
+            t->opt = build_optim(o, t);
+        if (t->opt && !levers_optim(o, t)) {
+            amp_optim_free(t->opt);
+            t->opt = NULL;
+        }
     }
     t->autocast = strcmp(o->precision, "fp32") != 0;
     t->dtype = strcmp(o->precision, "fp16") == 0 ? AMP_F16 : AMP_BF16;

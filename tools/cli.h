@@ -76,6 +76,8 @@ typedef struct {
     const char *device;    /* "cpu", "cuda" */
     const char *precision; /* "fp32", "bf16" (autocast) or "fp16" (autocast + scaler) */
     bool no_scaler;        /* fp16 without the grad scaler (to see underflow) */
+    const char *param_dtype; /* "fp32", or "bf16" / "fp16": 16-bit parameters with f32 masters (Apex O2) */
+    const char *optim_state; /* "fp32", "bf16" or "bf16-sr" (stochastic rounding): the optimizer's state */
     double init_scale;
     int64_t growth_interval;
     int64_t max_skips;     /* stop after this many steps skipped in a row; 0: never */

@@ -16,6 +16,17 @@
  * + the parameters' gradients made so far (f32)        "gradients"
  * + under autocast, each lowered weight's cached 16-bit
  *   copy, and that cast's gradient                     "16-bit weight copies"
+ *
+ * The memory levers (--param-dtype, --optim-state): a lowered op's weight
+ * stored in 16 bits (linear and conv weights and biases; not norms, not
+ * embedding tables, not the GPT's tied wte: amp_module_to_dtype) takes 2
+ * bytes, its gradient 2, and no cached copy; the optimizer adds its f32
+ * master (4 bytes, counted with the parameters). An f16 weight's gradient
+ * is widened to f32 when the grad scaler unscales it, after backward, so
+ * the gradients are counted at 4 bytes there (the peak of the unscale,
+ * which with f16 weights can pass backward's; 2 bytes a weight too many
+ * in backward). bf16 optimizer state takes 2 bytes an element per slot
+ * instead of 4.
  * + the scratch of the op whose backward is running    "workspace"
  *
  * The forward is written down op by op as the models call them
@@ -80,6 +91,11 @@ typedef struct {
     bool onednn;        /* oneDNN runs the GEMMs and convolutions it takes */
     bool eval;          /* the evaluation pass: no grad, no saved tensors, forward scratch */
     int threads;
+    bool p16;           /* --param-dtype bf16 / fp16: lowered ops' weights stored in 16 bits */
+    int state_es;       /* --optim-state: bytes of an optimizer state element */
+    uint64_t masters;   /* the f32 masters of 16-bit parameters */
+    uint64_t widened;   /* f16 parameters: their gradients widened to f32, beyond the f16 size */
+    uint64_t state;     /* one optimizer state slot over every parameter */
 } tape;
 
 uint64_t mem_block(uint64_t n)
@@ -179,12 +195,20 @@ static void saved(tape *t, uint64_t bytes)
 /* A parameter of numel elements (f32), whose .grad the current op's
  * backward makes (a parameter read twice, the GPT's wte, is declared at the
  * use backward meets first); read by a lowered op (lowered), under
- * autocast through its cached 16-bit copy, whose cast has a gradient too. */
-static void param(tape *t, int64_t numel, bool lowered)
+ * autocast through its cached 16-bit copy, whose cast has a gradient too -
+ * unless it is stored in 16 bits (can16 and --param-dtype): then it and
+ * its gradient take 2 bytes, no copy, and the optimizer's f32 master 4. */
+static void param_as(tape *t, int64_t numel, bool lowered, bool can16)
 {
     op_rec *r = cur(t);
-    const bool cast = lowered && t->low;
-    const uint64_t b = bytes_of(t, numel, 4);
+    const bool p16 = can16 && t->p16;
+    const bool cast = lowered && t->low && !p16;
+    const uint64_t b = bytes_of(t, numel, p16 ? 2 : 4);
+    if (p16)
+        t->masters += bytes_of(t, numel, 4);
+    if (p16 && t->f16)
+        t->widened += bytes_of(t, numel, 4) - b;
+    t->state += bytes_of(t, numel, t->state_es);
     t->leaf += b;
     t->leaf_max = b > t->leaf_max ? b : t->leaf_max;
     *(cast ? &r->pa : &r->p) += b;
@@ -195,6 +219,8 @@ static void param(tape *t, int64_t numel, bool lowered)
         t->grads_all += bytes_of(t, numel, 2);
     }
 }
+
+static void param(tape *t, int64_t numel, bool lowered) { param_as(t, numel, lowered, lowered); }
 
 /* The input of a lowered op, *es bytes each: cast to 16 bits by a `to`
  * node unless it is already. */
@@ -432,7 +458,7 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
     /* the head, tied to wte: backward meets it first, so wte.grad is made here */
     lower_input(t, R * W, &es, true);
     op(t);
-    param(t, V * W, true);
+    param_as(t, V * W, true, false); /* wte: an embedding table, kept f32 */
     result(t, R * V, es, true);
     if (!t->eval && t->onednn && es == 4 && !t->cuda)
         work(t, bytes_of(t, R * (V < 512 ? V : 512), 4));
@@ -478,6 +504,7 @@ const char *mem_cat_name(mem_cat c)
  * evaluation pass's. */
 typedef struct {
     uint64_t params, param_max, acts, casts, act_grads, grads, work, total;
+    uint64_t masters, state, widened; /* f32 masters; one optimizer state slot; f16 gradients widened */
 } model_peak;
 
 static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batch, int threads, bool eval)
@@ -486,7 +513,9 @@ static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batc
               .f16 = strcmp(o->precision, "fp16") == 0,
               .cuda = strcmp(o->device, "cuda") == 0,
               .eval = eval,
-              .threads = threads > 0 ? threads : 1};
+              .threads = threads > 0 ? threads : 1,
+              .p16 = strcmp(o->param_dtype, "fp32") != 0,
+              .state_es = strncmp(o->optim_state, "bf16", 4) == 0 ? 2 : 4};
     const char *lib = getenv("AMPC_CPU_LIB");
     t.onednn = strstr(amp_cpu_kernels(), "oneDNN") && !(lib && strcmp(lib, "own") == 0);
     if (strcmp(o->model, "mlp") == 0)
@@ -495,7 +524,13 @@ static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batc
         cnn(&t, ri, batch);
     else
         gpt(&t, o, ri, batch);
-    model_peak m = {.params = t.leaf, .param_max = t.leaf_max, .acts = t.acts, .casts = t.casts};
+    model_peak m = {.params = t.leaf,
+                    .param_max = t.leaf_max,
+                    .acts = t.acts,
+                    .casts = t.casts,
+                    .masters = t.masters,
+                    .state = t.state,
+                    .widened = t.widened};
     if (eval) {
         m.work = t.fwd_peak > t.acts ? t.fwd_peak - t.acts : 0;
         m.total = t.acts + t.casts + m.work;
@@ -553,10 +588,10 @@ void mem_estimate_run(const train_opts *o, const run_info *ri, const run_data *r
     const uint64_t pb = t.params;
     e->params = mem_param_count(o, ri);
     uint64_t *m = cuda ? e->dev : e->host;
-    m[MEM_PARAMS] = pb;
-    m[MEM_GRADS] = pb;
+    m[MEM_PARAMS] = pb + t.masters;
+    m[MEM_GRADS] = pb + t.widened; /* (each in its parameter's dtype; f16 ones once unscaled in f32) */
     int slots = strcmp(o->optim, "sgd") == 0 ? o->momentum != 0 : 2;
-    m[MEM_OPTIM] = (uint64_t)slots * pb;
+    m[MEM_OPTIM] = (uint64_t)slots * t.state;
     const model_peak *use = ev.total > t.total ? &ev : &t;
     e->eval_peak = use == &ev;
     e->eval_batch = eb;

@@ -374,6 +374,9 @@ static void print_config(const run *r, int64_t total)
     printf("model %s (%lld parameters), precision %s%s%s\n", model_describe(o, r->ri, desc, sizeof desc),
            (long long)r->t->n_weights, o->precision,
            amp_scaler_is_enabled(r->t->scaler) ? " with the grad scaler" : "", r->cuda ? ", on cuda" : "");
+    if (strcmp(o->param_dtype, "fp32") != 0 || strcmp(o->optim_state, "fp32") != 0)
+        printf("memory levers: parameters %s%s, optimizer state %s\n", o->param_dtype,
+               strcmp(o->param_dtype, "fp32") != 0 ? " (fp32 masters in the optimizer)" : "", o->optim_state);
     printf("optim %s lr %g", o->optim, o->lr);
     if (strcmp(o->optim, "sgd") == 0)
         printf(" momentum %g", o->momentum);

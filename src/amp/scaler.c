@@ -286,10 +286,11 @@ static amp_status scaler_unscale(amp_scaler *s, amp_optim *o)
     int n = amp_optim_num_params(o), k = 0;
     for (int i = 0; i < n; i++) {
         amp_tensor *g = amp_tensor_grad(amp_optim_param(o, i));
-        if (g && g->dtype == AMP_F16)
+        if (g && g->dtype == AMP_F16 && !optim_master(o, i))
             return amp_set_error(AMP_ERR_DTYPE,
                                  "Attempting to unscale FP16 gradients. (parameter %d has an f16 "
-                                 "gradient; keep f32 master parameters and let autocast cast them)",
+                                 "gradient; keep f32 master parameters and let autocast cast them, or give "
+                                 "the optimizer master weights: amp_optim_set_master_weights)",
                                  i);
         if (g && tensor_device(g) != tensor_device(s->scale_t))
             return amp_set_error(AMP_ERR_DEVICE,
@@ -303,6 +304,23 @@ static amp_status scaler_unscale(amp_scaler *s, amp_optim *o)
             return amp_set_error(AMP_ERR_MEMORY, "scaler: out of memory");
         s->bufs = b;
         s->cap_bufs = n;
+    }
+    /* An f16 gradient of a parameter with an f32 master (Apex O2) is
+     * unscaled into f32: in place in f16 every value below 2^-14 after
+     * unscaling would lose bits and below 2^-24 vanish - the underflow the
+     * scale is there to prevent. bf16 ones (f32's range; the scale is a
+     * power of two) unscale exactly in place. (Widening is exact: a failure
+     * half-way leaves some gradients f32 with the same values.) */
+    for (int i = 0; i < n; i++) {
+        amp_tensor *p = amp_optim_param(o, i), *g = p->grad;
+        if (g && g->dtype == AMP_F16) {
+            amp_tensor *w = tensor_convert(g, AMP_F32);
+            if (!w)
+                return amp_last_status();
+            tensor_set_category(w, AMP_MEM_GRADIENTS);
+            amp_tensor_free(g);
+            p->grad = w;
+        }
     }
     for (int i = 0; i < n; i++) {
         amp_tensor *g = amp_tensor_grad(amp_optim_param(o, i));

@@ -164,27 +164,33 @@ typedef struct {
 /* ---- types: optim --------------------------------------------------------- */
 /* One parameter of a multi-tensor optimizer step, in the backend's memory:
  * its data and gradient (float dtypes pdt, gdt; n elements each), up to
- * three f32 state buffers shaped like it in the optimizer's slot order
- * (NULL where the options need none), and its index in the step counters. */
+ * three state buffers shaped like it in the optimizer's slot order, in
+ * dtype sdt (f32, or bf16: loaded to f32, updated, rounded to nearest-even
+ * on store; NULL where the options need none), its f32 master copy (Apex
+ * O2: the update runs on master in place and p gets it rounded; NULL: the
+ * update runs on p itself), and its index in the step counters. */
 typedef struct {
     void *p;
     const void *g;
-    float *s0, *s1, *s2;
+    void *s0, *s1, *s2;
+    float *master;
     int64_t n;
-    amp_dtype pdt, gdt;
+    amp_dtype pdt, gdt, sdt;
     int index;
 } be_optim_param;
 
-/* SGD's constants, as f32 (torch.optim's SGD runs in the parameter's f32). */
+/* SGD's constants, as f32 (torch.optim's SGD runs in the parameter's f32).
+ * sr: bf16 state is stored with stochastic rounding (round_rule.h). */
 typedef struct {
     float lr, weight_decay, momentum, one_minus_dampening;
-    bool nesterov;
+    bool nesterov, sr;
 } be_sgd_opts;
 
-/* Adam's (decoupled: AdamW); amsgrad uses s2 as the running maximum. */
+/* Adam's (decoupled: AdamW); amsgrad uses s2 as the running maximum; sr
+ * as SGD's. */
 typedef struct {
     double lr, beta1, beta2, eps, weight_decay;
-    bool decoupled, amsgrad;
+    bool decoupled, amsgrad, sr;
 } be_adam_opts;
 
 /* ------------------------------------------------------------ the table */

@@ -16,8 +16,18 @@
  * What ampc puts in it:
  *   "<module name>"       each model parameter ("0.weight"), its own dtype
  *   "optim.steps"         I64 [n]: the steps each optimizer parameter took
- *   "optim.<i>.<key>"     F32 state of parameter i that has taken a step
- *                         (PyTorch's keys: momentum_buffer, exp_avg, ...)
+ *   "optim.<i>.<key>"     state of parameter i that has taken a step, in
+ *                         the optimizer's state dtype (F32, or BF16 with
+ *                         amp_optim_set_state_dtype; PyTorch's keys:
+ *                         momentum_buffer, exp_avg, ...)
+ *   "optim.<i>.master"    F32: with master weights on, the master copy of
+ *                         16-bit parameter i that has taken a step (the
+ *                         parameter itself stays in its own 16-bit dtype,
+ *                         as the model holds it: eval and a model-only
+ *                         load read it as is; the master is what the
+ *                         optimizer needs to resume bit-exact, so it is
+ *                         optimizer state, as Apex's and DeepSpeed's
+ *                         optimizer state dicts hold theirs)
  *   __metadata__          format "ampc-1", step, settings (the run's JSON),
  *                         rng.seed / rng.offset, optim.kind / lr / n_params
  *                         / total_steps (and its options, for the reader),
@@ -238,7 +248,7 @@ static amp_status check_finite(const char *path, const out_entry *e)
 static amp_status gather(const char *path, const amp_module *m, const amp_optim *o, const int64_t *steps,
                          char (*onames)[48], out_entry **out, int *n_out)
 {
-    int nm = amp_module_num_params(m), n = 0, cap = nm + (o ? 1 + o->n * OPTIM_MAX_STATE : 0);
+    int nm = amp_module_num_params(m), n = 0, cap = nm + (o ? 1 + o->n * (OPTIM_MAX_STATE + 1) : 0);
     out_entry *e = calloc((size_t)cap + 1, sizeof *e), *sorted = calloc((size_t)cap + 1, sizeof *e);
     if (!e || !sorted) {
         free(e);
@@ -276,6 +286,13 @@ static amp_status gather(const char *path, const amp_module *m, const amp_optim 
                 if ((st = entry_of(path, onames[q++], t, &e[n++])) == AMP_OK)
                     st = check_finite(path, &e[n - 1]);
             }
+        for (int i = 0; i < o->n && st == AMP_OK; i++) {
+            if (steps[i] == 0 || (st = optim_sync_master(o, i)) != AMP_OK || !optim_master(o, i))
+                continue;
+            snprintf(onames[q], sizeof onames[q], "optim.%d.master", i);
+            if ((st = entry_of(path, onames[q++], optim_master(o, i), &e[n++])) == AMP_OK)
+                st = check_finite(path, &e[n - 1]);
+        }
     }
     int k = 0;
     for (size_t width = 8; width >= 1; width /= 2)
@@ -451,7 +468,7 @@ static amp_status checkpoint_save(const char *path, const amp_module *m, const a
     char(*onames)[48] = NULL;
     if (o) {
         steps = malloc((size_t)o->n * sizeof *steps);
-        onames = malloc((size_t)o->n * OPTIM_MAX_STATE * sizeof *onames);
+        onames = malloc((size_t)o->n * (OPTIM_MAX_STATE + 1) * sizeof *onames);
         if (!steps || !onames) {
             free(steps);
             free(onames);

@@ -391,16 +391,47 @@ static amp_status check_optim(const ckpt *c, const amp_optim *o, plan *pl)
             if (!e)
                 return ck_fail(c, AMP_ERR_FORMAT, "tensor '%s' is missing (the %s optimizer given keeps it)", name,
                                o->name);
-            if (e->dt != AMP_F32 || !shape_equal(e->shape, o->params[i]->shape))
+            if (!shape_equal(e->shape, o->params[i]->shape))
                 return ck_fail(c, AMP_ERR_SHAPE, "tensor '%s' is %s %s, the optimizer's parameter %d is %s", name,
                                ckpt_shape_text(e->shape, a, sizeof a), ckpt_dtype_name(e->dt), i,
                                ckpt_shape_text(o->params[i]->shape, b, sizeof b));
+            if (e->dt != o->state_dt)
+                return ck_fail(c, AMP_ERR_DTYPE,
+                               "tensor '%s' is %s, the optimizer given keeps its state in %s (saved with another "
+                               "optimizer state dtype, --optim-state?)",
+                               name, ckpt_dtype_name(e->dt), ckpt_dtype_name(o->state_dt));
             amp_status st = check_values(c, e, strstr(keys[k], "exp_avg_sq") != NULL);
             if (st != AMP_OK)
                 return st;
             e->used = true;
         }
+        /* The f32 master of a 16-bit parameter (master weights on). */
+        const amp_tensor *p = o->params[i];
+        if (pl->steps[i] > 0 && o->masters && (p->dtype == AMP_F16 || p->dtype == AMP_BF16)) {
+            char name[48], a[CKPT_SHAPE_TEXT], b[CKPT_SHAPE_TEXT];
+            snprintf(name, sizeof name, "optim.%d.master", i);
+            in_entry *e = find(c, name);
+            if (!e)
+                return ck_fail(c, AMP_ERR_FORMAT,
+                               "tensor '%s' is missing (the optimizer given keeps f32 master weights; saved "
+                               "without them, another --param-dtype?)",
+                               name);
+            if (e->dt != AMP_F32 || !shape_equal(e->shape, p->shape))
+                return ck_fail(c, AMP_ERR_SHAPE, "tensor '%s' is %s %s, parameter %d's f32 master must be F32 %s",
+                               name, ckpt_dtype_name(e->dt), ckpt_shape_text(e->shape, a, sizeof a), i,
+                               ckpt_shape_text(p->shape, b, sizeof b));
+            amp_status st = check_values(c, e, false);
+            if (st != AMP_OK)
+                return st;
+            e->used = true;
+        }
     }
+    for (int i = 0; i < c->n; i++)
+        if (!c->e[i].used && strncmp(c->e[i].name, "optim.", 6) == 0 && strstr(c->e[i].name, ".master"))
+            return ck_fail(c, AMP_ERR_STATE,
+                           "tensor '%s' is an f32 master weight, but the optimizer given keeps none for that "
+                           "parameter (saved with master weights, another --param-dtype?)",
+                           c->e[i].name);
     for (int i = 0; i < c->n; i++)
         if (!c->e[i].used && strncmp(c->e[i].name, "optim.", 6) == 0)
             return ck_fail(c, AMP_ERR_STATE,
@@ -502,6 +533,19 @@ static amp_status apply(const ckpt *c, amp_module *m, amp_optim *o, amp_scaler *
         const char *name;
         amp_tensor *p = amp_module_param(m, i, &name);
         amp_status st = fill(c, find(c, name), p);
+        if (st != AMP_OK)
+            return st;
+    }
+    /* Masters after the parameters: each is re-seeded from its loaded
+     * parameter (in step with it), then, after a step, overwritten by the
+     * saved one. */
+    for (int i = 0; o && i < o->n; i++) {
+        amp_status st = optim_sync_master(o, i);
+        if (st == AMP_OK && optim_master(o, i) && pl->steps[i] > 0) {
+            char name[48];
+            snprintf(name, sizeof name, "optim.%d.master", i);
+            st = fill(c, find(c, name), optim_master(o, i));
+        }
         if (st != AMP_OK)
             return st;
     }

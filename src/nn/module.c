@@ -313,3 +313,47 @@ amp_status amp_module_to(amp_module *m, amp_device dev)
     }
     return AMP_OK;
 }
+
+/* Whether amp_module_to_dtype keeps module m's own parameters in f32:
+ * norms, embedding tables, and the GPT's own parameters, which are its
+ * token and position tables (nn/gpt.c: wte, wpe). */
+static bool keeps_f32(const amp_module *m)
+{
+    return strcmp(m->kind, "layer_norm") == 0 || strcmp(m->kind, "embedding") == 0 || strcmp(m->kind, "gpt") == 0;
+}
+
+/* Converts the parameters of m and its children one tensor at a time
+ * (converting all before swapping any would hold the whole model twice),
+ * so a failure leaves the model partly converted, which the error says. */
+static amp_status to_dtype_walk(amp_module *m, amp_dtype dt)
+{
+    for (int i = 0; i < m->n_own; i++) {
+        amp_tensor *p = m->own[i];
+        amp_status st = tensor_retype(p, keeps_f32(m) ? AMP_F32 : dt);
+        if (st != AMP_OK)
+            return st;
+    }
+    for (int i = 0; i < m->n_children; i++) {
+        amp_status st = to_dtype_walk(m->children[i], dt);
+        if (st != AMP_OK)
+            return st;
+    }
+    return AMP_OK;
+}
+
+amp_status amp_module_to_dtype(amp_module *m, amp_dtype dt)
+{
+    if (!m)
+        return amp_set_error(AMP_ERR_ARG, "module_to_dtype: NULL module");
+    if (dt != AMP_F32 && dt != AMP_F16 && dt != AMP_BF16)
+        return amp_set_error(AMP_ERR_DTYPE, "module_to_dtype: dtype %s is not f32, f16 or bf16",
+                             (unsigned)dt < AMP_DTYPE_COUNT ? amp_dtype_name(dt) : "(invalid)");
+    amp_status st = to_dtype_walk(m, dt);
+    if (st != AMP_OK) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", amp_last_error());
+        return amp_set_error(st, "module_to_dtype: %s (some parameters may already be %s)", why,
+                             amp_dtype_name(dt));
+    }
+    return AMP_OK;
+}

@@ -48,7 +48,7 @@ static amp_status adam_step_common(const amp_optim *o, bool decoupled, const amp
                                    const float *found_inf)
 {
     const amp_adam_opts *a = &o->opts.adam;
-    be_adam_opts bo = {o->lr, a->beta1, a->beta2, a->eps, a->weight_decay, decoupled, a->amsgrad};
+    be_adam_opts bo = {o->lr, a->beta1, a->beta2, a->eps, a->weight_decay, decoupled, a->amsgrad, o->state_sr};
     BACKEND_CALL(be, o->name, adam_step, ps, n, steps, n_counters, found_inf, bo);
     return AMP_OK;
 }

@@ -6,9 +6,13 @@
  * in one multi-tensor call to the parameters' backend.
  *
  * Every parameter is updated in f32 by the backend: f32 parameters in
- * place, f16/bf16 ones loaded to f32, updated, and rounded once on store.
- * State buffers are f32 whatever the parameter's dtype, on the parameters'
- * device (one optimizer per device). The step counters live in the same
+ * place, f16/bf16 ones loaded to f32, updated, and rounded once on store -
+ * or, with master weights on, updated on their f32 master copy, which the
+ * parameter receives rounded (Apex O2: small updates accumulate in the
+ * master instead of rounding away). State buffers are f32 (or bf16 after
+ * amp_optim_set_state_dtype: widened, updated in f32 and rounded on
+ * store) whatever the parameter's dtype, on the parameters' device (one
+ * optimizer per device). The step counters live in the same
  * backend's memory and are counted by the backend's step, so a step the
  * grad scaler skips on the device (found_inf) needs no host
  * synchronisation; the getters copy them to the host.
@@ -72,13 +76,17 @@ amp_optim *optim_new(const optim_def *def, amp_tensor *const *params, int n, dou
         o->state = calloc((size_t)n * OPTIM_MAX_STATE, sizeof *o->state);
         o->param_steps = calloc((size_t)n, sizeof *o->param_steps);
         o->ps = calloc((size_t)n, sizeof *o->ps);
+        o->master = calloc((size_t)n, sizeof *o->master);
+        o->master_version = calloc((size_t)n, sizeof *o->master_version);
     }
-    if (!o || !o->params || !o->state || !o->param_steps || !o->ps) {
+    if (!o || !o->params || !o->state || !o->param_steps || !o->ps || !o->master || !o->master_version) {
         if (o) {
             free(o->params);
             free(o->state);
             free(o->param_steps);
             free(o->ps);
+            free(o->master);
+            free(o->master_version);
             free(o);
         }
         return amp_fail_null(AMP_ERR_MEMORY, "%s: out of memory", name);
@@ -87,6 +95,7 @@ amp_optim *optim_new(const optim_def *def, amp_tensor *const *params, int n, dou
     o->name = name;
     o->n = n;
     o->lr = lr;
+    o->state_dt = AMP_F32;
     for (int i = 0; i < n; i++)
         o->params[i] = amp_tensor_retain(params[i]);
     return o;
@@ -96,14 +105,18 @@ void amp_optim_free(amp_optim *o)
 {
     if (!o)
         return;
-    for (int i = 0; i < o->n; i++)
+    for (int i = 0; i < o->n; i++) {
         amp_tensor_free(o->params[i]);
+        amp_tensor_free(o->master[i]);
+    }
     for (int k = 0; k < o->n * OPTIM_MAX_STATE; k++)
         amp_tensor_free(o->state[k]);
     free(o->params);
     free(o->state);
     free(o->param_steps);
     free(o->ps);
+    free(o->master);
+    free(o->master_version);
     if (o->counters)
         backend_of(o->counters_dev)->free(o->counters);
     free(o);
@@ -123,7 +136,7 @@ static amp_status ensure_state(amp_optim *o, int i)
     for (int k = 0; k < OPTIM_MAX_STATE; k++) {
         amp_tensor **s = &o->state[i * OPTIM_MAX_STATE + k];
         if (slot_name(o, k) && !*s) {
-            if (!(*s = tensor_zeros_on(o->params[i]->shape, AMP_F32, tensor_device(o->params[i]))))
+            if (!(*s = tensor_zeros_on(o->params[i]->shape, o->state_dt, tensor_device(o->params[i]))))
                 return amp_last_status();
             tensor_set_category(*s, AMP_MEM_OPTIMIZER);
         }
@@ -139,10 +152,10 @@ static void drop_state(amp_optim *o, int i)
     }
 }
 
-static float *state_f32(const amp_optim *o, int i, int k)
+static void *state_ptr(const amp_optim *o, int i, int k)
 {
     amp_tensor *t = o->state[i * OPTIM_MAX_STATE + k];
-    return t ? tensor_f32(t) : NULL;
+    return t ? tensor_ptr(t) : NULL;
 }
 
 amp_tensor *amp_optim_state_tensor(const amp_optim *o, int i, const char *name)
@@ -298,8 +311,8 @@ amp_status optim_step_guarded(amp_optim *o, const float *found_inf)
         return amp_set_error(AMP_ERR_ARG, "optim_step: NULL optimizer");
     amp_status st = check_step(o);
     for (int i = 0; i < o->n && st == AMP_OK; i++)
-        if (o->params[i]->grad)
-            st = ensure_state(o, i);
+        if (o->params[i]->grad && (st = ensure_state(o, i)) == AMP_OK)
+            st = optim_sync_master(o, i);
     const amp_device dev = tensor_device(o->params[0]);
     if (st == AMP_OK)
         st = counters_on(o, dev);
@@ -310,17 +323,147 @@ amp_status optim_step_guarded(amp_optim *o, const float *found_inf)
     for (int i = 0; i < o->n; i++) {
         amp_tensor *p = o->params[i];
         if (p->grad)
-            ps[k++] = (be_optim_param){tensor_ptr(p), tensor_ptr(p->grad), state_f32(o, i, 0), state_f32(o, i, 1),
-                                       state_f32(o, i, 2), p->numel, p->dtype, p->grad->dtype, i};
+            ps[k++] = (be_optim_param){tensor_ptr(p),
+                                       tensor_ptr(p->grad),
+                                       state_ptr(o, i, 0),
+                                       state_ptr(o, i, 1),
+                                       state_ptr(o, i, 2),
+                                       o->master[i] ? tensor_f32(o->master[i]) : NULL,
+                                       p->numel,
+                                       p->dtype,
+                                       p->grad->dtype,
+                                       o->state_dt,
+                                       i};
     }
     st = o->def->step(o, backend_of(dev), ps, k, o->counters, o->n, found_inf);
     if (st != AMP_OK)
         return st;
     for (int i = 0; i < o->n; i++)
-        if (o->params[i]->grad)
+        if (o->params[i]->grad) {
             tensor_bump(o->params[i]); /* an in-place write: stale autocast casts must go */
+            if (o->master[i])          /* ... but the master wrote it: still in step */
+                o->master_version[i] = o->params[i]->storage->version;
+        }
     return AMP_OK;
 }
+
+/* --------------------------------------------------- master weights */
+
+static bool is_16bit(const amp_tensor *t) { return t->dtype == AMP_F16 || t->dtype == AMP_BF16; }
+
+amp_status optim_sync_master(const amp_optim *o, int i)
+{
+    amp_tensor *p = o->params[i], **m = &o->master[i];
+    if (!o->masters || !is_16bit(p)) { /* (a parameter made f32 since drops its master) */
+        amp_tensor_free(*m);
+        *m = NULL;
+        return AMP_OK;
+    }
+    if (*m && tensor_device(*m) == tensor_device(p) && o->master_version[i] == p->storage->version)
+        return AMP_OK;
+    if (*m && tensor_device(*m) == tensor_device(p)) {
+        /* Re-seed in place: the widening is exact. */
+        amp_status st = backend_of(tensor_device(p))->convert(tensor_ptr(p), p->dtype, tensor_ptr(*m), AMP_F32,
+                                                              p->numel);
+        if (st != AMP_OK)
+            return st;
+    } else {
+        amp_tensor *c = tensor_convert(p, AMP_F32);
+        if (!c)
+            return amp_last_status();
+        tensor_set_category(c, AMP_MEM_PARAMETERS);
+        amp_tensor_free(*m);
+        *m = c;
+    }
+    o->master_version[i] = p->storage->version;
+    return AMP_OK;
+}
+
+amp_tensor *optim_master(const amp_optim *o, int i) { return o->master[i]; }
+
+amp_status amp_optim_set_master_weights(amp_optim *o, bool on)
+{
+    if (!o)
+        return amp_set_error(AMP_ERR_ARG, "optim_set_master_weights: NULL optimizer");
+    o->masters = on;
+    for (int i = 0; i < o->n; i++) {
+        if (!on) {
+            amp_tensor_free(o->master[i]);
+            o->master[i] = NULL;
+            continue;
+        }
+        amp_status st = optim_sync_master(o, i);
+        if (st != AMP_OK) {
+            amp_optim_set_master_weights(o, false);
+            return st;
+        }
+    }
+    return AMP_OK;
+}
+
+bool amp_optim_master_weights(const amp_optim *o) { return o && o->masters; }
+
+amp_tensor *amp_optim_master(const amp_optim *o, int i)
+{
+    if (!o || i < 0 || i >= o->n)
+        return amp_fail_null(AMP_ERR_ARG, "optim_master: bad optimizer or index %d", i);
+    if (optim_sync_master(o, i) != AMP_OK)
+        return NULL;
+    return o->master[i];
+}
+
+/* ------------------------------------------------------ state dtype */
+
+amp_status amp_optim_set_state_dtype(amp_optim *o, amp_dtype dt)
+{
+    if (!o)
+        return amp_set_error(AMP_ERR_ARG, "optim_set_state_dtype: NULL optimizer");
+    if (dt != AMP_F32 && dt != AMP_BF16)
+        return amp_set_error(AMP_ERR_DTYPE,
+                             "%s: optimizer state dtype %s is not supported (f32 or bf16 only: f16's range cannot "
+                             "hold Adam's squared gradients)",
+                             o->name, (unsigned)dt < AMP_DTYPE_COUNT ? amp_dtype_name(dt) : "(invalid)");
+    if (dt == o->state_dt)
+        return AMP_OK;
+    /* Existing buffers are converted (rounded to nearest-even), all made
+     * before any is replaced, so a failure changes nothing. */
+    const int nb = o->n * OPTIM_MAX_STATE;
+    amp_tensor **c = calloc((size_t)nb, sizeof *c);
+    if (!c)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", o->name);
+    for (int k = 0; k < nb; k++) {
+        if (!o->state[k])
+            continue;
+        if (!(c[k] = tensor_convert(o->state[k], dt))) {
+            for (int j = 0; j < k; j++)
+                amp_tensor_free(c[j]);
+            free(c);
+            return amp_last_status();
+        }
+        tensor_set_category(c[k], AMP_MEM_OPTIMIZER);
+    }
+    for (int k = 0; k < nb; k++) {
+        if (c[k]) {
+            amp_tensor_free(o->state[k]);
+            o->state[k] = c[k];
+        }
+    }
+    free(c);
+    o->state_dt = dt;
+    return AMP_OK;
+}
+
+amp_dtype amp_optim_state_dtype(const amp_optim *o) { return o ? o->state_dt : AMP_F32; }
+
+amp_status amp_optim_set_state_stochastic_rounding(amp_optim *o, bool on)
+{
+    if (!o)
+        return amp_set_error(AMP_ERR_ARG, "optim_set_state_stochastic_rounding: NULL optimizer");
+    o->state_sr = on;
+    return AMP_OK;
+}
+
+bool amp_optim_state_stochastic_rounding(const amp_optim *o) { return o && o->state_sr; }
 
 /* ------------------------------------------------------------ accessors */
 

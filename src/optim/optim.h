@@ -10,13 +10,22 @@
  * that line.
  *
  * An optimizer holds a reference to each parameter and, per parameter,
- * up to three f32 state buffers shaped like it (PyTorch's state keys):
+ * up to three state buffers shaped like it (f32, or bf16 after
+ * amp_optim_set_state_dtype; PyTorch's state keys):
  *   SGD:   "momentum_buffer" (only when momentum != 0)
  *   Adam:  "exp_avg", "exp_avg_sq", "max_exp_avg_sq" (only with amsgrad)
  * and the number of steps that parameter has taken (PyTorch's
  * state["step"]: a parameter without a gradient does not count a step,
  * which matters for Adam's bias correction). Buffers are created on a
  * parameter's first step, on the parameters' device.
+ *
+ * With master weights on (amp_optim_set_master_weights, Apex O2), each
+ * 16-bit parameter also has an f32 master copy: the update runs on the
+ * master and the parameter receives it rounded. The master follows its
+ * parameter's storage version: a write to the parameter from outside the
+ * optimizer (a load, amp_tensor_copy_in, amp_tensor_data, a move to
+ * another device) re-seeds the master from the 16-bit value before the
+ * next use (optim_sync_master).
  *
  * Defines: optim_def, struct amp_optim (the state accessors are public, in
  * ampc.h), optim_new, optim_find, optim_step_guarded.
@@ -72,7 +81,24 @@ struct amp_optim {
     int64_t *counters;
     amp_device counters_dev;
     be_optim_param *ps; /* n: the step's list for the backend, made once */
+    /* amp_optim_set_master_weights / amp_optim_set_state_dtype. */
+    bool masters;
+    amp_tensor **master;      /* n: each 16-bit parameter's f32 master (masters on), else NULL */
+    uint64_t *master_version; /* n: the parameter's storage version its master was last in step with */
+    amp_dtype state_dt;       /* the state buffers' dtype: AMP_F32 (default) or AMP_BF16 */
+    bool state_sr;            /* bf16 state stored with stochastic rounding */
 };
+
+/* Brings parameter i's master in step with it when master weights are on
+ * and it is 16-bit: made (f32, on the parameter's device) when missing or
+ * on another device, re-seeded from the parameter when the parameter was
+ * written from outside the optimizer since. Otherwise drops a master it
+ * has (a parameter made f32 since). (o is const as the checkpoint writer
+ * holds it; only what it points to changes.) */
+amp_status optim_sync_master(const amp_optim *o, int i);
+
+/* Parameter i's master after optim_sync_master, or NULL when it has none. */
+amp_tensor *optim_master(const amp_optim *o, int i);
 
 /* A new optimizer of kind def over params[0..n) with lr (the options are
  * set by the caller): checks the parameters; NULL + error. */

@@ -43,7 +43,7 @@ static amp_status sgd_step(const amp_optim *o, const amp_backend *be, const be_o
 {
     const amp_sgd_opts *s = &o->opts.sgd;
     be_sgd_opts bo = {(float)o->lr, (float)s->weight_decay, (float)s->momentum, (float)(1.0 - s->dampening),
-                      s->nesterov};
+                      s->nesterov, o->state_sr};
     BACKEND_CALL(be, "sgd", sgd_step, ps, n, steps, n_counters, found_inf, bo);
     return AMP_OK;
 }

@@ -6,7 +6,8 @@
  *
  * Moving a leaf swaps its storage for a copy on the other device and bumps
  * the storage version, so a cast the autocast cache made from the old
- * storage is never served again.
+ * storage is never served again. tensor_retype swaps it the same way for
+ * a copy in another dtype (amp_module_to_dtype).
  */
 #include "backend/backend.h"
 #include "base/base.h"
@@ -70,6 +71,31 @@ amp_status amp_tensor_move(amp_tensor *t, amp_device dev)
     size_t old_offset = t->offset;
     t->storage = c->storage;
     t->offset = 0;
+    t->storage->version = old->version + 1;
+    c->storage = old;
+    c->offset = old_offset;
+    amp_tensor_free(c);
+    return AMP_OK;
+}
+
+amp_status tensor_retype(amp_tensor *t, amp_dtype dt)
+{
+    if (t->grad_fn)
+        return amp_set_error(AMP_ERR_STATE, "tensor_retype: only a leaf tensor can change dtype in place");
+    if (t->dtype == dt)
+        return AMP_OK;
+    amp_tensor *c = tensor_convert(t, dt);
+    if (!c)
+        return amp_last_status();
+    tensor_set_category(c, AMP_MEM_PARAMETERS);
+    amp_tensor_free(t->grad);
+    t->grad = NULL;
+    /* Swap storages, as amp_tensor_move does. */
+    amp_storage *old = t->storage;
+    size_t old_offset = t->offset;
+    t->storage = c->storage;
+    t->offset = 0;
+    t->dtype = dt;
     t->storage->version = old->version + 1;
     c->storage = old;
     c->offset = old_offset;

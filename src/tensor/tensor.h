@@ -69,6 +69,10 @@ void tensor_graph_hold(amp_tensor *t);
 void tensor_graph_release(amp_tensor *t);
 /* t's values converted to dt (a plain copy when dt matches), on t's device. */
 amp_tensor *tensor_convert(const amp_tensor *t, amp_dtype dt);
+/* Stores leaf t in dt in place (a new storage holding t's values
+ * converted, same device, version bumped, category kept as parameters);
+ * drops its gradient. */
+amp_status tensor_retype(amp_tensor *t, amp_dtype dt);
 
 static inline amp_device tensor_device(const amp_tensor *t) { return t->storage->device; }
 

@@ -4,10 +4,11 @@
  * at once (PyTorch's foreach / multi-tensor idea). The work items are the
  * (parameter, block) pairs of every parameter, taken by the threads of one
  * parallel region, so many small parameters do not each pay a fork / join;
- * each block runs on AVX-512 where the CPU has it, 16-bit parameters and
- * gradients through per-thread f32 scratch. Per-parameter scalars (step
- * counts, bias corrections) are worked out once per parameter before the
- * loop.
+ * each block runs on AVX-512 where the CPU has it, 16-bit parameters,
+ * gradients and (bf16) state through per-thread f32 scratch; a parameter
+ * with an f32 master copy is updated on the master and stored rounded.
+ * Per-parameter scalars (step counts, bias corrections) are worked out
+ * once per parameter before the loop.
  *
  * The loops follow torch.optim's single-tensor implementations operation
  * for operation (torch/optim/sgd.py _single_tensor_sgd, adam.py
@@ -18,6 +19,7 @@
  */
 #include "backend/cpu/cpu_backend.h"
 
+#include "backend/round_rule.h"
 #include "base/base.h"
 
 #include <stdlib.h>
@@ -61,11 +63,14 @@ static bool use_vector(void)
 
 /* A step's parameters are backend.h's be_optim_param: p and g in their
  * own float dtypes (f32 values update in place, 16-bit ones are widened
- * block by block, updated in f32 and rounded once on store), the f32 state
- * buffers s0..s2 in slot order (NULL where the options need none), and
- * index, the parameter's slot in the step counters. t, a parameter's step
- * count including this step, is counters[index] + 1 (so 1 on its first
- * step: SGD's momentum buffer starts as the gradient then). */
+ * block by block, updated in f32 and rounded once on store), the state
+ * buffers s0..s2 in slot order in dtype sdt (NULL where the options need
+ * none; bf16 ones are widened block by block like p and rounded to
+ * nearest-even on store), the f32 master copy (when set, the update runs
+ * on it in place and p only receives its rounding), and index, the
+ * parameter's slot in the step counters. t, a parameter's step count
+ * including this step, is counters[index] + 1 (so 1 on its first step:
+ * SGD's momentum buffer starts as the gradient then). */
 
 /* The element loop of one optimizer over n f32 elements: k is the
  * parameter's constants, s its state buffers, all offset to the block. */
@@ -77,38 +82,71 @@ typedef struct {
     int64_t lo, hi;
 } work_item;
 
-/* Runs fn over one work item; pb / gb are this thread's f32 scratch of
- * UPDATE_BLOCK elements for 16-bit parameters and gradients (widening is
- * exact, and the parameter is rounded once on store, as a whole-tensor
- * conversion would). */
-static void run_item(range_fn fn, const void *k, const be_optim_param *q, int64_t lo, int64_t hi, float *pb,
-                     float *gb)
+/* f32 scratch blocks a thread needs: the parameter, the gradient and the
+ * three state buffers. */
+#define SCRATCH_BLOCKS 5
+
+/* Stores n f32 values as bf16 into dst with stochastic rounding: the bits
+ * of element lo + i of state slot `slot` of parameter `index` at step t
+ * (round_rule.h). */
+static void store_bf16_sr(const float *v, uint16_t *dst, int64_t n, int index, int64_t t, int slot, int64_t lo)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = be_bf16_sr(v[i], be_sr_bits(index, t, slot, lo + i));
+}
+
+/* Runs fn over one work item; sc is this thread's f32 scratch of
+ * SCRATCH_BLOCKS * UPDATE_BLOCK elements for 16-bit parameters,
+ * gradients and state (widening is exact, and each is rounded once on
+ * store, as a whole-tensor conversion would: to nearest-even, or for bf16
+ * state stochastically when sr_t, the parameter's step, is > 0). */
+static void run_item(range_fn fn, const void *k, const be_optim_param *q, int64_t lo, int64_t hi, float *sc,
+                     int64_t sr_t)
 {
     const int64_t len = hi - lo;
-    float *p = q->pdt == AMP_F32 ? (float *)q->p + lo : pb;
+    float *pb = sc, *gb = sc ? sc + UPDATE_BLOCK : NULL;
+    float *p = q->master ? q->master + lo : q->pdt == AMP_F32 ? (float *)q->p + lo : pb;
     const float *g = q->gdt == AMP_F32 ? (const float *)q->g + lo : gb;
     void *p16 = (char *)q->p + (size_t)lo * amp_dtype_size(q->pdt);
     if (p == pb)
         amp_convert(p16, q->pdt, pb, AMP_F32, (size_t)len);
     if (g == gb)
         amp_convert((const char *)q->g + (size_t)lo * amp_dtype_size(q->gdt), q->gdt, gb, AMP_F32, (size_t)len);
-    float *s[3] = {q->s0 ? q->s0 + lo : NULL, q->s1 ? q->s1 + lo : NULL, q->s2 ? q->s2 + lo : NULL};
+    void *const sq[3] = {q->s0, q->s1, q->s2};
+    const size_t ss = amp_dtype_size(q->sdt);
+    float *s[3];
+    for (int j = 0; j < 3; j++) {
+        void *at = sq[j] ? (char *)sq[j] + (size_t)lo * ss : NULL;
+        s[j] = !at || q->sdt == AMP_F32 ? at : sc + (size_t)(2 + j) * UPDATE_BLOCK;
+        if (at && q->sdt != AMP_F32)
+            amp_convert(at, q->sdt, s[j], AMP_F32, (size_t)len);
+    }
     fn(k, p, g, s, len);
-    if (p == pb)
-        amp_convert(pb, AMP_F32, p16, q->pdt, (size_t)len);
+    if (p == pb || q->master)
+        amp_convert(p, AMP_F32, p16, q->pdt, (size_t)len);
+    for (int j = 0; j < 3 && q->sdt != AMP_F32; j++) {
+        void *dst = sq[j] ? (char *)sq[j] + (size_t)lo * ss : NULL;
+        if (dst && sr_t > 0 && q->sdt == AMP_BF16)
+            store_bf16_sr(s[j], dst, len, q->index, sr_t, j, lo);
+        else if (dst)
+            amp_convert(s[j], AMP_F32, dst, q->sdt, (size_t)len);
+    }
 }
 
 /* Runs fn over every block of the n parameters ps in one parallel region;
- * ks holds each parameter's constants (k_size bytes apiece). Allocates
- * everything before touching a value: on failure nothing has changed. */
-static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_optim_param *ps, int n)
+ * ks holds each parameter's constants (k_size bytes apiece); sr_t, when
+ * not NULL, each parameter's step for stochastic rounding of bf16 state.
+ * Allocates everything before touching a value: on failure nothing has
+ * changed. */
+static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_optim_param *ps, int n,
+                          const int64_t *sr_t)
 {
     int64_t items = 0, total = 0;
     bool convert = false;
     for (int i = 0; i < n; i++) {
         items += (ps[i].n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
         total += ps[i].n;
-        convert = convert || ps[i].pdt != AMP_F32 || ps[i].gdt != AMP_F32;
+        convert = convert || ps[i].pdt != AMP_F32 || ps[i].gdt != AMP_F32 || ps[i].sdt != AMP_F32;
     }
     if (items == 0)
         return AMP_OK;
@@ -118,7 +156,7 @@ static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_o
     if (threads < 1)
         threads = 1;
     work_item *w = amp_alloc((size_t)items * sizeof *w);
-    float *scratch = convert ? amp_alloc((size_t)threads * 2 * UPDATE_BLOCK * sizeof *scratch) : NULL;
+    float *scratch = convert ? amp_alloc((size_t)threads * SCRATCH_BLOCKS * UPDATE_BLOCK * sizeof *scratch) : NULL;
     if (!w || (convert && !scratch)) {
         amp_free(w);
         amp_free(scratch);
@@ -134,17 +172,34 @@ static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_o
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
     {
-        float *pb = scratch ? scratch + (size_t)amp_thread_num() * 2 * UPDATE_BLOCK : NULL;
-        float *gb = pb ? pb + UPDATE_BLOCK : NULL;
+        float *sc = scratch ? scratch + (size_t)amp_thread_num() * SCRATCH_BLOCKS * UPDATE_BLOCK : NULL;
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
         for (int64_t b = 0; b < items; b++)
-            run_item(fn, (const char *)ks + (size_t)w[b].param * k_size, &ps[w[b].param], w[b].lo, w[b].hi, pb, gb);
+            run_item(fn, (const char *)ks + (size_t)w[b].param * k_size, &ps[w[b].param], w[b].lo, w[b].hi, sc,
+                     sr_t ? sr_t[w[b].param] : 0);
     }
     amp_free(w);
     amp_free(scratch);
     return AMP_OK;
+}
+
+/* run_all, with each parameter's step (its counter + 1) for stochastic
+ * rounding when sr. */
+static amp_status run_all_sr(range_fn fn, const void *ks, size_t k_size, const be_optim_param *ps, int n,
+                             const int64_t *steps, bool sr)
+{
+    if (!sr)
+        return run_all(fn, ks, k_size, ps, n, NULL);
+    int64_t *t = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *t);
+    if (!t)
+        return AMP_ERR_MEMORY;
+    for (int i = 0; i < n; i++)
+        t[i] = steps[ps[i].index] + 1;
+    amp_status st = run_all(fn, ks, k_size, ps, n, t);
+    amp_free(t);
+    return st;
 }
 
 /* ------------------------------------------------------------------ SGD */
@@ -205,6 +260,7 @@ static void sgd_fn_v(const void *k, float *p, const float *g, float *const *s, i
 
 static amp_status sgd_all(const be_sgd_opts *s, const be_optim_param *ps, int n, const int64_t *steps)
 {
+    const bool sr = s->sr;
     sgd_k *ks = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *ks);
     if (!ks)
         return AMP_ERR_MEMORY;
@@ -215,7 +271,7 @@ static amp_status sgd_all(const be_sgd_opts *s, const be_optim_param *ps, int n,
     if (use_vector())
         fn = sgd_fn_v;
 #endif
-    amp_status st = run_all(fn, ks, sizeof *ks, ps, n);
+    amp_status st = run_all_sr(fn, ks, sizeof *ks, ps, n, steps, sr);
     amp_free(ks);
     return st;
 }
@@ -298,6 +354,7 @@ static void adam_fn_v(const void *k, float *p, const float *g, float *const *s, 
 
 static amp_status adam_all(const be_adam_opts *a, const be_optim_param *ps, int n, const int64_t *steps)
 {
+    const bool sr = a->sr;
     adam_k *ks = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *ks);
     if (!ks)
         return AMP_ERR_MEMORY;
@@ -323,7 +380,7 @@ static amp_status adam_all(const be_adam_opts *a, const be_optim_param *ps, int 
     if (use_vector())
         fn = adam_fn_v;
 #endif
-    amp_status st = run_all(fn, ks, sizeof *ks, ps, n);
+    amp_status st = run_all_sr(fn, ks, sizeof *ks, ps, n, steps, sr);
     amp_free(ks);
     return st;
 }

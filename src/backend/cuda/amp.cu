@@ -28,6 +28,7 @@
  * element.
  */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/round_rule.h"
 #include "backend/scaler_rule.h"
 
 #include <math.h>
@@ -360,6 +361,18 @@ __global__ void k_count_steps(__grid_constant__ const mt_list l, long long *step
         steps[n_counters]++;
 }
 
+/* Stores v as element j of state buffer p in dtype sdt: rounded to
+ * nearest-even, or, for bf16 with sr, stochastically with the bits of
+ * (parameter index, step t, slot, j) as the CPU's (round_rule.h). */
+__device__ __forceinline__ void st_state(void *p, int sdt, int64_t j, float v, bool sr, int index, long long t,
+                                         int slot)
+{
+    if (sr && sdt == AMP_BF16)
+        ((uint16_t *)p)[j] = be_bf16_sr(v, be_sr_bits(index, t, slot, j));
+    else
+        st_f32(p, sdt, j, v);
+}
+
 __global__ void k_sgd(__grid_constant__ const mt_list l, const long long *steps, const float *found_inf,
                       cuda_sgd_opts o)
 {
@@ -370,16 +383,24 @@ __global__ void k_sgd(__grid_constant__ const mt_list l, const long long *steps,
         const mt_entry t = find_entry(l, b);
         const bool first = steps[t.p.index] == 0;
         const int64_t lo = (b - t.first_block) * CHUNK, hi = lo + CHUNK < t.p.n ? lo + CHUNK : t.p.n;
-        float *buf = t.p.s0;
+        void *buf = t.p.s0;
+        const int sdt = t.p.sdt;
         for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
-            float pj = ld_f32(t.p.p, t.p.pdt, j), gj = ld_f32(t.p.g, t.p.gdt, j);
+            float pj = t.p.master ? t.p.master[j] : ld_f32(t.p.p, t.p.pdt, j), gj = ld_f32(t.p.g, t.p.gdt, j);
             if (o.weight_decay != 0)
                 gj = gj + o.weight_decay * pj;
             if (buf) {
-                buf[j] = first ? gj : buf[j] * o.momentum + o.one_minus_dampening * gj;
-                gj = o.nesterov ? gj + o.momentum * buf[j] : buf[j];
+                /* Updated in f32, stored in sdt (bf16 rounds to
+                 * nearest-even): the f32 value serves this step, as in the
+                 * CPU's scratch block. */
+                float b = first ? gj : ld_f32(buf, sdt, j) * o.momentum + o.one_minus_dampening * gj;
+                st_state(buf, sdt, j, b, o.sr, t.p.index, steps[t.p.index] + 1, 0);
+                gj = o.nesterov ? gj + o.momentum * b : b;
             }
-            st_f32(t.p.p, t.p.pdt, j, pj + neg_lr * gj);
+            const float np = pj + neg_lr * gj;
+            if (t.p.master)
+                t.p.master[j] = np;
+            st_f32(t.p.p, t.p.pdt, j, np);
         }
     }
 }
@@ -398,24 +419,36 @@ __global__ void k_adam(__grid_constant__ const mt_list l, const long long *steps
         const double bc1 = 1.0 - pow(a.beta1, step), bc2 = 1.0 - pow(a.beta2, step);
         const float neg_step = (float)(-(a.lr / bc1)), bc2_sqrt = (float)sqrt(bc2);
         const int64_t lo = (b - t.first_block) * CHUNK, hi = lo + CHUNK < t.p.n ? lo + CHUNK : t.p.n;
-        float *m = t.p.s0, *v = t.p.s1, *vmax = t.p.s2;
+        void *m = t.p.s0, *v = t.p.s1, *vmax = t.p.s2;
+        const int sdt = t.p.sdt;
         for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
-            float pj = ld_f32(t.p.p, t.p.pdt, j), gj = ld_f32(t.p.g, t.p.gdt, j);
+            float pj = t.p.master ? t.p.master[j] : ld_f32(t.p.p, t.p.pdt, j), gj = ld_f32(t.p.g, t.p.gdt, j);
             if (dec)
                 pj = pj * decay;
             if (l2)
                 gj = gj + wd * pj;
-            float d = gj - m[j];
-            m[j] = w1 < 0.5f ? m[j] + w1 * d : gj - d * (1.0f - w1);
-            v[j] = v[j] * b2 + w2 * gj * gj;
-            float vv = v[j];
+            /* The state is loaded once, updated in f32 (the f32 values
+             * serve this step, as in the CPU's scratch block) and stored
+             * in sdt (bf16 rounds to nearest-even). */
+            float mj = ld_f32(m, sdt, j);
+            float d = gj - mj;
+            mj = w1 < 0.5f ? mj + w1 * d : gj - d * (1.0f - w1);
+            const long long tt = steps[t.p.index] + 1;
+            st_state(m, sdt, j, mj, a.sr, t.p.index, tt, 0);
+            float vv = ld_f32(v, sdt, j) * b2 + w2 * gj * gj;
+            st_state(v, sdt, j, vv, a.sr, t.p.index, tt, 1);
             if (vmax) {
-                if (!(vmax[j] >= vv))
-                    vmax[j] = vv;
-                vv = vmax[j];
+                float vm = ld_f32(vmax, sdt, j);
+                if (!(vm >= vv))
+                    vm = vv;
+                st_state(vmax, sdt, j, vm, a.sr, t.p.index, tt, 2);
+                vv = vm;
             }
             float denom = sqrtf(vv) / bc2_sqrt + eps;
-            st_f32(t.p.p, t.p.pdt, j, pj + neg_step * (m[j] / denom));
+            const float np = pj + neg_step * (mj / denom);
+            if (t.p.master)
+                t.p.master[j] = np;
+            st_f32(t.p.p, t.p.pdt, j, np);
         }
     }
 }
