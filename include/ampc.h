@@ -252,7 +252,8 @@ typedef struct {
     struct {
         char name[48];                     /* op (dtypes) */
         double ms;                         /* per step */
-    } top[5];
+    } top[5];                              /* by self time, longest first */
+    size_t events, dropped;                /* recorded, and past max_events */
 } amp_profile_summary;
 AMP_API amp_status amp_profiler_summary(amp_profile_summary *out);
 
