@@ -252,7 +252,18 @@ static amp_status run_unscale(const amp_scaler *s, const be_buf *bufs, int k, fl
     return AMP_OK;
 }
 
+/* amp_scaler_unscale's work, in the unscale phase. */
+static amp_status scaler_unscale(amp_scaler *s, amp_optim *o);
+
 amp_status amp_scaler_unscale(amp_scaler *s, amp_optim *o)
+{
+    amp_phase_begin(AMP_PHASE_UNSCALE);
+    amp_status st = scaler_unscale(s, o);
+    amp_phase_end(AMP_PHASE_UNSCALE);
+    return st;
+}
+
+static amp_status scaler_unscale(amp_scaler *s, amp_optim *o)
 {
     if (!s || !o)
         return amp_set_error(AMP_ERR_ARG, "scaler_unscale: NULL %s", s ? "optimizer" : "scaler");
@@ -351,7 +362,10 @@ amp_status amp_scaler_step(amp_scaler *s, amp_optim *o, bool *skipped)
         return amp_set_error(AMP_ERR_STATE,
                              "No inf checks were recorded for this optimizer. (none of its "
                              "parameters has a gradient: did backward run?)");
+    /* The unscale above is its own phase; the step proper is the optimizer's. */
+    amp_phase_begin(AMP_PHASE_OPTIMIZER);
     amp_status st = guarded_step(s, o, (int)(r - s->recs), skipped);
+    amp_phase_end(AMP_PHASE_OPTIMIZER);
     r->stage = STAGE_STEPPED;
     return st;
 }
@@ -369,7 +383,18 @@ static amp_status run_update(amp_scaler *s, uint64_t records)
     return AMP_OK;
 }
 
+/* amp_scaler_update's work, in the scaler update phase. */
+static amp_status scaler_update(amp_scaler *s);
+
 amp_status amp_scaler_update(amp_scaler *s)
+{
+    amp_phase_begin(AMP_PHASE_SCALER_UPDATE);
+    amp_status st = scaler_update(s);
+    amp_phase_end(AMP_PHASE_SCALER_UPDATE);
+    return st;
+}
+
+static amp_status scaler_update(amp_scaler *s)
 {
     if (!s)
         return amp_set_error(AMP_ERR_ARG, "scaler_update: NULL scaler");

@@ -14,6 +14,7 @@
 #include "autograd/graph.h"
 #include "backend/backend.h"
 #include "base/base.h"
+#include "base/profile.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -179,6 +180,40 @@ static amp_status topo_order(node *root, node_vec *order)
     return st;
 }
 
+/* The profiler's backward event (profile.h): its device and first mark
+ * before n->backward, then gout's and the gradients' dtypes and shapes,
+ * the FLOPs (the op layer's count, through the node) and the bytes (gout,
+ * the inputs, the gradients made; in[i] is input i's gradient, dtype -1
+ * where none was made). Called only with the profiler on. */
+static void prof_backward_begin(prof_event *e, const node *n)
+{
+    amp_device dev = tensor_device(n->grad);
+    e->device = (uint8_t)dev;
+    e->dev_mark0 = prof_device_mark(dev);
+}
+
+static void prof_backward_end(prof_event *e, const node *n, amp_tensor *const *gin)
+{
+    e->dev_mark1 = prof_device_mark((amp_device)e->device);
+    const amp_tensor *g = n->grad;
+    prof_set_tensor(&e->out, g->dtype, g->shape.d, g->shape.ndim);
+    double bytes = (double)g->numel * (double)amp_dtype_size(g->dtype);
+    for (int i = 0; i < n->n_in; i++) {
+        const amp_tensor *x = n->in[i];
+        if (x)
+            bytes += (double)x->numel * (double)amp_dtype_size(x->dtype);
+        if (!gin[i])
+            continue;
+        bytes += (double)gin[i]->numel * (double)amp_dtype_size(gin[i]->dtype);
+        if (i < PROF_MAX_TENSORS)
+            prof_set_tensor(&e->in[i], gin[i]->dtype, gin[i]->shape.d, gin[i]->shape.ndim);
+    }
+    e->n_in = (uint8_t)(n->n_in < PROF_MAX_TENSORS ? n->n_in : PROF_MAX_TENSORS);
+    e->bytes = bytes;
+    e->flops = n->flops ? n->flops(n, &n->out_shape, true) : 0;
+    prof_end(e);
+}
+
 static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
 {
     node *root = t->grad_fn;
@@ -210,7 +245,12 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
             st = amp_set_error(AMP_ERR_MEMORY, "backward: out of memory");
             break;
         }
+        prof_event *pe = prof_begin(PROF_OP_BWD, n->name);
+        if (pe)
+            prof_backward_begin(pe, n);
         st = n->backward(n, n->grad, gin);
+        if (pe)
+            prof_backward_end(pe, n, gin);
         for (int i = 0; i < n->n_in; i++) {
             amp_tensor *x = n->in[i];
             if (st == AMP_OK && gin[i] && x->requires_grad) {
@@ -235,7 +275,27 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
     return st;
 }
 
+/* amp_backward and amp_backward_with run in the backward phase. */
+static amp_status backward_loss(amp_tensor *loss);
+static amp_status backward_with(amp_tensor *t, const amp_tensor *grad);
+
 amp_status amp_backward(amp_tensor *loss)
+{
+    amp_phase_begin(AMP_PHASE_BACKWARD);
+    amp_status st = backward_loss(loss);
+    amp_phase_end(AMP_PHASE_BACKWARD);
+    return st;
+}
+
+amp_status amp_backward_with(amp_tensor *t, const amp_tensor *grad)
+{
+    amp_phase_begin(AMP_PHASE_BACKWARD);
+    amp_status st = backward_with(t, grad);
+    amp_phase_end(AMP_PHASE_BACKWARD);
+    return st;
+}
+
+static amp_status backward_loss(amp_tensor *loss)
 {
     if (!loss)
         return amp_last_status() != AMP_OK ? amp_last_status()
@@ -259,7 +319,7 @@ amp_status amp_backward(amp_tensor *loss)
     return st;
 }
 
-amp_status amp_backward_with(amp_tensor *t, const amp_tensor *grad)
+static amp_status backward_with(amp_tensor *t, const amp_tensor *grad)
 {
     if (!t || !grad)
         return amp_last_status() != AMP_OK

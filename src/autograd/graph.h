@@ -26,11 +26,15 @@ struct node;
 /* Fills gin[i] with the gradient of input i from gout (the op layer's
  * backward for the node's op; see ops/ops.h). */
 typedef amp_status (*node_backward_fn)(struct node *n, const amp_tensor *gout, amp_tensor **gin);
+/* The FLOPs of the node's forward (out: the result's shape) or backward
+ * (out: node->out_shape), for the profiler (the op layer's op_flops). */
+typedef double (*node_flops_fn)(const struct node *n, const amp_shape *out, bool backward);
 
 typedef struct node {
     int op;
     const char *name;          /* the op's name, for messages */
     node_backward_fn backward; /* set by the op layer when it records the node */
+    node_flops_fn flops;       /* likewise; NULL: not counted */
     int refcount;
     bool needs_grad;  /* forward saves what backward needs only if set */
     bool freed;       /* backward has run and released the saved state */

@@ -48,6 +48,9 @@ static int64_t run_t0, run_t1; /* host ns at the last start and stop */
 static _Thread_local thread_buf *mine;
 
 static const prof_device_timer *timers[AMP_DEVICE_COUNT];
+static atomic_size_t n_allocations; /* the recorder's mallocs (prof_allocations) */
+
+size_t prof_allocations(void) { return atomic_load_explicit(&n_allocations, memory_order_relaxed); }
 
 int64_t prof_now_ns(void)
 {
@@ -79,6 +82,7 @@ static thread_buf *my_buf(void)
     pthread_mutex_lock(&lock);
     if (!mine) {
         if (n_threads < MAX_THREADS && (mine = calloc(1, sizeof *mine)) != NULL) {
+            atomic_fetch_add_explicit(&n_allocations, 1, memory_order_relaxed);
             mine->tid = n_threads;
             threads[n_threads++] = mine;
         }
@@ -105,6 +109,7 @@ static prof_event *new_event(thread_buf *b)
             b->dropped++;
             return NULL;
         }
+        atomic_fetch_add_explicit(&n_allocations, 1, memory_order_relaxed);
         c->next = NULL;
         if (b->tail)
             b->tail->next = c;
@@ -133,7 +138,7 @@ prof_event *prof_begin_on(prof_kind kind, const char *name)
     e->phase = (uint8_t)amp_phase_current();
     e->depth = b->open++;
     e->step = __atomic_load_n(&step_count, __ATOMIC_RELAXED);
-    e->t0 = e->t1 = prof_now_ns();
+    e->t0 = e->t1 = e->host_t0 = e->host_t1 = prof_now_ns();
     return e;
 }
 
@@ -141,7 +146,7 @@ void prof_end(prof_event *e)
 {
     if (!e)
         return;
-    e->t1 = prof_now_ns();
+    e->t1 = e->host_t1 = prof_now_ns();
     if (mine && mine->open > 0)
         mine->open--;
 }
@@ -161,7 +166,7 @@ prof_event *prof_instant(prof_kind kind, const char *name)
     e->phase = (uint8_t)amp_phase_current();
     e->depth = b->open;
     e->step = __atomic_load_n(&step_count, __ATOMIC_RELAXED);
-    e->t0 = e->t1 = prof_now_ns();
+    e->t0 = e->t1 = e->host_t0 = e->host_t1 = prof_now_ns();
     return e;
 }
 
@@ -229,6 +234,8 @@ static void resolve_device_times(void)
                     int32_t m[2] = {e->dev_mark0, e->dev_mark1};
                     int64_t ns[2];
                     timers[d]->resolve(m, 2, ns);
+                    if (ns[0] < 0 || ns[1] < ns[0])
+                        continue; /* not resolved: the host's times stay */
                     e->t0 = ns[0];
                     e->t1 = ns[1];
                 }
@@ -288,6 +295,7 @@ amp_status amp_profiler_stop(void)
         b->flat = malloc(b->n * sizeof *b->flat);
         if (!b->flat)
             continue;
+        atomic_fetch_add_explicit(&n_allocations, 1, memory_order_relaxed);
         size_t k = 0;
         for (chunk *c = b->head; c && k < b->n; c = c->next) {
             size_t n = b->n - k < CHUNK ? b->n - k : CHUNK;

@@ -60,6 +60,12 @@ typedef struct prof_event {
     prof_tensor in[PROF_MAX_TENSORS], out;
     size_t mem[AMP_MEM_CATEGORY_COUNT]; /* PROF_COUNTER: bytes per category */
     int64_t step;      /* amp_profiler_step count when it began */
+    /* Added (hooks): the host clock around the call. Equal to t0/t1 for a
+     * host-timed event; for a device-timed one (dev marks resolved at
+     * stop), t0/t1 become the device's times mapped to the host clock and
+     * these keep when the host issued the work, which is what nests it
+     * inside its host-timed parents (phases). */
+    int64_t host_t0, host_t1;
 } prof_event;
 
 extern atomic_bool prof_active;
@@ -77,6 +83,11 @@ static inline prof_event *prof_begin(prof_kind kind, const char *name)
 void prof_end(prof_event *e);
 /* An instant event (a cast-cache hit); NULL when off. */
 prof_event *prof_instant(prof_kind kind, const char *name);
+
+/* The recorder's own allocations (thread buffers, event chunks, the
+ * arrays made at stop) since the process started: flat while the profiler
+ * is off (tests/test_profiler.c checks it). Added (hooks). */
+size_t prof_allocations(void);
 
 /* Fills a prof_tensor from a dtype and shape (the hooks above tensor pass
  * t->dtype, t->shape.dims, t->shape.ndim). */

@@ -425,8 +425,21 @@ static amp_status write_atomic(const char *path, const json_buf *hdr, const out_
     return AMP_OK;
 }
 
+static amp_status checkpoint_save(const char *path, const amp_module *m, const amp_optim *o, const amp_scaler *s,
+                                  int64_t step, const char *settings_json);
+
+/* The save runs in the checkpoint phase. */
 amp_status amp_checkpoint_save(const char *path, const amp_module *m, const amp_optim *o, const amp_scaler *s,
                                int64_t step, const char *settings_json)
+{
+    amp_phase_begin(AMP_PHASE_CHECKPOINT);
+    amp_status st = checkpoint_save(path, m, o, s, step, settings_json);
+    amp_phase_end(AMP_PHASE_CHECKPOINT);
+    return st;
+}
+
+static amp_status checkpoint_save(const char *path, const amp_module *m, const amp_optim *o, const amp_scaler *s,
+                                  int64_t step, const char *settings_json)
 {
     if (!path || !m)
         return amp_set_error(AMP_ERR_ARG, "checkpoint_save: NULL %s", path ? "module" : "path");

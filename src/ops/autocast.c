@@ -18,6 +18,7 @@
  */
 #include "ops/ops.h"
 #include "backend/backend.h"
+#include "base/profile.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -243,10 +244,46 @@ amp_status amp_autocast_plan(const char *name, amp_device dev, amp_dtype at, int
 
 /* t as dt: a `to` op, recorded like any other (the gradient flows back in
  * t's dtype), run below autocast. t is an input op_apply has checked. */
-static amp_tensor *cast(amp_tensor *t, amp_dtype dt)
+static amp_tensor *cast_op(amp_tensor *t, amp_dtype dt)
 {
     op_params p = {.i = {dt}};
     return op_run(OP_TO, &t, 1, &p);
+}
+
+/* The profiler's names of the casts, per (from, to) float dtype. */
+static const char *cast_name(amp_dtype from, amp_dtype to)
+{
+    static const char *const names[3][3] = {
+        {"cast f32->f32", "cast f32->f16", "cast f32->bf16"},
+        {"cast f16->f32", "cast f16->f16", "cast f16->bf16"},
+        {"cast bf16->f32", "cast bf16->f16", "cast bf16->bf16"},
+    };
+    return (unsigned)from < 3 && (unsigned)to < 3 ? names[from][to] : "cast";
+}
+
+/* in[0] = the source, out = the cast (its dtype dt, the source's shape). */
+static void prof_cast_tensors(prof_event *e, const amp_tensor *t, amp_dtype dt)
+{
+    e->device = (uint8_t)t->storage->device;
+    e->n_in = 1;
+    prof_set_tensor(&e->in[0], t->dtype, t->shape.d, t->shape.ndim);
+    prof_set_tensor(&e->out, dt, t->shape.d, t->shape.ndim);
+    e->bytes = (double)t->numel * (double)(amp_dtype_size(t->dtype) + amp_dtype_size(dt));
+}
+
+/* A cast autocast inserts: a PROF_CAST event around the `to` op's own
+ * PROF_OP_FWD event (profile.h says how the outputs tell them apart). */
+static amp_tensor *cast(amp_tensor *t, amp_dtype dt)
+{
+    prof_event *e = prof_begin(PROF_CAST, cast_name(t->dtype, dt));
+    if (!e)
+        return cast_op(t, dt);
+    prof_cast_tensors(e, t, dt);
+    e->dev_mark0 = prof_device_mark((amp_device)e->device);
+    amp_tensor *c = cast_op(t, dt);
+    e->dev_mark1 = prof_device_mark((amp_device)e->device);
+    prof_end(e);
+    return c;
 }
 
 static amp_tensor *cached_cast(amp_tensor *t, amp_dtype dt)
@@ -261,8 +298,14 @@ static amp_tensor *cached_cast(amp_tensor *t, amp_dtype dt)
             continue;
         bool fresh = e->version == t->storage->version && e->cast->grad_fn &&
                      !e->cast->grad_fn->freed;
-        if (fresh)
+        if (fresh) {
+            prof_event *h = prof_instant(PROF_CAST_HIT, cast_name(t->dtype, dt));
+            if (h) {
+                prof_cast_tensors(h, t, dt);
+                h->bytes = 0; /* nothing moved: the cached cast is reused */
+            }
             return e->cast;
+        }
         amp_tensor *c = cast(t, dt);
         if (!c)
             return NULL;

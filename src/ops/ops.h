@@ -76,6 +76,11 @@ amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p);
  * PROMOTE. Does nothing outside autocast. */
 amp_status autocast_inputs(int op, amp_tensor *const *in, int n, amp_tensor **out);
 
+/* The FLOPs of n's forward (out: the result's shape) or backward (out:
+ * n->out_shape), for the profiler; the formulas are in cost.c. op_run
+ * stores it in n->flops for the backward engine. */
+double op_flops(const node *n, const amp_shape *out, bool backward);
+
 #include "ops/fused.h"
 
 /* The op's name, for error messages. */

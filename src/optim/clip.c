@@ -124,11 +124,17 @@ static amp_status clip(amp_tensor *const *params, int n, double max_norm, const 
 double amp_clip_grad_norm(amp_tensor *const *params, int n, double max_norm)
 {
     double total;
-    return clip(params, n, max_norm, "clip_grad_norm", &total, NULL) == AMP_OK ? total : NAN;
+    amp_phase_begin(AMP_PHASE_UNSCALE);
+    amp_status st = clip(params, n, max_norm, "clip_grad_norm", &total, NULL);
+    amp_phase_end(AMP_PHASE_UNSCALE);
+    return st == AMP_OK ? total : NAN;
 }
 
 amp_tensor *amp_clip_grad_norm_tensor(amp_tensor *const *params, int n, double max_norm)
 {
     amp_tensor *total = NULL;
-    return clip(params, n, max_norm, "clip_grad_norm_tensor", NULL, &total) == AMP_OK ? total : NULL;
+    amp_phase_begin(AMP_PHASE_UNSCALE);
+    amp_status st = clip(params, n, max_norm, "clip_grad_norm_tensor", NULL, &total);
+    amp_phase_end(AMP_PHASE_UNSCALE);
+    return st == AMP_OK ? total : NULL;
 }

@@ -277,7 +277,13 @@ static amp_status check_step(const amp_optim *o)
     return AMP_OK;
 }
 
-amp_status amp_optim_step(amp_optim *o) { return optim_step_guarded(o, NULL); }
+amp_status amp_optim_step(amp_optim *o)
+{
+    amp_phase_begin(AMP_PHASE_OPTIMIZER);
+    amp_status st = optim_step_guarded(o, NULL);
+    amp_phase_end(AMP_PHASE_OPTIMIZER);
+    return st;
+}
 
 /* Every parameter with a gradient in one multi-tensor call to the
  * parameters' backend, each at its own step count; the backend counts the

@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <map>
@@ -390,6 +391,91 @@ extern "C" cudaError_t cudaStreamDestroy(cudaStream_t stream)
     if (!streams.erase(stream))
         return cudaErrorInvalidResourceHandle;
     free(stream);
+    return cudaSuccess;
+}
+
+/* ------------------------------------------------------------ events */
+
+/* An event: whether it was recorded, and the host's CLOCK_MONOTONIC then
+ * (work before it on the stream has already run: it is synchronous). */
+struct emu_event {
+    bool recorded;
+    bool timing;
+    struct timespec at;
+};
+static std::set<const void *> events;
+
+static emu_event *event_of(cudaEvent_t e, const char *what)
+{
+    if (e && events.count(e))
+        return (emu_event *)e;
+    emu::misuse("%s: %p is not an event created by cudaEventCreate*", what, (void *)e);
+    return NULL;
+}
+
+extern "C" cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
+{
+    std::lock_guard<std::recursive_mutex> g(mu);
+    if (!event || flags > (cudaEventBlockingSync | cudaEventDisableTiming))
+        return cudaErrorInvalidValue;
+    emu_event *e = (emu_event *)calloc(1, sizeof *e);
+    if (!e)
+        return cudaErrorMemoryAllocation;
+    e->timing = !(flags & cudaEventDisableTiming);
+    events.insert(e);
+    *event = (cudaEvent_t)e;
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventCreate(cudaEvent_t *event) { return cudaEventCreateWithFlags(event, 0); }
+
+extern "C" cudaError_t cudaEventDestroy(cudaEvent_t event)
+{
+    std::lock_guard<std::recursive_mutex> g(mu);
+    if (!events.erase(event))
+        return cudaErrorInvalidResourceHandle;
+    free(event);
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
+{
+    std::lock_guard<std::recursive_mutex> g(mu);
+    emu_event *e = event_of(event, "cudaEventRecord");
+    if (!e || !stream_ok(stream, "cudaEventRecord"))
+        return cudaErrorInvalidResourceHandle;
+    e->recorded = true;
+    clock_gettime(CLOCK_MONOTONIC, &e->at);
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventQuery(cudaEvent_t event)
+{
+    std::lock_guard<std::recursive_mutex> g(mu);
+    emu_event *e = event_of(event, "cudaEventQuery");
+    return e ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t event)
+{
+    std::lock_guard<std::recursive_mutex> g(mu);
+    emu_event *e = event_of(event, "cudaEventSynchronize");
+    return e ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+/* As CUDA: both events made with timing and recorded, else
+ * cudaErrorInvalidResourceHandle (never cudaErrorNotReady: recorded work is
+ * done here). */
+extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+    std::lock_guard<std::recursive_mutex> g(mu);
+    emu_event *a = event_of(start, "cudaEventElapsedTime"), *b = event_of(end, "cudaEventElapsedTime");
+    if (!ms)
+        return cudaErrorInvalidValue;
+    if (!a || !b || !a->timing || !b->timing || !a->recorded || !b->recorded)
+        return cudaErrorInvalidResourceHandle;
+    double ns = (double)(b->at.tv_sec - a->at.tv_sec) * 1e9 + (double)(b->at.tv_nsec - a->at.tv_nsec);
+    *ms = (float)(ns / 1e6);
     return cudaSuccess;
 }
 

@@ -255,6 +255,25 @@ amp_status cuda_pool2d(const be_pool_geom *g, bool is_max, const void *x, amp_dt
 amp_status cuda_pool2d_backward(const be_pool_geom *g, const void *gy, amp_dtype gdt, const int32_t *idx, void *dx,
                                 amp_dtype dxdt);
 
+/* --------------------------------------------------------------- profiler */
+
+/* The profiler's device timer for CUDA (profile.cu): a mark is a CUDA
+ * event recorded on the stream, taken from a pool made once and reused;
+ * the marks are turned into host-clock ns at amp_profiler_stop, against a
+ * base event recorded (and waited for, outside any step) at the start. No
+ * call here waits for the GPU inside a step. The runtime registers the
+ * timer (cuda_prof_register, prof_cuda.c) when the device starts. */
+int32_t cuda_prof_mark(void);
+void cuda_prof_resolve(const int32_t *marks, int n, int64_t *ns_out);
+void cuda_prof_reset(void);
+void cuda_prof_register(void);
+/* A named kernel or cuBLASLt call inside an op, as a PROF_KERNEL event on
+ * CUDA (NULL when the profiler is off): begin before the launch, end after
+ * it with the GEMM's sizes (a [M, K] x [K, N] product, batch of them, in
+ * abdt into cdt) for its dtypes, shapes and FLOPs. */
+void *cuda_prof_kernel_begin(const char *name);
+void cuda_prof_gemm_end(void *e, int64_t M, int64_t N, int64_t K, int64_t batch, amp_dtype abdt, amp_dtype cdt);
+
 #ifdef __cplusplus
 }
 #endif

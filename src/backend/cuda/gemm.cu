@@ -161,6 +161,19 @@ __global__ void k_gemm_naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
     }
 }
 
+/* The profiler's name of a cuBLASLt product (PROF_KERNEL), by input dtype
+ * and whether an epilogue is fused. */
+static const char *lt_name(amp_dtype abdt, bool tf32, bool epi)
+{
+    static const char *const names[2][4] = {
+        {"cublasLt gemm f32", "cublasLt gemm f16", "cublasLt gemm bf16", "cublasLt gemm tf32"},
+        {"cublasLt gemm f32 +epilogue", "cublasLt gemm f16 +epilogue", "cublasLt gemm bf16 +epilogue",
+         "cublasLt gemm tf32 +epilogue"},
+    };
+    int k = tf32 ? 3 : abdt == AMP_F16 ? 1 : abdt == AMP_BF16 ? 2 : 0;
+    return names[epi ? 1 : 0][k];
+}
+
 static amp_status naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A, int64_t lda,
                         int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta, void *C, int64_t ldc,
                         int64_t sc, int64_t batch, amp_dtype abdt, amp_dtype cdt)
@@ -272,11 +285,16 @@ static amp_status lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
             st = lt_check(hs, "AlgoGetHeuristic");
     }
     if (st == AMP_OK && !refused && !taken && (hs == CUBLAS_STATUS_NOT_SUPPORTED || found < 1)) {
+        void *pe = cuda_prof_kernel_begin("ampc gemm kernel (no cuBLASLt algorithm)");
         st = naive(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch, abdt, cdt);
+        cuda_prof_gemm_end(pe, M, N, K, batch, abdt, cdt);
     } else if (st == AMP_OK && !refused) {
         cuda_note_launch();
+        void *pe = cuda_prof_kernel_begin(
+            lt_name(abdt, ct == CUBLAS_COMPUTE_32F_FAST_TF32, taken && epi != CUBLASLT_EPILOGUE_DEFAULT));
         cublasStatus_t ms = api.cublasLtMatmul(lt, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &heur.algo,
                                            workspace, ws, cuda_stream());
+        cuda_prof_gemm_end(pe, M, N, K, batch, abdt, cdt);
         if (taken && ms == CUBLAS_STATUS_NOT_SUPPORTED)
             refused = true; /* refused before launching: C is untouched */
         else

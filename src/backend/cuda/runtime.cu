@@ -70,6 +70,7 @@ static void init(void)
     }
     n_devices = n;
     capability = major * 10 + minor;
+    cuda_prof_register(); /* the profiler's device timer (profile.cu) */
 }
 
 extern "C" int cuda_compute_capability(void)

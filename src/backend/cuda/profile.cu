@@ -1,0 +1,132 @@
+/*
+ * profile.cu - the profiler's device timer on CUDA: marks are CUDA events
+ * recorded on the backend's stream (cudaEventRecord queues them; nothing
+ * waits), taken in turn from a pool of events made once and reused by
+ * every later run. amp_profiler_start resets the pool and records a base
+ * event, waited for there (outside any step), whose completion is paired
+ * with the host clock; amp_profiler_stop waits once for the last mark and
+ * turns every mark into host-clock ns as base + cudaEventElapsedTime(base,
+ * mark). A mark past the pool's cap is -1 (the event is then host timed).
+ *
+ * The device must be in use when the profiler starts for the base to be
+ * exact; a device first used during a run takes its base at its first
+ * mark, with the host clock at that record (the stream is idle then).
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+#include <mutex>
+#include <time.h>
+#include <vector>
+
+static std::mutex mu;
+static std::vector<cudaEvent_t> pool; /* pool[0] is the base */
+static size_t used;                   /* marks recorded this run, base included */
+static bool have_base, resolved;
+static int64_t base_ns;               /* host clock of the base event */
+static std::vector<int64_t> times;    /* after the run: each mark's host-clock ns */
+
+enum { PREALLOC = 4096, MAX_MARKS = 1 << 20 };
+
+static int64_t host_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The next event of the pool, made when the pool is short; NULL past the cap. */
+static cudaEvent_t next_event(void)
+{
+    if (used >= (size_t)MAX_MARKS)
+        return NULL;
+    if (used == pool.size()) {
+        cudaEvent_t e;
+        if (cudaEventCreate(&e) != cudaSuccess) {
+            cudaGetLastError();
+            return NULL;
+        }
+        pool.push_back(e);
+    }
+    return pool[used++];
+}
+
+static bool record_base(bool wait)
+{
+    used = 0;
+    cudaEvent_t b = next_event();
+    if (!b || cudaEventRecord(b, cuda_stream()) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    if (wait && cudaEventSynchronize(b) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    base_ns = host_ns();
+    return have_base = true;
+}
+
+extern "C" void cuda_prof_reset(void)
+{
+    std::lock_guard<std::mutex> g(mu);
+    have_base = resolved = false;
+    used = 0;
+    times.clear();
+    /* The pool is made here, outside the steps, the first time. */
+    while (pool.size() < PREALLOC) {
+        cudaEvent_t e;
+        if (cudaEventCreate(&e) != cudaSuccess) {
+            cudaGetLastError();
+            break;
+        }
+        pool.push_back(e);
+    }
+    record_base(true);
+}
+
+extern "C" int32_t cuda_prof_mark(void)
+{
+    std::lock_guard<std::mutex> g(mu);
+    if (!have_base && !record_base(false))
+        return -1;
+    resolved = false;
+    cudaEvent_t e = next_event();
+    if (!e)
+        return -1;
+    if (cudaEventRecord(e, cuda_stream()) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return (int32_t)(used - 1);
+}
+
+/* Once per run (at amp_profiler_stop): wait for the last mark, then every
+ * mark's time from its elapsed time since the base. */
+static void resolve_all(void)
+{
+    times.assign(used, -1);
+    if (!have_base || used == 0)
+        return;
+    if (cudaEventSynchronize(pool[used - 1]) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    times[0] = base_ns;
+    for (size_t i = 1; i < used; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, pool[0], pool[i]) == cudaSuccess)
+            times[i] = base_ns + (int64_t)((double)ms * 1e6);
+        else
+            cudaGetLastError();
+    }
+    resolved = true;
+}
+
+extern "C" void cuda_prof_resolve(const int32_t *marks, int n, int64_t *ns_out)
+{
+    std::lock_guard<std::mutex> g(mu);
+    if (!resolved)
+        resolve_all();
+    for (int i = 0; i < n; i++)
+        ns_out[i] = marks[i] >= 0 && (size_t)marks[i] < times.size() ? times[marks[i]] : -1;
+}
