@@ -125,14 +125,15 @@ static inline bool trace_check(const char *text, size_t len, bool ops_in_phases,
             break;
         }
         t->last_ts = ts;
-        while (t->depth > 0 && ts >= t->end[t->depth - 1]) /* the open events it starts after */
+        /* The open events it starts after (0.1 ns of slack: an end is a sum
+         * of two parsed decimals, ts and dur, each exact ns in us). */
+        while (t->depth > 0 && ts >= t->end[t->depth - 1] - 1e-4)
             t->depth--;
         if (ph[0] != 'X') {
             if (ph[0] == 'i' && cat && strcmp(cat, "cast") == 0)
                 r->n_cast++;
             continue;
         }
-        /* 0.1 ns of slack for the sums of parsed decimals (ts, dur are exact ns in us). */
         if (t->depth > 0 && ts + dur > t->end[t->depth - 1] + 1e-4) {
             snprintf(r->error, sizeof r->error,
                      "event %d (%s): [%.3f, %.3f] overlaps the event it starts in (ends at %.3f)", i, name, ts,

@@ -93,6 +93,9 @@ static int options_for(const train_opts *o, const char *prec, train_opts *out)
     *out = *o;
     out->precision = prec;
     out->given[opts_find("precision") - opts_table()] = true;
+    out->profile = NULL; /* the run's own trace is written apart (traces[]) */
+    out->given[opts_find("profile-steps") - opts_table()] = false;
+    out->given[opts_find("profile-warmup") - opts_table()] = false;
     if (strcmp(prec, "fp16") != 0) {
         out->no_scaler = false;
         for (size_t i = 0; i < sizeof scaler_opts / sizeof scaler_opts[0]; i++)

@@ -109,7 +109,9 @@ static void head(trace_out *o, const char *ph, const char *name, const char *cat
     put_us(o->f, ts - o->t0);
 }
 
-static void put_event(trace_out *o, const prof_event *e, int pid, int tid)
+/* Event e on track (pid, tid), from t0 to t1 (its host times on the
+ * host's track, its device times on the device's). */
+static void put_event(trace_out *o, const prof_event *e, int pid, int tid, int64_t t0, int64_t t1)
 {
     FILE *f = o->f;
     const char *name = e->name;
@@ -124,12 +126,12 @@ static void put_event(trace_out *o, const prof_event *e, int pid, int tid)
         return;
     }
     if (e->kind == PROF_CAST_HIT) {
-        head(o, "i", name ? name : "cast cache hit", cat_of(e->kind), pid, tid, e->t0);
+        head(o, "i", name ? name : "cast cache hit", cat_of(e->kind), pid, tid, t0);
         fputs(",\"s\":\"t\",\"args\":{", f);
     } else {
-        head(o, "X", name, cat_of(e->kind), pid, tid, e->t0);
+        head(o, "X", name, cat_of(e->kind), pid, tid, t0);
         fputs(",\"dur\":", f);
-        put_us(f, e->t1 > e->t0 ? e->t1 - e->t0 : 0);
+        put_us(f, t1 > t0 ? t1 - t0 : 0);
         fputs(",\"args\":{", f);
     }
     if (e->n_in > 0) {
@@ -184,9 +186,10 @@ static bool on_device(const prof_event *e)
     return e->device != AMP_CPU && e->dev_mark0 >= 0 && e->dev_mark1 >= 0;
 }
 
-/* Writes thread th's events of clock `dev` (AMP_CPU: host-timed) as pid
- * `pid`, tid `tid`; with steps (the step thread, host), the step spans
- * too. false when out of memory. */
+/* Writes thread th's events as pid `pid`, tid `tid`: dev AMP_CPU, the
+ * host's track: every event at its host times, and with steps (the step
+ * thread) the step spans; another device, its track: the events timed on
+ * it, at their device times. false when out of memory. */
 static bool put_track(trace_out *o, const prof_thread_events *th, int dev, int pid, int tid,
                       const prof_stats *st, bool steps)
 {
@@ -204,15 +207,21 @@ static bool put_track(trace_out *o, const prof_thread_events *th, int dev, int p
             prev = e->t0;
             continue;
         }
-        int clock = e->kind == PROF_COUNTER ? e->device : on_device(e) ? e->device : AMP_CPU;
-        if (clock != dev)
+        int64_t t0 = e->t0, t1 = e->t1;
+        if (dev == AMP_CPU) {
+            if (e->kind == PROF_COUNTER && e->device != AMP_CPU)
+                continue;
+            t0 = e->host_t0;
+            t1 = e->host_t1;
+        } else if (e->kind == PROF_COUNTER ? e->device != dev : !on_device(e) || e->device != dev) {
             continue;
-        es[n++] = (entry){e->t0, e->t1 > e->t0 ? e->t1 - e->t0 : 0, (int64_t)i};
+        }
+        es[n++] = (entry){t0, t1 > t0 ? t1 - t0 : 0, (int64_t)i};
     }
     qsort(es, n, sizeof *es, by_begin);
     for (size_t j = 0; j < n; j++) {
         if (es[j].idx >= 0) {
-            put_event(o, &th->ev[es[j].idx], pid, tid);
+            put_event(o, &th->ev[es[j].idx], pid, tid, es[j].t0, es[j].t0 + es[j].dur);
             continue;
         }
         char name[32];

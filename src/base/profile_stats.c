@@ -113,7 +113,8 @@ static void fill_labels(prof_row *r, const prof_event *e)
     r->sig[0] = '\0';
     int n_in = e->n_in < PROF_MAX_TENSORS ? e->n_in : PROF_MAX_TENSORS;
     for (int i = 0; i < n_in && k < sizeof r->sig; i++)
-        k += (size_t)snprintf(r->sig + k, sizeof r->sig - k, "%s%s", i ? "," : "", prof_dtype_name(e->in[i].dtype));
+        k += (size_t)snprintf(r->sig + k, sizeof r->sig - k, "%s%s", i ? "," : "",
+                              e->in[i].dtype < 0 ? "-" : prof_dtype_name(e->in[i].dtype)); /* - : none */
     if (e->out.dtype >= 0 && k < sizeof r->sig)
         snprintf(r->sig + k, sizeof r->sig - k, "%s-> %s", k ? " " : "", prof_dtype_name(e->out.dtype));
 }
