@@ -8,6 +8,7 @@
  */
 #include "cli.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,8 @@ static void profile_usage(FILE *f)
             "trace, FILE with the precision before its extension (ampc-trace-bf16.json).\n\n"
             "options:\n"
             "  --precision LIST       fp32, bf16, fp16, comma-separated, each at most once\n"
+            "  --repeat N             run the precisions round-robin N times (1 to 100, default 1)\n"
+            "                         and show each time's median (a busy machine's spikes drop out)\n"
             "  --profile [FILE]       also write each precision's trace (default " PROFILE_DEFAULT_FILE ")\n"
             "  --profile-steps N      steps profiled per precision (default 5)\n"
             "  --profile-warmup N     steps before the profiled ones (default 2)\n"
@@ -102,6 +105,28 @@ static int options_for(const train_opts *o, const char *prec, train_opts *out)
             out->given[opts_find(scaler_opts[i]) - opts_table()] = false;
     }
     return opts_resolve(out);
+}
+
+static int by_step_ms(const void *a, const void *b)
+{
+    const amp_profile_summary *x = a, *y = b;
+    return (x->step_ms > y->step_ms) - (x->step_ms < y->step_ms);
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of the double at byte offset off of runs[0..n). */
+static double median(const amp_profile_summary *runs, int n, size_t off)
+{
+    double v[100];
+    for (int i = 0; i < n; i++)
+        memcpy(&v[i], (const char *)&runs[i] + off, sizeof v[i]);
+    qsort(v, (size_t)n, sizeof v[0], by_value);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static double speedup(double base, double now) { return now > 0 ? base / now : 0; }
@@ -178,7 +203,7 @@ static void print_side_by_side(const int *idx, int n, const amp_profile_summary 
     printf("\n\ntop ops by self time (ms a step, %% of the step):\n");
     for (int i = 0; i < n; i++)
         for (int k = 0; k < 3 && s[i].top[k].name[0]; k++)
-            printf("  %-5s %d. %-47s %9.3f %5.1f%%\n", k ? "" : prec_names[idx[i]], k + 1, s[i].top[k].name,
+            printf("  %-5s %d. %-64s %9.3f %5.1f%%\n", k ? "" : prec_names[idx[i]], k + 1, s[i].top[k].name,
                    s[i].top[k].ms, pct(s[i].top[k].ms, s[i].step_ms));
     if (n < 2)
         return;
@@ -200,6 +225,7 @@ static void print_side_by_side(const int *idx, int n, const amp_profile_summary 
 int profile_main(int argc, char **argv)
 {
     const char *list = "fp32,bf16,fp16";
+    int repeat = 1;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) {
         fprintf(stderr, "ampc profile: out of memory\n");
@@ -221,6 +247,16 @@ int profile_main(int argc, char **argv)
             list = argv[++i];
         } else if (strncmp(argv[i], "--precision=", 12) == 0) {
             list = argv[i] + 12;
+        } else if (strcmp(argv[i], "--repeat") == 0 || strncmp(argv[i], "--repeat=", 9) == 0) {
+            const char *v = argv[i][8] == '=' ? argv[i] + 9 : i + 1 < argc ? argv[++i] : "";
+            char *end;
+            long r = strtol(v, &end, 10);
+            if (!*v || *end || r < 1 || r > 100) {
+                fprintf(stderr, "ampc profile: --repeat: '%s' is not a whole number from 1 to 100\n", v);
+                free(rest);
+                return EXIT_USAGE;
+            }
+            repeat = (int)r;
         } else {
             rest[nrest++] = argv[i];
         }
@@ -275,27 +311,49 @@ int profile_main(int argc, char **argv)
     if (run[0].accum > 1)
         printf(" x %lld accumulated", (long long)run[0].accum);
     printf(", %s, threads %d, kernels %s\n", run[0].device, amp_get_num_threads(), amp_cpu_kernels());
-    printf("each precision: %lld warm-up step%s, then %lld profiled\n", (long long)o.profile_warmup,
+    printf("each precision: %lld warm-up step%s, then %lld profiled", (long long)o.profile_warmup,
            o.profile_warmup == 1 ? "" : "s", (long long)o.profile_steps);
+    if (repeat > 1)
+        printf("; %d runs each, round-robin: each time is its median (top ops: the median run's)", repeat);
+    printf("\n");
     fflush(stdout);
-    amp_profile_summary sum[MAX_PREC];
-    for (int i = 0; i < n && rc < 0; i++) {
-        amp_profiler_reset();
-        rc = train_profile_run(&run[i], &rd, &ri);
-        if (rc < 0 && amp_profiler_summary(&sum[i]) != AMP_OK) {
-            fprintf(stderr, "ampc profile: %s: %s\n", prec_names[idx[i]], amp_last_error());
-            rc = 1;
-        }
-        if (rc < 0 && o.profile) {
-            if (amp_profiler_write_trace(traces[i]) != AMP_OK) {
-                fprintf(stderr, "ampc profile: %s\n", amp_last_error());
-                rc = 1;
-            } else {
-                printf("%s: trace written to %s\n", prec_names[idx[i]], traces[i]);
-            }
-        }
-        fflush(stdout);
+    /* Round-robin (fp32 bf16 fp16 fp32 bf16 ...), so a machine that gets
+     * busier or quieter meanwhile weighs on each precision alike; each
+     * precision shows its median run by step time. */
+    amp_profile_summary *all = calloc((size_t)(repeat * n), sizeof *all), sum[MAX_PREC];
+    if (!all) {
+        fprintf(stderr, "ampc profile: out of memory\n");
+        rc = 1;
     }
+    for (int r = 0; r < repeat && rc < 0; r++)
+        for (int i = 0; i < n && rc < 0; i++) {
+            amp_profiler_reset();
+            rc = train_profile_run(&run[i], &rd, &ri);
+            if (rc < 0 && amp_profiler_summary(&all[i * repeat + r]) != AMP_OK) {
+                fprintf(stderr, "ampc profile: %s: %s\n", prec_names[idx[i]], amp_last_error());
+                rc = 1;
+            }
+            if (rc < 0 && o.profile && r == repeat - 1) { /* the last run's trace */
+                if (amp_profiler_write_trace(traces[i]) != AMP_OK) {
+                    fprintf(stderr, "ampc profile: %s\n", amp_last_error());
+                    rc = 1;
+                } else {
+                    printf("%s: trace written to %s\n", prec_names[idx[i]], traces[i]);
+                }
+            }
+            fflush(stdout);
+        }
+    for (int i = 0; i < n && rc < 0; i++) {
+        amp_profile_summary *runs = &all[i * repeat];
+        qsort(runs, (size_t)repeat, sizeof *runs, by_step_ms);
+        sum[i] = runs[(repeat - 1) / 2];
+        /* Each time its own median: one run's spike in one phase (the
+         * machine busy elsewhere) moves none of them. */
+        for (int p = 0; p < AMP_PHASE_COUNT; p++)
+            sum[i].phase_ms[p] = median(runs, repeat, offsetof(amp_profile_summary, phase_ms) + p * sizeof(double));
+        sum[i].cast_ms = median(runs, repeat, offsetof(amp_profile_summary, cast_ms));
+    }
+    free(all);
     amp_profiler_reset();
     data_close(&rd);
     if (rc >= 0)
