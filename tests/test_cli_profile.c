@@ -12,7 +12,8 @@
  *     (ampc-trace.json in the working directory) when the next argument is
  *     an option;
  *   - bad values are refused with a message naming the option, and an
- *     unwritable trace path before training starts;
+ *     unwritable trace path before training starts, as is a FILE that is
+ *     not an earlier ampc trace (nothing the user had is replaced);
  *   - `ampc profile` prints a column per precision and what moved, writes
  *     a trace per precision with --profile, and refuses bad precision
  *     lists and options that keep something.
@@ -176,6 +177,20 @@ static void test_bad_profile_arguments_are_refused(void)
     rc = cli_run("%s --data %s --profile %s", common, images, dir);
     CHECK_EQ_INT(rc, 1);
     CHECK_OUT("is a directory");
+    /* Nothing the user had is replaced: a file that is not an ampc trace,
+     * a device. */
+    size_t before = 0, after = 1;
+    char *was = cli_read_file(text, &before);
+    rc = cli_run("%s --data %s --profile %s", common, images, text);
+    CHECK_EQ_INT(rc, 1);
+    CHECK_OUT("exists and is not an ampc trace: not replaced");
+    char *is = cli_read_file(text, &after);
+    CHECK(was && is && before == after && memcmp(was, is, before) == 0);
+    free(was);
+    free(is);
+    rc = cli_run("%s --data %s --profile /dev/null", common, images);
+    CHECK_EQ_INT(rc, 1);
+    CHECK_OUT("'/dev/null' is not a regular file");
 }
 
 static void test_ampc_profile_prints_each_precision_side_by_side(void)

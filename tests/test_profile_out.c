@@ -221,7 +221,6 @@ static void test_unwritable_trace_fails_naming_the_path(void)
     amp_clear_error();
     /* A failed write leaves an existing file as it was. */
     snprintf(path, sizeof path, "%s/ro", tmpdir);
-    CHECK_EQ_INT(system("true"), 0);
     mkdir(path, 0500);
     char file[200];
     snprintf(file, sizeof file, "%s/trace.json", path);
@@ -231,6 +230,14 @@ static void test_unwritable_trace_fails_naming_the_path(void)
         CHECK(access(file, F_OK) != 0);
     }
     rmdir(path);
+    /* A FIFO (or a device) is never replaced by a file. */
+    snprintf(path, sizeof path, "%s/fifo", tmpdir);
+    CHECK_EQ_INT(mkfifo(path, 0600), 0);
+    CHECK_EQ_INT(amp_profiler_write_trace(path), AMP_ERR_IO);
+    CHECK_ERROR(AMP_ERR_IO, "is not a regular file");
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    unlink(path);
 }
 
 static void test_table_groups_by_op_pass_and_dtypes(void)

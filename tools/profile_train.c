@@ -2,7 +2,8 @@
  * profile_train.c - `ampc train --profile [FILE]`: the profiler around
  * --profile-steps training steps after --profile-warmup steps (counted from
  * the start, or from the step a resumed run starts at), then the op table,
- * the verdict and the trace. Profiling records; it changes no value the
+ * the verdict and the trace. The trace replaces only an earlier ampc trace
+ * (or an empty file): never a file the user had for something else. Profiling records; it changes no value the
  * step computes, so the losses are those of the same run without it.
  */
 #include "cli.h"
@@ -15,14 +16,39 @@
 
 #define TABLE_ROWS 20 /* the table's longest rows */
 
+/* Whether path starts as the traces amp_profiler_write_trace writes. */
+static bool is_trace(const char *path)
+{
+    static const char head[] = "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"ampc ";
+    char buf[sizeof head - 1];
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    return n == sizeof buf && memcmp(buf, head, sizeof buf) == 0;
+}
+
 int profile_preflight(const train_opts *o)
 {
     if (!o->profile)
         return -1;
     struct stat st;
-    if (stat(o->profile, &st) == 0 && S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "ampc: --profile: '%s' is a directory; give a file name for the trace\n", o->profile);
-        return 1;
+    if (stat(o->profile, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "ampc: --profile: '%s' is a directory; give a file name for the trace\n", o->profile);
+            return 1;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            fprintf(stderr, "ampc: --profile: '%s' is not a regular file (the trace replaces its file)\n",
+                    o->profile);
+            return 1;
+        }
+        if (st.st_size > 0 && !is_trace(o->profile)) {
+            fprintf(stderr, "ampc: --profile: '%s' exists and is not an ampc trace: not replaced (remove it or "
+                            "give another FILE)\n", o->profile);
+            return 1;
+        }
     }
     /* The trace is written to a temporary beside FILE, then renamed: both
      * need the directory writable. Try it now, before hours of training. */

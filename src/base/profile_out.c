@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ----------------------------------------------------------------- trace */
@@ -71,7 +72,7 @@ static void put_num(FILE *f, double x)
 {
     if (x != x || x > 1e300 || x < -1e300)
         x = 0;
-    if (x == (double)(int64_t)x && x < 9e15 && x > -9e15)
+    if (x < 9e15 && x > -9e15 && x == (double)(int64_t)x)
         fprintf(f, "%lld", (long long)x);
     else
         fprintf(f, "%.6g", x);
@@ -288,6 +289,11 @@ amp_status amp_profiler_write_trace(const char *path)
 {
     if (!path || !*path)
         return amp_set_error(AMP_ERR_ARG, "profiler_write_trace: no file name given");
+    /* Renaming over a device or a FIFO (as root, /dev/null) would replace
+     * it with a file: only a regular file is replaced. */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return amp_set_error(AMP_ERR_IO, "profiler_write_trace: '%s' exists and is not a regular file", path);
     prof_stats st;
     amp_status rc = prof_stats_build(&st);
     if (rc != AMP_OK)
