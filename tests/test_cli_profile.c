@@ -193,6 +193,30 @@ static void test_bad_profile_arguments_are_refused(void)
     CHECK_OUT("'/dev/null' is not a regular file");
 }
 
+/* --device cuda (on cudaemu in build-emu; skipped where there is no GPU):
+ * the device's events at device times on pid 1, the host's on pid 0, both
+ * tracks valid. */
+static void test_cuda_trace_has_a_device_track(void)
+{
+    char trace[300];
+    cli_path(trace, sizeof trace, "cuda.json");
+    int rc = cli_run("train --model mlp --hidden 16 --batch 8 --steps 3 --device cuda --data %s --profile %s "
+                     "--profile-steps 1", images, trace);
+    if (rc == 1 && strstr(cli_out, "cuda")) {
+        harness_skip("no CUDA device (the cudaemu build runs this)");
+        return;
+    }
+    CHECK_MSG(rc == 0, "exit %d\n%s", rc, cli_out);
+    CHECK_OUT("kernel@cuda");
+    size_t len;
+    char *t = trace_read(trace, &len);
+    trace_report r;
+    CHECK_MSG(t && trace_check(t, len, true, &r), "%s", r.error);
+    CHECK(t && strstr(t, "\"cuda (device time)\"") != NULL);
+    CHECK(t && strstr(t, "\"cat\":\"kernel\",\"pid\":1,\"tid\":0") != NULL);
+    free(t);
+}
+
 static void test_ampc_profile_prints_each_precision_side_by_side(void)
 {
     char trace[300];
@@ -267,6 +291,7 @@ int main(void)
         RUN(test_profiling_changes_no_loss);
         RUN(test_profile_value_forms);
         RUN(test_bad_profile_arguments_are_refused);
+        RUN(test_cuda_trace_has_a_device_track);
         RUN(test_ampc_profile_prints_each_precision_side_by_side);
         RUN(test_ampc_profile_refuses_bad_arguments);
     }

@@ -214,13 +214,16 @@ static int train_step(run *r, int64_t step, step_out *out)
         amp_phase_begin(AMP_PHASE_FORWARD);
         amp_tensor *loss = micro_batch_loss(t, o, r->ri, r->rd->gpt, r->cuda ? AMP_CUDA : AMP_CPU, x, y);
         amp_tensor *scaled_loss = loss ? amp_scaler_scale(t->scaler, loss) : NULL;
+        /* cuda: the loss joins the unread sum here, in the forward phase
+         * (ops, not a wait), so no op runs outside a phase. */
+        amp_status pended = scaled_loss && r->cuda ? pend_loss(r, loss) : AMP_OK;
         amp_phase_end(AMP_PHASE_FORWARD);
         if (!scaled_loss || amp_backward(scaled_loss) != AMP_OK)
             return fail("forward / backward", step + 1);
+        if (pended != AMP_OK)
+            return fail("loss", step + 1);
         if (!r->cuda)
             out->loss += amp_item(loss);
-        else if (pend_loss(r, loss) != AMP_OK)
-            return fail("loss", step + 1);
         amp_temps_free(); /* the gradients live on in the parameters */
     }
     out->scale = scaled && !r->cuda ? amp_scaler_get_scale(t->scaler) : NAN;
