@@ -4,12 +4,32 @@
  * precisions; median of the timed steps after a warm-up).
  *
  *   ampc_step [--threads N] [--steps N] [--models mlp,cnn,gpt]
- *             [--precisions fp32,bf16,fp16]
+ *             [--precisions fp32,bf16,fp16] [--profile-overhead]
  *
  * Prints one JSON object per line: {"impl": "ampc", "model", "precision",
  * "step_ms", "steps", "peak_mb"}.
+ *
+ * --profile-overhead: the profiler's cost instead (issue 13's targets: off
+ * under 1% of a step, on under 5%). Per model and precision, blocks of
+ * steps with the profiler off and on, interleaved (off, on, off, on ...;
+ * --steps blocks of 2 steps each), the median step of each and their
+ * ratio, and the median over blocks of each on block's time against the
+ * off block just before it ("paired_on_pct": slow drifts of the machine's
+ * load cancel); the hooks a step runs (the events one on step records) times the
+ * cost of one hook while off (a tight loop of prof_begin, and of a phase
+ * begin + end, with the profiler off), as a % of the off step; and the
+ * same events times the cost of one recorded event (a tight loop of an
+ * op hook's work with the profiler on), an estimate of "on" that a loaded
+ * machine's noise does not swamp. Prints {"bench": "profiler", "model",
+ * "precision", "off_ms", "on_ms", "on_pct" (medians), "min_off_ms",
+ * "min_on_ms", "min_on_pct" (fastest steps), "cpu_off_ms", "cpu_on_ms",
+ * "cpu_on_pct" (medians of the process's CPU time per step), "events_per_step",
+ * "phases_per_step", "hook_off_ns", "phase_off_ns", "off_pct",
+ * "hook_on_ns", "on_est_pct"}.
  */
 #include <ampc.h>
+
+#include "base/profile.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +40,16 @@ static double now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The process's CPU time in s (all its threads): what a step costs in work,
+ * which a loaded machine's waits for a core do not inflate as they do the
+ * wall time (with OMP_WAIT_POLICY=PASSIVE idle workers sleep). */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -93,6 +123,202 @@ static void unmake(rig *r)
     amp_tensor_free(r->y);
 }
 
+/* One training step as time_steps runs it; false on error (reported). */
+static bool one_step(rig *r, const char *model, const char *precision, amp_scaler *scaler)
+{
+    bool autocast = strcmp(precision, "fp32") != 0;
+    amp_dtype dt = strcmp(precision, "fp16") == 0 ? AMP_F16 : AMP_BF16;
+    amp_optim_zero_grad(r->opt);
+    if (autocast)
+        amp_autocast_begin(AMP_CPU, dt);
+    amp_tensor *out = amp_module_forward(r->net, r->x);
+    if (r->sequence)
+        out = amp_reshape(out, AMP_SHAPE(-1, 96));
+    amp_tensor *loss = amp_cross_entropy(out, r->y);
+    if (autocast)
+        amp_autocast_end();
+    if (amp_backward(amp_scaler_scale(scaler, loss)) != AMP_OK || amp_scaler_step(scaler, r->opt, NULL) != AMP_OK ||
+        amp_scaler_update(scaler) != AMP_OK) {
+        fprintf(stderr, "%s %s: %s\n", model, precision, amp_last_error());
+        return false;
+    }
+    amp_item(loss);
+    amp_profiler_step();
+    amp_temps_free();
+    return true;
+}
+
+/* The cost of one hook with the profiler off: a tight loop of prof_begin
+ * (what every op, cast and kernel hook does first), in ns; the fastest of
+ * three runs (the machine's other work only adds). */
+static double hook_off_ns(void)
+{
+    const long n = 20000000;
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now();
+        for (long i = 0; i < n; i++) {
+            prof_event *e = prof_begin(PROF_OP_FWD, "bench");
+            __asm__ volatile("" : : "r"(e) : "memory"); /* one load per call, not hoisted */
+        }
+        double t = (now() - t0) / (double)n * 1e9;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
+/* A phase begin + end with the profiler off (the library's phases are
+ * marked whether or not it runs), in ns; the fastest of three runs. */
+static double phase_off_ns(void)
+{
+    const long n = 5000000;
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now();
+        for (long i = 0; i < n; i++) {
+            amp_phase_begin(AMP_PHASE_OPTIMIZER);
+            amp_phase_end(AMP_PHASE_OPTIMIZER);
+        }
+        double t = (now() - t0) / (double)n * 1e9;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
+/* The cost of one recorded op event with the profiler on, as op_run's
+ * hook makes it (begin, two inputs and the result, FLOPs, bytes, end; the
+ * chunk mallocs included), in ns; the fastest of three runs. */
+static double hook_on_ns(void)
+{
+    const long n = 200000;
+    const int64_t a[2] = {256, 784}, b[2] = {4096, 784}, c[2] = {256, 4096};
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        amp_profiler_opts o = amp_profiler_defaults();
+        o.memory = false;
+        o.max_events = (size_t)n;
+        if (amp_profiler_start(&o) != AMP_OK)
+            return -1;
+        double t0 = now();
+        for (long i = 0; i < n; i++) {
+            prof_event *e = prof_begin(PROF_OP_FWD, "bench");
+            if (e) {
+                e->dev_mark0 = prof_device_mark(AMP_CPU);
+                e->dev_mark1 = prof_device_mark(AMP_CPU);
+                prof_set_tensor(&e->in[0], AMP_BF16, a, 2);
+                prof_set_tensor(&e->in[1], AMP_BF16, b, 2);
+                prof_set_tensor(&e->out, AMP_BF16, c, 2);
+                e->n_in = 2;
+                e->flops = 2.0 * 256 * 784 * 4096;
+                e->bytes = 1.0;
+                prof_end(e);
+            }
+        }
+        double t = (now() - t0) / (double)n * 1e9;
+        amp_profiler_stop();
+        amp_profiler_reset();
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
+static double median_of(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return t[n / 2];
+}
+
+/* The profiler's overhead on one model and precision; false on error. */
+static bool profile_overhead(const char *model, const char *precision, int blocks, double hook_ns, double phase_ns,
+                             double on_ns)
+{
+    enum { PER_BLOCK = 2, WARMUP = 3 };
+    rig r;
+    if (!make(model, &r)) {
+        fprintf(stderr, "%s: %s\n", model, amp_last_error());
+        return false;
+    }
+    amp_scaler_opts so = amp_scaler_defaults();
+    so.enabled = strcmp(precision, "fp16") == 0;
+    amp_scaler *scaler = amp_scaler_new(so);
+    double *off = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
+    double *on = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
+    double *coff = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
+    double *con = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
+    double *pair = malloc(sizeof(double) * (size_t)blocks);
+    bool ok = off && on && coff && con && pair && scaler;
+    for (int i = 0; ok && i < WARMUP; i++)
+        ok = one_step(&r, model, precision, scaler);
+    size_t events = 0, phases = 0;
+    int n_off = 0, n_on = 0;
+    for (int b = 0; ok && b < blocks; b++) {
+        for (int i = 0; ok && i < PER_BLOCK; i++) {
+            double t0 = now(), c0 = cpu_now();
+            ok = one_step(&r, model, precision, scaler);
+            coff[n_off] = cpu_now() - c0;
+            off[n_off++] = now() - t0;
+        }
+        amp_profiler_opts po = amp_profiler_defaults();
+        ok = ok && amp_profiler_start(&po) == AMP_OK;
+        for (int i = 0; ok && i < PER_BLOCK; i++) {
+            double t0 = now(), c0 = cpu_now();
+            ok = one_step(&r, model, precision, scaler);
+            con[n_on] = cpu_now() - c0;
+            on[n_on++] = now() - t0;
+        }
+        if (amp_profiler_enabled())
+            amp_profiler_stop();
+        if (ok) { /* this block's on steps against the off steps just before them */
+            double so = 0, sn = 0;
+            for (int i = 0; i < PER_BLOCK; i++) {
+                so += off[n_off - 1 - i];
+                sn += on[n_on - 1 - i];
+            }
+            pair[b] = sn / so;
+        }
+        if (b == 0) { /* what one block of on steps recorded */
+            const prof_thread_events *th;
+            int nt = prof_threads(&th);
+            for (int t = 0; t < nt; t++)
+                for (size_t i = 0; i < th[t].n; i++) {
+                    const prof_event *e = &th[t].ev[i];
+                    if (e->kind == PROF_PHASE)
+                        phases++;
+                    else if (e->kind != PROF_COUNTER && e->kind != PROF_STEP)
+                        events++;
+                }
+        }
+    }
+    if (ok) {
+        const double m_off = median_of(off, n_off), m_on = median_of(on, n_on);
+        const double min_off = off[0], min_on = on[0]; /* sorted by median_of */
+        const double c_off = median_of(coff, n_off), c_on = median_of(con, n_on);
+        const double paired = median_of(pair, blocks);
+        const double ev = (double)events / PER_BLOCK, ph = (double)phases / PER_BLOCK;
+        const double off_pct = (ev * hook_ns + ph * phase_ns) * 1e-9 / m_off * 100;
+        const double on_est_pct = (ev + ph) * on_ns * 1e-9 / m_off * 100;
+        printf("{\"bench\": \"profiler\", \"model\": \"%s\", \"precision\": \"%s\", \"threads\": %d, "
+               "\"off_ms\": %.3f, \"on_ms\": %.3f, \"on_pct\": %.2f, \"min_off_ms\": %.3f, \"min_on_ms\": %.3f, "
+               "\"min_on_pct\": %.2f, \"cpu_off_ms\": %.3f, \"cpu_on_ms\": %.3f, \"cpu_on_pct\": %.2f, \"paired_on_pct\": %.2f, \"steps\": %d, \"events_per_step\": %.0f, \"phases_per_step\": %.0f, "
+               "\"hook_off_ns\": %.2f, \"phase_off_ns\": %.2f, \"off_pct\": %.4f, \"hook_on_ns\": %.1f, "
+               "\"on_est_pct\": %.4f}\n",
+               model, precision, amp_get_num_threads(), m_off * 1e3, m_on * 1e3, (m_on / m_off - 1) * 100,
+               min_off * 1e3, min_on * 1e3, (min_on / min_off - 1) * 100, c_off * 1e3, c_on * 1e3,
+               (c_on / c_off - 1) * 100, (paired - 1) * 100, n_off, ev, ph, hook_ns, phase_ns, off_pct,
+               on_ns, on_est_pct);
+        fflush(stdout);
+    }
+    amp_profiler_reset();
+    free(off);
+    free(on);
+    free(coff);
+    free(con);
+    free(pair);
+    amp_scaler_free(scaler);
+    unmake(&r);
+    return ok;
+}
+
 /* Median step time in ms; -1 on error. */
 static double time_steps(const char *model, const char *precision, int steps, double *peak_mb)
 {
@@ -101,33 +327,18 @@ static double time_steps(const char *model, const char *precision, int steps, do
         fprintf(stderr, "%s: %s\n", model, amp_last_error());
         return -1;
     }
-    bool autocast = strcmp(precision, "fp32") != 0;
-    amp_dtype dt = strcmp(precision, "fp16") == 0 ? AMP_F16 : AMP_BF16;
     amp_scaler_opts so = amp_scaler_defaults();
-    so.enabled = dt == AMP_F16 && autocast;
+    so.enabled = strcmp(precision, "fp16") == 0;
     amp_scaler *scaler = amp_scaler_new(so);
     const int warmup = 3;
     double *t = malloc(sizeof(double) * (size_t)steps);
     amp_memory_reset_peak();
     for (int i = 0; i < warmup + steps; i++) {
         double t0 = now();
-        amp_optim_zero_grad(r.opt);
-        if (autocast)
-            amp_autocast_begin(AMP_CPU, dt);
-        amp_tensor *out = amp_module_forward(r.net, r.x);
-        if (r.sequence)
-            out = amp_reshape(out, AMP_SHAPE(-1, 96));
-        amp_tensor *loss = amp_cross_entropy(out, r.y);
-        if (autocast)
-            amp_autocast_end();
-        if (amp_backward(amp_scaler_scale(scaler, loss)) != AMP_OK ||
-            amp_scaler_step(scaler, r.opt, NULL) != AMP_OK || amp_scaler_update(scaler) != AMP_OK) {
-            fprintf(stderr, "%s %s: %s\n", model, precision, amp_last_error());
+        if (!one_step(&r, model, precision, scaler)) {
             free(t);
             return -1;
         }
-        amp_item(loss);
-        amp_temps_free();
         if (i >= warmup)
             t[i - warmup] = now() - t0;
     }
@@ -143,8 +354,18 @@ static double time_steps(const char *model, const char *precision, int steps, do
 int main(int argc, char **argv)
 {
     int threads = 0, steps = 10;
+    bool overhead = false;
     char models[64] = "mlp,cnn,gpt", precisions[64] = "fp32,bf16,fp16";
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; i += 2) {
+        if (strcmp(argv[i], "--profile-overhead") == 0) {
+            overhead = true;
+            i--;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "ampc_step: %s needs a value\n", argv[i]);
+            return 2;
+        }
         if (strcmp(argv[i], "--threads") == 0)
             threads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--steps") == 0)
@@ -163,11 +384,22 @@ int main(int argc, char **argv)
         return 2;
     }
     amp_set_num_threads(threads);
+    double hook_ns = 0, phase_ns = 0, on_ns = 0;
+    if (overhead) {
+        hook_ns = hook_off_ns();
+        phase_ns = phase_off_ns();
+        on_ns = hook_on_ns();
+    }
     for (char *m = strtok(models, ","); m; m = strtok(NULL, ",")) {
         char pcopy[64];
         snprintf(pcopy, sizeof pcopy, "%s", precisions);
         char *save = NULL;
         for (char *p = strtok_r(pcopy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+            if (overhead) {
+                if (!profile_overhead(m, p, steps, hook_ns, phase_ns, on_ns))
+                    return 1;
+                continue;
+            }
             double peak = 0, ms = time_steps(m, p, steps, &peak);
             if (ms < 0)
                 return 1;

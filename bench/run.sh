@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The benchmark suite (`make bench`): GEMM against this CPU's measured peaks
 # (ampc's kernels beside oneDNN's, on square sizes and on the models' own
-# GEMM shapes), the grad scaler's overhead against memcpy, and the training
+# GEMM shapes), the grad scaler's overhead against memcpy, the training
 # step of the three benchmark models in fp32 / bf16 / fp16+scaler, ampc
-# beside PyTorch in the same run on the same threads. Prints tables; writes
+# beside PyTorch in the same run on the same threads, and the profiler's
+# overhead on those steps (off and on). Prints tables; writes
 # JSON lines to bench/results.jsonl and the tables to bench/results.md.
 #
 #   bench/run.sh [BUILD_DIR] [--threads N] [--steps N] [--quick]
@@ -82,6 +83,34 @@ for model in ("mlp", "cnn", "gpt"):
         speed = f"{base['step_ms'] / a['step_ms']:.2f}x" if base else "-"
         tms = f"{t['step_ms']:.1f}" if t else "-"
         print(f"| {model} | {p} | {a['step_ms']:.1f} | {tms} | {ratio} | {speed} | {a['peak_mb']:.0f} |")
+PY
+
+echo "== profiler overhead"
+echo >> "$md"
+prof_lines=$("$build/bench_ampc_step" --profile-overhead --threads "$threads" --steps "$steps")
+echo "$prof_lines" >> "$out"
+python3 - "$out" <<'PY' | tee -a "$md"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+rows = [r for r in rows if r.get("bench") == "profiler"]
+if rows:
+    r0 = rows[0]
+    print("profiler overhead (targets: off < 1%, on < 5% of a step): step time with the profiler off and on,")
+    print(f"interleaved blocks of 2 steps, {r0['steps']} steps each: the median over blocks of an on block's wall time")
+    print("against the off block before it, and medians of the wall time, the fastest steps and the process's CPU")
+    print("time per step; off = hooks per")
+    print(f"step x one hook while off ({r0['hook_off_ns']:.2f} ns; a phase begin + end {r0['phase_off_ns']:.2f} ns);")
+    print(f"on, estimated = events per step x one recorded event ({r0['hook_on_ns']:.0f} ns), which a loaded")
+    print("machine's noise does not swamp")
+    print()
+    print("| model | precision | off ms | on ms | on overhead: paired / median / fastest / CPU time | on, estimated "
+          "| events / step | off overhead |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['precision']} | {r['off_ms']:.1f} | {r['on_ms']:.1f} | {r['paired_on_pct']:+.1f}% / "
+              f"{r['on_pct']:+.1f}% / "
+              f"{r['min_on_pct']:+.1f}% / {r['cpu_on_pct']:+.1f}% | {r['on_est_pct']:.2f}% | "
+              f"{r['events_per_step']:.0f} | {r['off_pct']:.4f}% |")
 PY
 echo
 echo "wrote $out and $md"

@@ -106,6 +106,18 @@ static void test_flops_matmul(void)
         CHECK(f->bytes == (105.0 + 28 + 60) * 4);
         CHECK_EQ_INT(f->device, AMP_CPU);
     }
+    /* the GEMM inside it, named by the path it took (one product: the
+     * leading dims fold into M) */
+    const prof_event *k = find(PROF_KERNEL, NULL, 0);
+    CHECK(k != NULL);
+    if (k && f) {
+        CHECK(k->flops == 2 * mnk);
+        CHECK_MSG(strcmp(k->name, "gemm") != 0, "the kernel event does not name its path");
+        CHECK_EQ_INT(k->depth, f->depth + 1);
+        CHECK(k->host_t0 >= f->host_t0 && k->host_t1 <= f->host_t1);
+        check_dims(&k->in[0], AMP_F32, AMP_SHAPE(15, 7), "gemm A");
+        check_dims(&k->out, AMP_F32, AMP_SHAPE(15, 4), "gemm C");
+    }
     /* backward: out = gout, in[i] = input i's gradient */
     const prof_event *g = find(PROF_OP_BWD, "matmul", 0);
     if (g) {
@@ -397,6 +409,38 @@ static void test_phases_and_nesting(void)
     rig_free(&r);
 }
 
+/* Every phase the library opens is closed on its error paths too. */
+static void test_phases_closed_on_errors(void)
+{
+    start();
+    CHECK(amp_backward(NULL) != AMP_OK);
+    amp_clear_error();
+    amp_tensor *v = amp_zeros(AMP_SHAPE(3), AMP_F32);
+    CHECK(amp_backward(v) != AMP_OK); /* not a scalar */
+    CHECK(amp_backward_with(v, NULL) != AMP_OK);
+    amp_clear_error();
+    CHECK(amp_scaler_unscale(NULL, NULL) != AMP_OK);
+    CHECK(amp_scaler_update(NULL) != AMP_OK);
+    CHECK(amp_optim_step(NULL) != AMP_OK);
+    CHECK(amp_checkpoint_save(NULL, NULL, NULL, NULL, 0, NULL) != AMP_OK);
+    amp_tensor *ps[1] = {NULL};
+    CHECK(isnan(amp_clip_grad_norm(ps, 1, 1.0)));
+    amp_clear_error();
+    CHECK_EQ_INT(amp_phase_current(), AMP_PHASE_OTHER);
+    CHECK_OK(amp_profiler_stop());
+    /* each one a closed phase event */
+    static const char *const names[] = {"backward", "unscale", "scaler update", "optimizer", "checkpoint save"};
+    static const int want[] = {3, 2, 1, 1, 1};
+    for (int k = 0; k < 5; k++) {
+        CHECK_MSG(count(PROF_PHASE, names[k]) == want[k], "phase %s: %d events, expected %d", names[k],
+                  count(PROF_PHASE, names[k]), want[k]);
+        const prof_event *e = find(PROF_PHASE, names[k], 0);
+        if (e)
+            CHECK(e->depth == 0 && e->t1 >= e->t0);
+    }
+    amp_tensor_free(v);
+}
+
 /* A model's forward + backward records both kinds, with FLOPs. */
 static void test_model_forward_backward(void)
 {
@@ -509,7 +553,7 @@ static void test_cuda_steps(void)
               (unsigned long long)(b.h2d_copies - a.h2d_copies), (unsigned long long)(d.syncs - c.syncs),
               (unsigned long long)(d.d2h_copies - c.d2h_copies), (unsigned long long)(d.h2d_copies - c.h2d_copies));
 
-    int on_dev = 0, kernels = 0;
+    int on_dev = 0, kernels = 0, resolved = 0;
     const prof_thread_events *th;
     int nt = prof_threads(&th);
     for (int t = 0; t < nt; t++)
@@ -527,6 +571,7 @@ static void test_cuda_steps(void)
             /* device times, on the host's clock: after the host issued the work */
             CHECK_MSG(e->t0 <= e->t1 && e->t0 >= e->host_t0 - 100000, "%s: device %lld..%lld, host %lld..%lld",
                       e->name, (long long)e->t0, (long long)e->t1, (long long)e->host_t0, (long long)e->host_t1);
+            resolved += e->t0 != e->host_t0; /* the device's time, not the host's */
             if (e->kind == PROF_KERNEL) {
                 kernels++;
                 CHECK(e->flops > 0);
@@ -534,6 +579,7 @@ static void test_cuda_steps(void)
             }
         }
     CHECK(on_dev > 10);
+    CHECK_MSG(resolved > on_dev / 2, "%d of %d device events have device times", resolved, on_dev);
     CHECK(kernels >= STEPS * 3); /* three linear layers' forward products at least */
     CHECK(count(PROF_OP_FWD, "linear") == STEPS * 3);
     const prof_event *g = find(PROF_KERNEL, NULL, 0);
@@ -550,6 +596,7 @@ int main(void)
     RUN(test_flops_pointwise_norm_loss);
     RUN(test_casts_and_cache_hits);
     RUN(test_phases_and_nesting);
+    RUN(test_phases_closed_on_errors);
     RUN(test_model_forward_backward);
     RUN(test_off_records_and_allocates_nothing);
     RUN(test_cuda_steps);

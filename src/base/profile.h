@@ -17,6 +17,50 @@
  * asks for a mark (prof_device_mark) before and after, and the backend
  * resolves the marks to times when the profiler stops or at a step's end,
  * never inside the step.
+ *
+ * What each kind records (the hooks: ops/op_table.c, autograd/graph.c,
+ * ops/autocast.c, the backends' GEMMs, the library's phases):
+ *
+ *   PROF_OP_FWD  op_run, around the forward: name = the op's (op_list.h);
+ *                in[0..n_in) = the inputs as the forward saw them (after
+ *                autocast: the dtypes it chose), out = the result (dtype -1
+ *                when the forward failed); flops from ops/cost.c; bytes =
+ *                every input read + the result written.
+ *   PROF_OP_BWD  the backward engine, around node->backward: name = the
+ *                op's; out = the gradient arriving (gout); in[i] = the
+ *                gradient made for input i (dtype -1 where none was made:
+ *                the input needs none); flops = the backward's (cost.c);
+ *                bytes = gout + every input + every gradient made.
+ *   PROF_CAST    a cast autocast inserted: name "cast f32->bf16" (from->to),
+ *                in[0] = the source, out = the cast, bytes = read + written.
+ *                It WRAPS the `to` op's own PROF_OP_FWD event (the next
+ *                event of the thread, one level deeper, the same dtypes):
+ *                the cast's time is its total time; count that `to` event
+ *                once (as its self time, or leave it out of per-op totals
+ *                when the casts are shown apart). A `to` op event not
+ *                inside a PROF_CAST is the user's own amp_to. The casts'
+ *                backward is a PROF_OP_BWD named "to".
+ *   PROF_CAST_HIT  instant: a cast served from autocast's cache (the same
+ *                names and tensors as PROF_CAST; bytes 0).
+ *   PROF_KERNEL  a GEMM inside an op (its depth is the op's + 1): on the
+ *                CPU each product of the backend's gemm primitive (matmul,
+ *                linear and their backward; conv2d's and attention's inner
+ *                products are not broken out), named by the path that ran
+ *                ("oneDNN matmul", or ampc's
+ *                micro-kernel: "amx-bf16 32x32", "avx512bf16 12x32",
+ *                "amx-bf16 split 32x32" for f16, "avx512 12x32", ...); on
+ *                CUDA every product (conv2d's and attention's too),
+ *                "cublasLt gemm bf16" (f32, f16, tf32, "+epilogue" when
+ *                fused) or "ampc gemm kernel (no cuBLASLt algorithm)";
+ *                in[0], in[1] = A [M, K] and B [K, N] ([batch, ..] for a
+ *                batch), out = C; flops 2*batch*M*N*K.
+ *   PROF_PHASE   amp_phase_begin/end: name = amp_phase_name.
+ *
+ * Times: host-timed events have t0/t1 = host_t0/host_t1. A device-timed
+ * event (device != AMP_CPU with marks) has t0/t1 = the device's times
+ * mapped to the host clock after the stop; its host_t0/host_t1 say when
+ * the host issued the work, and those nest inside the host-timed parents
+ * (a GPU runs behind the host: its t1 may fall after its phase's end).
  */
 #ifndef AMPC_PROFILE_H
 #define AMPC_PROFILE_H

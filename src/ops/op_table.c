@@ -16,9 +16,40 @@ const op_def op_table[OP_COUNT] = {
 #undef X
 };
 
+/* The profiler's forward event (profile.h), with the profiler on: the
+ * device and its first mark before the forward; then the inputs' dtypes
+ * and shapes as the forward saw them (after autocast), the result's, the
+ * FLOPs (cost.c) and the bytes (every input read, the result written). */
+static void prof_forward_begin(prof_event *e, const node *n)
+{
+    amp_device dev = n->n_in > 0 && n->in[0] ? tensor_device(n->in[0]) : AMP_CPU;
+    e->device = (uint8_t)dev;
+    e->dev_mark0 = prof_device_mark(dev);
+}
+
+static void prof_forward_end(prof_event *e, const node *n, const amp_tensor *out)
+{
+    e->dev_mark1 = prof_device_mark((amp_device)e->device);
+    double bytes = 0;
+    for (int i = 0; i < n->n_in; i++) {
+        const amp_tensor *x = n->in[i];
+        bytes += (double)x->numel * (double)amp_dtype_size(x->dtype);
+        if (i < PROF_MAX_TENSORS)
+            prof_set_tensor(&e->in[i], x->dtype, x->shape.d, x->shape.ndim);
+    }
+    e->n_in = (uint8_t)(n->n_in < PROF_MAX_TENSORS ? n->n_in : PROF_MAX_TENSORS);
+    if (out) {
+        bytes += (double)out->numel * (double)amp_dtype_size(out->dtype);
+        prof_set_tensor(&e->out, out->dtype, out->shape.d, out->shape.ndim);
+        e->flops = op_flops(n, &out->shape, false);
+    }
+    e->bytes = bytes;
+    prof_end(e);
+}
+
 /* The forward on the inputs' device, after asking its backend whether it
  * can run there at all: the row's forward is device-neutral, the backend
- * does the element work. */
+ * does the element work. With the profiler on, the forward is an event. */
 static amp_tensor *device_forward(int op, node *n)
 {
     amp_device dev = n->n_in > 0 && n->in[0] ? tensor_device(n->in[0]) : AMP_CPU;
@@ -28,7 +59,13 @@ static amp_tensor *device_forward(int op, node *n)
     if (!op_supported(dev, op, n))
         return amp_fail_null(AMP_ERR_DEVICE, "%s: the %s backend does not support this op for these dtypes", name,
                              backend_of(dev)->name);
-    return op_table[op].forward(n);
+    prof_event *pe = prof_begin(PROF_OP_FWD, name);
+    if (!pe)
+        return op_table[op].forward(n);
+    prof_forward_begin(pe, n);
+    amp_tensor *out = op_table[op].forward(n);
+    prof_forward_end(pe, n, out);
+    return out;
 }
 
 bool op_supported(amp_device dev, int op, const node *n)
@@ -125,37 +162,6 @@ amp_tensor *op_apply(int op, amp_tensor *const *args, int n_in, const op_params 
     return out;
 }
 
-/* The profiler's forward event (profile.h), with the profiler on: the
- * device and its first mark before the forward; then the inputs' dtypes
- * and shapes as the forward saw them (after autocast), the result's, the
- * FLOPs (cost.c) and the bytes (every input read, the result written). */
-static void prof_forward_begin(prof_event *e, const node *n)
-{
-    amp_device dev = n->n_in > 0 && n->in[0] ? tensor_device(n->in[0]) : AMP_CPU;
-    e->device = (uint8_t)dev;
-    e->dev_mark0 = prof_device_mark(dev);
-}
-
-static void prof_forward_end(prof_event *e, const node *n, const amp_tensor *out)
-{
-    e->dev_mark1 = prof_device_mark((amp_device)e->device);
-    double bytes = 0;
-    for (int i = 0; i < n->n_in; i++) {
-        const amp_tensor *x = n->in[i];
-        bytes += (double)x->numel * (double)amp_dtype_size(x->dtype);
-        if (i < PROF_MAX_TENSORS)
-            prof_set_tensor(&e->in[i], x->dtype, x->shape.d, x->shape.ndim);
-    }
-    e->n_in = (uint8_t)(n->n_in < PROF_MAX_TENSORS ? n->n_in : PROF_MAX_TENSORS);
-    if (out) {
-        bytes += (double)out->numel * (double)amp_dtype_size(out->dtype);
-        prof_set_tensor(&e->out, out->dtype, out->shape.d, out->shape.ndim);
-        e->flops = op_flops(n, &out->shape, false);
-    }
-    e->bytes = bytes;
-    prof_end(e);
-}
-
 /* Runs the forward on inputs already autocast and records the node. */
 amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p)
 {
@@ -169,6 +175,7 @@ amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p)
     n->op = op;
     n->name = op_table[op].name;
     n->backward = op_table[op].backward;
+    n->flops = op_flops;
     n->refcount = 1;
     n->n_in = n_in;
     n->in = ins;
@@ -181,14 +188,7 @@ amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p)
     }
     n->needs_grad = any_grad && amp_grad_enabled() && op_table[op].backward != no_backward;
 
-    n->flops = op_flops;
-
-    prof_event *pe = prof_begin(PROF_OP_FWD, n->name);
-    if (pe)
-        prof_forward_begin(pe, n);
     amp_tensor *out = device_forward(op, n);
-    if (pe)
-        prof_forward_end(pe, n, out);
     if (!out || !n->needs_grad || !amp_dtype_is_float(out->dtype)) {
         node_release(n);
         return pool_add(out);

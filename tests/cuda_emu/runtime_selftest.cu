@@ -5,7 +5,8 @@
  * device memory is NaN-filled, and that each misuse cudaemu promises to
  * catch is caught (counted through emu::take_misuses, so that this program
  * can provoke them and still exit 0), host access to device memory
- * included (it must fault). Built like the backend's .cu files, through
+ * included (it must fault); events (complete when recorded, timed by the
+ * host clock). Built like the backend's .cu files, through
  * launch.sed, and run by CTest with the CUDA tests.
  */
 #include "emu.h"
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static int failures;
@@ -195,6 +197,34 @@ static void check_misuses(cudaStream_t s)
     expect_misuses(0, "after the misuses");
 }
 
+/* Events: complete when recorded, timed by the host clock then, in
+ * order; the errors CUDA gives for a bad event or one never recorded. */
+static void check_events(cudaStream_t s)
+{
+    cudaEvent_t a = NULL, b = NULL, quiet = NULL;
+    EXPECT(cudaEventCreate(&a) == cudaSuccess && cudaEventCreate(&b) == cudaSuccess, "cudaEventCreate");
+    EXPECT(cudaEventCreateWithFlags(&quiet, cudaEventDisableTiming) == cudaSuccess, "cudaEventCreateWithFlags");
+    float ms = -1;
+    EXPECT(cudaEventElapsedTime(&ms, a, b) == cudaErrorInvalidResourceHandle, "elapsed time of unrecorded events");
+    EXPECT(cudaEventRecord(a, s) == cudaSuccess, "record a");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+    while ((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec) < 2000000L); /* 2 ms */
+    EXPECT(cudaEventRecord(b, s) == cudaSuccess, "record b");
+    EXPECT(cudaEventQuery(b) == cudaSuccess && cudaEventSynchronize(b) == cudaSuccess, "b is complete");
+    EXPECT(cudaEventElapsedTime(&ms, a, b) == cudaSuccess && ms >= 2.0f && ms < 1000.0f, "a to b: %g ms", ms);
+    EXPECT(cudaEventElapsedTime(&ms, b, a) == cudaSuccess && ms <= -2.0f, "b to a: %g ms", ms);
+    EXPECT(cudaEventRecord(quiet, s) == cudaSuccess, "record quiet");
+    EXPECT(cudaEventElapsedTime(&ms, a, quiet) == cudaErrorInvalidResourceHandle, "a timing-disabled event");
+    EXPECT(cudaEventDestroy(a) == cudaSuccess && cudaEventDestroy(b) == cudaSuccess &&
+               cudaEventDestroy(quiet) == cudaSuccess,
+           "cudaEventDestroy");
+    EXPECT(cudaEventDestroy(a) == cudaErrorInvalidResourceHandle, "a second destroy");
+    expect_misuses(0, "events");
+}
+
 int main(void)
 {
     int n = 0;
@@ -205,6 +235,7 @@ int main(void)
     cudaStream_t s;
     EXPECT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
     check_kernels(s);
+    check_events(s);
     check_misuses(s);
     emu::take_misuses(); /* whatever a failed check left: the result is failures */
     if (failures)

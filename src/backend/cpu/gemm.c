@@ -83,6 +83,9 @@ static const gemm_kernel *pick_kernel(void)
 
 const char *gemm_kernel_name(void) { return pick_kernel()->name; }
 
+_Thread_local const char *gemm_path;
+static const char onednn_path[] = "oneDNN matmul";
+
 /* ------------------------------------------------------------- packing */
 
 #if defined(__x86_64__)
@@ -237,6 +240,7 @@ static amp_status gemm_run(const operand *a, const operand *b, int64_t M, int64_
     }
     const gemm_kernel *kern = pick_kernel();
     const int MR = kern->mr, NR = kern->nr;
+    gemm_path = kern->name;
     /* K in equal blocks of at most GEMM_KC (K = 288 as 2 x 144, not 256 +
      * a 32-step block that barely amortises its C loads and stores). */
     const int64_t kc_max = ceil_div(K, ceil_div(K, GEMM_KC));
@@ -353,8 +357,10 @@ amp_status gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
 {
     amp_status st;
     if (onednn_gemm(trans_a, trans_b, 1, M, N, K, alpha, A, AMP_F32, lda, 0, B, AMP_F32, ldb, 0, beta, C, AMP_F32,
-                    ldc, 0, NULL, AMP_F32, CPU_ACT_NONE, &st))
+                    ldc, 0, NULL, AMP_F32, CPU_ACT_NONE, &st)) {
+        gemm_path = onednn_path;
         return st;
+    }
     operand a = operand_a(trans_a, A, AMP_F32, lda), b = operand_b(trans_b, B, AMP_F32, ldb);
     return gemm_run(&a, &b, M, N, K, alpha, beta, C, ldc, NULL);
 }
@@ -368,8 +374,10 @@ amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
                              amp_dtype_name(a_dt), amp_dtype_name(b_dt), amp_dtype_name(c_dt));
     amp_status st;
     if (onednn_gemm(trans_a, trans_b, 1, M, N, K, alpha, A, a_dt, lda, 0, B, b_dt, ldb, 0, beta, C, c_dt, ldc, 0,
-                    NULL, AMP_F32, CPU_ACT_NONE, &st))
+                    NULL, AMP_F32, CPU_ACT_NONE, &st)) {
+        gemm_path = onednn_path;
         return st;
+    }
     if (a_dt == AMP_BF16 && b_dt == AMP_BF16 &&
         gemm_bf16_native(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, &st))
         return st;
@@ -441,8 +449,10 @@ amp_status gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, in
 {
     amp_status st;
     if (onednn_gemm(trans_a, trans_b, batch, M, N, K, 1.0f, A, a_dt, lda, sa, B, b_dt, ldb, sb, beta, C, c_dt, ldc,
-                    sc, bias, c_dt, act, &st))
+                    sc, bias, c_dt, act, &st)) {
+        gemm_path = onednn_path;
         return st;
+    }
     if (bias && beta != 0.0f)
         return amp_set_error(AMP_ERR_ARG, "gemm: a bias with beta = %g (only beta = 0 takes a bias)", beta);
     const size_t ea = amp_dtype_size(a_dt), eb = amp_dtype_size(b_dt), ec = amp_dtype_size(c_dt);

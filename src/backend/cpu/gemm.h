@@ -68,6 +68,14 @@ void cpu_relu_rows(void *C, amp_dtype dt, int64_t batch, int64_t M, int64_t N, i
 /* "avx512 12x32", "avx2 6x16" or "portable 4x16", honouring amp_cpu_limit. */
 const char *gemm_kernel_name(void);
 
+/* The path the calling thread's last product took, for the profiler's
+ * kernel events (cpu_gemm): "oneDNN matmul", or the name of ampc's own
+ * micro-kernel that ran ("amx-bf16 32x32", "avx512bf16 12x32", "amx-bf16
+ * split 32x32" for f16, "avx512 12x32" ...); a static string, NULL before
+ * any. A batch of products spread over threads sets it on each; the
+ * calling thread runs a share of them, so it sees the path too. */
+extern _Thread_local const char *gemm_path;
+
 /* ---- between gemm.c and its per-ISA micro-kernels (gemm_x86.c) ---- */
 
 /* One MR x NR tile: C = alpha * (a . b) + beta * C over kc steps, where a

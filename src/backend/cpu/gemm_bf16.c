@@ -342,6 +342,7 @@ bool gemm_bf16_native(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
     const gemm_bf16_kernel *kern = pick_bf16();
     if (!kern || M <= 0 || N <= 0 || K <= 0 || alpha == 0.0f)
         return false; /* gemm_lowp's general path handles the trivial cases */
+    gemm_path = kern->name;
     *st = gemm_bf16_drive(kern, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc);
     return true;
 }

@@ -19,6 +19,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm.h"
 #include "base/base.h"
+#include "base/profile.h"
 #include "backend/cpu/simd.h"
 #include "backend/pointwise.h"
 
@@ -128,7 +129,34 @@ static bool weight_grad_widened(const be_gemm_desc *g, amp_status *st)
     return true;
 }
 
+static amp_status gemm_run_desc(const be_gemm_desc *g);
+
+/* The product as a PROF_KERNEL event when the profiler is on, named by
+ * the path it took (gemm_path), with its dtypes, sizes and FLOPs. */
 amp_status cpu_gemm(const be_gemm_desc *g)
+{
+    prof_event *e = prof_begin(PROF_KERNEL, "gemm");
+    if (!e)
+        return gemm_run_desc(g);
+    gemm_path = NULL;
+    amp_status st = gemm_run_desc(g);
+    e->name = gemm_path ? gemm_path : "gemm";
+    e->device = AMP_CPU;
+    const int64_t a[3] = {g->batch, g->M, g->K}, b[3] = {g->batch, g->K, g->N}, c[3] = {g->batch, g->M, g->N};
+    const int skip = g->batch > 1 ? 0 : 1; /* [M, K] for one product, [batch, M, K] for several */
+    prof_set_tensor(&e->in[0], g->adt, a + skip, 3 - skip);
+    prof_set_tensor(&e->in[1], g->bdt, b + skip, 3 - skip);
+    prof_set_tensor(&e->out, g->cdt, c + skip, 3 - skip);
+    e->n_in = 2;
+    e->flops = 2.0 * (double)g->batch * (double)g->M * (double)g->N * (double)g->K;
+    e->bytes = (double)g->batch * ((double)(g->M * g->K) * (double)amp_dtype_size(g->adt) +
+                                   (double)(g->K * g->N) * (double)amp_dtype_size(g->bdt) +
+                                   (double)(g->M * g->N) * (double)amp_dtype_size(g->cdt));
+    prof_end(e);
+    return st;
+}
+
+static amp_status gemm_run_desc(const be_gemm_desc *g)
 {
     if (g->batch < 0)
         return amp_set_error(AMP_ERR_ARG, "gemm: a batch of %lld products", (long long)g->batch);
