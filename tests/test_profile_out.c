@@ -12,7 +12,8 @@
  *   - a trace that cannot be written fails naming the path, leaving
  *     nothing behind;
  *   - the table groups by (op, pass, dtypes), counts calls, and its self
- *     time is the total minus the children's, to the ns;
+ *     time is the total minus the children's, to the ns (an op keeps its
+ *     kernels' time);
  *   - the summary's phase split adds up to the step, exclusive of nested
  *     phases; casts, cache hits and FLOPs per step are exact;
  *   - the outputs refuse to run while the profiler records, or with
@@ -93,7 +94,10 @@ static void fake_step(void)
     prof_event *bw = op_begin(PROF_OP_BWD, "matmul");
     if (bw)
         bw->flops *= 2;
-    spin(8000);
+    spin(2000);
+    prof_event *k = prof_begin(PROF_KERNEL, "gemm 12x32");
+    spin(6000);
+    prof_end(k);
     prof_end(bw);
     amp_phase_end(AMP_PHASE_BACKWARD);
     amp_phase_begin(AMP_PHASE_UNSCALE);
@@ -163,7 +167,7 @@ static void test_trace_parses_and_follows_the_format(void)
     CHECK_MSG(trace_check(text, len, true, &r), "trace: %s", r.error);
     CHECK_EQ_INT(r.n_step, 3);
     CHECK_EQ_INT(r.n_phase, 3 * 6); /* data, forward, backward, unscale, optimizer, scaler update */
-    CHECK_EQ_INT(r.n_op, 3 * 4);    /* matmul, the cast, relu, matmul's backward */
+    CHECK_EQ_INT(r.n_op, 3 * 5);    /* matmul, the cast, relu, matmul's backward and its kernel */
     CHECK_EQ_INT(r.n_instant, 3);   /* the cache hits */
     CHECK(r.n_counter > 0);         /* memory samples */
     CHECK(r.n_meta >= 2);           /* process and thread names */
@@ -247,7 +251,7 @@ static void test_table_groups_by_op_pass_and_dtypes(void)
     char *t = capture(table_all, &len);
     CHECK(strstr(t, "op ") == t);
     /* One row each; calls per row = steps. */
-    const char *want[] = {"matmul", "relu", "to bf16 (autocast)", "to bf16 (autocast, cache hit)"};
+    const char *want[] = {"matmul", "relu", "to bf16 (autocast)", "to bf16 (autocast, cache hit)", "gemm 12x32"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         CHECK_MSG(strstr(t, want[i]) != NULL, "no row %s in\n%s", want[i], t);
     const char *line = strstr(t, "\nmatmul");
@@ -261,7 +265,7 @@ static void test_table_groups_by_op_pass_and_dtypes(void)
     CHECK(strstr(t, "4 steps profiled") != NULL);
     free(t);
     t = capture(table_two, &len);
-    CHECK(strstr(t, "... 3 more rows") != NULL);
+    CHECK(strstr(t, "... 4 more rows") != NULL);
     free(t);
 }
 
@@ -289,6 +293,21 @@ static void test_self_time_is_total_minus_children(void)
             CHECK_NEAR(s.top[i].ms, (double)(mm_fwd - casts) / 1e6 / 2, 1e-9);
         }
     CHECK_MSG(found, "matmul fwd not among the top 5");
+    /* The backward matmul keeps its kernel's time; the kernel is no top op. */
+    int64_t mm_bwd = 0;
+    for (int t = 0; t < nt; t++)
+        for (size_t i = 0; i < th[t].n; i++)
+            if (th[t].ev[i].kind == PROF_OP_BWD)
+                mm_bwd += th[t].ev[i].t1 - th[t].ev[i].t0;
+    found = false;
+    for (int i = 0; i < 5; i++) {
+        CHECK(strstr(s.top[i].name, "gemm") == NULL);
+        if (strncmp(s.top[i].name, "matmul bwd", 10) == 0) {
+            found = true;
+            CHECK_NEAR(s.top[i].ms, (double)mm_bwd / 1e6 / 2, 1e-9);
+        }
+    }
+    CHECK_MSG(found, "matmul bwd not among the top 5");
     /* The top list is sorted. */
     for (int i = 1; i < 5 && s.top[i].name[0]; i++)
         CHECK(s.top[i].ms <= s.top[i - 1].ms);

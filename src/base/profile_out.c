@@ -390,14 +390,15 @@ amp_status amp_profiler_print_table(FILE *f, int max_rows)
     return ferror(f) ? amp_set_error(AMP_ERR_IO, "profiler_print_table: writing failed") : AMP_OK;
 }
 
-/* The rows that take time (not cache hits), by self time, longest first:
- * at most n indexes into st->rows. */
+/* The op and cast rows that take time (not cache hits; not kernels, whose
+ * time is their op's), by self time, longest first: at most n indexes
+ * into st->rows. */
 static int top_by_self(const prof_stats *st, int *idx, int n)
 {
     int k = 0;
     for (int i = 0; i < st->n_rows; i++) {
         const prof_row *r = &st->rows[i];
-        if (r->kind == PROF_CAST_HIT || r->self_ns <= 0)
+        if (r->kind == PROF_CAST_HIT || r->kind == PROF_KERNEL || r->self_ns <= 0)
             continue;
         if (k == n && r->self_ns <= st->rows[idx[n - 1]].self_ns)
             continue;

@@ -62,7 +62,9 @@ void prof_thread_tree(const prof_event *ev, size_t n, int64_t *parent, int64_t *
         if (d >= 0 && d < MAX_DEPTH)
             stack[d] = (int64_t)i;
         int64_t p = parent[i];
-        if (p >= 0 && clock_of(&ev[p]) == clock_of(e))
+        /* A kernel is its op's own work: an op's self time keeps it. */
+        bool own_work = e->kind == PROF_KERNEL && p >= 0 && ev[p].kind != PROF_KERNEL;
+        if (p >= 0 && clock_of(&ev[p]) == clock_of(e) && !own_work)
             self[p] -= dur_of(e);
     }
     for (size_t i = 0; i < n; i++)

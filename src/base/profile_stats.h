@@ -12,7 +12,8 @@
  *     is the steps' wall time in no phase.
  *   - an event's self time is its duration minus its direct children's
  *     (events begun inside it on the same thread and the same clock: host
- *     time, or one device's).
+ *     time, or one device's), except the kernels an op runs: they are the
+ *     op's own work (and have rows of their own).
  *   - rows, casts and FLOPs count the events begun within the steps.
  */
 #ifndef AMPC_PROFILE_STATS_H
@@ -58,8 +59,8 @@ const char *prof_dtype_name(int dtype);
 const char *prof_pass_name(int kind);
 
 /* Per event of one thread: its parent's index (-1: none) and its self
- * time (dur minus its direct children's on the same clock). Phases and
- * ops both; instants have self 0. parent and self hold n entries. */
+ * time (as above). Phases and ops both; instants have self 0. parent and
+ * self hold n entries. */
 void prof_thread_tree(const prof_event *ev, size_t n, int64_t *parent, int64_t *self);
 
 #endif
