@@ -242,8 +242,9 @@ static void test_ampc_profile_prints_each_precision_side_by_side(void)
         check_trace(p, 2, "linear");
     }
     rc = cli_run("profile --model gpt --layers 1 --heads 2 --width 16 --context 8 --batch 4 --data %s "
-                 "--precision bf16 --profile-steps 1 --profile-warmup 0", text);
+                 "--precision bf16 --profile-steps 1 --profile-warmup 0 --repeat 2", text);
     CHECK_MSG(rc == 0, "exit %d\n%s", rc, cli_out);
+    CHECK_OUT("2 runs each, round-robin");
     CHECK_OUT("                               bf16\n");
     CHECK(strstr(cli_out, "what moved") == NULL);
 }
@@ -262,6 +263,9 @@ static void test_ampc_profile_refuses_bad_arguments(void)
         {"--precision fp32,bf16 --no-scaler", "--no-scaler applies to fp16 only"},
         {"--profile-steps 0", "ampc profile: --profile-steps: '0' is not a whole number"},
         {"--bogus", "ampc profile: unknown option '--bogus'"},
+        {"--repeat 0", "--repeat: '0' is not a whole number from 1 to 100"},
+        {"--repeat", "--repeat: '' is not a whole number from 1 to 100"},
+        {"--repeat=2x", "--repeat: '2x' is not a whole number from 1 to 100"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = cli_run("profile --model mlp --data %s %s", images, cases[i].args);

@@ -103,8 +103,8 @@ static const opt_def opts[] = {
     O("no-memory-check", "", OPT_FLAG, OC_RUN, no_memory_check, 0, 0, NULL, NULL, false,
       "run even when the memory estimate does not fit (also AMPC_NO_MEMORY_CHECK=1)"),
     O("profile", "[FILE]", OPT_STR, OC_RUN, profile, 0, 0, NULL, NULL, false,
-      "profile --profile-steps steps after the warm-up: print the op table and the verdict, write the "
-      "Chrome / Perfetto trace to FILE (default " PROFILE_DEFAULT_FILE "; docs/profiling.md)"),
+      "after the warm-up, profile steps: print the op table and the verdict, write the trace to FILE "
+      "(default " PROFILE_DEFAULT_FILE ", for ui.perfetto.dev; docs/profiling.md)"),
     O("profile-steps", "N", OPT_INT, OC_RUN, profile_steps, 1, 1e6, NULL, NULL, false,
       "--profile: steps profiled (default 5)"),
     O("profile-warmup", "N", OPT_INT, OC_RUN, profile_warmup, 0, 1e6, NULL, NULL, false,
