@@ -386,6 +386,31 @@ static void test_outputs_refuse_while_recording_or_empty(void)
     amp_clear_error();
 }
 
+static void test_dropped_events_are_reported_and_the_trace_stays_valid(void)
+{
+    amp_profiler_opts po = amp_profiler_defaults();
+    po.max_events = 40;
+    CHECK_OK(amp_profiler_start(&po));
+    for (int i = 0; i < 4; i++)
+        fake_step();
+    CHECK_OK(amp_profiler_stop());
+    amp_profile_summary s;
+    CHECK_OK(amp_profiler_summary(&s));
+    CHECK_EQ_INT(s.events, 40);
+    CHECK(s.dropped > 0);
+    size_t len;
+    char *t = capture(table_all, &len);
+    CHECK_MSG(strstr(t, "dropped (past max_events)") != NULL, "%s", t);
+    free(t);
+    char path[128];
+    snprintf(path, sizeof path, "%s/dropped.json", tmpdir);
+    CHECK_OK(amp_profiler_write_trace(path));
+    char *text = trace_read(path, &len);
+    trace_report r;
+    CHECK_MSG(text && trace_check(text, len, true, &r), "trace: %s", r.error);
+    free(text);
+}
+
 /* Another thread's ops: their own tid; phases counted on the main one. */
 static void *worker(void *arg)
 {
@@ -480,6 +505,7 @@ int main(void)
     RUN(test_verdict_names_the_split_top_ops_and_casts);
     RUN(test_a_run_without_step_marks_is_one_step);
     RUN(test_outputs_refuse_while_recording_or_empty);
+    RUN(test_dropped_events_are_reported_and_the_trace_stays_valid);
     RUN(test_threads_get_their_own_tracks);
     RUN(test_device_timed_events_go_to_the_device_pid);
     char cmd[128];
