@@ -98,10 +98,6 @@ static const opt_def opts[] = {
       "an existing log at --log: append or replace (default: refused; append on --resume)"),
     O("log-every", "N", OPT_INT, OC_RUN, log_every, 1, 1e12, NULL, NULL, false,
       "steps between progress lines (default: about 20 a run)"),
-    O("dry-run", "", OPT_FLAG, OC_RUN, dry_run, 0, 0, NULL, NULL, false,
-      "print the memory the run needs (estimated) and what is available, and stop"),
-    O("no-memory-check", "", OPT_FLAG, OC_RUN, no_memory_check, 0, 0, NULL, NULL, false,
-      "run even when the memory estimate does not fit (also AMPC_NO_MEMORY_CHECK=1)"),
     O("profile", "[FILE]", OPT_STR, OC_RUN, profile, 0, 0, NULL, NULL, false,
       "after the warm-up, profile steps: print the op table and the verdict, write the trace to FILE "
       "(default " PROFILE_DEFAULT_FILE ", for ui.perfetto.dev; docs/profiling.md)"),
@@ -109,6 +105,10 @@ static const opt_def opts[] = {
       "--profile: steps profiled (default 5)"),
     O("profile-warmup", "N", OPT_INT, OC_RUN, profile_warmup, 0, 1e6, NULL, NULL, false,
       "--profile: steps run before profiling starts, after the start or resume (default 2)"),
+    O("dry-run", "", OPT_FLAG, OC_RUN, dry_run, 0, 0, NULL, NULL, false,
+      "print the memory the run needs (estimated) and what is available, and stop"),
+    O("no-memory-check", "", OPT_FLAG, OC_RUN, no_memory_check, 0, 0, NULL, NULL, false,
+      "run even when the memory estimate does not fit (also AMPC_NO_MEMORY_CHECK=1)"),
 };
 #define N_OPTS (int)(sizeof opts / sizeof opts[0])
 _Static_assert(N_OPTS <= CLI_MAX_OPTS, "raise CLI_MAX_OPTS");

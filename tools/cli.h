@@ -88,10 +88,10 @@ typedef struct {
     const char *log;       /* JSON-lines log file, or NULL */
     const char *log_mode;  /* "append", "replace" an existing log, or NULL (see preflight.c) */
     int64_t log_every;     /* steps between plain progress lines; 0: about 20 a run */
-    bool dry_run;          /* print the memory estimate and stop */
-    bool no_memory_check;  /* run even when the estimate does not fit */
     const char *profile;   /* --profile: the trace file, or NULL (profiler off) */
     int64_t profile_steps, profile_warmup;
+    bool dry_run;          /* print the memory estimate and stop */
+    bool no_memory_check;  /* run even when the estimate does not fit */
     bool given[CLI_MAX_OPTS]; /* per option (args.c's table order): set on the command line */
 } train_opts;
 
