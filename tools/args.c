@@ -410,17 +410,17 @@ int opts_resolve(train_opts *o)
                 o->precision);
         return EXIT_USAGE;
     }
-    if (!o->profile && (o->given[opt_index("profile-steps")] || o->given[opt_index("profile-warmup")])) {
-        fprintf(stderr, "ampc train: --%s needs --profile [FILE]\n",
-                o->given[opt_index("profile-steps")] ? "profile-steps" : "profile-warmup");
-        return EXIT_USAGE;
-    }
     if (o->given[opt_index("epochs")] && o->given[opt_index("steps")]) {
         fprintf(stderr, "ampc train: give --epochs or --steps, not both\n");
         return EXIT_USAGE;
     }
     if ((o->given[opt_index("save-every")] || o->stop_at) && !o->save && !o->resume) {
         fprintf(stderr, "ampc train: --%s needs --save DIR\n", o->stop_at ? "stop-at" : "save-every");
+        return EXIT_USAGE;
+    }
+    if (!o->profile && (o->given[opt_index("profile-steps")] || o->given[opt_index("profile-warmup")])) {
+        fprintf(stderr, "ampc train: --%s needs --profile [FILE]\n",
+                o->given[opt_index("profile-steps")] ? "profile-steps" : "profile-warmup");
         return EXIT_USAGE;
     }
 
