@@ -5,14 +5,17 @@
  * phases and self time are counted).
  *
  * The trace (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU):
- *   pid 0 is the host, one tid per recording thread; device-timed events
- *   (CUDA events) go to pid <device> (1: cuda), tid 0, on the device clock
- *   turned into host time. Complete events ("X", ts / dur in us) for the
+ *   pid 0 is the host, one tid per recording thread, every event at its
+ *   host times (host_t0/t1: when the host issued device work too);
+ *   device-timed events (CUDA events) also go to pid <device> (1: cuda),
+ *   tid 0, at their device times turned into host time. Complete events ("X", ts / dur in us) for the
  *   steps (cat "step"), phases, ops (cat "op" / "backward"), casts and
  *   kernels; cast-cache hits are instants ("i"); memory samples are
  *   counters ("C", MiB per category); "M" events name processes and
- *   threads. Within a thread the events are written in begin order, so ts
- *   never decreases and a parent comes before the events inside it.
+ *   threads. Within a track the events are written in begin order (ts,
+ *   then the longer first), so ts never decreases and a parent comes
+ *   before the events inside it; the step spans are computed from the
+ *   amp_profiler_step marks, which are not written themselves.
  *   Times are integers of ns printed as us with 3 decimals: no rounding
  *   can make a child stick out of its parent.
  */
