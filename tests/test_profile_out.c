@@ -73,7 +73,9 @@ static void fake_step(void)
         prof_set_tensor(&c->in[0], AMP_F32, shape_b, 2);
         prof_set_tensor(&c->out, AMP_BF16, shape_b, 2);
     }
+    prof_event *to = prof_begin(PROF_OP_FWD, "to"); /* the op the cast wraps (profile.h) */
     spin(3000);
+    prof_end(to);
     prof_end(c);
     prof_event *hit = prof_instant(PROF_CAST_HIT, "to_bf16");
     if (hit)
@@ -140,12 +142,22 @@ static int64_t sum_ns(int kind, const char *name, int64_t *count)
     return s;
 }
 
+/* What fn prints, malloc'd (a temporary file: gcc's dangling-pointer
+ * check misreads open_memstream's buffer). */
 static char *capture(amp_status (*fn)(FILE *), size_t *len)
 {
-    char *buf = NULL;
-    FILE *f = open_memstream(&buf, len);
+    FILE *f = tmpfile();
+    CHECK(f != NULL);
+    if (!f)
+        return calloc(1, 1);
     CHECK_OK(fn(f));
+    long n = ftell(f);
+    rewind(f);
+    char *buf = calloc((size_t)(n > 0 ? n : 0) + 1, 1);
+    if (buf && n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n)
+        buf[0] = '\0';
     fclose(f);
+    *len = n > 0 ? (size_t)n : 0;
     return buf;
 }
 
@@ -167,7 +179,7 @@ static void test_trace_parses_and_follows_the_format(void)
     CHECK_MSG(trace_check(text, len, true, &r), "trace: %s", r.error);
     CHECK_EQ_INT(r.n_step, 3);
     CHECK_EQ_INT(r.n_phase, 3 * 6); /* data, forward, backward, unscale, optimizer, scaler update */
-    CHECK_EQ_INT(r.n_op, 3 * 5);    /* matmul, the cast, relu, matmul's backward and its kernel */
+    CHECK_EQ_INT(r.n_op, 3 * 6); /* matmul, the cast and its to, relu, matmul's backward and its kernel */
     CHECK_EQ_INT(r.n_instant, 3);   /* the cache hits */
     CHECK(r.n_counter > 0);         /* memory samples */
     CHECK(r.n_meta >= 2);           /* process and thread names */
@@ -262,6 +274,20 @@ static void test_table_groups_by_op_pass_and_dtypes(void)
     CHECK_EQ_INT(rows_matmul, 2); /* fwd and bwd */
     CHECK(strstr(t, "bf16,bf16 -> bf16") != NULL);
     CHECK(strstr(t, "fp32 -> bf16") != NULL);
+    /* A backward reads gradient arriving -> gradients made. */
+    CHECK(strstr(t, "\nmatmul                         bwd      bf16 -> bf16,bf16 ") != NULL);
+    /* The cast's own `to` has no row: the cast's stands for it, self = total. */
+    CHECK_MSG(strstr(t, "\nto  ") == NULL, "%s", t);
+    char row[256] = "";
+    const char *cast = strstr(t, "\nto bf16 (autocast) ");
+    if (cast)
+        snprintf(row, sizeof row, "%.*s", (int)strcspn(cast + 1, "\n"), cast + 1);
+    const char *nums = strstr(row, "fp32 -> bf16");
+    double total = 0, self = 0;
+    long long calls = 0;
+    CHECK_MSG(nums && sscanf(nums + 12, "%lld %lf %lf", &calls, &total, &self) == 3, "cast row: %s", row);
+    CHECK_EQ_INT(calls, 4);
+    CHECK(total > 0 && total == self);
     CHECK(strstr(t, "4 steps profiled") != NULL);
     free(t);
     t = capture(table_two, &len);

@@ -138,8 +138,9 @@ static void put_event(trace_out *o, const prof_event *e, int pid, int tid, int64
         put_us(f, t1 > t0 ? t1 - t0 : 0);
         fputs(",\"args\":{", f);
     }
+    bool bwd = e->kind == PROF_OP_BWD; /* profile.h: out is the gradient arriving, in[] those made */
     if (e->n_in > 0) {
-        fputs("\"inputs\":[", f);
+        fputs(bwd ? "\"grad_inputs\":[" : "\"inputs\":[", f);
         for (int i = 0; i < e->n_in && i < PROF_MAX_TENSORS; i++) {
             if (i)
                 fputc(',', f);
@@ -148,7 +149,7 @@ static void put_event(trace_out *o, const prof_event *e, int pid, int tid, int64
         fputs("],", f);
     }
     if (e->out.dtype >= 0) {
-        fputs("\"output\":", f);
+        fputs(bwd ? "\"grad_output\":" : "\"output\":", f);
         put_tensor(f, &e->out);
         fputc(',', f);
     }

@@ -47,6 +47,14 @@ static bool is_instant(const prof_event *e)
 
 static int64_t dur_of(const prof_event *e) { return e->t1 > e->t0 ? e->t1 - e->t0 : 0; }
 
+/* Whether child e is its parent p's own work, kept in p's self time: a
+ * kernel inside an op, the `to` op inside an autocast cast (profile.h:
+ * the cast wraps it; the cast's row stands for both). */
+static bool inner_work(const prof_event *e, const prof_event *p)
+{
+    return (e->kind == PROF_KERNEL && p->kind != PROF_KERNEL) || (e->kind == PROF_OP_FWD && p->kind == PROF_CAST);
+}
+
 void prof_thread_tree(const prof_event *ev, size_t n, int64_t *parent, int64_t *self)
 {
     int64_t stack[MAX_DEPTH];
@@ -62,8 +70,7 @@ void prof_thread_tree(const prof_event *ev, size_t n, int64_t *parent, int64_t *
         if (d >= 0 && d < MAX_DEPTH)
             stack[d] = (int64_t)i;
         int64_t p = parent[i];
-        /* A kernel is its op's own work: an op's self time keeps it. */
-        bool own_work = e->kind == PROF_KERNEL && p >= 0 && ev[p].kind != PROF_KERNEL;
+        bool own_work = p >= 0 && inner_work(e, &ev[p]);
         if (p >= 0 && clock_of(&ev[p]) == clock_of(e) && !own_work)
             self[p] -= dur_of(e);
     }
@@ -111,14 +118,20 @@ static void fill_labels(prof_row *r, const prof_event *e)
     } else {
         snprintf(r->label, sizeof r->label, "%s", name);
     }
+    /* "inputs -> output"; a backward's reads the way it runs: "the gradient
+     * arriving -> the gradients made" (profile.h: its out is gout, in[i]
+     * input i's gradient, dtype -1 where none is made: "-"). */
+    char ins[48] = "";
     size_t k = 0;
-    r->sig[0] = '\0';
     int n_in = e->n_in < PROF_MAX_TENSORS ? e->n_in : PROF_MAX_TENSORS;
-    for (int i = 0; i < n_in && k < sizeof r->sig; i++)
-        k += (size_t)snprintf(r->sig + k, sizeof r->sig - k, "%s%s", i ? "," : "",
-                              e->in[i].dtype < 0 ? "-" : prof_dtype_name(e->in[i].dtype)); /* - : none */
-    if (e->out.dtype >= 0 && k < sizeof r->sig)
-        snprintf(r->sig + k, sizeof r->sig - k, "%s-> %s", k ? " " : "", prof_dtype_name(e->out.dtype));
+    for (int i = 0; i < n_in && k < sizeof ins; i++)
+        k += (size_t)snprintf(ins + k, sizeof ins - k, "%s%s", i ? "," : "",
+                              e->in[i].dtype < 0 ? "-" : prof_dtype_name(e->in[i].dtype));
+    const char *out = e->out.dtype >= 0 ? prof_dtype_name(e->out.dtype) : NULL;
+    if (e->kind == PROF_OP_BWD)
+        snprintf(r->sig, sizeof r->sig, "%s%s%s", out ? out : "", out && n_in ? " -> " : "", ins);
+    else
+        snprintf(r->sig, sizeof r->sig, "%s%s%s", ins, out && n_in ? " -> " : out ? "-> " : "", out ? out : "");
 }
 
 static bool grow_slots(row_table *t)
@@ -244,6 +257,8 @@ amp_status prof_stats_build(prof_stats *s)
             }
             if (e->kind == PROF_STEP || e->kind == PROF_COUNTER || !in_steps)
                 continue;
+            if (e->kind == PROF_OP_FWD && parent[i] >= 0 && ev[parent[i]].kind == PROF_CAST)
+                continue; /* the cast's own `to`: its row is the cast's */
             int clock = clock_of(e);
             prof_row *r = row_for(&rt, e, clock);
             if (!r)

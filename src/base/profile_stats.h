@@ -12,8 +12,9 @@
  *     is the steps' wall time in no phase.
  *   - an event's self time is its duration minus its direct children's
  *     (events begun inside it on the same thread and the same clock: host
- *     time, or one device's), except the kernels an op runs: they are the
- *     op's own work (and have rows of their own).
+ *     time, or one device's), except its own work: the kernels an op runs
+ *     (they have rows of their own) and the `to` op an autocast cast wraps
+ *     (which has no row: the cast's row stands for it).
  *   - rows, casts and FLOPs count the events begun within the steps.
  */
 #ifndef AMPC_PROFILE_STATS_H
@@ -24,7 +25,7 @@
 typedef struct {
     const char *name;   /* the event's name */
     char label[64];     /* what the table shows: the op, or "to bf16 (autocast)" */
-    char sig[64];       /* "bf16,bf16 -> bf16", "" when no dtypes were recorded */
+    char sig[64];       /* "bf16,bf16 -> bf16" (a backward: "bf16 -> -,bf16"), "" when none recorded */
     uint8_t kind;       /* prof_kind: OP_FWD, OP_BWD, CAST, CAST_HIT, KERNEL */
     uint8_t device;     /* where it was timed: AMP_CPU (host clock) or a device */
     uint32_t key;       /* kind, device and dtypes packed (grouping) */
