@@ -252,9 +252,10 @@ typedef struct {
     int64_t casts, cast_cache_hits;        /* per step */
     double gflop;                          /* per step, all ops */
     struct {
-        char name[48];                     /* op (dtypes) */
+        char name[96];                     /* "op pass (dtypes)" */
         double ms;                         /* per step */
-    } top[5];
+    } top[5];                              /* by self time, longest first */
+    size_t events, dropped;                /* recorded, and past max_events */
 } amp_profile_summary;
 AMP_API amp_status amp_profiler_summary(amp_profile_summary *out);
 

@@ -15,7 +15,8 @@ static void usage(FILE *f)
                "  train        train a model (cnn / mlp on Fashion-MNIST, gpt on text) and measure it\n"
                "  eval DIR     measure the model saved in DIR by train --save\n"
                "  plot LOG     draw a train --log file (loss, loss scale, skipped steps) as SVG\n"
-               "  policy       print the autocast policy: each op's category per device\n\n"
+               "  policy       print the autocast policy: each op's category per device\n"
+               "  profile      the same run in fp32 / bf16 / fp16 under the profiler, side by side\n\n"
                "  make train runs the default: ampc train (a CNN in bf16, about 25 s on 2 cores)\n"
                "  ampc --help, ampc --version, ampc <command> --help\n");
 }
@@ -41,6 +42,8 @@ int main(int argc, char **argv)
         return eval_run(argc - 2, argv + 2);
     if (strcmp(cmd, "plot") == 0)
         return plot_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "profile") == 0)
+        return profile_main(argc - 2, argv + 2);
     if (strcmp(cmd, "policy") == 0)
         return policy_run(argc - 2, argv + 2);
     fprintf(stderr, "ampc: unknown %s '%s' (see ampc --help)\n", cmd[0] == '-' ? "option" : "command",

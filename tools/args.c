@@ -104,6 +104,13 @@ static const opt_def opts[] = {
       "an existing log at --log: append or replace (default: refused; append on --resume)"),
     O("log-every", "N", OPT_INT, OC_RUN, log_every, 1, 1e12, NULL, NULL, false,
       "steps between progress lines (default: about 20 a run)"),
+    O("profile", "[FILE]", OPT_STR, OC_RUN, profile, 0, 0, NULL, NULL, false,
+      "after the warm-up, profile steps: print the op table and the verdict, write the trace to FILE "
+      "(default " PROFILE_DEFAULT_FILE ", for ui.perfetto.dev; docs/profiling.md)"),
+    O("profile-steps", "N", OPT_INT, OC_RUN, profile_steps, 1, 1e6, NULL, NULL, false,
+      "--profile: steps profiled (default 5)"),
+    O("profile-warmup", "N", OPT_INT, OC_RUN, profile_warmup, 0, 1e6, NULL, NULL, false,
+      "--profile: steps run before profiling starts, after the start or resume (default 2)"),
     O("dry-run", "", OPT_FLAG, OC_RUN, dry_run, 0, 0, NULL, NULL, false,
       "print the memory the run needs (estimated) and what is available, and stop"),
     O("no-memory-check", "", OPT_FLAG, OC_RUN, no_memory_check, 0, 0, NULL, NULL, false,
@@ -127,6 +134,11 @@ const opt_def *opts_find(const char *name)
 }
 
 static int opt_index(const char *name) { return (int)(opts_find(name) - opts); }
+
+/* The command whose options are parsed, for messages ("ampc profile"
+ * parses train's options too). */
+static const char *opts_command = "ampc train";
+void opts_set_command(const char *name) { opts_command = name; }
 
 void train_opts_default(train_opts *o)
 {
@@ -156,6 +168,8 @@ void train_opts_default(train_opts *o)
     o->max_skips = DEFAULT_MAX_SKIPS;
     o->val_batches = 20;
     o->save_every = 1000;
+    o->profile_steps = 5;
+    o->profile_warmup = 2;
 }
 
 bool is_gpt(const train_opts *o) { return strcmp(o->model, "gpt") == 0; }
@@ -213,7 +227,7 @@ static int bad(const char *who, const opt_def *d, const char *fmt, ...)
     va_start(ap, fmt);
     fprintf(stderr, "%s: --%s: ", who, d->name);
     vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see ampc train --help)\n");
+    fprintf(stderr, " (see %s --help)\n", who);
     va_end(ap);
     return EXIT_USAGE;
 }
@@ -313,7 +327,7 @@ int opts_set(const opt_def *d, const char *v, train_opts *o, const char *who)
 
 int opts_parse(int argc, char **argv, train_opts *o, bool eval)
 {
-    const char *who = eval ? "ampc eval" : "ampc train";
+    const char *who = eval ? "ampc eval" : opts_command;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -347,6 +361,8 @@ int opts_parse(int argc, char **argv, train_opts *o, bool eval)
             if (v)
                 return bad(who, d, "takes no value (got '%s')", v);
             v = "";
+        } else if (!v && d->meta[0] == '[') { /* an optional value: the next argument unless it is an option */
+            v = i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : PROFILE_DEFAULT_FILE;
         } else if (!v) {
             if (i + 1 >= argc)
                 return bad(who, d, "needs a value (%s)", d->meta);
@@ -438,6 +454,11 @@ int opts_resolve(train_opts *o)
     }
     if ((o->given[opt_index("save-every")] || o->stop_at) && !o->save && !o->resume) {
         fprintf(stderr, "ampc train: --%s needs --save DIR\n", o->stop_at ? "stop-at" : "save-every");
+        return EXIT_USAGE;
+    }
+    if (!o->profile && (o->given[opt_index("profile-steps")] || o->given[opt_index("profile-warmup")])) {
+        fprintf(stderr, "ampc train: --%s needs --profile [FILE]\n",
+                o->given[opt_index("profile-steps")] ? "profile-steps" : "profile-warmup");
         return EXIT_USAGE;
     }
 

@@ -41,6 +41,7 @@
  * + j stays below 2^56, far from INT64_MAX. */
 #define CLI_MAX_STEPS INT64_C(1000000000000)
 #define EXIT_USAGE 2
+#define PROFILE_DEFAULT_FILE "ampc-trace.json" /* --profile without a FILE */
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 /* Debian's `fortunes` package: amp_text_load reads the directory as one
@@ -89,6 +90,8 @@ typedef struct {
     const char *log;       /* JSON-lines log file, or NULL */
     const char *log_mode;  /* "append", "replace" an existing log, or NULL (see preflight.c) */
     int64_t log_every;     /* steps between plain progress lines; 0: about 20 a run */
+    const char *profile;   /* --profile: the trace file, or NULL (profiler off) */
+    int64_t profile_steps, profile_warmup;
     bool dry_run;          /* print the memory estimate and stop */
     bool no_memory_check;  /* run even when the estimate does not fit */
     bool memory;           /* print the memory categories table at the end */
@@ -101,6 +104,8 @@ void train_opts_default(train_opts *o);
  * stderr naming the bad option or value. eval = the eval command's subset
  * (a lone DIR argument is --resume DIR). */
 int opts_parse(int argc, char **argv, train_opts *o, bool eval);
+/* The command named in opts_parse's messages (default "ampc train"). */
+void opts_set_command(const char *name);
 void train_usage(FILE *f);
 void eval_usage(FILE *f);
 /* Fills the unset values from the model's defaults and checks the options
@@ -313,6 +318,32 @@ void progress_step(progress *p, int64_t step, double loss, const trainer *t, int
 void progress_clear(progress *p);
 double now_s(void);
 
+/* ---------------------------------------------------- profile_train.c */
+
+/* `ampc train --profile`: which steps are profiled, and the profiler
+ * around them. */
+typedef struct {
+    const train_opts *o;
+    int64_t start, end; /* steps [start, end) profiled; none when o->profile is NULL */
+    bool on;
+} profile_window;
+/* --profile's trace file can be written (checked before anything loads:
+ * a file made and removed beside it). -1 or 1 (message names the path). */
+int profile_preflight(const train_opts *o);
+/* The window of a run from step first to stop: the steps after the
+ * warm-up. -1, or EXIT_USAGE when the warm-up leaves none (message). */
+int profile_window_init(profile_window *w, const train_opts *o, int64_t first, int64_t stop);
+/* Around train step `step`: start the profiler at the window's start;
+ * mark the step, and at the window's end stop, print the table and the
+ * verdict (clearing the progress line) and write the trace. A trace that
+ * cannot be written is a warning: training goes on. */
+void profile_step_begin(profile_window *w, int64_t step);
+void profile_step_end(profile_window *w, int64_t step, progress *pg);
+/* A run that stops inside the window: the profiler off, nothing printed. */
+void profile_abort(profile_window *w);
+/* `ampc profile`: the arguments after "profile". */
+int profile_main(int argc, char **argv);
+
 /* --------------------------------------------------------- diagnose.c */
 
 /* --max-skips' default. Each skip halves the scale (backoff 0.5), so 32 in
@@ -346,6 +377,11 @@ void diagnose_step(trainer *t, const train_opts *o, const run_info *ri, bool gpt
 
 /* `ampc train`: the arguments after "train". */
 int train_main(int argc, char **argv);
+/* `ampc profile`: o's run on rd's data (no checkpoint, log or evaluation)
+ * for o->profile_warmup + o->profile_steps optimizer steps, the last
+ * profile_steps of them profiled; the profiler's results stay readable
+ * (amp_profiler_summary ...). -1 or an exit code (message printed). */
+int train_profile_run(const train_opts *o, run_data *rd, run_info *ri);
 /* --device cuda without a usable GPU: the clear error naming the device and
  * the library's reason; -1 for cpu or an available GPU, else 1 after it. */
 int device_check(const train_opts *o, const char *who);

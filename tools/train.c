@@ -204,15 +204,26 @@ static int train_step(run *r, int64_t step, step_out *out)
     out->loss = 0;
     for (int64_t j = 0; j < o->accum; j++) {
         amp_tensor *x, *y;
-        if (!micro_batch(r, step * o->accum + j, &x, &y))
+        /* The phases the profiler shows (the library marks backward and
+         * what follows it); a few ns each when it is off. */
+        amp_phase_begin(AMP_PHASE_DATA);
+        bool have = micro_batch(r, step * o->accum + j, &x, &y);
+        amp_phase_end(AMP_PHASE_DATA);
+        if (!have)
             return fail("batch", step + 1);
+        amp_phase_begin(AMP_PHASE_FORWARD);
         amp_tensor *loss = micro_batch_loss(t, o, r->ri, r->rd->gpt, r->cuda ? AMP_CUDA : AMP_CPU, x, y);
-        if (!loss || amp_backward(amp_scaler_scale(t->scaler, loss)) != AMP_OK)
+        amp_tensor *scaled_loss = loss ? amp_scaler_scale(t->scaler, loss) : NULL;
+        /* cuda: the loss joins the unread sum here, in the forward phase
+         * (ops, not a wait), so no op runs outside a phase. */
+        amp_status pended = scaled_loss && r->cuda ? pend_loss(r, loss) : AMP_OK;
+        amp_phase_end(AMP_PHASE_FORWARD);
+        if (!scaled_loss || amp_backward(scaled_loss) != AMP_OK)
             return fail("forward / backward", step + 1);
+        if (pended != AMP_OK)
+            return fail("loss", step + 1);
         if (!r->cuda)
             out->loss += amp_item(loss);
-        else if (pend_loss(r, loss) != AMP_OK)
-            return fail("loss", step + 1);
         amp_temps_free(); /* the gradients live on in the parameters */
     }
     out->scale = scaled && !r->cuda ? amp_scaler_get_scale(t->scaler) : NAN;
@@ -222,11 +233,15 @@ static int train_step(run *r, int64_t step, step_out *out)
     const double max_norm = o->clip > 0 ? o->clip : INFINITY;
     if (!r->cuda) {
         amp_clear_error(); /* a NaN norm is a value (inf / NaN gradients), unless an error says otherwise */
+        amp_phase_begin(AMP_PHASE_UNSCALE); /* the check's and clipping's phase */
         out->grad_norm = amp_clip_grad_norm(t->params, t->n_params, max_norm);
+        amp_phase_end(AMP_PHASE_UNSCALE);
         if (isnan(out->grad_norm) && amp_last_status() != AMP_OK)
             return fail("clip_grad_norm", step + 1);
     } else if (o->clip > 0 || r->read_each) { /* left on the device: the log's record reads it */
+        amp_phase_begin(AMP_PHASE_UNSCALE);
         amp_tensor *norm = amp_clip_grad_norm_tensor(t->params, t->n_params, max_norm);
+        amp_phase_end(AMP_PHASE_UNSCALE);
         if (!norm)
             return fail("clip_grad_norm", step + 1);
         if (r->read_each) {
@@ -282,14 +297,22 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
 {
     const train_opts *o = r->o;
     int64_t per_step = o->batch * o->accum * (r->rd->gpt ? o->context : 1); /* < 2^20 * 2^16 * 2^16 */
+    profile_window pw; /* --profile */
+    int rc = profile_window_init(&pw, o, first, stop);
+    if (rc >= 0)
+        return rc;
     progress pg;
     progress_begin(&pg, o, first, total, per_step, r->rd->gpt);
     r->read_each = !r->cuda || lf != NULL;
     for (int64_t step = first; step < stop; step++) {
         double t0 = now_s();
         step_out s;
-        int rc = train_step(r, step, &s);
+        profile_step_begin(&pw, step);
+        rc = train_step(r, step, &s);
+        if (rc < 0)
+            profile_step_end(&pw, step, &pg);
         if (rc >= 0) {
+            profile_abort(&pw);
             progress_clear(&pg);
             return rc;
         }
@@ -553,8 +576,40 @@ int train_main(int argc, char **argv)
         rc = opts_resolve(&o);
     if (rc < 0)
         rc = preflight(&o);
+    if (rc < 0)
+        rc = profile_preflight(&o);
     if (rc >= 0)
         return rc;
     amp_set_num_threads((int)o.threads);
     return train_run(&o, o.resume ? &ck : NULL, o.resume ? &saved : NULL);
+}
+
+int train_profile_run(const train_opts *o, run_data *rd, run_info *ri)
+{
+    int rc = mem_check(o, ri, rd, false);
+    if (rc >= 0)
+        return rc;
+    int64_t total = o->profile_warmup + o->profile_steps;
+    trainer t;
+    if (!trainer_build(&t, o, ri, total))
+        return 1;
+    run r = {.o = o, .rd = rd, .t = &t, .ri = ri, .nb = data_epoch_batches(rd, o), .cuda = strcmp(o->device, "cuda") == 0};
+    r.read_each = !r.cuda;
+    ri->sched_step = ri->skipped = 0;
+    for (int64_t step = 0; step < total && rc < 0; step++) {
+        if (step == o->profile_warmup && amp_profiler_start(NULL) != AMP_OK)
+            rc = fail("profiler", step + 1);
+        step_out s;
+        if (rc < 0)
+            rc = train_step(&r, step, &s);
+        amp_profiler_step();
+    }
+    if (amp_profiler_enabled() && amp_profiler_stop() != AMP_OK && rc < 0)
+        rc = fail("profiler", total);
+    amp_tensor_free(r.dev_x);
+    amp_tensor_free(r.dev_y);
+    amp_tensor_free(r.loss_acc);
+    amp_tensor_free(r.norm_dev);
+    trainer_free(&t);
+    return rc;
 }

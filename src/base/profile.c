@@ -45,6 +45,7 @@ static int n_threads;
 static uint64_t run_id;     /* bumped by each start */
 static amp_profiler_opts opts;
 static int64_t step_count;
+static int64_t run_t0, run_t1; /* host ns at the last start and stop */
 static _Thread_local thread_buf *mine;
 
 static const prof_device_timer *timers[AMP_DEVICE_COUNT];
@@ -262,6 +263,7 @@ amp_status amp_profiler_start(const amp_profiler_opts *o)
     for (int d = 0; d < AMP_DEVICE_COUNT; d++)
         if (timers[d] && timers[d]->reset)
             timers[d]->reset();
+    run_t0 = run_t1 = prof_now_ns();
     pthread_mutex_unlock(&lock);
     atomic_store(&prof_active, true);
     memory_sample();
@@ -284,6 +286,7 @@ amp_status amp_profiler_stop(void)
         return amp_set_error(AMP_ERR_STATE, "profiler_stop: the profiler is not running");
     memory_sample();
     atomic_store(&prof_active, false);
+    run_t1 = prof_now_ns();
     pthread_mutex_lock(&lock);
     resolve_device_times();
     for (int t = 0; t < n_threads; t++) {
@@ -351,6 +354,12 @@ int prof_threads(const prof_thread_events **out)
     pthread_mutex_unlock(&lock);
     *out = views;
     return k;
+}
+
+void prof_run_window(int64_t *t0, int64_t *t1)
+{
+    *t0 = run_t0;
+    *t1 = run_t1;
 }
 
 /* ------------------------------------------------------------------ phases */

@@ -161,6 +161,9 @@ typedef struct {
 } prof_thread_events;
 int prof_threads(const prof_thread_events **out);
 
+/* Host ns (prof_now_ns) at the last amp_profiler_start and stop. */
+void prof_run_window(int64_t *t0, int64_t *t1);
+
 /* The phase stack (per thread) and the current phase of the process for
  * the memory accounting: the main thread's innermost open phase. */
 amp_phase prof_process_phase(void);
