@@ -96,10 +96,12 @@ static thread_buf *my_buf(void)
     return mine;
 }
 
-static prof_event *new_event(thread_buf *b)
+/* A new slot in b; past max_events only step marks are kept (the outputs
+ * count the steps by them), the rest are counted as dropped. */
+static prof_event *new_event(thread_buf *b, prof_kind kind)
 {
     size_t cap = opts.max_events ? opts.max_events : (size_t)1 << 20;
-    if (b->n >= cap) {
+    if (b->n >= cap && kind != PROF_STEP) {
         b->dropped++;
         return NULL;
     }
@@ -131,7 +133,7 @@ prof_event *prof_begin_on(prof_kind kind, const char *name)
     thread_buf *b = my_buf();
     if (!b)
         return NULL;
-    prof_event *e = new_event(b);
+    prof_event *e = new_event(b, kind);
     if (!e)
         return NULL;
     e->name = name;
@@ -159,7 +161,7 @@ prof_event *prof_instant(prof_kind kind, const char *name)
     thread_buf *b = my_buf();
     if (!b)
         return NULL;
-    prof_event *e = new_event(b);
+    prof_event *e = new_event(b, kind);
     if (!e)
         return NULL;
     e->name = name;
