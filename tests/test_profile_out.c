@@ -422,7 +422,9 @@ static void test_dropped_events_are_reported_and_the_trace_stays_valid(void)
     CHECK_OK(amp_profiler_stop());
     amp_profile_summary s;
     CHECK_OK(amp_profiler_summary(&s));
-    CHECK_EQ_INT(s.events, 40);
+    /* Past the cap only the step marks are kept, so the steps still count. */
+    CHECK_EQ_INT(s.steps, 4);
+    CHECK(s.events > 40 && s.events <= 44);
     CHECK(s.dropped > 0);
     size_t len;
     char *t = capture(table_all, &len);
