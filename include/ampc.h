@@ -433,8 +433,9 @@ AMP_API bool amp_grad_enabled(void);
  * are bit-identical to running fn directly when fn is deterministic and
  * its inputs and the parameters it reads are used by nothing outside it
  * (a gradient summed over uses inside and outside fn is summed in another
- * order). fn's casts use a cast cache of their own, fn may nest
- * amp_checkpoint, and with grad disabled amp_checkpoint just calls fn.
+ * order). fn's casts use a cast cache of their own and fn may nest
+ * amp_checkpoint. With grad disabled nothing is recorded: fn runs on the
+ * inputs and its temporaries other than the result are freed as well.
  * fn returns a temporary or a tensor it does not own (an input, a
  * parameter), or NULL with the error set; that error is kept (from the
  * recompute: prefixed "checkpoint: recomputing"). NULL fn or inputs, or a
@@ -816,7 +817,7 @@ typedef struct {
     int64_t heads;    /* width % heads == 0 */
     int64_t mlp;      /* hidden width of each block's MLP (GELU) */
     double dropout;   /* 0 for none */
-    bool checkpoint_activations; /* each block through amp_checkpoint while training */
+    bool checkpoint_activations; /* each block through amp_checkpoint (amp_gpt_set_checkpointing) */
 } amp_gpt_config;
 /* A decoder-only transformer: token + learned position embeddings,
  * pre-LayerNorm blocks of causal self-attention and a GELU MLP, a final
@@ -825,10 +826,13 @@ typedef struct {
  * [B, T, vocab]. */
 AMP_API amp_module *amp_model_gpt(amp_gpt_config c);
 /* Turns activation checkpointing of each block on or off (the config's
- * checkpoint_activations): in training mode a block keeps only its input
- * and is recomputed in backward (amp_checkpoint); the same values and
- * gradients, bit for bit, for less memory and about one more forward.
- * AMP_ERR_ARG when m is not a gpt model. */
+ * checkpoint_activations): a block keeps only its input and is recomputed
+ * in backward (amp_checkpoint); the same values and gradients, bit for
+ * bit, for less memory and about one more forward. A forward with grad
+ * disabled (an evaluation) holds one block's temporaries at a time.
+ * Switching the model between training and evaluation mode between a
+ * forward and its backward changes the recompute (dropout). AMP_ERR_ARG
+ * when m is not a gpt model. */
 AMP_API amp_status amp_gpt_set_checkpointing(amp_module *m, bool on);
 
 /* --------------------------------------------------------------------- io */

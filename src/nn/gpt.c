@@ -16,7 +16,10 @@
  * maths: q.weight is qkv.weight[0:width] and so on). Dropout (config
  * dropout > 0, training mode only) follows each residual branch, as
  * nanoGPT's resid_dropout; nanoGPT also drops the embeddings and the
- * attention probabilities, which this model does not.
+ * attention probabilities, which this model does not. With
+ * checkpoint_activations (amp_gpt_set_checkpointing) each block runs
+ * through amp_checkpoint: its input is kept, the rest recomputed in
+ * backward.
  *
  * Parameters and their names (the module tree: the root owns the two
  * embeddings, its children 0..layers-1 are the blocks and child `layers`
@@ -118,11 +121,11 @@ static amp_tensor *block_checkpointed(void *ctx, amp_tensor *const *in, int n)
 }
 
 /* The block, through amp_checkpoint when the model checkpoints its
- * activations (cfg_i[2]) and trains: only the block's input is kept, the
- * block is recomputed in backward. */
+ * activations (cfg_i[2]): only the block's input is kept, the block is
+ * recomputed in backward; with grad disabled only its result outlives it. */
 static amp_tensor *block_forward(amp_module *m, amp_tensor *x)
 {
-    if (m->cfg_i[2] && m->training)
+    if (m->cfg_i[2])
         return amp_checkpoint(block_checkpointed, m, &x, 1);
     return block_compute(m, x);
 }

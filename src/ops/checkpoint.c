@@ -20,6 +20,10 @@
  * its nodes are freed at its end); it accumulates into the parameters'
  * .grad and into the views' .grad, which become the inputs' gradients.
  * The recompute's temporaries go back the same way as the forward's.
+ *
+ * With grad disabled nothing is recorded: fn runs on the inputs and only
+ * its result outlives the call (an evaluation's forward through
+ * checkpointed blocks holds one block's temporaries at a time).
  */
 #include "ops/ops.h"
 
@@ -68,7 +72,7 @@ static amp_tensor **detach_all(amp_tensor *const *in, int n, bool grad)
 
 /* fn(ctx, x, n) in an autocast scope of state ac; NULL with fn's error
  * (or one saying fn gave no error) when it fails. */
-static amp_tensor *call(const checkpoint_node *c, amp_tensor **x, int n)
+static amp_tensor *call(const checkpoint_node *c, amp_tensor *const *x, int n)
 {
     autocast_scope sc;
     if (autocast_scope_begin(&sc, &c->autocast) != AMP_OK)
@@ -135,11 +139,18 @@ amp_tensor *amp_checkpoint(amp_checkpoint_fn fn, void *ctx, amp_tensor *const *i
         if (!inputs[i])
             return amp_last_status() != AMP_OK ? NULL
                                                : amp_fail_null(AMP_ERR_ARG, "checkpoint: input %d is NULL", i);
-    if (!amp_grad_enabled()) { /* nothing will be recorded: a plain call */
-        amp_tensor *y = fn(ctx, inputs, n_inputs);
-        if (!y && amp_last_status() == AMP_OK)
-            amp_set_error(AMP_ERR_STATE, "checkpoint: the function returned NULL without setting an error");
-        return y;
+    if (!amp_grad_enabled()) {
+        /* Nothing will be recorded: fn on the inputs themselves, keeping
+         * only its result (an evaluation's forward holds one block's
+         * temporaries at a time). */
+        checkpoint_node plain = {.fn = fn, .ctx = ctx, .autocast = autocast_state_get()};
+        const size_t mark = amp_temps_count();
+        amp_tensor *y = call(&plain, inputs, n_inputs);
+        if (y && y->requires_grad) /* an input or parameter, as it was */
+            return y;
+        amp_tensor *out = y ? tensor_view(y, y->shape) : NULL;
+        pool_release_to(mark);
+        return pool_add(out);
     }
 
     checkpoint_node *c = calloc(1, sizeof *c);
