@@ -343,6 +343,36 @@ static void test_autocast_cache_inside(void)
     amp_tensor_free(w);
 }
 
+/* fn returning an input or a parameter as it is. */
+static amp_tensor *pick_fn(void *ctx, amp_tensor *const *in, int n)
+{
+    (void)n;
+    return ctx ? ctx : in[0];
+}
+
+static void test_identity_and_parameter_results(void)
+{
+    amp_manual_seed(8);
+    amp_tensor *x = leaf(AMP_SHAPE(2, 3), 1.0), *w = leaf(AMP_SHAPE(2, 3), 1.0);
+    amp_tensor *c = amp_randn(AMP_SHAPE(2, 3), AMP_F32, 0.0, 1.0); /* no grad */
+    amp_tensor *y = amp_checkpoint(pick_fn, NULL, &x, 1);
+    CHECK(y && y != x && amp_tensor_requires_grad(y) && same_bits(y, x));
+    CHECK_OK(amp_backward(amp_sum_all(amp_mul_scalar(y, 3.0))));
+    CHECK(amp_tensor_grad(x) && amp_tensor_get(amp_tensor_grad(x), 0) == 3.0 &&
+          amp_tensor_get(amp_tensor_grad(x), 5) == 3.0);
+    /* a parameter returned as it is: the result requires grad, the
+     * gradient reaches the parameter */
+    y = amp_checkpoint(pick_fn, w, &c, 1);
+    CHECK(y && amp_tensor_requires_grad(y) && same_bits(y, w));
+    CHECK_OK(amp_backward(amp_sum_all(amp_mul_scalar(y, 2.0))));
+    CHECK(amp_tensor_grad(w) && amp_tensor_get(amp_tensor_grad(w), 0) == 2.0);
+    CHECK(!amp_tensor_grad(c));
+    amp_temps_free();
+    amp_tensor_free(x);
+    amp_tensor_free(w);
+    amp_tensor_free(c);
+}
+
 /* --------------------------------------------------------- nesting */
 
 static amp_tensor *inner_fn(void *ctx, amp_tensor *const *in, int n)
@@ -476,6 +506,7 @@ int main(void)
     RUN(test_gpt_keeps_less);
     RUN(test_two_inputs_and_a_parameter);
     RUN(test_autocast_cache_inside);
+    RUN(test_identity_and_parameter_results);
     RUN(test_nested);
     RUN(test_errors);
     return harness_done();

@@ -174,8 +174,8 @@ amp_tensor *amp_checkpoint(amp_checkpoint_fn fn, void *ctx, amp_tensor *const *i
     amp_no_grad_begin();
     amp_tensor *y = call(c, x, n_inputs);
     amp_no_grad_end();
-    bool grad = op_grad_input_seen;
-    op_grad_input_seen = seen_outside || grad;
+    bool grad = op_grad_input_seen || (y && y->requires_grad); /* or fn returned a parameter */
+    op_grad_input_seen = seen_outside || op_grad_input_seen;
 
     /* The result outlives fn's other temporaries (and the views: fn may
      * return one of them). */
