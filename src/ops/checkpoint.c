@@ -114,7 +114,13 @@ static amp_status checkpoint_backward(node *n, const amp_tensor *gout, amp_tenso
                            amp_shape_str(y->shape, b1, sizeof b1), amp_dtype_name(y->dtype),
                            amp_shape_str(n->out_shape, b2, sizeof b2), amp_dtype_name(n->out_dtype));
     } else if (y->requires_grad) {
+        /* The recomputed graph holds what its backward reads: the pool's
+         * references can go first (so an engine that frees nodes as it
+         * goes could free the recompute's activations on the way). */
+        amp_tensor_retain(y);
+        pool_release_to(mark);
         st = amp_backward_with(y, gout);
+        amp_tensor_free(y);
     }
     for (; no_grad > 0; no_grad--)
         amp_no_grad_begin();
