@@ -438,8 +438,11 @@ AMP_API bool amp_grad_enabled(void);
  * inputs and its temporaries other than the result are freed as well.
  * fn returns a temporary or a tensor it does not own (an input, a
  * parameter), or NULL with the error set; that error is kept (from the
- * recompute: prefixed "checkpoint: recomputing"). NULL fn or inputs, or a
- * NULL input, is an AMP_ERR_ARG error (a NULL input's own error is kept). */
+ * recompute: prefixed "checkpoint: recomputing"); a recompute of another
+ * shape or dtype than the forward's is an AMP_ERR_STATE error, and so is a
+ * second backward through y, as for any graph. fn must not keep its
+ * temporaries past the call. NULL fn or inputs, or a NULL input, is an
+ * AMP_ERR_ARG error (a NULL input's own error is kept). */
 typedef amp_tensor *(*amp_checkpoint_fn)(void *ctx, amp_tensor *const *inputs, int n);
 AMP_API amp_tensor *amp_checkpoint(amp_checkpoint_fn fn, void *ctx, amp_tensor *const *inputs, int n_inputs);
 

@@ -4,7 +4,7 @@
  * parameters and the RNG stream bit-identical to the run without it, in
  * fp32 and under bf16 and fp16 autocast with the grad scaler and dropout;
  * a function of two inputs and a parameter; nesting; what is kept; the
- * errors.
+ * errors. On CUDA too when there is a device (cudaemu: ctest -L cuda).
  */
 #include "harness.h"
 
@@ -80,7 +80,7 @@ static void tokens(int k, int32_t *idx, int32_t *tgt)
 /* STEPS optimizer steps of MICRO micro-batches each (gradient
  * accumulation) on a small gpt with dropout, precision prec (AMP_F32: no
  * autocast), through the grad scaler; with or without checkpointing. */
-static void run_gpt(bool checkpoint, amp_dtype prec, gpt_run *r)
+static void run_gpt(bool checkpoint, amp_dtype prec, amp_device dev, gpt_run *r)
 {
     memset(r, 0, sizeof *r);
     amp_manual_seed(1234);
@@ -90,6 +90,7 @@ static void run_gpt(bool checkpoint, amp_dtype prec, gpt_run *r)
     CHECK(m);
     if (!m)
         return;
+    CHECK_OK(amp_module_to(m, dev));
     amp_tensor *params[MAX_PARAMS];
     r->n = amp_module_params(m, params, MAX_PARAMS);
     amp_optim *o = amp_optim_adamw(params, r->n, amp_adamw_defaults());
@@ -102,10 +103,13 @@ static void run_gpt(bool checkpoint, amp_dtype prec, gpt_run *r)
         for (int k = 0; k < MICRO; k++) {
             int32_t idx[BATCH * CONTEXT], tgt[BATCH * CONTEXT];
             tokens(step * MICRO + k, idx, tgt);
-            amp_tensor *x = amp_from_data(AMP_SHAPE(BATCH, CONTEXT), AMP_I32, idx);
-            amp_tensor *y = amp_from_data(AMP_SHAPE(BATCH * CONTEXT), AMP_I32, tgt);
+            amp_tensor *hx = amp_from_data(AMP_SHAPE(BATCH, CONTEXT), AMP_I32, idx);
+            amp_tensor *hy = amp_from_data(AMP_SHAPE(BATCH * CONTEXT), AMP_I32, tgt);
+            amp_tensor *x = amp_to_device(hx, dev), *y = amp_to_device(hy, dev);
+            amp_tensor_free(hx);
+            amp_tensor_free(hy);
             if (prec != AMP_F32)
-                CHECK_OK(amp_autocast_begin(AMP_CPU, prec));
+                CHECK_OK(amp_autocast_begin(dev, prec));
             amp_tensor *logits = amp_module_forward(m, x);
             if (step == 0 && k == 0)
                 r->temps_after_forward = amp_temps_count();
@@ -143,11 +147,11 @@ static void gpt_run_free(gpt_run *r)
     }
 }
 
-static void check_gpt_bit_identical(amp_dtype prec)
+static void check_gpt_bit_identical(amp_dtype prec, amp_device dev)
 {
     gpt_run plain, ckpt;
-    run_gpt(false, prec, &plain);
-    run_gpt(true, prec, &ckpt);
+    run_gpt(false, prec, dev, &plain);
+    run_gpt(true, prec, dev, &ckpt);
     CHECK_EQ_INT(ckpt.n, plain.n);
     CHECK(plain.n == 2 + 16 * 3 + 2);
     for (int i = 0; i < STEPS * MICRO; i++)
@@ -172,9 +176,21 @@ static void check_gpt_bit_identical(amp_dtype prec)
     gpt_run_free(&ckpt);
 }
 
-static void test_gpt_fp32_bit_identical(void) { check_gpt_bit_identical(AMP_F32); }
-static void test_gpt_bf16_bit_identical(void) { check_gpt_bit_identical(AMP_BF16); }
-static void test_gpt_fp16_bit_identical(void) { check_gpt_bit_identical(AMP_F16); }
+static void test_gpt_fp32_bit_identical(void) { check_gpt_bit_identical(AMP_F32, AMP_CPU); }
+static void test_gpt_bf16_bit_identical(void) { check_gpt_bit_identical(AMP_BF16, AMP_CPU); }
+static void test_gpt_fp16_bit_identical(void) { check_gpt_bit_identical(AMP_F16, AMP_CPU); }
+
+/* The same on a GPU (cudaemu in CI's test-cuda-emu), fp16 with the scaler
+ * and fp32: dropout's masks come from the same generator there. */
+static void test_gpt_cuda_bit_identical(void)
+{
+    if (!amp_cuda_available()) {
+        harness_skip("no CUDA device");
+        return;
+    }
+    check_gpt_bit_identical(AMP_F16, AMP_CUDA);
+    check_gpt_bit_identical(AMP_F32, AMP_CUDA);
+}
 
 /* Less memory at the end of the forward (the step's peak without
  * checkpointing is at the end of backward's start). */
@@ -503,6 +519,7 @@ int main(void)
     RUN(test_gpt_fp32_bit_identical);
     RUN(test_gpt_bf16_bit_identical);
     RUN(test_gpt_fp16_bit_identical);
+    RUN(test_gpt_cuda_bit_identical);
     RUN(test_gpt_keeps_less);
     RUN(test_two_inputs_and_a_parameter);
     RUN(test_autocast_cache_inside);
