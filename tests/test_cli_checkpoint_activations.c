@@ -9,6 +9,7 @@
  *   - The option is saved in the checkpoint's settings: a resumed run
  *     checkpoints again (its model line says so) and continues the
  *     straight run bit for bit; `ampc eval` of the checkpoint works.
+ *   - A gpt run refused for lack of memory suggests the option.
  *   - For --model mlp / cnn it is refused (exit 2), naming the option.
  */
 #include "test_cli_util.h"
@@ -120,6 +121,34 @@ static void test_saved_and_resumed(void)
     CHECK_MSG(rc == 0 && strstr(cli_out, "checkpointed activations"), "dry run: exit %d:\n%s", rc, cli_out);
 }
 
+/* A gpt run that does not fit is told to try the option (and one that
+ * has it is not). */
+static void test_suggested_when_a_run_does_not_fit(void)
+{
+    if (!cli_have_binary())
+        return;
+    const char *big = "train --model gpt --layers 4 --width 256 --heads 4 --context 64 --batch 32 --val-batches 1 "
+                      "--threads 1 --steps 10 --data";
+    for (int ck = 0; ck < 2; ck++) {
+        char cmd[2400];
+        snprintf(cmd, sizeof cmd, "AMPC_MEMORY_LIMIT=20M '%s' %s %s%s 2>&1", cli_ampc, big, text,
+                 ck ? " --checkpoint-activations" : "");
+        FILE *f = popen(cmd, "r");
+        CHECK(f != NULL);
+        if (!f)
+            return;
+        size_t n = fread(cli_out, 1, sizeof cli_out - 1, f);
+        cli_out[n] = '\0';
+        int st = pclose(f);
+        CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 1, "not refused:\n%s", cli_out);
+        CHECK_OUT("not enough memory for this run");
+        if (ck)
+            CHECK_MSG(!strstr(cli_out, "--checkpoint-activations ("), "suggested though given:\n%s", cli_out);
+        else
+            CHECK_OUT("--checkpoint-activations (each block recomputed in backward)");
+    }
+}
+
 static void test_refused_for_mlp_and_cnn(void)
 {
     if (!cli_have_binary())
@@ -146,6 +175,7 @@ int main(void)
     cli_write_tiny_images(images);
     RUN(test_same_steps_and_less_memory);
     RUN(test_saved_and_resumed);
+    RUN(test_suggested_when_a_run_does_not_fit);
     RUN(test_refused_for_mlp_and_cnn);
     cli_cleanup();
     return harness_done();
