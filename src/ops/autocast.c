@@ -14,7 +14,9 @@
  * when the leaf was written since (storage version) or when a backward has
  * freed the cast's graph, so in-place updates inside a region and a second
  * forward/backward inside one region both see fresh casts (PyTorch's cache
- * has neither check).
+ * has neither check). A scope (autocast_scope_begin, ops.h) is a region in
+ * a given state with a cache of its own, the current one set aside:
+ * amp_checkpoint runs and recomputes its function in one.
  */
 #include "ops/ops.h"
 #include "backend/backend.h"
