@@ -422,6 +422,33 @@ AMP_API void amp_no_grad_begin(void);
 AMP_API void amp_no_grad_end(void);
 AMP_API bool amp_grad_enabled(void);
 
+/* Activation checkpointing (torch.utils.checkpoint, its reentrant form):
+ * y = amp_checkpoint(fn, ctx, inputs, n) returns fn(ctx, inputs, n)
+ * without keeping what fn computed on the way: fn runs with grad disabled
+ * on detached inputs, and its temporaries other than the result are freed
+ * when it returns. y requires grad when an input or a tensor fn reads (a
+ * parameter) does; its node keeps only the inputs. Backward recomputes fn
+ * with grad enabled, under the autocast state (devices, dtypes, cache
+ * setting) and the RNG state of the forward (dropout draws the same
+ * masks; the generator is put back afterwards), runs backward through
+ * the recomputed result seeded with y's gradient (the parameters' .grad
+ * accumulate there) and hands the inputs their gradients. The gradients
+ * are bit-identical to running fn directly when fn is deterministic and
+ * its inputs and the parameters it reads are used by nothing outside it
+ * (a gradient summed over uses inside and outside fn is summed in another
+ * order). fn's casts use a cast cache of their own and fn may nest
+ * amp_checkpoint. With grad disabled nothing is recorded: fn runs on the
+ * inputs and its temporaries other than the result are freed as well.
+ * fn returns a temporary or a tensor it does not own (an input, a
+ * parameter), or NULL with the error set; that error is kept (from the
+ * recompute: prefixed "checkpoint: recomputing"); a recompute of another
+ * shape or dtype than the forward's is an AMP_ERR_STATE error, and so is a
+ * second backward through y, as for any graph. fn must not keep its
+ * temporaries past the call. NULL fn or inputs, or a NULL input, is an
+ * AMP_ERR_ARG error (a NULL input's own error is kept). */
+typedef amp_tensor *(*amp_checkpoint_fn)(void *ctx, amp_tensor *const *inputs, int n);
+AMP_API amp_tensor *amp_checkpoint(amp_checkpoint_fn fn, void *ctx, amp_tensor *const *inputs, int n_inputs);
+
 /* -------------------------------------------------------------------- ops */
 /* Every op returns a temporary (see Ownership) or NULL on error. Float ops
  * take f32, f16 and bf16; 16-bit kernels compute and accumulate in f32. */
@@ -838,6 +865,7 @@ typedef struct {
     int64_t heads;    /* width % heads == 0 */
     int64_t mlp;      /* hidden width of each block's MLP (GELU) */
     double dropout;   /* 0 for none */
+    bool checkpoint_activations; /* each block through amp_checkpoint (amp_gpt_set_checkpointing) */
 } amp_gpt_config;
 /* A decoder-only transformer: token + learned position embeddings,
  * pre-LayerNorm blocks of causal self-attention and a GELU MLP, a final
@@ -845,6 +873,15 @@ typedef struct {
  * takes token indices [B, T] (i32/i64, T <= context) and returns logits
  * [B, T, vocab]. */
 AMP_API amp_module *amp_model_gpt(amp_gpt_config c);
+/* Turns activation checkpointing of each block on or off (the config's
+ * checkpoint_activations): a block keeps only its input and is recomputed
+ * in backward (amp_checkpoint); the same values and gradients, bit for
+ * bit, for less memory and about one more forward. A forward with grad
+ * disabled (an evaluation) holds one block's temporaries at a time.
+ * Switching the model between training and evaluation mode between a
+ * forward and its backward changes the recompute (dropout). AMP_ERR_ARG
+ * when m is not a gpt model. */
+AMP_API amp_status amp_gpt_set_checkpointing(amp_module *m, bool on);
 
 /* --------------------------------------------------------------------- io */
 

@@ -7,7 +7,7 @@
  *     allocator's part minus the data set, both printed by --dry-run) is
  *     within MEM_TOLERANCE of the model's part of the peak a real run
  *     prints ('peak memory' minus the same data set), too low or too
- *     high.
+ *     high; and for gpt with --checkpoint-activations.
  *   - A run that does not fit is refused before it allocates the model:
  *     AMPC_MEMORY_LIMIT below the estimate is exit 1 with the message
  *     (needed, available and from where, the biggest parts, what to try),
@@ -40,7 +40,7 @@ static const char *run_args(int model, char *buf, size_t n)
         snprintf(buf, n, "--model cnn --batch 32 --data %s", images);
     else
         snprintf(buf, n, "--model gpt --layers 2 --width 64 --heads 4 --context 32 --batch 8 --val-batches 1 "
-                         "--data %s", text);
+                         "--data %s%s", text, model == 3 ? " --checkpoint-activations" : "");
     return buf;
 }
 
@@ -48,7 +48,7 @@ static void test_estimate_is_within_tolerance_of_the_measured_peak(void)
 {
     if (!cli_have_binary())
         return;
-    for (int m = 0; m < 3; m++) {
+    for (int m = 0; m < 4; m++) { /* mlp, cnn, gpt, gpt --checkpoint-activations */
         for (int p = 0; p < 3; p++) {
             char args[1024];
             run_args(m, args, sizeof args);
@@ -60,8 +60,8 @@ static void test_estimate_is_within_tolerance_of_the_measured_peak(void)
             CHECK_MSG(est > 0 && data >= 0 && peak > 0, "%s %s: no estimate or peak in the output:\n%s", args,
                       precisions[p], cli_out);
             double need = est - data, got = peak - data, err = need / got - 1;
-            printf("  %-5s %s: estimate %.1f MiB, measured %.1f MiB (the data set's %.1f MiB apart), %+.1f%%\n",
-                   m == 0 ? "mlp" : m == 1 ? "cnn" : "gpt", precisions[p], need, got, data, 100 * err);
+            printf("  %-8s %s: estimate %.1f MiB, measured %.1f MiB (the data set's %.1f MiB apart), %+.1f%%\n",
+                   m == 0 ? "mlp" : m == 1 ? "cnn" : m == 2 ? "gpt" : "gpt-ckpt", precisions[p], need, got, data, 100 * err);
             CHECK_MSG(err <= MEM_TOLERANCE && err >= -MEM_TOLERANCE,
                       "%s --precision %s: estimate %.1f MiB vs measured %.1f MiB (%+.1f%%, tolerance %.0f%%)", args,
                       precisions[p], need, got, 100 * err, 100 * MEM_TOLERANCE);

@@ -40,6 +40,8 @@ static const opt_def opts[] = {
     O("mlp-width", "N", OPT_INT, OC_SHAPE, mlp_width, 1, 1 << 20, NULL, "gpt", false,
       "gpt: each block's MLP width (default 4 * width)"),
     O("dropout", "P", OPT_REAL, OC_SETTING, dropout, 0, 0.95, NULL, "gpt", false, "gpt: dropout probability (default 0)"),
+    O("checkpoint-activations", "", OPT_FLAG, OC_SETTING, checkpoint_activations, 0, 0, NULL, "gpt", false,
+      "gpt: keep only each block's input and recompute the block in backward (less memory, ~1/3 more time)"),
 
     O("epochs", "N", OPT_INT, OC_SETTING, epochs, 1, 1e6, NULL, NULL, false,
       "passes over the training set (default 3; gpt: see --steps)"),

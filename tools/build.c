@@ -31,7 +31,8 @@ static amp_module *build_model(const train_opts *o, const run_info *ri)
                         .layers = o->layers,
                         .heads = o->heads,
                         .mlp = o->mlp_width,
-                        .dropout = o->dropout};
+                        .dropout = o->dropout,
+                        .checkpoint_activations = o->checkpoint_activations};
     return amp_model_gpt(c);
 }
 
@@ -170,9 +171,10 @@ const char *model_describe(const train_opts *o, const run_info *ri, char *buf, s
         snprintf(buf, n, "cnn %lldx%lldx%lld -> conv32 -> conv64 -> 128 -> %lld", (long long)ri->channels,
                  (long long)ri->height, (long long)ri->width, (long long)ri->classes);
     } else {
-        snprintf(buf, n, "gpt %lld layers, %lld heads, width %lld, mlp %lld, context %lld, vocab %lld%s",
+        snprintf(buf, n, "gpt %lld layers, %lld heads, width %lld, mlp %lld, context %lld, vocab %lld%s%s",
                  (long long)o->layers, (long long)o->heads, (long long)o->width, (long long)o->mlp_width,
-                 (long long)o->context, (long long)ri->vocab, o->dropout > 0 ? ", dropout" : "");
+                 (long long)o->context, (long long)ri->vocab, o->dropout > 0 ? ", dropout" : "",
+                 o->checkpoint_activations ? ", checkpointed activations" : "");
     }
     return buf;
 }

@@ -60,6 +60,7 @@ typedef struct {
     int n_hidden;
     int64_t layers, heads, width, context, mlp_width;
     double dropout;
+    bool checkpoint_activations; /* gpt: amp_checkpoint around each block */
     int64_t epochs;        /* 0: unset */
     int64_t steps;         /* > 0: this many optimizer steps, whatever the epochs */
     int64_t batch;         /* per micro-batch; 0: the model's default */

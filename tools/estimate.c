@@ -45,6 +45,12 @@
  * 4 KiB, then four classes per power of two), as amp_memory_get_stats
  * counts them.
  *
+ * With gpt --checkpoint-activations each block's ops are written down
+ * and then folded (checkpointed): the forward keeps the block's result
+ * only, and the block's backward holds its recompute and a walk of the
+ * block's own backward on top of the rest; the evaluation holds one
+ * block's results at a time.
+ *
  * The evaluation after training keeps a whole no-grad forward of its batch
  * in the pool (128 test images for mlp / cnn): for a small --batch that is
  * the peak, and the estimate says so.
@@ -73,6 +79,7 @@
  * .grad comes after, pa, from the cast's own backward) and its scratch. */
 typedef struct {
     uint64_t g, p, pa, w;
+    uint64_t ra, rc; /* a checkpointed block's record: the recompute's results and 16-bit copies, in w */
 } op_rec;
 
 typedef struct {
@@ -90,6 +97,7 @@ typedef struct {
     bool cuda;
     bool onednn;        /* oneDNN runs the GEMMs and convolutions it takes */
     bool eval;          /* the evaluation pass: no grad, no saved tensors, forward scratch */
+    bool ckpt;          /* gpt --checkpoint-activations: each block through amp_checkpoint */
     int threads;
     bool p16;           /* --param-dtype bf16 / fp16: lowered ops' weights stored in 16 bits */
     int state_es;       /* --optim-state: bytes of an optimizer state element */
@@ -238,7 +246,7 @@ static void lower_input(tape *t, int64_t numel, int *es, bool grad)
 enum { ACT_NONE, ACT_RELU, ACT_GELU };
 
 /* linear(x [rows, in]) -> [rows, out], its activation fused: the relu
- * keeps its output, the gelu its pre-activation too. */
+ * keeps its output, the gelu its pre-activation too (when training). */
 static void linear(tape *t, int64_t rows, int64_t in, int64_t out, bool bias, int act, int *es, bool in_grad)
 {
     lower_input(t, rows * in, es, in_grad);
@@ -247,7 +255,7 @@ static void linear(tape *t, int64_t rows, int64_t in, int64_t out, bool bias, in
     if (bias)
         param(t, out, true);
     result(t, rows * out, *es, true);
-    if (act == ACT_GELU)
+    if (act == ACT_GELU && !t->eval) /* the pre-activation, kept for backward only */
         result(t, rows * out, *es, false);
     if (t->eval)
         return;
@@ -395,6 +403,52 @@ static void layer_norm(tape *t, int64_t rows, int64_t W)
     work(t, bytes_of(t, t->threads * (2 * W + 1), 4) + bytes_of(t, 64 * 2 * W, 8));
 }
 
+/* A block run through amp_checkpoint, from the tape's figures before the
+ * block (acts0, casts0, leaf0, fwd0: evaluation's most so far, the figure
+ * reset to 0 for the block). Either way only the block's result (keep
+ * bytes) outlives the block: fn's other results and its 16-bit weight
+ * copies (a cast cache of its own) are freed when it returns. In
+ * evaluation that is all; in training its records [start, n) become one.
+ * The block's
+ * backward recomputes it (its results, saved tensors and 16-bit weight
+ * copies again: ra, rc) and walks the block's own backward inside, as
+ * run_tape walks a model's; that walk's node gradients and 16-bit copies'
+ * gradients go when it ends, the parameters' f32 gradients stay (pa). */
+static void checkpointed(tape *t, size_t start, uint64_t acts0, uint64_t casts0, uint64_t leaf0, uint64_t fwd0,
+                         uint64_t keep)
+{
+    if (t->eval) {
+        const uint64_t block = t->fwd_peak + (t->casts - casts0);
+        t->fwd_peak = block > fwd0 ? block : fwd0;
+        t->acts = acts0 + keep;
+        t->casts = casts0;
+        return;
+    }
+    if (t->failed || t->n <= start)
+        return;
+    const uint64_t prev = start > 0 ? t->ops[start - 1].g : 0; /* the block input's gradient */
+    uint64_t g = 0, p = 0, most = 0;
+    for (size_t i = t->n; i-- > start;) {
+        const op_rec *r = &t->ops[i];
+        g += r->g;
+        const uint64_t during = g + (i > start ? t->ops[i - 1].g : prev) + p + r->p;
+        const uint64_t w = r->w > r->pa ? r->w : r->pa;
+        if (during + w > most)
+            most = during + w;
+        p += r->p + r->pa;
+    }
+    if (g + p > most)
+        most = g + p;
+    op_rec c = {.g = t->ops[t->n - 1].g, .pa = t->leaf - leaf0, .ra = t->acts - acts0, .rc = t->casts - casts0};
+    /* the walk above counted the input's gradient, which run_tape's walk
+     * counts as the previous record's */
+    c.w = c.ra + c.rc + most - prev;
+    t->ops[start] = c;
+    t->n = start + 1;
+    t->acts = acts0 + keep;
+    t->casts = casts0;
+}
+
 static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
 {
     const int64_t T = o->context, W = o->width, M = o->mlp_width, V = ri->vocab, H = o->heads, R = B * T;
@@ -409,6 +463,10 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
     op(t);
     result(t, R * W, 4, true); /* their sum */
     for (int64_t l = 0; l < o->layers; l++) {
+        const size_t start = t->n;
+        const uint64_t acts0 = t->acts, casts0 = t->casts, leaf0 = t->leaf, fwd0 = t->fwd_peak;
+        if (t->ckpt)
+            t->fwd_peak = 0;
         layer_norm(t, R, W);
         for (int k = 0; k < 3; k++) { /* q, k, v: linear, split into heads */
             int es = 4;
@@ -452,6 +510,8 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
         }
         op(t);
         result(t, R * W, 4, true);
+        if (t->ckpt)
+            checkpointed(t, start, acts0, casts0, leaf0, fwd0, bytes_of(t, R * W, 4));
     }
     layer_norm(t, R, W);
     int es = 4;
@@ -513,6 +573,7 @@ static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batc
               .f16 = strcmp(o->precision, "fp16") == 0,
               .cuda = strcmp(o->device, "cuda") == 0,
               .eval = eval,
+              .ckpt = strcmp(o->model, "gpt") == 0 && o->checkpoint_activations,
               .threads = threads > 0 ? threads : 1,
               .p16 = strcmp(o->param_dtype, "fp32") != 0,
               .state_es = strncmp(o->optim_state, "bf16", 4) == 0 ? 2 : 4};
@@ -541,17 +602,22 @@ static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batc
      * parameter gradients made so far; during op i's backward, its
      * inputs' gradients (taken as the previous op's), its own parameter
      * gradients and its scratch. At the end everything but the scratch. */
-    uint64_t g = 0, p = 0, most = 0;
+    uint64_t g = 0, p = 0, most = 0, ra = 0, rc = 0;
     for (size_t i = t.n; i-- > 0;) {
         const op_rec *r = &t.ops[i];
         g += r->g;
         uint64_t during = g + (i > 0 ? t.ops[i - 1].g : 0) + p + r->p;
-        if (during + (r->w > r->pa ? r->w : r->pa) > most)
+        if (during + (r->w > r->pa ? r->w : r->pa) > most) {
             most = during + (r->w > r->pa ? r->w : r->pa);
+            ra = r->ra; /* a checkpointed block's recompute */
+            rc = r->rc;
+        }
         p += r->p + r->pa;
     }
-    if (g + p > most)
+    if (g + p > most) {
         most = g + p;
+        ra = rc = 0;
+    }
     free(t.ops);
     if (t.failed) { /* no walk: the end of backward, without scratch */
         p = t.leaf + (t.low ? t.casts : 0);
@@ -563,6 +629,14 @@ static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batc
     m.casts += p - t.leaf;
     m.act_grads = g;
     m.work = most - g - p;
+    /* a checkpointed block's recompute at the peak: activations and
+     * 16-bit copies, not workspace (as far as the end-of-backward figures
+     * above leave room) */
+    ra = ra < m.work ? ra : m.work;
+    rc = rc < m.work - ra ? rc : m.work - ra;
+    m.acts += ra;
+    m.casts += rc;
+    m.work -= ra + rc;
     m.total = t.acts + t.casts + most;
     return m;
 }

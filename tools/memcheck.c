@@ -334,8 +334,10 @@ static bool fits(const train_opts *o, const char *where, const uint64_t *v, uint
     for (int i = 0; i < n && i < 3; i++)
         fprintf(stderr, "%s %s %.1f MiB", i ? "," : "", mem_cat_name((mem_cat)order[i]), (double)v[order[i]] / MIB);
     fprintf(stderr, "\n  try: a smaller --batch (with --accum to keep the step's size: the peak follows the "
-                    "micro-batch)%s%s; `ampc train --dry-run` prints the estimate; --no-memory-check runs anyway\n",
+                    "micro-batch)%s%s%s; `ampc train --dry-run` prints the estimate; --no-memory-check runs anyway\n",
             strcmp(o->precision, "fp32") == 0 ? ", --precision bf16 (16-bit activations)" : "",
+            is_gpt(o) && !o->checkpoint_activations ? ", --checkpoint-activations (each block recomputed in backward)"
+                                                    : "",
             is_gpt(o) ? ", a smaller model (--layers, --width, --mlp-width, --context)"
                       : strcmp(o->model, "mlp") == 0 ? ", a smaller model (--hidden)" : ", --model mlp");
     return false;

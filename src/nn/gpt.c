@@ -16,7 +16,10 @@
  * maths: q.weight is qkv.weight[0:width] and so on). Dropout (config
  * dropout > 0, training mode only) follows each residual branch, as
  * nanoGPT's resid_dropout; nanoGPT also drops the embeddings and the
- * attention probabilities, which this model does not.
+ * attention probabilities, which this model does not. With
+ * checkpoint_activations (amp_gpt_set_checkpointing) each block runs
+ * through amp_checkpoint: its input is kept, the rest recomputed in
+ * backward.
  *
  * Parameters and their names (the module tree: the root owns the two
  * embeddings, its children 0..layers-1 are the blocks and child `layers`
@@ -45,6 +48,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define GPT_LN_EPS 1e-5
 #define GPT_INIT_STD 0.02
@@ -53,7 +57,7 @@
 enum { B_LN1, B_Q, B_K, B_V, B_PROJ, B_LN2, B_FC1, B_FC2, B_COUNT };
 
 /* cfg_i of the root: vocab, context, width, layers, heads, mlp; of a
- * block: width, heads. cfg_f[0] of both: dropout. */
+ * block: width, heads, whether it checkpoints. cfg_f[0] of both: dropout. */
 
 static amp_module *fail(amp_module *m)
 {
@@ -86,7 +90,7 @@ static amp_tensor *split_heads(amp_tensor *x, int64_t B, int64_t T, int64_t H, i
 }
 
 /* One pre-LN block on x [B, T, width]. */
-static amp_tensor *block_forward(amp_module *m, amp_tensor *x)
+static amp_tensor *block_compute(amp_module *m, amp_tensor *x)
 {
     static const int perm[4] = {0, 2, 1, 3};
     if (amp_tensor_ndim(x) != 3 || amp_tensor_dim(x, 2) != m->cfg_i[0]) {
@@ -108,6 +112,22 @@ static amp_tensor *block_forward(amp_module *m, amp_tensor *x)
      * the CPU the same values as the two ops, bit for bit. */
     h = op_linear_gelu(h, w_of(m, B_FC1), b_of(m, B_FC1));
     return amp_add(x, drop(m, amp_linear(h, w_of(m, B_FC2), b_of(m, B_FC2))));
+}
+
+static amp_tensor *block_checkpointed(void *ctx, amp_tensor *const *in, int n)
+{
+    (void)n;
+    return block_compute(ctx, in[0]);
+}
+
+/* The block, through amp_checkpoint when the model checkpoints its
+ * activations (cfg_i[2]): only the block's input is kept, the block is
+ * recomputed in backward; with grad disabled only its result outlives it. */
+static amp_tensor *block_forward(amp_module *m, amp_tensor *x)
+{
+    if (m->cfg_i[2])
+        return amp_checkpoint(block_checkpointed, m, &x, 1);
+    return block_compute(m, x);
 }
 
 /* Says which block failed, keeping the op's message. */
@@ -213,6 +233,7 @@ static amp_module *gpt_block(const amp_gpt_config *c)
         return NULL;
     m->cfg_i[0] = c->width;
     m->cfg_i[1] = c->heads;
+    m->cfg_i[2] = c->checkpoint_activations;
     m->cfg_f[0] = c->dropout;
     const double std = GPT_INIT_STD, res_std = GPT_INIT_STD / sqrt(2.0 * (double)c->layers);
     const int64_t W = c->width;
@@ -265,4 +286,14 @@ amp_module *amp_model_gpt(amp_gpt_config c)
     if (adopt(m, amp_nn_layer_norm(c.width, GPT_LN_EPS)) != AMP_OK)
         return fail(m);
     return m;
+}
+
+amp_status amp_gpt_set_checkpointing(amp_module *m, bool on)
+{
+    if (!m || strcmp(m->kind, "gpt") != 0)
+        return amp_set_error(AMP_ERR_ARG, "gpt_set_checkpointing: %s is not a gpt model (amp_model_gpt)",
+                             m ? m->kind : "NULL");
+    for (int64_t i = 0; i < m->cfg_i[3]; i++)
+        m->children[i]->cfg_i[2] = on;
+    return AMP_OK;
 }

@@ -14,7 +14,9 @@
  * when the leaf was written since (storage version) or when a backward has
  * freed the cast's graph, so in-place updates inside a region and a second
  * forward/backward inside one region both see fresh casts (PyTorch's cache
- * has neither check).
+ * has neither check). A scope (autocast_scope_begin, ops.h) is a region in
+ * a given state with a cache of its own, the current one set aside:
+ * amp_checkpoint runs and recomputes its function in one.
  */
 #include "ops/ops.h"
 #include "backend/backend.h"
@@ -26,11 +28,7 @@
 
 #define MAX_DEPTH 64
 
-typedef struct {
-    bool enabled[AMP_DEVICE_COUNT];
-    amp_dtype dtype[AMP_DEVICE_COUNT];
-    bool cache_enabled;
-} ac_state;
+typedef autocast_state ac_state; /* ops.h */
 
 /* dtype[dev] is 0 until a region sets it: the device's default then
  * (the backend's autocast_dtype; PyTorch's bf16 on the CPU, f16 on CUDA). */
@@ -124,6 +122,34 @@ amp_status amp_autocast_end(void)
     if (depth == 0)
         cache_clear();
     return AMP_OK;
+}
+
+autocast_state autocast_state_get(void) { return cur; }
+
+amp_status autocast_scope_begin(autocast_scope *sc, const autocast_state *s)
+{
+    if (depth == MAX_DEPTH)
+        return amp_set_error(AMP_ERR_STATE,
+                             "autocast: %d regions open; is an amp_autocast_end missing?", MAX_DEPTH);
+    sc->depth = depth;
+    sc->cache = cache;
+    sc->len = cache_len;
+    sc->cap = cache_cap;
+    cache = NULL;
+    cache_len = cache_cap = 0;
+    saved[depth++] = cur;
+    cur = *s;
+    return AMP_OK;
+}
+
+void autocast_scope_end(autocast_scope *sc)
+{
+    cache_clear();
+    cache = sc->cache;
+    cache_len = sc->len;
+    cache_cap = sc->cap;
+    depth = sc->depth;
+    cur = saved[depth];
 }
 
 /* ------------------------------------------------------------- policy */

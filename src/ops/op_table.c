@@ -187,6 +187,8 @@ amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p)
         any_grad |= in[i]->requires_grad;
     }
     n->needs_grad = any_grad && amp_grad_enabled() && op_table[op].backward != no_backward;
+    if (any_grad && !n->needs_grad && op_table[op].backward != no_backward)
+        op_grad_input_seen = true; /* for amp_checkpoint (ops.h) */
 
     amp_tensor *out = device_forward(op, n);
     if (!out || !n->needs_grad || !amp_dtype_is_float(out->dtype)) {

@@ -81,6 +81,34 @@ amp_status autocast_inputs(int op, amp_tensor *const *in, int n, amp_tensor **ou
  * stores it in n->flops for the backward engine. */
 double op_flops(const node *n, const amp_shape *out, bool backward);
 
+/* Autocast's state on this thread: per device whether a region lowers and
+ * to which dtype (0: the device's default), and whether casts are cached. */
+typedef struct {
+    bool enabled[AMP_DEVICE_COUNT];
+    amp_dtype dtype[AMP_DEVICE_COUNT];
+    bool cache_enabled;
+} autocast_state;
+/* A region opened by autocast_scope_begin: the cast cache set aside. */
+typedef struct {
+    int depth;
+    void *cache;
+    size_t len, cap;
+} autocast_scope;
+autocast_state autocast_state_get(void);
+/* Opens a region in state s with an empty cast cache of its own (the
+ * current one set aside, untouched), so casts made inside never meet the
+ * casts (and graphs) of the code around it: activation checkpointing runs
+ * and recomputes its function in one. autocast_scope_end closes it (and
+ * any region left open inside), frees its cache and brings the set-aside
+ * cache back. */
+amp_status autocast_scope_begin(autocast_scope *sc, const autocast_state *s);
+void autocast_scope_end(autocast_scope *sc);
+
+/* Set by op_run when an op that has a backward ran with grad disabled on
+ * an input that requires grad: amp_checkpoint (checkpoint.c) learns this
+ * way that its function reads a parameter that requires grad. */
+extern _Thread_local bool op_grad_input_seen;
+
 #include "ops/fused.h"
 
 /* The op's name, for error messages. */

@@ -368,6 +368,12 @@ void amp_temps_free(void)
     pool_cap = 0;
 }
 
+void pool_release_to(size_t mark)
+{
+    while (pool_len > mark)
+        amp_tensor_free(pool[--pool_len]);
+}
+
 size_t amp_temps_count(void) { return pool_len; }
 
 /* ------------------------------------------------------------ accessors */

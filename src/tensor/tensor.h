@@ -83,6 +83,9 @@ void tensor_set_grad_fn_release(void (*release)(struct node *n));
 
 /* Hands one reference of t to this thread's pool; returns t. */
 amp_tensor *pool_add(amp_tensor *t);
+/* Frees the pool's temporaries added since the pool held mark of them
+ * (amp_temps_count() then), newest first; the older ones stay. */
+void pool_release_to(size_t mark);
 
 /* Stores n floats from src into t's buffer, rounding to t's dtype. */
 void tensor_store_f32(amp_tensor *t, const float *src);
