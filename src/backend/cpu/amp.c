@@ -112,42 +112,58 @@ amp_status cpu_scaler_count(be_scaler_state *st, int rec)
 
 /* ----------------------------------------------------- clip_grad_norm */
 
-/* Adds the sum of g's squared elements to *acc; false when out of memory. */
-static bool sum_squares(const be_buf *g, double *acc)
+/* 16-bit gradients are widened a block at a time into the stack, never as
+ * a whole f32 copy: a 16M-element bf16 gradient would otherwise take 64 MiB
+ * of scratch, more than the memory 16-bit parameters save. */
+#define CLIP_BLOCK 2048
+
+/* Adds the sum of g's squared elements to *acc (in double). */
+static void sum_squares(const be_buf *g, double *acc)
 {
-    float *tmp = NULL;
-    const float *v = cpu_as_f32(g->p, g->dt, g->n, &tmp);
-    if (!v)
-        return false;
     double s = 0;
+    if (g->dt == AMP_F32) {
+        const float *v = g->p;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(amp_threads()) reduction(+ : s) if (g->n > 32768)
 #endif
-    for (int64_t j = 0; j < g->n; j++)
-        s += (double)v[j] * v[j];
-    amp_free(tmp);
+        for (int64_t j = 0; j < g->n; j++)
+            s += (double)v[j] * v[j];
+    } else {
+        const int64_t blocks = (g->n + CLIP_BLOCK - 1) / CLIP_BLOCK;
+        const size_t es = amp_dtype_size(g->dt);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(amp_threads()) reduction(+ : s) if (g->n > 32768) schedule(static)
+#endif
+        for (int64_t b = 0; b < blocks; b++) {
+            float v[CLIP_BLOCK];
+            const int64_t j0 = b * CLIP_BLOCK, n = g->n - j0 < CLIP_BLOCK ? g->n - j0 : CLIP_BLOCK;
+            amp_convert((const char *)g->p + (size_t)j0 * es, g->dt, v, AMP_F32, (size_t)n);
+            for (int64_t j = 0; j < n; j++)
+                s += (double)v[j] * v[j];
+        }
+    }
     *acc += s;
-    return true;
 }
 
-/* g *= coef in g's dtype (computing in f32, rounding once); false when out
- * of memory. */
-static bool scale_by(const be_buf *g, float coef)
+/* g *= coef in g's dtype (computing in f32, rounding once). */
+static void scale_by(const be_buf *g, float coef)
 {
     if (g->dt == AMP_F32) {
         float *v = g->p;
         for (int64_t j = 0; j < g->n; j++)
             v[j] *= coef;
-        return true;
+        return;
     }
-    float *tmp = NULL;
-    if (!cpu_as_f32(g->p, g->dt, g->n, &tmp))
-        return false;
-    for (int64_t j = 0; j < g->n; j++)
-        tmp[j] *= coef;
-    amp_convert(tmp, AMP_F32, g->p, g->dt, (size_t)g->n);
-    amp_free(tmp);
-    return true;
+    const size_t es = amp_dtype_size(g->dt);
+    for (int64_t j0 = 0; j0 < g->n; j0 += CLIP_BLOCK) {
+        float v[CLIP_BLOCK];
+        const int64_t n = g->n - j0 < CLIP_BLOCK ? g->n - j0 : CLIP_BLOCK;
+        char *p = (char *)g->p + (size_t)j0 * es;
+        amp_convert(p, g->dt, v, AMP_F32, (size_t)n);
+        for (int64_t j = 0; j < n; j++)
+            v[j] *= coef;
+        amp_convert(v, AMP_F32, p, g->dt, (size_t)n);
+    }
 }
 
 /* Both forms: the total to *total (a double) or *total_f32 (rounded once),
@@ -160,13 +176,11 @@ static amp_status clip(const be_buf *g, int n, double max_norm, double *total, f
                                  amp_dtype_name(g[i].dt));
     double ss = 0;
     for (int i = 0; i < n; i++)
-        if (!sum_squares(&g[i], &ss))
-            return amp_set_error(AMP_ERR_MEMORY, "out of memory");
+        sum_squares(&g[i], &ss);
     const double t = sqrt(ss), coef = max_norm / (t + 1e-6);
     if (!(coef >= 1.0)) /* clamp(max=1): a factor of 1 changes nothing */
         for (int i = 0; i < n; i++)
-            if (!scale_by(&g[i], (float)coef))
-                return amp_set_error(AMP_ERR_MEMORY, "out of memory");
+            scale_by(&g[i], (float)coef);
     if (total)
         *total = t;
     if (total_f32)
