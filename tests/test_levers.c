@@ -56,6 +56,13 @@ static bool same_bits(const amp_tensor *a, const amp_tensor *b)
 
 /* t converted (rounded to nearest-even by amp_convert) to dt. */
 static amp_tensor *as(const amp_tensor *t, amp_dtype dt) { return tensor_convert(t, dt); }
+/* As as(), freeing t (a tensor made only to be converted). */
+static amp_tensor *into(amp_tensor *t, amp_dtype dt)
+{
+    amp_tensor *c = tensor_convert(t, dt);
+    amp_tensor_free(t);
+    return c;
+}
 
 /* Gradient of step s, in dt: random, one step large (Adam's maximum). */
 static amp_tensor *grad_of(int s, amp_dtype dt)
@@ -307,7 +314,7 @@ static void scale_a_loss(amp_scaler *sc)
  * master or state; the f16 gradients are unscaled into f32 first. */
 static void test_skipped_step_changes_nothing(void)
 {
-    amp_tensor *p = as(test_uniform(AMP_SHAPE(N), AMP_F32, -1, 1, 11), AMP_F16);
+    amp_tensor *p = into(test_uniform(AMP_SHAPE(N), AMP_F32, -1, 1, 11), AMP_F16);
     amp_optim *o = make_optim(V_ADAMW_AMS, p);
     CHECK_OK(amp_optim_set_master_weights(o, true));
     CHECK_OK(amp_optim_set_state_dtype(o, AMP_BF16));
@@ -359,7 +366,7 @@ static void test_skipped_step_changes_nothing(void)
 /* An f16 gradient without a master is still refused (PyTorch's rule). */
 static void test_f16_grads_without_master_refused(void)
 {
-    amp_tensor *p = as(test_uniform(AMP_SHAPE(10), AMP_F32, -1, 1, 11), AMP_F16);
+    amp_tensor *p = into(test_uniform(AMP_SHAPE(10), AMP_F32, -1, 1, 11), AMP_F16);
     amp_optim *o = make_optim(V_ADAM, p);
     amp_scaler *sc = amp_scaler_new(amp_scaler_defaults());
     p->grad = amp_clone(p);
@@ -376,10 +383,10 @@ static void test_f16_grads_without_master_refused(void)
  * none. */
 static void test_master_follows_outside_writes(void)
 {
-    amp_tensor *p = as(test_uniform(AMP_SHAPE(64), AMP_F32, -1, 1, 21), AMP_BF16);
+    amp_tensor *p = into(test_uniform(AMP_SHAPE(64), AMP_F32, -1, 1, 21), AMP_BF16);
     amp_optim *o = make_optim(V_ADAM, p);
     CHECK_OK(amp_optim_set_master_weights(o, true));
-    p->grad = as(test_uniform(AMP_SHAPE(64), AMP_F32, -1, 1, 22), AMP_BF16);
+    p->grad = into(test_uniform(AMP_SHAPE(64), AMP_F32, -1, 1, 22), AMP_BF16);
     CHECK_OK(amp_optim_step(o));
     amp_tensor *w = as(p, AMP_F32);
     CHECK(!same_bits(amp_optim_master(o, 0), w)); /* Adam's first step (lr 3e-3) is below bf16's spacing */
