@@ -128,22 +128,24 @@ static prof_event *new_event(thread_buf *b, prof_kind kind)
     return e;
 }
 
-prof_event *prof_begin_on(prof_kind kind, const char *name)
+/* A new event of this thread stamped now; an open one (begun, to be ended)
+ * or an instant. */
+static prof_event *stamp(prof_kind kind, const char *name, bool open)
 {
     thread_buf *b = my_buf();
-    if (!b)
-        return NULL;
-    prof_event *e = new_event(b, kind);
+    prof_event *e = b ? new_event(b, kind) : NULL;
     if (!e)
         return NULL;
     e->name = name;
     e->kind = (uint8_t)kind;
     e->phase = (uint8_t)amp_phase_current();
-    e->depth = b->open++;
+    e->depth = open ? b->open++ : b->open;
     e->step = __atomic_load_n(&step_count, __ATOMIC_RELAXED);
     e->t0 = e->t1 = e->host_t0 = e->host_t1 = prof_now_ns();
     return e;
 }
+
+prof_event *prof_begin_on(prof_kind kind, const char *name) { return stamp(kind, name, true); }
 
 void prof_end(prof_event *e)
 {
@@ -156,21 +158,7 @@ void prof_end(prof_event *e)
 
 prof_event *prof_instant(prof_kind kind, const char *name)
 {
-    if (!prof_on())
-        return NULL;
-    thread_buf *b = my_buf();
-    if (!b)
-        return NULL;
-    prof_event *e = new_event(b, kind);
-    if (!e)
-        return NULL;
-    e->name = name;
-    e->kind = (uint8_t)kind;
-    e->phase = (uint8_t)amp_phase_current();
-    e->depth = b->open;
-    e->step = __atomic_load_n(&step_count, __ATOMIC_RELAXED);
-    e->t0 = e->t1 = e->host_t0 = e->host_t1 = prof_now_ns();
-    return e;
+    return prof_on() ? stamp(kind, name, false) : NULL;
 }
 
 void prof_set_tensor(prof_tensor *pt, int dtype, const int64_t *dims, int ndim)
