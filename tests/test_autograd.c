@@ -1,7 +1,8 @@
 /*
  * test_autograd.c - the tape: leaves and their gradients, accumulation
- * across backward calls, graphs freed after backward, no-grad regions,
- * the pool of temporaries, and errors that keep the first message.
+ * across backward calls, graphs freed after backward, a node's output
+ * gradient freed as soon as its backward has run, no-grad regions, the
+ * pool of temporaries, and errors that keep the first message.
  */
 #include "harness.h"
 
@@ -174,6 +175,30 @@ static void test_16bit_leaf_gets_16bit_gradient(void)
     amp_tensor_free(x);
 }
 
+static void test_node_gradients_are_freed_as_backward_goes(void)
+{
+    /* y = x * 2^K through K nodes of N floats each (a size class of its
+     * own: 256 KiB). Backward holds a node's gradient and the one it makes
+     * for its input, not all K: the engine frees each as soon as its
+     * node's backward has run. Kept to the end, they would be K blocks. */
+    enum { K = 8, N = 65536 };
+    const size_t B = (size_t)N * 4;
+    amp_temps_free();
+    amp_tensor *x = leaf(AMP_SHAPE(N), 1.0);
+    amp_tensor *y = x;
+    for (int k = 0; k < K; k++)
+        y = amp_mul_scalar(y, 2.0);
+    amp_tensor *loss = amp_sum_all(y);
+    amp_memory_reset_peak();
+    const size_t before = amp_memory_get_stats().current;
+    CHECK_OK(amp_backward(loss));
+    const size_t held = amp_memory_get_stats().peak - before;
+    CHECK_MSG(held >= 2 * B && held < 3 * B, "backward held %zu bytes at its peak, %zu a gradient", held, B);
+    CHECK_NEAR(amp_tensor_get(amp_tensor_grad(x), N - 1), 256.0, 0);
+    amp_temps_free();
+    amp_tensor_free(x);
+}
+
 static void test_deep_chain_does_not_overflow_the_stack(void)
 {
     amp_tensor *x = leaf(AMP_SHAPE(1), 1.0);
@@ -198,6 +223,7 @@ int main(void)
     RUN(test_backward_needs_one_element_or_a_seed);
     RUN(test_only_leaves_take_requires_grad);
     RUN(test_pool_holds_op_results_until_freed);
+    RUN(test_node_gradients_are_freed_as_backward_goes);
     RUN(test_16bit_leaf_gets_16bit_gradient);
     RUN(test_deep_chain_does_not_overflow_the_stack);
     return harness_done();

@@ -6,16 +6,17 @@
  * Where the peak is. An op's result lives in the thread's temporary pool
  * until amp_temps_free (after each micro-batch's backward), and the graph
  * keeps each node's inputs and saved tensors until the end of backward,
- * when it frees them all at once, together with every node's output
- * gradient (autograd/graph.c). From the second step on, the optimizer's
- * state is there too. So the peak is late in a micro-batch's backward:
+ * when it frees them all at once; a node's output gradient goes as soon as
+ * its node's backward has run (autograd/graph.c). From the second step on,
+ * the optimizer's state is there too. So the peak is in a micro-batch's
+ * backward:
  *
  *   data + parameters + optimizer state                (persistent)
  * + every forward result and saved tensor              "activations"
- * + the node gradients made so far                     "activation gradients"
+ * + the node gradients made and not yet consumed       "activation gradients"
  * + the parameters' gradients made so far (f32)        "gradients"
  * + under autocast, each lowered weight's cached 16-bit
- *   copy, and that cast's gradient                     "16-bit weight copies"
+ *   copy, and the running op's casts' gradients        "16-bit weight copies"
  *
  * The memory levers (--param-dtype, --optim-state): a lowered op's weight
  * stored in 16 bits (linear and conv weights and biases; not norms, not
@@ -31,8 +32,11 @@
  *
  * The forward is written down op by op as the models call them
  * (nn/models.c, nn/gpt.c) and walked backward from the last op, taking the
- * most all of this holds at once (the table shows the gradients at the
- * end of backward and, as workspace, what the peak holds beyond that).
+ * most all of this holds at once (the table shows all the parameters'
+ * gradients, the node gradients there at the peak and, as workspace, what
+ * the peak holds beyond that). An op's gradient is made by the next op's
+ * backward unless made_by says which (a tensor read twice: the one
+ * backward meets first).
  * What each op keeps follows ops/: a Linear or Conv2d followed by a ReLU
  * is one op keeping its output; under autocast
  * a lowered op's non-leaf input is cast by a `to` node (a copy, with a
@@ -73,13 +77,17 @@
 #define CUBLASLT_WORKSPACE ((uint64_t)32 << 20)
 
 /* One op of the forward, for the walk through backward: the gradient of
- * its output (made before its backward runs, by its consumer's), the
- * parameter gradients its backward makes (p: beside its scratch; under
- * autocast that is the gradient of the weight's 16-bit copy, and the f32
- * .grad comes after, pa, from the cast's own backward) and its scratch. */
+ * its output (g: made by the backward of op `by`, its consumer that
+ * backward meets first, 0 for the next op; freed once its own backward
+ * has run), the parameter gradients its backward makes (p: beside its
+ * scratch; under autocast the gradient of the weight's 16-bit copy, q,
+ * and the f32 .grad comes after, pa, from the cast's own backward, which
+ * frees q) and its scratch. */
 typedef struct {
-    uint64_t g, p, pa, w;
+    uint64_t g, p, q, pa, w;
     uint64_t ra, rc; /* a checkpointed block's record: the recompute's results and 16-bit copies, in w */
+    size_t by;
+    bool ck; /* a checkpointed block: w holds its input's gradient too */
 } op_rec;
 
 typedef struct {
@@ -163,6 +171,29 @@ static op_rec *cur(tape *t)
     return t->n && !t->eval && !t->failed ? &t->ops[t->n - 1] : memset(&spare, 0, sizeof spare);
 }
 
+/* The gradient of op i (an index of t->ops) is made first by the
+ * backward of op j (the current op when j is t->n - 1). */
+static void made_by(tape *t, size_t i, size_t j)
+{
+    if (!t->eval && !t->failed && i < t->n)
+        t->ops[i].by = j;
+}
+
+/* The node gradients there while op j's backward runs, of ops lo..j:
+ * those made by j or by an op after it, not yet freed (op j's own, its
+ * inputs' being made, and those waiting for their op's backward) - less
+ * its inputs' when j is a checkpointed block's (counted in its w). */
+static uint64_t live(const tape *t, size_t lo, size_t j)
+{
+    uint64_t g = 0;
+    for (size_t i = lo; i <= j; i++) {
+        const size_t by = t->ops[i].by ? t->ops[i].by : i + 1;
+        if (by > j || (by == j && !t->ops[j].ck))
+            g += t->ops[i].g;
+    }
+    return g;
+}
+
 /* The current op's scratch. In evaluation the forward's results pile up,
  * and what counts is the results so far plus this op's scratch. */
 static void work(tape *t, uint64_t bytes)
@@ -223,7 +254,7 @@ static void param_as(tape *t, int64_t numel, bool lowered, bool can16)
     t->grads_all += b;
     if (cast) {
         t->casts += bytes_of(t, numel, 2);
-        r->p += bytes_of(t, numel, 2);
+        r->q += bytes_of(t, numel, 2);
         t->grads_all += bytes_of(t, numel, 2);
     }
 }
@@ -412,8 +443,11 @@ static void layer_norm(tape *t, int64_t rows, int64_t W)
  * The block's
  * backward recomputes it (its results, saved tensors and 16-bit weight
  * copies again: ra, rc) and walks the block's own backward inside, as
- * run_tape walks a model's; that walk's node gradients and 16-bit copies'
- * gradients go when it ends, the parameters' f32 gradients stay (pa). */
+ * run_tape walks a model's, beside the block's output gradient (the
+ * engine frees it after the block's backward); the walk's node gradients
+ * and 16-bit copies' gradients go as it goes, the parameters' f32
+ * gradients stay (pa), and its input's gradient (the previous record's)
+ * is in the block's w: the outer walk does not count it again (ck). */
 static void checkpointed(tape *t, size_t start, uint64_t acts0, uint64_t casts0, uint64_t leaf0, uint64_t fwd0,
                          uint64_t keep)
 {
@@ -426,25 +460,28 @@ static void checkpointed(tape *t, size_t start, uint64_t acts0, uint64_t casts0,
     }
     if (t->failed || t->n <= start)
         return;
-    const uint64_t prev = start > 0 ? t->ops[start - 1].g : 0; /* the block input's gradient */
-    uint64_t g = 0, p = 0, most = 0;
+    /* the block input's gradient (the detached input's .grad, handed to
+     * the engine as the block's input gradient) is the previous record's */
+    const size_t lo = start > 0 ? start - 1 : start;
+    const uint64_t prev = start > 0 ? t->ops[start - 1].g : 0;
+    uint64_t p = 0, most = 0;
     for (size_t i = t->n; i-- > start;) {
         const op_rec *r = &t->ops[i];
-        g += r->g;
-        const uint64_t during = g + (i > start ? t->ops[i - 1].g : prev) + p + r->p;
+        const uint64_t during = live(t, lo, i) + p + r->p + r->q;
         const uint64_t w = r->w > r->pa ? r->w : r->pa;
         if (during + w > most)
             most = during + w;
         p += r->p + r->pa;
     }
-    if (g + p > most)
-        most = g + p;
-    op_rec c = {.g = t->ops[t->n - 1].g, .pa = t->leaf - leaf0, .ra = t->acts - acts0, .rc = t->casts - casts0};
-    /* the walk above counted the input's gradient, which run_tape's walk
-     * counts as the previous record's */
-    c.w = c.ra + c.rc + most - prev;
+    if (prev + p > most) /* the inner backward's end */
+        most = prev + p;
+    op_rec c = {.g = t->ops[t->n - 1].g, .pa = t->leaf - leaf0, .ra = t->acts - acts0, .rc = t->casts - casts0,
+                .ck = true};
+    c.w = c.ra + c.rc + most;
     t->ops[start] = c;
     t->n = start + 1;
+    if (start > 0)
+        t->ops[start - 1].by = start;
     t->acts = acts0 + keep;
     t->casts = casts0;
 }
@@ -462,33 +499,40 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
     result(t, T * W, 4, true);
     op(t);
     result(t, R * W, 4, true); /* their sum */
+    made_by(t, t->n - 3, t->n - 1); /* wte[idx]'s gradient, beside wpe's backward */
     for (int64_t l = 0; l < o->layers; l++) {
         const size_t start = t->n;
         const uint64_t acts0 = t->acts, casts0 = t->casts, leaf0 = t->leaf, fwd0 = t->fwd_peak;
         if (t->ckpt)
             t->fwd_peak = 0;
         layer_norm(t, R, W);
+        size_t qkv[3];
         for (int k = 0; k < 3; k++) { /* q, k, v: linear, split into heads */
             int es = 4;
+            if (k == 2) /* ln1's gradient: made by v's (first in backward), added to by k's and q's */
+                made_by(t, start, t->n);
             linear(t, R, W, W, true, ACT_NONE, &es, true);
             view(t, R * W, es);
             op(t);
             result(t, R * W, es, true); /* the permute's copy */
+            qkv[k] = t->n - 1;
         }
         int es = t->low ? 2 : 4;
         op(t);
         result(t, R * W, es, true);       /* attention */
+        /* backward makes q's and k's gradients with v's; they wait for
+         * v's and k's backward */
+        made_by(t, qkv[0], t->n - 1);
+        made_by(t, qkv[1], t->n - 1);
         saved(t, bytes_of(t, B * H * T, 4)); /* its log-sum-exp */
-        /* backward makes q's and k's gradients with v's (the previous op's) */
-        const uint64_t gqk = t->eval ? 0 : 2 * bytes_of(t, R * W, es);
         const int64_t heads = B * H, tt = T * T;
         if (t->cuda) { /* backend/cuda/linalg.c: the scores [heads, T, T] in f32, P in 16 bits beside them;
                         * backward: S, P, dP, and dS in 16 bits */
             const uint64_t S = bytes_of(t, heads * tt, 4), P = es == 2 ? bytes_of(t, heads * tt, 2) : 0;
-            work(t, t->eval ? S + P : gqk + 2 * S + 2 * P);
+            work(t, t->eval ? S + P : 2 * S + 2 * P);
         } else { /* per head and thread: [T, T] scores (and dP), bf16 staging */
             const int64_t nt = heads < t->threads ? heads : t->threads, half = t->low ? (tt + 1) / 2 : 0;
-            work(t, gqk + (uint64_t)nt * blk(t, (uint64_t)((t->eval ? 1 : 2) * tt + half) * 4));
+            work(t, (uint64_t)nt * blk(t, (uint64_t)((t->eval ? 1 : 2) * tt + half) * 4));
         }
         op(t);
         result(t, R * W, es, true); /* merge heads: permute */
@@ -500,6 +544,9 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
         }
         op(t);
         result(t, R * W, 4, true); /* the residual add (f32) */
+        /* the block input's gradient is made by this add, and waits for ln1's backward */
+        made_by(t, start - 1, t->n - 1);
+        const size_t add1 = t->n - 1;
         layer_norm(t, R, W);
         es = 4;
         linear(t, R, W, M, true, ACT_GELU, &es, true);
@@ -510,6 +557,7 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
         }
         op(t);
         result(t, R * W, 4, true);
+        made_by(t, add1, t->n - 1); /* the first add's gradient: made here, waits for ln2's backward */
         if (t->ckpt)
             checkpointed(t, start, acts0, casts0, leaf0, fwd0, bytes_of(t, R * W, 4));
     }
@@ -597,41 +645,48 @@ static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batc
         m.total = t.acts + t.casts + m.work;
         return m;
     }
-    /* Backward, from the last op to the first: op i's output gradient is
-     * there (its consumer made it), with those of every later op and the
-     * parameter gradients made so far; during op i's backward, its
-     * inputs' gradients (taken as the previous op's), its own parameter
-     * gradients and its scratch. At the end everything but the scratch. */
-    uint64_t g = 0, p = 0, most = 0, ra = 0, rc = 0;
+    /* Backward, from the last op to the first: during op i's backward the
+     * node gradients still there (live: its own, its inputs' being made,
+     * those waiting for a later op's backward), the parameter gradients
+     * made so far, its own (and its weights' 16-bit copies' gradients) and
+     * its scratch. At the end only the parameters' gradients. */
+    uint64_t p = 0, most = 0, ra = 0, rc = 0, g = 0, q = 0;
     for (size_t i = t.n; i-- > 0;) {
         const op_rec *r = &t.ops[i];
-        g += r->g;
-        uint64_t during = g + (i > 0 ? t.ops[i - 1].g : 0) + p + r->p;
-        if (during + (r->w > r->pa ? r->w : r->pa) > most) {
-            most = during + (r->w > r->pa ? r->w : r->pa);
+        const uint64_t gi = live(&t, 0, i), w = r->w > r->pa ? r->w : r->pa;
+        if (gi + p + r->p + r->q + w > most) {
+            most = gi + p + r->p + r->q + w;
+            g = gi;
+            q = r->q;
             ra = r->ra; /* a checkpointed block's recompute */
             rc = r->rc;
         }
         p += r->p + r->pa;
     }
-    if (g + p > most) {
-        most = g + p;
-        ra = rc = 0;
+    if (p > most) {
+        most = p;
+        g = q = ra = rc = 0;
     }
     free(t.ops);
-    if (t.failed) { /* no walk: the end of backward, without scratch */
+    if (t.failed) { /* no walk: the end of backward as it was before node gradients were freed, without scratch */
         p = t.leaf + (t.low ? t.casts : 0);
         g = t.grads_all - p;
+        q = p - t.leaf;
         most = t.grads_all;
     }
-    /* p holds the parameters' gradients and the 16-bit copies' */
+    /* At the peak: the parameters' gradients (all of them: from the peak
+     * on they only grow), the 16-bit copies' gradients of the op running,
+     * the node gradients there, and as workspace the rest (as far as the
+     * figures before leave room) */
     m.grads = t.leaf;
-    m.casts += p - t.leaf;
-    m.act_grads = g;
-    m.work = most - g - p;
+    uint64_t rest = most > t.leaf ? most - t.leaf : 0;
+    q = q < rest ? q : rest;
+    m.casts += q;
+    rest -= q;
+    m.act_grads = g < rest ? g : rest;
+    m.work = rest - m.act_grads;
     /* a checkpointed block's recompute at the peak: activations and
-     * 16-bit copies, not workspace (as far as the end-of-backward figures
-     * above leave room) */
+     * 16-bit copies, not workspace (as far as there is room) */
     ra = ra < m.work ? ra : m.work;
     rc = rc < m.work - ra ? rc : m.work - ra;
     m.acts += ra;

@@ -7,9 +7,12 @@
  * last to the first, and hand each input its gradient: into the producing
  * node's grad for intermediate results, into .grad (in the leaf's dtype)
  * for leaves, adding to a gradient already there with the backend's
- * accumulate on the gradient's device. Then free every node's inputs and
- * saved tensors, which is what releases a step's activations; a node
- * marked freed refuses a second backward.
+ * accumulate on the gradient's device. A node's output gradient is freed
+ * as soon as its backward has run and its inputs' gradients are added
+ * (every consumer ran before it), so backward holds only the gradients
+ * still to be consumed. At the end free every node's inputs and saved
+ * tensors, which is what releases a step's activations; a node marked
+ * freed refuses a second backward.
  */
 #include "autograd/graph.h"
 #include "backend/backend.h"
@@ -291,6 +294,11 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
         }
         if (gin != stack_gin)
             free(gin);
+        /* Its consumers have all run (topological order), so nothing adds
+         * to n's gradient again: free it now, as PyTorch does, not at the
+         * end (on an error too; the loop stops and the rest go below). */
+        amp_tensor_free(n->grad);
+        n->grad = NULL;
     }
     amp_no_grad_end();
 
