@@ -15,11 +15,16 @@
 #include "backend/cuda/cuda_common.cuh"
 
 #include <mutex>
+#include <stdlib.h>
 #include <time.h>
 #include <vector>
 
 static std::mutex mu;
-static std::vector<cudaEvent_t> pool; /* pool[0] is the base */
+/* pool[0] is the base. A plain array, never freed: the events live as long
+ * as the process (a std::vector's destructor at exit would drop the only
+ * reference to them before the runtime is gone). */
+static cudaEvent_t *pool;
+static size_t pool_size, pool_cap;
 static size_t used;                   /* marks recorded this run, base included */
 static bool have_base, resolved;
 static int64_t base_ns;               /* host clock of the base event */
@@ -34,19 +39,33 @@ static int64_t host_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* One more event in the pool; false when none can be made. */
+static bool grow_pool(void)
+{
+    if (pool_size == pool_cap) {
+        size_t cap = pool_cap ? 2 * pool_cap : (size_t)PREALLOC;
+        cudaEvent_t *p = (cudaEvent_t *)realloc(pool, cap * sizeof *p);
+        if (!p)
+            return false;
+        pool = p;
+        pool_cap = cap;
+    }
+    cudaEvent_t e;
+    if (cudaEventCreate(&e) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    pool[pool_size++] = e;
+    return true;
+}
+
 /* The next event of the pool, made when the pool is short; NULL past the cap. */
 static cudaEvent_t next_event(void)
 {
     if (used >= (size_t)MAX_MARKS)
         return NULL;
-    if (used == pool.size()) {
-        cudaEvent_t e;
-        if (cudaEventCreate(&e) != cudaSuccess) {
-            cudaGetLastError();
-            return NULL;
-        }
-        pool.push_back(e);
-    }
+    if (used == pool_size && !grow_pool())
+        return NULL;
     return pool[used++];
 }
 
@@ -73,14 +92,8 @@ extern "C" void cuda_prof_reset(void)
     used = 0;
     times.clear();
     /* The pool is made here, outside the steps, the first time. */
-    while (pool.size() < PREALLOC) {
-        cudaEvent_t e;
-        if (cudaEventCreate(&e) != cudaSuccess) {
-            cudaGetLastError();
-            break;
-        }
-        pool.push_back(e);
-    }
+    while (pool_size < PREALLOC && grow_pool())
+        ;
     record_base(true);
 }
 
