@@ -3,7 +3,8 @@
  * DIR/checkpoint.safetensors. It goes through the library's loader
  * (amp_checkpoint_load: header, entries, layout, optimizer and scaler
  * state) into an mlp with Adam and the scaler, into one with SGD and no
- * scaler, and into the model alone; then through the ampc program's
+ * scaler, into one in bf16 with f32 masters and bf16 Adam state (the
+ * memory levers), and into the model alone; then through the ampc program's
  * reader of the run settings in its header (checkpoint_read_settings:
  * header and settings JSON). Seeds: fuzz/corpus/checkpoint (fuzz_seeds).
  */
@@ -12,7 +13,7 @@
 
 #include <stdlib.h>
 
-static fuzz_run adam, sgd;
+static fuzz_run adam, sgd, levers;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -20,8 +21,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
-    fuzz_run_make(&adam, false);
-    fuzz_run_make(&sgd, true);
+    fuzz_run_make(&adam, FUZZ_ADAM);
+    fuzz_run_make(&sgd, FUZZ_SGD);
+    fuzz_run_make(&levers, FUZZ_LEVERS);
     return 0;
 }
 
@@ -33,6 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     amp_checkpoint_load(path, adam.m, adam.o, adam.s, &step, &settings);
     free(settings);
     amp_checkpoint_load(path, sgd.m, sgd.o, NULL, NULL, NULL);
+    amp_checkpoint_load(path, levers.m, levers.o, levers.s, NULL, NULL);
     settings = NULL;
     amp_checkpoint_load(path, adam.m, NULL, NULL, &step, &settings);
     free(settings);

@@ -5,7 +5,8 @@
  *
  *   checkpoint/  checkpoints of fuzz_run's mlp saved by the library after
  *                one training step (Adam with the scaler; SGD with
- *                momentum, no scaler; the model alone), with the run's
+ *                momentum, no scaler; bf16 weights with f32 masters and
+ *                bf16 Adam state; the model alone), with the run's
  *                settings JSON, and a few broken ones cut from them
  *   idx/         small IDX files of every element type, plain and gzip,
  *                and a few broken ones
@@ -63,7 +64,14 @@ static void step(fuzz_run *r)
     amp_tensor *x = amp_randn(AMP_SHAPE(2, 4), AMP_F32, 0, 1);
     int64_t labels[] = {0, 2};
     amp_tensor *y = amp_from_data(AMP_SHAPE(2), AMP_I64, labels);
+    bool lowered = r->kind == FUZZ_LEVERS;
+    if (lowered && amp_autocast_begin(AMP_CPU, AMP_BF16) != AMP_OK) {
+        fprintf(stderr, "fuzz_seeds: %s\n", amp_last_error());
+        exit(1);
+    }
     amp_tensor *loss = amp_cross_entropy(amp_module_forward(r->m, x), y);
+    if (lowered)
+        amp_autocast_end();
     if (amp_backward(amp_scaler_scale(r->s, loss)) != AMP_OK || amp_scaler_step(r->s, r->o, NULL) != AMP_OK ||
         amp_scaler_update(r->s) != AMP_OK) {
         fprintf(stderr, "fuzz_seeds: a training step failed: %s\n", amp_last_error());
@@ -85,16 +93,21 @@ static void checkpoints(void)
     opts_resolve(&o); /* the strings settings_to_json writes (schedule, data) */
     run_info ri = {.features = 4, .channels = 1, .height = 2, .width = 2, .classes = 3, .sched_step = 1};
     char *json = settings_to_json(&o, &ri);
+    static const struct {
+        fuzz_kind kind;
+        const char *name;
+    } runs[] = {{FUZZ_ADAM, "adam.safetensors"}, {FUZZ_SGD, "sgd.safetensors"}, {FUZZ_LEVERS, "levers.safetensors"}};
     fuzz_run r;
-    for (int sgd = 0; sgd < 2; sgd++) {
-        fuzz_run_make(&r, sgd);
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        fuzz_run_make(&r, runs[k].kind);
         step(&r);
-        const char *path = at("checkpoint", sgd ? "sgd.safetensors" : "adam.safetensors");
-        if (amp_checkpoint_save(path, r.m, r.o, sgd ? NULL : r.s, 1, json) != AMP_OK) {
+        bool adam = runs[k].kind == FUZZ_ADAM;
+        if (amp_checkpoint_save(at("checkpoint", runs[k].name), r.m, r.o, runs[k].kind == FUZZ_SGD ? NULL : r.s, 1,
+                                json) != AMP_OK) {
             fprintf(stderr, "fuzz_seeds: %s\n", amp_last_error());
             exit(1);
         }
-        if (!sgd && amp_checkpoint_save(at("checkpoint", "model.safetensors"), r.m, NULL, NULL, 0, NULL) != AMP_OK) {
+        if (adam && amp_checkpoint_save(at("checkpoint", "model.safetensors"), r.m, NULL, NULL, 0, NULL) != AMP_OK) {
             fprintf(stderr, "fuzz_seeds: %s\n", amp_last_error());
             exit(1);
         }

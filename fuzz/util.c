@@ -72,18 +72,23 @@ const char *fuzz_file(const char *name, const uint8_t *data, size_t size)
     return paths[slot];
 }
 
-void fuzz_run_make(fuzz_run *r, bool sgd)
+void fuzz_run_make(fuzz_run *r, fuzz_kind kind)
 {
     amp_manual_seed(7);
     const int64_t hidden[] = {8};
+    r->kind = kind;
     r->m = amp_model_mlp(4, hidden, 1, 3);
+    bool ok = r->m && (kind != FUZZ_LEVERS || amp_module_to_dtype(r->m, AMP_BF16) == AMP_OK);
     amp_tensor *ps[8];
-    int n = r->m ? amp_module_params(r->m, ps, 8) : 0;
+    int n = ok ? amp_module_params(r->m, ps, 8) : 0;
     amp_sgd_opts so = amp_sgd_defaults();
     so.momentum = 0.9;
-    r->o = sgd ? amp_optim_sgd(ps, n, so) : amp_optim_adam(ps, n, amp_adam_defaults());
+    r->o = kind == FUZZ_SGD ? amp_optim_sgd(ps, n, so) : amp_optim_adam(ps, n, amp_adam_defaults());
+    if (r->o && kind == FUZZ_LEVERS)
+        ok = ok && amp_optim_set_master_weights(r->o, true) == AMP_OK &&
+             amp_optim_set_state_dtype(r->o, AMP_BF16) == AMP_OK;
     r->s = amp_scaler_new(amp_scaler_defaults());
-    if (!r->m || !r->o || !r->s) {
+    if (!ok || !r->o || !r->s) {
         fprintf(stderr, "fuzz harness: cannot build the run: %s\n", amp_last_error());
         exit(2);
     }

@@ -21,15 +21,19 @@ const char *fuzz_dir(void);
  * failure to write is the harness's fault: it prints why and exits. */
 const char *fuzz_file(const char *name, const uint8_t *data, size_t size);
 
-/* mlp 4-8-3 with an optimizer (Adam or SGD with momentum) and an enabled
- * grad scaler, seeded: what the checkpoint seeds are saved from. */
+/* mlp 4-8-3 with an optimizer and an enabled grad scaler, seeded: what the
+ * checkpoint seeds are saved from. FUZZ_LEVERS: the model in bf16 with
+ * Adam keeping f32 masters and its state in bf16 (--param-dtype bf16
+ * --optim-state bf16); its steps run under bf16 autocast. */
+typedef enum { FUZZ_ADAM, FUZZ_SGD, FUZZ_LEVERS } fuzz_kind;
 typedef struct {
     amp_module *m;
     amp_optim *o;
     amp_scaler *s;
+    fuzz_kind kind;
 } fuzz_run;
 
-void fuzz_run_make(fuzz_run *r, bool sgd);
+void fuzz_run_make(fuzz_run *r, fuzz_kind kind);
 void fuzz_run_free(fuzz_run *r);
 
 #endif
