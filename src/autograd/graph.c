@@ -138,11 +138,13 @@ static amp_status accumulate(amp_tensor **dst, amp_tensor *src, amp_dtype dt)
     return AMP_OK;
 }
 
-/* Into a leaf's .grad, which is counted as gradients. */
+/* Into a leaf's .grad, counted as gradients when the leaf is a parameter
+ * (other leaves' gradients, such as those of the detached inputs a
+ * checkpoint recomputes from, stay temporaries). */
 static amp_status accumulate_leaf(amp_tensor *x, amp_tensor *src)
 {
     amp_status st = accumulate(&x->grad, src, x->dtype);
-    if (x->grad)
+    if (x->grad && x->storage->category == AMP_MEM_PARAMETERS)
         tensor_set_category(x->grad, AMP_MEM_GRADIENTS);
     return st;
 }
