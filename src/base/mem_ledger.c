@@ -108,6 +108,14 @@ void mem_ledger_current(mem_ledger *l, size_t cur[AMP_MEM_CATEGORY_COUNT])
     pthread_mutex_unlock(&mu);
 }
 
+void mem_ledger_totals(mem_ledger *l, size_t *total, size_t *total_peak)
+{
+    pthread_mutex_lock(&mu);
+    *total = l->total;
+    *total_peak = l->total_peak;
+    pthread_mutex_unlock(&mu);
+}
+
 void mem_phase_note(amp_phase p)
 {
     if (p < 0 || p >= AMP_PHASE_COUNT)

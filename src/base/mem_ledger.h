@@ -38,6 +38,9 @@ void mem_ledger_move(mem_ledger *l, amp_mem_category from, amp_mem_category to, 
 void mem_ledger_reset_peak(mem_ledger *l);
 void mem_ledger_read(mem_ledger *l, amp_memory_categories *out);
 void mem_ledger_current(mem_ledger *l, size_t cur[AMP_MEM_CATEGORY_COUNT]);
+/* The bytes in use and their peak: the allocator's own figures
+ * (amp_memory_get_stats' current and peak). */
+void mem_ledger_totals(mem_ledger *l, size_t *total, size_t *total_peak);
 /* The process entered phase p (profile.c, at each phase change): what is
  * in use now counts toward p's peak in every ledger. */
 void mem_phase_note(amp_phase p);

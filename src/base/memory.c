@@ -36,7 +36,7 @@ typedef struct block {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static block *free_lists[N_CLASSES];
-static size_t live_bytes, peak_bytes, cached_bytes, n_allocs, n_os_allocs;
+static size_t cached_bytes, n_allocs, n_os_allocs; /* bytes in use: host_ledger */
 static mem_ledger host_ledger;
 
 /* The class of a request of n bytes, and the size that class holds. */
@@ -88,9 +88,6 @@ void *amp_alloc(size_t nbytes)
     }
     b->category = mem_alloc_category();
     pthread_mutex_lock(&lock);
-    live_bytes += csize;
-    if (live_bytes > peak_bytes)
-        peak_bytes = live_bytes;
     n_allocs++;
     mem_ledger_add(&host_ledger, (amp_mem_category)b->category, csize);
     pthread_mutex_unlock(&lock);
@@ -106,7 +103,6 @@ void amp_free(void *ptr)
     int c = size_class(b->size, &csize);
     (void)c;
     pthread_mutex_lock(&lock);
-    live_bytes -= b->size;
     mem_ledger_sub(&host_ledger, (amp_mem_category)b->category, b->size);
 #ifndef AMPC_NO_CACHE
     if (c >= 0 && c < N_CLASSES) {
@@ -137,17 +133,15 @@ void amp_memory_empty_cache(void)
 amp_memory_stats amp_memory_get_stats(void)
 {
     pthread_mutex_lock(&lock);
-    amp_memory_stats s = {live_bytes, peak_bytes, n_allocs, cached_bytes, n_os_allocs};
+    amp_memory_stats s = {0, 0, n_allocs, cached_bytes, n_os_allocs};
+    mem_ledger_totals(&host_ledger, &s.current, &s.peak);
     pthread_mutex_unlock(&lock);
     return s;
 }
 
 void amp_memory_reset_peak(void)
 {
-    pthread_mutex_lock(&lock);
-    peak_bytes = live_bytes;
     mem_ledger_reset_peak(&host_ledger);
-    pthread_mutex_unlock(&lock);
 }
 
 /* ------------------------------------------------------------ categories */

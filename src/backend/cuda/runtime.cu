@@ -182,7 +182,7 @@ struct live_block {
     amp_mem_category cat; /* what it holds */
 };
 static std::unordered_map<void *, live_block> live; /* block -> its class size and category */
-static size_t live_bytes, peak_bytes, cached_bytes, n_allocs, n_os_allocs;
+static size_t cached_bytes, n_allocs, n_os_allocs; /* bytes in use: device_ledger */
 static mem_ledger device_ledger;
 
 static size_t class_size(size_t n)
@@ -229,18 +229,17 @@ extern "C" void *cuda_malloc(size_t nbytes)
         }
         if (e != cudaSuccess) {
             cudaGetLastError();
+            size_t in_use, peak;
+            mem_ledger_totals(&device_ledger, &in_use, &peak);
             amp_set_error(e == cudaErrorMemoryAllocation ? AMP_ERR_MEMORY : AMP_ERR_DEVICE,
                           "cuda: out of device memory allocating %zu bytes (%s; %zu bytes in use)", nbytes,
-                          cudaGetErrorString(e), live_bytes);
+                          cudaGetErrorString(e), in_use);
             return NULL;
         }
         n_os_allocs++;
     }
     const amp_mem_category cat = mem_alloc_category();
     live[p] = live_block{cs, cat};
-    live_bytes += cs;
-    if (live_bytes > peak_bytes)
-        peak_bytes = live_bytes;
     n_allocs++;
     mem_ledger_add(&device_ledger, cat, cs);
     return p;
@@ -257,7 +256,6 @@ extern "C" void cuda_free(void *p)
     size_t cs = it->second.size;
     mem_ledger_sub(&device_ledger, it->second.cat, cs);
     live.erase(it);
-    live_bytes -= cs;
     free_lists[cs].push_back(p);
     cached_bytes += cs;
 }
@@ -265,7 +263,8 @@ extern "C" void cuda_free(void *p)
 extern "C" amp_memory_stats cuda_memory_stats(void)
 {
     std::lock_guard<std::mutex> g(mu);
-    amp_memory_stats s = {live_bytes, peak_bytes, n_allocs, cached_bytes, n_os_allocs};
+    amp_memory_stats s = {0, 0, n_allocs, cached_bytes, n_os_allocs};
+    mem_ledger_totals(&device_ledger, &s.current, &s.peak);
     return s;
 }
 
@@ -278,8 +277,6 @@ extern "C" amp_status cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
 
 extern "C" void cuda_memory_reset_peak(void)
 {
-    std::lock_guard<std::mutex> g(mu);
-    peak_bytes = live_bytes;
     mem_ledger_reset_peak(&device_ledger);
 }
 
