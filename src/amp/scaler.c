@@ -286,7 +286,7 @@ static amp_status scaler_unscale(amp_scaler *s, amp_optim *o)
     int n = amp_optim_num_params(o), k = 0;
     for (int i = 0; i < n; i++) {
         amp_tensor *g = amp_tensor_grad(amp_optim_param(o, i));
-        if (g && g->dtype == AMP_F16 && !optim_master(o, i))
+        if (g && g->dtype == AMP_F16 && !optim_wants_master(o, i))
             return amp_set_error(AMP_ERR_DTYPE,
                                  "Attempting to unscale FP16 gradients. (parameter %d has an f16 "
                                  "gradient; keep f32 master parameters and let autocast cast them, or give "
@@ -319,11 +319,8 @@ static amp_status scaler_unscale(amp_scaler *s, amp_optim *o)
                 return amp_last_status();
             tensor_set_category(w, AMP_MEM_GRADIENTS);
             amp_tensor_free(g);
-            p->grad = w;
+            p->grad = g = w;
         }
-    }
-    for (int i = 0; i < n; i++) {
-        amp_tensor *g = amp_tensor_grad(amp_optim_param(o, i));
         if (g && (g->dtype == AMP_F32 || g->dtype == AMP_BF16))
             s->bufs[k++] = (be_buf){tensor_ptr(g), g->numel, g->dtype};
     }

@@ -406,8 +406,8 @@ static amp_status check_optim(const ckpt *c, const amp_optim *o, plan *pl)
             e->used = true;
         }
         /* The f32 master of a 16-bit parameter (master weights on). */
-        const amp_tensor *p = o->params[i];
-        if (pl->steps[i] > 0 && o->masters && (p->dtype == AMP_F16 || p->dtype == AMP_BF16)) {
+        if (pl->steps[i] > 0 && optim_wants_master(o, i)) {
+            const amp_tensor *p = o->params[i];
             char name[48], a[CKPT_SHAPE_TEXT], b[CKPT_SHAPE_TEXT];
             snprintf(name, sizeof name, "optim.%d.master", i);
             in_entry *e = find(c, name);

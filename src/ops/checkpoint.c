@@ -152,8 +152,10 @@ amp_tensor *amp_checkpoint(amp_checkpoint_fn fn, void *ctx, amp_tensor *const *i
         checkpoint_node plain = {.fn = fn, .ctx = ctx, .autocast = autocast_state_get()};
         const size_t mark = amp_temps_count();
         amp_tensor *y = call(&plain, inputs, n_inputs);
-        if (y && y->requires_grad) /* an input or parameter, as it was */
+        if (y && y->requires_grad) { /* an input or parameter, as it was: not one of fn's temporaries */
+            pool_release_to(mark);
             return y;
+        }
         amp_tensor *out = y ? tensor_view(y, y->shape) : NULL;
         pool_release_to(mark);
         return pool_add(out);

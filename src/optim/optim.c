@@ -351,10 +351,12 @@ amp_status optim_step_guarded(amp_optim *o, const float *found_inf)
 
 static bool is_16bit(const amp_tensor *t) { return t->dtype == AMP_F16 || t->dtype == AMP_BF16; }
 
+bool optim_wants_master(const amp_optim *o, int i) { return o->masters && is_16bit(o->params[i]); }
+
 amp_status optim_sync_master(const amp_optim *o, int i)
 {
     amp_tensor *p = o->params[i], **m = &o->master[i];
-    if (!o->masters || !is_16bit(p)) { /* (a parameter made f32 since drops its master) */
+    if (!optim_wants_master(o, i)) { /* (a parameter made f32 since drops its master) */
         amp_tensor_free(*m);
         *m = NULL;
         return AMP_OK;

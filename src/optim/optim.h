@@ -95,6 +95,9 @@ struct amp_optim {
  * written from outside the optimizer since. Otherwise drops a master it
  * has (a parameter made f32 since). (o is const as the checkpoint writer
  * holds it; only what it points to changes.) */
+/* Whether parameter i has (or gets at its next step) an f32 master: master
+ * weights on and the parameter in 16 bits. */
+bool optim_wants_master(const amp_optim *o, int i);
 amp_status optim_sync_master(const amp_optim *o, int i);
 
 /* Parameter i's master after optim_sync_master, or NULL when it has none. */
