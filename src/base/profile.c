@@ -22,7 +22,6 @@ atomic_bool prof_active;
 
 #define CHUNK 4096
 #define MAX_THREADS 256
-#define MAX_OPEN 64
 
 typedef struct chunk {
     prof_event ev[CHUNK];
@@ -123,7 +122,9 @@ static prof_event *new_event(thread_buf *b, prof_kind kind)
     b->n++;
     prof_event *e = &b->tail->ev[k];
     memset(e, 0, sizeof *e);
-    e->in[0].dtype = e->in[1].dtype = e->in[2].dtype = e->in[3].dtype = e->out.dtype = -1;
+    for (int i = 0; i < PROF_MAX_TENSORS; i++)
+        e->in[i].dtype = -1;
+    e->out.dtype = -1;
     e->dev_mark0 = e->dev_mark1 = -1;
     return e;
 }

@@ -13,8 +13,7 @@ static const prof_device_timer timer = {
     .mark = cuda_prof_mark,
     .resolve = cuda_prof_resolve,
     .reset = cuda_prof_reset,
-    /* The device allocator's bytes per category: NULL until the runtime
-     * counts them (the memory accounting's cuda_memory_current). */
+    /* The device allocator's bytes per category (its ledger). */
     .memory = cuda_memory_current,
 };
 

@@ -16,7 +16,6 @@
 
 #include <mutex>
 #include <stdlib.h>
-#include <time.h>
 #include <vector>
 
 static std::mutex mu;
@@ -32,12 +31,8 @@ static std::vector<int64_t> times;    /* after the run: each mark's host-clock n
 
 enum { PREALLOC = 4096, MAX_MARKS = 1 << 20 };
 
-static int64_t host_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+/* The recorder's host clock (base/profile.c). */
+extern "C" int64_t prof_now_ns(void);
 
 /* One more event in the pool; false when none can be made. */
 static bool grow_pool(void)
@@ -81,7 +76,7 @@ static bool record_base(bool wait)
         cudaGetLastError();
         return false;
     }
-    base_ns = host_ns();
+    base_ns = prof_now_ns();
     return have_base = true;
 }
 
@@ -114,7 +109,10 @@ extern "C" int32_t cuda_prof_mark(void)
 }
 
 /* Once per run (at amp_profiler_stop): wait for the last mark, then every
- * mark's time from its elapsed time since the base. */
+ * mark's time as the previous mark's plus the (float ms) time between the
+ * two: each difference keeps the float's precision for a short span,
+ * where one elapsed time from the base would lose a microsecond every
+ * few seconds of the run. */
 static void resolve_all(void)
 {
     times.assign(used, -1);
@@ -127,10 +125,11 @@ static void resolve_all(void)
     times[0] = base_ns;
     for (size_t i = 1; i < used; i++) {
         float ms = 0;
-        if (cudaEventElapsedTime(&ms, pool[0], pool[i]) == cudaSuccess)
-            times[i] = base_ns + (int64_t)((double)ms * 1e6);
-        else
+        if (times[i - 1] < 0 || cudaEventElapsedTime(&ms, pool[i - 1], pool[i]) != cudaSuccess) {
             cudaGetLastError();
+            break; /* the rest stay -1: host timed */
+        }
+        times[i] = times[i - 1] + (int64_t)((double)ms * 1e6);
     }
     resolved = true;
 }
