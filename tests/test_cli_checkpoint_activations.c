@@ -16,26 +16,11 @@
 
 static char text[256], images[256];
 
-/* The log's step lines, each cut before "step_ms" (timings differ). */
-static int log_steps(const char *path, char **lines, int max, char **body)
-{
-    *body = cli_read_file(path, NULL);
-    if (!*body)
-        return 0;
-    int n = cli_lines(*body, lines, max);
-    for (int i = 0; i < n; i++) {
-        char *t = strstr(lines[i], ",\"step_ms\"");
-        if (t)
-            *t = '\0';
-    }
-    return n;
-}
-
 /* Whether logs a and b hold the same n step lines; says where not. */
 static void check_same_logs(const char *what, const char *a, const char *b, int n)
 {
     char *ba, *bb, *la[64], *lb[64];
-    int na = log_steps(a, la, 64, &ba), nb = log_steps(b, lb, 64, &bb);
+    int na = cli_log_steps(a, la, 64, &ba), nb = cli_log_steps(b, lb, 64, &bb);
     CHECK_EQ_INT(na, n);
     CHECK_EQ_INT(nb, n);
     for (int i = 0; i < na && i < nb; i++)
@@ -106,7 +91,7 @@ static void test_saved_and_resumed(void)
     CHECK_OUT("resumed from");
     CHECK_OUT("checkpointed activations");
     char *ba, *bc, *a[64], *c[64];
-    int na = log_steps(la, a, 64, &ba), nc = log_steps(lc, c, 64, &bc);
+    int na = cli_log_steps(la, a, 64, &ba), nc = cli_log_steps(lc, c, 64, &bc);
     CHECK_EQ_INT(na, 8);
     CHECK_EQ_INT(nc, 4);
     for (int i = 0; i < 4 && 4 + i < na && i < nc; i++)
@@ -130,17 +115,8 @@ static void test_suggested_when_a_run_does_not_fit(void)
     const char *big = "train --model gpt --layers 4 --width 256 --heads 4 --context 64 --batch 32 --val-batches 1 "
                       "--threads 1 --steps 10 --data";
     for (int ck = 0; ck < 2; ck++) {
-        char cmd[2400];
-        snprintf(cmd, sizeof cmd, "AMPC_MEMORY_LIMIT=20M '%s' %s %s%s 2>&1", cli_ampc, big, text,
-                 ck ? " --checkpoint-activations" : "");
-        FILE *f = popen(cmd, "r");
-        CHECK(f != NULL);
-        if (!f)
-            return;
-        size_t n = fread(cli_out, 1, sizeof cli_out - 1, f);
-        cli_out[n] = '\0';
-        int st = pclose(f);
-        CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 1, "not refused:\n%s", cli_out);
+        int rc = cli_run_env("AMPC_MEMORY_LIMIT=20M", "%s %s%s", big, text, ck ? " --checkpoint-activations" : "");
+        CHECK_MSG(rc == 1, "not refused:\n%s", cli_out);
         CHECK_OUT("not enough memory for this run");
         if (ck)
             CHECK_MSG(!strstr(cli_out, "--checkpoint-activations ("), "suggested though given:\n%s", cli_out);

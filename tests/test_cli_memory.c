@@ -69,28 +69,6 @@ static void test_estimate_is_within_tolerance_of_the_measured_peak(void)
     }
 }
 
-/* Runs "ENV ampc ARGS" (printf-style) as cli_run does; the exit code. */
-static int run_env(const char *env, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int run_env(const char *env, const char *fmt, ...)
-{
-    char args[2048], cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "%s '%s' %s 2>&1", env, cli_ampc, args);
-    FILE *f = popen(cmd, "r");
-    cli_out[0] = '\0';
-    if (!f)
-        return -1;
-    size_t n = fread(cli_out, 1, sizeof cli_out - 1, f);
-    cli_out[n] = '\0';
-    while (fgetc(f) != EOF)
-        ;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void test_a_run_that_does_not_fit_is_refused_before_it_starts(void)
 {
     if (!cli_have_binary())
@@ -103,7 +81,7 @@ static void test_a_run_that_does_not_fit_is_refused_before_it_starts(void)
     CHECK_MSG(need * (1 - MEM_TOLERANCE) > 40.0 * 1048576, "the run (%.1f MiB) would fit in the 40 MiB cap:\n%s",
               need / 1048576, cli_out);
 
-    CHECK_EQ_INT(run_env("AMPC_MEMORY_LIMIT=40M", "%s %s --steps 1000", big, text), 1);
+    CHECK_EQ_INT(cli_run_env("AMPC_MEMORY_LIMIT=40M", "%s %s --steps 1000", big, text), 1);
     CHECK_MSG(strstr(cli_out, "not enough memory for this run"), "no refusal:\n%s", cli_out);
     CHECK_MSG(strstr(cli_out, "40.0 MiB are available") && strstr(cli_out, "(AMPC_MEMORY_LIMIT=40M)"),
               "what is available and from where is not said:\n%s", cli_out);
@@ -114,9 +92,9 @@ static void test_a_run_that_does_not_fit_is_refused_before_it_starts(void)
     CHECK_MSG(!strstr(cli_out, "model gpt") && !strstr(cli_out, "step "), "it started training:\n%s", cli_out);
 
     /* --no-memory-check, or AMPC_NO_MEMORY_CHECK=1, runs it anyway (one step) */
-    CHECK_EQ_INT(run_env("AMPC_MEMORY_LIMIT=40M", "%s %s --steps 1 --no-memory-check", big, text), 0);
+    CHECK_EQ_INT(cli_run_env("AMPC_MEMORY_LIMIT=40M", "%s %s --steps 1 --no-memory-check", big, text), 0);
     CHECK_MSG(strstr(cli_out, "val_loss"), "--no-memory-check did not run:\n%s", cli_out);
-    CHECK_EQ_INT(run_env("AMPC_MEMORY_LIMIT=40M AMPC_NO_MEMORY_CHECK=1", "%s %s --steps 1", big, text), 0);
+    CHECK_EQ_INT(cli_run_env("AMPC_MEMORY_LIMIT=40M AMPC_NO_MEMORY_CHECK=1", "%s %s --steps 1", big, text), 0);
     CHECK_MSG(strstr(cli_out, "val_loss"), "AMPC_NO_MEMORY_CHECK=1 did not run:\n%s", cli_out);
 }
 

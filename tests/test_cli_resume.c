@@ -24,21 +24,6 @@
 
 static char tiny[256], text[256];
 
-/* The step lines of a log, each cut before "step_ms" (timings differ). */
-static int log_steps(const char *path, char **lines, int max, char **body)
-{
-    *body = cli_read_file(path, NULL);
-    if (!*body)
-        return 0;
-    int n = cli_lines(*body, lines, max);
-    for (int i = 0; i < n; i++) {
-        char *t = strstr(lines[i], ",\"step_ms\"");
-        if (t)
-            *t = '\0';
-    }
-    return n;
-}
-
 /* Runs `args` for 2n steps straight (log A), and for n steps, saved, then
  * resumed (`resume_args` appended) for the rest (log C); steps n+1..2n of
  * A and C must be the same text. `first` gives the first part's length
@@ -65,7 +50,7 @@ static void check_resume(const char *what, const char *args, const char *first, 
     CHECK_OUT("resumed from");
 
     char *ba, *bb, *bc, *a[256], *b[256], *c[256];
-    int na = log_steps(la, a, 256, &ba), nb = log_steps(lb, b, 256, &bb), nc = log_steps(lc, c, 256, &bc);
+    int na = cli_log_steps(la, a, 256, &ba), nb = cli_log_steps(lb, b, 256, &bb), nc = cli_log_steps(lc, c, 256, &bc);
     CHECK_EQ_INT(na, 2 * n);
     CHECK_EQ_INT(nb, n);
     CHECK_EQ_INT(nc, n);

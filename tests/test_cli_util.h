@@ -55,18 +55,14 @@ static inline bool cli_have_binary(void)
     return false;
 }
 
-/* Runs "ampc ARGS" (printf-style) with stderr joined to stdout into
- * cli_out; returns the exit code (-1 when it did not exit normally, e.g.
- * a crash). */
-static inline int cli_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static inline int cli_run(const char *fmt, ...)
+/* Runs "ENV ampc ARGS" (ENV: variable settings for the shell, or NULL;
+ * ARGS printf-style) with stderr joined to stdout into cli_out; returns
+ * the exit code (-1 when it did not exit normally, e.g. a crash). */
+static inline int cli_vrun_env(const char *env, const char *fmt, va_list ap)
 {
-    char args[4096], cmd[5200];
-    va_list ap;
-    va_start(ap, fmt);
+    char args[4096], cmd[5400];
     vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", cli_ampc, args);
+    snprintf(cmd, sizeof cmd, "%s '%s' %s 2>&1", env ? env : "", cli_ampc, args);
     FILE *p = popen(cmd, "r");
     cli_out[0] = '\0';
     if (!p)
@@ -77,6 +73,26 @@ static inline int cli_run(const char *fmt, ...)
         ;
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static inline int cli_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline int cli_run(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = cli_vrun_env(NULL, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static inline int cli_run_env(const char *env, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline int cli_run_env(const char *env, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = cli_vrun_env(env, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 #define CHECK_OUT(needle) \
@@ -354,6 +370,25 @@ static inline bool cli_json_field(const char *line, const char *key, char *buf, 
     memcpy(buf, p, k);
     buf[k] = '\0';
     return true;
+}
+
+/* Splits text into lines in place; returns how many (up to max). */
+static inline int cli_lines(char *text, char **lines, int max);
+
+/* The step lines of a --log file, each cut before "step_ms" (timings
+ * differ between runs); *body holds them (free it). */
+static inline int cli_log_steps(const char *path, char **lines, int max, char **body)
+{
+    *body = cli_read_file(path, NULL);
+    if (!*body)
+        return 0;
+    int n = cli_lines(*body, lines, max);
+    for (int i = 0; i < n; i++) {
+        char *t = strstr(lines[i], ",\"step_ms\"");
+        if (t)
+            *t = '\0';
+    }
+    return n;
 }
 
 /* Splits text into lines in place; returns how many (up to max). */
