@@ -39,10 +39,12 @@ uint64_t amp_rng_reserve(uint64_t n, uint64_t *seed);
 /* Uniform float in [0, 1) from a 32-bit word (24 random bits). */
 static inline float amp_u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
 
-/* Number of threads kernels should use. */
+/* Number of threads kernels should use: the setting, or 1 inside an
+ * amp_parallel_for range (nested loops run inline). */
 int amp_threads(void);
-/* The calling thread's number in the current OpenMP team (0 outside one,
- * or without OpenMP): which per-thread scratch slice a kernel uses. */
+/* The calling thread's tid in the current amp_parallel_for (or in a
+ * kernel's own OpenMP team); 0 outside: which per-thread scratch slice a
+ * kernel uses. */
 int amp_thread_num(void);
 
 /* OpenMP pragmas that vanish (without an unknown-pragma warning) when the

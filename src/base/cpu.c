@@ -6,6 +6,7 @@
  * On other architectures no x86 feature is ever reported.
  */
 #include "base/base.h"
+#include "base/parallel.h"
 
 #include <stdatomic.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -69,22 +70,35 @@ void amp_set_num_threads(int n)
 #endif
 }
 
-int amp_get_num_threads(void) { return amp_threads(); }
-
-int amp_thread_num(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
-int amp_threads(void)
+/* The setting (amp_set_num_threads, else the online CPUs). */
+static int configured_threads(void)
 {
     int n = atomic_load(&num_threads);
     if (n > 0)
         return n;
     long c = sysconf(_SC_NPROCESSORS_ONLN);
     return c > 0 ? (int)c : 1;
+}
+
+int amp_get_num_threads(void) { return configured_threads(); }
+
+int amp_thread_num(void)
+{
+#ifdef _OPENMP
+    /* In a kernel's own OpenMP team (one not converted to
+     * amp_parallel_for yet), its OpenMP thread number. */
+    if (omp_get_level() > 0)
+        return omp_get_thread_num();
+#endif
+    return amp_parallel_tid();
+}
+
+int amp_threads(void)
+{
+    /* Inside an amp_parallel_for range a kernel runs on its own thread:
+     * nested loops run inline, and an OpenMP team sized by this stays one
+     * thread. */
+    if (amp_in_parallel())
+        return 1;
+    return configured_threads();
 }

@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/scaler_rule.h"
 #include "base/base.h"
+#include "base/parallel.h"
 #include "dtype/dtype.h"
 
 #include <math.h>
@@ -117,31 +118,60 @@ amp_status cpu_scaler_count(be_scaler_state *st, int rec)
  * of scratch, more than the memory 16-bit parameters save. */
 #define CLIP_BLOCK 2048
 
+/* The squares are summed in groups of whole CLIP_BLOCKs, a group in order,
+ * then the groups' sums in order: a fixed split, so the norm is the same
+ * bits on any number of threads. At most SQ_GROUPS groups (their sums sit
+ * on the stack); a gradient of one group sums exactly in element order. */
+#define SQ_GROUPS 256
+#define SQ_GROUP_MIN_BLOCKS 16 /* 32K elements: smaller runs on one thread */
+
+typedef struct {
+    const be_buf *g;
+    int64_t group_blocks;
+    double *sums;
+} squares_job;
+
+static void sum_square_groups(void *vj, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const squares_job *q = vj;
+    const be_buf *g = q->g;
+    const size_t es = amp_dtype_size(g->dt);
+    for (int64_t grp = lo; grp < hi; grp++) {
+        const int64_t e0 = grp * q->group_blocks * CLIP_BLOCK;
+        const int64_t e1 = g->n - e0 < q->group_blocks * CLIP_BLOCK ? g->n : e0 + q->group_blocks * CLIP_BLOCK;
+        double s = 0;
+        if (g->dt == AMP_F32) {
+            const float *v = g->p;
+            for (int64_t j = e0; j < e1; j++)
+                s += (double)v[j] * v[j];
+        } else {
+            for (int64_t j0 = e0; j0 < e1; j0 += CLIP_BLOCK) {
+                float v[CLIP_BLOCK];
+                const int64_t n = e1 - j0 < CLIP_BLOCK ? e1 - j0 : CLIP_BLOCK;
+                amp_convert((const char *)g->p + (size_t)j0 * es, g->dt, v, AMP_F32, (size_t)n);
+                for (int64_t j = 0; j < n; j++)
+                    s += (double)v[j] * v[j];
+            }
+        }
+        q->sums[grp] = s;
+    }
+}
+
 /* Adds the sum of g's squared elements to *acc (in double). */
 static void sum_squares(const be_buf *g, double *acc)
 {
+    const int64_t blocks = (g->n + CLIP_BLOCK - 1) / CLIP_BLOCK;
+    int64_t gb = (blocks + SQ_GROUPS - 1) / SQ_GROUPS;
+    if (gb < SQ_GROUP_MIN_BLOCKS)
+        gb = SQ_GROUP_MIN_BLOCKS;
+    const int64_t groups = (blocks + gb - 1) / gb;
+    double sums[SQ_GROUPS];
+    squares_job q = {g, gb, sums};
+    amp_parallel_for(groups, 1, sum_square_groups, &q);
     double s = 0;
-    if (g->dt == AMP_F32) {
-        const float *v = g->p;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(amp_threads()) reduction(+ : s) if (g->n > 32768)
-#endif
-        for (int64_t j = 0; j < g->n; j++)
-            s += (double)v[j] * v[j];
-    } else {
-        const int64_t blocks = (g->n + CLIP_BLOCK - 1) / CLIP_BLOCK;
-        const size_t es = amp_dtype_size(g->dt);
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(amp_threads()) reduction(+ : s) if (g->n > 32768) schedule(static)
-#endif
-        for (int64_t b = 0; b < blocks; b++) {
-            float v[CLIP_BLOCK];
-            const int64_t j0 = b * CLIP_BLOCK, n = g->n - j0 < CLIP_BLOCK ? g->n - j0 : CLIP_BLOCK;
-            amp_convert((const char *)g->p + (size_t)j0 * es, g->dt, v, AMP_F32, (size_t)n);
-            for (int64_t j = 0; j < n; j++)
-                s += (double)v[j] * v[j];
-        }
-    }
+    for (int64_t i = 0; i < groups; i++)
+        s += sums[i];
     *acc += s;
 }
 

@@ -34,7 +34,9 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/onednn.h"
 #include "base/base.h"
+#include "base/parallel.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 /* Per-thread scratch (columns, dY', f32 results) a group of images may
@@ -414,6 +416,56 @@ static onednn_conv_geom onednn_geom(const conv_geom *g)
                               .dh = 1, .dw = 1};
 }
 
+typedef struct {
+    const conv_geom *g;
+    const conv_plan *pl;
+    const char *x, *gy;
+    const void *w;
+    const float *b;
+    char *y, *dx;
+    char *scratch;
+    size_t per, cols_b, acc_b;
+    /* backward: the scratch parts, and the groups of each partial-sum
+     * slot */
+    size_t gyp_b, dcols_b, img_b, dw_b;
+    bool need_x, need_w, need_b;
+    _Atomic int failed;
+} conv_job;
+
+static void forward_groups(void *vj, int64_t lo, int64_t hi, int tid)
+{
+    conv_job *j = vj;
+    const conv_geom *g = j->g;
+    const conv_plan *pl = j->pl;
+    const size_t es = amp_dtype_size(pl->dt);
+    const int64_t chw = g->C * g->H * g->W;
+    char *mine = j->scratch + (size_t)tid * j->per;
+    void *cols = mine;
+    float *acc = (float *)(mine + j->cols_b), *img32 = (float *)(mine + j->cols_b + j->acc_b);
+    for (int64_t gi = lo; gi < hi; gi++) {
+        const int64_t n0 = gi * pl->cnt, cnt = g->N - n0 < pl->cnt ? g->N - n0 : pl->cnt, ld = cnt * g->l;
+        lower_group(g, j->x + (size_t)(n0 * chw) * es, pl->dt, pl->cdt, cnt, cols, img32);
+        char *yg = j->y + (size_t)(n0 * g->O * g->l) * es;
+        if (pl->tr) {
+            /* accT [ld, O] = cols^T [ld, CKK] W^T [CKK, O] */
+            if (gemm_lowp(true, true, ld, g->O, g->ckk, 1.0f, cols, pl->cdt, ld, j->w, pl->cdt, g->ckk, 0.0f, acc,
+                          AMP_F32, g->O) != AMP_OK) {
+                atomic_store(&j->failed, 1);
+                continue;
+            }
+            scatter_group_t(g, acc, cnt, j->b, yg, pl->dt, img32);
+            continue;
+        }
+        /* acc [O, ld] = W [O, CKK] cols [CKK, ld] */
+        if (gemm_lowp(false, false, g->O, ld, g->ckk, 1.0f, j->w, pl->cdt, g->ckk, cols, pl->cdt, ld, 0.0f, acc,
+                      AMP_F32, ld) != AMP_OK) {
+            atomic_store(&j->failed, 1);
+            continue;
+        }
+        scatter_group(g, acc, cnt, j->b, yg, pl->dt);
+    }
+}
+
 /* y = the convolution of x and w (+ bias), all of dtype dt, with ampc's
  * kernels. */
 static amp_status forward_own(const conv_geom *gp, const void *xv, const void *wv, const void *bias, amp_dtype dt,
@@ -421,49 +473,28 @@ static amp_status forward_own(const conv_geom *gp, const void *xv, const void *w
 {
     const conv_geom g = *gp;
     const conv_plan pl = plan_make(&g, dt, false);
-    const size_t es = amp_dtype_size(dt), ces = amp_dtype_size(pl.cdt);
     const int64_t chw = g.C * g.H * g.W;
+    const size_t ces = amp_dtype_size(pl.cdt);
     const size_t cols_b = slice((size_t)(g.ckk * pl.cnt * g.l) * ces);
     const size_t acc_b = slice((size_t)(g.O * pl.cnt * g.l) * sizeof(float));
     /* an f32 image to widen f16 into, or a row for the transposed scatter */
     const int64_t img_n = (dt != pl.cdt ? chw : 0) > (pl.tr ? g.l : 0) ? chw : (pl.tr ? g.l : 0);
     const size_t img_b = slice((size_t)img_n * sizeof(float));
     const size_t per = cols_b + acc_b + img_b;
-    char *scratch = amp_alloc((size_t)pl.nt * per);
+    /* a group a grain, on as many threads as the plan has */
+    const int64_t grain = pl.nt > 1 ? 1 : (pl.groups > 0 ? pl.groups : 1);
+    const int nt = amp_parallel_width(pl.groups, grain);
+    char *scratch = amp_alloc((size_t)nt * per);
     float *wtmp, *b = g.bias ? amp_alloc((size_t)g.O * sizeof(float)) : NULL;
     const void *w = weight_operand(wv, dt, g.O * g.ckk, pl.cdt, &wtmp);
     int failed = !scratch || !w || (g.bias && !b);
     if (b)
         amp_convert(bias, dt, b, AMP_F32, (size_t)g.O);
-    const char *x = xv;
-    char *yp = y;
     if (!failed) {
-#pragma omp parallel for num_threads(pl.nt) if (pl.nt > 1) schedule(static) reduction(| : failed)
-        for (int64_t gi = 0; gi < pl.groups; gi++) {
-            char *mine = scratch + (size_t)amp_thread_num() * per;
-            void *cols = mine;
-            float *acc = (float *)(mine + cols_b), *img32 = (float *)(mine + cols_b + acc_b);
-            const int64_t n0 = gi * pl.cnt, cnt = g.N - n0 < pl.cnt ? g.N - n0 : pl.cnt, ld = cnt * g.l;
-            lower_group(&g, x + (size_t)(n0 * chw) * es, dt, pl.cdt, cnt, cols, img32);
-            char *yg = yp + (size_t)(n0 * g.O * g.l) * es;
-            if (pl.tr) {
-                /* accT [ld, O] = cols^T [ld, CKK] W^T [CKK, O] */
-                if (gemm_lowp(true, true, ld, g.O, g.ckk, 1.0f, cols, pl.cdt, ld, w, pl.cdt, g.ckk, 0.0f, acc,
-                              AMP_F32, g.O) != AMP_OK) {
-                    failed = 1;
-                    continue;
-                }
-                scatter_group_t(&g, acc, cnt, b, yg, dt, img32);
-                continue;
-            }
-            /* acc [O, ld] = W [O, CKK] cols [CKK, ld] */
-            if (gemm_lowp(false, false, g.O, ld, g.ckk, 1.0f, w, pl.cdt, g.ckk, cols, pl.cdt, ld, 0.0f, acc,
-                          AMP_F32, ld) != AMP_OK) {
-                failed = 1;
-                continue;
-            }
-            scatter_group(&g, acc, cnt, b, yg, dt);
-        }
+        conv_job j = {.g = &g, .pl = &pl, .x = xv, .w = w, .b = b, .y = y, .scratch = scratch, .per = per,
+                      .cols_b = cols_b, .acc_b = acc_b};
+        amp_parallel_for(pl.groups, grain, forward_groups, &j);
+        failed = atomic_load(&j.failed);
     }
     amp_free(scratch);
     amp_free(wtmp);
@@ -484,6 +515,64 @@ amp_status cpu_conv2d(const be_conv_geom *bg, const void *x, const void *w, cons
     return st;
 }
 
+/* The groups of partial-sum slot k of nt: OpenMP's static split (the
+ * first groups % nt slots one group longer), the split this file has
+ * always used, so the sums are the same bits on whichever thread runs a
+ * slot. */
+static void slot_groups(int64_t groups, int nt, int64_t k, int64_t *g0, int64_t *g1)
+{
+    int64_t q = groups / nt, r = groups % nt;
+    *g0 = k * q + (k < r ? k : r);
+    *g1 = *g0 + q + (k < r ? 1 : 0);
+}
+
+static void backward_slots(void *vj, int64_t lo, int64_t hi, int tid)
+{
+    conv_job *j = vj;
+    const conv_geom *g = j->g;
+    const conv_plan *pl = j->pl;
+    const size_t es = amp_dtype_size(pl->dt);
+    const int64_t chw = g->C * g->H * g->W;
+    /* the tid's columns; the slot's partial sums of dW and db */
+    char *mine = j->scratch + (size_t)tid * j->per;
+    void *gyp = mine, *cols = mine + j->gyp_b;
+    float *dcols = (float *)(mine + j->gyp_b + j->cols_b), *img32 = (float *)((char *)dcols + j->dcols_b);
+    for (int64_t k = lo; k < hi; k++) {
+        char *sums = j->scratch + (size_t)k * j->per + j->gyp_b + j->cols_b + j->dcols_b + j->img_b;
+        float *dw = (float *)sums;
+        double *db = (double *)(sums + j->dw_b);
+        int64_t g0, g1;
+        slot_groups(pl->groups, pl->nt, k, &g0, &g1);
+        for (int64_t gi = g0; gi < g1; gi++) {
+            const int64_t n0 = gi * pl->cnt, cnt = g->N - n0 < pl->cnt ? g->N - n0 : pl->cnt, ld = cnt * g->l;
+            gather_group(g, j->gy + (size_t)(n0 * g->O * g->l) * es, pl->dt, pl->cdt, cnt, gyp);
+            if (j->need_b)
+                bias_sums(gyp, pl->cdt, g->O, ld, db);
+            if (j->need_w) {
+                lower_group(g, j->x + (size_t)(n0 * chw) * es, pl->dt, pl->cdt, cnt, cols, img32);
+                bool bad;
+                if (pl->tr) /* dW^T [CKK, O] += cols [CKK, ld] dY'^T [ld, O] */
+                    bad = gemm_lowp(false, true, g->ckk, g->O, ld, 1.0f, cols, pl->cdt, ld, gyp, pl->cdt, ld, 1.0f,
+                                    dw, AMP_F32, g->O) != AMP_OK;
+                else /* dW [O, CKK] += dY' [O, ld] cols^T [ld, CKK] */
+                    bad = gemm_lowp(false, true, g->O, g->ckk, ld, 1.0f, gyp, pl->cdt, ld, cols, pl->cdt, ld, 1.0f,
+                                    dw, AMP_F32, g->ckk) != AMP_OK;
+                if (bad)
+                    atomic_store(&j->failed, 1);
+            }
+            if (j->need_x) {
+                /* dcols [CKK, ld] = W^T [CKK, O] dY' [O, ld], then back onto the images */
+                if (gemm_lowp(true, false, g->ckk, ld, g->O, 1.0f, j->w, pl->cdt, g->ckk, gyp, pl->cdt, ld, 0.0f,
+                              dcols, AMP_F32, ld) != AMP_OK) {
+                    atomic_store(&j->failed, 1);
+                    continue;
+                }
+                raise_group(g, dcols, cnt, j->dx + (size_t)(n0 * chw) * es, pl->dt, img32);
+            }
+        }
+    }
+}
+
 /* The gradients that the flags ask for (into dx, dw, db, of dtype dt),
  * with ampc's kernels. */
 static amp_status backward_own(const conv_geom *gp, const void *gyv, const void *xv, const void *wv, amp_dtype dt,
@@ -493,8 +582,9 @@ static amp_status backward_own(const conv_geom *gp, const void *gyv, const void 
     const conv_plan pl = plan_make(&g, dt, true);
     const size_t es = amp_dtype_size(dt), ces = amp_dtype_size(pl.cdt);
     const int64_t chw = g.C * g.H * g.W;
-    /* Per thread: dY', columns, their gradient, an f32 image, and partial
-     * sums of dW and db. */
+    /* Per slot (pl.nt of them, run by any thread; the tid's own slot
+     * holds its columns): dY', columns, their gradient, an f32 image, and
+     * the slot's partial sums of dW and db. */
     const size_t gyp_b = slice((size_t)(g.O * pl.cnt * g.l) * ces);
     const size_t cols_b = need_w ? slice((size_t)(g.ckk * pl.cnt * g.l) * ces) : 0;
     const size_t dcols_b = need_x ? slice((size_t)(g.ckk * pl.cnt * g.l) * sizeof(float)) : 0;
@@ -510,40 +600,15 @@ static amp_status backward_own(const conv_geom *gp, const void *gyv, const void 
         char *sums = scratch + (size_t)t * per + gyp_b + cols_b + dcols_b + img_b;
         memset(sums, 0, dw_b + db_b);
     }
-    const char *x = xv, *gy = gyv;
     if (!failed) {
-#pragma omp parallel for num_threads(pl.nt) if (pl.nt > 1) schedule(static) reduction(| : failed)
-        for (int64_t gi = 0; gi < pl.groups; gi++) {
-            char *mine = scratch + (size_t)amp_thread_num() * per;
-            void *gyp = mine, *cols = mine + gyp_b;
-            float *dcols = (float *)(mine + gyp_b + cols_b), *img32 = (float *)((char *)dcols + dcols_b);
-            float *dw = (float *)((char *)img32 + img_b);
-            double *db = (double *)((char *)dw + dw_b);
-            const int64_t n0 = gi * pl.cnt, cnt = g.N - n0 < pl.cnt ? g.N - n0 : pl.cnt, ld = cnt * g.l;
-            gather_group(&g, gy + (size_t)(n0 * g.O * g.l) * es, dt, pl.cdt, cnt, gyp);
-            if (need_b)
-                bias_sums(gyp, pl.cdt, g.O, ld, db);
-            if (need_w) {
-                lower_group(&g, x + (size_t)(n0 * chw) * es, dt, pl.cdt, cnt, cols, img32);
-                if (pl.tr) /* dW^T [CKK, O] += cols [CKK, ld] dY'^T [ld, O] */
-                    failed |= gemm_lowp(false, true, g.ckk, g.O, ld, 1.0f, cols, pl.cdt, ld, gyp, pl.cdt, ld, 1.0f,
-                                        dw, AMP_F32, g.O) != AMP_OK;
-                else /* dW [O, CKK] += dY' [O, ld] cols^T [ld, CKK] */
-                    failed |= gemm_lowp(false, true, g.O, g.ckk, ld, 1.0f, gyp, pl.cdt, ld, cols, pl.cdt, ld, 1.0f,
-                                        dw, AMP_F32, g.ckk) != AMP_OK;
-            }
-            if (need_x) {
-                /* dcols [CKK, ld] = W^T [CKK, O] dY' [O, ld], then back onto the images */
-                if (gemm_lowp(true, false, g.ckk, ld, g.O, 1.0f, w, pl.cdt, g.ckk, gyp, pl.cdt, ld, 0.0f, dcols,
-                              AMP_F32, ld) != AMP_OK) {
-                    failed = 1;
-                    continue;
-                }
-                raise_group(&g, dcols, cnt, (char *)dx + (size_t)(n0 * chw) * es, dt, img32);
-            }
-        }
+        conv_job j = {.g = &g, .pl = &pl, .x = xv, .gy = gyv, .w = w, .dx = dx, .scratch = scratch, .per = per,
+                      .gyp_b = gyp_b, .cols_b = cols_b, .dcols_b = dcols_b, .img_b = img_b, .dw_b = dw_b,
+                      .need_x = need_x, .need_w = need_w, .need_b = need_b};
+        /* tids < width <= pl.nt: each has a slot for its columns */
+        amp_parallel_for(pl.nt, 1, backward_slots, &j);
+        failed = atomic_load(&j.failed);
     }
-    /* Thread 0's partial sums collect the others', in thread order. */
+    /* Slot 0's partial sums collect the others', in slot order. */
     float *dw0 = (float *)(scratch + gyp_b + cols_b + dcols_b + img_b);
     double *db0 = (double *)((char *)dw0 + dw_b);
     for (int t = 1; !failed && t < pl.nt; t++) {

@@ -12,6 +12,7 @@
  */
 #include "backend/cpu/cpu_backend.h"
 #include "base/base.h"
+#include "base/parallel.h"
 #include "dtype/dtype.h"
 
 #include <math.h>
@@ -21,6 +22,22 @@
 #define PAR_MIN_WORK 32768
 
 /* ------------------------------------------------------------ embedding */
+
+typedef struct {
+    const char *src;
+    char *dst;
+    const void *idx;
+    amp_dtype idt;
+    size_t row;
+} gather_job;
+
+static void gather_rows(void *vj, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const gather_job *j = vj;
+    for (int64_t i = lo; i < hi; i++)
+        memcpy(j->dst + (size_t)i * j->row, j->src + (size_t)load_i64(j->idx, j->idt, (size_t)i) * j->row, j->row);
+}
 
 amp_status cpu_embedding(const void *w, amp_dtype wdt, const void *idx, amp_dtype idt, int64_t nidx, int64_t V,
                          int64_t D, void *out)
@@ -33,12 +50,10 @@ amp_status cpu_embedding(const void *w, amp_dtype wdt, const void *idx, amp_dtyp
                                  "(valid: 0 to %lld)",
                                  (long long)v, (long long)i, (long long)V, (long long)V - 1);
     }
-    const size_t row = (size_t)D * amp_dtype_size(wdt);
-    const char *src = w;
-    char *dst = out;
-#pragma omp parallel for num_threads(amp_threads()) if (nidx * D > PAR_MIN_WORK)
-    for (int64_t i = 0; i < nidx; i++)
-        memcpy(dst + (size_t)i * row, src + (size_t)load_i64(idx, idt, (size_t)i) * row, row);
+    gather_job j = {.src = w, .dst = out, .idx = idx, .idt = idt, .row = (size_t)D * amp_dtype_size(wdt)};
+    /* One grain (one thread) when small; else about 8K elements a grain. */
+    int64_t grain = nidx * D > PAR_MIN_WORK ? (D < 8192 ? 8192 / D : 1) : nidx;
+    amp_parallel_for(nidx, grain, gather_rows, &j);
     return AMP_OK;
 }
 
@@ -68,33 +83,55 @@ amp_status cpu_embedding_backward(const void *gp, amp_dtype gdt, const void *idx
 
 /* -------------------------------------------------------------- dropout */
 
+enum { DROP_CHUNK = 1024 }; /* a multiple of 4: chunks start on a block */
+
+typedef struct {
+    const char *src;
+    char *dst;
+    amp_dtype dt;
+    int64_t total;
+    float scale;
+    uint32_t thresh;
+    uint64_t seed, first;
+} dropout_job;
+
+static void dropout_chunks(void *vj, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const dropout_job *d = vj;
+    const size_t es = amp_dtype_size(d->dt);
+    for (int64_t c = lo; c < hi; c++) {
+        const int64_t j0 = c * DROP_CHUNK, len = d->total - j0 < DROP_CHUNK ? d->total - j0 : DROP_CHUNK;
+        float buf[DROP_CHUNK];
+        float *v = d->dt == AMP_F32 ? (float *)(void *)(d->dst + (size_t)j0 * es) : buf;
+        amp_convert(d->src + (size_t)j0 * es, d->dt, v, AMP_F32, (size_t)len);
+        for (int64_t k = 0; k < len; k += 4) {
+            uint32_t r[4];
+            amp_philox(d->seed, 0, d->first + (uint64_t)(j0 + k) / 4, r);
+            for (int q = 0; q < 4 && k + q < len; q++)
+                v[k + q] = (r[q] >> 8) >= d->thresh ? v[k + q] * d->scale : 0.0f;
+        }
+        if (d->dt != AMP_F32)
+            amp_convert(v, AMP_F32, d->dst + (size_t)j0 * es, d->dt, (size_t)len);
+    }
+}
+
 /* Runs in chunks of whole Philox blocks, widened to f32 for 16-bit dtypes
  * and rounded once, so forward and backward see identical masks. */
 amp_status cpu_dropout(const void *src, void *dst, amp_dtype dt, int64_t total, double p, uint64_t seed,
                        uint64_t first)
 {
-    enum { CHUNK = 1024 }; /* a multiple of 4: chunks start on a block */
-    const int64_t nchunks = (total + CHUNK - 1) / CHUNK;
-    const float scale = (float)(1.0 / (1.0 - p));
-    /* u = (r >> 8) / 2^24 >= p, exactly, as an integer compare. */
-    const uint32_t thresh = (uint32_t)ceil(p * 16777216.0);
-    const size_t es = amp_dtype_size(dt);
-    const char *sp = src;
-    char *dp = dst;
-#pragma omp parallel for num_threads(amp_threads()) if (total > PAR_MIN_WORK)
-    for (int64_t c = 0; c < nchunks; c++) {
-        const int64_t j0 = c * CHUNK, len = total - j0 < CHUNK ? total - j0 : CHUNK;
-        float buf[CHUNK];
-        float *v = dt == AMP_F32 ? (float *)(void *)(dp + (size_t)j0 * es) : buf;
-        amp_convert(sp + (size_t)j0 * es, dt, v, AMP_F32, (size_t)len);
-        for (int64_t k = 0; k < len; k += 4) {
-            uint32_t r[4];
-            amp_philox(seed, 0, first + (uint64_t)(j0 + k) / 4, r);
-            for (int q = 0; q < 4 && k + q < len; q++)
-                v[k + q] = (r[q] >> 8) >= thresh ? v[k + q] * scale : 0.0f;
-        }
-        if (dt != AMP_F32)
-            amp_convert(v, AMP_F32, dp + (size_t)j0 * es, dt, (size_t)len);
-    }
+    const int64_t nchunks = (total + DROP_CHUNK - 1) / DROP_CHUNK;
+    dropout_job d = {.src = src,
+                     .dst = dst,
+                     .dt = dt,
+                     .total = total,
+                     .scale = (float)(1.0 / (1.0 - p)),
+                     /* u = (r >> 8) / 2^24 >= p, exactly, as an integer compare. */
+                     .thresh = (uint32_t)ceil(p * 16777216.0),
+                     .seed = seed,
+                     .first = first};
+    /* One grain when small; else 8 chunks (8K elements) a grain. */
+    amp_parallel_for(nchunks, total > PAR_MIN_WORK ? 8 : nchunks, dropout_chunks, &d);
     return AMP_OK;
 }

@@ -14,6 +14,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/onednn.h"
 #include "base/base.h"
+#include "base/parallel.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -105,7 +106,7 @@ const char *onednn_version(void)
 int onednn_threads(void)
 {
 #ifdef _OPENMP
-    return omp_in_parallel() ? 1 : amp_threads();
+    return omp_in_parallel() || amp_in_parallel() ? 1 : amp_threads();
 #else
     return 1;
 #endif

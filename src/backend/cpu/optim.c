@@ -21,6 +21,7 @@
 
 #include "backend/round_rule.h"
 #include "base/base.h"
+#include "base/parallel.h"
 
 #include <stdlib.h>
 
@@ -133,7 +134,28 @@ static void run_item(range_fn fn, const void *k, const be_optim_param *q, int64_
     }
 }
 
-/* Runs fn over every block of the n parameters ps in one parallel region;
+typedef struct {
+    range_fn fn;
+    const void *ks;
+    size_t k_size;
+    const be_optim_param *ps;
+    const int64_t *sr_t;
+    const work_item *w;
+    float *scratch;
+} run_job;
+
+static void run_items(void *vj, int64_t lo, int64_t hi, int tid)
+{
+    const run_job *j = vj;
+    float *sc = j->scratch ? j->scratch + (size_t)tid * SCRATCH_BLOCKS * UPDATE_BLOCK : NULL;
+    for (int64_t b = lo; b < hi; b++) {
+        const work_item *it = &j->w[b];
+        run_item(j->fn, (const char *)j->ks + (size_t)it->param * j->k_size, &j->ps[it->param], it->lo, it->hi, sc,
+                 j->sr_t ? j->sr_t[it->param] : 0);
+    }
+}
+
+/* Runs fn over every block of the n parameters ps in one parallel loop;
  * ks holds each parameter's constants (k_size bytes apiece); sr_t, when
  * not NULL, each parameter's step for stochastic rounding of bf16 state.
  * Allocates everything before touching a value: on failure nothing has
@@ -150,11 +172,10 @@ static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_o
     }
     if (items == 0)
         return AMP_OK;
-    int threads = total > PAR_MIN_WORK ? amp_threads() : 1;
-    if (threads > items)
-        threads = (int)items;
-    if (threads < 1)
-        threads = 1;
+    /* Grains of one block: blocks of tiny parameters are short, and the
+     * cores may be shared, so threads take the next block when free. */
+    const int64_t grain = total > PAR_MIN_WORK ? 1 : items;
+    const int threads = amp_parallel_width(items, grain);
     work_item *w = amp_alloc((size_t)items * sizeof *w);
     float *scratch = convert ? amp_alloc((size_t)threads * SCRATCH_BLOCKS * UPDATE_BLOCK * sizeof *scratch) : NULL;
     if (!w || (convert && !scratch)) {
@@ -166,20 +187,8 @@ static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_o
     for (int i = 0; i < n; i++)
         for (int64_t lo = 0; lo < ps[i].n; lo += UPDATE_BLOCK)
             w[m++] = (work_item){i, lo, ps[i].n - lo < UPDATE_BLOCK ? ps[i].n : lo + UPDATE_BLOCK};
-    /* Dynamic: blocks of tiny parameters are short, and the cores may be
-     * shared, so threads take the next block when they are free. */
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads) if (threads > 1)
-#endif
-    {
-        float *sc = scratch ? scratch + (size_t)amp_thread_num() * SCRATCH_BLOCKS * UPDATE_BLOCK : NULL;
-#ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1)
-#endif
-        for (int64_t b = 0; b < items; b++)
-            run_item(fn, (const char *)ks + (size_t)w[b].param * k_size, &ps[w[b].param], w[b].lo, w[b].hi, sc,
-                     sr_t ? sr_t[w[b].param] : 0);
-    }
+    run_job j = {fn, ks, k_size, ps, sr_t, w, scratch};
+    amp_parallel_for(items, grain, run_items, &j);
     amp_free(w);
     amp_free(scratch);
     return AMP_OK;

@@ -3,7 +3,7 @@
  * and backward (the ops themselves: src/ops/pool.c, which says what they
  * compute).
  *
- * Planes are independent, so threads take whole planes. A 16-bit plane is
+ * Planes are independent, so threads take whole planes (amp_parallel_for). A 16-bit plane is
  * widened into a per-thread f32 buffer, pooled, and its result rounded
  * once; f32 planes are read and written in place. The 2x2 stride-2
  * window without padding (every CNN's pool) has its own loop.
@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/simd.h"
 #include "base/base.h"
+#include "base/parallel.h"
 
 #include <math.h>
 #include <string.h>
@@ -123,38 +124,59 @@ static void pool_plane(const pool_geom *g, bool is_max, const float *xp, float *
         }
 }
 
-/* Threads for the planes: one when the whole pool is small. */
-static int plane_threads(const pool_geom *g)
+/* Planes per grain of the parallel loop: all of them (one thread) when the
+ * whole pool is small, else about 16K window reads a grain. */
+static int64_t plane_grain(const pool_geom *g)
 {
-    int64_t work = g->planes * g->Ho * g->Wo * g->k * g->k;
-    int nt = amp_threads();
-    return work > 32768 && g->planes > 1 ? (g->planes < nt ? (int)g->planes : nt) : 1;
+    int64_t per = g->Ho * g->Wo * g->k * g->k;
+    if (g->planes * per <= 32768)
+        return g->planes;
+    int64_t grain = 16384 / (per > 0 ? per : 1);
+    return grain < 1 ? 1 : grain;
+}
+
+typedef struct {
+    const pool_geom *g;
+    bool is_max;
+    const char *x, *gy;
+    char *y, *dx;
+    amp_dtype dt, gdt;
+    int32_t *idx;
+    const int32_t *cidx;
+    float *bufs; /* per tid: hw + per_plane floats */
+} pool_job;
+
+static void pool_planes(void *vj, int64_t lo, int64_t hi, int tid)
+{
+    const pool_job *j = vj;
+    const pool_geom *g = j->g;
+    const size_t es = amp_dtype_size(j->dt);
+    const int64_t hw = g->H * g->W, per_plane = g->Ho * g->Wo;
+    for (int64_t pl = lo; pl < hi; pl++) {
+        int32_t *ip = j->idx ? j->idx + pl * per_plane : NULL;
+        if (j->dt == AMP_F32) {
+            pool_plane(g, j->is_max, (const float *)j->x + pl * hw, (float *)j->y + pl * per_plane, ip);
+            continue;
+        }
+        float *xb = j->bufs + (size_t)tid * (size_t)(hw + per_plane), *yb = xb + hw;
+        amp_convert(j->x + (size_t)(pl * hw) * es, j->dt, xb, AMP_F32, (size_t)hw);
+        pool_plane(g, j->is_max, xb, yb, ip);
+        amp_convert(yb, AMP_F32, j->y + (size_t)(pl * per_plane) * es, j->dt, (size_t)per_plane);
+    }
 }
 
 amp_status cpu_pool2d(const be_pool_geom *bg, bool is_max, const void *x, amp_dtype dt, void *y, int32_t *idx)
 {
     const pool_geom g = geom_of(bg);
-    const size_t es = amp_dtype_size(dt);
-    const int nt = plane_threads(&g);
+    const int64_t grain = plane_grain(&g);
+    const int nt = amp_parallel_width(g.planes, grain);
     const int64_t hw = g.H * g.W, per_plane = g.Ho * g.Wo;
     /* Per thread, for 16-bit planes: the widened plane and its result. */
     float *bufs = dt == AMP_F32 ? NULL : amp_alloc((size_t)nt * (size_t)(hw + per_plane) * sizeof(float));
     if (dt != AMP_F32 && !bufs)
         return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", is_max ? "max_pool2d" : "avg_pool2d");
-    const char *xp = x;
-    char *yp = y;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t pl = 0; pl < g.planes; pl++) {
-        int32_t *ip = idx ? idx + pl * per_plane : NULL;
-        if (dt == AMP_F32) {
-            pool_plane(&g, is_max, (const float *)xp + pl * hw, (float *)yp + pl * per_plane, ip);
-            continue;
-        }
-        float *xb = bufs + (size_t)amp_thread_num() * (size_t)(hw + per_plane), *yb = xb + hw;
-        amp_convert(xp + (size_t)(pl * hw) * es, dt, xb, AMP_F32, (size_t)hw);
-        pool_plane(&g, is_max, xb, yb, ip);
-        amp_convert(yb, AMP_F32, yp + (size_t)(pl * per_plane) * es, dt, (size_t)per_plane);
-    }
+    pool_job j = {.g = &g, .is_max = is_max, .x = x, .y = y, .dt = dt, .idx = idx, .bufs = bufs};
+    amp_parallel_for(g.planes, grain, pool_planes, &j);
     amp_free(bufs);
     return AMP_OK;
 }
@@ -180,34 +202,41 @@ static void unpool_plane(const pool_geom *g, const float *gp, const int32_t *idx
     }
 }
 
+static void unpool_planes(void *vj, int64_t lo, int64_t hi, int tid)
+{
+    const pool_job *j = vj;
+    const pool_geom *g = j->g;
+    const size_t es = amp_dtype_size(j->dt), ges = amp_dtype_size(j->gdt);
+    const int64_t hw = g->H * g->W, per_plane = g->Ho * g->Wo;
+    for (int64_t pl = lo; pl < hi; pl++) {
+        float *mine = j->bufs ? j->bufs + (size_t)tid * (size_t)(hw + per_plane) : NULL;
+        float *dp = j->dt == AMP_F32 ? (float *)j->dx + pl * hw : mine;
+        const float *gp = (const float *)j->gy + pl * per_plane;
+        if (j->gdt != AMP_F32) {
+            amp_convert(j->gy + (size_t)(pl * per_plane) * ges, j->gdt, mine + hw, AMP_F32, (size_t)per_plane);
+            gp = mine + hw;
+        }
+        memset(dp, 0, (size_t)hw * sizeof(float));
+        unpool_plane(g, gp, j->cidx ? j->cidx + pl * per_plane : NULL, dp);
+        if (j->dt != AMP_F32)
+            amp_convert(dp, AMP_F32, j->dx + (size_t)(pl * hw) * es, j->dt, (size_t)hw);
+    }
+}
+
 amp_status cpu_pool2d_backward(const be_pool_geom *bg, const void *gyv, amp_dtype gdt, const int32_t *idx, void *dxv,
                                amp_dtype dt)
 {
     const pool_geom g = geom_of(bg);
-    const size_t es = amp_dtype_size(dt), ges = amp_dtype_size(gdt);
-    const int nt = plane_threads(&g);
+    const int64_t grain = plane_grain(&g);
+    const int nt = amp_parallel_width(g.planes, grain);
     const int64_t hw = g.H * g.W, per_plane = g.Ho * g.Wo;
     /* Per thread, for 16-bit tensors: the plane's gradient and dY. */
     bool narrow = dt != AMP_F32 || gdt != AMP_F32;
     float *bufs = narrow ? amp_alloc((size_t)nt * (size_t)(hw + per_plane) * sizeof(float)) : NULL;
     if (narrow && !bufs)
         return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory in backward", idx ? "max_pool2d" : "avg_pool2d");
-    const char *gy = gyv;
-    char *dx = dxv;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t pl = 0; pl < g.planes; pl++) {
-        float *mine = narrow ? bufs + (size_t)amp_thread_num() * (size_t)(hw + per_plane) : NULL;
-        float *dp = dt == AMP_F32 ? (float *)dx + pl * hw : mine;
-        const float *gp = (const float *)gy + pl * per_plane;
-        if (gdt != AMP_F32) {
-            amp_convert(gy + (size_t)(pl * per_plane) * ges, gdt, mine + hw, AMP_F32, (size_t)per_plane);
-            gp = mine + hw;
-        }
-        memset(dp, 0, (size_t)hw * sizeof(float));
-        unpool_plane(&g, gp, idx ? idx + pl * per_plane : NULL, dp);
-        if (dt != AMP_F32)
-            amp_convert(dp, AMP_F32, dx + (size_t)(pl * hw) * es, dt, (size_t)hw);
-    }
+    pool_job j = {.g = &g, .gy = gyv, .dx = dxv, .dt = dt, .gdt = gdt, .cidx = idx, .bufs = bufs};
+    amp_parallel_for(g.planes, grain, unpool_planes, &j);
     amp_free(bufs);
     return AMP_OK;
 }

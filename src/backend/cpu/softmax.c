@@ -11,17 +11,26 @@
  */
 #include "backend/cpu/cpu_backend.h"
 #include "base/base.h"
+#include "base/parallel.h"
 #include "dtype/dtype.h"
 #include "backend/cpu/simd.h"
 
 #include <math.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* Elements of work below which a kernel stays on one thread. */
 #define PAR_MIN_WORK 32768
+/* Elements of work a grain of a parallel loop is sized for. */
+#define GRAIN_WORK 8192
+
+/* Items of `per` elements each a grain takes: all of them (one thread)
+ * when the whole is under PAR_MIN_WORK. */
+static int64_t grain_of(int64_t items, int64_t per)
+{
+    if (items * per < PAR_MIN_WORK)
+        return items > 0 ? items : 1;
+    return per >= GRAIN_WORK ? 1 : GRAIN_WORK / (per > 0 ? per : 1);
+}
 
 /* Columns per block when the dim is not the last: the block's running
  * max and sums live on the stack while the dim is walked. */
@@ -120,6 +129,25 @@ static void log_softmax_grad_block(const float *g, const float *y, float *gx, in
         }
 }
 
+typedef struct {
+    const float *fa, *fb;
+    float *fo;
+    int64_t len, inner, per;
+    block_fn fn;
+} dim_job;
+
+static void dim_tasks(void *vj, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const dim_job *j = vj;
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t o = t / j->per, c0 = (t % j->per) * SM_COLS;
+        int64_t w = j->inner - c0 < SM_COLS ? j->inner - c0 : SM_COLS;
+        size_t off = (size_t)(o * j->len * j->inner + c0);
+        j->fn(j->fa + off, j->fb ? j->fb + off : NULL, j->fo + off, j->len, j->inner, w);
+    }
+}
+
 /* out (odt) = fn over every [len] slice of a (and b) seen as [outer, len,
  * inner], computed in f32. */
 static amp_status along_dim(const void *a, amp_dtype adt, const void *b, amp_dtype bdt, void *out, amp_dtype odt,
@@ -132,15 +160,8 @@ static amp_status along_dim(const void *a, amp_dtype adt, const void *b, amp_dty
     amp_status st = AMP_OK;
     if (fa && (fb || !b) && fo) {
         int64_t per = (inner + SM_COLS - 1) / SM_COLS, tasks = outer * per;
-        bool par = numel >= PAR_MIN_WORK;
-        (void)par; /* used only by the OpenMP pragma */
-#pragma omp parallel for num_threads(amp_threads()) if (par) schedule(static)
-        for (int64_t t = 0; t < tasks; t++) {
-            int64_t o = t / per, c0 = (t % per) * SM_COLS;
-            int64_t w = inner - c0 < SM_COLS ? inner - c0 : SM_COLS;
-            size_t off = (size_t)(o * len * inner + c0);
-            fn(fa + off, fb ? fb + off : NULL, fo + off, len, inner, w);
-        }
+        dim_job j = {fa, fb, fo, len, inner, per, fn};
+        amp_parallel_for(tasks, grain_of(tasks, len * (inner < SM_COLS ? inner : SM_COLS)), dim_tasks, &j);
         if (to)
             amp_convert(to, AMP_F32, out, odt, (size_t)numel);
     } else {
@@ -166,15 +187,6 @@ amp_status cpu_softmax_backward(const void *g, amp_dtype gdt, const void *y, amp
 }
 
 /* ---------------------------------------------------------- cross_entropy */
-
-static int row_thread(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 /* Row i of the logits [N, C] as f32: x's own row, or widened into buf. */
 static const float *logits_row(const void *x, amp_dtype xdt, int64_t i, int64_t C, float *buf)
@@ -204,31 +216,30 @@ static int64_t check_labels(const void *labels, amp_dtype ldt, int64_t N, int64_
     return count;
 }
 
-amp_status cpu_cross_entropy(const void *x, amp_dtype xdt, const void *labels, amp_dtype ldt, int64_t N, int64_t C,
-                             int64_t ignore, float *stats, float *count, void *out, amp_dtype odt)
+typedef struct {
+    const void *x, *labels, *g;
+    amp_dtype xdt, ldt, gxdt;
+    int64_t C, ignore;
+    float *stats, *rows, scale;
+    const float *cstats;
+    double *loss;
+    char *gp;
+    const simd_row_fns *vec;
+} ce_job;
+
+static void ce_rows(void *vj, int64_t lo, int64_t hi, int tid)
 {
-    int64_t counted = check_labels(labels, ldt, N, C, ignore);
-    if (counted < 0)
-        return amp_last_status();
-    const int nt = N * C >= PAR_MIN_WORK ? amp_threads() : 1;
-    double *loss = amp_alloc((size_t)N * sizeof(double));
-    float *rows = amp_alloc((size_t)nt * (size_t)(2 * C) * sizeof(float));
-    if (!loss || !rows) {
-        amp_free(loss);
-        amp_free(rows);
-        return amp_set_error(AMP_ERR_MEMORY, "cross_entropy: out of memory");
-    }
-    const simd_row_fns *vec = simd_pick_rows();
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t i = 0; i < N; i++) {
-        float *buf = rows + (size_t)row_thread() * (size_t)(2 * C);
-        const float *row = logits_row(x, xdt, i, C, buf);
+    const ce_job *j = vj;
+    const int64_t C = j->C;
+    for (int64_t i = lo; i < hi; i++) {
+        float *buf = j->rows + (size_t)tid * (size_t)(2 * C);
+        const float *row = logits_row(j->x, j->xdt, i, C, buf);
         float m = -INFINITY;
         double s = 0;
-        if (vec) {
-            m = vec->max(row, C);
+        if (j->vec) {
+            m = j->vec->max(row, C);
             memcpy(buf + C, row, (size_t)C * sizeof(float));
-            s = vec->exp_sum(buf + C, C, m);
+            s = j->vec->exp_sum(buf + C, C, m);
         } else {
             for (int64_t c = 0; c < C; c++)
                 if (row[c] > m || row[c] != row[c])
@@ -237,13 +248,33 @@ amp_status cpu_cross_entropy(const void *x, amp_dtype xdt, const void *labels, a
                 s += expf(row[c] - m);
         }
         float ls = (float)log(s);
-        if (stats) {
-            stats[2 * i] = m;
-            stats[2 * i + 1] = ls;
+        if (j->stats) {
+            j->stats[2 * i] = m;
+            j->stats[2 * i + 1] = ls;
         }
-        int64_t y = load_i64(labels, ldt, (size_t)i);
-        loss[i] = y == ignore ? 0.0 : (double)ls - ((double)row[y] - (double)m);
+        int64_t y = load_i64(j->labels, j->ldt, (size_t)i);
+        j->loss[i] = y == j->ignore ? 0.0 : (double)ls - ((double)row[y] - (double)m);
     }
+}
+
+amp_status cpu_cross_entropy(const void *x, amp_dtype xdt, const void *labels, amp_dtype ldt, int64_t N, int64_t C,
+                             int64_t ignore, float *stats, float *count, void *out, amp_dtype odt)
+{
+    int64_t counted = check_labels(labels, ldt, N, C, ignore);
+    if (counted < 0)
+        return amp_last_status();
+    const int64_t grain = grain_of(N, C);
+    const int nt = amp_parallel_width(N, grain);
+    double *loss = amp_alloc((size_t)N * sizeof(double));
+    float *rows = amp_alloc((size_t)nt * (size_t)(2 * C) * sizeof(float));
+    if (!loss || !rows) {
+        amp_free(loss);
+        amp_free(rows);
+        return amp_set_error(AMP_ERR_MEMORY, "cross_entropy: out of memory");
+    }
+    ce_job j = {.x = x, .labels = labels, .xdt = xdt, .ldt = ldt, .C = C, .ignore = ignore, .stats = stats,
+                .rows = rows, .loss = loss, .vec = simd_pick_rows()};
+    amp_parallel_for(N, grain, ce_rows, &j);
     double total = 0;
     for (int64_t i = 0; i < N; i++)
         total += loss[i];
@@ -256,43 +287,50 @@ amp_status cpu_cross_entropy(const void *x, amp_dtype xdt, const void *labels, a
     return AMP_OK;
 }
 
-amp_status cpu_cross_entropy_backward(const void *x, amp_dtype xdt, const void *labels, amp_dtype ldt, int64_t N,
-                                      int64_t C, int64_t ignore, const float *stats, const float *count,
-                                      const void *g, amp_dtype gdt, void *gx, amp_dtype gxdt)
+static void ce_grad_rows(void *vj, int64_t lo, int64_t hi, int tid)
 {
-    const float scale = load_f32(g, gdt, 0) / *count;
-    const int nt = N * C >= PAR_MIN_WORK ? amp_threads() : 1;
-    const size_t es = amp_dtype_size(gxdt);
-    float *rows = amp_alloc((size_t)nt * (size_t)(2 * C) * sizeof(float));
-    if (!rows)
-        return amp_set_error(AMP_ERR_MEMORY, "cross_entropy: out of memory in backward");
-    const simd_row_fns *vec = simd_pick_rows();
-    char *gp = gx;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t i = 0; i < N; i++) {
-        float *buf = rows + (size_t)row_thread() * (size_t)(2 * C);
-        int64_t y = load_i64(labels, ldt, (size_t)i);
-        const float *row = logits_row(x, xdt, i, C, buf);
-        float *gr = gxdt == AMP_F32 ? (float *)(void *)gp + i * C : buf + C;
-        const float m = stats[2 * i], ls = stats[2 * i + 1];
-        if (y == ignore) {
+    const ce_job *j = vj;
+    const int64_t C = j->C;
+    const size_t es = amp_dtype_size(j->gxdt);
+    for (int64_t i = lo; i < hi; i++) {
+        float *buf = j->rows + (size_t)tid * (size_t)(2 * C);
+        int64_t y = load_i64(j->labels, j->ldt, (size_t)i);
+        const float *row = logits_row(j->x, j->xdt, i, C, buf);
+        float *gr = j->gxdt == AMP_F32 ? (float *)(void *)j->gp + i * C : buf + C;
+        const float m = j->cstats[2 * i], ls = j->cstats[2 * i + 1];
+        if (y == j->ignore) {
             for (int64_t c = 0; c < C; c++)
                 gr[c] = 0.0f;
         } else {
             /* exp((x - m) - ls): the shift first, then the exponential */
             for (int64_t c = 0; c < C; c++)
                 gr[c] = row[c] - m;
-            if (vec)
-                vec->exp_sum(gr, C, ls);
+            if (j->vec)
+                j->vec->exp_sum(gr, C, ls);
             else
                 for (int64_t c = 0; c < C; c++)
                     gr[c] = expf(gr[c] - ls);
             for (int64_t c = 0; c < C; c++)
-                gr[c] = (gr[c] - (c == y ? 1.0f : 0.0f)) * scale;
+                gr[c] = (gr[c] - (c == y ? 1.0f : 0.0f)) * j->scale;
         }
-        if (gxdt != AMP_F32)
-            amp_convert(gr, AMP_F32, gp + (size_t)(i * C) * es, gxdt, (size_t)C);
+        if (j->gxdt != AMP_F32)
+            amp_convert(gr, AMP_F32, j->gp + (size_t)(i * C) * es, j->gxdt, (size_t)C);
     }
+}
+
+amp_status cpu_cross_entropy_backward(const void *x, amp_dtype xdt, const void *labels, amp_dtype ldt, int64_t N,
+                                      int64_t C, int64_t ignore, const float *stats, const float *count,
+                                      const void *g, amp_dtype gdt, void *gx, amp_dtype gxdt)
+{
+    const int64_t grain = grain_of(N, C);
+    const int nt = amp_parallel_width(N, grain);
+    float *rows = amp_alloc((size_t)nt * (size_t)(2 * C) * sizeof(float));
+    if (!rows)
+        return amp_set_error(AMP_ERR_MEMORY, "cross_entropy: out of memory in backward");
+    ce_job j = {.x = x, .labels = labels, .xdt = xdt, .ldt = ldt, .gxdt = gxdt, .C = C, .ignore = ignore,
+                .cstats = stats, .rows = rows, .scale = load_f32(g, gdt, 0) / *count, .gp = gx,
+                .vec = simd_pick_rows()};
+    amp_parallel_for(N, grain, ce_grad_rows, &j);
     amp_free(rows);
     return AMP_OK;
 }
