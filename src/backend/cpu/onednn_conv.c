@@ -62,7 +62,10 @@ bool onednn_conv_backward_weights(const onednn_conv_geom *g, const void *x, cons
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/onednn_impl.h"
 #include "base/base.h"
+#include "base/parallel.h"
 
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS } conv_pass;
@@ -371,6 +374,91 @@ static bool key_make(conv_key *k, const onednn_conv_geom *g, conv_pass pass, amp
     return true;
 }
 
+/*
+ * Batch split (forward and input gradient): oneDNN 2.6 runs its passes on
+ * libgomp threads that spin and meet at barriers, so with another process
+ * on one of the cores a 2-thread pass waits for the thread that lost its
+ * core. Split instead, the images of a pass go to amp_parallel_for in
+ * chunks, each chunk one oneDNN call on its own thread (onednn_threads()
+ * is 1 inside a range, so those primitives are made for one thread): a
+ * late worker takes fewer chunks. Each image's output depends on that
+ * image alone, so the values are the same as one call over the batch up
+ * to the kernel oneDNN picks for the chunk's size. The weight gradient,
+ * a sum over the batch, stays one call. AMPC_ONEDNN_SPLIT=0 turns the
+ * split off (one call, oneDNN's own threads).
+ */
+static bool split_wanted(const onednn_conv_geom *g)
+{
+    static _Atomic int mode = -1;
+    int m = atomic_load(&mode);
+    if (m < 0) {
+        const char *e = getenv("AMPC_ONEDNN_SPLIT");
+        m = !(e && e[0] == '0');
+        atomic_store(&mode, m);
+    }
+    return m && g->N >= 2 && !amp_in_parallel() && amp_threads() > 1;
+}
+
+typedef struct {
+    const conv_key *k;
+    char *t[ROLES];
+    size_t img[ROLES]; /* bytes per image of each role (0: the weights) */
+    void *bias;
+    _Atomic int declined;
+    _Atomic int status;
+} split_job;
+
+static void split_fn(void *vj, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    split_job *j = vj;
+    if (atomic_load(&j->declined) || atomic_load(&j->status) != AMP_OK)
+        return;
+    conv_key k = *j->k;
+    k.g.N = hi - lo;
+    k.threads = onednn_threads();
+    void *t[ROLES];
+    for (int r = 0; r < ROLES; r++)
+        t[r] = j->t[r] + (size_t)lo * j->img[r];
+    amp_status st = AMP_OK;
+    if (!conv_run(&k, t, j->bias, &st))
+        atomic_store(&j->declined, 1);
+    else if (st != AMP_OK)
+        atomic_store(&j->status, (int)st);
+}
+
+/* Runs pass k (forward or input gradient) over its batch in chunks on the
+ * pool; false when oneDNN declined a chunk (the caller's own kernels then
+ * redo the whole pass: every output is written, none accumulated). */
+static bool split_run(const conv_key *k, void *const t[ROLES], void *bias, amp_status *st)
+{
+    if (!onednn_wants_conv(k))
+        return false;
+    const onednn_conv_geom *g = &k->g;
+    const int64_t in_img = g->C * g->H * g->W, out_img = g->O * g->OH * g->OW;
+    split_job j = {.k = k, .bias = bias};
+    for (int r = 0; r < ROLES; r++)
+        j.t[r] = t[r];
+    const size_t es = amp_dtype_size(k->dt), oes = amp_dtype_size(k->out_dt);
+    if (k->pass == PASS_FWD) { /* x, w, y */
+        j.img[ROLE_SRC] = (size_t)in_img * es;
+        j.img[ROLE_DST] = (size_t)out_img * oes;
+    } else { /* dx, w, dy */
+        j.img[ROLE_SRC] = (size_t)in_img * oes;
+        j.img[ROLE_DST] = (size_t)out_img * es;
+    }
+    /* about 4 chunks a thread: a late thread's share moves to the others */
+    const int64_t parts = 4 * (int64_t)amp_threads();
+    const int64_t chunk = (g->N + parts - 1) / parts;
+    amp_parallel_for(g->N, chunk, split_fn, &j);
+    if (atomic_load(&j.declined))
+        return false;
+    *st = (amp_status)atomic_load(&j.status);
+    if (*st != AMP_OK)
+        *st = amp_set_error(*st, "%s: oneDNN failed on a chunk of the batch", pass_name[k->pass]);
+    return true;
+}
+
 static bool direct_forward(const onednn_conv_geom *g, const void *x, const void *w, amp_dtype dt,
                          const void *bias, amp_dtype bias_dt, void *y, amp_dtype y_dt, cpu_act act,
                          amp_status *st)
@@ -381,7 +469,7 @@ static bool direct_forward(const onednn_conv_geom *g, const void *x, const void 
     k.has_bias = bias != NULL;
     k.bias_dt = bias ? bias_dt : 0;
     void *const t[ROLES] = {(void *)x, (void *)w, y};
-    if (!conv_run(&k, t, (void *)bias, st))
+    if (!(split_wanted(g) ? split_run(&k, t, (void *)bias, st) : conv_run(&k, t, (void *)bias, st)))
         return false;
     if (*st == AMP_OK && act == CPU_ACT_RELU) /* y is [N, O, Ho, Wo]: rows of Ho * Wo */
         cpu_relu_rows(y, y_dt, 1, g->N * g->O, g->OH * g->OW, g->OH * g->OW, 0);
@@ -395,7 +483,7 @@ static bool direct_backward_data(const onednn_conv_geom *g, const void *dy, cons
     if (!key_make(&k, g, PASS_BWD_DATA, dt, dx_dt))
         return false;
     void *const t[ROLES] = {dx, (void *)w, (void *)dy};
-    return conv_run(&k, t, NULL, st);
+    return split_wanted(g) ? split_run(&k, t, NULL, st) : conv_run(&k, t, NULL, st);
 }
 
 static bool direct_backward_weights(const onednn_conv_geom *g, const void *x, const void *dy, amp_dtype dt,
