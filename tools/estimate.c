@@ -326,6 +326,20 @@ static void cross_entropy(tape *t, int64_t rows, int64_t classes, int es)
         work(t, bytes_of(t, rows, 8) + bytes_of(t, t->threads * 2 * classes, 4));
 }
 
+/* Images whose oneDNN blocked copies exist at once in a forward or
+ * input-gradient pass: those passes run split over the batch on the pool
+ * (onednn_conv.c: chunks of N / (4 threads), one a thread), unless
+ * AMPC_ONEDNN_SPLIT=0 or one thread. */
+static int64_t split_images(const tape *t, int64_t N)
+{
+    const char *e = getenv("AMPC_ONEDNN_SPLIT");
+    if (t->threads < 2 || N < 2 || (e && e[0] == '0'))
+        return N;
+    const int64_t parts = 4 * (int64_t)t->threads, chunk = (N + parts - 1) / parts;
+    const int64_t busy = chunk * t->threads;
+    return busy < N ? busy : N;
+}
+
 /* conv2d 3x3 pad 1 (stride 1), [N, C, H, W] -> [N, O, H, W], its relu
  * fused. Backward first masks dY by the relu (a copy), then on the CPU
  * runs oneDNN's passes where it takes them (conv.c, onednn_conv.c: all
@@ -357,16 +371,17 @@ static void conv3x3(tape *t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t
     }
     const int64_t nx = N * C * H * W, ny = N * O * H * W, nw = O * C * 9;
     const uint64_t masked = t->eval ? 0 : bytes_of(t, ny, *es);
+    const int64_t sn = split_images(t, N); /* images of the split passes' blocked copies */
     if (t->eval && t->onednn && !(*es == 2 && !t->f16 && C < 8)) { /* the forward pass */
         const int ces = t->f16 || *es == 4 ? 4 : 2;
-        work(t, bytes_of(t, ny, ces) + (C % 16 == 0 ? bytes_of(t, nx, ces) : 0) +
+        work(t, bytes_of(t, ny / N * sn, ces) + (C % 16 == 0 ? bytes_of(t, nx / N * sn, ces) : 0) +
                     (t->f16 ? bytes_of(t, nx, 4) + bytes_of(t, nw, 4) + bytes_of(t, ny, 4) : 0));
         return;
     }
     if (t->onednn && !(*es == 2 && !t->f16 && C < 8)) {
         const int ces = t->f16 || *es == 4 ? 4 : 2;
         uint64_t wpass = bytes_of(t, ny, ces) + (C % 16 == 0 ? bytes_of(t, nx, ces) : 0);
-        uint64_t dpass = in_grad ? bytes_of(t, ny, ces) : 0;
+        uint64_t dpass = in_grad ? bytes_of(t, ny / N * sn, ces) : 0;
         if (t->f16) {
             wpass += bytes_of(t, nx, 4) + bytes_of(t, ny, 4) + bytes_of(t, nw, 4);
             dpass += in_grad ? bytes_of(t, ny, 4) + bytes_of(t, nw, 4) + bytes_of(t, nx, 4) : 0;

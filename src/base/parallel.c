@@ -141,6 +141,7 @@ static struct {
 
     _Atomic int owner; /* 1 while a caller holds the pool */
     int nworkers;      /* running workers (owner only) */
+    int asked;         /* the count last asked of resize */
     pthread_t *threads;
     int cap;
 } P;
@@ -219,6 +220,7 @@ static void after_fork_child(void)
 {
     /* The child has no workers; the parent's thread handles are void. */
     P.nworkers = 0;
+    P.asked = 0;
     atomic_store(&P.owner, 0);
     atomic_store(&P.state, 0);
 }
@@ -227,8 +229,10 @@ static void after_fork_child(void)
  * thread cannot be had, it has fewer; the region uses those that exist. */
 static void resize(int want)
 {
-    if (want == P.nworkers)
+    /* (a count that could not be had fully is not retried every call) */
+    if (want == P.nworkers || want == P.asked)
         return;
+    P.asked = want;
     stop_workers();
     if (want > P.cap) {
         pthread_t *t = realloc(P.threads, (size_t)want * sizeof *t);
