@@ -345,7 +345,8 @@ static int64_t split_images(const tape *t, int64_t N)
  * runs oneDNN's passes where it takes them (conv.c, onednn_conv.c: all
  * but bf16 with fewer than 8 input channels), whose inputs in a blocked
  * layout are copied into scratch (dY always here, x for the weight pass
- * when C is a multiple of 16), and an f16 pass on f32 copies of its
+ * when C is a multiple of 16; the forward and input-gradient passes a
+ * chunk of the batch at a time, split_images), and an f16 pass on f32 copies of its
  * operands; or ampc's own kernels, with per-thread column scratch of
  * about 1 MiB a thread (conv.c's plan_make). */
 static void conv3x3(tape *t, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int *es, bool in_grad)
