@@ -217,7 +217,7 @@ static int64_t check_labels(const void *labels, amp_dtype ldt, int64_t N, int64_
 }
 
 typedef struct {
-    const void *x, *labels, *g;
+    const void *x, *labels;
     amp_dtype xdt, ldt, gxdt;
     int64_t C, ignore;
     float *stats, *rows, scale;
