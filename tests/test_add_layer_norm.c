@@ -4,7 +4,8 @@
  * every gradient bit for bit those of amp_add then amp_layer_norm, for
  * f32, 16-bit and mixed dtypes, with and without weight and bias, on one
  * and two threads, under CPU autocast; the backward that adds dx into an
- * existing gradient; finite differences; bad input.
+ * existing gradient; the CPU kernels' rows taken a group at a time giving
+ * the bits of one row at a time; finite differences; bad input.
  */
 #include "harness.h"
 #include "ops/fused.h"
@@ -240,11 +241,52 @@ static void test_bad_input(void)
     amp_temps_free();
 }
 
+/* layer_norm of a [M, N] tensor (rows in groups where the CPU has the
+ * group kernels) against each row on its own (a [1, N] call: one row at
+ * a time): y and dx bit for bit. */
+static void test_grouped_rows_equal_single_rows(void)
+{
+    const int64_t Ns[3] = {77, 256, 1000};
+    for (int k = 0; k < 3; k++) {
+        const int64_t M = 11, N = Ns[k];
+        amp_tensor *x = test_uniform(AMP_SHAPE(M, N), AMP_F32, -2, 3, 200 + (uint64_t)k);
+        amp_tensor *g = test_uniform(AMP_SHAPE(M, N), AMP_F32, -1, 1, 210 + (uint64_t)k);
+        amp_tensor *w = test_uniform(AMP_SHAPE(N), AMP_F32, 0.5, 1.5, 220 + (uint64_t)k);
+        amp_tensor *b = test_uniform(AMP_SHAPE(N), AMP_F32, -1, 1, 230 + (uint64_t)k);
+        amp_tensor_set_requires_grad(x, true);
+        amp_tensor *y = amp_layer_norm(x, 1, w, b, 1e-5);
+        CHECK_OK(amp_backward_with(y, g));
+        for (int64_t r = 0; r < M; r++) {
+            float xr[1000], gr[1000];
+            for (int64_t j = 0; j < N; j++) {
+                xr[j] = (float)amp_tensor_get(x, r * N + j);
+                gr[j] = (float)amp_tensor_get(g, r * N + j);
+            }
+            amp_tensor *x1 = amp_empty(AMP_SHAPE(1, N), AMP_F32), *g1 = amp_empty(AMP_SHAPE(1, N), AMP_F32);
+            amp_tensor_copy_in(x1, xr, AMP_F32);
+            amp_tensor_copy_in(g1, gr, AMP_F32);
+            amp_tensor_set_requires_grad(x1, true);
+            amp_tensor *y1 = amp_layer_norm(x1, 1, w, b, 1e-5);
+            CHECK_OK(amp_backward_with(y1, g1));
+            const float *yp = amp_tensor_data(y), *y1p = amp_tensor_data(y1);
+            const float *dxp = amp_tensor_data(amp_tensor_grad(x)), *dx1p = amp_tensor_data(amp_tensor_grad(x1));
+            CHECK_MSG(memcmp(yp + r * N, y1p, (size_t)N * 4) == 0, "N %lld row %lld: y differs", (long long)N,
+                      (long long)r);
+            CHECK_MSG(memcmp(dxp + r * N, dx1p, (size_t)N * 4) == 0, "N %lld row %lld: dx differs", (long long)N,
+                      (long long)r);
+            amp_tensor_free(x1), amp_tensor_free(g1);
+        }
+        amp_tensor_free(x), amp_tensor_free(g), amp_tensor_free(w), amp_tensor_free(b);
+        amp_temps_free();
+    }
+}
+
 int main(void)
 {
     RUN(test_fused_equals_unfused);
     RUN(test_fused_under_autocast);
     RUN(test_broadcast_falls_back);
+    RUN(test_grouped_rows_equal_single_rows);
     RUN(test_fused_gradcheck);
     RUN(test_bad_input);
     return harness_done();

@@ -37,6 +37,33 @@ enum { LANES = 8 };
 
 #define INLINE static inline __attribute__((always_inline))
 
+/* y = (x - m) * is [* w] [+ b] */
+INLINE void apply_row_body(const float *restrict x, const float *restrict w, const float *restrict b, int64_t N,
+                           float m, float is, float *restrict y)
+{
+    int64_t j;
+    if (w && b)
+        for (j = 0; j < N; j++)
+            y[j] = (x[j] - m) * is * w[j] + b[j];
+    else if (w)
+        for (j = 0; j < N; j++)
+            y[j] = (x[j] - m) * is * w[j];
+    else if (b)
+        for (j = 0; j < N; j++)
+            y[j] = (x[j] - m) * is + b[j];
+    else
+        for (j = 0; j < N; j++)
+            y[j] = (x[j] - m) * is;
+}
+
+/* dx = rr * (gw - m1 - xhat * m2), xhat = (x - mr) * rr */
+INLINE void dx_row_body(const float *restrict gw, const float *restrict x, float mr, float rr, float m1, float m2,
+                        int64_t N, float *restrict dx)
+{
+    for (int64_t k = 0; k < N; k++)
+        dx[k] = rr * (gw[k] - m1 - ((x[k] - mr) * rr) * m2);
+}
+
 /* Mean and rstd of row x, then y = (x - mean) * rstd [* w] [+ b]. */
 INLINE void fwd_row_body(const float *restrict x, const float *restrict w, const float *restrict b, int64_t N,
                          double eps, float *restrict y, float *mu, float *rs)
@@ -67,19 +94,11 @@ INLINE void fwd_row_body(const float *restrict x, const float *restrict w, const
     const float is = (float)(1.0 / sqrt(v / (double)N + eps));
     *mu = m;
     *rs = is;
-    if (w && b)
-        for (j = 0; j < N; j++)
-            y[j] = (x[j] - m) * is * w[j] + b[j];
-    else if (w)
-        for (j = 0; j < N; j++)
-            y[j] = (x[j] - m) * is * w[j];
-    else if (b)
-        for (j = 0; j < N; j++)
-            y[j] = (x[j] - m) * is + b[j];
-    else
-        for (j = 0; j < N; j++)
-            y[j] = (x[j] - m) * is;
+    apply_row_body(x, w, b, N, m, is, y);
 }
+
+/* Rows per group of the AVX-512 kernels below. */
+enum { GROUP = 4 };
 
 /* dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)), gw = g * weight:
  * the derivative of the normalisation with the row statistics depending
@@ -108,8 +127,7 @@ INLINE void bwd_row_body(const float *restrict g, const float *restrict x, const
         s2 += a2[l];
     }
     const float m1 = (float)(s1 / (double)N), m2 = (float)(s2 / (double)N);
-    for (int64_t k = 0; k < N; k++)
-        dx[k] = rr * (gw[k] - m1 - ((x[k] - mr) * rr) * m2);
+    dx_row_body(gw, x, mr, rr, m1, m2, N, dx);
 }
 
 /* aw[j] += g[j] * xhat[j], ab[j] += g[j] for one row (either may be NULL). */
@@ -145,11 +163,17 @@ typedef struct {
     void (*fwd)(const float *, const float *, const float *, int64_t, double, float *, float *, float *);
     void (*bwd)(const float *, const float *, const float *, float, float, int64_t, float *, float *);
     void (*param)(const float *, const float *, float, float, int64_t, double *, double *);
+    /* GROUP rows at once, the same bits as one by one (NULL: none) */
+    void (*fwd_group)(const float *const *, const float *, const float *, int64_t, double, float *const *, float *,
+                      float *);
+    void (*bwd_group)(const float *const *, const float *const *, const float *, const float *, const float *, int64_t,
+                      float *, float *const *);
 } row_kernels;
 
-static const row_kernels kernels_c = {fwd_row_c, bwd_row_c, param_row_c};
+static const row_kernels kernels_c = {fwd_row_c, bwd_row_c, param_row_c, NULL, NULL};
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
 #define TGT_AVX512 __attribute__((target("avx512f,fma")))
 TGT_AVX512 static void fwd_row_v(const float *x, const float *w, const float *b, int64_t N, double eps, float *y,
                                  float *mu, float *rs)
@@ -169,7 +193,103 @@ TGT_AVX512 static void param_row_v(const float *g, const float *x, float mr, flo
     param_row_body(g, x, mr, rr, N, aw, ab);
 }
 
-static const row_kernels kernels_v = {fwd_row_v, bwd_row_v, param_row_v};
+/* fwd_row_body on GROUP rows: lane l of row r's zmm accumulator is
+ * fwd_row_body's acc[l] (the same adds in the same order, so the same
+ * bits); the rows' chains are independent, so their adds overlap instead
+ * of each waiting out the previous one's latency. */
+TGT_AVX512 static void fwd_group_v(const float *const *x, const float *w, const float *b, int64_t N, double eps,
+                                   float *const *y, float *mu, float *rs)
+{
+    __m512d acc[GROUP];
+    for (int r = 0; r < GROUP; r++)
+        acc[r] = _mm512_setzero_pd();
+    int64_t j = 0;
+    for (; j + LANES <= N; j += LANES)
+        for (int r = 0; r < GROUP; r++)
+            acc[r] = _mm512_add_pd(acc[r], _mm512_cvtps_pd(_mm256_loadu_ps(x[r] + j)));
+    const int64_t jt = j;
+    float m[GROUP];
+    for (int r = 0; r < GROUP; r++) {
+        double a[LANES], s = 0;
+        _mm512_storeu_pd(a, acc[r]);
+        for (int64_t t = jt; t < N; t++)
+            s += x[r][t];
+        for (int l = 0; l < LANES; l++)
+            s += a[l];
+        m[r] = (float)(s / (double)N);
+        acc[r] = _mm512_setzero_pd();
+    }
+    __m256 mv[GROUP];
+    for (int r = 0; r < GROUP; r++)
+        mv[r] = _mm256_set1_ps(m[r]);
+    for (j = 0; j + LANES <= N; j += LANES)
+        for (int r = 0; r < GROUP; r++) {
+            __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x[r] + j), mv[r]);
+            acc[r] = _mm512_add_pd(acc[r], _mm512_cvtps_pd(_mm256_mul_ps(d, d)));
+        }
+    for (int r = 0; r < GROUP; r++) {
+        double a[LANES], v = 0;
+        _mm512_storeu_pd(a, acc[r]);
+        for (int64_t t = jt; t < N; t++) {
+            float d = x[r][t] - m[r];
+            v += (double)(d * d);
+        }
+        for (int l = 0; l < LANES; l++)
+            v += a[l];
+        const float is = (float)(1.0 / sqrt(v / (double)N + eps));
+        mu[r] = m[r];
+        rs[r] = is;
+        apply_row_body(x[r], w, b, N, m[r], is, y[r]);
+    }
+}
+
+/* bwd_row_body on GROUP rows, likewise; gw is scratch for GROUP rows. */
+TGT_AVX512 static void bwd_group_v(const float *const *g, const float *const *x, const float *w, const float *mr,
+                                   const float *rr, int64_t N, float *gw, float *const *dx)
+{
+    for (int r = 0; r < GROUP; r++) {
+        float *restrict gr = gw + r * N;
+        const float *restrict gg = g[r];
+        if (w)
+            for (int64_t j = 0; j < N; j++)
+                gr[j] = gg[j] * w[j];
+        else
+            memcpy(gr, gg, (size_t)N * sizeof(float));
+    }
+    __m512d a1[GROUP], a2[GROUP];
+    __m256 mv[GROUP], rv[GROUP];
+    for (int r = 0; r < GROUP; r++) {
+        a1[r] = a2[r] = _mm512_setzero_pd();
+        mv[r] = _mm256_set1_ps(mr[r]);
+        rv[r] = _mm256_set1_ps(rr[r]);
+    }
+    int64_t j = 0;
+    for (; j + LANES <= N; j += LANES)
+        for (int r = 0; r < GROUP; r++) {
+            const __m256 gv = _mm256_loadu_ps(gw + r * N + j);
+            const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x[r] + j), mv[r]), rv[r]);
+            a1[r] = _mm512_add_pd(a1[r], _mm512_cvtps_pd(gv));
+            a2[r] = _mm512_add_pd(a2[r], _mm512_cvtps_pd(_mm256_mul_ps(gv, xh)));
+        }
+    for (int r = 0; r < GROUP; r++) {
+        double b1[LANES], b2[LANES], s1 = 0, s2 = 0;
+        _mm512_storeu_pd(b1, a1[r]);
+        _mm512_storeu_pd(b2, a2[r]);
+        const float *gr = gw + r * N;
+        for (int64_t t = j; t < N; t++) {
+            s1 += gr[t];
+            s2 += (double)(gr[t] * ((x[r][t] - mr[r]) * rr[r]));
+        }
+        for (int l = 0; l < LANES; l++) {
+            s1 += b1[l];
+            s2 += b2[l];
+        }
+        const float m1 = (float)(s1 / (double)N), m2 = (float)(s2 / (double)N);
+        dx_row_body(gr, x[r], mr[r], rr[r], m1, m2, N, dx[r]);
+    }
+}
+
+static const row_kernels kernels_v = {fwd_row_v, bwd_row_v, param_row_v, fwd_group_v, bwd_group_v};
 #endif
 
 static const row_kernels *pick_kernels(void)
@@ -210,9 +330,10 @@ static int64_t row_grain(int64_t M, int64_t N)
     return g < 1 ? 1 : g;
 }
 
-/* Floats of per-thread scratch a row loop needs: five rows (x, the
- * residual, their sum, a result, a widened accumulator) and slack. */
-static size_t scratch_per(int64_t N) { return (size_t)(5 * N + 4); }
+/* Floats of per-thread scratch a row loop needs: five rows for one row
+ * at a time (x, the residual, their sum, a result, a widened
+ * accumulator), 2 * GROUP rows for a group's backward, and slack. */
+static size_t scratch_per(int64_t N) { return (size_t)((2 * GROUP + 1) * N + 4); }
 
 /* ------------------------------------------------------------ forward */
 
@@ -231,27 +352,49 @@ typedef struct {
     const row_kernels *k;
 } fwd_ctx;
 
+/* Row r of layer_norm's input as f32: x's row (widened into mine when
+ * 16-bit), or with a residual the sum as the add op computes it (f32,
+ * rounded once into sdt: the sum's row in memory when f32, else in mine),
+ * which layer_norm reads rounded. */
+static const float *in_row(const fwd_ctx *c, int64_t r, float *mine)
+{
+    const int64_t N = c->N;
+    const float *xr = row_f32(c->x, c->xdt, r, N, mine);
+    if (!c->res)
+        return xr;
+    const float *restrict rr = row_f32(c->res, c->rdt, r, N, mine + N);
+    float *restrict sr = c->sdt == AMP_F32 ? (float *)c->sum + r * N : mine + 2 * N;
+    for (int64_t j = 0; j < N; j++)
+        sr[j] = xr[j] + rr[j];
+    if (c->sdt != AMP_F32) {
+        char *dst = row_at(c->sum, c->sdt, r, N);
+        amp_convert(sr, AMP_F32, dst, c->sdt, (size_t)N);
+        amp_convert(dst, c->sdt, sr, AMP_F32, (size_t)N);
+    }
+    return sr;
+}
+
 static void fwd_range(void *vc, int64_t lo, int64_t hi, int tid)
 {
     const fwd_ctx *c = vc;
     const int64_t N = c->N;
     float *mine = c->rows + (size_t)tid * scratch_per(N);
-    for (int64_t r = lo; r < hi; r++) {
-        const float *xr = row_f32(c->x, c->xdt, r, N, mine);
-        if (c->res) {
-            /* The sum as the add op computes it (f32, rounded once into
-             * sdt), and layer_norm reads the rounded sum. */
-            const float *restrict rr = row_f32(c->res, c->rdt, r, N, mine + N);
-            float *restrict sr = c->sdt == AMP_F32 ? (float *)c->sum + r * N : mine + 2 * N;
-            for (int64_t j = 0; j < N; j++)
-                sr[j] = xr[j] + rr[j];
-            if (c->sdt != AMP_F32) {
-                char *dst = row_at(c->sum, c->sdt, r, N);
-                amp_convert(sr, AMP_F32, dst, c->sdt, (size_t)N);
-                amp_convert(dst, c->sdt, sr, AMP_F32, (size_t)N);
-            }
-            xr = sr;
+    /* Rows whose input is f32 in memory (x, or the sum in f32) and whose
+     * result is f32 run GROUP at a time; the rest one by one. */
+    const bool grouped =
+        c->k->fwd_group && c->xdt == AMP_F32 && (!c->res || c->sdt == AMP_F32) && c->ydt == AMP_F32;
+    int64_t r = lo;
+    for (; grouped && r + GROUP <= hi; r += GROUP) {
+        const float *xs[GROUP];
+        float *ys[GROUP];
+        for (int k = 0; k < GROUP; k++) {
+            xs[k] = in_row(c, r + k, mine);
+            ys[k] = (float *)c->y + (r + k) * N;
         }
+        c->k->fwd_group(xs, c->w, c->b, N, c->eps, ys, c->mu + r, c->rs + r);
+    }
+    for (; r < hi; r++) {
+        const float *xr = in_row(c, r, mine);
         float *yr = c->ydt == AMP_F32 ? (float *)c->y + r * N : mine + 3 * N;
         c->k->fwd(xr, c->w, c->b, N, c->eps, yr, c->mu + r, c->rs + r);
         if (c->ydt != AMP_F32)
@@ -332,7 +475,33 @@ typedef struct {
 static void bwd_rows(const bwd_ctx *c, int64_t r0, int64_t r1, float *mine, double *aw, double *ab)
 {
     const int64_t N = c->N;
-    for (int64_t r = r0; r < r1; r++) {
+    /* f32 g, x and dx: GROUP rows at a time (gw in mine's first GROUP
+     * rows, a dx to add in the next GROUP), each row's parameter sums
+     * added in row order as one by one. */
+    const bool grouped =
+        c->k->bwd_group && c->gdt == AMP_F32 && c->xdt == AMP_F32 && (!c->dx || c->dxdt == AMP_F32);
+    int64_t r = r0;
+    for (; grouped && r + GROUP <= r1; r += GROUP) {
+        const float *gs[GROUP], *xs[GROUP];
+        float *ds[GROUP];
+        for (int k = 0; k < GROUP; k++) {
+            gs[k] = (const float *)c->g + (r + k) * N;
+            xs[k] = (const float *)c->x + (r + k) * N;
+            ds[k] = c->acc ? mine + (GROUP + k) * N : c->dx ? (float *)c->dx + (r + k) * N : NULL;
+        }
+        if (c->dx) {
+            c->k->bwd_group(gs, xs, c->w, c->mu + r, c->rs + r, N, mine, ds);
+            for (int k = 0; c->acc && k < GROUP; k++) {
+                float *restrict a = (float *)c->dx + (r + k) * N;
+                const float *restrict d = ds[k];
+                for (int64_t j = 0; j < N; j++)
+                    a[j] += d[j];
+            }
+        }
+        for (int k = 0; (aw || ab) && k < GROUP; k++)
+            c->k->param(gs[k], xs[k], c->mu[r + k], c->rs[r + k], N, aw, ab);
+    }
+    for (; r < r1; r++) {
         const float *gr = row_f32(c->g, c->gdt, r, N, mine), *xr = row_f32(c->x, c->xdt, r, N, mine + N);
         if (c->dx) {
             const bool direct = c->dxdt == AMP_F32 && !c->acc;
