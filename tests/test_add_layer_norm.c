@@ -4,7 +4,8 @@
  * every gradient bit for bit those of amp_add then amp_layer_norm, for
  * f32, 16-bit and mixed dtypes, with and without weight and bias, on one
  * and two threads, under CPU autocast; the backward that adds dx into an
- * existing gradient; the CPU kernels' rows taken a group at a time giving
+ * existing gradient; on CUDA (cudaemu in CI), where ops compose the two,
+ * the same bits too; the CPU kernels' rows taken a group at a time giving
  * the bits of one row at a time; finite differences; bad input.
  */
 #include "harness.h"
@@ -23,8 +24,9 @@ typedef struct {
 } ln_inputs;
 
 /* Runs s = x + r, y = layer_norm(s) (fused or as two ops) and the loss's
- * backward; out[] gets clones of the results (NULL where none). */
-static void run(const ln_inputs *in, bool fused, amp_tensor **out)
+ * backward, under autocast to ac on the inputs' device unless ac is f32;
+ * out[] gets copies of the results on the CPU (NULL where none). */
+static void run_ac(const ln_inputs *in, bool fused, amp_dtype ac, amp_tensor **out)
 {
     amp_tensor *x = amp_clone(in->x), *r = amp_clone(in->r);
     amp_tensor *w = in->w ? amp_clone(in->w) : NULL, *b = in->b ? amp_clone(in->b) : NULL;
@@ -33,6 +35,8 @@ static void run(const ln_inputs *in, bool fused, amp_tensor **out)
         if (leaves[i])
             amp_tensor_set_requires_grad(leaves[i], true);
     amp_tensor *s, *y = NULL;
+    if (ac != AMP_F32)
+        CHECK_OK(amp_autocast_begin(amp_tensor_device(x), ac));
     if (fused) {
         s = op_add_layer_norm(x, r, w, b, in->eps, &y);
     } else {
@@ -43,15 +47,20 @@ static void run(const ln_inputs *in, bool fused, amp_tensor **out)
     /* s's other consumer comes after the layer_norm, as the next residual
      * add does in a transformer: its gradient reaches s first. */
     amp_tensor *loss = amp_add(amp_sum_all(amp_mul(y, in->gy)), amp_sum_all(amp_mul(s, in->gs)));
+    if (ac != AMP_F32)
+        CHECK_OK(amp_autocast_end());
     CHECK_OK(amp_backward(loss));
-    out[R_S] = amp_clone(s);
-    out[R_Y] = amp_clone(y);
+    out[R_S] = amp_to_device(s, AMP_CPU);
+    out[R_Y] = amp_to_device(y, AMP_CPU);
     for (int i = 0; i < 4; i++)
-        out[R_DX + i] = leaves[i] && amp_tensor_grad(leaves[i]) ? amp_clone(amp_tensor_grad(leaves[i])) : NULL;
+        out[R_DX + i] =
+            leaves[i] && amp_tensor_grad(leaves[i]) ? amp_to_device(amp_tensor_grad(leaves[i]), AMP_CPU) : NULL;
     for (int i = 0; i < 4; i++)
         amp_tensor_free(leaves[i]);
     amp_temps_free();
 }
+
+static void run(const ln_inputs *in, bool fused, amp_tensor **out) { run_ac(in, fused, AMP_F32, out); }
 
 static bool same_bits(const amp_tensor *a, const amp_tensor *b)
 {
@@ -167,6 +176,33 @@ static void test_fused_under_autocast(void)
     compare("autocast bf16: f32 residual + bf16 linear", res[0], res[1]);
     amp_tensor_free(lw);
     free_inputs(&in);
+}
+
+/* On CUDA the ops compose add and layer_norm (no fused kernel there): the
+ * same nodes, so the same bits, in f32 and under f16 autocast (layer_norm
+ * an fp32 op there) with an f16 residual. */
+static void test_fused_on_cuda(void)
+{
+    if (!amp_cuda_available()) {
+        harness_skip("no CUDA device");
+        return;
+    }
+    const amp_dtype rdts[2] = {AMP_F32, AMP_F16};
+    for (int k = 0; k < 2; k++) {
+        ln_inputs c = make_inputs(64, 96, AMP_F32, rdts[k], AMP_F32, true, true, 60);
+        amp_tensor **ts[6] = {&c.x, &c.r, &c.w, &c.b, &c.gs, &c.gy};
+        for (int i = 0; i < 6; i++) {
+            amp_tensor *d = amp_to_device(*ts[i], AMP_CUDA);
+            CHECK(d);
+            amp_tensor_free(*ts[i]);
+            *ts[i] = d;
+        }
+        amp_tensor *a[R_COUNT], *b[R_COUNT];
+        run_ac(&c, true, k ? AMP_F16 : AMP_F32, a);
+        run_ac(&c, false, k ? AMP_F16 : AMP_F32, b);
+        compare(k ? "cuda, f16 autocast, f32 + f16" : "cuda, f32", a, b);
+        free_inputs(&c);
+    }
 }
 
 /* A residual that broadcasts (not the fused pass's case) and the layer_norm
@@ -285,6 +321,7 @@ int main(void)
 {
     RUN(test_fused_equals_unfused);
     RUN(test_fused_under_autocast);
+    RUN(test_fused_on_cuda);
     RUN(test_broadcast_falls_back);
     RUN(test_grouped_rows_equal_single_rows);
     RUN(test_fused_gradcheck);
