@@ -564,10 +564,14 @@ static amp_status ln_backward(const void *g, amp_dtype gdt, const void *x, amp_d
 {
     const bool need_w = dwp != NULL, need_b = dbp != NULL, params = need_w || need_b;
     const int64_t rb = param_block_rows(M), nblk = (M + rb - 1) / rb;
-    /* Rows in parallel when only dx is wanted; blocks of rows otherwise
-     * (the caller alone for a small layer). */
-    const int64_t n = params ? nblk : M, grain = params ? (M * N > PAR_MIN_WORK ? 1 : nblk) : row_grain(M, N);
-    const int nt = amp_parallel_width(n, grain);
+    /* dx and the parameter sums in one pass over blocks of rows when
+     * there are blocks enough to share (or the layer is small: the caller
+     * alone); else dx over rows in parallel, then the sums. */
+    const bool big = M * N > PAR_MIN_WORK;
+    const bool one_pass = params && (!dxp || !big || nblk >= 2 * amp_threads());
+    const int64_t rgrain = row_grain(M, N), bgrain = big ? 1 : nblk;
+    const int nr = dxp && !one_pass ? amp_parallel_width(M, rgrain) : 1,
+              nb = params ? amp_parallel_width(nblk, bgrain) : 1, nt = nr > nb ? nr : nb;
 
     float *tw = NULL;
     const float *w = wp ? cpu_as_f32(wp, wdt, N, &tw) : NULL;
@@ -580,7 +584,14 @@ static amp_status ln_backward(const void *g, amp_dtype gdt, const void *x, amp_d
     if (ok) {
         bwd_ctx c = {g, x, gdt, xdt, w, mu, rs, M, N, rb, dxp, dxdt, acc, part, need_w, need_b, rows,
                      pick_kernels()};
-        amp_parallel_for(n, grain, params ? bwd_block_range : bwd_row_range, &c);
+        if (dxp && !one_pass) {
+            bwd_ctx dx_only = c;
+            dx_only.part = NULL;
+            amp_parallel_for(M, rgrain, bwd_row_range, &dx_only);
+            c.dx = NULL; /* the sums alone below */
+        }
+        if (params)
+            amp_parallel_for(nblk, bgrain, bwd_block_range, &c);
         for (int64_t j = 0; params && j < N; j++) {
             double sw = 0, sb = 0;
             for (int64_t blk = 0; blk < nblk; blk++) {
