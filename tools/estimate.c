@@ -453,12 +453,13 @@ static void layer_norm(tape *t, int64_t rows, int64_t W)
 /* A block run through amp_checkpoint, from the tape's figures before the
  * block (acts0, casts0, leaf0, fwd0: evaluation's most so far, the figure
  * reset to 0 for the block). Either way only the block's result (keep
- * bytes) outlives the block: fn's other results and its 16-bit weight
- * copies (a cast cache of its own) are freed when it returns. In
+ * bytes) and its 16-bit weight copies (autocast keeps them on the
+ * weights, ops/autocast.c) outlive the block: fn's other results are
+ * freed when it returns. In
  * evaluation that is all; in training its records [start, n) become one.
  * The block's
- * backward recomputes it (its results, saved tensors and 16-bit weight
- * copies again: ra, rc) and walks the block's own backward inside, as
+ * backward recomputes it (its results and saved tensors again, ra; the
+ * kept 16-bit weight copies are reused, rc = 0) and walks the block's own backward inside, as
  * run_tape walks a model's, beside the block's output gradient (the
  * engine frees it after the block's backward); the walk's node gradients
  * and 16-bit copies' gradients go as it goes, the parameters' f32
@@ -471,7 +472,6 @@ static void checkpointed(tape *t, size_t start, uint64_t acts0, uint64_t casts0,
         const uint64_t block = t->fwd_peak + (t->casts - casts0);
         t->fwd_peak = block > fwd0 ? block : fwd0;
         t->acts = acts0 + keep;
-        t->casts = casts0;
         return;
     }
     if (t->failed || t->n <= start)
@@ -491,15 +491,14 @@ static void checkpointed(tape *t, size_t start, uint64_t acts0, uint64_t casts0,
     }
     if (prev + p > most) /* the inner backward's end */
         most = prev + p;
-    op_rec c = {.g = t->ops[t->n - 1].g, .pa = t->leaf - leaf0, .ra = t->acts - acts0, .rc = t->casts - casts0,
-                .ck = true};
+    op_rec c = {.g = t->ops[t->n - 1].g, .pa = t->leaf - leaf0, .ra = t->acts - acts0, .rc = 0, .ck = true};
     c.w = c.ra + c.rc + most;
     t->ops[start] = c;
     t->n = start + 1;
     if (start > 0)
         t->ops[start - 1].by = start;
     t->acts = acts0 + keep;
-    t->casts = casts0;
+    (void)casts0;
 }
 
 static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)

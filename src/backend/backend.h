@@ -315,6 +315,20 @@ typedef struct amp_backend {
                                       amp_dtype wdt, const float *mean, const float *rstd, int64_t M, int64_t N,
                                       void *dx, amp_dtype dxdt, void *dw, amp_dtype dwdt, void *db,
                                       amp_dtype dbdt);
+    /* Optional (NULL: ops compose add and layer_norm). sum [M, N] (sdt) =
+     * x + res (f32 sum, rounded once), then layer_norm of the rounded sum
+     * as layer_norm does, in one pass: the same bits as the two. */
+    amp_status (*add_layer_norm)(const void *x, amp_dtype xdt, const void *res, amp_dtype rdt, const void *w,
+                                 amp_dtype wdt, const void *b, amp_dtype bdt, int64_t M, int64_t N, double eps,
+                                 void *sum, amp_dtype sdt, void *y, amp_dtype ydt, float *mean, float *rstd);
+    /* Optional (NULL: layer_norm_backward, then accumulate). As
+     * layer_norm_backward, but dx (not NULL) holds a gradient already and
+     * gets this one added: dx rounded to dxdt, added in f32, rounded once,
+     * the same bits as accumulate. */
+    amp_status (*layer_norm_backward_add)(const void *g, amp_dtype gdt, const void *x, amp_dtype xdt,
+                                          const void *w, amp_dtype wdt, const float *mean, const float *rstd,
+                                          int64_t M, int64_t N, void *dx, amp_dtype dxdt, void *dw,
+                                          amp_dtype dwdt, void *db, amp_dtype dbdt);
     /* out [nidx, D] (wdt) = rows idx[i] (i32/i64) of w [V, D]. An index
      * outside [0, V): the CPU fails with AMP_ERR_ARG naming it; CUDA gives
      * a NaN row (checking would wait for the GPU). */

@@ -9,6 +9,10 @@
  *               x = x + drop(fc2(gelu_tanh(fc1(ln_2(x)))))
  *   logits = ln_f(x) · wteᵀ                           [B, T, vocab]
  *
+ * Each residual add and the layer_norm after it (ln_2, the next block's
+ * ln_1, ln_f) run as op_add_layer_norm: one pass on the CPU, the same
+ * ops, values and gradients as the two.
+ *
  * The head is tied to the token embedding: amp_linear(x, wte, NULL) uses
  * the very tensor the embedding reads, so its gradient sums both uses.
  * q, k and v are three linears rather than one fused qkv linear because
@@ -89,8 +93,19 @@ static amp_tensor *split_heads(amp_tensor *x, int64_t B, int64_t T, int64_t H, i
     return amp_permute(amp_reshape(x, AMP_SHAPE(B, T, H, D)), perm);
 }
 
-/* One pre-LN block on x [B, T, width]. */
-static amp_tensor *block_compute(amp_module *m, amp_tensor *x)
+/* x + r, and *h = ln(x + r) (a LayerNorm child) from the same pass:
+ * op_add_layer_norm, the same ops and values as amp_add then ln. */
+static amp_tensor *add_ln(amp_tensor *x, amp_tensor *r, const amp_module *ln, amp_tensor **h)
+{
+    return op_add_layer_norm(x, r, ln->own[0], ln->own[1], ln->cfg_f[0], h);
+}
+
+/* One pre-LN block on x [B, T, width]. h1 is ln_1(x) when the previous
+ * block computed it with its last add, else NULL; with next_ln, the
+ * block's last add computes *h_next = next_ln(result) too (the next
+ * block's ln_1, or ln_f). */
+static amp_tensor *block_run(amp_module *m, amp_tensor *x, amp_tensor *h1, const amp_module *next_ln,
+                             amp_tensor **h_next)
 {
     static const int perm[4] = {0, 2, 1, 3};
     if (amp_tensor_ndim(x) != 3 || amp_tensor_dim(x, 2) != m->cfg_i[0]) {
@@ -100,19 +115,22 @@ static amp_tensor *block_compute(amp_module *m, amp_tensor *x)
                              amp_dtype_name(amp_tensor_dtype(x)), (long long)m->cfg_i[0]);
     }
     const int64_t B = amp_tensor_dim(x, 0), T = amp_tensor_dim(x, 1), W = m->cfg_i[0], H = m->cfg_i[1];
-    amp_tensor *h = amp_module_forward(m->children[B_LN1], x);
+    amp_tensor *h = h1 ? h1 : amp_module_forward(m->children[B_LN1], x);
     amp_tensor *q = split_heads(amp_linear(h, w_of(m, B_Q), b_of(m, B_Q)), B, T, H, W / H);
     amp_tensor *k = split_heads(amp_linear(h, w_of(m, B_K), b_of(m, B_K)), B, T, H, W / H);
     amp_tensor *v = split_heads(amp_linear(h, w_of(m, B_V), b_of(m, B_V)), B, T, H, W / H);
     amp_tensor *a = amp_reshape(amp_permute(amp_attention(q, k, v, true), perm), AMP_SHAPE(B, T, W));
-    x = amp_add(x, drop(m, amp_linear(a, w_of(m, B_PROJ), b_of(m, B_PROJ))));
-    h = amp_module_forward(m->children[B_LN2], x);
+    /* x = x + drop(proj(a)); h = ln_2(x) */
+    x = add_ln(x, drop(m, amp_linear(a, w_of(m, B_PROJ), b_of(m, B_PROJ))), m->children[B_LN2], &h);
     /* gelu_tanh(fc1(h)) as one op: on CUDA the GELU is the GEMM's
      * epilogue (no separate pass over the [B*T, 4 width] activations); on
      * the CPU the same values as the two ops, bit for bit. */
     h = op_linear_gelu(h, w_of(m, B_FC1), b_of(m, B_FC1));
-    return amp_add(x, drop(m, amp_linear(h, w_of(m, B_FC2), b_of(m, B_FC2))));
+    amp_tensor *r = drop(m, amp_linear(h, w_of(m, B_FC2), b_of(m, B_FC2)));
+    return next_ln ? add_ln(x, r, next_ln, h_next) : amp_add(x, r);
 }
+
+static amp_tensor *block_compute(amp_module *m, amp_tensor *x) { return block_run(m, x, NULL, NULL, NULL); }
 
 static amp_tensor *block_checkpointed(void *ctx, amp_tensor *const *in, int n)
 {
@@ -179,10 +197,23 @@ static amp_tensor *gpt_forward(amp_module *m, amp_tensor *idx)
         return NULL;
     amp_tensor *x = amp_add(amp_embedding(wte, idx), amp_embedding(wpe, pos));
     amp_tensor_free(pos);
-    for (int64_t i = 0; i < layers && x; i++)
-        if (!(x = amp_module_forward(m->children[i], x)))
+    /* Each block's last add computes the next block's ln_1 (or ln_f) in
+     * the same pass, except around a checkpointed block (which keeps
+     * only its input). h: that layer_norm of x, or NULL. */
+    amp_tensor *h = NULL;
+    for (int64_t i = 0; i < layers && x; i++) {
+        amp_module *blk = m->children[i], *next = i + 1 < layers ? m->children[i + 1] : NULL;
+        amp_tensor *hn = NULL;
+        if (blk->cfg_i[2])
+            x = amp_module_forward(blk, x);
+        else
+            x = block_run(blk, x, h, !next ? m->children[layers] : next->cfg_i[2] ? NULL : next->children[B_LN1],
+                          &hn);
+        h = hn;
+        if (!x)
             return block_error(i);
-    x = amp_module_forward(m->children[layers], x);
+    }
+    x = h ? h : amp_module_forward(m->children[layers], x);
     return amp_linear(x, wte, NULL);
 }
 

@@ -17,6 +17,20 @@
  * has neither check). A scope (autocast_scope_begin, ops.h) is a region in
  * a given state with a cache of its own, the current one set aside:
  * amp_checkpoint runs and recomputes its function in one.
+ *
+ * Kept copies: the 16-bit data of each cached cast also outlives the
+ * region (and the graph), hung on the leaf's storage with the storage's
+ * version (amp_storage.kept_cast), so the next region's casts of an
+ * unchanged weight (the next micro-batch under --accum, an evaluation)
+ * reuse it: a `to` node is still recorded for the new graph (the gradient
+ * flows back as before), but its forward is a view of the kept copy, not
+ * a conversion (a cast-cache hit for the profiler). Anything that writes
+ * a leaf from outside the ops bumps its version (the optimizer step, a
+ * load, a fill, amp_tensor_data) and a to_dtype / to_device gives it a new
+ * storage, so a changed weight is cast anew, never served stale. The
+ * copies are counted as AMP_MEM_CAST_CACHE and freed with the weight's
+ * storage (or replaced by its next cast). AMPC_KEEP_CASTS=0 in the
+ * environment turns them off (each region casts anew, as before).
  */
 #include "ops/ops.h"
 #include "backend/backend.h"
@@ -50,6 +64,9 @@ typedef struct {
 static _Thread_local cache_entry *cache;
 static _Thread_local size_t cache_len, cache_cap;
 
+/* The copy to_forward should return a view of (autocast_kept_copy). */
+static _Thread_local amp_tensor *reusing;
+
 /* Overrides: AMP_CAST_COUNT means "use the table". Shared by all threads. */
 static _Atomic int overrides[OP_COUNT][AMP_DEVICE_COUNT];
 static _Atomic int overrides_ready;
@@ -64,6 +81,25 @@ static void cache_clear(void)
     cache = NULL;
     cache_len = cache_cap = 0;
 }
+
+/* Whether kept copies are on: -1 until read from AMPC_KEEP_CASTS (0
+ * turns them off) or set by autocast_keep_casts_set. */
+static _Atomic int keep_on = -1;
+
+static bool keep_casts(void)
+{
+    int v = atomic_load(&keep_on);
+    if (v < 0) {
+        const char *e = getenv("AMPC_KEEP_CASTS");
+        v = !(e && strcmp(e, "0") == 0);
+        atomic_store(&keep_on, v);
+    }
+    return v != 0;
+}
+
+void autocast_keep_casts_set(bool on) { atomic_store(&keep_on, on ? 1 : 0); }
+
+amp_tensor *autocast_kept_copy(void) { return reusing; }
 
 size_t amp_autocast_cache_size(void) { return cache_len; }
 int amp_autocast_depth(void) { return depth; }
@@ -312,6 +348,64 @@ static amp_tensor *cast(amp_tensor *t, amp_dtype dt)
     return c;
 }
 
+/* t's kept copy in dt, if it has a fresh one. */
+static amp_tensor *kept_find(const amp_tensor *t, amp_dtype dt)
+{
+    const amp_storage *st = t->storage;
+    const amp_tensor *k = st->kept_cast;
+    return k && k->dtype == dt && k->numel == t->numel && shape_equal(k->shape, t->shape) &&
+                   st->kept_offset == t->offset && st->kept_version == st->version
+               ? st->kept_cast
+               : NULL;
+}
+
+/* Keeps the data of c, a fresh cast of t, for later regions (replacing
+ * the copy t's storage kept before). */
+static void kept_put(amp_tensor *t, amp_tensor *c)
+{
+    if (!keep_casts())
+        return;
+    amp_tensor *copy = tensor_view(c, c->shape);
+    if (!copy) {
+        amp_clear_error(); /* no room to keep it: the cast is still correct */
+        return;
+    }
+    amp_storage *st = t->storage;
+    amp_tensor_free(st->kept_cast);
+    st->kept_cast = copy;
+    st->kept_offset = t->offset;
+    st->kept_version = st->version;
+}
+
+/* t as dt from its kept copy: a `to` node like any cast, whose forward
+ * is a view of the copy (to_forward asks autocast_kept_copy). */
+static amp_tensor *reuse(amp_tensor *t, amp_dtype dt, amp_tensor *copy)
+{
+    prof_event *h = prof_instant(PROF_CAST_HIT, cast_name(t->dtype, dt));
+    if (h) {
+        prof_cast_tensors(h, t, dt);
+        h->bytes = 0; /* nothing converted: the kept copy is reused */
+    }
+    op_params p = {.i = {dt, 1}};
+    reusing = copy;
+    amp_tensor *c = op_run(OP_TO, &t, 1, &p);
+    reusing = NULL;
+    return c;
+}
+
+/* A cast for the cache: from t's kept copy when it has a fresh one, else
+ * converted (and kept). */
+static amp_tensor *fresh_cast(amp_tensor *t, amp_dtype dt)
+{
+    amp_tensor *k = keep_casts() ? kept_find(t, dt) : NULL;
+    if (k)
+        return reuse(t, dt, k);
+    amp_tensor *c = cast(t, dt);
+    if (c)
+        kept_put(t, c);
+    return c;
+}
+
 static amp_tensor *cached_cast(amp_tensor *t, amp_dtype dt)
 {
     bool cacheable = cur.cache_enabled && t->dtype == AMP_F32 && !t->grad_fn && t->requires_grad &&
@@ -332,7 +426,7 @@ static amp_tensor *cached_cast(amp_tensor *t, amp_dtype dt)
             }
             return e->cast;
         }
-        amp_tensor *c = cast(t, dt);
+        amp_tensor *c = fresh_cast(t, dt);
         if (!c)
             return NULL;
         amp_tensor_free(e->cast);
@@ -341,7 +435,7 @@ static amp_tensor *cached_cast(amp_tensor *t, amp_dtype dt)
         tensor_set_category(c, AMP_MEM_CAST_CACHE);
         return c;
     }
-    amp_tensor *c = cast(t, dt);
+    amp_tensor *c = fresh_cast(t, dt);
     if (!c)
         return NULL;
     if (cache_len == cache_cap) {

@@ -55,7 +55,13 @@ static amp_status additive_backward(node *n, const amp_tensor *gout, amp_tensor 
     return AMP_OK;
 }
 
-amp_tensor *add_forward(node *n) { return binary_forward(n, AMP_PW_ADD); }
+amp_tensor *add_forward(node *n)
+{
+    amp_tensor *out;
+    if (n->p.i[0] == 1 && add_layer_norm_try(n, &out)) /* op_add_layer_norm's fused pass */
+        return out;
+    return binary_forward(n, AMP_PW_ADD);
+}
 amp_tensor *sub_forward(node *n) { return binary_forward(n, AMP_PW_SUB); }
 amp_tensor *mul_forward(node *n) { return binary_forward(n, AMP_PW_MUL); }
 amp_tensor *div_forward(node *n) { return binary_forward(n, AMP_PW_DIV); }

@@ -29,4 +29,14 @@ amp_tensor *op_conv2d_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int s
  * gelu op's backward formula, then linear's backward. */
 amp_tensor *op_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *bias);
 
+/* s = x + res and *y = layer_norm(s) over the last dim (weight, bias
+ * [N] or NULL, eps), for a pre-LN transformer's residual stream; returns s
+ * (NULL on an error, *y NULL then too). The same two ops, nodes, values
+ * and gradients as amp_add then amp_layer_norm, but where the backend can
+ * (the CPU) the add computes the layer_norm in the same pass, and the
+ * layer_norm's backward adds its dx into s's gradient in its own pass
+ * (ops/norm.c). */
+amp_tensor *op_add_layer_norm(amp_tensor *x, amp_tensor *res, amp_tensor *weight, amp_tensor *bias, double eps,
+                              amp_tensor **y);
+
 #endif

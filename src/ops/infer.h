@@ -34,6 +34,10 @@ typedef struct {
     int64_t rows, cols;
 } ln_args;
 bool layer_norm_infer(const node *n, ln_args *a);
+/* add's forward when op_add_layer_norm asked for the fused pass (add's
+ * p.i[0] == 1; norm.c): true with *out the sum (or NULL on an error) when
+ * it ran, false when the plain add should run. */
+bool add_layer_norm_try(node *n, amp_tensor **out);
 
 /* softmax, log_softmax, argmax: a tensor seen as [outer, len, inner]
  * around the dim an op works along, p.i[0] (negative counts from the end;

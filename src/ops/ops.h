@@ -75,6 +75,13 @@ amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p);
  * AMP_OK, or an error for a banned op or f16 mixed with bf16 under
  * PROMOTE. Does nothing outside autocast. */
 amp_status autocast_inputs(int op, amp_tensor *const *in, int n, amp_tensor **out);
+/* The kept 16-bit copy a `to` op with p.i[1] == 1 returns a view of
+ * (autocast.c reuses a weight's cast from an earlier region that way),
+ * NULL outside such a call. */
+amp_tensor *autocast_kept_copy(void);
+/* Turns the kept copies on or off for every thread (AMPC_KEEP_CASTS's
+ * setting until then); copies kept already stay until replaced or freed. */
+void autocast_keep_casts_set(bool on);
 
 /* The FLOPs of n's forward (out: the result's shape) or backward (out:
  * n->out_shape), for the profiler; the formulas are in cost.c. op_run

@@ -157,6 +157,9 @@ amp_tensor *to_forward(node *n)
     const amp_dtype dt = (amp_dtype)n->p.i[0];
     if ((unsigned)dt >= AMP_DTYPE_COUNT)
         return amp_fail_null(AMP_ERR_DTYPE, "%s: invalid dtype %d", op_name(n), (int)dt);
+    const amp_tensor *kept = n->p.i[1] == 1 ? autocast_kept_copy() : NULL;
+    if (kept && kept->dtype == dt && shape_equal(kept->shape, n->in[0]->shape))
+        return tensor_view(kept, kept->shape); /* autocast's kept cast of this weight */
     return tensor_convert(n->in[0], dt);
 }
 

@@ -327,6 +327,7 @@ void amp_tensor_free(amp_tensor *t)
         return;
     if (--t->storage->refcount == 0) {
         backend_of(t->storage->device)->free(t->storage->data);
+        amp_tensor_free(t->storage->kept_cast);
         free(t->storage);
     }
     amp_tensor_free(t->grad);

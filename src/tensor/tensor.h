@@ -22,6 +22,11 @@ typedef struct amp_storage {
     uint64_t version; /* bumped by every write from outside the ops */
     int category;     /* amp_mem_category: what the storage is for */
     int graph_holds;  /* graph nodes keeping it for backward */
+    /* autocast's kept 16-bit copy of the tensor at kept_offset (ops/
+     * autocast.c), made at version kept_version; freed with the storage. */
+    struct amp_tensor *kept_cast;
+    size_t kept_offset;
+    uint64_t kept_version;
 } amp_storage;
 
 struct node; /* autograd/graph.h */

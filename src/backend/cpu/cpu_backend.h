@@ -50,6 +50,13 @@ amp_status cpu_layer_norm(const void *x, amp_dtype xdt, const void *w, amp_dtype
 amp_status cpu_layer_norm_backward(const void *g, amp_dtype gdt, const void *x, amp_dtype xdt, const void *w,
                                    amp_dtype wdt, const float *mean, const float *rstd, int64_t M, int64_t N,
                                    void *dx, amp_dtype dxdt, void *dw, amp_dtype dwdt, void *db, amp_dtype dbdt);
+amp_status cpu_add_layer_norm(const void *x, amp_dtype xdt, const void *res, amp_dtype rdt, const void *w,
+                              amp_dtype wdt, const void *b, amp_dtype bdt, int64_t M, int64_t N, double eps,
+                              void *sum, amp_dtype sdt, void *y, amp_dtype ydt, float *mean, float *rstd);
+amp_status cpu_layer_norm_backward_add(const void *g, amp_dtype gdt, const void *x, amp_dtype xdt, const void *w,
+                                       amp_dtype wdt, const float *mean, const float *rstd, int64_t M, int64_t N,
+                                       void *dx, amp_dtype dxdt, void *dw, amp_dtype dwdt, void *db,
+                                       amp_dtype dbdt);
 /* embedding.c: embedding and dropout. */
 amp_status cpu_embedding(const void *w, amp_dtype wdt, const void *idx, amp_dtype idt, int64_t nidx, int64_t V,
                          int64_t D, void *out);

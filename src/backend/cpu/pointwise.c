@@ -9,11 +9,14 @@
  * runs (generated from backend/pointwise.h, so the compiler vectorises
  * it), and results are rounded once into the output's dtype. Sums
  * accumulate in double over fixed blocks, so results do not depend on the
- * number of threads.
+ * number of threads. Every parallel loop is an amp_parallel_for
+ * (base/parallel.h) over grains of a few thousand elements or more, or
+ * runs on the caller alone where the work is small.
  */
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/simd.h"
 #include "base/base.h"
+#include "base/parallel.h"
 #include "dtype/dtype.h"
 
 #include <stdlib.h>
@@ -101,35 +104,57 @@ typedef struct {
 
 static half_fmt half_of(amp_dtype dt) { return dt == AMP_BF16 ? (half_fmt){0x7F80, 0x0040} : (half_fmt){0x7C00, 0x0200}; }
 
-/* Elements per task of the 16-bit loops. */
+/* Elements per grain of the 16-bit loops. */
 #define HALF_BLOCK 16384
 
-static void relu_half(const uint16_t *restrict x, uint16_t *restrict y, int64_t n, half_fmt f)
+/* Grain of n elements in grains of g: the caller alone below `least`. */
+static int64_t grain_of(int64_t n, int64_t g, int64_t least) { return n >= least ? g : (n > 1 ? n : 1); }
+
+typedef struct {
+    const uint16_t *x, *g; /* relu: x; its gradient: g and y (in x) */
+    uint16_t *out;
+    half_fmt f;
+} half_ctx;
+
+static void relu_half_range(void *vc, int64_t lo, int64_t hi, int tid)
 {
-    OMP_PRAGMA(omp parallel for num_threads(amp_threads()) if (n >= 4 * HALF_BLOCK) schedule(static))
-    for (int64_t b = 0; b < n; b += HALF_BLOCK) {
-        int64_t e = n - b < HALF_BLOCK ? n : b + HALF_BLOCK;
-        for (int64_t j = b; j < e; j++) {
-            uint16_t v = x[j], a = v & 0x7FFF;
-            y[j] = a > f.inf ? (uint16_t)(v | f.quiet) : (v & 0x8000) ? 0 : v;
-        }
+    (void)tid;
+    const half_ctx *c = vc;
+    const uint16_t *restrict x = c->x;
+    uint16_t *restrict y = c->out;
+    const half_fmt f = c->f;
+    for (int64_t j = lo; j < hi; j++) {
+        uint16_t v = x[j], a = v & 0x7FFF;
+        y[j] = a > f.inf ? (uint16_t)(v | f.quiet) : (v & 0x8000) ? 0 : v;
     }
 }
 
-/* dx = g where y > 0 (not NaN), else +0. */
-static void relu_grad_half(const uint16_t *restrict g, const uint16_t *restrict y, uint16_t *restrict dx, int64_t n,
-                           half_fmt f)
+static void relu_half(const uint16_t *x, uint16_t *y, int64_t n, half_fmt f)
 {
-    OMP_PRAGMA(omp parallel for num_threads(amp_threads()) if (n >= 4 * HALF_BLOCK) schedule(static))
-    for (int64_t b = 0; b < n; b += HALF_BLOCK) {
-        int64_t e = n - b < HALF_BLOCK ? n : b + HALF_BLOCK;
-        for (int64_t j = b; j < e; j++) {
-            uint16_t yv = y[j], ya = yv & 0x7FFF, gv = g[j];
-            bool pos = !(yv & 0x8000) && ya != 0 && ya <= f.inf;
-            uint16_t gq = (gv & 0x7FFF) > f.inf ? (uint16_t)(gv | f.quiet) : gv;
-            dx[j] = pos ? gq : 0;
-        }
+    half_ctx c = {x, NULL, y, f};
+    amp_parallel_for(n, grain_of(n, HALF_BLOCK, 4 * HALF_BLOCK), relu_half_range, &c);
+}
+
+/* dx = g where y > 0 (not NaN), else +0. */
+static void relu_grad_half_range(void *vc, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const half_ctx *c = vc;
+    const uint16_t *restrict g = c->g, *restrict y = c->x;
+    uint16_t *restrict dx = c->out;
+    const half_fmt f = c->f;
+    for (int64_t j = lo; j < hi; j++) {
+        uint16_t yv = y[j], ya = yv & 0x7FFF, gv = g[j];
+        bool pos = !(yv & 0x8000) && ya != 0 && ya <= f.inf;
+        uint16_t gq = (gv & 0x7FFF) > f.inf ? (uint16_t)(gv | f.quiet) : gv;
+        dx[j] = pos ? gq : 0;
     }
+}
+
+static void relu_grad_half(const uint16_t *g, const uint16_t *y, uint16_t *dx, int64_t n, half_fmt f)
+{
+    half_ctx c = {y, g, dx, f};
+    amp_parallel_for(n, grain_of(n, HALF_BLOCK, 4 * HALF_BLOCK), relu_grad_half_range, &c);
 }
 
 /* Whether relu (or its gradient) can run on the 16-bit bits: every
@@ -143,6 +168,21 @@ static bool relu_on_bits(amp_pw_op op, amp_dtype odt, int nin, const amp_dtype *
             return false;
     return true;
 }
+
+/* What the map's blocks share. */
+typedef struct {
+    pw_kernel fn;
+    void *out;
+    amp_dtype odt;
+    int nin;
+    const void *const *in;
+    const amp_dtype *idt;
+    const be_pw_plan *p;
+    float s0;
+    int64_t inner, per_row;
+} map_ctx;
+
+static void map_range(void *vc, int64_t lo, int64_t hi, int tid);
 
 amp_status cpu_pointwise(amp_pw_op op, void *out, amp_dtype odt, int64_t numel, int nin, const void *const *in,
                          const amp_dtype *idt, const be_pw_plan *p, float s0)
@@ -158,18 +198,33 @@ amp_status cpu_pointwise(amp_pw_op op, void *out, amp_dtype odt, int64_t numel, 
             relu_grad_half(in[0], in[1], out, numel, half_of(odt));
         return AMP_OK;
     }
-    const pw_kernel fn = kernel_of(op);
     /* The innermost (merged) dim is walked in blocks; each operand's stride
      * along it is 1 (contiguous) or 0 (broadcast). */
-    const int last = p->nd - 1;
-    const int64_t inner = p->d[last];
+    const int64_t inner = p->d[p->nd - 1];
     const int64_t per_row = (inner + EW_CHUNK - 1) / EW_CHUNK;
     const int64_t tasks = numel / inner * per_row;
+    map_ctx c = {kernel_of(op), out, odt, nin, in, idt, p, s0, inner, per_row};
+    /* Grains of 8 blocks (8192 elements at most). */
+    amp_parallel_for(tasks, numel >= EW_PARALLEL_MIN ? 8 : tasks, map_range, &c);
+    return AMP_OK;
+}
+
+/* Blocks [lo, hi) of the map (see cpu_pointwise). */
+static void map_range(void *vc, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const map_ctx *mc = vc;
+    const pw_kernel fn = mc->fn;
+    const be_pw_plan *p = mc->p;
+    const int nin = mc->nin, last = p->nd - 1;
+    const void *const *in = mc->in;
+    const amp_dtype *idt = mc->idt, odt = mc->odt;
+    const int64_t inner = mc->inner, per_row = mc->per_row;
+    const float s0 = mc->s0;
     const size_t osz = amp_dtype_size(odt);
-    char *obase = out;
+    char *obase = mc->out;
     const bool out_f32 = odt == AMP_F32;
-    OMP_PRAGMA(omp parallel for num_threads(amp_threads()) if (numel >= EW_PARALLEL_MIN) schedule(static))
-    for (int64_t t = 0; t < tasks; t++) {
+    for (int64_t t = lo; t < hi; t++) {
         float buf[BE_PW_MAX_IN][EW_CHUNK], obuf[EW_CHUNK];
         const float *src[BE_PW_MAX_IN] = {0};
         int64_t row = t / per_row, c0 = (t % per_row) * EW_CHUNK;
@@ -205,7 +260,6 @@ amp_status cpu_pointwise(amp_pw_op op, void *out, amp_dtype odt, int64_t numel, 
             amp_convert(obuf, AMP_F32, obase + (size_t)oo * osz, odt, (size_t)len);
         }
     }
-    return AMP_OK;
 }
 
 const float *cpu_as_f32(const void *p, amp_dtype dt, int64_t n, float **tmp)
@@ -223,41 +277,60 @@ const float *cpu_as_f32(const void *p, amp_dtype dt, int64_t n, float **tmp)
  * threads' start-up is paid back, small enough to share the work. */
 #define CONVERT_BLOCK 65536
 
+/* A conversion or accumulation of src (sdt) into dst (ddt). */
+typedef struct {
+    const void *src;
+    amp_dtype sdt;
+    void *dst;
+    amp_dtype ddt;
+} copy_ctx;
+
+static void convert_range(void *vc, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const copy_ctx *c = vc;
+    amp_convert((const char *)c->src + (size_t)lo * amp_dtype_size(c->sdt), c->sdt,
+                (char *)c->dst + (size_t)lo * amp_dtype_size(c->ddt), c->ddt, (size_t)(hi - lo));
+}
+
 amp_status cpu_convert(const void *src, amp_dtype sdt, void *dst, amp_dtype ddt, int64_t n)
 {
-    const char *s = src;
-    char *d = dst;
-    const size_t es = amp_dtype_size(sdt), ed = amp_dtype_size(ddt);
-    const int64_t blocks = (n + CONVERT_BLOCK - 1) / CONVERT_BLOCK;
-    OMP_PRAGMA(omp parallel for num_threads(amp_threads()) if (blocks > 1) schedule(static))
-    for (int64_t b = 0; b < blocks; b++) {
-        int64_t lo = b * CONVERT_BLOCK, len = n - lo < CONVERT_BLOCK ? n - lo : CONVERT_BLOCK;
-        amp_convert(s + (size_t)lo * es, sdt, d + (size_t)lo * ed, ddt, (size_t)len);
-    }
+    copy_ctx c = {src, sdt, dst, ddt};
+    amp_parallel_for(n, CONVERT_BLOCK, convert_range, &c);
     return AMP_OK;
 }
 
-/* dst += src in dst's dtype: f32 sums, one rounding. */
-amp_status cpu_accumulate(void *dst, amp_dtype ddt, const void *src, amp_dtype sdt, int64_t n)
+static void accumulate_range(void *vc, int64_t lo, int64_t hi, int tid)
 {
+    (void)tid;
+    const copy_ctx *c = vc;
+    const amp_dtype ddt = c->ddt, sdt = c->sdt;
     if (ddt == AMP_F32 && sdt == AMP_F32) {
-        float *restrict a = dst;
-        const float *restrict b = src;
-        for (int64_t i = 0; i < n; i++)
+        float *restrict a = c->dst;
+        const float *restrict b = c->src;
+        for (int64_t i = lo; i < hi; i++)
             a[i] += b[i];
-        return AMP_OK;
+        return;
     }
     float a[EW_CHUNK], b[EW_CHUNK];
     const size_t ed = amp_dtype_size(ddt), es = amp_dtype_size(sdt);
-    for (int64_t lo = 0; lo < n; lo += EW_CHUNK) {
-        size_t len = (size_t)(n - lo < EW_CHUNK ? n - lo : EW_CHUNK);
-        char *d = (char *)dst + (size_t)lo * ed;
+    for (int64_t k = lo; k < hi; k += EW_CHUNK) {
+        size_t len = (size_t)(hi - k < EW_CHUNK ? hi - k : EW_CHUNK);
+        char *d = (char *)c->dst + (size_t)k * ed;
         amp_convert(d, ddt, a, AMP_F32, len);
-        amp_convert((const char *)src + (size_t)lo * es, sdt, b, AMP_F32, len);
+        amp_convert((const char *)c->src + (size_t)k * es, sdt, b, AMP_F32, len);
         for (size_t i = 0; i < len; i++)
             a[i] += b[i];
         amp_convert(a, AMP_F32, d, ddt, len);
     }
+}
+
+/* dst += src in dst's dtype: f32 sums, one rounding (elementwise, so the
+ * threads' shares do not change a bit). */
+amp_status cpu_accumulate(void *dst, amp_dtype ddt, const void *src, amp_dtype sdt, int64_t n)
+{
+    copy_ctx c = {src, sdt, dst, ddt};
+    amp_parallel_for(n, grain_of(n, CONVERT_BLOCK, EW_PARALLEL_MIN), accumulate_range, &c);
     return AMP_OK;
 }
 
@@ -287,7 +360,48 @@ static double sum_run(const float *x, int64_t n)
     return (s0 + s1) + (s2 + s3);
 }
 
-/* sum_run over fixed blocks in parallel; for calls outside a parallel loop. */
+/* Sums of runs: run b is x[b * stride, + len) (the last one shorter when
+ * stride == len and n runs out), into part[b]. */
+typedef struct {
+    const float *x;
+    int64_t n, len;
+    double *part;
+} sum_ctx;
+
+static void sum_block_range(void *vc, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const sum_ctx *c = vc;
+    for (int64_t b = lo; b < hi; b++) {
+        int64_t o = b * c->len;
+        c->part[b] = sum_run(c->x + o, c->n - o < c->len ? c->n - o : c->len);
+    }
+}
+
+/* Column sums of a [rows, cols] block: columns [j0, j1) of each row
+ * added into dst (zeroed), one COL_BLOCK per index. */
+typedef struct {
+    const float *x;
+    int64_t rows, cols;
+    double *dst;
+} col_ctx;
+
+static void col_block_range(void *vc, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const col_ctx *c = vc;
+    for (int64_t b = lo; b < hi; b++) {
+        int64_t j0 = b * COL_BLOCK, j1 = j0 + COL_BLOCK < c->cols ? j0 + COL_BLOCK : c->cols;
+        double *restrict d = c->dst;
+        for (int64_t i = 0; i < c->rows; i++) {
+            const float *restrict xr = c->x + i * c->cols;
+            for (int64_t j = j0; j < j1; j++)
+                d[j] += xr[j];
+        }
+    }
+}
+
+/* sum_run over fixed blocks in parallel. */
 static double sum_long(const float *x, int64_t n)
 {
     if (n < 4 * SUM_BLOCK)
@@ -296,11 +410,8 @@ static double sum_long(const float *x, int64_t n)
     double *part = malloc((size_t)nb * sizeof *part);
     if (!part)
         return sum_run(x, n);
-    OMP_PRAGMA(omp parallel for num_threads(amp_threads()) schedule(static))
-    for (int64_t b = 0; b < nb; b++) {
-        int64_t lo = b * SUM_BLOCK;
-        part[b] = sum_run(x + lo, n - lo < SUM_BLOCK ? n - lo : SUM_BLOCK);
-    }
+    sum_ctx c = {x, n, SUM_BLOCK, part};
+    amp_parallel_for(nb, 1, sum_block_range, &c);
     double s = 0;
     for (int64_t b = 0; b < nb; b++)
         s += part[b];
@@ -373,24 +484,16 @@ static void sum_dims(const float *x, amp_shape s, unsigned mask, double *dst, in
                 dst[i] = sum_long(x + i * len, len);
             return;
         }
-        OMP_PRAGMA(omp parallel for num_threads(nt) if (par) schedule(static))
-        for (int64_t i = 0; i < rows; i++)
-            dst[i] = sum_run(x + i * len, len);
+        sum_ctx c = {x, numel, len, dst};
+        int64_t g = 8192 / len;
+        amp_parallel_for(rows, par ? (g > 1 ? g : 1) : rows, sum_block_range, &c);
         return;
     }
     if (p.nd == 2) { /* [R, cols]: column sums, as for a bias gradient */
         int64_t rows = p.d[0], cols = p.d[1];
         int64_t nblk = (cols + COL_BLOCK - 1) / COL_BLOCK;
-        OMP_PRAGMA(omp parallel for num_threads(nt) if (par && nblk > 1) schedule(static))
-        for (int64_t b = 0; b < nblk; b++) {
-            int64_t j0 = b * COL_BLOCK, j1 = j0 + COL_BLOCK < cols ? j0 + COL_BLOCK : cols;
-            double *restrict d = dst;
-            for (int64_t i = 0; i < rows; i++) {
-                const float *restrict xr = x + i * cols;
-                for (int64_t j = j0; j < j1; j++)
-                    d[j] += xr[j];
-            }
-        }
+        col_ctx c = {x, rows, cols, dst};
+        amp_parallel_for(nblk, par ? 1 : nblk, col_block_range, &c);
         return;
     }
     /* The general case: walk the rows of the innermost run, adding each row
@@ -480,6 +583,24 @@ static int64_t argmax_int(const void *x, amp_dtype dt, int64_t base, int64_t len
     return best;
 }
 
+typedef struct {
+    const void *x;
+    const float *xf; /* x as f32 for a float dtype, else NULL */
+    amp_dtype dt;
+    int64_t len, inner;
+    int64_t *o;
+} argmax_ctx;
+
+static void argmax_range(void *vc, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const argmax_ctx *c = vc;
+    for (int64_t j = lo; j < hi; j++) {
+        int64_t base = (j / c->inner) * c->len * c->inner + j % c->inner;
+        c->o[j] = c->xf ? argmax_float(c->xf + base, c->len, c->inner) : argmax_int(c->x, c->dt, base, c->len, c->inner);
+    }
+}
+
 amp_status cpu_argmax(const void *x, amp_dtype dt, int64_t outer, int64_t len, int64_t inner, int64_t *o)
 {
     bool is_float = amp_dtype_is_float(dt);
@@ -493,12 +614,9 @@ amp_status cpu_argmax(const void *x, amp_dtype dt, int64_t outer, int64_t len, i
     }
     if (is_float)
         xf = tmp ? tmp : (const float *)x;
-    int64_t m = outer * inner;
-    OMP_PRAGMA(omp parallel for num_threads(amp_threads()) if (m * len >= EW_PARALLEL_MIN) schedule(static))
-    for (int64_t j = 0; j < m; j++) {
-        int64_t base = (j / inner) * len * inner + j % inner;
-        o[j] = is_float ? argmax_float(xf + base, len, inner) : argmax_int(x, dt, base, len, inner);
-    }
+    int64_t m = outer * inner, g = len > 0 ? 8192 / len : m;
+    argmax_ctx c = {x, is_float ? xf : NULL, dt, len, inner, o};
+    amp_parallel_for(m, m * len >= EW_PARALLEL_MIN ? (g > 1 ? g : 1) : m, argmax_range, &c);
     amp_free(tmp);
     return AMP_OK;
 }
@@ -518,6 +636,68 @@ DEFINE_TILE(uint8_t)
 DEFINE_TILE(uint16_t)
 DEFINE_TILE(uint32_t)
 DEFINE_TILE(uint64_t)
+
+/* A permute's merged dims (see cpu_permute): sizes, strides into src
+ * and dst; for the tiled case the tile dims and the batch dims. */
+typedef struct {
+    const char *sp;
+    char *dp;
+    size_t es;
+    int m, q, kc;
+    const int64_t *sz, *is, *os, *qsz, *qis, *qos;
+    int64_t run, A, B, ta, tb;
+} perm_ctx;
+
+/* Contiguous runs [lo, hi) of the output (src's last dim kept). */
+static void perm_run_range(void *vc, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const perm_ctx *c = vc;
+    for (int64_t o = lo; o < hi; o++) {
+        int64_t rem = o, off = 0;
+        for (int k = c->m - 2; k >= 0; k--) {
+            off += (rem % c->sz[k]) * c->is[k];
+            rem /= c->sz[k];
+        }
+        memcpy(c->dp + (size_t)(o * c->run) * c->es, c->sp + (size_t)off * c->es, (size_t)c->run * c->es);
+    }
+}
+
+enum { PERM_TILE = 32 };
+
+/* Tiles [lo, hi) of the transposing case. */
+static void perm_tile_range(void *vc, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const perm_ctx *c = vc;
+    const int m = c->m, kc = c->kc;
+    const size_t es = c->es;
+    const int64_t T = PERM_TILE, A = c->A, B = c->B, ta = c->ta, tb = c->tb;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t o = u / (ta * tb), t = u % (ta * tb), ioff = 0, ooff = 0;
+        for (int k = c->q - 1; k >= 0; k--) {
+            ioff += (o % c->qsz[k]) * c->qis[k];
+            ooff += (o % c->qsz[k]) * c->qos[k];
+            o /= c->qsz[k];
+        }
+        const int64_t a0 = (t / tb) * T, b0 = (t % tb) * T;
+        const int64_t a1 = a0 + T < A ? a0 + T : A, b1 = b0 + T < B ? b0 + T : B;
+        const char *s0 = c->sp + (size_t)ioff * es;
+        char *d0 = c->dp + (size_t)ooff * es;
+        const int64_t *is = c->is, *os = c->os;
+        if (es == 1)
+            tile_uint8_t((const uint8_t *)s0, (uint8_t *)d0, a0, a1, b0, b1, is[kc], is[m - 1], os[kc]);
+        else if (es == 2)
+            tile_uint16_t((const uint16_t *)(const void *)s0, (uint16_t *)(void *)d0, a0, a1, b0, b1, is[kc],
+                          is[m - 1], os[kc]);
+        else if (es == 4)
+            tile_uint32_t((const uint32_t *)(const void *)s0, (uint32_t *)(void *)d0, a0, a1, b0, b1, is[kc],
+                          is[m - 1], os[kc]);
+        else
+            tile_uint64_t((const uint64_t *)(const void *)s0, (uint64_t *)(void *)d0, a0, a1, b0, b1, is[kc],
+                          is[m - 1], os[kc]);
+    }
+}
 
 amp_status cpu_permute(const void *src, void *dst, size_t es, int nd, const int64_t *od, const int64_t *ist)
 {
@@ -558,16 +738,9 @@ amp_status cpu_permute(const void *src, void *dst, size_t es, int nd, const int6
     char *dp = dst;
     if (is[m - 1] == 1) {
         /* The last dim keeps its place: contiguous runs. */
-        const int64_t run = sz[m - 1], outer = total / run;
-        OMP_PRAGMA(omp parallel for num_threads(amp_threads()) if (total > EW_PARALLEL_MIN))
-        for (int64_t o = 0; o < outer; o++) {
-            int64_t rem = o, off = 0;
-            for (int k = m - 2; k >= 0; k--) {
-                off += (rem % sz[k]) * is[k];
-                rem /= sz[k];
-            }
-            memcpy(dp + (size_t)(o * run) * es, sp + (size_t)off * es, (size_t)run * es);
-        }
+        const int64_t run = sz[m - 1], outer = total / run, g = 8192 / run;
+        perm_ctx c = {.sp = sp, .dp = dp, .es = es, .m = m, .sz = sz, .is = is, .run = run};
+        amp_parallel_for(outer, total > EW_PARALLEL_MIN ? (g > 1 ? g : 1) : outer, perm_run_range, &c);
         return AMP_OK;
     }
     /* Tiles over two dims: the output's last (contiguous in dst) and the
@@ -586,45 +759,40 @@ amp_status cpu_permute(const void *src, void *dst, size_t es, int nd, const int6
             qos[q] = os[k];
             q++;
         }
-    enum { T = 32 };
-    const int64_t A = sz[kc], B = sz[m - 1], ta = (A + T - 1) / T, tb = (B + T - 1) / T;
+    const int64_t T = PERM_TILE, A = sz[kc], B = sz[m - 1], ta = (A + T - 1) / T, tb = (B + T - 1) / T;
     const int64_t units = (total / (A * B)) * ta * tb;
-    OMP_PRAGMA(omp parallel for num_threads(amp_threads()) if (total > EW_PARALLEL_MIN))
-    for (int64_t u = 0; u < units; u++) {
-        int64_t o = u / (ta * tb), t = u % (ta * tb), ioff = 0, ooff = 0;
-        for (int k = q - 1; k >= 0; k--) {
-            ioff += (o % qsz[k]) * qis[k];
-            ooff += (o % qsz[k]) * qos[k];
-            o /= qsz[k];
-        }
-        const int64_t a0 = (t / tb) * T, b0 = (t % tb) * T;
-        const int64_t a1 = a0 + T < A ? a0 + T : A, b1 = b0 + T < B ? b0 + T : B;
-        const char *s0 = sp + (size_t)ioff * es;
-        char *d0 = dp + (size_t)ooff * es;
-        if (es == 1)
-            tile_uint8_t((const uint8_t *)s0, (uint8_t *)d0, a0, a1, b0, b1, is[kc], is[m - 1], os[kc]);
-        else if (es == 2)
-            tile_uint16_t((const uint16_t *)(const void *)s0, (uint16_t *)(void *)d0, a0, a1, b0, b1, is[kc],
-                          is[m - 1], os[kc]);
-        else if (es == 4)
-            tile_uint32_t((const uint32_t *)(const void *)s0, (uint32_t *)(void *)d0, a0, a1, b0, b1, is[kc],
-                          is[m - 1], os[kc]);
-        else
-            tile_uint64_t((const uint64_t *)(const void *)s0, (uint64_t *)(void *)d0, a0, a1, b0, b1, is[kc],
-                          is[m - 1], os[kc]);
-    }
+    perm_ctx c = {sp, dp, es, m, q, kc, sz, is, os, qsz, qis, qos, 0, A, B, ta, tb};
+    /* Grains of 8 tiles (8192 elements at most). */
+    amp_parallel_for(units, total > EW_PARALLEL_MIN ? 8 : units, perm_tile_range, &c);
     return AMP_OK;
 }
 
 /* ----------------------------------------------------------- slice copy */
 
+typedef struct {
+    const void *src;
+    amp_dtype sdt;
+    int64_t sld, soff;
+    void *dst;
+    amp_dtype ddt;
+    int64_t dld, doff, cols;
+} copy2d_ctx;
+
+static void copy2d_range(void *vc, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const copy2d_ctx *c = vc;
+    const size_t es = amp_dtype_size(c->sdt), ed = amp_dtype_size(c->ddt);
+    for (int64_t r = lo; r < hi; r++)
+        amp_convert((const char *)c->src + (size_t)(r * c->sld + c->soff) * es, c->sdt,
+                    (char *)c->dst + (size_t)(r * c->dld + c->doff) * ed, c->ddt, (size_t)c->cols);
+}
+
 amp_status cpu_copy_2d(const void *src, amp_dtype sdt, int64_t sld, int64_t soff, void *dst, amp_dtype ddt,
                        int64_t dld, int64_t doff, int64_t rows, int64_t cols)
 {
-    const size_t es = amp_dtype_size(sdt), ed = amp_dtype_size(ddt);
-    OMP_PRAGMA(omp parallel for num_threads(amp_threads()) if (rows > 1 && rows * cols > EW_PARALLEL_MIN))
-    for (int64_t r = 0; r < rows; r++)
-        amp_convert((const char *)src + (size_t)(r * sld + soff) * es, sdt, (char *)dst + (size_t)(r * dld + doff) * ed,
-                    ddt, (size_t)cols);
+    copy2d_ctx c = {src, sdt, sld, soff, dst, ddt, dld, doff, cols};
+    const int64_t g = cols > 0 ? 8192 / cols : rows;
+    amp_parallel_for(rows, rows > 1 && rows * cols > EW_PARALLEL_MIN ? (g > 1 ? g : 1) : rows, copy2d_range, &c);
     return AMP_OK;
 }
