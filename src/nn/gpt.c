@@ -82,17 +82,16 @@ static amp_tensor *linear_forward(amp_module *m, amp_tensor *x)
     return amp_linear(x, m->own[0], m->own[1]);
 }
 
-/* [B, T, width] -> [B, heads, T, width / heads] */
+/* [B, T, width] -> [B, T, heads, width / heads]: a reshape, no copy;
+ * op_attention_bthd takes the heads in this layout. */
 static amp_tensor *split_heads(amp_tensor *x, int64_t B, int64_t T, int64_t H, int64_t D)
 {
-    static const int perm[4] = {0, 2, 1, 3};
-    return amp_permute(amp_reshape(x, AMP_SHAPE(B, T, H, D)), perm);
+    return amp_reshape(x, AMP_SHAPE(B, T, H, D));
 }
 
 /* One pre-LN block on x [B, T, width]. */
 static amp_tensor *block_compute(amp_module *m, amp_tensor *x)
 {
-    static const int perm[4] = {0, 2, 1, 3};
     if (amp_tensor_ndim(x) != 3 || amp_tensor_dim(x, 2) != m->cfg_i[0]) {
         char b[96];
         return amp_fail_null(AMP_ERR_SHAPE, "gpt_block: input %s %s is not [B, T, %lld]",
@@ -104,7 +103,7 @@ static amp_tensor *block_compute(amp_module *m, amp_tensor *x)
     amp_tensor *q = split_heads(amp_linear(h, w_of(m, B_Q), b_of(m, B_Q)), B, T, H, W / H);
     amp_tensor *k = split_heads(amp_linear(h, w_of(m, B_K), b_of(m, B_K)), B, T, H, W / H);
     amp_tensor *v = split_heads(amp_linear(h, w_of(m, B_V), b_of(m, B_V)), B, T, H, W / H);
-    amp_tensor *a = amp_reshape(amp_permute(amp_attention(q, k, v, true), perm), AMP_SHAPE(B, T, W));
+    amp_tensor *a = amp_reshape(op_attention_bthd(q, k, v, true), AMP_SHAPE(B, T, W));
     x = amp_add(x, drop(m, amp_linear(a, w_of(m, B_PROJ), b_of(m, B_PROJ))));
     h = amp_module_forward(m->children[B_LN2], x);
     /* gelu_tanh(fc1(h)) as one op: on CUDA the GELU is the GEMM's

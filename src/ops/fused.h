@@ -29,4 +29,11 @@ amp_tensor *op_conv2d_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int s
  * gelu op's backward formula, then linear's backward. */
 amp_tensor *op_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *bias);
 
+/* scaled_dot_product_attention (amp_attention) on q, k, v [B, T, H, d]
+ * (heads B * H), out [B, T, H, d]: the heads of a [B, T, H * d] linear
+ * result reshaped, with no permute copies on the CPU (other backends:
+ * permuted inside the op). Values as amp_attention's on the permuted
+ * tensors, bit for bit. */
+amp_tensor *op_attention_bthd(amp_tensor *q, amp_tensor *k, amp_tensor *v, bool causal);
+
 #endif

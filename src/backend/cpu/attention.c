@@ -1,239 +1,667 @@
 /*
  * attention.c (CPU) - the CPU backend's attention and attention_backward
- * primitives: scaled dot-product attention one head at a time, on
- * gemm_lowp. The op itself (shapes, what is saved) is src/ops/attention.c.
+ * primitives: fused, tiled scaled dot-product attention (flash-attention
+ * style). The op itself (shapes, what is saved) is src/ops/attention.c.
+ *
+ * Forward, per head and tile of BQ query rows: for each tile of BK keys
+ * (tiles wholly past the causal diagonal skipped) S = scale · Q Kᵀ in f32,
+ * then an online softmax: each row keeps its running max m and sum l, the
+ * tile's probabilities are exp(S - m_new), the f32 output accumulator is
+ * rescaled by exp(m_old - m_new) and gets P V added. At the end out = O / l,
+ * rounded once to the output dtype, and lse = m + log l. No T x T matrix
+ * exists: the scratch is a BQ x BK tile per thread.
+ *
+ * Backward, per head: D_i = rowsum(dO_i ∘ O_i) (O the forward's output),
+ * then for each query tile and each key tile (causal ones skipped):
+ *   S = scale · Q_i K_jᵀ, P = exp(S - lse_i), dP = dO_i V_jᵀ,
+ *   dS = scale · P ∘ (dP - D_i),
+ *   dV_j += Pᵀ dO_i,  dK_j += dSᵀ Q_i,  dQ_i += dS K_j,
+ * all accumulated in f32 and each gradient rounded once to the inputs'
+ * dtype. Masked entries have P = 0, so they get no gradient. A head is one
+ * task (its dK, dV accumulate over every query tile), so the per-head f32
+ * dK, dV accumulators need no atomics.
  *
  * Precision: the scores, the mask and the softmax live in f32 whatever the
- * inputs' dtype. The GEMMs read 16-bit q, k, v directly (gemm_lowp widens
- * while packing and accumulates in f32) and write the scores in f32, so a
- * score like 300 * 300 * 64 / 8 (past f16's 65504) stays finite; the
- * probabilities P are in [0, 1] and each output row is a convex
- * combination of rows of v, so the one rounding to q's dtype cannot
- * overflow either.
+ * inputs' dtype, so a score like 300 * 300 * 64 / 8 (past f16's 65504)
+ * stays finite; the row sums are in double. bf16 inputs on a CPU with
+ * AVX512-BF16 run every product on VDPBF16PS (bf16 pairs, f32
+ * accumulation; bf16 subnormal inputs count as zero there), with P and dS
+ * rounded to bf16 before their products, as PyTorch's CPU flash attention
+ * does; everything else (f32, f16, bf16 without it) is widened to f32 and
+ * runs on f32 FMA (AVX-512, or plain C).
  *
- * Forward writes each row's log-sum-exp (f32) when asked; backward
- * rebuilds P exactly as P = exp(S - lse) from one more q kᵀ GEMM. Per head
- * (S the scaled scores, P = softmax(S), dO = gout):
- *   dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP - rowsum(P ∘ dP)),
- *   dQ = scale · dS K,  dK = scale · dSᵀ Q,
- * with dP and dS in f32 and each gradient rounded once to the inputs'
- * dtype. Masked entries have P = 0, so they get no gradient.
+ * Masking: masked entries of P are set to exactly 0, so finite values in
+ * the future never reach a row. A non-finite v (forward) or q, k
+ * (backward) in a row's own 64-key tile but past the diagonal does: 0 * inf
+ * is NaN in that tile's product (the unfused kernel did that over all T
+ * keys).
  *
- * Threads: one head per OpenMP iteration; the GEMMs inside then run on one
- * thread each. A single head runs outside a parallel region so that its
- * GEMMs can thread themselves, and tiny problems (below ATTN_PAR_MIN) run
- * on the calling thread.
+ * Layout (be_attn_desc): q, k, v, out and the gradients may be [B, H, T,
+ * D] (contiguous heads) or [B, T, H, D] (row stride H * D), so the GPT
+ * need not permute its heads.
+ *
+ * Threads: amp_parallel_for over (head, query tile) pairs forward, over
+ * heads backward, with per-thread scratch; K and V are packed once per
+ * call forward (a first parallel pass) and once per head backward.
  */
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/gemm.h"
 #include "base/base.h"
+#include "base/parallel.h"
 #include "backend/cpu/simd.h"
 
 #include <math.h>
+#include <string.h>
 
-/* Multiply-adds below which the heads run on one thread. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#if (defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10)
+#define ATTN_X86 1
+#endif
+#endif
+
+/* Query and key tile sizes (equal, so that a causal diagonal tile has no
+ * row without a key; BK a multiple of 16 and even). */
+#define BQ 64
+#define BK 64
+
+/* Multiply-adds below which the work runs on the calling thread alone. */
 #define ATTN_PAR_MIN 65536.0
 
-/* Entries of row i that the mask keeps: all T, or 0..i when causal. */
-static inline int64_t row_len(const be_attn_desc *a, int64_t i) { return a->causal ? i + 1 : a->T; }
+/* How products are computed: bf16 pairs on VDPBF16PS, f32 on AVX-512 FMA,
+ * or f32 in plain C. A-operands are row-major (bf16: pairs along k in one
+ * 32-bit word, low half the even k), B-operands k-major with columns
+ * padded to a multiple of 16. */
+typedef enum { CT_PLAIN, CT_F32V, CT_DOT } ctype;
 
-/* Head h of a [heads, T, D] operand of dtype dt. */
-static const void *head_at(const void *t, int64_t h, const be_attn_desc *a)
+static ctype pick_ctype(amp_dtype dt)
 {
-    return (const char *)t + (size_t)(h * a->T * a->D) * amp_dtype_size(a->dt);
+#if defined(ATTN_X86)
+    unsigned f = amp_cpu_features();
+    unsigned dot = AMP_CPU_AVX512F | AMP_CPU_AVX512BW | AMP_CPU_AVX512BF16;
+    if (dt == AMP_BF16 && (f & dot) == dot)
+        return CT_DOT;
+    if (f & AMP_CPU_AVX512F)
+        return CT_F32V;
+#else
+    (void)dt;
+#endif
+    return CT_PLAIN;
 }
 
-static void *head_out(void *t, int64_t h, const be_attn_desc *a)
-{
-    return (char *)t + (size_t)(h * a->T * a->D) * amp_dtype_size(a->dt);
-}
+/* k-steps of a reduction of length K: pairs for bf16, else K. */
+static inline int64_t ksteps(ctype ct, int64_t K) { return ct == CT_DOT ? (K + 1) / 2 : K; }
+static inline int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }
 
-/* S [T, T] = scale · q kᵀ for head h, in f32. */
-static amp_status scores(const be_attn_desc *a, int64_t h, float *S)
-{
-    return gemm_lowp(false, true, a->T, a->T, a->D, a->scale, head_at(a->q, h, a), a->dt, a->D,
-                     head_at(a->k, h, a), a->dt, a->D, 0.0f, S, AMP_F32, a->T);
-}
+/* ----------------------------------------------------------- micro-kernels */
 
-/* Turns the scores into probabilities in place (masked entries 0) and
- * stores each row's log-sum-exp in lse (may be NULL). The sum is kept in
- * double, as the softmax op does. */
-static void softmax_rows(const be_attn_desc *a, float *S, float *lse)
+/* C[m x 16 nvt] (f32, row stride ldc) = (acc ? C : 0) + A B over ks k-steps:
+ * A a[r * lda + s], B b[s * ldb + j] (32-bit words: f32, or bf16 pairs). */
+static void mm_plain(int64_t m, int64_t nvt, int64_t ks, const float *a, int64_t lda, const float *b, int64_t ldb,
+                     float *c, int64_t ldc, bool acc)
 {
-    const simd_row_fns *v = simd_pick_rows();
-    for (int64_t i = 0; i < a->T; i++) {
-        float *r = S + i * a->T;
-        int64_t len = row_len(a, i);
-        float mx = -INFINITY;
-        double sum = 0;
-        if (v) {
-            mx = v->max(r, len);
-            sum = v->exp_sum(r, len, mx);
-        } else {
-            for (int64_t j = 0; j < len; j++)
-                if (r[j] > mx || r[j] != r[j]) /* a NaN makes the row NaN */
-                    mx = r[j];
-            for (int64_t j = 0; j < len; j++) {
-                r[j] = expf(r[j] - mx);
-                sum += r[j];
-            }
+    const int64_t n = 16 * nvt;
+    for (int64_t r = 0; r < m; r++) {
+        float *cr = c + r * ldc;
+        if (!acc)
+            memset(cr, 0, (size_t)n * sizeof(float));
+        for (int64_t s = 0; s < ks; s++) {
+            const float av = a[r * lda + s];
+            const float *br = b + s * ldb;
+            for (int64_t j = 0; j < n; j++)
+                cr[j] += av * br[j];
         }
-        float inv = (float)(1.0 / sum);
-        for (int64_t j = 0; j < len; j++)
-            r[j] *= inv;
-        for (int64_t j = len; j < a->T; j++)
-            r[j] = 0.0f;
-        if (lse)
-            lse[i] = mx + (float)log(sum);
     }
 }
 
-/* bf16 inputs: the probabilities and dS go into the second-stage GEMMs
- * rounded to bf16, so that those GEMMs also run on the CPU's bf16 dot
- * products, as PyTorch's CPU flash attention does (its qk_reduced and
- * grad_attn_reduced buffers). Other dtypes keep them in f32. */
-static bool reduced(amp_dtype dt) { return dt == AMP_BF16; }
+#if defined(ATTN_X86)
+#define TGT_F __attribute__((target("avx512f")))
+#define TGT_DOT __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl")))
+#define MR 6
 
-/* A [T, T] f32 matrix as the GEMM reads it: itself, or rounded to bf16
- * into buf. */
-static const void *stage(const float *m, int64_t T, amp_dtype dt, uint16_t *buf, amp_dtype *mdt)
+/* One mr x (16 nv) block; constant mr and nv unroll it into registers. */
+#define BLOCK_BODY(INIT_B, STEP)                                                                             \
+    __m512 s_[MR][4];                                                                                        \
+    for (int r = 0; r < mr; r++)                                                                             \
+        for (int v = 0; v < nv; v++)                                                                         \
+            s_[r][v] = acc ? _mm512_loadu_ps(c + r * ldc + 16 * v) : _mm512_setzero_ps();                    \
+    for (int64_t s = 0; s < ks; s++) {                                                                       \
+        INIT_B;                                                                                              \
+        for (int r = 0; r < mr; r++) {                                                                       \
+            STEP;                                                                                            \
+        }                                                                                                    \
+    }                                                                                                        \
+    for (int r = 0; r < mr; r++)                                                                             \
+        for (int v = 0; v < nv; v++)                                                                         \
+            _mm512_storeu_ps(c + r * ldc + 16 * v, s_[r][v]);
+
+static inline __attribute__((always_inline)) TGT_F void blk_f32(const int mr, const int nv, int64_t ks,
+                                                                const float *a, int64_t lda, const float *b,
+                                                                int64_t ldb, float *c, int64_t ldc, bool acc)
 {
-    if (!reduced(dt)) {
-        *mdt = AMP_F32;
-        return m;
+    BLOCK_BODY(__m512 b_[4]; for (int v = 0; v < nv; v++) b_[v] = _mm512_loadu_ps(b + s * ldb + 16 * v),
+               const __m512 x_ = _mm512_set1_ps(a[r * lda + s]);
+               for (int v = 0; v < nv; v++) s_[r][v] = _mm512_fmadd_ps(x_, b_[v], s_[r][v]))
+}
+
+static inline __attribute__((always_inline)) TGT_DOT void blk_dot(const int mr, const int nv, int64_t ks,
+                                                                  const uint32_t *a, int64_t lda, const uint32_t *b,
+                                                                  int64_t ldb, float *c, int64_t ldc, bool acc)
+{
+    BLOCK_BODY(__m512bh b_[4];
+               for (int v = 0; v < nv; v++) b_[v] = (__m512bh)_mm512_loadu_si512(b + s * ldb + 16 * v),
+               const __m512bh x_ = (__m512bh)_mm512_set1_epi32((int)a[r * lda + s]);
+               for (int v = 0; v < nv; v++) s_[r][v] = _mm512_dpbf16_ps(s_[r][v], x_, b_[v]))
+}
+
+#define NV_SWITCH(FN, MR_, A, C)                                                                              \
+    switch (nv) {                                                                                            \
+    case 1: FN(MR_, 1, ks, A, lda, bb, ldb, C, ldc, acc); break;                                             \
+    case 2: FN(MR_, 2, ks, A, lda, bb, ldb, C, ldc, acc); break;                                             \
+    case 3: FN(MR_, 3, ks, A, lda, bb, ldb, C, ldc, acc); break;                                             \
+    default: FN(MR_, 4, ks, A, lda, bb, ldb, C, ldc, acc); break;                                            \
     }
-    amp_convert(m, AMP_F32, buf, AMP_BF16, (size_t)(T * T));
-    *mdt = AMP_BF16;
-    return buf;
-}
 
-/* Floats of per-head scratch: `mats` f32 [T, T] matrices plus one bf16
- * [T, T] staging buffer when dt is reduced. */
-static int64_t scratch_floats(const be_attn_desc *a, int mats)
-{
-    int64_t tt = a->T * a->T;
-    return mats * tt + (reduced(a->dt) ? (tt + 1) / 2 : 0);
-}
-
-/* Runs fn(a, h, scratch) for every head, one head per OpenMP iteration,
- * each with its own scratch of `floats` floats. Returns AMP_OK or the
- * first failure (set on this thread). */
-typedef amp_status (*head_fn)(const be_attn_desc *a, int64_t h, float *scratch);
-
-static amp_status for_each_head(const be_attn_desc *a, head_fn fn, int64_t floats)
-{
-    int failed = 0;
-    /* Tiny heads are not worth a thread team (waking it costs more). */
-    const double work = (double)a->heads * (double)(a->T * a->T) * (double)(a->D + 4);
-    const bool par = a->heads > 1 && work >= ATTN_PAR_MIN;
-    (void)par; /* read only by the pragma, which a build without OpenMP drops */
-#pragma omp parallel for num_threads(amp_threads()) if (par) schedule(dynamic, 1) reduction(| : failed)
-    for (int64_t h = 0; h < a->heads; h++) {
-        float *scratch = amp_alloc((size_t)floats * sizeof(float));
-        failed |= !scratch || fn(a, h, scratch) != AMP_OK;
-        amp_free(scratch);
+#define MM_DRIVER(NAME, TGT, T, FN)                                                                           \
+    static TGT void NAME(int64_t m, int64_t nvt, int64_t ks, const T *a, int64_t lda, const T *b, int64_t ldb, \
+                         float *c, int64_t ldc, bool acc)                                                    \
+    {                                                                                                        \
+        for (int64_t v0 = 0; v0 < nvt; v0 += 4) {                                                            \
+            const int nv = nvt - v0 < 4 ? (int)(nvt - v0) : 4;                                               \
+            const T *bb = b + 16 * v0;                                                                       \
+            float *cc = c + 16 * v0;                                                                         \
+            int64_t r = 0;                                                                                   \
+            for (; r + MR <= m; r += MR)                                                                     \
+                NV_SWITCH(FN, MR, a + r * lda, cc + r * ldc)                                                 \
+            switch (m - r) {                                                                                 \
+            case 0: break;                                                                                   \
+            case 1: NV_SWITCH(FN, 1, a + r * lda, cc + r * ldc) break;                                       \
+            case 2: NV_SWITCH(FN, 2, a + r * lda, cc + r * ldc) break;                                       \
+            case 3: NV_SWITCH(FN, 3, a + r * lda, cc + r * ldc) break;                                       \
+            case 4: NV_SWITCH(FN, 4, a + r * lda, cc + r * ldc) break;                                       \
+            default: NV_SWITCH(FN, 5, a + r * lda, cc + r * ldc) break;                                      \
+            }                                                                                                \
+        }                                                                                                    \
     }
-    /* The error may have been set on a worker thread: say it here too. */
-    if (failed)
-        return amp_set_error(AMP_ERR_MEMORY, "attention: out of memory for %lld x %lld scores", (long long)a->T,
-                             (long long)a->T);
-    return AMP_OK;
+
+MM_DRIVER(mm_f32v, TGT_F, float, blk_f32)
+MM_DRIVER(mm_dot, TGT_DOT, uint32_t, blk_dot)
+#endif
+
+/* The product in the call's compute type; a and b are 32-bit words. */
+static void mm(ctype ct, int64_t m, int64_t n, int64_t ks, const void *a, int64_t lda, const void *b, int64_t ldb,
+               float *c, int64_t ldc, bool acc)
+{
+    const int64_t nvt = (n + 15) / 16;
+    if (m <= 0 || nvt <= 0)
+        return;
+#if defined(ATTN_X86)
+    if (ct == CT_DOT) {
+        mm_dot(m, nvt, ks, a, lda, b, ldb, c, ldc, acc);
+        return;
+    }
+    if (ct == CT_F32V) {
+        mm_f32v(m, nvt, ks, a, lda, b, ldb, c, ldc, acc);
+        return;
+    }
+#endif
+    mm_plain(m, nvt, ks, a, lda, b, ldb, c, ldc, acc);
 }
 
-/* ---------------------------------------------------------------- forward */
+/* ---------------------------------------------------------------- packers */
 
-static amp_status forward_head(const be_attn_desc *a, int64_t h, float *S)
+static inline uint16_t to_bf16(float f)
 {
-    amp_status st = scores(a, h, S);
-    if (st != AMP_OK)
-        return st;
-    softmax_rows(a, S, a->lse ? a->lse + h * a->T : NULL);
-    /* out = P v, accumulated in f32 and rounded once to the output dtype. */
-    amp_dtype pdt;
-    const void *P = stage(S, a->T, a->dt, (uint16_t *)(S + a->T * a->T), &pdt);
-    return gemm_lowp(false, false, a->T, a->D, a->T, 1.0f, P, pdt, a->T, head_at(a->v, h, a), a->dt, a->D, 0.0f,
-                     head_out(a->out, h, a), a->dt, a->D);
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+/* Row `len` elements of src (dtype dt) as the compute type's row: f32
+ * into f (len floats), or bf16 into h (len values, then a zero when len is
+ * odd). */
+static void load_row(ctype ct, const void *src, amp_dtype dt, int64_t len, float *f, uint16_t *h)
+{
+    if (ct == CT_DOT) {
+        if (dt == AMP_BF16)
+            memcpy(h, src, (size_t)len * 2);
+        else
+            amp_convert(src, dt, h, AMP_BF16, (size_t)len);
+        if (len & 1)
+            h[len] = 0;
+    } else {
+        if (dt == AMP_F32)
+            memcpy(f, src, (size_t)len * sizeof(float));
+        else
+            amp_convert(src, dt, f, AMP_F32, (size_t)len);
+    }
+}
+
+/* A-form of m rows of K elements (row r at src + r * ld elements of dt):
+ * dst row r at dst + r * ksteps(K) words. */
+static void pack_a(ctype ct, const void *src, amp_dtype dt, int64_t ld, int64_t m, int64_t K, uint32_t *dst)
+{
+    const size_t es = amp_dtype_size(dt);
+    const int64_t ks = ksteps(ct, K);
+    for (int64_t r = 0; r < m; r++)
+        load_row(ct, (const char *)src + (size_t)(r * ld) * es, dt, K, (float *)(dst + r * ks),
+                 (uint16_t *)(dst + r * ks));
+}
+
+/* B-form of the transpose of n rows of K elements (row j at src + j * ld):
+ * b[s * ldb + j], zero past n (ldb >= n). row: K + 1 scratch words. */
+static void pack_bt(ctype ct, const void *src, amp_dtype dt, int64_t ld, int64_t n, int64_t K, uint32_t *dst,
+                    int64_t ldb, uint32_t *row)
+{
+    const size_t es = amp_dtype_size(dt);
+    const int64_t ks = ksteps(ct, K);
+    memset(dst, 0, (size_t)(ks * ldb) * 4);
+    for (int64_t j = 0; j < n; j++) {
+        load_row(ct, (const char *)src + (size_t)(j * ld) * es, dt, K, (float *)row, (uint16_t *)row);
+        for (int64_t s = 0; s < ks; s++)
+            dst[s * ldb + j] = row[s];
+    }
+}
+
+/* B-form of K rows of n elements (row k at src + k * ld): b[s * ldb + j],
+ * ldb = pad16(n); bf16 pairs rows 2s and 2s + 1 (an odd K's last pair
+ * has a zero high half). row: 2 * (n + 1) scratch words. */
+static void pack_bn(ctype ct, const void *src, amp_dtype dt, int64_t ld, int64_t K, int64_t n, uint32_t *dst,
+                    uint32_t *row)
+{
+    const size_t es = amp_dtype_size(dt);
+    const int64_t ks = ksteps(ct, K), ldb = pad16(n);
+    memset(dst, 0, (size_t)(ks * ldb) * 4);
+    for (int64_t k = 0; k < K; k++) {
+        const void *s = (const char *)src + (size_t)(k * ld) * es;
+        if (ct != CT_DOT) {
+            load_row(ct, s, dt, n, (float *)(dst + k * ldb), (uint16_t *)row);
+            continue;
+        }
+        uint16_t *h = (uint16_t *)row;
+        load_row(ct, s, dt, n, (float *)row, h);
+        uint32_t *d = dst + (k / 2) * ldb;
+        const int shift = (k & 1) ? 16 : 0;
+        for (int64_t j = 0; j < n; j++)
+            d[j] |= (uint32_t)h[j] << shift;
+    }
+}
+
+/* A-form of the transpose of an f32 m x n matrix M (row stride ld): n rows
+ * of K = m elements. */
+static void pack_at_f32(ctype ct, const float *M, int64_t ld, int64_t m, int64_t n, uint32_t *dst)
+{
+    const int64_t ks = ksteps(ct, m);
+    if (ct != CT_DOT) {
+        float *d = (float *)dst;
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t c = 0; c < n; c++)
+                d[c * ks + r] = M[r * ld + c];
+        return;
+    }
+    for (int64_t s = 0; s < ks; s++) {
+        const float *r0 = M + 2 * s * ld, *r1 = 2 * s + 1 < m ? r0 + ld : NULL;
+        for (int64_t c = 0; c < n; c++)
+            dst[c * ks + s] = (uint32_t)to_bf16(r0[c]) | (r1 ? (uint32_t)to_bf16(r1[c]) << 16 : 0u);
+    }
+}
+
+/* A-form of an f32 m x n matrix (row stride ld): itself for f32 (lda = ld),
+ * or rounded to bf16 pairs into dst (lda = ksteps(n)). Returns the A. */
+static const uint32_t *pack_a_f32(ctype ct, const float *M, int64_t ld, int64_t m, int64_t n, uint32_t *dst,
+                                  int64_t *lda)
+{
+    if (ct != CT_DOT) {
+        *lda = ld;
+        return (const uint32_t *)M;
+    }
+    const int64_t ks = ksteps(ct, n);
+    for (int64_t r = 0; r < m; r++) {
+        uint16_t *h = (uint16_t *)(dst + r * ks);
+        amp_convert(M + r * ld, AMP_F32, h, AMP_BF16, (size_t)n);
+        if (n & 1)
+            h[n] = 0;
+    }
+    *lda = ks;
+    return dst;
+}
+
+/* ------------------------------------------------------------------ layout */
+
+/* Element offset of row t of head h in any of the desc's [.., T, D] tensors. */
+static inline int64_t row_at(const be_attn_desc *a, int64_t h, int64_t t)
+{
+    const int64_t hg = a->hgroup > 0 ? a->hgroup : 1, ld = a->ld > 0 ? a->ld : a->D;
+    return (h / hg) * a->T * ld + (h % hg) * a->D + t * ld;
+}
+static inline int64_t ld_of(const be_attn_desc *a) { return a->ld > 0 ? a->ld : a->D; }
+
+static const void *at(const void *base, const be_attn_desc *a, int64_t h, int64_t t)
+{
+    return (const char *)base + (size_t)row_at(a, h, t) * amp_dtype_size(a->dt);
+}
+
+/* Keys row i of the query tile may see in the key tile [j0, j0 + nk). */
+static inline int64_t keys_seen(const be_attn_desc *a, int64_t i, int64_t j0, int64_t nk)
+{
+    if (!a->causal)
+        return nk;
+    int64_t len = i - j0 + 1;
+    return len < 0 ? 0 : len > nk ? nk : len;
+}
+
+/* Per-tile sizes in 32-bit words of the packed K (Kᵀ form over D) and V
+ * (over BK keys) tiles. */
+static int64_t ktile_words(ctype ct, int64_t D) { return ksteps(ct, D) * BK; }
+static int64_t vtile_words(ctype ct, int64_t D) { return ksteps(ct, BK) * pad16(D); }
+
+/* --------------------------------------------------------------- forward */
+
+typedef struct {
+    const be_attn_desc *a;
+    ctype ct;
+    int64_t ntiles;   /* query tiles = key tiles per head */
+    uint32_t *kpack;  /* [heads][ntiles] K tiles, then V tiles */
+    uint32_t *vpack;
+    char *scratch;    /* per thread */
+    size_t slot;      /* bytes per thread */
+    const simd_row_fns *rows;
+} fwd_ctx;
+
+static void pack_kv_range(void *vc, int64_t lo, int64_t hi, int tid)
+{
+    fwd_ctx *c = vc;
+    const be_attn_desc *a = c->a;
+    uint32_t *row = (uint32_t *)(c->scratch + (size_t)tid * c->slot);
+    const int64_t kw = ktile_words(c->ct, a->D), vw = vtile_words(c->ct, a->D);
+    for (int64_t x = lo; x < hi; x++) {
+        const int64_t h = x / c->ntiles, j0 = (x % c->ntiles) * BK;
+        const int64_t nk = a->T - j0 < BK ? a->T - j0 : BK;
+        pack_bt(c->ct, at(a->k, a, h, j0), a->dt, ld_of(a), nk, a->D, c->kpack + x * kw, BK, row);
+        pack_bn(c->ct, at(a->v, a, h, j0), a->dt, ld_of(a), nk, a->D, c->vpack + x * vw, row);
+    }
+}
+
+/* Forward scratch per thread, in floats. */
+static size_t fwd_slot_floats(int64_t D)
+{
+    const int64_t Dp = pad16(D);
+    return (size_t)(BQ * (D + 2)      /* Q tile */
+                    + BQ * BK         /* S / P */
+                    + BQ * BK         /* P as bf16 pairs */
+                    + BQ * Dp         /* O */
+                    + 4 * BQ          /* m, l (double) */
+                    + 2 * (Dp + BK) + 32); /* a row */
+}
+
+static void online_tile(const fwd_ctx *c, int64_t i0, int64_t nq, int64_t j0, int64_t nk, float *S, float *m,
+                        double *l, float *O, int64_t Dp)
+{
+    const be_attn_desc *a = c->a;
+    for (int64_t r = 0; r < nq; r++) {
+        float *row = S + r * BK;
+        const int64_t len = keys_seen(a, i0 + r, j0, nk);
+        float *o = O + r * Dp;
+        if (len > 0) {
+            for (int64_t j = 0; j < len; j++)
+                row[j] *= a->scale;
+            float mx = -INFINITY;
+            if (c->rows)
+                mx = c->rows->max(row, len);
+            else
+                for (int64_t j = 0; j < len; j++)
+                    if (row[j] > mx || row[j] != row[j]) /* a NaN makes the row NaN */
+                        mx = row[j];
+            const float mold = m[r];
+            const float mnew = (mx > mold || mx != mx) ? mx : mold;
+            const float sub = mnew == -INFINITY ? 0.0f : mnew;
+            double sum = 0;
+            if (c->rows)
+                sum = c->rows->exp_sum(row, len, sub);
+            else
+                for (int64_t j = 0; j < len; j++) {
+                    row[j] = expf(row[j] - sub);
+                    sum += row[j];
+                }
+            if (mold != mnew || mold != mold) {
+                const float alpha = mold == -INFINITY ? 0.0f : expf(mold - sub);
+                l[r] *= alpha;
+                for (int64_t d = 0; d < Dp; d++)
+                    o[d] *= alpha;
+            }
+            l[r] += sum;
+            m[r] = mnew;
+        }
+        for (int64_t j = len; j < BK; j++)
+            row[j] = 0.0f;
+    }
+}
+
+static void fwd_range(void *vc, int64_t lo, int64_t hi, int tid)
+{
+    const fwd_ctx *c = vc;
+    const be_attn_desc *a = c->a;
+    const ctype ct = c->ct;
+    const int64_t D = a->D, Dp = pad16(D), T = a->T, ldx = ld_of(a);
+    const int64_t kw = ktile_words(ct, D), vw = vtile_words(ct, D), ksd = ksteps(ct, D);
+    float *base = (float *)(c->scratch + (size_t)tid * c->slot);
+    uint32_t *Qa = (uint32_t *)base;
+    float *S = base + BQ * (D + 2);
+    uint32_t *Pbuf = (uint32_t *)(S + BQ * BK);
+    float *O = (float *)(Pbuf + BQ * BK);
+    double *l = (double *)(O + BQ * Dp);
+    float *m = (float *)(l + BQ);
+    float *rowbuf = m + BQ;
+    const size_t es = amp_dtype_size(a->dt);
+    for (int64_t x = lo; x < hi; x++) {
+        const int64_t h = x / c->ntiles, i0 = (x % c->ntiles) * BQ;
+        const int64_t nq = T - i0 < BQ ? T - i0 : BQ;
+        pack_a(ct, at(a->q, a, h, i0), a->dt, ldx, nq, D, Qa);
+        for (int64_t r = 0; r < nq; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0;
+        }
+        memset(O, 0, (size_t)(nq * Dp) * sizeof(float));
+        const int64_t jend = a->causal ? i0 + nq : T;
+        for (int64_t j0 = 0; j0 < jend; j0 += BK) {
+            const int64_t nk = T - j0 < BK ? T - j0 : BK, jt = j0 / BK;
+            const uint32_t *Kt = c->kpack + (h * c->ntiles + jt) * kw;
+            const uint32_t *Vt = c->vpack + (h * c->ntiles + jt) * vw;
+            mm(ct, nq, nk, ksd, Qa, ksd, Kt, BK, S, BK, false);
+            online_tile(c, i0, nq, j0, nk, S, m, l, O, Dp);
+            int64_t lda;
+            const uint32_t *P = pack_a_f32(ct, S, BK, nq, nk, Pbuf, &lda);
+            mm(ct, nq, D, ksteps(ct, nk), P, lda, Vt, Dp, O, Dp, true);
+        }
+        for (int64_t r = 0; r < nq; r++) {
+            const float inv = (float)(1.0 / l[r]);
+            float *o = O + r * Dp;
+            for (int64_t d = 0; d < D; d++)
+                rowbuf[d] = o[d] * inv;
+            amp_convert(rowbuf, AMP_F32, (char *)a->out + (size_t)row_at(a, h, i0 + r) * es, a->dt, (size_t)D);
+            if (a->lse)
+                a->lse[h * T + i0 + r] = m[r] + (float)log(l[r]);
+        }
+    }
+}
+
+/* The grain of n tasks each about `work` multiply-adds: all on the
+ * calling thread when the whole is small. */
+static int64_t grain_for(int64_t n, double work)
+{
+    return (double)n * work < ATTN_PAR_MIN ? n : 1;
 }
 
 amp_status cpu_attention(const be_attn_desc *a)
 {
     if (a->heads <= 0 || a->T <= 0 || a->D <= 0)
         return AMP_OK;
-    return for_each_head(a, forward_head, scratch_floats(a, 1));
+    fwd_ctx c = {.a = a, .ct = pick_ctype(a->dt), .ntiles = (a->T + BQ - 1) / BQ, .rows = simd_pick_rows()};
+    const int64_t tasks = a->heads * c.ntiles;
+    const int64_t grain = grain_for(tasks, (double)BQ * (double)a->T * (double)(a->D + 4));
+    const int width = amp_parallel_width(tasks, grain);
+    c.slot = (fwd_slot_floats(a->D) * sizeof(float) + 63) / 64 * 64;
+    const size_t packs = (size_t)(tasks * (ktile_words(c.ct, a->D) + vtile_words(c.ct, a->D))) * 4;
+    char *mem = amp_alloc(packs + (size_t)width * c.slot);
+    if (!mem)
+        return amp_set_error(AMP_ERR_MEMORY, "attention: out of memory for the packed keys and values (%zu bytes)",
+                             packs + (size_t)width * c.slot);
+    c.kpack = (uint32_t *)mem;
+    c.vpack = c.kpack + tasks * ktile_words(c.ct, a->D);
+    c.scratch = mem + packs;
+    amp_parallel_for(tasks, grain, pack_kv_range, &c);
+    amp_parallel_for(tasks, grain, fwd_range, &c);
+    amp_free(mem);
+    return AMP_OK;
 }
 
 /* --------------------------------------------------------------- backward */
 
-/* scratch: P [T, T], dP / dS [T, T], then the bf16 staging buffer. */
-static amp_status backward_head(const be_attn_desc *a, int64_t h, float *scratch)
-{
-    const int64_t T = a->T, d = a->D;
-    const amp_dtype dt = a->dt;
-    float *P = scratch, *dS = scratch + T * T;
-    uint16_t *buf = (uint16_t *)(scratch + 2 * T * T);
-    const void *g = head_at(a->gout, h, a);
-    const simd_row_fns *v = simd_pick_rows();
-    amp_dtype mdt;
+typedef struct {
+    const be_attn_desc *a;
+    ctype ct;
+    int64_t ntiles;
+    char *scratch;
+    size_t slot;
+    const simd_row_fns *rows;
+} bwd_ctx;
 
-    /* P = exp(S - lse), rebuilt from the saved log-sum-exp. */
-    amp_status st = scores(a, h, P);
-    if (st != AMP_OK)
-        return st;
+/* Backward scratch per thread, in 32-bit words. */
+static size_t bwd_slot_words(ctype ct, int64_t T, int64_t D, int64_t ntiles)
+{
+    const int64_t Dp = pad16(D), kw = ktile_words(ct, D), vw = vtile_words(ct, D);
+    const int64_t qn = ksteps(ct, BQ) * Dp;
+    return (size_t)(ntiles * (2 * kw + vw) /* K, V as Bᵀ; K as B */
+                    + 2 * BQ * (D + 2)     /* Q, dO tiles (A) */
+                    + 2 * qn               /* Q, dO tiles (B) */
+                    + 2 * BQ * BK          /* P, dP / dS */
+                    + 3 * BQ * BK          /* Pᵀ, dSᵀ, dS packed */
+                    + BQ * Dp              /* dQ */
+                    + 2 * T * Dp           /* dK, dV */
+                    + 2 * BQ               /* D_i (double) */
+                    + BQ                   /* lse */
+                    + 2 * (Dp + BK) + 32); /* a row */
+}
+
+static void bwd_head(const bwd_ctx *c, int64_t h, uint32_t *w)
+{
+    const be_attn_desc *a = c->a;
+    const ctype ct = c->ct;
+    const int64_t T = a->T, D = a->D, Dp = pad16(D), ldx = ld_of(a), nt = c->ntiles;
+    const int64_t kw = ktile_words(ct, D), vw = vtile_words(ct, D), ksd = ksteps(ct, D);
+    const int64_t qn = ksteps(ct, BQ) * Dp;
+    const size_t es = amp_dtype_size(a->dt);
+    const bool want_qk = a->gq || a->gk;
+    uint32_t *Kt = w, *Vt = Kt + nt * kw, *Kn = Vt + nt * kw;
+    uint32_t *Qa = Kn + nt * vw, *dOa = Qa + BQ * (D + 2);
+    uint32_t *Qn = dOa + BQ * (D + 2), *dOn = Qn + qn;
+    float *P = (float *)(dOn + qn), *dS = P + BQ * BK;
+    uint32_t *PT = (uint32_t *)(dS + BQ * BK), *dST = PT + BQ * BK, *dSa = dST + BQ * BK;
+    float *dQ = (float *)(dSa + BQ * BK), *dK = dQ + BQ * Dp, *dV = dK + T * Dp;
+    double *Di = (double *)(dV + T * Dp);
+    float *rowbuf = (float *)(Di + BQ);
+    uint32_t *row = (uint32_t *)rowbuf;
+
+    for (int64_t jt = 0; jt < nt; jt++) {
+        const int64_t j0 = jt * BK, nk = T - j0 < BK ? T - j0 : BK;
+        pack_bt(ct, at(a->k, a, h, j0), a->dt, ldx, nk, D, Kt + jt * kw, BK, row);
+        if (want_qk) {
+            pack_bt(ct, at(a->v, a, h, j0), a->dt, ldx, nk, D, Vt + jt * kw, BK, row);
+            pack_bn(ct, at(a->k, a, h, j0), a->dt, ldx, nk, D, Kn + jt * vw, row);
+        }
+    }
+    memset(dK, 0, (size_t)(T * Dp) * sizeof(float));
+    memset(dV, 0, (size_t)(T * Dp) * sizeof(float));
     const float *lse = a->lse + h * T;
-    for (int64_t i = 0; i < T; i++) {
-        float *r = P + i * T;
-        int64_t len = row_len(a, i);
-        if (v)
-            v->exp_sum(r, len, lse[i]);
-        else
-            for (int64_t j = 0; j < len; j++)
-                r[j] = expf(r[j] - lse[i]);
-        for (int64_t j = len; j < T; j++)
-            r[j] = 0.0f;
+
+    for (int64_t i0 = 0; i0 < T; i0 += BQ) {
+        const int64_t nq = T - i0 < BQ ? T - i0 : BQ;
+        pack_a(ct, at(a->q, a, h, i0), a->dt, ldx, nq, D, Qa);
+        pack_a(ct, at(a->gout, a, h, i0), a->dt, ldx, nq, D, dOa);
+        pack_bn(ct, at(a->gout, a, h, i0), a->dt, ldx, nq, D, dOn, row);
+        if (want_qk) {
+            pack_bn(ct, at(a->q, a, h, i0), a->dt, ldx, nq, D, Qn, row);
+            /* D_i = rowsum(dO ∘ O), O the forward's rounded output. */
+            for (int64_t r = 0; r < nq; r++) {
+                float *o = rowbuf, *g = rowbuf + Dp;
+                amp_convert(at(a->out, a, h, i0 + r), a->dt, o, AMP_F32, (size_t)D);
+                amp_convert(at(a->gout, a, h, i0 + r), a->dt, g, AMP_F32, (size_t)D);
+                double s = 0;
+                if (c->rows)
+                    s = c->rows->dot(o, g, D);
+                else
+                    for (int64_t d = 0; d < D; d++)
+                        s += (double)o[d] * g[d];
+                Di[r] = s;
+            }
+            memset(dQ, 0, (size_t)(nq * Dp) * sizeof(float));
+        }
+        const int64_t jend = a->causal ? i0 + nq : T;
+        for (int64_t j0 = 0; j0 < jend; j0 += BK) {
+            const int64_t nk = T - j0 < BK ? T - j0 : BK, jt = j0 / BK;
+            /* P = exp(scale · q kᵀ - lse), masked entries 0. */
+            mm(ct, nq, nk, ksd, Qa, ksd, Kt + jt * kw, BK, P, BK, false);
+            for (int64_t r = 0; r < nq; r++) {
+                float *p = P + r * BK;
+                const int64_t len = keys_seen(a, i0 + r, j0, nk);
+                for (int64_t j = 0; j < len; j++)
+                    p[j] *= a->scale;
+                if (c->rows)
+                    c->rows->exp_sum(p, len, lse[i0 + r]);
+                else
+                    for (int64_t j = 0; j < len; j++)
+                        p[j] = expf(p[j] - lse[i0 + r]);
+                for (int64_t j = len; j < BK; j++)
+                    p[j] = 0.0f;
+            }
+            /* dV_j += Pᵀ dO_i */
+            pack_at_f32(ct, P, BK, nq, nk, PT);
+            mm(ct, nk, D, ksteps(ct, nq), PT, ksteps(ct, nq), dOn, Dp, dV + j0 * Dp, Dp, true);
+            if (!want_qk)
+                continue;
+            /* dP = dO_i V_jᵀ; dS = scale · P ∘ (dP - D_i) */
+            mm(ct, nq, nk, ksd, dOa, ksd, Vt + jt * kw, BK, dS, BK, false);
+            for (int64_t r = 0; r < nq; r++) {
+                const float *p = P + r * BK;
+                float *s = dS + r * BK;
+                const float di = (float)Di[r];
+                const int64_t len = keys_seen(a, i0 + r, j0, nk);
+                for (int64_t j = 0; j < len; j++)
+                    s[j] = a->scale * p[j] * (s[j] - di);
+                for (int64_t j = len; j < nk; j++)
+                    s[j] = 0.0f;
+            }
+            if (a->gk) { /* dK_j += dSᵀ Q_i */
+                pack_at_f32(ct, dS, BK, nq, nk, dST);
+                mm(ct, nk, D, ksteps(ct, nq), dST, ksteps(ct, nq), Qn, Dp, dK + j0 * Dp, Dp, true);
+            }
+            if (a->gq) { /* dQ_i += dS K_j */
+                int64_t lda;
+                const uint32_t *A = pack_a_f32(ct, dS, BK, nq, nk, dSa, &lda);
+                mm(ct, nq, D, ksteps(ct, nk), A, lda, Kn + jt * vw, Dp, dQ, Dp, true);
+            }
+        }
+        if (a->gq)
+            for (int64_t r = 0; r < nq; r++)
+                amp_convert(dQ + r * Dp, AMP_F32, (char *)a->gq + (size_t)row_at(a, h, i0 + r) * es, a->dt,
+                            (size_t)D);
     }
-    if (a->gv) {
-        /* dV [T, d] = Pᵀ dO */
-        const void *Pm = stage(P, T, dt, buf, &mdt);
-        st = gemm_lowp(true, false, T, d, T, 1.0f, Pm, mdt, T, g, dt, d, 0.0f, head_out(a->gv, h, a), dt, d);
-        if (st != AMP_OK)
-            return st;
+    for (int64_t t = 0; t < T; t++) {
+        if (a->gk)
+            amp_convert(dK + t * Dp, AMP_F32, (char *)a->gk + (size_t)row_at(a, h, t) * es, a->dt, (size_t)D);
+        if (a->gv)
+            amp_convert(dV + t * Dp, AMP_F32, (char *)a->gv + (size_t)row_at(a, h, t) * es, a->dt, (size_t)D);
     }
-    if (!a->gq && !a->gk)
-        return AMP_OK;
-    /* dP [T, T] = dO Vᵀ, then dS = scale · P ∘ (dP - rowsum(P ∘ dP)). The
-     * scale of S = scale · q kᵀ is folded in here once for dQ and dK. */
-    st = gemm_lowp(false, true, T, T, d, 1.0f, g, dt, d, head_at(a->v, h, a), dt, d, 0.0f, dS, AMP_F32, T);
-    if (st != AMP_OK)
-        return st;
-    for (int64_t i = 0; i < T; i++) {
-        const float *p = P + i * T;
-        float *r = dS + i * T;
-        int64_t len = row_len(a, i);
-        double dot = 0;
-        if (v)
-            dot = v->dot(p, r, len);
-        else
-            for (int64_t j = 0; j < len; j++)
-                dot += (double)p[j] * r[j];
-        for (int64_t j = 0; j < len; j++)
-            r[j] = a->scale * p[j] * (r[j] - (float)dot);
-        for (int64_t j = len; j < T; j++)
-            r[j] = 0.0f;
-    }
-    const void *dSm = stage(dS, T, dt, buf, &mdt);
-    if (a->gq) {
-        /* dQ [T, d] = dS K */
-        st = gemm_lowp(false, false, T, d, T, 1.0f, dSm, mdt, T, head_at(a->k, h, a), dt, d, 0.0f,
-                       head_out(a->gq, h, a), dt, d);
-        if (st != AMP_OK)
-            return st;
-    }
-    if (a->gk) {
-        /* dK [T, d] = dSᵀ Q */
-        st = gemm_lowp(true, false, T, d, T, 1.0f, dSm, mdt, T, head_at(a->q, h, a), dt, d, 0.0f,
-                       head_out(a->gk, h, a), dt, d);
-    }
-    return st;
+}
+
+static void bwd_range(void *vc, int64_t lo, int64_t hi, int tid)
+{
+    const bwd_ctx *c = vc;
+    uint32_t *w = (uint32_t *)(c->scratch + (size_t)tid * c->slot);
+    for (int64_t h = lo; h < hi; h++)
+        bwd_head(c, h, w);
 }
 
 amp_status cpu_attention_backward(const be_attn_desc *a)
@@ -242,5 +670,17 @@ amp_status cpu_attention_backward(const be_attn_desc *a)
         return AMP_OK;
     if (!a->lse)
         return amp_set_error(AMP_ERR_ARG, "attention_backward: no log-sum-exp to rebuild the probabilities from");
-    return for_each_head(a, backward_head, scratch_floats(a, 2));
+    if (!a->out && (a->gq || a->gk))
+        return amp_set_error(AMP_ERR_ARG, "attention_backward: no forward output to take rowsum(dO * O) from");
+    bwd_ctx c = {.a = a, .ct = pick_ctype(a->dt), .ntiles = (a->T + BQ - 1) / BQ, .rows = simd_pick_rows()};
+    const int64_t grain = grain_for(a->heads, (double)a->T * (double)a->T * (double)(a->D + 4));
+    const int width = amp_parallel_width(a->heads, grain);
+    c.slot = (bwd_slot_words(c.ct, a->T, a->D, c.ntiles) * 4 + 63) / 64 * 64;
+    c.scratch = amp_alloc((size_t)width * c.slot);
+    if (!c.scratch)
+        return amp_set_error(AMP_ERR_MEMORY, "attention_backward: out of memory for %d x %zu bytes of scratch", width,
+                             c.slot);
+    amp_parallel_for(a->heads, grain, bwd_range, &c);
+    amp_free(c.scratch);
+    return AMP_OK;
 }
