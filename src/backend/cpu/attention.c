@@ -47,13 +47,13 @@
 #include "backend/cpu/cpu_backend.h"
 #include "base/base.h"
 #include "base/parallel.h"
-#include "backend/cpu/simd.h"
 
 #include <math.h>
 #include <string.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include "backend/cpu/transpose_x86.h"
 #if (defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10)
 #define ATTN_X86 1
 #endif
@@ -209,16 +209,6 @@ static void mm(ctype ct, int64_t m, int64_t n, int64_t ks, const void *a, int64_
 
 /* ---------------------------------------------------------------- packers */
 
-static inline uint16_t to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-
 /* Row `len` elements of src (dtype dt) as the compute type's row: f32
  * into f (len floats), or bf16 into h (len values, then a zero when len is
  * odd). */
@@ -250,19 +240,76 @@ static void pack_a(ctype ct, const void *src, amp_dtype dt, int64_t ld, int64_t 
                  (uint16_t *)(dst + r * ks));
 }
 
-/* B-form of the transpose of n rows of K elements (row j at src + j * ld):
- * b[s * ldb + j], zero past n (ldb >= n). row: K + 1 scratch words. */
-static void pack_bt(ctype ct, const void *src, amp_dtype dt, int64_t ld, int64_t n, int64_t K, uint32_t *dst,
-                    int64_t ldb, uint32_t *row)
+/* dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (32-bit
+ * words): 16 x 16 blocks in registers where the CPU has AVX-512. */
+#if defined(ATTN_X86)
+TGT_F static void transpose_v(const uint32_t *src, int64_t lds, int64_t rows, int64_t cols, uint32_t *dst,
+                              int64_t ldd)
 {
-    const size_t es = amp_dtype_size(dt);
-    const int64_t ks = ksteps(ct, K);
-    memset(dst, 0, (size_t)(ks * ldb) * 4);
-    for (int64_t j = 0; j < n; j++) {
-        load_row(ct, (const char *)src + (size_t)(j * ld) * es, dt, K, (float *)row, (uint16_t *)row);
-        for (int64_t s = 0; s < ks; s++)
-            dst[s * ldb + j] = row[s];
+    int64_t r0 = 0;
+    for (; r0 + 16 <= rows; r0 += 16) {
+        int64_t c0 = 0;
+        for (; c0 + 16 <= cols; c0 += 16) {
+            __m512i v[16];
+            for (int i = 0; i < 16; i++)
+                v[i] = _mm512_loadu_si512(src + (r0 + i) * lds + c0);
+            transpose16(v);
+            for (int i = 0; i < 16; i++)
+                _mm512_storeu_si512(dst + (c0 + i) * ldd + r0, v[i]);
+        }
+        for (int64_t c = c0; c < cols; c++)
+            for (int64_t r = r0; r < r0 + 16; r++)
+                dst[c * ldd + r] = src[r * lds + c];
     }
+    for (int64_t r = r0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            dst[c * ldd + r] = src[r * lds + c];
+}
+#endif
+
+static void transpose_words(const uint32_t *src, int64_t lds, int64_t rows, int64_t cols, uint32_t *dst, int64_t ldd)
+{
+#if defined(ATTN_X86)
+    if (amp_cpu_features() & AMP_CPU_AVX512F) {
+        transpose_v(src, lds, rows, cols, dst, ldd);
+        return;
+    }
+#endif
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            dst[c * ldd + r] = src[r * lds + c];
+}
+
+/* m rows of K elements (row r at src + r * ld elements of dt) as A-form
+ * rows: the source itself where it already is one (f32 for f32 kernels;
+ * bf16 with K and ld even and 4-byte aligned for the bf16 one), else
+ * packed into buf (m * ksteps(K) words). *lda: the rows' stride in words. */
+static const uint32_t *rows_of(ctype ct, const void *src, amp_dtype dt, int64_t ld, int64_t m, int64_t K,
+                               uint32_t *buf, int64_t *lda)
+{
+    if (ct != CT_DOT && dt == AMP_F32) {
+        *lda = ld;
+        return src;
+    }
+    if (ct == CT_DOT && dt == AMP_BF16 && !(K & 1) && !(ld & 1) && !((uintptr_t)src & 3)) {
+        *lda = ld / 2;
+        return src;
+    }
+    pack_a(ct, src, dt, ld, m, K, buf);
+    *lda = ksteps(ct, K);
+    return buf;
+}
+
+/* B-form of the transpose of n rows of K elements (row j at src + j * ld):
+ * b[s * ldb + j], zero past n (ldb >= n). buf: n * ksteps(K) words. */
+static void pack_bt(ctype ct, const void *src, amp_dtype dt, int64_t ld, int64_t n, int64_t K, uint32_t *dst,
+                    int64_t ldb, uint32_t *buf)
+{
+    const int64_t ks = ksteps(ct, K);
+    int64_t lda;
+    const uint32_t *A = rows_of(ct, src, dt, ld, n, K, buf, &lda);
+    memset(dst, 0, (size_t)(ks * ldb) * 4);
+    transpose_words(A, lda, n, ks, dst, ldb);
 }
 
 /* B-form of K rows of n elements (row k at src + k * ld): b[s * ldb + j],
@@ -287,45 +334,6 @@ static void pack_bn(ctype ct, const void *src, amp_dtype dt, int64_t ld, int64_t
         for (int64_t j = 0; j < n; j++)
             d[j] |= (uint32_t)h[j] << shift;
     }
-}
-
-/* A-form of the transpose of an f32 m x n matrix M (row stride ld): n rows
- * of K = m elements. */
-static void pack_at_f32(ctype ct, const float *M, int64_t ld, int64_t m, int64_t n, uint32_t *dst)
-{
-    const int64_t ks = ksteps(ct, m);
-    if (ct != CT_DOT) {
-        float *d = (float *)dst;
-        for (int64_t r = 0; r < m; r++)
-            for (int64_t c = 0; c < n; c++)
-                d[c * ks + r] = M[r * ld + c];
-        return;
-    }
-    for (int64_t s = 0; s < ks; s++) {
-        const float *r0 = M + 2 * s * ld, *r1 = 2 * s + 1 < m ? r0 + ld : NULL;
-        for (int64_t c = 0; c < n; c++)
-            dst[c * ks + s] = (uint32_t)to_bf16(r0[c]) | (r1 ? (uint32_t)to_bf16(r1[c]) << 16 : 0u);
-    }
-}
-
-/* A-form of an f32 m x n matrix (row stride ld): itself for f32 (lda = ld),
- * or rounded to bf16 pairs into dst (lda = ksteps(n)). Returns the A. */
-static const uint32_t *pack_a_f32(ctype ct, const float *M, int64_t ld, int64_t m, int64_t n, uint32_t *dst,
-                                  int64_t *lda)
-{
-    if (ct != CT_DOT) {
-        *lda = ld;
-        return (const uint32_t *)M;
-    }
-    const int64_t ks = ksteps(ct, n);
-    for (int64_t r = 0; r < m; r++) {
-        uint16_t *h = (uint16_t *)(dst + r * ks);
-        amp_convert(M + r * ld, AMP_F32, h, AMP_BF16, (size_t)n);
-        if (n & 1)
-            h[n] = 0;
-    }
-    *lda = ks;
-    return dst;
 }
 
 /* ------------------------------------------------------------------ layout */
@@ -367,7 +375,6 @@ typedef struct {
     uint32_t *vpack;
     char *scratch;    /* per thread */
     size_t slot;      /* bytes per thread */
-    const simd_row_fns *rows;
 } fwd_ctx;
 
 static void pack_kv_range(void *vc, int64_t lo, int64_t hi, int tid)
@@ -396,40 +403,45 @@ static size_t fwd_slot_floats(int64_t D)
                     + 2 * (Dp + BK) + 32); /* a row */
 }
 
-static void online_tile(const fwd_ctx *c, int64_t i0, int64_t nq, int64_t j0, int64_t nk, float *S, float *m,
-                        double *l, float *O, int64_t Dp)
+/* Bits lo .. hi-1 of a 16-lane mask (empty when hi <= lo). */
+static inline unsigned lanes(int64_t lo, int64_t hi)
 {
-    const be_attn_desc *a = c->a;
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > 16 ? 16 : hi;
+    if (hi <= lo)
+        return 0;
+    return (unsigned)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
+/* The online softmax of one S tile, row by row (row r is query i0 + r,
+ * column c key j0 + c): S ← exp(scale S - m_new) on the keys the row sees,
+ * 0 elsewhere up to BK; l and O rescaled by exp(m_old - m_new), l gets the
+ * row's sum. A NaN score makes the row's max (and so the row) NaN. */
+static void online_plain(const be_attn_desc *a, int64_t i0, int64_t nq, int64_t j0, int64_t nk, float *S, float *m,
+                         double *l, float *O, int64_t Dp)
+{
     for (int64_t r = 0; r < nq; r++) {
         float *row = S + r * BK;
         const int64_t len = keys_seen(a, i0 + r, j0, nk);
-        float *o = O + r * Dp;
         if (len > 0) {
-            for (int64_t j = 0; j < len; j++)
-                row[j] *= a->scale;
             float mx = -INFINITY;
-            if (c->rows)
-                mx = c->rows->max(row, len);
-            else
-                for (int64_t j = 0; j < len; j++)
-                    if (row[j] > mx || row[j] != row[j]) /* a NaN makes the row NaN */
-                        mx = row[j];
-            const float mold = m[r];
-            const float mnew = (mx > mold || mx != mx) ? mx : mold;
+            for (int64_t j = 0; j < len; j++) {
+                row[j] *= a->scale;
+                if (row[j] > mx || row[j] != row[j])
+                    mx = row[j];
+            }
+            const float mold = m[r], mnew = (mx > mold || mx != mx) ? mx : mold;
             const float sub = mnew == -INFINITY ? 0.0f : mnew;
             double sum = 0;
-            if (c->rows)
-                sum = c->rows->exp_sum(row, len, sub);
-            else
-                for (int64_t j = 0; j < len; j++) {
-                    row[j] = expf(row[j] - sub);
-                    sum += row[j];
-                }
+            for (int64_t j = 0; j < len; j++) {
+                row[j] = expf(row[j] - sub);
+                sum += row[j];
+            }
             if (mold != mnew || mold != mold) {
                 const float alpha = mold == -INFINITY ? 0.0f : expf(mold - sub);
                 l[r] *= alpha;
                 for (int64_t d = 0; d < Dp; d++)
-                    o[d] *= alpha;
+                    O[r * Dp + d] *= alpha;
             }
             l[r] += sum;
             m[r] = mnew;
@@ -437,6 +449,170 @@ static void online_tile(const fwd_ctx *c, int64_t i0, int64_t nq, int64_t j0, in
         for (int64_t j = len; j < BK; j++)
             row[j] = 0.0f;
     }
+}
+
+/* Scalar P and dS of a transposed backward tile (row c key j0 + c, column r
+ * query i0 + r, row stride BQ, rows < nk): PT = exp(scale ST - lse[r]) and
+ * dST = scale PT ∘ (dPT - Di[r]) where the mask keeps (key, query) and
+ * r < nq, 0 elsewhere up to BQ. dPT NULL: P only. */
+static void bwd_tile_plain(const be_attn_desc *a, int64_t i0, int64_t nq, int64_t j0, int64_t nk, const float *lse,
+                           const float *Di, float *PT, float *dPT)
+{
+    for (int64_t c = 0; c < nk; c++) {
+        const int64_t rlo = a->causal ? (j0 + c - i0 > 0 ? j0 + c - i0 : 0) : 0;
+        float *p = PT + c * BQ, *g = dPT ? dPT + c * BQ : NULL;
+        for (int64_t r = 0; r < BQ; r++) {
+            const bool keep = r >= rlo && r < nq;
+            if (!g)
+                p[r] = keep ? expf(p[r] * a->scale - lse[r]) : 0.0f;
+            else
+                g[r] = keep ? a->scale * p[r] * (g[r] - Di[r]) : 0.0f;
+        }
+    }
+}
+
+#if defined(ATTN_X86)
+/* Cephes' expf as simd_x86.c's exp16: overflow inf, underflow 0, NaN kept. */
+TGT_F static inline __m512 exp16(__m512 x)
+{
+    x = _mm512_min_ps(_mm512_set1_ps(88.8f), x);
+    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* online_plain on AVX-512 (f32 lanes summed in float per row). */
+TGT_F static void online_v(const be_attn_desc *a, int64_t i0, int64_t nq, int64_t j0, int64_t nk, float *S, float *m,
+                           double *l, float *O, int64_t Dp)
+{
+    const __m512 vs = _mm512_set1_ps(a->scale);
+    for (int64_t r = 0; r < nq; r++) {
+        float *row = S + r * BK;
+        const int64_t len = keys_seen(a, i0 + r, j0, nk);
+        int64_t c0 = 0;
+        if (len > 0) {
+            __m512 vmax = _mm512_set1_ps(-INFINITY);
+            __mmask16 nan = 0;
+            for (c0 = 0; c0 < len; c0 += 16) {
+                const __mmask16 k = (__mmask16)lanes(0, len - c0);
+                const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, row + c0), vs);
+                _mm512_storeu_ps(row + c0, x);
+                vmax = _mm512_mask_max_ps(vmax, k, vmax, x);
+                nan |= _mm512_mask_cmp_ps_mask(k, x, x, _CMP_UNORD_Q);
+            }
+            const float mx = nan ? NAN : _mm512_reduce_max_ps(vmax);
+            const float mold = m[r], mnew = (mx > mold || mx != mx) ? mx : mold;
+            const float sub = mnew == -INFINITY ? 0.0f : mnew;
+            const __m512 vsub = _mm512_set1_ps(sub);
+            __m512 vsum = _mm512_setzero_ps();
+            for (c0 = 0; c0 < len; c0 += 16) {
+                const __mmask16 k = (__mmask16)lanes(0, len - c0);
+                const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_loadu_ps(row + c0), vsub)));
+                _mm512_storeu_ps(row + c0, e);
+                vsum = _mm512_add_ps(vsum, e);
+            }
+            if (mold != mnew || mold != mold) {
+                const float alpha = mold == -INFINITY ? 0.0f : expf(mold - sub);
+                l[r] *= alpha;
+                const __m512 va = _mm512_set1_ps(alpha);
+                for (int64_t d = 0; d < Dp; d += 16)
+                    _mm512_storeu_ps(O + r * Dp + d, _mm512_mul_ps(va, _mm512_loadu_ps(O + r * Dp + d)));
+            }
+            l[r] += _mm512_reduce_add_ps(vsum);
+            m[r] = mnew;
+        }
+        for (; c0 < BK; c0 += 16)
+            _mm512_storeu_ps(row + c0, _mm512_setzero_ps());
+    }
+}
+
+/* bwd_tile_plain on AVX-512. */
+TGT_F static void bwd_tile_v(const be_attn_desc *a, int64_t i0, int64_t nq, int64_t j0, int64_t nk, const float *lse,
+                             const float *Di, float *PT, float *dPT)
+{
+    const __m512 vs = _mm512_set1_ps(a->scale);
+    for (int64_t c = 0; c < nk; c++) {
+        const int64_t rlo = a->causal ? (j0 + c - i0 > 0 ? j0 + c - i0 : 0) : 0;
+        float *p = PT + c * BQ;
+        for (int64_t r0 = 0; r0 < BQ; r0 += 16) {
+            const __mmask16 k = (__mmask16)lanes(rlo - r0, nq - r0);
+            __m512 y;
+            if (!dPT)
+                y = exp16(_mm512_fmsub_ps(_mm512_loadu_ps(p + r0), vs, _mm512_loadu_ps(lse + r0)));
+            else
+                y = _mm512_mul_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(p + r0)),
+                                  _mm512_sub_ps(_mm512_loadu_ps(dPT + c * BQ + r0), _mm512_loadu_ps(Di + r0)));
+            _mm512_storeu_ps((dPT ? dPT + c * BQ : p) + r0, _mm512_maskz_mov_ps(k, y));
+        }
+    }
+}
+
+/* dst rows (row stride ldh halves) = src rows (stride ld floats) rounded to
+ * bf16 (VCVTNEPS2BF16), n a multiple of 16 columns. */
+TGT_DOT static void rows_bf16(const float *src, int64_t ld, int64_t rows, int64_t n, uint16_t *dst, int64_t ldh)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < n; c += 16)
+            _mm256_storeu_si256((__m256i *)(dst + r * ldh + c),
+                                (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + r * ld + c)));
+}
+
+/* B-form of K f32 rows (stride ld) of n columns (a multiple of 16): dst[s *
+ * ldb + j] = (bf16 row 2s, bf16 row 2s + 1), an odd K's last high half 0. */
+TGT_DOT static void rows_pairs(const float *src, int64_t ld, int64_t K, int64_t n, uint32_t *dst, int64_t ldb)
+{
+    for (int64_t s = 0; s < (K + 1) / 2; s++)
+        for (int64_t c = 0; c < n; c += 16) {
+            const __m512i lo = _mm512_cvtepu16_epi32(
+                (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + 2 * s * ld + c)));
+            __m512i w = lo;
+            if (2 * s + 1 < K)
+                w = _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(
+                                                              _mm512_loadu_ps(src + (2 * s + 1) * ld + c))),
+                                                          16));
+            _mm512_storeu_si512(dst + s * ldb + c, w);
+        }
+}
+#endif
+
+/* The online softmax of one S tile on the call's kernels. */
+static void online_tile(const fwd_ctx *c, int64_t i0, int64_t nq, int64_t j0, int64_t nk, float *S, float *m,
+                        double *l, float *O, int64_t Dp)
+{
+#if defined(ATTN_X86)
+    if (c->ct != CT_PLAIN) {
+        online_v(c->a, i0, nq, j0, nk, S, m, l, O, Dp);
+        return;
+    }
+#endif
+    online_plain(c->a, i0, nq, j0, nk, S, m, l, O, Dp);
+}
+
+/* The A operand of P (the S tile after online_tile): S itself in f32, or
+ * its rows rounded to bf16 pairs in buf (BK / 2 words a row). */
+static const uint32_t *p_operand(ctype ct, float *S, int64_t nq, uint32_t *buf, int64_t *lda)
+{
+#if defined(ATTN_X86)
+    if (ct == CT_DOT) {
+        rows_bf16(S, BK, nq, BK, (uint16_t *)buf, BK);
+        *lda = BK / 2;
+        return buf;
+    }
+#endif
+    (void)nq;
+    (void)buf;
+    *lda = BK;
+    return (const uint32_t *)S;
 }
 
 static void fwd_range(void *vc, int64_t lo, int64_t hi, int tid)
@@ -458,7 +634,8 @@ static void fwd_range(void *vc, int64_t lo, int64_t hi, int tid)
     for (int64_t x = lo; x < hi; x++) {
         const int64_t h = x / c->ntiles, i0 = (x % c->ntiles) * BQ;
         const int64_t nq = T - i0 < BQ ? T - i0 : BQ;
-        pack_a(ct, at(a->q, a, h, i0), a->dt, ldx, nq, D, Qa);
+        int64_t ldq;
+        const uint32_t *Qr = rows_of(ct, at(a->q, a, h, i0), a->dt, ldx, nq, D, Qa, &ldq);
         for (int64_t r = 0; r < nq; r++) {
             m[r] = -INFINITY;
             l[r] = 0;
@@ -469,10 +646,10 @@ static void fwd_range(void *vc, int64_t lo, int64_t hi, int tid)
             const int64_t nk = T - j0 < BK ? T - j0 : BK, jt = j0 / BK;
             const uint32_t *Kt = c->kpack + (h * c->ntiles + jt) * kw;
             const uint32_t *Vt = c->vpack + (h * c->ntiles + jt) * vw;
-            mm(ct, nq, nk, ksd, Qa, ksd, Kt, BK, S, BK, false);
+            mm(ct, nq, nk, ksd, Qr, ldq, Kt, BK, S, BK, false);
             online_tile(c, i0, nq, j0, nk, S, m, l, O, Dp);
             int64_t lda;
-            const uint32_t *P = pack_a_f32(ct, S, BK, nq, nk, Pbuf, &lda);
+            const uint32_t *P = p_operand(ct, S, nq, Pbuf, &lda);
             mm(ct, nq, D, ksteps(ct, nk), P, lda, Vt, Dp, O, Dp, true);
         }
         for (int64_t r = 0; r < nq; r++) {
@@ -498,7 +675,7 @@ amp_status cpu_attention(const be_attn_desc *a)
 {
     if (a->heads <= 0 || a->T <= 0 || a->D <= 0)
         return AMP_OK;
-    fwd_ctx c = {.a = a, .ct = pick_ctype(a->dt), .ntiles = (a->T + BQ - 1) / BQ, .rows = simd_pick_rows()};
+    fwd_ctx c = {.a = a, .ct = pick_ctype(a->dt), .ntiles = (a->T + BQ - 1) / BQ};
     const int64_t tasks = a->heads * c.ntiles;
     const int64_t grain = grain_for(tasks, (double)BQ * (double)a->T * (double)(a->D + 4));
     const int width = amp_parallel_width(tasks, grain);
@@ -519,30 +696,48 @@ amp_status cpu_attention(const be_attn_desc *a)
 
 /* --------------------------------------------------------------- backward */
 
+/* Backward runs on transposed tiles (row c key j0 + c, column r query
+ * i0 + r), so that every operand it rounds is a row and no tile is
+ * transposed:
+ *   STᵀ = K_j Q_iᵀ, Pᵀ = exp(scale Sᵀ - lse), dPᵀ = V_j dO_iᵀ,
+ *   dSᵀ = scale Pᵀ ∘ (dPᵀ - D), dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i,
+ *   dQ_iᵀ += K_jᵀ dSᵀ (dQ_i transposed back once per query tile). */
 typedef struct {
     const be_attn_desc *a;
     ctype ct;
     int64_t ntiles;
     char *scratch;
     size_t slot;
-    const simd_row_fns *rows;
 } bwd_ctx;
 
-/* Backward scratch per thread, in 32-bit words. */
-static size_t bwd_slot_words(ctype ct, int64_t T, int64_t D, int64_t ntiles)
+/* A-form of the transpose of nk rows of D elements (row j at src + j * ld):
+ * D rows of nk keys, row stride lda words (bf16: key pairs, an odd nk's
+ * last high half 0, zero past nk). tmp: ksteps(nk) * pad16(D) words; row:
+ * 2 (D + 1) scratch words. */
+static void pack_at_src(ctype ct, const void *src, amp_dtype dt, int64_t ld, int64_t nk, int64_t D, uint32_t *dst,
+                        int64_t lda, uint32_t *tmp, uint32_t *row)
 {
-    const int64_t Dp = pad16(D), kw = ktile_words(ct, D), vw = vtile_words(ct, D);
-    const int64_t qn = ksteps(ct, BQ) * Dp;
-    return (size_t)(ntiles * (2 * kw + vw) /* K, V as Bᵀ; K as B */
-                    + 2 * BQ * (D + 2)     /* Q, dO tiles (A) */
-                    + 2 * qn               /* Q, dO tiles (B) */
-                    + 2 * BQ * BK          /* P, dP / dS */
-                    + 3 * BQ * BK          /* Pᵀ, dSᵀ, dS packed */
-                    + BQ * Dp              /* dQ */
-                    + 2 * T * Dp           /* dK, dV */
-                    + 2 * BQ               /* D_i (double) */
-                    + BQ                   /* lse */
-                    + 2 * (Dp + BK) + 32); /* a row */
+    pack_bn(ct, src, dt, ld, nk, D, tmp, row);
+    memset(dst, 0, (size_t)(D * lda) * 4);
+    transpose_words(tmp, pad16(D), ksteps(ct, nk), D, dst, lda);
+}
+
+/* Backward scratch per thread, in 32-bit words. */
+static size_t bwd_slot_words(ctype ct, int64_t T, int64_t D)
+{
+    const int64_t Dp = pad16(D), ksd = ksteps(ct, D), nt = (T + BK - 1) / BK;
+    return (size_t)(2 * nt * BK * ksd              /* K, V rows (A) */
+                    + nt * D * ksteps(ct, BK)      /* Kᵀ (A) */
+                    + 2 * ksd * BQ                 /* Q, dO as Bᵀ */
+                    + 2 * ksteps(ct, BQ) * Dp      /* Q, dO as B */
+                    + 2 * BK * BQ                  /* Pᵀ, dPᵀ / dSᵀ */
+                    + 2 * BK * BQ / 2              /* Pᵀ, dSᵀ in bf16 (A) */
+                    + ksteps(ct, BK) * BQ          /* dSᵀ in bf16 (B) */
+                    + D * BQ                       /* dQᵀ */
+                    + ksteps(ct, BK) * Dp + BQ * (ksd + 1) /* packing */
+                    + 2 * T * Dp                   /* dK, dV */
+                    + 2 * BQ                       /* lse, D_i */
+                    + 2 * (Dp + BK) + 32);         /* a row */
 }
 
 static void bwd_head(const bwd_ctx *c, int64_t h, uint32_t *w)
@@ -550,103 +745,107 @@ static void bwd_head(const bwd_ctx *c, int64_t h, uint32_t *w)
     const be_attn_desc *a = c->a;
     const ctype ct = c->ct;
     const int64_t T = a->T, D = a->D, Dp = pad16(D), ldx = ld_of(a), nt = c->ntiles;
-    const int64_t kw = ktile_words(ct, D), vw = vtile_words(ct, D), ksd = ksteps(ct, D);
-    const int64_t qn = ksteps(ct, BQ) * Dp;
+    const int64_t ksd = ksteps(ct, D), kbk = ksteps(ct, BK), kbq = ksteps(ct, BQ);
     const size_t es = amp_dtype_size(a->dt);
     const bool want_qk = a->gq || a->gk;
-    uint32_t *Kt = w, *Vt = Kt + nt * kw, *Kn = Vt + nt * kw;
-    uint32_t *Qa = Kn + nt * vw, *dOa = Qa + BQ * (D + 2);
-    uint32_t *Qn = dOa + BQ * (D + 2), *dOn = Qn + qn;
-    float *P = (float *)(dOn + qn), *dS = P + BQ * BK;
-    uint32_t *PT = (uint32_t *)(dS + BQ * BK), *dST = PT + BQ * BK, *dSa = dST + BQ * BK;
-    float *dQ = (float *)(dSa + BQ * BK), *dK = dQ + BQ * Dp, *dV = dK + T * Dp;
-    double *Di = (double *)(dV + T * Dp);
-    float *rowbuf = (float *)(Di + BQ);
+    uint32_t *Ka = w, *Va = Ka + nt * BK * ksd, *KTa = Va + nt * BK * ksd;
+    uint32_t *Qt = KTa + nt * D * kbk, *dOt = Qt + ksd * BQ;
+    uint32_t *Qn = dOt + ksd * BQ, *dOn = Qn + kbq * Dp;
+    float *PT = (float *)(dOn + kbq * Dp), *dPT = PT + BK * BQ;
+    uint32_t *PTh = (uint32_t *)(dPT + BK * BQ), *dSTh = PTh + BK * BQ / 2, *dSTn = dSTh + BK * BQ / 2;
+    float *dQT = (float *)(dSTn + kbk * BQ), *dK = dQT + D * BQ, *dV = dK + T * Dp;
+    uint32_t *tmp = (uint32_t *)(dV + T * Dp);
+    float *lse = (float *)(tmp + kbk * Dp + BQ * (ksd + 1)), *Di = lse + BQ;
+    float *rowbuf = Di + BQ;
     uint32_t *row = (uint32_t *)rowbuf;
 
-    for (int64_t jt = 0; jt < nt; jt++) {
-        const int64_t j0 = jt * BK, nk = T - j0 < BK ? T - j0 : BK;
-        pack_bt(ct, at(a->k, a, h, j0), a->dt, ldx, nk, D, Kt + jt * kw, BK, row);
-        if (want_qk) {
-            pack_bt(ct, at(a->v, a, h, j0), a->dt, ldx, nk, D, Vt + jt * kw, BK, row);
-            pack_bn(ct, at(a->k, a, h, j0), a->dt, ldx, nk, D, Kn + jt * vw, row);
+    int64_t ldk, ldv = 0;
+    const uint32_t *Kr = rows_of(ct, at(a->k, a, h, 0), a->dt, ldx, T, D, Ka, &ldk), *Vr = NULL;
+    if (want_qk) {
+        Vr = rows_of(ct, at(a->v, a, h, 0), a->dt, ldx, T, D, Va, &ldv);
+        for (int64_t jt = 0; jt < nt; jt++) {
+            const int64_t j0 = jt * BK, nk = T - j0 < BK ? T - j0 : BK;
+            pack_at_src(ct, at(a->k, a, h, j0), a->dt, ldx, nk, D, KTa + jt * D * kbk, kbk, tmp, row);
         }
     }
     memset(dK, 0, (size_t)(T * Dp) * sizeof(float));
     memset(dV, 0, (size_t)(T * Dp) * sizeof(float));
-    const float *lse = a->lse + h * T;
 
     for (int64_t i0 = 0; i0 < T; i0 += BQ) {
         const int64_t nq = T - i0 < BQ ? T - i0 : BQ;
-        pack_a(ct, at(a->q, a, h, i0), a->dt, ldx, nq, D, Qa);
-        pack_a(ct, at(a->gout, a, h, i0), a->dt, ldx, nq, D, dOa);
+        pack_bt(ct, at(a->q, a, h, i0), a->dt, ldx, nq, D, Qt, BQ, tmp);
         pack_bn(ct, at(a->gout, a, h, i0), a->dt, ldx, nq, D, dOn, row);
+        for (int64_t r = 0; r < BQ; r++) {
+            lse[r] = r < nq ? a->lse[h * T + i0 + r] : 0.0f;
+            Di[r] = 0.0f;
+        }
         if (want_qk) {
+            pack_bt(ct, at(a->gout, a, h, i0), a->dt, ldx, nq, D, dOt, BQ, tmp);
             pack_bn(ct, at(a->q, a, h, i0), a->dt, ldx, nq, D, Qn, row);
             /* D_i = rowsum(dO ∘ O), O the forward's rounded output. */
             for (int64_t r = 0; r < nq; r++) {
                 float *o = rowbuf, *g = rowbuf + Dp;
                 amp_convert(at(a->out, a, h, i0 + r), a->dt, o, AMP_F32, (size_t)D);
                 amp_convert(at(a->gout, a, h, i0 + r), a->dt, g, AMP_F32, (size_t)D);
-                double s = 0;
-                if (c->rows)
-                    s = c->rows->dot(o, g, D);
-                else
-                    for (int64_t d = 0; d < D; d++)
-                        s += (double)o[d] * g[d];
-                Di[r] = s;
+                double sum = 0;
+                for (int64_t d = 0; d < D; d++)
+                    sum += (double)o[d] * g[d];
+                Di[r] = (float)sum;
             }
-            memset(dQ, 0, (size_t)(nq * Dp) * sizeof(float));
+            memset(dQT, 0, (size_t)(D * BQ) * sizeof(float));
         }
         const int64_t jend = a->causal ? i0 + nq : T;
         for (int64_t j0 = 0; j0 < jend; j0 += BK) {
             const int64_t nk = T - j0 < BK ? T - j0 : BK, jt = j0 / BK;
-            /* P = exp(scale · q kᵀ - lse), masked entries 0. */
-            mm(ct, nq, nk, ksd, Qa, ksd, Kt + jt * kw, BK, P, BK, false);
-            for (int64_t r = 0; r < nq; r++) {
-                float *p = P + r * BK;
-                const int64_t len = keys_seen(a, i0 + r, j0, nk);
-                for (int64_t j = 0; j < len; j++)
-                    p[j] *= a->scale;
-                if (c->rows)
-                    c->rows->exp_sum(p, len, lse[i0 + r]);
-                else
-                    for (int64_t j = 0; j < len; j++)
-                        p[j] = expf(p[j] - lse[i0 + r]);
-                for (int64_t j = len; j < BK; j++)
-                    p[j] = 0.0f;
-            }
+            /* Pᵀ = exp(scale K_j Q_iᵀ - lse), masked entries 0 */
+            mm(ct, nk, nq, ksd, Kr + j0 * ldk, ldk, Qt, BQ, PT, BQ, false);
+#if defined(ATTN_X86)
+            if (ct != CT_PLAIN)
+                bwd_tile_v(a, i0, nq, j0, nk, lse, Di, PT, NULL);
+            else
+#endif
+                bwd_tile_plain(a, i0, nq, j0, nk, lse, Di, PT, NULL);
             /* dV_j += Pᵀ dO_i */
-            pack_at_f32(ct, P, BK, nq, nk, PT);
-            mm(ct, nk, D, ksteps(ct, nq), PT, ksteps(ct, nq), dOn, Dp, dV + j0 * Dp, Dp, true);
+            const uint32_t *A = (const uint32_t *)PT;
+            int64_t lda = BQ;
+#if defined(ATTN_X86)
+            if (ct == CT_DOT) {
+                rows_bf16(PT, BQ, nk, BQ, (uint16_t *)PTh, BQ);
+                A = PTh;
+                lda = BQ / 2;
+            }
+#endif
+            mm(ct, nk, D, ksteps(ct, nq), A, lda, dOn, Dp, dV + j0 * Dp, Dp, true);
             if (!want_qk)
                 continue;
-            /* dP = dO_i V_jᵀ; dS = scale · P ∘ (dP - D_i) */
-            mm(ct, nq, nk, ksd, dOa, ksd, Vt + jt * kw, BK, dS, BK, false);
-            for (int64_t r = 0; r < nq; r++) {
-                const float *p = P + r * BK;
-                float *s = dS + r * BK;
-                const float di = (float)Di[r];
-                const int64_t len = keys_seen(a, i0 + r, j0, nk);
-                for (int64_t j = 0; j < len; j++)
-                    s[j] = a->scale * p[j] * (s[j] - di);
-                for (int64_t j = len; j < nk; j++)
-                    s[j] = 0.0f;
+            /* dPᵀ = V_j dO_iᵀ; dSᵀ = scale Pᵀ ∘ (dPᵀ - D_i) */
+            mm(ct, nk, nq, ksd, Vr + j0 * ldv, ldv, dOt, BQ, dPT, BQ, false);
+#if defined(ATTN_X86)
+            if (ct != CT_PLAIN)
+                bwd_tile_v(a, i0, nq, j0, nk, lse, Di, PT, dPT);
+            else
+#endif
+                bwd_tile_plain(a, i0, nq, j0, nk, lse, Di, PT, dPT);
+            const uint32_t *dSa = (const uint32_t *)dPT, *dSb = (const uint32_t *)dPT;
+#if defined(ATTN_X86)
+            if (ct == CT_DOT) {
+                rows_bf16(dPT, BQ, nk, BQ, (uint16_t *)dSTh, BQ);
+                rows_pairs(dPT, BQ, nk, BQ, dSTn, BQ);
+                dSa = dSTh;
+                dSb = dSTn;
             }
-            if (a->gk) { /* dK_j += dSᵀ Q_i */
-                pack_at_f32(ct, dS, BK, nq, nk, dST);
-                mm(ct, nk, D, ksteps(ct, nq), dST, ksteps(ct, nq), Qn, Dp, dK + j0 * Dp, Dp, true);
-            }
-            if (a->gq) { /* dQ_i += dS K_j */
-                int64_t lda;
-                const uint32_t *A = pack_a_f32(ct, dS, BK, nq, nk, dSa, &lda);
-                mm(ct, nq, D, ksteps(ct, nk), A, lda, Kn + jt * vw, Dp, dQ, Dp, true);
-            }
+#endif
+            if (a->gk) /* dK_j += dSᵀ Q_i */
+                mm(ct, nk, D, ksteps(ct, nq), dSa, lda, Qn, Dp, dK + j0 * Dp, Dp, true);
+            if (a->gq) /* dQ_iᵀ += K_jᵀ dSᵀ */
+                mm(ct, D, nq, ksteps(ct, nk), KTa + jt * D * kbk, kbk, dSb, BQ, dQT, BQ, true);
         }
         if (a->gq)
-            for (int64_t r = 0; r < nq; r++)
-                amp_convert(dQ + r * Dp, AMP_F32, (char *)a->gq + (size_t)row_at(a, h, i0 + r) * es, a->dt,
-                            (size_t)D);
+            for (int64_t r = 0; r < nq; r++) {
+                for (int64_t d = 0; d < D; d++)
+                    rowbuf[d] = dQT[d * BQ + r];
+                amp_convert(rowbuf, AMP_F32, (char *)a->gq + (size_t)row_at(a, h, i0 + r) * es, a->dt, (size_t)D);
+            }
     }
     for (int64_t t = 0; t < T; t++) {
         if (a->gk)
@@ -672,10 +871,10 @@ amp_status cpu_attention_backward(const be_attn_desc *a)
         return amp_set_error(AMP_ERR_ARG, "attention_backward: no log-sum-exp to rebuild the probabilities from");
     if (!a->out && (a->gq || a->gk))
         return amp_set_error(AMP_ERR_ARG, "attention_backward: no forward output to take rowsum(dO * O) from");
-    bwd_ctx c = {.a = a, .ct = pick_ctype(a->dt), .ntiles = (a->T + BQ - 1) / BQ, .rows = simd_pick_rows()};
+    bwd_ctx c = {.a = a, .ct = pick_ctype(a->dt), .ntiles = (a->T + BQ - 1) / BQ};
     const int64_t grain = grain_for(a->heads, (double)a->T * (double)a->T * (double)(a->D + 4));
     const int width = amp_parallel_width(a->heads, grain);
-    c.slot = (bwd_slot_words(c.ct, a->T, a->D, c.ntiles) * 4 + 63) / 64 * 64;
+    c.slot = (bwd_slot_words(c.ct, a->T, a->D) * 4 + 63) / 64 * 64;
     c.scratch = amp_alloc((size_t)width * c.slot);
     if (!c.scratch)
         return amp_set_error(AMP_ERR_MEMORY, "attention_backward: out of memory for %d x %zu bytes of scratch", width,
