@@ -209,6 +209,46 @@ static void mm(ctype ct, int64_t m, int64_t n, int64_t ks, const void *a, int64_
 
 /* ---------------------------------------------------------------- packers */
 
+/* Bits lo .. hi-1 of a 16-lane mask (empty when hi <= lo). */
+static inline unsigned lanes(int64_t lo, int64_t hi)
+{
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > 16 ? 16 : hi;
+    if (hi <= lo)
+        return 0;
+    return (unsigned)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
+#if defined(ATTN_X86)
+/* m rows of `words` 32-bit words, src rows `lds` bytes apart, dst rows ldd
+ * words apart: AVX-512 16-word steps, the tail masked. */
+TGT_F static void copy_words_v(const char *src, int64_t lds, int64_t m, int64_t words, uint32_t *dst, int64_t ldd)
+{
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t c = 0; c < words; c += 16) {
+            const __mmask16 k = (__mmask16)lanes(0, words - c);
+            _mm512_mask_storeu_epi32(dst + r * ldd + c, k, _mm512_maskz_loadu_epi32(k, src + r * lds + 4 * c));
+        }
+}
+
+/* B-form pairs of K bf16 rows (ld elements apart) of n columns: dst[s * ldb
+ * + j] = row 2s | row 2s + 1 << 16 (an odd K's last high half 0), columns
+ * n .. pad16(n) zero. */
+TGT_DOT static void pairs_bf16_v(const uint16_t *src, int64_t ld, int64_t K, int64_t n, uint32_t *dst, int64_t ldb)
+{
+    for (int64_t s = 0; s < (K + 1) / 2; s++)
+        for (int64_t c = 0; c < n; c += 16) {
+            const __mmask16 k = (__mmask16)lanes(0, n - c);
+            __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, src + 2 * s * ld + c));
+            if (2 * s + 1 < K)
+                w = _mm512_or_si512(w, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
+                                                             k, src + (2 * s + 1) * ld + c)),
+                                                         16));
+            _mm512_storeu_si512(dst + s * ldb + c, w);
+        }
+}
+#endif
+
 /* Row `len` elements of src (dtype dt) as the compute type's row: f32
  * into f (len floats), or bf16 into h (len values, then a zero when len is
  * odd). */
@@ -235,6 +275,12 @@ static void pack_a(ctype ct, const void *src, amp_dtype dt, int64_t ld, int64_t 
 {
     const size_t es = amp_dtype_size(dt);
     const int64_t ks = ksteps(ct, K);
+#if defined(ATTN_X86)
+    if ((ct == CT_DOT && dt == AMP_BF16 && !(K & 1) && !(ld & 1)) || (ct == CT_F32V && dt == AMP_F32)) {
+        copy_words_v(src, ld * (int64_t)es, m, ks, dst, ks);
+        return;
+    }
+#endif
     for (int64_t r = 0; r < m; r++)
         load_row(ct, (const char *)src + (size_t)(r * ld) * es, dt, K, (float *)(dst + r * ks),
                  (uint16_t *)(dst + r * ks));
@@ -281,17 +327,19 @@ static void transpose_words(const uint32_t *src, int64_t lds, int64_t rows, int6
 }
 
 /* m rows of K elements (row r at src + r * ld elements of dt) as A-form
- * rows: the source itself where it already is one (f32 for f32 kernels;
- * bf16 with K and ld even and 4-byte aligned for the bf16 one), else
- * packed into buf (m * ksteps(K) words). *lda: the rows' stride in words. */
+ * rows: the source itself where it already is one, contiguous (f32 for
+ * f32 kernels; bf16 with K even and 4-byte aligned for the bf16 one), else
+ * packed into buf (m * ksteps(K) words). *lda: the rows' stride in words.
+ * Strided rows ([B, T, H, d]: ld = H * d) are packed: read in place, their
+ * power-of-two stride keeps them in a few cache sets. */
 static const uint32_t *rows_of(ctype ct, const void *src, amp_dtype dt, int64_t ld, int64_t m, int64_t K,
                                uint32_t *buf, int64_t *lda)
 {
-    if (ct != CT_DOT && dt == AMP_F32) {
+    if (ld == K && ct != CT_DOT && dt == AMP_F32) {
         *lda = ld;
         return src;
     }
-    if (ct == CT_DOT && dt == AMP_BF16 && !(K & 1) && !(ld & 1) && !((uintptr_t)src & 3)) {
+    if (ld == K && ct == CT_DOT && dt == AMP_BF16 && !(K & 1) && !((uintptr_t)src & 3)) {
         *lda = ld / 2;
         return src;
     }
@@ -321,6 +369,16 @@ static void pack_bn(ctype ct, const void *src, amp_dtype dt, int64_t ld, int64_t
     const size_t es = amp_dtype_size(dt);
     const int64_t ks = ksteps(ct, K), ldb = pad16(n);
     memset(dst, 0, (size_t)(ks * ldb) * 4);
+#if defined(ATTN_X86)
+    if (ct == CT_DOT && dt == AMP_BF16) {
+        pairs_bf16_v(src, ld, K, n, dst, ldb);
+        return;
+    }
+    if (ct == CT_F32V && dt == AMP_F32) {
+        copy_words_v(src, ld * 4, K, n, dst, ldb);
+        return;
+    }
+#endif
     for (int64_t k = 0; k < K; k++) {
         const void *s = (const char *)src + (size_t)(k * ld) * es;
         if (ct != CT_DOT) {
@@ -401,16 +459,6 @@ static size_t fwd_slot_floats(int64_t D)
                     + BQ * Dp         /* O */
                     + 4 * BQ          /* m, l (double) */
                     + 2 * (Dp + BK) + 32); /* a row */
-}
-
-/* Bits lo .. hi-1 of a 16-lane mask (empty when hi <= lo). */
-static inline unsigned lanes(int64_t lo, int64_t hi)
-{
-    lo = lo < 0 ? 0 : lo;
-    hi = hi > 16 ? 16 : hi;
-    if (hi <= lo)
-        return 0;
-    return (unsigned)(((1u << hi) - 1) & ~((1u << lo) - 1));
 }
 
 /* The online softmax of one S tile, row by row (row r is query i0 + r,
