@@ -19,11 +19,13 @@
  * all accumulated in f32 and each gradient rounded once to the inputs'
  * dtype. Masked entries have P = 0, so they get no gradient. A head is one
  * task (its dK, dV accumulate over every query tile), so the per-head f32
- * dK, dV accumulators need no atomics.
+ * dK, dV accumulators need no atomics. The tiles are computed transposed
+ * (see the backward section), so that nothing is transposed per tile.
  *
  * Precision: the scores, the mask and the softmax live in f32 whatever the
  * inputs' dtype, so a score like 300 * 300 * 64 / 8 (past f16's 65504)
- * stays finite; the row sums are in double. bf16 inputs on a CPU with
+ * stays finite; the row sums are in f32 lanes (double in the plain C
+ * path). exp is Cephes' expf as in simd_x86.c. bf16 inputs on a CPU with
  * AVX512-BF16 run every product on VDPBF16PS (bf16 pairs, f32
  * accumulation; bf16 subnormal inputs count as zero there), with P and dS
  * rounded to bf16 before their products, as PyTorch's CPU flash attention
@@ -330,8 +332,8 @@ static void transpose_words(const uint32_t *src, int64_t lds, int64_t rows, int6
  * rows: the source itself where it already is one, contiguous (f32 for
  * f32 kernels; bf16 with K even and 4-byte aligned for the bf16 one), else
  * packed into buf (m * ksteps(K) words). *lda: the rows' stride in words.
- * Strided rows ([B, T, H, d]: ld = H * d) are packed: read in place, their
- * power-of-two stride keeps them in a few cache sets. */
+ * Strided rows ([B, T, H, d]: ld = H * d) are packed into contiguous ones
+ * (the A operand is read once per column block). */
 static const uint32_t *rows_of(ctype ct, const void *src, amp_dtype dt, int64_t ld, int64_t m, int64_t K,
                                uint32_t *buf, int64_t *lda)
 {
