@@ -4,9 +4,14 @@
  * difference gradients in f32, bf16 / f16 against f32, f16 inputs whose
  * scores pass f16's range, PyTorch's values and gradients
  * (reference/attention_ref.h from gen_attention.py), autocast, threads,
- * causality and the errors.
+ * causality and the errors. The fused (tiled, online-softmax) kernel:
+ * values and gradients against double references for T across tile
+ * edges, T = 1 and D = 16 / 64 / 80, f32 and bf16; the [B, T, H, d]
+ * layout bit for bit against the permuted [B, H, T, d] one; finite
+ * differences across several tiles.
  */
 #include "harness.h"
+#include "ops/fused.h"
 #include "reference/attention_ref.h"
 
 #include <stdlib.h>
@@ -471,6 +476,223 @@ static void test_errors_name_shapes_and_dtypes(void)
     amp_temps_free();
 }
 
+/* ------------------------------------------------- the fused, tiled kernel */
+
+/* dq, dk, dv (each numel(q) doubles, heads leading) of
+ * sum(g ∘ attention(q, k, v)) in double, from the values as they are. */
+static void ref_attention_backward(const amp_tensor *q, const amp_tensor *k, const amp_tensor *v,
+                                   const amp_tensor *g, bool causal, double *dq, double *dk, double *dv)
+{
+    int nd = amp_tensor_ndim(q);
+    int64_t T = amp_tensor_dim(q, nd - 2), d = amp_tensor_dim(q, nd - 1);
+    int64_t heads = amp_tensor_numel(q) / (T * d), n = amp_tensor_numel(q);
+    double scale = 1.0 / sqrt((double)d);
+    for (int64_t i = 0; i < n; i++)
+        dq[i] = dk[i] = dv[i] = 0;
+    double *p = malloc(sizeof(double) * (size_t)T), *dp = malloc(sizeof(double) * (size_t)T);
+    for (int64_t h = 0; h < heads; h++)
+        for (int64_t i = 0; i < T; i++) {
+            int64_t b = h * T * d, len = causal ? i + 1 : T;
+            double mx = -INFINITY, sum = 0, di = 0;
+            for (int64_t j = 0; j < len; j++) {
+                double acc = 0, acc2 = 0;
+                for (int64_t c = 0; c < d; c++) {
+                    acc += amp_tensor_get(q, b + i * d + c) * amp_tensor_get(k, b + j * d + c);
+                    acc2 += amp_tensor_get(g, b + i * d + c) * amp_tensor_get(v, b + j * d + c);
+                }
+                p[j] = acc * scale;
+                dp[j] = acc2;
+                mx = p[j] > mx ? p[j] : mx;
+            }
+            for (int64_t j = 0; j < len; j++)
+                sum += (p[j] = exp(p[j] - mx));
+            for (int64_t j = 0; j < len; j++) {
+                p[j] /= sum;
+                di += p[j] * dp[j];
+            }
+            for (int64_t j = 0; j < len; j++) {
+                double ds = p[j] * (dp[j] - di) * scale;
+                for (int64_t c = 0; c < d; c++) {
+                    dq[b + i * d + c] += ds * amp_tensor_get(k, b + j * d + c);
+                    dk[b + j * d + c] += ds * amp_tensor_get(q, b + i * d + c);
+                    dv[b + j * d + c] += p[j] * amp_tensor_get(g, b + i * d + c);
+                }
+            }
+        }
+    free(p);
+    free(dp);
+}
+
+/* Within tol * (max |ref| + |ref[i]|) + 1e-6: the error bound scaled to
+ * the reference's magnitude (a gradient's size depends on T and d; at
+ * T = 1 dq and dk are 0 up to the f32 rounding of dP - D_i). */
+static void check_scaled(const char *what, const amp_tensor *t, const double *ref, double tol)
+{
+    double mx = 0;
+    for (int64_t i = 0; t && i < amp_tensor_numel(t); i++)
+        mx = fabs(ref[i]) > mx ? fabs(ref[i]) : mx;
+    check_close(what, t, ref, tol * mx + 1e-6, tol);
+}
+
+/* f32 and bf16, causal or not, T on and across the 64-row tiles' edges
+ * (and T = 1), d = 16, 64, 80: the output and all three gradients against
+ * double references on the inputs' (rounded) values. bf16 rounds P and dS
+ * to bf16 before their products (and every result once), hence its wider
+ * bound. all: every size, else a few. */
+static void tiles_case(bool all)
+{
+    const int64_t Ts[6] = {1, 5, 63, 64, 65, 150}, Ds[3] = {16, 64, 80};
+    const amp_dtype dts[2] = {AMP_F32, AMP_BF16};
+    for (int di = 0; di < 2; di++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int ti = 0; ti < 6; ti++)
+                for (int ei = 0; ei < 3; ei++) {
+                    const int64_t T = Ts[ti], D = Ds[ei];
+                    if ((T == 150 && D != 64 && di == 0 && !causal) || (!all && (ti % 2 || ei == 1)))
+                        continue; /* keep the double references quick */
+                    const amp_shape s = AMP_SHAPE(2, T, D);
+                    const uint64_t seed = (uint64_t)(1000 + 100 * ti + 10 * ei + 2 * di + causal);
+                    amp_tensor *q = test_uniform(s, dts[di], -2, 2, seed);
+                    amp_tensor *k = test_uniform(s, dts[di], -2, 2, seed + 1);
+                    amp_tensor *v = test_uniform(s, dts[di], -1, 1, seed + 2);
+                    amp_tensor *g = test_uniform(s, dts[di], -1, 1, seed + 3);
+                    amp_tensor_set_requires_grad(q, true);
+                    amp_tensor_set_requires_grad(k, true);
+                    amp_tensor_set_requires_grad(v, true);
+                    amp_tensor *o = amp_attention(q, k, v, causal);
+                    const double tol = dts[di] == AMP_F32 ? 2e-5 : 2e-2;
+                    char what[96];
+                    snprintf(what, sizeof what, "%s causal %d T %lld d %lld out", amp_dtype_name(dts[di]), causal,
+                             (long long)T, (long long)D);
+                    double *ref = ref_attention(q, k, v, causal);
+                    check_scaled(what, o, ref, tol);
+                    CHECK_OK(amp_backward_with(o, g));
+                    const int64_t n = amp_tensor_numel(q);
+                    double *r3 = malloc(sizeof(double) * (size_t)(3 * n));
+                    ref_attention_backward(q, k, v, g, causal, r3, r3 + n, r3 + 2 * n);
+                    amp_tensor *in[3] = {q, k, v};
+                    for (int i = 0; i < 3; i++) {
+                        snprintf(what, sizeof what, "%s causal %d T %lld d %lld d%c", amp_dtype_name(dts[di]),
+                                 causal, (long long)T, (long long)D, "qkv"[i]);
+                        check_scaled(what, amp_tensor_grad(in[i]), r3 + i * n, 2 * tol);
+                    }
+                    free(ref);
+                    free(r3);
+                    amp_tensor_free(q);
+                    amp_tensor_free(k);
+                    amp_tensor_free(v);
+                    amp_tensor_free(g);
+                    amp_temps_free();
+                }
+}
+
+/* tiles_case on each kernel the CPU may take: bf16 dot products, AVX-512
+ * f32, plain C (amp_cpu_limit; the last two on fewer sizes). */
+static void test_tiles_match_double_reference(void)
+{
+    const unsigned limits[3] = {~0u, ~(unsigned)AMP_CPU_AVX512BF16, 0u};
+    for (int li = 0; li < 3; li++) {
+        amp_cpu_limit(limits[li]);
+        tiles_case(li == 0);
+    }
+    amp_cpu_limit(~0u);
+}
+
+/* op_attention_bthd on [B, T, H, d] equals amp_attention on the same
+ * values permuted to [B, H, T, d], bit for bit: output and gradients
+ * (permuted back), f32, bf16 and f16, causal or not, T across tiles. */
+static void test_bthd_layout_matches_permuted(void)
+{
+    static const int perm[4] = {0, 2, 1, 3};
+    const amp_dtype dts[3] = {AMP_F32, AMP_BF16, AMP_F16};
+    for (int di = 0; di < 3; di++)
+        for (int causal = 0; causal < 2; causal++) {
+            const int64_t B = 2, T = 70, H = 3, D = 16;
+            amp_tensor *x[3], *xp[3];
+            for (int i = 0; i < 3; i++) {
+                x[i] = test_uniform(AMP_SHAPE(B, T, H, D), dts[di], -2, 2, 300 + (uint64_t)(10 * di + i));
+                xp[i] = amp_clone(amp_permute(x[i], perm));
+                amp_tensor_set_requires_grad(x[i], true);
+                amp_tensor_set_requires_grad(xp[i], true);
+            }
+            amp_tensor *g = test_uniform(AMP_SHAPE(B, T, H, D), dts[di], -1, 1, 399);
+            amp_tensor *gp = amp_clone(amp_permute(g, perm));
+            amp_tensor *o = op_attention_bthd(x[0], x[1], x[2], causal);
+            amp_tensor *op = amp_attention(xp[0], xp[1], xp[2], causal);
+            CHECK(o && amp_tensor_ndim(o) == 4 && amp_tensor_dim(o, 1) == T && amp_tensor_dim(o, 2) == H);
+            CHECK_OK(amp_backward_with(o, g));
+            CHECK_OK(amp_backward_with(op, gp));
+            amp_tensor *ob = amp_clone(amp_permute(op, perm));
+            CHECK_MSG(max_abs_diff(o, ob) == 0.0, "%s causal %d: outputs differ", amp_dtype_name(dts[di]), causal);
+            for (int i = 0; i < 3; i++) {
+                amp_tensor *gb = amp_clone(amp_permute(amp_tensor_grad(xp[i]), perm));
+                CHECK_MSG(max_abs_diff(amp_tensor_grad(x[i]), gb) == 0.0, "%s causal %d: d%c differs",
+                          amp_dtype_name(dts[di]), causal, "qkv"[i]);
+                amp_tensor_free(gb);
+            }
+            amp_tensor_free(ob);
+            for (int i = 0; i < 3; i++) {
+                amp_tensor_free(x[i]);
+                amp_tensor_free(xp[i]);
+            }
+            amp_tensor_free(g);
+            amp_tensor_free(gp);
+            amp_temps_free();
+        }
+}
+
+static amp_tensor *attn_bthd_fn(amp_tensor **in, void *vc)
+{
+    return op_attention_bthd(in[0], in[1], in[2], ((attn_ctx *)vc)->causal);
+}
+
+/* Finite differences through several tiles (T = 67: a full tile and a
+ * 3-row one), in the [B, T, H, d] layout. */
+static void test_gradcheck_across_tiles(void)
+{
+    for (int causal = 0; causal < 2; causal++) {
+        amp_tensor *in[3];
+        for (int i = 0; i < 3; i++) {
+            in[i] = test_uniform(AMP_SHAPE(1, 67, 2, 4), AMP_F32, -1.5, 1.5, 500 + (uint64_t)i);
+            amp_tensor_set_requires_grad(in[i], true);
+        }
+        attn_ctx c = {causal};
+        CHECK(gradcheck(causal ? "bthd causal" : "bthd full", attn_bthd_fn, in, 3, &c, 1e-3, 2e-3, 2e-3));
+        for (int i = 0; i < 3; i++)
+            amp_tensor_free(in[i]);
+    }
+}
+
+/* A NaN in one key poisons every row that sees it and no other, across
+ * tiles; an infinite value in v makes the rows that see it non-finite and
+ * leaves those of earlier 64-row tiles finite (within its own tile a
+ * masked probability 0 still meets it in the P v product: 0 * inf). */
+static void test_nan_inf_across_tiles(void)
+{
+    const int64_t T = 100, D = 16, bad = 70;
+    amp_tensor *q = test_uniform(AMP_SHAPE(T, D), AMP_F32, -1, 1, 601);
+    amp_tensor *k = test_uniform(AMP_SHAPE(T, D), AMP_F32, -1, 1, 602);
+    amp_tensor *v = test_uniform(AMP_SHAPE(T, D), AMP_F32, -1, 1, 603);
+    ((float *)amp_tensor_data(k))[bad * D + 3] = NAN;
+    amp_tensor *y = amp_attention(q, k, v, true);
+    CHECK(y != NULL);
+    for (int64_t i = 0; y && i < T * D; i++)
+        CHECK_MSG(isnan(amp_tensor_get(y, i)) == (i / D >= bad), "row %lld: %g", (long long)(i / D),
+                  amp_tensor_get(y, i));
+    ((float *)amp_tensor_data(k))[bad * D + 3] = 0.5f;
+    ((float *)amp_tensor_data(v))[bad * D + 1] = INFINITY;
+    y = amp_attention(q, k, v, true);
+    for (int64_t i = 0; y && i < T * D; i++)
+        if (i / D < 64)
+            CHECK_MSG(isfinite(amp_tensor_get(y, i)), "row %lld: %g", (long long)(i / D), amp_tensor_get(y, i));
+        else if (i % D == 1)
+            CHECK_MSG(!isfinite(amp_tensor_get(y, i)), "row %lld: %g", (long long)(i / D), amp_tensor_get(y, i));
+    amp_tensor_free(q);
+    amp_tensor_free(k);
+    amp_tensor_free(v);
+    amp_temps_free();
+}
+
 int main(void)
 {
     RUN(test_values_match_double_reference);
@@ -485,5 +707,9 @@ int main(void)
     RUN(test_vector_softmax_rows_match_scalar);
     RUN(test_causal_ignores_the_future);
     RUN(test_errors_name_shapes_and_dtypes);
+    RUN(test_tiles_match_double_reference);
+    RUN(test_bthd_layout_matches_permuted);
+    RUN(test_gradcheck_across_tiles);
+    RUN(test_nan_inf_across_tiles);
     return harness_done();
 }

@@ -44,7 +44,8 @@
  * mean and rstd [rows] f32, attention its log-sum-exp [B, heads, T] f32,
  * max_pool2d its argmax (i32), cross_entropy [rows, 2] f32 and, under
  * autocast (an fp32 op), an f32 copy of the logits; reshape is a view whose
- * gradient is copied once; permute copies. Every allocation is rounded up
+ * gradient is copied once; permute copies (the GPT's heads are views:
+ * attention reads [B, T, H, d]). Every allocation is rounded up
  * to the caching allocator's size class (base/memory.c: 64-byte steps to
  * 4 KiB, then four classes per power of two), as amp_memory_get_stats
  * counts them.
@@ -522,36 +523,43 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
             t->fwd_peak = 0;
         layer_norm(t, R, W);
         size_t qkv[3];
-        for (int k = 0; k < 3; k++) { /* q, k, v: linear, split into heads */
+        for (int k = 0; k < 3; k++) { /* q, k, v: linear, viewed as [B, T, H, d] (no copy) */
             int es = 4;
             if (k == 2) /* ln1's gradient: made by v's (first in backward), added to by k's and q's */
                 made_by(t, start, t->n);
             linear(t, R, W, W, true, ACT_NONE, &es, true);
             view(t, R * W, es);
-            op(t);
-            result(t, R * W, es, true); /* the permute's copy */
             qkv[k] = t->n - 1;
         }
         int es = t->low ? 2 : 4;
         op(t);
-        result(t, R * W, es, true);       /* attention */
+        result(t, R * W, es, true);       /* attention, [B, T, H, d] */
         /* backward makes q's and k's gradients with v's; they wait for
          * v's and k's backward */
         made_by(t, qkv[0], t->n - 1);
         made_by(t, qkv[1], t->n - 1);
         saved(t, bytes_of(t, B * H * T, 4)); /* its log-sum-exp */
-        const int64_t heads = B * H, tt = T * T;
+        const int64_t heads = B * H, tt = T * T, D = W / H;
         if (t->cuda) { /* backend/cuda/linalg.c: the scores [heads, T, T] in f32, P in 16 bits beside them;
-                        * backward: S, P, dP, and dS in 16 bits */
+                        * backward: S, P, dP, and dS in 16 bits; around them ops/attention.c's
+                        * [B, H, T, d] copies (q, k, v, out; backward also dO, O, dq, dk, dv) */
             const uint64_t S = bytes_of(t, heads * tt, 4), P = es == 2 ? bytes_of(t, heads * tt, 2) : 0;
-            work(t, t->eval ? S + P : 2 * S + 2 * P);
-        } else { /* per head and thread: [T, T] scores (and dP), bf16 staging */
-            const int64_t nt = heads < t->threads ? heads : t->threads, half = t->low ? (tt + 1) / 2 : 0;
-            work(t, (uint64_t)nt * blk(t, (uint64_t)((t->eval ? 1 : 2) * tt + half) * 4));
+            const uint64_t cp = bytes_of(t, R * W, es);
+            work(t, t->eval ? S + P + 4 * cp : 2 * S + 2 * P + 8 * cp);
+        } else { /* backend/cpu/attention.c (its f32 sizes, the larger): 64 x 64 tiles; forward: K and V
+                  * packed per call plus a tile's scratch per thread; backward: per thread a head's
+                  * packed K, V and f32 dK, dV plus its tiles */
+            const int64_t bq = 64, nt = (T + bq - 1) / bq, Dp = (D + 15) / 16 * 16;
+            const int64_t kw = D * bq, vw = bq * Dp, tasks = heads * nt;
+            const int64_t fw = tasks < t->threads ? tasks : t->threads, bw = heads < t->threads ? heads : t->threads;
+            const uint64_t fslot = (uint64_t)(bq * (D + 2) + 2 * bq * bq + bq * Dp + 4 * bq + 2 * (Dp + bq) + 32) * 4;
+            const uint64_t bslot = (uint64_t)(nt * (2 * kw + vw) + 2 * bq * (D + 2) + 2 * bq * Dp + 5 * bq * bq +
+                                              bq * Dp + 2 * T * Dp + 3 * bq + 2 * (Dp + bq) + 32) * 4;
+            const uint64_t fwd = blk(t, (uint64_t)(tasks * (kw + vw)) * 4 + (uint64_t)fw * ((fslot + 63) / 64 * 64));
+            const uint64_t bwd = blk(t, (uint64_t)bw * ((bslot + 63) / 64 * 64));
+            work(t, t->eval || fwd > bwd ? fwd : bwd);
         }
-        op(t);
-        result(t, R * W, es, true); /* merge heads: permute */
-        view(t, R * W, es);         /* and reshape */
+        view(t, R * W, es); /* merge heads: reshape */
         linear(t, R, W, W, true, ACT_NONE, &es, true);
         if (drop) {
             op(t);

@@ -88,19 +88,26 @@ typedef struct {
     bool weight_grad;
 } be_gemm_desc;
 
-/* Scaled dot-product attention over `heads` contiguous [T, D] slices of
- * q, k, v (one float dtype dt): out = softmax(scale q kᵀ [+ causal mask]) v.
+/* Scaled dot-product attention over `heads` [T, D] slices of q, k, v (one
+ * float dtype dt): out = softmax(scale q kᵀ [+ causal mask]) v.
  * Scores, mask and softmax are f32; lse [heads, T] (f32) holds each row's
  * log-sum-exp: written by attention when not NULL, read by
  * attention_backward, which rebuilds the probabilities from it. Backward
- * writes dQ, dK, dV (dt) into gq, gk, gv, each NULL when not wanted. */
+ * writes dQ, dK, dV (dt) into gq, gk, gv, each NULL when not wanted; out
+ * (the forward's result) is read by the CPU's backward, NULL elsewhere.
+ * Layout of q, k, v, out, gout, gq, gk, gv: row t of head h starts at
+ * element (h / hgroup) * T * ld + (h % hgroup) * D + t * ld. hgroup = 0
+ * and ld = 0 (read as 1 and D) are contiguous [heads, T, D] slices, the
+ * only layout the CUDA backend takes; hgroup = H, ld = H * D is
+ * [B, T, H, D] (heads = B * H), which the CPU backend reads in place. */
 typedef struct {
     int64_t heads, T, D;
+    int64_t hgroup, ld;
     bool causal;
     float scale;
     amp_dtype dt;
     const void *q, *k, *v;
-    void *out;         /* attention */
+    void *out;         /* attention; read by the CPU's backward */
     float *lse;
     const void *gout;  /* attention_backward */
     void *gq, *gk, *gv;

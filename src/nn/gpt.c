@@ -86,11 +86,11 @@ static amp_tensor *linear_forward(amp_module *m, amp_tensor *x)
     return amp_linear(x, m->own[0], m->own[1]);
 }
 
-/* [B, T, width] -> [B, heads, T, width / heads] */
+/* [B, T, width] -> [B, T, heads, width / heads]: a reshape, no copy;
+ * op_attention_bthd takes the heads in this layout. */
 static amp_tensor *split_heads(amp_tensor *x, int64_t B, int64_t T, int64_t H, int64_t D)
 {
-    static const int perm[4] = {0, 2, 1, 3};
-    return amp_permute(amp_reshape(x, AMP_SHAPE(B, T, H, D)), perm);
+    return amp_reshape(x, AMP_SHAPE(B, T, H, D));
 }
 
 /* x + r, and *h = ln(x + r) (a LayerNorm child) from the same pass:
@@ -107,7 +107,6 @@ static amp_tensor *add_ln(amp_tensor *x, amp_tensor *r, const amp_module *ln, am
 static amp_tensor *block_run(amp_module *m, amp_tensor *x, amp_tensor *h1, const amp_module *next_ln,
                              amp_tensor **h_next)
 {
-    static const int perm[4] = {0, 2, 1, 3};
     if (amp_tensor_ndim(x) != 3 || amp_tensor_dim(x, 2) != m->cfg_i[0]) {
         char b[96];
         return amp_fail_null(AMP_ERR_SHAPE, "gpt_block: input %s %s is not [B, T, %lld]",
@@ -119,7 +118,7 @@ static amp_tensor *block_run(amp_module *m, amp_tensor *x, amp_tensor *h1, const
     amp_tensor *q = split_heads(amp_linear(h, w_of(m, B_Q), b_of(m, B_Q)), B, T, H, W / H);
     amp_tensor *k = split_heads(amp_linear(h, w_of(m, B_K), b_of(m, B_K)), B, T, H, W / H);
     amp_tensor *v = split_heads(amp_linear(h, w_of(m, B_V), b_of(m, B_V)), B, T, H, W / H);
-    amp_tensor *a = amp_reshape(amp_permute(amp_attention(q, k, v, true), perm), AMP_SHAPE(B, T, W));
+    amp_tensor *a = amp_reshape(op_attention_bthd(q, k, v, true), AMP_SHAPE(B, T, W));
     /* x = x + drop(proj(a)); h = ln_2(x) */
     x = add_ln(x, drop(m, amp_linear(a, w_of(m, B_PROJ), b_of(m, B_PROJ))), m->children[B_LN2], &h);
     /* gelu_tanh(fc1(h)) as one op: on CUDA the GELU is the GEMM's

@@ -19,28 +19,91 @@
  * rebuilds P exactly as P = exp(S - lse) from one more q kᵀ GEMM, which
  * costs about a sixth of the attention's GEMM work. This is what
  * PyTorch's fused CPU/CUDA kernels (flash, memory-efficient) save too.
- * q, k, v are already kept by the node.
+ * q, k, v are already kept by the node, and so is the output (the CPU's
+ * backward takes D_i = rowsum(dO ∘ O) from it; no copy, a reference).
+ *
+ * Layouts: amp_attention's [.., T, d] (every leading dim a head), and
+ * op_attention_bthd's [B, T, H, d] (p.i[1] = 1; heads B * H), which is how
+ * a linear's [B, T, H * d] result splits into heads without a permute
+ * copy. The CPU backend reads and writes that layout in place; on any
+ * other backend this op permutes to [B, H, T, d] and back around the
+ * backend's call.
  */
 #include "backend/backend.h"
 #include "ops/broadcast.h"
 #include "ops/infer.h"
 
+#include "ops/fused.h"
+
 #include <stdio.h>
 
-/* i[0] = causal */
+/* i[0] = causal, i[1] = layout (0: [.., T, d], 1: [B, T, H, d]) */
 amp_tensor *amp_attention(amp_tensor *q, amp_tensor *k, amp_tensor *v, bool causal)
 {
     amp_tensor *in[3] = {q, k, v};
-    op_params p = {.i = {causal}};
+    op_params p = {.i = {causal, 0}};
+    return op_apply(OP_ATTENTION, in, 3, &p);
+}
+
+amp_tensor *op_attention_bthd(amp_tensor *q, amp_tensor *k, amp_tensor *v, bool causal)
+{
+    amp_tensor *in[3] = {q, k, v};
+    op_params p = {.i = {causal, 1}};
     return op_apply(OP_ATTENTION, in, 3, &p);
 }
 
 /* The primitive's description for n's inputs (outputs filled by the caller). */
 static be_attn_desc desc_of(const node *n, const attn_plan *pl)
 {
-    return (be_attn_desc){.heads = pl->heads, .T = pl->T, .D = pl->d, .causal = pl->causal, .scale = pl->scale,
-                          .dt = n->in[0]->dtype, .q = tensor_ptr(n->in[0]), .k = tensor_ptr(n->in[1]),
-                          .v = tensor_ptr(n->in[2])};
+    return (be_attn_desc){.heads = pl->heads, .T = pl->T, .D = pl->d, .hgroup = pl->hgroup, .ld = pl->ld,
+                          .causal = pl->causal, .scale = pl->scale, .dt = n->in[0]->dtype,
+                          .q = tensor_ptr(n->in[0]), .k = tensor_ptr(n->in[1]), .v = tensor_ptr(n->in[2])};
+}
+
+/* Whether dev's backend reads the [B, T, H, d] layout in place (the CPU's);
+ * the others get contiguous heads. */
+static bool takes_bthd(amp_device dev) { return dev == AMP_CPU; }
+
+/* Contiguous heads for a backend that needs them: the copies of a [B, T,
+ * H, d] layout, made and unmade around its call. */
+typedef struct {
+    amp_tensor *t[8];
+    int n;
+} head_copies;
+
+static void copies_free(head_copies *c)
+{
+    for (int i = 0; i < c->n; i++)
+        amp_tensor_free(c->t[i]);
+    c->n = 0;
+}
+
+/* A new [B, H, T, d] tensor, holding x's [B, T, H, d] values when x is
+ * not NULL; NULL on failure (error set). */
+static void *heads_copy(head_copies *c, const node *n, const amp_tensor *x)
+{
+    const amp_tensor *q = n->in[0];
+    const amp_device dev = tensor_device(q);
+    const int64_t B = q->shape.d[0], T = q->shape.d[1], H = q->shape.d[2], D = q->shape.d[3];
+    amp_tensor *t = tensor_new_on(AMP_SHAPE(B, H, T, D), q->dtype, dev);
+    if (!t)
+        return NULL;
+    c->t[c->n++] = t;
+    if (x) {
+        const int64_t od[4] = {B, H, T, D}, ist[4] = {T * H * D, D, H * D, 1};
+        if (backend_of(dev)->permute(tensor_ptr(x), tensor_ptr(t), amp_dtype_size(q->dtype), 4, od, ist) != AMP_OK)
+            return NULL;
+    }
+    return tensor_ptr(t);
+}
+
+/* dst [B, T, H, d] = src [B, H, T, d], q's shape and dtype. */
+static amp_status heads_uncopy(const node *n, const void *src, void *dst)
+{
+    const amp_tensor *q = n->in[0];
+    const int64_t B = q->shape.d[0], T = q->shape.d[1], H = q->shape.d[2], D = q->shape.d[3];
+    const int64_t od[4] = {B, T, H, D}, ist[4] = {H * T * D, D, T * D, 1};
+    return backend_of(tensor_device(q))->permute(src, dst, amp_dtype_size(q->dtype), 4, od, ist);
 }
 
 /* The backend's verdict on a call; a failure's message names the op first. */
@@ -81,12 +144,29 @@ amp_tensor *attention_forward(node *n)
     be_attn_desc a = desc_of(n, &pl);
     a.out = tensor_ptr(out);
     a.lse = lse ? tensor_f32(lse) : NULL;
-    if (named(n, be->attention(&a)) != AMP_OK) {
+    head_copies hc = {.n = 0};
+    amp_status st = AMP_OK;
+    if (pl.hgroup && !takes_bthd(dev)) {
+        a.hgroup = a.ld = 0;
+        if (!(a.q = heads_copy(&hc, n, n->in[0])) || !(a.k = heads_copy(&hc, n, n->in[1])) ||
+            !(a.v = heads_copy(&hc, n, n->in[2])) || !(a.out = heads_copy(&hc, n, NULL)))
+            st = fail_status();
+    }
+    if (st == AMP_OK)
+        st = named(n, be->attention(&a));
+    if (st == AMP_OK && hc.n)
+        st = heads_uncopy(n, a.out, tensor_ptr(out));
+    copies_free(&hc);
+    if (st != AMP_OK) {
         amp_tensor_free(out);
         amp_tensor_free(lse);
         return NULL;
     }
     n->saved[0] = lse;
+    if (lse && op_save(n, 1, out) != AMP_OK) {
+        amp_tensor_free(out);
+        return amp_fail_null(AMP_ERR_MEMORY, "%s: out of memory", op_name(n));
+    }
     return out;
 }
 
@@ -114,9 +194,33 @@ amp_status attention_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
         return backend_missing(be, op_name(n), "attention_backward");
     be_attn_desc a = desc_of(n, &pl);
     a.lse = tensor_f32(n->saved[0]);
+    a.out = n->saved[1] ? tensor_ptr(n->saved[1]) : NULL;
     a.gout = tensor_ptr(gout);
     a.gq = gin[0] ? tensor_ptr(gin[0]) : NULL;
     a.gk = gin[1] ? tensor_ptr(gin[1]) : NULL;
     a.gv = gin[2] ? tensor_ptr(gin[2]) : NULL;
-    return named(n, be->attention_backward(&a));
+    if (!pl.hgroup || takes_bthd(dev))
+        return named(n, be->attention_backward(&a));
+    /* Contiguous heads in and out around the backend's call. */
+    head_copies hc = {.n = 0};
+    amp_status st = AMP_OK;
+    void *g[3] = {NULL, NULL, NULL};
+    a.hgroup = a.ld = 0;
+    if (!(a.q = heads_copy(&hc, n, n->in[0])) || !(a.k = heads_copy(&hc, n, n->in[1])) ||
+        !(a.v = heads_copy(&hc, n, n->in[2])) || !(a.gout = heads_copy(&hc, n, gout)) ||
+        (a.out && !(a.out = heads_copy(&hc, n, n->saved[1]))))
+        st = fail_status();
+    for (int i = 0; i < 3 && st == AMP_OK; i++)
+        if (gin[i] && !(g[i] = heads_copy(&hc, n, NULL)))
+            st = fail_status();
+    a.gq = g[0];
+    a.gk = g[1];
+    a.gv = g[2];
+    if (st == AMP_OK)
+        st = named(n, be->attention_backward(&a));
+    for (int i = 0; i < 3 && st == AMP_OK; i++)
+        if (g[i])
+            st = heads_uncopy(n, g[i], tensor_ptr(gin[i]));
+    copies_free(&hc);
+    return st;
 }

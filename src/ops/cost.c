@@ -139,7 +139,9 @@ double op_flops(const node *n, const amp_shape *out, bool backward)
     case OP_ATTENTION: {
         if (x->shape.ndim < 2)
             return 0;
-        const double T = (double)x->shape.d[x->shape.ndim - 2], d = (double)last_dim(x);
+        /* p.i[1] = 1: [B, T, H, d] */
+        const double T = (double)x->shape.d[n->p.i[1] == 1 && x->shape.ndim == 4 ? 1 : x->shape.ndim - 2];
+        const double d = (double)last_dim(x);
         const double heads = T * d > 0 ? xn / (T * d) : 0;
         return (backward ? 10.0 : 4.0) * heads * T * T * d;
     }

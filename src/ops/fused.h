@@ -39,4 +39,11 @@ amp_tensor *op_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *bias);
 amp_tensor *op_add_layer_norm(amp_tensor *x, amp_tensor *res, amp_tensor *weight, amp_tensor *bias, double eps,
                               amp_tensor **y);
 
+/* scaled_dot_product_attention (amp_attention) on q, k, v [B, T, H, d]
+ * (heads B * H), out [B, T, H, d]: the heads of a [B, T, H * d] linear
+ * result reshaped, with no permute copies on the CPU (other backends:
+ * permuted inside the op). Values as amp_attention's on the permuted
+ * tensors, bit for bit. */
+amp_tensor *op_attention_bthd(amp_tensor *q, amp_tensor *k, amp_tensor *v, bool causal);
+
 #endif

@@ -477,6 +477,16 @@ bool attention_infer(const node *n, attn_plan *pl)
     int nd = q->shape.ndim;
     pl->T = q->shape.d[nd - 2];
     pl->d = q->shape.d[nd - 1];
+    pl->hgroup = pl->ld = 0;
+    if (n->p.i[1] == 1) { /* [B, T, H, d] */
+        if (nd != 4) {
+            op_fail_shapes(n, "q, k and v must be [B, T, H, d] in this layout");
+            return false;
+        }
+        pl->T = q->shape.d[1];
+        pl->hgroup = q->shape.d[2];
+        pl->ld = q->shape.d[2] * q->shape.d[3];
+    }
     pl->heads = pl->T * pl->d > 0 ? q->numel / (pl->T * pl->d) : 0;
     /* PyTorch's default scale, 1 / sqrt(E), computed in double then rounded. */
     pl->scale = pl->d > 0 ? (float)(1.0 / sqrt((double)pl->d)) : 1.0f;
