@@ -32,7 +32,7 @@ static void check_same_logs(const char *what, const char *a, const char *b, int 
 static const char *gpt_args(char *buf, size_t n, const char *precision)
 {
     snprintf(buf, n,
-             "--model gpt --data %s --layers 2 --heads 2 --width 32 --context 16 --batch 4 --dropout 0.2 "
+             "--model gpt --data %s --layers 2 --heads 2 --width 32 --context 32 --batch 8 --dropout 0.2 "
              "--lr 0.01 --val-batches 2 --threads 1 --precision %s --accum 2 --steps 8",
              text, precision);
     return buf;
