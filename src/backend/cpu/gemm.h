@@ -138,6 +138,11 @@ extern const gemm_kernel gemm_kernel_avx2;   /* 6 x 16, AVX2 + FMA */
 typedef enum { GEMM_BF16_AUTO, GEMM_BF16_WIDEN, GEMM_BF16_DOT, GEMM_BF16_AMX } gemm_bf16_mode;
 void gemm_bf16_set_mode(gemm_bf16_mode mode);
 
+/* Whether bf16 products here run on the VDPBF16PS kernel (AMD's
+ * AVX512-BF16 without AMX), where onednn_gemm_policy keeps every bf16
+ * product on ampc's kernels. */
+bool gemm_bf16_prefers_own(void);
+
 /* The path a bf16 x bf16 product takes now: "avx512bf16 12x32",
  * "amx-bf16 32x32" or "widen: " followed by gemm_kernel_name(). */
 const char *gemm_bf16_kernel_name(void);

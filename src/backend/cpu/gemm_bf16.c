@@ -99,6 +99,15 @@ static const gemm_bf16_kernel *pick_bf16(void)
     return NULL;
 }
 
+bool gemm_bf16_prefers_own(void)
+{
+#if defined(__x86_64__)
+    return pick_bf16() == &gemm_bf16_kernel_dot;
+#else
+    return false;
+#endif
+}
+
 const char *gemm_bf16_kernel_name(void)
 {
     static _Thread_local char buf[64];

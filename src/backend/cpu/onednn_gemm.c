@@ -20,14 +20,27 @@
  * multiply-adds (a 10-class output layer), which ampc runs on one thread
  * where oneDNN wakes them all (10-20x slower at 128 x 10 x 128). The
  * per-shape table is bench_gemm's "shapes that matter".
+ *
+ * On CPUs whose bf16 products run on ampc's VDPBF16PS kernel (AMD Zen 4 /
+ * Zen 5: AVX512-BF16 without AMX), every bf16 product stays on ampc's
+ * kernel (gemm_bf16_prefers_own): measured on a 2-core Zen-class EPYC
+ * (docs/benchmarks.md, "GEMM: the VDPBF16PS kernel's blocking") ampc's
+ * kernel is within about 15% of oneDNN 2.6's on one thread, either way
+ * by shape, and well ahead on two threads when the machine is busy, where
+ * oneDNN's OpenMP workers spin for a core that is not theirs (issue 14);
+ * ampc's run on its own pool. oneDNN stays selectable (AMPC_CPU_LIB=onednn).
  */
 #include "backend/cpu/onednn.h"
+#include "backend/cpu/gemm.h"
 
 bool onednn_gemm_policy(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, amp_dtype dt)
 {
     (void)trans_b;
-    if (dt == AMP_BF16)
+    if (dt == AMP_BF16) {
+        if (gemm_bf16_prefers_own())
+            return false;
         return !(trans_a && M >= 2048) && M * N * K >= ((int64_t)1 << 20);
+    }
     return true;
 }
 
@@ -46,7 +59,6 @@ bool onednn_gemm(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N
 
 #else
 
-#include "backend/cpu/gemm.h"
 #include "backend/cpu/onednn_impl.h"
 #include "base/base.h"
 #include "base/parallel.h"
