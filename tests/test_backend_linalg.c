@@ -150,6 +150,33 @@ static void test_gemm_gelu_epilogue_across_blocks(void)
     amp_set_num_threads(0);
 }
 
+/* K = 0: the product is empty, so C is gelu(bias) on every row (the
+ * GEMM's trivial path runs the epilogue over all of C), and aux the bias. */
+static void test_gemm_gelu_epilogue_empty_k(void)
+{
+    const amp_dtype dts[3] = {AMP_F32, AMP_F16, AMP_BF16};
+    for (int d = 0; d < 3; d++) {
+        const int64_t M = 70, N = 1030;
+        amp_tensor *A = amp_zeros(AMP_SHAPE(M, 1), dts[d]), *B = amp_zeros(AMP_SHAPE(1, N), dts[d]);
+        amp_tensor *bias = test_uniform(AMP_SHAPE(N), dts[d], -3, 3, 46);
+        amp_tensor *C = amp_zeros(AMP_SHAPE(M, N), dts[d]), *aux = amp_zeros(AMP_SHAPE(M, N), dts[d]);
+        be_gemm_desc g = plain(A, B, C, M, N, 0);
+        g.lda = 1, g.bias = amp_tensor_cdata(bias), g.ep = BE_EPI_GELU, g.aux = amp_tensor_data(aux), g.ldaux = N;
+        CHECK_OK(cpu()->gemm(&g));
+        amp_tensor *want = amp_gelu(bias, AMP_GELU_TANH);
+        const size_t es = amp_dtype_size(dts[d]);
+        bool ok = want != NULL;
+        for (int64_t r = 0; ok && r < M; r++)
+            ok = memcmp((const char *)amp_tensor_cdata(C) + (size_t)(r * N) * es, amp_tensor_cdata(want), (size_t)N * es) ==
+                     0 &&
+                 memcmp((const char *)amp_tensor_cdata(aux) + (size_t)(r * N) * es, amp_tensor_cdata(bias), (size_t)N * es) ==
+                     0;
+        CHECK_MSG(ok, "%s: K = 0 is not gelu(bias) on every row", amp_dtype_name(dts[d]));
+        amp_temps_free();
+        amp_tensor_free(A), amp_tensor_free(B), amp_tensor_free(bias), amp_tensor_free(C), amp_tensor_free(aux);
+    }
+}
+
 static void test_bias_grad_sums_columns(void)
 {
     const int64_t rows = 300, cols = 7;
@@ -177,6 +204,7 @@ int main(void)
     RUN(test_gemm_scaled_batch_is_each_product);
     RUN(test_gemm_gelu_epilogue);
     RUN(test_gemm_gelu_epilogue_across_blocks);
+    RUN(test_gemm_gelu_epilogue_empty_k);
     RUN(test_bias_grad_sums_columns);
     RUN(test_attention_of_nothing_is_ok);
     return harness_done();
