@@ -22,10 +22,13 @@
  * of k interleaved. Big f16 x f16 products go to AMX too, each f16 split
  * exactly into two bf16 (gemm_f16_split.c).
  *
- * Threads: the work items are (A panel, slice of the B block) pairs. When
- * A has many MR-row panels each thread takes a contiguous run of them;
- * when M is small the B block is sliced too, so a [1 x K] @ [K x N]
- * product still spreads over the threads.
+ * Threads (amp_parallel_for): the work items are (A panel, slice of the B
+ * block) pairs, handed out dynamically, so a thread that gets less of its
+ * core takes fewer; each thread keeps its last packed A panel, so a run of
+ * items of one panel packs it once. When M is small the B block is sliced
+ * too, so a [1 x K] @ [K x N] product still spreads over the threads.
+ * Each phase (pack B, multiply) is one parallel loop, whose end is the
+ * barrier the next phase needs.
  */
 #include "backend/cpu/gemm.h"
 #include "base/base.h"

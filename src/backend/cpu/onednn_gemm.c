@@ -25,10 +25,10 @@
  * Zen 5: AVX512-BF16 without AMX), every bf16 product stays on ampc's
  * kernel (gemm_bf16_prefers_own): measured on a 2-core Zen-class EPYC
  * (docs/benchmarks.md, "GEMM: the VDPBF16PS kernel's blocking") ampc's
- * kernel is within about 15% of oneDNN 2.6's on one thread, either way
- * by shape, and well ahead on two threads when the machine is busy, where
- * oneDNN's OpenMP workers spin for a core that is not theirs (issue 14);
- * ampc's run on its own pool. oneDNN stays selectable (AMPC_CPU_LIB=onednn).
+ * kernel is 3-9% behind oneDNN 2.6's on one idle core on the benchmark
+ * models' shapes, but runs on the library's own thread pool, while
+ * oneDNN's libgomp workers spin for a core that is not theirs when the
+ * machine is busy (issue 14). oneDNN stays selectable (AMPC_CPU_LIB=onednn).
  */
 #include "backend/cpu/onednn.h"
 #include "backend/cpu/gemm.h"
