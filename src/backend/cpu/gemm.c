@@ -292,12 +292,15 @@ static void f32_multiply(void *ctx, int64_t lo, int64_t hi, int tid)
                         cp[r * ldcp + j] = k->beta_k != 0.0f ? v + k->beta_k * cp[r * ldcp + j] : v;
                     }
             }
-            if (k->pc + k->kc == k->K) {
-                if (c16)
-                    tile16_move(c16, i0, j0, mr, nr, cp, ldcp, false);
-                if (k->ep)
-                    k->ep->fn(k->ep->ctx, i0, j0, mr, nr);
-            }
+            if (c16 && k->pc + k->kc == k->K)
+                tile16_move(c16, i0, j0, mr, nr, cp, ldcp, false);
+        }
+        /* The item's strip of tiles is final: the epilogue over it at once
+         * (one call per strip, not per tile: fewer, longer rows). */
+        if (k->ep && k->pc + k->kc == k->K) {
+            const int64_t j0 = k->jc + ch * k->n_panels / k->chunks * NR, j1 = k->jc + jp_end * NR;
+            if (j0 < j1)
+                k->ep->fn(k->ep->ctx, i0, j0, mr, (int)((j1 < k->N ? j1 : k->N) - j0));
         }
     }
 }

@@ -41,10 +41,11 @@ amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
                      int64_t ldb, float beta, void *C, amp_dtype c_dt, int64_t ldc);
 
 /*
- * A per-tile epilogue: fn(ctx, i0, j0, mr, nr) is called once for every
- * output tile (rows i0 .. i0+mr, columns j0 .. j0+nr of C) as soon as its
- * values in C are final (summed over all of K and rounded to C's dtype),
- * on the thread that computed it, while the tile is still in cache.
+ * A tile epilogue: fn(ctx, i0, j0, mr, nr) is called for every block of
+ * output (rows i0 .. i0+mr, columns j0 .. j0+nr of C: one strip of
+ * micro-tiles, MR rows by up to a B block's width) as soon as its values
+ * in C are final (summed over all of K and rounded to C's dtype), on the
+ * thread that computed it, while it is still in cache.
  * Tiles are disjoint and cover C once; fn must touch only its tile's
  * elements (of C or of other M x N arrays) and must not call into a
  * parallel loop. Where oneDNN or a trivial path (K = 0, alpha = 0) runs

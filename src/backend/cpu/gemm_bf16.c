@@ -283,8 +283,13 @@ static void multiply_range(void *ctx, int64_t lo, int64_t hi, int tid)
             if (c16)
                 kern->finish16(t, tl, mr, nr, (uint16_t *)g->c + i0 * g->ldc + j0, g->ldc, g->c_dt == AMP_BF16,
                                k->first && g->beta != 0.0f, g->beta, k->last);
-            if (k->last && g->ep)
-                g->ep->fn(g->ep->ctx, i0, j0, mr, nr);
+        }
+        /* The item's strip of tiles is final: the epilogue over it at
+         * once (one call per strip, not per tile: fewer, longer rows). */
+        if (k->last && g->ep) {
+            const int64_t j0 = k->jc + ch * k->n_panels / k->chunks * NR, j1 = k->jc + jp_end * NR;
+            if (j0 < j1)
+                g->ep->fn(g->ep->ctx, i0, j0, mr, (int)((j1 < k->N ? j1 : k->N) - j0));
         }
     }
     if (kern->leave)
