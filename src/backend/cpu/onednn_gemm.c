@@ -22,22 +22,28 @@
  * per-shape table is bench_gemm's "shapes that matter".
  *
  * On CPUs whose bf16 products run on ampc's VDPBF16PS kernel (AMD Zen 4 /
- * Zen 5: AVX512-BF16 without AMX), every bf16 product stays on ampc's
- * kernel (gemm_bf16_prefers_own): measured on a 2-core Zen-class EPYC
- * (docs/benchmarks.md, "GEMM: the VDPBF16PS kernel's blocking") ampc's
- * kernel is 3-9% behind oneDNN 2.6's on one idle core on the benchmark
- * models' shapes, but runs on the library's own thread pool, while
- * oneDNN's libgomp workers spin for a core that is not theirs when the
- * machine is busy (issue 14). oneDNN stays selectable (AMPC_CPU_LIB=onednn).
+ * Zen 5: AVX512-BF16 without AMX) the same rule holds: measured on a
+ * 2-core Zen-class EPYC (docs/benchmarks.md, "GEMM: the VDPBF16PS
+ * kernel's blocking") ampc's kernel is 3-9% behind oneDNN 2.6's on one
+ * idle core on the benchmark models' shapes, and the gpt bf16 step with
+ * every bf16 product on it was ~15% slower. ONEDNN_BF16_OWN_ON_DOT (0)
+ * turns that choice over (gemm_bf16_prefers_own): for when ampc's pool
+ * must not share the cores with oneDNN's libgomp workers, which spin
+ * for a busy core (issue 14). AMPC_CPU_LIB=own (every GEMM on ampc's
+ * kernels) does it at run time.
  */
 #include "backend/cpu/onednn.h"
 #include "backend/cpu/gemm.h"
+
+/* 1: bf16 products stay on ampc's VDPBF16PS kernel where it is the bf16
+ * path (see above); 0: the same rule as elsewhere. */
+#define ONEDNN_BF16_OWN_ON_DOT 0
 
 bool onednn_gemm_policy(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, amp_dtype dt)
 {
     (void)trans_b;
     if (dt == AMP_BF16) {
-        if (gemm_bf16_prefers_own())
+        if (ONEDNN_BF16_OWN_ON_DOT && gemm_bf16_prefers_own())
             return false;
         return !(trans_a && M >= 2048) && M * N * K >= ((int64_t)1 << 20);
     }
