@@ -184,6 +184,8 @@ typedef struct {
     const target *g;
     uint32_t *bp, *ap;          /* the B block; the per-thread scratch */
     uint32_t *apk;              /* every A panel of the K block, packed once; or NULL */
+    bool wide;                  /* apk: B packed for all of N too, items over (N block, A panel) */
+    int64_t m_panels, NC, b_panels;
     int64_t per_thread, a_words;
     int64_t *packed;            /* per thread: the A panel its scratch holds (-1: none) */
     int64_t jc, nc, pc, kc, kp, kpb, n_panels, chunks;
@@ -228,6 +230,21 @@ static void pack_a_range(void *ctx, int64_t lo, int64_t hi, int tid)
     }
 }
 
+/* Wide mode, items [lo, hi): A panels 0 .. m_panels-1 into apk, then B's
+ * NR-column panels (all of N) into bp, one parallel loop for both. */
+static void pack_ab_range(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    block *k = ctx;
+    const int NR = k->kern->nr;
+    if (lo < k->m_panels)
+        pack_a_range(ctx, lo, hi < k->m_panels ? hi : k->m_panels, tid);
+    for (int64_t it = lo > k->m_panels ? lo : k->m_panels; it < hi; it++) {
+        const int64_t jp = it - k->m_panels;
+        const int64_t w = k->N - jp * NR < NR ? k->N - jp * NR : NR;
+        pack(k->kern->pack_b, k->b, jp * NR, (int)w, NR, k->pc, k->kc, k->kpb, k->bp + jp * NR * k->kpb);
+    }
+}
+
 /* Work items [lo, hi): item it is A panel it / chunks times the it % chunks
  * share of the B block's panels. The thread's scratch keeps its last
  * packed A panel, so consecutive items of one panel pack it once. */
@@ -244,7 +261,17 @@ static void multiply_range(void *ctx, int64_t lo, int64_t hi, int tid)
     if (kern->enter)
         kern->enter();
     for (int64_t it = lo; it < hi; it++) {
-        const int64_t mp = it / k->chunks, ch = it % k->chunks;
+        /* the item's N block (jc, n_panels panels at bblk) and share of it */
+        int64_t jc = k->jc, n_panels = k->n_panels, chunks = k->chunks, mp, ch;
+        const uint32_t *bblk = k->bp;
+        if (k->wide) { /* it = N block * m_panels + A panel, whole blocks */
+            mp = it % k->m_panels, ch = 0, chunks = 1;
+            jc = it / k->m_panels * k->NC;
+            n_panels = ceil_div(k->N - jc < k->NC ? k->N - jc : k->NC, NR);
+            bblk = k->bp + jc * k->kpb; /* panel jc / NR, NR * kpb words each */
+        } else {
+            mp = it / chunks, ch = it % chunks;
+        }
         const int64_t i0 = mp * MR;
         const int mr = k->M - i0 < MR ? (int)(k->M - i0) : MR;
         const uint32_t *pa = my_a;
@@ -254,11 +281,11 @@ static void multiply_range(void *ctx, int64_t lo, int64_t hi, int tid)
             pack(pack_a, k->a, i0, mr, MR, k->pc, k->kc, k->kp, my_a);
             k->packed[tid] = mp;
         }
-        const int64_t jp_end = (ch + 1) * k->n_panels / k->chunks;
-        for (int64_t jp = ch * k->n_panels / k->chunks; jp < jp_end; jp++) {
-            const int64_t j0 = k->jc + jp * NR;
+        const int64_t jp_end = (ch + 1) * n_panels / chunks;
+        for (int64_t jp = ch * n_panels / chunks; jp < jp_end; jp++) {
+            const int64_t j0 = jc + jp * NR;
             const int nr = k->N - j0 < NR ? (int)(k->N - j0) : NR;
-            const uint32_t *bpan = k->bp + jp * NR * k->kpb;
+            const uint32_t *bpan = bblk + jp * NR * k->kpb;
             float *t = tile;
             int64_t tl = NR;
             if (mr == MR && nr == NR && g->acc) {
@@ -287,7 +314,7 @@ static void multiply_range(void *ctx, int64_t lo, int64_t hi, int tid)
         /* The item's strip of tiles is final: the epilogue over it at
          * once (one call per strip, not per tile: fewer, longer rows). */
         if (k->last && g->ep) {
-            const int64_t j0 = k->jc + ch * k->n_panels / k->chunks * NR, j1 = k->jc + jp_end * NR;
+            const int64_t j0 = jc + ch * n_panels / chunks * NR, j1 = jc + jp_end * NR;
             if (j0 < j1)
                 g->ep->fn(g->ep->ctx, i0, j0, mr, (int)((j1 < k->N ? j1 : k->N) - j0));
         }
@@ -331,13 +358,17 @@ static amp_status run(const gemm_bf16_kernel *kern, const operand *a, const oper
     /* Per thread (in 64-byte steps): an A panel and an MR x NR f32 tile. */
     const int64_t a_words = ceil_div(MR * kp_max, 16) * 16;
     const int64_t per_thread = a_words + ceil_div(MR * NR, 16) * 16;
-    uint32_t *bp = amp_alloc((size_t)(kpb_max * nc_max) * sizeof(uint32_t));
+    /* Over several N blocks (and A's panels not depending on B's block:
+     * no pack_a_inf), "wide": per K block, all of A's panels and all of B
+     * are packed in one parallel loop and multiplied in another, over
+     * (N block, A panel) items, N block by N block, so that the threads
+     * share one B block in cache at a time; two loops per K block rather
+     * than three per N block, each loop's end a wake-up and a barrier. */
+    const bool prepack = N > NC && !kern->pack_a_inf;
+    const int64_t b_panels = ceil_div(N, NR);
+    uint32_t *bp = amp_alloc((size_t)(kpb_max * (prepack ? b_panels * NR : nc_max)) * sizeof(uint32_t));
     uint32_t *ap = amp_alloc((size_t)(per_thread * nt) * sizeof(uint32_t));
     int64_t *packed = amp_alloc((size_t)nt * sizeof(int64_t));
-    /* Over several N blocks, A's panels are packed once per K block, up
-     * front, rather than once per N block (not for kernels whose A panel
-     * depends on the B block: pack_a_inf). */
-    const bool prepack = N > NC && !kern->pack_a_inf;
     uint32_t *apk = prepack ? amp_alloc((size_t)(a_words * m_panels) * sizeof(uint32_t)) : NULL;
     if (!bp || !ap || !packed || (prepack && !apk)) {
         amp_free(bp);
@@ -348,7 +379,8 @@ static amp_status run(const gemm_bf16_kernel *kern, const operand *a, const oper
                              (long long)M, (long long)N, (long long)K);
     }
     block k = {.kern = kern, .a = a, .b = b, .M = M, .N = N, .g = g, .bp = bp, .ap = ap, .apk = apk,
-               .per_thread = per_thread, .a_words = a_words, .packed = packed};
+               .per_thread = per_thread, .a_words = a_words, .packed = packed, .wide = prepack,
+               .m_panels = m_panels, .NC = NC, .b_panels = b_panels};
     /* K blocks outer, N blocks inner: each tile still meets the K blocks
      * in order, whichever N block it is in. */
     for (int64_t pc = 0; pc < K; pc += KC) {
@@ -360,8 +392,12 @@ static amp_status run(const gemm_bf16_kernel *kern, const operand *a, const oper
         k.last = pc + KC >= K;
         /* A 16-bit C takes beta in finish16, from C itself. */
         k.beta_k = !k.first ? 1.0f : g->c_dt != AMP_F32 ? 0.0f : g->beta;
-        if (apk)
-            loop(par, m_panels, 1, pack_a_range, &k);
+        if (prepack) {
+            loop(par, m_panels + b_panels, 1, pack_ab_range, &k);
+            /* (the loop's end: A and B are packed) */
+            loop(par, ceil_div(N, NC) * m_panels, 1, multiply_range, &k);
+            continue;
+        }
         for (int64_t jc = 0; jc < N; jc += NC) {
             k.jc = jc;
             k.nc = N - jc < NC ? N - jc : NC;
