@@ -6,8 +6,8 @@
  * The loop nest is gemm.c's (B block of kc x nc packed once and shared by
  * the threads, A packed one MR-row panel at a time, one MR x NR tile per
  * micro call; K blocks outer, N blocks inner, and over several N blocks
- * all of A's panels for the K block packed once up front instead of once
- * per N block), with two differences:
+ * all of A's panels and all of B for the K block packed once, in one
+ * parallel loop, instead of A once per N block), with two differences:
  *   - panels stay bf16, packed as 32-bit words that each hold a pair of
  *     consecutive k values (even k in the low half), the layout VDPBF16PS
  *     and TDPBF16PS multiply; an odd K gets a zero partner, so the padded
