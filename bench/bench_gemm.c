@@ -7,23 +7,37 @@
  *     VDPBF16PS chains (AVX512-BF16) and of TDPBF16PS tiles (AMX-BF16), on
  *     1 and 2 threads;
  *   - gemm_f32 and gemm_lowp(bf16 x bf16 -> bf16) on square n x n x n
- *     products, n = 256 .. 2048, 1 and 2 threads: f32 on ampc's kernel and
- *     on oneDNN, bf16 on every path of ampc's this CPU has (widening to
- *     f32, VDPBF16PS, AMX) and on oneDNN, each as GFLOP/s and as a fraction
- *     of its own instruction's peak; and gemm_lowp(f16 x f16 -> f16)
- *     widened to f32 and split into bf16 on AMX (gemm_f16_split.c);
+ *     products, n = 256 .. --max-n (2048 by default; bench/run.sh asks
+ *     4096), 1 and 2 threads: f32 on ampc's kernel and on oneDNN, bf16 on
+ *     every path of ampc's this CPU has (widening to f32, VDPBF16PS, AMX)
+ *     and on oneDNN, each as GFLOP/s and as a fraction of its own
+ *     instruction's peak; "f32 auto" and "bf16 auto", what gemm_f32 and
+ *     gemm_lowp run by default (the figure to put beside PyTorch's
+ *     matmul); and gemm_lowp(f16 x f16 -> f16) widened to f32 and split
+ *     into bf16 on AMX (gemm_f16_split.c);
  *   - the shapes that matter: every GEMM of one training step of the three
- *     benchmark models (bench/ampc_step.c), as ampc issues them, on 2
- *     threads, f32 and bf16, own kernels against oneDNN, with the side the
- *     AUTO policy (onednn_gemm_policy) picks and whether the pick lost;
- *     f16 widened against split, with the side gemm_f16_split_policy picks;
+ *     benchmark models (bench/ampc_step.c), as ampc issues them (the gpt's
+ *     mlp.fc1 forward as the fused linear + gelu, through the CPU
+ *     backend's gemm with its pre-activation kept), on 1 and 2 threads,
+ *     f32 and bf16, own kernels against oneDNN, with the side the AUTO
+ *     policy (onednn_gemm_policy) picks and whether the pick lost; f16
+ *     widened against split, with the side gemm_f16_split_policy picks;
  *   - the f16 paths' worst error against double (64 x 64 outputs, K 256 ..
  *     4096), beside the error a three-term split (dropping lo x lo) adds.
  * oneDNN is reached through ampc's own entry points (gemm_f32, gemm_lowp
  * with onednn_set_mode), so this measures exactly what training runs; its
  * columns read "-" when ampc is built without it or it declines a shape.
  * Prints tables and writes the numbers as JSON (bench_gemm.json, or the
- * path after --json). Each figure is the best of --reps samples (default
+ * path after --json), which bench/torch_gemm.py's products and
+ * bench/report.py's table follow: "gemm_gflops" [{"n", "threads", and
+ * a GFLOP/s per run name above}], "model_shapes" [{"model", "gemm",
+ * "pass" ("fwd+b+relu", "fwd+b+gelu", "dX", "dW", ...), "trans_a",
+ * "trans_b", "M", "N", "K", "bias", "act" ("none", "relu", "gelu_tanh"),
+ * "per_step", "threads" (1 or 2), GFLOP/s "f32_own", "f32_onednn",
+ * "bf16_own", "bf16_onednn", "f16_widen", "f16_split", the AUTO pick
+ * "auto_f32" / "auto_bf16" ("own" or "onednn") with its GFLOP/s "f32_auto"
+ * / "bf16_auto"}], "model_shapes_total_ms" {"threads_1", "threads_2"}, the
+ * peaks, the load average before and after, the kernels' names. Each figure is the best of --reps samples (default
  * 5) after a warm-up; a sample repeats a small product until it takes a
  * few milliseconds. The machine may be shared, so the load average is
  * printed and the numbers are noisy; compare runs taken under similar load.
@@ -33,6 +47,7 @@
  *   cc -O2 -fopenmp -Iinclude -Isrc bench/bench_gemm.c build/libampc.a -lz -lm [-ldnnl] -o bench_gemm
  * Run: ./bench_gemm [--reps N] [--max-n N] [--no-shapes] [--json PATH]
  */
+#include "backend/backend.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/onednn.h"
 #include "base/base.h"
@@ -56,6 +71,7 @@ typedef struct {
     int64_t M, N, K;
     bool bias;
     cpu_act act;
+    bool gelu; /* the gelu (tanh) epilogue with its pre-activation kept, as the gpt's fc1 runs */
 } shape;
 
 /* Operand buffers large enough for every shape run on them, in f32, bf16
@@ -64,6 +80,8 @@ typedef struct {
     float *af, *bf, *cf, *biasf;
     uint16_t *ah, *bh, *ch, *biash;
     uint16_t *a16, *b16, *c16, *bias16;
+    float *auxf;          /* the gelu's pre-activation, C-sized */
+    uint16_t *auxh, *aux16;
 } operands;
 
 /* Who runs the product: the CPU library mode, ampc's bf16 path, the dtype
@@ -90,6 +108,18 @@ static void die(const char *what)
 static amp_status product(const route *r, const shape *s, const operands *o)
 {
     const int64_t lda = s->trans_a ? s->M : s->K, ldb = s->trans_b ? s->K : s->N;
+    if (s->gelu) { /* the CPU backend's fused linear + gelu, as op_linear_gelu issues it */
+        const amp_dtype dt = r->f16 ? AMP_F16 : r->bf16 ? AMP_BF16 : AMP_F32;
+        const void *A = r->f16 ? (const void *)o->a16 : r->bf16 ? (const void *)o->ah : o->af;
+        const void *B = r->f16 ? (const void *)o->b16 : r->bf16 ? (const void *)o->bh : o->bf;
+        void *C = r->f16 ? (void *)o->c16 : r->bf16 ? (void *)o->ch : o->cf;
+        void *aux = r->f16 ? (void *)o->aux16 : r->bf16 ? (void *)o->auxh : o->auxf;
+        const void *bias = !s->bias ? NULL : r->f16 ? (const void *)o->bias16 : r->bf16 ? (const void *)o->biash : o->biasf;
+        be_gemm_desc g = {.ta = s->trans_a, .tb = s->trans_b, .M = s->M, .N = s->N, .K = s->K, .batch = 1,
+                          .alpha = 1.0f, .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = s->N, .adt = dt,
+                          .bdt = dt, .cdt = dt, .bias = bias, .ep = BE_EPI_GELU, .aux = aux, .ldaux = s->N};
+        return backend_of(AMP_CPU)->gemm(&g);
+    }
     if (r->f16) {
         if (s->bias || s->act != CPU_ACT_NONE)
             return gemm_batched(s->trans_a, s->trans_b, 1, s->M, s->N, s->K, o->a16, AMP_F16, lda, 0, o->b16, AMP_F16,
@@ -174,25 +204,30 @@ static void reset_routes(void)
 /* ------------------------------------------------------ square products */
 
 typedef enum {
-    RUN_F32, RUN_F32_DNNL, RUN_WIDEN, RUN_DOT, RUN_AMX, RUN_DNNL, RUN_F16_WIDEN, RUN_F16_SPLIT, N_RUNS
+    RUN_F32, RUN_F32_DNNL, RUN_WIDEN, RUN_DOT, RUN_AMX, RUN_DNNL, RUN_F16_WIDEN, RUN_F16_SPLIT, RUN_F32_AUTO,
+    RUN_BF16_AUTO, N_RUNS
 } run_kind;
-/* The names are the JSON keys too ("f32" and the bf16 ones as before). */
-static const char *run_names[N_RUNS] = {"f32",      "f32 onednn", "bf16 widen", "bf16 dot",
-                                        "bf16 amx", "bf16 onednn", "f16 widen", "f16 split"};
+/* The names are the JSON keys too ("f32" and the bf16 ones as before).
+ * "f32 auto" and "bf16 auto": what gemm_f32 / gemm_lowp run by default
+ * (AMPC_CPU_LIB's AUTO, the default bf16 path): the figure to put beside
+ * PyTorch's matmul. */
+static const char *run_names[N_RUNS] = {"f32",      "f32 onednn",  "bf16 widen", "bf16 dot", "bf16 amx",
+                                        "bf16 onednn", "f16 widen", "f16 split",  "f32 auto", "bf16 auto"};
 static const route run_route[N_RUNS] = {
     {CPU_LIB_OWN, GEMM_BF16_AUTO, false, false, 0},  {CPU_LIB_ONEDNN, GEMM_BF16_AUTO, false, false, 0},
     {CPU_LIB_OWN, GEMM_BF16_WIDEN, true, false, 0},  {CPU_LIB_OWN, GEMM_BF16_DOT, true, false, 0},
     {CPU_LIB_OWN, GEMM_BF16_AMX, true, false, 0},    {CPU_LIB_ONEDNN, GEMM_BF16_AUTO, true, false, 0},
     {CPU_LIB_OWN, GEMM_BF16_AUTO, false, true, GEMM_F16_WIDEN},
     {CPU_LIB_OWN, GEMM_BF16_AUTO, false, true, GEMM_F16_SPLIT},
+    {CPU_LIB_AUTO, GEMM_BF16_AUTO, false, false, 0}, {CPU_LIB_AUTO, GEMM_BF16_AUTO, true, false, 0},
 };
 static bool skip_run(int k) { return f16_only && !run_route[k].f16; }
 
 /* The peak each run is measured against, and the instruction's products
  * per multiply-add of the product (the f16 split does 4 bf16 ones). */
-static const peak_kind run_peak[N_RUNS] = {PEAK_FMA, PEAK_FMA, PEAK_FMA, PEAK_DOT,
-                                           PEAK_AMX, PEAK_AMX, PEAK_FMA, PEAK_AMX};
-static const int run_work[N_RUNS] = {1, 1, 1, 1, 1, 1, 1, 4};
+static const peak_kind run_peak[N_RUNS] = {PEAK_FMA, PEAK_FMA, PEAK_FMA, PEAK_DOT, PEAK_AMX,
+                                           PEAK_AMX, PEAK_FMA, PEAK_AMX, PEAK_FMA, PEAK_DOT};
+static const int run_work[N_RUNS] = {1, 1, 1, 1, 1, 1, 1, 4, 1, 1};
 
 static uint64_t rng = 7;
 static float frand(void)
@@ -210,9 +245,11 @@ static operands operands_new(int64_t na, int64_t nb, int64_t nc, int64_t nbias)
                   amp_alloc(2 * (size_t)na),                amp_alloc(2 * (size_t)nb),
                   amp_alloc(2 * (size_t)nc),                amp_alloc(2 * (size_t)nbias),
                   amp_alloc(2 * (size_t)na),                amp_alloc(2 * (size_t)nb),
-                  amp_alloc(2 * (size_t)nc),                amp_alloc(2 * (size_t)nbias)};
+                  amp_alloc(2 * (size_t)nc),                amp_alloc(2 * (size_t)nbias),
+                  amp_alloc(sizeof(float) * (size_t)nc),    amp_alloc(2 * (size_t)nc),
+                  amp_alloc(2 * (size_t)nc)};
     if (!o.af || !o.bf || !o.cf || !o.biasf || !o.ah || !o.bh || !o.ch || !o.biash || !o.a16 || !o.b16 || !o.c16 ||
-        !o.bias16)
+        !o.bias16 || !o.auxf || !o.auxh || !o.aux16)
         die("allocating operands");
     for (int64_t i = 0; i < na; i++)
         o.af[i] = frand();
@@ -234,6 +271,7 @@ static void operands_free(operands *o)
     amp_free(o->af), amp_free(o->bf), amp_free(o->cf), amp_free(o->biasf);
     amp_free(o->ah), amp_free(o->bh), amp_free(o->ch), amp_free(o->biash);
     amp_free(o->a16), amp_free(o->b16), amp_free(o->c16), amp_free(o->bias16);
+    amp_free(o->auxf), amp_free(o->auxh), amp_free(o->aux16);
 }
 
 /* Best GFLOP/s of the route on the shape, or 0 when the route is missing. */
@@ -271,14 +309,16 @@ typedef struct {
 /* Appends the layer's products (dX unless it is the first layer, whose
  * input needs no gradient). */
 static int add_linear(step_gemm *g, int n, const char *model, const char *layer, int64_t rows, int64_t in,
-                      int64_t out, bool first, bool bias, bool relu, int count)
+                      int64_t out, bool first, bool bias, int act_kind, int count)
 {
-    const cpu_act act = relu ? CPU_ACT_RELU : CPU_ACT_NONE;
-    const char *fwd = relu ? "fwd+b+relu" : bias ? "fwd+b" : "fwd";
-    g[n++] = (step_gemm){model, layer, fwd, {false, true, rows, out, in, bias, act}, count};
+    /* act_kind: 0 none, 1 relu, 2 gelu (tanh, fused with its pre-activation kept) */
+    const cpu_act act = act_kind == 1 ? CPU_ACT_RELU : CPU_ACT_NONE;
+    const char *fwd = act_kind == 1 ? "fwd+b+relu" : act_kind == 2 ? (bias ? "fwd+b+gelu" : "fwd+gelu")
+                    : bias ? "fwd+b" : "fwd";
+    g[n++] = (step_gemm){model, layer, fwd, {false, true, rows, out, in, bias, act, act_kind == 2}, count};
     if (!first)
-        g[n++] = (step_gemm){model, layer, "dX", {false, false, rows, in, out, false, CPU_ACT_NONE}, count};
-    g[n++] = (step_gemm){model, layer, "dW", {true, false, out, in, rows, false, CPU_ACT_NONE}, count};
+        g[n++] = (step_gemm){model, layer, "dX", {false, false, rows, in, out, false, CPU_ACT_NONE, false}, count};
+    g[n++] = (step_gemm){model, layer, "dW", {true, false, out, in, rows, false, CPU_ACT_NONE, false}, count};
     return n;
 }
 
@@ -290,16 +330,16 @@ static int add_linear(step_gemm *g, int n, const char *model, const char *layer,
 static int model_gemms(step_gemm *g)
 {
     int n = 0;
-    /* model, layer, rows, in, out, first layer, bias, fused relu, times per step */
-    n = add_linear(g, n, "mlp", "fc1", 256, 784, 4096, true, true, true, 1);
-    n = add_linear(g, n, "mlp", "fc2", 256, 4096, 4096, false, true, true, 1);
-    n = add_linear(g, n, "mlp", "fc3", 256, 4096, 10, false, true, false, 1);
-    n = add_linear(g, n, "gpt", "q/k/v/o", 2048, 256, 256, false, true, false, 16);
-    n = add_linear(g, n, "gpt", "mlp.fc1", 2048, 256, 1024, false, true, false, 4);
-    n = add_linear(g, n, "gpt", "mlp.fc2", 2048, 1024, 256, false, true, false, 4);
-    n = add_linear(g, n, "gpt", "head", 2048, 256, 96, false, false, false, 1);
-    n = add_linear(g, n, "cnn", "fc1", 128, 3136, 128, false, true, true, 1);
-    n = add_linear(g, n, "cnn", "fc2", 128, 128, 10, false, true, false, 1);
+    /* model, layer, rows, in, out, first layer, bias, fused act (1 relu, 2 gelu), times per step */
+    n = add_linear(g, n, "mlp", "fc1", 256, 784, 4096, true, true, 1, 1);
+    n = add_linear(g, n, "mlp", "fc2", 256, 4096, 4096, false, true, 1, 1);
+    n = add_linear(g, n, "mlp", "fc3", 256, 4096, 10, false, true, 0, 1);
+    n = add_linear(g, n, "gpt", "q/k/v/o", 2048, 256, 256, false, true, 0, 16);
+    n = add_linear(g, n, "gpt", "mlp.fc1", 2048, 256, 1024, false, true, 2, 4);
+    n = add_linear(g, n, "gpt", "mlp.fc2", 2048, 1024, 256, false, true, 0, 4);
+    n = add_linear(g, n, "gpt", "head", 2048, 256, 96, false, false, 0, 1);
+    n = add_linear(g, n, "cnn", "fc1", 128, 3136, 128, false, true, 1, 1);
+    n = add_linear(g, n, "cnn", "fc2", 128, 128, 10, false, true, 0, 1);
     return n;
 }
 
@@ -358,7 +398,7 @@ static void time_shape(const step_gemm *g, const operands *o, int nt, int reps, 
 /* Prints the table of the model shapes and their totals; fills res,
  * totals[dtype][own, onednn, auto][once, per step] and f16[widen, split,
  * auto][once, per step] in ms. */
-static void model_shapes(const step_gemm *g, int n, int reps, shape_result *res, double totals[2][3][2],
+static void model_shapes(const step_gemm *g, int n, int nt, int reps, shape_result *res, double totals[2][3][2],
                          double f16[3][2])
 {
     int64_t na = 0, nb = 0, nc = 0, nbias = 0;
@@ -370,9 +410,9 @@ static void model_shapes(const step_gemm *g, int n, int reps, shape_result *res,
         nbias = s->N > nbias ? s->N : nbias;
     }
     operands o = operands_new(na, nb, nc, nbias);
-    printf("\nthe shapes that matter: the GEMMs of one training step, 2 threads, GFLOP/s (best of %d);\n"
+    printf("\nthe shapes that matter: the GEMMs of one training step, %d thread%s, GFLOP/s (best of %d);\n"
            "AUTO: the side onednn_gemm_policy picks, * when it is more than 10%% slower here (x: by how much)\n",
-           reps);
+           nt, nt > 1 ? "s" : "", reps);
     printf("%-24s %2s %2s %5s %5s %5s %4s | %7s %7s %-14s | %8s %7s %-14s | %9s %6s %5s %-6s\n", "GEMM", "ta", "tb",
            "M", "N", "K", "step", "f32 own", "oneDNN", "AUTO", "bf16 own", "oneDNN", "AUTO", "f16 widen", "split",
            "x", "AUTO");
@@ -380,7 +420,7 @@ static void model_shapes(const step_gemm *g, int n, int reps, shape_result *res,
     memset(f16, 0, sizeof(double) * 6);
     for (int i = 0; i < n; i++) {
         const shape *s = &g[i].s;
-        time_shape(&g[i], &o, 2, reps, &res[i]);
+        time_shape(&g[i], &o, nt, reps, &res[i]);
         char name[48];
         snprintf(name, sizeof name, "%s %s %s", g[i].model, g[i].layer, g[i].pass);
         printf("%-24s %2s %2s %5lld %5lld %5lld %3dx |", name, s->trans_a ? "T" : "N", s->trans_b ? "T" : "N",
@@ -523,8 +563,8 @@ static void json_num(FILE *js, double v)
 
 static void write_json(const char *path, const double load0[3], const double load1[3], int reps,
                        double peaks[3][2], int n_sizes, const int64_t *sizes, double gflops[][2][N_RUNS],
-                       const step_gemm *g, int n_g, const shape_result *res, double totals[2][3][2],
-                       double f16[3][2], double err[N_ERR_K][3])
+                       const step_gemm *g, int n_g, shape_result res[2][MAX_STEP_GEMMS], double totals[2][2][3][2],
+                       double f16[2][3][2], double err[N_ERR_K][3])
 {
     FILE *js = fopen(path, "w");
     if (!js) {
@@ -550,41 +590,55 @@ static void write_json(const char *path, const double load0[3], const double loa
             fprintf(js, "}");
         }
     fprintf(js, "\n  ],\n  \"model_shapes\": [");
-    for (int i = 0; i < n_g; i++) {
+    for (int x = 0; x < 2 * n_g; x++) {
+        const int i = x % n_g, nt = x / n_g + 1;
         const shape *s = &g[i].s;
+        const shape_result *r = &res[nt - 1][i];
         fprintf(js,
                 "%s\n    {\"model\": \"%s\", \"gemm\": \"%s\", \"pass\": \"%s\", \"trans_a\": %s, \"trans_b\": %s, "
-                "\"M\": %lld, \"N\": %lld, \"K\": %lld, \"per_step\": %d, \"threads\": 2",
-                i ? "," : "", g[i].model, g[i].layer, g[i].pass, s->trans_a ? "true" : "false",
-                s->trans_b ? "true" : "false", (long long)s->M, (long long)s->N, (long long)s->K, g[i].count);
+                "\"M\": %lld, \"N\": %lld, \"K\": %lld, \"bias\": %s, \"act\": \"%s\", \"per_step\": %d, "
+                "\"threads\": %d",
+                x ? "," : "", g[i].model, g[i].layer, g[i].pass, s->trans_a ? "true" : "false",
+                s->trans_b ? "true" : "false", (long long)s->M, (long long)s->N, (long long)s->K,
+                s->bias ? "true" : "false", s->gelu ? "gelu_tanh" : s->act == CPU_ACT_RELU ? "relu" : "none",
+                g[i].count, nt);
         static const char *keys[N_SIDES] = {"f32_own", "f32_onednn", "bf16_own", "bf16_onednn", "f16_widen",
                                             "f16_split"};
         for (int k = 0; k < N_SIDES; k++) {
             fprintf(js, ", \"%s\": ", keys[k]);
-            json_num(js, res[i].t[k] > 0 ? flops(s) / res[i].t[k] / 1e9 : 0);
+            json_num(js, r->t[k] > 0 ? flops(s) / r->t[k] / 1e9 : 0);
         }
-        /* auto_*_vs_other: the picked side's time over the other's (> 1.1: AUTO lost by > 10%) */
+        /* auto_*_vs_other: the picked side's time over the other's (> 1.1: AUTO lost by > 10%);
+         * f32_auto / bf16_auto: the picked side's GFLOP/s (what a training step runs) */
         for (int d = 0; d < 2; d++) {
             const char *dt = d ? "bf16" : "f32";
-            fprintf(js, ", \"auto_%s\": \"%s\", \"auto_%s_vs_other\": ", dt, res[i].auto_dnnl[d] ? "onednn" : "own",
+            fprintf(js, ", \"auto_%s\": \"%s\", \"auto_%s_vs_other\": ", dt, r->auto_dnnl[d] ? "onednn" : "own",
                     dt);
-            json_num(js, res[i].lost[d]);
+            json_num(js, r->lost[d]);
+            const double t = r->t[2 * d + (r->auto_dnnl[d] ? 1 : 0)];
+            fprintf(js, ", \"%s_auto\": ", dt);
+            json_num(js, t > 0 ? flops(s) / t / 1e9 : 0);
         }
-        fprintf(js, ", \"auto_f16\": \"%s\"}", res[i].auto_split ? "split" : "widen");
+        fprintf(js, ", \"auto_f16\": \"%s\"}", r->auto_split ? "split" : "widen");
     }
     fprintf(js, "\n  ]");
     if (n_g) {
+        /* per thread count: "threads_1", "threads_2" */
         fprintf(js, ",\n  \"model_shapes_total_ms\": {");
-        for (int w = 0; w < 2; w++)
-            for (int d = 0; d < 2; d++) {
-                fprintf(js, "%s\"%s_%s\": {\"own\": %.3f, \"onednn\": ", w || d ? ", " : "", w ? "step" : "once",
-                        d ? "bf16" : "f32", totals[d][0][w]);
-                json_num(js, onednn_available() ? totals[d][1][w] : 0);
-                fprintf(js, ", \"auto\": %.3f}", totals[d][2][w]);
-            }
-        for (int w = 0; w < 2; w++)
-            fprintf(js, ", \"%s_f16\": {\"widen\": %.3f, \"split\": %.3f, \"auto\": %.3f}", w ? "step" : "once",
-                    f16[0][w], f16[1][w], f16[2][w]);
+        for (int t = 0; t < 2; t++) {
+            fprintf(js, "%s\"threads_%d\": {", t ? ", " : "", t + 1);
+            for (int w = 0; w < 2; w++)
+                for (int d = 0; d < 2; d++) {
+                    fprintf(js, "%s\"%s_%s\": {\"own\": %.3f, \"onednn\": ", w || d ? ", " : "",
+                            w ? "step" : "once", d ? "bf16" : "f32", totals[t][d][0][w]);
+                    json_num(js, onednn_available() ? totals[t][d][1][w] : 0);
+                    fprintf(js, ", \"auto\": %.3f}", totals[t][d][2][w]);
+                }
+            for (int w = 0; w < 2; w++)
+                fprintf(js, ", \"%s_f16\": {\"widen\": %.3f, \"split\": %.3f, \"auto\": %.3f}",
+                        w ? "step" : "once", f16[t][0][w], f16[t][1][w], f16[t][2][w]);
+            fprintf(js, "}");
+        }
         fprintf(js, "}");
     }
     /* worst |error| / sum |a b| against double, in f32 ulps */
@@ -653,7 +707,7 @@ int main(int argc, char **argv)
     for (int64_t n = 256; n <= max_n && n_sizes < MAX_SIZES; n *= 2) {
         sizes[n_sizes] = n;
         operands o = operands_new(n * n, n * n, n * n, 1);
-        const shape s = {false, false, n, n, n, false, CPU_ACT_NONE};
+        const shape s = {false, false, n, n, n, false, CPU_ACT_NONE, false};
         int r = n >= 2048 ? (reps + 1) / 2 : reps; /* the big ones are steadier */
         for (int nt = 1; nt <= 2; nt++) {
             printf("  n %5lld, %d thread%s:", (long long)n, nt, nt > 1 ? "s" : " ");
@@ -687,6 +741,8 @@ int main(int argc, char **argv)
             printf("%5lld %3d", (long long)sizes[s], nt);
             for (int k = 0; k < N_RUNS; k++) {
                 double gf = gflops[s][nt - 1][k], pk = peaks[run_peak[k]][nt - 1];
+                if (k == RUN_BF16_AUTO && amx_ok) /* the default bf16 path is AMX's there */
+                    pk = peaks[PEAK_AMX][nt - 1];
                 if (gf > 0)
                     printf("  %6.0f (%5.1f%%)", gf, pk > 0 ? 100.0 * run_work[k] * gf / pk : 0.0);
                 else
@@ -697,11 +753,11 @@ int main(int argc, char **argv)
 
     /* after the square table: it prints as it goes */
     static step_gemm g[MAX_STEP_GEMMS];
-    static shape_result res[MAX_STEP_GEMMS];
-    double totals[2][3][2], f16[3][2], err[N_ERR_K][3];
+    static shape_result res[2][MAX_STEP_GEMMS];
+    double totals[2][2][3][2], f16[2][3][2], err[N_ERR_K][3];
     int n_g = shapes ? model_gemms(g) : 0;
-    if (n_g)
-        model_shapes(g, n_g, reps, res, totals, f16);
+    for (int nt = 1; nt <= 2 && n_g; nt++)
+        model_shapes(g, n_g, nt, reps, res[nt - 1], totals[nt - 1], f16[nt - 1]);
     f16_accuracy(err);
 
     write_json(json, load0, load1, reps, peaks, n_sizes, sizes, gflops, g, n_g, res, totals, f16, err);

@@ -399,7 +399,7 @@ static int check_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
 }
 
 /* Sizes around the tiles (12 x 32, 32 x 32), pairs (odd K) and AMX's
- * 32-k steps; the K blocks (AMX 384, VDPBF16PS 512) are crossed below. */
+ * 32-k steps; the K blocks (AMX 384, VDPBF16PS 1024) are crossed below. */
 static const int64_t bf16_sizes[][3] = {
     {1, 1, 1},    {7, 1, 33},    {1, 33, 7},    {33, 7, 1},    {31, 33, 3},   {13, 37, 29},
     {32, 32, 32}, {12, 32, 64},  {33, 65, 257}, {257, 33, 19}, {25, 97, 300}, {6, 16, 5},
@@ -462,9 +462,12 @@ static void test_bf16_alpha_beta_and_k_blocks(void)
                     if ((size_t)(t + c) % 5 == i) /* a few over three K blocks */
                         check_bf16(t & 1, t & 2, 35, 33, 1101, ab[i][0], ab[i][1], 1, cdts[c]);
                 }
-        /* across the N block (512 dot, 1024 AMX) and an odd K */
+        /* across the N block (256 dot, 1024 AMX) and an odd K */
         check_bf16(false, false, 20, 1100, 301, 1.0f, 0.0f, 0, AMP_BF16);
         check_bf16(true, true, 14, 1030, 513, 0.5f, 1.0f, 2, AMP_F32);
+        /* several N blocks over three K blocks (A packed once per K block) */
+        check_bf16(false, true, 27, 600, 2100, 1.0f, 0.0f, 1, AMP_BF16);
+        check_bf16(true, false, 27, 600, 2100, -0.5f, 0.75f, 0, AMP_F32);
     }
     restore_threads();
 }
@@ -529,6 +532,62 @@ static void test_bf16_cpu_limit(void)
  * bf16 C. Both shapes are big enough to use the threads (AMX wants 4M
  * multiply-adds); the second is small in M, so the B block is sliced
  * between them, and spans several N blocks. */
+/* The blocking's promise of summation order: every C tile meets K's
+ * blocks in order, whatever N block or thread it falls to, so a product
+ * over several N blocks (A's panels packed once per K block and shared)
+ * gives, bit for bit, its column slices computed as separate products
+ * (one N block each, A packed per panel), and its row slices too. Three K
+ * blocks, odd M, N and K (edge tiles), every transpose, every bf16 path,
+ * f32 and bf16 C, 1 and 2 threads. Slices start at multiples of 96 rows
+ * and 256 columns, so the tiles are the same ones. */
+static void test_bf16_product_is_its_slices(void)
+{
+    const int64_t M = 101, N = 700, K = 2501;
+    const int64_t cuts_n[] = {0, 256, 512, N}, cuts_m[] = {0, 96, M};
+    int old = amp_get_num_threads();
+    for (size_t p = 0; p < sizeof bf16_paths / sizeof bf16_paths[0]; p++) {
+        if (!use_bf16_path(p))
+            continue;
+        for (int t = 0; t < 4; t++) {
+            const bool ta = t & 1, tb = t & 2;
+            const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+            uint16_t *Ah, *Bh;
+            float *A = bf16_matrix(ta ? K : M, ta ? M : K, lda, &Ah), *B = bf16_matrix(tb ? N : K, tb ? K : N, ldb, &Bh);
+            for (int c = 0; c < 2; c++) {
+                const amp_dtype cdt = c ? AMP_BF16 : AMP_F32;
+                const size_t es = amp_dtype_size(cdt);
+                char *full = malloc(es * (size_t)(M * N)), *part = malloc(es * (size_t)(M * N));
+                for (int nt = 1; nt <= 2; nt++) {
+                    amp_set_num_threads(nt);
+                    CHECK_OK(gemm_lowp(ta, tb, M, N, K, 1.0f, Ah, AMP_BF16, lda, Bh, AMP_BF16, ldb, 0.0f, full, cdt, N));
+                    for (int i = 0; i < 3; i++) { /* column slices */
+                        const int64_t j0 = cuts_n[i], w = cuts_n[i + 1] - j0;
+                        const uint16_t *Bs = tb ? Bh + j0 * ldb : Bh + j0;
+                        CHECK_OK(gemm_lowp(ta, tb, M, w, K, 1.0f, Ah, AMP_BF16, lda, Bs, AMP_BF16, ldb, 0.0f,
+                                           part + es * (size_t)j0, cdt, N));
+                    }
+                    CHECK_MSG(memcmp(full, part, es * (size_t)(M * N)) == 0,
+                              "%s ta %d tb %d %s C, %d threads: not its column slices", bf16_paths[p].name, ta, tb,
+                              amp_dtype_name(cdt), nt);
+                    for (int i = 0; i < 2; i++) { /* row slices */
+                        const int64_t i0 = cuts_m[i], h = cuts_m[i + 1] - i0;
+                        const uint16_t *As = ta ? Ah + i0 : Ah + i0 * lda;
+                        CHECK_OK(gemm_lowp(ta, tb, h, N, K, 1.0f, As, AMP_BF16, lda, Bh, AMP_BF16, ldb, 0.0f,
+                                           part + es * (size_t)(i0 * N), cdt, N));
+                    }
+                    CHECK_MSG(memcmp(full, part, es * (size_t)(M * N)) == 0,
+                              "%s ta %d tb %d %s C, %d threads: not its row slices", bf16_paths[p].name, ta, tb,
+                              amp_dtype_name(cdt), nt);
+                }
+                free(full), free(part);
+            }
+            free(A), free(B), free(Ah), free(Bh);
+        }
+    }
+    amp_set_num_threads(old);
+    gemm_bf16_set_mode(GEMM_BF16_AUTO);
+}
+
 static void test_bf16_threads_do_not_change_results(void)
 {
     const int64_t shapes[][3] = {{100, 130, 1030}, {3, 2000, 801}};
@@ -885,6 +944,7 @@ int main(void)
     RUN(test_bf16_16bit_c_is_the_f32_result_rounded);
     RUN(test_bf16_cpu_limit);
     RUN(test_bf16_threads_do_not_change_results);
+    RUN(test_bf16_product_is_its_slices);
     RUN(test_f16_split_exact_products);
     RUN(test_f16_split_matches_double);
     RUN(test_f16_split_special_values);

@@ -22,19 +22,21 @@
  * of k interleaved. Big f16 x f16 products go to AMX too, each f16 split
  * exactly into two bf16 (gemm_f16_split.c).
  *
- * Threads: the work items are (A panel, slice of the B block) pairs. When
- * A has many MR-row panels each thread takes a contiguous run of them;
- * when M is small the B block is sliced too, so a [1 x K] @ [K x N]
- * product still spreads over the threads.
+ * Threads (amp_parallel_for): the work items are (A panel, slice of the B
+ * block) pairs, handed out dynamically, so a thread that gets less of its
+ * core takes fewer; each thread keeps its last packed A panel, so a run of
+ * items of one panel packs it once. When M is small the B block is sliced
+ * too, so a [1 x K] @ [K x N] product still spreads over the threads.
+ * Each phase (pack B, multiply) is one parallel loop, whose end is the
+ * barrier the next phase needs.
  */
 #include "backend/cpu/gemm.h"
 #include "base/base.h"
 
-#include <string.h>
+#include "base/parallel.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include <stdatomic.h>
+#include <string.h>
 
 /* KC x NC floats of packed B (1 MiB) fit in a 2 MiB L2 with room for C;
  * NC is a multiple of every kernel's NR. */
@@ -222,6 +224,97 @@ static void tile16_move(const c16_out *o, int64_t i0, int64_t j0, int mr, int nr
     }
 }
 
+/* One (N block, K block) of gemm_run's product, shared by the parallel
+ * loops that pack its B block and multiply it. */
+typedef struct {
+    const gemm_kernel *kern;
+    const operand *a, *b;
+    int64_t M, N, K;
+    float alpha, beta;
+    float *C;
+    int64_t ldc;
+    const c16_out *c16;
+    const gemm_epilogue *ep;
+    float *bp, *ap;      /* the B block; the per-thread scratch */
+    int64_t per_thread, kc_max;
+    int64_t *packed;     /* per thread: the A panel its scratch holds (-1: none) */
+    int64_t jc, nc, pc, kc, n_panels, chunks;
+    float beta_k;
+} f32_block;
+
+static void f32_pack_b(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    f32_block *k = ctx;
+    const int NR = k->kern->nr;
+    for (int64_t jp = lo; jp < hi; jp++) {
+        int64_t w = k->nc - jp * NR < NR ? k->nc - jp * NR : NR;
+        pack_panel(k->b, k->jc + jp * NR, (int)w, NR, k->pc, k->kc, k->bp + jp * NR * k->kc);
+    }
+}
+
+/* Work items [lo, hi): item it is A panel it / chunks times the it % chunks
+ * share of the B block's panels; the thread's scratch keeps its last
+ * packed A panel. */
+static void f32_multiply(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    f32_block *k = ctx;
+    const gemm_kernel *kern = k->kern;
+    const int MR = kern->mr, NR = kern->nr;
+    float *my_a = k->ap + tid * k->per_thread;
+    float *tile = my_a + MR * k->kc_max, *ctile = tile + MR * NR;
+    const c16_out *c16 = k->c16;
+    for (int64_t it = lo; it < hi; it++) {
+        const int64_t mp = it / k->chunks, ch = it % k->chunks;
+        const int64_t i0 = mp * MR;
+        const int mr = k->M - i0 < MR ? (int)(k->M - i0) : MR;
+        if (k->packed[tid] != mp) {
+            pack_panel(k->a, i0, mr, MR, k->pc, k->kc, my_a);
+            k->packed[tid] = mp;
+        }
+        const int64_t jp_end = (ch + 1) * k->n_panels / k->chunks;
+        for (int64_t jp = ch * k->n_panels / k->chunks; jp < jp_end; jp++) {
+            const int64_t j0 = k->jc + jp * NR;
+            const int nr = k->N - j0 < NR ? (int)(k->N - j0) : NR;
+            const float *bpan = k->bp + jp * NR * k->kc;
+            float *cp = k->C ? k->C + i0 * k->ldc + j0 : ctile;
+            const int64_t ldcp = k->C ? k->ldc : NR;
+            if (c16 && k->pc == 0 && k->beta != 0.0f)
+                tile16_move(c16, i0, j0, mr, nr, cp, ldcp, true);
+            if (mr == MR && nr == NR) {
+                kern->micro(k->kc, my_a, bpan, cp, ldcp, k->alpha, k->beta_k);
+            } else {
+                /* Edge tile: full tile into scratch, then the valid part. */
+                kern->micro(k->kc, my_a, bpan, tile, NR, 1.0f, 0.0f);
+                for (int r = 0; r < mr; r++)
+                    for (int j = 0; j < nr; j++) {
+                        float v = k->alpha * tile[r * NR + j];
+                        cp[r * ldcp + j] = k->beta_k != 0.0f ? v + k->beta_k * cp[r * ldcp + j] : v;
+                    }
+            }
+            if (c16 && k->pc + k->kc == k->K)
+                tile16_move(c16, i0, j0, mr, nr, cp, ldcp, false);
+        }
+        /* The item's strip of tiles is final: the epilogue over it at once
+         * (one call per strip, not per tile: fewer, longer rows). */
+        if (k->ep && k->pc + k->kc == k->K) {
+            const int64_t j0 = k->jc + ch * k->n_panels / k->chunks * NR, j1 = k->jc + jp_end * NR;
+            if (j0 < j1)
+                k->ep->fn(k->ep->ctx, i0, j0, mr, (int)((j1 < k->N ? j1 : k->N) - j0));
+        }
+    }
+}
+
+/* fn over [0, n) in grains: on the threads, or on this one alone when the
+ * product is too small to pay for waking them. */
+static void gemm_loop(bool par, int64_t n, int64_t grain, amp_range_fn fn, void *ctx)
+{
+    if (par)
+        amp_parallel_for(n, grain, fn, ctx);
+    else if (n > 0)
+        fn(ctx, 0, n, 0);
+}
+
 /* C = alpha * A B + beta * C with A, B described as operands, C f32.
  * With c16, the result goes to that 16-bit C instead, rounded once: C is
  * then an M x N f32 working copy (ldc = N) that c16's values are widened
@@ -230,12 +323,13 @@ static void tile16_move(const c16_out *o, int64_t i0, int64_t j0, int mr, int nr
  * Either way each tile sees the same operations as an f32 C holding the
  * widened values, without separate passes over all of C. */
 static amp_status gemm_run(const operand *a, const operand *b, int64_t M, int64_t N, int64_t K, float alpha,
-                           float beta, float *C, int64_t ldc, const c16_out *c16)
+                           float beta, float *C, int64_t ldc, const c16_out *c16, const gemm_epilogue *ep)
 {
     if (M <= 0 || N <= 0)
         return AMP_OK;
     if (K <= 0 || alpha == 0.0f) {
         scale_c(M, N, beta, C, ldc);
+        gemm_epilogue_all(ep, M, N);
         return AMP_OK;
     }
     const gemm_kernel *kern = pick_kernel();
@@ -247,95 +341,49 @@ static amp_status gemm_run(const operand *a, const operand *b, int64_t M, int64_
     const int64_t nc_max = N < GEMM_NC ? ceil_div(N, NR) * NR : GEMM_NC;
     const int64_t m_panels = ceil_div(M, MR);
 
-    int nt = amp_threads();
-#ifdef _OPENMP
-    if (omp_in_parallel())
-        nt = 1;
-#endif
-    if ((double)M * (double)N * (double)K < GEMM_PARALLEL_MIN)
-        nt = 1;
-    /* More threads than tiles only adds packing. */
-    int64_t tiles = m_panels * ceil_div(nc_max, NR);
-    if (nt > tiles)
-        nt = (int)tiles;
+    /* Threads: the parallel loops below, unless the product is too small
+     * to pay for them (or this already runs inside one: they then run
+     * inline, on tid 0). */
+    const bool par = (double)M * (double)N * (double)K >= GEMM_PARALLEL_MIN && amp_threads() > 1 && !amp_in_parallel();
+    const int nt = par ? amp_threads() : 1;
 
     /* Per thread: one A panel, an MR x NR edge tile, a 16-bit C's tile. */
     const int64_t per_thread = ceil_div(MR * kc_max + 2 * MR * NR, 16) * 16; /* 64-byte steps */
     float *bp = amp_alloc((size_t)(kc_max * nc_max) * sizeof(float));
     float *ap = amp_alloc((size_t)(per_thread * nt) * sizeof(float));
-    if (!bp || !ap) {
+    int64_t *packed = amp_alloc((size_t)nt * sizeof(int64_t));
+    if (!bp || !ap || !packed) {
         amp_free(bp);
         amp_free(ap);
+        amp_free(packed);
         return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for packing buffers (%lld x %lld x %lld)",
                              (long long)M, (long long)N, (long long)K);
     }
-
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-#ifdef _OPENMP
-        int tid = omp_get_thread_num();
-#else
-        int tid = 0;
-#endif
-        float *my_a = ap + tid * per_thread;
-        float *tile = my_a + MR * kc_max, *ctile = tile + MR * NR;
-        for (int64_t jc = 0; jc < N; jc += GEMM_NC) {
-            const int64_t nc = N - jc < GEMM_NC ? N - jc : GEMM_NC;
-            const int64_t n_panels = ceil_div(nc, NR);
-            /* Slice the B block when there are too few A panels to share. */
-            int64_t chunks = m_panels >= 8 * (int64_t)nt ? 1 : ceil_div(8 * (int64_t)nt, m_panels);
-            if (chunks > n_panels)
-                chunks = n_panels;
-            const int64_t items = m_panels * chunks;
-            for (int64_t pc = 0; pc < K; pc += kc_max) {
-                const int64_t kc = K - pc < kc_max ? K - pc : kc_max;
-                const float beta_k = pc == 0 ? beta : 1.0f;
-#pragma omp for schedule(static)
-                for (int64_t jp = 0; jp < n_panels; jp++) {
-                    int64_t w = nc - jp * NR < NR ? nc - jp * NR : NR;
-                    pack_panel(b, jc + jp * NR, (int)w, NR, pc, kc, bp + jp * NR * kc);
-                }
-                /* (the implied barrier: B is packed before anyone reads it) */
-                int64_t packed = -1;
-#pragma omp for schedule(static)
-                for (int64_t it = 0; it < items; it++) {
-                    const int64_t mp = it / chunks, ch = it % chunks;
-                    const int64_t i0 = mp * MR;
-                    const int mr = M - i0 < MR ? (int)(M - i0) : MR;
-                    if (mp != packed) {
-                        pack_panel(a, i0, mr, MR, pc, kc, my_a);
-                        packed = mp;
-                    }
-                    const int64_t jp_end = (ch + 1) * n_panels / chunks;
-                    for (int64_t jp = ch * n_panels / chunks; jp < jp_end; jp++) {
-                        const int64_t j0 = jc + jp * NR;
-                        const int nr = N - j0 < NR ? (int)(N - j0) : NR;
-                        const float *bpan = bp + jp * NR * kc;
-                        float *cp = C ? C + i0 * ldc + j0 : ctile;
-                        const int64_t ldcp = C ? ldc : NR;
-                        if (c16 && pc == 0 && beta != 0.0f)
-                            tile16_move(c16, i0, j0, mr, nr, cp, ldcp, true);
-                        if (mr == MR && nr == NR) {
-                            kern->micro(kc, my_a, bpan, cp, ldcp, alpha, beta_k);
-                        } else {
-                            /* Edge tile: full tile into scratch, then the valid part. */
-                            kern->micro(kc, my_a, bpan, tile, NR, 1.0f, 0.0f);
-                            for (int r = 0; r < mr; r++)
-                                for (int j = 0; j < nr; j++) {
-                                    float v = alpha * tile[r * NR + j];
-                                    cp[r * ldcp + j] = beta_k != 0.0f ? v + beta_k * cp[r * ldcp + j] : v;
-                                }
-                        }
-                        if (c16 && pc + kc == K)
-                            tile16_move(c16, i0, j0, mr, nr, cp, ldcp, false);
-                    }
-                }
-                /* (the implied barrier: nobody still reads B when it is repacked) */
-            }
+    f32_block k = {.kern = kern, .a = a, .b = b, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta, .C = C,
+                   .ldc = ldc, .c16 = c16, .ep = ep, .bp = bp, .ap = ap, .per_thread = per_thread, .kc_max = kc_max,
+                   .packed = packed};
+    for (int64_t jc = 0; jc < N; jc += GEMM_NC) {
+        k.jc = jc;
+        k.nc = N - jc < GEMM_NC ? N - jc : GEMM_NC;
+        k.n_panels = ceil_div(k.nc, NR);
+        /* Slice the B block when there are too few A panels to share. */
+        int64_t chunks = m_panels >= 8 * (int64_t)nt ? 1 : ceil_div(8 * (int64_t)nt, m_panels);
+        k.chunks = chunks > k.n_panels ? k.n_panels : chunks;
+        for (int64_t pc = 0; pc < K; pc += kc_max) {
+            k.pc = pc;
+            k.kc = K - pc < kc_max ? K - pc : kc_max;
+            k.beta_k = pc == 0 ? beta : 1.0f;
+            for (int t = 0; t < nt; t++)
+                packed[t] = -1;
+            gemm_loop(par, k.n_panels, 1, f32_pack_b, &k);
+            /* (the loop's end: B is packed before anyone reads it, and
+             * nobody still reads it when the next block repacks it) */
+            gemm_loop(par, m_panels * k.chunks, k.chunks > 1 ? ceil_div(k.chunks, 2) : 1, f32_multiply, &k);
         }
     }
     amp_free(bp);
     amp_free(ap);
+    amp_free(packed);
     return AMP_OK;
 }
 
@@ -362,12 +410,19 @@ amp_status gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
         return st;
     }
     operand a = operand_a(trans_a, A, AMP_F32, lda), b = operand_b(trans_b, B, AMP_F32, ldb);
-    return gemm_run(&a, &b, M, N, K, alpha, beta, C, ldc, NULL);
+    return gemm_run(&a, &b, M, N, K, alpha, beta, C, ldc, NULL, NULL);
 }
 
 amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                      const void *A, amp_dtype a_dt, int64_t lda, const void *B, amp_dtype b_dt,
                      int64_t ldb, float beta, void *C, amp_dtype c_dt, int64_t ldc)
+{
+    return gemm_lowp_ep(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, b_dt, ldb, beta, C, c_dt, ldc, NULL);
+}
+
+amp_status gemm_lowp_ep(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                        const void *A, amp_dtype a_dt, int64_t lda, const void *B, amp_dtype b_dt,
+                        int64_t ldb, float beta, void *C, amp_dtype c_dt, int64_t ldc, const gemm_epilogue *ep)
 {
     if (!amp_dtype_is_float(a_dt) || !amp_dtype_is_float(b_dt) || !amp_dtype_is_float(c_dt))
         return amp_set_error(AMP_ERR_DTYPE, "gemm: dtypes %s x %s -> %s (need f32, f16 or bf16)",
@@ -376,17 +431,19 @@ amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
     if (onednn_gemm(trans_a, trans_b, 1, M, N, K, alpha, A, a_dt, lda, 0, B, b_dt, ldb, 0, beta, C, c_dt, ldc, 0,
                     NULL, AMP_F32, CPU_ACT_NONE, &st)) {
         gemm_path = onednn_path;
+        if (st == AMP_OK)
+            gemm_epilogue_all(ep, M, N);
         return st;
     }
     if (a_dt == AMP_BF16 && b_dt == AMP_BF16 &&
-        gemm_bf16_native(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, &st))
+        gemm_bf16_native(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, ep, &st))
         return st;
     if (a_dt == AMP_F16 && b_dt == AMP_F16 &&
-        gemm_f16_split(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, &st))
+        gemm_f16_split(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, ep, &st))
         return st;
     operand a = operand_a(trans_a, A, a_dt, lda), b = operand_b(trans_b, B, b_dt, ldb);
     if (c_dt == AMP_F32)
-        return gemm_run(&a, &b, M, N, K, alpha, beta, (float *)C, ldc, NULL);
+        return gemm_run(&a, &b, M, N, K, alpha, beta, (float *)C, ldc, NULL, ep);
     if (M <= 0 || N <= 0)
         return AMP_OK;
     const c16_out out = {C, ldc, c_dt};
@@ -401,17 +458,18 @@ amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
             amp_convert(row, AMP_F32, (uint16_t *)C + i * ldc, c_dt, (size_t)N);
         }
         amp_free(row);
+        gemm_epilogue_all(ep, M, N);
         return AMP_OK;
     }
     if (K <= GEMM_KC) /* one K block: no f32 copy of C at all */
-        return gemm_run(&a, &b, M, N, K, alpha, beta, NULL, 0, &out);
+        return gemm_run(&a, &b, M, N, K, alpha, beta, NULL, 0, &out, ep);
     /* Over several K blocks each output accumulates in an f32 working
      * copy, so it is rounded once, at the end. */
     float *cf = amp_alloc((size_t)(M * N) * sizeof(float));
     if (!cf)
         return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for a %lld x %lld f32 accumulator",
                              (long long)M, (long long)N);
-    st = gemm_run(&a, &b, M, N, K, alpha, beta, cf, N, &out);
+    st = gemm_run(&a, &b, M, N, K, alpha, beta, cf, N, &out, ep);
     amp_free(cf);
     return st;
 }
@@ -433,13 +491,89 @@ static void relu_row(void *row, amp_dtype dt, int64_t n)
             r[j] = 0;
 }
 
+/* Rows of a batch of M x N matrices (batch stride sc, row stride ldc, in
+ * elements of es bytes), for the parallel loops over them. */
+typedef struct {
+    char *c;
+    amp_dtype dt;
+    size_t es;
+    int64_t M, N, ldc, sc;
+    const void *bias;
+} rows_job;
+
+static char *job_row(const rows_job *j, int64_t r) { return j->c + (size_t)((r / j->M) * j->sc + (r % j->M) * j->ldc) * j->es; }
+
+/* Rows per grain of a loop over rows of n elements: 32K elements, so that
+ * a loop of under 64K elements runs on the calling thread alone. */
+static int64_t row_grain(int64_t n) { return n >= 32768 ? 1 : (32768 + n - 1) / (n > 0 ? n : 1); }
+
+static void relu_range(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const rows_job *j = ctx;
+    for (int64_t r = lo; r < hi; r++)
+        relu_row(job_row(j, r), j->dt, j->N);
+}
+
 void cpu_relu_rows(void *C, amp_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t ldc, int64_t sc)
 {
-    const size_t ec = amp_dtype_size(dt);
-    int64_t rows = batch * M;
-#pragma omp parallel for num_threads(amp_threads()) if (rows * N >= 65536) schedule(static)
-    for (int64_t r = 0; r < rows; r++)
-        relu_row((char *)C + (size_t)((r / M) * sc + (r % M) * ldc) * ec, dt, N);
+    rows_job j = {C, dt, amp_dtype_size(dt), M, N, ldc, sc, NULL};
+    amp_parallel_for(batch * M, row_grain(N), relu_range, &j);
+}
+
+static void bias_range(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const rows_job *j = ctx;
+    for (int64_t r = lo; r < hi; r++)
+        memcpy(job_row(j, r), j->bias, (size_t)j->N * j->es);
+}
+
+/* Products of a batch spread over the threads (each on one thread). */
+typedef struct {
+    bool ta, tb;
+    int64_t M, N, K;
+    const char *A, *B;
+    char *C;
+    amp_dtype adt, bdt, cdt;
+    int64_t lda, ldb, ldc, sa, sb, sc;
+    float beta;
+    _Atomic int failed;
+} batch_job;
+
+static void batch_range(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    batch_job *j = ctx;
+    const size_t ea = amp_dtype_size(j->adt), eb = amp_dtype_size(j->bdt), ec = amp_dtype_size(j->cdt);
+    for (int64_t k = lo; k < hi; k++)
+        if (gemm_lowp(j->ta, j->tb, j->M, j->N, j->K, 1.0f, j->A + (size_t)(k * j->sa) * ea, j->adt, j->lda,
+                      j->B + (size_t)(k * j->sb) * eb, j->bdt, j->ldb, j->beta, j->C + (size_t)(k * j->sc) * ec,
+                      j->cdt, j->ldc) != AMP_OK)
+            atomic_store(&j->failed, 1);
+}
+
+/* The epilogue over all of C at once (after a product oneDNN or a trivial
+ * path ran): one call per block of rows and 1024 columns. */
+typedef struct {
+    const gemm_epilogue *ep;
+    int64_t N;
+} ep_job;
+
+static void ep_range(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const ep_job *j = ctx;
+    for (int64_t j0 = 0; j0 < j->N; j0 += 1024)
+        j->ep->fn(j->ep->ctx, lo, j0, (int)(hi - lo), (int)(j->N - j0 < 1024 ? j->N - j0 : 1024));
+}
+
+void gemm_epilogue_all(const gemm_epilogue *ep, int64_t M, int64_t N)
+{
+    if (!ep || M <= 0 || N <= 0)
+        return;
+    ep_job j = {ep, N};
+    amp_parallel_for(M, row_grain(N) < 64 ? row_grain(N) : 64, ep_range, &j);
 }
 
 amp_status gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
@@ -447,37 +581,44 @@ amp_status gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, in
                         int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,
                         const void *bias, cpu_act act)
 {
+    return gemm_batched_ep(trans_a, trans_b, batch, M, N, K, A, a_dt, lda, sa, B, b_dt, ldb, sb, beta, C, c_dt, ldc,
+                           sc, bias, act, NULL);
+}
+
+amp_status gemm_batched_ep(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                           const void *A, amp_dtype a_dt, int64_t lda, int64_t sa, const void *B, amp_dtype b_dt,
+                           int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,
+                           const void *bias, cpu_act act, const gemm_epilogue *ep)
+{
     amp_status st;
+    if (ep && (batch != 1 || act != CPU_ACT_NONE))
+        return amp_set_error(AMP_ERR_ARG, "gemm: a tile epilogue takes one product and no activation "
+                                          "(got a batch of %lld)", (long long)batch);
     if (onednn_gemm(trans_a, trans_b, batch, M, N, K, 1.0f, A, a_dt, lda, sa, B, b_dt, ldb, sb, beta, C, c_dt, ldc,
                     sc, bias, c_dt, act, &st)) {
         gemm_path = onednn_path;
+        if (st == AMP_OK)
+            gemm_epilogue_all(ep, M, N);
         return st;
     }
     if (bias && beta != 0.0f)
         return amp_set_error(AMP_ERR_ARG, "gemm: a bias with beta = %g (only beta = 0 takes a bias)", beta);
-    const size_t ea = amp_dtype_size(a_dt), eb = amp_dtype_size(b_dt), ec = amp_dtype_size(c_dt);
     if (bias) {
         /* Every row starts as the bias; the GEMM adds onto it (beta = 1),
          * so a 16-bit C is still rounded once. */
-        int64_t rows = batch * M;
-#pragma omp parallel for num_threads(amp_threads()) if (rows * N >= 65536) schedule(static)
-        for (int64_t r = 0; r < rows; r++)
-            memcpy((char *)C + (size_t)((r / M) * sc + (r % M) * ldc) * ec, bias, (size_t)N * ec);
+        rows_job j = {C, c_dt, amp_dtype_size(c_dt), M, N, ldc, sc, bias};
+        amp_parallel_for(batch * M, row_grain(N), bias_range, &j);
         beta = 1.0f;
     }
-    if (batch == 1) { /* no enclosing region: the GEMM threads itself */
-        st = gemm_lowp(trans_a, trans_b, M, N, K, 1.0f, A, a_dt, lda, B, b_dt, ldb, beta, C, c_dt, ldc);
+    if (batch == 1) { /* the GEMM threads itself */
+        st = gemm_lowp_ep(trans_a, trans_b, M, N, K, 1.0f, A, a_dt, lda, B, b_dt, ldb, beta, C, c_dt, ldc, ep);
         if (st != AMP_OK)
             return st;
     } else {
-        int failed = 0;
-#pragma omp parallel for num_threads(amp_threads()) schedule(static) reduction(| : failed)
-        for (int64_t k = 0; k < batch; k++)
-            failed |= gemm_lowp(trans_a, trans_b, M, N, K, 1.0f, (const char *)A + (size_t)(k * sa) * ea, a_dt, lda,
-                                (const char *)B + (size_t)(k * sb) * eb, b_dt, ldb, beta,
-                                (char *)C + (size_t)(k * sc) * ec, c_dt, ldc) != AMP_OK;
+        batch_job j = {trans_a, trans_b, M, N, K, A, B, C, a_dt, b_dt, c_dt, lda, ldb, ldc, sa, sb, sc, beta, 0};
+        amp_parallel_for(batch, 1, batch_range, &j);
         /* The error may have been set on a worker thread: say it here too. */
-        if (failed)
+        if (atomic_load(&j.failed))
             return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory in a batch of %lld products",
                                  (long long)batch);
     }

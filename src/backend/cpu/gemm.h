@@ -24,8 +24,8 @@
  * Both run on oneDNN's matmul instead where it is built in and faster for
  * the shape (onednn.h), else on ampc's kernels below.
  * Both return AMP_OK, or AMP_ERR_MEMORY with the error set when a packing
- * buffer cannot be allocated. They thread with OpenMP (amp_threads()),
- * and run on one thread when called inside a parallel region.
+ * buffer cannot be allocated. They thread with amp_parallel_for
+ * (amp_threads()), and run on one thread when called inside one.
  */
 #ifndef AMPC_GEMM_H
 #define AMPC_GEMM_H
@@ -39,6 +39,31 @@ amp_status gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
 amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                      const void *A, amp_dtype a_dt, int64_t lda, const void *B, amp_dtype b_dt,
                      int64_t ldb, float beta, void *C, amp_dtype c_dt, int64_t ldc);
+
+/*
+ * A tile epilogue: fn(ctx, i0, j0, mr, nr) is called for every block of
+ * output (rows i0 .. i0+mr, columns j0 .. j0+nr of C: one strip of
+ * micro-tiles, MR rows by up to a B block's width) as soon as its values
+ * in C are final (summed over all of K and rounded to C's dtype), on the
+ * thread that computed it, while it is still in cache.
+ * Tiles are disjoint and cover C once; fn must touch only its tile's
+ * elements (of C or of other M x N arrays) and must not call into a
+ * parallel loop. Where oneDNN or a trivial path (K = 0, alpha = 0) runs
+ * the product, fn runs after it over blocks of rows instead
+ * (gemm_epilogue_all). The CPU linear's fused gelu is one.
+ */
+typedef struct {
+    void (*fn)(void *ctx, int64_t i0, int64_t j0, int mr, int nr);
+    void *ctx;
+} gemm_epilogue;
+
+/* gemm_lowp with a tile epilogue (NULL: none). */
+amp_status gemm_lowp_ep(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                        const void *A, amp_dtype a_dt, int64_t lda, const void *B, amp_dtype b_dt,
+                        int64_t ldb, float beta, void *C, amp_dtype c_dt, int64_t ldc, const gemm_epilogue *ep);
+
+/* ep over all of an M x N C, in blocks of rows spread over the threads. */
+void gemm_epilogue_all(const gemm_epilogue *ep, int64_t M, int64_t N);
 
 /*
  * A batch of products with an epilogue, for matmul and linear: for
@@ -57,6 +82,13 @@ amp_status gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, in
                         const void *A, amp_dtype a_dt, int64_t lda, int64_t sa, const void *B, amp_dtype b_dt,
                         int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,
                         const void *bias, cpu_act act);
+
+/* gemm_batched with a tile epilogue (NULL: none) applied after the bias:
+ * batch 1 and CPU_ACT_NONE only (AMP_ERR_ARG otherwise). */
+amp_status gemm_batched_ep(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                           const void *A, amp_dtype a_dt, int64_t lda, int64_t sa, const void *B, amp_dtype b_dt,
+                           int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,
+                           const void *bias, cpu_act act, const gemm_epilogue *ep);
 
 /* relu in place over C's batch x M rows of N (row stride ldc, batch
  * stride sc elements), as amp_relu computes it: NaN stays NaN, -0 becomes
@@ -107,6 +139,11 @@ extern const gemm_kernel gemm_kernel_avx2;   /* 6 x 16, AVX2 + FMA */
 typedef enum { GEMM_BF16_AUTO, GEMM_BF16_WIDEN, GEMM_BF16_DOT, GEMM_BF16_AMX } gemm_bf16_mode;
 void gemm_bf16_set_mode(gemm_bf16_mode mode);
 
+/* Whether bf16 products here run on the VDPBF16PS kernel (AMD's
+ * AVX512-BF16 without AMX), where onednn_gemm_policy keeps every bf16
+ * product on ampc's kernels. */
+bool gemm_bf16_prefers_own(void);
+
 /* The path a bf16 x bf16 product takes now: "avx512bf16 12x32",
  * "amx-bf16 32x32" or "widen: " followed by gemm_kernel_name(). */
 const char *gemm_bf16_kernel_name(void);
@@ -116,7 +153,7 @@ const char *gemm_bf16_kernel_name(void);
  * otherwise true with *st the status. c_dt: f32, f16 or bf16. */
 bool gemm_bf16_native(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
-                      amp_dtype c_dt, int64_t ldc, amp_status *st);
+                      amp_dtype c_dt, int64_t ldc, const gemm_epilogue *ep, amp_status *st);
 
 /* gemm_lowp's product (M, N, K > 0, alpha != 0) on the given kernel,
  * whose packers read the 16-bit A and B (gemm_bf16_native's and
@@ -124,7 +161,7 @@ bool gemm_bf16_native(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 typedef struct gemm_bf16_kernel gemm_bf16_kernel;
 amp_status gemm_bf16_drive(const gemm_bf16_kernel *kern, bool trans_a, bool trans_b, int64_t M, int64_t N,
                            int64_t K, float alpha, const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
-                           float beta, void *C, amp_dtype c_dt, int64_t ldc);
+                           float beta, void *C, amp_dtype c_dt, int64_t ldc, const gemm_epilogue *ep);
 
 /* One MR x NR tile over kp pairs of k, all in f32: C = alpha * acc + beta
  * * C, beta == 0 not reading C. Each 32-bit word of a packed panel holds a
@@ -223,6 +260,6 @@ bool gemm_f16_split_active(int64_t M, int64_t N, int64_t K);
  * or bf16. */
 bool gemm_f16_split(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A,
                     int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C, amp_dtype c_dt, int64_t ldc,
-                    amp_status *st);
+                    const gemm_epilogue *ep, amp_status *st);
 
 #endif

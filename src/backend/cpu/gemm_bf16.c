@@ -5,7 +5,9 @@
  *
  * The loop nest is gemm.c's (B block of kc x nc packed once and shared by
  * the threads, A packed one MR-row panel at a time, one MR x NR tile per
- * micro call), with two differences:
+ * micro call; K blocks outer, N blocks inner, and over several N blocks
+ * all of A's panels and all of B for the K block packed once, in one
+ * parallel loop, instead of A once per N block), with two differences:
  *   - panels stay bf16, packed as 32-bit words that each hold a pair of
  *     consecutive k values (even k in the low half), the layout VDPBF16PS
  *     and TDPBF16PS multiply; an odd K gets a zero partner, so the padded
@@ -21,6 +23,11 @@
  * through gemm_bf16_drive): its kernel's packers lay each k out as two
  * words of A and one of B instead of half a word of each (a_words2k,
  * b_words2k), which only changes how k maps to packed words here.
+ *
+ * Threads: every phase (pack A, pack B, multiply) is an amp_parallel_for
+ * over small items handed out dynamically (a thread that gets less of its
+ * core takes fewer); the end of each loop is the barrier the next phase
+ * needs. Products under the kernel's par_min run on the calling thread.
  *
  * Numerics: the dot instructions round after each product pair like an
  * FMA chain, but (as in oneDNN and PyTorch) treat bf16 subnormal inputs
@@ -45,9 +52,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "base/parallel.h"
 
 /* Pairs of k per B-packing work item when B's rows are contiguous. */
 #define B_PAIRS 8
@@ -92,6 +97,15 @@ static const gemm_bf16_kernel *pick_bf16(void)
         return &gemm_bf16_kernel_dot;
 #endif
     return NULL;
+}
+
+bool gemm_bf16_prefers_own(void)
+{
+#if defined(__x86_64__)
+    return pick_bf16() == &gemm_bf16_kernel_dot;
+#else
+    return false;
+#endif
 }
 
 const char *gemm_bf16_kernel_name(void)
@@ -158,7 +172,166 @@ typedef struct {
     float *acc;
     int64_t acc_ld;
     float alpha, beta;
+    const gemm_epilogue *ep; /* per tile, when it is final */
 } target;
+
+/* One (N block, K block) of a product, shared by the parallel loops that
+ * pack its B block and multiply it. */
+typedef struct {
+    const gemm_bf16_kernel *kern;
+    const operand *a, *b;
+    int64_t M, N;
+    const target *g;
+    uint32_t *bp, *ap;          /* the B block; the per-thread scratch */
+    uint32_t *apk;              /* every A panel of the K block, packed once; or NULL */
+    bool wide;                  /* apk: B packed for all of N too, items over (N block, A panel) */
+    int64_t m_panels, NC, b_panels;
+    int64_t per_thread, a_words;
+    int64_t *packed;            /* per thread: the A panel its scratch holds (-1: none) */
+    int64_t jc, nc, pc, kc, kp, kpb, n_panels, chunks;
+    bool first, last;
+    float beta_k;
+    _Atomic int inf;            /* the B block holds an inf (pack_a_inf kernels) */
+} block;
+
+/* Packs B's words [lo, hi) * B_PAIRS * wb of every panel (rows contiguous)
+ * or panels [lo, hi) (B transposed). */
+static void pack_b_range(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    block *k = ctx;
+    const gemm_bf16_kernel *kern = k->kern;
+    bool inf = false;
+    if (k->b->rs == 1) {
+        const int64_t bw = B_PAIRS * b_words2k(kern);
+        const int64_t p0 = lo * bw, p1 = hi * bw < k->kpb ? hi * bw : k->kpb;
+        inf = pack_b_rows(kern, k->b, k->jc, k->nc, k->pc, k->kc, k->kpb, p0, p1, k->bp);
+    } else {
+        const int NR = kern->nr;
+        for (int64_t jp = lo; jp < hi; jp++) {
+            int64_t w = k->nc - jp * NR < NR ? k->nc - jp * NR : NR;
+            inf |= pack(kern->pack_b, k->b, k->jc + jp * NR, (int)w, NR, k->pc, k->kc, k->kpb, k->bp + jp * NR * k->kpb);
+        }
+    }
+    if (inf && kern->pack_a_inf)
+        atomic_store(&k->inf, 1);
+}
+
+/* A panels [lo, hi) of the K block into apk (a_words apart). */
+static void pack_a_range(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    block *k = ctx;
+    const int MR = k->kern->mr;
+    for (int64_t mp = lo; mp < hi; mp++) {
+        const int64_t i0 = mp * MR;
+        const int mr = k->M - i0 < MR ? (int)(k->M - i0) : MR;
+        pack(k->kern->pack_a, k->a, i0, mr, MR, k->pc, k->kc, k->kp, k->apk + mp * k->a_words);
+    }
+}
+
+/* Wide mode, items [lo, hi): A panels 0 .. m_panels-1 into apk, then B's
+ * NR-column panels (all of N) into bp, one parallel loop for both. */
+static void pack_ab_range(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    block *k = ctx;
+    const int NR = k->kern->nr;
+    if (lo < k->m_panels)
+        pack_a_range(ctx, lo, hi < k->m_panels ? hi : k->m_panels, tid);
+    for (int64_t it = lo > k->m_panels ? lo : k->m_panels; it < hi; it++) {
+        const int64_t jp = it - k->m_panels;
+        const int64_t w = k->N - jp * NR < NR ? k->N - jp * NR : NR;
+        pack(k->kern->pack_b, k->b, jp * NR, (int)w, NR, k->pc, k->kc, k->kpb, k->bp + jp * NR * k->kpb);
+    }
+}
+
+/* Work items [lo, hi): item it is A panel it / chunks times the it % chunks
+ * share of the B block's panels. The thread's scratch keeps its last
+ * packed A panel, so consecutive items of one panel pack it once. */
+static void multiply_range(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    block *k = ctx;
+    const gemm_bf16_kernel *kern = k->kern;
+    const target *g = k->g;
+    const int MR = kern->mr, NR = kern->nr;
+    const bool c16 = g->c_dt != AMP_F32;
+    uint32_t *my_a = k->ap + tid * k->per_thread;
+    float *tile = (float *)(my_a + k->a_words);
+    const gemm_bf16_pack_fn pack_a = atomic_load(&k->inf) ? kern->pack_a_inf : kern->pack_a;
+    if (kern->enter)
+        kern->enter();
+    for (int64_t it = lo; it < hi; it++) {
+        /* the item's N block (jc, n_panels panels at bblk) and share of it */
+        int64_t jc = k->jc, n_panels = k->n_panels, chunks = k->chunks, mp, ch;
+        const uint32_t *bblk = k->bp;
+        if (k->wide) { /* it = N block * m_panels + A panel, whole blocks */
+            mp = it % k->m_panels, ch = 0, chunks = 1;
+            jc = it / k->m_panels * k->NC;
+            n_panels = ceil_div(k->N - jc < k->NC ? k->N - jc : k->NC, NR);
+            bblk = k->bp + jc * k->kpb; /* panel jc / NR, NR * kpb words each */
+        } else {
+            mp = it / chunks, ch = it % chunks;
+        }
+        const int64_t i0 = mp * MR;
+        const int mr = k->M - i0 < MR ? (int)(k->M - i0) : MR;
+        const uint32_t *pa = my_a;
+        if (k->apk) {
+            pa = k->apk + mp * k->a_words;
+        } else if (k->packed[tid] != mp) {
+            pack(pack_a, k->a, i0, mr, MR, k->pc, k->kc, k->kp, my_a);
+            k->packed[tid] = mp;
+        }
+        const int64_t jp_end = (ch + 1) * n_panels / chunks;
+        for (int64_t jp = ch * n_panels / chunks; jp < jp_end; jp++) {
+            const int64_t j0 = jc + jp * NR;
+            const int nr = k->N - j0 < NR ? (int)(k->N - j0) : NR;
+            const uint32_t *bpan = bblk + jp * NR * k->kpb;
+            float *t = tile;
+            int64_t tl = NR;
+            if (mr == MR && nr == NR && g->acc) {
+                t = g->acc + i0 * g->acc_ld + j0;
+                tl = g->acc_ld;
+                kern->micro(k->kp, pa, bpan, t, tl, g->alpha, k->beta_k);
+            } else if (g->acc) {
+                /* Edge tile: the full tile in scratch, then the valid part. */
+                kern->micro(k->kp, pa, bpan, tile, NR, 1.0f, 0.0f);
+                t = g->acc + i0 * g->acc_ld + j0;
+                tl = g->acc_ld;
+                for (int r = 0; r < mr; r++)
+                    for (int j = 0; j < nr; j++) {
+                        float v = g->alpha * tile[r * NR + j];
+                        t[r * tl + j] = k->beta_k != 0.0f ? v + k->beta_k * t[r * tl + j] : v;
+                    }
+            } else {
+                kern->micro(k->kp, pa, bpan, tile, NR, g->alpha, 0.0f);
+            }
+            /* A 16-bit C: beta * C joins on the first K block, the one
+             * rounding happens on the last. */
+            if (c16)
+                kern->finish16(t, tl, mr, nr, (uint16_t *)g->c + i0 * g->ldc + j0, g->ldc, g->c_dt == AMP_BF16,
+                               k->first && g->beta != 0.0f, g->beta, k->last);
+        }
+        /* The item's strip of tiles is final: the epilogue over it at
+         * once (one call per strip, not per tile: fewer, longer rows). */
+        if (k->last && g->ep) {
+            const int64_t j0 = jc + ch * n_panels / chunks * NR, j1 = jc + jp_end * NR;
+            if (j0 < j1)
+                g->ep->fn(g->ep->ctx, i0, j0, mr, (int)((j1 < k->N ? j1 : k->N) - j0));
+        }
+    }
+    if (kern->leave)
+        kern->leave();
+}
+
+/* Runs fn over [0, n) in grains: on the threads, or on this one alone
+ * when the product is too small to pay for waking them. */
+static void loop(bool par, int64_t n, int64_t grain, amp_range_fn fn, void *ctx)
+{
+    if (par)
+        amp_parallel_for(n, grain, fn, ctx);
+    else if (n > 0)
+        fn(ctx, 0, n, 0);
+}
 
 static amp_status run(const gemm_bf16_kernel *kern, const operand *a, const operand *b, int64_t M,
                       int64_t N, int64_t K, const target *g)
@@ -173,149 +346,98 @@ static amp_status run(const gemm_bf16_kernel *kern, const operand *a, const oper
     /* kp: words per line of an A panel; B's lines hold kp * wb / wa */
     const int64_t kp_max = ceil_div(ceil_div(kc_max * wa, 2), kern->kpair) * kern->kpair;
     const int64_t kpb_max = kp_max * wb / wa;
-    /* B packing work items when B's rows are contiguous: 16 k */
-    const int64_t b_words = B_PAIRS * wb;
     const int64_t nc_max = N < NC ? ceil_div(N, NR) * NR : NC;
     const int64_t m_panels = ceil_div(M, MR);
-    const bool c16 = g->c_dt != AMP_F32;
 
-    int nt = amp_threads();
-#ifdef _OPENMP
-    if (omp_in_parallel())
-        nt = 1;
-#endif
-    if ((double)M * (double)N * (double)K < kern->par_min)
-        nt = 1;
-    int64_t tiles = m_panels * ceil_div(nc_max, NR);
-    if (nt > tiles)
-        nt = (int)tiles;
+    /* Threads: the parallel loops below, unless the product is too small
+     * to pay for them (or this already runs inside one: they then run
+     * inline, on tid 0). */
+    const bool par = (double)M * (double)N * (double)K >= kern->par_min && amp_threads() > 1 && !amp_in_parallel();
+    const int nt = par ? amp_threads() : 1;
 
     /* Per thread (in 64-byte steps): an A panel and an MR x NR f32 tile. */
     const int64_t a_words = ceil_div(MR * kp_max, 16) * 16;
     const int64_t per_thread = a_words + ceil_div(MR * NR, 16) * 16;
-    /* Per (N block, K block) with pack_a_inf: whether its packed B holds an
-     * inf, set while B is packed and read after the barrier that follows. */
-    const int64_t n_kblocks = ceil_div(K, KC), n_blocks = ceil_div(N, NC) * n_kblocks;
-    int *b_inf = kern->pack_a_inf ? amp_alloc((size_t)n_blocks * sizeof(int)) : NULL;
-    uint32_t *bp = amp_alloc((size_t)(kpb_max * nc_max) * sizeof(uint32_t));
+    /* Over several N blocks (and A's panels not depending on B's block:
+     * no pack_a_inf), "wide": per K block, all of A's panels and all of B
+     * are packed in one parallel loop and multiplied in another, over
+     * (N block, A panel) items, N block by N block, so that the threads
+     * share one B block in cache at a time; two loops per K block rather
+     * than three per N block, each loop's end a wake-up and a barrier. */
+    const bool prepack = N > NC && !kern->pack_a_inf;
+    const int64_t b_panels = ceil_div(N, NR);
+    uint32_t *bp = amp_alloc((size_t)(kpb_max * (prepack ? b_panels * NR : nc_max)) * sizeof(uint32_t));
     uint32_t *ap = amp_alloc((size_t)(per_thread * nt) * sizeof(uint32_t));
-    if (b_inf)
-        memset(b_inf, 0, (size_t)n_blocks * sizeof(int));
-    if (!bp || !ap || (kern->pack_a_inf && !b_inf)) {
-        amp_free(b_inf);
+    int64_t *packed = amp_alloc((size_t)nt * sizeof(int64_t));
+    uint32_t *apk = prepack ? amp_alloc((size_t)(a_words * m_panels) * sizeof(uint32_t)) : NULL;
+    if (!bp || !ap || !packed || (prepack && !apk)) {
         amp_free(bp);
         amp_free(ap);
+        amp_free(packed);
+        amp_free(apk);
         return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for packing buffers (%lld x %lld x %lld)",
                              (long long)M, (long long)N, (long long)K);
     }
-
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-#ifdef _OPENMP
-        int tid = omp_get_thread_num();
-#else
-        int tid = 0;
-#endif
-        uint32_t *my_a = ap + tid * per_thread;
-        float *tile = (float *)(my_a + a_words);
-        if (kern->enter)
-            kern->enter();
-        for (int64_t jc = 0; jc < N; jc += NC) {
-            const int64_t nc = N - jc < NC ? N - jc : NC;
-            const int64_t n_panels = ceil_div(nc, NR);
-            int64_t chunks = m_panels >= 8 * (int64_t)nt ? 1 : ceil_div(8 * (int64_t)nt, m_panels);
-            if (chunks > n_panels)
-                chunks = n_panels;
-            const int64_t items = m_panels * chunks;
-            for (int64_t pc = 0; pc < K; pc += KC) {
-                const int64_t kc = K - pc < KC ? K - pc : KC;
-                const int64_t kp = ceil_div(ceil_div(kc * wa, 2), kern->kpair) * kern->kpair;
-                const int64_t kpb = kp * wb / wa;
-                const bool first = pc == 0, last = pc + KC >= K;
-                /* A 16-bit C takes beta in finish16, from C itself. */
-                const float beta_k = !first ? 1.0f : c16 ? 0.0f : g->beta;
-                int *inf = b_inf ? b_inf + jc / NC * n_kblocks + pc / KC : NULL;
-                if (b->rs == 1) {
-#pragma omp for schedule(static)
-                    for (int64_t p0 = 0; p0 < kpb; p0 += b_words) {
-                        const int64_t p1 = p0 + b_words < kpb ? p0 + b_words : kpb;
-                        if (pack_b_rows(kern, b, jc, nc, pc, kc, kpb, p0, p1, bp) && inf) {
-#pragma omp atomic write
-                            *inf = 1;
-                        }
-                    }
-                } else {
-#pragma omp for schedule(static)
-                    for (int64_t jp = 0; jp < n_panels; jp++) {
-                        int64_t w = nc - jp * NR < NR ? nc - jp * NR : NR;
-                        if (pack(kern->pack_b, b, jc + jp * NR, (int)w, NR, pc, kc, kpb, bp + jp * NR * kpb) && inf) {
-#pragma omp atomic write
-                            *inf = 1;
-                        }
-                    }
-                }
-                /* (the implied barrier: B and its flag are complete) */
-                const gemm_bf16_pack_fn pack_a = inf && *inf ? kern->pack_a_inf : kern->pack_a;
-                int64_t packed = -1;
-#pragma omp for schedule(static)
-                for (int64_t it = 0; it < items; it++) {
-                    const int64_t mp = it / chunks, ch = it % chunks;
-                    const int64_t i0 = mp * MR;
-                    const int mr = M - i0 < MR ? (int)(M - i0) : MR;
-                    if (mp != packed) {
-                        pack(pack_a, a, i0, mr, MR, pc, kc, kp, my_a);
-                        packed = mp;
-                    }
-                    const int64_t jp_end = (ch + 1) * n_panels / chunks;
-                    for (int64_t jp = ch * n_panels / chunks; jp < jp_end; jp++) {
-                        const int64_t j0 = jc + jp * NR;
-                        const int nr = N - j0 < NR ? (int)(N - j0) : NR;
-                        const uint32_t *bpan = bp + jp * NR * kpb;
-                        float *t = tile;
-                        int64_t tl = NR;
-                        if (mr == MR && nr == NR && g->acc) {
-                            t = g->acc + i0 * g->acc_ld + j0;
-                            tl = g->acc_ld;
-                            kern->micro(kp, my_a, bpan, t, tl, g->alpha, beta_k);
-                        } else if (g->acc) {
-                            /* Edge tile: the full tile in scratch, then the valid part. */
-                            kern->micro(kp, my_a, bpan, tile, NR, 1.0f, 0.0f);
-                            t = g->acc + i0 * g->acc_ld + j0;
-                            tl = g->acc_ld;
-                            for (int r = 0; r < mr; r++)
-                                for (int j = 0; j < nr; j++) {
-                                    float v = g->alpha * tile[r * NR + j];
-                                    t[r * tl + j] = beta_k != 0.0f ? v + beta_k * t[r * tl + j] : v;
-                                }
-                        } else {
-                            kern->micro(kp, my_a, bpan, tile, NR, g->alpha, 0.0f);
-                        }
-                        /* A 16-bit C: beta * C joins on the first K block,
-                         * the one rounding happens on the last. */
-                        if (c16)
-                            kern->finish16(t, tl, mr, nr, (uint16_t *)g->c + i0 * g->ldc + j0, g->ldc,
-                                           g->c_dt == AMP_BF16, first && g->beta != 0.0f, g->beta, last);
-                    }
-                }
-            }
+    block k = {.kern = kern, .a = a, .b = b, .M = M, .N = N, .g = g, .bp = bp, .ap = ap, .apk = apk,
+               .per_thread = per_thread, .a_words = a_words, .packed = packed, .wide = prepack,
+               .m_panels = m_panels, .NC = NC, .b_panels = b_panels};
+    /* K blocks outer, N blocks inner: each tile still meets the K blocks
+     * in order, whichever N block it is in. */
+    for (int64_t pc = 0; pc < K; pc += KC) {
+        k.pc = pc;
+        k.kc = K - pc < KC ? K - pc : KC;
+        k.kp = ceil_div(ceil_div(k.kc * wa, 2), kern->kpair) * kern->kpair;
+        k.kpb = k.kp * wb / wa;
+        k.first = pc == 0;
+        k.last = pc + KC >= K;
+        /* A 16-bit C takes beta in finish16, from C itself. */
+        k.beta_k = !k.first ? 1.0f : g->c_dt != AMP_F32 ? 0.0f : g->beta;
+        if (prepack) {
+            loop(par, m_panels + b_panels, 1, pack_ab_range, &k);
+            /* (the loop's end: A and B are packed) */
+            loop(par, ceil_div(N, NC) * m_panels, 1, multiply_range, &k);
+            continue;
         }
-        if (kern->leave)
-            kern->leave();
+        for (int64_t jc = 0; jc < N; jc += NC) {
+            k.jc = jc;
+            k.nc = N - jc < NC ? N - jc : NC;
+            k.n_panels = ceil_div(k.nc, NR);
+            /* Slice the B block when there are too few A panels to share. */
+            int64_t chunks = m_panels >= 8 * (int64_t)nt ? 1 : ceil_div(8 * (int64_t)nt, m_panels);
+            k.chunks = chunks > k.n_panels ? k.n_panels : chunks;
+            atomic_store(&k.inf, 0);
+            for (int t = 0; t < nt; t++)
+                packed[t] = -1;
+            /* B's rows contiguous: threads take runs of B_PAIRS pairs of
+             * every panel (whole rows of B, which the hardware prefetchers
+             * follow, rather than 64 bytes from each of kc rows). */
+            if (b->rs == 1)
+                loop(par, ceil_div(k.kpb, B_PAIRS * wb), 4, pack_b_range, &k);
+            else
+                loop(par, k.n_panels, 1, pack_b_range, &k);
+            /* (the loop's end: B and its flag are complete) */
+            /* Items one at a time (a thread that gets less of its core
+             * takes fewer), or half an A panel's slices at a time when the
+             * B block is sliced, so a panel is packed by at most two. */
+            const int64_t items = m_panels * k.chunks;
+            loop(par, items, k.chunks > 1 ? ceil_div(k.chunks, 2) : 1, multiply_range, &k);
+        }
     }
-    amp_free(b_inf);
+    amp_free(apk);
     amp_free(bp);
     amp_free(ap);
+    amp_free(packed);
     return AMP_OK;
 }
 
 amp_status gemm_bf16_drive(const gemm_bf16_kernel *kern, bool trans_a, bool trans_b, int64_t M, int64_t N,
                            int64_t K, float alpha, const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
-                           float beta, void *C, amp_dtype c_dt, int64_t ldc)
+                           float beta, void *C, amp_dtype c_dt, int64_t ldc, const gemm_epilogue *ep)
 {
     /* element (i, k) of op(A); element (j, k) of op(B) */
     operand a = trans_a ? (operand){A, 1, lda} : (operand){A, lda, 1};
     operand b = trans_b ? (operand){B, ldb, 1} : (operand){B, 1, ldb};
-    target g = {C, c_dt, ldc, NULL, 0, alpha, beta};
+    target g = {C, c_dt, ldc, NULL, 0, alpha, beta, ep};
     float *work = NULL;
     if (c_dt == AMP_F32) {
         g.acc = C;
@@ -337,12 +459,12 @@ amp_status gemm_bf16_drive(const gemm_bf16_kernel *kern, bool trans_a, bool tran
 
 bool gemm_bf16_native(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
-                      amp_dtype c_dt, int64_t ldc, amp_status *st)
+                      amp_dtype c_dt, int64_t ldc, const gemm_epilogue *ep, amp_status *st)
 {
     const gemm_bf16_kernel *kern = pick_bf16();
     if (!kern || M <= 0 || N <= 0 || K <= 0 || alpha == 0.0f)
         return false; /* gemm_lowp's general path handles the trivial cases */
     gemm_path = kern->name;
-    *st = gemm_bf16_drive(kern, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc);
+    *st = gemm_bf16_drive(kern, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, ep);
     return true;
 }

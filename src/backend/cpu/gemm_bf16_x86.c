@@ -260,11 +260,16 @@ TGT_DOT static void micro_dot(int64_t kp, const uint32_t *a, const uint32_t *b, 
 #define micro_dot NULL /* the compiler cannot build it: never picked */
 #endif
 
-/* kc 512 x nc 512 of bf16 is a 512 KiB B block: it stays in a 1 MiB L2
- * (Zen 4 / Zen 5) next to the C tiles; the A panel (12 KiB) stays in L1.
- * Half a million multiply-adds (~5 us) pay for a parallel region. */
+/* kc 1024 x nc 256 of bf16 is a 512 KiB B block: it stays in a 1 MiB L2
+ * (Zen 4 / Zen 5) next to the C tiles; the A panel (24 KiB) stays in a
+ * 32-48 KiB L1. kc 1024 rather than 512: a K up to 1024 (every benchmark
+ * model's but the mlp's dW) is one block, so a 16-bit C needs no f32
+ * workspace and each C tile is loaded and stored once; gemm_bf16.c packs
+ * A once per K block when N spans several blocks, so the narrower nc
+ * costs no repacking. Half a million multiply-adds (~5 us) pay for a
+ * parallel region. */
 const gemm_bf16_kernel gemm_bf16_kernel_dot = {
-    .mr = DOT_MR, .nr = DOT_NR, .kpair = 1, .kc = 512, .nc = 512, .par_min = 1 << 19,
+    .mr = DOT_MR, .nr = DOT_NR, .kpair = 1, .kc = 1024, .nc = 256, .par_min = 1 << 19,
     .micro = micro_dot, .pack_a = pack_pairs, .pack_b = pack_pairs, .finish16 = finish16_tile,
     .name = "avx512bf16 12x32"};
 

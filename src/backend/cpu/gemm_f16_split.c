@@ -131,13 +131,13 @@ bool gemm_f16_split_active(int64_t M, int64_t N, int64_t K)
 
 bool gemm_f16_split(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A,
                     int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C, amp_dtype c_dt, int64_t ldc,
-                    amp_status *st)
+                    const gemm_epilogue *ep, amp_status *st)
 {
     const gemm_bf16_kernel *kern = split_kernel();
     if (!kern || alpha == 0.0f || !gemm_f16_split_active(M, N, K))
         return false; /* (gemm_lowp's general path handles the trivial cases) */
     gemm_path = kern->name;
-    *st = gemm_bf16_drive(kern, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc);
+    *st = gemm_bf16_drive(kern, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, ep);
     return true;
 }
 

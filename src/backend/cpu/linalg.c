@@ -5,11 +5,13 @@
  * gemm: a product with a bias or an epilogue is one gemm_batched call,
  * where oneDNN adds the bias (ampc's own GEMM adds onto bias rows, beta 1)
  * and cpu_relu_rows applies the relu after; either way a 16-bit result is
- * rounded once. The gelu epilogue is that GEMM into the pre-activation
- * (aux, or scratch), then the gelu formula over it (the SIMD kernel where
- * the CPU has it, as the pointwise primitive), so values are those of
- * linear followed by gelu bit for bit. A plain product is gemm_lowp (batch 1), or gemm_batched, which
- * spreads the batch over the threads.
+ * rounded once. The gelu epilogue is fused into the GEMM: the product
+ * goes into the pre-activation (aux, or C itself), and as each output tile
+ * becomes final (rounded to C's dtype) the gelu formula runs over it while
+ * it is in cache (the SIMD kernel where the CPU has it, as the pointwise
+ * primitive), so values are those of linear followed by gelu bit for bit.
+ * A plain product is gemm_lowp (batch 1), or gemm_batched, which spreads
+ * the batch over the threads.
  *
  * Each gradient keeps the bits of the code it came from (src/ops/matmul.c):
  * a linear layer's f16 dW (weight_grad) widens and transposes dY up front
@@ -23,23 +25,22 @@
 #include "backend/cpu/simd.h"
 #include "backend/pointwise.h"
 
+#include "base/parallel.h"
+
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* ------------------------------------------------------------- gelu */
 
 /* Elements of a gelu block (widened, then rounded, through the stack). */
 #define GELU_BLOCK 1024
 
-/* y[r, :] = gelu_tanh(x[r, :]) for rows x cols, x and y of dtype dt at
- * row strides ldx and ldy: f32 values, one rounding. */
-static void gelu_rows(const void *x, int64_t ldx, void *y, int64_t ldy, amp_dtype dt, int64_t rows, int64_t cols)
+/* y[r, :] = gelu_tanh(x[r, :]) for rows x cols on this thread, x and y of
+ * dtype dt at row strides ldx and ldy (in place when they are the same):
+ * f32 values, one rounding. */
+static void gelu_block(const void *x, int64_t ldx, void *y, int64_t ldy, amp_dtype dt, int64_t rows, int64_t cols)
 {
     const size_t es = amp_dtype_size(dt);
     const simd_gelu_tanh_fn f = simd_pick_gelu_tanh();
-#pragma omp parallel for num_threads(amp_threads()) if (rows * cols >= 32768) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         float in[GELU_BLOCK], out[GELU_BLOCK];
         for (int64_t c0 = 0; c0 < cols; c0 += GELU_BLOCK) {
@@ -63,36 +64,63 @@ static void gelu_rows(const void *x, int64_t ldx, void *y, int64_t ldy, amp_dtyp
     }
 }
 
+/* The gelu epilogue: pre-activation pre (ldp) -> y (ldy), both of dt. */
+typedef struct {
+    const char *pre;
+    char *y;
+    int64_t ldp, ldy;
+    amp_dtype dt;
+} gelu_ep;
+
+/* One output tile of the GEMM, final in pre: its gelu into y. */
+static void gelu_tile(void *ctx, int64_t i0, int64_t j0, int mr, int nr)
+{
+    const gelu_ep *e = ctx;
+    const size_t es = amp_dtype_size(e->dt);
+    gelu_block(e->pre + (size_t)(i0 * e->ldp + j0) * es, e->ldp, e->y + (size_t)(i0 * e->ldy + j0) * es, e->ldy, e->dt,
+               mr, nr);
+}
+
 /* ------------------------------------------------------------- gemm */
 
+/* C = gelu_tanh(op(A) op(B) + bias), with the pre-activation (rounded to
+ * C's dtype) into aux when there is one: the GEMM's epilogue applies the
+ * gelu to each output tile as soon as the tile is final, from the rounded
+ * pre-activation, so the values are those of linear followed by gelu bit
+ * for bit. Without aux the pre-activation is C itself and the gelu runs in
+ * place. */
 static amp_status gemm_gelu(const be_gemm_desc *g)
 {
-    void *pre = g->aux;
-    int64_t ldp = g->ldaux;
-    if (!pre) {
-        if (!(pre = amp_alloc((size_t)(g->M * g->N) * amp_dtype_size(g->cdt))))
-            return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for a %lld x %lld pre-activation",
-                                 (long long)g->M, (long long)g->N);
-        ldp = g->N;
-    }
-    amp_status st = gemm_batched(g->ta, g->tb, 1, g->M, g->N, g->K, g->A, g->adt, g->lda, 0, g->B, g->bdt, g->ldb, 0,
-                                 0.0f, pre, g->cdt, ldp, 0, g->bias, CPU_ACT_NONE);
-    if (st == AMP_OK)
-        gelu_rows(pre, ldp, g->C, g->ldc, g->cdt, g->M, g->N);
-    if (pre != g->aux)
-        amp_free(pre);
-    return st;
+    void *pre = g->aux ? g->aux : g->C;
+    const int64_t ldp = g->aux ? g->ldaux : g->ldc;
+    gelu_ep e = {pre, g->C, ldp, g->ldc, g->cdt};
+    const gemm_epilogue ep = {gelu_tile, &e};
+    return gemm_batched_ep(g->ta, g->tb, 1, g->M, g->N, g->K, g->A, g->adt, g->lda, 0, g->B, g->bdt, g->ldb, 0, 0.0f,
+                           pre, g->cdt, ldp, 0, g->bias, CPU_ACT_NONE, &ep);
 }
 
 /* dst [cols, rows] (f32) = the transpose of src [rows, cols] (dtype dt),
  * in tiles that keep both sides in cache. */
-static void transpose_widen(const void *src, amp_dtype dt, int64_t rows, int64_t cols, float *dst)
+enum { TW_TILE = 32 };
+
+typedef struct {
+    const void *src;
+    amp_dtype dt;
+    int64_t rows, cols;
+    float *dst;
+} tw_job;
+
+static void transpose_range(void *ctx, int64_t lo, int64_t hi, int tid)
 {
-    enum { TILE = 32 };
+    (void)tid;
+    const tw_job *j = ctx;
+    enum { TILE = TW_TILE };
+    const void *src = j->src;
+    const amp_dtype dt = j->dt;
+    const int64_t rows = j->rows, cols = j->cols;
+    float *dst = j->dst;
     const size_t es = amp_dtype_size(dt);
-    const int64_t rt = (rows + TILE - 1) / TILE;
-#pragma omp parallel for num_threads(amp_threads()) if (rows * cols >= 65536) schedule(static)
-    for (int64_t bi = 0; bi < rt; bi++) {
+    for (int64_t bi = lo; bi < hi; bi++) {
         float tile[TILE][TILE];
         const int64_t r0 = bi * TILE, nr = rows - r0 < TILE ? rows - r0 : TILE;
         for (int64_t c0 = 0; c0 < cols; c0 += TILE) {
@@ -105,6 +133,15 @@ static void transpose_widen(const void *src, amp_dtype dt, int64_t rows, int64_t
                     dst[(c0 + c) * rows + r0 + r] = tile[r][c];
         }
     }
+}
+
+static void transpose_widen(const void *src, amp_dtype dt, int64_t rows, int64_t cols, float *dst)
+{
+    tw_job j = {src, dt, rows, cols, dst};
+    const int64_t rt = (rows + TW_TILE - 1) / TW_TILE;
+    /* one grain under 64K elements: the calling thread alone */
+    const int64_t grain = rows * cols >= 65536 ? 1 : rt;
+    amp_parallel_for(rt, grain, transpose_range, &j);
 }
 
 /* dW [M, N] = dYᵀ X with an f16 dY [K, M]: widened and transposed up
@@ -193,6 +230,36 @@ static amp_status gemm_run_desc(const be_gemm_desc *g)
 
 /* ------------------------------------------------------------ bias_grad */
 
+/* bias_grad's blocks of rows, each summed into its own row of part. */
+typedef struct {
+    const char *g;
+    amp_dtype dt;
+    size_t es;
+    int64_t rows, out, rb;
+    float *part, *rowbuf;
+} bg_job;
+
+static void bias_grad_range(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    const bg_job *j = ctx;
+    const int64_t out = j->out;
+    for (int64_t b = lo; b < hi; b++) {
+        float *restrict acc = j->part + b * out;
+        memset(acc, 0, (size_t)out * sizeof(float));
+        const int64_t r1 = (b + 1) * j->rb < j->rows ? (b + 1) * j->rb : j->rows;
+        for (int64_t r = b * j->rb; r < r1; r++) {
+            const float *restrict row = (const float *)(j->g + (size_t)(r * out) * j->es);
+            if (j->rowbuf) {
+                float *mine = j->rowbuf + (size_t)tid * (size_t)out;
+                amp_convert(j->g + (size_t)(r * out) * j->es, j->dt, mine, AMP_F32, (size_t)out);
+                row = mine;
+            }
+            for (int64_t c = 0; c < out; c++)
+                acc[c] += row[c];
+        }
+    }
+}
+
 /* db[j] = sum over rows of dY[r, j]: f32 sums over fixed blocks of rows
  * (vectorisable, and the same whatever the thread count), added in block
  * order in double. 16-bit rows are widened one at a time. */
@@ -200,7 +267,9 @@ amp_status cpu_bias_grad(const void *dy, amp_dtype dt, int64_t rows, int64_t col
 {
     const int64_t out = cols;
     const int64_t rb = rows / 64 > 32 ? rows / 64 : 32, nrb = rows > 0 ? (rows + rb - 1) / rb : 0;
-    const int nt = nrb > 1 && rows * out >= 65536 ? amp_threads() : 1;
+    /* one grain (this thread alone) under 64K elements */
+    const int64_t grain = rows * out >= 65536 ? 1 : (nrb > 0 ? nrb : 1);
+    const int nt = amp_parallel_width(nrb, grain);
     const size_t es = amp_dtype_size(dt);
     float *part = amp_alloc((size_t)(nrb * out + out) * sizeof(float));
     float *rowbuf = dt == AMP_F32 ? NULL : amp_alloc((size_t)nt * (size_t)out * sizeof(float));
@@ -210,27 +279,8 @@ amp_status cpu_bias_grad(const void *dy, amp_dtype dt, int64_t rows, int64_t col
         return amp_set_error(AMP_ERR_MEMORY, "bias_grad: out of memory for %lld x %lld partial sums",
                              (long long)nrb, (long long)out);
     }
-    const char *g = dy;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t b = 0; b < nrb; b++) {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        float *restrict acc = part + b * out;
-        memset(acc, 0, (size_t)out * sizeof(float));
-        const int64_t r1 = (b + 1) * rb < rows ? (b + 1) * rb : rows;
-        for (int64_t r = b * rb; r < r1; r++) {
-            const float *restrict row = (const float *)(g + (size_t)(r * out) * es);
-            if (rowbuf) {
-                float *mine = rowbuf + (size_t)tid * (size_t)out;
-                amp_convert(g + (size_t)(r * out) * es, dt, mine, AMP_F32, (size_t)out);
-                row = mine;
-            }
-            for (int64_t j = 0; j < out; j++)
-                acc[j] += row[j];
-        }
-    }
+    bg_job j = {dy, dt, es, rows, out, rb, part, rowbuf};
+    amp_parallel_for(nrb, grain, bias_grad_range, &j);
     float *sum = part + nrb * out;
     for (int64_t j = 0; j < out; j++) {
         double s = 0;

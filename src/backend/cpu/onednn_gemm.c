@@ -20,14 +20,33 @@
  * multiply-adds (a 10-class output layer), which ampc runs on one thread
  * where oneDNN wakes them all (10-20x slower at 128 x 10 x 128). The
  * per-shape table is bench_gemm's "shapes that matter".
+ *
+ * On CPUs whose bf16 products run on ampc's VDPBF16PS kernel (AMD Zen 4 /
+ * Zen 5: AVX512-BF16 without AMX) the same rule holds: measured on a
+ * 2-core Zen-class EPYC (docs/benchmarks.md, "GEMM: the VDPBF16PS
+ * kernel's blocking") ampc's kernel is 3-9% behind oneDNN 2.6's on one
+ * idle core on the benchmark models' shapes, and the gpt bf16 step with
+ * every bf16 product on it was ~15% slower. ONEDNN_BF16_OWN_ON_DOT (0)
+ * turns that choice over (gemm_bf16_prefers_own): for when ampc's pool
+ * must not share the cores with oneDNN's libgomp workers, which spin
+ * for a busy core (issue 14). AMPC_CPU_LIB=own (every GEMM on ampc's
+ * kernels) does it at run time.
  */
 #include "backend/cpu/onednn.h"
+#include "backend/cpu/gemm.h"
+
+/* 1: bf16 products stay on ampc's VDPBF16PS kernel where it is the bf16
+ * path (see above); 0: the same rule as elsewhere. */
+#define ONEDNN_BF16_OWN_ON_DOT 0
 
 bool onednn_gemm_policy(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, amp_dtype dt)
 {
     (void)trans_b;
-    if (dt == AMP_BF16)
+    if (dt == AMP_BF16) {
+        if (ONEDNN_BF16_OWN_ON_DOT && gemm_bf16_prefers_own())
+            return false;
         return !(trans_a && M >= 2048) && M * N * K >= ((int64_t)1 << 20);
+    }
     return true;
 }
 
@@ -46,9 +65,9 @@ bool onednn_gemm(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N
 
 #else
 
-#include "backend/cpu/gemm.h"
 #include "backend/cpu/onednn_impl.h"
 #include "base/base.h"
+#include "base/parallel.h"
 
 #include <string.h>
 
@@ -129,6 +148,27 @@ static bool direct_dtypes(amp_dtype a, amp_dtype b, amp_dtype c)
     return c == AMP_F32 || c == a;
 }
 
+/* Rows of cols elements converted from src (dtype sdt, row stride ls) to
+ * dst (dtype ddt, row stride ld), for parallel loops over rows. */
+typedef struct {
+    const void *src;
+    amp_dtype sdt;
+    int64_t ls;
+    void *dst;
+    amp_dtype ddt;
+    int64_t ld, cols;
+} convert_job;
+
+static void convert_rows(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const convert_job *j = ctx;
+    const size_t es = amp_dtype_size(j->sdt), ed = amp_dtype_size(j->ddt);
+    for (int64_t r = lo; r < hi; r++)
+        amp_convert((const char *)j->src + (size_t)(r * j->ls) * es, j->sdt, (char *)j->dst + (size_t)(r * j->ld) * ed,
+                    j->ddt, (size_t)j->cols);
+}
+
 /* A stored [rows, cols] matrix at row stride ld as dense f32 (widened in
  * parallel rows); NULL with the error set. */
 static float *widen(const void *src, amp_dtype dt, int64_t rows, int64_t cols, int64_t ld)
@@ -136,10 +176,8 @@ static float *widen(const void *src, amp_dtype dt, int64_t rows, int64_t cols, i
     float *dst = amp_alloc((size_t)(rows * cols) * sizeof(float));
     if (!dst)
         return NULL;
-    const size_t es = amp_dtype_size(dt);
-#pragma omp parallel for num_threads(amp_threads()) if (rows * cols >= 65536) schedule(static)
-    for (int64_t r = 0; r < rows; r++)
-        amp_convert((const char *)src + (size_t)(r * ld) * es, dt, dst + r * cols, AMP_F32, (size_t)cols);
+    convert_job j = {src, dt, ld, dst, AMP_F32, cols, cols};
+    amp_parallel_for(rows, rows * cols >= 65536 ? 1 : rows, convert_rows, &j);
     return dst;
 }
 
@@ -210,10 +248,8 @@ static bool run_widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
                            AMP_F32, b ? bc : ldb, 0, beta, c ? (void *)c : (void *)C, AMP_F32, c ? N : ldc, 0,
                            bf ? (const void *)bf : bias, AMP_F32, act, st);
     if (ok && taken && *st == AMP_OK && c) {
-        const size_t es = amp_dtype_size(c_dt);
-#pragma omp parallel for num_threads(amp_threads()) if (M * N >= 65536) schedule(static)
-        for (int64_t r = 0; r < M; r++)
-            amp_convert(c + r * N, AMP_F32, (char *)C + (size_t)(r * ldc) * es, c_dt, (size_t)N);
+        convert_job j = {c, AMP_F32, N, C, c_dt, ldc, N};
+        amp_parallel_for(M, M * N >= 65536 ? 1 : M, convert_rows, &j);
     }
     amp_free(a), amp_free(b), amp_free(c), amp_free(bf);
     return taken;
