@@ -12,6 +12,11 @@ usage:
       the interleaved training-step table: per model and precision the
       median of every timed step of all rounds ("times_ms"), the range of
       the rounds' medians, PyTorch's over ampc's against issue 14's targets
+  python3 bench/report.py remaining STEPS_JSONL IMPL MODEL PRECISIONS SECONDS
+      the PRECISIONS (a comma list) whose cells of IMPL and MODEL have so
+      far cost less than SECONDS over all rounds (warm-up and timed steps,
+      estimated as steps x their median): the rounds after a slow cell's
+      budget is spent skip it
   python3 bench/report.py profile < JSON lines
       bench_ampc_step --profile-overhead's table
 """
@@ -152,7 +157,8 @@ def steps(path, threads):
           f"{n_rounds} round(s)")
     print()
     print("ms: the median of every timed step of all rounds [the rounds' medians, lowest-highest]; steps: timed")
-    print("steps per side over all rounds (*: time-boxed, fewer ran); target: issue 14's PyTorch/ampc")
+    print("steps per side over all rounds (*: time-boxed, fewer ran; (n rounds): the cell's time was spent after n);")
+    print("target: issue 14's PyTorch/ampc")
     print()
     print("| model | precision | ampc ms | PyTorch ms | PyTorch/ampc | target | ampc fp32/this | steps ampc / PyTorch "
           "| ampc peak MB |")
@@ -170,7 +176,10 @@ def steps(path, threads):
         return f"{m:.1f}"
 
     def count(c):
-        return "-" if not c else f"{len(c['times'])}{'*' if c['boxed'] else ''}"
+        if not c:
+            return "-"
+        fewer = f" ({len(c['rounds'])} round{'s' if len(c['rounds']) > 1 else ''})" if len(c["rounds"]) < n_rounds else ""
+        return f"{len(c['times'])}{'*' if c['boxed'] else ''}{fewer}"
     for model in ("mlp", "cnn", "gpt"):
         base = med(cells.get(("ampc", model, "fp32")))
         for p in ("fp32", "bf16", "fp16"):
@@ -186,6 +195,22 @@ def steps(path, threads):
             label = p + (" + scaler" if p == "fp16" else "")
             print(f"| {model} | {label} | {cell(a)} | {cell(t)} | {ratio(tm, am)} | {tgt_s} | "
                   f"{ratio(base, am)} | {count(a)} / {count(t)} | {peak} |")
+
+
+def remaining(path, impl, model, precisions, seconds):
+    spent = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                if not line.startswith("{"):
+                    continue
+                r = json.loads(line)
+                if r["impl"] == impl and r["model"] == model:
+                    n = r.get("steps", 1) + r.get("warmup", 0)
+                    spent[r["precision"]] = spent.get(r["precision"], 0.0) + n * r["step_ms"] / 1e3
+    except OSError:
+        pass
+    print(",".join(p for p in precisions.split(",") if p and spent.get(p, 0.0) < float(seconds)))
 
 
 def profile():
@@ -212,7 +237,8 @@ def profile():
 
 
 def main(argv):
-    cmds = {"gemm": (gemm, 2), "progress": (progress, 1), "steps": (steps, 2), "profile": (profile, 0)}
+    cmds = {"gemm": (gemm, 2), "progress": (progress, 1), "steps": (steps, 2), "profile": (profile, 0),
+            "remaining": (remaining, 5)}
     if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:
         print(__doc__, file=sys.stderr)
         return 2

@@ -15,7 +15,9 @@
 #      median of every timed step of all rounds, the range of the rounds'
 #      medians, and PyTorch's over ampc's; slow cells (PyTorch's fp16 on a
 #      CPU without AVX512-FP16 takes seconds a step) are time-boxed to
-#      --cell-seconds per process and the table says how many steps ran;
+#      --cell-seconds per process (at least 1 warm-up and 1 timed step
+#      still run), and a cell that has cost more than rounds x that is
+#      left out of the later rounds; the table says how many steps ran;
 #   4. the profiler's overhead on those steps (bench_ampc_step
 #      --profile-overhead);
 #   5. the under-load table: bench/under_load.sh (a busy loop pinned on
@@ -76,8 +78,8 @@ while [ $# -gt 0 ]; do
     *) build=$1; shift ;;
   esac
 done
-for v in "$threads" "$steps" "$rounds"; do
-  case "$v" in ''|*[!0-9]*|0) echo "bench/run.sh: --threads, --steps and --rounds take a positive integer (got '$v')" >&2; exit 2 ;; esac
+for v in "$threads" "$steps" "$rounds" "$cell_s"; do
+  case "$v" in ''|*[!0-9]*|0) echo "bench/run.sh: --threads, --steps, --rounds and --cell-seconds take a positive integer (got '$v')" >&2; exit 2 ;; esac
 done
 case ",$models," in
   *[!a-z,]*|*,,*) echo "bench/run.sh: --models takes a list of mlp, cnn, gpt (got '$models')" >&2; exit 2 ;;
@@ -85,7 +87,6 @@ esac
 for m in ${models//,/ }; do
   case "$m" in mlp|cnn|gpt) ;; *) echo "bench/run.sh: unknown model '$m' (mlp, cnn, gpt)" >&2; exit 2 ;; esac
 done
-case "$cell_s" in ''|*[!0-9.]*) echo "bench/run.sh: --cell-seconds takes a number of seconds (got '$cell_s')" >&2; exit 2 ;; esac
 if [ $quick = 1 ]; then
   steps=2 warmup=1 rounds=1 cell_s=2
 fi
@@ -200,10 +201,17 @@ if section step; then
       sides=(ampc)
       [ -n "$torch_py" ] && sides+=(torch)
       for side in "${sides[@]}"; do
+        # a cell whose rounds so far cost more than rounds x the time box
+        # (a step of many seconds) is left out of the later rounds
+        precs=$("$py" bench/report.py remaining "$steps_js" "$side" "$m" fp32,bf16,fp16 "$((rounds * cell_s))")
+        if [ -z "$precs" ]; then
+          echo "  round $r: $side $m: every precision has spent its time; skipped"
+          continue
+        fi
         if [ "$side" = ampc ]; then
-          lines=$("$build/bench_ampc_step" "${step_args[@]}" --models "$m")
+          lines=$("$build/bench_ampc_step" "${step_args[@]}" --models "$m" --precisions "$precs")
         else
-          lines=$("$torch_py" bench/torch_step.py "${step_args[@]}" --models "$m")
+          lines=$("$torch_py" bench/torch_step.py "${step_args[@]}" --models "$m" --precisions "$precs")
         fi
         rc=$?
         [ $rc = 0 ] || echo "bench/run.sh: round $r, $side $m failed ($rc)" >&2
