@@ -158,10 +158,9 @@ if section gemm; then
   gemm_args=(--max-n 4096)
   # --quick: one sample per figure, squares up to 512; the model shapes stay
   [ $quick = 1 ] && gemm_args=(--reps 1 --max-n 512)
-  "$build/bench_gemm" "${gemm_args[@]}" --json bench/gemm.json > bench/gemm.txt
-  rc=$?
-  cat bench/gemm.txt
-  if [ $rc != 0 ]; then
+  "$build/bench_gemm" "${gemm_args[@]}" --json bench/gemm.json | tee bench/gemm.txt
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" != 0 ]; then
     echo "bench/run.sh: bench_gemm failed ($rc)" >&2
   fi
   tg_args=(--json bench/torch_gemm.json)
