@@ -184,7 +184,9 @@ if section scaler; then
   echo "== grad scaler"
   say "### Grad scaler (unscale + check + update against memcpy)"
   say ""
+  say '```'
   "$build/bench_scaler" 64 --json bench/scaler.json | tee -a "$md"
+  say '```'
   cat bench/scaler.json >> "$out"
   say ""
 fi
