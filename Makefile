@@ -9,7 +9,12 @@
 #                and cuBLASLt emulated on the CPU (tests/cuda_emu; no GPU needed)
 #   make fuzz    the libFuzzer targets (fuzz/, clang + ASan + UBSan, in build-fuzz),
 #                each for FUZZ_SECONDS (default 600); a crash, leak, hang or OOM fails
-#   make bench   benchmarks: GEMM, grad scaler, training step beside PyTorch
+#   make bench   benchmarks beside PyTorch in one run (bench/run.sh): GEMMs
+#                against PyTorch's matmul, the grad scaler, the training step
+#                (ampc and PyTorch alternating, 3 rounds), the profiler's
+#                overhead, the step under load; ARGS=--quick for a smoke
+#                check. PyTorch: $AMPC_TORCH_PYTHON, python3 or .bench-venv
+#   make bench-deps  PyTorch from PyPI into .bench-venv (scripts/bench-deps.sh)
 #   make install PREFIX=/usr/local
 
 BUILD ?= build
@@ -18,7 +23,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DAMPC_WERROR=ON
 FUZZ_SECONDS ?= 600
 
-.PHONY: all deps build train test asan test-cuda-emu fuzz bench install clean
+.PHONY: all deps build train test asan test-cuda-emu fuzz bench bench-deps install clean
 
 all: build
 
@@ -58,6 +63,9 @@ fuzz: deps
 
 bench: deps build
 	bench/run.sh $(BUILD) $(ARGS)
+
+bench-deps:
+	scripts/bench-deps.sh
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

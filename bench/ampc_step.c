@@ -3,11 +3,21 @@
  * bench/torch_step.py times PyTorch's (same models, batches, optimizers,
  * precisions; median of the timed steps after a warm-up).
  *
- *   ampc_step [--threads N] [--steps N] [--models mlp,cnn,gpt]
- *             [--precisions fp32,bf16,fp16] [--profile-overhead]
+ *   ampc_step [--threads N] [--steps N] [--warmup N] [--max-seconds S]
+ *             [--models mlp,cnn,gpt] [--precisions fp32,bf16,fp16]
+ *             [--profile-overhead]
  *
  * Prints one JSON object per line: {"impl": "ampc", "model", "precision",
- * "step_ms", "steps", "peak_mb"}.
+ * "threads", "step_ms" (the median timed step), "steps" (how many were
+ * timed), "warmup" (how many ran before them), "timeboxed" (true when
+ * --max-seconds cut either short), "times_ms" (every timed step, in the
+ * order they ran, for bench/run.sh to pool rounds), "peak_mb"}.
+ *
+ * --warmup N (default 3): untimed steps first. --max-seconds S (default 0:
+ * no limit): a time box per model and precision, for slow cells: the
+ * warm-up stops early once the cell has run S / 3 seconds (at least one
+ * warm-up step still runs) and the timed steps once it has run S seconds
+ * (at least one timed step still runs), as bench/torch_step.py does.
  *
  * --profile-overhead: the profiler's cost instead (issue 13's targets: off
  * under 1% of a step, on under 5%). Per model and precision, blocks of
@@ -319,41 +329,93 @@ static bool profile_overhead(const char *model, const char *precision, int block
     return ok;
 }
 
-/* Median step time in ms; -1 on error. */
-static double time_steps(const char *model, const char *precision, int steps, double *peak_mb)
+/* What time_steps measured for one cell. */
+typedef struct {
+    double median_ms, peak_mb;
+    double *times_ms; /* the timed steps, in the order they ran (malloc'd) */
+    int steps, warmup;
+    bool timeboxed;
+} cell_result;
+
+/* Runs up to `warmup` untimed and then up to `steps` timed steps of one
+ * model and precision, within max_s seconds when max_s > 0 (see the
+ * header); false on error (reported). */
+static bool time_steps(const char *model, const char *precision, int steps, int warmup, double max_s,
+                       cell_result *res)
 {
+    memset(res, 0, sizeof *res);
     rig r;
     if (!make(model, &r)) {
         fprintf(stderr, "%s: %s\n", model, amp_last_error());
-        return -1;
+        return false;
     }
     amp_scaler_opts so = amp_scaler_defaults();
     so.enabled = strcmp(precision, "fp16") == 0;
     amp_scaler *scaler = amp_scaler_new(so);
-    const int warmup = 3;
     double *t = malloc(sizeof(double) * (size_t)steps);
+    bool ok = scaler && t;
+    if (!ok)
+        fprintf(stderr, "%s %s: out of memory\n", model, precision);
     amp_memory_reset_peak();
-    for (int i = 0; i < warmup + steps; i++) {
-        double t0 = now();
-        if (!one_step(&r, model, precision, scaler)) {
-            free(t);
-            return -1;
+    const double start = now();
+    for (int i = 0; ok && i < warmup; i++) {
+        if (i > 0 && max_s > 0 && now() - start > max_s / 3) {
+            res->timeboxed = true;
+            break;
         }
-        if (i >= warmup)
-            t[i - warmup] = now() - t0;
+        ok = one_step(&r, model, precision, scaler);
+        res->warmup++;
     }
-    *peak_mb = (double)amp_memory_get_stats().peak / (1 << 20);
-    qsort(t, (size_t)steps, sizeof *t, cmp_double);
-    double med = t[steps / 2] * 1e3;
+    for (int i = 0; ok && i < steps; i++) {
+        if (i > 0 && max_s > 0 && now() - start > max_s) {
+            res->timeboxed = true;
+            break;
+        }
+        double t0 = now();
+        ok = one_step(&r, model, precision, scaler);
+        t[res->steps++] = (now() - t0) * 1e3;
+    }
+    if (ok) {
+        res->peak_mb = (double)amp_memory_get_stats().peak / (1 << 20);
+        res->times_ms = malloc(sizeof(double) * (size_t)res->steps);
+        ok = res->times_ms != NULL;
+    }
+    if (ok) {
+        memcpy(res->times_ms, t, sizeof(double) * (size_t)res->steps);
+        res->median_ms = median_of(t, res->steps);
+    }
     free(t);
     amp_scaler_free(scaler);
     unmake(&r);
-    return med;
+    return ok;
+}
+
+/* True when every comma-separated name in list is one of allowed's; else
+ * says which is not (option: the flag, for the message). */
+static bool valid_list(const char *list, const char *allowed, const char *option)
+{
+    char copy[64];
+    snprintf(copy, sizeof copy, "%s", list);
+    char *save = NULL;
+    bool any = false;
+    for (char *p = strtok_r(copy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        const size_t n = strlen(p);
+        const char *hit = strstr(allowed, p);
+        if (!hit || (hit != allowed && hit[-1] != ',') || (hit[n] != ',' && hit[n] != '\0')) {
+            fprintf(stderr, "ampc_step: %s: unknown name '%s' (one of %s)\n", option, p, allowed);
+            return false;
+        }
+        any = true;
+    }
+    if (!any)
+        fprintf(stderr, "ampc_step: %s is empty (one of %s)\n", option, allowed);
+    return any;
 }
 
 int main(int argc, char **argv)
 {
-    int threads = 0, steps = 10;
+    int threads = 0, steps = 10, warmup = 3;
+    double max_s = 0;
     bool overhead = false;
     char models[64] = "mlp,cnn,gpt", precisions[64] = "fp32,bf16,fp16";
     for (int i = 1; i < argc; i += 2) {
@@ -370,6 +432,10 @@ int main(int argc, char **argv)
             threads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--steps") == 0)
             steps = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--warmup") == 0)
+            warmup = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--max-seconds") == 0)
+            max_s = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--models") == 0)
             snprintf(models, sizeof models, "%s", argv[i + 1]);
         else if (strcmp(argv[i], "--precisions") == 0)
@@ -383,6 +449,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "ampc_step: --steps must be >= 1\n");
         return 2;
     }
+    if (warmup < 0 || !(max_s >= 0)) {
+        fprintf(stderr, "ampc_step: --warmup and --max-seconds must be >= 0\n");
+        return 2;
+    }
+    if (!valid_list(models, "mlp,cnn,gpt", "--models") || !valid_list(precisions, "fp32,bf16,fp16", "--precisions"))
+        return 2;
     amp_set_num_threads(threads);
     double hook_ns = 0, phase_ns = 0, on_ns = 0;
     if (overhead) {
@@ -400,13 +472,19 @@ int main(int argc, char **argv)
                     return 1;
                 continue;
             }
-            double peak = 0, ms = time_steps(m, p, steps, &peak);
-            if (ms < 0)
+            cell_result c;
+            if (!time_steps(m, p, steps, warmup, max_s, &c))
                 return 1;
             printf("{\"impl\": \"ampc\", \"model\": \"%s\", \"precision\": \"%s\", \"threads\": %d, "
-                   "\"step_ms\": %.3f, \"steps\": %d, \"peak_mb\": %.1f}\n",
-                   m, p, amp_get_num_threads(), ms, steps, peak);
+                   "\"step_ms\": %.3f, \"steps\": %d, \"warmup\": %d, \"timeboxed\": %s, \"peak_mb\": %.1f, "
+                   "\"times_ms\": [",
+                   m, p, amp_get_num_threads(), c.median_ms, c.steps, c.warmup, c.timeboxed ? "true" : "false",
+                   c.peak_mb);
+            for (int i = 0; i < c.steps; i++)
+                printf("%s%.3f", i ? ", " : "", c.times_ms[i]);
+            printf("]}\n");
             fflush(stdout);
+            free(c.times_ms);
         }
     }
     return 0;

@@ -1,116 +1,261 @@
 #!/usr/bin/env bash
-# The benchmark suite (`make bench`): GEMM against this CPU's measured peaks
-# (ampc's kernels beside oneDNN's, on square sizes and on the models' own
-# GEMM shapes), the grad scaler's overhead against memcpy, the training
-# step of the three benchmark models in fp32 / bf16 / fp16+scaler, ampc
-# beside PyTorch in the same run on the same threads, and the profiler's
-# overhead on those steps (off and on). Prints tables; writes
-# JSON lines to bench/results.jsonl and the tables to bench/results.md.
+# The benchmark suite (`make bench`), ampc beside PyTorch on this machine in
+# one run:
+#   1. GEMM: bench_gemm (ampc's kernels and oneDNN against this CPU's
+#      measured peaks; square n = 256 .. 4096 and the three models' own
+#      products) and bench/torch_gemm.py (PyTorch's matmul on the same
+#      sizes and shapes, timed the same way), joined into one table, 1 and
+#      2 threads, bf16 and f32;
+#   2. the grad scaler's overhead against memcpy (bench_scaler);
+#   3. the training step of mlp, cnn and gpt in fp32 / bf16 / fp16 + grad
+#      scaler, ampc (bench_ampc_step) and PyTorch (bench/torch_step.py)
+#      alternating, one process each per model: ampc mlp, torch mlp, ampc
+#      cnn, torch cnn, ..., for --rounds rounds (3); each process warms up
+#      then times --steps steps per precision, and the table gives the
+#      median of every timed step of all rounds, the range of the rounds'
+#      medians, and PyTorch's over ampc's; slow cells (PyTorch's fp16 on a
+#      CPU without AVX512-FP16 takes seconds a step) are time-boxed to
+#      --cell-seconds per process (at least 1 warm-up and 1 timed step
+#      still run), and a cell that has cost more than rounds x that is
+#      left out of the later rounds; the table says how many steps ran;
+#   4. the profiler's overhead on those steps (bench_ampc_step
+#      --profile-overhead);
+#   5. the under-load table: bench/under_load.sh (a busy loop pinned on
+#      one core; ampc and PyTorch at 1 and 2 threads), when it is there.
+# Prints the machine first (CPU, cores, the bf16 / AMX / fp16 flags,
+# threads, PyTorch's version, the load average before and, at the end,
+# after). Writes JSON lines to bench/results.jsonl and the tables to
+# bench/results.md (copy them into docs/benchmarks.md under a dated
+# heading), the GEMM JSON to bench/gemm.json and bench/torch_gemm.json.
 #
-#   bench/run.sh [BUILD_DIR] [--threads N] [--steps N] [--quick]
+#   bench/run.sh [BUILD_DIR] [--threads N] [--steps N] [--rounds N]
+#                [--cell-seconds S] [--models mlp,cnn,gpt]
+#                [--only gemm,scaler,step,profile,load] [--quick]
 #
-# PyTorch is optional: without it the step table has ampc's column only.
-# OPENBLAS_CORETYPE, if set in the environment, halves OpenBLAS's fp32
-# speed (and so may slow PyTorch's fp32 path); it is reported, not changed.
+# --threads: the step table's threads (default 2; the GEMM tables run 1 and
+# 2). --steps: timed steps per process and cell (default 10, after 3
+# warm-up steps). --cell-seconds: the time box per process and cell
+# (default 10). --models: the step and profiler tables' models. --only:
+# just the named sections. --quick: a smoke check of every section (one
+# round, 1 warm-up + 2 steps, a 2 s time box, GEMMs up to n = 512 at one
+# sample, the profiler on cnn only): a few minutes on an idle machine
+# (PyTorch's fp16 steps dominate), figures not for the docs.
+#
+# PyTorch: the first of $AMPC_TORCH_PYTHON, python3 and .bench-venv/bin/python
+# that imports torch; with none, the tables have ampc's columns only and
+# this says how to get one (scripts/bench-deps.sh). OPENBLAS_CORETYPE and
+# OMP_* in the environment are reported, not changed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
+
 build=build
-threads=$(nproc)
+threads=2
 steps=10
+rounds=3
+cell_s=10
 quick=0
+warmup=3
+models=mlp,cnn,gpt
+only=gemm,scaler,step,profile,load
+usage() { sed -n '/^#   bench\/run.sh/,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2; exit 2; }
+need() {
+  if [ $# -lt 2 ] || [ -z "$2" ]; then
+    echo "bench/run.sh: $1 needs a value" >&2
+    exit 2
+  fi
+}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --threads) threads=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --quick) quick=1; steps=3; shift ;;
-    -*) echo "bench/run.sh: unknown option $1" >&2; exit 2 ;;
+    --threads) need "$@"; threads=$2; shift 2 ;;
+    --steps) need "$@"; steps=$2; shift 2 ;;
+    --rounds) need "$@"; rounds=$2; shift 2 ;;
+    --cell-seconds) need "$@"; cell_s=$2; shift 2 ;;
+    --models) need "$@"; models=$2; shift 2 ;;
+    --only) need "$@"; only=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
+    -h|--help) usage ;;
+    -*) echo "bench/run.sh: unknown option $1" >&2; usage ;;
     *) build=$1; shift ;;
   esac
 done
+for v in "$threads" "$steps" "$rounds" "$cell_s"; do
+  case "$v" in ''|*[!0-9]*|0) echo "bench/run.sh: --threads, --steps, --rounds and --cell-seconds take a positive integer (got '$v')" >&2; exit 2 ;; esac
+done
+case ",$models," in
+  *[!a-z,]*|*,,*) echo "bench/run.sh: --models takes a list of mlp, cnn, gpt (got '$models')" >&2; exit 2 ;;
+esac
+for m in ${models//,/ }; do
+  case "$m" in mlp|cnn|gpt) ;; *) echo "bench/run.sh: unknown model '$m' (mlp, cnn, gpt)" >&2; exit 2 ;; esac
+done
+if [ $quick = 1 ]; then
+  steps=2 warmup=1 rounds=1 cell_s=2
+fi
+for b in bench_ampc_step bench_gemm bench_scaler; do
+  if [ ! -x "$build/$b" ]; then
+    echo "bench/run.sh: $build/$b is missing: build first (make build, or cmake --build $build)" >&2
+    exit 1
+  fi
+done
+section() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+# Python for the tables (any python3), and one with torch for PyTorch's side.
+torch_py=""
+for cand in "${AMPC_TORCH_PYTHON:-}" python3 .bench-venv/bin/python; do
+  [ -n "$cand" ] || continue
+  if "$cand" -c 'import torch' >/dev/null 2>&1; then
+    torch_py=$cand
+    break
+  fi
+  [ "$cand" = "${AMPC_TORCH_PYTHON:-}" ] && echo "bench/run.sh: AMPC_TORCH_PYTHON=$cand cannot import torch; trying the others" >&2
+done
+py=python3
+command -v python3 >/dev/null 2>&1 || py=$torch_py
+if [ -z "$py" ]; then
+  echo "bench/run.sh: needs python3 for its tables" >&2
+  exit 1
+fi
+
 out=bench/results.jsonl
 md=bench/results.md
+steps_js=bench/steps.jsonl
 : > "$out"
-{
-  echo "# ampc benchmarks"
-  echo
-  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'),"
-  echo "$(nproc) cores, $threads threads, ampc $(git rev-parse --short HEAD 2>/dev/null || echo '?'),"
-  echo "gcc $(gcc -dumpfullversion), load average $(cut -d' ' -f1-3 /proc/loadavg)."
-  [ -n "${OPENBLAS_CORETYPE:-}" ] && echo "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE was set (it halves OpenBLAS fp32 speed)."
-  echo
-} > "$md"
+: > "$md"
+say() { printf '%s\n' "$*" | tee -a "$md"; }
+t_start=$(date +%s)
 
-if [ -x "$build/bench_gemm" ]; then
-  echo "== GEMM"
-  gemm_args=()
-  # --quick: one sample per figure, squares up to 512; the model-shapes
-  # table stays (about 2 s at one sample; --no-shapes drops it)
-  [ $quick = 1 ] && gemm_args+=(--reps 1 --max-n 512)
-  "$build/bench_gemm" "${gemm_args[@]}" --json bench/gemm.json | tee -a "$md"
-  python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' bench/gemm.json >> "$out" 2>/dev/null
-  echo >> "$md"
+# ------------------------------------------------------------- machine
+flag() { grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -qx "$1" && echo yes || echo no; }
+torch_v="none"
+[ -n "$torch_py" ] && torch_v=$("$torch_py" -c 'import torch; print(torch.__version__)' 2>/dev/null)
+say "# ampc benchmarks"
+say ""
+say "$(date -u '+%Y-%m-%d %H:%M UTC'), ampc $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)'), gcc $(gcc -dumpfullversion 2>/dev/null || echo '?')."
+say "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores;" \
+    "avx512f $(flag avx512f), avx512_bf16 $(flag avx512_bf16), amx_bf16 $(flag amx_bf16)," \
+    "avx512_fp16 $(flag avx512_fp16)."
+say "Threads: $threads for the step table; the GEMM tables run 1 and 2."
+if [ -n "$torch_py" ]; then
+  say "PyTorch $torch_v ($torch_py)."
+else
+  say "PyTorch: not found (AMPC_TORCH_PYTHON, python3, .bench-venv/bin/python): ampc's columns only."
+  say "To get it: scripts/bench-deps.sh (a venv .bench-venv with torch from PyPI, about 5 GB), then make bench again."
+fi
+if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+  say "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE is set (it can halve OpenBLAS's fp32 speed; PyTorch's wheel runs its GEMMs on MKL / oneDNN, not OpenBLAS); left as it is."
+else
+  say "OPENBLAS_CORETYPE is not set."
+fi
+omp_env=$(env | grep '^OMP_' | sort | tr '\n' ' ')
+say "OpenMP environment: ${omp_env:-none set}."
+say "Load average before: $(cut -d' ' -f1-3 /proc/loadavg) (a shared machine's other work slows either side; the step table interleaves them)."
+[ $quick = 1 ] && say "--quick: a smoke check (1 round, 1 warm-up + 2 steps, small GEMMs, 1 sample), not figures for the docs."
+say ""
+
+# ---------------------------------------------------------------- GEMM
+if section gemm; then
+  echo "== GEMM: ampc (bench_gemm)"
+  t0=$(date +%s)
+  gemm_args=(--max-n 4096)
+  # --quick: one sample per figure, squares up to 512; the model shapes stay
+  [ $quick = 1 ] && gemm_args=(--reps 1 --max-n 512)
+  "$build/bench_gemm" "${gemm_args[@]}" --json bench/gemm.json | tee bench/gemm.txt
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" != 0 ]; then
+    echo "bench/run.sh: bench_gemm failed ($rc)" >&2
+  fi
+  tg_args=(--json bench/torch_gemm.json)
+  [ -s bench/gemm.json ] && tg_args+=(--shapes-json bench/gemm.json)
+  [ $quick = 1 ] && tg_args+=(--sizes 512 --reps 1)
+  rm -f bench/torch_gemm.json
+  if [ -n "$torch_py" ]; then
+    echo "== GEMM: PyTorch's matmul (bench/torch_gemm.py)"
+    "$torch_py" bench/torch_gemm.py "${tg_args[@]}" || echo "bench/run.sh: bench/torch_gemm.py failed" >&2
+  fi
+  for f in bench/gemm.json bench/torch_gemm.json; do
+    [ -s "$f" ] && "$py" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$f" >> "$out"
+  done
+  "$py" bench/report.py gemm bench/gemm.json bench/torch_gemm.json | tee -a "$md"
+  say ""
+  echo "   (GEMM: $(($(date +%s) - t0)) s)"
 fi
 
-echo "== grad scaler"
-"$build/bench_scaler" 64 --json bench/scaler.json | tee -a "$md"
-cat bench/scaler.json >> "$out"
-echo >> "$md"
-
-echo "== training step"
-ampc_lines=$("$build/bench_ampc_step" --threads "$threads" --steps "$steps")
-echo "$ampc_lines" >> "$out"
-torch_lines=""
-if python3 -c "import torch" 2>/dev/null; then
-  torch_lines=$(python3 bench/torch_step.py --threads "$threads" --steps "$steps" 2>/dev/null)
-  echo "$torch_lines" >> "$out"
+# --------------------------------------------------------- grad scaler
+if section scaler; then
+  echo "== grad scaler"
+  say "### Grad scaler (unscale + check + update against memcpy)"
+  say ""
+  say '```'
+  "$build/bench_scaler" 64 --json bench/scaler.json | tee -a "$md"
+  say '```'
+  cat bench/scaler.json >> "$out"
+  say ""
 fi
-python3 - "$out" <<'PY' | tee -a "$md"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
-steps = {(r["impl"], r["model"], r["precision"]): r for r in rows if "step_ms" in r}
-torch_v = next((r.get("version") for r in rows if r.get("impl") == "torch"), None)
-print("training step, median ms (lower is better)" + (f"; PyTorch {torch_v}" if torch_v else ""))
-print()
-print("| model | precision | ampc ms | PyTorch ms | PyTorch/ampc | ampc fp32/this | ampc peak MB |")
-print("|---|---|---|---|---|---|---|")
-for model in ("mlp", "cnn", "gpt"):
-    base = steps.get(("ampc", model, "fp32"))
-    for p in ("fp32", "bf16", "fp16"):
-        a, t = steps.get(("ampc", model, p)), steps.get(("torch", model, p))
-        if not a:
-            continue
-        ratio = f"{t['step_ms'] / a['step_ms']:.2f}x" if t else "-"
-        speed = f"{base['step_ms'] / a['step_ms']:.2f}x" if base else "-"
-        tms = f"{t['step_ms']:.1f}" if t else "-"
-        print(f"| {model} | {p} | {a['step_ms']:.1f} | {tms} | {ratio} | {speed} | {a['peak_mb']:.0f} |")
-PY
 
-echo "== profiler overhead"
-echo >> "$md"
-prof_lines=$("$build/bench_ampc_step" --profile-overhead --threads "$threads" --steps "$steps")
-echo "$prof_lines" >> "$out"
-python3 - "$out" <<'PY' | tee -a "$md"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
-rows = [r for r in rows if r.get("bench") == "profiler"]
-if rows:
-    r0 = rows[0]
-    print("profiler overhead (targets: off < 1%, on < 5% of a step): step time with the profiler off and on,")
-    print(f"interleaved blocks of 2 steps, {r0['steps']} steps each: the median over blocks of an on block's wall time")
-    print("against the off block before it, and medians of the wall time, the fastest steps and the process's CPU")
-    print("time per step; off = hooks per")
-    print(f"step x one hook while off ({r0['hook_off_ns']:.2f} ns; a phase begin + end {r0['phase_off_ns']:.2f} ns);")
-    print(f"on, estimated = events per step x one recorded event ({r0['hook_on_ns']:.0f} ns), which a loaded")
-    print("machine's noise does not swamp")
-    print()
-    print("| model | precision | off ms | on ms | on overhead: paired / median / fastest / CPU time | on, estimated "
-          "| events / step | off overhead |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['model']} | {r['precision']} | {r['off_ms']:.1f} | {r['on_ms']:.1f} | {r['paired_on_pct']:+.1f}% / "
-              f"{r['on_pct']:+.1f}% / "
-              f"{r['min_on_pct']:+.1f}% / {r['cpu_on_pct']:+.1f}% | {r['on_est_pct']:.2f}% | "
-              f"{r['events_per_step']:.0f} | {r['off_pct']:.4f}% |")
-PY
+# ------------------------------------------------------- training step
+if section step; then
+  echo "== training step: ampc and PyTorch alternating, $rounds round(s), $threads threads"
+  t0=$(date +%s)
+  : > "$steps_js"
+  step_args=(--threads "$threads" --steps "$steps" --warmup "$warmup" --max-seconds "$cell_s")
+  for r in $(seq 1 "$rounds"); do
+    for m in ${models//,/ }; do
+      sides=(ampc)
+      [ -n "$torch_py" ] && sides+=(torch)
+      for side in "${sides[@]}"; do
+        # a cell whose rounds so far cost more than rounds x the time box
+        # (a step of many seconds) is left out of the later rounds
+        precs=$("$py" bench/report.py remaining "$steps_js" "$side" "$m" fp32,bf16,fp16 "$((rounds * cell_s))")
+        if [ -z "$precs" ]; then
+          echo "  round $r: $side $m: every precision has spent its time; skipped"
+          continue
+        fi
+        if [ "$side" = ampc ]; then
+          lines=$("$build/bench_ampc_step" "${step_args[@]}" --models "$m" --precisions "$precs")
+        else
+          lines=$("$torch_py" bench/torch_step.py "${step_args[@]}" --models "$m" --precisions "$precs")
+        fi
+        rc=$?
+        [ $rc = 0 ] || echo "bench/run.sh: round $r, $side $m failed ($rc)" >&2
+        printf '%s\n' "$lines" | grep '^{' | sed "s/^{/{\"round\": $r, /" >> "$steps_js"
+        printf '%s\n' "$lines" | grep '^{' | "$py" bench/report.py progress "$r"
+      done
+    done
+  done
+  cat "$steps_js" >> "$out"
+  "$py" bench/report.py steps "$steps_js" "$threads" | tee -a "$md"
+  say ""
+  echo "   (training step: $(($(date +%s) - t0)) s)"
+fi
+
+# ---------------------------------------------------- profiler overhead
+if section profile; then
+  echo "== profiler overhead"
+  prof_models=$models
+  [ $quick = 1 ] && prof_models=cnn
+  prof_lines=$("$build/bench_ampc_step" --profile-overhead --threads "$threads" --steps "$steps" --models "$prof_models")
+  printf '%s\n' "$prof_lines" | grep '^{' >> "$out"
+  printf '%s\n' "$prof_lines" | grep '^{' | "$py" bench/report.py profile | tee -a "$md"
+  say ""
+fi
+
+# ----------------------------------------------------------- under load
+if section load; then
+  if [ -x bench/under_load.sh ]; then
+    echo "== under load (bench/under_load.sh)"
+    say "### Under load (bench/under_load.sh: a busy loop pinned on one core)"
+    say ""
+    rm -f bench/under_load.json
+    load_args=("$build" --models "$models" --json bench/under_load.json)
+    [ $quick = 1 ] && load_args+=(--steps 2 --rounds 1)
+    AMPC_TORCH_PYTHON="$torch_py" bench/under_load.sh "${load_args[@]}" 2>&1 | tee -a "$md"
+    [ -s bench/under_load.json ] && cat bench/under_load.json >> "$out"
+    say ""
+  else
+    say "Under load: bench/under_load.sh is not in this tree yet; skipped."
+    say ""
+  fi
+fi
+
+say "Load average after: $(cut -d' ' -f1-3 /proc/loadavg); the whole run took $(($(date +%s) - t_start)) s."
 echo
 echo "wrote $out and $md"

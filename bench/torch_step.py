@@ -9,11 +9,22 @@ The models (issue "CPU speed"):
        pre-LayerNorm, tied head, batch 16, AdamW lr 3e-4 weight decay 0.1
 Precisions: fp32, bf16 (autocast), fp16 (autocast + GradScaler).
 
-Prints one JSON object per line: {"impl": "torch", "model", "precision",
-"step_ms" (median), "steps"}.
+Prints one JSON object per line: {"impl": "torch", "version", "model",
+"precision", "threads", "step_ms" (the median timed step), "steps" (how many
+were timed), "warmup" (how many ran before them), "timeboxed" (true when
+--max-seconds cut either short), "times_ms" (every timed step, in order)},
+the same fields as bench/ampc_step.c's.
 
-usage: python3 bench/torch_step.py [--threads N] [--steps N] [--models mlp,cnn,gpt]
+usage: python3 bench/torch_step.py [--threads N] [--steps N] [--warmup N]
+                                   [--max-seconds S] [--models mlp,cnn,gpt]
+                                   [--precisions fp32,bf16,fp16]
                                    [--device cpu|cuda] [--gemm 4096,8192]
+--warmup N (default 3): untimed steps first. --max-seconds S (default 0: no
+limit): a time box per model and precision (PyTorch's fp16 autocast step
+takes seconds on a CPU without AVX512-FP16): the warm-up stops early once
+the cell has run S / 3 seconds (at least one warm-up step still runs) and
+the timed steps once it has run S seconds (at least one timed step still
+runs), as bench/ampc_step.c does.
 --device cuda runs the same steps on the GPU (scripts/gpu-check.sh, beside
 bench_cuda); each step still ends with loss.item(), which waits for the GPU.
 --gemm N,.. first times torch.matmul on N x N matrices in fp16, bf16 and fp32
@@ -88,13 +99,14 @@ def make(model, device="cpu"):
     return net, opt, x, y
 
 
-def time_steps(model, precision, steps, warmup=3, device="cpu"):
+def time_steps(model, precision, steps, warmup=3, device="cpu", max_s=0.0):
+    """The timed steps' times in ms, the warm-up steps run, and whether the
+    time box cut either short."""
     net, opt, x, y = make(model, device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     scaler = torch.amp.GradScaler(device, enabled=precision == "fp16")
-    times = []
-    for i in range(warmup + steps):
-        t0 = time.perf_counter()
+
+    def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
             out = net(x)
@@ -103,9 +115,23 @@ def time_steps(model, precision, steps, warmup=3, device="cpu"):
         scaler.step(opt)
         scaler.update()
         loss.item()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+
+    start = time.perf_counter()
+    times, done_warmup, boxed = [], 0, False
+    for i in range(warmup):
+        if i > 0 and max_s > 0 and time.perf_counter() - start > max_s / 3:
+            boxed = True
+            break
+        step()
+        done_warmup += 1
+    for i in range(steps):
+        if i > 0 and max_s > 0 and time.perf_counter() - start > max_s:
+            boxed = True
+            break
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times, done_warmup, boxed
 
 
 def time_gemm(n, dtype, tf32, device, reps=None):
@@ -131,11 +157,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--max-seconds", type=float, default=0.0)
     ap.add_argument("--models", default="mlp,cnn,gpt")
     ap.add_argument("--precisions", default="fp32,bf16,fp16")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--gemm", default="")
     a = ap.parse_args()
+    if a.steps < 1 or a.warmup < 0 or a.max_seconds < 0:
+        ap.error("--steps must be >= 1, --warmup and --max-seconds >= 0")
+    for opt, names, allowed in (("--models", a.models, ("mlp", "cnn", "gpt")),
+                                ("--precisions", a.precisions, ("fp32", "bf16", "fp16"))):
+        bad = [v for v in names.split(",") if v not in allowed]
+        if bad:
+            ap.error(f"{opt}: unknown {bad} (one of {', '.join(allowed)})")
     if a.threads:
         torch.set_num_threads(a.threads)
     for n in [int(v) for v in a.gemm.split(",") if v]:
@@ -148,10 +183,11 @@ def main():
         for precision in a.precisions.split(","):
             if a.device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
-            ms = time_steps(model, precision, a.steps, device=a.device)
+            times, warm, boxed = time_steps(model, precision, a.steps, a.warmup, a.device, a.max_seconds)
             rec = {"impl": "torch", "version": torch.__version__, "model": model,
                    "precision": precision, "threads": torch.get_num_threads(),
-                   "step_ms": round(ms, 3), "steps": a.steps}
+                   "step_ms": round(statistics.median(times), 3), "steps": len(times),
+                   "warmup": warm, "timeboxed": boxed, "times_ms": [round(t, 3) for t in times]}
             if a.device == "cuda":
                 rec["kind"] = "step"
                 rec["device"] = "cuda"
