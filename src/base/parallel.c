@@ -48,7 +48,20 @@
 /* Spin this long (ns) before sleeping: long enough to catch the next
  * region of a step's back-to-back kernels, short enough that a worker
  * sharing its core gives it back quickly. */
-#define SPIN_NS 50000
+/* AMPC_SPIN_US overrides it (microseconds), for measuring. */
+#define SPIN_NS_DEFAULT 50000
+static int64_t spin_ns(void)
+{
+    static _Atomic int64_t v = -1;
+    int64_t x = atomic_load_explicit(&v, memory_order_relaxed);
+    if (x < 0) {
+        const char *e = getenv("AMPC_SPIN_US");
+        x = e ? atoll(e) * 1000 : SPIN_NS_DEFAULT;
+        atomic_store(&v, x);
+    }
+    return x;
+}
+#define SPIN_NS spin_ns()
 
 static _Thread_local int in_region; /* depth of amp_parallel_for on this thread */
 static _Thread_local int region_tid;

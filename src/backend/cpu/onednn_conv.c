@@ -486,6 +486,119 @@ static bool direct_backward_data(const onednn_conv_geom *g, const void *dy, cons
     return split_wanted(g) ? split_run(&k, t, NULL, st) : conv_run(&k, t, NULL, st);
 }
 
+/*
+ * The weight gradient split the same way: a sum over the batch, so each
+ * of a fixed number of chunks of images (2 a thread) writes its own f32
+ * partial dW (and db) into scratch, on one oneDNN thread, and the
+ * partials are then added in chunk order and rounded once into dw / db.
+ * The sum's order depends on the thread count (as oneDNN's own threading
+ * does), not on which thread ran which chunk.
+ */
+typedef struct {
+    const conv_key *k; /* f32 out */
+    const char *x, *dy;
+    size_t x_img, dy_img;
+    int64_t per, N, nw, stride; /* images a chunk, batch, weights, floats a partial */
+    float *parts;
+    _Atomic int declined;
+    _Atomic int status;
+} wgrad_job;
+
+static void wgrad_fn(void *vj, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    wgrad_job *j = vj;
+    for (int64_t c = lo; c < hi; c++) {
+        if (atomic_load(&j->declined) || atomic_load(&j->status) != AMP_OK)
+            return;
+        int64_t i0 = c * j->per, n = j->N - i0 < j->per ? j->N - i0 : j->per;
+        conv_key k = *j->k;
+        k.g.N = n;
+        k.threads = onednn_threads();
+        float *part = j->parts + c * j->stride;
+        void *const t[ROLES] = {(void *)(j->x + (size_t)i0 * j->x_img), part, (void *)(j->dy + (size_t)i0 * j->dy_img)};
+        amp_status st = AMP_OK;
+        if (!conv_run(&k, t, k.has_bias ? part + j->nw : NULL, &st))
+            atomic_store(&j->declined, 1);
+        else if (st != AMP_OK)
+            atomic_store(&j->status, (int)st);
+    }
+}
+
+typedef struct {
+    const float *parts;
+    int64_t chunks, stride;
+    void *dw, *db;
+    amp_dtype dw_dt, db_dt;
+    int64_t nw;
+} wsum_job;
+
+static void wsum_fn(void *vj, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const wsum_job *j = vj;
+    float buf[256];
+    for (int64_t b = lo; b < hi; b += 256) {
+        int64_t len = hi - b < 256 ? hi - b : 256;
+        for (int64_t i = 0; i < len; i++) {
+            float acc = j->parts[b + i];
+            for (int64_t c = 1; c < j->chunks; c++)
+                acc += j->parts[c * j->stride + b + i];
+            buf[i] = acc;
+        }
+        if (b + len <= j->nw)
+            amp_convert(buf, AMP_F32, (char *)j->dw + (size_t)b * amp_dtype_size(j->dw_dt), j->dw_dt, (size_t)len);
+        else /* the bias part: [nw, nw + O) */
+            amp_convert(buf, AMP_F32, (char *)j->db + (size_t)(b - j->nw) * amp_dtype_size(j->db_dt), j->db_dt,
+                        (size_t)len);
+    }
+}
+
+/* True when it ran the pass in chunks (*st set); false: one call. */
+static bool wgrad_split(const conv_key *k, const void *x, const void *dy, void *dw, void *db, amp_dtype dw_dt,
+                        amp_dtype db_dt, amp_status *st)
+{
+    const onednn_conv_geom *g = &k->g;
+    const int threads = amp_threads();
+    if (!split_wanted(g) || !onednn_wants_conv(k) || g->N < 2 * threads)
+        return false;
+    conv_key k32 = *k;
+    k32.out_dt = AMP_F32;
+    if (k32.has_bias)
+        k32.bias_dt = AMP_F32;
+    const int64_t chunks = 2 * (int64_t)threads, per = (g->N + chunks - 1) / chunks;
+    const int64_t used = (g->N + per - 1) / per;
+    const int64_t nw = g->O * g->C * g->KH * g->KW, stride = nw + (db ? g->O : 0);
+    float *parts = amp_alloc((size_t)(used * stride) * sizeof(float));
+    if (!parts)
+        return false;
+    const size_t es = amp_dtype_size(k->dt);
+    wgrad_job j = {.k = &k32, .x = x, .dy = dy, .x_img = (size_t)(g->C * g->H * g->W) * es,
+                   .dy_img = (size_t)(g->O * g->OH * g->OW) * es, .per = per, .N = g->N, .nw = nw, .stride = stride,
+                   .parts = parts};
+    amp_parallel_for(used, 1, wgrad_fn, &j);
+    bool done = !atomic_load(&j.declined);
+    if (done) {
+        *st = (amp_status)atomic_load(&j.status);
+        if (*st == AMP_OK) {
+            /* split at nw so a range never straddles dw and db */
+            wsum_job w = {parts, used, stride, dw, db, dw_dt, db_dt, nw};
+            amp_parallel_for(nw, 4096, wsum_fn, &w);
+            if (db) {
+                wsum_job wb = w;
+                wb.parts = parts + nw;
+                wb.nw = 0;
+                wb.db = db;
+                amp_parallel_for(g->O, g->O, wsum_fn, &wb);
+            }
+        } else {
+            *st = amp_set_error(*st, "%s: oneDNN failed on a chunk of the batch", pass_name[k->pass]);
+        }
+    }
+    amp_free(parts);
+    return done;
+}
+
 static bool direct_backward_weights(const onednn_conv_geom *g, const void *x, const void *dy, amp_dtype dt,
                                   void *dw, amp_dtype dw_dt, void *db, amp_dtype db_dt, amp_status *st)
 {
@@ -494,6 +607,8 @@ static bool direct_backward_weights(const onednn_conv_geom *g, const void *x, co
         return false;
     k.has_bias = db != NULL;
     k.bias_dt = db ? db_dt : 0;
+    if (wgrad_split(&k, x, dy, dw, db, dw_dt, db_dt, st))
+        return true;
     void *const t[ROLES] = {(void *)x, dw, (void *)dy};
     return conv_run(&k, t, db, st);
 }

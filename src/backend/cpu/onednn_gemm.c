@@ -69,6 +69,8 @@ bool onednn_gemm(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N
 #include "base/base.h"
 #include "base/parallel.h"
 
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 
@@ -181,6 +183,128 @@ static float *widen(const void *src, amp_dtype dt, int64_t rows, int64_t cols, i
     return dst;
 }
 
+/* Runs the product of key k on one oneDNN call (its threads: k->threads). */
+static bool run_one(const mm_key *k, const void *A, const void *B, void *C, const void *bias, amp_status *st)
+{
+    onednn_prim p;
+    if (!onednn_prim_get(ONEDNN_KIND_MATMUL, k, sizeof *k, make_matmul, &p))
+        return false;
+    dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_SRC, onednn_mem(&p, dnnl_query_src_md, 0, A)},
+        {DNNL_ARG_WEIGHTS, onednn_mem(&p, dnnl_query_weights_md, 0, B)},
+        {DNNL_ARG_DST, onednn_mem(&p, dnnl_query_dst_md, 0, C)},
+        {DNNL_ARG_BIAS, bias ? onednn_mem(&p, dnnl_query_weights_md, 1, bias) : NULL},
+    };
+    *st = onednn_run(&p, bias ? 4 : 3, args, "gemm");
+    onednn_prim_put(&p);
+    return true;
+}
+
+/*
+ * Split over the pool: oneDNN 2.6 runs a call on libgomp threads, which
+ * spin after it for a core, and meet at barriers; beside ampc's own pool
+ * they would take the cores from each other (ampc's kernels ran up to 2x
+ * slower after a oneDNN call), and with another process on a core a
+ * 2-thread call waits for the thread that lost it. So a product that has
+ * the threads to itself is cut along the batch, C's rows or C's columns
+ * into about 4 chunks a thread, each one oneDNN call on one thread
+ * (onednn_threads() is 1 inside a range), handed out by amp_parallel_for:
+ * libgomp never starts a team, and a late thread takes fewer chunks. K is
+ * never cut, so every output is one call's sum over all of K. Only with
+ * beta = 0: a chunk oneDNN declines leaves the caller's kernels to write
+ * all of C again, which must not read a half-updated C.
+ * AMPC_ONEDNN_SPLIT=0 turns it off (as for the convolutions).
+ */
+typedef struct {
+    mm_key k;                  /* the whole product's key; per chunk M, N or batch replaced */
+    int axis;                  /* 0: batch, 1: rows of C, 2: columns of C */
+    const char *A, *B, *bias;
+    char *C;
+    size_t a_step, b_step, c_step, bias_step; /* bytes per unit along the axis */
+    _Atomic int declined;
+    _Atomic int status;
+} mm_split;
+
+static void mm_split_fn(void *vj, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    mm_split *j = vj;
+    if (atomic_load(&j->declined) || atomic_load(&j->status) != AMP_OK)
+        return;
+    mm_key k = j->k;
+    k.threads = onednn_threads();
+    if (j->axis == 0) {
+        k.batch = hi - lo;
+        if (k.batch == 1)
+            k.sa = k.sb = k.sc = 0;
+    } else if (j->axis == 1) {
+        k.M = hi - lo;
+    } else {
+        k.N = hi - lo;
+    }
+    amp_status st = AMP_OK;
+    if (!run_one(&k, j->A + (size_t)lo * j->a_step, j->B + (size_t)lo * j->b_step, j->C + (size_t)lo * j->c_step,
+                 j->bias ? j->bias + (size_t)lo * j->bias_step : NULL, &st))
+        atomic_store(&j->declined, 1);
+    else if (st != AMP_OK)
+        atomic_store(&j->status, (int)st);
+}
+
+static bool split_on(void)
+{
+    static _Atomic int mode = -1;
+    int m = atomic_load(&mode);
+    if (m < 0) {
+        const char *e = getenv("AMPC_ONEDNN_SPLIT");
+        m = !(e && e[0] == '0');
+        atomic_store(&mode, m);
+    }
+    return m;
+}
+
+/* Runs k's product in chunks on the pool when it should (see above):
+ * true when it did (*st set), false to run it as one call. */
+static bool run_split(const mm_key *k, const void *A, const void *B, void *C, const void *bias, amp_status *st)
+{
+    const int threads = amp_threads();
+    if (!split_on() || threads < 2 || amp_in_parallel() || k->beta != 0.0f)
+        return false;
+    const size_t ea = amp_dtype_size((amp_dtype)k->a_dt), eb = amp_dtype_size((amp_dtype)k->b_dt),
+                 ec = amp_dtype_size((amp_dtype)k->c_dt), eh = k->has_bias ? amp_dtype_size((amp_dtype)k->bias_dt) : 0;
+    mm_split j = {.k = *k, .A = A, .B = B, .C = C, .bias = bias};
+    const int64_t parts = 4 * (int64_t)threads;
+    int64_t units, grain;
+    if (k->batch >= 2 * threads) {
+        j.axis = 0;
+        units = k->batch;
+        j.a_step = (size_t)k->sa * ea, j.b_step = (size_t)k->sb * eb, j.c_step = (size_t)k->sc * ec;
+        grain = (units + parts - 1) / parts;
+    } else if (k->batch == 1 && (k->M >= k->N ? k->M : k->N) >= 64 * threads) {
+        /* rows or columns in multiples of 32 (whole register blocks) */
+        j.axis = k->M >= k->N ? 1 : 2;
+        units = j.axis == 1 ? k->M : k->N;
+        grain = ((units + parts - 1) / parts + 31) / 32 * 32;
+        if (j.axis == 1) {
+            j.a_step = (k->trans_a ? 1 : (size_t)k->lda) * ea;
+            j.c_step = (size_t)k->ldc * ec;
+        } else {
+            j.b_step = (k->trans_b ? (size_t)k->ldb : 1) * eb;
+            j.c_step = ec;
+            j.bias_step = eh;
+        }
+    } else {
+        return false;
+    }
+    amp_parallel_for(units, grain, mm_split_fn, &j);
+    if (atomic_load(&j.declined))
+        return false;
+    *st = (amp_status)atomic_load(&j.status);
+    if (*st != AMP_OK)
+        *st = amp_set_error(*st, "gemm: oneDNN failed on a chunk of a %lld x %lld x %lld product", (long long)k->M,
+                            (long long)k->N, (long long)k->K);
+    return true;
+}
+
 static bool run_direct(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
                        const void *A, amp_dtype a_dt, int64_t lda, int64_t sa, const void *B, amp_dtype b_dt,
                        int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,
@@ -201,17 +325,8 @@ static bool run_direct(bool trans_a, bool trans_b, int64_t batch, int64_t M, int
     k.threads = onednn_threads();
     if (!onednn_wants(&k))
         return false;
-    onednn_prim p;
-    if (!onednn_prim_get(ONEDNN_KIND_MATMUL, &k, sizeof k, make_matmul, &p))
+    if (!run_split(&k, A, B, C, bias, st) && !run_one(&k, A, B, C, bias, st))
         return false;
-    dnnl_exec_arg_t args[4] = {
-        {DNNL_ARG_SRC, onednn_mem(&p, dnnl_query_src_md, 0, A)},
-        {DNNL_ARG_WEIGHTS, onednn_mem(&p, dnnl_query_weights_md, 0, B)},
-        {DNNL_ARG_DST, onednn_mem(&p, dnnl_query_dst_md, 0, C)},
-        {DNNL_ARG_BIAS, bias ? onednn_mem(&p, dnnl_query_weights_md, 1, bias) : NULL},
-    };
-    *st = onednn_run(&p, bias ? 4 : 3, args, "gemm");
-    onednn_prim_put(&p);
     if (*st == AMP_OK && act == CPU_ACT_RELU)
         cpu_relu_rows(C, c_dt, batch, M, N, ldc, sc);
     return true;
