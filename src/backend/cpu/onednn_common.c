@@ -103,6 +103,18 @@ const char *onednn_version(void)
     return buf;
 }
 
+bool onednn_split_ok(void)
+{
+    static _Atomic int mode = -1;
+    int m = atomic_load(&mode);
+    if (m < 0) {
+        const char *e = getenv("AMPC_ONEDNN_SPLIT");
+        m = !(e && e[0] == '0');
+        atomic_store(&mode, m);
+    }
+    return m && !amp_in_parallel() && amp_threads() > 1;
+}
+
 int onednn_threads(void)
 {
 #ifdef _OPENMP

@@ -387,17 +387,7 @@ static bool key_make(conv_key *k, const onednn_conv_geom *g, conv_pass pass, amp
  * a sum over the batch, stays one call. AMPC_ONEDNN_SPLIT=0 turns the
  * split off (one call, oneDNN's own threads).
  */
-static bool split_wanted(const onednn_conv_geom *g)
-{
-    static _Atomic int mode = -1;
-    int m = atomic_load(&mode);
-    if (m < 0) {
-        const char *e = getenv("AMPC_ONEDNN_SPLIT");
-        m = !(e && e[0] == '0');
-        atomic_store(&mode, m);
-    }
-    return m && g->N >= 2 && !amp_in_parallel() && amp_threads() > 1;
-}
+static bool split_wanted(const onednn_conv_geom *g) { return g->N >= 2 && onednn_split_ok(); }
 
 typedef struct {
     const conv_key *k;

@@ -250,25 +250,13 @@ static void mm_split_fn(void *vj, int64_t lo, int64_t hi, int tid)
         atomic_store(&j->status, (int)st);
 }
 
-static bool split_on(void)
-{
-    static _Atomic int mode = -1;
-    int m = atomic_load(&mode);
-    if (m < 0) {
-        const char *e = getenv("AMPC_ONEDNN_SPLIT");
-        m = !(e && e[0] == '0');
-        atomic_store(&mode, m);
-    }
-    return m;
-}
-
 /* Runs k's product in chunks on the pool when it should (see above):
  * true when it did (*st set), false to run it as one call. */
 static bool run_split(const mm_key *k, const void *A, const void *B, void *C, const void *bias, amp_status *st)
 {
-    const int threads = amp_threads();
-    if (!split_on() || threads < 2 || amp_in_parallel() || k->beta != 0.0f)
+    if (!onednn_split_ok() || k->beta != 0.0f)
         return false;
+    const int threads = amp_threads();
     const size_t ea = amp_dtype_size((amp_dtype)k->a_dt), eb = amp_dtype_size((amp_dtype)k->b_dt),
                  ec = amp_dtype_size((amp_dtype)k->c_dt), eh = k->has_bias ? amp_dtype_size((amp_dtype)k->bias_dt) : 0;
     mm_split j = {.k = *k, .A = A, .B = B, .C = C, .bias = bias};

@@ -34,6 +34,12 @@ dnnl_engine_t onednn_engine(void);
 /* Thread count a primitive is made for (part of every cache key). */
 int onednn_threads(void);
 
+/* Whether a oneDNN call that has the threads to itself may be cut into
+ * chunks on ampc's pool, one oneDNN thread each (so libgomp never starts
+ * a team beside the pool): AMPC_ONEDNN_SPLIT=0 says no, and then this
+ * thread is outside a parallel range with more than one thread. */
+bool onednn_split_ok(void);
+
 /* Primitive attributes with a user scratchpad and, when the scales ask,
  * post-ops in this order: eltwise linear (alpha, when alpha != 1), sum
  * (beta, when beta != 0). No relu post-op: oneDNN's turns NaN into 0, so
