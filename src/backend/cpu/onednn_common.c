@@ -236,6 +236,21 @@ static bool prim_make(const void *key, onednn_make_fn make, onednn_prim *p)
     return true;
 }
 
+/* oneDNN sizes a primitive's parallel regions, when it makes it and when
+ * it runs it, by the calling thread's OpenMP setting: make that the
+ * thread count the key says (onednn_threads()). Set on every thread that
+ * makes or runs one: the caller of a split region runs chunks as tid 0,
+ * where onednn_threads() is 1, and must not make its next whole-product
+ * primitive under that 1. */
+static void sync_omp_threads(void)
+{
+#ifdef _OPENMP
+    int want = onednn_threads();
+    if (!omp_in_parallel() && omp_get_max_threads() != want)
+        omp_set_num_threads(want);
+#endif
+}
+
 bool onednn_prim_get(int kind, const void *key, size_t key_size, onednn_make_fn make, onednn_prim *p)
 {
     if (key_size > KEY_MAX || !onednn_available())
@@ -253,6 +268,7 @@ bool onednn_prim_get(int kind, const void *key, size_t key_size, onednn_make_fn 
     /* Made under the lock: two threads asking for the same new shape make
      * it once. Only the first call of each shape pays. */
     onednn_prim made;
+    sync_omp_threads();
     bool ok = prim_make(key, make, &made);
     if (!cache)
         cache = calloc(CACHE_SLOTS, sizeof *cache);
@@ -324,11 +340,7 @@ amp_status onednn_run(const onednn_prim *p, int nargs, dnnl_exec_arg_t *args, co
         if (!all[n++].memory)
             st = amp_last_status();
     }
-#ifdef _OPENMP
-    /* oneDNN sizes its parallel regions by this thread's OpenMP setting. */
-    if (!omp_in_parallel() && omp_get_max_threads() != amp_threads())
-        omp_set_num_threads(amp_threads());
-#endif
+    sync_omp_threads();
     if (st == AMP_OK) {
         /* A CPU stream is a small object; one per call keeps concurrent
          * callers (a parallel loop of GEMMs) apart. */
