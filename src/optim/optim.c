@@ -336,15 +336,15 @@ amp_status optim_step_guarded(amp_optim *o, const float *found_inf)
                                        i};
     }
     st = o->def->step(o, backend_of(dev), ps, k, o->counters, o->n, found_inf);
-    if (st != AMP_OK)
-        return st;
+    /* an in-place write, even a step that failed part way: stale autocast
+     * casts must go */
     for (int i = 0; i < o->n; i++)
         if (o->params[i]->grad) {
-            tensor_bump(o->params[i]); /* an in-place write: stale autocast casts must go */
-            if (o->master[i])          /* ... but the master wrote it: still in step */
+            tensor_bump(o->params[i]);
+            if (st == AMP_OK && o->master[i]) /* ... but the master wrote it: still in step */
                 o->master_version[i] = o->params[i]->storage->version;
         }
-    return AMP_OK;
+    return st;
 }
 
 /* --------------------------------------------------- master weights */
