@@ -103,7 +103,8 @@ const char *onednn_version(void)
     return buf;
 }
 
-bool onednn_split_ok(void)
+/* AMPC_ONEDNN_SPLIT, read once: 1 (default) or 0. */
+static int split_mode(void)
 {
     static _Atomic int mode = -1;
     int m = atomic_load(&mode);
@@ -112,13 +113,17 @@ bool onednn_split_ok(void)
         m = !(e && e[0] == '0');
         atomic_store(&mode, m);
     }
-    return m && !amp_in_parallel() && amp_threads() > 1;
+    return m;
 }
+
+bool onednn_split_ok(void) { return split_mode() && !amp_in_parallel() && amp_threads() > 1; }
 
 int onednn_threads(void)
 {
 #ifdef _OPENMP
-    return omp_in_parallel() || amp_in_parallel() ? 1 : amp_threads();
+    /* With the split on, oneDNN never starts a libgomp team: a call it
+     * cannot cut runs on the calling thread alone. */
+    return split_mode() || omp_in_parallel() || amp_in_parallel() ? 1 : amp_threads();
 #else
     return 1;
 #endif
