@@ -221,6 +221,7 @@ typedef struct {
     const char *A, *B, *bias;
     char *C;
     size_t a_step, b_step, c_step, bias_step; /* bytes per unit along the axis */
+    bool relu;                                /* each chunk applies it to its C while in cache */
     _Atomic int declined;
     _Atomic int status;
 } mm_split;
@@ -243,23 +244,28 @@ static void mm_split_fn(void *vj, int64_t lo, int64_t hi, int tid)
         k.N = hi - lo;
     }
     amp_status st = AMP_OK;
-    if (!run_one(&k, j->A + (size_t)lo * j->a_step, j->B + (size_t)lo * j->b_step, j->C + (size_t)lo * j->c_step,
+    char *c = j->C + (size_t)lo * j->c_step;
+    if (!run_one(&k, j->A + (size_t)lo * j->a_step, j->B + (size_t)lo * j->b_step, c,
                  j->bias ? j->bias + (size_t)lo * j->bias_step : NULL, &st))
         atomic_store(&j->declined, 1);
     else if (st != AMP_OK)
         atomic_store(&j->status, (int)st);
+    else if (j->relu)
+        cpu_relu_rows(c, (amp_dtype)k.c_dt, k.batch, k.M, k.N, k.ldc, k.sc);
 }
 
-/* Runs k's product in chunks on the pool when it should (see above):
- * true when it did (*st set), false to run it as one call. */
-static bool run_split(const mm_key *k, const void *A, const void *B, void *C, const void *bias, amp_status *st)
+/* Runs k's product in chunks on the pool when it should (see above),
+ * each chunk applying the relu when `relu`: true when it did (*st set),
+ * false to run it as one call. */
+static bool run_split(const mm_key *k, const void *A, const void *B, void *C, const void *bias, bool relu,
+                      amp_status *st)
 {
     if (!onednn_split_ok() || k->beta != 0.0f)
         return false;
     const int threads = amp_threads();
     const size_t ea = amp_dtype_size((amp_dtype)k->a_dt), eb = amp_dtype_size((amp_dtype)k->b_dt),
                  ec = amp_dtype_size((amp_dtype)k->c_dt), eh = k->has_bias ? amp_dtype_size((amp_dtype)k->bias_dt) : 0;
-    mm_split j = {.k = *k, .A = A, .B = B, .C = C, .bias = bias};
+    mm_split j = {.k = *k, .A = A, .B = B, .C = C, .bias = bias, .relu = relu};
     const int64_t parts = 4 * (int64_t)threads;
     int64_t units, grain;
     if (k->batch >= 2 * threads) {
@@ -313,7 +319,9 @@ static bool run_direct(bool trans_a, bool trans_b, int64_t batch, int64_t M, int
     k.threads = onednn_threads();
     if (!onednn_wants(&k))
         return false;
-    if (!run_split(&k, A, B, C, bias, st) && !run_one(&k, A, B, C, bias, st))
+    if (run_split(&k, A, B, C, bias, act == CPU_ACT_RELU, st))
+        return true;
+    if (!run_one(&k, A, B, C, bias, st))
         return false;
     if (*st == AMP_OK && act == CPU_ACT_RELU)
         cpu_relu_rows(C, c_dt, batch, M, N, ldc, sc);
