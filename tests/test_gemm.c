@@ -924,6 +924,43 @@ static void test_f16_path_choice(void)
     gemm_f16_set_mode(GEMM_F16_AUTO);
 }
 
+/* cpu_relu_rows (the relu after a oneDNN product or convolution) keeps
+ * amp_relu's semantics on every dtype: NaN stays NaN (either sign), -0 and
+ * every negative down to -inf become +0, +0 / positives / +inf stay, and
+ * only the [M, N] rows inside ldc and the batch stride are touched. */
+static void test_relu_rows_special_values(void)
+{
+    const uint32_t f32_bits[] = {0x00000000u, 0x80000000u, 0x3F800000u, 0xBF800000u, 0x7F800000u, 0xFF800000u,
+                                 0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFF800001u, 0x00000001u, 0x80000001u,
+                                 0x7F7FFFFFu, 0xFF7FFFFFu};
+    const uint16_t h_bits[2][14] = {
+        {0x0000, 0x8000, 0x3F80, 0xBF80, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F81, 0xFF81, 0x0001, 0x8001, 0x7F7F, 0xFF7F},
+        {0x0000, 0x8000, 0x3C00, 0xBC00, 0x7C00, 0xFC00, 0x7E00, 0xFE00, 0x7C01, 0xFC01, 0x0001, 0x8001, 0x7BFF, 0xFBFF}};
+    const amp_dtype dts[3] = {AMP_F32, AMP_BF16, AMP_F16};
+    enum { B = 2, M = 3, N = 37, LDC = 41, SC = M * LDC + 5, TOTAL = B * SC };
+    for (int d = 0; d < 3; d++) {
+        uint32_t c32[TOTAL], want32[TOTAL];
+        uint16_t c16[TOTAL], want16[TOTAL];
+        for (int i = 0; i < TOTAL; i++) {
+            int64_t b = i / SC, r = (i % SC) / LDC, col = (i % SC) % LDC;
+            bool inside = b < B && r < M && col < N;
+            if (d == 0) {
+                uint32_t v = f32_bits[(i * 5) % 14];
+                bool neg = (v >> 31) && (v & 0x7FFFFFFFu) <= 0x7F800000u;
+                c32[i] = v, want32[i] = inside && neg ? 0u : v;
+            } else {
+                uint16_t v = h_bits[d - 1][(i * 5) % 14], inf = d == 1 ? 0x7F80 : 0x7C00;
+                bool neg = (v >> 15) && (v & 0x7FFF) <= inf;
+                c16[i] = v, want16[i] = inside && neg ? 0 : v;
+            }
+        }
+        cpu_relu_rows(d == 0 ? (void *)c32 : (void *)c16, dts[d], B, M, N, LDC, SC);
+        for (int i = 0; i < TOTAL; i++)
+            CHECK_MSG(d == 0 ? c32[i] == want32[i] : c16[i] == want16[i], "%s element %d: 0x%x, want 0x%x",
+                      amp_dtype_name(dts[d]), i, d == 0 ? c32[i] : c16[i], d == 0 ? want32[i] : want16[i]);
+    }
+}
+
 int main(void)
 {
     /* ampc's own kernels, each path forced in turn; oneDNN's matmul has
@@ -950,5 +987,6 @@ int main(void)
     RUN(test_f16_split_special_values);
     RUN(test_f16_split_threads_and_rounding);
     RUN(test_f16_path_choice);
+    RUN(test_relu_rows_special_values);
     return harness_done();
 }

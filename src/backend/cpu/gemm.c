@@ -477,18 +477,27 @@ amp_status gemm_lowp_ep(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
 /* relu over one row of C, as the relu op computes it (NaN stays NaN). */
 static void relu_row(void *row, amp_dtype dt, int64_t n)
 {
+    /* Branch-free, so that the compiler vectorizes it: with signs at random
+     * a branch per element mispredicts half the time (the mlp's relu
+     * after oneDNN's product took 4 ms a step that way). */
     if (dt == AMP_F32) {
-        float *r = row;
-        for (int64_t j = 0; j < n; j++)
-            r[j] = r[j] > 0.0f ? r[j] : (r[j] == r[j] ? 0.0f : r[j]);
+        /* As bits: a set sign on a non-NaN (|x| <= inf) means zero. */
+        uint32_t *r = row;
+        for (int64_t j = 0; j < n; j++) {
+            uint32_t v = r[j];
+            uint32_t zero = (v >> 31) & ((v & 0x7FFFFFFFu) <= 0x7F800000u);
+            r[j] = v & (zero - 1u);
+        }
         return;
     }
-    /* f16 / bf16: a negative sign bit on a non-NaN means zero. */
+    /* f16 / bf16: the same on 16 bits. */
     const uint16_t inf = dt == AMP_F16 ? 0x7C00 : 0x7F80;
     uint16_t *r = row;
-    for (int64_t j = 0; j < n; j++)
-        if ((r[j] & 0x8000) && (r[j] & 0x7FFF) <= inf)
-            r[j] = 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint16_t v = r[j];
+        uint16_t zero = (uint16_t)((v >> 15) & ((v & 0x7FFF) <= inf));
+        r[j] = (uint16_t)(v & (uint16_t)(zero - 1u));
+    }
 }
 
 /* Rows of a batch of M x N matrices (batch stride sc, row stride ldc, in
