@@ -5,7 +5,10 @@
  * values and gradients are bit for bit those of casting anew each time;
  * a weight changed by the optimizer, by the user (copy_in, fill,
  * amp_tensor_data) or by amp_module_to_dtype is never served stale; the
- * copies are counted as cast cache and freed with the weight.
+ * optimizer step writes the updated weight's cast into the copy in the
+ * same pass, bit for bit the cast, unless a graph or a tensor still holds
+ * the copy; the copies are counted as cast cache and freed with the
+ * weight.
  */
 #include "harness.h"
 #include "ops/ops.h"
@@ -21,12 +24,24 @@ static bool same_bits(const amp_tensor *a, const amp_tensor *b)
     return memcmp(amp_tensor_data((amp_tensor *)a), amp_tensor_data((amp_tensor *)b), n) == 0;
 }
 
+/* Whether w's kept copy is fresh and holds exactly w cast to bf16. */
+static bool kept_is_the_cast(amp_tensor *w)
+{
+    const amp_tensor *k = w->storage->kept_cast;
+    amp_tensor *c = amp_to(w, AMP_BF16);
+    return k && w->storage->kept_version == w->storage->version && same_bits(k, c); /* (c: a temporary) */
+}
+
 /* A two-layer model's accumulation: `micro` micro-batches (each its own
  * autocast region, forward and backward), then an SGD step, `steps`
  * times; the weights and their gradients' sum at the end, cloned. With
  * edit, the user rewrites w1 between the first two micro-batches of each
- * step. casts / reuses: how often w1's cast was made / reused. */
-static void train(bool keep, bool edit, int steps, int micro, amp_tensor **out, int *casts, int *reuses)
+ * step. What each micro-batch found of w1's kept copy: *casts, a new one
+ * (cast in the region); *written, the same copy at a new version (the
+ * optimizer step wrote the update's cast into it); *reuses, the same copy
+ * unchanged. */
+static void train(bool keep, bool edit, int steps, int micro, amp_tensor **out, int *casts, int *written,
+                  int *reuses)
 {
     autocast_keep_casts_set(keep);
     amp_tensor *w1 = test_uniform(AMP_SHAPE(24, 16), AMP_F32, -0.3, 0.3, 1);
@@ -37,8 +52,9 @@ static void train(bool keep, bool edit, int steps, int micro, amp_tensor **out, 
         amp_tensor_set_requires_grad(ps[i], true);
     amp_optim *opt = amp_optim_sgd(ps, 3, amp_sgd_defaults());
     CHECK(opt);
-    *casts = *reuses = 0;
+    *casts = *written = *reuses = 0;
     const amp_tensor *last = NULL;
+    uint64_t last_version = 0;
     for (int s = 0; s < steps; s++) {
         amp_optim_zero_grad(opt);
         for (int m = 0; m < micro; m++) {
@@ -58,11 +74,14 @@ static void train(bool keep, bool edit, int steps, int micro, amp_tensor **out, 
             const amp_tensor *k = w1->storage->kept_cast;
             if (keep) {
                 CHECK_MSG(k != NULL, "step %d micro %d: no kept copy of w1", s, m);
-                if (k == last)
-                    (*reuses)++;
-                else
+                if (k != last)
                     (*casts)++;
+                else if (w1->storage->kept_version != last_version)
+                    (*written)++;
+                else
+                    (*reuses)++;
                 last = k;
+                last_version = w1->storage->kept_version;
             } else {
                 CHECK(k == NULL);
             }
@@ -70,6 +89,8 @@ static void train(bool keep, bool edit, int steps, int micro, amp_tensor **out, 
             amp_temps_free();
         }
         CHECK_OK(amp_optim_step(opt));
+        if (keep && !edit) /* written by the step (each micro-batch freed its graph) */
+            CHECK_MSG(kept_is_the_cast(w1) && kept_is_the_cast(w2), "step %d: the kept copies are not the casts", s);
     }
     for (int i = 0; i < 3; i++) {
         out[i] = amp_clone(ps[i]);
@@ -92,16 +113,18 @@ static void compare(const char *what, amp_tensor **a, amp_tensor **b)
     }
 }
 
-/* 3 steps of 4 micro-batches: w1 is cast once a step (after each
- * optimizer step) and reused 3 times; the same bits as casting anew. */
+/* 3 steps of 4 micro-batches: w1 is cast once, in the first region; each
+ * optimizer step writes the next cast into the same copy, reused by every
+ * micro-batch; the same bits as casting anew. */
 static void test_accumulation_casts_once_a_step(void)
 {
     amp_tensor *a[6], *b[6];
-    int casts, reuses, c0, r0;
-    train(true, false, 3, 4, a, &casts, &reuses);
-    CHECK_EQ_INT(casts, 3);
+    int casts, written, reuses, c0, w0, r0;
+    train(true, false, 3, 4, a, &casts, &written, &reuses);
+    CHECK_EQ_INT(casts, 1);
+    CHECK_EQ_INT(written, 2);
     CHECK_EQ_INT(reuses, 9);
-    train(false, false, 3, 4, b, &c0, &r0);
+    train(false, false, 3, 4, b, &c0, &w0, &r0);
     compare("accum 4", a, b);
 }
 
@@ -110,11 +133,14 @@ static void test_accumulation_casts_once_a_step(void)
 static void test_a_weight_written_by_the_user_is_cast_again(void)
 {
     amp_tensor *a[6], *b[6];
-    int casts, reuses, c0, r0;
-    train(true, true, 2, 3, a, &casts, &reuses);
-    CHECK_EQ_INT(casts, 4); /* micro 0 (after the step) and micro 1 (after the edit), each step */
+    int casts, written, reuses, c0, w0, r0;
+    train(true, true, 2, 3, a, &casts, &written, &reuses);
+    /* cast at micro 0 of step 0 and after each edit (micro 1); the step
+     * writes the cast the next micro 0 reuses */
+    CHECK_EQ_INT(casts, 3);
+    CHECK_EQ_INT(written, 1);
     CHECK_EQ_INT(reuses, 2);
-    train(false, true, 2, 3, b, &c0, &r0);
+    train(false, true, 2, 3, b, &c0, &w0, &r0);
     compare("edited between micro-batches", a, b);
 }
 
@@ -157,6 +183,60 @@ static void test_fill_and_data_writes_are_seen(void)
     CHECK(same_bits(y3, y4));
     amp_tensor_free(x), amp_tensor_free(w), amp_tensor_free(y0), amp_tensor_free(y1), amp_tensor_free(y2);
     amp_tensor_free(y3), amp_tensor_free(y4);
+}
+
+/* An optimizer step while a graph still holds the weights' casts (a
+ * forward whose backward runs after the step, as a user might write it):
+ * the step must not write the held copies, so that backward sees the casts
+ * its forward used, as it does without kept copies (PyTorch's autocast
+ * casts are new tensors the step never touches); the next region casts
+ * anew. Bitwise against keep off: w1's gradient goes through w2's cast. */
+static void held_graph(bool keep, amp_tensor **out)
+{
+    autocast_keep_casts_set(keep);
+    amp_tensor *w1 = test_uniform(AMP_SHAPE(24, 16), AMP_F32, -0.3, 0.3, 11);
+    amp_tensor *w2 = test_uniform(AMP_SHAPE(8, 24), AMP_F32, -0.3, 0.3, 12);
+    amp_tensor *ps[2] = {w1, w2};
+    for (int i = 0; i < 2; i++)
+        amp_tensor_set_requires_grad(ps[i], true);
+    amp_optim *opt = amp_optim_sgd(ps, 2, amp_sgd_defaults());
+    amp_tensor *loss[2];
+    for (int r = 0; r < 2; r++) {
+        amp_tensor *x = test_uniform(AMP_SHAPE(5, 16), AMP_F32, -1, 1, 200 + (uint64_t)r);
+        CHECK_OK(amp_autocast_begin(AMP_CPU, AMP_BF16));
+        amp_tensor *y = amp_linear(amp_relu(amp_linear(x, w1, NULL)), w2, NULL);
+        loss[r] = amp_mean_all(amp_mul(y, y));
+        CHECK_OK(amp_autocast_end());
+        amp_tensor_free(x);
+        if (r == 0)
+            CHECK_OK(amp_backward(loss[0]));
+    }
+    CHECK_OK(amp_optim_step(opt)); /* region 1's graph holds the casts */
+    if (keep)
+        CHECK_MSG(w2->storage->kept_version != w2->storage->version, "a held copy was written by the step");
+    amp_optim_zero_grad(opt);
+    CHECK_OK(amp_backward(loss[1]));
+    out[0] = amp_clone(amp_tensor_grad(w1));
+    out[1] = amp_clone(amp_tensor_grad(w2));
+    amp_temps_free();
+    amp_tensor *x = test_uniform(AMP_SHAPE(5, 16), AMP_F32, -1, 1, 300);
+    out[2] = forward_once(x, w1);
+    amp_tensor_free(x);
+    amp_optim_free(opt);
+    amp_tensor_free(w1), amp_tensor_free(w2);
+    autocast_keep_casts_set(true);
+}
+
+static void test_a_held_cast_is_not_written_by_the_step(void)
+{
+    amp_tensor *a[3], *b[3];
+    held_graph(true, a);
+    held_graph(false, b);
+    static const char *const names[3] = {"w1.grad", "w2.grad", "a forward after the step"};
+    for (int i = 0; i < 3; i++) {
+        CHECK_MSG(same_bits(a[i], b[i]), "%s differs with and without kept casts", names[i]);
+        amp_tensor_free(a[i]), amp_tensor_free(b[i]);
+    }
 }
 
 /* A module converted to bf16 in place gets new storage: no copy of the
@@ -208,6 +288,7 @@ int main(void)
     RUN(test_accumulation_casts_once_a_step);
     RUN(test_a_weight_written_by_the_user_is_cast_again);
     RUN(test_fill_and_data_writes_are_seen);
+    RUN(test_a_held_cast_is_not_written_by_the_step);
     RUN(test_to_dtype_drops_the_copy);
     RUN(test_copies_are_counted_and_freed);
     return harness_done();

@@ -175,7 +175,11 @@ typedef struct {
  * dtype sdt (f32, or bf16: loaded to f32, updated, rounded to nearest-even
  * on store; NULL where the options need none), its f32 master copy (Apex
  * O2: the update runs on master in place and p gets it rounded; NULL: the
- * update runs on p itself), and its index in the step counters. */
+ * update runs on p itself), its index in the step counters, and cast: n
+ * elements of cast_dt (16-bit) that also receive the updated value,
+ * converted as the backend's convert would (autocast's kept copy of the
+ * weight, its next cast made in the same pass; NULL: none). A backend
+ * whose table's optim_writes_cast is false never gets one. */
 typedef struct {
     void *p;
     const void *g;
@@ -184,6 +188,8 @@ typedef struct {
     int64_t n;
     amp_dtype pdt, gdt, sdt;
     int index;
+    void *cast;
+    amp_dtype cast_dt;
 } be_optim_param;
 
 /* SGD's constants, as f32 (torch.optim's SGD runs in the parameter's f32).
@@ -205,6 +211,8 @@ typedef struct {
 typedef struct amp_backend {
     const char *name;  /* "cpu", "cuda": in every error message */
     amp_device device;
+    /* Whether sgd_step / adam_step write be_optim_param.cast. */
+    bool optim_writes_cast;
 
     /* ---- availability --------------------------------------------- */
     /* Whether the device can run now (a CUDA build on a machine with a

@@ -359,6 +359,18 @@ static amp_tensor *kept_find(const amp_tensor *t, amp_dtype dt)
                : NULL;
 }
 
+amp_tensor *autocast_kept_for_update(const amp_tensor *p)
+{
+    if (!keep_casts() || p->dtype != AMP_F32)
+        return NULL;
+    amp_tensor *k = p->storage->kept_cast;
+    if (!k || !kept_find(p, k->dtype))
+        return NULL;
+    return k->refcount == 1 && k->storage->refcount == 1 && k->storage->graph_holds == 0 ? k : NULL;
+}
+
+void autocast_kept_updated(amp_tensor *p) { p->storage->kept_version = p->storage->version; }
+
 /* Keeps the data of c, a fresh cast of t, for later regions (replacing
  * the copy t's storage kept before). */
 static void kept_put(amp_tensor *t, amp_tensor *c)

@@ -82,6 +82,15 @@ amp_tensor *autocast_kept_copy(void);
 /* Turns the kept copies on or off for every thread (AMPC_KEEP_CASTS's
  * setting until then); copies kept already stay until replaced or freed. */
 void autocast_keep_casts_set(bool on);
+/* p's kept 16-bit copy when an optimizer step may write p's update into
+ * it in the same pass (the weight's next cast, made while the value is in
+ * cache): kept copies are on, the copy is fresh (p's current data, cast)
+ * and nothing but p's storage holds it (no graph, view or user tensor
+ * sees it change). NULL otherwise. */
+amp_tensor *autocast_kept_for_update(const amp_tensor *p);
+/* After a step that wrote p's kept copy (or skipped, leaving both as
+ * they were): the copy is p's cast at p's current version. */
+void autocast_kept_updated(amp_tensor *p);
 
 /* The FLOPs of n's forward (out: the result's shape) or backward (out:
  * n->out_shape), for the profiler; the formulas are in cost.c. op_run

@@ -20,6 +20,7 @@
 #include "optim/optim.h"
 
 #include "base/base.h"
+#include "ops/ops.h"
 #include "tensor/tensor.h"
 
 #include <math.h>
@@ -319,9 +320,13 @@ amp_status optim_step_guarded(amp_optim *o, const float *found_inf)
     if (st != AMP_OK)
         return st;
     be_optim_param *ps = o->ps;
+    const amp_backend *be = backend_of(dev);
     int k = 0;
     for (int i = 0; i < o->n; i++) {
         amp_tensor *p = o->params[i];
+        /* autocast's kept 16-bit copy of the weight, when the step can
+         * write the next cast in the same pass (ops.h) */
+        amp_tensor *cast = p->grad && be->optim_writes_cast && !o->master[i] ? autocast_kept_for_update(p) : NULL;
         if (p->grad)
             ps[k++] = (be_optim_param){tensor_ptr(p),
                                        tensor_ptr(p->grad),
@@ -333,17 +338,23 @@ amp_status optim_step_guarded(amp_optim *o, const float *found_inf)
                                        p->dtype,
                                        p->grad->dtype,
                                        o->state_dt,
-                                       i};
+                                       i,
+                                       cast ? tensor_ptr(cast) : NULL,
+                                       cast ? cast->dtype : AMP_F32};
     }
-    st = o->def->step(o, backend_of(dev), ps, k, o->counters, o->n, found_inf);
+    st = o->def->step(o, be, ps, k, o->counters, o->n, found_inf);
     /* an in-place write, even a step that failed part way: stale autocast
-     * casts must go */
+     * casts must go, unless the step wrote them (a skipped step left the
+     * parameter and its cast as they were) */
     for (int i = 0; i < o->n; i++)
         if (o->params[i]->grad) {
             tensor_bump(o->params[i]);
             if (st == AMP_OK && o->master[i]) /* ... but the master wrote it: still in step */
                 o->master_version[i] = o->params[i]->storage->version;
         }
+    for (int j = 0; j < k && st == AMP_OK; j++)
+        if (ps[j].cast)
+            autocast_kept_updated(o->params[ps[j].index]);
     return st;
 }
 

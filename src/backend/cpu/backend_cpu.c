@@ -63,6 +63,7 @@ static amp_status cpu_synchronize(void) { return AMP_OK; }
 /* The reference: every op row runs here (supports_op NULL). */
 const amp_backend amp_backend_cpu = {
     .name = "cpu",
+    .optim_writes_cast = true,
     .device = AMP_CPU,
     .available = cpu_available,
     .unavailable_reason = cpu_unavailable_reason,

@@ -125,6 +125,8 @@ static void run_item(range_fn fn, const void *k, const be_optim_param *q, int64_
     fn(k, p, g, s, len);
     if (p == pb || q->master)
         amp_convert(p, AMP_F32, p16, q->pdt, (size_t)len);
+    if (q->cast) /* the weight's next autocast cast, while p is in cache */
+        amp_convert(p, AMP_F32, (char *)q->cast + (size_t)lo * amp_dtype_size(q->cast_dt), q->cast_dt, (size_t)len);
     for (int j = 0; j < 3 && q->sdt != AMP_F32; j++) {
         void *dst = sq[j] ? (char *)sq[j] + (size_t)lo * ss : NULL;
         if (dst && sr_t > 0 && q->sdt == AMP_BF16)
@@ -169,6 +171,7 @@ static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_o
         items += (ps[i].n + UPDATE_BLOCK - 1) / UPDATE_BLOCK;
         total += ps[i].n;
         convert = convert || ps[i].pdt != AMP_F32 || ps[i].gdt != AMP_F32 || ps[i].sdt != AMP_F32;
+        /* (a cast converts from p's f32 in place: no scratch) */
     }
     if (items == 0)
         return AMP_OK;
