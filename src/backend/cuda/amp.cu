@@ -43,8 +43,9 @@ struct mt_entry {
     int64_t first_block;
 };
 
-/* The tensors of one launch, and its number of chunks. */
-#define MT_MAX 44
+/* The tensors of one launch, and its number of chunks: as many as fit
+ * CUDA's 4 KiB of kernel arguments beside 256 bytes of the rest. */
+constexpr int MT_MAX = (int)((4096 - 256 - 2 * sizeof(int64_t)) / sizeof(mt_entry));
 struct mt_list {
     mt_entry e[MT_MAX];
     int n;
