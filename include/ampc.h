@@ -762,6 +762,102 @@ AMP_API amp_status amp_autocast_plan(const char *op, amp_device dev, amp_dtype a
 typedef void (*amp_warning_fn)(const char *msg, void *user);
 AMP_API void amp_set_warning_handler(amp_warning_fn fn, void *user);
 
+/* ------------------------------------------------------------ distributed */
+/* Data-parallel training over several processes (ranks), on Open MPI for
+ * CPU tensors and NCCL for CUDA tensors (docs/distributed.md). Start it
+ * with mpirun -np N; each rank runs the same program on its own shard of
+ * the data. Before amp_dist_init (and in a build without MPI) the world is
+ * one rank: rank 0, size 1, every collective the identity. */
+
+typedef enum { AMP_REDUCE_SUM = 0, AMP_REDUCE_AVG, AMP_REDUCE_MAX } amp_reduce_op;
+
+/* Whether this build of ampc has MPI (and so amp_dist_init can work). */
+AMP_API bool amp_dist_available(void);
+/* Starts MPI (argc / argv may be NULL). Without MPI in the build:
+ * AMP_ERR_STATE with a message naming what to install. */
+AMP_API amp_status amp_dist_init(int *argc, char ***argv);
+AMP_API bool amp_dist_is_initialized(void);
+AMP_API int amp_dist_rank(void);       /* 0 before amp_dist_init */
+AMP_API int amp_dist_world_size(void); /* 1 before amp_dist_init */
+/* Waits for every rank (with the timeout), then ends MPI. */
+AMP_API amp_status amp_dist_finalize(void);
+/* How long any wait for the other ranks may last before this rank prints
+ * what it waited for and ends the whole job (MPI_Abort): seconds, default
+ * 300 or AMPC_DIST_TIMEOUT's; <= 0 restores the default. */
+AMP_API void amp_dist_set_timeout(double seconds);
+/* In place over the ranks: a contiguous f32 tensor (SUM, AVG, MAX) or i64
+ * one (SUM, MAX), on the CPU (MPI) or CUDA (NCCL). */
+AMP_API amp_status amp_dist_all_reduce(amp_tensor *t, amp_reduce_op op);
+/* t becomes rank root's (any dtype, contiguous). */
+AMP_API amp_status amp_dist_broadcast(amp_tensor *t, int root);
+AMP_API amp_status amp_dist_barrier(void);
+
+/* DistributedDataParallel: averages the parameters' gradients over the
+ * ranks in buckets of about bucket_mb MiB, each bucket's all-reduce
+ * started during backward as soon as the gradients in it are complete, so
+ * communication overlaps the rest of backward. Parameters are bucketed in
+ * reverse order (the order backward completes them). */
+typedef struct amp_ddp amp_ddp;
+
+typedef struct {
+    double bucket_mb;      /* bucket size in MiB (25, as DDP's bucket_cap_mb); > 0 */
+    amp_dtype compress;    /* AMP_F32 (none), or AMP_BF16 / AMP_F16: each bucket sent rounded to
+                              16 bits and summed in f32 on receipt (DDP's compression hooks) */
+    bool broadcast_params; /* at amp_ddp_new, every rank takes rank 0's parameters (true) */
+} amp_ddp_opts;
+
+AMP_API amp_ddp_opts amp_ddp_defaults(void);
+/* Over params[0..n) (the leaves that get gradients, on one device). */
+AMP_API amp_ddp *amp_ddp_new(amp_tensor *const *params, int n, amp_ddp_opts o);
+AMP_API void amp_ddp_free(amp_ddp *d);
+/* sync false: PyTorch's no_sync(): backward only accumulates locally (for
+ * the micro-batches of gradient accumulation before the last); true (the
+ * default) again before the last micro-batch's backward. */
+AMP_API void amp_ddp_set_sync(amp_ddp *d, bool sync);
+/* Waits for the buckets of the last synchronised backward (starting any
+ * that backward did not): every parameter's .grad is then the average
+ * over the ranks. Call it after that backward, before unscale, clipping
+ * and the step. Without a synchronised backward since the last call it
+ * does nothing. */
+AMP_API amp_status amp_ddp_finish(amp_ddp *d);
+
+typedef struct {
+    int64_t buckets;        /* buckets the parameters make */
+    int64_t bytes_sent;     /* bytes handed to the engine by this rank, all steps */
+    int64_t syncs;          /* synchronised backward passes finished */
+    double wait_s;          /* time amp_ddp_finish spent waiting, all steps */
+    double last_wait_s;     /* ... in the last call */
+} amp_ddp_stats;
+AMP_API amp_ddp_stats amp_ddp_get_stats(const amp_ddp *d);
+
+/* ZeRO stage 1 (DeepSpeed): the optimizer's state sharded over the ranks.
+ * The parameters, flattened in order, are cut into world-size contiguous
+ * shards; each rank keeps optimizer state for its own shard only (1/N of
+ * it), the gradients are reduce-scattered (each rank gets the average of
+ * its shard), each rank updates its shard, and the parameters are
+ * all-gathered. The results equal an unsharded data-parallel run's
+ * (docs/distributed.md says when bit for bit). Used instead of an amp_ddp
+ * (not beside one), with o over the same parameters. */
+typedef struct amp_zero amp_zero;
+AMP_API amp_zero *amp_zero_new(amp_optim *o);
+AMP_API void amp_zero_free(amp_zero *z);
+/* Averages the gradients over the ranks: after it each rank's gradients
+ * hold the average on its own shard and zeros elsewhere. Call it once per
+ * optimizer step, after the last micro-batch's backward. */
+AMP_API amp_status amp_zero_reduce_gradients(amp_zero *z);
+/* The global norm of the reduced gradients (every rank gets the same),
+ * clipped to max_norm as amp_clip_grad_norm does. */
+AMP_API double amp_zero_clip_grad_norm(amp_zero *z, double max_norm);
+/* After the optimizer step (amp_optim_step or amp_scaler_step, which
+ * update this rank's shard): every rank gets every shard's new values. */
+AMP_API amp_status amp_zero_gather_parameters(amp_zero *z);
+/* The optimizer state in full (every shard's) on every rank, for saving,
+ * then sharded again by amp_zero_shard_state (after a load too). */
+AMP_API amp_status amp_zero_gather_state(amp_zero *z);
+AMP_API amp_status amp_zero_shard_state(amp_zero *z);
+/* This rank's optimizer state in bytes (for the 1/N check). */
+AMP_API int64_t amp_zero_state_bytes(const amp_zero *z);
+
 /* ------------------------------------------------------------ grad scaler */
 /* Dynamic loss scaling with torch.amp.GradScaler's semantics (AMP_SPEC). */
 

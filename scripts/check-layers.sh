@@ -23,7 +23,7 @@ allow=$root/scripts/layers-allow.txt
 nm=${NM:-nm}
 
 # Bottom to top. Keep in step with docs/ARCHITECTURE.md's layer table.
-layers=(base dtype backend tensor autograd ops optim amp nn io)
+layers=(base dtype backend comm tensor autograd ops optim dist amp nn io)
 
 declare -A rank
 for i in "${!layers[@]}"; do rank[${layers[$i]}]=$i; done

@@ -1,0 +1,90 @@
+/*
+ * comm.h - communication between the ranks of a data-parallel run, on
+ * existing engines: MPI (Open MPI) for host buffers, NCCL for CUDA
+ * buffers (its communicator made over MPI). No sockets or collectives of
+ * our own. The layer sits above the backends (a CUDA buffer's collective
+ * runs on the CUDA backend's stream) and below tensors: it moves raw
+ * buffers. The tensor-level API (amp_dist_*), DistributedDataParallel and
+ * ZeRO live in src/dist/.
+ *
+ * One process is one rank. Before comm_init, and in a build without MPI,
+ * the world is one rank (comm_rank() 0, comm_size() 1) and every
+ * collective is the identity (a copy where send and receive differ), so
+ * single-process code needs no branches; comm_init itself fails without
+ * MPI with a message naming the package to install.
+ *
+ * Every wait has a deadline (comm_set_timeout, AMPC_DIST_TIMEOUT in
+ * seconds, default 300): a rank that waits longer for a collective says
+ * which one and on which rank, then ends the whole job through the engine
+ * (MPI_Abort), so a dead or stuck peer never leaves the others hanging.
+ * MPI errors come back as errors (MPI_ERRORS_RETURN), with the engine's
+ * message.
+ *
+ * Collectives are issued by one thread (MPI_THREAD_FUNNELED: the thread
+ * that ran comm_init, which runs backward and the step).
+ */
+#ifndef AMPC_COMM_H
+#define AMPC_COMM_H
+
+#include "ampc.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Reductions (amp_reduce_op of ampc.h). */
+
+/* An operation in flight (a non-blocking collective). */
+typedef struct comm_req comm_req;
+
+/* Whether this build has MPI (and NCCL, for CUDA buffers). */
+bool comm_built_with_mpi(void);
+bool comm_built_with_nccl(void);
+/* Whether the process was started by an MPI launcher (mpirun / mpiexec:
+ * OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment) with
+ * more than one rank, or with one. -1: not under a launcher. */
+int comm_launched_size(void);
+
+/* Starts MPI (once; argc / argv may be NULL). Without MPI in the build:
+ * AMP_ERR_STATE, "ampc was built without MPI (...)". */
+amp_status comm_init(int *argc, char ***argv);
+bool comm_initialized(void);
+/* Ends MPI after waiting for the others (a barrier with the deadline);
+ * the world is one rank again. */
+amp_status comm_finalize(void);
+int comm_rank(void);
+int comm_size(void);
+
+void comm_set_timeout(double seconds); /* <= 0: the default */
+double comm_timeout(void);
+
+/* In place: buf (n elements of dt on dev) becomes the reduction over the
+ * ranks. SUM / AVG on f32 (and f64-free int64 for SUM / MAX), MAX on f32
+ * and i64; AVG divides the f32 sum by the world size. 16-bit buffers are
+ * not reduced (the caller widens: sums stay f32). With req: starts it and
+ * returns at once (*req to comm_wait); without: waits. */
+amp_status comm_allreduce(void *buf, int64_t n, amp_dtype dt, amp_reduce_op op, amp_device dev, comm_req **req);
+/* recv (size * n elements) gets every rank's send (n elements), in rank
+ * order. Any dtype (16-bit ones moved as bits). */
+amp_status comm_allgather(const void *send, void *recv, int64_t n, amp_dtype dt, amp_device dev, comm_req **req);
+/* send holds size * n elements: recv (n) gets the SUM over the ranks of
+ * their send's block [rank * n, rank * n + n). f32 only. */
+amp_status comm_reduce_scatter(const void *send, void *recv, int64_t n, amp_dtype dt, amp_device dev,
+                               comm_req **req);
+/* buf (n elements) becomes root's. */
+amp_status comm_bcast(void *buf, int64_t n, amp_dtype dt, int root, amp_device dev);
+amp_status comm_barrier(void);
+
+/* Whether req is done (drives the engine's progress); never blocks. */
+bool comm_test(comm_req *req);
+/* Waits for req (NULL: nothing to wait for) and frees it; `what` names it
+ * in the timeout's message ("the gradient all-reduce of bucket 3"). */
+amp_status comm_wait(comm_req *req, const char *what);
+/* Lets the engine move the operations in flight along (an MPI_Test on
+ * each), for overlap: call between pieces of other work. */
+void comm_progress(void);
+
+/* Prints "ampc: rank R: <message>" to stderr and ends every rank of the
+ * job (MPI_Abort with code; exit(code) without MPI). */
+_Noreturn void comm_abort(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif
