@@ -415,6 +415,77 @@ static void test_gather_state_and_checkpoint(void)
     free_net(&r);
 }
 
+/* 16-bit parameters: bf16 with f32 masters (the masters sharded too) and
+ * f16 without; synthetic gradients per rank in the parameters' dtype. The
+ * reference widens each gradient, all-reduces the average in f32 and
+ * rounds it back, as amp_zero_reduce_gradients does: bitwise again, the
+ * gathered masters included. */
+static void test_16bit_params(void)
+{
+    enum { NP = 3 };
+    const int64_t sizes[NP] = {5, 37, 11}; /* 53 elements: shards of 27 cut the second */
+    const amp_dtype dts[2] = {AMP_BF16, AMP_F16};
+    for (int d = 0; d < 2; d++) {
+        amp_tensor *pa[NP], *pr[NP];
+        for (int i = 0; i < NP; i++) {
+            float v[64];
+            for (int j = 0; j < sizes[i]; j++)
+                v[j] = (float)sin(1.0 + i * 64 + j);
+            amp_tensor *f = amp_from_data(AMP_SHAPE(sizes[i]), AMP_F32, v);
+            pa[i] = tensor_convert(f, dts[d]);
+            pr[i] = tensor_convert(f, dts[d]);
+            amp_tensor_free(f);
+        }
+        amp_adam_opts ao = amp_adamw_defaults();
+        ao.lr = 1e-3; /* small: without the master most updates would round away in bf16 */
+        amp_optim *oa = amp_optim_adamw(pa, NP, ao), *orf = amp_optim_adamw(pr, NP, ao);
+        CHECK_OK(amp_optim_set_master_weights(oa, d == 0));
+        CHECK_OK(amp_optim_set_master_weights(orf, d == 0));
+        amp_zero *z = amp_zero_new(oa);
+        CHECK(z);
+        for (int t = 0; t < 20 && z; t++) {
+            for (int i = 0; i < NP; i++) {
+                float v[64];
+                for (int j = 0; j < sizes[i]; j++)
+                    v[j] = (float)cos(0.37 * t + 1.3 * rank + 0.11 * (i * 64 + j)) * (rank ? 0.5f : 2.0f);
+                amp_tensor *f = amp_from_data(AMP_SHAPE(sizes[i]), AMP_F32, v);
+                amp_tensor_free(pa[i]->grad);
+                amp_tensor_free(pr[i]->grad);
+                pa[i]->grad = tensor_convert(f, dts[d]);
+                amp_tensor *w = tensor_convert(pa[i]->grad, AMP_F32); /* the reference: widened, averaged, rounded */
+                CHECK_OK(amp_dist_all_reduce(w, AMP_REDUCE_AVG));
+                pr[i]->grad = tensor_convert(w, dts[d]);
+                amp_tensor_free(w);
+                amp_tensor_free(f);
+            }
+            CHECK_OK(amp_optim_step(orf));
+            CHECK_OK(amp_zero_reduce_gradients(z));
+            CHECK_OK(amp_optim_step(oa));
+            CHECK_OK(amp_zero_gather_parameters(z));
+            int64_t bad = 0;
+            for (int i = 0; i < NP; i++)
+                bad += memcmp(tensor_ptr(pa[i]), tensor_ptr(pr[i]), (size_t)sizes[i] * 2) != 0;
+            CHECK_MSG(bad == 0, "%s step %d: %lld parameters differ", amp_dtype_name(dts[d]), t, (long long)bad);
+        }
+        CHECK_OK(amp_zero_gather_state(z));
+        for (int i = 0; i < NP && d == 0; i++) {
+            amp_tensor *ma = amp_optim_master(oa, i), *mr = amp_optim_master(orf, i);
+            CHECK(ma && mr && memcmp(tensor_ptr(ma), tensor_ptr(mr), (size_t)sizes[i] * 4) == 0);
+        }
+        for (int i = 0; i < NP; i++) {
+            amp_tensor *x = amp_optim_state_tensor(oa, i, "exp_avg_sq"), *y = amp_optim_state_tensor(orf, i, "exp_avg_sq");
+            CHECK(x && y && memcmp(tensor_ptr(x), tensor_ptr(y), (size_t)sizes[i] * 4) == 0);
+        }
+        amp_zero_free(z);
+        amp_optim_free(oa);
+        amp_optim_free(orf);
+        for (int i = 0; i < NP; i++) {
+            amp_tensor_free(pa[i]);
+            amp_tensor_free(pr[i]);
+        }
+    }
+}
+
 /* Bad input: NULLs, a gradient on one rank only (both ranks refuse). */
 static void test_bad_input(void)
 {
@@ -501,6 +572,7 @@ int main(int argc, char **argv)
     RUN(test_state_bytes);
     RUN(test_skipped_step);
     RUN(test_gather_state_and_checkpoint);
+    RUN(test_16bit_params);
     RUN(test_bad_input);
     int rc = harness_done();
     /* every rank's verdict: fail if any failed */
