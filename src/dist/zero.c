@@ -49,6 +49,7 @@ struct amp_zero {
     amp_tensor *flat; /* f32 [W S]: the gradients packed (made at the first reduce) */
     amp_tensor *mine; /* f32 [S]: this rank's reduced shard */
     int32_t *has;     /* n: whether parameter i has a gradient (summed over the ranks) */
+    bool whole;       /* the optimizer's state gathered (amp_zero_gather_state) */
 };
 
 static const amp_backend *be_of(const amp_zero *z) { return backend_of(z->dev); }
@@ -82,6 +83,16 @@ static amp_status zeros(const amp_zero *z, void *dst, amp_dtype dt, int64_t n)
 
 static void *at(const void *p, amp_dtype dt, int64_t k) { return (char *)p + (size_t)k * amp_dtype_size(dt); }
 
+/* Before a collective the other ranks are already in: a failure here
+ * (memory, a device error) is one this rank cannot recover from alone, and
+ * the others would wait for it until the timeout, so it ends the job now
+ * with the message (comm_abort). */
+static void ready_or_abort(amp_status st, const char *what)
+{
+    if (st != AMP_OK)
+        comm_abort(1, "zero: %s failed before its collective: %s", what, amp_last_error());
+}
+
 amp_zero *amp_zero_new(amp_optim *o)
 {
     if (!o)
@@ -97,38 +108,55 @@ amp_zero *amp_zero_new(amp_optim *o)
         total += o->params[i]->numel;
     }
     const int world = comm_size();
-    /* every rank must cut the same layout: the parameter count and sizes
-     * (their maxima and minima over the ranks must be ours) */
-    if (world > 1) {
-        int64_t v[6] = {n, total, (int64_t)dev, -(int64_t)n, -total, -(int64_t)dev};
-        if (comm_allreduce(v, 6, AMP_I64, AMP_REDUCE_MAX, AMP_CPU, NULL) != AMP_OK)
-            return NULL;
-        if (v[0] != -v[3] || v[1] != -v[4] || v[2] != -v[5])
-            return amp_fail_null(AMP_ERR_ARG, "zero: the ranks' optimizers differ (parameters: %lld to %lld, "
-                                 "elements: %lld to %lld, devices %s and %s): every rank must build the same model",
-                                 (long long)-v[3], (long long)v[0], (long long)-v[4], (long long)v[1],
-                                 amp_device_name((amp_device)-v[5]), amp_device_name((amp_device)v[2]));
-    }
-    if ((total + world - 1) / world * world > INT32_MAX)
+    const int64_t shard = (total + world - 1) / world;
+    if (shard * world > INT32_MAX)
         return amp_fail_null(AMP_ERR_ARG, "zero: %lld parameter elements over %d ranks is more than one collective "
                              "moves (%d elements)", (long long)total, world, INT32_MAX);
+    /* the flat buffers of the gradients' reduce-scatter, kept */
     amp_zero *z = calloc(1, sizeof *z);
     if (z) {
         z->off = calloc((size_t)n, sizeof *z->off);
         z->lo = calloc((size_t)n, sizeof *z->lo);
         z->hi = calloc((size_t)n, sizeof *z->hi);
         z->has = calloc((size_t)n, sizeof *z->has);
+        if (world > 1 && (z->flat = tensor_new_on(AMP_SHAPE(shard * world), AMP_F32, dev)))
+            tensor_set_category(z->flat, AMP_MEM_GRADIENTS);
+        if (world > 1 && (z->mine = tensor_new_on(AMP_SHAPE(shard), AMP_F32, dev)))
+            tensor_set_category(z->mine, AMP_MEM_GRADIENTS);
     }
-    if (!z || !z->off || !z->lo || !z->hi || !z->has) {
+    bool ok = z && z->off && z->lo && z->hi && z->has && (world == 1 || (z->flat && z->mine));
+    /* every rank must cut the same layout: the parameter count and sizes
+     * (their maxima and minima over the ranks must be ours), and every
+     * rank must have its buffers */
+    if (world > 1) {
+        int64_t v[8] = {n, total, (int64_t)dev, !ok, -(int64_t)n, -total, -(int64_t)dev, 0};
+        if (comm_allreduce(v, 8, AMP_I64, AMP_REDUCE_MAX, AMP_CPU, NULL) != AMP_OK) {
+            amp_zero_free(z);
+            return NULL;
+        }
+        if (v[0] != -v[4] || v[1] != -v[5] || v[2] != -v[6]) {
+            amp_zero_free(z);
+            return amp_fail_null(AMP_ERR_ARG, "zero: the ranks' optimizers differ (parameters: %lld to %lld, "
+                                 "elements: %lld to %lld, devices %s and %s): every rank must build the same model",
+                                 (long long)-v[4], (long long)v[0], (long long)-v[5], (long long)v[1],
+                                 amp_device_name((amp_device)-v[6]), amp_device_name((amp_device)v[2]));
+        }
+        if (ok && v[3]) {
+            amp_zero_free(z);
+            return amp_fail_null(AMP_ERR_MEMORY, "zero: another rank ran out of memory for its buffers");
+        }
+    }
+    if (!ok) {
         amp_zero_free(z);
-        return amp_fail_null(AMP_ERR_MEMORY, "zero: out of memory");
+        return amp_fail_null(AMP_ERR_MEMORY, "zero: out of memory for %lld elements of gradient buffers",
+                             (long long)(shard * (world + 1)));
     }
     z->o = o;
     z->world = world;
     z->rank = comm_rank();
     z->dev = dev;
     z->total = total;
-    z->shard = (total + world - 1) / world;
+    z->shard = shard;
     for (int i = 0; i < n; i++) {
         z->off[i] = i ? z->off[i - 1] + o->params[i - 1]->numel : 0;
         part_of(z, i, z->rank, &z->lo[i], &z->hi[i]);
@@ -222,15 +250,11 @@ amp_status amp_zero_reduce_gradients(amp_zero *z)
         else if (z->has[i] != 0 && z->has[i] != z->world)
             st = amp_set_error(AMP_ERR_STATE, "zero: parameter %d has a gradient on %d of the %d ranks (every rank "
                                "must backpropagate into the same parameters)", i, (int)z->has[i], z->world);
-    if (st == AMP_OK && !z->flat) {
-        z->flat = tensor_new_on(AMP_SHAPE(z->shard * z->world), AMP_F32, z->dev);
-        z->mine = tensor_new_on(AMP_SHAPE(z->shard), AMP_F32, z->dev);
-        if (!z->flat || !z->mine)
-            st = amp_last_status();
-        else
-            tensor_set_category(z->flat, AMP_MEM_GRADIENTS), tensor_set_category(z->mine, AMP_MEM_GRADIENTS);
+    if (st != AMP_OK) {
+        amp_phase_end(AMP_PHASE_BACKWARD);
+        return st; /* (on every rank) */
     }
-    float *flat = st == AMP_OK ? tensor_f32(z->flat) : NULL, *mine = st == AMP_OK ? tensor_f32(z->mine) : NULL;
+    float *flat = tensor_f32(z->flat), *mine = tensor_f32(z->mine);
     /* pack: every gradient widened to f32, zeros for none and the padding */
     for (int i = 0; i < n && st == AMP_OK; i++) {
         const amp_tensor *g = o->params[i]->grad;
@@ -239,8 +263,8 @@ amp_status amp_zero_reduce_gradients(amp_zero *z)
     }
     if (st == AMP_OK)
         st = zeros(z, flat + z->total, AMP_F32, z->shard * z->world - z->total);
-    if (st == AMP_OK)
-        st = comm_reduce_scatter(flat, mine, z->shard, AMP_F32, z->dev, NULL);
+    ready_or_abort(st, "packing the gradients");
+    st = comm_reduce_scatter(flat, mine, z->shard, AMP_F32, z->dev, NULL);
     if (st == AMP_OK) { /* the sum / W, in f32 */
         be_buf b = {mine, z->shard, AMP_F32};
         st = scale_bufs(z, &b, 1, (float)z->world, true);
@@ -298,15 +322,12 @@ double amp_zero_clip_grad_norm(amp_zero *z, double max_norm)
             st = be->copy(&local, AMP_CPU, dev_total, z->dev, sizeof local);
     }
     /* every rank's, as bits; summed in rank order, so every rank gets the
-     * same total (a failed rank sends NaN: the others do not clip with a
-     * wrong norm) */
+     * same total */
     double *all = calloc((size_t)z->world, sizeof *all);
-    if (st != AMP_OK)
-        local = NAN;
-    amp_status cst = all ? comm_allgather(&local, all, 1, AMP_I64, AMP_CPU, NULL)
-                         : amp_set_error(AMP_ERR_MEMORY, "zero: out of memory");
-    if (st == AMP_OK)
-        st = cst;
+    if (st == AMP_OK && !all)
+        st = amp_set_error(AMP_ERR_MEMORY, "zero: out of memory");
+    ready_or_abort(st, "this rank's gradient norm");
+    st = comm_allgather(&local, all, 1, AMP_I64, AMP_CPU, NULL);
     double total = NAN;
     if (st == AMP_OK) {
         double ss = 0;
@@ -363,8 +384,8 @@ amp_status amp_zero_gather_parameters(amp_zero *z)
         st = move(z, sp, p->dtype, at(tensor_ptr(p), p->dtype, z->lo[i]), p->dtype, z->hi[i] - z->lo[i]);
         sp += (size_t)(z->hi[i] - z->lo[i]) * es;
     }
-    if (st == AMP_OK)
-        st = comm_allgather(tensor_ptr(send), tensor_ptr(recv), words, AMP_F16, z->dev, NULL);
+    ready_or_abort(st, "packing the parameters' shard");
+    st = comm_allgather(tensor_ptr(send), tensor_ptr(recv), words, AMP_F16, z->dev, NULL);
     for (int r = 0; r < z->world && st == AMP_OK; r++) {
         const char *rp = (const char *)tensor_ptr(recv) + (size_t)r * (size_t)words * 2;
         for (int i = 0; i < o->n && st == AMP_OK; i++) {
@@ -394,8 +415,8 @@ amp_status amp_zero_gather_state(amp_zero *z)
         return amp_set_error(AMP_ERR_ARG, "zero_gather_state: NULL");
     amp_optim *o = z->o;
     const int n = o->n, K = OPTIM_MAX_STATE;
-    if (optim_first_sharded(o) < 0)
-        return AMP_OK; /* whole already (one rank, or gathered) */
+    if (z->world == 1 || z->whole)
+        return AMP_OK; /* whole already (one rank, or gathered; decided alike on every rank) */
     /* full[i * (K + 1) + k]: parameter i's whole slot k (K: its master) */
     amp_tensor **full = calloc((size_t)n * (K + 1), sizeof *full);
     amp_tensor *send = NULL, *recv = NULL;
@@ -405,9 +426,10 @@ amp_status amp_zero_gather_state(amp_zero *z)
     bool masters = false;
     for (int i = 0; i < n; i++)
         masters = masters || optim_wants_master(o, i);
-    for (int k = 0; k <= K && st == AMP_OK; k++) {
+    for (int k = 0; k <= K; k++) {
         if (k < K ? !o->def->has_state(o, k) : !masters)
             continue;
+        ready_or_abort(st, "gathering the optimizer state");
         const amp_dtype dt = k < K ? o->state_dt : AMP_F32;
         send = tensor_new_on(AMP_SHAPE(z->shard > 0 ? z->shard : 1), dt, z->dev);
         recv = tensor_new_on(AMP_SHAPE(z->shard * z->world > 0 ? z->shard * z->world : 1), dt, z->dev);
@@ -421,8 +443,8 @@ amp_status amp_zero_gather_state(amp_zero *z)
                 st = move(z, at(tensor_ptr(send), dt, pos), dt, at(tensor_ptr(s), dt, from), dt, len);
             pos += len;
         }
-        if (st == AMP_OK)
-            st = comm_allgather(tensor_ptr(send), tensor_ptr(recv), z->shard, dt, z->dev, NULL);
+        ready_or_abort(st, "packing the optimizer state's shard");
+        st = comm_allgather(tensor_ptr(send), tensor_ptr(recv), z->shard, dt, z->dev, NULL);
         /* the ranks' shards in order are the flat layout: parameter i's
          * whole state is recv[off[i], off[i] + numel) */
         for (int i = 0; i < n && st == AMP_OK; i++) {
@@ -444,6 +466,7 @@ amp_status amp_zero_gather_state(amp_zero *z)
     if (st == AMP_OK) {
         for (int i = 0; i < n; i++)
             optim_unshard(o, i, &full[i * (K + 1)], full[i * (K + 1) + K]);
+        z->whole = true;
     } else if (full) {
         for (int j = 0; j < n * (K + 1); j++)
             amp_tensor_free(full[j]);
@@ -461,6 +484,7 @@ amp_status amp_zero_shard_state(amp_zero *z)
         if (st != AMP_OK)
             return st;
     }
+    z->whole = false;
     return AMP_OK;
 }
 
