@@ -97,23 +97,23 @@ amp_zero *amp_zero_new(amp_optim *o)
 {
     if (!o)
         return amp_fail_null(AMP_ERR_ARG, "zero: NULL optimizer");
-    const int n = o->n;
+    const int n = o->n, world = comm_size();
     const amp_device dev = tensor_device(o->params[0]);
     int64_t total = 0;
+    amp_status st = AMP_OK;
     for (int i = 0; i < n; i++) {
-        if (tensor_device(o->params[i]) != dev)
-            return amp_fail_null(AMP_ERR_DEVICE, "zero: parameter 0 is on %s but parameter %d on %s (one device "
-                                 "for every parameter)", amp_device_name(dev), i,
-                                 amp_device_name(tensor_device(o->params[i])));
+        if (tensor_device(o->params[i]) != dev && st == AMP_OK)
+            st = amp_set_error(AMP_ERR_DEVICE, "zero: parameter 0 is on %s but parameter %d on %s (one device for "
+                               "every parameter)", amp_device_name(dev), i,
+                               amp_device_name(tensor_device(o->params[i])));
         total += o->params[i]->numel;
     }
-    const int world = comm_size();
     const int64_t shard = (total + world - 1) / world;
-    if (shard * world > INT32_MAX)
-        return amp_fail_null(AMP_ERR_ARG, "zero: %lld parameter elements over %d ranks is more than one collective "
-                             "moves (%d elements)", (long long)total, world, INT32_MAX);
+    if (st == AMP_OK && shard * world > INT32_MAX)
+        st = amp_set_error(AMP_ERR_ARG, "zero: %lld parameter elements over %d ranks is more than one collective "
+                           "moves (%d elements)", (long long)total, world, INT32_MAX);
     /* the flat buffers of the gradients' reduce-scatter, kept */
-    amp_zero *z = calloc(1, sizeof *z);
+    amp_zero *z = st == AMP_OK ? calloc(1, sizeof *z) : NULL;
     if (z) {
         z->off = calloc((size_t)n, sizeof *z->off);
         z->lo = calloc((size_t)n, sizeof *z->lo);
@@ -124,32 +124,29 @@ amp_zero *amp_zero_new(amp_optim *o)
         if (world > 1 && (z->mine = tensor_new_on(AMP_SHAPE(shard), AMP_F32, dev)))
             tensor_set_category(z->mine, AMP_MEM_GRADIENTS);
     }
-    bool ok = z && z->off && z->lo && z->hi && z->has && (world == 1 || (z->flat && z->mine));
+    if (st == AMP_OK && !(z && z->off && z->lo && z->hi && z->has && (world == 1 || (z->flat && z->mine))))
+        st = amp_set_error(AMP_ERR_MEMORY, "zero: out of memory for %lld elements of gradient buffers",
+                           (long long)(shard * (world + 1)));
     /* every rank must cut the same layout: the parameter count and sizes
-     * (their maxima and minima over the ranks must be ours), and every
-     * rank must have its buffers */
+     * (their maxima and minima over the ranks must be ours); and a rank
+     * that failed above says so here, so that all fail together */
     if (world > 1) {
-        int64_t v[8] = {n, total, (int64_t)dev, !ok, -(int64_t)n, -total, -(int64_t)dev, 0};
-        if (comm_allreduce(v, 8, AMP_I64, AMP_REDUCE_MAX, AMP_CPU, NULL) != AMP_OK) {
-            amp_zero_free(z);
-            return NULL;
-        }
-        if (v[0] != -v[4] || v[1] != -v[5] || v[2] != -v[6]) {
-            amp_zero_free(z);
-            return amp_fail_null(AMP_ERR_ARG, "zero: the ranks' optimizers differ (parameters: %lld to %lld, "
-                                 "elements: %lld to %lld, devices %s and %s): every rank must build the same model",
-                                 (long long)-v[4], (long long)v[0], (long long)-v[5], (long long)v[1],
-                                 amp_device_name((amp_device)-v[6]), amp_device_name((amp_device)v[2]));
-        }
-        if (ok && v[3]) {
-            amp_zero_free(z);
-            return amp_fail_null(AMP_ERR_MEMORY, "zero: another rank ran out of memory for its buffers");
-        }
+        int64_t v[8] = {n, total, (int64_t)dev, st != AMP_OK, -(int64_t)n, -total, -(int64_t)dev, 0};
+        amp_status cst = comm_allreduce(v, 8, AMP_I64, AMP_REDUCE_MAX, AMP_CPU, NULL);
+        if (st == AMP_OK && cst != AMP_OK)
+            st = cst;
+        else if (st == AMP_OK && (v[0] != -v[4] || v[1] != -v[5] || v[2] != -v[6]))
+            st = amp_set_error(AMP_ERR_ARG, "zero: the ranks' optimizers differ (parameters: %lld to %lld, "
+                               "elements: %lld to %lld, devices %s and %s): every rank must build the same model",
+                               (long long)-v[4], (long long)v[0], (long long)-v[5], (long long)v[1],
+                               amp_device_name((amp_device)-v[6]), amp_device_name((amp_device)v[2]));
+        else if (st == AMP_OK && v[3])
+            st = amp_set_error(AMP_ERR_STATE, "zero: another rank failed to set up its shard (its message says "
+                               "why)");
     }
-    if (!ok) {
+    if (st != AMP_OK) {
         amp_zero_free(z);
-        return amp_fail_null(AMP_ERR_MEMORY, "zero: out of memory for %lld elements of gradient buffers",
-                             (long long)(shard * (world + 1)));
+        return NULL;
     }
     z->o = o;
     z->world = world;

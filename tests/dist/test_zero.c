@@ -486,7 +486,8 @@ static void test_16bit_params(void)
     }
 }
 
-/* Bad input: NULLs, a gradient on one rank only (both ranks refuse). */
+/* Bad input: NULLs, a gradient on one rank only, ranks with different
+ * optimizers (both ranks refuse). */
 static void test_bad_input(void)
 {
     CHECK(amp_zero_new(NULL) == NULL);
@@ -514,6 +515,11 @@ static void test_bad_input(void)
     CHECK(amp_zero_reduce_gradients(z) != AMP_OK);
     CHECK_ERROR(AMP_ERR_STATE, "parameter 2 has a gradient on 1 of the 2 ranks");
     amp_zero_free(z);
+    /* ranks whose optimizers differ (rank 1's over 2 of the 4 parameters) */
+    amp_optim *o2 = amp_optim_sgd(a.p, rank ? 2 : a.n, amp_sgd_defaults());
+    CHECK(amp_zero_new(o2) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "the ranks' optimizers differ (parameters: 2 to 4");
+    amp_optim_free(o2);
     free_net(&a);
 }
 
