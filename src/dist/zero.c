@@ -15,8 +15,8 @@
  * One step: amp_zero_reduce_gradients packs every gradient (widened to
  * f32) into a flat buffer of W S elements, zero-padded, reduce-scatters it
  * (a sum), divides this rank's S elements by W in f32 (x / W, as the comm
- * layer's AVG all-reduce does) and writes them into the gradients, with
- * zeros everywhere else; the step updates the shard; amp_zero_gather_
+ * layer's AVG all-reduce does) and writes them into the gradients
+ * (rounded to their dtype), with zeros everywhere else; the step updates the shard; amp_zero_gather_
  * parameters all-gathers the updated shards (as bits, in the parameters'
  * dtypes). With 2 ranks the reduce-scatter's sum of each element is a + b,
  * as the all-reduce's, and the update is elementwise, so the parameters
@@ -46,7 +46,7 @@ struct amp_zero {
     int64_t shard;    /* S = ceil(T / W) */
     int64_t *off;     /* n: parameter i's first element in the flat layout */
     int64_t *lo, *hi; /* n: parameter i's part of this rank's shard */
-    amp_tensor *flat; /* f32 [W S]: the gradients packed (made at the first reduce) */
+    amp_tensor *flat; /* f32 [W S]: the gradients packed (made by amp_zero_new when W > 1) */
     amp_tensor *mine; /* f32 [S]: this rank's reduced shard */
     int32_t *has;     /* n: whether parameter i has a gradient (summed over the ranks) */
     bool whole;       /* the optimizer's state gathered (amp_zero_gather_state) */
@@ -233,8 +233,8 @@ amp_status amp_zero_reduce_gradients(amp_zero *z)
             st = amp_set_error(AMP_ERR_SHAPE, "zero: parameter %d's gradient is not a float tensor of its shape on "
                                "its device", i);
     }
-    /* every rank must have gradients for the same parameters (an error on
-     * one rank is stated to the others as "gradients on -1 ranks") */
+    /* every rank must have gradients for the same parameters (a rank that
+     * failed above sends negative counts: the others fail with it) */
     if (st != AMP_OK)
         for (int i = 0; i < n; i++)
             z->has[i] = -(int32_t)z->world;
