@@ -837,8 +837,12 @@ AMP_API amp_ddp_stats amp_ddp_get_stats(const amp_ddp *d);
  * its shard), each rank updates its shard, and the parameters are
  * all-gathered. The results equal an unsharded data-parallel run's
  * (docs/distributed.md says when bit for bit). Used instead of an amp_ddp
- * (not beside one), with o over the same parameters. */
+ * (not beside one), with o over the same parameters. Every call but
+ * amp_zero_free and amp_zero_state_bytes is a collective: every rank makes
+ * it, in the same order. */
 typedef struct amp_zero amp_zero;
+/* Shards o (which must outlive z), keeping this rank's part of any state
+ * it holds (a checkpoint loaded before). amp_zero_free leaves o sharded. */
 AMP_API amp_zero *amp_zero_new(amp_optim *o);
 AMP_API void amp_zero_free(amp_zero *z);
 /* Averages the gradients over the ranks: after it each rank's gradients

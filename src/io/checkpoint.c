@@ -464,6 +464,10 @@ static amp_status checkpoint_save(const char *path, const amp_module *m, const a
         return amp_set_error(AMP_ERR_STATE, "checkpoint '%s': safetensors is little-endian; this host is not", path);
     if (settings_json && !json_utf8_valid(settings_json, strlen(settings_json)))
         return amp_set_error(AMP_ERR_ARG, "checkpoint '%s': settings_json is not valid UTF-8", path);
+    if (o && optim_first_sharded(o) >= 0) /* the file holds whole state, loadable on any world size */
+        return amp_set_error(AMP_ERR_STATE, "checkpoint '%s': the optimizer's state is sharded over the ranks "
+                             "(ZeRO-1, parameter %d): amp_zero_gather_state before saving", path,
+                             optim_first_sharded(o));
     int64_t *steps = NULL;
     char(*onames)[48] = NULL;
     if (o) {

@@ -353,6 +353,10 @@ static amp_status check_model(const ckpt *c, const amp_module *m)
 
 static amp_status check_optim(const ckpt *c, const amp_optim *o, plan *pl)
 {
+    if (optim_first_sharded(o) >= 0)
+        return ck_fail(c, AMP_ERR_STATE, "cannot be loaded into an optimizer whose state is sharded over the ranks "
+                       "(ZeRO-1, parameter %d): amp_zero_gather_state first, amp_zero_shard_state after",
+                       optim_first_sharded(o));
     const char *kind = meta_str(c, "optim.kind");
     if (!kind)
         return ck_fail(c, AMP_ERR_FORMAT, "has no optimizer state, but a %s optimizer was given", o->name);

@@ -79,8 +79,11 @@ amp_optim *optim_new(const optim_def *def, amp_tensor *const *params, int n, dou
         o->ps = calloc((size_t)n, sizeof *o->ps);
         o->master = calloc((size_t)n, sizeof *o->master);
         o->master_version = calloc((size_t)n, sizeof *o->master_version);
+        o->shard_lo = calloc((size_t)n, sizeof *o->shard_lo);
+        o->shard_hi = calloc((size_t)n, sizeof *o->shard_hi);
     }
-    if (!o || !o->params || !o->state || !o->param_steps || !o->ps || !o->master || !o->master_version) {
+    if (!o || !o->params || !o->state || !o->param_steps || !o->ps || !o->master || !o->master_version ||
+        !o->shard_lo || !o->shard_hi) {
         if (o) {
             free(o->params);
             free(o->state);
@@ -88,6 +91,8 @@ amp_optim *optim_new(const optim_def *def, amp_tensor *const *params, int n, dou
             free(o->ps);
             free(o->master);
             free(o->master_version);
+            free(o->shard_lo);
+            free(o->shard_hi);
             free(o);
         }
         return amp_fail_null(AMP_ERR_MEMORY, "%s: out of memory", name);
@@ -97,8 +102,10 @@ amp_optim *optim_new(const optim_def *def, amp_tensor *const *params, int n, dou
     o->n = n;
     o->lr = lr;
     o->state_dt = AMP_F32;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         o->params[i] = amp_tensor_retain(params[i]);
+        o->shard_hi[i] = params[i]->numel;
+    }
     return o;
 }
 
@@ -118,6 +125,8 @@ void amp_optim_free(amp_optim *o)
     free(o->ps);
     free(o->master);
     free(o->master_version);
+    free(o->shard_lo);
+    free(o->shard_hi);
     if (o->counters)
         backend_of(o->counters_dev)->free(o->counters);
     free(o);
@@ -131,13 +140,17 @@ static const char *slot_name(const amp_optim *o, int k)
     return o->def->has_state(o, k) ? o->def->state_names[k] : NULL;
 }
 
-/* Creates parameter i's state buffers (zeros, on its device) where missing. */
+/* Creates parameter i's state buffers (zeros, on its device) where missing:
+ * shaped like it, or 1-D over its shard (none for an empty shard). */
 static amp_status ensure_state(amp_optim *o, int i)
 {
+    const bool sharded = optim_is_sharded(o, i);
+    const int64_t len = o->shard_hi[i] - o->shard_lo[i];
     for (int k = 0; k < OPTIM_MAX_STATE; k++) {
         amp_tensor **s = &o->state[i * OPTIM_MAX_STATE + k];
-        if (slot_name(o, k) && !*s) {
-            if (!(*s = tensor_zeros_on(o->params[i]->shape, o->state_dt, tensor_device(o->params[i]))))
+        if (slot_name(o, k) && !*s && len > 0) {
+            if (!(*s = tensor_zeros_on(sharded ? AMP_SHAPE(len) : o->params[i]->shape, o->state_dt,
+                                       tensor_device(o->params[i]))))
                 return amp_last_status();
             tensor_set_category(*s, AMP_MEM_OPTIMIZER);
         }
@@ -163,6 +176,9 @@ amp_tensor *amp_optim_state_tensor(const amp_optim *o, int i, const char *name)
 {
     if (!o || !name || i < 0 || i >= o->n)
         return amp_fail_null(AMP_ERR_ARG, "optim_state_tensor: bad optimizer, index %d or name", i);
+    if (optim_is_sharded(o, i))
+        return amp_fail_null(AMP_ERR_STATE, "optim_state_tensor: parameter %d's %s state is sharded over the ranks "
+                             "(ZeRO-1): amp_zero_gather_state first", i, o->name);
     for (int k = 0; k < OPTIM_MAX_STATE; k++)
         if (slot_name(o, k) && strcmp(slot_name(o, k), name) == 0) {
             amp_tensor *t = o->state[i * OPTIM_MAX_STATE + k];
@@ -325,16 +341,23 @@ amp_status optim_step_guarded(amp_optim *o, const float *found_inf)
     for (int i = 0; i < o->n; i++) {
         amp_tensor *p = o->params[i];
         /* autocast's kept 16-bit copy of the weight, when the step can
-         * write the next cast in the same pass (ops.h) */
-        amp_tensor *cast = p->grad && be->optim_writes_cast && !o->master[i] ? autocast_kept_for_update(p) : NULL;
+         * write the next cast in the same pass (ops.h)
+         * (not for a shard: the all-gather rewrites the weight anyway) */
+        const bool sharded = optim_is_sharded(o, i);
+        amp_tensor *cast = p->grad && be->optim_writes_cast && !o->master[i] && !sharded
+                               ? autocast_kept_for_update(p)
+                               : NULL;
+        /* a shard: p and g from element lo, the state and master are the
+         * shard's own (n = 0 for an empty one: the step still counts) */
+        const int64_t lo = o->shard_lo[i];
         if (p->grad)
-            ps[k++] = (be_optim_param){tensor_ptr(p),
-                                       tensor_ptr(p->grad),
+            ps[k++] = (be_optim_param){(char *)tensor_ptr(p) + (size_t)lo * amp_dtype_size(p->dtype),
+                                       (const char *)tensor_ptr(p->grad) + (size_t)lo * amp_dtype_size(p->grad->dtype),
                                        state_ptr(o, i, 0),
                                        state_ptr(o, i, 1),
                                        state_ptr(o, i, 2),
                                        o->master[i] ? tensor_f32(o->master[i]) : NULL,
-                                       p->numel,
+                                       o->shard_hi[i] - lo,
                                        p->dtype,
                                        p->grad->dtype,
                                        o->state_dt,
@@ -372,14 +395,34 @@ amp_status optim_sync_master(const amp_optim *o, int i)
         *m = NULL;
         return AMP_OK;
     }
-    if (*m && tensor_device(*m) == tensor_device(p) && o->master_version[i] == p->storage->version)
+    /* a shard's master holds the shard's elements only (none when empty) */
+    const int64_t lo = o->shard_lo[i], len = o->shard_hi[i] - lo;
+    const void *src = (const char *)tensor_ptr(p) + (size_t)lo * amp_dtype_size(p->dtype);
+    if (len == 0) {
+        amp_tensor_free(*m);
+        *m = NULL;
+        o->master_version[i] = p->storage->version;
         return AMP_OK;
-    if (*m && tensor_device(*m) == tensor_device(p)) {
+    }
+    const bool fits = *m && tensor_device(*m) == tensor_device(p) && (*m)->numel == len;
+    if (fits && o->master_version[i] == p->storage->version)
+        return AMP_OK;
+    if (fits) {
         /* Re-seed in place: the widening is exact. */
-        amp_status st = backend_of(tensor_device(p))->convert(tensor_ptr(p), p->dtype, tensor_ptr(*m), AMP_F32,
-                                                              p->numel);
+        amp_status st = backend_of(tensor_device(p))->convert(src, p->dtype, tensor_ptr(*m), AMP_F32, len);
         if (st != AMP_OK)
             return st;
+    } else if (optim_is_sharded(o, i)) {
+        amp_tensor *c = tensor_new_on(AMP_SHAPE(len), AMP_F32, tensor_device(p));
+        amp_status st = c ? backend_of(tensor_device(p))->convert(src, p->dtype, tensor_ptr(c), AMP_F32, len)
+                          : amp_last_status();
+        if (st != AMP_OK) {
+            amp_tensor_free(c);
+            return st;
+        }
+        tensor_set_category(c, AMP_MEM_PARAMETERS);
+        amp_tensor_free(*m);
+        *m = c;
     } else {
         amp_tensor *c = tensor_convert(p, AMP_F32);
         if (!c)
@@ -420,9 +463,105 @@ amp_tensor *amp_optim_master(const amp_optim *o, int i)
 {
     if (!o || i < 0 || i >= o->n)
         return amp_fail_null(AMP_ERR_ARG, "optim_master: bad optimizer or index %d", i);
+    if (optim_is_sharded(o, i))
+        return amp_fail_null(AMP_ERR_STATE, "optim_master: parameter %d's master is sharded over the ranks "
+                             "(ZeRO-1): amp_zero_gather_state first", i);
     if (optim_sync_master(o, i) != AMP_OK)
         return NULL;
     return o->master[i];
+}
+
+/* ---------------------------------------------------------- shards */
+
+bool optim_is_sharded(const amp_optim *o, int i)
+{
+    return o->shard_lo[i] != 0 || o->shard_hi[i] != o->params[i]->numel;
+}
+
+int optim_first_sharded(const amp_optim *o)
+{
+    for (int i = 0; o && i < o->n; i++)
+        if (optim_is_sharded(o, i))
+            return i;
+    return -1;
+}
+
+/* Elements [lo, lo + len) of the whole tensor t as a new 1-D tensor on its
+ * device (NULL + error; len > 0). */
+static amp_tensor *slice_of(const amp_tensor *t, int64_t lo, int64_t len)
+{
+    amp_tensor *c = tensor_new_on(AMP_SHAPE(len), t->dtype, tensor_device(t));
+    if (!c)
+        return NULL;
+    const size_t es = amp_dtype_size(t->dtype);
+    const amp_backend *be = backend_of(tensor_device(t));
+    if (be->copy(tensor_ptr(c), tensor_device(t), (const char *)tensor_ptr(t) + (size_t)lo * es, tensor_device(t),
+                 (size_t)len * es) != AMP_OK) {
+        amp_tensor_free(c);
+        return NULL;
+    }
+    tensor_set_category(c, (amp_mem_category)t->storage->category);
+    return c;
+}
+
+amp_status optim_set_shard(amp_optim *o, int i, int64_t lo, int64_t hi)
+{
+    if (!o || i < 0 || i >= o->n)
+        return amp_set_error(AMP_ERR_ARG, "optim_set_shard: bad optimizer or index %d", i);
+    const int64_t numel = o->params[i]->numel;
+    if (lo < 0 || lo > hi || hi > numel)
+        return amp_set_error(AMP_ERR_ARG, "%s: shard [%lld, %lld) of parameter %d (%lld elements) is out of range",
+                             o->name, (long long)lo, (long long)hi, i, (long long)numel);
+    if (lo == o->shard_lo[i] && hi == o->shard_hi[i])
+        return AMP_OK;
+    amp_tensor **st = &o->state[i * OPTIM_MAX_STATE];
+    bool has = o->master[i] != NULL;
+    for (int k = 0; k < OPTIM_MAX_STATE; k++)
+        has = has || st[k];
+    if (has && optim_is_sharded(o, i))
+        return amp_set_error(AMP_ERR_STATE, "%s: parameter %d's state is sharded as [%lld, %lld); it must be "
+                             "gathered before it is sharded as [%lld, %lld)", o->name, i,
+                             (long long)o->shard_lo[i], (long long)o->shard_hi[i], (long long)lo, (long long)hi);
+    if (has && (lo != 0 || hi != numel)) {
+        /* whole -> [lo, hi): every piece made before any is replaced */
+        amp_tensor *cut[OPTIM_MAX_STATE + 1] = {NULL};
+        for (int k = 0; k <= OPTIM_MAX_STATE; k++) {
+            amp_tensor *t = k < OPTIM_MAX_STATE ? st[k] : o->master[i];
+            if (t && hi > lo && !(cut[k] = slice_of(t, lo, hi - lo))) {
+                for (int j = 0; j < k; j++)
+                    amp_tensor_free(cut[j]);
+                return amp_last_status();
+            }
+        }
+        for (int k = 0; k < OPTIM_MAX_STATE; k++) {
+            amp_tensor_free(st[k]);
+            st[k] = cut[k];
+        }
+        amp_tensor_free(o->master[i]);
+        o->master[i] = cut[OPTIM_MAX_STATE];
+    }
+    o->shard_lo[i] = lo;
+    o->shard_hi[i] = hi;
+    return AMP_OK;
+}
+
+void optim_unshard(amp_optim *o, int i, amp_tensor *const state[OPTIM_MAX_STATE], amp_tensor *master)
+{
+    for (int k = 0; k < OPTIM_MAX_STATE; k++) {
+        amp_tensor_free(o->state[i * OPTIM_MAX_STATE + k]);
+        o->state[i * OPTIM_MAX_STATE + k] = state[k];
+    }
+    amp_tensor_free(o->master[i]);
+    o->master[i] = master;
+    o->shard_lo[i] = 0;
+    o->shard_hi[i] = o->params[i]->numel;
+    o->master_version[i] = o->params[i]->storage->version;
+}
+
+void optim_master_current(amp_optim *o, int i)
+{
+    if (o->master[i])
+        o->master_version[i] = o->params[i]->storage->version;
 }
 
 /* ------------------------------------------------------ state dtype */

@@ -27,8 +27,22 @@
  * another device) re-seeds the master from the 16-bit value before the
  * next use (optim_sync_master).
  *
+ * Shards (ZeRO stage 1, src/dist/zero.c): optim_set_shard restricts
+ * parameter i's update to its elements [lo, hi). Its state buffers (and
+ * its f32 master) then hold those hi - lo elements only (1-D; none at all
+ * when the range is empty), and the step hands the backend p, g (and a
+ * master) offset to lo with n = hi - lo. The update is elementwise, so
+ * each element gets the bits the unsharded step would give it; a parameter
+ * with an empty range still counts its step (an entry of n = 0), so the
+ * step counts and Adam's bias corrections stay per parameter and equal on
+ * every rank. (bf16 state with stochastic rounding draws its bits from the
+ * element's index in the buffer, so that one case is not bitwise.) A
+ * sharded parameter's state is not the parameter-shaped state the public
+ * accessors and checkpoints mean: amp_optim_state_tensor refuses it, and
+ * the dist layer gathers it back (optim_unshard) first.
+ *
  * Defines: optim_def, struct amp_optim (the state accessors are public, in
- * ampc.h), optim_new, optim_find, optim_step_guarded.
+ * ampc.h), optim_new, optim_find, optim_step_guarded, the shard calls.
  */
 #ifndef AMPC_OPTIM_H
 #define AMPC_OPTIM_H
@@ -87,6 +101,9 @@ struct amp_optim {
     uint64_t *master_version; /* n: the parameter's storage version its master was last in step with */
     amp_dtype state_dt;       /* the state buffers' dtype: AMP_F32 (default) or AMP_BF16 */
     bool state_sr;            /* bf16 state stored with stochastic rounding */
+    /* n: the elements [shard_lo[i], shard_hi[i]) of parameter i its step
+     * updates (optim_set_shard); [0, numel) unless sharded. */
+    int64_t *shard_lo, *shard_hi;
 };
 
 /* Brings parameter i's master in step with it when master weights are on
@@ -115,6 +132,27 @@ const optim_def *optim_find(const char *name);
  * it is non-zero the step changes nothing, counters included, decided on
  * the device without a host synchronisation (the grad scaler's step). */
 amp_status optim_step_guarded(amp_optim *o, const float *found_inf);
+
+/* Restricts parameter i's update to its elements [lo, hi) (0 <= lo <= hi
+ * <= numel; [0, numel) is the whole parameter again). State buffers and a
+ * master the parameter has are cut down to the range when it was whole;
+ * from one range to another only while it has neither (AMP_ERR_STATE:
+ * the state must be gathered, optim_unshard, first). On error nothing
+ * changed. */
+amp_status optim_set_shard(amp_optim *o, int i, int64_t lo, int64_t hi);
+/* Whether parameter i's update covers less than the whole parameter. */
+bool optim_is_sharded(const amp_optim *o, int i);
+/* The first sharded parameter, -1 when none is. */
+int optim_first_sharded(const amp_optim *o);
+/* Makes parameter i whole again with state[k] (parameter-shaped, in the
+ * state dtype on its device, or NULL for none) and master (f32,
+ * parameter-shaped, or NULL), taking ownership of them; the master is taken
+ * as in step with the parameter as it is now. */
+void optim_unshard(amp_optim *o, int i, amp_tensor *const state[OPTIM_MAX_STATE], amp_tensor *master);
+/* Takes parameter i's master as in step with the parameter as it is now
+ * (after a write that gave the parameter its master's rounding anyway:
+ * ZeRO's all-gather of the updated shards). */
+void optim_master_current(amp_optim *o, int i);
 
 /* The torch.optim constructors' check that v is finite and >= 0. */
 amp_status optim_check_nonneg(const char *opt, const char *what, double v);
