@@ -417,13 +417,20 @@ bool dist_on(void);
 /* The data-parallel options against the launch (before anything else);
  * -1 or EXIT_USAGE (message printed). */
 int dist_check_opts(const train_opts *o);
-/* Under an MPI launcher: amp_dist_init, --dist-timeout, rank 0 alone on
- * stdout, "ampc: rank R: " before each stderr line, the default threads
+/* Started by an MPI launcher on several ranks: rank 0 alone on stdout,
+ * "ampc: rank R: " before each stderr line (the launcher's rank), a line
+ * saying so when mpirun ends this rank (SIGTERM). Else nothing. */
+void dist_output(void);
+/* Under an MPI launcher: amp_dist_init, --dist-timeout, the default threads
  * per rank into o. -1, or 1 after a message (no MPI in the build). */
 int dist_begin(train_opts *o);
 /* Every rank's rc of a setup stage (-1: go on) made one: the largest exit
  * code any rank has, -1 when none has. A plain run's rc as it is. */
 int dist_agree(int rc);
+/* Whether every rank has the same settings and data shapes (o and ri as
+ * a checkpoint would keep them): -1, or EXIT_USAGE after a message. A
+ * collective: every rank calls it at the same point. */
+int dist_same_settings(const train_opts *o, const run_info *ri);
 /* Seconds a wait for the other ranks may last (--dist-timeout,
  * AMPC_DIST_TIMEOUT, else 300). */
 double dist_timeout_s(void);

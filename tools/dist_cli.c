@@ -24,6 +24,7 @@
 #include "comm/comm.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -72,7 +73,7 @@ int dist_check_opts(const train_opts *o)
 
 /* ------------------------------------------------ stderr, prefixed */
 
-static char g_prefix[32];
+static char g_prefix[48];
 static bool g_bol = true; /* the next byte starts a line */
 
 static void write_all(const char *p, size_t n)
@@ -88,29 +89,83 @@ static void write_all(const char *p, size_t n)
 
 /* Each line gets "ampc: rank R: " in front, in place of its own "ampc: "
  * (lines that name their rank already, comm_abort's, are left as they
- * are). The stream is line-buffered, so a line comes in one piece unless
- * it is longer than the buffer. */
+ * are), and goes out in one write with it, so that the ranks' lines do not
+ * interleave. The stream is line-buffered, so a line comes in one piece
+ * unless it is longer than the buffer. */
 static ssize_t prefix_write(void *cookie, const char *buf, size_t n)
 {
     (void)cookie;
+    char line[4096];
     size_t i = 0;
     while (i < n) {
+        size_t k = 0;
         if (g_bol) {
             size_t rest = n - i;
             if (!(rest >= 11 && memcmp(buf + i, "ampc: rank ", 11) == 0)) {
-                write_all(g_prefix, strlen(g_prefix));
+                k = strlen(g_prefix);
+                memcpy(line, g_prefix, k);
                 if (rest >= 6 && memcmp(buf + i, "ampc: ", 6) == 0)
                     i += 6;
             }
-            g_bol = false;
         }
         const char *nl = memchr(buf + i, '\n', n - i);
         size_t len = nl ? (size_t)(nl - (buf + i)) + 1 : n - i;
-        write_all(buf + i, len);
+        if (k + len <= sizeof line) {
+            memcpy(line + k, buf + i, len);
+            write_all(line, k + len);
+        } else {
+            write_all(line, k);
+            write_all(buf + i, len);
+        }
         i += len;
         g_bol = nl != NULL;
     }
     return (ssize_t)n;
+}
+
+/* SIGTERM is how mpirun ends the ranks that are left when one has died
+ * or aborted: each says so before it goes (async-signal-safe: write). */
+static char g_term_msg[160];
+static void on_term(int sig)
+{
+    write_all(g_term_msg, strlen(g_term_msg));
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void dist_output(void)
+{
+    static bool done;
+    int launched = comm_launched_size();
+    if (done || launched < 2)
+        return;
+    done = true;
+    /* The launcher's rank: amp_dist_rank() before amp_dist_init is 0. */
+    long rank = env_long("OMPI_COMM_WORLD_RANK");
+    if (!rank)
+        rank = env_long("PMIX_RANK");
+    if (!rank)
+        rank = env_long("PMI_RANK");
+    snprintf(g_prefix, sizeof g_prefix, "ampc: rank %ld: ", rank);
+    fflush(stderr);
+    FILE *f = fopencookie(NULL, "w", (cookie_io_functions_t){.write = prefix_write});
+    if (f) {
+        setvbuf(f, NULL, _IOLBF, 0);
+        stderr = f;
+    }
+    snprintf(g_term_msg, sizeof g_term_msg,
+             "ampc: rank %ld: ended by the launcher (SIGTERM): another rank failed, or the job was stopped\n", rank);
+    struct sigaction sa = {.sa_handler = on_term};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    if (rank != 0) { /* rank 0 alone shows progress and results */
+        fflush(stdout);
+        int fd = open("/dev/null", O_WRONLY);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            close(fd);
+        }
+    }
 }
 
 int dist_begin(train_opts *o)
@@ -133,24 +188,7 @@ int dist_begin(train_opts *o)
     g_launched = true;
     if (o->dist_timeout > 0)
         amp_dist_set_timeout(o->dist_timeout);
-    int rank = amp_dist_rank(), world = amp_dist_world_size();
-    if (world > 1) {
-        snprintf(g_prefix, sizeof g_prefix, "ampc: rank %d: ", rank);
-        fflush(stderr);
-        FILE *f = fopencookie(NULL, "w", (cookie_io_functions_t){.write = prefix_write});
-        if (f) {
-            setvbuf(f, NULL, _IOLBF, 0);
-            stderr = f;
-        }
-        if (rank != 0) { /* rank 0 alone shows progress and results */
-            fflush(stdout);
-            int fd = open("/dev/null", O_WRONLY);
-            if (fd >= 0) {
-                dup2(fd, STDOUT_FILENO);
-                close(fd);
-            }
-        }
-    }
+    int world = amp_dist_world_size();
     /* Threads: this node's cores shared by its ranks. */
     if (!o->given[opts_find("threads") - opts_table()]) {
         long local = env_long("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -177,6 +215,35 @@ int dist_agree(int rc)
     int64_t v = ((const int64_t *)amp_tensor_cdata(t))[0];
     amp_tensor_free(t);
     return v == 0 ? -1 : (int)(v - 1);
+}
+
+/* FNV-1a, 62 bits (so that its negation is an i64 too). */
+static int64_t hash62(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return (int64_t)(h >> 2);
+}
+
+int dist_same_settings(const train_opts *o, const run_info *ri)
+{
+    if (!dist_on() || amp_dist_world_size() < 2)
+        return -1;
+    char *json = settings_to_json(o, ri);
+    int64_t h = json ? hash62(json) : -1, v[2] = {h, -h};
+    free(json);
+    amp_tensor *t = amp_from_data(AMP_SHAPE(2), AMP_I64, v);
+    if (!t || amp_dist_all_reduce(t, AMP_REDUCE_MAX) != AMP_OK)
+        dist_abort(1, amp_last_error());
+    const int64_t *m = amp_tensor_cdata(t);
+    bool same = m[0] == h && -m[1] == h; /* the largest and the smallest are this rank's */
+    amp_tensor_free(t);
+    if (same)
+        return -1;
+    fprintf(stderr, "ampc: the ranks were started with different settings or data (the run's options, or the data's "
+                    "shapes): start every rank with the same options and data (mpirun -np N ampc train ...)\n");
+    return EXIT_USAGE;
 }
 
 void dist_abort(int rc, const char *why)

@@ -580,7 +580,9 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
     double t_loaded = now_s();
     if (rc < 0)
         rc = mem_check(o, &ri, &rd, o->dry_run); /* before the model is allocated */
-    if ((rc = agree(rc)) >= 0) {
+    if ((rc = agree(rc)) < 0) /* a collective: every rank is here */
+        rc = agree(dist_same_settings(o, &ri));
+    if (rc >= 0) {
         data_close(&rd);
         return rc;
     }
@@ -684,6 +686,7 @@ int train_main(int argc, char **argv)
     train_opts o, ck;
     run_info saved = {0};
     train_opts_default(&o);
+    dist_output();
     int rc = opts_parse(argc, argv, &o, false);
     /* Everything before dist_begin is the same on every rank: each
      * returns the same exit code, and MPI never started. */
