@@ -213,7 +213,9 @@ void train_usage(FILE *f)
             "(inf/NaN gradients) does not advance the lr schedule: the schedule holds.\n"
             "Each step's data depends on (--seed, step) alone, so --resume continues the\n"
             "run exactly where it stopped. On resume, settings come from the checkpoint;\n"
-            "options given override them, but not the model's shape or the optimizer.\n\n"
+            "options given override them, but not the model's shape or the optimizer.\n"
+            "Under mpirun -np N each process is one rank of a data-parallel run: its shard\n"
+            "of the data, gradients averaged over the ranks (docs/distributed.md).\n\n"
             "options:\n");
     usage_lines(f, false);
     fprintf(f, "\n--data defaults to %s (Debian's dataset-fashion-mnist) for mlp and cnn,\n"

@@ -119,6 +119,8 @@ static int watch_skips(run *r, int64_t step, bool skipped)
             "inf/NaN gradients, the scale is down to %g; re-running step %lld:\n",
             (long long)r->skip_streak, (long long)(step + 2 - r->skip_streak), (long long)step + 1,
             (long long)r->o->max_skips, amp_scaler_get_scale(r->t->scaler), (long long)step + 1);
+    if (r->ddp) /* the re-run's backward stays local */
+        amp_ddp_set_sync(r->ddp, false);
     diagnose_step(r->t, r->o, r->ri, r->rd->gpt, step, batch_cb, r);
     return 1;
 }
@@ -735,7 +737,8 @@ int train_profile_run(const train_opts *o, run_data *rd, run_info *ri)
     trainer t;
     if (!trainer_build(&t, o, ri, total))
         return 1;
-    run r = {.o = o, .rd = rd, .t = &t, .ri = ri, .nb = data_epoch_batches(rd, o), .cuda = strcmp(o->device, "cuda") == 0};
+    run r = {.o = o, .rd = rd, .t = &t, .ri = ri, .nb = data_epoch_batches(rd, o), .cuda = strcmp(o->device, "cuda") == 0,
+             .world = 1};
     r.read_each = !r.cuda;
     ri->sched_step = ri->skipped = 0;
     for (int64_t step = 0; step < total && rc < 0; step++) {
