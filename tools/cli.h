@@ -427,6 +427,9 @@ int dist_begin(train_opts *o);
 /* Every rank's rc of a setup stage (-1: go on) made one: the largest exit
  * code any rank has, -1 when none has. A plain run's rc as it is. */
 int dist_agree(int rc);
+/* The ranks of this job on this node (OMPI_COMM_WORLD_LOCAL_SIZE); 1 in a
+ * plain run. */
+int dist_local_ranks(void);
 /* Whether every rank has the same settings and data shapes (o and ri as
  * a checkpoint would keep them): -1, or EXIT_USAGE after a message. A
  * collective: every rank calls it at the same point. */

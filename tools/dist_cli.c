@@ -8,7 +8,8 @@
  *     --dist-timeout) are refused without a launcher: there is nothing to
  *     spread over.
  *   - Threads per rank: by default the cores divided by the ranks on this
- *     node (OMPI_COMM_WORLD_LOCAL_SIZE), at least 1.
+ *     node (OMPI_COMM_WORLD_LOCAL_SIZE), at least 1; memcheck.c divides
+ *     the host's memory among them the same way.
  *   - Output: rank 0 alone prints progress (the others' stdout goes to
  *     /dev/null); every rank's stderr lines read "ampc: rank R: ...", so
  *     an error names the rank that met it.
@@ -168,6 +169,18 @@ void dist_output(void)
     }
 }
 
+int dist_local_ranks(void)
+{
+    if (!dist_on())
+        return 1;
+    long local = env_long("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!local)
+        local = env_long("MPI_LOCALNRANKS");
+    if (!local)
+        local = amp_dist_world_size();
+    return local > 0 && local < 1 << 20 ? (int)local : 1;
+}
+
 int dist_begin(train_opts *o)
 {
     int launched = comm_launched_size();
@@ -188,15 +201,9 @@ int dist_begin(train_opts *o)
     g_launched = true;
     if (o->dist_timeout > 0)
         amp_dist_set_timeout(o->dist_timeout);
-    int world = amp_dist_world_size();
     /* Threads: this node's cores shared by its ranks. */
     if (!o->given[opts_find("threads") - opts_table()]) {
-        long local = env_long("OMPI_COMM_WORLD_LOCAL_SIZE");
-        if (!local)
-            local = env_long("MPI_LOCALNRANKS");
-        if (!local)
-            local = world;
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        long local = dist_local_ranks(), cores = sysconf(_SC_NPROCESSORS_ONLN);
         o->threads = cores / local >= 1 ? cores / local : 1;
     }
     return -1;
