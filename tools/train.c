@@ -17,6 +17,16 @@
  * the schedule's place, so a resumed run's losses equal the uninterrupted
  * run's bit for bit.
  *
+ * Under mpirun (dist_cli.c, docs/distributed.md) each process is one rank:
+ * it trains on its shard of the data (data.c), its parameters wrapped in
+ * an amp_ddp (no_sync for every micro-batch but the last; amp_ddp_finish
+ * before unscale) or, --zero 1, an amp_zero (reduce_gradients, the global
+ * clip, gather_parameters after the step, the state gathered around each
+ * save); the loss shown is the mean over the ranks. Rank 0 alone writes
+ * the log and the checkpoints. The setup stages end with dist_agree, so an
+ * error there ends every rank with the same exit code; an error later, on
+ * one rank, ends the job (dist_abort).
+ *
  * --device cuda: the model is on the GPU (build.c), each micro-batch is
  * copied there into buffers made once, autocast runs on AMP_CUDA, and the
  * host waits for the GPU only where it reads a value: the losses, summed
