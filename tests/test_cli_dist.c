@@ -108,18 +108,29 @@ static bool have_ddp(bool zero)
     return ok;
 }
 
+/* The -x options each app context of an mpirun command line takes. */
+static const char *mpi_env(void)
+{
+    static char buf[2048];
+    /* Open MPI's own allocations that live to the end (as the dist tests'
+     * suppressions say) are no leak of ampc's under LeakSanitizer. The
+     * slow unwinder sees through Open MPI's frames (built without frame
+     * pointers), so that the suppressions find its libraries. */
+    const char *src = getenv("AMPC_SOURCE_DIR");
+    char lsan[1200] = "";
+    if (src)
+        snprintf(lsan, sizeof lsan, " -x LSAN_OPTIONS=suppressions=%s/tests/dist/lsan.supp:fast_unwind_on_malloc=0",
+                 src);
+    snprintf(buf, sizeof buf, " -x OMP_WAIT_POLICY=PASSIVE%s", lsan);
+    return buf;
+}
+
 /* "mpirun OPTS" as cli_run_env's prefix: the command line becomes
  * "mpirun OPTS 'ampc' ARGS". */
 static const char *mpi(const char *opts)
 {
-    static char buf[2048];
-    /* Open MPI's own allocations that live to the end (as the dist tests'
-     * suppressions say) are no leak of ampc's under LeakSanitizer. */
-    const char *src = getenv("AMPC_SOURCE_DIR");
-    char lsan[1200] = "";
-    if (src)
-        snprintf(lsan, sizeof lsan, " -x LSAN_OPTIONS=suppressions=%s/tests/dist/lsan.supp", src);
-    snprintf(buf, sizeof buf, "'%s' %s -x OMP_WAIT_POLICY=PASSIVE%s", mpirun, opts, lsan);
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "'%s' %s%s", mpirun, opts, mpi_env());
     return buf;
 }
 
@@ -359,7 +370,7 @@ static void test_zero_1_trains_as_ddp(void)
 /* Starts "mpirun ARGS" with stdout and stderr into file err; its pid. */
 static pid_t start_mpirun(const char *args, const char *err)
 {
-    char cmd[4096];
+    char cmd[8192];
     snprintf(cmd, sizeof cmd, "exec %s '%s' %s", mpi(NP2), cli_ampc, args);
     pid_t pid = fork();
     if (pid == 0) {
@@ -550,8 +561,9 @@ static void test_data_parallel_options_are_checked(void)
                   cli_out);
     }
     /* Ranks started with different options (MPMD): refused by all. */
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "train " MLP " --steps 3 : -np 1 '%s' train " MLP " --steps 4", tiny, cli_ampc, tiny);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "train " MLP " --steps 3 : -np 1%s '%s' train " MLP " --steps 4", tiny, mpi_env(),
+             cli_ampc, tiny);
     int rc = cli_run_env(mpi("--oversubscribe --allow-run-as-root -np 1"), "%s", cmd);
     CHECK_MSG(rc == EXIT_USAGE, "different options: exit %d:\n%s", rc, cli_out);
     CHECK_OUT("the ranks were started with different settings");
