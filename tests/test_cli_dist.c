@@ -19,7 +19,8 @@
  *     checkpoint resumes on 1 process, saying the shards change.
  *   - Failure: a rank killed with kill -9 ends the job (mpirun exits
  *     non-zero within 30 s, naming rank 1); a stopped rank (SIGSTOP) makes
- *     the other time out (--dist-timeout 2) with comm's message naming
+ *     the other time out (--dist-timeout 2, or AMPC_DIST_TIMEOUT=2) with
+ *     comm's message naming
  *     what it waited for; a rank that fails alone mid-run (rank 0's --log
  *     on /dev/full) ends the job at once, saying which rank and why.
  *   - Options: the data-parallel ones refused without mpirun and checked
@@ -121,7 +122,8 @@ static const char *mpi_env(void)
     if (src)
         snprintf(lsan, sizeof lsan, " -x LSAN_OPTIONS=suppressions=%s/tests/dist/lsan.supp:fast_unwind_on_malloc=0",
                  src);
-    snprintf(buf, sizeof buf, " -x OMP_WAIT_POLICY=PASSIVE%s", lsan);
+    snprintf(buf, sizeof buf, " -x OMP_WAIT_POLICY=PASSIVE%s%s", lsan,
+             getenv("AMPC_DIST_TIMEOUT") ? " -x AMPC_DIST_TIMEOUT" : "");
     return buf;
 }
 
@@ -485,14 +487,18 @@ static void test_a_rank_killed_ends_the_job_naming_it(void)
     free(out);
 }
 
-static void test_a_stopped_rank_times_the_other_out(void)
+/* Rank 1 stopped (SIGSTOP) while the job trains with a 2 s timeout (the
+ * option, or the environment's AMPC_DIST_TIMEOUT when env). */
+static void stop_rank_1(bool env)
 {
-    if (!have_ddp(false))
-        return;
     char err[512], args[1024];
     cli_path(err, sizeof err, "stop.txt");
-    snprintf(args, sizeof args, LONG_RUN " --dist-timeout 2", tiny);
+    snprintf(args, sizeof args, LONG_RUN "%s", tiny, env ? "" : " --dist-timeout 2");
+    if (env) /* mpirun passes it on (mpi_env's -x) */
+        setenv("AMPC_DIST_TIMEOUT", "2", 1);
     pid_t mp = start_mpirun(args, err);
+    if (env)
+        unsetenv("AMPC_DIST_TIMEOUT");
     pid_t r1 = find_rank(mp, 1);
     CHECK_MSG(r1 > 0, "rank 1 not found among mpirun's children");
     sleep(2);
@@ -507,6 +513,18 @@ static void test_a_stopped_rank_times_the_other_out(void)
     CHECK_MSG(out && strstr(out, "ampc: rank 0: timed out after 2 s waiting for"),
               "rank 0's timeout not reported:\n%s", out ? out : "");
     free(out);
+}
+
+static void test_a_stopped_rank_times_the_other_out(void)
+{
+    if (have_ddp(false))
+        stop_rank_1(false);
+}
+
+static void test_the_timeout_comes_from_the_environment_too(void)
+{
+    if (have_ddp(false))
+        stop_rank_1(true);
 }
 
 static void test_a_rank_failing_alone_ends_the_job(void)
@@ -585,6 +603,7 @@ int main(void)
     RUN(test_zero_1_trains_as_ddp);
     RUN(test_a_rank_killed_ends_the_job_naming_it);
     RUN(test_a_stopped_rank_times_the_other_out);
+    RUN(test_the_timeout_comes_from_the_environment_too);
     RUN(test_a_rank_failing_alone_ends_the_job);
     RUN(test_data_parallel_options_are_checked);
     cli_cleanup();
