@@ -20,9 +20,9 @@
  *   - Failure: a rank killed with kill -9 ends the job (mpirun exits
  *     non-zero within 30 s, naming rank 1); a stopped rank (SIGSTOP) makes
  *     the other time out (--dist-timeout 2, or AMPC_DIST_TIMEOUT=2) with
- *     comm's message naming
- *     what it waited for; a rank that fails alone mid-run (rank 0's --log
- *     on /dev/full) ends the job at once, saying which rank and why.
+ *     comm's message naming what it waited for; a rank that fails alone
+ *     mid-run (rank 0's --log on /dev/full) ends the job at once, saying
+ *     which rank and why.
  *   - Options: the data-parallel ones refused without mpirun and checked
  *     under it (exit 2, naming the option); ranks started with different
  *     options are refused.
