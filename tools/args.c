@@ -120,6 +120,16 @@ static const opt_def opts[] = {
     O("memory", "", OPT_FLAG, OC_RUN, memory, 0, 0, NULL, NULL, false,
       "at the end, print the memory per category (parameters, gradients, optimizer state, activations, "
       "cast cache, temporaries, workspace, data) and per phase, on each device"),
+
+    O("bucket-mb", "X", OPT_REAL, OC_RUN, bucket_mb, 1e-3, 1e6, NULL, NULL, false,
+      "under mpirun: gradients all-reduced in buckets of X MiB during backward (default 25)"),
+    O("compress", "DT", OPT_STR, OC_RUN, compress, 0, 0, "none|bf16|fp16", NULL, false,
+      "under mpirun: send the gradient buckets rounded to bf16 / fp16, summed in fp32 (default none)"),
+    O("zero", "N", OPT_INT, OC_RUN, zero, 0, 1, NULL, NULL, false,
+      "under mpirun: 1 shards the optimizer state over the ranks (ZeRO stage 1; default 0: DDP)"),
+    O("dist-timeout", "S", OPT_REAL, OC_RUN, dist_timeout, 1e-3, 1e7, NULL, NULL, false,
+      "under mpirun: seconds a rank waits for the others before it ends the job (default "
+      "AMPC_DIST_TIMEOUT or 300)"),
 };
 #define N_OPTS (int)(sizeof opts / sizeof opts[0])
 _Static_assert(N_OPTS <= CLI_MAX_OPTS, "raise CLI_MAX_OPTS");
@@ -172,6 +182,8 @@ void train_opts_default(train_opts *o)
     o->save_every = 1000;
     o->profile_steps = 5;
     o->profile_warmup = 2;
+    o->bucket_mb = 25;
+    o->compress = "none";
 }
 
 bool is_gpt(const train_opts *o) { return strcmp(o->model, "gpt") == 0; }
@@ -201,7 +213,9 @@ void train_usage(FILE *f)
             "(inf/NaN gradients) does not advance the lr schedule: the schedule holds.\n"
             "Each step's data depends on (--seed, step) alone, so --resume continues the\n"
             "run exactly where it stopped. On resume, settings come from the checkpoint;\n"
-            "options given override them, but not the model's shape or the optimizer.\n\n"
+            "options given override them, but not the model's shape or the optimizer.\n"
+            "Under mpirun -np N each process is one rank of a data-parallel run: its shard\n"
+            "of the data, gradients averaged over the ranks (docs/distributed.md).\n\n"
             "options:\n");
     usage_lines(f, false);
     fprintf(f, "\n--data defaults to %s (Debian's dataset-fashion-mnist) for mlp and cnn,\n"

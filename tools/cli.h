@@ -11,6 +11,8 @@
  *   build.c       the model, optimizer, precision and schedule of a run
  *   checkpoint_cli.c  DIR/checkpoint.safetensors: save, read settings, load
  *   train.c       the train command: the step and the loop
+ *   dist_cli.c    one rank of `mpirun -np N ampc train`: start, output,
+ *                 agreeing on errors, ending the job
  *   estimate.c    the memory a run will need, from its settings and shapes
  *   memcheck.c    that estimate against the memory available: --dry-run's
  *                 table, the refusal before a run that cannot fit
@@ -96,6 +98,11 @@ typedef struct {
     bool dry_run;          /* print the memory estimate and stop */
     bool no_memory_check;  /* run even when the estimate does not fit */
     bool memory;           /* print the memory categories table at the end */
+    /* Data-parallel (under mpirun; dist_cli.c): */
+    double bucket_mb;      /* DDP's bucket size in MiB (default 25) */
+    const char *compress;  /* "none", "bf16", "fp16": DDP's bucket compression */
+    int64_t zero;          /* 1: ZeRO stage 1 instead of DDP */
+    double dist_timeout;   /* seconds any wait for the other ranks may last; 0: AMPC_DIST_TIMEOUT or 300 */
     bool given[CLI_MAX_OPTS]; /* per option (args.c's table order): set on the command line */
 } train_opts;
 
@@ -149,6 +156,7 @@ typedef struct {
     int64_t vocab;                                      /* gpt */
     int64_t sched_step; /* optimizer steps taken (a skipped one is not) */
     int64_t skipped;    /* steps the scaler skipped so far */
+    int64_t world_size; /* ranks the run was saved on; 0: not recorded (one) */
 } run_info;
 
 /* The settings and run info as one JSON object (malloc'd; NULL when out of
@@ -198,17 +206,28 @@ typedef struct {
     amp_tensor *x, *y;
     amp_tensor *tail_x, *tail_y; /* the smaller last batch of a pass (evaluation) */
     int64_t size, tail;
-    int64_t *idx;      /* the current epoch's order (training) */
+    int64_t *idx;      /* the current epoch's order (training), padded to a multiple of world */
     int64_t epoch;     /* whose order idx holds; -1: none */
     uint64_t seed;
+    int rank, world;   /* training: this rank's shard of world (DistributedSampler) */
+    int64_t per_rank;  /* training: the shard's rows per epoch, ceil(n / world) */
 } batcher;
 
 bool batcher_init(batcher *b, const dataset *d, int64_t size, bool image, bool with_tail);
+/* The same, for a training batcher (no tail) drawing rank's shard of world
+ * ranks (batcher_init's is rank 0 of 1). */
+bool batcher_init_shard(batcher *b, const dataset *d, int64_t size, bool image, int rank, int world);
 void batcher_free(batcher *b);
-/* Training: full batches per epoch (the last partial one is dropped). */
+/* Training: full batches per epoch of this rank's shard (the last partial
+ * one is dropped, on every rank alike). */
 int64_t batcher_epoch_batches(const batcher *b, const dataset *d);
 /* Training micro-batch m of the run (m counts from 0 across epochs): its
- * rows depend on (seed, m) only, so a resumed run continues the order. */
+ * rows depend on (seed, m, rank, world) only, so a resumed run continues
+ * the order. With world ranks, DistributedSampler's: epoch e's permutation
+ * of all n rows from (seed, e), the same on every rank, padded to a
+ * multiple of world by repeating its first rows; rank r takes positions
+ * r, r + world, r + 2 world ...; micro-batch k of the epoch is the k-th
+ * run of size of those. One rank: the permutation in order. */
 bool batcher_train(batcher *b, const dataset *d, int64_t m, amp_tensor **x, amp_tensor **y);
 /* Evaluation: batch k of one in-order pass, the last one smaller. */
 int64_t batcher_count(const batcher *b, const dataset *d);
@@ -223,8 +242,9 @@ typedef struct {
 /* Loads path (file or directory); false (message naming it) on failure. */
 bool text_load(text_data *t, const char *path, int64_t batch, int64_t context);
 void text_free(text_data *t);
-/* Micro-batches per "epoch": as many tokens as the training split holds. */
-int64_t text_epoch_batches(const text_data *t, int64_t batch, int64_t context);
+/* Micro-batches per "epoch" of each of world ranks: together as many
+ * tokens as the training split holds. */
+int64_t text_epoch_batches(const text_data *t, int64_t batch, int64_t context, int world);
 
 /* Everything a run reads: the training and test sets (mlp, cnn) or the
  * corpus (gpt), with their batch buffers. */
@@ -386,6 +406,43 @@ int train_profile_run(const train_opts *o, run_data *rd, run_info *ri);
 /* --device cuda without a usable GPU: the clear error naming the device and
  * the library's reason; -1 for cpu or an available GPU, else 1 after it. */
 int device_check(const train_opts *o, const char *who);
+
+/* --------------------------------------------------------- dist_cli.c */
+
+/* comm_launched_size(): the ranks an MPI launcher started, -1 without one. */
+int dist_launched(void);
+/* Whether this run is one rank of a data-parallel job (dist_begin ran
+ * amp_dist_init). */
+bool dist_on(void);
+/* The data-parallel options against the launch (before anything else);
+ * -1 or EXIT_USAGE (message printed). */
+int dist_check_opts(const train_opts *o);
+/* Started by an MPI launcher on several ranks: rank 0 alone on stdout,
+ * "ampc: rank R: " before each stderr line (the launcher's rank), a line
+ * saying so when mpirun ends this rank (SIGTERM). Else nothing. */
+void dist_output(void);
+/* Under an MPI launcher: amp_dist_init, --dist-timeout, the default threads
+ * per rank into o. -1, or 1 after a message (no MPI in the build). */
+int dist_begin(train_opts *o);
+/* Every rank's rc of a setup stage (-1: go on) made one: the largest exit
+ * code any rank has, -1 when none has. A plain run's rc as it is. */
+int dist_agree(int rc);
+/* The ranks of this job on this node (OMPI_COMM_WORLD_LOCAL_SIZE); 1 in a
+ * plain run. */
+int dist_local_ranks(void);
+/* Whether every rank has the same settings and data shapes (o and ri as
+ * a checkpoint would keep them): -1, or EXIT_USAGE after a message. A
+ * collective: every rank calls it at the same point. */
+int dist_same_settings(const train_opts *o, const run_info *ri);
+/* Seconds a wait for the other ranks may last (--dist-timeout,
+ * AMPC_DIST_TIMEOUT, else 300). */
+double dist_timeout_s(void);
+/* A data-parallel run: prints why and ends every rank (comm_abort with rc);
+ * returns (doing nothing) in a plain run. */
+void dist_abort(int rc, const char *why);
+/* The end of a data-parallel run: amp_dist_finalize (waits for every
+ * rank). Returns rc (1 when rc was 0 and finalizing failed). */
+int dist_end(int rc);
 
 /* -------------------------------------------------------- preflight.c */
 

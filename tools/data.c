@@ -3,10 +3,12 @@
  * files and normalised once, or a text corpus; batches copied into buffers
  * that live for the whole run (no allocation per step).
  *
- * A training batch depends on (seed, micro-batch number) alone: images
- * come from the seeded permutation of their epoch, text windows from a
- * seed derived from the step. So a run resumed at step N draws exactly
- * the batches the uninterrupted run would have.
+ * A training batch depends on (seed, micro-batch number) alone (and, in a
+ * data-parallel run, the rank and world size): images come from the
+ * seeded permutation of their epoch (each rank its DistributedSampler
+ * shard of it, see batcher_train in cli.h), text windows from a seed
+ * derived from the step (and the rank). So a run resumed at step N draws
+ * exactly the batches the uninterrupted run would have.
  */
 #include "cli.h"
 
@@ -254,11 +256,14 @@ void shuffle_indices(int64_t *idx, int64_t n, uint64_t seed, uint64_t epoch)
     }
 }
 
-bool batcher_init(batcher *b, const dataset *d, int64_t size, bool image, bool with_tail)
+static bool init_batcher(batcher *b, const dataset *d, int64_t size, bool image, bool with_tail, int rank, int world)
 {
     memset(b, 0, sizeof *b);
     b->epoch = -1;
-    b->size = size < d->n ? size : d->n;
+    b->rank = with_tail ? 0 : rank;
+    b->world = with_tail || world < 1 ? 1 : world;
+    b->per_rank = (d->n + b->world - 1) / b->world;
+    b->size = size < b->per_rank ? size : b->per_rank;
     b->tail = with_tail ? d->n % b->size : 0;
     amp_shape xs = image ? AMP_SHAPE(b->size, 1, d->height, d->width) : AMP_SHAPE(b->size, d->features);
     b->x = amp_empty(xs, AMP_F32);
@@ -271,7 +276,7 @@ bool batcher_init(batcher *b, const dataset *d, int64_t size, bool image, bool w
         ok = b->tail_x && b->tail_y;
     }
     if (ok && !with_tail) {
-        b->idx = malloc(sizeof *b->idx * (size_t)d->n);
+        b->idx = malloc(sizeof *b->idx * (size_t)(b->per_rank * b->world));
         ok = b->idx != NULL;
     }
     if (!ok) {
@@ -279,6 +284,16 @@ bool batcher_init(batcher *b, const dataset *d, int64_t size, bool image, bool w
         batcher_free(b);
     }
     return ok;
+}
+
+bool batcher_init(batcher *b, const dataset *d, int64_t size, bool image, bool with_tail)
+{
+    return init_batcher(b, d, size, image, with_tail, 0, 1);
+}
+
+bool batcher_init_shard(batcher *b, const dataset *d, int64_t size, bool image, int rank, int world)
+{
+    return init_batcher(b, d, size, image, false, rank, world);
 }
 
 void batcher_free(batcher *b)
@@ -291,7 +306,11 @@ void batcher_free(batcher *b)
     memset(b, 0, sizeof *b);
 }
 
-int64_t batcher_epoch_batches(const batcher *b, const dataset *d) { return d->n / b->size; }
+int64_t batcher_epoch_batches(const batcher *b, const dataset *d)
+{
+    (void)d;
+    return b->per_rank / b->size;
+}
 int64_t batcher_count(const batcher *b, const dataset *d) { return (d->n + b->size - 1) / b->size; }
 
 /* Copies rows (src[r], or first + r when src is NULL) into x and y. */
@@ -315,6 +334,15 @@ bool batcher_train(batcher *b, const dataset *d, int64_t m, amp_tensor **x, amp_
     int64_t nb = batcher_epoch_batches(b, d), epoch = m / nb, k = m % nb;
     if (epoch != b->epoch) {
         shuffle_indices(b->idx, d->n, b->seed, (uint64_t)epoch);
+        /* DistributedSampler's padding (drop_last false): the first rows
+         * again, so that every rank has per_rank of them. */
+        for (int64_t i = d->n; i < b->per_rank * b->world; i++)
+            b->idx[i] = b->idx[i - d->n];
+        /* Rank r's positions r, r + world, ... gathered to the front (one
+         * rank: the permutation as it is). */
+        if (b->world > 1)
+            for (int64_t i = 0; i < b->per_rank; i++)
+                b->idx[i] = b->idx[b->rank + i * b->world];
         b->epoch = epoch;
     }
     copy_rows(d, b->idx + k * b->size, 0, b->size, b->x, b->y);
@@ -377,9 +405,9 @@ void text_free(text_data *t)
     memset(t, 0, sizeof *t);
 }
 
-int64_t text_epoch_batches(const text_data *t, int64_t batch, int64_t context)
+int64_t text_epoch_batches(const text_data *t, int64_t batch, int64_t context, int world)
 {
-    int64_t train = amp_text_length(t->text) / 10 * 9, per = batch * context;
+    int64_t train = amp_text_length(t->text) / 10 * 9, per = batch * context * (world > 1 ? world : 1);
     return train / per > 0 ? train / per : 1;
 }
 
@@ -421,7 +449,8 @@ static int open_data(run_data *rd, const train_opts *o, run_info *ri, bool train
     ri->height = ref->height;
     ri->width = ref->width;
     ri->classes = ref->classes;
-    if ((train && !batcher_init(&rd->tb, &rd->train, o->batch, image, false)) ||
+    if ((train && !batcher_init_shard(&rd->tb, &rd->train, o->batch, image, amp_dist_rank(),
+                                      amp_dist_world_size())) ||
         !batcher_init(&rd->eb, &rd->test, EVAL_BATCH, image, true)) {
         data_close(rd);
         return 1;
@@ -470,5 +499,6 @@ int data_check(const run_info *have, const run_info *saved, const train_opts *o,
 
 int64_t data_epoch_batches(const run_data *rd, const train_opts *o)
 {
-    return rd->gpt ? text_epoch_batches(&rd->text, o->batch, o->context) : batcher_epoch_batches(&rd->tb, &rd->train);
+    return rd->gpt ? text_epoch_batches(&rd->text, o->batch, o->context, amp_dist_world_size())
+                   : batcher_epoch_batches(&rd->tb, &rd->train);
 }

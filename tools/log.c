@@ -71,6 +71,8 @@ amp_status log_step(log_file *l, const log_record *r)
         fprintf(l->f, ",\"tokens_per_s\":%s", log_number(num, sizeof num, r->tokens_per_s, 6));
     if (r->samples_per_s > 0)
         fprintf(l->f, ",\"samples_per_s\":%s", log_number(num, sizeof num, r->samples_per_s, 6));
+    if (r->world_size > 1)
+        fprintf(l->f, ",\"world_size\":%lld", (long long)r->world_size);
     fputs("}\n", l->f);
     /* A failed fprintf sets the stream's error flag: one check covers all. */
     if (fflush(l->f) != 0 || ferror(l->f))

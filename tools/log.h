@@ -7,7 +7,7 @@
  *
  *   {"step":120,"epoch":1,"loss":0.5123,"lr":0.001,"scale":65536,
  *    "skipped":false,"grad_norm":1.25,"step_ms":3.217,
- *    "val_loss":0.61,"tokens_per_s":81234.5,"samples_per_s":2210.1}
+ *    "val_loss":0.61,"tokens_per_s":81234.5,"samples_per_s":2210.1,"world_size":2}
  *
  *   step        the optimizer step, counted from 1
  *   epoch       1-based; written when > 0
@@ -21,7 +21,11 @@
  *               computed, or non-finite)
  *   step_ms     the step's wall time in milliseconds
  *   val_loss    a validation loss measured at this step; when has_val
- *   tokens_per_s, samples_per_s  throughput; written when > 0
+ *   tokens_per_s, samples_per_s  throughput (all ranks together); written
+ *               when > 0
+ *   world_size  the ranks of a data-parallel run (mpirun -np N); written
+ *               when > 1 (the loss and grad norm are then the means over
+ *               the ranks, rank 0 writes the log)
  *
  * JSON has no NaN or infinity: a non-finite number is written as null
  * (a NaN or inf loss appears as "loss":null). Numbers are printed with
@@ -50,6 +54,7 @@ typedef struct {
     double val_loss;
     double tokens_per_s;  /* > 0: written */
     double samples_per_s; /* > 0: written */
+    int64_t world_size;   /* > 1: written */
 } log_record;
 
 /* Opens path for writing: truncated, or appended to when append (a resumed

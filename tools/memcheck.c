@@ -357,6 +357,14 @@ int mem_check(const train_opts *o, const run_info *ri, const run_data *rd, bool 
     e.host_total += e.host[MEM_PROGRAM];
     mem_budget b, db;
     mem_budget_get(&b);
+    /* Data-parallel: this node's ranks run side by side, each with its
+     * share of the host's memory (a GPU is each rank's own). */
+    int local = dist_local_ranks();
+    if (local > 1 && b.known) {
+        b.bytes /= (uint64_t)local;
+        size_t n = strlen(b.source);
+        snprintf(b.source + n, sizeof b.source - n, ", divided by the %d ranks on this node", local);
+    }
     memset(&db, 0, sizeof db);
     if (cuda)
         mem_budget_device(&db);

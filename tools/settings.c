@@ -3,14 +3,15 @@
  *
  *   {"ampc": "0.1.0",
  *    "settings": {"model": "cnn", "batch": 64, "lr": 0.002, ...},
- *    "run": {"features": 784, ..., "sched_step": 937, "skipped": 0}}
+ *    "run": {"features": 784, ..., "sched_step": 937, "skipped": 0, "world_size": 2}}
  *
  * "settings" holds every saved option (args.c's table, class SETTING or
  * SHAPE) that applies to the run, under its command-line name; reading
  * passes each value's text through the same parser as the command line,
  * so a checkpoint cannot smuggle in a value the command line would
  * refuse. "run" holds what the data decided (input shape, classes,
- * vocabulary) and where the schedule stands.
+ * vocabulary), where the schedule stands, and the ranks it ran on
+ * (world_size; 0 or absent: one process).
  *
  * settings_merge is the resume rule: the checkpoint's settings, with the
  * options given on the command line on top, except that a given option
@@ -97,9 +98,9 @@ char *settings_to_json(const train_opts *o, const run_info *ri)
     jb_printf(&b,
               "},\"run\":{\"features\":%" PRId64 ",\"channels\":%" PRId64 ",\"height\":%" PRId64
               ",\"width\":%" PRId64 ",\"classes\":%" PRId64 ",\"vocab\":%" PRId64 ",\"sched_step\":%" PRId64
-              ",\"skipped\":%" PRId64 "}}",
+              ",\"skipped\":%" PRId64 ",\"world_size\":%" PRId64 "}}",
               ri->features, ri->channels, ri->height, ri->width, ri->classes, ri->vocab, ri->sched_step,
-              ri->skipped);
+              ri->skipped, ri->world_size);
     if (b.oom) {
         jb_free(&b);
         return NULL;
@@ -245,6 +246,10 @@ int settings_from_json(const char *text, const char *where, train_opts *ck, run_
                          &ri->classes,  &ri->vocab,    &ri->sched_step, &ri->skipped};
     for (int i = 0; i < 8 && rc < 0; i++)
         rc = get_run_value(run, keys[i].key, 0, keys[i].hi, fields[i], where);
+    /* The ranks it was saved on: absent from checkpoints older than
+     * data-parallel training (one rank, read as 0). */
+    if (rc < 0 && json_get(run, "world_size"))
+        rc = get_run_value(run, "world_size", 0, 1 << 24, &ri->world_size, where);
     int64_t hw;
     if (rc < 0 && (__builtin_mul_overflow(ri->height, ri->width, &hw) || hw != ri->features)) {
         fprintf(stderr, "ampc: %s: the saved run values disagree: features %" PRId64 " is not height %" PRId64

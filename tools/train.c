@@ -17,6 +17,16 @@
  * the schedule's place, so a resumed run's losses equal the uninterrupted
  * run's bit for bit.
  *
+ * Under mpirun (dist_cli.c, docs/distributed.md) each process is one rank:
+ * it trains on its shard of the data (data.c), its parameters wrapped in
+ * an amp_ddp (no_sync for every micro-batch but the last; amp_ddp_finish
+ * before unscale) or, --zero 1, an amp_zero (reduce_gradients, the global
+ * clip, gather_parameters after the step, the state gathered around each
+ * save); the loss shown is the mean over the ranks. Rank 0 alone writes
+ * the log and the checkpoints. The setup stages end with dist_agree, so an
+ * error there ends every rank with the same exit code; an error later, on
+ * one rank, ends the job (dist_abort).
+ *
  * --device cuda: the model is on the GPU (build.c), each micro-batch is
  * copied there into buffers made once, autocast runs on AMP_CUDA, and the
  * host waits for the GPU only where it reads a value: the losses, summed
@@ -39,6 +49,10 @@
 #include <string.h>
 
 #define TEXT_STREAM 0x747874ull /* "txt": the training windows' seeds */
+/* Rank r > 0 of a data-parallel run draws its windows from stream
+ * TEXT_STREAM + r * RANK_STREAM: a stream of its own (rank 0's is the
+ * plain run's). */
+#define RANK_STREAM 0x100000000ull
 
 typedef struct {
     const train_opts *o;
@@ -54,6 +68,10 @@ typedef struct {
     int64_t loss_steps;         /* steps loss_acc holds */
     int64_t loss_skipped;       /* of those, steps the scaler skipped */
     int64_t skip_streak;        /* steps skipped in a row (--max-skips) */
+    int world;                  /* ranks (1: a plain run) */
+    amp_ddp *ddp;               /* data-parallel (mpirun), unless --zero 1 */
+    amp_zero *zero;             /* --zero 1 */
+    amp_tensor *loss_red;       /* data-parallel on the CPU: [1] f32, the step's loss averaged over the ranks */
 } run;
 
 typedef struct {
@@ -83,8 +101,8 @@ static bool micro_batch(run *r, int64_t m, amp_tensor **x, amp_tensor **y)
 {
     if (r->rd->gpt) {
         text_data *td = &r->rd->text;
-        if (amp_text_batch(td->text, false, derive_seed(r->o->seed, TEXT_STREAM, (uint64_t)m), td->x, td->y) !=
-            AMP_OK)
+        uint64_t stream = TEXT_STREAM + (uint64_t)amp_dist_rank() * RANK_STREAM;
+        if (amp_text_batch(td->text, false, derive_seed(r->o->seed, stream, (uint64_t)m), td->x, td->y) != AMP_OK)
             return false;
         *x = td->x;
         *y = td->y;
@@ -111,6 +129,8 @@ static int watch_skips(run *r, int64_t step, bool skipped)
             "inf/NaN gradients, the scale is down to %g; re-running step %lld:\n",
             (long long)r->skip_streak, (long long)(step + 2 - r->skip_streak), (long long)step + 1,
             (long long)r->o->max_skips, amp_scaler_get_scale(r->t->scaler), (long long)step + 1);
+    if (r->ddp) /* the re-run's backward stays local */
+        amp_ddp_set_sync(r->ddp, false);
     diagnose_step(r->t, r->o, r->ri, r->rd->gpt, step, batch_cb, r);
     return 1;
 }
@@ -155,6 +175,10 @@ static amp_status pend_loss(run *r, amp_tensor *loss)
 static double read_losses(run *r, int64_t *n, int64_t *skipped)
 {
     amp_clear_error();
+    /* Data-parallel: the mean over the ranks (every rank reads at every
+     * step then, so the all-reduces pair up). */
+    if (r->world > 1 && r->loss_acc && amp_dist_all_reduce(r->loss_acc, AMP_REDUCE_AVG) != AMP_OK)
+        return NAN;
     double v = r->loss_acc ? amp_item(r->loss_acc) : 0.0;
     *n = r->loss_steps;
     *skipped = r->loss_skipped;
@@ -204,6 +228,10 @@ static int train_step(run *r, int64_t step, step_out *out)
     out->loss = 0;
     for (int64_t j = 0; j < o->accum; j++) {
         amp_tensor *x, *y;
+        /* DDP's no_sync: the buckets go out in the last micro-batch's
+         * backward only. */
+        if (r->ddp)
+            amp_ddp_set_sync(r->ddp, j == o->accum - 1);
         /* The phases the profiler shows (the library marks backward and
          * what follows it); a few ns each when it is off. */
         amp_phase_begin(AMP_PHASE_DATA);
@@ -226,15 +254,32 @@ static int train_step(run *r, int64_t step, step_out *out)
             out->loss += amp_item(loss);
         amp_temps_free(); /* the gradients live on in the parameters */
     }
+    /* Data-parallel: every gradient the average over the ranks (DDP), or
+     * this rank's shard of it (ZeRO-1), before unscale; the loss shown is
+     * the mean over the ranks. */
+    if (r->ddp && amp_ddp_finish(r->ddp) != AMP_OK)
+        return fail("the gradient all-reduce", step + 1);
+    if (r->zero && amp_zero_reduce_gradients(r->zero) != AMP_OK)
+        return fail("the gradient reduce-scatter", step + 1);
+    if (r->loss_red) {
+        float l = (float)out->loss;
+        if (amp_tensor_copy_in(r->loss_red, &l, AMP_F32) != AMP_OK ||
+            amp_dist_all_reduce(r->loss_red, AMP_REDUCE_AVG) != AMP_OK)
+            return fail("the loss all-reduce", step + 1);
+        out->loss = ((const float *)amp_tensor_cdata(r->loss_red))[0];
+    }
     out->scale = scaled && !r->cuda ? amp_scaler_get_scale(t->scaler) : NAN;
     if (amp_scaler_unscale(t->scaler, t->opt) != AMP_OK)
         return fail("unscale", step + 1);
     out->grad_norm = NAN;
     const double max_norm = o->clip > 0 ? o->clip : INFINITY;
-    if (!r->cuda) {
+    if (!r->cuda || r->zero) {
         amp_clear_error(); /* a NaN norm is a value (inf / NaN gradients), unless an error says otherwise */
         amp_phase_begin(AMP_PHASE_UNSCALE); /* the check's and clipping's phase */
-        out->grad_norm = amp_clip_grad_norm(t->params, t->n_params, max_norm);
+        /* ZeRO-1: each rank holds its shard of the gradients; the norm is
+         * the global one. */
+        out->grad_norm = r->zero ? amp_zero_clip_grad_norm(r->zero, max_norm)
+                                 : amp_clip_grad_norm(t->params, t->n_params, max_norm);
         amp_phase_end(AMP_PHASE_UNSCALE);
         if (isnan(out->grad_norm) && amp_last_status() != AMP_OK)
             return fail("clip_grad_norm", step + 1);
@@ -264,6 +309,10 @@ static int train_step(run *r, int64_t step, step_out *out)
         out->scale = amp_scaler_get_scale(t->scaler);
     if (amp_scaler_update(t->scaler) != AMP_OK)
         return fail("optimizer step", step + 1);
+    /* ZeRO-1: every rank takes every shard's new values (after a skipped
+     * step too, so that the ranks stay in step; nothing changed then). */
+    if (r->zero && amp_zero_gather_parameters(r->zero) != AMP_OK)
+        return fail("the parameter all-gather", step + 1);
     if (out->skipped)
         r->ri->skipped++;
     else
@@ -291,19 +340,36 @@ static bool progress_due(const progress *p, int64_t step)
     return (step - p->first) % p->every == 0 || step == p->total || (p->live && now_s() - p->t_live > 0.2);
 }
 
+/* Saves the run at step into --save: rank 0 writes the file; with ZeRO-1
+ * every rank takes part in gathering the optimizer state first and
+ * sharding it again after. -1 or an exit code. */
+static int save_run(run *r, int64_t step)
+{
+    if (r->zero && amp_zero_gather_state(r->zero) != AMP_OK)
+        return fail("gathering the optimizer state", step);
+    int rc = amp_dist_rank() == 0 ? checkpoint_save_run(r->o->save, r->t, r->o, r->ri, step) : -1;
+    if (r->zero && amp_zero_shard_state(r->zero) != AMP_OK && rc < 0)
+        rc = fail("sharding the optimizer state", step);
+    return rc;
+}
+
 /* Steps first..stop-1 of total, with logs and checkpoints. -1 or an exit
  * code. */
 static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_file *lf)
 {
     const train_opts *o = r->o;
-    int64_t per_step = o->batch * o->accum * (r->rd->gpt ? o->context : 1); /* < 2^20 * 2^16 * 2^16 */
+    /* Samples or tokens per step over all ranks: < 2^20 * 2^16 * 2^16 per
+     * rank; the throughput shown saturates past INT64_MAX. */
+    int64_t per_step = o->batch * o->accum * (r->rd->gpt ? o->context : 1);
+    if (__builtin_mul_overflow(per_step, (int64_t)r->world, &per_step))
+        per_step = INT64_MAX;
     profile_window pw; /* --profile */
     int rc = profile_window_init(&pw, o, first, stop);
     if (rc >= 0)
         return rc;
     progress pg;
     progress_begin(&pg, o, first, total, per_step, r->rd->gpt);
-    r->read_each = !r->cuda || lf != NULL;
+    r->read_each = !r->cuda || lf != NULL || r->world > 1;
     for (int64_t step = first; step < stop; step++) {
         double t0 = now_s();
         step_out s;
@@ -356,7 +422,8 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
                               .scale = s.scale,
                               .skipped = s.skipped,
                               .grad_norm = s.grad_norm,
-                              .step_ms = ms};
+                              .step_ms = ms,
+                              .world_size = r->world};
             double rate = (double)per_step / (ms / 1e3);
             *(r->rd->gpt ? &rec.tokens_per_s : &rec.samples_per_s) = rate;
             if (log_step(lf, &rec) != AMP_OK) {
@@ -375,7 +442,7 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
             progress_step(&pg, step + 1, s.loss / (double)n, r->t, r->ri->skipped);
         if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < stop) {
             progress_clear(&pg);
-            if ((rc = checkpoint_save_run(o->save, r->t, o, r->ri, step + 1)) >= 0)
+            if ((rc = save_run(r, step + 1)) >= 0)
                 return rc;
         }
     }
@@ -415,6 +482,15 @@ static void print_config(const run *r, int64_t total)
     if (o->epochs > 0)
         printf(" (%lld epochs)", (long long)o->epochs);
     printf(", seed %llu, threads %d\n", (unsigned long long)o->seed, amp_get_num_threads());
+    if (r->world > 1) {
+        printf("data-parallel: %d ranks, batch %lld per rank (%lld in all), ", r->world, (long long)o->batch,
+               (long long)(o->batch * r->world));
+        if (r->zero)
+            printf("ZeRO stage 1 (optimizer state %.1f KiB on this rank)", (double)amp_zero_state_bytes(r->zero) / 1024);
+        else
+            printf("DDP buckets of %g MiB, compression %s", o->bucket_mb, o->compress);
+        printf(", timeout %g s\n", dist_timeout_s());
+    }
     printf("kernels %s\n", amp_cpu_kernels());
     fflush(stdout);
 }
@@ -463,49 +539,95 @@ static int finish(run *r, double t0, double t_loaded, double t_trained)
     return 0;
 }
 
+/* A setup stage's rc, agreed over the ranks (dist_agree): an exit code
+ * every rank returns, so none ends the job for the others. */
+static bool g_agreed;
+static int agree(int rc)
+{
+    rc = dist_agree(rc);
+    if (rc >= 0)
+        g_agreed = true;
+    return rc;
+}
+
+/* Data-parallel: the amp_ddp (or, --zero 1, the amp_zero) over the
+ * trainer's parameters. -1 or 1 (message printed). */
+static int dist_wrap(run *r)
+{
+    const train_opts *o = r->o;
+    if (o->zero == 1) {
+        if (!(r->zero = amp_zero_new(r->t->opt))) {
+            fprintf(stderr, "ampc: --zero 1: %s\n", amp_last_error());
+            return 1;
+        }
+        return -1;
+    }
+    amp_ddp_opts d = amp_ddp_defaults();
+    d.bucket_mb = o->bucket_mb;
+    d.compress = strcmp(o->compress, "bf16") == 0 ? AMP_BF16 : strcmp(o->compress, "fp16") == 0 ? AMP_F16 : AMP_F32;
+    if (!(r->ddp = amp_ddp_new(r->t->params, r->t->n_params, d))) {
+        fprintf(stderr, "ampc: data-parallel gradients (amp_ddp): %s\n", amp_last_error());
+        return 1;
+    }
+    return -1;
+}
+
 static int train_run(const train_opts *o, const train_opts *ck, const run_info *saved)
 {
     double t0 = now_s();
     run_data rd;
     run_info ri = {0};
-    int rc = data_open(&rd, o, &ri, true);
-    if (rc >= 0)
+    const int world = amp_dist_world_size();
+    int rc = agree(data_open(&rd, o, &ri, true));
+    if (rc >= 0) {
+        data_close(&rd); /* (what another rank failed to load; closing twice is harmless) */
         return rc;
+    }
+    ri.world_size = world;
     char where[4096] = "";
     if (o->resume)
         checkpoint_path(where, sizeof where, o->resume);
-    if (saved && ((rc = data_check(&ri, saved, o, where)) >= 0 ||
-                  (rc = checkpoint_check_size(o->resume, o, &ri)) >= 0)) {
-        data_close(&rd);
-        return rc;
-    }
+    if (saved && (rc = data_check(&ri, saved, o, where)) < 0)
+        rc = checkpoint_check_size(o->resume, o, &ri);
     double t_loaded = now_s();
-    if ((rc = mem_check(o, &ri, &rd, o->dry_run)) >= 0) { /* before the model is allocated */
+    if (rc < 0)
+        rc = mem_check(o, &ri, &rd, o->dry_run); /* before the model is allocated */
+    if ((rc = agree(rc)) < 0) /* a collective: every rank is here */
+        rc = agree(dist_same_settings(o, &ri));
+    if (rc >= 0) {
         data_close(&rd);
         return rc;
     }
 
-    run r = {.o = o, .rd = &rd, .ri = &ri, .nb = data_epoch_batches(&rd, o), .cuda = strcmp(o->device, "cuda") == 0};
+    run r = {.o = o, .rd = &rd, .ri = &ri, .nb = data_epoch_batches(&rd, o), .cuda = strcmp(o->device, "cuda") == 0,
+             .world = world};
     int64_t total = o->steps;
     if (total <= 0) { /* epochs * nb / accum: at most 1e6 * 2^32 (a u32 IDX dimension), checked anyway */
         if (__builtin_mul_overflow(o->epochs, r.nb, &total) || total / o->accum > CLI_MAX_STEPS) {
             fprintf(stderr, "ampc: --epochs %lld of %lld micro-batches, %lld per step, is more than %lld steps\n",
                     (long long)o->epochs, (long long)r.nb, (long long)o->accum, (long long)CLI_MAX_STEPS);
             data_close(&rd);
-            return EXIT_USAGE;
+            return agree(EXIT_USAGE);
         }
         total /= o->accum;
     }
     if (total < 1)
         total = 1;
     trainer t;
-    if (!trainer_build(&t, o, &ri, total)) {
+    bool built = trainer_build(&t, o, &ri, total);
+    if ((rc = agree(built ? -1 : 1)) >= 0) {
+        if (built) /* another rank's build failed */
+            trainer_free(&t);
         data_close(&rd);
-        return 1;
+        return rc;
     }
     r.t = &t;
+    /* ZeRO-1 wraps the optimizer before a resumed run's state is loaded
+     * into it (and sharded after); DDP takes rank 0's parameters. */
+    if (world > 1 && o->zero == 1)
+        rc = dist_wrap(&r);
     int64_t first = 0;
-    if (saved) {
+    if (rc < 0 && saved) {
         /* The checkpoint's scaler state, when it had a scaler and this
          * run has one (a precision changed on resume starts afresh). */
         bool had = strcmp(ck->precision, "fp16") == 0 && !ck->no_scaler;
@@ -521,29 +643,47 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
             rc = 1;
         }
     }
+    if ((rc = agree(rc)) < 0 && r.zero && amp_zero_shard_state(r.zero) != AMP_OK)
+        rc = fail("sharding the optimizer state", first);
+    if (rc < 0 && world > 1 && o->zero != 1)
+        rc = dist_wrap(&r);
+    if (rc < 0 && world > 1 && !r.cuda && !(r.loss_red = amp_zeros(AMP_SHAPE(1), AMP_F32)))
+        rc = fail("the loss buffer", first);
     log_file *lf = NULL;
-    if (rc < 0)
+    if (rc < 0 && amp_dist_rank() == 0) /* rank 0 alone writes the log */
         rc = open_log(o, &lf);
+    if (!g_agreed) /* agreed already: every rank stops there */
+        rc = agree(rc);
     if (rc < 0) {
         print_config(&r, total);
-        if (saved)
+        if (saved) {
             printf("resumed from %s at step %lld of %lld\n", where, (long long)first, (long long)total);
+            int64_t was = saved->world_size > 0 ? saved->world_size : 1;
+            if (was != world)
+                printf("saved on %lld rank%s, resumed on %d: the data shards differ from here on (the data order "
+                       "from step %lld is this world's)\n",
+                       (long long)was, was == 1 ? "" : "s", world, (long long)first);
+        }
         int64_t stop = o->stop_at > 0 && o->stop_at < total ? o->stop_at : total;
         if (first < stop) {
             rc = train_loop(&r, first, stop, total, lf);
             if (rc < 0 && o->save)
-                rc = checkpoint_save_run(o->save, &t, o, &ri, stop);
+                rc = save_run(&r, stop);
             if (rc < 0 && stop < total)
-                printf("stopped at step %lld of %lld (--stop-at): continue with ampc train --resume %s\n",
-                       (long long)stop, (long long)total, o->save);
+                printf("stopped at step %lld of %lld (--stop-at): continue with %sampc train --resume %s\n",
+                       (long long)stop, (long long)total, world > 1 ? "mpirun -np N " : "", o->save);
         }
     }
     if (lf && log_close(lf) != AMP_OK && rc < 0) {
         fprintf(stderr, "ampc: --log: %s\n", amp_last_error());
         rc = 1;
     }
+    /* Every rank evaluates its (identical) model, rank 0 prints. */
     if (rc < 0)
         rc = finish(&r, t0, t_loaded, now_s());
+    amp_ddp_free(r.ddp);
+    amp_zero_free(r.zero);
+    amp_tensor_free(r.loss_red);
     amp_tensor_free(r.dev_x);
     amp_tensor_free(r.dev_y);
     amp_tensor_free(r.loss_acc);
@@ -558,14 +698,23 @@ int train_main(int argc, char **argv)
     train_opts o, ck;
     run_info saved = {0};
     train_opts_default(&o);
+    dist_output();
     int rc = opts_parse(argc, argv, &o, false);
-    if (rc < 0 && !o.dry_run) /* a dry run estimates a cuda run without a GPU too */
+    /* Everything before dist_begin is the same on every rank: each
+     * returns the same exit code, and MPI never started. */
+    if (rc < 0)
+        rc = dist_check_opts(&o);
+    if (rc < 0)
+        rc = dist_begin(&o);
+    if (rc >= 0)
+        return rc;
+    if (!o.dry_run) /* a dry run estimates a cuda run without a GPU too */
         rc = device_check(&o, "ampc train");
     if (rc < 0 && o.resume) {
         char where[4096];
         checkpoint_path(where, sizeof where, o.resume);
         rc = checkpoint_read_settings(o.resume, &ck, &saved);
-        if (rc < 0)
+        if (rc < 0 && amp_dist_rank() == 0)
             checkpoint_clean(o.resume);
         if (rc < 0)
             rc = settings_merge(&o, &ck, where);
@@ -574,14 +723,19 @@ int train_main(int argc, char **argv)
     }
     if (rc < 0)
         rc = opts_resolve(&o);
-    if (rc < 0)
+    if (rc < 0 && amp_dist_rank() == 0) /* rank 0 alone writes --log and --save */
         rc = preflight(&o);
     if (rc < 0)
         rc = profile_preflight(&o);
-    if (rc >= 0)
-        return rc;
-    amp_set_num_threads((int)o.threads);
-    return train_run(&o, o.resume ? &ck : NULL, o.resume ? &saved : NULL);
+    if ((rc = agree(rc)) < 0) {
+        amp_set_num_threads((int)o.threads);
+        rc = train_run(&o, o.resume ? &ck : NULL, o.resume ? &saved : NULL);
+    }
+    /* A rank that failed alone (the others train on, or wait for it):
+     * the whole job ends, now. */
+    if (rc > 0 && !g_agreed)
+        dist_abort(rc, "this rank cannot go on");
+    return dist_end(rc);
 }
 
 int train_profile_run(const train_opts *o, run_data *rd, run_info *ri)
@@ -593,7 +747,8 @@ int train_profile_run(const train_opts *o, run_data *rd, run_info *ri)
     trainer t;
     if (!trainer_build(&t, o, ri, total))
         return 1;
-    run r = {.o = o, .rd = rd, .t = &t, .ri = ri, .nb = data_epoch_batches(rd, o), .cuda = strcmp(o->device, "cuda") == 0};
+    run r = {.o = o, .rd = rd, .t = &t, .ri = ri, .nb = data_epoch_batches(rd, o), .cuda = strcmp(o->device, "cuda") == 0,
+             .world = 1};
     r.read_each = !r.cuda;
     ri->sched_step = ri->skipped = 0;
     for (int64_t step = 0; step < total && rc < 0; step++) {

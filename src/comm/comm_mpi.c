@@ -73,12 +73,14 @@ double comm_timeout(void)
     return g_timeout;
 }
 
+#ifdef AMPC_HAVE_MPI
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+#endif
 
 _Noreturn void comm_abort(int code, const char *fmt, ...)
 {
