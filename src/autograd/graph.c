@@ -487,8 +487,9 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
                     st = accumulate(&x->grad_fn->grad, gin[i], x->dtype);
                 else {
                     st = accumulate_leaf(x, gin[i]);
-                    if (st == AMP_OK && rt)
-                        ready_insert(rt, x)->got = true; /* present: counted by ready_build */
+                    ready_entry *e = st == AMP_OK && rt ? ready_find(rt, x) : NULL;
+                    if (e) /* counted by ready_build */
+                        e->got = true;
                     else if (st == AMP_OK && nested_into)
                         st = ready_note_nested(nested_into, x);
                 }
