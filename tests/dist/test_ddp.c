@@ -63,8 +63,9 @@ static void batch(int step, int lo, int hi, amp_tensor **x, amp_tensor **y)
     }
     if (poison_rank1 && rank == 1)
         xs[lo * IN] = INFINITY;
-    *x = amp_from_data(AMP_SHAPE(hi - lo, IN), AMP_F32, xs + lo * IN);
-    *y = amp_from_data(AMP_SHAPE(hi - lo), AMP_I64, ys + lo);
+    /* temporaries: amp_temps_free releases them */
+    *x = pool_add(amp_from_data(AMP_SHAPE(hi - lo, IN), AMP_F32, xs + lo * IN));
+    *y = pool_add(amp_from_data(AMP_SHAPE(hi - lo), AMP_I64, ys + lo));
 }
 
 static amp_tensor *mlp_loss(amp_module *m, int step, int lo, int hi)
@@ -287,7 +288,8 @@ static void test_gpt_checkpointed_average_is_exact(void)
     int64_t idx[BB * T], tgt[BB * T];
     for (int i = 0; i < BB * T; i++)
         idx[i] = (int64_t)(mix((uint64_t)(rank * 1000 + i)) % V), tgt[i] = (int64_t)(mix((uint64_t)(rank * 999 + i)) % V);
-    amp_tensor *x = amp_from_data(AMP_SHAPE(BB, T), AMP_I64, idx), *y = amp_from_data(AMP_SHAPE(BB * T), AMP_I64, tgt);
+    amp_tensor *x = pool_add(amp_from_data(AMP_SHAPE(BB, T), AMP_I64, idx));
+    amp_tensor *y = pool_add(amp_from_data(AMP_SHAPE(BB * T), AMP_I64, tgt));
     amp_tensor *logits = amp_module_forward(m, x);
     CHECK_OK(amp_backward(amp_cross_entropy(amp_reshape(logits, AMP_SHAPE(BB * T, V)), y)));
     float **local = gather_grads(p, n);
