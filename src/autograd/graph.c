@@ -327,7 +327,7 @@ static void ready_fire(ready_entry *e)
 {
     if (ready_fn && e->got && !e->fired && e->pending == 0) {
         e->fired = true;
-        ready_fn(ready_ctx, e->t);
+        ready_fn(ready_ctx, AUTOGRAD_LEAF_READY, e->t);
     }
 }
 
@@ -434,8 +434,8 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
                                  "backward: the tensor does not require grad and has no grad_fn");
         amp_status st = accumulate_leaf(t, (amp_tensor *)seed);
         if (st == AMP_OK && ready_fn && backward_depth == 0) {
-            ready_fn(ready_ctx, NULL);
-            ready_fn(ready_ctx, t);
+            ready_fn(ready_ctx, AUTOGRAD_BACKWARD_BEGIN, NULL);
+            ready_fn(ready_ctx, AUTOGRAD_LEAF_READY, t);
         } else if (st == AMP_OK && ready_outer && backward_depth > 0)
             st = ready_note_nested(ready_outer, t);
         return st;
@@ -453,7 +453,7 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
     /* The grad-ready hook's table, for the outermost backward only. */
     ready_table rt_mem, *rt = NULL;
     if (st == AMP_OK && ready_fn && backward_depth == 0) {
-        ready_fn(ready_ctx, NULL);
+        ready_fn(ready_ctx, AUTOGRAD_BACKWARD_BEGIN, NULL);
         if ((st = ready_build(&rt_mem, &order)) == AMP_OK)
             ready_outer = rt = &rt_mem;
     }
@@ -503,8 +503,11 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
          * end (on an error too; the loop stops and the rest go below). */
         amp_tensor_free(n->grad);
         n->grad = NULL;
-        if (rt)
+        if (rt) {
             ready_after_node(rt, n, st == AMP_OK);
+            if (ready_fn && st == AMP_OK)
+                ready_fn(ready_ctx, AUTOGRAD_NODE_DONE, NULL);
+        }
     }
     amp_no_grad_end();
     backward_depth--;

@@ -19,7 +19,8 @@
  * rank order. Buckets start strictly in index order (a complete bucket
  * waits for the ones before it), so every rank issues the same collectives
  * in the same order even when a parameter gets no gradient on one rank.
- * Every hook call also lets MPI progress the buckets in flight.
+ * After every node of backward (the hook's AUTOGRAD_NODE_DONE) and every
+ * report, MPI is let progress the buckets in flight (an MPI_Test each).
  *
  * amp_ddp_finish starts the buckets that did not start, waits for all of
  * them, and writes sum / world into each .grad (rounded to the gradient's
@@ -197,11 +198,11 @@ static void begin_sync(amp_ddp *d)
         d->b[k].pending = d->b[k].count;
 }
 
-static void on_ready(amp_ddp *d, amp_tensor *leaf)
+static void on_ready(amp_ddp *d, autograd_event ev, amp_tensor *leaf)
 {
-    if (!d->sync)
+    if (!d->sync || ev == AUTOGRAD_NODE_DONE)
         return; /* no_sync: backward only accumulates */
-    if (!leaf) { /* a backward begins (of this model or another's) */
+    if (ev == AUTOGRAD_BACKWARD_BEGIN) { /* of this model or another's */
         if (!d->active)
             begin_sync(d);
         return;
@@ -229,12 +230,19 @@ static void on_ready(amp_ddp *d, amp_tensor *leaf)
     }
 }
 
-static void hook(void *ctx, amp_tensor *leaf)
+static void hook(void *ctx, autograd_event ev, amp_tensor *leaf)
 {
     (void)ctx;
-    for (amp_ddp *d = live; d; d = d->next_live)
-        on_ready(d, leaf);
-    comm_progress(); /* let MPI move what is in flight while backward goes on */
+    bool in_flight = false;
+    for (amp_ddp *d = live; d; d = d->next_live) {
+        on_ready(d, ev, leaf);
+        in_flight |= d->active && d->next > 0;
+    }
+    /* After every node and report: let MPI move what is in flight while
+     * backward goes on (Open MPI progresses a non-blocking collective
+     * only inside MPI calls). */
+    if (in_flight)
+        comm_progress();
 }
 
 /* --------------------------------------------------------------- new */

@@ -99,17 +99,19 @@ static float *copy_f32(const amp_tensor *t)
 
 typedef struct {
     amp_tensor *seen[16];
-    int n, begins;
-    bool complete[16]; /* the leaf's .grad was final when reported */
-    const float *final[16];
+    int n, begins, nodes;
 } hook_log;
 
 static hook_log hlog;
 
-static void record_hook(void *ctx, amp_tensor *leaf)
+static void record_hook(void *ctx, autograd_event ev, amp_tensor *leaf)
 {
     (void)ctx;
-    if (!leaf) {
+    if (ev == AUTOGRAD_NODE_DONE) {
+        hlog.nodes++;
+        return;
+    }
+    if (ev == AUTOGRAD_BACKWARD_BEGIN) {
         hlog.begins++;
         return;
     }
@@ -178,6 +180,7 @@ static void test_grad_ready_hook(void)
         CHECK_OK(amp_backward(amp_sum_all(amp_linear(x, w, NULL))));
     CHECK_EQ_INT(hlog.begins, 2);
     CHECK_EQ_INT(times_seen(w), 2);
+    CHECK_EQ_INT(hlog.nodes, 4); /* linear and sum_all, twice */
     autograd_set_grad_ready_hook(NULL, NULL);
     free(ref[0]), free(ref[1]);
     amp_tensor_free(w), amp_tensor_free(u), amp_tensor_free(v), amp_tensor_free(x);
