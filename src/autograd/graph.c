@@ -20,7 +20,9 @@
  * as the nodes run, and reports a leaf when its count reaches zero and no
  * opaque node (the checkpoint's, which runs a nested backward) is left to
  * run; nested backwards only note the parameters they reached, reported
- * after the last opaque node. With no hook none of this runs.
+ * after the last opaque node. The hook also hears when an outermost
+ * backward begins and when each of its nodes is done. With no hook none
+ * of this runs.
  */
 #include "autograd/graph.h"
 #include "backend/backend.h"
