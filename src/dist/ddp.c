@@ -134,12 +134,16 @@ static amp_status bucket_start(amp_ddp *d, int k)
     float *flags = bk->count <= 64 ? flags_stack : malloc((size_t)bk->count * sizeof *flags);
     if (!flags)
         return amp_set_error(AMP_ERR_MEMORY, "ddp: out of memory");
-    amp_status st = AMP_OK;
-    for (int j = 0; j < bk->count && st == AMP_OK; j++) {
+    /* A gradient that cannot be packed (a wrong shape or device: this
+     * rank's own error) is sent as zeros and the error returned after the
+     * collective has started: every rank issues the same collectives. */
+    amp_status pack = AMP_OK, st = AMP_OK;
+    for (int j = 0; j < bk->count; j++) {
         int i = d->order[bk->first + j];
         amp_tensor *p = d->params[i], *g = p->grad;
         float *dst = bk->buf + d->offset[i];
         flags[j] = g ? 1.0f : 0.0f;
+        st = AMP_OK;
         if (g && g->numel != p->numel)
             st = amp_set_error(AMP_ERR_SHAPE, "ddp: parameter %d has %lld elements but its gradient %lld", i,
                                (long long)p->numel, (long long)g->numel);
@@ -150,17 +154,20 @@ static amp_status bucket_start(amp_ddp *d, int k)
             st = be->copy(dst, d->dev, tensor_ptr(g), d->dev, (size_t)p->numel * sizeof(float));
         else if (g)
             st = be->convert(tensor_ptr(g), g->dtype, dst, AMP_F32, p->numel);
-        else {
+        if (!g || st != AMP_OK) {
             const float zero = 0.0f;
-            st = be->fill(dst, p->numel, &zero, sizeof zero);
+            if (st != AMP_OK && pack == AMP_OK)
+                pack = st;
+            flags[j] = 0.0f;
+            if ((st = be->fill(dst, p->numel, &zero, sizeof zero)) != AMP_OK && pack == AMP_OK)
+                pack = st;
         }
     }
-    if (st == AMP_OK)
-        st = be->copy(bk->buf + bk->numel, d->dev, flags, AMP_CPU, (size_t)bk->count * sizeof(float));
+    st = be->copy(bk->buf + bk->numel, d->dev, flags, AMP_CPU, (size_t)bk->count * sizeof(float));
     if (flags != flags_stack)
         free(flags);
-    if (st != AMP_OK)
-        return st;
+    if (st != AMP_OK && pack == AMP_OK)
+        pack = st;
     const int64_t len = bk->numel + bk->count;
     if (d->o.compress == AMP_F32) {
         st = comm_allreduce(bk->buf, len, AMP_F32, AMP_REDUCE_SUM, d->dev, &bk->req);
@@ -172,20 +179,23 @@ static amp_status bucket_start(amp_ddp *d, int k)
         d->stats.bytes_sent += len * 2;
     }
     bk->started = st == AMP_OK;
-    return st;
+    return st != AMP_OK ? st : pack;
 }
 
 /* Starts the buckets from d->next on whose parameters are all reported
  * (every: finish), in index order. */
 static amp_status start_ready(amp_ddp *d, bool every)
 {
+    amp_status first = AMP_OK;
     while (d->next < d->nb && (every || d->b[d->next].pending == 0)) {
         amp_status st = bucket_start(d, d->next);
         d->next++;
-        if (st != AMP_OK)
-            return st;
+        if (st != AMP_OK && first == AMP_OK) {
+            first = st;
+            hook_fail(d, st);
+        }
     }
-    return AMP_OK;
+    return first;
 }
 
 /* A new synchronised backward: nothing reported, nothing started. */
@@ -223,11 +233,8 @@ static void on_ready(amp_ddp *d, autograd_event ev, amp_tensor *leaf)
     }
     d->ready[i] = true;
     int k = d->bucket_of[i];
-    if (--d->b[k].pending == 0 && k == d->next && d->err == AMP_OK) {
-        amp_status st = start_ready(d, false);
-        if (st != AMP_OK)
-            hook_fail(d, st);
-    }
+    if (--d->b[k].pending == 0 && k == d->next)
+        start_ready(d, false); /* a failure is kept for finish */
 }
 
 static void hook(void *ctx, autograd_event ev, amp_tensor *leaf)
@@ -340,11 +347,10 @@ static void ddp_release(amp_ddp *d)
     for (int k = 0; d->b && k < d->nb; k++) {
         if (d->b[k].req)
             comm_wait(d->b[k].req, "a gradient bucket of a freed ddp");
-        if (d->be) {
-            d->be->free(d->b[k].buf);
-            d->be->free(d->b[k].half);
-            d->be->free(d->b[k].gathered);
-        }
+        void *bufs[3] = {d->b[k].buf, d->b[k].half, d->b[k].gathered};
+        for (int j = 0; j < 3; j++)
+            if (bufs[j])
+                d->be->free(bufs[j]);
     }
     for (int i = 0; d->params && i < d->n; i++)
         amp_tensor_free(d->params[i]);
@@ -525,9 +531,8 @@ amp_status amp_ddp_finish(amp_ddp *d)
     if (!d->active)
         return d->err == AMP_OK ? AMP_OK : amp_set_error(d->err, "%s", d->errmsg);
     const int early = d->next;
-    amp_status st = d->err == AMP_OK ? start_ready(d, true) : AMP_OK;
-    if (st != AMP_OK)
-        hook_fail(d, st);
+    start_ready(d, true); /* whatever failed: the other ranks start them too */
+    amp_status st = AMP_OK;
     /* Wait for every bucket that started (whatever failed: the others
      * issued the same collectives), then unpack. */
     const double t0 = now_s();

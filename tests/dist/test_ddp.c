@@ -350,6 +350,21 @@ static void test_missing_gradients_and_16_bit_parameters(void)
     for (int i = 0; h->grad && i < 4; i++)
         CHECK(amp_tensor_get(h->grad, i) == 1.5); /* (1 + 2) / 2 */
     CHECK(amp_ddp_get_stats(d).buckets >= 3);
+    /* rank 1 alone holds a gradient that cannot be packed (wrong size):
+     * it gets the error, rank 0 finishes; neither hangs */
+    amp_tensor_clear_grad(a), amp_tensor_clear_grad(b), amp_tensor_clear_grad(h);
+    CHECK_OK(amp_backward(amp_sum_all(amp_mul(a, a))));
+    if (rank == 1)
+        c->grad = tensor_zeros(AMP_SHAPE(5), AMP_F32);
+    amp_status st = amp_ddp_finish(d);
+    if (rank == 1) {
+        CHECK(st == AMP_ERR_SHAPE);
+        CHECK_ERROR(AMP_ERR_SHAPE, "parameter 2 has 2 elements but its gradient 5");
+    } else {
+        CHECK_OK(st);
+        CHECK(c->grad == NULL);
+    }
+    CHECK_OK(amp_ddp_finish(d)); /* done: nothing left */
     amp_ddp_free(d);
     amp_tensor_free(a), amp_tensor_free(b), amp_tensor_free(c), amp_tensor_free(h);
     amp_temps_free();
