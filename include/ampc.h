@@ -827,6 +827,7 @@ typedef struct {
     int64_t syncs;          /* synchronised backward passes finished */
     double wait_s;          /* time amp_ddp_finish spent waiting, all steps */
     double last_wait_s;     /* ... in the last call */
+    int64_t early_buckets;  /* buckets started during backward, before amp_ddp_finish, all steps */
 } amp_ddp_stats;
 AMP_API amp_ddp_stats amp_ddp_get_stats(const amp_ddp *d);
 

@@ -21,12 +21,16 @@
  * synchronisation point, as scaler.get_scale()). Before the first scale()
  * the state is a host copy in the scaler itself.
  *
+ * Across ranks (data parallelism): unscale's found_inf is reduced with
+ * MAX over the ranks before the step decision (run_unscale).
+ *
  * This file keeps the host's logic: stages, messages, getters.
  */
 #include "amp/amp.h"
 #include "backend/backend.h"
 #include "backend/scaler_rule.h"
 #include "base/base.h"
+#include "comm/comm.h"
 #include "dtype/dtype.h"
 #include "optim/optim.h"
 #include "tensor/tensor.h"
@@ -242,13 +246,19 @@ amp_tensor *amp_scaler_scale(amp_scaler *s, amp_tensor *loss)
 
 /* ---------------------------------------------------------- unscale */
 
-/* The backend's unscale of bufs[0..k) into found_inf (zeroed first). */
+/* The backend's unscale of bufs[0..k) into found_inf (zeroed first). In
+ * a data-parallel run (more than one rank) found_inf is then the MAX over
+ * the ranks, in place in the state's memory (NCCL on a GPU: no host
+ * synchronisation), so every rank skips or steps together and the scales
+ * stay identical. Every rank takes part, with gradients or not. */
 static amp_status run_unscale(const amp_scaler *s, const be_buf *bufs, int k, float *found_inf)
 {
     const float zero = 0.0f; /* a one-element fill: no copy from the host */
     BACKEND_CALL(s->be, "scaler_unscale", fill, found_inf, 1, &zero, sizeof zero);
     if (k > 0)
         BACKEND_CALL(s->be, "scaler_unscale", unscale, bufs, k, tensor_f32(s->scale_t), found_inf);
+    if (comm_size() > 1)
+        return comm_allreduce(found_inf, 1, AMP_F32, AMP_REDUCE_MAX, s->be->device, NULL);
     return AMP_OK;
 }
 

@@ -13,6 +13,16 @@
  * still to be consumed. At the end free every node's inputs and saved
  * tensors, which is what releases a step's activations; a node marked
  * freed refuses a second backward.
+ *
+ * The grad-ready hook (graph.h; DistributedDataParallel's): with one set,
+ * the outermost backward counts, before its loop, the contributions each
+ * leaf can get (one per node input that is that leaf), counts them down
+ * as the nodes run, and reports a leaf when its count reaches zero and no
+ * opaque node (the checkpoint's, which runs a nested backward) is left to
+ * run; nested backwards only note the parameters they reached, reported
+ * after the last opaque node. The hook also hears when an outermost
+ * backward begins and when each of its nodes is done. With no hook none
+ * of this runs.
  */
 #include "autograd/graph.h"
 #include "backend/backend.h"
@@ -213,6 +223,176 @@ static amp_status topo_order(node *root, node_vec *order)
     return st;
 }
 
+/* ------------------------------------------------------ grad-ready hook */
+
+static autograd_grad_ready_fn ready_fn;
+static void *ready_ctx;
+
+void autograd_set_grad_ready_hook(autograd_grad_ready_fn fn, void *ctx)
+{
+    ready_fn = fn;
+    ready_ctx = fn ? ctx : NULL;
+}
+
+typedef struct {
+    amp_tensor *t;   /* NULL: a free slot */
+    int64_t pending; /* contributions still to come from this graph's nodes */
+    bool got;        /* a gradient reached it in this backward */
+    bool fired;
+    bool held;       /* noted by a nested backward: we hold a reference */
+} ready_entry;
+
+/* Open addressing on the leaf's address. */
+typedef struct {
+    ready_entry *e;
+    size_t mask, used;
+    size_t opaque_left; /* opaque nodes still to run */
+} ready_table;
+
+/* Backward's nesting depth on this thread, and the outermost backward's
+ * table while it runs with a hook. */
+static _Thread_local int backward_depth;
+static _Thread_local ready_table *ready_outer;
+
+static size_t ready_hash(const amp_tensor *t, size_t mask)
+{
+    uint64_t h = (uint64_t)(uintptr_t)t;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return (size_t)h & mask;
+}
+
+static ready_entry *ready_slot(ready_table *rt, const amp_tensor *t)
+{
+    size_t i = ready_hash(t, rt->mask);
+    while (rt->e[i].t && rt->e[i].t != t)
+        i = (i + 1) & rt->mask;
+    return &rt->e[i];
+}
+
+static ready_entry *ready_find(ready_table *rt, const amp_tensor *t)
+{
+    ready_entry *e = ready_slot(rt, t);
+    return e->t ? e : NULL;
+}
+
+/* t's entry, made (pending 0) when absent; NULL when out of memory. */
+static ready_entry *ready_insert(ready_table *rt, amp_tensor *t)
+{
+    if (2 * (rt->used + 1) > rt->mask + 1) {
+        size_t cap = 2 * (rt->mask + 1);
+        ready_entry *old = rt->e, *ne = calloc(cap, sizeof *ne);
+        if (!ne)
+            return NULL;
+        size_t oldcap = rt->mask + 1;
+        rt->e = ne;
+        rt->mask = cap - 1;
+        for (size_t k = 0; k < oldcap; k++)
+            if (old[k].t)
+                *ready_slot(rt, old[k].t) = old[k];
+        free(old);
+    }
+    ready_entry *e = ready_slot(rt, t);
+    if (!e->t) {
+        *e = (ready_entry){.t = t};
+        rt->used++;
+    }
+    return e;
+}
+
+static bool is_ready_leaf(const amp_tensor *x) { return x && x->requires_grad && !x->grad_fn; }
+
+/* Counts every leaf's contributions and the opaque nodes over order. */
+static amp_status ready_build(ready_table *rt, const node_vec *order)
+{
+    size_t edges = 0;
+    for (size_t k = 0; k < order->len; k++)
+        edges += (size_t)order->v[k]->n_in;
+    size_t cap = 16;
+    while (cap < 2 * edges + 2)
+        cap *= 2;
+    *rt = (ready_table){.e = calloc(cap, sizeof(ready_entry)), .mask = cap - 1};
+    if (!rt->e)
+        return amp_set_error(AMP_ERR_MEMORY, "backward: out of memory");
+    for (size_t k = 0; k < order->len; k++) {
+        const node *n = order->v[k];
+        rt->opaque_left += n->op < 0;
+        for (int i = 0; i < n->n_in; i++)
+            if (is_ready_leaf(n->in[i]))
+                ready_insert(rt, n->in[i])->pending++; /* cannot grow: sized above */
+    }
+    return AMP_OK;
+}
+
+static void ready_fire(ready_entry *e)
+{
+    if (ready_fn && e->got && !e->fired && e->pending == 0) {
+        e->fired = true;
+        ready_fn(ready_ctx, AUTOGRAD_LEAF_READY, e->t);
+    }
+}
+
+/* Every complete leaf not yet reported. */
+static void ready_flush(ready_table *rt)
+{
+    for (size_t k = 0; k <= rt->mask; k++)
+        if (rt->e[k].t)
+            ready_fire(&rt->e[k]);
+}
+
+/* After node n has run (or was skipped): its inputs' counts go down; the
+ * leaves it completed are reported unless an opaque node is still to run;
+ * after the last opaque node, everything complete is. */
+static void ready_after_node(ready_table *rt, const node *n, bool report)
+{
+    for (int i = 0; i < n->n_in; i++)
+        if (is_ready_leaf(n->in[i])) {
+            ready_entry *e = ready_find(rt, n->in[i]);
+            if (e && e->pending > 0)
+                e->pending--;
+        }
+    bool last_opaque = n->op < 0 && rt->opaque_left > 0 && --rt->opaque_left == 0;
+    if (!report || !ready_fn || rt->opaque_left > 0)
+        return;
+    if (last_opaque) {
+        ready_flush(rt);
+        return;
+    }
+    for (int i = 0; i < n->n_in; i++)
+        if (is_ready_leaf(n->in[i])) {
+            ready_entry *e = ready_find(rt, n->in[i]);
+            if (e)
+                ready_fire(e);
+        }
+}
+
+/* A nested backward added to leaf x: a parameter (not one of the
+ * checkpoint's detached views, which die with its backward) is noted in
+ * the outermost table, held until that backward ends. */
+static amp_status ready_note_nested(ready_table *rt, amp_tensor *x)
+{
+    if (x->storage->category != AMP_MEM_PARAMETERS)
+        return AMP_OK;
+    ready_entry *e = ready_insert(rt, x);
+    if (!e)
+        return amp_set_error(AMP_ERR_MEMORY, "backward: out of memory");
+    e->got = true;
+    if (!e->held) { /* keep it alive until reported */
+        e->held = true;
+        amp_tensor_retain(x);
+    }
+    return AMP_OK;
+}
+
+static void ready_free(ready_table *rt)
+{
+    for (size_t k = 0; k <= rt->mask; k++)
+        if (rt->e[k].t && rt->e[k].held)
+            amp_tensor_free(rt->e[k].t);
+    free(rt->e);
+}
+
 /* The profiler's backward event (profile.h): its device and first mark
  * before n->backward, then gout's and the gradients' dtypes and shapes,
  * the FLOPs (the op layer's count, through the node) and the bytes (gout,
@@ -254,7 +434,13 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
         if (!t->requires_grad)
             return amp_set_error(AMP_ERR_STATE,
                                  "backward: the tensor does not require grad and has no grad_fn");
-        return accumulate_leaf(t, (amp_tensor *)seed);
+        amp_status st = accumulate_leaf(t, (amp_tensor *)seed);
+        if (st == AMP_OK && ready_fn && backward_depth == 0) {
+            ready_fn(ready_ctx, AUTOGRAD_BACKWARD_BEGIN, NULL);
+            ready_fn(ready_ctx, AUTOGRAD_LEAF_READY, t);
+        } else if (st == AMP_OK && ready_outer && backward_depth > 0)
+            st = ready_note_nested(ready_outer, t);
+        return st;
     }
     if (root->freed)
         return amp_set_error(AMP_ERR_STATE,
@@ -266,12 +452,24 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
     amp_status st = topo_order(root, &order);
     if (st == AMP_OK)
         st = accumulate(&root->grad, (amp_tensor *)seed, root->out_dtype);
+    /* The grad-ready hook's table, for the outermost backward only. */
+    ready_table rt_mem, *rt = NULL;
+    if (st == AMP_OK && ready_fn && backward_depth == 0) {
+        ready_fn(ready_ctx, AUTOGRAD_BACKWARD_BEGIN, NULL);
+        if ((st = ready_build(&rt_mem, &order)) == AMP_OK)
+            ready_outer = rt = &rt_mem;
+    }
+    ready_table *const nested_into = backward_depth > 0 ? ready_outer : NULL;
+    backward_depth++;
 
     amp_no_grad_begin();
     for (size_t k = order.len; st == AMP_OK && k-- > 0;) {
         node *n = order.v[k];
-        if (!n->grad)
-            continue; /* no path from the loss reached this node's result */
+        if (!n->grad) { /* no path from the loss reached this node's result */
+            if (rt)
+                ready_after_node(rt, n, true);
+            continue;
+        }
         amp_tensor *stack_gin[4] = {0};
         amp_tensor **gin = n->n_in <= 4 ? stack_gin : calloc((size_t)n->n_in, sizeof *gin);
         if (!gin) {
@@ -289,8 +487,14 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
             if (st == AMP_OK && gin[i] && x->requires_grad) {
                 if (x->grad_fn)
                     st = accumulate(&x->grad_fn->grad, gin[i], x->dtype);
-                else
+                else {
                     st = accumulate_leaf(x, gin[i]);
+                    ready_entry *e = st == AMP_OK && rt ? ready_find(rt, x) : NULL;
+                    if (e) /* counted by ready_build */
+                        e->got = true;
+                    else if (st == AMP_OK && nested_into)
+                        st = ready_note_nested(nested_into, x);
+                }
             }
             amp_tensor_free(gin[i]);
         }
@@ -301,8 +505,20 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
          * end (on an error too; the loop stops and the rest go below). */
         amp_tensor_free(n->grad);
         n->grad = NULL;
+        if (rt) {
+            ready_after_node(rt, n, st == AMP_OK);
+            if (ready_fn && st == AMP_OK)
+                ready_fn(ready_ctx, AUTOGRAD_NODE_DONE, NULL);
+        }
     }
     amp_no_grad_end();
+    backward_depth--;
+    if (rt) {
+        if (st == AMP_OK)
+            ready_flush(rt); /* a safety net: every complete leaf was reported by now */
+        ready_outer = NULL;
+        ready_free(rt);
+    }
 
     /* Free the graph whatever happened: its activations belong to this step. */
     for (size_t k = 0; k < order.len; k++) {

@@ -59,4 +59,29 @@ void node_free_state(node *n);
  * of exactly what was held. */
 void node_hold_state(node *n);
 
+/* The grad-ready hook (for DistributedDataParallel, src/dist/ddp.c): fn is
+ * called on the thread running backward with
+ *   - AUTOGRAD_BACKWARD_BEGIN (leaf NULL) when an outermost backward
+ *     begins (not a nested one: the recompute of a checkpoint);
+ *   - AUTOGRAD_LEAF_READY once per outermost backward for each leaf, as
+ *     soon as its .grad is complete for that backward: after the last node
+ *     that can feed it has run. Leaves that requires_grad and that some
+ *     node of the graph reached get it; leaves no gradient reached in this
+ *     backward do not;
+ *   - AUTOGRAD_NODE_DONE (leaf NULL) after each node of the outermost
+ *     backward (a chance to let communication progress).
+ * A leaf fed only through an opaque node (one whose backward runs a nested
+ * backward: the checkpoint node, op < 0) is complete only once the last
+ * opaque node of the graph has run (its nested backward could add to any
+ * parameter): such leaves (those a nested backward reached whose storage
+ * is a parameter's), and every leaf that becomes complete while an opaque
+ * node is still to run, are reported right after that last opaque node.
+ * Nothing is reported after an error. A second backward before the
+ * gradients are used reports again (accumulation: the caller decides).
+ * fn NULL removes it; with no hook backward does no extra work. One hook
+ * per process. */
+typedef enum { AUTOGRAD_BACKWARD_BEGIN = 0, AUTOGRAD_LEAF_READY, AUTOGRAD_NODE_DONE } autograd_event;
+typedef void (*autograd_grad_ready_fn)(void *ctx, autograd_event ev, amp_tensor *leaf);
+void autograd_set_grad_ready_hook(autograd_grad_ready_fn fn, void *ctx);
+
 #endif
