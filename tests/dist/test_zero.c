@@ -268,10 +268,12 @@ static char *snapshot_state(const amp_optim *o, size_t *nb)
     return buf;
 }
 
-/* An inf in rank 0's gradient, at an element of each rank's shard: after
- * the reduce-scatter both ranks see it, the scaler skips the step on both,
+/* An inf in rank 0's gradient, at an element of each rank's shard (both:
+ * after the reduce-scatter both ranks see it) or of rank 1's shard only
+ * (only rank 1 sees it; the scaler's found_inf, reduced with MAX over the
+ * ranks, makes rank 0 skip too): the scaler skips the step on both,
  * parameters and state keep their bits, the scale backs off on both. */
-static void test_skipped_step(void)
+static void run_skipped(bool both)
 {
     net a = make_net(SGD);
     amp_zero *z = amp_zero_new(a.o);
@@ -281,7 +283,8 @@ static void test_skipped_step(void)
         amp_optim_zero_grad(a.o);
         fwd_bwd(&a, t, rank, s);
         if (t == 3 && rank == 0) {
-            ((float *)amp_tensor_data(amp_tensor_grad(a.p[0])))[0] = INFINITY;           /* rank 0's shard */
+            if (both)
+                ((float *)amp_tensor_data(amp_tensor_grad(a.p[0])))[0] = INFINITY;       /* rank 0's shard */
             ((float *)amp_tensor_data(amp_tensor_grad(a.p[a.n - 1])))[CLS - 1] = INFINITY; /* rank 1's */
         }
         CHECK_OK(amp_zero_reduce_gradients(z));
@@ -315,6 +318,9 @@ static void test_skipped_step(void)
     amp_zero_free(z);
     free_net(&a);
 }
+
+static void test_skipped_step(void) { run_skipped(true); }
+static void test_an_inf_in_one_shard_skips_on_every_rank(void) { run_skipped(false); }
 
 static bool same_file(const char *x, const char *y)
 {
@@ -577,6 +583,7 @@ int main(int argc, char **argv)
     RUN(test_adamw_clipped);
     RUN(test_state_bytes);
     RUN(test_skipped_step);
+    RUN(test_an_inf_in_one_shard_skips_on_every_rank);
     RUN(test_gather_state_and_checkpoint);
     RUN(test_16bit_params);
     RUN(test_bad_input);
