@@ -21,7 +21,9 @@ double now_s(void)
 void progress_begin(progress *p, const train_opts *o, int64_t first_step, int64_t total, int64_t per_step,
                     bool tokens)
 {
-    *p = (progress){.live = isatty(STDOUT_FILENO) != 0,
+    /* Under mpirun a rank's stdout is a pseudo-terminal of Open MPI's even
+     * when the user's is a pipe or a file: plain lines there. */
+    *p = (progress){.live = isatty(STDOUT_FILENO) != 0 && amp_dist_world_size() == 1,
                     .unit = tokens ? "tokens" : "samples",
                     .per_step = per_step,
                     .first = first_step,
