@@ -92,7 +92,7 @@ for ((round = 1; round <= rounds; round++)); do
   done
 done
 [ -n "$json" ] && cat "$out" >> "$json"
-python3 - "$out" "$precision" "$compress" <<'EOF'
+python3 - "$out" "$precision" "$compress" "$rounds" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')]
 print(f"\n| model | layout | global batch | step (ms) | bytes / step | wait after backward (ms) | "
@@ -113,8 +113,9 @@ for m in ("mlp", "cnn", "gpt"):
         else:
             print(f"| {m} | {name} | {rs[0]['global_batch']} | {step:.1f} | {med('bytes_per_step') / 2**20:.2f} MiB | "
                   f"{med('wait_ms'):.2f} | {med('comm_alone_ms'):.2f} | {med('hidden_pct'):.0f}% | {ratio} |")
-print(f"\n{sys.argv[2]}, compression {sys.argv[3]}; medians over {len(rows)} runs' medians "
-      "(2x1 vs 1x2: the 2-rank step over the 1-rank one; below 1 is faster).")
+print(f"\n{sys.argv[2]}, compression {sys.argv[3]}; each cell the median over {sys.argv[4]} round(s) of a run's "
+      "median (2x1 vs 1x2: the 2-rank step over the 1-rank one, below 1 is faster; the wait after backward "
+      "includes waiting for the slower rank, so it can exceed the all-reduce alone).")
 for r in rows:
     print(json.dumps(r))
 EOF

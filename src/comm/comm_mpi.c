@@ -174,7 +174,7 @@ static bool via_nccl(amp_device dev)
     return dev == AMP_CUDA && (g_size > 1 || (g_init && comm_built_with_nccl()));
 }
 
-/* A started NCCL operation (st: how starting it went, *op what it made)
+/* A started NCCL operation (st: how starting it went, *opp what it made)
  * as a request. op is read here, after the call that fills it ran (an
  * argument next to that call could be read before it). */
 static amp_status nccl_hand_out(amp_status st, nccl_op *const *opp, comm_req **req, const char *what)
