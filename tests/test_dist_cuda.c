@@ -6,7 +6,9 @@
  * NCCL, non-blocking requests, dtypes NCCL is not asked to reduce refused
  * with a message, no host synchronisation added by any of it, and a short
  * fp16 + scaler training whose gradients are averaged over the world
- * through NCCL each step, bitwise equal to the same training without.
+ * through NCCL each step, bitwise equal to the same training without;
+ * and comm_nccl.c's calls directly, before amp_dist_init (a one-rank
+ * communicator made without MPI: what runs on a machine without Open MPI).
  * Over one rank every collective leaves the data as it was, so each
  * result is known exactly.
  *
@@ -49,6 +51,44 @@ static bool same_bits(const amp_tensor *t, const void *want, size_t bytes)
     bool ok = got && amp_tensor_copy_out(t, got, amp_tensor_dtype(t)) == AMP_OK && memcmp(got, want, bytes) == 0;
     free(got);
     return ok;
+}
+
+/* comm_nccl.c's calls themselves, in a one-rank communicator (made
+ * without MPI if need be: the test that runs where the build has NCCL but
+ * no MPI, as on a GPU machine without Open MPI): an f32 average and a
+ * bf16 all-gather through NCCL, waited for on the device. */
+static void test_nccl_calls(void)
+{
+    if (!gpu())
+        return;
+    if (!comm_built_with_nccl()) {
+        harness_skip("no NCCL in this build");
+        return;
+    }
+    ran = true;
+    enum { N = 300 };
+    float v[N];
+    uint16_t b[N];
+    for (int i = 0; i < N; i++)
+        v[i] = (float)i / 7 - 20, b[i] = (uint16_t)(0x4000 + i);
+    amp_tensor *t = on_cuda(amp_from_data(AMP_SHAPE(N), AMP_F32, v));
+    amp_tensor *h = on_cuda(amp_from_data(AMP_SHAPE(N), AMP_BF16, b));
+    amp_tensor *g = on_cuda(amp_zeros(AMP_SHAPE(N), AMP_BF16));
+    int64_t ops0 = comm_nccl_ops();
+    nccl_op *a = NULL, *c = NULL;
+    CHECK_OK(comm_nccl_allreduce(amp_tensor_data(t), N, AMP_F32, AMP_REDUCE_AVG, &a));
+    CHECK_OK(comm_nccl_allgather(amp_tensor_data(h), amp_tensor_data(g), N, AMP_BF16, &c));
+    CHECK(a && c);
+    CHECK_OK(comm_nccl_wait(c, "the test's all-gather"));
+    CHECK_OK(comm_nccl_wait(a, "the test's all-reduce"));
+    CHECK_EQ_INT(comm_nccl_ops() - ops0, 2);
+    CHECK(same_bits(t, v, sizeof v));
+    CHECK(same_bits(g, b, sizeof b));
+    amp_tensor_free(t);
+    amp_tensor_free(h);
+    amp_tensor_free(g);
+    if (!amp_dist_is_initialized())
+        comm_nccl_finalize(); /* the next communicator is made over MPI */
 }
 
 /* f32 sum / avg / max and i64 sum / max: the values come back bit for bit
@@ -238,8 +278,10 @@ static void test_after_finalize(void)
 int main(void)
 {
     amp_set_num_threads(1);
+    RUN(test_nccl_calls); /* before amp_dist_init: a communicator without MPI */
     if (amp_cuda_available() && comm_built_with_nccl() && amp_dist_init(NULL, NULL) != AMP_OK)
         fprintf(stderr, "test_dist_cuda: %s\n", amp_last_error());
+    RUN(test_nccl_calls); /* and over MPI, where there is one */
     RUN(test_all_reduce);
     RUN(test_gather_scatter_broadcast);
     RUN(test_requests_in_flight);
