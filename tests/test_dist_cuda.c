@@ -7,8 +7,10 @@
  * with a message, no host synchronisation added by any of it, and a short
  * fp16 + scaler training whose gradients are averaged over the world
  * through NCCL each step, bitwise equal to the same training without;
- * and comm_nccl.c's calls directly, before amp_dist_init (a one-rank
- * communicator made without MPI: what runs on a machine without Open MPI).
+ * comm_nccl.c's calls directly, before amp_dist_init (a one-rank
+ * communicator made without MPI: what runs on a machine without Open
+ * MPI); and, on cudaemu, a communicator that never settles ending the
+ * process past the timeout with a message.
  * Over one rank every collective leaves the data as it was, so each
  * result is known exactly.
  *
@@ -23,6 +25,8 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static bool ran; /* whether any test ran (else main exits 77: skipped) */
 
@@ -51,6 +55,57 @@ static bool same_bits(const amp_tensor *t, const void *want, size_t bytes)
     bool ok = got && amp_tensor_copy_out(t, got, amp_tensor_dtype(t)) == AMP_OK && memcmp(got, want, bytes) == 0;
     free(got);
     return ok;
+}
+
+/* A communicator that never finishes being made (cudaemu's
+ * CUDAEMU_NCCL_STUCK: a peer that never joins) ends the process past the
+ * timeout, saying what it waited for, instead of hanging: in a child
+ * process (before MPI starts, so the end is comm_abort's exit). */
+static void test_stuck_communicator_ends_the_job(void)
+{
+#ifndef AMPC_CUDA_EMU
+    harness_skip("needs cudaemu's CUDAEMU_NCCL_STUCK");
+#else
+    if (!gpu())
+        return;
+    if (!comm_built_with_nccl()) {
+        harness_skip("no NCCL in this build");
+        return;
+    }
+    ran = true;
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        setenv("CUDAEMU_NCCL_STUCK", "1", 1);
+        comm_set_timeout(0.25);
+        amp_tensor *t = amp_zeros(AMP_SHAPE(8), AMP_F32);
+        nccl_op *op = NULL;
+        if (amp_tensor_move(t, AMP_CUDA) == AMP_OK)
+            comm_nccl_allreduce(amp_tensor_data(t), 8, AMP_F32, AMP_REDUCE_SUM, &op);
+        _exit(0); /* not reached: the timeout ends the process */
+    }
+    close(fd[1]);
+    char msg[4096] = "";
+    size_t len = 0;
+    ssize_t k;
+    while (len + 1 < sizeof msg && (k = read(fd[0], msg + len, sizeof msg - 1 - len)) > 0)
+        len += (size_t)k;
+    msg[len] = '\0';
+    close(fd[0]);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    /* 1 from comm_abort (LeakSanitizer may make it its own code at exit). */
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) != 0, "the child was not ended by comm_abort (status %d)",
+              status);
+    CHECK_MSG(strstr(msg, "ampc: rank 0: NCCL: making the communicator") && strstr(msg, "timed out after 0.25 s") &&
+                  strstr(msg, "ending the job"),
+              "the child said: %s", msg);
+#endif
 }
 
 /* comm_nccl.c's calls themselves, in a one-rank communicator (made
@@ -278,6 +333,7 @@ static void test_after_finalize(void)
 int main(void)
 {
     amp_set_num_threads(1);
+    RUN(test_stuck_communicator_ends_the_job); /* first: forks, before MPI and any communicator */
     RUN(test_nccl_calls); /* before amp_dist_init: a communicator without MPI */
     if (amp_cuda_available() && comm_built_with_nccl() && amp_dist_init(NULL, NULL) != AMP_OK)
         fprintf(stderr, "test_dist_cuda: %s\n", amp_last_error());

@@ -16,16 +16,20 @@
  * A non-blocking communicator (config.blocking = 0) answers
  * ncclCommInitRankConfig and ncclCommFinalize with ncclInProgress, and
  * its first ncclCommGetAsyncError after them with ncclInProgress again,
- * so the caller's polling loop runs as it must against NCCL.
+ * so the caller's polling loop runs as it must against NCCL. With
+ * CUDAEMU_NCCL_STUCK=1 in the environment a non-blocking communicator
+ * never settles (ncclInProgress for ever), as when a peer never joins.
  */
 #include <nccl.h>
 
 #include "emu.h"
 
+#include <limits.h>
 #include <mutex>
 #include <set>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct ncclComm {
@@ -96,7 +100,10 @@ extern "C" ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncc
     *comm = c;
     if (c->blocking)
         return ncclSuccess;
-    c->polls_left = 1;
+    /* CUDAEMU_NCCL_STUCK=1: a peer that never comes, so the communicator
+     * never settles (the caller's deadline is what ends it). */
+    const char *stuck = getenv("CUDAEMU_NCCL_STUCK");
+    c->polls_left = stuck && strcmp(stuck, "1") == 0 ? INT_MAX : 1;
     return ncclInProgress;
 }
 
