@@ -24,13 +24,17 @@
  * operation).
  *
  * Timeouts: the host never waits for an operation, so a peer that died
- * would leave the device (and a later amp_item) stuck. Every operation
- * stays on a watch list until its done event completes; a watchdog thread
- * (started with the communicator, one check every 100 ms) and
- * comm_nccl_test both look at it: an operation older than comm_timeout(),
- * or an error that ncclCommGetAsyncError reports, aborts the communicator
+ * would leave the device (and a later amp_item) stuck. An operation
+ * waited for stays on a watch list until its done event completes, and a
+ * watchdog thread (started with the communicator, one check every 100 ms)
+ * looks at that list; comm_nccl_test looks at the operation it is given
+ * (one not yet waited for). An operation older than comm_timeout(), or an
+ * error that ncclCommGetAsyncError reports, aborts the communicator
  * (ncclCommAbort, which ends its kernels) and the job (comm_abort, which
- * names the operation and the rank). An NCCL failure is never returned as
+ * names the operation and the rank; from the watchdog that is an
+ * MPI_Abort off the thread that started MPI, which MPI_THREAD_FUNNELED
+ * does not promise; Open MPI's asks the launcher to end the job and
+ * exits, which is all that is wanted here). An NCCL failure is never returned as
  * a plain error once the ranks are in a collective together: one rank
  * cannot leave it alone, so the job ends with NCCL's message.
  */
