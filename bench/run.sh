@@ -21,7 +21,9 @@
 #   4. the profiler's overhead on those steps (bench_ampc_step
 #      --profile-overhead);
 #   5. the under-load table: bench/under_load.sh (a busy loop pinned on
-#      one core; ampc and PyTorch at 1 and 2 threads), when it is there.
+#      one core; ampc and PyTorch at 1 and 2 threads), when it is there;
+#   6. data parallelism: bench/dist.sh (2 ranks x 1 thread against 1 rank
+#      x 2 threads, bf16; bytes and the wait after backward per step).
 # Prints the machine first (CPU, cores, the bf16 / AMX / fp16 flags,
 # threads, PyTorch's version, the load average before and, at the end,
 # after). Writes JSON lines to bench/results.jsonl and the tables to
@@ -30,7 +32,7 @@
 #
 #   bench/run.sh [BUILD_DIR] [--threads N] [--steps N] [--rounds N]
 #                [--cell-seconds S] [--models mlp,cnn,gpt]
-#                [--only gemm,scaler,step,profile,load] [--quick]
+#                [--only gemm,scaler,step,profile,load,dist] [--quick]
 #
 # --threads: the step table's threads (default 2; the GEMM tables run 1 and
 # 2). --steps: timed steps per process and cell (default 10, after 3
@@ -56,7 +58,7 @@ cell_s=10
 quick=0
 warmup=3
 models=mlp,cnn,gpt
-only=gemm,scaler,step,profile,load
+only=gemm,scaler,step,profile,load,dist
 usage() { sed -n '/^#   bench\/run.sh/,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2; exit 2; }
 need() {
   if [ $# -lt 2 ] || [ -z "$2" ]; then
@@ -254,6 +256,16 @@ if section load; then
     say "Under load: bench/under_load.sh is not in this tree yet; skipped."
     say ""
   fi
+fi
+
+# ------------------------------------------------------ data parallelism
+if section dist; then
+  echo "== data parallelism (bench/dist.sh)"
+  say "### Data parallelism (bench/dist.sh: 2 ranks x 1 thread against 1 rank x 2 threads, bf16)"
+  dist_args=("$build" --models "$models" --json "$out")
+  [ $quick = 1 ] && dist_args+=(--steps 2 --warmup 1 --rounds 1)
+  bench/dist.sh "${dist_args[@]}" 2>&1 | grep -v '^{' | tee -a "$md"
+  say ""
 fi
 
 say "Load average after: $(cut -d' ' -f1-3 /proc/loadavg); the whole run took $(($(date +%s) - t_start)) s."

@@ -167,11 +167,23 @@ static comm_req *new_req(void)
     return r;
 }
 
-/* A started NCCL operation (st: how starting it went) as a request. */
-static amp_status nccl_hand_out(amp_status st, nccl_op *op, comm_req **req, const char *what)
+/* Whether a collective on a buffer of dev goes to NCCL: every CUDA one
+ * in a world of several ranks, and in a world of one rank after comm_init
+ * when NCCL is built in (a one-rank communicator: the path runs, and its
+ * collectives are copies). */
+static bool via_nccl(amp_device dev)
+{
+    return dev == AMP_CUDA && (g_size > 1 || (g_init && comm_built_with_nccl()));
+}
+
+/* A started NCCL operation (st: how starting it went, *opp what it made)
+ * as a request. op is read here, after the call that fills it ran (an
+ * argument next to that call could be read before it). */
+static amp_status nccl_hand_out(amp_status st, nccl_op *const *opp, comm_req **req, const char *what)
 {
     if (st != AMP_OK)
         return st;
+    nccl_op *op = *opp;
     comm_req *r = new_req();
     if (!r) {
         comm_nccl_wait(op, what);
@@ -243,11 +255,11 @@ amp_status comm_allreduce(void *buf, int64_t n, amp_dtype dt, amp_reduce_op op, 
                              "max; integers: sum, max; 16-bit data is widened to f32 first)",
                              op == AMP_REDUCE_SUM ? "sum" : op == AMP_REDUCE_AVG ? "avg" : "max",
                              amp_dtype_name(dt));
-    if (g_size == 1 || n == 0)
+    if (n == 0 || (g_size == 1 && !via_nccl(dev)))
         return AMP_OK;
     nccl_op *nop = NULL;
-    if (dev == AMP_CUDA)
-        return nccl_hand_out(comm_nccl_allreduce(buf, n, dt, op, &nop), nop, req, "an all-reduce");
+    if (via_nccl(dev))
+        return nccl_hand_out(comm_nccl_allreduce(buf, n, dt, op, &nop), &nop, req, "an all-reduce");
 #ifdef AMPC_HAVE_MPI
     comm_req *r = new_req();
     if (!r)
@@ -273,15 +285,15 @@ amp_status comm_allgather(const void *send, void *recv, int64_t n, amp_dtype dt,
     amp_status st = check_count(n, "an all-gather");
     if (st != AMP_OK)
         return st;
-    if (g_size == 1 || n == 0) {
+    if (n == 0 || (g_size == 1 && !via_nccl(dev))) {
         if (n && recv != send)
             return dev == AMP_CUDA ? comm_nccl_copy(recv, send, n, dt)
                                    : (memmove(recv, send, (size_t)n * amp_dtype_size(dt)), AMP_OK);
         return AMP_OK;
     }
     nccl_op *nop = NULL;
-    if (dev == AMP_CUDA)
-        return nccl_hand_out(comm_nccl_allgather(send, recv, n, dt, &nop), nop, req, "an all-gather");
+    if (via_nccl(dev))
+        return nccl_hand_out(comm_nccl_allgather(send, recv, n, dt, &nop), &nop, req, "an all-gather");
 #ifdef AMPC_HAVE_MPI
     comm_req *r = new_req();
     if (!r)
@@ -308,15 +320,15 @@ amp_status comm_reduce_scatter(const void *send, void *recv, int64_t n, amp_dtyp
         return st;
     if (dt != AMP_F32)
         return amp_set_error(AMP_ERR_DTYPE, "dist: reduce-scatter of %s buffers (f32 only)", amp_dtype_name(dt));
-    if (g_size == 1 || n == 0) {
+    if (n == 0 || (g_size == 1 && !via_nccl(dev))) {
         if (n && recv != send)
             return dev == AMP_CUDA ? comm_nccl_copy(recv, send, n, dt)
                                    : (memmove(recv, send, (size_t)n * sizeof(float)), AMP_OK);
         return AMP_OK;
     }
     nccl_op *nop = NULL;
-    if (dev == AMP_CUDA)
-        return nccl_hand_out(comm_nccl_reduce_scatter(send, recv, n, dt, &nop), nop, req, "a reduce-scatter");
+    if (via_nccl(dev))
+        return nccl_hand_out(comm_nccl_reduce_scatter(send, recv, n, dt, &nop), &nop, req, "a reduce-scatter");
 #ifdef AMPC_HAVE_MPI
     comm_req *r = new_req();
     if (!r)
@@ -339,9 +351,9 @@ amp_status comm_bcast(void *buf, int64_t n, amp_dtype dt, int root, amp_device d
         return st;
     if (root < 0 || root >= g_size)
         return amp_set_error(AMP_ERR_ARG, "dist: broadcast from rank %d of a world of %d", root, g_size);
-    if (g_size == 1 || n == 0)
+    if (n == 0 || (g_size == 1 && !via_nccl(dev)))
         return AMP_OK;
-    if (dev == AMP_CUDA)
+    if (via_nccl(dev))
         return comm_nccl_bcast(buf, n, dt, root);
 #ifdef AMPC_HAVE_MPI
     comm_req *r = new_req();

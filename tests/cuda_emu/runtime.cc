@@ -449,6 +449,16 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
     return cudaSuccess;
 }
 
+/* Work before the event has run already: nothing to wait for. */
+extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
+{
+    std::lock_guard<std::recursive_mutex> g(mu);
+    emu_event *e = event_of(event, "cudaStreamWaitEvent");
+    if (!e || !stream_ok(stream, "cudaStreamWaitEvent"))
+        return cudaErrorInvalidResourceHandle;
+    return flags ? cudaErrorInvalidValue : cudaSuccess;
+}
+
 extern "C" cudaError_t cudaEventQuery(cudaEvent_t event)
 {
     std::lock_guard<std::recursive_mutex> g(mu);

@@ -38,6 +38,12 @@ int cuda_device_count(void);
 /* Why cuda_device_count() is 0, for error messages: "no CUDA device found
  * (...)" or "ampc was built without CUDA". */
 const char *cuda_unavailable_reason(void);
+/* The device this process uses (0, or its local rank modulo the devices
+ * under an MPI launcher), and the backend's stream as a cudaStream_t
+ * (for NCCL's side stream to order itself against: comm_nccl.c). Both
+ * start the device as cuda_device_count() does. */
+int cuda_device_index(void);
+void *cuda_stream_handle(void);
 
 /* Device memory from the caching allocator: freed blocks are kept per size
  * class and handed to the next request of that class, so a training step

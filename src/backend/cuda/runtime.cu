@@ -4,7 +4,9 @@
  *
  * Discovery runs once (cudaGetDeviceCount); with no driver or no GPU the
  * count is 0 and the reason is kept for error messages, and nothing else
- * in the backend is ever called. The runtime is linked statically and
+ * in the backend is ever called. The process uses one device: device 0,
+ * or under an MPI launcher its local rank modulo the devices (each rank of
+ * a node on its own GPU, as the NCCL path wants: comm_nccl.c). The runtime is linked statically and
  * opens the driver (libcuda.so.1) at that first call, so a program that
  * never asks for a device loads nothing of CUDA (cuBLASLt: gemm.cu).
  *
@@ -32,15 +34,33 @@ extern "C" {
 #include <dlfcn.h>
 #include <mutex>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unordered_map>
 #include <vector>
 
 /* ---------------------------------------------------------- discovery */
 
 static std::once_flag init_once;
-static int n_devices, capability; /* capability: major * 10 + minor of device 0 */
+static int n_devices, capability; /* capability: major * 10 + minor of the device used */
+static int device;                  /* the device used */
 static char reason[256] = "no CUDA device found";
 static cudaStream_t stream;
+
+/* The rank within its node that an MPI launcher (Open MPI, MPICH / Intel
+ * MPI, Slurm, torchrun-style) gave this process, 0 without one. */
+static int local_rank(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+                                       "LOCAL_RANK"};
+    for (const char *name : vars) {
+        const char *v = getenv(name);
+        char *end = NULL;
+        long r = v ? strtol(v, &end, 10) : -1;
+        if (v && *v && end && *end == '\0' && r >= 0 && r < (1L << 20))
+            return (int)r;
+    }
+    return 0;
+}
 
 static void init(void)
 {
@@ -60,15 +80,16 @@ static void init(void)
         return;
     }
     int major = 0, minor = 0;
-    e = cudaSetDevice(0);
+    device = local_rank() % n;
+    e = cudaSetDevice(device);
     if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+        e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
     if (e == cudaSuccess)
         e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
-        snprintf(reason, sizeof reason, "no CUDA device found: device 0 failed to start: %s",
+        snprintf(reason, sizeof reason, "no CUDA device found: device %d failed to start: %s", device,
                  cudaGetErrorString(e));
         cudaGetLastError();
         return;
@@ -100,6 +121,14 @@ cudaStream_t cuda_stream(void)
 {
     std::call_once(init_once, init);
     return stream;
+}
+
+extern "C" void *cuda_stream_handle(void) { return (void *)cuda_stream(); }
+
+extern "C" int cuda_device_index(void)
+{
+    std::call_once(init_once, init);
+    return device;
 }
 
 amp_status cuda_check(cudaError_t e, const char *what)

@@ -16,6 +16,8 @@ static amp_status unavailable(void) { return amp_set_error(AMP_ERR_DEVICE, "cuda
 
 int cuda_device_count(void) { return 0; }
 const char *cuda_unavailable_reason(void) { return reason; }
+int cuda_device_index(void) { return 0; }
+void *cuda_stream_handle(void) { return NULL; }
 
 void *cuda_malloc(size_t nbytes)
 {
