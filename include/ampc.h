@@ -773,13 +773,16 @@ typedef enum { AMP_REDUCE_SUM = 0, AMP_REDUCE_AVG, AMP_REDUCE_MAX } amp_reduce_o
 
 /* Whether this build of ampc has MPI (and so amp_dist_init can work). */
 AMP_API bool amp_dist_available(void);
-/* Starts MPI (argc / argv may be NULL). Without MPI in the build:
- * AMP_ERR_STATE with a message naming what to install. */
+/* Starts MPI (argc / argv may be NULL), or joins an MPI the program
+ * started itself (at MPI_THREAD_FUNNELED or above). Without MPI in the
+ * build: AMP_ERR_STATE with a message naming what to install. Once per
+ * process: MPI cannot start again after amp_dist_finalize. */
 AMP_API amp_status amp_dist_init(int *argc, char ***argv);
 AMP_API bool amp_dist_is_initialized(void);
 AMP_API int amp_dist_rank(void);       /* 0 before amp_dist_init */
 AMP_API int amp_dist_world_size(void); /* 1 before amp_dist_init */
-/* Waits for every rank (with the timeout), then ends MPI. */
+/* Waits for every rank (with the timeout), then ends MPI if
+ * amp_dist_init started it. */
 AMP_API amp_status amp_dist_finalize(void);
 /* How long any wait for the other ranks may last before this rank prints
  * what it waited for and ends the whole job (MPI_Abort): seconds, default

@@ -39,17 +39,20 @@ typedef struct comm_req comm_req;
 /* Whether this build has MPI (and NCCL, for CUDA buffers). */
 bool comm_built_with_mpi(void);
 bool comm_built_with_nccl(void);
-/* Whether the process was started by an MPI launcher (mpirun / mpiexec:
- * OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the environment) with
- * more than one rank, or with one. -1: not under a launcher. */
+/* The world size an MPI launcher (mpirun / mpiexec) announced in the
+ * environment (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_SIZE; 1 with
+ * PMIX_RANK alone); -1: not under a launcher. */
 int comm_launched_size(void);
 
-/* Starts MPI (once; argc / argv may be NULL). Without MPI in the build:
- * AMP_ERR_STATE, "ampc was built without MPI (...)". */
+/* Starts MPI (once; argc / argv may be NULL), or joins an MPI the caller
+ * started (at MPI_THREAD_FUNNELED or above). Without MPI in the build:
+ * AMP_ERR_STATE, "ampc was built without MPI (...)"; after MPI was
+ * finalized (MPI cannot start again): AMP_ERR_STATE. */
 amp_status comm_init(int *argc, char ***argv);
 bool comm_initialized(void);
-/* Ends MPI after waiting for the others (a barrier with the deadline);
- * the world is one rank again. */
+/* Waits for the others (a barrier with the deadline), ends MPI if
+ * comm_init started it; the world is one rank again (for good: MPI cannot
+ * be initialized twice). */
 amp_status comm_finalize(void);
 int comm_rank(void);
 int comm_size(void);
@@ -77,10 +80,14 @@ amp_status comm_barrier(void);
 /* Whether req is done (drives the engine's progress); never blocks. */
 bool comm_test(comm_req *req);
 /* Waits for req (NULL: nothing to wait for) and frees it; `what` names it
- * in the timeout's message ("the gradient all-reduce of bucket 3"). */
+ * in the timeout's message ("the gradient all-reduce of bucket 3"). Past
+ * the deadline, or on an MPI error while waiting (a collective in flight
+ * cannot be cancelled, and its buffer may still be written), it ends the
+ * job with the message (comm_abort). */
 amp_status comm_wait(comm_req *req, const char *what);
-/* Lets the engine move the operations in flight along (an MPI_Test on
- * each), for overlap: call between pieces of other work. */
+/* Lets the engine move the operations in flight along (one MPI call:
+ * Open MPI progresses every request inside any), for overlap: call
+ * between pieces of other work. */
 void comm_progress(void);
 
 /* Prints "ampc: rank R: <message>" to stderr and ends every rank of the

@@ -30,6 +30,7 @@
 
 static int g_rank = 0, g_size = 1;
 static bool g_init = false;
+static bool g_started_mpi = false; /* comm_init called MPI_Init_thread (so comm_finalize ends MPI) */
 static double g_timeout = 0; /* 0: not read yet */
 
 bool comm_built_with_mpi(void)
@@ -43,7 +44,9 @@ bool comm_built_with_mpi(void)
 
 int comm_launched_size(void)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
+    /* the world's size as Open MPI, PMI (MPICH, Slurm) and PMIx launchers
+     * export it */
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);
         if (v && *v) {
@@ -60,7 +63,8 @@ bool comm_initialized(void) { return g_init; }
 int comm_rank(void) { return g_rank; }
 int comm_size(void) { return g_size; }
 
-void comm_set_timeout(double seconds) { g_timeout = seconds > 0 ? seconds : DEFAULT_TIMEOUT_S; }
+/* <= 0: back to the default, AMPC_DIST_TIMEOUT's or 300 s (read again). */
+void comm_set_timeout(double seconds) { g_timeout = seconds > 0 ? seconds : 0; }
 
 double comm_timeout(void)
 {
@@ -205,13 +209,24 @@ amp_status comm_init(int *argc, char ***argv)
                                         "processes (install Open MPI, e.g. apt-get install libopenmpi-dev "
                                         "openmpi-bin, and rebuild)");
 #else
-    int already = 0, provided = 0;
+    int already = 0, finalized = 0, provided = MPI_THREAD_FUNNELED;
+    MPI_Finalized(&finalized);
+    if (finalized) /* MPI cannot start twice in one process */
+        return amp_set_error(AMP_ERR_STATE, "dist: MPI was already finalized in this process (amp_dist_finalize "
+                                            "ends it for good: initialize once, finalize once at the end)");
     MPI_Initialized(&already);
     if (!already) {
         int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
         if (rc != MPI_SUCCESS)
             return amp_set_error(AMP_ERR_STATE, "dist: MPI_Init_thread failed (code %d)", rc);
+        g_started_mpi = true;
+    } else {
+        MPI_Query_thread(&provided);
     }
+    if (provided < MPI_THREAD_FUNNELED)
+        return amp_set_error(AMP_ERR_STATE, "dist: this MPI gives thread level %d, and ampc needs "
+                                            "MPI_THREAD_FUNNELED (its pool's threads exist beside the one that "
+                                            "communicates)", provided);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
@@ -230,8 +245,9 @@ amp_status comm_finalize(void)
 #ifdef AMPC_HAVE_MPI
     int done = 0;
     MPI_Finalized(&done);
-    if (!done)
+    if (!done && g_started_mpi) /* an MPI the caller started is the caller's to end */
         MPI_Finalize();
+    g_started_mpi = false;
 #endif
     g_init = false;
     g_rank = 0;
@@ -423,8 +439,11 @@ amp_status comm_wait(comm_req *r, const char *what)
             int flag = 0;
             int rc = MPI_Test(&r->r, &flag, MPI_STATUS_IGNORE);
             if (rc != MPI_SUCCESS) {
-                st = mpi_error(rc, what);
-                break;
+                /* The request may still be writing into the caller's
+                 * buffer, and a collective cannot be cancelled: the job
+                 * cannot go on consistently. */
+                mpi_error(rc, what);
+                comm_abort(1, "%s", amp_last_error());
             }
             if (flag)
                 break;
@@ -445,6 +464,8 @@ amp_status comm_wait(comm_req *r, const char *what)
     return st;
 }
 
+/* One MPI_Iprobe: Open MPI moves every non-blocking operation in flight
+ * inside any MPI call. */
 void comm_progress(void)
 {
 #ifdef AMPC_HAVE_MPI

@@ -4,7 +4,9 @@
  * averages and maxima over the ranks against the values each rank knows
  * the other holds, broadcast, all-gather and reduce-scatter in rank order,
  * 16-bit data moved as bits, unsupported reductions refused with a
- * message, and a world of one rank before init (the identity).
+ * message, a world of one rank before init (the identity: an all-reduce
+ * leaves its buffer, an all-gather copies), the timeout set and restored,
+ * and no second init after finalize.
  */
 #include "comm/comm.h"
 #include "harness.h"
@@ -112,6 +114,27 @@ int main(int argc, char **argv)
         fprintf(stderr, "the world before init is not one rank\n");
         return 1;
     }
+    float v[3] = {1.5f, -2.0f, 3.25f}, g[3] = {0};
+    if (comm_allreduce(v, 3, AMP_F32, AMP_REDUCE_SUM, AMP_CPU, NULL) != AMP_OK ||
+        comm_allreduce(v, 3, AMP_F32, AMP_REDUCE_AVG, AMP_CPU, NULL) != AMP_OK ||
+        comm_allgather(v, g, 3, AMP_F32, AMP_CPU, NULL) != AMP_OK || v[0] != 1.5f || v[1] != -2.0f ||
+        v[2] != 3.25f || memcmp(v, g, sizeof v) != 0) {
+        fprintf(stderr, "the collectives of a world of one are not the identity\n");
+        return 1;
+    }
+    setenv("AMPC_DIST_TIMEOUT", "42", 1);
+    amp_dist_set_timeout(7);
+    if (comm_timeout() != 7) {
+        fprintf(stderr, "amp_dist_set_timeout(7): %g\n", comm_timeout());
+        return 1;
+    }
+    amp_dist_set_timeout(0); /* back to the environment's */
+    if (comm_timeout() != 42) {
+        fprintf(stderr, "amp_dist_set_timeout(0) with AMPC_DIST_TIMEOUT=42: %g\n", comm_timeout());
+        return 1;
+    }
+    unsetenv("AMPC_DIST_TIMEOUT");
+    amp_dist_set_timeout(0);
     if (amp_dist_init(&argc, &argv) != AMP_OK) {
         fprintf(stderr, "amp_dist_init: %s\n", amp_last_error());
         return 1;
@@ -134,5 +157,10 @@ int main(int argc, char **argv)
     amp_tensor_free(f);
     if (amp_dist_finalize() != AMP_OK)
         rc = 1;
+    if (amp_dist_world_size() != 1 || amp_dist_init(NULL, NULL) == AMP_OK ||
+        !strstr(amp_last_error(), "already finalized")) {
+        fprintf(stderr, "a second init after finalize: %s\n", amp_last_error());
+        rc = 1;
+    }
     return rc;
 }
