@@ -295,12 +295,14 @@ static amp_status scaler_unscale(amp_scaler *s, amp_optim *o)
         return amp_set_error(AMP_ERR_ARG, "scaler_unscale: NULL %s", s ? "optimizer" : "scaler");
     if (!s->o.enabled)
         return AMP_OK;
+    /* The refusals of the call sequence (no scale, then unscale twice or
+     * after step) are the same on every rank of a data-parallel run (the
+     * same program): none issues the collective. */
+    if (check_started(s, "unscale_") != AMP_OK)
+        return amp_last_status();
     opt_record *r = record_for(s, o, "unscale_");
-    if (!r)
+    if (!r) /* out of memory */
         return local_fail(amp_last_status());
-    /* The two refusals of the call sequence below are the same on every
-     * rank of a data-parallel run (the same program): none issues the
-     * collective. */
     if (r->stage == STAGE_UNSCALED)
         return amp_set_error(AMP_ERR_STATE,
                              "unscale_() has already been called on this optimizer since the last "
