@@ -305,6 +305,16 @@ static amp_status check_local(amp_tensor *const *params, int n, const amp_ddp_op
     return backend_check(tensor_device(params[0]), "ddp");
 }
 
+/* Out of memory in amp_ddp_new: with peers (in, or on their way to, a
+ * collective this rank cannot join) the job ends with the message; alone,
+ * the error. */
+static amp_status new_oom(void)
+{
+    if (comm_size() > 1)
+        comm_abort(1, "ddp: out of memory on rank %d in amp_ddp_new", comm_rank());
+    return amp_set_error(AMP_ERR_MEMORY, "ddp: out of memory");
+}
+
 /* Every rank's (ok, n, bucket_mb's bits, compress): refused everywhere
  * when one rank refused its arguments or they differ. */
 static amp_status agree(amp_tensor *const *params, int n, const amp_ddp_opts *o, amp_status local)
@@ -314,7 +324,7 @@ static amp_status agree(amp_tensor *const *params, int n, const amp_ddp_opts *o,
     memcpy(&mine[2], &o->bucket_mb, sizeof(double));
     int64_t *all = malloc((size_t)world * sizeof mine);
     if (!all) /* the others are in the all-gather: this rank cannot follow */
-        comm_abort(1, "ddp: out of memory on rank %d in amp_ddp_new", me);
+        return new_oom();
     char msg[300];
     snprintf(msg, sizeof msg, "%s", amp_last_error());
     amp_status st = comm_allgather(mine, all, 4, AMP_I64, AMP_CPU, NULL);
@@ -336,8 +346,11 @@ static amp_status agree(amp_tensor *const *params, int n, const amp_ddp_opts *o,
         return st;
     /* the sizes and dtypes, parameter by parameter */
     int64_t *sz = malloc((size_t)n * sizeof *sz), *szall = malloc((size_t)world * (size_t)n * sizeof *szall);
-    if (!sz || !szall)
-        comm_abort(1, "ddp: out of memory on rank %d in amp_ddp_new", me);
+    if (!sz || !szall) {
+        free(sz);
+        free(szall);
+        return new_oom();
+    }
     for (int i = 0; i < n; i++)
         sz[i] = params[i]->numel * 64 + (int64_t)params[i]->dtype;
     st = comm_allgather(sz, szall, n, AMP_I64, AMP_CPU, NULL);
@@ -388,8 +401,10 @@ amp_ddp *amp_ddp_new(amp_tensor *const *params, int n, amp_ddp_opts o)
     if (st != AMP_OK)
         return NULL;
     amp_ddp *d = calloc(1, sizeof *d);
-    if (!d) /* the others go on to the ok all-reduce below */
-        comm_abort(1, "ddp: out of memory on rank %d in amp_ddp_new", comm_rank());
+    if (!d) { /* the others go on to the ok all-reduce below */
+        new_oom();
+        return NULL;
+    }
     d->n = n;
     d->o = o;
     d->dev = tensor_device(params[0]);
@@ -409,7 +424,8 @@ amp_ddp *amp_ddp_new(amp_tensor *const *params, int n, amp_ddp_opts o)
     d->slot = calloc(cap, sizeof *d->slot);
     if (!d->params || !d->order || !d->bucket_of || !d->offset || !d->ready || !d->b || !d->slot) {
         ddp_release(d);
-        comm_abort(1, "ddp: out of memory on rank %d in amp_ddp_new", comm_rank());
+        new_oom();
+        return NULL;
     }
     for (int i = 0; i < n; i++) {
         d->params[i] = amp_tensor_retain(params[i]);
