@@ -810,8 +810,12 @@ typedef struct {
 } amp_ddp_opts;
 
 AMP_API amp_ddp_opts amp_ddp_defaults(void);
-/* Over params[0..n) (the leaves that get gradients, on one device). */
+/* Over params[0..n) (the leaves that get gradients, on one device; each
+ * under INT_MAX elements, the most one collective moves). Collective: a
+ * refusal or allocation failure on any rank is NULL on every rank. */
 AMP_API amp_ddp *amp_ddp_new(amp_tensor *const *params, int n, amp_ddp_opts o);
+/* Collective when a synchronised backward is unfinished: it then does
+ * amp_ddp_finish's collectives first (every rank must finish or free). */
 AMP_API void amp_ddp_free(amp_ddp *d);
 /* sync false: PyTorch's no_sync(): backward only accumulates locally (for
  * the micro-batches of gradient accumulation before the last); true (the
@@ -821,7 +825,14 @@ AMP_API void amp_ddp_set_sync(amp_ddp *d, bool sync);
  * that backward did not): every parameter's .grad is then the average
  * over the ranks. Call it after that backward, before unscale, clipping
  * and the step. Without a synchronised backward since the last call it
- * does nothing. */
+ * does nothing. A failure on any rank (a gradient it could not pack, a
+ * second synchronised backward before finish) is an error on every rank,
+ * and then no rank's .grad is written.
+ * Rule: between a synchronised backward and its finish, issue no other
+ * collective (amp_dist_*, a ZeRO step, another ddp's finish in a different
+ * order on some rank): buckets may still be starting, and ranks whose
+ * graphs differ start them at different moments. Any backward begins a
+ * synchronised backward of EVERY live ddp whose sync is on. */
 AMP_API amp_status amp_ddp_finish(amp_ddp *d);
 
 typedef struct {

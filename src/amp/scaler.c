@@ -250,13 +250,16 @@ amp_tensor *amp_scaler_scale(amp_scaler *s, amp_tensor *loss)
  * a data-parallel run (more than one rank) found_inf is then the MAX over
  * the ranks, in place in the state's memory (NCCL on a GPU: no host
  * synchronisation), so every rank skips or steps together and the scales
- * stay identical. Every rank takes part, with gradients or not. */
-static amp_status run_unscale(const amp_scaler *s, const be_buf *bufs, int k, float *found_inf)
+ * stay identical. Every rank takes part, with gradients or not. *divided
+ * is set once the gradients are divided (a later failure: the all-reduce).
+ * A backend failure before it is the caller's to turn into comm_abort. */
+static amp_status run_unscale(const amp_scaler *s, const be_buf *bufs, int k, float *found_inf, bool *divided)
 {
     const float zero = 0.0f; /* a one-element fill: no copy from the host */
     BACKEND_CALL(s->be, "scaler_unscale", fill, found_inf, 1, &zero, sizeof zero);
     if (k > 0)
         BACKEND_CALL(s->be, "scaler_unscale", unscale, bufs, k, tensor_f32(s->scale_t), found_inf);
+    *divided = true;
     if (comm_size() > 1)
         return comm_allreduce(found_inf, 1, AMP_F32, AMP_REDUCE_MAX, s->be->device, NULL);
     return AMP_OK;
@@ -273,15 +276,33 @@ amp_status amp_scaler_unscale(amp_scaler *s, amp_optim *o)
     return st;
 }
 
+/* A failure of this rank's own before the found_inf all-reduce (memory,
+ * the backend, an f16 or misplaced gradient): in a data-parallel run the
+ * other ranks are (or will be) in that all-reduce and this rank cannot
+ * join it, so the job ends with the real message (comm_abort); alone, the
+ * error is returned. */
+static amp_status local_fail(amp_status st)
+{
+    if (st != AMP_OK && comm_size() > 1)
+        comm_abort(1, "scaler_unscale on rank %d, before the found_inf all-reduce: %s", comm_rank(),
+                   amp_last_error());
+    return st;
+}
+
 static amp_status scaler_unscale(amp_scaler *s, amp_optim *o)
 {
     if (!s || !o)
         return amp_set_error(AMP_ERR_ARG, "scaler_unscale: NULL %s", s ? "optimizer" : "scaler");
     if (!s->o.enabled)
         return AMP_OK;
-    opt_record *r = record_for(s, o, "unscale_");
-    if (!r)
+    /* The refusals of the call sequence (no scale, then unscale twice or
+     * after step) are the same on every rank of a data-parallel run (the
+     * same program): none issues the collective. */
+    if (check_started(s, "unscale_") != AMP_OK)
         return amp_last_status();
+    opt_record *r = record_for(s, o, "unscale_");
+    if (!r) /* out of memory */
+        return local_fail(amp_last_status());
     if (r->stage == STAGE_UNSCALED)
         return amp_set_error(AMP_ERR_STATE,
                              "unscale_() has already been called on this optimizer since the last "
@@ -290,28 +311,28 @@ static amp_status scaler_unscale(amp_scaler *s, amp_optim *o)
         return amp_set_error(AMP_ERR_STATE, "unscale_() is being called after step().");
     const int rec = (int)(r - s->recs);
     if (rec >= BE_SCALER_MAX_RECORDS)
-        return amp_set_error(AMP_ERR_ARG, "scaler: more than %d optimizers in one iteration",
-                             BE_SCALER_MAX_RECORDS);
+        return local_fail(amp_set_error(AMP_ERR_ARG, "scaler: more than %d optimizers in one iteration",
+                                        BE_SCALER_MAX_RECORDS));
 
     int n = amp_optim_num_params(o), k = 0;
     for (int i = 0; i < n; i++) {
         amp_tensor *g = amp_tensor_grad(amp_optim_param(o, i));
         if (g && g->dtype == AMP_F16 && !optim_wants_master(o, i))
-            return amp_set_error(AMP_ERR_DTYPE,
+            return local_fail(amp_set_error(AMP_ERR_DTYPE,
                                  "Attempting to unscale FP16 gradients. (parameter %d has an f16 "
                                  "gradient; keep f32 master parameters and let autocast cast them, or give "
                                  "the optimizer master weights: amp_optim_set_master_weights)",
-                                 i);
+                                 i));
         if (g && tensor_device(g) != tensor_device(s->scale_t))
-            return amp_set_error(AMP_ERR_DEVICE,
+            return local_fail(amp_set_error(AMP_ERR_DEVICE,
                                  "scaler: parameter %d's gradient is on %s but the scale was made on %s (one "
                                  "scaler per device)",
-                                 i, amp_device_name(tensor_device(g)), amp_device_name(tensor_device(s->scale_t)));
+                                 i, amp_device_name(tensor_device(g)), amp_device_name(tensor_device(s->scale_t))));
     }
     if (n > s->cap_bufs) {
         be_buf *b = realloc(s->bufs, (size_t)n * sizeof *b);
         if (!b)
-            return amp_set_error(AMP_ERR_MEMORY, "scaler: out of memory");
+            return local_fail(amp_set_error(AMP_ERR_MEMORY, "scaler: out of memory"));
         s->bufs = b;
         s->cap_bufs = n;
     }
@@ -326,7 +347,7 @@ static amp_status scaler_unscale(amp_scaler *s, amp_optim *o)
         if (g && g->dtype == AMP_F16) {
             amp_tensor *w = tensor_convert(g, AMP_F32);
             if (!w)
-                return amp_last_status();
+                return local_fail(amp_last_status());
             tensor_set_category(w, AMP_MEM_GRADIENTS);
             amp_tensor_free(g);
             p->grad = g = w;
@@ -334,12 +355,16 @@ static amp_status scaler_unscale(amp_scaler *s, amp_optim *o)
         if (g && (g->dtype == AMP_F32 || g->dtype == AMP_BF16))
             s->bufs[k++] = (be_buf){tensor_ptr(g), g->numel, g->dtype};
     }
-    amp_status st = run_unscale(s, s->bufs, k, &s->st->found_inf[rec]);
-    if (st != AMP_OK)
-        return st;
+    bool divided = false;
+    amp_status st = run_unscale(s, s->bufs, k, &s->st->found_inf[rec], &divided);
+    if (st != AMP_OK && !divided)
+        return local_fail(st);
+    /* Divided (even if the all-reduce then failed): the gradients are
+     * unscaled, so the stage says so and a retry is refused rather than
+     * dividing them twice. */
     r->recorded = k > 0;
     r->stage = STAGE_UNSCALED;
-    return AMP_OK;
+    return st;
 }
 
 /* ------------------------------------------------------------ step */

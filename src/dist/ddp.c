@@ -17,8 +17,12 @@
  * compression, the buffer rounded to bf16 / f16 and all-gathered (MPI
  * cannot sum 16-bit floats), the ranks' copies summed in f32 on receipt in
  * rank order. Buckets start strictly in index order (a complete bucket
- * waits for the ones before it), so every rank issues the same collectives
- * in the same order even when a parameter gets no gradient on one rank.
+ * waits for the ones before it), so every rank issues the same bucket
+ * collectives in the same order even when a parameter gets no gradient on
+ * one rank - provided no other collective is issued between a
+ * synchronised backward and its finish (a bucket may start before or
+ * after it, rank by rank; amp_ddp_finish's comment in ampc.h states the
+ * rule). Any backward (BACKWARD_BEGIN) activates every live ddp.
  * After every node of backward (the hook's AUTOGRAD_NODE_DONE) and every
  * report, MPI is let progress the buckets in flight (an MPI_Test each).
  *
@@ -28,11 +32,15 @@
  * that got a gradient on some ranks only has the zeros of the others in
  * its average and gets a .grad everywhere; one that got no gradient on any
  * rank keeps none (the flags' sum says which), as in a one-process run.
+ * Before unpacking, finish all-reduces (MAX) one failure flag: a rank's
+ * own failure (a gradient it could not pack, a second backward) is every
+ * rank's error and no .grad is written anywhere.
  *
  * Device-agnostic: every copy, conversion, fill and sum goes through the
  * parameters' backend, and the collectives through comm with their device
  * (NCCL for CUDA buffers), so no host copy is made except the flags of a
- * bucket in which this rank lacks a gradient.
+ * bucket in which this rank lacks a gradient (host flag buffers made in
+ * amp_ddp_new: the hook allocates nothing, so cannot skip a collective).
  */
 #include "ampc.h"
 
@@ -43,6 +51,7 @@
 #include "comm/comm.h"
 #include "tensor/tensor.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +65,7 @@ typedef struct {
     float *buf;        /* numel + count f32, on the device */
     void *half;        /* numel + count 16-bit (compression), on the device */
     void *gathered;    /* world * (numel + count) 16-bit (compression) */
+    float *hflags;     /* count f32 on the host: the flags, packed and read back */
     comm_req *req;
     bool started;
 } ddp_bucket;
@@ -130,13 +140,11 @@ static amp_status bucket_start(amp_ddp *d, int k)
 {
     ddp_bucket *bk = &d->b[k];
     const amp_backend *be = d->be;
-    float flags_stack[64] = {0};
-    float *flags = bk->count <= 64 ? flags_stack : malloc((size_t)bk->count * sizeof *flags);
-    if (!flags)
-        return amp_set_error(AMP_ERR_MEMORY, "ddp: out of memory");
+    float *flags = bk->hflags; /* made in amp_ddp_new: nothing here can skip the collective */
     /* A gradient that cannot be packed (a wrong shape or device: this
      * rank's own error) is sent as zeros and the error returned after the
-     * collective has started: every rank issues the same collectives. */
+     * collective has started: every rank issues the same collectives, and
+     * amp_ddp_finish makes the error every rank's. */
     amp_status pack = AMP_OK, st = AMP_OK;
     for (int j = 0; j < bk->count; j++) {
         int i = d->order[bk->first + j];
@@ -164,8 +172,6 @@ static amp_status bucket_start(amp_ddp *d, int k)
         }
     }
     st = be->copy(bk->buf + bk->numel, d->dev, flags, AMP_CPU, (size_t)bk->count * sizeof(float));
-    if (flags != flags_stack)
-        free(flags);
     if (st != AMP_OK && pack == AMP_OK)
         pack = st;
     const int64_t len = bk->numel + bk->count;
@@ -173,9 +179,14 @@ static amp_status bucket_start(amp_ddp *d, int k)
         st = comm_allreduce(bk->buf, len, AMP_F32, AMP_REDUCE_SUM, d->dev, &bk->req);
         d->stats.bytes_sent += len * 4;
     } else {
-        st = be->convert(bk->buf, AMP_F32, bk->half, d->o.compress, len);
-        if (st == AMP_OK)
-            st = comm_allgather(bk->half, bk->gathered, len, d->o.compress, d->dev, &bk->req);
+        /* a failed rounding sends zeros (the error is finish's): the all-gather is issued anyway */
+        if ((st = be->convert(bk->buf, AMP_F32, bk->half, d->o.compress, len)) != AMP_OK) {
+            const uint16_t zero = 0; /* +0 in bf16 and f16 */
+            if (pack == AMP_OK)
+                pack = st;
+            be->fill(bk->half, len, &zero, sizeof zero);
+        }
+        st = comm_allgather(bk->half, bk->gathered, len, d->o.compress, d->dev, &bk->req);
         d->stats.bytes_sent += len * 2;
     }
     bk->started = st == AMP_OK;
@@ -256,6 +267,10 @@ static void hook(void *ctx, autograd_event ev, amp_tensor *leaf)
 
 amp_ddp_opts amp_ddp_defaults(void) { return (amp_ddp_opts){.bucket_mb = 25, .compress = AMP_F32, .broadcast_params = true}; }
 
+/* The most elements of one bucket (gradients and flags): a collective's
+ * count is an int. */
+#define DDP_MAX_LEN INT_MAX
+
 /* This rank's own checks of the arguments (no collective). */
 static amp_status check_local(amp_tensor *const *params, int n, const amp_ddp_opts *o)
 {
@@ -275,6 +290,11 @@ static amp_status check_local(amp_tensor *const *params, int n, const amp_ddp_op
                                  p->grad_fn ? "not a leaf (made by an op)" : "a tensor that does not require grad");
         if (!amp_dtype_is_float(p->dtype))
             return amp_set_error(AMP_ERR_DTYPE, "ddp: parameter %d has dtype %s", i, amp_dtype_name(p->dtype));
+        if (p->numel > DDP_MAX_LEN - 1)
+            return amp_set_error(AMP_ERR_SHAPE,
+                                 "ddp: parameter %d has %lld elements: a bucket (its gradients and one flag per "
+                                 "parameter) holds at most %d elements, the most one collective moves",
+                                 i, (long long)p->numel, DDP_MAX_LEN);
         if (tensor_device(p) != tensor_device(params[0]))
             return amp_set_error(AMP_ERR_DEVICE, "ddp: parameter %d is on %s, parameter 0 on %s (one device)", i,
                                  amp_device_name(tensor_device(p)), amp_device_name(tensor_device(params[0])));
@@ -285,6 +305,16 @@ static amp_status check_local(amp_tensor *const *params, int n, const amp_ddp_op
     return backend_check(tensor_device(params[0]), "ddp");
 }
 
+/* Out of memory in amp_ddp_new: with peers (in, or on their way to, a
+ * collective this rank cannot join) the job ends with the message; alone,
+ * the error. */
+static amp_status new_oom(void)
+{
+    if (comm_size() > 1)
+        comm_abort(1, "ddp: out of memory on rank %d in amp_ddp_new", comm_rank());
+    return amp_set_error(AMP_ERR_MEMORY, "ddp: out of memory");
+}
+
 /* Every rank's (ok, n, bucket_mb's bits, compress): refused everywhere
  * when one rank refused its arguments or they differ. */
 static amp_status agree(amp_tensor *const *params, int n, const amp_ddp_opts *o, amp_status local)
@@ -293,8 +323,8 @@ static amp_status agree(amp_tensor *const *params, int n, const amp_ddp_opts *o,
     int64_t mine[4] = {local == AMP_OK, local == AMP_OK ? n : -1, 0, local == AMP_OK ? (int64_t)o->compress : -1};
     memcpy(&mine[2], &o->bucket_mb, sizeof(double));
     int64_t *all = malloc((size_t)world * sizeof mine);
-    if (!all)
-        return amp_set_error(AMP_ERR_MEMORY, "ddp: out of memory");
+    if (!all) /* the others are in the all-gather: this rank cannot follow */
+        return new_oom();
     char msg[300];
     snprintf(msg, sizeof msg, "%s", amp_last_error());
     amp_status st = comm_allgather(mine, all, 4, AMP_I64, AMP_CPU, NULL);
@@ -319,7 +349,7 @@ static amp_status agree(amp_tensor *const *params, int n, const amp_ddp_opts *o,
     if (!sz || !szall) {
         free(sz);
         free(szall);
-        return amp_set_error(AMP_ERR_MEMORY, "ddp: out of memory");
+        return new_oom();
     }
     for (int i = 0; i < n; i++)
         sz[i] = params[i]->numel * 64 + (int64_t)params[i]->dtype;
@@ -351,6 +381,7 @@ static void ddp_release(amp_ddp *d)
         for (int j = 0; j < 3; j++)
             if (bufs[j])
                 d->be->free(bufs[j]);
+        free(d->b[k].hflags);
     }
     for (int i = 0; d->params && i < d->n; i++)
         amp_tensor_free(d->params[i]);
@@ -370,8 +401,10 @@ amp_ddp *amp_ddp_new(amp_tensor *const *params, int n, amp_ddp_opts o)
     if (st != AMP_OK)
         return NULL;
     amp_ddp *d = calloc(1, sizeof *d);
-    if (!d)
-        return amp_fail_null(AMP_ERR_MEMORY, "ddp: out of memory");
+    if (!d) { /* the others go on to the ok all-reduce below */
+        new_oom();
+        return NULL;
+    }
     d->n = n;
     d->o = o;
     d->dev = tensor_device(params[0]);
@@ -391,7 +424,8 @@ amp_ddp *amp_ddp_new(amp_tensor *const *params, int n, amp_ddp_opts o)
     d->slot = calloc(cap, sizeof *d->slot);
     if (!d->params || !d->order || !d->bucket_of || !d->offset || !d->ready || !d->b || !d->slot) {
         ddp_release(d);
-        return amp_fail_null(AMP_ERR_MEMORY, "ddp: out of memory");
+        new_oom();
+        return NULL;
     }
     for (int i = 0; i < n; i++) {
         d->params[i] = amp_tensor_retain(params[i]);
@@ -406,7 +440,8 @@ amp_ddp *amp_ddp_new(amp_tensor *const *params, int n, amp_ddp_opts o)
         int i = n - 1 - j;
         d->order[j] = i;
         ddp_bucket *bk = &d->b[d->nb > 0 ? d->nb - 1 : 0];
-        if (d->nb == 0 || (double)bk->numel >= cap_elems) {
+        if (d->nb == 0 || (double)bk->numel >= cap_elems ||
+            bk->numel + bk->count + 1 + params[i]->numel > DDP_MAX_LEN) { /* (check_local: one fits) */
             bk = &d->b[d->nb++];
             bk->first = j;
         }
@@ -418,11 +453,28 @@ amp_ddp *amp_ddp_new(amp_tensor *const *params, int n, amp_ddp_opts o)
     for (int k = 0; k < d->nb && st == AMP_OK; k++) {
         ddp_bucket *bk = &d->b[k];
         const size_t len = (size_t)(bk->numel + bk->count);
-        if (!(bk->buf = d->be->alloc(len * 4)))
+        if (!(bk->hflags = calloc((size_t)bk->count, sizeof *bk->hflags)))
+            st = amp_set_error(AMP_ERR_MEMORY, "ddp: out of memory");
+        else if (!(bk->buf = d->be->alloc(len * 4)))
             st = amp_last_status();
         else if (o.compress != AMP_F32 &&
                  (!(bk->half = d->be->alloc(len * 2)) || !(bk->gathered = d->be->alloc(len * 2 * (size_t)d->world))))
             st = amp_last_status();
+    }
+    /* Every rank's allocations succeeded, or every rank fails here
+     * (another's failure must not leave this one in a bcast below). */
+    if (d->world > 1) {
+        int64_t bad = st != AMP_OK;
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", amp_last_error());
+        amp_status c = comm_allreduce(&bad, 1, AMP_I64, AMP_REDUCE_MAX, AMP_CPU, NULL);
+        if (c != AMP_OK)
+            st = c;
+        else if (st != AMP_OK)
+            st = amp_set_error(st, "%s", msg);
+        else if (bad)
+            st = amp_set_error(AMP_ERR_MEMORY, "ddp: another rank could not allocate its gradient buckets "
+                                               "(its message says why)");
     }
     /* every rank takes rank 0's parameters (bits, in their own dtype) */
     for (int i = 0; st == AMP_OK && o.broadcast_params && i < n && d->world > 1; i++) {
@@ -445,6 +497,11 @@ void amp_ddp_free(amp_ddp *d)
 {
     if (!d)
         return;
+    /* A synchronised backward not finished: the other ranks issue (or
+     * issued) every bucket's collective and the agreement, so this rank
+     * does too, as amp_ddp_finish (which it is; its status is dropped). */
+    if (d->active)
+        (void)amp_ddp_finish(d);
     for (amp_ddp **p = &live; *p; p = &(*p)->next_live)
         if (*p == d) {
             *p = d->next_live;
@@ -488,15 +545,11 @@ static amp_status bucket_unpack(amp_ddp *d, int k)
                      (float)d->world);
     }
     /* The flags only matter where this rank has no gradient. */
-    float *flags = NULL;
+    float *flags = bk->hflags;
     for (int j = 0; j < bk->count; j++)
         if (!d->params[d->order[bk->first + j]]->grad) {
-            if (!(flags = malloc((size_t)bk->count * sizeof *flags)))
-                return amp_set_error(AMP_ERR_MEMORY, "ddp: out of memory");
-            if ((st = be->copy(flags, AMP_CPU, bk->buf + bk->numel, d->dev, (size_t)bk->count * 4)) != AMP_OK) {
-                free(flags);
+            if ((st = be->copy(flags, AMP_CPU, bk->buf + bk->numel, d->dev, (size_t)bk->count * 4)) != AMP_OK)
                 return st;
-            }
             break;
         }
     st = AMP_OK;
@@ -520,7 +573,6 @@ static amp_status bucket_unpack(amp_ddp *d, int k)
             st = be->convert(src, AMP_F32, tensor_ptr(g), g->dtype, p->numel);
         tensor_bump(g);
     }
-    free(flags);
     return st;
 }
 
@@ -548,6 +600,22 @@ amp_status amp_ddp_finish(amp_ddp *d)
     const double waited = now_s() - t0;
     d->stats.wait_s += waited;
     d->stats.last_wait_s = waited;
+    /* Every rank's verdict (MAX of a failure flag, one i64): a failure on
+     * one rank (a gradient it could not pack, a second synchronised
+     * backward, ...) is every rank's error and no rank writes a .grad, so
+     * the ranks cannot drift. */
+    if (d->world > 1) {
+        int64_t bad = d->err != AMP_OK;
+        amp_status c = comm_allreduce(&bad, 1, AMP_I64, AMP_REDUCE_MAX, AMP_CPU, NULL);
+        if (c != AMP_OK)
+            hook_fail(d, c);
+        else if (bad && d->err == AMP_OK) {
+            d->err = AMP_ERR_STATE;
+            snprintf(d->errmsg, sizeof d->errmsg,
+                     "ddp: another rank failed in this synchronised backward (its message says why); no "
+                     ".grad was written");
+        }
+    }
     for (int k = 0; k < d->nb && d->err == AMP_OK; k++)
         if ((st = bucket_unpack(d, k)) != AMP_OK)
             hook_fail(d, st);

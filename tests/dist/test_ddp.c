@@ -422,19 +422,26 @@ static void test_missing_gradients_and_16_bit_parameters(void)
         CHECK(amp_tensor_get(h->grad, i) == 1.5); /* (1 + 2) / 2 */
     CHECK(amp_ddp_get_stats(d).buckets >= 3);
     /* rank 1 alone holds a gradient that cannot be packed (wrong size):
-     * it gets the error, rank 0 finishes; neither hangs */
+     * every rank gets an error (rank 1 its own), none hangs, and no rank's
+     * .grad is written (a keeps its local 2a * k: the ranks' differ) */
     amp_tensor_clear_grad(a), amp_tensor_clear_grad(b), amp_tensor_clear_grad(h);
     CHECK_OK(amp_backward(amp_sum_all(amp_mul(a, a))));
     if (rank == 1)
         c->grad = tensor_zeros(AMP_SHAPE(5), AMP_F32);
+    const uint64_t av0 = a->grad ? a->grad->storage->version : 0;
     amp_status st = amp_ddp_finish(d);
     if (rank == 1) {
         CHECK(st == AMP_ERR_SHAPE);
         CHECK_ERROR(AMP_ERR_SHAPE, "parameter 2 has 2 elements but its gradient 5");
     } else {
-        CHECK_OK(st);
+        CHECK(st == AMP_ERR_STATE);
+        CHECK_ERROR(AMP_ERR_STATE, "another rank failed");
         CHECK(c->grad == NULL);
     }
+    CHECK(a->grad && a->grad->storage->version == av0);
+    for (int i = 0; a->grad && i < 5; i++)
+        CHECK(tensor_f32(a->grad)[i] == 2 * av[i]); /* untouched: this rank's own gradient */
+    CHECK(b->grad == NULL);
     CHECK_OK(amp_ddp_finish(d)); /* done: nothing left */
     amp_ddp_free(d);
     amp_tensor_free(a), amp_tensor_free(b), amp_tensor_free(c), amp_tensor_free(h);
@@ -626,9 +633,14 @@ static void test_fp16_accumulation_no_sync_clipping(void)
                 amp_tensor *logits = amp_module_forward(mm, x);
                 CHECK_OK(amp_autocast_end());
                 amp_tensor *l = amp_div_scalar(amp_cross_entropy(logits, y), K);
+                const amp_ddp_stats before = amp_ddp_get_stats(d);
                 CHECK_OK(amp_backward(amp_scaler_scale(ss, l)));
-                if (!side && mb == 0)
-                    CHECK_EQ_INT(amp_ddp_get_stats(d).syncs, step); /* no_sync: nothing moved */
+                if (!side && mb < K - 1) { /* no_sync: nothing moved */
+                    const amp_ddp_stats after = amp_ddp_get_stats(d);
+                    CHECK_EQ_INT(after.bytes_sent, before.bytes_sent);
+                    CHECK_EQ_INT(after.early_buckets, before.early_buckets);
+                    CHECK_EQ_INT(after.syncs, step);
+                }
             }
             if (!side)
                 CHECK_OK(amp_ddp_finish(d));
@@ -667,6 +679,44 @@ static void test_fp16_accumulation_no_sync_clipping(void)
     amp_scaler_free(s), amp_scaler_free(sref);
     amp_optim_free(o), amp_optim_free(oref);
     amp_module_free(m), amp_module_free(ref);
+}
+
+/* ----------------------------------------------- broadcast_params */
+
+/* Rank 1's parameters differ (another seed) and its optimizer already
+ * holds f32 masters of them: amp_ddp_new gives every rank rank 0's bits,
+ * bumps the version, and the optimizer re-seeds its masters from them (a
+ * zero-gradient step leaves rank 0's values, not rank 1's old ones). */
+static void test_broadcast_params(void)
+{
+    amp_tensor *p[2] = {test_uniform(AMP_SHAPE(7), AMP_BF16, -1, 1, 40 + (uint64_t)rank),
+                        test_uniform(AMP_SHAPE(3, 2), AMP_BF16, -1, 1, 50 + (uint64_t)rank)};
+    for (int i = 0; i < 2; i++)
+        amp_tensor_set_requires_grad(p[i], true);
+    amp_sgd_opts so = amp_sgd_defaults();
+    so.lr = 0.1;
+    amp_optim *o = amp_optim_sgd(p, 2, so);
+    CHECK_OK(amp_optim_set_master_weights(o, true));
+    CHECK(!same_on_all_ranks(p[0]) && !same_on_all_ranks(p[1]));
+    const uint64_t v0 = p[0]->storage->version;
+    amp_ddp *d = amp_ddp_new(p, 2, amp_ddp_defaults());
+    CHECK(d);
+    for (int i = 0; i < 2; i++)
+        CHECK(same_on_all_ranks(p[i]));
+    CHECK(p[0]->storage->version > v0);
+    float *want = copy_f32(p[0]);
+    for (int i = 0; i < 2; i++)
+        p[i]->grad = tensor_zeros(p[i]->shape, AMP_BF16);
+    CHECK_OK(amp_optim_step(o));
+    for (int i = 0; i < 2; i++)
+        CHECK(same_on_all_ranks(p[i]));
+    float *got = copy_f32(p[0]);
+    CHECK(want && got && memcmp(want, got, 7 * sizeof *got) == 0);
+    free(want), free(got);
+    amp_ddp_free(d);
+    amp_optim_free(o);
+    amp_tensor_free(p[0]), amp_tensor_free(p[1]);
+    amp_temps_free();
 }
 
 /* -------------------------------------------------------- bad input */
@@ -723,6 +773,22 @@ static void test_bad_input(void)
     CHECK_OK(amp_backward(mlp_loss(m, 1, rank * B, rank * B + B)));
     CHECK(amp_ddp_finish(d) == AMP_ERR_STATE);
     CHECK_ERROR(AMP_ERR_STATE, "second synchronised backward");
+    /* ... on rank 1 only: an error on every rank, no .grad written */
+    for (int i = 0; i < n; i++)
+        amp_tensor_clear_grad(p[i]);
+    CHECK_OK(amp_backward(mlp_loss(m, 0, rank * B, rank * B + B)));
+    if (rank == 1)
+        CHECK_OK(amp_backward(mlp_loss(m, 1, rank * B, rank * B + B)));
+    float *g0 = copy_f32(p[0]->grad);
+    CHECK(amp_ddp_finish(d) == AMP_ERR_STATE);
+    CHECK_ERROR(AMP_ERR_STATE, rank == 1 ? "second synchronised backward" : "another rank failed");
+    CHECK(g0 && memcmp(g0, tensor_f32(p[0]->grad), (size_t)p[0]->numel * 4) == 0);
+    free(g0);
+    /* freed in the middle of a synchronised backward: it finishes the
+     * collectives (rank 0 calls finish, rank 1 frees), neither hangs */
+    CHECK_OK(amp_backward(mlp_loss(m, 2, rank * B, rank * B + B)));
+    if (rank == 0)
+        CHECK_OK(amp_ddp_finish(d));
     amp_ddp_free(d);
     amp_temps_free();
     amp_module_free(m);
@@ -745,6 +811,7 @@ int main(int argc, char **argv)
     RUN(test_compression);
     RUN(test_inf_on_one_rank);
     RUN(test_fp16_accumulation_no_sync_clipping);
+    RUN(test_broadcast_params);
     RUN(test_bad_input);
     int rc = harness_done();
     int64_t f = rc != 0;
