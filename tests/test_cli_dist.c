@@ -19,6 +19,7 @@
  *     2-rank checkpoint resumes on 1 process, saying the shards change; an
  *     --epochs run resumed on another world keeps its number of steps.
  *   - --zero 1 on 2 ranks logs DDP's steps exactly (bitwise, unclipped).
+ *   - A --batch larger than a rank's shard: the banner shows the real one.
  *   - Failure: a rank killed with kill -9 ends the job (mpirun exits
  *     non-zero within 30 s, naming rank 1); a stopped rank (SIGSTOP) makes
  *     the other time out (--dist-timeout 2, or AMPC_DIST_TIMEOUT=2) with
@@ -420,6 +421,18 @@ static void test_an_epochs_run_resumed_on_another_world_keeps_its_steps(void)
     CHECK_OUT("was saved at step 16, past this run's 10 steps");
 }
 
+/* A --batch larger than a rank's shard (256 rows over 2 ranks: 128) is
+ * cut to it, and the configuration says so, with the real figures. */
+static void test_a_batch_cut_to_the_shard_is_shown(void)
+{
+    if (!have_ddp(false))
+        return;
+    int rc = cli_run_env(mpi(NP2), "train --model mlp --data %s --hidden 8 --batch 200 --threads 1 --steps 1", tiny);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("batch 128 (--batch 200 is more than the 128 rows a rank's shard holds)");
+    CHECK_OUT("batch 128 per rank (256 in all)");
+}
+
 /* ------------------------------------------------------------- failure */
 
 /* Starts "mpirun ARGS" with stdout and stderr into file err; its pid. */
@@ -668,6 +681,7 @@ int main(void)
     RUN(test_zero_1_trains_as_ddp);
     RUN(test_zero_1_stop_and_resume_is_bit_for_bit);
     RUN(test_an_epochs_run_resumed_on_another_world_keeps_its_steps);
+    RUN(test_a_batch_cut_to_the_shard_is_shown);
     RUN(test_a_rank_killed_ends_the_job_naming_it);
     RUN(test_a_stopped_rank_times_the_other_out);
     RUN(test_the_timeout_comes_from_the_environment_too);
