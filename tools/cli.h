@@ -157,6 +157,7 @@ typedef struct {
     int64_t sched_step; /* optimizer steps taken (a skipped one is not) */
     int64_t skipped;    /* steps the scaler skipped so far */
     int64_t world_size; /* ranks the run was saved on; 0: not recorded (one) */
+    int64_t total_steps; /* the run's optimizer steps in all; 0: not recorded */
 } run_info;
 
 /* The settings and run info as one JSON object (malloc'd; NULL when out of

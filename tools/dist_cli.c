@@ -237,8 +237,16 @@ int dist_same_settings(const train_opts *o, const run_info *ri)
 {
     if (!dist_on() || amp_dist_world_size() < 2)
         return -1;
-    char *json = settings_to_json(o, ri);
-    int64_t h = json ? hash62(json) : -1, v[2] = {h, -h};
+    /* The saved settings and the run options that decide which
+     * collectives a rank issues, and when (a rank with another --zero,
+     * --device, DDP bucketing or compression, --stop-at or checkpoint
+     * schedule would issue others, and wait for its peers until the
+     * timeout). */
+    char *json = settings_to_json(o, ri), run[512];
+    snprintf(run, sizeof run, "|zero %lld device %s compress %s bucket-mb %.17g stop-at %lld save %d save-every %lld",
+             (long long)o->zero, o->device, o->compress, o->bucket_mb, (long long)o->stop_at, o->save != NULL,
+             (long long)o->save_every);
+    int64_t h = json ? hash62(json) ^ hash62(run) : -1, v[2] = {h, -h};
     free(json);
     amp_tensor *t = amp_from_data(AMP_SHAPE(2), AMP_I64, v);
     if (!t || amp_dist_all_reduce(t, AMP_REDUCE_MAX) != AMP_OK)
@@ -248,8 +256,8 @@ int dist_same_settings(const train_opts *o, const run_info *ri)
     amp_tensor_free(t);
     if (same)
         return -1;
-    fprintf(stderr, "ampc: the ranks were started with different settings or data (the run's options, or the data's "
-                    "shapes): start every rank with the same options and data (mpirun -np N ampc train ...)\n");
+    fprintf(stderr, "ampc: the ranks were started with different settings or data (the run's options, --zero, --device, "
+                    "--compress, --bucket-mb, --stop-at, --save, --save-every, or the data's shapes): start every rank with the same options and data (mpirun -np N ampc train ...)\n");
     return EXIT_USAGE;
 }
 

@@ -3,15 +3,17 @@
  *
  *   {"ampc": "0.1.0",
  *    "settings": {"model": "cnn", "batch": 64, "lr": 0.002, ...},
- *    "run": {"features": 784, ..., "sched_step": 937, "skipped": 0, "world_size": 2}}
+ *    "run": {"features": 784, ..., "sched_step": 937, "skipped": 0, "world_size": 2,
+ *            "total_steps": 1870}}
  *
  * "settings" holds every saved option (args.c's table, class SETTING or
  * SHAPE) that applies to the run, under its command-line name; reading
  * passes each value's text through the same parser as the command line,
  * so a checkpoint cannot smuggle in a value the command line would
  * refuse. "run" holds what the data decided (input shape, classes,
- * vocabulary), where the schedule stands, and the ranks it ran on
- * (world_size; 0 or absent: one process).
+ * vocabulary), where the schedule stands, the ranks it ran on
+ * (world_size; 0 or absent: one process) and the run's length in steps
+ * (total_steps, which a resume keeps; 0 or absent: not recorded).
  *
  * settings_merge is the resume rule: the checkpoint's settings, with the
  * options given on the command line on top, except that a given option
@@ -98,9 +100,9 @@ char *settings_to_json(const train_opts *o, const run_info *ri)
     jb_printf(&b,
               "},\"run\":{\"features\":%" PRId64 ",\"channels\":%" PRId64 ",\"height\":%" PRId64
               ",\"width\":%" PRId64 ",\"classes\":%" PRId64 ",\"vocab\":%" PRId64 ",\"sched_step\":%" PRId64
-              ",\"skipped\":%" PRId64 ",\"world_size\":%" PRId64 "}}",
+              ",\"skipped\":%" PRId64 ",\"world_size\":%" PRId64 ",\"total_steps\":%" PRId64 "}}",
               ri->features, ri->channels, ri->height, ri->width, ri->classes, ri->vocab, ri->sched_step,
-              ri->skipped, ri->world_size);
+              ri->skipped, ri->world_size, ri->total_steps);
     if (b.oom) {
         jb_free(&b);
         return NULL;
@@ -250,6 +252,9 @@ int settings_from_json(const char *text, const char *where, train_opts *ck, run_
      * data-parallel training (one rank, read as 0). */
     if (rc < 0 && json_get(run, "world_size"))
         rc = get_run_value(run, "world_size", 0, 1 << 24, &ri->world_size, where);
+    /* The run's length: absent from checkpoints older than it. */
+    if (rc < 0 && json_get(run, "total_steps"))
+        rc = get_run_value(run, "total_steps", 0, CLI_MAX_STEPS, &ri->total_steps, where);
     int64_t hw;
     if (rc < 0 && (__builtin_mul_overflow(ri->height, ri->width, &hw) || hw != ri->features)) {
         fprintf(stderr, "ampc: %s: the saved run values disagree: features %" PRId64 " is not height %" PRId64

@@ -95,6 +95,10 @@ static amp_tensor *upload(const amp_tensor *h, amp_tensor **slot)
     return *slot = amp_to_device(h, AMP_CUDA);
 }
 
+/* A micro-batch's rows: --batch, or fewer when the training set (a rank's
+ * shard of it) holds fewer (data.c's batcher cuts it to them). */
+static int64_t run_batch(const run *r) { return r->rd->gpt ? r->o->batch : r->rd->tb.size; }
+
 /* Micro-batch m's inputs and labels (views of the reused buffers, or
  * their device copies on cuda). */
 static bool micro_batch(run *r, int64_t m, amp_tensor **x, amp_tensor **y)
@@ -360,7 +364,7 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
     const train_opts *o = r->o;
     /* Samples or tokens per step over all ranks: < 2^20 * 2^16 * 2^16 per
      * rank; the throughput shown saturates past INT64_MAX. */
-    int64_t per_step = o->batch * o->accum * (r->rd->gpt ? o->context : 1);
+    int64_t per_step = run_batch(r) * o->accum * (r->rd->gpt ? o->context : 1);
     if (__builtin_mul_overflow(per_step, (int64_t)r->world, &per_step))
         per_step = INT64_MAX;
     profile_window pw; /* --profile */
@@ -475,7 +479,11 @@ static void print_config(const run *r, int64_t total)
     printf(", schedule %s", o->schedule);
     if (o->warmup)
         printf(" (warm-up %lld)", (long long)o->warmup);
-    printf(", batch %lld", (long long)o->batch);
+    int64_t batch = run_batch(r);
+    printf(", batch %lld", (long long)batch);
+    if (batch < o->batch) /* the batcher's cut */
+        printf(" (--batch %lld is more than the %lld rows %s)", (long long)o->batch, (long long)batch,
+               r->world > 1 ? "a rank's shard holds" : "the training set holds");
     if (o->accum > 1)
         printf(" x %lld accumulated", (long long)o->accum);
     printf(", %lld steps", (long long)total);
@@ -483,10 +491,10 @@ static void print_config(const run *r, int64_t total)
         printf(" (%lld epochs)", (long long)o->epochs);
     printf(", seed %llu, threads %d\n", (unsigned long long)o->seed, amp_get_num_threads());
     if (r->world > 1) {
-        printf("data-parallel: %d ranks, batch %lld per rank (%lld in all), ", r->world, (long long)o->batch,
-               (long long)(o->batch * r->world));
-        if (r->zero)
-            printf("ZeRO stage 1 (optimizer state %.1f KiB on this rank)", (double)amp_zero_state_bytes(r->zero) / 1024);
+        printf("data-parallel: %d ranks, batch %lld per rank (%lld in all), ", r->world, (long long)batch,
+               (long long)(batch * r->world));
+        if (r->zero) /* (its state may not exist yet: Adam's comes with the first step) */
+            printf("ZeRO stage 1 (the optimizer state in %d shards, one a rank)", r->world);
         else
             printf("DDP buckets of %g MiB, compression %s", o->bucket_mb, o->compress);
         printf(", timeout %g s\n", dist_timeout_s());
@@ -601,8 +609,14 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
 
     run r = {.o = o, .rd = &rd, .ri = &ri, .nb = data_epoch_batches(&rd, o), .cuda = strcmp(o->device, "cuda") == 0,
              .world = world};
+    /* A resumed run keeps its length in steps (and so its schedule), on
+     * any number of ranks, unless --steps or --epochs is given anew. */
     int64_t total = o->steps;
-    if (total <= 0) { /* epochs * nb / accum: at most 1e6 * 2^32 (a u32 IDX dimension), checked anyway */
+    bool keep = saved && saved->total_steps > 0 && !o->given[opts_find("steps") - opts_table()] &&
+                !o->given[opts_find("epochs") - opts_table()];
+    if (keep)
+        total = saved->total_steps;
+    else if (total <= 0) { /* epochs * nb / accum: at most 1e6 * 2^32 (a u32 IDX dimension), checked anyway */
         if (__builtin_mul_overflow(o->epochs, r.nb, &total) || total / o->accum > CLI_MAX_STEPS) {
             fprintf(stderr, "ampc: --epochs %lld of %lld micro-batches, %lld per step, is more than %lld steps\n",
                     (long long)o->epochs, (long long)r.nb, (long long)o->accum, (long long)CLI_MAX_STEPS);
@@ -613,6 +627,7 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
     }
     if (total < 1)
         total = 1;
+    ri.total_steps = total;
     trainer t;
     bool built = trainer_build(&t, o, &ri, total);
     if ((rc = agree(built ? -1 : 1)) >= 0) {
@@ -622,12 +637,8 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
         return rc;
     }
     r.t = &t;
-    /* ZeRO-1 wraps the optimizer before a resumed run's state is loaded
-     * into it (and sharded after); DDP takes rank 0's parameters. */
-    if (world > 1 && o->zero == 1)
-        rc = dist_wrap(&r);
     int64_t first = 0;
-    if (rc < 0 && saved) {
+    if (saved) {
         /* The checkpoint's scaler state, when it had a scaler and this
          * run has one (a precision changed on resume starts afresh). */
         bool had = strcmp(ck->precision, "fp16") == 0 && !ck->no_scaler;
@@ -642,10 +653,17 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
                     where, (long long)ri.sched_step, (long long)ri.skipped, (long long)first);
             rc = 1;
         }
+        if (rc < 0 && first > total) {
+            fprintf(stderr, "ampc: %s was saved at step %lld, past this run's %lld steps (--steps or --epochs "
+                            "on %d rank%s): give more with --steps\n",
+                    where, (long long)first, (long long)total, world, world == 1 ? "" : "s");
+            rc = EXIT_USAGE;
+        }
     }
-    if ((rc = agree(rc)) < 0 && r.zero && amp_zero_shard_state(r.zero) != AMP_OK)
-        rc = fail("sharding the optimizer state", first);
-    if (rc < 0 && world > 1 && o->zero != 1)
+    /* The wrap comes after a resumed run's load: amp_ddp takes rank 0's
+     * parameters, amp_zero keeps this rank's shard of the whole optimizer
+     * state just loaded (the checkpoint holds it whole). */
+    if ((rc = agree(rc)) < 0 && world > 1)
         rc = dist_wrap(&r);
     if (rc < 0 && world > 1 && !r.cuda && !(r.loss_red = amp_zeros(AMP_SHAPE(1), AMP_F32)))
         rc = fail("the loss buffer", first);
