@@ -526,6 +526,24 @@ static int wait_bounded(pid_t pid, double limit_s, double *took)
     }
 }
 
+/* Waits (up to limit_s) until the file at path holds text: the job has
+ * got that far (a fixed sleep is not enough under the sanitizers, where
+ * starting MPI and loading the data can take longer than the sleep, and a
+ * rank stopped inside MPI_Init leaves its peer in MPI_Init, where no
+ * timeout of ours runs). */
+static bool wait_for_text(const char *path, const char *text, double limit_s)
+{
+    for (int i = 0; i < (int)(limit_s * 20); i++) {
+        char *s = cli_read_file(path, NULL);
+        bool found = s && strstr(s, text);
+        free(s);
+        if (found)
+            return true;
+        usleep(50 * 1000);
+    }
+    return false;
+}
+
 /* A run long enough to be interrupted (minutes), rank 0 saying when it
  * trains. */
 #define LONG_RUN "train " MLP " --steps 10000000 --log-every 100 --precision fp32"
@@ -540,7 +558,7 @@ static void test_a_rank_killed_ends_the_job_naming_it(void)
     pid_t mp = start_mpirun(args, err);
     pid_t r1 = find_rank(mp, 1);
     CHECK_MSG(r1 > 0, "rank 1 not found among mpirun's children");
-    sleep(2); /* training */
+    CHECK_MSG(wait_for_text(err, "step 100/", 120), "rank 0 never reported step 100");
     if (r1 > 0)
         kill(r1, SIGKILL);
     double took;
@@ -567,7 +585,7 @@ static void stop_rank_1(bool env)
         unsetenv("AMPC_DIST_TIMEOUT");
     pid_t r1 = find_rank(mp, 1);
     CHECK_MSG(r1 > 0, "rank 1 not found among mpirun's children");
-    sleep(2);
+    CHECK_MSG(wait_for_text(err, "step 100/", 120), "rank 0 never reported step 100"); /* training */
     if (r1 > 0)
         kill(r1, SIGSTOP);
     double took;
