@@ -499,7 +499,7 @@ amp_status amp_zero_gather_state(amp_zero *z)
         send = recv = NULL;
     }
     /* every rank's outcome: one that failed after the last all-gather (no
-     * memory for the whole state) stays sharded, so the others must too,
+     * memory for the whole state) keeps its state, so the others must too,
      * or the next call would find some ranks whole and the rest not (on a
      * failure z->state is what it was: no rank's state changed) */
     {
@@ -509,7 +509,7 @@ amp_status amp_zero_gather_state(amp_zero *z)
             st = cst;
         else if (st == AMP_OK && bad)
             st = amp_set_error(AMP_ERR_STATE, "zero_gather_state: another rank failed to gather the optimizer "
-                               "state (its message says why); it stays sharded on every rank");
+                               "state (its message says why); the state stays as it was on every rank");
     }
     if (st == AMP_OK) {
         for (int i = 0; i < n; i++)
