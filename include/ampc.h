@@ -862,16 +862,21 @@ AMP_API amp_zero *amp_zero_new(amp_optim *o);
 AMP_API void amp_zero_free(amp_zero *z);
 /* Averages the gradients over the ranks: after it each rank's gradients
  * hold the average on its own shard and zeros elsewhere. Call it once per
- * optimizer step, after the last micro-batch's backward. */
+ * optimizer step, after the last micro-batch's backward. Refused (on every
+ * rank) while the state is not sharded (amp_zero_gather_state, or a failed
+ * amp_zero_shard_state), as is amp_zero_clip_grad_norm. */
 AMP_API amp_status amp_zero_reduce_gradients(amp_zero *z);
 /* The global norm of the reduced gradients (every rank gets the same),
- * clipped to max_norm as amp_clip_grad_norm does. */
+ * clipped to max_norm as amp_clip_grad_norm does. On CUDA it waits for the
+ * GPU (the rank's partial norm is copied to the host and the ranks' are
+ * all-gathered over MPI); the clipping itself stays on the device. */
 AMP_API double amp_zero_clip_grad_norm(amp_zero *z, double max_norm);
 /* After the optimizer step (amp_optim_step or amp_scaler_step, which
  * update this rank's shard): every rank gets every shard's new values. */
 AMP_API amp_status amp_zero_gather_parameters(amp_zero *z);
 /* The optimizer state in full (every shard's) on every rank, for saving,
- * then sharded again by amp_zero_shard_state (after a load too). */
+ * then sharded again by amp_zero_shard_state (after a load too). Both agree
+ * on their outcome over the ranks: an error on one is an error on all. */
 AMP_API amp_status amp_zero_gather_state(amp_zero *z);
 AMP_API amp_status amp_zero_shard_state(amp_zero *z);
 /* This rank's optimizer state in bytes (for the 1/N check). */

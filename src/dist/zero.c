@@ -49,7 +49,12 @@ struct amp_zero {
     amp_tensor *flat; /* f32 [W S]: the gradients packed (made by amp_zero_new when W > 1) */
     amp_tensor *mine; /* f32 [S]: this rank's reduced shard */
     int32_t *has;     /* n: whether parameter i has a gradient (summed over the ranks) */
-    bool whole;       /* the optimizer's state gathered (amp_zero_gather_state) */
+    /* the optimizer's state, the same on every rank (agreed after each
+     * change): SHARDED (amp_zero_new, amp_zero_shard_state), WHOLE
+     * (amp_zero_gather_state) or MIXED (an amp_zero_shard_state that failed
+     * on some rank: each parameter's state sharded on some ranks, whole on
+     * others; amp_zero_gather_state packs either) */
+    enum { SHARDED = 0, WHOLE, MIXED } state;
 };
 
 static const amp_backend *be_of(const amp_zero *z) { return backend_of(z->dev); }
@@ -108,6 +113,16 @@ amp_zero *amp_zero_new(amp_optim *o)
                                amp_device_name(tensor_device(o->params[i])));
         total += o->params[i]->numel;
     }
+    /* the layout's fingerprint: FNV-1a over every parameter's (numel,
+     * dtype) in order, cut to 62 bits so that its negation fits */
+    uint64_t h = 14695981039346656037ull;
+    for (int i = 0; i < n; i++) {
+        const uint64_t w[2] = {(uint64_t)o->params[i]->numel, (uint64_t)o->params[i]->dtype};
+        for (int j = 0; j < 2; j++)
+            for (int b = 0; b < 8; b++)
+                h = (h ^ ((w[j] >> (8 * b)) & 0xff)) * 1099511628211ull;
+    }
+    const int64_t layout = (int64_t)(h >> 2);
     const int64_t shard = (total + world - 1) / world;
     if (st == AMP_OK && shard * world > INT32_MAX)
         st = amp_set_error(AMP_ERR_ARG, "zero: %lld parameter elements over %d ranks is more than one collective "
@@ -127,20 +142,28 @@ amp_zero *amp_zero_new(amp_optim *o)
     if (st == AMP_OK && !(z && z->off && z->lo && z->hi && z->has && (world == 1 || (z->flat && z->mine))))
         st = amp_set_error(AMP_ERR_MEMORY, "zero: out of memory for %lld elements of gradient buffers",
                            (long long)(shard * (world + 1)));
-    /* every rank must cut the same layout: the parameter count and sizes
-     * (their maxima and minima over the ranks must be ours); and a rank
-     * that failed above says so here, so that all fail together */
+    /* every rank must cut the same layout: the parameter count, the total,
+     * the device and the fingerprint of each parameter's numel and dtype
+     * (their maxima and minima over the ranks must be ours: then every
+     * rank's are equal); and a rank that failed above says so here, so that
+     * all fail together */
     if (world > 1) {
-        int64_t v[8] = {n, total, (int64_t)dev, st != AMP_OK, -(int64_t)n, -total, -(int64_t)dev, 0};
-        amp_status cst = comm_allreduce(v, 8, AMP_I64, AMP_REDUCE_MAX, AMP_CPU, NULL);
+        int64_t v[10] = {n,           total,  (int64_t)dev,  layout,  st != AMP_OK,
+                         -(int64_t)n, -total, -(int64_t)dev, -layout, 0};
+        amp_status cst = comm_allreduce(v, 10, AMP_I64, AMP_REDUCE_MAX, AMP_CPU, NULL);
         if (st == AMP_OK && cst != AMP_OK)
             st = cst;
-        else if (st == AMP_OK && (v[0] != -v[4] || v[1] != -v[5] || v[2] != -v[6]))
+        else if (st == AMP_OK && (v[0] != -v[5] || v[1] != -v[6] || v[2] != -v[7]))
             st = amp_set_error(AMP_ERR_ARG, "zero: the ranks' optimizers differ (parameters: %lld to %lld, "
                                "elements: %lld to %lld, devices %s and %s): every rank must build the same model",
-                               (long long)-v[4], (long long)v[0], (long long)-v[5], (long long)v[1],
-                               amp_device_name((amp_device)-v[6]), amp_device_name((amp_device)v[2]));
-        else if (st == AMP_OK && v[3])
+                               (long long)-v[5], (long long)v[0], (long long)-v[6], (long long)v[1],
+                               amp_device_name((amp_device)-v[7]), amp_device_name((amp_device)v[2]));
+        else if (st == AMP_OK && v[3] != -v[8])
+            st = amp_set_error(AMP_ERR_ARG, "zero: the ranks' optimizers differ in their parameters' sizes or "
+                               "dtypes (the same %d parameters and %lld elements, split or typed differently): every "
+                               "rank must build the same model, its parameters in the same order", n,
+                               (long long)total);
+        else if (st == AMP_OK && v[4])
             st = amp_set_error(AMP_ERR_STATE, "zero: another rank failed to set up its shard (its message says "
                                "why)");
     }
@@ -222,6 +245,10 @@ amp_status amp_zero_reduce_gradients(amp_zero *z)
         return amp_set_error(AMP_ERR_ARG, "zero_reduce_gradients: NULL");
     if (z->world == 1)
         return AMP_OK; /* the average over one rank: the gradients as they are */
+    if (z->state != SHARDED) /* (the same on every rank: they all refuse) */
+        return amp_set_error(AMP_ERR_STATE, "zero_reduce_gradients: the optimizer state is not sharded (after "
+                             "amp_zero_gather_state, or an amp_zero_shard_state that failed): call "
+                             "amp_zero_shard_state first");
     amp_optim *o = z->o;
     const int n = o->n;
     amp_phase_begin(AMP_PHASE_BACKWARD); /* (DDP's all-reduce is backward's too) */
@@ -284,6 +311,11 @@ amp_status amp_zero_reduce_gradients(amp_zero *z)
     return st;
 }
 
+/* On CUDA: one host wait per call (the partial norm's copy to the host,
+ * which waits for the stream), the ranks' norms all-gathered over MPI as
+ * host doubles; the factor is applied on the device. Keeping it all on the
+ * device (issue 15) would need a device all-gather of the partial norms and
+ * a backend op combining them in rank order: not done. */
 double amp_zero_clip_grad_norm(amp_zero *z, double max_norm)
 {
     if (!z) {
@@ -297,6 +329,12 @@ double amp_zero_clip_grad_norm(amp_zero *z, double max_norm)
     amp_optim *o = z->o;
     if (z->world == 1) /* one shard: the plain clipping */
         return amp_clip_grad_norm(o->params, o->n, max_norm);
+    if (z->state != SHARDED) {
+        amp_set_error(AMP_ERR_STATE, "zero_clip_grad_norm: the optimizer state is not sharded (after "
+                      "amp_zero_gather_state, or an amp_zero_shard_state that failed): call amp_zero_shard_state "
+                      "first");
+        return NAN;
+    }
     amp_phase_begin(AMP_PHASE_UNSCALE);
     const amp_backend *be = be_of(z);
     be_buf *bufs = calloc((size_t)o->n, sizeof *bufs);
@@ -412,7 +450,7 @@ amp_status amp_zero_gather_state(amp_zero *z)
         return amp_set_error(AMP_ERR_ARG, "zero_gather_state: NULL");
     amp_optim *o = z->o;
     const int n = o->n, K = OPTIM_MAX_STATE;
-    if (z->world == 1 || z->whole)
+    if (z->world == 1 || z->state == WHOLE)
         return AMP_OK; /* whole already (one rank, or gathered; decided alike on every rank) */
     /* full[i * (K + 1) + k]: parameter i's whole slot k (K: its master) */
     amp_tensor **full = calloc((size_t)n * (K + 1), sizeof *full);
@@ -460,10 +498,23 @@ amp_status amp_zero_gather_state(amp_zero *z)
         amp_tensor_free(recv);
         send = recv = NULL;
     }
+    /* every rank's outcome: one that failed after the last all-gather (no
+     * memory for the whole state) keeps its state, so the others must too,
+     * or the next call would find some ranks whole and the rest not (on a
+     * failure z->state is what it was: no rank's state changed) */
+    {
+        int32_t bad = st != AMP_OK;
+        const amp_status cst = comm_allreduce(&bad, 1, AMP_I32, AMP_REDUCE_MAX, AMP_CPU, NULL);
+        if (st == AMP_OK && cst != AMP_OK)
+            st = cst;
+        else if (st == AMP_OK && bad)
+            st = amp_set_error(AMP_ERR_STATE, "zero_gather_state: another rank failed to gather the optimizer "
+                               "state (its message says why); the state stays as it was on every rank");
+    }
     if (st == AMP_OK) {
         for (int i = 0; i < n; i++)
             optim_unshard(o, i, &full[i * (K + 1)], full[i * (K + 1) + K]);
-        z->whole = true;
+        z->state = WHOLE;
     } else if (full) {
         for (int j = 0; j < n * (K + 1); j++)
             amp_tensor_free(full[j]);
@@ -476,13 +527,26 @@ amp_status amp_zero_shard_state(amp_zero *z)
 {
     if (!z)
         return amp_set_error(AMP_ERR_ARG, "zero_shard_state: NULL");
-    for (int i = 0; i < z->o->n; i++) {
-        amp_status st = optim_set_shard(z->o, i, z->lo[i], z->hi[i]);
-        if (st != AMP_OK)
-            return st;
+    amp_status st = AMP_OK;
+    for (int i = 0; i < z->o->n && st == AMP_OK; i++)
+        st = optim_set_shard(z->o, i, z->lo[i], z->hi[i]);
+    /* every rank's outcome: a rank that failed part way (no memory for a
+     * slice) holds some parameters' state whole and the rest sharded, which
+     * amp_zero_gather_state packs alike; so unless every rank succeeded,
+     * every rank is MIXED (reduce_gradients refuses; gather_state and
+     * shard_state run on every rank) */
+    if (z->world > 1) {
+        int32_t bad = st != AMP_OK;
+        const amp_status cst = comm_allreduce(&bad, 1, AMP_I32, AMP_REDUCE_MAX, AMP_CPU, NULL);
+        if (st == AMP_OK && cst != AMP_OK)
+            st = cst;
+        else if (st == AMP_OK && bad)
+            st = amp_set_error(AMP_ERR_STATE, "zero_shard_state: another rank failed to shard its optimizer state "
+                               "(its message says why); call amp_zero_shard_state again (or "
+                               "amp_zero_gather_state)");
     }
-    z->whole = false;
-    return AMP_OK;
+    z->state = st == AMP_OK ? SHARDED : MIXED;
+    return st;
 }
 
 int64_t amp_zero_state_bytes(const amp_zero *z)

@@ -11,8 +11,10 @@
  * (exactly each rank's shard), a skipped step (inf) changes nothing on
  * either rank, gathered state equals the reference's bit for bit and
  * saves the same checkpoint file, a checkpoint resumes into a fresh
- * sharded optimizer, bad input is refused with a message, and a world of
- * one rank (before amp_dist_init) is a plain optimizer.
+ * sharded optimizer, bad input is refused with a message (ranks whose
+ * parameters differ in count, size or dtype; gradients reduced while the
+ * state is not sharded, a shard_state that failed on one rank included),
+ * and a world of one rank (before amp_dist_init) is a plain optimizer.
  */
 #include "comm/comm.h"
 #include "harness.h"
@@ -526,6 +528,92 @@ static void test_bad_input(void)
     CHECK(amp_zero_new(o2) == NULL);
     CHECK_ERROR(AMP_ERR_ARG, "the ranks' optimizers differ (parameters: 2 to 4");
     amp_optim_free(o2);
+    /* the same count and total, split differently (rank 1's in another
+     * order: 91 65 13 5 against 91 13 65 5); without the check the
+     * all-gather would write one rank's elements into another parameter */
+    amp_tensor *perm[MAXP] = {a.p[0], a.p[2], a.p[1], a.p[3]};
+    o2 = amp_optim_sgd(rank ? perm : a.p, a.n, amp_sgd_defaults());
+    CHECK(amp_zero_new(o2) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "differ in their parameters' sizes or dtypes (the same 4 parameters and 174 elements");
+    amp_optim_free(o2);
+    /* the same sizes, one dtype differing (rank 1's second parameter f16) */
+    amp_tensor *q[2];
+    for (int i = 0; i < 2; i++) {
+        q[i] = amp_zeros(AMP_SHAPE(4 + i), AMP_F32);
+        if (rank == 1 && i == 1) {
+            amp_tensor *f = q[i];
+            q[i] = tensor_convert(f, AMP_F16);
+            amp_tensor_free(f);
+        }
+    }
+    o2 = amp_optim_sgd(q, 2, amp_sgd_defaults());
+    CHECK(o2 && amp_zero_new(o2) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "sizes or dtypes (the same 2 parameters and 9 elements");
+    amp_optim_free(o2);
+    amp_tensor_free(q[0]);
+    amp_tensor_free(q[1]);
+    free_net(&a);
+}
+
+/* Gradients are reduced only while the state is sharded: after
+ * amp_zero_gather_state every rank refuses (with a message) until
+ * amp_zero_shard_state. An amp_zero_shard_state that fails on one rank
+ * (here: rank 1's first parameter already sharded another way, standing
+ * for a slice it had no memory for) fails on every rank, the state
+ * counts as not sharded on both (a rank left whole would otherwise step
+ * elements it does not own, or skip the next gather's all-gather while
+ * the other enters it); amp_zero_gather_state then gathers on both (a
+ * mix of whole and sharded parameters) to the same bits as before. */
+static void test_reduce_needs_sharded_state(void)
+{
+    net a = make_net(SGD);
+    amp_zero *z = amp_zero_new(a.o);
+    CHECK(z);
+    if (!z) {
+        free_net(&a);
+        return;
+    }
+    zero_step(&a, z, 0, 0); /* momentum buffers exist */
+    CHECK_OK(amp_zero_gather_state(z));
+    size_t nb0 = 0, nb1 = 0;
+    char *before = snapshot_state(a.o, &nb0);
+    CHECK_EQ_INT((int64_t)nb0, 174 * 4);
+    amp_optim_zero_grad(a.o);
+    fwd_bwd(&a, 1, rank, NULL);
+    CHECK(amp_zero_reduce_gradients(z) != AMP_OK);
+    CHECK_ERROR(AMP_ERR_STATE, "not sharded (after amp_zero_gather_state");
+    CHECK(isnan(amp_zero_clip_grad_norm(z, 1)));
+    CHECK_ERROR(AMP_ERR_STATE, "call amp_zero_shard_state first");
+    /* a shard_state that fails on rank 1 only */
+    amp_tensor *keep[OPTIM_MAX_STATE] = {NULL};
+    if (rank == 1) {
+        for (int k = 0; k < OPTIM_MAX_STATE; k++)
+            keep[k] = a.o->state[k] ? amp_clone(a.o->state[k]) : NULL;
+        CHECK_OK(optim_set_shard(a.o, 0, 0, 1));
+    }
+    CHECK(amp_zero_shard_state(z) != AMP_OK);
+    if (rank == 1)
+        CHECK_ERROR(AMP_ERR_STATE, "it must be gathered before it is sharded");
+    else
+        CHECK_ERROR(AMP_ERR_STATE, "another rank failed to shard its optimizer state");
+    CHECK(amp_zero_reduce_gradients(z) != AMP_OK);
+    CHECK_ERROR(AMP_ERR_STATE, "an amp_zero_shard_state that failed");
+    /* rank 1 as an allocation failure would have left it: parameter 0
+     * whole, the others not reached (whole); rank 0: all sharded */
+    if (rank == 1)
+        optim_unshard(a.o, 0, keep, NULL);
+    CHECK_EQ_INT(optim_first_sharded(a.o), rank == 0 ? 0 : -1);
+    CHECK_OK(amp_zero_gather_state(z));
+    char *after = snapshot_state(a.o, &nb1);
+    CHECK(nb1 == nb0 && memcmp(before, after, nb0) == 0);
+    free(before);
+    free(after);
+    CHECK_OK(amp_zero_shard_state(z));
+    CHECK_OK(amp_zero_reduce_gradients(z));
+    CHECK_OK(amp_optim_step(a.o));
+    CHECK_OK(amp_zero_gather_parameters(z));
+    CHECK(same_on_every_rank(&a));
+    amp_zero_free(z);
     free_net(&a);
 }
 
@@ -587,6 +675,7 @@ int main(int argc, char **argv)
     RUN(test_gather_state_and_checkpoint);
     RUN(test_16bit_params);
     RUN(test_bad_input);
+    RUN(test_reduce_needs_sharded_state);
     int rc = harness_done();
     /* every rank's verdict: fail if any failed */
     amp_tensor *f = amp_zeros(AMP_SHAPE(1), AMP_I64);
