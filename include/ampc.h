@@ -1054,6 +1054,12 @@ AMP_API int amp_text_char(const amp_text *t, int64_t id);
  * and their next-token targets, starting at positions drawn with seed from
  * the split: the first 90% of the text (val = false) or the last 10%. */
 AMP_API amp_status amp_text_batch(const amp_text *t, bool val, uint64_t seed, amp_tensor *x, amp_tensor *y);
+/* As amp_text_batch, from shard `part` of `parts` of the split: its
+ * part-th contiguous 1/parts of the tokens (a window never leaves its
+ * shard, so the shards of data-parallel ranks share no token). Shard 0 of
+ * 1 is amp_text_batch's batch. */
+AMP_API amp_status amp_text_batch_shard(const amp_text *t, bool val, uint64_t seed, int part, int parts,
+                                        amp_tensor *x, amp_tensor *y);
 AMP_API void amp_text_free(amp_text *t);
 
 #ifdef __cplusplus

@@ -195,6 +195,48 @@ static void test_same_seed_same_batch_other_seed_other_batch(void)
     amp_text_free(t);
 }
 
+/* Shards (data-parallel ranks): a corpus whose training split is 450 'a'
+ * then 450 'b' (and 100 'c' to validate): shard 0 of 2 reads only 'a',
+ * shard 1 only 'b' (no window crosses into the other); shard 0 of 1 is
+ * amp_text_batch's batch bit for bit; bad shards and a shard too short for
+ * the window are errors naming them. */
+static void test_shards_are_disjoint(void)
+{
+    char text[1000];
+    memset(text, 'a', 450);
+    memset(text + 450, 'b', 450);
+    memset(text + 900, 'c', 100);
+    amp_text *t = amp_text_load(write_file("shards.txt", text, sizeof text));
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    CHECK_EQ_INT(amp_text_vocab(t), 3);
+    amp_tensor *x, *y, *x1, *y1;
+    new_xy(64, 20, &x, &y);
+    new_xy(64, 20, &x1, &y1);
+    for (int p = 0; p < 2; p++) {
+        for (uint64_t seed = 1; seed < 6; seed++) {
+            CHECK_OK(amp_text_batch_shard(t, false, seed, p, 2, x, y));
+            const int64_t *xd = amp_tensor_data(x), *yd = amp_tensor_data(y);
+            const int64_t want = p; /* ids: the sorted distinct bytes, 'a' 0, 'b' 1, 'c' 2 */
+            for (int64_t i = 0; i < 64 * 20; i++)
+                CHECK_MSG(xd[i] == want && yd[i] == want, "shard %d seed %llu: token %lld / %lld at %lld", p,
+                          (unsigned long long)seed, (long long)xd[i], (long long)yd[i], (long long)i);
+        }
+    }
+    CHECK_OK(amp_text_batch_shard(t, false, 7, 0, 1, x, y));
+    CHECK_OK(amp_text_batch(t, false, 7, x1, y1));
+    CHECK(same_values(x, x1) && same_values(y, y1));
+    CHECK(amp_text_batch_shard(t, false, 7, 2, 2, x, y) != AMP_OK);
+    CHECK_ERROR(AMP_ERR_ARG, "shard 2 of 2");
+    CHECK(amp_text_batch_shard(t, false, 7, 0, 0, x, y) != AMP_OK);
+    CHECK_ERROR(AMP_ERR_ARG, "shard 0 of 0");
+    CHECK(amp_text_batch_shard(t, false, 7, 0, 50, x, y) != AMP_OK); /* 18 tokens a shard < 21 */
+    CHECK_ERROR(AMP_ERR_SHAPE, "shard has 18 tokens");
+    amp_tensor_free(x), amp_tensor_free(y), amp_tensor_free(x1), amp_tensor_free(y1);
+    amp_text_free(t);
+}
+
 /* floor(9n/10) tokens train: a window of T = split - 1 fits, T = split
  * does not, and likewise for val. */
 static void test_split_sizes_are_nine_tenths_rounded_down(void)
@@ -396,6 +438,7 @@ int main(void)
     RUN(test_bytes_above_127_are_tokens_too);
     RUN(test_windows_are_text_with_next_byte_targets_in_their_split);
     RUN(test_same_seed_same_batch_other_seed_other_batch);
+    RUN(test_shards_are_disjoint);
     RUN(test_split_sizes_are_nine_tenths_rounded_down);
     RUN(test_directory_concatenates_text_files_in_name_order);
     RUN(test_missing_and_empty_inputs_name_the_file);

@@ -106,7 +106,8 @@ static bool micro_batch(run *r, int64_t m, amp_tensor **x, amp_tensor **y)
     if (r->rd->gpt) {
         text_data *td = &r->rd->text;
         uint64_t stream = TEXT_STREAM + (uint64_t)amp_dist_rank() * RANK_STREAM;
-        if (amp_text_batch(td->text, false, derive_seed(r->o->seed, stream, (uint64_t)m), td->x, td->y) != AMP_OK)
+        if (amp_text_batch_shard(td->text, false, derive_seed(r->o->seed, stream, (uint64_t)m), amp_dist_rank(),
+                                 amp_dist_world_size(), td->x, td->y) != AMP_OK)
             return false;
         *x = td->x;
         *y = td->y;

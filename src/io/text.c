@@ -21,6 +21,9 @@
  *   - Splits: the first floor(9n/10) tokens train, the rest validate. A
  *     window never crosses the boundary, so no validation byte is ever a
  *     training target.
+ *   - Data-parallel ranks read disjoint shards (amp_text_batch_shard): shard
+ *     p of P is the split's p-th contiguous 1/P of its tokens, and its
+ *     windows stay inside it.
  *   - Window starts are uniform over the split's valid starts, from
  *     Philox4x32 keyed by the seed (counter: split, row), so a batch depends
  *     only on (seed, split, B, T) and the text: the same seed gives the same
@@ -258,20 +261,33 @@ static amp_status check_xy(const amp_tensor *x, const amp_tensor *y)
 
 amp_status amp_text_batch(const amp_text *t, bool val, uint64_t seed, amp_tensor *x, amp_tensor *y)
 {
+    return amp_text_batch_shard(t, val, seed, 0, 1, x, y);
+}
+
+amp_status amp_text_batch_shard(const amp_text *t, bool val, uint64_t seed, int part, int parts, amp_tensor *x,
+                                amp_tensor *y)
+{
     if (!t || !x || !y)
         return amp_set_error(AMP_ERR_ARG, "text_batch: NULL %s", !t ? "text" : !x ? "x" : "y");
+    if (parts < 1 || part < 0 || part >= parts)
+        return amp_set_error(AMP_ERR_ARG, "text_batch: shard %d of %d (0 <= shard < shards)", part, parts);
     amp_status rc = check_xy(x, y);
     if (rc != AMP_OK)
         return rc;
     int64_t B = x->shape.d[0], T = x->shape.d[1];
     int64_t split = t->n / 10 * 9 + t->n % 10 * 9 / 10; /* floor(9n/10) without overflow */
     int64_t lo = val ? split : 0, len = val ? t->n - split : split;
+    /* the shard: tokens [len * part / parts, len * (part + 1) / parts) of the split */
+    int64_t first = (int64_t)((unsigned __int128)len * (unsigned)part / (unsigned)parts);
+    int64_t end = (int64_t)((unsigned __int128)len * (unsigned)(part + 1) / (unsigned)parts);
+    lo += first;
+    len = end - first;
     if (len < T + 1)
         return amp_set_error(AMP_ERR_SHAPE,
-                             "text_batch: the %s split has %lld tokens, a window of T = %lld needs %lld "
+                             "text_batch: the %s split%s has %lld tokens, a window of T = %lld needs %lld "
                              "(x and y [%lld, %lld])",
-                             val ? "val" : "train", (long long)len, (long long)T, (long long)T + 1,
-                             (long long)B, (long long)T);
+                             val ? "val" : "train", parts > 1 ? "'s shard" : "", (long long)len, (long long)T,
+                             (long long)T + 1, (long long)B, (long long)T);
     uint64_t starts = (uint64_t)(len - T); /* valid window starts */
     int64_t *xd = tensor_ptr(x), *yd = tensor_ptr(y);
     for (int64_t b = 0; b < B; b++) {
