@@ -241,11 +241,14 @@ int dist_same_settings(const train_opts *o, const run_info *ri)
      * collectives a rank issues, and when (a rank with another --zero,
      * --device, DDP bucketing or compression, --stop-at or checkpoint
      * schedule would issue others, and wait for its peers until the
-     * timeout). */
+     * timeout; on cuda --log and --log-every decide at which steps the
+     * loss is read, and so all-reduced). */
     char *json = settings_to_json(o, ri), run[512];
-    snprintf(run, sizeof run, "|zero %lld device %s compress %s bucket-mb %.17g stop-at %lld save %d save-every %lld",
+    snprintf(run, sizeof run,
+             "|zero %lld device %s compress %s bucket-mb %.17g stop-at %lld save %d save-every %lld log %d "
+             "log-every %lld",
              (long long)o->zero, o->device, o->compress, o->bucket_mb, (long long)o->stop_at, o->save != NULL,
-             (long long)o->save_every);
+             (long long)o->save_every, o->log != NULL, (long long)o->log_every);
     int64_t h = json ? hash62(json) ^ hash62(run) : -1, v[2] = {h, -h};
     free(json);
     amp_tensor *t = amp_from_data(AMP_SHAPE(2), AMP_I64, v);

@@ -180,8 +180,8 @@ static amp_status pend_loss(run *r, amp_tensor *loss)
 static double read_losses(run *r, int64_t *n, int64_t *skipped)
 {
     amp_clear_error();
-    /* Data-parallel: the mean over the ranks (every rank reads at every
-     * step then, so the all-reduces pair up). */
+    /* Data-parallel: the mean over the ranks (every rank reads at the same
+     * steps, so the all-reduces pair up: train_loop's read_each). */
     if (r->world > 1 && r->loss_acc && amp_dist_all_reduce(r->loss_acc, AMP_REDUCE_AVG) != AMP_OK)
         return NAN;
     double v = r->loss_acc ? amp_item(r->loss_acc) : 0.0;
@@ -374,7 +374,10 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
         return rc;
     progress pg;
     progress_begin(&pg, o, first, total, per_step, r->rd->gpt);
-    r->read_each = !r->cuda || lf != NULL || r->world > 1;
+    /* The same on every rank (the reads all-reduce the loss under mpirun):
+     * --log is every rank's option though rank 0 alone writes it, and
+     * progress_due is the step's alone there (no live line under mpirun). */
+    r->read_each = !r->cuda || r->o->log != NULL;
     for (int64_t step = first; step < stop; step++) {
         double t0 = now_s();
         step_out s;
