@@ -10,6 +10,7 @@
  */
 #include "comm/comm.h"
 #include "harness.h"
+#include "verdict.h"
 #include "tensor/tensor.h"
 
 #include <stdlib.h>
@@ -146,15 +147,7 @@ int main(int argc, char **argv)
     RUN(test_all_reduce);
     RUN(test_overlapped_requests);
     RUN(test_broadcast_gather_scatter);
-    int rc = harness_done();
-    /* every rank's verdict: fail if any failed */
-    amp_tensor *f = amp_zeros(AMP_SHAPE(1), AMP_I64);
-    ((int64_t *)amp_tensor_data(f))[0] = rc != 0;
-    if (amp_dist_all_reduce(f, AMP_REDUCE_MAX) != AMP_OK)
-        rc = 1;
-    else
-        rc = ((int64_t *)amp_tensor_data(f))[0] != 0;
-    amp_tensor_free(f);
+    int rc = dist_verdict(harness_done());
     if (amp_dist_finalize() != AMP_OK)
         rc = 1;
     if (amp_dist_world_size() != 1 || amp_dist_init(NULL, NULL) == AMP_OK ||

@@ -25,6 +25,7 @@
 #include "autograd/graph.h"
 #include "comm/comm.h"
 #include "harness.h"
+#include "verdict.h"
 #include "tensor/tensor.h"
 
 #include <math.h>
@@ -813,12 +814,7 @@ int main(int argc, char **argv)
     RUN(test_fp16_accumulation_no_sync_clipping);
     RUN(test_broadcast_params);
     RUN(test_bad_input);
-    int rc = harness_done();
-    int64_t f = rc != 0;
-    if (comm_allreduce(&f, 1, AMP_I64, AMP_REDUCE_MAX, AMP_CPU, NULL) != AMP_OK)
-        rc = 1;
-    else
-        rc = f != 0;
+    int rc = dist_verdict(harness_done());
     if (amp_dist_finalize() != AMP_OK)
         rc = 1;
     return rc;
