@@ -444,8 +444,8 @@ static void test_module_to_dtype(void)
     CHECK_OK(amp_module_to_dtype(g, AMP_F16));
     /* f32: the tables, block 0's norms (children 0 and 3) and the final
      * norm (child 1 of the model); everything else f16. */
-    const char *const f32_names[] = {"wte.weight", "wpe.weight", "0.0.weight", "0.0.bias",
-                                     "0.3.weight", "0.3.bias",   "1.weight",   "1.bias"};
+    const char *const f32_names[] = {"wte.weight",     "wpe.weight",     "h.0.ln_1.weight", "h.0.ln_1.bias",
+                                     "h.0.ln_2.weight", "h.0.ln_2.bias", "ln_f.weight",     "ln_f.bias"};
     for (int i = 0, n = amp_module_num_params(g); i < n; i++) {
         const char *name;
         amp_tensor *t = amp_module_param(g, i, &name);
