@@ -7,7 +7,10 @@
  * Order of work: read the whole file; check the header length against the
  * file size, parse the JSON, check every entry (known dtype, shape,
  * data_offsets matching the shape) and that the entries tile the data;
- * match the model's parameters, the optimizer's kind, parameter count and
+ * convert an older layout in memory (checkpoint_convert.c: a gpt saved
+ * before the PyTorch names and the fused qkv); match the model's
+ * parameters by name, the optimizer's state by parameter name (or, in
+ * older files, by index: find_state), the optimizer's kind, parameter count and
  * keys, the scaler's state (dry-run on a scratch scaler); only then copy
  * anything in. Every error names the file and the problem.
  *
