@@ -162,7 +162,8 @@ static const char *train_args(const char *kind)
         return "--model mlp --hidden 16 --batch 16 --steps 4";
     if (!strcmp(kind, "cnn"))
         return "--model cnn --batch 8 --steps 2";
-    return "--model gpt --layers 2 --heads 2 --width 16 --context 8 --mlp-width 32 --batch 4 --steps 4 --lr 0.03 --val-batches 2";
+    return "--model gpt --layers 2 --heads 2 --width 16 --context 8 --mlp-width 32 --batch 4 --steps 4 --lr 0.03 "
+           "--val-batches 2";
 }
 
 /* ampc trains kind a few steps (in bf16 autocast, the default; the gpt

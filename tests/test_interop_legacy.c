@@ -68,8 +68,9 @@ static void check_resume_matches(const char *name, double tol)
     char ck[700];
     snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", dir);
     char *body = cli_read_file(ck, &n);
-    CHECK(body && n > 8 && strstr(body + 8, "\"h.1.attn.qkv.weight\"") && strstr(body + 8, "\"optim.wte.weight.exp_avg\"") &&
-          !strstr(body + 8, "\"0.1.weight\"") && !strstr(body + 8, "\"optim.0."));
+    CHECK(body && n > 8 && strstr(body + 8, "\"h.1.attn.qkv.weight\"") &&
+          strstr(body + 8, "\"optim.wte.weight.exp_avg\"") && !strstr(body + 8, "\"0.1.weight\"") &&
+          !strstr(body + 8, "\"optim.0."));
     free(body);
     rc = cli_run("eval %s --data %s/corpus.txt --threads 1", dir, fixtures);
     CHECK_MSG(rc == 0, "eval after the resume: exit %d:\n%s", rc, cli_out);
@@ -158,7 +159,8 @@ static void test_conversion_stacks_q_k_v_and_renames(void)
             const char *name;
             amp_tensor *p = amp_module_param(m, i, &name);
             if (!strcmp(name, same[k].now))
-                CHECK_MSG(amp_tensor_numel(p) == same[k].n && memcmp(amp_tensor_cdata(p), got, (size_t)same[k].n * 4) == 0,
+                CHECK_MSG(amp_tensor_numel(p) == same[k].n &&
+                              memcmp(amp_tensor_cdata(p), got, (size_t)same[k].n * 4) == 0,
                           "%s is not the old %s", same[k].now, same[k].old);
         }
     }

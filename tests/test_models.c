@@ -387,10 +387,10 @@ static amp_tensor *replica(const amp_module *m, amp_tensor *idx, amp_tensor *hea
             }
         amp_tensor *h = amp_layer_norm(x, 1, p[0][0], p[0][1], 1e-5);
         amp_tensor *qkv[3];
-        for (int j = 0; j < 3; j++)
-            qkv[j] = amp_permute(amp_reshape(amp_linear(h, amp_narrow(p[1][0], 0, 8 * j, 8), amp_narrow(p[1][1], 0, 8 * j, 8)),
-                                             AMP_SHAPE(B, T, 2, 4)),
-                                 perm);
+        for (int j = 0; j < 3; j++) {
+            amp_tensor *w = amp_narrow(p[1][0], 0, 8 * j, 8), *b = amp_narrow(p[1][1], 0, 8 * j, 8);
+            qkv[j] = amp_permute(amp_reshape(amp_linear(h, w, b), AMP_SHAPE(B, T, 2, 4)), perm);
+        }
         amp_tensor *a = amp_attention(qkv[0], qkv[1], qkv[2], true);
         a = amp_reshape(amp_permute(a, perm), AMP_SHAPE(B, T, 8));
         x = amp_add(x, amp_linear(a, p[2][0], p[2][1]));

@@ -150,7 +150,8 @@ static amp_status check_layout(const ckpt *c, uint64_t data_len)
     }
     free(o);
     if (st == AMP_OK && at > data_len)
-        st = ckpt_fail(c, AMP_ERR_FORMAT, "truncated: the tensors need %" PRIu64 " bytes of data, the file has %" PRIu64,
+        st = ckpt_fail(c, AMP_ERR_FORMAT,
+                       "truncated: the tensors need %" PRIu64 " bytes of data, the file has %" PRIu64,
                      at, data_len);
     else if (st == AMP_OK && at < data_len)
         st = ckpt_fail(c, AMP_ERR_FORMAT, "%" PRIu64 " bytes after the last tensor's data", data_len - at);
@@ -167,7 +168,8 @@ static amp_status parse_header(ckpt *c)
     if (n < 2 || n > MAX_HEADER)
         return ckpt_fail(c, AMP_ERR_FORMAT, "bad header length %" PRIu64 " (not a safetensors file?)", n);
     if (n > c->size - 8)
-        return ckpt_fail(c, AMP_ERR_FORMAT, "truncated: header says %" PRIu64 " bytes, file has %zu after the length", n,
+        return ckpt_fail(c, AMP_ERR_FORMAT, "truncated: header says %" PRIu64 " bytes, file has %zu after the length",
+                         n,
                        c->size - 8);
     char err[128];
     const json_value *root;
