@@ -31,8 +31,8 @@ The three models (ampc's src/nn/models.c and gpt.c):
        mlp.fc2}, ln_f; the head is tied to wte (no tensor of its own); input
        token ids [B, T], logits [B, T, vocab]
 
-Needs torch and safetensors (pip install torch safetensors); numpy is not
-needed. ampc itself never needs Python.
+Needs torch and safetensors (pip install torch safetensors). ampc itself
+never needs Python.
 """
 import json
 import math
