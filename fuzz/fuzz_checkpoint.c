@@ -4,16 +4,19 @@
  * (amp_checkpoint_load: header, entries, layout, optimizer and scaler
  * state) into an mlp with Adam and the scaler, into one with SGD and no
  * scaler, into one in bf16 with f32 masters and bf16 Adam state (the
- * memory levers), and into the model alone; then through the ampc program's
+ * memory levers), and into the model alone; into a gpt with Adam and
+ * alone (older gpt files are converted on load: checkpoint_convert.c);
+ * then through the ampc program's
  * reader of the run settings in its header (checkpoint_read_settings:
- * header and settings JSON). Seeds: fuzz/corpus/checkpoint (fuzz_seeds).
+ * header and settings JSON). Seeds: fuzz/corpus/checkpoint (fuzz_seeds;
+ * gpt-*.safetensors by hand, fuzz/README.md).
  */
 #include "cli.h"
 #include "util.h"
 
 #include <stdlib.h>
 
-static fuzz_run adam, sgd, levers;
+static fuzz_run adam, sgd, levers, gpt;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -24,6 +27,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     fuzz_run_make(&adam, FUZZ_ADAM);
     fuzz_run_make(&sgd, FUZZ_SGD);
     fuzz_run_make(&levers, FUZZ_LEVERS);
+    fuzz_run_make(&gpt, FUZZ_GPT);
     return 0;
 }
 
@@ -39,6 +43,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     settings = NULL;
     amp_checkpoint_load(path, adam.m, NULL, NULL, &step, &settings);
     free(settings);
+    amp_checkpoint_load(path, gpt.m, gpt.o, gpt.s, NULL, NULL);
+    amp_checkpoint_load(path, gpt.m, NULL, NULL, NULL, NULL);
     amp_clear_error();
 
     train_opts ck;

@@ -76,11 +76,12 @@ void fuzz_run_make(fuzz_run *r, fuzz_kind kind)
 {
     amp_manual_seed(7);
     const int64_t hidden[] = {8};
+    const amp_gpt_config gpt = {.vocab = 3, .context = 4, .width = 4, .layers = 2, .heads = 1, .mlp = 4};
     r->kind = kind;
-    r->m = amp_model_mlp(4, hidden, 1, 3);
+    r->m = kind == FUZZ_GPT ? amp_model_gpt(gpt) : amp_model_mlp(4, hidden, 1, 3);
     bool ok = r->m && (kind != FUZZ_LEVERS || amp_module_to_dtype(r->m, AMP_BF16) == AMP_OK);
-    amp_tensor *ps[8];
-    int n = ok ? amp_module_params(r->m, ps, 8) : 0;
+    amp_tensor *ps[32];
+    int n = ok ? amp_module_params(r->m, ps, 32) : 0;
     amp_sgd_opts so = amp_sgd_defaults();
     so.momentum = 0.9;
     r->o = kind == FUZZ_SGD ? amp_optim_sgd(ps, n, so) : amp_optim_adam(ps, n, amp_adam_defaults());

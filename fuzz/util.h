@@ -24,8 +24,11 @@ const char *fuzz_file(const char *name, const uint8_t *data, size_t size);
 /* mlp 4-8-3 with an optimizer and an enabled grad scaler, seeded: what the
  * checkpoint seeds are saved from. FUZZ_LEVERS: the model in bf16 with
  * Adam keeping f32 masters and its state in bf16 (--param-dtype bf16
- * --optim-state bf16); its steps run under bf16 autocast. */
-typedef enum { FUZZ_ADAM, FUZZ_SGD, FUZZ_LEVERS } fuzz_kind;
+ * --optim-state bf16); its steps run under bf16 autocast. FUZZ_GPT: a gpt
+ * (vocab 3, context 4, width 4, 2 layers, 1 head, mlp 4: the seeds
+ * gpt-*.safetensors) with Adam, so that gpt files reach the conversion of
+ * older checkpoints (src/io/checkpoint_convert.c). */
+typedef enum { FUZZ_ADAM, FUZZ_SGD, FUZZ_LEVERS, FUZZ_GPT } fuzz_kind;
 typedef struct {
     amp_module *m;
     amp_optim *o;

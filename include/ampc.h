@@ -518,6 +518,10 @@ AMP_API amp_tensor *amp_transpose(amp_tensor *a, int dim0, int dim1);
 /* dims: a permutation of 0..ndim-1. */
 AMP_API amp_tensor *amp_permute(amp_tensor *a, const int *dims);
 AMP_API amp_tensor *amp_cat(amp_tensor *const *ts, int n, int dim);
+/* Elements [start, start + length) of dim (negative counts from the end),
+ * copied (torch.narrow's values; PyTorch's is a view). The gradient is
+ * gout in that slice of zeros. */
+AMP_API amp_tensor *amp_narrow(amp_tensor *a, int dim, int64_t start, int64_t length);
 /* Differentiable dtype cast (the gradient flows back in a's dtype). */
 AMP_API amp_tensor *amp_to(amp_tensor *a, amp_dtype dt);
 /* Index of the largest value along dim (i64, no gradient). */
@@ -560,7 +564,9 @@ AMP_API amp_tensor *amp_module_forward(amp_module *m, amp_tensor *x);
 /* Training mode (dropout on) or eval mode; applies to children. Modules
  * start in training mode; a child added later keeps its own mode. */
 AMP_API void amp_module_train(amp_module *m, bool training);
-/* Parameters in a fixed order, with names like "0.weight". */
+/* Parameters in a fixed order, with the names PyTorch's state_dict gives
+ * the same module tree: "0.weight" in a sequential, "h.0.attn.qkv.weight"
+ * in the gpt (docs/interop.md). */
 AMP_API int amp_module_num_params(const amp_module *m);
 AMP_API amp_tensor *amp_module_param(const amp_module *m, int i, const char **name);
 /* Fills out with up to max parameters; returns how many m has. */
@@ -999,7 +1005,8 @@ typedef struct {
 } amp_gpt_config;
 /* A decoder-only transformer: token + learned position embeddings,
  * pre-LayerNorm blocks of causal self-attention and a GELU MLP, a final
- * LayerNorm, and an output head tied to the token embedding. Its forward
+ * LayerNorm, and an output head tied to the token embedding; q, k and v
+ * are one fused linear per block (qkv [3 width, width]). Its forward
  * takes token indices [B, T] (i32/i64, T <= context) and returns logits
  * [B, T, vocab]. */
 AMP_API amp_module *amp_model_gpt(amp_gpt_config c);
@@ -1024,8 +1031,8 @@ AMP_API amp_tensor *amp_idx_load(const char *path, amp_dtype dt);
 
 /* Checkpoints, in the safetensors format (Python's safetensors and
  * PyTorch open the tensors by name). One file holds the model's parameters
- * (by their module names), the optimizer's state ("optim.<i>.<key>" and
- * step counts), the scaler's state, the step, the global RNG state and the
+ * (by their module names), the optimizer's state ("optim.<name>.<key>",
+ * name the parameter's module name, and step counts), the scaler's state, the step, the global RNG state and the
  * run's settings (a JSON string in the header's __metadata__). Written to a
  * temporary file, fsynced and renamed into place: a crash never leaves a
  * half-written checkpoint under path. The temporaries "<path>.tmp.<pid>"
@@ -1042,7 +1049,11 @@ AMP_API amp_status amp_checkpoint_save(const char *path, const amp_module *m, co
  * settings. A corrupt, truncated or mismatching file, a number out of its
  * range (a negative step, a counter above 2^53), an inf / NaN weight or
  * optimizer buffer, or a path that is not a regular file is an error
- * naming the file and the problem, and then nothing has been changed. */
+ * naming the file and the problem, and then nothing has been changed.
+ * Files of older versions load too: optimizer state by index
+ * ("optim.<i>.<key>"), and a gpt's index names with separate q, k, v
+ * linears, converted on load with a warning (qkv = cat(q, k, v);
+ * docs/interop.md). */
 AMP_API amp_status amp_checkpoint_load(const char *path, amp_module *m, amp_optim *o, amp_scaler *s,
                                        int64_t *step, char **settings_json);
 

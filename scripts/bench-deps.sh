@@ -5,6 +5,8 @@
 # libraries it is about 5 GB on disk; bench/run.sh uses only its CPU side).
 # ampc itself needs none of this, and bench/run.sh finds a torch of its own
 # first ($AMPC_TORCH_PYTHON, then python3) before looking in .bench-venv.
+# It also installs safetensors, which python/ampc_torch.py and test_interop
+# need (AMPC_TORCH_PYTHON=.bench-venv/bin/python ctest -R test_interop).
 #
 #   scripts/bench-deps.sh
 #
@@ -16,12 +18,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.bench-venv
 spec=${AMPC_TORCH_SPEC:-torch==2.15.*}
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import torch' 2>/dev/null; then
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import torch, safetensors' 2>/dev/null; then
   echo "bench-deps: $venv already has torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
   exit 0
 fi
 command -v python3 >/dev/null || { echo "bench-deps: needs python3 (Debian: apt-get install python3 python3-venv)" >&2; exit 1; }
-if ! python3 -m venv "$venv"; then
+if [ ! -x "$venv/bin/python" ] && ! python3 -m venv "$venv"; then
   echo "bench-deps: python3 -m venv failed (Debian: apt-get install python3-venv)" >&2
   exit 1
 fi
@@ -29,5 +31,5 @@ index=()
 [ -n "${AMPC_TORCH_INDEX:-}" ] && index=(--index-url "$AMPC_TORCH_INDEX")
 echo "bench-deps: installing $spec into $venv${AMPC_TORCH_INDEX:+ from $AMPC_TORCH_INDEX} (several GB from PyPI)"
 "$venv/bin/python" -m pip install --upgrade pip
-"$venv/bin/python" -m pip install "${index[@]}" "$spec" numpy
+"$venv/bin/python" -m pip install "${index[@]}" "$spec" numpy safetensors
 "$venv/bin/python" -c 'import torch; print("bench-deps: torch", torch.__version__, "in '"$venv"'; make bench will find it")'

@@ -345,7 +345,7 @@ static void test_save_of_non_finite_state_is_refused_and_keeps_the_old_file(void
     if (m) {
         ((float *)amp_tensor_data(m))[0] = INFINITY;
         CHECK_EQ_INT(amp_checkpoint_save(path, r.m, r.o, r.s, 4, NULL), AMP_ERR_STATE);
-        CHECK_ERROR(AMP_ERR_STATE, "tensor 'optim.1.exp_avg_sq' holds a non-finite value");
+        CHECK_ERROR(AMP_ERR_STATE, "tensor 'optim.0.bias.exp_avg_sq' holds a non-finite value");
     }
     bytes after = file_bytes(path);
     CHECK(before.n > 0 && before.n == after.n && memcmp(before.p, after.p, before.n) == 0);
@@ -359,19 +359,19 @@ static void test_bad_adam_state_is_an_error_naming_the_tensor(void)
     rig g = make_rig();
     const char *path = at("adam.safetensors");
     float neg = -0.5f, nan = NAN;
-    write_elem_edit(g.f, path, "optim.0.exp_avg_sq", 1, &neg, 4);
+    write_elem_edit(g.f, path, "optim.0.weight.exp_avg_sq", 1, &neg, 4);
     expect_fail("negative exp_avg_sq", path, &g.dst, AMP_ERR_FORMAT,
-                "tensor 'optim.0.exp_avg_sq' holds -0.5 at element 1; it must be >= 0");
-    write_elem_edit(g.f, path, "optim.3.max_exp_avg_sq", 0, &neg, 4);
+                "tensor 'optim.0.weight.exp_avg_sq' holds -0.5 at element 1; it must be >= 0");
+    write_elem_edit(g.f, path, "optim.2.bias.max_exp_avg_sq", 0, &neg, 4);
     expect_fail("negative max_exp_avg_sq", path, &g.dst, AMP_ERR_FORMAT,
-                "tensor 'optim.3.max_exp_avg_sq' holds -0.5 at element 0");
-    write_elem_edit(g.f, path, "optim.1.exp_avg_sq", 0, &nan, 4);
+                "tensor 'optim.2.bias.max_exp_avg_sq' holds -0.5 at element 0");
+    write_elem_edit(g.f, path, "optim.0.bias.exp_avg_sq", 0, &nan, 4);
     expect_fail("nan exp_avg_sq", path, &g.dst, AMP_ERR_FORMAT,
-                "tensor 'optim.1.exp_avg_sq' holds a non-finite value");
-    write_elem_edit(g.f, path, "optim.2.exp_avg", 4, &nan, 4);
-    expect_fail("nan exp_avg", path, &g.dst, AMP_ERR_FORMAT, "tensor 'optim.2.exp_avg' holds a non-finite value");
+                "tensor 'optim.0.bias.exp_avg_sq' holds a non-finite value");
+    write_elem_edit(g.f, path, "optim.2.weight.exp_avg", 4, &nan, 4);
+    expect_fail("nan exp_avg", path, &g.dst, AMP_ERR_FORMAT, "tensor 'optim.2.weight.exp_avg' holds a non-finite value");
     /* exp_avg may be negative: a first moment. */
-    write_elem_edit(g.f, path, "optim.2.exp_avg", 4, &neg, 4);
+    write_elem_edit(g.f, path, "optim.2.weight.exp_avg", 4, &neg, 4);
     CHECK_OK(amp_checkpoint_load(path, g.dst.m, g.dst.o, g.dst.s, NULL, NULL));
     free_rig(&g);
 }

@@ -94,9 +94,9 @@ static void test_resume_is_exact_with_each_lever(void)
     char *body = cli_read_file(path, &n);
     /* The file holds the f16 weights, their f32 masters, bf16 moments and
      * the levers in its settings. */
-    CHECK(body && n > 8 && strstr(body + 8, "\"optim.0.master\":{\"dtype\":\"F32\"") &&
+    CHECK(body && n > 8 && strstr(body + 8, "\"optim.0.weight.master\":{\"dtype\":\"F32\"") &&
           strstr(body + 8, "\"0.weight\":{\"dtype\":\"F16\"") &&
-          strstr(body + 8, "\"optim.0.exp_avg\":{\"dtype\":\"BF16\"") &&
+          strstr(body + 8, "\"optim.0.weight.exp_avg\":{\"dtype\":\"BF16\"") &&
           strstr(body + 8, "\\\"param-dtype\\\":\\\"fp16\\\"") && strstr(body + 8, "\\\"optim-state\\\":\\\"bf16\\\""));
     CHECK_MSG(body && !strstr(body + 8, "\"scaler.skipped\":\"0\""), "the run should skip steps");
     free(body);

@@ -14,13 +14,18 @@
  *             offsets relative to the start of the data, covering it
  *
  * What ampc puts in it:
- *   "<module name>"       each model parameter ("0.weight"), its own dtype
+ *   "<module name>"       each model parameter by its PyTorch state_dict
+ *                         name ("0.weight", "h.0.attn.qkv.weight"), its
+ *                         own dtype
  *   "optim.steps"         I64 [n]: the steps each optimizer parameter took
- *   "optim.<i>.<key>"     state of parameter i that has taken a step, in
+ *   "optim.<p>.<key>"     state of parameter p that has taken a step, p
+ *                         the parameter's module name
+ *                         (ckpt_optim_param_name: "optim.0.weight.exp_avg";
+ *                         files before the names used its index i), in
  *                         the optimizer's state dtype (F32, or BF16 with
  *                         amp_optim_set_state_dtype; PyTorch's keys:
  *                         momentum_buffer, exp_avg, ...)
- *   "optim.<i>.master"    F32: with master weights on, the master copy of
+ *   "optim.<p>.master"    F32: with master weights on, the master copy of
  *                         16-bit parameter i that has taken a step (the
  *                         parameter itself stays in its own 16-bit dtype,
  *                         as the model holds it: eval and a model-only
@@ -138,6 +143,17 @@ int ckpt_optim_keys(const amp_optim *o, const char *keys[OPTIM_MAX_STATE])
     return n;
 }
 
+const char *ckpt_optim_param_name(const amp_module *m, const amp_optim *o, int i, char *buf, size_t n)
+{
+    for (int j = 0, np = m ? amp_module_num_params(m) : 0; j < np; j++) {
+        const char *name;
+        if (amp_module_param(m, j, &name) == o->params[i] && name)
+            return name;
+    }
+    snprintf(buf, n, "%d", i);
+    return buf;
+}
+
 /* =================================================================== save */
 
 typedef struct {
@@ -245,8 +261,20 @@ static amp_status check_finite(const char *path, const out_entry *e)
 }
 
 /* The tensors to write, widest element first (stable within a width). */
+/* "optim.<name of parameter i>.<key>", allocated (NULL: out of memory). */
+static char *state_name(const amp_module *m, const amp_optim *o, int i, const char *key)
+{
+    char buf[24];
+    const char *pn = ckpt_optim_param_name(m, o, i, buf, sizeof buf);
+    size_t len = strlen(pn) + strlen(key) + 8;
+    char *s = malloc(len);
+    if (s)
+        snprintf(s, len, "optim.%s.%s", pn, key);
+    return s;
+}
+
 static amp_status gather(const char *path, const amp_module *m, const amp_optim *o, const int64_t *steps,
-                         char (*onames)[48], out_entry **out, int *n_out)
+                         char **onames, out_entry **out, int *n_out)
 {
     int nm = amp_module_num_params(m), n = 0, cap = nm + (o ? 1 + o->n * (OPTIM_MAX_STATE + 1) : 0);
     out_entry *e = calloc((size_t)cap + 1, sizeof *e), *sorted = calloc((size_t)cap + 1, sizeof *e);
@@ -282,14 +310,20 @@ static amp_status gather(const char *path, const amp_module *m, const amp_optim 
                                        path, i, steps[i], keys[k]);
                     break;
                 }
-                snprintf(onames[q], sizeof onames[q], "optim.%d.%s", i, keys[k]);
+                if (!(onames[q] = state_name(m, o, i, keys[k]))) {
+                    st = amp_set_error(AMP_ERR_MEMORY, "checkpoint '%s': out of memory", path);
+                    break;
+                }
                 if ((st = entry_of(path, onames[q++], t, &e[n++])) == AMP_OK)
                     st = check_finite(path, &e[n - 1]);
             }
         for (int i = 0; i < o->n && st == AMP_OK; i++) {
             if (steps[i] == 0 || (st = optim_sync_master(o, i)) != AMP_OK || !optim_master(o, i))
                 continue;
-            snprintf(onames[q], sizeof onames[q], "optim.%d.master", i);
+            if (!(onames[q] = state_name(m, o, i, "master"))) {
+                st = amp_set_error(AMP_ERR_MEMORY, "checkpoint '%s': out of memory", path);
+                break;
+            }
             if ((st = entry_of(path, onames[q++], optim_master(o, i), &e[n++])) == AMP_OK)
                 st = check_finite(path, &e[n - 1]);
         }
@@ -469,10 +503,10 @@ static amp_status checkpoint_save(const char *path, const amp_module *m, const a
                              "(ZeRO-1, parameter %d): amp_zero_gather_state before saving", path,
                              optim_first_sharded(o));
     int64_t *steps = NULL;
-    char(*onames)[48] = NULL;
+    char **onames = NULL;
     if (o) {
         steps = malloc((size_t)o->n * sizeof *steps);
-        onames = malloc((size_t)o->n * (OPTIM_MAX_STATE + 1) * sizeof *onames);
+        onames = calloc((size_t)o->n * (OPTIM_MAX_STATE + 1) + 1, sizeof *onames);
         if (!steps || !onames) {
             free(steps);
             free(onames);
@@ -495,6 +529,8 @@ static amp_status checkpoint_save(const char *path, const amp_module *m, const a
     free_hosts(e, n);
     free(e);
     free(steps);
+    for (int i = 0; onames && i < o->n * (OPTIM_MAX_STATE + 1); i++)
+        free(onames[i]);
     free(onames);
     return st;
 }

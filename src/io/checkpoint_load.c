@@ -7,7 +7,10 @@
  * Order of work: read the whole file; check the header length against the
  * file size, parse the JSON, check every entry (known dtype, shape,
  * data_offsets matching the shape) and that the entries tile the data;
- * match the model's parameters, the optimizer's kind, parameter count and
+ * convert an older layout in memory (checkpoint_convert.c: a gpt saved
+ * before the PyTorch names and the fused qkv); match the model's
+ * parameters by name, the optimizer's state by parameter name (or, in
+ * older files, by index: find_state), the optimizer's kind, parameter count and
  * keys, the scaler's state (dry-run on a scratch scaler); only then copy
  * anything in. Every error names the file and the problem.
  *
@@ -40,34 +43,17 @@
 /* The safetensors library refuses headers over 100 MB; so does ampc. */
 #define MAX_HEADER ((uint64_t)100 << 20)
 
-typedef struct {
-    const char *name;
-    amp_dtype dt;
-    amp_shape shape;
-    uint64_t begin, end;
-    bool used;
-} in_entry;
-
-typedef struct {
-    const char *path;
-    unsigned char *file;
-    size_t size;
-    json_doc *doc;
-    const json_value *meta;
-    in_entry *e; /* sorted by name */
-    int n;
-    const unsigned char *data;
-} ckpt;
-
-static amp_status ck_fail(const ckpt *c, amp_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static amp_status ck_fail(const ckpt *c, amp_status st, const char *fmt, ...)
+amp_status ckpt_fail(const ckpt *c, amp_status st, const char *fmt, ...)
 {
     char msg[384];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return amp_set_error(st, "checkpoint '%s': %s", c->path, msg);
+    return amp_set_error(st, "checkpoint '%s': %s%s", c->path, msg,
+                         c->converted ? " (an older gpt checkpoint, converted on load: index names -> PyTorch "
+                                        "names, q, k, v -> qkv)"
+                                      : "");
 }
 
 static amp_status read_all(ckpt *c)
@@ -76,17 +62,17 @@ static amp_status read_all(ckpt *c)
     int64_t size;
     FILE *f = file_fopen_read(c->path, file_mem_limit(), &size, why, sizeof why);
     if (!f)
-        return ck_fail(c, AMP_ERR_IO, "%s", why);
+        return ckpt_fail(c, AMP_ERR_IO, "%s", why);
     amp_status st = AMP_OK;
     if (!(c->file = malloc((size_t)size + 1)))
-        st = ck_fail(c, AMP_ERR_MEMORY, "out of memory for %lld bytes", (long long)size);
+        st = ckpt_fail(c, AMP_ERR_MEMORY, "out of memory for %lld bytes", (long long)size);
     else if ((c->size = fread(c->file, 1, (size_t)size, f)) != (size_t)size || ferror(f))
-        st = ck_fail(c, AMP_ERR_IO, "read failed after %zu of %lld bytes", c->size, (long long)size);
+        st = ckpt_fail(c, AMP_ERR_IO, "read failed after %zu of %lld bytes", c->size, (long long)size);
     fclose(f);
     return st;
 }
 
-static int by_name(const void *a, const void *b)
+int ckpt_by_name(const void *a, const void *b)
 {
     return strcmp(((const in_entry *)a)->name, ((const in_entry *)b)->name);
 }
@@ -99,39 +85,41 @@ static int by_offset(const void *a, const void *b)
     return (x->end > y->end) - (x->end < y->end);
 }
 
-static in_entry *find(const ckpt *c, const char *name)
+in_entry *ckpt_find(const ckpt *c, const char *name)
 {
     in_entry key = {.name = name};
-    return bsearch(&key, c->e, (size_t)c->n, sizeof *c->e, by_name);
+    return c->n ? bsearch(&key, c->e, (size_t)c->n, sizeof *c->e, ckpt_by_name) : NULL;
 }
+
+#define find ckpt_find
 
 /* One header entry: {"dtype", "shape", "data_offsets"}, sizes checked. */
 static amp_status read_entry(const ckpt *c, const char *name, const json_value *v, in_entry *e)
 {
     const json_value *dt = json_get(v, "dtype"), *sh = json_get(v, "shape"), *off = json_get(v, "data_offsets");
     if (v->type != JSON_OBJECT || !dt || !sh || !off)
-        return ck_fail(c, AMP_ERR_FORMAT, "tensor '%s' lacks dtype, shape or data_offsets", name);
+        return ckpt_fail(c, AMP_ERR_FORMAT, "tensor '%s' lacks dtype, shape or data_offsets", name);
     e->name = name;
     if (dt->type != JSON_STRING || !ckpt_dtype_parse(dt->str, &e->dt))
-        return ck_fail(c, AMP_ERR_FORMAT,
+        return ckpt_fail(c, AMP_ERR_FORMAT,
                        "tensor '%s' has dtype %s, which ampc does not read (F32, F16, BF16, I32, I64)", name,
                        dt->type == JSON_STRING ? dt->str : "(not a string)");
     if (sh->type != JSON_ARRAY || sh->n > AMP_MAX_DIMS)
-        return ck_fail(c, AMP_ERR_FORMAT, "tensor '%s': shape is not a list of at most %d sizes", name, AMP_MAX_DIMS);
+        return ckpt_fail(c, AMP_ERR_FORMAT, "tensor '%s': shape is not a list of at most %d sizes", name, AMP_MAX_DIMS);
     uint64_t bytes = amp_dtype_size(e->dt), d;
     e->shape.ndim = sh->n;
     for (int i = 0; i < sh->n; i++) {
         if (!json_u64(&sh->items[i], &d) || d > INT64_MAX || (d && bytes > UINT64_MAX / d))
-            return ck_fail(c, AMP_ERR_FORMAT, "tensor '%s': bad size in shape (dim %d)", name, i);
+            return ckpt_fail(c, AMP_ERR_FORMAT, "tensor '%s': bad size in shape (dim %d)", name, i);
         e->shape.d[i] = (int64_t)d;
         bytes *= d;
     }
     if (off->type != JSON_ARRAY || off->n != 2 || !json_u64(&off->items[0], &e->begin) ||
         !json_u64(&off->items[1], &e->end) || e->begin > e->end)
-        return ck_fail(c, AMP_ERR_FORMAT, "tensor '%s': data_offsets is not [begin, end] with begin <= end", name);
+        return ckpt_fail(c, AMP_ERR_FORMAT, "tensor '%s': data_offsets is not [begin, end] with begin <= end", name);
     if (e->end - e->begin != bytes) {
         char s[CKPT_SHAPE_TEXT];
-        return ck_fail(c, AMP_ERR_FORMAT,
+        return ckpt_fail(c, AMP_ERR_FORMAT,
                        "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
                        " bytes, shape %s %s needs %" PRIu64,
                        name, e->begin, e->end, e->end - e->begin, ckpt_shape_text(e->shape, s, sizeof s),
@@ -146,7 +134,7 @@ static amp_status check_layout(const ckpt *c, uint64_t data_len)
 {
     const in_entry **o = malloc(((size_t)c->n + 1) * sizeof *o);
     if (!o)
-        return ck_fail(c, AMP_ERR_MEMORY, "out of memory");
+        return ckpt_fail(c, AMP_ERR_MEMORY, "out of memory");
     for (int i = 0; i < c->n; i++)
         o[i] = &c->e[i];
     qsort(o, (size_t)c->n, sizeof *o, by_offset);
@@ -154,41 +142,43 @@ static amp_status check_layout(const ckpt *c, uint64_t data_len)
     amp_status st = AMP_OK;
     for (int i = 0; i < c->n && st == AMP_OK; i++) {
         if (o[i]->begin < at)
-            st = ck_fail(c, AMP_ERR_FORMAT, "tensors '%s' and '%s' overlap in the data", o[i - 1]->name, o[i]->name);
+            st = ckpt_fail(c, AMP_ERR_FORMAT, "tensors '%s' and '%s' overlap in the data", o[i - 1]->name, o[i]->name);
         else if (o[i]->begin > at)
-            st = ck_fail(c, AMP_ERR_FORMAT, "a gap of %" PRIu64 " bytes in the data before tensor '%s'",
+            st = ckpt_fail(c, AMP_ERR_FORMAT, "a gap of %" PRIu64 " bytes in the data before tensor '%s'",
                          o[i]->begin - at, o[i]->name);
         at = o[i]->end;
     }
     free(o);
     if (st == AMP_OK && at > data_len)
-        st = ck_fail(c, AMP_ERR_FORMAT, "truncated: the tensors need %" PRIu64 " bytes of data, the file has %" PRIu64,
+        st = ckpt_fail(c, AMP_ERR_FORMAT,
+                       "truncated: the tensors need %" PRIu64 " bytes of data, the file has %" PRIu64,
                      at, data_len);
     else if (st == AMP_OK && at < data_len)
-        st = ck_fail(c, AMP_ERR_FORMAT, "%" PRIu64 " bytes after the last tensor's data", data_len - at);
+        st = ckpt_fail(c, AMP_ERR_FORMAT, "%" PRIu64 " bytes after the last tensor's data", data_len - at);
     return st;
 }
 
 static amp_status parse_header(ckpt *c)
 {
     if (c->size < 8)
-        return ck_fail(c, AMP_ERR_FORMAT, "truncated: %zu bytes, less than the 8-byte header length", c->size);
+        return ckpt_fail(c, AMP_ERR_FORMAT, "truncated: %zu bytes, less than the 8-byte header length", c->size);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = n << 8 | c->file[i];
     if (n < 2 || n > MAX_HEADER)
-        return ck_fail(c, AMP_ERR_FORMAT, "bad header length %" PRIu64 " (not a safetensors file?)", n);
+        return ckpt_fail(c, AMP_ERR_FORMAT, "bad header length %" PRIu64 " (not a safetensors file?)", n);
     if (n > c->size - 8)
-        return ck_fail(c, AMP_ERR_FORMAT, "truncated: header says %" PRIu64 " bytes, file has %zu after the length", n,
+        return ckpt_fail(c, AMP_ERR_FORMAT, "truncated: header says %" PRIu64 " bytes, file has %zu after the length",
+                         n,
                        c->size - 8);
     char err[128];
     const json_value *root;
     if (!(c->doc = json_parse((const char *)c->file + 8, (size_t)n, &root, err, sizeof err)))
-        return ck_fail(c, AMP_ERR_FORMAT, "corrupt header JSON (%s)", err);
+        return ckpt_fail(c, AMP_ERR_FORMAT, "corrupt header JSON (%s)", err);
     if (root->type != JSON_OBJECT)
-        return ck_fail(c, AMP_ERR_FORMAT, "the header is not a JSON object");
+        return ckpt_fail(c, AMP_ERR_FORMAT, "the header is not a JSON object");
     if (!(c->e = calloc((size_t)root->n + 1, sizeof *c->e)))
-        return ck_fail(c, AMP_ERR_MEMORY, "out of memory");
+        return ckpt_fail(c, AMP_ERR_MEMORY, "out of memory");
     for (int i = 0; i < root->n; i++) {
         const json_value *v = &root->items[i];
         amp_status st;
@@ -198,20 +188,22 @@ static amp_status parse_header(ckpt *c)
             continue;
         }
         if (v->type != JSON_OBJECT)
-            return ck_fail(c, AMP_ERR_FORMAT, "__metadata__ is not an object");
+            return ckpt_fail(c, AMP_ERR_FORMAT, "__metadata__ is not an object");
         for (int k = 0; k < v->n; k++)
             if (v->items[k].type != JSON_STRING)
-                return ck_fail(c, AMP_ERR_FORMAT, "__metadata__ \"%s\" is not a string", v->keys[k]);
+                return ckpt_fail(c, AMP_ERR_FORMAT, "__metadata__ \"%s\" is not a string", v->keys[k]);
         c->meta = v;
     }
-    qsort(c->e, (size_t)c->n, sizeof *c->e, by_name);
+    qsort(c->e, (size_t)c->n, sizeof *c->e, ckpt_by_name);
     for (int i = 1; i < c->n; i++)
         if (strcmp(c->e[i - 1].name, c->e[i].name) == 0)
-            return ck_fail(c, AMP_ERR_FORMAT, "tensor '%s' appears twice", c->e[i].name);
+            return ckpt_fail(c, AMP_ERR_FORMAT, "tensor '%s' appears twice", c->e[i].name);
     const json_value *fmt = json_get(c->meta, "format");
     if (fmt && strcmp(fmt->str, CKPT_FORMAT) != 0)
-        return ck_fail(c, AMP_ERR_FORMAT, "format \"%s\" is not one this ampc reads (" CKPT_FORMAT ")", fmt->str);
+        return ckpt_fail(c, AMP_ERR_FORMAT, "format \"%s\" is not one this ampc reads (" CKPT_FORMAT ")", fmt->str);
     c->data = c->file + 8 + n;
+    for (int i = 0; i < c->n; i++)
+        c->e[i].bytes = c->data + c->e[i].begin;
     return check_layout(c, (uint64_t)(c->size - 8 - n));
 }
 
@@ -227,10 +219,10 @@ static amp_status meta_num(const ckpt *c, const char *key, bool is_float, double
 {
     const json_value *v = json_get(c->meta, key);
     if (!v)
-        return ck_fail(c, AMP_ERR_FORMAT, "__metadata__ has no \"%s\"", key);
+        return ckpt_fail(c, AMP_ERR_FORMAT, "__metadata__ has no \"%s\"", key);
     const char *s = v->str;
     if (strlen(s) != v->len || (!is_float && !((*s >= '0' && *s <= '9') || (i && *s == '-'))))
-        return ck_fail(c, AMP_ERR_FORMAT, "__metadata__ \"%s\" is \"%s\", not an integer", key, s);
+        return ckpt_fail(c, AMP_ERR_FORMAT, "__metadata__ \"%s\" is \"%s\", not an integer", key, s);
     char *end = NULL;
     errno = 0;
     if (is_float)
@@ -240,7 +232,7 @@ static amp_status meta_num(const ckpt *c, const char *key, bool is_float, double
     else
         *u = strtoull(s, &end, 10);
     if (!*s || *end || errno || (u && *s == '-') || (is_float && !isfinite(*f)))
-        return ck_fail(c, AMP_ERR_FORMAT, "__metadata__ \"%s\" is \"%s\", not %s", key, s,
+        return ckpt_fail(c, AMP_ERR_FORMAT, "__metadata__ \"%s\" is \"%s\", not %s", key, s,
                        is_float ? "a finite number" : "an integer");
     return AMP_OK;
 }
@@ -264,7 +256,7 @@ static amp_status meta_i64_in(const ckpt *c, const char *key, int64_t lo, int64_
 {
     amp_status st = meta_i64(c, key, v);
     if (st == AMP_OK && (*v < lo || *v > hi))
-        st = ck_fail(c, AMP_ERR_FORMAT, "__metadata__ \"%s\" is %" PRId64 ", outside [%" PRId64 ", %" PRId64 "]", key,
+        st = ckpt_fail(c, AMP_ERR_FORMAT, "__metadata__ \"%s\" is %" PRId64 ", outside [%" PRId64 ", %" PRId64 "]", key,
                      *v, lo, hi);
     return st;
 }
@@ -296,15 +288,15 @@ static bool elem_finite(amp_dtype dt, const unsigned char *p, size_t i, double *
  * the tensor (Python's safetensors still opens the file to inspect it). */
 static amp_status check_values(const ckpt *c, const in_entry *e, bool nonneg)
 {
-    const unsigned char *p = c->data + e->begin;
+    const unsigned char *p = e->bytes;
     size_t n = (size_t)((e->end - e->begin) / amp_dtype_size(e->dt));
     for (size_t i = 0; i < n; i++) {
         double v;
         if (!elem_finite(e->dt, p, i, &v))
-            return ck_fail(c, AMP_ERR_FORMAT, "tensor '%s' holds a non-finite value (inf or NaN) at element %zu",
+            return ckpt_fail(c, AMP_ERR_FORMAT, "tensor '%s' holds a non-finite value (inf or NaN) at element %zu",
                            e->name, i);
         if (nonneg && v < 0)
-            return ck_fail(c, AMP_ERR_FORMAT, "tensor '%s' holds %g at element %zu; it must be >= 0", e->name, v, i);
+            return ckpt_fail(c, AMP_ERR_FORMAT, "tensor '%s' holds %g at element %zu; it must be >= 0", e->name, v, i);
     }
     return AMP_OK;
 }
@@ -335,13 +327,13 @@ static amp_status check_model(const ckpt *c, const amp_module *m)
         in_entry *e = find(c, name);
         char a[CKPT_SHAPE_TEXT], b[CKPT_SHAPE_TEXT];
         if (!e)
-            return ck_fail(c, AMP_ERR_FORMAT, "tensor '%s' is missing (the model's parameter is %s %s)", name,
+            return ckpt_fail(c, AMP_ERR_FORMAT, "tensor '%s' is missing (the model's parameter is %s %s)", name,
                            ckpt_shape_text(p->shape, a, sizeof a), ckpt_dtype_name(p->dtype));
         if (!shape_equal(e->shape, p->shape))
-            return ck_fail(c, AMP_ERR_SHAPE, "tensor '%s' has shape %s, the model expects %s", name,
+            return ckpt_fail(c, AMP_ERR_SHAPE, "tensor '%s' has shape %s, the model expects %s", name,
                            ckpt_shape_text(e->shape, a, sizeof a), ckpt_shape_text(p->shape, b, sizeof b));
         if (e->dt != p->dtype)
-            return ck_fail(c, AMP_ERR_DTYPE, "tensor '%s' is %s, the model's parameter is %s", name,
+            return ckpt_fail(c, AMP_ERR_DTYPE, "tensor '%s' is %s, the model's parameter is %s", name,
                            ckpt_dtype_name(e->dt), ckpt_dtype_name(p->dtype));
         amp_status st = check_values(c, e, false);
         if (st != AMP_OK)
@@ -351,56 +343,74 @@ static amp_status check_model(const ckpt *c, const amp_module *m)
     return AMP_OK;
 }
 
-static amp_status check_optim(const ckpt *c, const amp_optim *o, plan *pl)
+/* The entry of optimizer parameter i's state `key` ("master": its f32
+ * master): "optim.<name>.<key>" (ckpt_optim_param_name), else the index
+ * form "optim.<i>.<key>" of files written before the names; the first
+ * name into shown (for messages). */
+static in_entry *find_state(const ckpt *c, const amp_module *m, const amp_optim *o, int i, const char *key,
+                            char *shown, size_t n)
+{
+    char pn[24], legacy[64];
+    const char *name = ckpt_optim_param_name(m, o, i, pn, sizeof pn);
+    int len = snprintf(shown, n, "optim.%s.%s", name, key);
+    in_entry *e = len >= 0 && (size_t)len < n ? find(c, shown) : NULL;
+    if (!e) {
+        snprintf(legacy, sizeof legacy, "optim.%d.%s", i, key);
+        e = find(c, legacy);
+    }
+    return e;
+}
+
+static amp_status check_optim(const ckpt *c, const amp_module *m, const amp_optim *o, plan *pl)
 {
     if (optim_first_sharded(o) >= 0)
-        return ck_fail(c, AMP_ERR_STATE, "cannot be loaded into an optimizer whose state is sharded over the ranks "
+        return ckpt_fail(c, AMP_ERR_STATE, "cannot be loaded into an optimizer whose state is sharded over the ranks "
                        "(ZeRO-1, parameter %d): amp_zero_gather_state first, amp_zero_shard_state after",
                        optim_first_sharded(o));
     const char *kind = meta_str(c, "optim.kind");
     if (!kind)
-        return ck_fail(c, AMP_ERR_FORMAT, "has no optimizer state, but a %s optimizer was given", o->name);
+        return ckpt_fail(c, AMP_ERR_FORMAT, "has no optimizer state, but a %s optimizer was given", o->name);
     if (!optim_find(kind))
-        return ck_fail(c, AMP_ERR_FORMAT, "holds state of an unknown optimizer kind \"%s\"", kind);
+        return ckpt_fail(c, AMP_ERR_FORMAT, "holds state of an unknown optimizer kind \"%s\"", kind);
     if (strcmp(kind, o->name) != 0)
-        return ck_fail(c, AMP_ERR_STATE, "holds %s optimizer state, but the optimizer given is %s", kind, o->name);
+        return ckpt_fail(c, AMP_ERR_STATE, "holds %s optimizer state, but the optimizer given is %s", kind, o->name);
     int64_t np;
     amp_status st;
-    if ((st = meta_i64(c, "optim.n_params", &np)) || (st = meta_f64(c, "optim.lr", &pl->lr)) ||
+    if ((c->n_params < 0 ? (st = meta_i64(c, "optim.n_params", &np)) : (np = c->n_params, st = AMP_OK)) ||
+        (st = meta_f64(c, "optim.lr", &pl->lr)) ||
         (st = meta_i64_in(c, "optim.total_steps", 0, CKPT_MAX_COUNT, &pl->total_steps)))
         return st;
     if (np != o->n)
-        return ck_fail(c, AMP_ERR_SHAPE, "holds state for %" PRId64 " optimizer parameters, the %s optimizer has %d",
+        return ckpt_fail(c, AMP_ERR_SHAPE, "holds state for %" PRId64 " optimizer parameters, the %s optimizer has %d",
                        np, o->name, o->n);
     if (!(pl->lr >= 0))
-        return ck_fail(c, AMP_ERR_FORMAT, "__metadata__ \"optim.lr\" is %g, it must be >= 0", pl->lr);
+        return ckpt_fail(c, AMP_ERR_FORMAT, "__metadata__ \"optim.lr\" is %g, it must be >= 0", pl->lr);
     in_entry *se = find(c, "optim.steps");
     if (!se || se->dt != AMP_I64 || se->shape.ndim != 1 || se->shape.d[0] != o->n)
-        return ck_fail(c, AMP_ERR_FORMAT, "tensor 'optim.steps' is missing or not I64 [%d]", o->n);
+        return ckpt_fail(c, AMP_ERR_FORMAT, "tensor 'optim.steps' is missing or not I64 [%d]", o->n);
     se->used = true;
     if (!(pl->steps = malloc((size_t)o->n * sizeof *pl->steps)))
-        return ck_fail(c, AMP_ERR_MEMORY, "out of memory");
-    memcpy(pl->steps, c->data + se->begin, (size_t)o->n * sizeof *pl->steps);
+        return ckpt_fail(c, AMP_ERR_MEMORY, "out of memory");
+    memcpy(pl->steps, se->bytes, (size_t)o->n * sizeof *pl->steps);
     const char *keys[OPTIM_MAX_STATE];
     int nk = ckpt_optim_keys(o, keys);
     for (int i = 0; i < o->n; i++) {
         if (pl->steps[i] < 0 || pl->steps[i] > CKPT_MAX_COUNT)
-            return ck_fail(c, AMP_ERR_FORMAT,
+            return ckpt_fail(c, AMP_ERR_FORMAT,
                            "tensor 'optim.steps' element %d is %" PRId64 ", outside [0, %" PRId64 "]", i,
                            pl->steps[i], CKPT_MAX_COUNT);
         for (int k = 0; k < nk && pl->steps[i] > 0; k++) {
-            char name[48], a[CKPT_SHAPE_TEXT], b[CKPT_SHAPE_TEXT];
-            snprintf(name, sizeof name, "optim.%d.%s", i, keys[k]);
-            in_entry *e = find(c, name);
+            char name[256], a[CKPT_SHAPE_TEXT], b[CKPT_SHAPE_TEXT];
+            in_entry *e = find_state(c, m, o, i, keys[k], name, sizeof name);
             if (!e)
-                return ck_fail(c, AMP_ERR_FORMAT, "tensor '%s' is missing (the %s optimizer given keeps it)", name,
+                return ckpt_fail(c, AMP_ERR_FORMAT, "tensor '%s' is missing (the %s optimizer given keeps it)", name,
                                o->name);
             if (!shape_equal(e->shape, o->params[i]->shape))
-                return ck_fail(c, AMP_ERR_SHAPE, "tensor '%s' is %s %s, the optimizer's parameter %d is %s", name,
+                return ckpt_fail(c, AMP_ERR_SHAPE, "tensor '%s' is %s %s, the optimizer's parameter %d is %s", name,
                                ckpt_shape_text(e->shape, a, sizeof a), ckpt_dtype_name(e->dt), i,
                                ckpt_shape_text(o->params[i]->shape, b, sizeof b));
             if (e->dt != o->state_dt)
-                return ck_fail(c, AMP_ERR_DTYPE,
+                return ckpt_fail(c, AMP_ERR_DTYPE,
                                "tensor '%s' is %s, the optimizer given keeps its state in %s (saved with another "
                                "optimizer state dtype, --optim-state?)",
                                name, ckpt_dtype_name(e->dt), ckpt_dtype_name(o->state_dt));
@@ -412,16 +422,15 @@ static amp_status check_optim(const ckpt *c, const amp_optim *o, plan *pl)
         /* The f32 master of a 16-bit parameter (master weights on). */
         if (pl->steps[i] > 0 && optim_wants_master(o, i)) {
             const amp_tensor *p = o->params[i];
-            char name[48], a[CKPT_SHAPE_TEXT], b[CKPT_SHAPE_TEXT];
-            snprintf(name, sizeof name, "optim.%d.master", i);
-            in_entry *e = find(c, name);
+            char name[256], a[CKPT_SHAPE_TEXT], b[CKPT_SHAPE_TEXT];
+            in_entry *e = find_state(c, m, o, i, "master", name, sizeof name);
             if (!e)
-                return ck_fail(c, AMP_ERR_FORMAT,
+                return ckpt_fail(c, AMP_ERR_FORMAT,
                                "tensor '%s' is missing (the optimizer given keeps f32 master weights; saved "
                                "without them, another --param-dtype?)",
                                name);
             if (e->dt != AMP_F32 || !shape_equal(e->shape, p->shape))
-                return ck_fail(c, AMP_ERR_SHAPE, "tensor '%s' is %s %s, parameter %d's f32 master must be F32 %s",
+                return ckpt_fail(c, AMP_ERR_SHAPE, "tensor '%s' is %s %s, parameter %d's f32 master must be F32 %s",
                                name, ckpt_dtype_name(e->dt), ckpt_shape_text(e->shape, a, sizeof a), i,
                                ckpt_shape_text(p->shape, b, sizeof b));
             amp_status st = check_values(c, e, false);
@@ -432,13 +441,13 @@ static amp_status check_optim(const ckpt *c, const amp_optim *o, plan *pl)
     }
     for (int i = 0; i < c->n; i++)
         if (!c->e[i].used && strncmp(c->e[i].name, "optim.", 6) == 0 && strstr(c->e[i].name, ".master"))
-            return ck_fail(c, AMP_ERR_STATE,
+            return ckpt_fail(c, AMP_ERR_STATE,
                            "tensor '%s' is an f32 master weight, but the optimizer given keeps none for that "
                            "parameter (saved with master weights, another --param-dtype?)",
                            c->e[i].name);
     for (int i = 0; i < c->n; i++)
         if (!c->e[i].used && strncmp(c->e[i].name, "optim.", 6) == 0)
-            return ck_fail(c, AMP_ERR_STATE,
+            return ckpt_fail(c, AMP_ERR_STATE,
                            "tensor '%s' is not state the %s optimizer given keeps "
                            "(saved with other options?)",
                            c->e[i].name, o->name);
@@ -449,13 +458,13 @@ static amp_status check_scaler(const ckpt *c, const amp_scaler *s, plan *pl)
 {
     const char *en = meta_str(c, "scaler.enabled");
     if (!en)
-        return ck_fail(c, AMP_ERR_FORMAT, "has no scaler state, but a scaler was given");
+        return ckpt_fail(c, AMP_ERR_FORMAT, "has no scaler state, but a scaler was given");
     if (strcmp(en, "true") != 0 && strcmp(en, "false") != 0)
-        return ck_fail(c, AMP_ERR_FORMAT, "__metadata__ \"scaler.enabled\" is \"%s\", not true or false", en);
+        return ckpt_fail(c, AMP_ERR_FORMAT, "__metadata__ \"scaler.enabled\" is \"%s\", not true or false", en);
     if (!amp_scaler_is_enabled(s))
         return AMP_OK; /* a disabled scaler has no state to load (as GradScaler) */
     if (strcmp(en, "false") == 0)
-        return ck_fail(c, AMP_ERR_STATE, "was saved from a disabled scaler, but the scaler given is enabled");
+        return ckpt_fail(c, AMP_ERR_STATE, "was saved from a disabled scaler, but the scaler given is enabled");
     amp_scaler_state *t = &pl->sst;
     amp_status st;
     t->valid = true;
@@ -477,7 +486,7 @@ static amp_status check_scaler(const ckpt *c, const amp_scaler *s, plan *pl)
     st = scratch ? amp_scaler_state_load(scratch, *t) : amp_last_status();
     amp_scaler_free(scratch);
     if (st != AMP_OK)
-        return ck_fail(c, AMP_ERR_FORMAT, "bad scaler state (%s)", amp_last_error());
+        return ckpt_fail(c, AMP_ERR_FORMAT, "bad scaler state (%s)", amp_last_error());
     pl->scaler = true;
     return AMP_OK;
 }
@@ -486,7 +495,7 @@ static amp_status check_rest(const ckpt *c, const amp_optim *o, plan *pl)
 {
     for (int i = 0; i < c->n; i++)
         if (!c->e[i].used && (o || strncmp(c->e[i].name, "optim.", 6) != 0))
-            return ck_fail(c, AMP_ERR_FORMAT, "unexpected tensor '%s' (the model has no parameter of that name)",
+            return ckpt_fail(c, AMP_ERR_FORMAT, "unexpected tensor '%s' (the model has no parameter of that name)",
                            c->e[i].name);
     amp_status st;
     if (meta_str(c, "step") && (st = meta_i64_in(c, "step", 0, CKPT_MAX_COUNT, &pl->step)))
@@ -498,7 +507,7 @@ static amp_status check_rest(const ckpt *c, const amp_optim *o, plan *pl)
     }
     const json_value *v = json_get(c->meta, "settings");
     if (v && !(pl->settings = malloc(v->len + 1)))
-        return ck_fail(c, AMP_ERR_MEMORY, "out of memory");
+        return ckpt_fail(c, AMP_ERR_MEMORY, "out of memory");
     if (v)
         memcpy(pl->settings, v->str, v->len + 1);
     return AMP_OK;
@@ -508,7 +517,8 @@ static amp_status check_rest(const ckpt *c, const amp_optim *o, plan *pl)
  * (a copy to a GPU is the only step here that can fail after the checks). */
 static amp_status fill(const ckpt *c, const in_entry *e, amp_tensor *t)
 {
-    return amp_tensor_copy_in(t, c->data + e->begin, t->dtype);
+    (void)c;
+    return amp_tensor_copy_in(t, e->bytes, t->dtype);
 }
 
 /* Every check passed: copy in. */
@@ -522,9 +532,8 @@ static amp_status apply(const ckpt *c, amp_module *m, amp_optim *o, amp_scaler *
             if (st != AMP_OK)
                 return st;
             for (int k = 0; k < nk && pl->steps[i] > 0; k++) {
-                char name[48];
-                snprintf(name, sizeof name, "optim.%d.%s", i, keys[k]);
-                const in_entry *e = find(c, name);
+                char name[256];
+                const in_entry *e = find_state(c, m, o, i, keys[k], name, sizeof name);
                 st = fill(c, e, amp_optim_state_tensor(o, i, keys[k]));
                 if (st != AMP_OK)
                     return st;
@@ -546,9 +555,8 @@ static amp_status apply(const ckpt *c, amp_module *m, amp_optim *o, amp_scaler *
     for (int i = 0; o && i < o->n; i++) {
         amp_status st = optim_sync_master(o, i);
         if (st == AMP_OK && optim_master(o, i) && pl->steps[i] > 0) {
-            char name[48];
-            snprintf(name, sizeof name, "optim.%d.master", i);
-            st = fill(c, find(c, name), optim_master(o, i));
+            char name[256];
+            st = fill(c, find_state(c, m, o, i, "master", name, sizeof name), optim_master(o, i));
         }
         if (st != AMP_OK)
             return st;
@@ -570,18 +578,20 @@ amp_status amp_checkpoint_load(const char *path, amp_module *m, amp_optim *o, am
         *settings_json = NULL;
     if (!path || !m)
         return amp_set_error(AMP_ERR_ARG, "checkpoint_load: NULL %s", path ? "module" : "path");
-    ckpt c = {.path = path};
+    ckpt c = {.path = path, .n_params = -1};
     plan pl = {0};
     amp_status st =
-        ckpt_host_le() ? AMP_OK : ck_fail(&c, AMP_ERR_STATE, "safetensors is little-endian; this host is not");
+        ckpt_host_le() ? AMP_OK : ckpt_fail(&c, AMP_ERR_STATE, "safetensors is little-endian; this host is not");
     if (st == AMP_OK)
         st = read_all(&c);
     if (st == AMP_OK)
         st = parse_header(&c);
     if (st == AMP_OK)
+        st = ckpt_convert(&c, m);
+    if (st == AMP_OK)
         st = check_model(&c, m);
     if (st == AMP_OK && o)
-        st = check_optim(&c, o, &pl);
+        st = check_optim(&c, m, o, &pl);
     if (st == AMP_OK && s)
         st = check_scaler(&c, s, &pl);
     if (st == AMP_OK)
@@ -596,6 +606,9 @@ amp_status amp_checkpoint_load(const char *path, amp_module *m, amp_optim *o, am
     }
     free(pl.settings);
     free(pl.steps);
+    for (int i = 0; i < c.n_owned; i++)
+        free(c.owned[i]);
+    free(c.owned);
     free(c.e);
     json_free(c.doc);
     free(c.file);

@@ -15,9 +15,9 @@
  *
  * The head is tied to the token embedding: amp_linear(x, wte, NULL) uses
  * the very tensor the embedding reads, so its gradient sums both uses.
- * q, k and v are three linears rather than one fused qkv linear because
- * the op set has no slice to split a fused result (same parameters and
- * maths: q.weight is qkv.weight[0:width] and so on). Dropout (config
+ * q, k and v come from one fused linear qkv [3 width, width] (one GEMM,
+ * as nanoGPT's c_attn), split by amp_narrow into its three thirds (q is
+ * rows 0..width of qkv.weight, then k, then v). Dropout (config
  * dropout > 0, training mode only) follows each residual branch, as
  * nanoGPT's resid_dropout; nanoGPT also drops the embeddings and the
  * attention probabilities, which this model does not. With
@@ -25,22 +25,29 @@
  * through amp_checkpoint: its input is kept, the rest recomputed in
  * backward.
  *
- * Parameters and their names (the module tree: the root owns the two
- * embeddings, its children 0..layers-1 are the blocks and child `layers`
- * is ln_f; children are named by index, as everywhere in ampc):
+ * Parameters and their names, those of the PyTorch module tree
+ * GPT(wte, wpe, h = ModuleList(Block(ln_1, attn(qkv, proj), ln_2,
+ * mlp(fc1, fc2))), ln_f) (python/ampc_torch.py builds it; docs/interop.md).
+ * The root owns the two embeddings, its children 0..layers-1 are the
+ * blocks, named "h.<i>", and child `layers` is "ln_f"; a block's children
+ * are flat (indices B_*) but named as the nested tree names them:
  *   wte.weight [vocab, width], wpe.weight [context, width],
- *   <i>.0.weight/bias  ln_1          <i>.4.weight/bias  attn proj
- *   <i>.1.weight/bias  attn q        <i>.5.weight/bias  ln_2
- *   <i>.2.weight/bias  attn k        <i>.6.weight/bias  mlp fc1 [mlp, width]
- *   <i>.3.weight/bias  attn v        <i>.7.weight/bias  mlp fc2 [width, mlp]
- *   <layers>.weight/bias ln_f
- * 2 + 16 * layers + 2 tensors; vocab*width + context*width + 2*width +
+ *   h.<i>.ln_1.weight/bias         h.<i>.ln_2.weight/bias
+ *   h.<i>.attn.qkv.weight/bias     h.<i>.mlp.fc1.weight/bias [mlp, width]
+ *          [3 width, width]
+ *   h.<i>.attn.proj.weight/bias    h.<i>.mlp.fc2.weight/bias [width, mlp]
+ *   ln_f.weight/bias
+ * The tied head has no tensor (and no name) of its own: it is wte.weight.
+ * 2 + 12 * layers + 2 tensors; vocab*width + context*width + 2*width +
  * layers * (4*width^2 + 2*width*mlp + 9*width + mlp) numbers.
  *
  * Initialisation (nanoGPT's _init_weights, GPT-2's paper): every linear
  * weight and both embeddings N(0, 0.02); the residual projections (attn
  * proj, fc2) N(0, 0.02 / sqrt(2 * layers)); biases 0; LayerNorm weight 1,
- * bias 0, eps 1e-5. Drawn from the global generator in parameter order.
+ * bias 0, eps 1e-5. Drawn from the global generator in parameter order;
+ * with an even width, qkv.weight holds the very values the three separate
+ * q, k, v weights of earlier versions drew (the normals come four at a
+ * time, and width^2 is then a multiple of four).
  */
 #include "nn/nn.h"
 
@@ -57,8 +64,9 @@
 #define GPT_LN_EPS 1e-5
 #define GPT_INIT_STD 0.02
 
-/* Block children, in order. */
-enum { B_LN1, B_Q, B_K, B_V, B_PROJ, B_LN2, B_FC1, B_FC2, B_COUNT };
+/* Block children, in order, and their names. */
+enum { B_LN1, B_QKV, B_PROJ, B_LN2, B_FC1, B_FC2, B_COUNT };
+static const char *const block_names[B_COUNT] = {"ln_1", "attn.qkv", "attn.proj", "ln_2", "mlp.fc1", "mlp.fc2"};
 
 /* cfg_i of the root: vocab, context, width, layers, heads, mlp; of a
  * block: width, heads, whether it checkpoints. cfg_f[0] of both: dropout. */
@@ -115,9 +123,11 @@ static amp_tensor *block_run(amp_module *m, amp_tensor *x, amp_tensor *h1, const
     }
     const int64_t B = amp_tensor_dim(x, 0), T = amp_tensor_dim(x, 1), W = m->cfg_i[0], H = m->cfg_i[1];
     amp_tensor *h = h1 ? h1 : amp_module_forward(m->children[B_LN1], x);
-    amp_tensor *q = split_heads(amp_linear(h, w_of(m, B_Q), b_of(m, B_Q)), B, T, H, W / H);
-    amp_tensor *k = split_heads(amp_linear(h, w_of(m, B_K), b_of(m, B_K)), B, T, H, W / H);
-    amp_tensor *v = split_heads(amp_linear(h, w_of(m, B_V), b_of(m, B_V)), B, T, H, W / H);
+    /* One GEMM for q, k and v: qkv [B, T, 3 width], then its three thirds. */
+    amp_tensor *qkv = amp_linear(h, w_of(m, B_QKV), b_of(m, B_QKV));
+    amp_tensor *q = split_heads(amp_narrow(qkv, 2, 0, W), B, T, H, W / H);
+    amp_tensor *k = split_heads(amp_narrow(qkv, 2, W, W), B, T, H, W / H);
+    amp_tensor *v = split_heads(amp_narrow(qkv, 2, 2 * W, W), B, T, H, W / H);
     amp_tensor *a = amp_reshape(op_attention_bthd(q, k, v, true), AMP_SHAPE(B, T, W));
     /* x = x + drop(proj(a)); h = ln_2(x) */
     x = add_ln(x, drop(m, amp_linear(a, w_of(m, B_PROJ), b_of(m, B_PROJ))), m->children[B_LN2], &h);
@@ -232,11 +242,16 @@ static amp_module *gpt_linear(int64_t in, int64_t out, double std)
     return m;
 }
 
-/* Takes ownership of child as m's next child (freeing it on failure). */
-static amp_status adopt(amp_module *m, amp_module *child)
+/* Takes ownership of child as m's next child, called name (freeing it on
+ * failure). */
+static amp_status adopt(amp_module *m, amp_module *child, const char *name)
 {
     if (!child)
         return amp_last_status() != AMP_OK ? amp_last_status() : AMP_ERR_MEMORY;
+    if (module_set_name(child, name) != AMP_OK) {
+        amp_module_free(child);
+        return AMP_ERR_MEMORY;
+    }
     if (m->n_children == m->cap_children) {
         int cap = m->cap_children ? 2 * m->cap_children : 4;
         amp_module **c = realloc(m->children, (size_t)cap * sizeof *c);
@@ -254,7 +269,7 @@ static amp_status adopt(amp_module *m, amp_module *child)
 }
 
 /* A block's children in B_* order. They hang off the block as a
- * container's would (parent set, named by index: "3.6.weight"); the
+ * container's would (parent set, named: "h.3.mlp.fc1.weight"); the
  * block's own forward wires them instead of running them in a row. */
 static amp_module *gpt_block(const amp_gpt_config *c)
 {
@@ -267,14 +282,12 @@ static amp_module *gpt_block(const amp_gpt_config *c)
     m->cfg_f[0] = c->dropout;
     const double std = GPT_INIT_STD, res_std = GPT_INIT_STD / sqrt(2.0 * (double)c->layers);
     const int64_t W = c->width;
-    if (adopt(m, amp_nn_layer_norm(W, GPT_LN_EPS)) != AMP_OK ||  /* B_LN1 */
-        adopt(m, gpt_linear(W, W, std)) != AMP_OK ||              /* B_Q */
-        adopt(m, gpt_linear(W, W, std)) != AMP_OK ||              /* B_K */
-        adopt(m, gpt_linear(W, W, std)) != AMP_OK ||              /* B_V */
-        adopt(m, gpt_linear(W, W, res_std)) != AMP_OK ||          /* B_PROJ */
-        adopt(m, amp_nn_layer_norm(W, GPT_LN_EPS)) != AMP_OK ||   /* B_LN2 */
-        adopt(m, gpt_linear(W, c->mlp, std)) != AMP_OK ||         /* B_FC1 */
-        adopt(m, gpt_linear(c->mlp, W, res_std)) != AMP_OK)       /* B_FC2 */
+    if (adopt(m, amp_nn_layer_norm(W, GPT_LN_EPS), block_names[B_LN1]) != AMP_OK ||
+        adopt(m, gpt_linear(W, 3 * W, std), block_names[B_QKV]) != AMP_OK ||
+        adopt(m, gpt_linear(W, W, res_std), block_names[B_PROJ]) != AMP_OK ||
+        adopt(m, amp_nn_layer_norm(W, GPT_LN_EPS), block_names[B_LN2]) != AMP_OK ||
+        adopt(m, gpt_linear(W, c->mlp, std), block_names[B_FC1]) != AMP_OK ||
+        adopt(m, gpt_linear(c->mlp, W, res_std), block_names[B_FC2]) != AMP_OK)
         return fail(m);
     return m;
 }
@@ -310,10 +323,13 @@ amp_module *amp_model_gpt(amp_gpt_config c)
     amp_tensor *wpe = amp_randn(AMP_SHAPE(c.context, c.width), AMP_F32, 0.0, GPT_INIT_STD);
     if (module_add_param(m, wpe, "wpe.weight") != AMP_OK)
         return fail(m);
-    for (int64_t i = 0; i < c.layers; i++)
-        if (adopt(m, gpt_block(&c)) != AMP_OK)
+    for (int64_t i = 0; i < c.layers; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "h.%lld", (long long)i);
+        if (adopt(m, gpt_block(&c), name) != AMP_OK)
             return fail(m);
-    if (adopt(m, amp_nn_layer_norm(c.width, GPT_LN_EPS)) != AMP_OK)
+    }
+    if (adopt(m, amp_nn_layer_norm(c.width, GPT_LN_EPS), "ln_f") != AMP_OK)
         return fail(m);
     return m;
 }

@@ -5,8 +5,9 @@
  *
  * Parameter order is a depth-first walk: a module's own parameters
  * ("weight" before "bias"), then each child's, prefixed with the child's
- * index ("0.weight", "2.1.bias"), which is the order and naming of
- * torch.nn.Sequential.named_parameters().
+ * name, or its index when it has none ("0.weight", "2.1.bias"), which is
+ * the order and naming of torch.nn.Module.named_parameters() (for the gpt:
+ * "h.0.attn.qkv.weight").
  *
  * amp_module_to moves every parameter in place (amp_tensor_move).
  */
@@ -50,6 +51,18 @@ amp_status module_add_param(amp_module *m, amp_tensor *t, const char *name)
     m->own_names[m->n_own] = name;
     m->n_own++;
     m->dirty = true;
+    return AMP_OK;
+}
+
+amp_status module_set_name(amp_module *m, const char *name)
+{
+    char *copy = strdup(name);
+    if (!copy)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", m->kind);
+    free(m->name);
+    m->name = copy;
+    for (amp_module *p = m; p; p = p->parent)
+        p->dirty = true;
     return AMP_OK;
 }
 
@@ -182,10 +195,14 @@ static int walk_params(const amp_module *m, const char *prefix, amp_tensor **out
     for (int i = 0; i < m->n_children; i++) {
         char *sub = NULL;
         if (names) {
-            size_t len = strlen(prefix) + 16;
+            const char *own = m->children[i]->name;
+            size_t len = strlen(prefix) + (own ? strlen(own) : 0) + 16;
             if (!(sub = malloc(len)))
                 return -1;
-            snprintf(sub, len, "%s%d.", prefix, i);
+            if (own)
+                snprintf(sub, len, "%s%s.", prefix, own);
+            else
+                snprintf(sub, len, "%s%d.", prefix, i);
         }
         k = walk_params(m->children[i], sub ? sub : "", out, names, k, max);
         free(sub);
@@ -274,6 +291,7 @@ static void module_destroy(amp_module *m)
     for (int j = 0; j < m->n_own; j++)
         amp_tensor_free(m->own[j]);
     drop_flat(m);
+    free(m->name);
     free(m);
 }
 

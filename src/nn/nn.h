@@ -6,10 +6,12 @@
  * children (sequential). The tree is owned top-down: a container owns its
  * children, a leaf owns one reference to each parameter. Each child knows
  * its parent so that a structural change can mark every ancestor's cached
- * list of (parameter, "0.weight"-style name) pairs stale.
+ * list of (parameter, "0.weight"-style name) pairs stale. A child may carry
+ * a name of its own ("h.3", "attn.qkv", "ln_f"); one without is named by
+ * its index, as torch.nn.Sequential names its children.
  *
  * Defines: struct amp_module, module_new (layers.c builds on it),
- * module_add_param, module_is_relu.
+ * module_add_param, module_set_name, module_is_relu.
  */
 #ifndef AMPC_NN_H
 #define AMPC_NN_H
@@ -28,6 +30,7 @@ struct amp_module {
     module_forward_fn forward_relu;
     bool training;             /* PyTorch's default: modules start in training mode */
     amp_module *parent;        /* the container that owns this module, or NULL */
+    char *name;                /* its name in the parent's parameter names; NULL: its index */
 
     int n_own;                 /* parameters this module holds itself */
     amp_tensor *own[MODULE_MAX_OWN];
@@ -55,6 +58,10 @@ amp_module *module_new(const char *kind, module_forward_fn forward);
  * the caller's reference to t, also on error (t may be NULL: the error of
  * the constructor that failed is kept). */
 amp_status module_add_param(amp_module *m, amp_tensor *t, const char *name);
+
+/* Names child m within its parent's parameter names (a copy of name;
+ * dots allowed: "attn.qkv"). */
+amp_status module_set_name(amp_module *m, const char *name);
 
 /* Whether m is an nn ReLU (the sequential fuses it into the layer before). */
 bool module_is_relu(const amp_module *m);

@@ -166,7 +166,7 @@ double op_flops(const node *n, const amp_shape *out, bool backward)
     }
     case OP_EMBEDDING:
         return backward && needs(n, 0) ? on : 0;
-    default: /* reshape, permute, cat, to, argmax */
+    default: /* reshape, permute, cat, narrow, to, argmax */
         return 0;
     }
 }
