@@ -518,6 +518,10 @@ AMP_API amp_tensor *amp_transpose(amp_tensor *a, int dim0, int dim1);
 /* dims: a permutation of 0..ndim-1. */
 AMP_API amp_tensor *amp_permute(amp_tensor *a, const int *dims);
 AMP_API amp_tensor *amp_cat(amp_tensor *const *ts, int n, int dim);
+/* Elements [start, start + length) of dim (negative counts from the end),
+ * copied (torch.narrow's values; PyTorch's is a view). The gradient is
+ * gout in that slice of zeros. */
+AMP_API amp_tensor *amp_narrow(amp_tensor *a, int dim, int64_t start, int64_t length);
 /* Differentiable dtype cast (the gradient flows back in a's dtype). */
 AMP_API amp_tensor *amp_to(amp_tensor *a, amp_dtype dt);
 /* Index of the largest value along dim (i64, no gradient). */

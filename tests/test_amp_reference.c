@@ -120,6 +120,7 @@ static amp_tensor *run_op(const char *op, int variant, amp_tensor **t, int n)
     if (!strcmp(op, "reshape")) return amp_reshape(t[0], AMP_SHAPE(3, 2));
     if (!strcmp(op, "permute")) return amp_permute(t[0], perm);
     if (!strcmp(op, "cat")) return amp_cat(t, n, 0);
+    if (!strcmp(op, "narrow")) return amp_narrow(t[0], 1, 1, 2);
     if (!strcmp(op, "to")) return amp_to(t[0], (amp_dtype)variant);
     if (!strcmp(op, "argmax")) return amp_argmax(t[0], 1);
     if (!strcmp(op, "scaled_dot_product_attention")) return amp_attention(t[0], t[1], t[2], true);

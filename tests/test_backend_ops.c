@@ -194,6 +194,11 @@ static amp_tensor *c_permute(amp_tensor **x, const op_case *c)
 }
 
 static amp_tensor *c_cat(amp_tensor **x, const op_case *c) { return amp_cat(x, c->n_in, c->iarg); }
+/* iarg: dim * 100 + start * 10 + length. */
+static amp_tensor *c_narrow(amp_tensor **x, const op_case *c)
+{
+    return amp_narrow(x[0], c->iarg / 100, c->iarg / 10 % 10, c->iarg % 10);
+}
 static amp_tensor *c_to(amp_tensor **x, const op_case *c) { return amp_to(x[0], (amp_dtype)c->iarg); }
 static amp_tensor *c_argmax(amp_tensor **x, const op_case *c) { return amp_argmax(x[0], c->iarg); }
 static amp_tensor *c_attention(amp_tensor **x, const op_case *c) { return amp_attention(x[0], x[1], x[2], c->iarg); }
@@ -266,6 +271,8 @@ static const op_case CASES[] = {
     {"permute", "transpose", c_permute, 1, {U(-2, 2, 3, 4, 5)}, .iarg = 1},
     {"cat", "dim 1", c_cat, 3, {U(-2, 2, 3, 4), U(-2, 2, 3, 2), U(-2, 2, 3, 1)}, .iarg = 1},
     {"cat", "dim 0", c_cat, 2, {U(-2, 2, 2, 5), U(-2, 2, 3, 5)}, .iarg = 0},
+    {"narrow", "last dim (qkv)", c_narrow, 1, {U(-2, 2, 2, 3, 12)}, .iarg = 244},
+    {"narrow", "dim 1", c_narrow, 1, {U(-2, 2, 3, 5, 4)}, .iarg = 112},
     {"to", "to f32", c_to, 1, {U(-2, 2, 3, 9)}, .iarg = AMP_F32},
     {"to", "to f16", c_to, 1, {U(-2, 2, 3, 9)}, .flags = NO_FD, .iarg = AMP_F16},
     {"to", "to bf16", c_to, 1, {U(-2, 2, 3, 9)}, .flags = NO_FD, .iarg = AMP_BF16},

@@ -153,7 +153,7 @@ static void check_gpt_bit_identical(amp_dtype prec, amp_device dev)
     run_gpt(false, prec, dev, &plain);
     run_gpt(true, prec, dev, &ckpt);
     CHECK_EQ_INT(ckpt.n, plain.n);
-    CHECK(plain.n == 2 + 16 * 3 + 2);
+    CHECK(plain.n == 2 + 12 * 3 + 2);
     for (int i = 0; i < STEPS * MICRO; i++)
         CHECK_MSG(memcmp(&plain.loss[i], &ckpt.loss[i], sizeof(float)) == 0,
                   "%s: loss %d: %.9g without checkpointing, %.9g with", amp_dtype_name(prec), i,

@@ -195,18 +195,17 @@ static void test_gpt_parameter_names_and_counts(void)
 {
     amp_module *m = amp_model_gpt(tiny);
     CHECK(m && strcmp(amp_module_kind(m), "gpt") == 0);
-    CHECK_EQ_INT(amp_module_num_params(m), 2 + 16 * 2 + 2);
-    const char *sub[8] = {"0", "1", "2", "3", "4", "5", "6", "7"};
-    const amp_shape wshape[8] = {AMP_SHAPE(8), AMP_SHAPE(8, 8), AMP_SHAPE(8, 8), AMP_SHAPE(8, 8),
-                                 AMP_SHAPE(8, 8), AMP_SHAPE(8), AMP_SHAPE(16, 8), AMP_SHAPE(8, 16)};
-    const amp_shape bshape[8] = {AMP_SHAPE(8), AMP_SHAPE(8), AMP_SHAPE(8), AMP_SHAPE(8),
-                                 AMP_SHAPE(8), AMP_SHAPE(8), AMP_SHAPE(16), AMP_SHAPE(8)};
+    CHECK_EQ_INT(amp_module_num_params(m), 2 + 12 * 2 + 2);
+    const char *sub[6] = {"0", "1", "2", "3", "4", "5"};
+    const amp_shape wshape[6] = {AMP_SHAPE(8), AMP_SHAPE(24, 8), AMP_SHAPE(8, 8), AMP_SHAPE(8), AMP_SHAPE(16, 8),
+                                 AMP_SHAPE(8, 16)};
+    const amp_shape bshape[6] = {AMP_SHAPE(8), AMP_SHAPE(24), AMP_SHAPE(8), AMP_SHAPE(8), AMP_SHAPE(16), AMP_SHAPE(8)};
     const char *nm = NULL;
     CHECK(shape_is(amp_module_param(m, 0, &nm), AMP_SHAPE(7, 8)) && strcmp(nm, "wte.weight") == 0);
     CHECK(shape_is(amp_module_param(m, 1, &nm), AMP_SHAPE(8, 8)) && strcmp(nm, "wpe.weight") == 0);
     int k = 2;
     for (int blk = 0; blk < 2; blk++)
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < 6; j++)
             for (int wb = 0; wb < 2; wb++, k++) {
                 char want[32];
                 snprintf(want, sizeof want, "%d.%s.%s", blk, sub[j], wb ? "bias" : "weight");
@@ -255,19 +254,19 @@ static void test_gpt_initialisation(void)
     const struct {
         const char *name;
         double std;
-    } w[] = {{"wte.weight", 0.02}, {"wpe.weight", 0.02}, {"3.1.weight", 0.02}, {"3.3.weight", 0.02},
-             {"5.6.weight", 0.02}, {"0.4.weight", res},  {"7.7.weight", res}};
+    } w[] = {{"wte.weight", 0.02}, {"wpe.weight", 0.02}, {"3.1.weight", 0.02}, {"6.1.weight", 0.02},
+             {"5.4.weight", 0.02}, {"0.2.weight", res},  {"7.5.weight", res}};
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
         double s = sample_std(param(m, w[i].name), NULL);
         CHECK_MSG(fabs(s / w[i].std - 1) < 0.06, "%s: std %g, expected %g", w[i].name, s, w[i].std);
     }
     double mx;
-    const char *zero[] = {"0.1.bias", "2.4.bias", "6.6.bias", "7.7.bias", "1.0.bias", "4.5.bias", "8.bias"};
+    const char *zero[] = {"0.1.bias", "2.2.bias", "6.4.bias", "7.5.bias", "1.0.bias", "4.3.bias", "8.bias"};
     for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++) {
         sample_std(param(m, zero[i]), &mx);
         CHECK_MSG(mx == 0, "%s is not all zero", zero[i]);
     }
-    const char *ones[] = {"0.0.weight", "3.5.weight", "8.weight"};
+    const char *ones[] = {"0.0.weight", "3.3.weight", "8.weight"};
     for (size_t i = 0; i < 3; i++) {
         double s = sample_std(param(m, ones[i]), &mx);
         CHECK_MSG(s == 0 && mx == 1, "%s is not all one", ones[i]);
@@ -300,7 +299,7 @@ static void scramble(amp_module *m, double a, uint64_t seed)
     for (int blk = 0; blk < 2; blk++)
         for (int ln = 0; ln < 2; ln++) {
             char name[32];
-            snprintf(name, sizeof name, "%d.%d.weight", blk, ln ? 5 : 0);
+            snprintf(name, sizeof name, "%d.%d.weight", blk, ln ? 3 : 0);
             float *d = amp_tensor_data(param(m, name));
             for (int j = 0; j < 8; j++)
                 d[j] += 1.0f;
@@ -365,7 +364,9 @@ static void test_gpt_config_errors_name_the_field(void)
 }
 
 /* The forward wired by hand from the named parameters (documented in
- * gpt.c), with the head reading head_w instead of wte. */
+ * gpt.c), with the head reading head_w instead of wte; q, k and v as
+ * three linears on the thirds of qkv's weight and bias (narrowed along
+ * dim 0, not the fused output's last dim as the model does). */
 static amp_tensor *replica(const amp_module *m, amp_tensor *idx, amp_tensor *head_w)
 {
     static const int perm[4] = {0, 2, 1, 3};
@@ -374,8 +375,8 @@ static amp_tensor *replica(const amp_module *m, amp_tensor *idx, amp_tensor *hea
     amp_tensor *x = amp_add(amp_embedding(param(m, "wte.weight"), idx), amp_embedding(param(m, "wpe.weight"), pos));
     amp_tensor_free(pos);
     for (int blk = 0; blk < 2; blk++) {
-        amp_tensor *p[8][2];
-        for (int j = 0; j < 8; j++)
+        amp_tensor *p[6][2];
+        for (int j = 0; j < 6; j++)
             for (int wb = 0; wb < 2; wb++) {
                 char name[32];
                 snprintf(name, sizeof name, "%d.%d.%s", blk, j, wb ? "bias" : "weight");
@@ -384,13 +385,15 @@ static amp_tensor *replica(const amp_module *m, amp_tensor *idx, amp_tensor *hea
         amp_tensor *h = amp_layer_norm(x, 1, p[0][0], p[0][1], 1e-5);
         amp_tensor *qkv[3];
         for (int j = 0; j < 3; j++)
-            qkv[j] = amp_permute(amp_reshape(amp_linear(h, p[1 + j][0], p[1 + j][1]), AMP_SHAPE(B, T, 2, 4)), perm);
+            qkv[j] = amp_permute(amp_reshape(amp_linear(h, amp_narrow(p[1][0], 0, 8 * j, 8), amp_narrow(p[1][1], 0, 8 * j, 8)),
+                                             AMP_SHAPE(B, T, 2, 4)),
+                                 perm);
         amp_tensor *a = amp_attention(qkv[0], qkv[1], qkv[2], true);
         a = amp_reshape(amp_permute(a, perm), AMP_SHAPE(B, T, 8));
-        x = amp_add(x, amp_linear(a, p[4][0], p[4][1]));
-        h = amp_layer_norm(x, 1, p[5][0], p[5][1], 1e-5);
-        h = amp_gelu(amp_linear(h, p[6][0], p[6][1]), AMP_GELU_TANH);
-        x = amp_add(x, amp_linear(h, p[7][0], p[7][1]));
+        x = amp_add(x, amp_linear(a, p[2][0], p[2][1]));
+        h = amp_layer_norm(x, 1, p[3][0], p[3][1], 1e-5);
+        h = amp_gelu(amp_linear(h, p[4][0], p[4][1]), AMP_GELU_TANH);
+        x = amp_add(x, amp_linear(h, p[5][0], p[5][1]));
     }
     x = amp_layer_norm(x, 1, param(m, "2.weight"), param(m, "2.bias"), 1e-5);
     return amp_linear(x, head_w, NULL);
@@ -460,8 +463,8 @@ static void test_gpt_gradients_match_finite_differences(void)
     scramble(m, 0.5, 900);
     const int64_t idx[12] = {0, 3, 6, 2, 5, 1, 4, 4, 2, 0, 6, 3};
     gpt_ctx c = {m, tokens(2, 6, idx)};
-    const char *names[] = {"wte.weight", "wpe.weight", "0.0.bias", "0.1.weight", "0.2.weight",
-                           "0.3.bias",   "0.4.weight", "1.5.weight", "1.6.bias", "1.7.weight", "2.weight"};
+    const char *names[] = {"wte.weight", "wpe.weight", "0.0.bias", "0.1.weight", "0.1.bias", "0.2.weight",
+                           "1.3.weight", "1.4.bias",   "1.5.weight", "2.weight"};
     enum { N = sizeof names / sizeof names[0] };
     amp_tensor *in[N];
     for (int i = 0; i < N; i++)

@@ -441,6 +441,135 @@ static void test_cat_errors(void)
         amp_tensor_free(all[i]);
 }
 
+/* -------------------------------------------------------------- narrow */
+
+/* narrow by index arithmetic over every dim, start and length of a
+ * [3, 4, 5] tensor: element o of the result is x at idx[dim] + start. */
+static void test_narrow_values(void)
+{
+    amp_tensor *x = test_uniform(AMP_SHAPE(3, 4, 5), AMP_F32, -1, 1, 70);
+    int bad = 0, runs = 0;
+    for (int dim = -3; dim < 3; dim++) {
+        const int d = dim < 0 ? dim + 3 : dim;
+        const int64_t size = amp_tensor_dim(x, d);
+        for (int64_t start = 0; start <= size; start++)
+            for (int64_t len = 0; start + len <= size; len++) {
+                amp_tensor *y = amp_narrow(x, dim, start, len);
+                CHECK(y != NULL);
+                if (!y)
+                    continue;
+                runs++;
+                CHECK_EQ_INT(amp_tensor_dim(y, d), len);
+                amp_shape ys = amp_tensor_shape(y);
+                for (int64_t o = 0; o < amp_tensor_numel(y); o++) {
+                    int64_t idx[3], r = o;
+                    for (int k = 2; k >= 0; k--) {
+                        idx[k] = r % ys.d[k];
+                        r /= ys.d[k];
+                    }
+                    idx[d] += start;
+                    if (amp_tensor_get(y, o) != amp_tensor_get(x, (idx[0] * 4 + idx[1]) * 5 + idx[2]))
+                        bad++;
+                }
+            }
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(runs, 2 * (4 * 5 / 2 + 5 * 6 / 2 + 6 * 7 / 2)); /* (size+1)(size+2)/2 per dim, twice */
+    /* Integers and 16-bit dtypes are copied as they are. */
+    int64_t iv[6] = {1, 2, 3, 4, 5, 1LL << 40};
+    amp_tensor *xi = amp_from_data(AMP_SHAPE(2, 3), AMP_I64, iv);
+    amp_tensor *yi = amp_narrow(xi, 1, 1, 2);
+    const int64_t want[4] = {2, 3, 5, 1LL << 40};
+    for (int i = 0; yi && i < 4; i++)
+        CHECK_EQ_INT(((const int64_t *)amp_tensor_cdata(yi))[i], want[i]);
+    amp_tensor *h = amp_clone(amp_to(x, AMP_BF16));
+    amp_tensor *yh = amp_narrow(h, -1, 2, 3);
+    CHECK(yh && amp_tensor_dtype(yh) == AMP_BF16);
+    for (int64_t o = 0; yh && o < amp_tensor_numel(yh); o++)
+        if (amp_tensor_get(yh, o) != amp_tensor_get(h, o / 3 * 5 + 2 + o % 3))
+            bad++;
+    CHECK_EQ_INT(bad, 0);
+    amp_tensor_free(x);
+    amp_tensor_free(xi);
+    amp_tensor_free(h);
+}
+
+typedef struct {
+    int dim;
+    int64_t start, len;
+} narrow_ctx;
+
+static amp_tensor *narrow_fn(amp_tensor **in, void *ctx)
+{
+    const narrow_ctx *c = ctx;
+    return amp_narrow(in[0], c->dim, c->start, c->len);
+}
+
+/* Three narrows of one tensor (the gpt's q, k, v of a fused qkv) combined
+ * non-linearly: the gradients of all three meet in one input. */
+static amp_tensor *qkv_fn(amp_tensor **in, void *ctx)
+{
+    (void)ctx;
+    amp_tensor *q = amp_narrow(in[0], -1, 0, 2), *k = amp_narrow(in[0], -1, 2, 2), *v = amp_narrow(in[0], -1, 4, 2);
+    return amp_mul(amp_mul(q, k), amp_tanh(v));
+}
+
+static void test_narrow_gradcheck(void)
+{
+    const narrow_ctx cs[4] = {{0, 1, 2}, {1, 0, 1}, {-1, 2, 2}, {2, 0, 4}};
+    for (int i = 0; i < 4; i++) {
+        amp_tensor *x = test_uniform(AMP_SHAPE(3, 3, 4), AMP_F32, -1, 1, 80 + (uint64_t)i);
+        amp_tensor_set_requires_grad(x, true);
+        char name[64];
+        snprintf(name, sizeof name, "narrow dim %d [%lld, +%lld)", cs[i].dim, (long long)cs[i].start,
+                 (long long)cs[i].len);
+        CHECK(gradcheck(name, narrow_fn, &x, 1, (void *)&cs[i], 1e-2, 1e-3, 1e-3));
+        amp_tensor_free(x);
+    }
+    amp_tensor *x = test_uniform(AMP_SHAPE(2, 3, 6), AMP_F32, -1, 1, 90);
+    amp_tensor_set_requires_grad(x, true);
+    CHECK(gradcheck("q, k, v narrows of one tensor", qkv_fn, &x, 1, NULL, 1e-2, 1e-3, 1e-3));
+    amp_tensor_free(x);
+}
+
+/* The gradient: gout in the slice, exact zeros elsewhere, in gout's dtype. */
+static void test_narrow_backward_places_the_slice(void)
+{
+    amp_tensor *x = test_uniform(AMP_SHAPE(2, 6), AMP_BF16, -1, 1, 91);
+    amp_tensor_set_requires_grad(x, true);
+    amp_tensor *y = amp_narrow(x, 1, 3, 2);
+    amp_tensor *g = test_uniform(AMP_SHAPE(2, 2), AMP_BF16, -1, 1, 92);
+    CHECK_OK(amp_backward_with(y, g));
+    amp_tensor *gx = amp_tensor_grad(x);
+    CHECK(gx != NULL && amp_tensor_dtype(gx) == AMP_BF16);
+    for (int r = 0; gx && r < 2; r++)
+        for (int c = 0; c < 6; c++)
+            CHECK_NEAR(amp_tensor_get(gx, r * 6 + c), c == 3 || c == 4 ? amp_tensor_get(g, r * 2 + c - 3) : 0.0, 0);
+    amp_tensor_free(x);
+    amp_tensor_free(g);
+}
+
+static void test_narrow_errors(void)
+{
+    amp_tensor *x = amp_zeros(AMP_SHAPE(2, 3), AMP_F32);
+    CHECK(amp_narrow(x, 2, 0, 1) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "narrow: dim 2 out of range for 2 dims");
+    CHECK(amp_narrow(x, -3, 0, 1) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "dim -3 out of range");
+    CHECK(amp_narrow(x, 1, 2, 2) == NULL);
+    CHECK_ERROR(AMP_ERR_SHAPE, "elements [2, 2 + 2) are not within dim 1 of size 3");
+    CHECK(amp_narrow(x, 1, -1, 1) == NULL);
+    CHECK_ERROR(AMP_ERR_SHAPE, "elements [-1, -1 + 1) are not within dim 1");
+    CHECK(amp_narrow(x, 0, 0, -1) == NULL);
+    CHECK_ERROR(AMP_ERR_SHAPE, "not within dim 0 of size 2");
+    CHECK(amp_narrow(NULL, 0, 0, 1) == NULL);
+    amp_tensor *s = amp_zeros(AMP_SHAPE(), AMP_F32);
+    CHECK(amp_narrow(s, 0, 0, 1) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "dim 0 out of range for 0 dims");
+    amp_tensor_free(x);
+    amp_tensor_free(s);
+}
+
 /* ------------------------------------------------------------------ to */
 
 static void test_to_rounds_like_scalar_conversions(void)
@@ -575,6 +704,10 @@ int main(void)
     RUN(test_cat_promotes_dtypes);
     RUN(test_cat_integers);
     RUN(test_cat_errors);
+    RUN(test_narrow_values);
+    RUN(test_narrow_gradcheck);
+    RUN(test_narrow_backward_places_the_slice);
+    RUN(test_narrow_errors);
     RUN(test_to_rounds_like_scalar_conversions);
     RUN(test_to_same_dtype_is_a_copy);
     RUN(test_to_backward_returns_input_dtype);

@@ -15,9 +15,9 @@
  *
  * The head is tied to the token embedding: amp_linear(x, wte, NULL) uses
  * the very tensor the embedding reads, so its gradient sums both uses.
- * q, k and v are three linears rather than one fused qkv linear because
- * the op set has no slice to split a fused result (same parameters and
- * maths: q.weight is qkv.weight[0:width] and so on). Dropout (config
+ * q, k and v come from one fused linear qkv [3 width, width] (one GEMM,
+ * as nanoGPT's c_attn), split by amp_narrow into its three thirds (q is
+ * rows 0..width of qkv.weight, then k, then v). Dropout (config
  * dropout > 0, training mode only) follows each residual branch, as
  * nanoGPT's resid_dropout; nanoGPT also drops the embeddings and the
  * attention probabilities, which this model does not. With
@@ -29,18 +29,21 @@
  * embeddings, its children 0..layers-1 are the blocks and child `layers`
  * is ln_f; children are named by index, as everywhere in ampc):
  *   wte.weight [vocab, width], wpe.weight [context, width],
- *   <i>.0.weight/bias  ln_1          <i>.4.weight/bias  attn proj
- *   <i>.1.weight/bias  attn q        <i>.5.weight/bias  ln_2
- *   <i>.2.weight/bias  attn k        <i>.6.weight/bias  mlp fc1 [mlp, width]
- *   <i>.3.weight/bias  attn v        <i>.7.weight/bias  mlp fc2 [width, mlp]
+ *   <i>.0.weight/bias  ln_1          <i>.3.weight/bias  ln_2
+ *   <i>.1.weight/bias  attn qkv      <i>.4.weight/bias  mlp fc1 [mlp, width]
+ *                      [3 width, width]
+ *   <i>.2.weight/bias  attn proj     <i>.5.weight/bias  mlp fc2 [width, mlp]
  *   <layers>.weight/bias ln_f
- * 2 + 16 * layers + 2 tensors; vocab*width + context*width + 2*width +
+ * 2 + 12 * layers + 2 tensors; vocab*width + context*width + 2*width +
  * layers * (4*width^2 + 2*width*mlp + 9*width + mlp) numbers.
  *
  * Initialisation (nanoGPT's _init_weights, GPT-2's paper): every linear
  * weight and both embeddings N(0, 0.02); the residual projections (attn
  * proj, fc2) N(0, 0.02 / sqrt(2 * layers)); biases 0; LayerNorm weight 1,
- * bias 0, eps 1e-5. Drawn from the global generator in parameter order.
+ * bias 0, eps 1e-5. Drawn from the global generator in parameter order;
+ * with an even width, qkv.weight holds the very values the three separate
+ * q, k, v weights of earlier versions drew (the normals come four at a
+ * time, and width^2 is then a multiple of four).
  */
 #include "nn/gpt_cache.h"
 #include "nn/nn.h"
@@ -59,7 +62,7 @@
 #define GPT_INIT_STD 0.02
 
 /* Block children, in order. */
-enum { B_LN1, B_Q, B_K, B_V, B_PROJ, B_LN2, B_FC1, B_FC2, B_COUNT };
+enum { B_LN1, B_QKV, B_PROJ, B_LN2, B_FC1, B_FC2, B_COUNT };
 
 /* cfg_i of the root: vocab, context, width, layers, heads, mlp; of a
  * block: width, heads, whether it checkpoints. cfg_f[0] of both: dropout. */
@@ -118,9 +121,11 @@ static amp_tensor *block_run(amp_module *m, amp_tensor *x, amp_tensor *h1, const
     }
     const int64_t B = amp_tensor_dim(x, 0), T = amp_tensor_dim(x, 1), W = m->cfg_i[0], H = m->cfg_i[1];
     amp_tensor *h = h1 ? h1 : amp_module_forward(m->children[B_LN1], x);
-    amp_tensor *q = split_heads(amp_linear(h, w_of(m, B_Q), b_of(m, B_Q)), B, T, H, W / H);
-    amp_tensor *k = split_heads(amp_linear(h, w_of(m, B_K), b_of(m, B_K)), B, T, H, W / H);
-    amp_tensor *v = split_heads(amp_linear(h, w_of(m, B_V), b_of(m, B_V)), B, T, H, W / H);
+    /* One GEMM for q, k and v: qkv [B, T, 3 width], then its three thirds. */
+    amp_tensor *qkv = amp_linear(h, w_of(m, B_QKV), b_of(m, B_QKV));
+    amp_tensor *q = split_heads(amp_narrow(qkv, 2, 0, W), B, T, H, W / H);
+    amp_tensor *k = split_heads(amp_narrow(qkv, 2, W, W), B, T, H, W / H);
+    amp_tensor *v = split_heads(amp_narrow(qkv, 2, 2 * W, W), B, T, H, W / H);
     amp_tensor *a = amp_reshape(kv ? gpt_cache_attend(kv, layer, q, k, v) : op_attention_bthd(q, k, v, true),
                                 AMP_SHAPE(B, T, W));
     /* x = x + drop(proj(a)); h = ln_2(x) */
@@ -289,9 +294,7 @@ static amp_module *gpt_block(const amp_gpt_config *c)
     const double std = GPT_INIT_STD, res_std = GPT_INIT_STD / sqrt(2.0 * (double)c->layers);
     const int64_t W = c->width;
     if (adopt(m, amp_nn_layer_norm(W, GPT_LN_EPS)) != AMP_OK ||  /* B_LN1 */
-        adopt(m, gpt_linear(W, W, std)) != AMP_OK ||              /* B_Q */
-        adopt(m, gpt_linear(W, W, std)) != AMP_OK ||              /* B_K */
-        adopt(m, gpt_linear(W, W, std)) != AMP_OK ||              /* B_V */
+        adopt(m, gpt_linear(W, 3 * W, std)) != AMP_OK ||          /* B_QKV */
         adopt(m, gpt_linear(W, W, res_std)) != AMP_OK ||          /* B_PROJ */
         adopt(m, amp_nn_layer_norm(W, GPT_LN_EPS)) != AMP_OK ||   /* B_LN2 */
         adopt(m, gpt_linear(W, c->mlp, std)) != AMP_OK ||         /* B_FC1 */

@@ -267,6 +267,13 @@ amp_tensor *amp_cat(amp_tensor *const *ts, int n, int dim)
     return op_apply(OP_CAT, ts, n, &p);
 }
 
+/* i[0] = dim, i[1] = start, i[2] = length */
+amp_tensor *amp_narrow(amp_tensor *a, int dim, int64_t start, int64_t length)
+{
+    op_params p = {.i = {dim, start, length}};
+    return op_apply(OP_NARROW, &a, 1, &p);
+}
+
 /* i[0] = target dtype */
 amp_tensor *amp_to(amp_tensor *a, amp_dtype dt)
 {

@@ -368,6 +368,32 @@ bool cat_infer(const node *n, amp_shape *out, amp_dtype *dtype, int *dim_out)
     return true;
 }
 
+/* --------------------------------------------------------------- narrow */
+
+bool narrow_infer(const node *n, amp_shape *out, int *dim_out)
+{
+    const amp_tensor *x = n->in[0];
+    const int nd = x->shape.ndim;
+    const int64_t d_in = n->p.i[0], start = n->p.i[1], len = n->p.i[2];
+    const int dim = (nd > 0 && d_in >= -nd && d_in < nd) ? shape_dim(nd, (int)d_in) : -1;
+    if (dim < 0) {
+        amp_set_error(AMP_ERR_ARG, "%s: dim %lld out of range for %d dims", op_name(n), (long long)d_in, nd);
+        return false;
+    }
+    const int64_t size = x->shape.d[dim];
+    if (start < 0 || len < 0 || start > size || len > size - start) {
+        char why[160];
+        snprintf(why, sizeof why, "elements [%lld, %lld + %lld) are not within dim %d of size %lld",
+                 (long long)start, (long long)start, (long long)len, dim, (long long)size);
+        op_fail_shapes(n, why);
+        return false;
+    }
+    *out = x->shape;
+    out->d[dim] = len;
+    *dim_out = dim;
+    return true;
+}
+
 /* ------------------------------------------------------------ matmul */
 
 bool matmul_infer(const node *n, mm_plan *pl)

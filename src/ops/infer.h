@@ -80,6 +80,10 @@ bool permute_infer(const node *n, int *perm);
 /* cat: the result's shape and dtype, and the normalised dim. */
 bool cat_infer(const node *n, amp_shape *out, amp_dtype *dt, int *dim);
 
+/* narrow: the result's shape (dim i[0] cut to i[2] elements from i[1]) and
+ * the normalised dim. */
+bool narrow_infer(const node *n, amp_shape *out, int *dim);
+
 /* matmul: how it maps onto GEMMs, batch products of [M, K] @ [K, N],
  * where batch k reads a at k * sa and b at k * sb (elements; 0 = shared),
  * and the result's shape. */

@@ -47,6 +47,7 @@ X(AVG_POOL2D,   "avg_pool2d",   NONE,    NONE,     avg_pool2d_forward,   avg_poo
 X(RESHAPE,      "reshape",      NONE,    NONE,     reshape_forward,      reshape_backward)
 X(PERMUTE,      "permute",      NONE,    NONE,     permute_forward,      permute_backward)
 X(CAT,          "cat",          PROMOTE, NONE,     cat_forward,          cat_backward)
+X(NARROW,       "narrow",       NONE,    NONE,     narrow_forward,       narrow_backward)
 X(TO,           "to",           NONE,    NONE,     to_forward,           to_backward)
 X(ARGMAX,       "argmax",       NONE,    NONE,     argmax_forward,       no_backward)
 X(ATTENTION,    "scaled_dot_product_attention", LOWER, LOWER, attention_forward, attention_backward)

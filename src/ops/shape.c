@@ -1,12 +1,13 @@
 /*
  * shape.c - ops that move elements without computing on them: reshape (a
  * view), permute (a copy in the new order; transpose is a permute),
- * cat, and to (the differentiable dtype cast autocast relies on).
+ * cat, narrow (a slice of one dim: the gpt's fused qkv split in three),
+ * and to (the differentiable dtype cast autocast relies on).
  *
  * Every tensor is contiguous, so reshape can share its input's storage,
  * while permute must copy (the backend's permute, given the output's dims
- * and each one's stride into the input) and cat copies slices (the
- * backend's copy_2d, converting dtypes on the way).
+ * and each one's stride into the input) and cat and narrow copy slices
+ * (the backend's copy_2d, converting dtypes on the way).
  */
 #include "ops/broadcast.h"
 #include "ops/infer.h"
@@ -147,6 +148,64 @@ amp_status cat_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
         }
         off += inner;
     }
+    return AMP_OK;
+}
+
+/* --------------------------------------------------------------- narrow */
+
+/* narrow(x, dim, start, len) as rows: outer rows of the input, each
+ * x.d[dim] * inner elements long, of which len * inner from start * inner
+ * are the result's row. */
+typedef struct {
+    int64_t outer, in_row, out_row, off;
+} narrow_rows;
+
+static narrow_rows narrow_rows_of(const amp_tensor *x, int dim, int64_t start, int64_t len)
+{
+    const int64_t inner = inner_from(x, dim + 1);
+    narrow_rows r = {0, x->shape.d[dim] * inner, len * inner, start * inner};
+    r.outer = r.in_row ? x->numel / r.in_row : 0;
+    return r;
+}
+
+amp_tensor *narrow_forward(node *n)
+{
+    amp_shape s;
+    int dim;
+    if (!narrow_infer(n, &s, &dim))
+        return NULL;
+    const amp_tensor *x = n->in[0];
+    amp_tensor *out = tensor_new_on(s, x->dtype, tensor_device(x));
+    if (!out)
+        return NULL;
+    const narrow_rows r = narrow_rows_of(x, dim, n->p.i[1], n->p.i[2]);
+    const amp_backend *be = backend_of(tensor_device(x));
+    amp_status st = be->copy_2d ? AMP_OK : backend_missing(be, op_name(n), "copy_2d");
+    if (st == AMP_OK && r.outer > 0 && r.out_row > 0)
+        st = be->copy_2d(tensor_ptr(x), x->dtype, r.in_row, r.off, tensor_ptr(out), x->dtype, r.out_row, 0, r.outer,
+                         r.out_row);
+    if (st != AMP_OK) {
+        amp_tensor_free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* gout in its slice of a zero tensor of the input's shape. */
+amp_status narrow_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+{
+    if (!in_needs_grad(n, 0))
+        return AMP_OK;
+    const amp_tensor *x = n->in[0];
+    const int dim = shape_dim(x->shape.ndim, (int)n->p.i[0]);
+    amp_tensor *g = tensor_zeros_on(x->shape, gout->dtype, tensor_device(gout));
+    if (!g)
+        return amp_last_status();
+    gin[0] = g;
+    const narrow_rows r = narrow_rows_of(x, dim, n->p.i[1], n->p.i[2]);
+    if (r.outer > 0 && r.out_row > 0)
+        BACKEND_CALL(backend_of(tensor_device(gout)), op_name(n), copy_2d, tensor_ptr(gout), gout->dtype, r.out_row,
+                     0, tensor_ptr(g), gout->dtype, r.in_row, r.off, r.outer, r.out_row);
     return AMP_OK;
 }
 

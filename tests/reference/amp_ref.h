@@ -13,7 +13,7 @@ typedef struct {
     const char *op;
     int cpu, cuda;
 } amp_ref_category;
-static const amp_ref_category amp_ref_categories[36] = {
+static const amp_ref_category amp_ref_categories[37] = {
     {"add", AMP_CAST_NONE, AMP_CAST_NONE},
     {"sub", AMP_CAST_NONE, AMP_CAST_NONE},
     {"mul", AMP_CAST_NONE, AMP_CAST_NONE},
@@ -47,6 +47,7 @@ static const amp_ref_category amp_ref_categories[36] = {
     {"reshape", AMP_CAST_NONE, AMP_CAST_NONE},
     {"permute", AMP_CAST_NONE, AMP_CAST_NONE},
     {"cat", AMP_CAST_PROMOTE, AMP_CAST_NONE},
+    {"narrow", AMP_CAST_NONE, AMP_CAST_NONE},
     {"to", AMP_CAST_NONE, AMP_CAST_NONE},
     {"argmax", AMP_CAST_NONE, AMP_CAST_NONE},
     {"scaled_dot_product_attention", AMP_CAST_LOWER, AMP_CAST_LOWER}};
@@ -61,7 +62,7 @@ typedef struct {
     int in[3];
     int out;
 } amp_ref_cast_case;
-static const amp_ref_cast_case amp_ref_cast_cases[764] = {
+static const amp_ref_cast_case amp_ref_cast_cases[788] = {
     {"add", 0, AMP_CPU, AMP_BF16, 2, {AMP_F32, AMP_F32}, AMP_F32},
     {"add", 0, AMP_CPU, AMP_F16, 2, {AMP_F32, AMP_F32}, AMP_F32},
     {"add", 0, AMP_CUDA, AMP_BF16, 2, {AMP_F32, AMP_F32}, AMP_F32},
@@ -286,6 +287,18 @@ static const amp_ref_cast_case amp_ref_cast_cases[764] = {
     {"sigmoid", 0, AMP_CPU, AMP_F16, 1, {AMP_F16}, AMP_F16},
     {"sigmoid", 0, AMP_CUDA, AMP_BF16, 1, {AMP_F16}, AMP_F16},
     {"sigmoid", 0, AMP_CUDA, AMP_F16, 1, {AMP_F16}, AMP_F16},
+    {"silu", 0, AMP_CPU, AMP_BF16, 1, {AMP_F32}, AMP_F32},
+    {"silu", 0, AMP_CPU, AMP_F16, 1, {AMP_F32}, AMP_F32},
+    {"silu", 0, AMP_CUDA, AMP_BF16, 1, {AMP_F32}, AMP_F32},
+    {"silu", 0, AMP_CUDA, AMP_F16, 1, {AMP_F32}, AMP_F32},
+    {"silu", 0, AMP_CPU, AMP_BF16, 1, {AMP_BF16}, AMP_BF16},
+    {"silu", 0, AMP_CPU, AMP_F16, 1, {AMP_BF16}, AMP_BF16},
+    {"silu", 0, AMP_CUDA, AMP_BF16, 1, {AMP_BF16}, AMP_BF16},
+    {"silu", 0, AMP_CUDA, AMP_F16, 1, {AMP_BF16}, AMP_BF16},
+    {"silu", 0, AMP_CPU, AMP_BF16, 1, {AMP_F16}, AMP_F16},
+    {"silu", 0, AMP_CPU, AMP_F16, 1, {AMP_F16}, AMP_F16},
+    {"silu", 0, AMP_CUDA, AMP_BF16, 1, {AMP_F16}, AMP_F16},
+    {"silu", 0, AMP_CUDA, AMP_F16, 1, {AMP_F16}, AMP_F16},
     {"exp", 0, AMP_CPU, AMP_BF16, 1, {AMP_F32}, AMP_F32},
     {"exp", 0, AMP_CPU, AMP_F16, 1, {AMP_F32}, AMP_F32},
     {"exp", 0, AMP_CUDA, AMP_BF16, 1, {AMP_F32}, AMP_F32},
@@ -746,6 +759,18 @@ static const amp_ref_cast_case amp_ref_cast_cases[764] = {
     {"cat", 1, AMP_CPU, AMP_F16, 3, {AMP_F16, AMP_F16, AMP_F32}, AMP_F32},
     {"cat", 1, AMP_CUDA, AMP_BF16, 3, {AMP_F16, AMP_F16, AMP_F32}, AMP_F32},
     {"cat", 1, AMP_CUDA, AMP_F16, 3, {AMP_F16, AMP_F16, AMP_F32}, AMP_F32},
+    {"narrow", 0, AMP_CPU, AMP_BF16, 1, {AMP_F32}, AMP_F32},
+    {"narrow", 0, AMP_CPU, AMP_F16, 1, {AMP_F32}, AMP_F32},
+    {"narrow", 0, AMP_CUDA, AMP_BF16, 1, {AMP_F32}, AMP_F32},
+    {"narrow", 0, AMP_CUDA, AMP_F16, 1, {AMP_F32}, AMP_F32},
+    {"narrow", 0, AMP_CPU, AMP_BF16, 1, {AMP_BF16}, AMP_BF16},
+    {"narrow", 0, AMP_CPU, AMP_F16, 1, {AMP_BF16}, AMP_BF16},
+    {"narrow", 0, AMP_CUDA, AMP_BF16, 1, {AMP_BF16}, AMP_BF16},
+    {"narrow", 0, AMP_CUDA, AMP_F16, 1, {AMP_BF16}, AMP_BF16},
+    {"narrow", 0, AMP_CPU, AMP_BF16, 1, {AMP_F16}, AMP_F16},
+    {"narrow", 0, AMP_CPU, AMP_F16, 1, {AMP_F16}, AMP_F16},
+    {"narrow", 0, AMP_CUDA, AMP_BF16, 1, {AMP_F16}, AMP_F16},
+    {"narrow", 0, AMP_CUDA, AMP_F16, 1, {AMP_F16}, AMP_F16},
     {"to", AMP_F32, AMP_CPU, AMP_BF16, 1, {AMP_F32}, AMP_F32},
     {"to", AMP_F32, AMP_CPU, AMP_F16, 1, {AMP_F32}, AMP_F32},
     {"to", AMP_F32, AMP_CUDA, AMP_BF16, 1, {AMP_F32}, AMP_F32},
@@ -927,14 +952,14 @@ static const float amp_ref_seq_vals[484] = {
     0.11, 0.37, -0.53, 1.85899997, -1.097, 0.523000002,
     1.3, -0.7, 0.29, 1.72899997, -1.02699995, 0.493999988,
     0.1, 0.2, 0.3, 0.4, 0.1, -0.2,
-    0.3, -0.4, 0.0800000057, 0.219999999, 0.280000001, 0.420000017,
-    0.5, 0.5, -0.5, 0.5, 0.0627790838, 0.211155698,
-    0.285871238, 0.416745365, 0.0627790838, 0.211155698, 0.285871238, 0.416745365,
-    0.2, 0.1, 0, -0.1, 0.0457199737, 0.202100158,
+    0.3, -0.4, 0.0799999982, 0.219999999, 0.280000001, 0.420000017,
+    0.5, 0.5, -0.5, 0.5, 0.0627790689, 0.211155698,
+    0.285871238, 0.416745365, 0.0627790689, 0.211155698, 0.285871238, 0.416745365,
+    0.2, 0.1, 0, -0.1, 0.0457199588, 0.202100158,
     0.290409714, 0.416232437, NAN, 0.1, 0, -0.1,
-    0.0457199737, 0.202100158, 0.290409714, 0.416232437, 0.9, -0.9,
-    0.9, -0.9, 0.0285293497, 0.208178118, 0.282671988, 0.425422639,
-    0.3, 0.1, 0.2, 0.4, 0.0115657784, 0.212260678,
+    0.0457199588, 0.202100158, 0.290409714, 0.416232437, 0.9, -0.9,
+    0.9, -0.9, 0.0285293348, 0.208178118, 0.282671988, 0.425422639,
+    0.3, 0.1, 0.2, 0.4, 0.0115657635, 0.212260678,
     0.27424106, 0.429024607, 1, 2, 3, -1,
     3, 4, 0, 12, 0.976923048, 1.96923077,
     3, -1.09230769, 0.1, INFINITY, 0.2, 0.3,

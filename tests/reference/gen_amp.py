@@ -132,6 +132,7 @@ CATEGORY = {
     "reshape":       (NONE,    NONE,     ["aten::reshape"]),
     "permute":       (NONE,    NONE,     ["aten::permute"]),
     "cat":           (PROMOTE, NONE,     ["aten::cat"]),
+    "narrow":        (NONE,    NONE,     ["aten::narrow"]),
     "to":            (NONE,    NONE,     ["aten::to.dtype"]),
     "argmax":        (NONE,    NONE,     ["aten::argmax"]),
     "scaled_dot_product_attention":
@@ -154,7 +155,7 @@ def spec(op, variant):
         "add_scalar": s23, "mul_scalar": s23, "div_scalar": s23, "neg": s23,
         "relu": s23, "gelu": s23, "tanh": s23, "sigmoid": s23, "silu": s23, "exp": s23,
         "log": s23, "pow": s23, "softmax": s23, "log_softmax": s23,
-        "dropout": s23, "reshape": s23, "argmax": s23, "to": s23,
+        "dropout": s23, "reshape": s23, "argmax": s23, "to": s23, "narrow": s23,
         "sum": s23, "mean": s23,
         "matmul": [("f", (2, 3)), ("f", (3, 4))],
         "linear": [("f", (2, 3)), ("f", (4, 3)), ("f", (4,))] if variant == 0
@@ -210,6 +211,7 @@ def torch_call(op, variant, t):
     if op == "reshape": return t[0].reshape(3, 2)
     if op == "permute": return t[0].permute(2, 0, 1)
     if op == "cat": return torch.cat(t, 0)
+    if op == "narrow": return t[0].narrow(1, 1, 2)
     if op == "to": return t[0].to(variant)
     if op == "argmax": return torch.argmax(t[0], 1)
     if op == "scaled_dot_product_attention":
