@@ -413,6 +413,9 @@ int device_check(const train_opts *o, const char *who);
 
 /* `ampc generate DIR`: the arguments after "generate". */
 int generate_main(int argc, char **argv);
+/* generate's option parsing alone (nothing read): -1 to go on, or the exit
+ * code after --help (0) or a message naming the bad option (EXIT_USAGE). */
+int generate_parse(int argc, char **argv);
 
 /* --------------------------------------------------------- dist_cli.c */
 

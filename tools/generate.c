@@ -192,6 +192,12 @@ static int gen_parse(int argc, char **argv, gen_opts *o)
     return -1;
 }
 
+int generate_parse(int argc, char **argv)
+{
+    gen_opts g;
+    return gen_parse(argc, argv, &g);
+}
+
 /* The prompt as token ids (byte -> id through the vocabulary); -1, or 1
  * after a message naming the first byte the vocabulary lacks. */
 static int prompt_ids(const char *prompt, const amp_text *text, const char *data, int64_t **ids, int64_t *n)
