@@ -573,6 +573,23 @@ static void test_cli_cache_and_no_cache_agree_and_top_k_1_is_greedy(void)
     CHECK(strstr(cli_out, "precision bf16") != NULL);
 }
 
+/* On CUDA (cudaemu in test-cuda-emu): the cache's text, as many bytes as
+ * asked for, equal to --no-cache's (greedy). */
+static void test_cli_generates_on_cuda(void)
+{
+    if (!amp_cuda_available()) {
+        harness_skip("no CUDA device");
+        return;
+    }
+    if (!have_gpt_checkpoint())
+        return;
+    char a[4096], b[4096];
+    gen_text(a, sizeof a, "--device cuda --prompt 'the' --tokens 24 --temperature 0");
+    gen_text(b, sizeof b, "--device cuda --prompt 'the' --tokens 24 --temperature 0 --no-cache");
+    CHECK_EQ_INT(strlen(a), 3 + 24 + 1);
+    CHECK_MSG(strcmp(a, b) == 0, "cuda cache:\n%s\nno cache:\n%s", a, b);
+}
+
 static void test_cli_refuses_a_non_gpt_checkpoint(void)
 {
     if (!cli_have_binary())
@@ -614,6 +631,7 @@ int main(void)
     RUN(test_cli_option_errors_name_the_option);
     RUN(test_cli_same_seed_same_text_other_seed_other_text);
     RUN(test_cli_cache_and_no_cache_agree_and_top_k_1_is_greedy);
+    RUN(test_cli_generates_on_cuda);
     RUN(test_cli_refuses_a_non_gpt_checkpoint);
     cli_cleanup();
     return harness_done();
