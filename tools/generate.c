@@ -337,9 +337,9 @@ static int run(gen_ctx *c, const amp_text *text, int64_t *seq, int64_t n)
                     total - t_prefill, (double)(g->tokens - 1) / (total - t_prefill),
                     g->no_cache ? ", a full forward per token (--no-cache)" : "");
         if (refills)
-            fprintf(stderr, "context: the sequence passed the context of %lld tokens; the cache was refilled "
-                            "with the last %lld %lld times\n", (long long)c->context, (long long)c->context,
-                    (long long)refills);
+            fprintf(stderr, "context: past the model's context of %lld tokens, the cache was refilled with the "
+                            "sequence's last %lld tokens %lld times (a forward over them each)\n",
+                    (long long)c->context, (long long)c->context, (long long)refills);
     }
     return rc;
 }
