@@ -337,6 +337,10 @@ static void test_top_k_keeps_only_the_k_largest(void)
     }
     CHECK(seen[1] > 0 && seen[2] > 0 && seen[4] > 0);
     CHECK_EQ_INT(seen[0] + seen[3] + seen[5], 0);
+    /* a temperature so small that logits / T overflow: the largest wins */
+    int64_t t = -1;
+    CHECK_OK(amp_sample_next(l, 1e-310, 0, 7, 0, &t));
+    CHECK_EQ_INT(t, 1);
     /* top-k 1 = greedy = temperature 0, whatever the temperature and seed */
     for (int d = 0; d < 50; d++) {
         int64_t a = -1, b = -1;

@@ -55,10 +55,10 @@ static int64_t pick(double *z, double *s, int64_t V, double temperature, int64_t
         qsort(s, (size_t)V, sizeof *s, cmp_desc);
         keep_from = s[top_k - 1];
     }
-    const double mx = z[best] / temperature;
+    /* exp((z - max) / T): <= 1, and no inf - inf for a tiny T */
     double sum = 0;
     for (int64_t i = 0; i < V; i++) {
-        s[i] = z[i] >= keep_from ? exp(z[i] / temperature - mx) : 0.0;
+        s[i] = z[i] >= keep_from ? exp((z[i] - z[best]) / temperature) : 0.0;
         sum += s[i];
     }
     const double target = uniform01(seed, draw, row) * sum;
