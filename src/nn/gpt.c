@@ -213,7 +213,7 @@ amp_tensor *gpt_forward_at(amp_module *m, amp_tensor *idx, amp_gpt_cache *kv)
                              amp_shape_str(amp_tensor_shape(idx), b, sizeof b), amp_dtype_name(dt),
                              (long long)T, (long long)context);
     amp_tensor *wte = m->own[0], *wpe = m->own[1];
-    /* Positions 0..T-1 index wpe; the embedding node keeps its own
+    /* Positions past..past+T-1 index wpe; the embedding node keeps its own
      * reference, so the index tensor can go at once. */
     amp_tensor *pos = positions(past, T, amp_tensor_device(wpe));
     if (!pos)
