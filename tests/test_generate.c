@@ -293,6 +293,21 @@ static void test_greedy_with_cache_equals_greedy_by_full_forwards(void)
     amp_module_free(m);
 }
 
+/* A model that checkpoints its blocks (training's memory lever) runs its
+ * cached forward unchecked, to the same tokens. */
+static void test_checkpointed_model_generates_the_same_tokens(void)
+{
+    amp_module *m = small_gpt(3);
+    CHECK_OK(amp_gpt_set_checkpointing(m, true));
+    enum { NP = 5, N = 30 };
+    int64_t prompt[NP], a[NP + N], b[NP + N];
+    random_tokens(prompt, NP, 23, 4);
+    greedy(m, true, prompt, NP, N, a);
+    greedy(m, false, prompt, NP, N, b);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    amp_module_free(m);
+}
+
 /* One row of logits as a [1, V] tensor. */
 static amp_tensor *logits_of(const float *v, int64_t n) { return amp_from_data(AMP_SHAPE(1, n), AMP_F32, v); }
 
@@ -619,6 +634,7 @@ int main(void)
     RUN(test_cached_forward_matches_full_forward_bf16);
     RUN(test_cached_forward_on_cuda_matches_full_forward);
     RUN(test_greedy_with_cache_equals_greedy_by_full_forwards);
+    RUN(test_checkpointed_model_generates_the_same_tokens);
     RUN(test_draws_follow_the_softmax_of_logits_over_temperature);
     RUN(test_top_k_keeps_only_the_k_largest);
     RUN(test_same_seed_same_draws_other_seed_other_draws);
