@@ -2,8 +2,8 @@
  * fuzz_args.c - libFuzzer target: the input is a command line, one
  * argument per line (a NUL byte ends an argument too), parsed as the
  * train command's options and as the eval command's (opts_parse), then
- * checked and completed (opts_resolve) when the parse goes on. Seeds:
- * fuzz/corpus/args.
+ * checked and completed (opts_resolve) when the parse goes on; and as the
+ * generate command's (generate_parse). Seeds: fuzz/corpus/args.
  */
 #include "cli.h"
 
@@ -38,6 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (opts_parse(argc, argv, &o, eval) < 0)
             opts_resolve(&o);
     }
+    generate_parse(argc, argv);
     free(buf);
     return 0;
 }

@@ -1020,6 +1020,41 @@ AMP_API amp_module *amp_model_gpt(amp_gpt_config c);
  * when m is not a gpt model. */
 AMP_API amp_status amp_gpt_set_checkpointing(amp_module *m, bool on);
 
+/* Generation with a key/value cache (docs/generate.md). The cache keeps
+ * each block's keys and values of the positions a gpt model has seen, so
+ * a forward runs only the new positions: the prompt once, then one
+ * position per token, attending over the cache. For batch rows of the
+ * gpt model m (which must outlive it); its memory (2 * layers * context *
+ * batch * width values in the forward's k / v dtype, on m's device) is
+ * made at the first forward. AMP_ERR_ARG for a model that is not a gpt. */
+typedef struct amp_gpt_cache amp_gpt_cache;
+AMP_API amp_gpt_cache *amp_gpt_cache_new(const amp_module *m, int64_t batch);
+AMP_API void amp_gpt_cache_free(amp_gpt_cache *c);
+/* Positions held (0 after new or reset). */
+AMP_API int64_t amp_gpt_cache_len(const amp_gpt_cache *c);
+/* Forgets every position (the memory stays for the next prefill). */
+AMP_API void amp_gpt_cache_reset(amp_gpt_cache *c);
+/* Logits [B, T, vocab] of tokens idx [B, T] (i32 / i64, B the cache's
+ * batch) at positions len .. len + T - 1, whose keys and values join the
+ * cache (len grows by T). The same values as the model's forward over the
+ * whole sequence at those positions (docs/generate.md: bit for bit on the
+ * CPU in f32 up to the GEMMs' blocking). Inference only: runs with grad
+ * disabled, no graph; in the module's mode (amp_module_train(m, false)
+ * for dropout off); inside the caller's autocast region if any (the
+ * cache keeps one dtype: a change of precision needs a reset). Past the
+ * context (len + T > context): AMP_ERR_SHAPE, nothing changed - crop the
+ * sequence and refill a reset cache. */
+AMP_API amp_tensor *amp_gpt_forward_cached(amp_module *m, amp_gpt_cache *c, amp_tensor *idx);
+/* The next token of each row of logits [B, vocab] or [B, T, vocab] (its
+ * last position), as nanoGPT samples: logits / temperature, only the
+ * top_k largest kept (ties with the k-th too; 0: all), softmax, one draw
+ * from Philox4x32-10 keyed by seed at counter (draw, row), so the same
+ * (seed, draw) gives the same token. temperature 0: greedy, the first
+ * largest logit. tokens[B] out. AMP_ERR_ARG for temperature < 0 or not
+ * finite, top_k outside 0 .. vocab, or a logit that is inf / NaN. */
+AMP_API amp_status amp_sample_next(const amp_tensor *logits, double temperature, int64_t top_k, uint64_t seed,
+                                   uint64_t draw, int64_t *tokens);
+
 /* --------------------------------------------------------------------- io */
 
 /* Reads an IDX file (optionally gzip-compressed) into a tensor of dt; the

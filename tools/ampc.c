@@ -14,6 +14,7 @@ static void usage(FILE *f)
                "commands:\n"
                "  train        train a model (cnn / mlp on Fashion-MNIST, gpt on text) and measure it\n"
                "  eval DIR     measure the model saved in DIR by train --save\n"
+               "  generate DIR sample text from the gpt model saved in DIR (a KV cache, streamed)\n"
                "  plot LOG     draw a train --log file (loss, loss scale, skipped steps) as SVG\n"
                "  policy       print the autocast policy: each op's category per device\n"
                "  profile      the same run in fp32 / bf16 / fp16 under the profiler, side by side\n\n"
@@ -40,6 +41,8 @@ int main(int argc, char **argv)
         return train_main(argc - 2, argv + 2);
     if (strcmp(cmd, "eval") == 0)
         return eval_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "generate") == 0)
+        return generate_main(argc - 2, argv + 2);
     if (strcmp(cmd, "plot") == 0)
         return plot_run(argc - 2, argv + 2);
     if (strcmp(cmd, "profile") == 0)

@@ -17,6 +17,7 @@
  *   memcheck.c    that estimate against the memory available: --dry-run's
  *                 table, the refusal before a run that cannot fit
  *   eval.c        test accuracy / validation loss, and the eval command
+ *   generate.c    the generate command: text sampled from a gpt checkpoint
  *   preflight.c   train's checks before it starts: --save takes files,
  *                 --log is not someone else's file
  *   progress.c    the live line on a terminal, plain lines otherwise
@@ -407,6 +408,14 @@ int train_profile_run(const train_opts *o, run_data *rd, run_info *ri);
 /* --device cuda without a usable GPU: the clear error naming the device and
  * the library's reason; -1 for cpu or an available GPU, else 1 after it. */
 int device_check(const train_opts *o, const char *who);
+
+/* --------------------------------------------------------- generate.c */
+
+/* `ampc generate DIR`: the arguments after "generate". */
+int generate_main(int argc, char **argv);
+/* generate's option parsing alone (nothing read): -1 to go on, or the exit
+ * code after --help (0) or a message naming the bad option (EXIT_USAGE). */
+int generate_parse(int argc, char **argv);
 
 /* --------------------------------------------------------- dist_cli.c */
 

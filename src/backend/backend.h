@@ -99,10 +99,16 @@ typedef struct {
  * element (h / hgroup) * T * ld + (h % hgroup) * D + t * ld. hgroup = 0
  * and ld = 0 (read as 1 and D) are contiguous [heads, T, D] slices, the
  * only layout the CUDA backend takes; hgroup = H, ld = H * D is
- * [B, T, H, D] (heads = B * H), which the CPU backend reads in place. */
+ * [B, T, H, D] (heads = B * H), which the CPU backend reads in place.
+ * Cached attention (a generating model's KV cache; forward only): Tk > 0
+ * keys and values per head, row t of head h of k and v at h * D + t *
+ * kv_ld ([Tk, heads, D], every backend), and query row t sees keys
+ * 0 .. t + Tk - T when causal (the queries are the last T positions);
+ * Tk = 0: k and v laid out as q, Tk = T. */
 typedef struct {
     int64_t heads, T, D;
     int64_t hgroup, ld;
+    int64_t Tk, kv_ld;
     bool causal;
     float scale;
     amp_dtype dt;

@@ -49,6 +49,7 @@
  * q, k, v weights of earlier versions drew (the normals come four at a
  * time, and width^2 is then a multiple of four).
  */
+#include "nn/gpt_cache.h"
 #include "nn/nn.h"
 
 #include "backend/backend.h"
@@ -111,9 +112,11 @@ static amp_tensor *add_ln(amp_tensor *x, amp_tensor *r, const amp_module *ln, am
 /* One pre-LN block on x [B, T, width]. h1 is ln_1(x) when the previous
  * block computed it with its last add, else NULL; with next_ln, the
  * block's last add computes *h_next = next_ln(result) too (the next
- * block's ln_1, or ln_f). */
+ * block's ln_1, or ln_f). With kv (a generating model's cache), the
+ * attention is over the cache's positions, the new keys and values added
+ * to it as block `layer`'s (gpt_cache.c). */
 static amp_tensor *block_run(amp_module *m, amp_tensor *x, amp_tensor *h1, const amp_module *next_ln,
-                             amp_tensor **h_next)
+                             amp_tensor **h_next, amp_gpt_cache *kv, int64_t layer)
 {
     if (amp_tensor_ndim(x) != 3 || amp_tensor_dim(x, 2) != m->cfg_i[0]) {
         char b[96];
@@ -128,7 +131,8 @@ static amp_tensor *block_run(amp_module *m, amp_tensor *x, amp_tensor *h1, const
     amp_tensor *q = split_heads(amp_narrow(qkv, 2, 0, W), B, T, H, W / H);
     amp_tensor *k = split_heads(amp_narrow(qkv, 2, W, W), B, T, H, W / H);
     amp_tensor *v = split_heads(amp_narrow(qkv, 2, 2 * W, W), B, T, H, W / H);
-    amp_tensor *a = amp_reshape(op_attention_bthd(q, k, v, true), AMP_SHAPE(B, T, W));
+    amp_tensor *a = amp_reshape(kv ? gpt_cache_attend(kv, layer, q, k, v) : op_attention_bthd(q, k, v, true),
+                                AMP_SHAPE(B, T, W));
     /* x = x + drop(proj(a)); h = ln_2(x) */
     x = add_ln(x, drop(m, amp_linear(a, w_of(m, B_PROJ), b_of(m, B_PROJ))), m->children[B_LN2], &h);
     /* gelu_tanh(fc1(h)) as one op: on CUDA the GELU is the GEMM's
@@ -139,7 +143,7 @@ static amp_tensor *block_run(amp_module *m, amp_tensor *x, amp_tensor *h1, const
     return next_ln ? add_ln(x, r, next_ln, h_next) : amp_add(x, r);
 }
 
-static amp_tensor *block_compute(amp_module *m, amp_tensor *x) { return block_run(m, x, NULL, NULL, NULL); }
+static amp_tensor *block_compute(amp_module *m, amp_tensor *x) { return block_run(m, x, NULL, NULL, NULL, NULL, 0); }
 
 static amp_tensor *block_checkpointed(void *ctx, amp_tensor *const *in, int n)
 {
@@ -174,19 +178,28 @@ static amp_status fill_positions(amp_tensor *pos, int64_t T)
     return AMP_OK;
 }
 
-static amp_tensor *positions(int64_t T, amp_device dev)
+/* Positions past .. past+T-1: the last T of an iota over past + T. */
+static amp_tensor *positions(int64_t past, int64_t T, amp_device dev)
 {
-    amp_tensor *pos = tensor_new_on(AMP_SHAPE(T), AMP_I64, dev);
-    if (pos && fill_positions(pos, T) != AMP_OK) {
-        amp_tensor_free(pos);
+    amp_tensor *all = tensor_new_on(AMP_SHAPE(past + T), AMP_I64, dev);
+    if (all && fill_positions(all, past + T) != AMP_OK) {
+        amp_tensor_free(all);
         return NULL;
     }
+    if (!all || past == 0)
+        return all;
+    amp_tensor *pos = tensor_view(all, AMP_SHAPE(T));
+    if (pos)
+        pos->offset += (size_t)past * sizeof(int64_t);
+    amp_tensor_free(all);
     return pos;
 }
 
-static amp_tensor *gpt_forward(amp_module *m, amp_tensor *idx)
+static amp_tensor *gpt_forward(amp_module *m, amp_tensor *idx) { return gpt_forward_at(m, idx, NULL); }
+
+amp_tensor *gpt_forward_at(amp_module *m, amp_tensor *idx, amp_gpt_cache *kv)
 {
-    const int64_t context = m->cfg_i[1], layers = m->cfg_i[3];
+    const int64_t context = m->cfg_i[1], layers = m->cfg_i[3], past = kv ? gpt_cache_pos(kv) : 0;
     amp_dtype dt = amp_tensor_dtype(idx);
     char b[96];
     if ((dt != AMP_I32 && dt != AMP_I64) || amp_tensor_ndim(idx) != 2)
@@ -194,14 +207,20 @@ static amp_tensor *gpt_forward(amp_module *m, amp_tensor *idx)
                              "gpt: input %s %s must be token indices [B, T] of dtype i32 or i64",
                              amp_shape_str(amp_tensor_shape(idx), b, sizeof b), amp_dtype_name(dt));
     const int64_t T = amp_tensor_dim(idx, 1);
+    if (T >= 1 && T <= context && T > context - past)
+        return amp_fail_null(AMP_ERR_SHAPE,
+                             "gpt: input %s %s has T = %lld tokens, past the context of %lld positions: the cache "
+                             "holds %lld (crop the sequence to the context and refill a reset cache)",
+                             amp_shape_str(amp_tensor_shape(idx), b, sizeof b), amp_dtype_name(dt), (long long)T,
+                             (long long)context, (long long)past);
     if (T < 1 || T > context)
         return amp_fail_null(AMP_ERR_SHAPE, "gpt: input %s %s has T = %lld tokens; 1 to context %lld allowed",
                              amp_shape_str(amp_tensor_shape(idx), b, sizeof b), amp_dtype_name(dt),
                              (long long)T, (long long)context);
     amp_tensor *wte = m->own[0], *wpe = m->own[1];
-    /* Positions 0..T-1 index wpe; the embedding node keeps its own
+    /* Positions past..past+T-1 index wpe; the embedding node keeps its own
      * reference, so the index tensor can go at once. */
-    amp_tensor *pos = positions(T, amp_tensor_device(wpe));
+    amp_tensor *pos = positions(past, T, amp_tensor_device(wpe));
     if (!pos)
         return NULL;
     amp_tensor *x = amp_add(amp_embedding(wte, idx), amp_embedding(wpe, pos));
@@ -213,11 +232,13 @@ static amp_tensor *gpt_forward(amp_module *m, amp_tensor *idx)
     for (int64_t i = 0; i < layers && x; i++) {
         amp_module *blk = m->children[i], *next = i + 1 < layers ? m->children[i + 1] : NULL;
         amp_tensor *hn = NULL;
-        if (blk->cfg_i[2])
+        /* With a cache (inference, no backward) nothing is checkpointed. */
+        if (blk->cfg_i[2] && !kv)
             x = amp_module_forward(blk, x);
         else
-            x = block_run(blk, x, h, !next ? m->children[layers] : next->cfg_i[2] ? NULL : next->children[B_LN1],
-                          &hn);
+            x = block_run(blk, x, h,
+                          !next ? m->children[layers] : next->cfg_i[2] && !kv ? NULL : next->children[B_LN1], &hn,
+                          kv, i);
         h = hn;
         if (!x)
             return block_error(i);

@@ -27,7 +27,10 @@
  * a linear's [B, T, H * d] result splits into heads without a permute
  * copy. The CPU backend reads and writes that layout in place; on any
  * other backend this op permutes to [B, H, T, d] and back around the
- * backend's call.
+ * backend's call. op_attention_cached (p.i[1] = 2: q [B, T, H, d], k and
+ * v a KV cache [Tk, B, H, d]) is the generating model's forward-only
+ * form: every backend reads the cache in place, causal with the queries
+ * as the last T of the Tk positions.
  */
 #include "backend/backend.h"
 #include "ops/broadcast.h"
@@ -52,10 +55,18 @@ amp_tensor *op_attention_bthd(amp_tensor *q, amp_tensor *k, amp_tensor *v, bool 
     return op_apply(OP_ATTENTION, in, 3, &p);
 }
 
+amp_tensor *op_attention_cached(amp_tensor *q, amp_tensor *k, amp_tensor *v)
+{
+    amp_tensor *in[3] = {q, k, v};
+    op_params p = {.i = {true, 2}};
+    return op_apply(OP_ATTENTION, in, 3, &p);
+}
+
 /* The primitive's description for n's inputs (outputs filled by the caller). */
 static be_attn_desc desc_of(const node *n, const attn_plan *pl)
 {
     return (be_attn_desc){.heads = pl->heads, .T = pl->T, .D = pl->d, .hgroup = pl->hgroup, .ld = pl->ld,
+                          .Tk = pl->Tk, .kv_ld = pl->kv_ld,
                           .causal = pl->causal, .scale = pl->scale, .dt = n->in[0]->dtype,
                           .q = tensor_ptr(n->in[0]), .k = tensor_ptr(n->in[1]), .v = tensor_ptr(n->in[2])};
 }
@@ -148,8 +159,11 @@ amp_tensor *attention_forward(node *n)
     amp_status st = AMP_OK;
     if (pl.hgroup && !takes_bthd(dev)) {
         a.hgroup = a.ld = 0;
-        if (!(a.q = heads_copy(&hc, n, n->in[0])) || !(a.k = heads_copy(&hc, n, n->in[1])) ||
-            !(a.v = heads_copy(&hc, n, n->in[2])) || !(a.out = heads_copy(&hc, n, NULL)))
+        /* A KV cache's keys and values stay where they are: every
+         * backend reads its [Tk, B * H, d] layout (be_attn_desc). */
+        if (!(a.q = heads_copy(&hc, n, n->in[0])) ||
+            (!pl.Tk && (!(a.k = heads_copy(&hc, n, n->in[1])) || !(a.v = heads_copy(&hc, n, n->in[2])))) ||
+            !(a.out = heads_copy(&hc, n, NULL)))
             st = fail_status();
     }
     if (st == AMP_OK)
@@ -187,6 +201,9 @@ amp_status attention_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
     }
     if (q->numel == 0)
         return AMP_OK;
+    if (pl.Tk)
+        return amp_set_error(AMP_ERR_STATE, "%s: cached attention (a KV cache, for inference) has no backward: "
+                             "run it with grad disabled", op_name(n));
     if (!n->saved[0])
         return amp_set_error(AMP_ERR_STATE, "%s: backward without the saved log-sum-exp", op_name(n));
     const amp_backend *be = backend_of(dev);

@@ -46,4 +46,13 @@ amp_tensor *op_add_layer_norm(amp_tensor *x, amp_tensor *res, amp_tensor *weight
  * tensors, bit for bit. */
 amp_tensor *op_attention_bthd(amp_tensor *q, amp_tensor *k, amp_tensor *v, bool causal);
 
+/* Causal attention of T new queries q [B, T, H, d] over a KV cache: k, v
+ * [Tk, B, H, d] (Tk >= T; a contiguous prefix of a [context, B, H, d]
+ * cache) whose last T rows are the queries' own positions, so query t
+ * sees keys 0 .. Tk - T + t; out [B, T, H, d]. Forward only (inference:
+ * its backward is an AMP_ERR_STATE error). On the CPU the same kernel and
+ * tiles as op_attention_bthd over the whole sequence, so a row's value is
+ * the one the full causal attention computes for that position. */
+amp_tensor *op_attention_cached(amp_tensor *q, amp_tensor *k, amp_tensor *v);
+
 #endif

@@ -496,7 +496,16 @@ bool attention_infer(const node *n, attn_plan *pl)
         op_fail_shapes(n, "q, k and v need at least 2 dims [.., T, d]");
         return false;
     }
-    if (!shape_equal(q->shape, n->in[1]->shape) || !shape_equal(q->shape, n->in[2]->shape)) {
+    const bool cached = n->p.i[1] == 2;
+    if (cached) { /* q [B, T, H, d], k and v [Tk, B, H, d] with Tk >= T */
+        const amp_tensor *k = n->in[1];
+        if (q->shape.ndim != 4 || !shape_equal(k->shape, n->in[2]->shape) || k->shape.ndim != 4 ||
+            k->shape.d[1] != q->shape.d[0] || k->shape.d[2] != q->shape.d[2] || k->shape.d[3] != q->shape.d[3] ||
+            k->shape.d[0] < q->shape.d[1]) {
+            op_fail_shapes(n, "cached attention takes q [B, T, H, d] and k, v [Tk, B, H, d] with Tk >= T");
+            return false;
+        }
+    } else if (!shape_equal(q->shape, n->in[1]->shape) || !shape_equal(q->shape, n->in[2]->shape)) {
         op_fail_shapes(n, "q, k and v must have the same shape [.., T, d]");
         return false;
     }
@@ -504,7 +513,9 @@ bool attention_infer(const node *n, attn_plan *pl)
     pl->T = q->shape.d[nd - 2];
     pl->d = q->shape.d[nd - 1];
     pl->hgroup = pl->ld = 0;
-    if (n->p.i[1] == 1) { /* [B, T, H, d] */
+    pl->Tk = cached ? n->in[1]->shape.d[0] : 0;
+    pl->kv_ld = cached ? q->shape.d[0] * q->shape.d[2] * q->shape.d[3] : 0;
+    if (n->p.i[1] == 1 || cached) { /* [B, T, H, d] */
         if (nd != 4) {
             op_fail_shapes(n, "q, k and v must be [B, T, H, d] in this layout");
             return false;

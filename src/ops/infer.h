@@ -109,7 +109,8 @@ bool linear_infer(const node *n, lin_plan *pl);
  * d, the softmax scale and whether the mask is causal. */
 typedef struct {
     int64_t heads, T, d;
-    int64_t hgroup, ld; /* [B, T, H, d] (p.i[1] = 1): H and H * d; else 0 */
+    int64_t hgroup, ld; /* [B, T, H, d] (p.i[1] = 1 or 2): H and H * d; else 0 */
+    int64_t Tk, kv_ld;  /* p.i[1] = 2, k and v a KV cache [Tk, B, H, d]: Tk and B * H * d; else 0 */
     float scale;
     bool causal;
 } attn_plan;

@@ -411,12 +411,24 @@ static const void *at(const void *base, const be_attn_desc *a, int64_t h, int64_
     return (const char *)base + (size_t)row_at(a, h, t) * amp_dtype_size(a->dt);
 }
 
-/* Keys row i of the query tile may see in the key tile [j0, j0 + nk). */
+/* Keys per head, and key / value row t of head h (a cache's [Tk, heads,
+ * D] layout when a->Tk > 0, else q's). */
+static inline int64_t keys_of(const be_attn_desc *a) { return a->Tk > 0 ? a->Tk : a->T; }
+static inline int64_t kv_ld_of(const be_attn_desc *a) { return a->Tk > 0 ? a->kv_ld : ld_of(a); }
+static const void *at_kv(const void *base, const be_attn_desc *a, int64_t h, int64_t t)
+{
+    if (a->Tk <= 0)
+        return at(base, a, h, t);
+    return (const char *)base + (size_t)(h * a->D + t * a->kv_ld) * amp_dtype_size(a->dt);
+}
+
+/* Keys row i of the query tile may see in the key tile [j0, j0 + nk): the
+ * queries are the last T of the Tk positions. */
 static inline int64_t keys_seen(const be_attn_desc *a, int64_t i, int64_t j0, int64_t nk)
 {
     if (!a->causal)
         return nk;
-    int64_t len = i - j0 + 1;
+    int64_t len = i + (keys_of(a) - a->T) - j0 + 1;
     return len < 0 ? 0 : len > nk ? nk : len;
 }
 
@@ -430,8 +442,9 @@ static int64_t vtile_words(ctype ct, int64_t D) { return ksteps(ct, BK) * pad16(
 typedef struct {
     const be_attn_desc *a;
     ctype ct;
-    int64_t ntiles;   /* query tiles = key tiles per head */
-    uint32_t *kpack;  /* [heads][ntiles] K tiles, then V tiles */
+    int64_t ntiles;   /* query tiles per head */
+    int64_t nkt;      /* key tiles per head (ntiles unless cached) */
+    uint32_t *kpack;  /* [heads][nkt] K tiles, then V tiles */
     uint32_t *vpack;
     char *scratch;    /* per thread */
     size_t slot;      /* bytes per thread */
@@ -444,10 +457,10 @@ static void pack_kv_range(void *vc, int64_t lo, int64_t hi, int tid)
     uint32_t *row = (uint32_t *)(c->scratch + (size_t)tid * c->slot);
     const int64_t kw = ktile_words(c->ct, a->D), vw = vtile_words(c->ct, a->D);
     for (int64_t x = lo; x < hi; x++) {
-        const int64_t h = x / c->ntiles, j0 = (x % c->ntiles) * BK;
-        const int64_t nk = a->T - j0 < BK ? a->T - j0 : BK;
-        pack_bt(c->ct, at(a->k, a, h, j0), a->dt, ld_of(a), nk, a->D, c->kpack + x * kw, BK, row);
-        pack_bn(c->ct, at(a->v, a, h, j0), a->dt, ld_of(a), nk, a->D, c->vpack + x * vw, row);
+        const int64_t h = x / c->nkt, j0 = (x % c->nkt) * BK, Tk = keys_of(a);
+        const int64_t nk = Tk - j0 < BK ? Tk - j0 : BK;
+        pack_bt(c->ct, at_kv(a->k, a, h, j0), a->dt, kv_ld_of(a), nk, a->D, c->kpack + x * kw, BK, row);
+        pack_bn(c->ct, at_kv(a->v, a, h, j0), a->dt, kv_ld_of(a), nk, a->D, c->vpack + x * vw, row);
     }
 }
 
@@ -691,11 +704,11 @@ static void fwd_range(void *vc, int64_t lo, int64_t hi, int tid)
             l[r] = 0;
         }
         memset(O, 0, (size_t)(nq * Dp) * sizeof(float));
-        const int64_t jend = a->causal ? i0 + nq : T;
+        const int64_t Tk = keys_of(a), jend = a->causal ? i0 + nq + (Tk - T) : Tk;
         for (int64_t j0 = 0; j0 < jend; j0 += BK) {
-            const int64_t nk = T - j0 < BK ? T - j0 : BK, jt = j0 / BK;
-            const uint32_t *Kt = c->kpack + (h * c->ntiles + jt) * kw;
-            const uint32_t *Vt = c->vpack + (h * c->ntiles + jt) * vw;
+            const int64_t nk = Tk - j0 < BK ? Tk - j0 : BK, jt = j0 / BK;
+            const uint32_t *Kt = c->kpack + (h * c->nkt + jt) * kw;
+            const uint32_t *Vt = c->vpack + (h * c->nkt + jt) * vw;
             mm(ct, nq, nk, ksd, Qr, ldq, Kt, BK, S, BK, false);
             online_tile(c, i0, nq, j0, nk, S, m, l, O, Dp);
             int64_t lda;
@@ -725,20 +738,26 @@ amp_status cpu_attention(const be_attn_desc *a)
 {
     if (a->heads <= 0 || a->T <= 0 || a->D <= 0)
         return AMP_OK;
+    if (a->Tk > 0 && a->Tk < a->T)
+        return amp_set_error(AMP_ERR_SHAPE, "attention: %lld cached keys for %lld queries (need at least as many)",
+                             (long long)a->Tk, (long long)a->T);
     fwd_ctx c = {.a = a, .ct = pick_ctype(a->dt), .ntiles = (a->T + BQ - 1) / BQ};
-    const int64_t tasks = a->heads * c.ntiles;
-    const int64_t grain = grain_for(tasks, (double)BQ * (double)a->T * (double)(a->D + 4));
-    const int width = amp_parallel_width(tasks, grain);
+    c.nkt = (keys_of(a) + BK - 1) / BK;
+    const int64_t tasks = a->heads * c.ntiles, ktasks = a->heads * c.nkt;
+    const int64_t grain = grain_for(tasks, (double)BQ * (double)keys_of(a) * (double)(a->D + 4));
+    const int64_t kgrain = a->Tk > 0 ? grain_for(ktasks, (double)BK * (double)(a->D + 4)) : grain;
+    const int width = amp_parallel_width(tasks, grain), kwidth = amp_parallel_width(ktasks, kgrain);
     c.slot = (fwd_slot_floats(a->D) * sizeof(float) + 63) / 64 * 64;
-    const size_t packs = (size_t)(tasks * (ktile_words(c.ct, a->D) + vtile_words(c.ct, a->D))) * 4;
-    char *mem = amp_alloc(packs + (size_t)width * c.slot);
+    const size_t packs = (size_t)(ktasks * (ktile_words(c.ct, a->D) + vtile_words(c.ct, a->D))) * 4;
+    const size_t slots = (size_t)(width > kwidth ? width : kwidth) * c.slot;
+    char *mem = amp_alloc(packs + slots);
     if (!mem)
         return amp_set_error(AMP_ERR_MEMORY, "attention: out of memory for the packed keys and values (%zu bytes)",
-                             packs + (size_t)width * c.slot);
+                             packs + slots);
     c.kpack = (uint32_t *)mem;
-    c.vpack = c.kpack + tasks * ktile_words(c.ct, a->D);
+    c.vpack = c.kpack + ktasks * ktile_words(c.ct, a->D);
     c.scratch = mem + packs;
-    amp_parallel_for(tasks, grain, pack_kv_range, &c);
+    amp_parallel_for(ktasks, kgrain, pack_kv_range, &c);
     amp_parallel_for(tasks, grain, fwd_range, &c);
     amp_free(mem);
     return AMP_OK;
@@ -921,6 +940,8 @@ amp_status cpu_attention_backward(const be_attn_desc *a)
         return amp_set_error(AMP_ERR_ARG, "attention_backward: no log-sum-exp to rebuild the probabilities from");
     if (!a->out && (a->gq || a->gk))
         return amp_set_error(AMP_ERR_ARG, "attention_backward: no forward output to take rowsum(dO * O) from");
+    if (a->Tk > 0)
+        return amp_set_error(AMP_ERR_STATE, "attention_backward: cached attention (a KV cache) has no backward");
     bwd_ctx c = {.a = a, .ct = pick_ctype(a->dt), .ntiles = (a->T + BQ - 1) / BQ};
     const int64_t grain = grain_for(a->heads, (double)a->T * (double)a->T * (double)(a->D + 4));
     const int width = amp_parallel_width(a->heads, grain);

@@ -220,10 +220,11 @@ amp_status cuda_gemm_epilogue(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
 uint64_t cuda_gemm_epilogues_taken(cuda_epilogue ep);
 
 /* Attention helpers over S [heads, T, T] f32. Forward: softmax of each row
- * (only the first i+1 entries of row i when causal, the rest 0) into P
+ * of S [heads, T, Tk] (only the first i+1+Tk-T entries of row i when
+ * causal, the rest 0: the queries are the last T of Tk positions) into P
  * (pdt), and lse[row] = max + log(sum) when lse is non-NULL. */
-amp_status cuda_attn_softmax(const float *S, int64_t heads, int64_t T, bool causal, void *P, amp_dtype pdt,
-                             float *lse);
+amp_status cuda_attn_softmax(const float *S, int64_t heads, int64_t T, int64_t Tk, bool causal, void *P,
+                             amp_dtype pdt, float *lse);
 /* P = exp(S - lse) (masked entries 0) in place, f32, and a copy in pdt
  * when Pc is non-NULL. */
 amp_status cuda_attn_probs(float *S, int64_t heads, int64_t T, bool causal, const float *lse, void *Pc,

@@ -144,18 +144,28 @@ amp_status cuda_attention(const be_attn_desc *a)
     const int64_t T = a->T, d = a->D, H = a->heads;
     if (H <= 0 || T <= 0 || d <= 0)
         return AMP_OK;
+    /* Keys per head, and k / v's row stride and head stride: q's layout,
+     * or a KV cache's [Tk, heads, d] (be_attn_desc). */
+    const int64_t Tk = a->Tk > 0 ? a->Tk : T, kld = a->Tk > 0 ? a->kv_ld : d, ks = a->Tk > 0 ? d : T * d;
+    if (Tk < T)
+        return amp_set_error(AMP_ERR_SHAPE, "attention: %lld cached keys for %lld queries (need at least as many)",
+                             (long long)Tk, (long long)T);
     const amp_dtype dt = a->dt;
-    float *S = scratch(H * T * T, AMP_F32);
+    float *S = scratch(H * T * Tk, AMP_F32);
     /* f32: the probabilities overwrite the scores; 16-bit: their own copy. */
-    void *P = S && dt != AMP_F32 ? scratch(H * T * T, dt) : NULL;
+    void *P = S && dt != AMP_F32 ? scratch(H * T * Tk, dt) : NULL;
     amp_status st = !S || (dt != AMP_F32 && !P) ? AMP_ERR_MEMORY : AMP_OK;
     void *Pv = P ? P : (void *)S;
-    if (st == AMP_OK)
+    if (st == AMP_OK && a->Tk > 0) /* S [heads, T, Tk] = scale q kᵀ */
+        st = cuda_gemm(false, true, T, Tk, d, a->scale, a->q, d, T * d, a->k, kld, ks, 0.0f, S, Tk, T * Tk, H, dt,
+                       AMP_F32);
+    else if (st == AMP_OK)
         st = scores(a, S);
     if (st == AMP_OK)
-        st = cuda_attn_softmax(S, H, T, a->causal, Pv, dt, a->lse);
+        st = cuda_attn_softmax(S, H, T, Tk, a->causal, Pv, dt, a->lse);
     if (st == AMP_OK)
-        st = cuda_gemm(false, false, T, d, T, 1.0f, Pv, T, T * T, a->v, d, T * d, 0.0f, a->out, d, T * d, H, dt, dt);
+        st = cuda_gemm(false, false, T, d, Tk, 1.0f, Pv, Tk, T * Tk, a->v, kld, ks, 0.0f, a->out, d, T * d, H, dt,
+                       dt);
     cuda_free(S);
     cuda_free(P);
     return st;
@@ -168,6 +178,8 @@ amp_status cuda_attention_backward(const be_attn_desc *a)
         return AMP_OK;
     if (!a->lse)
         return amp_set_error(AMP_ERR_ARG, "attention_backward: no log-sum-exp to rebuild the probabilities from");
+    if (a->Tk > 0)
+        return amp_set_error(AMP_ERR_STATE, "attention_backward: cached attention (a KV cache) has no backward");
     const amp_dtype dt = a->dt;
     void *Pc = NULL, *dSc = NULL;
     float *dP = NULL, *S = scratch(H * T * T, AMP_F32);

@@ -180,13 +180,14 @@ extern "C" amp_status cuda_embedding_backward(const void *g, amp_dtype gdt, cons
 
 /* ----------------------------------------------------------- attention */
 
-/* One block per row (h, i) of S [heads, T, T]. */
-__global__ void k_attn_softmax(const float *S, int64_t rows, int64_t T, bool causal, void *P, int pdt, float *lse)
+/* One block per row (h, i) of S [heads, T, Tk]. */
+__global__ void k_attn_softmax(const float *S, int64_t rows, int64_t T, int64_t Tk, bool causal, void *P, int pdt,
+                               float *lse)
 {
     __shared__ double dscr[32];
     __shared__ float fscr[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const int64_t i = r % T, len = causal ? i + 1 : T, base = r * T;
+        const int64_t i = r % T, len = causal ? i + 1 + (Tk - T) : Tk, base = r * Tk;
         float m = -INFINITY;
         for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
             m = nan_max(m, S[base + j]);
@@ -196,20 +197,20 @@ __global__ void k_attn_softmax(const float *S, int64_t rows, int64_t T, bool cau
             s += (double)expf(S[base + j] - m);
         s = block_sum(s, dscr);
         const float inv = (float)(1.0 / s);
-        for (int64_t j = threadIdx.x; j < T; j += blockDim.x)
+        for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x)
             st_f32(P, pdt, base + j, j < len ? expf(S[base + j] - m) * inv : 0.0f);
         if (threadIdx.x == 0 && lse)
             lse[r] = m + (float)log(s);
     }
 }
 
-extern "C" amp_status cuda_attn_softmax(const float *S, int64_t heads, int64_t T, bool causal, void *P,
+extern "C" amp_status cuda_attn_softmax(const float *S, int64_t heads, int64_t T, int64_t Tk, bool causal, void *P,
                                         amp_dtype pdt, float *lse)
 {
     int64_t rows = heads * T;
     if (rows <= 0)
         return AMP_OK;
-    k_attn_softmax<<<row_blocks(rows), row_threads(T), 0, cuda_stream()>>>(S, rows, T, causal, P, pdt, lse);
+    k_attn_softmax<<<row_blocks(rows), row_threads(Tk), 0, cuda_stream()>>>(S, rows, T, Tk, causal, P, pdt, lse);
     return cuda_launched("attention softmax kernel");
 }
 

@@ -1,0 +1,435 @@
+/*
+ * generate.c - `ampc generate DIR`: text sampled from the gpt model a
+ * `ampc train --model gpt --save DIR` run saved, streamed to stdout as it
+ * comes, then how fast it came on stderr.
+ *
+ * The model is restored as `ampc eval` restores it (the checkpoint's
+ * settings build it, its weights fill it); its vocabulary is the distinct
+ * bytes of the training text, which is read again from the settings'
+ * --data (or this command's --data) and must have the checkpoint's
+ * vocabulary size.
+ *
+ * Generation runs through the library's KV cache (amp_gpt_forward_cached):
+ * the prompt in one forward (the prefill), then one position per token.
+ * Past the model's context the sequence is cropped to its last context
+ * tokens and the cache refilled with them (nanoGPT's crop: the same
+ * tokens as full forwards over the cropped window; each token past the
+ * context then costs a full forward). --no-cache runs a full forward per
+ * token instead (to compare; the same tokens). Sampling is
+ * amp_sample_next: temperature, top-k, one draw keyed by --seed and the
+ * token's number. Under --precision bf16 / fp16 the forwards run in an
+ * autocast region (no scaler: nothing is trained).
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WHO "ampc generate"
+#define DEFAULT_TOKENS 200
+#define DEFAULT_TEMPERATURE 0.8 /* nanoGPT's sample.py */
+#define DEFAULT_SEED 1337       /* nanoGPT's sample.py */
+#define MAX_TOKENS 1000000000
+
+typedef struct {
+    const char *dir, *prompt, *precision, *device, *data;
+    int64_t tokens, top_k, threads;
+    double temperature;
+    uint64_t seed;
+    bool no_cache, quiet;
+} gen_opts;
+
+static void gen_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ampc generate DIR [options]\n\n"
+            "Samples text from the gpt model saved in DIR (ampc train --model gpt --save DIR), with a\n"
+            "key/value cache: the prompt in one forward, then one position per new token. The prompt and\n"
+            "the text are streamed to stdout as they come; the speed goes to stderr.\n\n"
+            "options:\n"
+            "  --prompt TEXT        the text to continue (default: a newline, as nanoGPT's sample.py);\n"
+            "                       each of its bytes must be in the model's vocabulary\n"
+            "  --tokens N           tokens to generate, >= 1 (default %d); past the model's context the\n"
+            "                       sequence is cropped to its last context tokens (nanoGPT's crop)\n"
+            "  --temperature T      logits / T before the softmax, finite and >= 0; 0 is greedy\n"
+            "                       (the most likely token each time) (default %.1f)\n"
+            "  --top-k K            sample among the K most likely tokens only, 1 .. vocabulary size\n"
+            "                       (default: all of them)\n"
+            "  --seed S             the draws' seed: the same seed gives the same text (default %d)\n"
+            "  --precision P        fp32, bf16 or fp16: the forward's autocast dtype, no scaler\n"
+            "                       (default: the checkpoint's)\n"
+            "  --device D           cpu or cuda (default: the checkpoint's)\n"
+            "  --threads N          CPU threads, 0 for every core (default: the checkpoint's)\n"
+            "  --data PATH          the training text, for the vocabulary (default: the checkpoint's --data)\n"
+            "  --no-cache           a full forward over the sequence for every token (to compare speed)\n"
+            "  --quiet              no speed lines on stderr\n"
+            "  -h, --help           this text\n",
+            DEFAULT_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_SEED);
+}
+
+static int bad(const char *opt, const char *v, const char *what)
+{
+    fprintf(stderr, WHO ": %s '%s': %s\n", opt, v, what);
+    return EXIT_USAGE;
+}
+
+/* Strict number parsing: the whole text, no overflow. */
+static bool parse_i64(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_real(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno == ERANGE)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* -1 to go on, else an exit code (0 after --help). */
+static int gen_parse(int argc, char **argv, gen_opts *o)
+{
+    *o = (gen_opts){.tokens = DEFAULT_TOKENS, .temperature = DEFAULT_TEMPERATURE, .seed = DEFAULT_SEED,
+                    .threads = -1};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            gen_usage(stdout);
+            return 0;
+        }
+        if (strcmp(a, "--no-cache") == 0) {
+            o->no_cache = true;
+            continue;
+        }
+        if (strcmp(a, "--quiet") == 0) {
+            o->quiet = true;
+            continue;
+        }
+        if (a[0] != '-' || a[1] == 0) {
+            if (o->dir) {
+                fprintf(stderr, WHO ": one checkpoint directory, not '%s' and '%s' (see ampc generate --help)\n",
+                        o->dir, a);
+                return EXIT_USAGE;
+            }
+            o->dir = a;
+            continue;
+        }
+        /* --name VALUE or --name=VALUE */
+        const char *eq = strchr(a, '='), *v;
+        char name[32];
+        size_t n = eq ? (size_t)(eq - a) : strlen(a);
+        if (n >= sizeof name)
+            n = sizeof name - 1;
+        memcpy(name, a, n);
+        name[n] = 0;
+        static const char *const valued[] = {"--prompt", "--tokens", "--temperature", "--top-k", "--seed",
+                                             "--precision", "--device", "--threads", "--data"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
+            known |= strcmp(name, valued[k]) == 0;
+        if (!known) {
+            fprintf(stderr, WHO ": unknown option '%s' (see ampc generate --help)\n", a);
+            return EXIT_USAGE;
+        }
+        if (eq)
+            v = eq + 1;
+        else if (i + 1 < argc)
+            v = argv[++i];
+        else {
+            fprintf(stderr, WHO ": %s needs a value (see ampc generate --help)\n", name);
+            return EXIT_USAGE;
+        }
+        if (strcmp(name, "--prompt") == 0)
+            o->prompt = v;
+        else if (strcmp(name, "--data") == 0)
+            o->data = v;
+        else if (strcmp(name, "--tokens") == 0) {
+            if (!parse_i64(v, &o->tokens) || o->tokens < 1 || o->tokens > MAX_TOKENS)
+                return bad(name, v, "must be a whole number from 1 to 1000000000");
+        } else if (strcmp(name, "--temperature") == 0) {
+            if (!parse_real(v, &o->temperature) || !isfinite(o->temperature) || o->temperature < 0)
+                return bad(name, v, "must be a finite number >= 0 (0: greedy)");
+        } else if (strcmp(name, "--top-k") == 0) {
+            /* the upper bound (the vocabulary) is checked once it is known */
+            if (!parse_i64(v, &o->top_k) || o->top_k < 1)
+                return bad(name, v, "must be a whole number >= 1 (at most the vocabulary size)");
+        } else if (strcmp(name, "--seed") == 0) {
+            char *end;
+            errno = 0;
+            unsigned long long s = strtoull(v, &end, 10);
+            if (end == v || *end || errno || strchr(v, '-'))
+                return bad(name, v, "must be a whole number from 0 to 2^64-1");
+            o->seed = s;
+        } else if (strcmp(name, "--threads") == 0) {
+            if (!parse_i64(v, &o->threads) || o->threads < 0 || o->threads > 4096)
+                return bad(name, v, "must be a whole number from 0 (every core) to 4096");
+        } else if (strcmp(name, "--precision") == 0) {
+            if (strcmp(v, "fp32") && strcmp(v, "bf16") && strcmp(v, "fp16"))
+                return bad(name, v, "must be fp32, bf16 or fp16");
+            o->precision = v;
+        } else if (strcmp(name, "--device") == 0) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+                return bad(name, v, "must be cpu or cuda");
+            o->device = v;
+        }
+    }
+    if (!o->dir) {
+        fprintf(stderr, WHO ": which checkpoint? ampc generate DIR (a directory train --save wrote)\n");
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+int generate_parse(int argc, char **argv)
+{
+    gen_opts g;
+    return gen_parse(argc, argv, &g);
+}
+
+/* The prompt as token ids (byte -> id through the vocabulary); -1, or 1
+ * after a message naming the first byte the vocabulary lacks. */
+static int prompt_ids(const char *prompt, const amp_text *text, const char *data, int64_t **ids, int64_t *n)
+{
+    int id_of[256];
+    for (int b = 0; b < 256; b++)
+        id_of[b] = -1;
+    for (int64_t id = 0; id < amp_text_vocab(text); id++)
+        id_of[amp_text_char(text, id) & 255] = (int)id;
+    bool implicit = !prompt || !*prompt;
+    const char *p = implicit ? "\n" : prompt;
+    size_t len = strlen(p);
+    *ids = malloc(sizeof **ids * (len ? len : 1));
+    if (!*ids) {
+        fprintf(stderr, WHO ": out of memory for the prompt\n");
+        return 1;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (id_of[c] < 0) {
+            char shown[16];
+            if (c >= 32 && c < 127)
+                snprintf(shown, sizeof shown, "'%c'", c);
+            else
+                snprintf(shown, sizeof shown, "byte 0x%02x", c);
+            if (implicit)
+                fprintf(stderr, WHO ": an empty prompt starts from a newline, which the vocabulary of %s lacks; "
+                                "give --prompt\n", data);
+            else
+                fprintf(stderr, WHO ": --prompt: character %s (at byte %zu) is not in the model's vocabulary "
+                                "(the %lld distinct bytes of %s)\n", shown, i, (long long)amp_text_vocab(text),
+                        data);
+            free(*ids);
+            *ids = NULL;
+            return 1;
+        }
+        (*ids)[i] = id_of[c];
+    }
+    *n = (int64_t)len;
+    return -1;
+}
+
+/* What one generation needs. */
+typedef struct {
+    const gen_opts *g;
+    amp_module *model;
+    amp_gpt_cache *cache;
+    amp_device dev;
+    bool autocast;
+    amp_dtype dtype;
+    int64_t context;
+} gen_ctx;
+
+/* Tokens seq[from .. to) as [1, to - from] on the model's device. */
+static amp_tensor *window(const gen_ctx *c, const int64_t *seq, int64_t from, int64_t to)
+{
+    amp_tensor *h = amp_from_data(AMP_SHAPE(1, to - from), AMP_I64, seq + from);
+    if (!h || c->dev == AMP_CPU)
+        return h;
+    amp_tensor *d = amp_to_device(h, c->dev);
+    amp_tensor_free(h);
+    return d;
+}
+
+/* The logits for the token after seq[0 .. n): through the cache (feeding
+ * seq[fed .. n), or a refill of the last context tokens when they would
+ * pass it; *refills counts those), or a full forward over the last
+ * context tokens. */
+static amp_tensor *next_logits(gen_ctx *c, const int64_t *seq, int64_t n, int64_t *refills)
+{
+    amp_tensor *idx = NULL, *logits = NULL;
+    if (c->autocast && amp_autocast_begin(c->dev, c->dtype) != AMP_OK)
+        return NULL;
+    const int64_t from = n > c->context ? n - c->context : 0;
+    if (c->g->no_cache) {
+        idx = window(c, seq, from, n);
+        logits = idx ? amp_module_forward(c->model, idx) : NULL;
+    } else {
+        int64_t fed = amp_gpt_cache_len(c->cache);
+        if (n > c->context) { /* crop and refill */
+            amp_gpt_cache_reset(c->cache);
+            (*refills)++;
+            fed = 0;
+        }
+        idx = window(c, seq + from, fed, n - from);
+        logits = idx ? amp_gpt_forward_cached(c->model, c->cache, idx) : NULL;
+    }
+    if (c->autocast)
+        amp_autocast_end();
+    amp_tensor_free(idx);
+    return logits;
+}
+
+static void emit(const amp_text *text, int64_t id)
+{
+    putchar(amp_text_char(text, id));
+    fflush(stdout);
+}
+
+/* Generates g->tokens tokens after the prompt seq[0 .. n) (seq has room
+ * for them), streaming them; -1, or 1 after a message. */
+static int run(gen_ctx *c, const amp_text *text, int64_t *seq, int64_t n)
+{
+    const gen_opts *g = c->g;
+    int64_t refills = 0;
+    fwrite(g->prompt && *g->prompt ? g->prompt : "", 1, g->prompt ? strlen(g->prompt) : 0, stdout);
+    fflush(stdout);
+    amp_no_grad_begin();
+    double t0 = now_s(), t_prefill = 0;
+    int rc = -1;
+    for (int64_t i = 0; i < g->tokens; i++) {
+        amp_tensor *logits = next_logits(c, seq, n, &refills);
+        int64_t tok;
+        if (!logits || amp_sample_next(logits, g->temperature, g->top_k, g->seed, (uint64_t)i, &tok) != AMP_OK) {
+            fflush(stdout);
+            fprintf(stderr, "\n" WHO ": token %lld: %s\n", (long long)i + 1, amp_last_error());
+            rc = 1;
+            amp_temps_free();
+            break;
+        }
+        amp_temps_free();
+        seq[n++] = tok;
+        emit(text, tok);
+        if (i == 0)
+            t_prefill = now_s() - t0;
+    }
+    amp_no_grad_end();
+    double total = now_s() - t0;
+    putchar('\n');
+    fflush(stdout);
+    if (rc < 0 && !g->quiet) {
+        const int64_t prompt = n - g->tokens, first = prompt < c->context ? prompt : c->context;
+        fprintf(stderr, "prefill: %lld prompt tokens in %.1f ms (%.1f tokens/s)\n", (long long)first,
+                t_prefill * 1e3, (double)first / t_prefill);
+        if (g->tokens > 1)
+            fprintf(stderr, "decode: %lld tokens in %.3f s (%.1f tokens/s)%s\n", (long long)g->tokens - 1,
+                    total - t_prefill, (double)(g->tokens - 1) / (total - t_prefill),
+                    g->no_cache ? ", a full forward per token (--no-cache)" : "");
+        if (refills)
+            fprintf(stderr, "context: past the model's context of %lld tokens, the cache was refilled with the "
+                            "sequence's last %lld tokens %lld times (a forward over them each)\n",
+                    (long long)c->context, (long long)c->context, (long long)refills);
+    }
+    return rc;
+}
+
+int generate_main(int argc, char **argv)
+{
+    gen_opts g;
+    int rc = gen_parse(argc, argv, &g);
+    if (rc >= 0)
+        return rc;
+    train_opts o;
+    run_info saved = {0};
+    train_opts_default(&o);
+    char where[4096];
+    checkpoint_path(where, sizeof where, g.dir);
+    if ((rc = checkpoint_read_settings(g.dir, &o, &saved)) >= 0)
+        return rc;
+    if (!is_gpt(&o)) {
+        fprintf(stderr, WHO ": %s holds a %s model; generate samples from gpt models (ampc train --model gpt)\n",
+                where, o.model);
+        return 1;
+    }
+    if (g.precision) {
+        o.precision = g.precision;
+        o.no_scaler = false;
+    }
+    if (g.device)
+        o.device = g.device;
+    if (g.threads >= 0)
+        o.threads = g.threads;
+    if (g.data)
+        o.data = g.data;
+    if ((rc = device_check(&o, WHO)) >= 0)
+        return rc;
+    amp_set_num_threads((int)o.threads);
+
+    amp_text *text = amp_text_load(o.data);
+    if (!text) {
+        fprintf(stderr, WHO ": the vocabulary comes from the training text: %s%s\n", amp_last_error(),
+                g.data ? "" : " (give it with --data)");
+        return 1;
+    }
+    if (amp_text_vocab(text) != saved.vocab) {
+        fprintf(stderr, WHO ": %s has a vocabulary of %lld characters; the model in %s was trained on one of %lld "
+                        "(give the training text with --data)\n", o.data, (long long)amp_text_vocab(text), where,
+                (long long)saved.vocab);
+        amp_text_free(text);
+        return 1;
+    }
+    if (g.top_k > saved.vocab) {
+        fprintf(stderr, WHO ": --top-k %lld is more than the vocabulary's %lld tokens\n", (long long)g.top_k,
+                (long long)saved.vocab);
+        amp_text_free(text);
+        return EXIT_USAGE;
+    }
+    int64_t *ids = NULL, n = 0;
+    if ((rc = prompt_ids(g.prompt, text, o.data, &ids, &n)) >= 0) {
+        amp_text_free(text);
+        return rc;
+    }
+    int64_t *seq = realloc(ids, sizeof *seq * (size_t)(n + g.tokens));
+    trainer t = {0};
+    int64_t step = 0;
+    if (!seq) {
+        fprintf(stderr, WHO ": out of memory for %lld tokens\n", (long long)(n + g.tokens));
+        free(ids);
+        rc = 1;
+    } else if ((rc = checkpoint_check_size(g.dir, &o, &saved)) < 0 && !trainer_build(&t, &o, &saved, 1)) {
+        rc = 1;
+    }
+    if (rc < 0)
+        rc = checkpoint_load_run(g.dir, &t, false, false, &step);
+    gen_ctx c = {.g = &g, .model = t.model, .autocast = t.autocast, .dtype = t.dtype, .context = o.context,
+                 .dev = strcmp(o.device, "cuda") == 0 ? AMP_CUDA : AMP_CPU};
+    if (rc < 0 && !g.no_cache && !(c.cache = amp_gpt_cache_new(t.model, 1))) {
+        fprintf(stderr, WHO ": %s\n", amp_last_error());
+        rc = 1;
+    }
+    if (rc < 0) {
+        amp_module_train(t.model, false);
+        if (!g.quiet) {
+            char desc[256];
+            fprintf(stderr, "checkpoint %s: step %lld, %s, precision %s, device %s\n", where, (long long)step,
+                    model_describe(&o, &saved, desc, sizeof desc), o.precision, o.device);
+        }
+        rc = run(&c, text, seq, n);
+    }
+    amp_gpt_cache_free(c.cache);
+    trainer_free(&t);
+    free(seq);
+    amp_text_free(text);
+    return rc < 0 ? 0 : rc;
+}
