@@ -960,6 +960,27 @@ AMP_API int amp_scaler_history(const amp_scaler *s, amp_scale_change *out, int m
  * would overflow to inf (|g * scale| >= 65520). */
 AMP_API amp_status amp_scaler_f16_health(const amp_scaler *s, const amp_tensor *param, int64_t *underflow,
                                          int64_t *overflow);
+/* The f16 health of gradients (the Quick Check, ampc train --health-every):
+ * for every element g of the gradients of params[0..n) (those without one
+ * are passed over), where g * scale would land if rounded to f16 (round
+ * to nearest even, exact thresholds on the real product):
+ *   zero       g is exactly 0 (nothing to lose; an unscaled f16 backward
+ *              leaves the flushed ones here)
+ *   underflow  g != 0 but |g * scale| <= 2^-25: rounds to 0
+ *   subnormal  2^-25 < |g * scale| < 2^-14 - 2^-25: rounds to a subnormal
+ *              (fewer than 11 significant bits)
+ *   overflow   |g * scale| >= 65520 (rounds to inf), g finite
+ *   nonfinite  g is inf or NaN
+ * Fractions are these over numel. at_scale gets them with `scale`
+ * (positive and finite; the scaler's: amp_scaler_get_scale), unscaled
+ * (may be NULL) with scale 1, from the same read. Each gradient is read on
+ * the host: on CUDA copied there first (a wait), so call it at the steps
+ * it reports, not every step. */
+typedef struct {
+    int64_t numel, zero, underflow, subnormal, overflow, nonfinite;
+} amp_f16_health;
+AMP_API amp_status amp_grad_f16_health(amp_tensor *const *params, int n, double scale, amp_f16_health *at_scale,
+                                       amp_f16_health *unscaled);
 
 /* Diagnosing inf/NaN (what the scaler's fused check does not say): they
  * read every element, copying a CUDA tensor to the host first (a wait). */

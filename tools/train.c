@@ -77,6 +77,9 @@ typedef struct {
 typedef struct {
     double loss, lr, scale, grad_norm;
     bool skipped;
+    bool health;          /* --health-every's step: the two below are set */
+    double health_scale;  /* the scale the step used (1 without the scaler) */
+    amp_f16_health h_unscaled, h_scaled;
 } step_out;
 
 static int fail(const char *what, int64_t step)
@@ -276,6 +279,17 @@ static int train_step(run *r, int64_t step, step_out *out)
     out->scale = scaled && !r->cuda ? amp_scaler_get_scale(t->scaler) : NAN;
     if (amp_scaler_unscale(t->scaler, t->opt) != AMP_OK)
         return fail("unscale", step + 1);
+    /* --health-every: the Quick Check on the unscaled gradients, after
+     * unscale, before clipping and the step (on cuda the scale and the gradients are read: a wait, at
+     * these steps only). Rank 0 shows it; DDP's gradients are the same
+     * on every rank. */
+    out->health = o->health_every > 0 && (step + 1) % o->health_every == 0 && amp_dist_rank() == 0;
+    if (out->health) {
+        out->health_scale = scaled ? (isnan(out->scale) ? amp_scaler_get_scale(t->scaler) : out->scale) : 1.0;
+        if (amp_grad_f16_health(t->params, t->n_params, out->health_scale, &out->h_scaled, &out->h_unscaled) !=
+            AMP_OK)
+            return fail("--health-every", step + 1);
+    }
     out->grad_norm = NAN;
     const double max_norm = o->clip > 0 ? o->clip : INFINITY;
     if (!r->cuda || r->zero) {
@@ -431,7 +445,9 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
                               .skipped = s.skipped,
                               .grad_norm = s.grad_norm,
                               .step_ms = ms,
-                              .world_size = r->world};
+                              .world_size = r->world,
+                              .health = s.health ? &s.h_unscaled : NULL,
+                              .health_scaled = s.health && amp_scaler_is_enabled(r->t->scaler) ? &s.h_scaled : NULL};
             double rate = (double)per_step / (ms / 1e3);
             *(r->rd->gpt ? &rec.tokens_per_s : &rec.samples_per_s) = rate;
             if (log_step(lf, &rec) != AMP_OK) {
@@ -446,6 +462,9 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
             pg.loss_n += n - 1;
             pg.steps_window += n - 1;
         }
+        if (s.health)
+            progress_health(&pg, step + 1, s.health_scale, amp_scaler_is_enabled(r->t->scaler) ? &s.h_scaled : NULL,
+                            &s.h_unscaled);
         if (report)
             progress_step(&pg, step + 1, s.loss / (double)n, r->t, r->ri->skipped);
         if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < stop) {
@@ -584,6 +603,46 @@ static int dist_wrap(run *r)
     return -1;
 }
 
+/* A resumed run's scaler: the checkpoint holds its state (scale, growth
+ * and backoff factors, growth interval and tracker), which the load put
+ * in place; options given on this command line win, as for the other
+ * settings: a factor or interval replaces the saved one (the tracker is
+ * kept when below the new interval, else the scale grows at the next
+ * clean step), --init-scale or --static-scale restarts the scale there,
+ * and a saved scale outside --min-scale / --max-scale is clamped to them.
+ * -1 or 1. */
+static int scaler_resume(trainer *t, const train_opts *o, const char *where)
+{
+    const opt_def *tab = opts_table();
+#define GIVEN(n) (o->given[opts_find(n) - tab])
+    amp_scaler_state st = amp_scaler_state_get(t->scaler);
+    const amp_scaler_opts so = scaler_opts_of(o);
+    const double was = st.scale;
+    if (GIVEN("growth-factor"))
+        st.growth_factor = so.growth_factor;
+    if (GIVEN("backoff-factor"))
+        st.backoff_factor = so.backoff_factor;
+    if (GIVEN("growth-interval"))
+        st.growth_interval = so.growth_interval;
+    if (st.growth_tracker >= st.growth_interval)
+        st.growth_tracker = st.growth_interval - 1;
+    if (GIVEN("init-scale") || o->static_scale > 0)
+        st.scale = so.init_scale;
+    if (so.min_scale > 0 && st.scale < so.min_scale)
+        st.scale = so.min_scale;
+    if (so.max_scale > 0 && st.scale > so.max_scale)
+        st.scale = so.max_scale;
+#undef GIVEN
+    if (amp_scaler_state_load(t->scaler, st) != AMP_OK) {
+        fprintf(stderr, "ampc: %s: the grad scaler's state with this command line's options: %s\n", where,
+                amp_last_error());
+        return 1;
+    }
+    if (st.scale != was)
+        printf("grad scaler: the saved scale %g is now %g (this command line's options)\n", was, st.scale);
+    return -1;
+}
+
 static int train_run(const train_opts *o, const train_opts *ck, const run_info *saved)
 {
     double t0 = now_s();
@@ -647,6 +706,8 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
          * run has one (a precision changed on resume starts afresh). */
         bool had = strcmp(ck->precision, "fp16") == 0 && !ck->no_scaler;
         rc = checkpoint_load_run(o->resume, &t, true, had && amp_scaler_is_enabled(t.scaler), &first);
+        if (rc < 0 && had && amp_scaler_is_enabled(t.scaler))
+            rc = scaler_resume(&t, o, where);
         ri.sched_step = saved->sched_step;
         ri.skipped = saved->skipped;
         /* Each step is taken or skipped: the counts add up to the step (and
