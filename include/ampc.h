@@ -932,6 +932,15 @@ AMP_API void amp_scaler_set_growth_factor(amp_scaler *s, double f);
 AMP_API void amp_scaler_set_backoff_factor(amp_scaler *s, double f);
 AMP_API void amp_scaler_set_growth_interval(amp_scaler *s, int64_t n);
 AMP_API bool amp_scaler_is_enabled(const amp_scaler *s);
+/* With hysteresis N > 1: the steps with inf/NaN gradients the scaler
+ * still lets pass (skipped, the scale kept) before it backs off, 1..N
+ * (1: the next one backs off); 1 without hysteresis, 0 for a disabled or
+ * NULL scaler. Not part of amp_scaler_state: ampc train saves it with the
+ * run's settings, so a resumed run continues the count. Set refuses a
+ * value outside 1..max(N, 1). (A host read / write of the state: on CUDA
+ * a synchronisation, as the getters.) */
+AMP_API int amp_scaler_get_hysteresis_left(const amp_scaler *s);
+AMP_API amp_status amp_scaler_set_hysteresis_left(amp_scaler *s, int left);
 
 /* state_dict / load_state_dict. valid=false is the empty state of a
  * disabled scaler. Load checks the state as amp_scaler_new checks its

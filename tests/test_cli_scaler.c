@@ -224,23 +224,22 @@ static void test_bad_values_are_refused(void)
         }
 }
 
-/* The knobs are saved: a run stopped at step 5 and resumed logs the
- * straight run's losses and scales exactly (the knobs came back from the
- * checkpoint, none given on the resuming command line). */
-static void test_resume_keeps_the_knobs(void)
+/* A run with `knobs` stopped at step `stop` and resumed logs the
+ * straight run's losses and scales exactly over `steps` (the knobs came
+ * back from the checkpoint: none is given on the resuming command line);
+ * the checkpoint's settings hold each of `saved`. Returns the straight
+ * run's last scale. */
+static double resume_matches(const char *knobs, int steps, int stop, const char *const *saved, int n_saved)
 {
-    if (!cli_have_binary())
-        return;
-    const char *knobs = "--init-scale 4 --growth-interval 2 --growth-factor 3 --backoff-factor 0.25 --hysteresis 2 "
-                        "--min-scale 0.5 --max-scale 100";
     char straight[512], part[512], dir[512];
     cli_path(straight, sizeof straight, "straight.jsonl");
     cli_path(part, sizeof part, "part.jsonl");
     cli_path(dir, sizeof dir, "ck");
-    const char *common = "train --model mlp --hidden 8 --steps 10 --batch 16 --threads 1 --precision fp16";
-    int rc = cli_run("%s --data %s %s --log %s", common, tiny, knobs, straight);
+    const char *common = "train --model mlp --hidden 8 --batch 16 --threads 1 --precision fp16 --log-mode replace";
+    int rc = cli_run("%s --data %s --steps %d %s --log %s", common, tiny, steps, knobs, straight);
     CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("%s --data %s %s --log %s --save %s --stop-at 5", common, tiny, knobs, part, dir);
+    rc = cli_run("%s --data %s --steps %d %s --log %s --save %s --stop-at %d", common, tiny, steps, knobs, part, dir,
+                 stop);
     CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
     char ck[600];
     snprintf(ck, sizeof ck, "%s/%s", dir, CHECKPOINT_FILE);
@@ -248,9 +247,7 @@ static void test_resume_keeps_the_knobs(void)
     char *file = cli_read_file(ck, &len);
     CHECK(file != NULL && len > 8);
     const char *header = file && len > 8 ? file + 8 : ""; /* safetensors: a u64 length, then the JSON header */
-    const char *saved[] = {"\\\"growth-factor\\\":3", "\\\"backoff-factor\\\":0.25", "\\\"hysteresis\\\":2",
-                           "\\\"min-scale\\\":0.5", "\\\"max-scale\\\":100", "\\\"growth-interval\\\":2"};
-    for (size_t i = 0; file && i < sizeof saved / sizeof saved[0]; i++)
+    for (int i = 0; i < n_saved; i++)
         CHECK_MSG(strstr(header, saved[i]) != NULL, "the checkpoint's settings lack %s", saved[i]);
     free(file);
     rc = cli_run("train --resume %s --log %s", dir, part);
@@ -259,16 +256,36 @@ static void test_resume_keeps_the_knobs(void)
     bool ok = read_log(straight, &a) && read_log(part, &b);
     CHECK(ok);
     if (!ok)
-        return;
-    CHECK_EQ_INT(a.n, 10);
-    CHECK_EQ_INT(b.n, 10);
+        return NAN;
+    CHECK_EQ_INT(a.n, steps);
+    CHECK_EQ_INT(b.n, steps);
     for (int i = 0; i < a.n && i < b.n; i++) {
-        CHECK_MSG(a.scale[i] == b.scale[i], "step %d: scale %g straight, %g resumed", i + 1, a.scale[i], b.scale[i]);
-        CHECK_MSG(strcmp(a.text[i], b.text[i]) == 0, "step %d: loss %s straight, %s resumed", i + 1, a.text[i],
-                  b.text[i]);
+        CHECK_MSG(a.scale[i] == b.scale[i], "%s: step %d: scale %g straight, %g resumed", knobs, i + 1, a.scale[i],
+                  b.scale[i]);
+        CHECK_MSG(a.skipped[i] == b.skipped[i], "%s: step %d: skipped differs", knobs, i + 1);
+        CHECK_MSG(strcmp(a.text[i], b.text[i]) == 0, "%s: step %d: loss %s straight, %s resumed", knobs, i + 1,
+                  a.text[i], b.text[i]);
     }
-    /* The scale did grow (by 3) in the run: the test sees the knobs. */
-    CHECK_MSG(a.n == 10 && a.scale[9] > 4, "the scale never grew: %g", a.scale[9]);
+    return a.n == steps ? a.scale[steps - 1] : NAN;
+}
+
+static void test_resume_keeps_the_knobs(void)
+{
+    if (!cli_have_binary())
+        return;
+    const char *saved[] = {"\\\"growth-factor\\\":3", "\\\"backoff-factor\\\":0.25", "\\\"hysteresis\\\":2",
+                           "\\\"min-scale\\\":0.5", "\\\"max-scale\\\":100", "\\\"growth-interval\\\":2"};
+    double last = resume_matches("--init-scale 4 --growth-interval 2 --growth-factor 3 --backoff-factor 0.25 "
+                                 "--hysteresis 2 --min-scale 0.5 --max-scale 100",
+                                 10, 5, saved, 6);
+    CHECK_MSG(last > 4, "the scale never grew: %g", last); /* the test sees the knobs */
+    /* Stopped between two overflows of a --hysteresis 3 run: the resumed
+     * run continues the count (the settings' run.hysteresis_left), so it
+     * backs off at the same step as the straight run. */
+    const char *left[] = {"\\\"hysteresis_left\\\":2"};
+    resume_matches("--init-scale 16777216 --hysteresis 3", 5, 1, left, 1);
+    const char *fixed[] = {"\\\"static-scale\\\":1024"};
+    CHECK(resume_matches("--static-scale 1024", 6, 3, fixed, 1) == 1024);
 }
 
 /* A knob given on the resuming command line replaces the saved one from

@@ -366,6 +366,9 @@ static int save_run(run *r, int64_t step)
 {
     if (r->zero && amp_zero_gather_state(r->zero) != AMP_OK)
         return fail("gathering the optimizer state", step);
+    /* --hysteresis: where the count stands, for the resumed run (a read
+     * of the scaler's state; on cuda a wait, as the save itself). */
+    r->ri->hysteresis_left = r->o->hysteresis > 1 ? amp_scaler_get_hysteresis_left(r->t->scaler) : 0;
     int rc = amp_dist_rank() == 0 ? checkpoint_save_run(r->o->save, r->t, r->o, r->ri, step) : -1;
     if (r->zero && amp_zero_shard_state(r->zero) != AMP_OK && rc < 0)
         rc = fail("sharding the optimizer state", step);
@@ -610,8 +613,8 @@ static int dist_wrap(run *r)
  * kept when below the new interval, else the scale grows at the next
  * clean step), --init-scale or --static-scale restarts the scale there,
  * and a saved scale outside --min-scale / --max-scale is clamped to them.
- * -1 or 1. */
-static int scaler_resume(trainer *t, const train_opts *o, const char *where)
+ * --hysteresis's count continues from the saved one (run_info). -1 or 1. */
+static int scaler_resume(trainer *t, const train_opts *o, const run_info *saved, const char *where)
 {
     const opt_def *tab = opts_table();
 #define GIVEN(n) (o->given[opts_find(n) - tab])
@@ -636,6 +639,15 @@ static int scaler_resume(trainer *t, const train_opts *o, const char *where)
     if (amp_scaler_state_load(t->scaler, st) != AMP_OK) {
         fprintf(stderr, "ampc: %s: the grad scaler's state with this command line's options: %s\n", where,
                 amp_last_error());
+        return 1;
+    }
+    /* --hysteresis: the saved count, at most this run's N (a count of
+     * a run without hysteresis, or one restarted, starts full). */
+    if (o->hysteresis > 1 && saved->hysteresis_left > 0 && st.scale == was &&
+        amp_scaler_set_hysteresis_left(t->scaler, (int)(saved->hysteresis_left < o->hysteresis ? saved->hysteresis_left
+                                                                                                  : o->hysteresis)) !=
+            AMP_OK) {
+        fprintf(stderr, "ampc: %s: the grad scaler's hysteresis: %s\n", where, amp_last_error());
         return 1;
     }
     if (st.scale != was)
@@ -707,7 +719,7 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
         bool had = strcmp(ck->precision, "fp16") == 0 && !ck->no_scaler;
         rc = checkpoint_load_run(o->resume, &t, true, had && amp_scaler_is_enabled(t.scaler), &first);
         if (rc < 0 && had && amp_scaler_is_enabled(t.scaler))
-            rc = scaler_resume(&t, o, where);
+            rc = scaler_resume(&t, o, saved, where);
         ri.sched_step = saved->sched_step;
         ri.skipped = saved->skipped;
         /* Each step is taken or skipped: the counts add up to the step (and

@@ -526,6 +526,32 @@ void amp_scaler_set_growth_interval(amp_scaler *s, int64_t n)
 }
 bool amp_scaler_is_enabled(const amp_scaler *s) { return s && s->o.enabled; }
 
+int amp_scaler_get_hysteresis_left(const amp_scaler *s)
+{
+    be_scaler_state st;
+    if (!s || !s->o.enabled || pull(s, &st) != AMP_OK)
+        return 0;
+    return st.hysteresis_left;
+}
+
+amp_status amp_scaler_set_hysteresis_left(amp_scaler *s, int left)
+{
+    if (!s)
+        return amp_set_error(AMP_ERR_ARG, "scaler_set_hysteresis_left: NULL scaler");
+    if (!s->o.enabled)
+        return AMP_OK;
+    int most = s->o.hysteresis > 1 ? s->o.hysteresis : 1;
+    if (left < 1 || left > most)
+        return amp_set_error(AMP_ERR_ARG, "scaler_set_hysteresis_left: %d is outside 1..%d (the hysteresis)", left,
+                             most);
+    be_scaler_state st;
+    amp_status rc = pull(s, &st);
+    if (rc != AMP_OK)
+        return rc;
+    st.hysteresis_left = left;
+    return push(s, &st);
+}
+
 amp_scaler_state amp_scaler_state_get(const amp_scaler *s)
 {
     amp_scaler_state st = {0};
