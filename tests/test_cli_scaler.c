@@ -96,6 +96,7 @@ static void test_growth_knobs(void)
     if (train_logged(&r, 8, "--init-scale 1 --growth-interval 2")) {
         const double want[] = {1, 1, 2, 2, 4, 4, 8, 8};
         expect_scales(&r, want, 8, "--growth-interval 2");
+        CHECK_OUT("grad scaler: init scale 1, x2 after 2 clean steps, x0.5 at an overflow\n");
         for (int i = 0; i < r.n; i++)
             CHECK(!r.skipped[i]);
     }
@@ -165,6 +166,7 @@ static void test_static_scale(void)
             CHECK(!r.skipped[i]);
         }
         CHECK_OUT("scaler: final scale 1024, 0 steps skipped in all");
+        CHECK_OUT("grad scaler: a fixed scale 1024 (never grows or backs off");
     }
     /* --max-skips still stops a run whose fixed scale always overflows. */
     int rc = cli_run("train --model mlp --data %s --hidden 8 --steps 8 --batch 16 --threads 1 --precision fp16 "

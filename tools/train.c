@@ -494,6 +494,25 @@ static void print_config(const run *r, int64_t total)
     printf("model %s (%lld parameters), precision %s%s%s\n", model_describe(o, r->ri, desc, sizeof desc),
            (long long)r->t->n_weights, o->precision,
            amp_scaler_is_enabled(r->t->scaler) ? " with the grad scaler" : "", r->cuda ? ", on cuda" : "");
+    /* The grad scaler's knobs, when any is not PyTorch's default. */
+    const amp_scaler_opts so = scaler_opts_of(o), def = amp_scaler_defaults();
+    const bool scaled = amp_scaler_is_enabled(r->t->scaler);
+    if (scaled && o->static_scale > 0)
+        printf("grad scaler: a fixed scale %g (never grows or backs off; steps with inf/NaN gradients are skipped)\n",
+               so.init_scale);
+    else if (scaled && (so.init_scale != def.init_scale || so.growth_factor != def.growth_factor ||
+             so.backoff_factor != def.backoff_factor || so.growth_interval != def.growth_interval ||
+             so.hysteresis > 1 || so.min_scale > 0 || so.max_scale > 0)) {
+        printf("grad scaler: init scale %g, x%g after %lld clean steps, x%g at an overflow", so.init_scale,
+               so.growth_factor, (long long)so.growth_interval, so.backoff_factor);
+        if (so.hysteresis > 1)
+            printf(", hysteresis %d", so.hysteresis);
+        if (so.min_scale > 0)
+            printf(", at least %g", so.min_scale);
+        if (so.max_scale > 0)
+            printf(", at most %g", so.max_scale);
+        printf("\n");
+    }
     if (strcmp(o->param_dtype, "fp32") != 0 || strcmp(o->optim_state, "fp32") != 0)
         printf("memory levers: parameters %s%s, optimizer state %s\n", o->param_dtype,
                strcmp(o->param_dtype, "fp32") != 0 ? " (fp32 masters in the optimizer)" : "", o->optim_state);
