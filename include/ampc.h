@@ -945,6 +945,15 @@ AMP_API void amp_scaler_set_growth_factor(amp_scaler *s, double f);
 AMP_API void amp_scaler_set_backoff_factor(amp_scaler *s, double f);
 AMP_API void amp_scaler_set_growth_interval(amp_scaler *s, int64_t n);
 AMP_API bool amp_scaler_is_enabled(const amp_scaler *s);
+/* With hysteresis N > 1: the steps with inf/NaN gradients the scaler
+ * still lets pass (skipped, the scale kept) before it backs off, 1..N
+ * (1: the next one backs off); 1 without hysteresis, 0 for a disabled or
+ * NULL scaler. Not part of amp_scaler_state: ampc train saves it with the
+ * run's settings, so a resumed run continues the count. Set refuses a
+ * value outside 1..max(N, 1). (A host read / write of the state: on CUDA
+ * a synchronisation, as the getters.) */
+AMP_API int amp_scaler_get_hysteresis_left(const amp_scaler *s);
+AMP_API amp_status amp_scaler_set_hysteresis_left(amp_scaler *s, int left);
 
 /* state_dict / load_state_dict. valid=false is the empty state of a
  * disabled scaler. Load checks the state as amp_scaler_new checks its
@@ -973,6 +982,27 @@ AMP_API int amp_scaler_history(const amp_scaler *s, amp_scale_change *out, int m
  * would overflow to inf (|g * scale| >= 65520). */
 AMP_API amp_status amp_scaler_f16_health(const amp_scaler *s, const amp_tensor *param, int64_t *underflow,
                                          int64_t *overflow);
+/* The f16 health of gradients (the Quick Check, ampc train --health-every):
+ * for every element g of the gradients of params[0..n) (those without one
+ * are passed over), where g * scale would land if rounded to f16 (round
+ * to nearest even, exact thresholds on the real product):
+ *   zero       g is exactly 0 (nothing to lose; an unscaled f16 backward
+ *              leaves the flushed ones here)
+ *   underflow  g != 0 but |g * scale| <= 2^-25: rounds to 0
+ *   subnormal  2^-25 < |g * scale| < 2^-14 - 2^-25: rounds to a subnormal
+ *              (fewer than 11 significant bits)
+ *   overflow   |g * scale| >= 65520 (rounds to inf), g finite
+ *   nonfinite  g is inf or NaN
+ * Fractions are these over numel. at_scale gets them with `scale`
+ * (positive and finite; the scaler's: amp_scaler_get_scale), unscaled
+ * (may be NULL) with scale 1, from the same read. Each gradient is read on
+ * the host: on CUDA copied there first (a wait), so call it at the steps
+ * it reports, not every step. */
+typedef struct {
+    int64_t numel, zero, underflow, subnormal, overflow, nonfinite;
+} amp_f16_health;
+AMP_API amp_status amp_grad_f16_health(amp_tensor *const *params, int n, double scale, amp_f16_health *at_scale,
+                                       amp_f16_health *unscaled);
 
 /* Diagnosing inf/NaN (what the scaler's fused check does not say): they
  * read every element, copying a CUDA tensor to the host first (a wait). */

@@ -5,7 +5,8 @@
 #   mlp and cnn on Fashion-MNIST (test accuracy), gpt on the text corpus
 #   (validation loss and perplexity), each in fp32, bf16 (autocast),
 #   fp16 (autocast + grad scaler) and fp16 --no-scaler; with the training
-#   time, the peak memory and the steps the scaler skipped.
+#   time, the peak memory and the steps the scaler skipped; then
+#   scripts/fp16_stall.sh's section (where fp16 without the scaler stalls).
 #
 # Every run uses the model's `ampc train` defaults (the same seed), so the
 # rows differ in precision only. Run it on a quiet machine: the times are
@@ -110,6 +111,9 @@ flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|f16c|avx
   echo "| model | precision | result | train time | peak memory | skipped |"
   echo "|---|---|---|---|---|---|"
   printf '%s\n' "${rows[@]}"
+  # The stall: a setting where fp16 without the scaler does not learn.
+  echo
+  scripts/fp16_stall.sh --ampc "$ampc" --threads "$threads" $([ $quick = 1 ] && echo --quick)
 } >"$out"
 echo "wrote $out" >&2
 cat "$out"

@@ -20,6 +20,9 @@
  *     --epochs run resumed on another world keeps its number of steps.
  *   - --zero 1 on 2 ranks logs DDP's steps exactly (bitwise, unclipped).
  *   - A --batch larger than a rank's shard: the banner shows the real one.
+ *   - --health-every on 2 ranks: rank 0 logs and reports the f16 health
+ *     once per measured step; with --zero 1 (a shard of the gradients per
+ *     rank) it is refused.
  *   - Failure: a rank killed with kill -9 ends the job (mpirun exits
  *     non-zero within 30 s, naming rank 1); a stopped rank (SIGSTOP) makes
  *     the other time out (--dist-timeout 2, or AMPC_DIST_TIMEOUT=2) with
@@ -305,6 +308,33 @@ static void test_two_ranks_log_and_save_once_and_match_one_process(void)
     CHECK_MSG(rc == 0, "resume on 1: exit %d:\n%s", rc, cli_out);
     CHECK_OUT("resumed from");
     CHECK_OUT("saved on 2 ranks, resumed on 1");
+}
+
+/* --health-every on 2 ranks (DDP): rank 0 measures the averaged
+ * gradients, the same on every rank: its log has the f16 keys at steps 2
+ * and 4 (the scaled ones too, fp16 with the scaler), and one report per
+ * measured step is printed (rank 0's). */
+static void test_health_every_on_two_ranks(void)
+{
+    if (!have_ddp(false))
+        return;
+    char log[512];
+    cli_path(log, sizeof log, "health2.jsonl");
+    int rc = cli_run_env(mpi(NP2), "train " MLP " --steps 4 --precision fp16 --health-every 2 --log-every 2 --log %s",
+                         tiny, log);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    char *body = cli_read_file(log, NULL), *lines[16];
+    int n = body ? cli_lines(body, lines, 16) : 0;
+    CHECK_EQ_INT(n, 4);
+    for (int i = 0; i < n; i++) {
+        bool due = (i + 1) % 2 == 0;
+        CHECK_MSG((strstr(lines[i], "\"f16_zero\":") != NULL) == due, "line %d: %s", i + 1, lines[i]);
+        CHECK_MSG((strstr(lines[i], "\"f16_flush_scaled\":") != NULL) == due, "line %d: %s", i + 1, lines[i]);
+    }
+    free(body);
+    const char *p = strstr(cli_out, "f16 health of the gradients at step 2:");
+    CHECK_MSG(p && !strstr(p + 1, "f16 health of the gradients at step 2:"), "one report for step 2 expected:\n%s",
+              cli_out);
 }
 
 static void test_stop_and_resume_on_two_ranks_is_bit_for_bit(void)
@@ -655,6 +685,7 @@ static void test_data_parallel_options_are_checked(void)
         {"--zero 1 --compress bf16", "--compress applies to DDP's gradient buckets"},
         {"--zero 1 --bucket-mb 4", "--bucket-mb applies to DDP's gradient buckets"},
         {"--profile", "--profile profiles one process"},
+        {"--zero 1 --health-every 1", "--health-every does not apply with --zero 1"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = cli_run_env(mpi(NP2), "train " MLP " --steps 2 %s", tiny, bad[i].args);
@@ -695,6 +726,7 @@ int main(void)
     RUN(test_a_world_that_does_not_divide_the_set_pads_it);
     RUN(test_a_micro_batch_depends_on_its_number_alone);
     RUN(test_two_ranks_log_and_save_once_and_match_one_process);
+    RUN(test_health_every_on_two_ranks);
     RUN(test_stop_and_resume_on_two_ranks_is_bit_for_bit);
     RUN(test_zero_1_trains_as_ddp);
     RUN(test_zero_1_stop_and_resume_is_bit_for_bit);

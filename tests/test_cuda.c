@@ -764,6 +764,57 @@ static void test_scaler_nonfinite_skips_and_keeps_state(void)
     check_skip_preserves(true, NAN);
 }
 
+/* amp_grad_f16_health reads CUDA gradients (copied to the host): the
+ * same counts as for the CPU twin; and the hysteresis count, kept in the
+ * device's copy of the state once scale() made it there. */
+static void test_grad_f16_health_and_hysteresis_on_cuda(void)
+{
+    if (!gpu())
+        return;
+    const float c[] = {0, 1e-9f, 0x1p-25f, 1e-6f, 1e-4f, 1.0f, 70000.0f, -3e-8f, INFINITY, NAN, 65520.0f, 2e-5f};
+    enum { N = sizeof c / sizeof c[0] };
+    amp_tensor *p[2], *ct[2];
+    for (int d = 0; d < 2; d++) {
+        p[d] = amp_full(AMP_SHAPE(N), AMP_F32, 1.0);
+        ct[d] = amp_from_data(AMP_SHAPE(N), AMP_F32, c);
+        if (d) {
+            CHECK_OK(amp_tensor_move(p[d], AMP_CUDA));
+            CHECK_OK(amp_tensor_move(ct[d], AMP_CUDA));
+        }
+        amp_tensor_set_requires_grad(p[d], true);
+        CHECK_OK(amp_backward(amp_sum_all(amp_mul(p[d], ct[d]))));
+    }
+    for (int k = 0; k < 2; k++) {
+        double scale = k ? 4096.0 : 1.0;
+        amp_f16_health h[2], u[2];
+        CHECK_OK(amp_grad_f16_health(&p[0], 1, scale, &h[0], &u[0]));
+        CHECK_OK(amp_grad_f16_health(&p[1], 1, scale, &h[1], &u[1]));
+        CHECK(memcmp(&h[0], &h[1], sizeof h[0]) == 0);
+        CHECK(memcmp(&u[0], &u[1], sizeof u[0]) == 0);
+        CHECK_EQ_INT(h[1].numel, N);
+        CHECK_EQ_INT(h[1].nonfinite, 2);
+    }
+    for (int d = 0; d < 2; d++) {
+        amp_tensor_free(p[d]);
+        amp_tensor_free(ct[d]);
+    }
+    amp_temps_free();
+
+    amp_scaler_opts o = amp_scaler_defaults();
+    o.init_scale = 64;
+    o.hysteresis = 3;
+    amp_scaler *s = amp_scaler_new(o);
+    rig r = make_rig(3, false);
+    CHECK(iteration(s, r, INFINITY)); /* the state now lives on the device */
+    CHECK_EQ_INT(amp_scaler_get_hysteresis_left(s), 2);
+    CHECK_OK(amp_scaler_set_hysteresis_left(s, 1));
+    CHECK(iteration(s, r, INFINITY));
+    CHECK(amp_scaler_get_scale(s) == 32.0);
+    CHECK_EQ_INT(amp_scaler_get_hysteresis_left(s), 1);
+    free_rig(r);
+    amp_scaler_free(s);
+}
+
 int main(void)
 {
     RUN(test_elementwise);
@@ -781,5 +832,6 @@ int main(void)
     RUN(test_scaler_no_floor);
     RUN(test_scaler_interval_one_with_a_skip);
     RUN(test_scaler_nonfinite_skips_and_keeps_state);
+    RUN(test_grad_f16_health_and_hysteresis_on_cuda);
     return cuda_rig_done();
 }

@@ -290,12 +290,41 @@ static void test_cli_refuses_a_run_the_device_cannot_hold(void)
     CHECK_MSG(!strstr(cli_out, "on cuda\n") && !strstr(cli_out, "peak device memory"), "it trained:\n%s", cli_out);
 }
 
+/* --health-every on cuda: the gradients and the scale read at those
+ * steps only; the log's f16_* keys at steps 2 and 4 (the scaled ones
+ * too: fp16 with the scaler), and the progress line's report without
+ * --log. */
+static void test_cli_health_every_on_cuda(void)
+{
+    if (!gpu() || !cli_setup())
+        return;
+    char tiny[256], log[512];
+    cli_path(tiny, sizeof tiny, "tiny-h");
+    cli_write_tiny_images(tiny);
+    cli_path(log, sizeof log, "health.jsonl");
+    const char *common = "train --model mlp --hidden 8 --batch 16 --threads 2 --steps 4 --device cuda "
+                         "--precision fp16 --health-every 2";
+    int rc = cli_run("%s --data %s --log %s", common, tiny, log);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    double v[8];
+    CHECK_EQ_INT(log_field(log, "f16_zero", v, NULL, 8), 2);
+    CHECK_EQ_INT(log_field(log, "f16_flush_scaled", v, NULL, 8), 2);
+    CHECK_EQ_INT(log_field(log, "f16_subnormal", v, NULL, 8), 2);
+    for (int i = 0; i < 2; i++)
+        CHECK(v[i] >= 0 && v[i] <= 1);
+    rc = cli_run("%s --data %s --log-every 2", common, tiny);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("f16 health of the gradients at step 4: zero ");
+    CHECK_OUT("; at scale ");
+}
+
 int main(void)
 {
     RUN(test_cli_trains_and_checkpoints_on_cuda);
     RUN(test_cli_gpt_with_clip_on_cuda);
     RUN(test_cli_device_memory_estimate_meets_the_peak);
     RUN(test_cli_refuses_a_run_the_device_cannot_hold);
+    RUN(test_cli_health_every_on_cuda);
     if (cli_ready)
         cli_cleanup();
     return cuda_rig_done();

@@ -250,6 +250,57 @@ static void test_log_without_a_scale_has_one_panel(void)
     free(s);
 }
 
+/* --health-every's keys: written at the steps that carry them (the
+ * scaled ones only when given), read back as fractions, drawn in a third
+ * panel, one vertex per measured step per line; a log without them has
+ * no such panel (test_log_without_a_scale_has_one_panel's height). */
+static void test_health_keys_round_trip_and_draw_a_panel(void)
+{
+    const char *log = tmp_path("health.jsonl"), *svg = tmp_path("health.svg");
+    log_file *l = log_open(log, false);
+    CHECK(l != NULL);
+    if (!l)
+        return;
+    amp_f16_health un = {.numel = 1000, .zero = 500, .underflow = 125, .subnormal = 250, .overflow = 1, .nonfinite = 2},
+                   at = {.numel = 1000, .zero = 500, .underflow = 0, .subnormal = 4, .overflow = 8};
+    for (int st = 1; st <= 12; st++) {
+        bool due = st % 4 == 0;
+        log_record rec = {.step = st, .loss = 1.0 / st, .lr = 1e-3, .scale = 65536, .grad_norm = 1, .step_ms = 1,
+                          .health = due ? &un : NULL, .health_scaled = due && st > 4 ? &at : NULL};
+        CHECK_OK(log_step(l, &rec));
+    }
+    CHECK_OK(log_close(l));
+    char *text = slurp(log);
+    CHECK(text && strstr(text, "\"step_ms\":1,\"f16_zero\":0.5,\"f16_flush\":0.125,\"f16_subnormal\":0.25,"
+                               "\"f16_overflow\":0.003}\n"));
+    CHECK(text && strstr(text, "\"f16_flush_scaled\":0,\"f16_subnormal_scaled\":0.004,\"f16_overflow_scaled\":0.008}"));
+    CHECK_EQ_INT(text ? count(text, "f16_zero") : 0, 3);
+    CHECK_EQ_INT(text ? count(text, "f16_flush_scaled") : 0, 2);
+    free(text);
+    plot_data d;
+    CHECK_OK(plot_read(log, &d));
+    CHECK_EQ_INT(d.n, 12);
+    for (int64_t i = 0; i < d.n; i++) {
+        bool due = (i + 1) % 4 == 0;
+        CHECK(due ? d.p[i].health[0] == 0.5 && d.p[i].health[3] == 0.003 : isnan(d.p[i].health[0]));
+        CHECK(due && i > 3 ? d.p[i].health[5] == 0.004 : isnan(d.p[i].health[5]));
+    }
+    plot_data_free(&d);
+    CHECK_OK(plot_file(log, svg, NULL));
+    char *pic = slurp(svg);
+    CHECK(pic != NULL);
+    if (!pic)
+        return;
+    CHECK(strstr(pic, "f16 health (%)") != NULL);
+    CHECK_EQ_INT(path_vertices(pic, "health-zero"), 3);
+    CHECK_EQ_INT(path_vertices(pic, "health-subnormal"), 3);
+    CHECK_EQ_INT(path_vertices(pic, "health-subnormal_scaled"), 2);
+    char want[64];
+    snprintf(want, sizeof want, "height=\"%.0f\"", LOSS_TOP + LOSS_H + SCALE_GAP + SCALE_H + HEALTH_GAP + HEALTH_H + FOOT);
+    CHECK_MSG(strstr(pic, want) != NULL, "no %s", want);
+    free(pic);
+}
+
 static void test_big_logs_are_decimated_but_keep_spikes(void)
 {
     const char *log = tmp_path("big.jsonl"), *svg = tmp_path("big.svg");
@@ -323,6 +374,7 @@ static void test_malformed_lines_name_the_file_and_line(void)
         {"{step:3}", "expected a key"},
         {"[1,2]", "expected '{'"},
         {"{\"step\":3,\"skipped\":1}", "\"skipped\" must be true or false"},
+        {"{\"step\":3,\"f16_zero\":\"most\"}", "an f16 health value must be a number or null"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(buf, sizeof buf, "%s%s\n{\"step\":4,\"loss\":1}\n", ok, cases[i].line);
@@ -535,6 +587,7 @@ int main(void)
     RUN(test_svg_has_one_mark_per_event_and_a_vertex_per_finite_loss);
     RUN(test_loss_axis_is_logarithmic_past_two_decades);
     RUN(test_log_without_a_scale_has_one_panel);
+    RUN(test_health_keys_round_trip_and_draw_a_panel);
     RUN(test_big_logs_are_decimated_but_keep_spikes);
     RUN(test_malformed_lines_name_the_file_and_line);
     RUN(test_extreme_values_draw_finite_and_bounded);

@@ -464,6 +464,118 @@ static void test_f16_health_counts_underflow_and_overflow(void)
     amp_scaler_free(s);
 }
 
+/* The f16 class of x as the f16 conversion itself rounds it: the
+ * reference amp_grad_f16_health's thresholds must agree with. */
+static int f16_class_of(float x)
+{
+    if (isnan(x) || isinf(x))
+        return 4; /* nonfinite */
+    if (x == 0)
+        return 0; /* zero */
+    uint16_t h = amp_f32_to_f16(x);
+    if ((h & 0x7fff) == 0)
+        return 1; /* underflow */
+    if ((h & 0x7c00) == 0)
+        return 2; /* subnormal */
+    if ((h & 0x7fff) == 0x7c00)
+        return 3; /* overflow */
+    return 5; /* a normal f16 */
+}
+
+/* amp_grad_f16_health against the conversion on f16's rounding
+ * boundaries (each value, its neighbours in f32, both signs), unscaled
+ * and at scale 2^10, over two parameters. */
+static void test_grad_f16_health_matches_the_conversion(void)
+{
+    const float edges[] = {0x1p-25f, 0x1p-24f, 0x1.8p-25f, 0x1p-14f - 0x1p-25f, 0x1p-14f - 0x1p-24f, 0x1p-14f,
+                           65504.0f, 65519.0f, 65520.0f, 1.0f, 0x1p-40f, 1e30f};
+    enum { NE = sizeof edges / sizeof edges[0], N = NE * 6 + 3 };
+    float c[N];
+    int k = 0;
+    for (int i = 0; i < NE; i++) {
+        float v[3] = {nextafterf(edges[i], 0), edges[i], nextafterf(edges[i], INFINITY)};
+        for (int j = 0; j < 3; j++) {
+            c[k++] = v[j];
+            c[k++] = -v[j];
+        }
+    }
+    c[k++] = 0.0f;
+    c[k++] = INFINITY;
+    c[k++] = NAN;
+    const double scales[] = {1.0, 1024.0};
+    for (int si = 0; si < 2; si++) {
+        int64_t want[6] = {0};
+        for (int i = 0; i < N; i++)
+            want[f16_class_of(isfinite(c[i]) ? (float)(c[i] * scales[si]) : c[i])]++;
+        /* Two parameters: the first N / 2 values, then the rest. */
+        int n0 = N / 2;
+        amp_tensor *p[2] = {amp_full(AMP_SHAPE(n0), AMP_F32, 1.0), amp_full(AMP_SHAPE(N - n0), AMP_F32, 1.0)};
+        amp_tensor *ct[2] = {amp_from_data(AMP_SHAPE(n0), AMP_F32, c),
+                             amp_from_data(AMP_SHAPE(N - n0), AMP_F32, c + n0)};
+        for (int i = 0; i < 2; i++) {
+            amp_tensor_set_requires_grad(p[i], true);
+            CHECK_OK(amp_backward(amp_sum_all(amp_mul(p[i], ct[i]))));
+        }
+        amp_f16_health at, un;
+        CHECK_OK(amp_grad_f16_health(p, 2, scales[si], &at, &un));
+        CHECK_EQ_INT(at.numel, N);
+        CHECK_EQ_INT(at.zero, want[0]);
+        CHECK_EQ_INT(at.underflow, want[1]);
+        CHECK_EQ_INT(at.subnormal, want[2]);
+        CHECK_EQ_INT(at.overflow, want[3]);
+        CHECK_EQ_INT(at.nonfinite, want[4]);
+        if (si == 0) /* scale 1: the unscaled counts are the same */
+            CHECK(memcmp(&at, &un, sizeof at) == 0);
+        else /* fewer flush, more overflow at 2^10 than unscaled */
+            CHECK(at.underflow < un.underflow && at.overflow > un.overflow && un.numel == N);
+        /* Bad arguments: a clear error, nothing written. */
+        CHECK(amp_grad_f16_health(p, 2, 0.0, &at, NULL) == AMP_ERR_ARG);
+        CHECK(amp_grad_f16_health(p, 2, INFINITY, &at, NULL) == AMP_ERR_ARG);
+        CHECK(amp_grad_f16_health(NULL, 2, 1.0, &at, NULL) == AMP_ERR_ARG);
+        CHECK(amp_grad_f16_health(p, 2, 1.0, NULL, NULL) == AMP_ERR_ARG);
+        for (int i = 0; i < 2; i++) {
+            amp_tensor_free(p[i]);
+            amp_tensor_free(ct[i]);
+        }
+    }
+    /* No gradients: all counts 0. */
+    amp_tensor *q = amp_full(AMP_SHAPE(3), AMP_F32, 1.0);
+    amp_f16_health h = {1, 1, 1, 1, 1, 1};
+    CHECK_OK(amp_grad_f16_health(&q, 1, 1.0, &h, NULL));
+    CHECK_EQ_INT(h.numel, 0);
+    CHECK_EQ_INT(h.zero, 0);
+    amp_tensor_free(q);
+}
+
+/* The hysteresis count: read, set, and what the next overflow does. */
+static void test_hysteresis_left_get_and_set(void)
+{
+    amp_scaler_opts o = amp_scaler_defaults();
+    o.init_scale = 64;
+    o.hysteresis = 3;
+    amp_scaler *s = amp_scaler_new(o);
+    rig r = make_rig(3, false);
+    CHECK_EQ_INT(amp_scaler_get_hysteresis_left(s), 3);
+    CHECK(iteration(s, r, INFINITY));
+    CHECK_EQ_INT(amp_scaler_get_hysteresis_left(s), 2);
+    CHECK(amp_scaler_get_scale(s) == 64.0);
+    CHECK_OK(amp_scaler_set_hysteresis_left(s, 1)); /* the next overflow backs off */
+    CHECK(iteration(s, r, INFINITY));
+    CHECK(amp_scaler_get_scale(s) == 32.0);
+    CHECK(amp_scaler_set_hysteresis_left(s, 0) == AMP_ERR_ARG);
+    CHECK(amp_scaler_set_hysteresis_left(s, 4) == AMP_ERR_ARG);
+    CHECK(strstr(amp_last_error(), "outside 1..3") != NULL);
+    CHECK(amp_scaler_set_hysteresis_left(NULL, 1) == AMP_ERR_ARG);
+    CHECK_EQ_INT(amp_scaler_get_hysteresis_left(NULL), 0);
+    free_rig(r);
+    amp_scaler_free(s);
+    o.hysteresis = 0; /* none: the count is 1, and only 1 can be set */
+    s = amp_scaler_new(o);
+    CHECK_EQ_INT(amp_scaler_get_hysteresis_left(s), 1);
+    CHECK(amp_scaler_set_hysteresis_left(s, 2) == AMP_ERR_ARG);
+    amp_scaler_free(s);
+}
+
 /* PyTorch's promotion: the 0-d f32 scale does not widen a dimensioned f16
  * tensor, so scaling f16 outputs stays f16 (and overflows as in PyTorch). */
 static void test_scale_keeps_dimensioned_16bit_outputs(void)
@@ -503,5 +615,7 @@ int main(void)
     RUN(test_min_scale_floor_and_max_scale_cap);
     RUN(test_hysteresis_tolerates_overflows);
     RUN(test_f16_health_counts_underflow_and_overflow);
+    RUN(test_grad_f16_health_matches_the_conversion);
+    RUN(test_hysteresis_left_get_and_set);
     return harness_done();
 }

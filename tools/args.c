@@ -87,6 +87,24 @@ static const opt_def opts[] = {
       "the grad scaler's initial scale (default 65536)"),
     O("growth-interval", "N", OPT_INT, OC_SETTING, growth_interval, 1, 1e12, NULL, NULL, false,
       "clean steps before the scale grows (default 2000)"),
+    O("growth-factor", "X", OPT_REAL, OC_SETTING, growth_factor, 1, 1e6, NULL, NULL, false,
+      "the scale is multiplied by X (> 1) after --growth-interval clean steps (default 2)"),
+    O("backoff-factor", "X", OPT_REAL, OC_SETTING, backoff_factor, 0, 1, NULL, NULL, false,
+      "the scale is multiplied by X (between 0 and 1) at a step with inf/NaN gradients (default 0.5)"),
+    O("hysteresis", "N", OPT_INT, OC_SETTING, hysteresis, 1, 1e6, NULL, NULL, false,
+      "back off only at the N-th step with inf/NaN gradients since the scale last grew (Megatron-LM; "
+      "default 1: at each); every such step is skipped"),
+    O("min-scale", "X", OPT_REAL, OC_SETTING, min_scale, 1e-30, 1e30, NULL, NULL, false,
+      "the scale never backs off below X (default: no bound)"),
+    O("max-scale", "X", OPT_REAL, OC_SETTING, max_scale, 1e-30, 1e30, NULL, NULL, false,
+      "the scale never grows above X (default: no bound)"),
+    O("static-scale", "S", OPT_REAL, OC_SETTING, static_scale, 1e-30, 1e30, NULL, NULL, false,
+      "a fixed scale S: never grows or backs off; a step with inf/NaN gradients is still skipped "
+      "(not with the dynamic scaler's options; default: dynamic)"),
+    O("health-every", "N", OPT_INT, OC_RUN, health_every, 1, 1e12, NULL, NULL, false,
+      "every N steps, the f16 health of the gradients in the log and the progress line: the share "
+      "of elements that f16 flushes to zero, makes subnormal, or overflows, at the scale and unscaled "
+      "(default: off)"),
     O("max-skips", "N", OPT_INT, OC_SETTING, max_skips, 0, 1e12, NULL, NULL, false,
       "stop with an error after N steps skipped in a row (inf/NaN at every scale), 0: never (default 32)"),
 
@@ -177,6 +195,9 @@ void train_opts_default(train_opts *o)
     o->optim_state = "fp32";
     o->init_scale = 65536.0;
     o->growth_interval = 2000;
+    o->growth_factor = 2.0;
+    o->backoff_factor = 0.5;
+    o->hysteresis = 1;
     o->max_skips = DEFAULT_MAX_SKIPS;
     o->val_batches = 20;
     o->save_every = 1000;
@@ -430,6 +451,82 @@ static bool check_levers(const train_opts *o)
     return false;
 }
 
+/* The dynamic scaler's options, which --static-scale replaces. */
+static const char *const dynamic_knobs[] = {"init-scale", "growth-factor", "backoff-factor", "growth-interval",
+                                            "hysteresis", "min-scale", "max-scale"};
+
+/* The grad scaler's options against each other (each one's range is in
+ * the table): true after a message naming the option when they cannot
+ * run. Then amp_scaler_new's own checks, the last word. On resume a
+ * value may come from the checkpoint: "given" is this command line's. */
+static bool check_scaler(const train_opts *o)
+{
+    if (o->static_scale > 0) {
+        for (size_t i = 0; i < sizeof dynamic_knobs / sizeof dynamic_knobs[0]; i++)
+            if (o->given[opt_index(dynamic_knobs[i])]) {
+                fprintf(stderr,
+                        "ampc train: --%s is an option of the dynamic grad scaler, but --static-scale %g%s fixes "
+                        "the scale: give one or the other\n",
+                        dynamic_knobs[i], o->static_scale,
+                        o->given[opt_index("static-scale")] ? "" : " (the checkpoint's)");
+                return true;
+            }
+    }
+    if (!(o->growth_factor > 1)) {
+        fprintf(stderr, "ampc train: --growth-factor %g must be above 1 (the scale grows by it; up to 1e6)\n",
+                o->growth_factor);
+        return true;
+    }
+    if (!(o->backoff_factor > 0 && o->backoff_factor < 1)) {
+        fprintf(stderr, "ampc train: --backoff-factor %g must be between 0 and 1, both excluded (the scale "
+                        "shrinks by it)\n", o->backoff_factor);
+        return true;
+    }
+    if (o->min_scale > 0 && o->max_scale > 0 && o->min_scale > o->max_scale) {
+        fprintf(stderr, "ampc train: --min-scale %g is above --max-scale %g\n", o->min_scale, o->max_scale);
+        return true;
+    }
+    if (o->static_scale == 0 && o->min_scale > 0 && o->init_scale < o->min_scale) {
+        fprintf(stderr, "ampc train: --init-scale %g is below --min-scale %g (give --init-scale at least %g)\n",
+                o->init_scale, o->min_scale, o->min_scale);
+        return true;
+    }
+    if (o->static_scale == 0 && o->max_scale > 0 && o->init_scale > o->max_scale) {
+        fprintf(stderr, "ampc train: --init-scale %g is above --max-scale %g (give --init-scale at most %g)\n",
+                o->init_scale, o->max_scale, o->max_scale);
+        return true;
+    }
+    amp_scaler *s = amp_scaler_new(scaler_opts_of(o));
+    if (!s) {
+        fprintf(stderr, "ampc train: the grad scaler's options: %s\n", amp_last_error());
+        return true;
+    }
+    amp_scaler_free(s);
+    return false;
+}
+
+amp_scaler_opts scaler_opts_of(const train_opts *o)
+{
+    amp_scaler_opts so = amp_scaler_defaults();
+    so.enabled = strcmp(o->precision, "fp16") == 0 && !o->no_scaler;
+    so.growth_factor = o->growth_factor;
+    so.backoff_factor = o->backoff_factor;
+    so.growth_interval = o->growth_interval;
+    so.hysteresis = (int)o->hysteresis;
+    so.min_scale = o->min_scale;
+    so.max_scale = o->max_scale;
+    so.init_scale = o->init_scale;
+    if (o->static_scale > 0) {
+        /* A fixed scale: the bounds pin it, so a backoff or a growth
+         * clamps back to it (the update rule's clamps); the inf/NaN check
+         * and the skip are the scaler's as ever. The f32 value itself, so
+         * that the clamp gives back the same f32. */
+        double s = (double)(float)o->static_scale;
+        so.init_scale = so.min_scale = so.max_scale = s;
+    }
+    return so;
+}
+
 int opts_resolve(train_opts *o)
 {
     bool gpt = is_gpt(o), cnn = strcmp(o->model, "cnn") == 0;
@@ -455,6 +552,12 @@ int opts_resolve(train_opts *o)
         refuse(o, "gamma", step, "--schedule step") || refuse(o, "min-lr", cosine, "--schedule cosine") ||
         refuse(o, "init-scale", scaler, "--precision fp16 with the scaler") ||
         refuse(o, "growth-interval", scaler, "--precision fp16 with the scaler") ||
+        refuse(o, "growth-factor", scaler, "--precision fp16 with the scaler") ||
+        refuse(o, "backoff-factor", scaler, "--precision fp16 with the scaler") ||
+        refuse(o, "hysteresis", scaler, "--precision fp16 with the scaler") ||
+        refuse(o, "min-scale", scaler, "--precision fp16 with the scaler") ||
+        refuse(o, "max-scale", scaler, "--precision fp16 with the scaler") ||
+        refuse(o, "static-scale", scaler, "--precision fp16 with the scaler") ||
         refuse(o, "max-skips", scaler, "--precision fp16 with the scaler"))
         return EXIT_USAGE;
     if (o->no_scaler && strcmp(o->precision, "fp16") != 0) {
@@ -464,6 +567,13 @@ int opts_resolve(train_opts *o)
     }
     if (check_levers(o))
         return EXIT_USAGE;
+    if (scaler && check_scaler(o))
+        return EXIT_USAGE;
+    if (o->health_every > 0 && o->zero == 1) {
+        fprintf(stderr, "ampc train: --health-every does not apply with --zero 1 (each rank holds only its shard "
+                        "of the gradients; measure with DDP, the default)\n");
+        return EXIT_USAGE;
+    }
     if (o->given[opt_index("epochs")] && o->given[opt_index("steps")]) {
         fprintf(stderr, "ampc train: give --epochs or --steps, not both\n");
         return EXIT_USAGE;

@@ -130,11 +130,7 @@ bool trainer_build(trainer *t, const train_opts *o, const run_info *ri, int64_t 
     t->dtype = strcmp(o->precision, "fp16") == 0 ? AMP_F16 : AMP_BF16;
     if (t->opt) {
         what = "grad scaler";
-        amp_scaler_opts so = amp_scaler_defaults();
-        so.enabled = t->autocast && t->dtype == AMP_F16 && !o->no_scaler;
-        so.init_scale = o->init_scale;
-        so.growth_interval = o->growth_interval;
-        t->scaler = amp_scaler_new(so);
+        t->scaler = amp_scaler_new(scaler_opts_of(o)); /* enabled for fp16 autocast without --no-scaler */
     }
     t->sched = build_sched(o, total_steps);
     if (t->scaler && isnan(amp_sched_lr(&t->sched, 0))) {

@@ -85,6 +85,11 @@ typedef struct {
     const char *optim_state; /* "fp32", "bf16" or "bf16-sr" (stochastic rounding): the optimizer's state */
     double init_scale;
     int64_t growth_interval;
+    /* The grad scaler's other knobs (amp_scaler_opts; 0: the library's
+     * default / off) and --static-scale (> 0: the scale fixed there). */
+    double growth_factor, backoff_factor, min_scale, max_scale, static_scale;
+    int64_t hysteresis;
+    int64_t health_every;  /* > 0: the f16 health of the gradients every N steps */
     int64_t max_skips;     /* stop after this many steps skipped in a row; 0: never */
     int64_t val_batches;   /* gpt: validation batches */
     const char *save;      /* checkpoint directory, or NULL */
@@ -120,6 +125,9 @@ void eval_usage(FILE *f);
 /* Fills the unset values from the model's defaults and checks the options
  * against each other; -1 or EXIT_USAGE (message printed). */
 int opts_resolve(train_opts *o);
+/* The grad scaler's options of run o (--static-scale: min = max = init =
+ * S); enabled for fp16 without --no-scaler. */
+amp_scaler_opts scaler_opts_of(const train_opts *o);
 bool is_gpt(const train_opts *o);
 
 /* The option table, for settings.c. */
@@ -159,6 +167,7 @@ typedef struct {
     int64_t skipped;    /* steps the scaler skipped so far */
     int64_t world_size; /* ranks the run was saved on; 0: not recorded (one) */
     int64_t total_steps; /* the run's optimizer steps in all; 0: not recorded */
+    int64_t hysteresis_left; /* --hysteresis N > 1: overflows left before a backoff; 0: not recorded */
 } run_info;
 
 /* The settings and run info as one JSON object (malloc'd; NULL when out of
@@ -332,6 +341,7 @@ typedef struct {
     double t_start, t_window, t_live;
     double loss_sum;
     int64_t loss_n, steps_window;
+    char health[320];   /* --health-every: the last measurement, shown on the next plain line */
 } progress;
 
 void progress_begin(progress *p, const train_opts *o, int64_t first_step, int64_t total,
@@ -339,6 +349,10 @@ void progress_begin(progress *p, const train_opts *o, int64_t first_step, int64_
 void progress_step(progress *p, int64_t step, double loss, const trainer *t, int64_t skipped);
 /* Clears the live line (before other output). */
 void progress_clear(progress *p);
+/* --health-every: the f16 health measured at step (at_scale NULL without
+ * the scaler), shown on the next plain progress line. */
+void progress_health(progress *p, int64_t step, double scale, const amp_f16_health *at_scale,
+                     const amp_f16_health *unscaled);
 double now_s(void);
 
 /* ---------------------------------------------------- profile_train.c */

@@ -73,6 +73,23 @@ amp_status log_step(log_file *l, const log_record *r)
         fprintf(l->f, ",\"samples_per_s\":%s", log_number(num, sizeof num, r->samples_per_s, 6));
     if (r->world_size > 1)
         fprintf(l->f, ",\"world_size\":%lld", (long long)r->world_size);
+    if (r->health) {
+        const amp_f16_health *h = r->health;
+        double n = h->numel > 0 ? (double)h->numel : 1;
+        fprintf(l->f, ",\"f16_zero\":%s", log_number(num, sizeof num, (double)h->zero / n, 6));
+        fprintf(l->f, ",\"f16_flush\":%s", log_number(num, sizeof num, (double)h->underflow / n, 6));
+        fprintf(l->f, ",\"f16_subnormal\":%s", log_number(num, sizeof num, (double)h->subnormal / n, 6));
+        fprintf(l->f, ",\"f16_overflow\":%s",
+                log_number(num, sizeof num, (double)(h->overflow + h->nonfinite) / n, 6));
+    }
+    if (r->health_scaled) {
+        const amp_f16_health *h = r->health_scaled;
+        double n = h->numel > 0 ? (double)h->numel : 1;
+        fprintf(l->f, ",\"f16_flush_scaled\":%s", log_number(num, sizeof num, (double)h->underflow / n, 6));
+        fprintf(l->f, ",\"f16_subnormal_scaled\":%s", log_number(num, sizeof num, (double)h->subnormal / n, 6));
+        fprintf(l->f, ",\"f16_overflow_scaled\":%s",
+                log_number(num, sizeof num, (double)(h->overflow + h->nonfinite) / n, 6));
+    }
     fputs("}\n", l->f);
     /* A failed fprintf sets the stream's error flag: one check covers all. */
     if (fflush(l->f) != 0 || ferror(l->f))

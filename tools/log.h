@@ -26,6 +26,13 @@
  *   world_size  the ranks of a data-parallel run (mpirun -np N); written
  *               when > 1 (the loss and grad norm are then the means over
  *               the ranks, rank 0 writes the log)
+ *   f16_zero, f16_flush, f16_subnormal, f16_overflow
+ *               --health-every's steps only: the f16 health of the step's
+ *               (unscaled) gradients (amp_grad_f16_health), as fractions
+ *               of their elements: exactly zero; would round to zero, to a
+ *               subnormal, or overflow (inf/NaN included) in f16 unscaled
+ *   f16_flush_scaled, f16_subnormal_scaled, f16_overflow_scaled
+ *               the same at the scale the step used; with the scaler only
  *
  * JSON has no NaN or infinity: a non-finite number is written as null
  * (a NaN or inf loss appears as "loss":null). Numbers are printed with
@@ -55,6 +62,8 @@ typedef struct {
     double tokens_per_s;  /* > 0: written */
     double samples_per_s; /* > 0: written */
     int64_t world_size;   /* > 1: written */
+    const amp_f16_health *health;        /* non-NULL: the f16_* keys, unscaled */
+    const amp_f16_health *health_scaled; /* non-NULL: the f16_*_scaled keys */
 } log_record;
 
 /* Opens path for writing: truncated, or appended to when append (a resumed

@@ -12,6 +12,10 @@
  *   - the loss scale on a log2 axis, as a step line (it holds between
  *     updates), with each skipped step a red dot at the scale it used.
  *     Left out when the log has no scale (no grad scaler ran).
+ *   - the f16 health of the gradients (ampc train --health-every): the
+ *     share of elements that are zero, or would flush to zero, become
+ *     subnormal or overflow in f16, unscaled and at the scale, in percent.
+ *     Left out when the log has none.
  * Legends sit on each panel's title line, outside the data, so they never
  * hide a curve. Above 2 points per pixel a line keeps, per pixel column,
  * its first, lowest, highest and last point: the envelope stays exact and
@@ -271,7 +275,7 @@ typedef struct {
     const plot_data *d;
     axis x;
     double x_lo, x_hi; /* steps */
-    bool has_scale, smooth;
+    bool has_scale, smooth, has_health;
     int64_t skipped, nonfinite, val, finite;
 } plot;
 
@@ -599,6 +603,59 @@ static void scale_panel(plot *p)
     legend(f, y.top - 10, it, p->skipped ? 2 : 1);
 }
 
+const char *const plot_health_keys[PLOT_HEALTH_N] = {
+    "f16_zero",         "f16_flush",           "f16_subnormal",      "f16_overflow",
+    "f16_flush_scaled", "f16_subnormal_scaled", "f16_overflow_scaled"};
+
+/* The f16 health panel (--health-every): each share of the gradients'
+ * elements, in percent on a linear axis from 0, as lines through the
+ * measured steps (dots too when they are few): unscaled solid, at the
+ * scale dashed. */
+static void health_panel(plot *p, double top)
+{
+    static const char *const color[PLOT_HEALTH_N] = {C_MUTED, C_VAL, "#f2a33a", C_BAD, C_SCALE, "#69b86f", "#7b2d8e"};
+    /* Short: seven fit on the title line beside the title. */
+    static const char *const label[PLOT_HEALTH_N] = {"zero",    "flush",   "subn.",     "overflow",
+                                                    "flush@S", "subn.@S", "overflow@S"};
+    FILE *f = p->f;
+    const plot_data *d = p->d;
+    double hi = 0;
+    int64_t count[PLOT_HEALTH_N] = {0};
+    for (int64_t i = 0; i < d->n; i++)
+        for (int h = 0; h < PLOT_HEALTH_N; h++)
+            if (isfinite(d->p[i].health[h])) {
+                hi = fmax(hi, 100 * d->p[i].health[h]);
+                count[h]++;
+            }
+    axis y = {.top = top, .h = HEALTH_H};
+    lin_axis(&y, 0, fmax(hi * 1.08, 1e-3), 5);
+    panel_frame(p, &y, "f16 health (%), @S: at the scale", "clip-health");
+    fputs("<g clip-path=\"url(#clip-health)\" fill=\"none\" stroke-linejoin=\"round\">\n", f);
+    legend_item it[PLOT_HEALTH_N];
+    int n = 0;
+    for (int h = 0; h < PLOT_HEALTH_N; h++) {
+        if (!count[h])
+            continue;
+        fprintf(f, "<path class=\"health-%s\" stroke=\"%s\" stroke-width=\"1.6\"%s d=\"", plot_health_keys[h] + 4,
+                color[h], h >= 4 ? " stroke-dasharray=\"5 3\"" : "");
+        polyline pl = {.f = f, .decimate = (double)count[h] > 2 * PW};
+        for (int64_t i = 0; i < d->n; i++)
+            if (isfinite(d->p[i].health[h]))
+                pl_point(&pl, ax_x(&p->x, d->p[i].step), ax_y(&y, 100 * d->p[i].health[h]));
+        pl_flush(&pl);
+        fputs("\"/>\n", f);
+        if (count[h] <= 30)
+            for (int64_t i = 0; i < d->n; i++)
+                if (isfinite(d->p[i].health[h]))
+                    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.2\" fill=\"%s\"/>\n",
+                            ax_x(&p->x, d->p[i].step), ax_y(&y, 100 * d->p[i].health[h]), color[h]);
+        it[n++] = (legend_item){'l', color[h], label[h], 1.6};
+    }
+    fputs("</g>\n", f);
+    panel_border(f, &y);
+    legend(f, y.top - 10, it, n);
+}
+
 /* The x tick labels under the lowest panel. */
 static void x_labels(plot *p, double bottom)
 {
@@ -662,12 +719,15 @@ static void draw(plot *p, const char *name)
         p->finite += isfinite(pt->loss);
         p->val += isfinite(pt->val_loss);
         p->has_scale |= isfinite(pt->scale) != 0;
+        for (int k = 0; k < PLOT_HEALTH_N; k++)
+            p->has_health |= isfinite(pt->health[k]) != 0;
     }
     p->smooth = p->finite >= 90;
     lin_axis(&p->x, p->x_lo, p->x_hi < p->x_lo + 8 ? p->x_lo + 8 : p->x_hi, 8);
     p->x.top = ML;
     p->x.h = PW;
-    double bottom = LOSS_TOP + LOSS_H + (p->has_scale ? SCALE_GAP + SCALE_H : 0);
+    double health_top = LOSS_TOP + LOSS_H + (p->has_scale ? SCALE_GAP + SCALE_H : 0) + HEALTH_GAP;
+    double bottom = health_top - HEALTH_GAP + (p->has_health ? HEALTH_GAP + HEALTH_H : 0);
     double h = bottom + FOOT;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
                "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
@@ -681,6 +741,8 @@ static void draw(plot *p, const char *name)
     loss_panel(p);
     if (p->has_scale)
         scale_panel(p);
+    if (p->has_health)
+        health_panel(p, health_top);
     x_labels(p, bottom);
     fputs("</svg>\n", f);
 }

@@ -1,7 +1,8 @@
 /*
  * plot.h - `ampc plot`: a training log (JSON Lines, see log.h) drawn as an
- * SVG with two panels over the step axis: the loss, and the grad scaler's
- * loss scale with the skipped steps marked.
+ * SVG with panels over the step axis: the loss, the grad scaler's loss
+ * scale with the skipped steps marked, and (--health-every) the f16
+ * health of the gradients.
  *
  *   plot_read.c  the log reader: a small parser for flat JSON objects
  *   plot.c       the SVG
@@ -30,6 +31,10 @@ amp_status plot_file(const char *log_path, const char *svg_path, plot_summary *s
 
 /* ------------------------------------------ between plot.c and plot_read.c */
 
+/* The f16 health keys of a log line (log.h), in the health panel's order. */
+#define PLOT_HEALTH_N 7
+extern const char *const plot_health_keys[PLOT_HEALTH_N];
+
 /* One step line of the log. NAN where the log has null or no value. */
 typedef struct {
     double step;
@@ -38,6 +43,7 @@ typedef struct {
     double val_loss;  /* NAN: none */
     bool has_loss;    /* the line has a "loss" key (null included) */
     bool skipped;
+    double health[PLOT_HEALTH_N]; /* --health-every's f16_* fractions (plot_health_keys' order); NAN: none */
 } plot_point;
 
 typedef struct {
@@ -60,6 +66,8 @@ void plot_data_free(plot_data *d);
 #define LOSS_H 300.0
 #define SCALE_GAP 50.0 /* between the panels: the second title line */
 #define SCALE_H 170.0
+#define HEALTH_GAP 50.0 /* above the f16 health panel (drawn when the log has one) */
+#define HEALTH_H 170.0
 #define FOOT 52.0 /* below the last panel: x tick labels, "step" */
 
 /* The default output for a log path: its .jsonl/.ndjson/.json/.log

@@ -161,6 +161,13 @@ static bool store(cursor *c, const char *key, vkind k, double v, plot_point *pt,
         if (!num && !null)
             return fail(c, "\"val_loss\" must be a number or null");
         pt->val_loss = v;
+    } else if (strncmp(key, "f16_", 4) == 0) {
+        for (int h = 0; h < PLOT_HEALTH_N; h++)
+            if (strcmp(key, plot_health_keys[h]) == 0) {
+                if (!num && !null)
+                    return fail(c, "an f16 health value must be a number or null");
+                pt->health[h] = v >= 0 && v <= 1 ? v : NAN; /* a fraction; anything else is not drawn */
+            }
     } else if (strcmp(key, "skipped") == 0) {
         if (k != V_TRUE && k != V_FALSE && !null)
             return fail(c, "\"skipped\" must be true or false");
@@ -174,6 +181,8 @@ static bool store(cursor *c, const char *key, vkind k, double v, plot_point *pt,
 static bool parse_line(cursor *c, plot_point *pt, bool *has_step)
 {
     *pt = (plot_point){.step = NAN, .loss = NAN, .scale = NAN, .val_loss = NAN};
+    for (int h = 0; h < PLOT_HEALTH_N; h++)
+        pt->health[h] = NAN;
     *has_step = false;
     skip_ws(c);
     if (c->s[c->i] != '{')

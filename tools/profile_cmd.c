@@ -18,10 +18,12 @@ static const char *const prec_names[MAX_PREC] = {"fp32", "bf16", "fp16"};
 
 /* Options that make no sense for a few steps that leave nothing behind. */
 static const char *const refused[] = {"save", "save-every", "stop-at", "resume", "log", "log-mode",
-                                      "dry-run", "epochs", "steps"};
+                                      "dry-run", "epochs", "steps", "health-every"};
 
 /* Options of the grad scaler: they apply to the fp16 run only. */
-static const char *const scaler_opts[] = {"no-scaler", "init-scale", "growth-interval", "max-skips"};
+static const char *const scaler_opts[] = {"no-scaler",      "init-scale", "growth-interval", "max-skips",
+                                          "growth-factor",  "backoff-factor", "hysteresis", "min-scale",
+                                          "max-scale",      "static-scale"};
 
 static void profile_usage(FILE *f)
 {

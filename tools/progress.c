@@ -59,9 +59,10 @@ void progress_step(progress *p, int64_t step, double loss, const trainer *t, int
     eta(left, sizeof left, (tn - p->t_start) / done * (double)(p->total - step));
     if ((step - p->first) % p->every == 0 || step == p->total) {
         double rate = (double)p->steps_window * (double)p->per_step / (tn - p->t_window); /* up to 1e12 x 2^52 */
-        printf("%sstep %lld/%lld loss %.4f lr %.3g%s %.0f %s/s %.1f s, eta %s\n", p->live ? "\r\033[K" : "",
+        printf("%sstep %lld/%lld loss %.4f lr %.3g%s %.0f %s/s %.1f s, eta %s\n%s", p->live ? "\r\033[K" : "",
                (long long)step, (long long)p->total, p->loss_sum / (double)p->loss_n,
-               amp_optim_get_lr(t->opt), scale, rate, p->unit, tn - p->t_start, left);
+               amp_optim_get_lr(t->opt), scale, rate, p->unit, tn - p->t_start, left, p->health);
+        p->health[0] = '\0';
         fflush(stdout);
         p->loss_sum = 0;
         p->loss_n = 0;
@@ -82,4 +83,31 @@ void progress_clear(progress *p)
         printf("\r\033[K");
         fflush(stdout);
     }
+}
+
+/* A share in percent, short: "0%", "0.012%", "45.3%". */
+static void pct(char *buf, size_t n, int64_t k, int64_t of)
+{
+    double v = of > 0 ? 100.0 * (double)k / (double)of : 0;
+    snprintf(buf, n, v == 0 ? "0%%" : v < 0.1 ? "%.2g%%" : "%.1f%%", v);
+}
+
+void progress_health(progress *p, int64_t step, double scale, const amp_f16_health *at_scale,
+                     const amp_f16_health *unscaled)
+{
+    const amp_f16_health *u = unscaled;
+    char z[16], f[16], sub[16], ov[16], sf[16], ss[16], so[16], at[160] = "";
+    pct(z, sizeof z, u->zero, u->numel);
+    pct(f, sizeof f, u->underflow, u->numel);
+    pct(sub, sizeof sub, u->subnormal, u->numel);
+    pct(ov, sizeof ov, u->overflow + u->nonfinite, u->numel);
+    if (at_scale) {
+        pct(sf, sizeof sf, at_scale->underflow, at_scale->numel);
+        pct(ss, sizeof ss, at_scale->subnormal, at_scale->numel);
+        pct(so, sizeof so, at_scale->overflow + at_scale->nonfinite, at_scale->numel);
+        snprintf(at, sizeof at, "; at scale %g: flush %s subnormal %s overflow %s", scale, sf, ss, so);
+    }
+    snprintf(p->health, sizeof p->health,
+             "  f16 health of the gradients at step %lld: zero %s; unscaled: flush %s subnormal %s overflow %s%s\n",
+             (long long)step, z, f, sub, ov, at);
 }

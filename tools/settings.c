@@ -13,7 +13,9 @@
  * refuse. "run" holds what the data decided (input shape, classes,
  * vocabulary), where the schedule stands, the ranks it ran on
  * (world_size; 0 or absent: one process) and the run's length in steps
- * (total_steps, which a resume keeps; 0 or absent: not recorded).
+ * (total_steps, which a resume keeps; 0 or absent: not recorded) and,
+ * with --hysteresis N > 1, the overflows the scaler still lets pass
+ * before it backs off (hysteresis_left, 1..N; absent otherwise).
  *
  * settings_merge is the resume rule: the checkpoint's settings, with the
  * options given on the command line on top, except that a given option
@@ -43,8 +45,18 @@ static bool applies(const opt_def *d, const train_opts *o)
         return strcmp(o->schedule, "step") == 0;
     if (strcmp(n, "min-lr") == 0)
         return strcmp(o->schedule, "cosine") == 0;
-    if (strcmp(n, "init-scale") == 0 || strcmp(n, "growth-interval") == 0 || strcmp(n, "max-skips") == 0)
-        return strcmp(o->precision, "fp16") == 0 && !o->no_scaler;
+    bool scaler = strcmp(o->precision, "fp16") == 0 && !o->no_scaler;
+    /* The grad scaler's options: with the scaler; the bounds and the fixed
+     * scale only when set (0, their "off", is outside their range). */
+    if (strcmp(n, "min-scale") == 0)
+        return scaler && o->min_scale > 0;
+    if (strcmp(n, "max-scale") == 0)
+        return scaler && o->max_scale > 0;
+    if (strcmp(n, "static-scale") == 0)
+        return scaler && o->static_scale > 0;
+    if (strcmp(n, "init-scale") == 0 || strcmp(n, "growth-interval") == 0 || strcmp(n, "max-skips") == 0 ||
+        strcmp(n, "growth-factor") == 0 || strcmp(n, "backoff-factor") == 0 || strcmp(n, "hysteresis") == 0)
+        return scaler;
     if (strcmp(n, "epochs") == 0)
         return o->epochs > 0;
     if (strcmp(n, "steps") == 0)
@@ -100,9 +112,12 @@ char *settings_to_json(const train_opts *o, const run_info *ri)
     jb_printf(&b,
               "},\"run\":{\"features\":%" PRId64 ",\"channels\":%" PRId64 ",\"height\":%" PRId64
               ",\"width\":%" PRId64 ",\"classes\":%" PRId64 ",\"vocab\":%" PRId64 ",\"sched_step\":%" PRId64
-              ",\"skipped\":%" PRId64 ",\"world_size\":%" PRId64 ",\"total_steps\":%" PRId64 "}}",
+              ",\"skipped\":%" PRId64 ",\"world_size\":%" PRId64 ",\"total_steps\":%" PRId64,
               ri->features, ri->channels, ri->height, ri->width, ri->classes, ri->vocab, ri->sched_step,
               ri->skipped, ri->world_size, ri->total_steps);
+    if (ri->hysteresis_left > 0)
+        jb_printf(&b, ",\"hysteresis_left\":%" PRId64, ri->hysteresis_left);
+    jb_puts(&b, "}}");
     if (b.oom) {
         jb_free(&b);
         return NULL;
@@ -255,6 +270,9 @@ int settings_from_json(const char *text, const char *where, train_opts *ck, run_
     /* The run's length: absent from checkpoints older than it. */
     if (rc < 0 && json_get(run, "total_steps"))
         rc = get_run_value(run, "total_steps", 0, CLI_MAX_STEPS, &ri->total_steps, where);
+    /* --hysteresis's count (absent: no hysteresis, or an older file). */
+    if (rc < 0 && json_get(run, "hysteresis_left"))
+        rc = get_run_value(run, "hysteresis_left", 1, 1000000, &ri->hysteresis_left, where);
     int64_t hw;
     if (rc < 0 && (__builtin_mul_overflow(ri->height, ri->width, &hw) || hw != ri->features)) {
         fprintf(stderr, "ampc: %s: the saved run values disagree: features %" PRId64 " is not height %" PRId64

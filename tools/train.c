@@ -78,6 +78,9 @@ typedef struct {
 typedef struct {
     double loss, lr, scale, grad_norm;
     bool skipped;
+    bool health;          /* --health-every's step: the two below are set */
+    double health_scale;  /* the scale the step used (1 without the scaler) */
+    amp_f16_health h_unscaled, h_scaled;
 } step_out;
 
 static int fail(const char *what, int64_t step)
@@ -277,6 +280,17 @@ static int train_step(run *r, int64_t step, step_out *out)
     out->scale = scaled && !r->cuda ? amp_scaler_get_scale(t->scaler) : NAN;
     if (amp_scaler_unscale(t->scaler, t->opt) != AMP_OK)
         return fail("unscale", step + 1);
+    /* --health-every: the Quick Check on the unscaled gradients, after
+     * unscale, before clipping and the step (on cuda the scale and the gradients are read: a wait, at
+     * these steps only). Rank 0 shows it; DDP's gradients are the same
+     * on every rank. */
+    out->health = o->health_every > 0 && (step + 1) % o->health_every == 0 && amp_dist_rank() == 0;
+    if (out->health) {
+        out->health_scale = scaled ? (isnan(out->scale) ? amp_scaler_get_scale(t->scaler) : out->scale) : 1.0;
+        if (amp_grad_f16_health(t->params, t->n_params, out->health_scale, &out->h_scaled, &out->h_unscaled) !=
+            AMP_OK)
+            return fail("--health-every", step + 1);
+    }
     out->grad_norm = NAN;
     const double max_norm = o->clip > 0 ? o->clip : INFINITY;
     /* ZeRO-1: each rank holds its shard of the gradients; the norm is the
@@ -354,6 +368,9 @@ static int save_run(run *r, int64_t step)
 {
     if (r->zero && amp_zero_gather_state(r->zero) != AMP_OK)
         return fail("gathering the optimizer state", step);
+    /* --hysteresis: where the count stands, for the resumed run (a read
+     * of the scaler's state; on cuda a wait, as the save itself). */
+    r->ri->hysteresis_left = r->o->hysteresis > 1 ? amp_scaler_get_hysteresis_left(r->t->scaler) : 0;
     int rc = amp_dist_rank() == 0 ? checkpoint_save_run(r->o->save, r->t, r->o, r->ri, step) : -1;
     if (r->zero && amp_zero_shard_state(r->zero) != AMP_OK && rc < 0)
         rc = fail("sharding the optimizer state", step);
@@ -433,7 +450,9 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
                               .skipped = s.skipped,
                               .grad_norm = s.grad_norm,
                               .step_ms = ms,
-                              .world_size = r->world};
+                              .world_size = r->world,
+                              .health = s.health ? &s.h_unscaled : NULL,
+                              .health_scaled = s.health && amp_scaler_is_enabled(r->t->scaler) ? &s.h_scaled : NULL};
             double rate = (double)per_step / (ms / 1e3);
             *(r->rd->gpt ? &rec.tokens_per_s : &rec.samples_per_s) = rate;
             if (log_step(lf, &rec) != AMP_OK) {
@@ -448,6 +467,9 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
             pg.loss_n += n - 1;
             pg.steps_window += n - 1;
         }
+        if (s.health)
+            progress_health(&pg, step + 1, s.health_scale, amp_scaler_is_enabled(r->t->scaler) ? &s.h_scaled : NULL,
+                            &s.h_unscaled);
         if (report)
             progress_step(&pg, step + 1, s.loss / (double)n, r->t, r->ri->skipped);
         if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < stop) {
@@ -474,6 +496,25 @@ static void print_config(const run *r, int64_t total)
     printf("model %s (%lld parameters), precision %s%s%s\n", model_describe(o, r->ri, desc, sizeof desc),
            (long long)r->t->n_weights, o->precision,
            amp_scaler_is_enabled(r->t->scaler) ? " with the grad scaler" : "", r->cuda ? ", on cuda" : "");
+    /* The grad scaler's knobs, when any is not PyTorch's default. */
+    const amp_scaler_opts so = scaler_opts_of(o), def = amp_scaler_defaults();
+    const bool scaled = amp_scaler_is_enabled(r->t->scaler);
+    if (scaled && o->static_scale > 0)
+        printf("grad scaler: a fixed scale %g (never grows or backs off; steps with inf/NaN gradients are skipped)\n",
+               so.init_scale);
+    else if (scaled && (so.init_scale != def.init_scale || so.growth_factor != def.growth_factor ||
+             so.backoff_factor != def.backoff_factor || so.growth_interval != def.growth_interval ||
+             so.hysteresis > 1 || so.min_scale > 0 || so.max_scale > 0)) {
+        printf("grad scaler: init scale %g, x%g after %lld clean steps, x%g at an overflow", so.init_scale,
+               so.growth_factor, (long long)so.growth_interval, so.backoff_factor);
+        if (so.hysteresis > 1)
+            printf(", hysteresis %d", so.hysteresis);
+        if (so.min_scale > 0)
+            printf(", at least %g", so.min_scale);
+        if (so.max_scale > 0)
+            printf(", at most %g", so.max_scale);
+        printf("\n");
+    }
     if (strcmp(o->param_dtype, "fp32") != 0 || strcmp(o->optim_state, "fp32") != 0)
         printf("memory levers: parameters %s%s, optimizer state %s\n", o->param_dtype,
                strcmp(o->param_dtype, "fp32") != 0 ? " (fp32 masters in the optimizer)" : "", o->optim_state);
@@ -586,6 +627,55 @@ static int dist_wrap(run *r)
     return -1;
 }
 
+/* A resumed run's scaler: the checkpoint holds its state (scale, growth
+ * and backoff factors, growth interval and tracker), which the load put
+ * in place; options given on this command line win, as for the other
+ * settings: a factor or interval replaces the saved one (the tracker is
+ * kept when below the new interval, else the scale grows at the next
+ * clean step), --init-scale or --static-scale restarts the scale there,
+ * and a saved scale outside --min-scale / --max-scale is clamped to them.
+ * --hysteresis's count continues from the saved one (run_info). -1 or 1. */
+static int scaler_resume(trainer *t, const train_opts *o, const run_info *saved, const char *where)
+{
+    const opt_def *tab = opts_table();
+#define GIVEN(n) (o->given[opts_find(n) - tab])
+    amp_scaler_state st = amp_scaler_state_get(t->scaler);
+    const amp_scaler_opts so = scaler_opts_of(o);
+    const double was = st.scale;
+    if (GIVEN("growth-factor"))
+        st.growth_factor = so.growth_factor;
+    if (GIVEN("backoff-factor"))
+        st.backoff_factor = so.backoff_factor;
+    if (GIVEN("growth-interval"))
+        st.growth_interval = so.growth_interval;
+    if (st.growth_tracker >= st.growth_interval)
+        st.growth_tracker = st.growth_interval - 1;
+    if (GIVEN("init-scale") || o->static_scale > 0)
+        st.scale = so.init_scale;
+    if (so.min_scale > 0 && st.scale < so.min_scale)
+        st.scale = so.min_scale;
+    if (so.max_scale > 0 && st.scale > so.max_scale)
+        st.scale = so.max_scale;
+#undef GIVEN
+    if (amp_scaler_state_load(t->scaler, st) != AMP_OK) {
+        fprintf(stderr, "ampc: %s: the grad scaler's state with this command line's options: %s\n", where,
+                amp_last_error());
+        return 1;
+    }
+    /* --hysteresis: the saved count, at most this run's N (a count of
+     * a run without hysteresis, or one restarted, starts full). */
+    if (o->hysteresis > 1 && saved->hysteresis_left > 0 && st.scale == was &&
+        amp_scaler_set_hysteresis_left(t->scaler, (int)(saved->hysteresis_left < o->hysteresis ? saved->hysteresis_left
+                                                                                                  : o->hysteresis)) !=
+            AMP_OK) {
+        fprintf(stderr, "ampc: %s: the grad scaler's hysteresis: %s\n", where, amp_last_error());
+        return 1;
+    }
+    if (st.scale != was)
+        printf("grad scaler: the saved scale %g is now %g (this command line's options)\n", was, st.scale);
+    return -1;
+}
+
 static int train_run(const train_opts *o, const train_opts *ck, const run_info *saved)
 {
     double t0 = now_s();
@@ -649,6 +739,8 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
          * run has one (a precision changed on resume starts afresh). */
         bool had = strcmp(ck->precision, "fp16") == 0 && !ck->no_scaler;
         rc = checkpoint_load_run(o->resume, &t, true, had && amp_scaler_is_enabled(t.scaler), &first);
+        if (rc < 0 && had && amp_scaler_is_enabled(t.scaler))
+            rc = scaler_resume(&t, o, saved, where);
         ri.sched_step = saved->sched_step;
         ri.skipped = saved->skipped;
         /* Each step is taken or skipped: the counts add up to the step (and

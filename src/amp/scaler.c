@@ -24,7 +24,8 @@
  * Across ranks (data parallelism): unscale's found_inf is reduced with
  * MAX over the ranks before the step decision (run_unscale).
  *
- * This file keeps the host's logic: stages, messages, getters.
+ * This file keeps the host's logic: stages, messages, getters; the f16
+ * health diagnostics are in health.c.
  */
 #include "amp/amp.h"
 #include "backend/backend.h"
@@ -526,6 +527,32 @@ void amp_scaler_set_growth_interval(amp_scaler *s, int64_t n)
 }
 bool amp_scaler_is_enabled(const amp_scaler *s) { return s && s->o.enabled; }
 
+int amp_scaler_get_hysteresis_left(const amp_scaler *s)
+{
+    be_scaler_state st;
+    if (!s || !s->o.enabled || pull(s, &st) != AMP_OK)
+        return 0;
+    return st.hysteresis_left;
+}
+
+amp_status amp_scaler_set_hysteresis_left(amp_scaler *s, int left)
+{
+    if (!s)
+        return amp_set_error(AMP_ERR_ARG, "scaler_set_hysteresis_left: NULL scaler");
+    if (!s->o.enabled)
+        return AMP_OK;
+    int most = s->o.hysteresis > 1 ? s->o.hysteresis : 1;
+    if (left < 1 || left > most)
+        return amp_set_error(AMP_ERR_ARG, "scaler_set_hysteresis_left: %d is outside 1..%d (the hysteresis)", left,
+                             most);
+    be_scaler_state st;
+    amp_status rc = pull(s, &st);
+    if (rc != AMP_OK)
+        return rc;
+    st.hysteresis_left = left;
+    return push(s, &st);
+}
+
 amp_scaler_state amp_scaler_state_get(const amp_scaler *s)
 {
     amp_scaler_state st = {0};
@@ -612,36 +639,4 @@ int amp_scaler_history(const amp_scaler *s, amp_scale_change *out, int max)
         out[k] = (amp_scale_change){st.hist_update[j], st.hist_old[j], st.hist_new[j]};
     }
     return n;
-}
-
-amp_status amp_scaler_f16_health(const amp_scaler *s, const amp_tensor *param, int64_t *underflow,
-                                 int64_t *overflow)
-{
-    if (!s || !param || !underflow || !overflow)
-        return amp_set_error(AMP_ERR_ARG, "scaler_f16_health: NULL argument");
-    *underflow = *overflow = 0;
-    const amp_tensor *g = param->grad;
-    if (!g || g->numel == 0)
-        return AMP_OK;
-    /* A diagnostic: the gradient copied to the host (on a GPU, a wait). */
-    const amp_backend *be = backend_of(tensor_device(g));
-    size_t nbytes = (size_t)g->numel * amp_dtype_size(g->dtype);
-    void *host = amp_alloc(nbytes);
-    if (!host)
-        return amp_set_error(AMP_ERR_MEMORY, "scaler_f16_health: out of memory");
-    amp_status rc = be->copy(host, AMP_CPU, tensor_ptr(g), tensor_device(g), nbytes);
-    if (rc != AMP_OK) {
-        amp_free(host);
-        return rc;
-    }
-    double scale = amp_scaler_get_scale(s);
-    for (int64_t i = 0; i < g->numel; i++) {
-        double v = fabs((double)load_f32(host, g->dtype, (size_t)i) * scale);
-        if (v != 0 && v <= 0x1p-25)
-            (*underflow)++;
-        else if (v >= 65520.0)
-            (*overflow)++;
-    }
-    amp_free(host);
-    return AMP_OK;
 }
