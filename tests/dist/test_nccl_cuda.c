@@ -25,6 +25,9 @@
  *   - ZeRO-1 on cuda (SGD with momentum, AdamW) bitwise equal to the
  *     unsharded run that averages every gradient through NCCL (2 ranks:
  *     both sums are a + b, the division the same), every rank the same.
+ * With --stall (CTest's dist_test_nccl_cuda_stall): rank 1 never joins an
+ * all-reduce, and rank 0 must end the job past its 0.5 s timeout, saying
+ * "ampc: rank 0: NCCL: an all-reduce (ncclAllReduce): timed out".
  * Without CUDA or NCCL in the build (or no device) both ranks exit 77:
  * skipped.
  */
@@ -39,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int rank, world;
 
@@ -522,8 +526,28 @@ static void run_zero(int kind)
 static void test_zero_sgd_bitwise(void) { run_zero(SGD); }
 static void test_zero_adamw_bitwise(void) { run_zero(ADAMW); }
 
+/* --stall (CTest's dist_test_nccl_cuda_stall): rank 1 never joins rank
+ * 0's all-reduce; rank 0's wait for it (comm_nccl.c polling the
+ * non-blocking communicator) must end the job past the timeout, naming
+ * the operation, rather than hang. Not reached on rank 0: the job ends. */
+static int stall(void)
+{
+    amp_dist_set_timeout(0.5);
+    amp_tensor *t = on_cuda(amp_ones(AMP_SHAPE(64), AMP_F32));
+    CHECK_OK(amp_dist_all_reduce(t, AMP_REDUCE_SUM)); /* together: the communicator is made */
+    CHECK_OK(amp_dist_barrier());
+    if (rank == 1) {
+        sleep(60); /* ended by the launcher when rank 0 aborts */
+        return 1;
+    }
+    amp_dist_all_reduce(t, AMP_REDUCE_SUM);
+    fprintf(stderr, "test_nccl_cuda --stall: the all-reduce returned without rank 1\n");
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
+    const bool stall_mode = argc > 1 && strcmp(argv[1], "--stall") == 0;
     if (amp_dist_init(&argc, &argv) != AMP_OK) {
         fprintf(stderr, "amp_dist_init: %s\n", amp_last_error());
         return 1;
@@ -542,6 +566,8 @@ int main(int argc, char **argv)
         amp_dist_finalize();
         return 1;
     }
+    if (stall_mode)
+        return stall();
     RUN(test_all_reduce);
     RUN(test_gather_scatter_broadcast);
     RUN(test_ddp_follows_the_cpu);
