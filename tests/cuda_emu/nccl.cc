@@ -52,7 +52,10 @@
  *
  * Checked, as NCCL would refuse or a GPU would fault: an unknown type or
  * operation; a communicator that is not live, or still being made, or
- * with a call still in progress; a config not made by
+ * with a call that answered ncclInProgress and has not been polled to
+ * ncclSuccess yet (NCCL's rule for non-blocking communicators, kept
+ * strictly: the call is refused even where MPI has finished its part); a
+ * config not made by
  * NCCL_CONFIG_INITIALIZER; a stream that is not one; buffers outside
  * device memory or shorter than the call's extent (a misuse); buffers that
  * overlap other than in NCCL's in-place form (all-reduce and broadcast:
@@ -105,6 +108,7 @@ enum class kind { all_reduce, all_gather, reduce_scatter, broadcast };
 struct ncclComm {
     bool blocking;
     int polls_left; /* ncclInProgress answers left before the state settles (one rank; stuck) */
+    bool unpolled;  /* a call answered ncclInProgress, and no poll has answered ncclSuccess since */
     int nranks, rank;
     ncclResult_t async; /* sticky: what went wrong after a call returned */
     char last[256];
@@ -495,12 +499,15 @@ extern "C" ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncc
         return ncclSuccess;
 #endif
     c->polls_left = never ? INT_MAX : nranks == 1 ? 1 : 0;
+    c->unpolled = true;
     return ncclInProgress;
 }
 
 /* Whether the communicator has something in progress (under mu). */
 static bool busy(ncclComm *c)
 {
+    if (c->unpolled)
+        return true;
 #ifdef CUDAEMU_NCCL_MPI
     if (c->st != stage::none)
         return true;
@@ -523,7 +530,9 @@ extern "C" ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *sta
         c->polls_left--;
         *state = ncclInProgress;
     } else {
+        c->unpolled = false;
         *state = busy(c) ? ncclInProgress : ncclSuccess;
+        c->unpolled = *state == ncclInProgress;
     }
     return ncclSuccess;
 }
@@ -540,6 +549,7 @@ extern "C" ncclResult_t ncclCommFinalize(ncclComm_t comm)
     if (c->blocking)
         return ncclSuccess;
     c->polls_left = 1;
+    c->unpolled = true;
     return ncclInProgress;
 }
 
@@ -623,12 +633,9 @@ static ncclResult_t collective(const coll_args &a)
         return fail(nullptr, ncclInvalidArgument, "%s: no such communicator", a.what);
     if (c->async != ncclSuccess)
         return fail(c, c->async, "%s: the communicator failed before (%s)", a.what, ncclGetErrorString(c->async));
-#ifdef CUDAEMU_NCCL_MPI
-    progress(c);
-#endif
-    if (busy(c))
-        return fail(c, ncclInvalidUsage, "%s: the communicator is still being made, or a call on it is still in "
-                    "progress (poll ncclCommGetAsyncError until ncclSuccess first)", a.what);
+    if (busy(c)) /* NCCL's rule for a non-blocking communicator, kept strictly */
+        return fail(c, ncclInvalidUsage, "%s: the communicator is still being made, or a call on it answered "
+                    "ncclInProgress (poll ncclCommGetAsyncError until ncclSuccess first)", a.what);
     const size_t es = type_size(a.type);
     if (!es)
         return fail(c, ncclInvalidArgument, "%s: unknown data type %d", a.what, (int)a.type);
@@ -713,6 +720,7 @@ static ncclResult_t collective(const coll_args &a)
     c->st = stage::coll;
     if (c->blocking)
         return settle_blocking(c);
+    c->unpolled = true;
     return ncclInProgress;
 #endif
 }
