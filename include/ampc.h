@@ -867,10 +867,17 @@ AMP_API void amp_zero_free(amp_zero *z);
  * amp_zero_shard_state), as is amp_zero_clip_grad_norm. */
 AMP_API amp_status amp_zero_reduce_gradients(amp_zero *z);
 /* The global norm of the reduced gradients (every rank gets the same),
- * clipped to max_norm as amp_clip_grad_norm does. On CUDA it waits for the
- * GPU (the rank's partial norm is copied to the host and the ranks' are
- * all-gathered over MPI); the clipping itself stays on the device. */
+ * clipped to max_norm as amp_clip_grad_norm does: each rank's sum of
+ * squares over its shard, all-gathered (on CUDA in device memory through
+ * NCCL) and added in the same order on every rank. It is sqrt of that
+ * sum, so it may differ from the unsharded norm in the last bits (the
+ * squares are added in another grouping). Returning the double waits for
+ * the GPU on CUDA; amp_zero_clip_grad_norm_tensor does not (the norm in a
+ * new 0-d f32 tensor on the parameters' device, as
+ * amp_clip_grad_norm_tensor; NULL on error). With one rank both are the
+ * plain clipping. */
 AMP_API double amp_zero_clip_grad_norm(amp_zero *z, double max_norm);
+AMP_API amp_tensor *amp_zero_clip_grad_norm_tensor(amp_zero *z, double max_norm);
 /* After the optimizer step (amp_optim_step or amp_scaler_step, which
  * update this rank's shard): every rank gets every shard's new values. */
 AMP_API amp_status amp_zero_gather_parameters(amp_zero *z);

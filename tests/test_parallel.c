@@ -4,8 +4,9 @@
  * nested calls inline, thread counts changed between calls (1, 2, 7 on any
  * number of cores), two user threads calling at once, many tiny regions,
  * a fork, and reductions (a fixed split of the test's own, and the
- * kernels converted to the pool: clip_grad_norm, softmax, cross_entropy,
- * dropout, pooling) the same bits on 1, 2 and 7 threads.
+ * kernels converted to the pool: clip_grad_norm's grad_sumsq and
+ * clip_by_sumsq, softmax, cross_entropy, dropout, pooling) the same bits on
+ * 1, 2 and 7 threads.
  *
  * Checks inside the ranges run on pool workers, so they count failures in
  * atomics that the calling thread then checks.
@@ -268,8 +269,9 @@ static void kernels_on(int threads, const float *x, void *out[6], int64_t n)
     float *g = malloc((size_t)n * sizeof *g);
     memcpy(g, x, (size_t)n * sizeof *g);
     be_buf b = {g, n, AMP_F32};
-    double *total = malloc(sizeof *total);
-    CHECK_OK(cpu_clip_grad_norm(&b, 1, 1.0, total));
+    double *total = malloc(sizeof *total), ss;
+    CHECK_OK(cpu_grad_sumsq(&b, 1, &ss));
+    CHECK_OK(cpu_clip_by_sumsq(&b, 1, &ss, 1, 1.0, total, NULL));
     out[0] = total;
     out[1] = g;
     /* softmax over rows of 1000, and along a middle dim */

@@ -36,7 +36,8 @@
  * default) each step also reads whether the scaler skipped it: the lr
  * schedule counts only steps taken, so the next step's lr depends on it.
  * The grad norm is measured (and clipped, --clip) on the device by
- * amp_clip_grad_norm_tensor, which leaves it there in a 0-d tensor: with
+ * amp_clip_grad_norm_tensor (amp_zero_clip_grad_norm_tensor with --zero
+ * 1, its all-gather through NCCL), which leaves it there in a 0-d tensor: with
  * --clip and no --log nothing reads it, so clipping adds no wait; only
  * --log's records show it, and they read it beside the step's loss, after
  * the step is queued. Without --clip or --log it is not measured on cuda.
@@ -278,11 +279,11 @@ static int train_step(run *r, int64_t step, step_out *out)
         return fail("unscale", step + 1);
     out->grad_norm = NAN;
     const double max_norm = o->clip > 0 ? o->clip : INFINITY;
-    if (!r->cuda || r->zero) {
+    /* ZeRO-1: each rank holds its shard of the gradients; the norm is the
+     * global one (amp_zero_clip_grad_norm*). */
+    if (!r->cuda) {
         amp_clear_error(); /* a NaN norm is a value (inf / NaN gradients), unless an error says otherwise */
         amp_phase_begin(AMP_PHASE_UNSCALE); /* the check's and clipping's phase */
-        /* ZeRO-1: each rank holds its shard of the gradients; the norm is
-         * the global one. */
         out->grad_norm = r->zero ? amp_zero_clip_grad_norm(r->zero, max_norm)
                                  : amp_clip_grad_norm(t->params, t->n_params, max_norm);
         amp_phase_end(AMP_PHASE_UNSCALE);
@@ -290,7 +291,8 @@ static int train_step(run *r, int64_t step, step_out *out)
             return fail("clip_grad_norm", step + 1);
     } else if (o->clip > 0 || r->read_each) { /* left on the device: the log's record reads it */
         amp_phase_begin(AMP_PHASE_UNSCALE);
-        amp_tensor *norm = amp_clip_grad_norm_tensor(t->params, t->n_params, max_norm);
+        amp_tensor *norm = r->zero ? amp_zero_clip_grad_norm_tensor(r->zero, max_norm)
+                                   : amp_clip_grad_norm_tensor(t->params, t->n_params, max_norm);
         amp_phase_end(AMP_PHASE_UNSCALE);
         if (!norm)
             return fail("clip_grad_norm", step + 1);

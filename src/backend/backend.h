@@ -161,7 +161,7 @@ typedef struct {
 } be_scaler_opts;
 
 /* One tensor's data in the backend's memory, as the multi-tensor
- * primitives (unscale, clip_grad_norm) take a list of them. */
+ * primitives (unscale, grad_sumsq, clip_by_sumsq) take a list of them. */
 typedef struct {
     void *p;
     int64_t n;
@@ -395,14 +395,23 @@ typedef struct amp_backend {
     /* After an optimizer step guarded by st->found_inf[rec]: st->steps++,
      * or st->skipped++ when the flag is set. */
     amp_status (*scaler_count)(be_scaler_state *st, int rec);
-    /* clip_grad_norm_ (norm 2) over g[0..n) (f32, f16, bf16): total =
-     * sqrt(sum of squares, in double), coef = max_norm / (total + 1e-6),
-     * and unless coef >= 1 every element *= (float)coef in f32, rounded
-     * once into its dtype (a NaN or inf total gives a NaN or 0 factor, as
-     * PyTorch). *total, in the backend's memory, gets the double; the _f32
-     * form gets (float) of it (a 0-d f32 tensor's data). */
-    amp_status (*clip_grad_norm)(const be_buf *g, int n, double max_norm, double *total);
-    amp_status (*clip_grad_norm_f32)(const be_buf *g, int n, double max_norm, float *total);
+    /* clip_grad_norm_ (norm 2) in two halves, so that sums of squares
+     * can be combined between them (over ZeRO-1's ranks, each holding a
+     * shard of the gradients; src/optim/clip.c, src/dist/zero.c).
+     * grad_sumsq: *sumsq (the backend's memory) = the sum of the squares
+     * of every element of g[0..n) (f32, f16, bf16), in double, in an order
+     * fixed by the buffers alone (the same bits on any thread count).
+     * clip_by_sumsq: total = sqrt(parts[0] + ... + parts[k-1]) (k >= 1
+     * doubles in the backend's memory, summed in an order fixed by k), coef
+     * = max_norm / (total + 1e-6), and unless coef >= 1 every element of
+     * g[0..n) *= (float)coef in f32, rounded once into its dtype (a NaN or
+     * inf total gives a NaN or 0 factor, as PyTorch). The total goes to
+     * *total (a double) and to *total_f32 ((float) of it: a 0-d f32
+     * tensor's data), each in the backend's memory, when not NULL. With
+     * k = 1 and parts = grad_sumsq's, this is clip_grad_norm_ itself. */
+    amp_status (*grad_sumsq)(const be_buf *g, int n, double *sumsq);
+    amp_status (*clip_by_sumsq)(const be_buf *g, int n, const double *parts, int k, double max_norm, double *total,
+                                float *total_f32);
 
     /* ---- optim ----------------------------------------------------- */
     /* One update of every parameter in p[0..n) (torch.optim's

@@ -33,7 +33,6 @@
 #include "optim/optim.h"
 #include "tensor/tensor.h"
 
-#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -311,74 +310,96 @@ amp_status amp_zero_reduce_gradients(amp_zero *z)
     return st;
 }
 
-/* On CUDA: one host wait per call (the partial norm's copy to the host,
- * which waits for the stream), the ranks' norms all-gathered over MPI as
- * host doubles; the factor is applied on the device. Keeping it all on the
- * device (issue 15) would need a device all-gather of the partial norms and
- * a backend op combining them in rank order: not done. */
-double amp_zero_clip_grad_norm(amp_zero *z, double max_norm)
+/* Both entry points (fn names the caller): this rank's shard's sum of
+ * squares (the backend's grad_sumsq), the W sums all-gathered in the
+ * backend's memory (on CUDA through NCCL: no host wait), then the
+ * backend's clip_by_sumsq over this rank's shard with the W parts, summed
+ * in the same order on every rank, so every rank gets the same total and
+ * factor. The total goes to *host (read back: on a GPU, the wait) or into
+ * *out, a new 0-d f32 tensor on the parameters' device. */
+static amp_status zero_clip(amp_zero *z, double max_norm, const char *fn, double *host, amp_tensor **out)
 {
-    if (!z) {
-        amp_set_error(AMP_ERR_ARG, "zero_clip_grad_norm: NULL");
-        return NAN;
-    }
-    if (!(max_norm >= 0)) {
-        amp_set_error(AMP_ERR_ARG, "zero_clip_grad_norm: max_norm %g must be >= 0", max_norm);
-        return NAN;
-    }
     amp_optim *o = z->o;
-    if (z->world == 1) /* one shard: the plain clipping */
-        return amp_clip_grad_norm(o->params, o->n, max_norm);
-    if (z->state != SHARDED) {
-        amp_set_error(AMP_ERR_STATE, "zero_clip_grad_norm: the optimizer state is not sharded (after "
-                      "amp_zero_gather_state, or an amp_zero_shard_state that failed): call amp_zero_shard_state "
-                      "first");
-        return NAN;
-    }
-    amp_phase_begin(AMP_PHASE_UNSCALE);
     const amp_backend *be = be_of(z);
+    if (!be->grad_sumsq || !be->clip_by_sumsq)
+        return backend_missing(be, fn, !be->grad_sumsq ? "grad_sumsq" : "clip_by_sumsq");
     be_buf *bufs = calloc((size_t)o->n, sizeof *bufs);
-    double *dev_total = be->alloc(sizeof(double));
-    amp_status st = bufs && dev_total ? AMP_OK : amp_set_error(AMP_ERR_MEMORY, "zero: out of memory");
+    /* [0, W): the ranks' sums; W: this rank's; W + 1: the total */
+    double *sums = be->alloc((size_t)(z->world + 2) * sizeof *sums);
+    amp_tensor *t = host ? NULL : tensor_new_on(AMP_SHAPE(), AMP_F32, z->dev);
+    amp_status st = !bufs || !sums ? amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", fn)
+                    : !host && !t  ? amp_last_status()
+                                   : AMP_OK;
     int k = 0;
     for (int i = 0; i < o->n && st == AMP_OK; i++) {
         amp_tensor *g = o->params[i]->grad;
         if (g && z->hi[i] > z->lo[i])
             bufs[k++] = (be_buf){at(tensor_ptr(g), g->dtype, z->lo[i]), z->hi[i] - z->lo[i], g->dtype};
     }
-    /* this rank's norm: the backend's clipping with a max_norm that never
-     * clips a finite norm (an infinite one gives a factor 0, as PyTorch's
-     * for the global norm it makes infinite too) */
-    double local = 0;
-    if (st == AMP_OK && k > 0) {
-        if (!be->clip_grad_norm)
-            st = backend_missing(be, "zero_clip_grad_norm", "clip_grad_norm");
-        else if ((st = be->clip_grad_norm(bufs, k, DBL_MAX, dev_total)) == AMP_OK)
-            st = be->copy(&local, AMP_CPU, dev_total, z->dev, sizeof local);
-    }
-    /* every rank's, as bits; summed in rank order, so every rank gets the
-     * same total */
-    double *all = calloc((size_t)z->world, sizeof *all);
-    if (st == AMP_OK && !all)
-        st = amp_set_error(AMP_ERR_MEMORY, "zero: out of memory");
+    if (st == AMP_OK)
+        st = be->grad_sumsq(bufs, k, &sums[z->world]);
+    /* the peers wait in the all-gather: a failure here ends the job */
     ready_or_abort(st, "this rank's gradient norm");
-    st = comm_allgather(&local, all, 1, AMP_I64, AMP_CPU, NULL);
-    double total = NAN;
-    if (st == AMP_OK) {
-        double ss = 0;
-        for (int r = 0; r < z->world; r++)
-            ss += all[r] * all[r];
-        total = sqrt(ss);
-        const double coef = max_norm / (total + 1e-6);
-        if (!(coef >= 1.0)) /* clamp(max=1), as amp_clip_grad_norm */
-            st = scale_bufs(z, bufs, k, (float)coef, false);
-    }
-    free(all);
+    st = comm_allgather(&sums[z->world], sums, 1, AMP_I64, z->dev, NULL); /* doubles, as bits */
+    if (st == AMP_OK)
+        st = be->clip_by_sumsq(bufs, k, sums, z->world, max_norm, host ? &sums[z->world + 1] : NULL,
+                               host ? NULL : tensor_f32(t));
+    if (st == AMP_OK && host) /* on a GPU, the synchronisation point */
+        st = be->copy(host, AMP_CPU, &sums[z->world + 1], z->dev, sizeof *host);
+    if (st == AMP_OK && out)
+        *out = t;
+    else
+        amp_tensor_free(t);
+    if (sums)
+        be->free(sums);
     free(bufs);
-    if (dev_total)
-        be->free(dev_total);
+    return st;
+}
+
+/* The checks both entry points make; *done when a world of one rank was
+ * handled by the plain clipping. */
+static bool zero_clip_ok(const amp_zero *z, double max_norm, const char *fn)
+{
+    if (!z) {
+        amp_set_error(AMP_ERR_ARG, "%s: NULL", fn);
+        return false;
+    }
+    if (!(max_norm >= 0)) {
+        amp_set_error(AMP_ERR_ARG, "%s: max_norm %g must be >= 0", fn, max_norm);
+        return false;
+    }
+    if (z->world > 1 && z->state != SHARDED) {
+        amp_set_error(AMP_ERR_STATE, "%s: the optimizer state is not sharded (after amp_zero_gather_state, or an "
+                      "amp_zero_shard_state that failed): call amp_zero_shard_state first", fn);
+        return false;
+    }
+    return true;
+}
+
+double amp_zero_clip_grad_norm(amp_zero *z, double max_norm)
+{
+    if (!zero_clip_ok(z, max_norm, "zero_clip_grad_norm"))
+        return NAN;
+    if (z->world == 1) /* one shard: the plain clipping */
+        return amp_clip_grad_norm(z->o->params, z->o->n, max_norm);
+    double total = NAN;
+    amp_phase_begin(AMP_PHASE_UNSCALE);
+    amp_status st = zero_clip(z, max_norm, "zero_clip_grad_norm", &total, NULL);
     amp_phase_end(AMP_PHASE_UNSCALE);
     return st == AMP_OK ? total : NAN;
+}
+
+amp_tensor *amp_zero_clip_grad_norm_tensor(amp_zero *z, double max_norm)
+{
+    if (!zero_clip_ok(z, max_norm, "zero_clip_grad_norm_tensor"))
+        return NULL;
+    if (z->world == 1)
+        return amp_clip_grad_norm_tensor(z->o->params, z->o->n, max_norm);
+    amp_tensor *total = NULL;
+    amp_phase_begin(AMP_PHASE_UNSCALE);
+    amp_status st = zero_clip(z, max_norm, "zero_clip_grad_norm_tensor", NULL, &total);
+    amp_phase_end(AMP_PHASE_UNSCALE);
+    return st == AMP_OK ? total : NULL;
 }
 
 /* ----------------------------------------------------------- parameters */

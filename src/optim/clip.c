@@ -16,9 +16,11 @@
  * clip() below, which only delivers the total differently: as the double
  * itself, or rounded once to f32 into the tensor.
  *
- * The clipping is the gradients' backend's clip_grad_norm primitive (the
- * sum, the factor and the multiply all run there, in the same arithmetic
- * on every backend); the total lands in the backend's memory. The only
+ * The clipping is the gradients' backend's two clipping primitives,
+ * grad_sumsq then clip_by_sumsq with that one sum (the sum, the factor and
+ * the multiply all run there, in the same arithmetic on every backend;
+ * ZeRO-1 puts its all-gather of the ranks' sums between them); the total
+ * lands in the backend's memory. The only
  * wait for a GPU is reading it back, which the double amp_clip_grad_norm
  * returns needs and the tensor does not. All gradients must be on one
  * device.
@@ -46,35 +48,32 @@ static amp_status clip_on(amp_device dev, amp_tensor *const *params, int n, doub
                           double *host, amp_tensor **out)
 {
     const amp_backend *be = backend_of(dev);
-    if (host ? !be->clip_grad_norm : !be->clip_grad_norm_f32)
-        return backend_missing(be, fn, host ? "clip_grad_norm" : "clip_grad_norm_f32");
+    if (!be->grad_sumsq || !be->clip_by_sumsq)
+        return backend_missing(be, fn, !be->grad_sumsq ? "grad_sumsq" : "clip_by_sumsq");
     be_buf *bufs = calloc((size_t)(n > 0 ? n : 1), sizeof *bufs);
-    if (!bufs)
-        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", fn);
+    /* the sum of squares and the total, in the backend's memory */
+    double *sums = be->alloc(2 * sizeof *sums);
+    /* made before anything changes: without memory, nothing is clipped */
+    amp_tensor *t = host ? NULL : tensor_new_on(AMP_SHAPE(), AMP_F32, dev);
+    amp_status st = !bufs || !sums ? amp_set_error(AMP_ERR_MEMORY, "%s: out of %s memory", fn, be->name)
+                    : !host && !t  ? amp_last_status()
+                                   : AMP_OK;
     int k = 0;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n && st == AMP_OK; i++)
         if (params[i]->grad)
             bufs[k++] = (be_buf){tensor_ptr(params[i]->grad), params[i]->grad->numel, params[i]->grad->dtype};
-    amp_status st;
-    if (host) {
-        double *total = be->alloc(sizeof *total); /* the total, in the backend's memory */
-        if (!total) {
-            free(bufs);
-            return amp_set_error(AMP_ERR_MEMORY, "%s: out of %s memory", fn, be->name);
-        }
-        st = be->clip_grad_norm(bufs, k, max_norm, total);
-        if (st == AMP_OK) /* on a GPU, the synchronisation point: the host needs the value */
-            st = be->copy(host, AMP_CPU, total, dev, sizeof *host);
-        be->free(total);
-    } else {
-        /* made before anything changes: without memory, nothing is clipped */
-        amp_tensor *t = tensor_new_on(AMP_SHAPE(), AMP_F32, dev);
-        st = t ? be->clip_grad_norm_f32(bufs, k, max_norm, tensor_f32(t)) : amp_last_status();
-        if (st == AMP_OK)
-            *out = t;
-        else
-            amp_tensor_free(t);
-    }
+    if (st == AMP_OK)
+        st = be->grad_sumsq(bufs, k, &sums[0]);
+    if (st == AMP_OK)
+        st = be->clip_by_sumsq(bufs, k, &sums[0], 1, max_norm, host ? &sums[1] : NULL, host ? NULL : tensor_f32(t));
+    if (st == AMP_OK && host) /* on a GPU, the synchronisation point: the host needs the value */
+        st = be->copy(host, AMP_CPU, &sums[1], dev, sizeof *host);
+    if (st == AMP_OK && out)
+        *out = t;
+    else
+        amp_tensor_free(t);
+    if (sums)
+        be->free(sums);
     free(bufs);
     return st == AMP_OK ? AMP_OK : prefixed(st, fn);
 }

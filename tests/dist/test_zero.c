@@ -106,15 +106,30 @@ static double ref_step(net *a, int t, double max_norm)
     return norm;
 }
 
-static double zero_step(net *a, amp_zero *z, int t, double max_norm)
+/* ZeRO's step; with as_tensor the norm comes from
+ * amp_zero_clip_grad_norm_tensor (widened from its f32). */
+static double zero_step_as(net *a, amp_zero *z, int t, double max_norm, bool as_tensor)
 {
     amp_optim_zero_grad(a->o);
     fwd_bwd(a, t, rank, NULL);
     CHECK_OK(amp_zero_reduce_gradients(z));
-    double norm = max_norm > 0 ? amp_zero_clip_grad_norm(z, max_norm) : 0;
+    double norm = 0;
+    if (max_norm > 0 && as_tensor) {
+        amp_tensor *n = amp_zero_clip_grad_norm_tensor(z, max_norm);
+        CHECK(n && n->numel == 1 && n->dtype == AMP_F32);
+        norm = n ? ((const float *)amp_tensor_data(n))[0] : NAN;
+        amp_tensor_free(n);
+    } else if (max_norm > 0) {
+        norm = amp_zero_clip_grad_norm(z, max_norm);
+    }
     CHECK_OK(amp_optim_step(a->o));
     CHECK_OK(amp_zero_gather_parameters(z));
     return norm;
+}
+
+static double zero_step(net *a, amp_zero *z, int t, double max_norm)
+{
+    return zero_step_as(a, z, t, max_norm, false);
 }
 
 /* Elements of a's parameters that differ from b's in their bits; the
@@ -191,13 +206,18 @@ static void test_adamw_bitwise(void) { run_bitwise(ADAMW); }
  * at most lr = 0.01 for AdamW and 0.05 * |g| for SGD). */
 static void run_clipped(int kind)
 {
-    net r = make_net(kind), a = make_net(kind);
-    amp_zero *z = amp_zero_new(a.o);
-    CHECK(z);
+    net r = make_net(kind), a = make_net(kind), b = make_net(kind);
+    amp_zero *z = amp_zero_new(a.o), *zb = amp_zero_new(b.o);
+    CHECK(z && zb);
     double worst = 0, worst_norm = 0;
     int clipped = 0;
-    for (int t = 0; t < 20 && z; t++) {
+    for (int t = 0; t < 20 && z && zb; t++) {
         double nr = ref_step(&r, t, 0.25), na = zero_step(&a, z, t, 0.25);
+        /* the tensor form: the same clipping bit for bit, the norm the
+         * double rounded once to f32 */
+        double nb = zero_step_as(&b, zb, t, 0.25, true);
+        CHECK_MSG(nb == (double)(float)na, "step %d: the tensor's norm %.9g, the double's %.17g", t, nb, na);
+        CHECK_MSG(diff_params(&b, &a, NULL) == 0, "step %d: the tensor form clipped differently", t);
         clipped += nr > 0.25;
         double dn = fabs(na - nr) / nr;
         worst_norm = dn > worst_norm ? dn : worst_norm;
@@ -213,7 +233,9 @@ static void run_clipped(int kind)
         printf("  %s clipped: norms within %.2g, parameters within %.2g relative of the reference\n", a.o->name,
                worst_norm, worst);
     amp_zero_free(z);
+    amp_zero_free(zb);
     free_net(&a);
+    free_net(&b);
     free_net(&r);
 }
 
@@ -505,6 +527,8 @@ static void test_bad_input(void)
     CHECK_ERROR(AMP_ERR_ARG, "NULL");
     CHECK(isnan(amp_zero_clip_grad_norm(NULL, 1)));
     CHECK_ERROR(AMP_ERR_ARG, "NULL");
+    CHECK(amp_zero_clip_grad_norm_tensor(NULL, 1) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "zero_clip_grad_norm_tensor: NULL");
     CHECK(amp_zero_gather_parameters(NULL) != AMP_OK);
     CHECK_ERROR(AMP_ERR_ARG, "NULL");
     CHECK(amp_zero_gather_state(NULL) != AMP_OK);
@@ -517,6 +541,8 @@ static void test_bad_input(void)
     amp_zero *z = amp_zero_new(a.o);
     CHECK(z);
     CHECK(isnan(amp_zero_clip_grad_norm(z, -1)));
+    CHECK_ERROR(AMP_ERR_ARG, "max_norm");
+    CHECK(amp_zero_clip_grad_norm_tensor(z, NAN) == NULL);
     CHECK_ERROR(AMP_ERR_ARG, "max_norm");
     fwd_bwd(&a, 0, rank, NULL);
     if (rank == 1)

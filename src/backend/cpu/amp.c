@@ -1,7 +1,8 @@
 /*
  * amp.c - the CPU backend's AMP primitives (backend.h, section amp): the
  * grad scaler's unscale + inf/NaN check, its update rule and step count,
- * the count of non-finite elements, and clip_grad_norm, on host memory.
+ * the count of non-finite elements, and clip_grad_norm's two halves
+ * (grad_sumsq, clip_by_sumsq), on host memory.
  *
  * These are the loops src/amp/scaler.c, src/amp/nonfinite.c and
  * src/optim/clip.c ran themselves before the backend interface, moved
@@ -196,17 +197,37 @@ static void scale_by(const be_buf *g, float coef)
     }
 }
 
-/* Both forms: the total to *total (a double) or *total_f32 (rounded once),
- * whichever is not NULL. */
-static amp_status clip(const be_buf *g, int n, double max_norm, double *total, float *total_f32)
+static amp_status check_dtypes(const be_buf *g, int n)
 {
     for (int i = 0; i < n; i++)
         if (g[i].n > 0 && g[i].dt != AMP_F32 && g[i].dt != AMP_F16 && g[i].dt != AMP_BF16)
             return amp_set_error(AMP_ERR_DTYPE, "gradient %d has dtype %s (f32, f16 or bf16 only)", i,
                                  amp_dtype_name(g[i].dt));
+    return AMP_OK;
+}
+
+amp_status cpu_grad_sumsq(const be_buf *g, int n, double *sumsq)
+{
+    amp_status st = check_dtypes(g, n);
+    if (st != AMP_OK)
+        return st;
     double ss = 0;
     for (int i = 0; i < n; i++)
         sum_squares(&g[i], &ss);
+    *sumsq = ss;
+    return AMP_OK;
+}
+
+/* The parts are summed in index order (over ZeRO's ranks: rank order). */
+amp_status cpu_clip_by_sumsq(const be_buf *g, int n, const double *parts, int k, double max_norm, double *total,
+                             float *total_f32)
+{
+    amp_status st = check_dtypes(g, n);
+    if (st != AMP_OK)
+        return st;
+    double ss = 0;
+    for (int r = 0; r < k; r++)
+        ss += parts[r];
     const double t = sqrt(ss), coef = max_norm / (t + 1e-6);
     if (!(coef >= 1.0)) /* clamp(max=1): a factor of 1 changes nothing */
         for (int i = 0; i < n; i++)
@@ -216,14 +237,4 @@ static amp_status clip(const be_buf *g, int n, double max_norm, double *total, f
     if (total_f32)
         *total_f32 = (float)t;
     return AMP_OK;
-}
-
-amp_status cpu_clip_grad_norm(const be_buf *g, int n, double max_norm, double *total)
-{
-    return clip(g, n, max_norm, total, NULL);
-}
-
-amp_status cpu_clip_grad_norm_f32(const be_buf *g, int n, double max_norm, float *total)
-{
-    return clip(g, n, max_norm, NULL, total);
 }

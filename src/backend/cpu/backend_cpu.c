@@ -121,8 +121,8 @@ const amp_backend amp_backend_cpu = {
     .count_nonfinite = cpu_count_nonfinite,
     .scaler_update = cpu_scaler_update,
     .scaler_count = cpu_scaler_count,
-    .clip_grad_norm = cpu_clip_grad_norm,
-    .clip_grad_norm_f32 = cpu_clip_grad_norm_f32,
+    .grad_sumsq = cpu_grad_sumsq,
+    .clip_by_sumsq = cpu_clip_by_sumsq,
 
     /* optim */
     .sgd_step = cpu_sgd_step,

@@ -90,8 +90,9 @@ amp_status cpu_unscale(const be_buf *g, int n, const float *scale, float *found_
 amp_status cpu_count_nonfinite(const void *x, amp_dtype dt, int64_t n, int64_t *count);
 amp_status cpu_scaler_update(float *scale, be_scaler_state *st, uint64_t records, be_scaler_opts o);
 amp_status cpu_scaler_count(be_scaler_state *st, int rec);
-amp_status cpu_clip_grad_norm(const be_buf *g, int n, double max_norm, double *total);
-amp_status cpu_clip_grad_norm_f32(const be_buf *g, int n, double max_norm, float *total);
+amp_status cpu_grad_sumsq(const be_buf *g, int n, double *sumsq);
+amp_status cpu_clip_by_sumsq(const be_buf *g, int n, const double *parts, int k, double max_norm, double *total,
+                             float *total_f32);
 
 /* optim */
 /* optim.c: the multi-tensor SGD and Adam / AdamW steps over host memory

@@ -11,10 +11,12 @@
  *   update   one thread applies PyTorch's _amp_update_scale_ rule to the
  *            scale, the growth tracker and the history.
  *
- * And clip_grad_norm (src/optim/clip.c on CUDA gradients): one
- * multi-tensor launch writes each chunk's sum of squares, one block adds
- * them and computes the factor on the device, one multi-tensor launch
- * applies it; nothing comes back to the host unless the caller reads the
+ * And clip_grad_norm in its two halves (src/optim/clip.c and ZeRO-1's
+ * src/dist/zero.c on CUDA gradients): grad_sumsq's multi-tensor launch
+ * writes each chunk's sum of squares and one block adds them into a
+ * device double; clip_by_sumsq's one block adds the parts (one, or one a
+ * rank) and computes the total and the factor, and a multi-tensor launch
+ * applies it. Nothing comes back to the host unless the caller reads the
  * total (a device double, or an f32 for amp_clip_grad_norm_tensor). And
  * the count of a tensor's inf/NaN elements, into a device int64.
  *
@@ -189,18 +191,30 @@ __global__ void k_clip_sumsq(__grid_constant__ const mt_list l, double *partial)
     }
 }
 
-/* One block: the total = sqrt(sum of the partials) into *total (a double)
- * or *total_f32 (rounded once to f32, as clip.c does on the host for
- * amp_clip_grad_norm_tensor), whichever is not NULL; then clip.c's factor
- * max_norm / (total + 1e-6), applied unless it is >= 1 (a NaN factor is
- * applied: PyTorch's clamp keeps the NaN). */
-__global__ void k_clip_coef(const double *partial, int64_t blocks, double max_norm, double *total, float *total_f32,
-                            clip_coef *c)
+/* One block: *sumsq = the sum of the chunks' partial sums. */
+__global__ void k_clip_sum_partials(const double *partial, int64_t blocks, double *sumsq)
 {
     __shared__ double scratch[32];
     double s = 0;
     for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x)
         s += partial[b];
+    s = block_sum(s, scratch);
+    if (threadIdx.x == 0)
+        *sumsq = s;
+}
+
+/* One block: the total = sqrt(the sum of the k parts) into *total (a
+ * double) and/or *total_f32 (rounded once to f32, as clip.c does on the
+ * host for amp_clip_grad_norm_tensor); then clip.c's factor max_norm /
+ * (total + 1e-6), applied unless it is >= 1 (a NaN factor is applied:
+ * PyTorch's clamp keeps the NaN). */
+__global__ void k_clip_coef(const double *parts, int k, double max_norm, double *total, float *total_f32,
+                            clip_coef *c)
+{
+    __shared__ double scratch[32];
+    double s = 0;
+    for (int b = threadIdx.x; b < k; b += blockDim.x)
+        s += parts[b];
     s = block_sum(s, scratch);
     if (threadIdx.x == 0) {
         const double t = sqrt(s), coef = max_norm / (t + 1e-6);
@@ -232,25 +246,20 @@ __global__ void k_clip_scale(__grid_constant__ const mt_list l, const clip_coef 
     }
 }
 
-/* cuda_clip_grad_norm and cuda_clip_grad_norm_f32: the same launches, the
- * total written as a double or as an f32. */
-static amp_status clip_grad_norm(const be_buf *g, int n, double max_norm, double *total, float *total_f32)
+/* The chunks' partial sums (each launch's at its own offset in one scratch
+ * block), then one block adds them into the device double *sumsq. */
+extern "C" amp_status cuda_grad_sumsq(const be_buf *g, int n, double *sumsq)
 {
     std::vector<mt_entry> v;
-    if (!buf_entries(g, n, true, "cuda clip_grad_norm", v))
+    if (!buf_entries(g, n, true, "cuda grad_sumsq", v))
         return amp_last_status();
     const std::vector<mt_list> lists = lists_of(v);
     int64_t blocks = 0;
     for (const mt_list &l : lists)
         blocks += l.blocks;
-    /* The partial sums (each launch's at its own offset), then the factor,
-     * in one scratch block. */
-    const size_t n_partial = (size_t)(blocks > 0 ? blocks : 1);
-    char *scratch = (char *)cuda_malloc(n_partial * sizeof(double) + sizeof(clip_coef));
-    if (!scratch)
+    double *partial = (double *)cuda_malloc((size_t)(blocks > 0 ? blocks : 1) * sizeof(double));
+    if (!partial)
         return amp_last_status();
-    double *partial = (double *)scratch;
-    clip_coef *c = (clip_coef *)(scratch + n_partial * sizeof(double));
     cudaStream_t s = cuda_stream();
     amp_status st = AMP_OK;
     int64_t at = 0;
@@ -259,35 +268,42 @@ static amp_status clip_grad_norm(const be_buf *g, int n, double max_norm, double
             continue;
         k_clip_sumsq<<<grid_of(l), CUDA_THREADS, 0, s>>>(l, partial + at);
         at += l.blocks;
-        if ((st = cuda_launched("clip_grad_norm sum kernel")) != AMP_OK)
+        if ((st = cuda_launched("grad_sumsq kernel")) != AMP_OK)
             break;
     }
-    if (st == AMP_OK) { /* with no gradients: total 0, factor not applied */
-        k_clip_coef<<<1, CUDA_THREADS, 0, s>>>(partial, blocks, max_norm, total, total_f32, c);
-        st = cuda_launched("clip_grad_norm factor kernel");
+    if (st == AMP_OK) { /* with no gradients: 0 */
+        k_clip_sum_partials<<<1, CUDA_THREADS, 0, s>>>(partial, blocks, sumsq);
+        st = cuda_launched("grad_sumsq sum kernel");
     }
+    cuda_free(partial);
+    return st;
+}
+
+/* One block makes the total and the factor from the parts, then one
+ * multi-tensor launch per list applies it. */
+extern "C" amp_status cuda_clip_by_sumsq(const be_buf *g, int n, const double *parts, int k, double max_norm,
+                                         double *total, float *total_f32)
+{
+    std::vector<mt_entry> v;
+    if (!buf_entries(g, n, true, "cuda clip_by_sumsq", v))
+        return amp_last_status();
+    const std::vector<mt_list> lists = lists_of(v);
+    clip_coef *c = (clip_coef *)cuda_malloc(sizeof(clip_coef));
+    if (!c)
+        return amp_last_status();
+    cudaStream_t s = cuda_stream();
+    k_clip_coef<<<1, CUDA_THREADS, 0, s>>>(parts, k, max_norm, total, total_f32, c);
+    amp_status st = cuda_launched("clip_by_sumsq factor kernel");
     for (const mt_list &l : lists) {
         if (st != AMP_OK)
             break;
         if (l.blocks == 0)
             continue;
         k_clip_scale<<<grid_of(l), CUDA_THREADS, 0, s>>>(l, c);
-        st = cuda_launched("clip_grad_norm scale kernel");
+        st = cuda_launched("clip_by_sumsq scale kernel");
     }
-    cuda_free(scratch);
+    cuda_free(c);
     return st;
-}
-
-extern "C" amp_status cuda_clip_grad_norm(const be_buf *g, int n, double max_norm, double *total)
-{
-    return clip_grad_norm(g, n, max_norm, total, NULL);
-}
-
-/* As cuda_clip_grad_norm, the total written to the device float *total as
- * (float) of the double (amp_clip_grad_norm_tensor's 0-d f32 tensor). */
-extern "C" amp_status cuda_clip_grad_norm_f32(const be_buf *g, int n, double max_norm, float *total)
-{
-    return clip_grad_norm(g, n, max_norm, NULL, total);
 }
 
 /* -------------------------------------------------------------- update */

@@ -86,8 +86,8 @@ const amp_backend amp_backend_cuda = {
     .count_nonfinite = cuda_count_nonfinite,
     .scaler_update = cuda_scaler_update,
     .scaler_count = cuda_scaler_count,
-    .clip_grad_norm = cuda_clip_grad_norm,
-    .clip_grad_norm_f32 = cuda_clip_grad_norm_f32,
+    .grad_sumsq = cuda_grad_sumsq,
+    .clip_by_sumsq = cuda_clip_by_sumsq,
 
     /* optim */
     .sgd_step = cuda_sgd_step,

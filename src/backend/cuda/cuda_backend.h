@@ -98,8 +98,9 @@ amp_status cuda_iota_i64(int64_t *dst, int64_t n);
 
 amp_status cuda_unscale(const be_buf *g, int n, const float *scale, float *found_inf);
 
-amp_status cuda_clip_grad_norm(const be_buf *g, int n, double max_norm, double *total);
-amp_status cuda_clip_grad_norm_f32(const be_buf *g, int n, double max_norm, float *total);
+amp_status cuda_grad_sumsq(const be_buf *g, int n, double *sumsq);
+amp_status cuda_clip_by_sumsq(const be_buf *g, int n, const double *parts, int k, double max_norm, double *total,
+                              float *total_f32);
 
 amp_status cuda_scaler_update(float *scale, be_scaler_state *st, uint64_t records, be_scaler_opts o);
 amp_status cuda_scaler_count(be_scaler_state *st, int rec);
