@@ -24,7 +24,12 @@
  *     (from backward to the scaler's update) adds no host synchronisation;
  *   - ZeRO-1 on cuda (SGD with momentum, AdamW) bitwise equal to the
  *     unsharded run that averages every gradient through NCCL (2 ranks:
- *     both sums are a + b, the division the same), every rank the same.
+ *     both sums are a + b, the division the same), every rank the same;
+ *     with clipping on the device (the shards' sums of squares
+ *     all-gathered through NCCL): norms within 1e-12 and parameters within
+ *     1e-5 of the unsharded run over 20 steps, the 0-d tensor form
+ *     clipping bit for bit as the double form with no host wait from the
+ *     gradients' reduction to the parameters' gathering.
  * With --stall (CTest's dist_test_nccl_cuda_stall): rank 1 never joins an
  * all-reduce, and rank 0 must end the job past its 0.5 s timeout, saying
  * "ampc: rank 0: NCCL: an all-reduce (ncclAllReduce): timed out".
@@ -526,6 +531,95 @@ static void run_zero(int kind)
 static void test_zero_sgd_bitwise(void) { run_zero(SGD); }
 static void test_zero_adamw_bitwise(void) { run_zero(ADAMW); }
 
+/* The largest |a - b| / (1 + |b|) over the parameters. */
+static double max_rel(const net *a, const net *b)
+{
+    double worst = 0;
+    for (int i = 0; i < a->n; i++) {
+        float *x = copy_f32(a->p[i]), *y = copy_f32(b->p[i]);
+        for (int64_t j = 0; x && y && j < amp_tensor_numel(a->p[i]); j++) {
+            const double d = fabs((double)x[j] - y[j]) / (1 + fabs((double)y[j]));
+            worst = d > worst ? d : worst;
+        }
+        free(x);
+        free(y);
+    }
+    return worst;
+}
+
+/* ZeRO-1 with clipping on cuda (every step clips: max_norm 0.25 is below
+ * the norms), against the unsharded run (gradients averaged through
+ * NCCL, amp_clip_grad_norm on the device): the global norm is the ranks'
+ * shard sums of squares all-gathered through NCCL and added in rank
+ * order, a different grouping from the reference's, so the norms agree to
+ * a few ulps of a double (checked to 1e-12 relative) and the f32 factor
+ * may differ by an ulp: over 20 steps the parameters stay within 1e-5
+ * relative (as test_zero.c on the CPU). amp_zero_clip_grad_norm_tensor
+ * clips bit for bit as the double form, its norm the double rounded once
+ * to f32, and from the gradients' reduction to the parameters' gathering
+ * the host never waits for the device. */
+static void run_zero_clipped(int kind)
+{
+    net r = make_net(kind), a = make_net(kind), b = make_net(kind);
+    amp_zero *z = amp_zero_new(a.o), *zb = amp_zero_new(b.o);
+    CHECK(z && zb);
+    double worst = 0, worst_norm = 0;
+    int clipped = 0;
+    for (int t = 0; t < 20 && z && zb; t++) {
+        amp_optim_zero_grad(r.o);
+        fwd_bwd(&r, t);
+        for (int i = 0; i < r.n; i++)
+            CHECK_OK(amp_dist_all_reduce(amp_tensor_grad(r.p[i]), AMP_REDUCE_AVG));
+        const double nr = amp_clip_grad_norm(r.p, r.n, 0.25);
+        CHECK_OK(amp_optim_step(r.o));
+
+        amp_optim_zero_grad(a.o);
+        fwd_bwd(&a, t);
+        CHECK_OK(amp_zero_reduce_gradients(z));
+        const double na = amp_zero_clip_grad_norm(z, 0.25);
+        CHECK_OK(amp_optim_step(a.o));
+        CHECK_OK(amp_zero_gather_parameters(z));
+
+        amp_optim_zero_grad(b.o);
+        fwd_bwd(&b, t);
+        const int64_t s0 = host_syncs();
+        CHECK_OK(amp_zero_reduce_gradients(zb));
+        amp_tensor *nt = amp_zero_clip_grad_norm_tensor(zb, 0.25);
+        CHECK(nt && amp_tensor_numel(nt) == 1 && amp_tensor_dtype(nt) == AMP_F32 &&
+              amp_tensor_device(nt) == AMP_CUDA);
+        CHECK_OK(amp_optim_step(b.o));
+        CHECK_OK(amp_zero_gather_parameters(zb));
+        CHECK_MSG(host_syncs() == s0, "step %d: ZeRO's reduce, clip, step and gather waited for the device %lld times",
+                  t, (long long)(host_syncs() - s0));
+        const double nb = nt ? amp_tensor_get(nt, 0) : NAN;
+        amp_tensor_free(nt);
+        CHECK_MSG(nb == (double)(float)na, "step %d: the tensor's norm %.9g, the double's %.17g", t, nb, na);
+        CHECK_MSG(diff_params(&b, &a) == 0, "step %d: the tensor form clipped differently", t);
+
+        clipped += nr > 0.25;
+        const double dn = fabs(na - nr) / nr;
+        worst_norm = dn > worst_norm ? dn : worst_norm;
+        const double rel = max_rel(&a, &r);
+        worst = rel > worst ? rel : worst;
+        for (int i = 0; i < a.n; i++)
+            CHECK_MSG(same_on_all_ranks(a.p[i]), "%s clipped step %d: parameter %d differs between the ranks",
+                      a.o->name, t, i);
+    }
+    CHECK_MSG(clipped >= 15, "only %d of 20 steps clipped: the test does not test clipping", clipped);
+    CHECK_MSG(worst_norm <= 1e-12, "%s: global norm off by %.3g relative", a.o->name, worst_norm);
+    CHECK_MSG(worst <= 1e-5, "%s clipped: parameters off by %.3g relative", a.o->name, worst);
+    if (rank == 0)
+        printf("  %s clipped on cuda: norms within %.2g, parameters within %.2g relative of the unsharded run\n",
+               a.o->name, worst_norm, worst);
+    amp_zero_free(z);
+    amp_zero_free(zb);
+    amp_optim_free(a.o), amp_optim_free(b.o), amp_optim_free(r.o);
+    amp_module_free(a.m), amp_module_free(b.m), amp_module_free(r.m);
+}
+
+static void test_zero_sgd_clipped(void) { run_zero_clipped(SGD); }
+static void test_zero_adamw_clipped(void) { run_zero_clipped(ADAMW); }
+
 /* --stall (CTest's dist_test_nccl_cuda_stall): rank 1 never joins rank
  * 0's all-reduce; rank 0's wait for it (comm_nccl.c polling the
  * non-blocking communicator) must end the job past the timeout, naming
@@ -574,6 +668,8 @@ int main(int argc, char **argv)
     RUN(test_inf_on_one_rank_skips_both);
     RUN(test_zero_sgd_bitwise);
     RUN(test_zero_adamw_bitwise);
+    RUN(test_zero_sgd_clipped);
+    RUN(test_zero_adamw_clipped);
     int rc = dist_verdict(harness_done());
     if (amp_dist_finalize() != AMP_OK)
         rc = 1;
