@@ -1,7 +1,7 @@
 /*
  * comm_nccl.c - comm_nccl.h: comm.h's collectives on CUDA buffers, through
  * NCCL (built with AMPC_HAVE_NCCL: a CUDA build that found nccl.h and
- * libnccl; on cudaemu, tests/cuda_emu/nccl.cc's world of one rank).
+ * libnccl; on cudaemu, tests/cuda_emu/nccl.cc: one rank, or the MPI processes).
  *
  * The communicator: one per process, made at the first CUDA collective.
  * Every rank opens NCCL (dlopen of libnccl.so.2 at that moment, as gemm.cu

@@ -29,6 +29,11 @@ struct device_scope {
     device_scope &operator=(const device_scope &) = delete;
 };
 
+/* Whether s is the default stream (NULL) or one cudaStreamCreate* made
+ * and cudaStreamDestroy has not ended; when not, a misuse naming `what`
+ * is reported. For nccl.cc, whose collectives take a stream. */
+bool stream_valid(const void *s, const char *what);
+
 /* A misuse the emulator caught (a host pointer handed to a kernel, a copy
  * in the wrong direction ...): printed to stderr with "cudaemu:" in front,
  * and remembered as a sticky launch failure that the next

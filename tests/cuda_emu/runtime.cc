@@ -373,6 +373,14 @@ static bool stream_ok(const void *s, const char *what)
     return false;
 }
 
+namespace emu {
+bool stream_valid(const void *s, const char *what)
+{
+    std::lock_guard<std::recursive_mutex> g(mu);
+    return stream_ok(s, what);
+}
+} // namespace emu
+
 extern "C" cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags)
 {
     std::lock_guard<std::recursive_mutex> g(mu);

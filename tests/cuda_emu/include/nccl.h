@@ -1,9 +1,10 @@
 /*
  * nccl.h (cudaemu) - the part of NCCL's API that ampc's comm_nccl.c uses,
- * with NCCL's names, values and signatures, implemented for a world of
- * one rank by tests/cuda_emu/nccl.cc (a reduction over one rank is the
- * identity, an average divides by 1, a gather or broadcast is a copy), so
- * that the NCCL path's plumbing runs on cudaemu. Plain C, as NVIDIA's.
+ * with NCCL's names, values and signatures, implemented by
+ * tests/cuda_emu/nccl.cc for one rank (a reduction over one rank is the
+ * identity, a gather or broadcast a copy) or for several MPI processes
+ * (non-blocking MPI on host copies of the buffers), so that the NCCL
+ * path runs on cudaemu. Plain C, as NVIDIA's.
  *
  * Only ever on the include path of the CUDA emulation build
  * (-DAMPC_CUDA=EMU); never mixed with NVIDIA's headers.
