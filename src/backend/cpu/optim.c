@@ -12,7 +12,10 @@
  *
  * The loops follow torch.optim's single-tensor implementations operation
  * for operation (torch/optim/sgd.py _single_tensor_sgd, adam.py
- * _single_tensor_adam), so f32 results agree with PyTorch's to rounding.
+ * _single_tensor_adam), so f32 results agree with PyTorch's to rounding;
+ * Adam's also rounds where PyTorch's CPU kernels do (their fused
+ * multiply-adds included), so its f32 results are PyTorch's bits but where
+ * PyTorch's sqrt is not correctly rounded (tests/test_optim.c).
  * Every element's arithmetic is the same whichever block, thread or vector
  * width it lands in, so the bits do not depend on the number of threads or
  * on which parameters share a step.
@@ -34,8 +37,9 @@
 /* The element loops run in blocks (threads take whole blocks), each block
  * through a vector version where the CPU has AVX-512. The vector versions
  * do the scalar loops' arithmetic in the same order, with separate
- * multiplies and adds (no fused multiply-add), so they give the same bits;
- * the scalar loops stay the reference. */
+ * multiplies and adds where the scalar loops have them and a fused
+ * multiply-add where they call fmaf, so they give the same bits; the
+ * scalar loops stay the reference. */
 #define UPDATE_BLOCK 16384
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -49,6 +53,8 @@
 #define VADD(a, b) _mm512_add_round_ps((a), (b), RN)
 #define VSUB(a, b) _mm512_sub_round_ps((a), (b), RN)
 #define VMUL(a, b) _mm512_mul_round_ps((a), (b), RN)
+/* a * b + c rounded once (the scalar loops' fmaf) */
+#define VFMA(a, b, c) _mm512_fmadd_round_ps((a), (b), (c), RN)
 #endif
 
 static bool use_vector(void)
@@ -291,11 +297,22 @@ static amp_status sgd_all(const be_sgd_opts *s, const be_optim_param *ps, int n,
 /* ----------------------------------------------------------------- Adam */
 
 typedef struct {
-    float neg_step, bc2_sqrt, eps, wd, decay, w1, b2, w2;
+    float neg_step, bc2_sqrt, eps, wd, decay, w1, w1_1, b2, w2;
     bool l2, dec;
 } adam_k;
 
-/* One Adam / AdamW update of n elements (adam.py _single_tensor_adam). */
+/* One Adam / AdamW update of n elements, in the order and with the
+ * roundings of _single_tensor_adam on PyTorch's CPU kernels:
+ *   AdamW      p = p * (1 - lr wd)                     (mul_)
+ *   Adam + wd  g = fma(p, wd, g)                       (add(alpha): fused)
+ *   exp_avg    lerp_(g, w1): w1 < 0.5: fma(w1, g - m, m),
+ *                            else:     fma(w1 - 1, g - m, g)  (fused)
+ *   exp_avg_sq v = fma(w2 g, g, v * b2)                (mul_, addcmul_: fused)
+ *   amsgrad    vmax = maximum(vmax, v)
+ *   denom      sqrt(v) / sqrt(bc2) + eps               (sqrt, div, add_)
+ *   p          p + ((-lr / bc1) m) / denom             (addcdiv_, left to right)
+ * fmaf rounds once, as the fused vector instructions do; no other
+ * multiply meets an add here, so a compiler cannot fuse anything else. */
 __attribute__((noinline)) static void adam_range(const adam_k *k, float *p, const float *g, float *m, float *v,
                                                  float *vmax, int64_t n)
 {
@@ -304,19 +321,19 @@ __attribute__((noinline)) static void adam_range(const adam_k *k, float *p, cons
         if (k->dec)
             pj = pj * k->decay;
         if (k->l2)
-            gj = gj + k->wd * pj;
-        /* exp_avg.lerp_(grad, 1 - beta1), with ATen's two-sided lerp */
-        float d = gj - m[j];
-        m[j] = k->w1 < 0.5f ? m[j] + k->w1 * d : gj - d * (1.0f - k->w1);
-        v[j] = v[j] * k->b2 + k->w2 * gj * gj;
+            gj = fmaf(pj, k->wd, gj);
+        const float d = gj - m[j];
+        m[j] = k->w1 < 0.5f ? fmaf(k->w1, d, m[j]) : fmaf(k->w1_1, d, gj);
+        const float vb = v[j] * k->b2;
+        v[j] = fmaf(k->w2 * gj, gj, vb);
         float vv = v[j];
         if (vmax) {
             if (!(vmax[j] >= vv)) /* torch.maximum: NaN wins */
                 vmax[j] = vv;
             vv = vmax[j];
         }
-        float denom = sqrtf(vv) / k->bc2_sqrt + k->eps;
-        p[j] = pj + k->neg_step * (m[j] / denom);
+        const float denom = sqrtf(vv) / k->bc2_sqrt + k->eps;
+        p[j] = pj + k->neg_step * m[j] / denom;
     }
 }
 
@@ -329,9 +346,9 @@ static void adam_fn(const void *k, float *p, const float *g, float *const *s, in
 TGT_AVX512 static void adam_range_v(const adam_k *k, float *p, const float *g, float *m, float *v, float *vmax,
                                     int64_t n)
 {
-    const __m512 decay = _mm512_set1_ps(k->decay), wd = _mm512_set1_ps(k->wd), w1 = _mm512_set1_ps(k->w1),
-                 one_w1 = _mm512_set1_ps(1.0f - k->w1), b2 = _mm512_set1_ps(k->b2), w2 = _mm512_set1_ps(k->w2),
-                 bc2 = _mm512_set1_ps(k->bc2_sqrt), eps = _mm512_set1_ps(k->eps),
+    const __m512 decay = _mm512_set1_ps(k->decay), wd = _mm512_set1_ps(k->wd),
+                 w1 = _mm512_set1_ps(k->w1 < 0.5f ? k->w1 : k->w1_1), b2 = _mm512_set1_ps(k->b2),
+                 w2 = _mm512_set1_ps(k->w2), bc2 = _mm512_set1_ps(k->bc2_sqrt), eps = _mm512_set1_ps(k->eps),
                  neg_step = _mm512_set1_ps(k->neg_step);
     const bool low = k->w1 < 0.5f;
     int64_t j = 0;
@@ -340,11 +357,11 @@ TGT_AVX512 static void adam_range_v(const adam_k *k, float *p, const float *g, f
         if (k->dec)
             pj = VMUL(pj, decay);
         if (k->l2)
-            gj = VADD(gj, VMUL(wd, pj));
-        __m512 d = VSUB(gj, mj);
-        mj = low ? VADD(mj, VMUL(w1, d)) : VSUB(gj, VMUL(d, one_w1));
+            gj = VFMA(pj, wd, gj);
+        const __m512 d = VSUB(gj, mj);
+        mj = VFMA(w1, d, low ? mj : gj);
         _mm512_storeu_ps(m + j, mj);
-        __m512 vv = VADD(VMUL(_mm512_loadu_ps(v + j), b2), VMUL(VMUL(w2, gj), gj));
+        __m512 vv = VFMA(VMUL(w2, gj), gj, VMUL(_mm512_loadu_ps(v + j), b2));
         _mm512_storeu_ps(v + j, vv);
         if (vmax) {
             __m512 vm = _mm512_loadu_ps(vmax + j);
@@ -353,7 +370,7 @@ TGT_AVX512 static void adam_range_v(const adam_k *k, float *p, const float *g, f
             _mm512_storeu_ps(vmax + j, vv);
         }
         __m512 denom = VADD(_mm512_div_ps(_mm512_sqrt_ps(vv), bc2), eps);
-        _mm512_storeu_ps(p + j, VADD(pj, VMUL(neg_step, _mm512_div_ps(mj, denom))));
+        _mm512_storeu_ps(p + j, VADD(pj, _mm512_div_ps(VMUL(neg_step, mj), denom)));
     }
     adam_range(k, p + j, g + j, m + j, v + j, vmax ? vmax + j : NULL, n - j);
 }
@@ -382,6 +399,7 @@ static amp_status adam_all(const be_adam_opts *a, const be_optim_param *ps, int 
                          .wd = (float)a->weight_decay,
                          .decay = (float)(1.0 - lr * a->weight_decay),
                          .w1 = (float)(1.0 - a->beta1),
+                         .w1_1 = (float)(1.0 - a->beta1) - 1.0f, /* exact */
                          .b2 = (float)a->beta2,
                          .w2 = (float)(1.0 - a->beta2),
                          .l2 = !decoupled && a->weight_decay != 0,
