@@ -12,10 +12,10 @@
  *
  * The loops follow torch.optim's single-tensor implementations operation
  * for operation (torch/optim/sgd.py _single_tensor_sgd, adam.py
- * _single_tensor_adam), so f32 results agree with PyTorch's to rounding;
- * Adam's also rounds where PyTorch's CPU kernels do (their fused
- * multiply-adds included), so its f32 results are PyTorch's bits but where
- * PyTorch's sqrt is not correctly rounded (tests/test_optim.c).
+ * _single_tensor_adam) and round where PyTorch's CPU kernels do (their
+ * fused multiply-adds included), so f32 results are PyTorch's bits: SGD's
+ * always, Adam's but where PyTorch's sqrt is not correctly rounded
+ * (tests/test_optim.c).
  * Every element's arithmetic is the same whichever block, thread or vector
  * width it lands in, so the bits do not depend on the number of threads or
  * on which parameters share a step.
@@ -227,20 +227,22 @@ typedef struct {
     bool first, nesterov;
 } sgd_k;
 
-/* One SGD update of n elements (sgd.py: weight decay into the gradient,
- * momentum buffer = the first gradient, then buf*momentum +
- * (1-dampening)*g, nesterov g + momentum*buf, p -= lr*g). */
+/* One SGD update of n elements (sgd.py _single_tensor_sgd on PyTorch's CPU
+ * kernels, whose add(alpha) is a fused multiply-add): weight decay
+ * g = fma(p, wd, g); the momentum buffer starts as the gradient, then
+ * buf = fma(g, 1 - dampening, buf * momentum); nesterov g = fma(buf,
+ * momentum, g), else g = buf; p = fma(g, -lr, p). */
 __attribute__((noinline)) static void sgd_range(const sgd_k *k, float *p, const float *g, float *buf, int64_t n)
 {
     for (int64_t j = 0; j < n; j++) {
         float gj = g[j];
         if (k->wd != 0)
-            gj = gj + k->wd * p[j];
+            gj = fmaf(p[j], k->wd, gj);
         if (buf) {
-            buf[j] = k->first ? gj : buf[j] * k->mom + k->damp1 * gj;
-            gj = k->nesterov ? gj + k->mom * buf[j] : buf[j];
+            buf[j] = k->first ? gj : fmaf(gj, k->damp1, buf[j] * k->mom);
+            gj = k->nesterov ? fmaf(buf[j], k->mom, gj) : buf[j];
         }
-        p[j] = p[j] + k->neg_lr * gj;
+        p[j] = fmaf(gj, k->neg_lr, p[j]);
     }
 }
 
@@ -258,14 +260,13 @@ TGT_AVX512 static void sgd_range_v(const sgd_k *k, float *p, const float *g, flo
     for (; j + 16 <= n; j += 16) {
         __m512 gj = _mm512_loadu_ps(g + j), pj = _mm512_loadu_ps(p + j);
         if (k->wd != 0)
-            gj = VADD(gj, VMUL(wd, pj));
+            gj = VFMA(pj, wd, gj);
         if (buf) {
-            __m512 b = k->first ? gj
-                                : VADD(VMUL(_mm512_loadu_ps(buf + j), mom), VMUL(damp1, gj));
+            __m512 b = k->first ? gj : VFMA(gj, damp1, VMUL(_mm512_loadu_ps(buf + j), mom));
             _mm512_storeu_ps(buf + j, b);
-            gj = k->nesterov ? VADD(gj, VMUL(mom, b)) : b;
+            gj = k->nesterov ? VFMA(b, mom, gj) : b;
         }
-        _mm512_storeu_ps(p + j, VADD(pj, VMUL(neg_lr, gj)));
+        _mm512_storeu_ps(p + j, VFMA(gj, neg_lr, pj));
     }
     sgd_range(k, p + j, g + j, buf ? buf + j : NULL, n - j);
 }

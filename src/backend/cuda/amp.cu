@@ -388,17 +388,19 @@ __global__ void k_sgd(__grid_constant__ const mt_list l, const long long *steps,
         const int sdt = t.p.sdt;
         for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
             float pj = t.p.master ? t.p.master[j] : ld_f32(t.p.p, t.p.pdt, j), gj = ld_f32(t.p.g, t.p.gdt, j);
+            /* The CPU loop's order and roundings (sgd_range), explicitly
+             * rounded: nvcc's contraction cannot change a bit. */
             if (o.weight_decay != 0)
-                gj = gj + o.weight_decay * pj;
+                gj = __fmaf_rn(pj, o.weight_decay, gj);
             if (buf) {
                 /* Updated in f32, stored in sdt (bf16 rounds to
                  * nearest-even): the f32 value serves this step, as in the
                  * CPU's scratch block. */
-                float b = first ? gj : ld_f32(buf, sdt, j) * o.momentum + o.one_minus_dampening * gj;
+                float b = first ? gj : __fmaf_rn(gj, o.one_minus_dampening, __fmul_rn(ld_f32(buf, sdt, j), o.momentum));
                 st_state(buf, sdt, j, b, o.sr, t.p.index, steps[t.p.index] + 1, 0);
-                gj = o.nesterov ? gj + o.momentum * b : b;
+                gj = o.nesterov ? __fmaf_rn(b, o.momentum, gj) : b;
             }
-            const float np = pj + neg_lr * gj;
+            const float np = __fmaf_rn(gj, neg_lr, pj);
             if (t.p.master)
                 t.p.master[j] = np;
             st_f32(t.p.p, t.p.pdt, j, np);
