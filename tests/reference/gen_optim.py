@@ -13,7 +13,10 @@ parameters and gradients from a splitmix64 stream the C test regenerates
 bit for bit, so only PyTorch's results are stored), each run with a
 correctly rounded sqrt and with PyTorch's own, their bits into
 tests/reference/optim_adam_ref.h, for the bitwise comparison in
-tests/test_optim.c.
+tests/test_optim.c. The first run's bits do not depend on the machine;
+the second's do (which values MKL's float32 sqrt misrounds depends on the
+CPU it runs on), and the test only measures against them. Likewise a
+rerun on another CPU may move optim_ref.h's Adam values by an ulp.
 
 Run from anywhere: python3 tests/reference/gen_optim.py
 (PyTorch is needed only here, never by the build or the tests.)
