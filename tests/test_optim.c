@@ -237,14 +237,16 @@ static void aref_check(const char *where, int k, const aref_run *r, int *n, int 
 }
 
 /* Adam, AdamW and amsgrad against PyTorch's _single_tensor_adam, bit for
- * bit (above), on the vector loops and on the scalar ones; prints how
- * close stock PyTorch (its own sqrt) comes. */
+ * bit (above), on the AVX-512, AVX2 and scalar loops (those the CPU has);
+ * prints how close stock PyTorch (its own sqrt) comes. */
 static void test_adam_bitwise_against_pytorch(void)
 {
     static aref_run r;
-    for (int pass = 0; pass < 2; pass++) {
-        amp_cpu_limit(pass ? 0u : ~0u); /* pass 1: the scalar loops */
-        const char *where = pass ? "cpu, scalar loops" : "cpu";
+    const unsigned masks[3] = {~0u, AMP_CPU_AVX2, 0u};
+    const char *names[3] = {"cpu", "cpu, avx2 loops", "cpu, scalar loops"};
+    for (int pass = 0; pass < 3; pass++) {
+        amp_cpu_limit(masks[pass]);
+        const char *where = names[pass];
         int n_all = 0, exact_all = 0, same_all = 0;
         for (int k = 0; k < AREF_NCASES; k++) {
             if (!aref_run_case(&aref_cases[k], AMP_CPU, &r))
@@ -484,10 +486,11 @@ static void test_large_parameter_threaded_update(void)
     amp_tensor_free(g);
 }
 
-/* The update loops run on AVX-512 where the CPU has it, with the scalar
- * loops' operations in the same order: three steps of every optimizer
- * variant give the same bits either way (amp_cpu_limit(0) forces the
- * scalar loops), over a size with whole vectors, blocks and a tail. */
+/* The update loops run on AVX-512 or AVX2 where the CPU has it, with the
+ * scalar loops' operations in the same order: three steps of every
+ * optimizer variant give the same bits each way (amp_cpu_limit(AVX2)
+ * forces the 8-lane loops, amp_cpu_limit(0) the scalar ones), over a size
+ * with whole vectors, blocks and a tail. */
 static void test_vector_update_matches_scalar_bits(void)
 {
     enum { N = 40000 + 13 };
@@ -495,9 +498,10 @@ static void test_vector_update_matches_scalar_bits(void)
     amp_tensor *gs[3] = {test_uniform(AMP_SHAPE(N), AMP_F32, -1, 1, 32), test_uniform(AMP_SHAPE(N), AMP_F32, -2, 2, 33),
                          test_uniform(AMP_SHAPE(N), AMP_F32, -1e-3, 1e-3, 34)};
     for (int variant = 0; variant < 6; variant++) {
-        float *out[2];
-        for (int pass = 0; pass < 2; pass++) {
-            amp_cpu_limit(pass ? 0u : ~0u);
+        float *out[3];
+        const unsigned masks[3] = {~0u, AMP_CPU_AVX2, 0u};
+        for (int pass = 0; pass < 3; pass++) {
+            amp_cpu_limit(masks[pass]);
             amp_tensor *p = amp_clone(p0);
             amp_optim *o;
             if (variant < 3) {
@@ -528,14 +532,17 @@ static void test_vector_update_matches_scalar_bits(void)
         /* The scalar loops call fmaf where the vector ones fuse and hold
          * no other multiply-add a compiler could fuse: the same bits on
          * any target (-march=native included). */
-        int64_t first = -1;
-        for (int64_t j = 0; j < N && first < 0; j++)
-            if (memcmp(&out[0][j], &out[1][j], sizeof(float)) != 0)
-                first = j;
-        CHECK_MSG(first < 0, "variant %d: vector and scalar differ at %lld: %.9g vs %.9g", variant, (long long)first,
-                  first < 0 ? 0.0 : out[0][first], first < 0 ? 0.0 : out[1][first]);
-        free(out[0]);
-        free(out[1]);
+        for (int v = 0; v < 2; v++) {
+            int64_t first = -1;
+            for (int64_t j = 0; j < N && first < 0; j++)
+                if (memcmp(&out[v][j], &out[2][j], sizeof(float)) != 0)
+                    first = j;
+            CHECK_MSG(first < 0, "variant %d: %s and scalar differ at %lld: %.9g vs %.9g", variant,
+                      v ? "avx2" : "avx-512", (long long)first, first < 0 ? 0.0 : out[v][first],
+                      first < 0 ? 0.0 : out[2][first]);
+        }
+        for (int v = 0; v < 3; v++)
+            free(out[v]);
     }
     amp_tensor_free(p0);
     for (int i = 0; i < 3; i++)

@@ -35,7 +35,9 @@
 #define PAR_MIN_WORK 32768
 
 /* The element loops run in blocks (threads take whole blocks), each block
- * through a vector version where the CPU has AVX-512. The vector versions
+ * through a vector version where the CPU has AVX-512 (16 lanes) or AVX2
+ * with FMA (8 lanes; the scalar loops' fmaf is a library call, several
+ * times slower). The vector versions
  * do the scalar loops' arithmetic in the same order, with separate
  * multiplies and adds where the scalar loops have them and a fused
  * multiply-add where they call fmaf, so they give the same bits; the
@@ -55,14 +57,21 @@
 #define VMUL(a, b) _mm512_mul_round_ps((a), (b), RN)
 /* a * b + c rounded once (the scalar loops' fmaf) */
 #define VFMA(a, b, c) _mm512_fmadd_round_ps((a), (b), (c), RN)
+/* AVX2 has no rounding-mode forms: its loops use plain multiplies and adds
+ * where no multiply's result meets an add (it only feeds an explicit
+ * fused multiply-add or a division), so there is nothing to contract. */
+#define TGT_AVX2 __attribute__((target("avx2,fma")))
 #endif
 
-static bool use_vector(void)
+/* The vector lanes the update loops use: 16 (AVX-512), 8 (AVX2 + FMA) or
+ * 1 (the scalar loops). */
+static int vector_lanes(void)
 {
 #ifdef HAVE_VEC_UPDATE
-    return (amp_cpu_features() & AMP_CPU_AVX512F) != 0;
+    const unsigned f = amp_cpu_features();
+    return f & AMP_CPU_AVX512F ? 16 : f & AMP_CPU_AVX2 ? 8 : 1;
 #else
-    return false;
+    return 1;
 #endif
 }
 
@@ -275,6 +284,30 @@ static void sgd_fn_v(const void *k, float *p, const float *g, float *const *s, i
 {
     sgd_range_v(k, p, g, s[0], n);
 }
+
+TGT_AVX2 static void sgd_range_v8(const sgd_k *k, float *p, const float *g, float *buf, int64_t n)
+{
+    const __m256 wd = _mm256_set1_ps(k->wd), mom = _mm256_set1_ps(k->mom), damp1 = _mm256_set1_ps(k->damp1),
+                 neg_lr = _mm256_set1_ps(k->neg_lr);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 gj = _mm256_loadu_ps(g + j), pj = _mm256_loadu_ps(p + j);
+        if (k->wd != 0)
+            gj = _mm256_fmadd_ps(pj, wd, gj);
+        if (buf) {
+            __m256 b = k->first ? gj : _mm256_fmadd_ps(gj, damp1, _mm256_mul_ps(_mm256_loadu_ps(buf + j), mom));
+            _mm256_storeu_ps(buf + j, b);
+            gj = k->nesterov ? _mm256_fmadd_ps(b, mom, gj) : b;
+        }
+        _mm256_storeu_ps(p + j, _mm256_fmadd_ps(gj, neg_lr, pj));
+    }
+    sgd_range(k, p + j, g + j, buf ? buf + j : NULL, n - j);
+}
+
+static void sgd_fn_v8(const void *k, float *p, const float *g, float *const *s, int64_t n)
+{
+    sgd_range_v8(k, p, g, s[0], n);
+}
 #endif
 
 static amp_status sgd_all(const be_sgd_opts *s, const be_optim_param *ps, int n, const int64_t *steps)
@@ -287,8 +320,8 @@ static amp_status sgd_all(const be_sgd_opts *s, const be_optim_param *ps, int n,
         ks[i] = (sgd_k){s->weight_decay, s->momentum, s->one_minus_dampening, -s->lr, steps[ps[i].index] == 0, s->nesterov};
     range_fn fn = sgd_fn;
 #ifdef HAVE_VEC_UPDATE
-    if (use_vector())
-        fn = sgd_fn_v;
+    const int lanes = vector_lanes();
+    fn = lanes == 16 ? sgd_fn_v : lanes == 8 ? sgd_fn_v8 : fn;
 #endif
     amp_status st = run_all_sr(fn, ks, sizeof *ks, ps, n, steps, sr);
     amp_free(ks);
@@ -380,6 +413,43 @@ static void adam_fn_v(const void *k, float *p, const float *g, float *const *s, 
 {
     adam_range_v(k, p, g, s[0], s[1], s[2], n);
 }
+
+TGT_AVX2 static void adam_range_v8(const adam_k *k, float *p, const float *g, float *m, float *v, float *vmax,
+                                   int64_t n)
+{
+    const __m256 decay = _mm256_set1_ps(k->decay), wd = _mm256_set1_ps(k->wd),
+                 w1 = _mm256_set1_ps(k->w1 < 0.5f ? k->w1 : k->w1_1), b2 = _mm256_set1_ps(k->b2),
+                 w2 = _mm256_set1_ps(k->w2), bc2 = _mm256_set1_ps(k->bc2_sqrt), eps = _mm256_set1_ps(k->eps),
+                 neg_step = _mm256_set1_ps(k->neg_step);
+    const bool low = k->w1 < 0.5f;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 pj = _mm256_loadu_ps(p + j), gj = _mm256_loadu_ps(g + j), mj = _mm256_loadu_ps(m + j);
+        if (k->dec)
+            pj = _mm256_mul_ps(pj, decay);
+        if (k->l2)
+            gj = _mm256_fmadd_ps(pj, wd, gj);
+        const __m256 d = _mm256_sub_ps(gj, mj);
+        mj = _mm256_fmadd_ps(w1, d, low ? mj : gj);
+        _mm256_storeu_ps(m + j, mj);
+        __m256 vv = _mm256_fmadd_ps(_mm256_mul_ps(w2, gj), gj, _mm256_mul_ps(_mm256_loadu_ps(v + j), b2));
+        _mm256_storeu_ps(v + j, vv);
+        if (vmax) {
+            const __m256 vm = _mm256_loadu_ps(vmax + j);
+            /* keep vmax where vmax >= v (ordered: NaN in v wins) */
+            vv = _mm256_blendv_ps(vv, vm, _mm256_cmp_ps(vm, vv, _CMP_GE_OQ));
+            _mm256_storeu_ps(vmax + j, vv);
+        }
+        const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), bc2), eps);
+        _mm256_storeu_ps(p + j, _mm256_add_ps(pj, _mm256_div_ps(_mm256_mul_ps(neg_step, mj), denom)));
+    }
+    adam_range(k, p + j, g + j, m + j, v + j, vmax ? vmax + j : NULL, n - j);
+}
+
+static void adam_fn_v8(const void *k, float *p, const float *g, float *const *s, int64_t n)
+{
+    adam_range_v8(k, p, g, s[0], s[1], s[2], n);
+}
 #endif
 
 static amp_status adam_all(const be_adam_opts *a, const be_optim_param *ps, int n, const int64_t *steps)
@@ -408,8 +478,8 @@ static amp_status adam_all(const be_adam_opts *a, const be_optim_param *ps, int 
     }
     range_fn fn = adam_fn;
 #ifdef HAVE_VEC_UPDATE
-    if (use_vector())
-        fn = adam_fn_v;
+    const int lanes = vector_lanes();
+    fn = lanes == 16 ? adam_fn_v : lanes == 8 ? adam_fn_v8 : fn;
 #endif
     amp_status st = run_all_sr(fn, ks, sizeof *ks, ps, n, steps, sr);
     amp_free(ks);
