@@ -609,7 +609,12 @@ AMP_API amp_sgd_opts amp_sgd_defaults(void);
 AMP_API amp_adam_opts amp_adam_defaults(void);   /* lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 0 */
 AMP_API amp_adam_opts amp_adamw_defaults(void);  /* as Adam, wd 0.01 */
 
-/* The optimizer keeps references to params (retained). */
+/* The optimizer keeps references to params (retained). Each f32 element is
+ * updated as torch.optim's single-tensor SGD / Adam on PyTorch's CPU
+ * kernels computes it, operation for operation and rounding for rounding
+ * (fused multiply-adds included; docs/amp.md), the CUDA backend's the same
+ * arithmetic: PyTorch's bits, but where PyTorch's own CPU sqrt is not
+ * correctly rounded (Adam). */
 AMP_API amp_optim *amp_optim_sgd(amp_tensor *const *params, int n, amp_sgd_opts o);
 AMP_API amp_optim *amp_optim_adam(amp_tensor *const *params, int n, amp_adam_opts o);
 AMP_API amp_optim *amp_optim_adamw(amp_tensor *const *params, int n, amp_adam_opts o);

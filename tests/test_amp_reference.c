@@ -338,14 +338,13 @@ static void produce_grads(replay_state *r, int k, const float *c, double div, co
 }
 
 /* Parameters must match to 1e-6 relative, a value below PARAM_FLOOR being
- * compared at that scale. PyTorch's AVX-512 addcdiv / lerp / add(alpha)
- * fuse the multiply-add and ampc rounds twice (a float32 emulation without
- * FMA reproduces ampc bit for bit), so an update can differ by one ulp of
- * its own size (lr-sized, here 0.01-0.1); where a parameter crosses zero
- * that ulp is large next to the parameter itself (seen: 1.5e-8 on 0.0116,
- * Adam, state_dict_reload; a float32 emulation with a fused addcdiv gives
- * PyTorch's first-step value). Every sequence's parameters start at 0.1 or
- * more, so 0.1 is the scale those updates were rounded at. */
+ * compared at that scale. ampc's SGD and Adam round where PyTorch's CPU
+ * kernels do (their fused multiply-adds included; these sequences match
+ * bit for bit), but PyTorch's float32 CPU sqrt is not always correctly
+ * rounded (test_optim.c), so an Adam update can differ by one ulp of its
+ * own size (lr-sized, here 0.01-0.1); where a parameter crosses zero that
+ * ulp is large next to the parameter itself. Every sequence's parameters
+ * start at 0.1 or more, so 0.1 is the scale those updates were rounded at. */
 #define PARAM_FLOOR 0.1
 
 static double worst_param_rel; /* largest relative parameter deviation seen */

@@ -33,6 +33,13 @@ static void test_help_exits_0_and_lists_commands_and_options(void)
     CHECK_OUT("skipped"); /* the schedule holds on a skipped step: said in help */
     CHECK_EQ_INT(cli_run("eval --help"), 0);
     CHECK_OUT("ampc eval DIR");
+    /* eval's own words: no "continue the run" for --resume, the run's
+     * settings as defaults, and none of train's options. */
+    CHECK_OUT("the same as DIR");
+    CHECK_OUT("(default: the run's)");
+    CHECK_MSG(strstr(cli_out, "continue the run") == NULL && strstr(cli_out, "--batch") == NULL &&
+                  strstr(cli_out, "grad scaler (default") == NULL,
+              "eval --help in train's words:\n%s", cli_out);
     CHECK_EQ_INT(cli_run("plot --help"), 0);
     CHECK_EQ_INT(cli_run("--version"), 0);
     CHECK_OUT("ampc " AMPC_VERSION);

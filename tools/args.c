@@ -216,7 +216,8 @@ static void usage_lines(FILE *f, bool eval)
             continue;
         char left[40];
         snprintf(left, sizeof left, "--%s %s", opts[i].name, opts[i].meta);
-        fprintf(f, "  %-22s %s\n", left, opts[i].help);
+        const char *own = eval ? eval_option_help(opts[i].name) : NULL; /* eval's words (eval.c) */
+        fprintf(f, "  %-22s %s\n", left, own ? own : opts[i].help);
     }
     fprintf(f, "  %-22s %s\n", "-h, --help", "this text");
 }

@@ -122,6 +122,9 @@ int opts_parse(int argc, char **argv, train_opts *o, bool eval);
 void opts_set_command(const char *name);
 void train_usage(FILE *f);
 void eval_usage(FILE *f);
+/* The eval command's help line for option `name` (without "--"), in eval's
+ * words rather than train's; NULL where eval has none of its own. */
+const char *eval_option_help(const char *name);
 /* Fills the unset values from the model's defaults and checks the options
  * against each other; -1 or EXIT_USAGE (message printed). */
 int opts_resolve(train_opts *o);

@@ -162,6 +162,28 @@ int device_check(const train_opts *o, const char *who)
     return 1;
 }
 
+/* eval's own help lines for the options it takes (args.c's table words
+ * them for train): settings a run saved default to the run's values. */
+const char *eval_option_help(const char *name)
+{
+    static const struct {
+        const char *name, *help;
+    } lines[] = {
+        {"data", "the data to measure on: Fashion-MNIST IDX directory (mlp, cnn; its test set), text file or "
+                 "directory (gpt; its validation split) (default: the run's)"},
+        {"threads", "kernel threads, 0 for every core (default 0)"},
+        {"device", "measure on cpu or cuda (default cpu)"},
+        {"precision", "fp32, or bf16 / fp16 autocast for the forward passes (no scaler: nothing is trained) "
+                      "(default: the run's)"},
+        {"val-batches", "gpt: validation batches measured (default: the run's, else 20)"},
+        {"resume", "the run's directory, the same as DIR (evaluated only: nothing is trained or saved)"},
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+        if (strcmp(lines[i].name, name) == 0)
+            return lines[i].help;
+    return NULL;
+}
+
 int eval_run(int argc, char **argv)
 {
     train_opts o, ck;

@@ -12,7 +12,10 @@
  *
  * The loops follow torch.optim's single-tensor implementations operation
  * for operation (torch/optim/sgd.py _single_tensor_sgd, adam.py
- * _single_tensor_adam), so f32 results agree with PyTorch's to rounding.
+ * _single_tensor_adam) and round where PyTorch's CPU kernels do (their
+ * fused multiply-adds included), so f32 results are PyTorch's bits: SGD's
+ * always, Adam's but where PyTorch's sqrt is not correctly rounded
+ * (tests/test_optim.c).
  * Every element's arithmetic is the same whichever block, thread or vector
  * width it lands in, so the bits do not depend on the number of threads or
  * on which parameters share a step.
@@ -32,10 +35,13 @@
 #define PAR_MIN_WORK 32768
 
 /* The element loops run in blocks (threads take whole blocks), each block
- * through a vector version where the CPU has AVX-512. The vector versions
+ * through a vector version where the CPU has AVX-512 (16 lanes) or AVX2
+ * with FMA (8 lanes; the scalar loops' fmaf is a library call, several
+ * times slower). The vector versions
  * do the scalar loops' arithmetic in the same order, with separate
- * multiplies and adds (no fused multiply-add), so they give the same bits;
- * the scalar loops stay the reference. */
+ * multiplies and adds where the scalar loops have them and a fused
+ * multiply-add where they call fmaf, so they give the same bits; the
+ * scalar loops stay the reference. */
 #define UPDATE_BLOCK 16384
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -49,14 +55,23 @@
 #define VADD(a, b) _mm512_add_round_ps((a), (b), RN)
 #define VSUB(a, b) _mm512_sub_round_ps((a), (b), RN)
 #define VMUL(a, b) _mm512_mul_round_ps((a), (b), RN)
+/* a * b + c rounded once (the scalar loops' fmaf) */
+#define VFMA(a, b, c) _mm512_fmadd_round_ps((a), (b), (c), RN)
+/* AVX2 has no rounding-mode forms: its loops use plain multiplies and adds
+ * where no multiply's result meets an add (it only feeds an explicit
+ * fused multiply-add or a division), so there is nothing to contract. */
+#define TGT_AVX2 __attribute__((target("avx2,fma")))
 #endif
 
-static bool use_vector(void)
+/* The vector lanes the update loops use: 16 (AVX-512), 8 (AVX2 + FMA) or
+ * 1 (the scalar loops). */
+static int vector_lanes(void)
 {
 #ifdef HAVE_VEC_UPDATE
-    return (amp_cpu_features() & AMP_CPU_AVX512F) != 0;
+    const unsigned f = amp_cpu_features();
+    return f & AMP_CPU_AVX512F ? 16 : f & AMP_CPU_AVX2 ? 8 : 1;
 #else
-    return false;
+    return 1;
 #endif
 }
 
@@ -221,20 +236,22 @@ typedef struct {
     bool first, nesterov;
 } sgd_k;
 
-/* One SGD update of n elements (sgd.py: weight decay into the gradient,
- * momentum buffer = the first gradient, then buf*momentum +
- * (1-dampening)*g, nesterov g + momentum*buf, p -= lr*g). */
+/* One SGD update of n elements (sgd.py _single_tensor_sgd on PyTorch's CPU
+ * kernels, whose add(alpha) is a fused multiply-add): weight decay
+ * g = fma(p, wd, g); the momentum buffer starts as the gradient, then
+ * buf = fma(g, 1 - dampening, buf * momentum); nesterov g = fma(buf,
+ * momentum, g), else g = buf; p = fma(g, -lr, p). */
 __attribute__((noinline)) static void sgd_range(const sgd_k *k, float *p, const float *g, float *buf, int64_t n)
 {
     for (int64_t j = 0; j < n; j++) {
         float gj = g[j];
         if (k->wd != 0)
-            gj = gj + k->wd * p[j];
+            gj = fmaf(p[j], k->wd, gj);
         if (buf) {
-            buf[j] = k->first ? gj : buf[j] * k->mom + k->damp1 * gj;
-            gj = k->nesterov ? gj + k->mom * buf[j] : buf[j];
+            buf[j] = k->first ? gj : fmaf(gj, k->damp1, buf[j] * k->mom);
+            gj = k->nesterov ? fmaf(buf[j], k->mom, gj) : buf[j];
         }
-        p[j] = p[j] + k->neg_lr * gj;
+        p[j] = fmaf(gj, k->neg_lr, p[j]);
     }
 }
 
@@ -252,14 +269,13 @@ TGT_AVX512 static void sgd_range_v(const sgd_k *k, float *p, const float *g, flo
     for (; j + 16 <= n; j += 16) {
         __m512 gj = _mm512_loadu_ps(g + j), pj = _mm512_loadu_ps(p + j);
         if (k->wd != 0)
-            gj = VADD(gj, VMUL(wd, pj));
+            gj = VFMA(pj, wd, gj);
         if (buf) {
-            __m512 b = k->first ? gj
-                                : VADD(VMUL(_mm512_loadu_ps(buf + j), mom), VMUL(damp1, gj));
+            __m512 b = k->first ? gj : VFMA(gj, damp1, VMUL(_mm512_loadu_ps(buf + j), mom));
             _mm512_storeu_ps(buf + j, b);
-            gj = k->nesterov ? VADD(gj, VMUL(mom, b)) : b;
+            gj = k->nesterov ? VFMA(b, mom, gj) : b;
         }
-        _mm512_storeu_ps(p + j, VADD(pj, VMUL(neg_lr, gj)));
+        _mm512_storeu_ps(p + j, VFMA(gj, neg_lr, pj));
     }
     sgd_range(k, p + j, g + j, buf ? buf + j : NULL, n - j);
 }
@@ -267,6 +283,30 @@ TGT_AVX512 static void sgd_range_v(const sgd_k *k, float *p, const float *g, flo
 static void sgd_fn_v(const void *k, float *p, const float *g, float *const *s, int64_t n)
 {
     sgd_range_v(k, p, g, s[0], n);
+}
+
+TGT_AVX2 static void sgd_range_v8(const sgd_k *k, float *p, const float *g, float *buf, int64_t n)
+{
+    const __m256 wd = _mm256_set1_ps(k->wd), mom = _mm256_set1_ps(k->mom), damp1 = _mm256_set1_ps(k->damp1),
+                 neg_lr = _mm256_set1_ps(k->neg_lr);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 gj = _mm256_loadu_ps(g + j), pj = _mm256_loadu_ps(p + j);
+        if (k->wd != 0)
+            gj = _mm256_fmadd_ps(pj, wd, gj);
+        if (buf) {
+            __m256 b = k->first ? gj : _mm256_fmadd_ps(gj, damp1, _mm256_mul_ps(_mm256_loadu_ps(buf + j), mom));
+            _mm256_storeu_ps(buf + j, b);
+            gj = k->nesterov ? _mm256_fmadd_ps(b, mom, gj) : b;
+        }
+        _mm256_storeu_ps(p + j, _mm256_fmadd_ps(gj, neg_lr, pj));
+    }
+    sgd_range(k, p + j, g + j, buf ? buf + j : NULL, n - j);
+}
+
+static void sgd_fn_v8(const void *k, float *p, const float *g, float *const *s, int64_t n)
+{
+    sgd_range_v8(k, p, g, s[0], n);
 }
 #endif
 
@@ -280,8 +320,8 @@ static amp_status sgd_all(const be_sgd_opts *s, const be_optim_param *ps, int n,
         ks[i] = (sgd_k){s->weight_decay, s->momentum, s->one_minus_dampening, -s->lr, steps[ps[i].index] == 0, s->nesterov};
     range_fn fn = sgd_fn;
 #ifdef HAVE_VEC_UPDATE
-    if (use_vector())
-        fn = sgd_fn_v;
+    const int lanes = vector_lanes();
+    fn = lanes == 16 ? sgd_fn_v : lanes == 8 ? sgd_fn_v8 : fn;
 #endif
     amp_status st = run_all_sr(fn, ks, sizeof *ks, ps, n, steps, sr);
     amp_free(ks);
@@ -291,11 +331,22 @@ static amp_status sgd_all(const be_sgd_opts *s, const be_optim_param *ps, int n,
 /* ----------------------------------------------------------------- Adam */
 
 typedef struct {
-    float neg_step, bc2_sqrt, eps, wd, decay, w1, b2, w2;
+    float neg_step, bc2_sqrt, eps, wd, decay, w1, w1_1, b2, w2;
     bool l2, dec;
 } adam_k;
 
-/* One Adam / AdamW update of n elements (adam.py _single_tensor_adam). */
+/* One Adam / AdamW update of n elements, in the order and with the
+ * roundings of _single_tensor_adam on PyTorch's CPU kernels:
+ *   AdamW      p = p * (1 - lr wd)                     (mul_)
+ *   Adam + wd  g = fma(p, wd, g)                       (add(alpha): fused)
+ *   exp_avg    lerp_(g, w1): w1 < 0.5: fma(w1, g - m, m),
+ *                            else:     fma(w1 - 1, g - m, g)  (fused)
+ *   exp_avg_sq v = fma(w2 g, g, v * b2)                (mul_, addcmul_: fused)
+ *   amsgrad    vmax = maximum(vmax, v)
+ *   denom      sqrt(v) / sqrt(bc2) + eps               (sqrt, div, add_)
+ *   p          p + ((-lr / bc1) m) / denom             (addcdiv_, left to right)
+ * fmaf rounds once, as the fused vector instructions do; no other
+ * multiply meets an add here, so a compiler cannot fuse anything else. */
 __attribute__((noinline)) static void adam_range(const adam_k *k, float *p, const float *g, float *m, float *v,
                                                  float *vmax, int64_t n)
 {
@@ -304,19 +355,19 @@ __attribute__((noinline)) static void adam_range(const adam_k *k, float *p, cons
         if (k->dec)
             pj = pj * k->decay;
         if (k->l2)
-            gj = gj + k->wd * pj;
-        /* exp_avg.lerp_(grad, 1 - beta1), with ATen's two-sided lerp */
-        float d = gj - m[j];
-        m[j] = k->w1 < 0.5f ? m[j] + k->w1 * d : gj - d * (1.0f - k->w1);
-        v[j] = v[j] * k->b2 + k->w2 * gj * gj;
+            gj = fmaf(pj, k->wd, gj);
+        const float d = gj - m[j];
+        m[j] = k->w1 < 0.5f ? fmaf(k->w1, d, m[j]) : fmaf(k->w1_1, d, gj);
+        const float vb = v[j] * k->b2;
+        v[j] = fmaf(k->w2 * gj, gj, vb);
         float vv = v[j];
         if (vmax) {
             if (!(vmax[j] >= vv)) /* torch.maximum: NaN wins */
                 vmax[j] = vv;
             vv = vmax[j];
         }
-        float denom = sqrtf(vv) / k->bc2_sqrt + k->eps;
-        p[j] = pj + k->neg_step * (m[j] / denom);
+        const float denom = sqrtf(vv) / k->bc2_sqrt + k->eps;
+        p[j] = pj + k->neg_step * m[j] / denom;
     }
 }
 
@@ -329,9 +380,9 @@ static void adam_fn(const void *k, float *p, const float *g, float *const *s, in
 TGT_AVX512 static void adam_range_v(const adam_k *k, float *p, const float *g, float *m, float *v, float *vmax,
                                     int64_t n)
 {
-    const __m512 decay = _mm512_set1_ps(k->decay), wd = _mm512_set1_ps(k->wd), w1 = _mm512_set1_ps(k->w1),
-                 one_w1 = _mm512_set1_ps(1.0f - k->w1), b2 = _mm512_set1_ps(k->b2), w2 = _mm512_set1_ps(k->w2),
-                 bc2 = _mm512_set1_ps(k->bc2_sqrt), eps = _mm512_set1_ps(k->eps),
+    const __m512 decay = _mm512_set1_ps(k->decay), wd = _mm512_set1_ps(k->wd),
+                 w1 = _mm512_set1_ps(k->w1 < 0.5f ? k->w1 : k->w1_1), b2 = _mm512_set1_ps(k->b2),
+                 w2 = _mm512_set1_ps(k->w2), bc2 = _mm512_set1_ps(k->bc2_sqrt), eps = _mm512_set1_ps(k->eps),
                  neg_step = _mm512_set1_ps(k->neg_step);
     const bool low = k->w1 < 0.5f;
     int64_t j = 0;
@@ -340,11 +391,11 @@ TGT_AVX512 static void adam_range_v(const adam_k *k, float *p, const float *g, f
         if (k->dec)
             pj = VMUL(pj, decay);
         if (k->l2)
-            gj = VADD(gj, VMUL(wd, pj));
-        __m512 d = VSUB(gj, mj);
-        mj = low ? VADD(mj, VMUL(w1, d)) : VSUB(gj, VMUL(d, one_w1));
+            gj = VFMA(pj, wd, gj);
+        const __m512 d = VSUB(gj, mj);
+        mj = VFMA(w1, d, low ? mj : gj);
         _mm512_storeu_ps(m + j, mj);
-        __m512 vv = VADD(VMUL(_mm512_loadu_ps(v + j), b2), VMUL(VMUL(w2, gj), gj));
+        __m512 vv = VFMA(VMUL(w2, gj), gj, VMUL(_mm512_loadu_ps(v + j), b2));
         _mm512_storeu_ps(v + j, vv);
         if (vmax) {
             __m512 vm = _mm512_loadu_ps(vmax + j);
@@ -353,7 +404,7 @@ TGT_AVX512 static void adam_range_v(const adam_k *k, float *p, const float *g, f
             _mm512_storeu_ps(vmax + j, vv);
         }
         __m512 denom = VADD(_mm512_div_ps(_mm512_sqrt_ps(vv), bc2), eps);
-        _mm512_storeu_ps(p + j, VADD(pj, VMUL(neg_step, _mm512_div_ps(mj, denom))));
+        _mm512_storeu_ps(p + j, VADD(pj, _mm512_div_ps(VMUL(neg_step, mj), denom)));
     }
     adam_range(k, p + j, g + j, m + j, v + j, vmax ? vmax + j : NULL, n - j);
 }
@@ -361,6 +412,43 @@ TGT_AVX512 static void adam_range_v(const adam_k *k, float *p, const float *g, f
 static void adam_fn_v(const void *k, float *p, const float *g, float *const *s, int64_t n)
 {
     adam_range_v(k, p, g, s[0], s[1], s[2], n);
+}
+
+TGT_AVX2 static void adam_range_v8(const adam_k *k, float *p, const float *g, float *m, float *v, float *vmax,
+                                   int64_t n)
+{
+    const __m256 decay = _mm256_set1_ps(k->decay), wd = _mm256_set1_ps(k->wd),
+                 w1 = _mm256_set1_ps(k->w1 < 0.5f ? k->w1 : k->w1_1), b2 = _mm256_set1_ps(k->b2),
+                 w2 = _mm256_set1_ps(k->w2), bc2 = _mm256_set1_ps(k->bc2_sqrt), eps = _mm256_set1_ps(k->eps),
+                 neg_step = _mm256_set1_ps(k->neg_step);
+    const bool low = k->w1 < 0.5f;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 pj = _mm256_loadu_ps(p + j), gj = _mm256_loadu_ps(g + j), mj = _mm256_loadu_ps(m + j);
+        if (k->dec)
+            pj = _mm256_mul_ps(pj, decay);
+        if (k->l2)
+            gj = _mm256_fmadd_ps(pj, wd, gj);
+        const __m256 d = _mm256_sub_ps(gj, mj);
+        mj = _mm256_fmadd_ps(w1, d, low ? mj : gj);
+        _mm256_storeu_ps(m + j, mj);
+        __m256 vv = _mm256_fmadd_ps(_mm256_mul_ps(w2, gj), gj, _mm256_mul_ps(_mm256_loadu_ps(v + j), b2));
+        _mm256_storeu_ps(v + j, vv);
+        if (vmax) {
+            const __m256 vm = _mm256_loadu_ps(vmax + j);
+            /* keep vmax where vmax >= v (ordered: NaN in v wins) */
+            vv = _mm256_blendv_ps(vv, vm, _mm256_cmp_ps(vm, vv, _CMP_GE_OQ));
+            _mm256_storeu_ps(vmax + j, vv);
+        }
+        const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), bc2), eps);
+        _mm256_storeu_ps(p + j, _mm256_add_ps(pj, _mm256_div_ps(_mm256_mul_ps(neg_step, mj), denom)));
+    }
+    adam_range(k, p + j, g + j, m + j, v + j, vmax ? vmax + j : NULL, n - j);
+}
+
+static void adam_fn_v8(const void *k, float *p, const float *g, float *const *s, int64_t n)
+{
+    adam_range_v8(k, p, g, s[0], s[1], s[2], n);
 }
 #endif
 
@@ -382,6 +470,7 @@ static amp_status adam_all(const be_adam_opts *a, const be_optim_param *ps, int 
                          .wd = (float)a->weight_decay,
                          .decay = (float)(1.0 - lr * a->weight_decay),
                          .w1 = (float)(1.0 - a->beta1),
+                         .w1_1 = (float)(1.0 - a->beta1) - 1.0f, /* exact */
                          .b2 = (float)a->beta2,
                          .w2 = (float)(1.0 - a->beta2),
                          .l2 = !decoupled && a->weight_decay != 0,
@@ -389,8 +478,8 @@ static amp_status adam_all(const be_adam_opts *a, const be_optim_param *ps, int 
     }
     range_fn fn = adam_fn;
 #ifdef HAVE_VEC_UPDATE
-    if (use_vector())
-        fn = adam_fn_v;
+    const int lanes = vector_lanes();
+    fn = lanes == 16 ? adam_fn_v : lanes == 8 ? adam_fn_v8 : fn;
 #endif
     amp_status st = run_all_sr(fn, ks, sizeof *ks, ps, n, steps, sr);
     amp_free(ks);

@@ -404,17 +404,19 @@ __global__ void k_sgd(__grid_constant__ const mt_list l, const long long *steps,
         const int sdt = t.p.sdt;
         for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
             float pj = t.p.master ? t.p.master[j] : ld_f32(t.p.p, t.p.pdt, j), gj = ld_f32(t.p.g, t.p.gdt, j);
+            /* The CPU loop's order and roundings (sgd_range), explicitly
+             * rounded: nvcc's contraction cannot change a bit. */
             if (o.weight_decay != 0)
-                gj = gj + o.weight_decay * pj;
+                gj = __fmaf_rn(pj, o.weight_decay, gj);
             if (buf) {
                 /* Updated in f32, stored in sdt (bf16 rounds to
                  * nearest-even): the f32 value serves this step, as in the
                  * CPU's scratch block. */
-                float b = first ? gj : ld_f32(buf, sdt, j) * o.momentum + o.one_minus_dampening * gj;
+                float b = first ? gj : __fmaf_rn(gj, o.one_minus_dampening, __fmul_rn(ld_f32(buf, sdt, j), o.momentum));
                 st_state(buf, sdt, j, b, o.sr, t.p.index, steps[t.p.index] + 1, 0);
-                gj = o.nesterov ? gj + o.momentum * b : b;
+                gj = o.nesterov ? __fmaf_rn(b, o.momentum, gj) : b;
             }
-            const float np = pj + neg_lr * gj;
+            const float np = __fmaf_rn(gj, neg_lr, pj);
             if (t.p.master)
                 t.p.master[j] = np;
             st_f32(t.p.p, t.p.pdt, j, np);
@@ -422,6 +424,10 @@ __global__ void k_sgd(__grid_constant__ const mt_list l, const long long *steps,
     }
 }
 
+/* Adam / AdamW in the CPU loop's order and roundings (src/backend/cpu/
+ * optim.c adam_range, PyTorch's _single_tensor_adam on its CPU kernels):
+ * every operation an explicitly rounded intrinsic, so that nvcc's
+ * multiply-add contraction (--fmad) cannot change a bit. */
 __global__ void k_adam(__grid_constant__ const mt_list l, const long long *steps, const float *found_inf,
                        cuda_adam_opts a)
 {
@@ -429,6 +435,9 @@ __global__ void k_adam(__grid_constant__ const mt_list l, const long long *steps
         return;
     const float eps = (float)a.eps, wd = (float)a.weight_decay, decay = (float)(1.0 - a.lr * a.weight_decay);
     const float w1 = (float)(1.0 - a.beta1), b2 = (float)a.beta2, w2 = (float)(1.0 - a.beta2);
+    /* ATen's lerp: m + w1 (g - m) for w1 < 0.5, else g + (w1 - 1)(g - m) */
+    const bool low = w1 < 0.5f;
+    const float lw = low ? w1 : w1 - 1.0f;
     const bool l2 = !a.decoupled && a.weight_decay != 0, dec = a.decoupled && a.weight_decay != 0;
     for (int64_t b = blockIdx.x; b < l.blocks; b += gridDim.x) {
         const mt_entry t = find_entry(l, b);
@@ -441,18 +450,18 @@ __global__ void k_adam(__grid_constant__ const mt_list l, const long long *steps
         for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
             float pj = t.p.master ? t.p.master[j] : ld_f32(t.p.p, t.p.pdt, j), gj = ld_f32(t.p.g, t.p.gdt, j);
             if (dec)
-                pj = pj * decay;
+                pj = __fmul_rn(pj, decay);
             if (l2)
-                gj = gj + wd * pj;
+                gj = __fmaf_rn(pj, wd, gj);
             /* The state is loaded once, updated in f32 (the f32 values
              * serve this step, as in the CPU's scratch block) and stored
              * in sdt (bf16 rounds to nearest-even). */
             float mj = ld_f32(m, sdt, j);
-            float d = gj - mj;
-            mj = w1 < 0.5f ? mj + w1 * d : gj - d * (1.0f - w1);
+            const float d = __fsub_rn(gj, mj);
+            mj = __fmaf_rn(lw, d, low ? mj : gj);
             const long long tt = steps[t.p.index] + 1;
             st_state(m, sdt, j, mj, a.sr, t.p.index, tt, 0);
-            float vv = ld_f32(v, sdt, j) * b2 + w2 * gj * gj;
+            float vv = __fmaf_rn(__fmul_rn(w2, gj), gj, __fmul_rn(ld_f32(v, sdt, j), b2));
             st_state(v, sdt, j, vv, a.sr, t.p.index, tt, 1);
             if (vmax) {
                 float vm = ld_f32(vmax, sdt, j);
@@ -461,8 +470,8 @@ __global__ void k_adam(__grid_constant__ const mt_list l, const long long *steps
                 st_state(vmax, sdt, j, vm, a.sr, t.p.index, tt, 2);
                 vv = vm;
             }
-            float denom = sqrtf(vv) / bc2_sqrt + eps;
-            const float np = pj + neg_step * (mj / denom);
+            const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vv), bc2_sqrt), eps);
+            const float np = __fadd_rn(pj, __fdiv_rn(__fmul_rn(neg_step, mj), denom));
             if (t.p.master)
                 t.p.master[j] = np;
             st_f32(t.p.p, t.p.pdt, j, np);

@@ -21,6 +21,7 @@
 #ifndef CUDAEMU_DEVICE_H
 #define CUDAEMU_DEVICE_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -167,6 +168,10 @@ template <class T> inline T atomicAdd(T *address, T val)
  * is built with -ffp-contract=off throughout). */
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return sqrtf(a); }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 
 inline unsigned int __float_as_uint(float f)
 {
