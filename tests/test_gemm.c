@@ -622,9 +622,9 @@ static void test_bf16_threads_do_not_change_results(void)
 
 /* ------------------------------------------- bf16 with few rows (gemv) */
 
-/* Products of 1 to 4 rows with B transposed (a linear's x W^T, a decode
+/* Products of 1 to 8 rows with B transposed (a linear's x W^T, a decode
  * step) skip the packing on the native paths (gemm_bf16.c's gemv): against
- * the double reference for M = 1..4, every transpose (the untransposed B
+ * the double reference for M = 1..8 (the kernel's 4 rows, then two calls), every transpose (the untransposed B
  * keeps the blocked path, checked here too), odd N and K, K not a multiple
  * of 32 (the masked tail) and over the dot kernel's K block, padded
  * leading dimensions, every C dtype, alpha / beta. The path taken is
@@ -641,7 +641,7 @@ static void test_bf16_few_rows(void)
             continue;
         }
         int cases = 0;
-        for (int64_t M = 1; M <= 4; M++)
+        for (int64_t M = 1; M <= 8; M++)
             for (int t = 0; t < 4; t++)
                 for (size_t n = 0; n < sizeof ns / sizeof ns[0]; n++)
                     for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++) {
@@ -653,9 +653,14 @@ static void test_bf16_few_rows(void)
                                   (long long)M, (t & 2) != 0, gemm_path);
                         cases++;
                     }
-        /* five rows take the blocked kernel again */
-        check_bf16(false, true, 5, 33, 95, 1.0f, 0.0f, 1, AMP_BF16);
-        CHECK_MSG(!strstr(gemm_path, "gemv"), "M=5: path %s", gemm_path);
+        /* nine rows take the blocked kernel again */
+        check_bf16(false, true, 9, 33, 95, 1.0f, 0.0f, 1, AMP_BF16);
+        CHECK_MSG(!strstr(gemm_path, "gemv"), "M=9: path %s", gemm_path);
+        /* and so does one row with the gemv turned off (benchmarks compare) */
+        gemm_bf16_set_gemv_rows(0);
+        check_bf16(false, true, 1, 33, 95, 1.0f, 0.0f, 1, AMP_BF16);
+        CHECK_MSG(!strstr(gemm_path, "gemv"), "gemv off: path %s", gemm_path);
+        gemm_bf16_set_gemv_rows(8);
         printf("    %s: %d few-row cases\n", bf16_paths[p].name, cases);
     }
     restore_threads();
@@ -686,7 +691,7 @@ static void ep_probe_fn(void *ctx, int64_t i0, int64_t j0, int mr, int nr)
 
 static void test_bf16_few_rows_threads_and_epilogue(void)
 {
-    const int64_t M = 3, N = 3001, K = 801;
+    const int64_t M = 6, N = 3001, K = 801;
     int old = amp_get_num_threads();
     for (size_t p = 1; p < sizeof bf16_paths / sizeof bf16_paths[0]; p++) {
         if (!use_bf16_path(p))

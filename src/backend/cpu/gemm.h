@@ -104,7 +104,7 @@ const char *gemm_kernel_name(void);
  * kernel events (cpu_gemm): "oneDNN matmul", or the name of ampc's own
  * micro-kernel that ran ("amx-bf16 32x32", "avx512bf16 12x32", "amx-bf16
  * split 32x32" for f16, "avx512 12x32" ..., "avx512bf16 gemv" for bf16
- * products of at most 4 rows with B transposed); a static string, NULL before
+ * products of at most 8 rows with B transposed); a static string, NULL before
  * any. A batch of products spread over threads sets it on each; the
  * calling thread runs a share of them, so it sees the path too. */
 extern _Thread_local const char *gemm_path;
@@ -139,6 +139,12 @@ extern const gemm_kernel gemm_kernel_avx2;   /* 6 x 16, AVX2 + FMA */
  * choice among the rest. For tests and benchmarks. */
 typedef enum { GEMM_BF16_AUTO, GEMM_BF16_WIDEN, GEMM_BF16_DOT, GEMM_BF16_AMX } gemm_bf16_mode;
 void gemm_bf16_set_mode(gemm_bf16_mode mode);
+
+/* The most rows (0 .. 8; default 8) for which a bf16 product with B
+ * transposed takes the few-row gemv path on the native paths instead of
+ * the blocked kernel (gemm_bf16.c); 0 turns it off. For tests and
+ * benchmarks. */
+void gemm_bf16_set_gemv_rows(int max_m);
 
 /* Whether bf16 products here run on the VDPBF16PS kernel (AMD's
  * AVX512-BF16 without AMX), where onednn_gemm_policy keeps every bf16

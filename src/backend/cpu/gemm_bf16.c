@@ -470,13 +470,25 @@ amp_status gemm_bf16_drive(const gemm_bf16_kernel *kern, bool trans_a, bool tran
  * (alpha * sum, plus beta * C fused; a 16-bit C rounded once by the
  * kernel's finish16) and the epilogue runs on each item's strip. A
  * transposed A (K x M) is first copied into rows (M x K, small). The
- * threshold: see docs/benchmarks.md (generate section). */
-#define GEMV_MAX_M 4
+ * threshold, 8 rows (the kernel takes 4 at a time, so 5 to 8 read W
+ * twice): bench_gemm --few-rows on a Zen 4 core, 1 thread, the blocked
+ * path costs the same from 1 to 12 rows (it packs all of W either way);
+ * the gemv was 3.3-5x faster at 1 to 4 rows, 1.6-2.3x at 8 on the widths
+ * of 384 and more, and 4-14% slower at 7 and 8 rows only on width-128
+ * products that take under 5 us (docs/benchmarks.md, generate). */
+#define GEMV_MAX_M 8
 #define GEMV_COLS 64
 /* Multiply-adds from which the gemv spreads over the threads: it streams
  * B once from memory or L2, so threads pay off sooner than for the
  * blocked kernels. */
 #define GEMV_PAR_MIN (1 << 18)
+
+static _Atomic int gemv_rows = GEMV_MAX_M;
+
+void gemm_bf16_set_gemv_rows(int max_m)
+{
+    atomic_store(&gemv_rows, max_m < 0 ? 0 : max_m > GEMV_MAX_M ? GEMV_MAX_M : max_m);
+}
 
 typedef struct {
     const gemm_bf16_kernel *kern;
@@ -495,7 +507,9 @@ static void gemv_range(void *ctx, int64_t lo, int64_t hi, int tid)
     for (int64_t it = lo; it < hi; it++) {
         const int64_t j0 = it * GEMV_COLS;
         const int nr = v->N - j0 < GEMV_COLS ? (int)(v->N - j0) : GEMV_COLS;
-        v->kern->rowdot(v->M, v->K, v->a, v->lda, v->b + j0 * v->ldb, v->ldb, nr, t, GEMV_COLS);
+        for (int i0 = 0; i0 < v->M; i0 += 4) /* the kernel takes up to 4 rows at a time */
+            v->kern->rowdot(v->M - i0 < 4 ? v->M - i0 : 4, v->K, v->a + i0 * v->lda, v->lda, v->b + j0 * v->ldb,
+                            v->ldb, nr, t + i0 * GEMV_COLS, GEMV_COLS);
         for (int i = 0; i < v->M; i++) {
             float *tr = t + i * GEMV_COLS;
             if (g->c_dt == AMP_F32) {
@@ -546,7 +560,7 @@ bool gemm_bf16_native(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
     const gemm_bf16_kernel *kern = pick_bf16();
     if (!kern || M <= 0 || N <= 0 || K <= 0 || alpha == 0.0f)
         return false; /* gemm_lowp's general path handles the trivial cases */
-    if (trans_b && M <= GEMV_MAX_M && kern->rowdot) {
+    if (trans_b && M <= atomic_load(&gemv_rows) && kern->rowdot) {
         gemm_path = "avx512bf16 gemv";
         *st = gemv(kern, trans_a, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, ep);
         return true;
