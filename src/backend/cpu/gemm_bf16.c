@@ -29,6 +29,11 @@
  * core takes fewer); the end of each loop is the barrier the next phase
  * needs. Products under the kernel's par_min run on the calling thread.
  *
+ * Products of at most 8 rows with B transposed take the gemv path below
+ * instead (no packing; the same exact products, another f32 summation
+ * order, so such a product is not bit for bit a row slice of a bigger
+ * one).
+ *
  * Numerics: the dot instructions round after each product pair like an
  * FMA chain, but (as in oneDNN and PyTorch) treat bf16 subnormal inputs
  * (below 2^-126) as zero and flush subnormal partial sums to zero; the
