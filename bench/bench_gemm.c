@@ -661,19 +661,24 @@ static void write_json(const char *path, const double load0[3], const double loa
  * step's linears, `ampc generate`) on 1 thread, the gemv path
  * (gemm_bf16_set_gemv_rows) against the blocked kernel that packs B, for
  * the widths of the default gpt (128) and of the 6-layer width-384 one:
- * microseconds per product, best of reps. */
+ * microseconds per product, best of reps; beside them gemm_f32's one-row
+ * product as AUTO runs it. */
 static void few_rows(int reps)
 {
     const int64_t nk[][2] = {{384, 128}, {512, 128}, {128, 512}, {1152, 384}, {384, 384}, {1536, 384}, {384, 1536}};
     const route r = {CPU_LIB_OWN, GEMM_BF16_AUTO, true, false, GEMM_F16_AUTO};
-    printf("few-row bf16 products (B transposed, bf16 C, 1 thread), us per product: blocked / gemv\n");
-    printf("%6s %6s", "N", "K");
+    printf("few-row bf16 products (B transposed, bf16 C, 1 thread), us per product: blocked / gemv;\n"
+           "f32 M=1: gemm_f32 (AUTO: oneDNN or ampc's kernel) on the same shape\n");
+    printf("%6s %6s %9s", "N", "K", "f32 M=1");
     for (int m = 1; m <= 12; m++)
         printf("       M=%-2d       ", m);
     printf("\n");
     for (size_t s = 0; s < sizeof nk / sizeof nk[0]; s++) {
         operands o = operands_new(12 * nk[s][1], nk[s][0] * nk[s][1], 12 * nk[s][0], nk[s][0]);
-        printf("%6lld %6lld", (long long)nk[s][0], (long long)nk[s][1]);
+        const route r32 = {CPU_LIB_AUTO, GEMM_BF16_AUTO, false, false, GEMM_F16_AUTO};
+        const shape one = {false, true, 1, nk[s][0], nk[s][1], false, CPU_ACT_NONE, false};
+        printf("%6lld %6lld %9.2f", (long long)nk[s][0], (long long)nk[s][1],
+               1e6 * flops(&one) / 1e9 / time_route(&r32, &one, &o, 1, reps));
         for (int64_t m = 1; m <= 12; m++) {
             const shape sh = {false, true, m, nk[s][0], nk[s][1], false, CPU_ACT_NONE, false};
             double us[2];

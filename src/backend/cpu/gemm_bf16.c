@@ -476,16 +476,18 @@ amp_status gemm_bf16_drive(const gemm_bf16_kernel *kern, bool trans_a, bool tran
  * kernel's finish16) and the epilogue runs on each item's strip. A
  * transposed A (K x M) is first copied into rows (M x K, small). The
  * threshold, 8 rows (the kernel takes 4 at a time, so 5 to 8 read W
- * twice): bench_gemm --few-rows on a Zen 4 core, 1 thread, the blocked
- * path costs the same from 1 to 12 rows (it packs all of W either way);
- * the gemv was 3.3-5x faster at 1 to 4 rows, 1.6-2.3x at 8 on the widths
- * of 384 and more, and 4-14% slower at 7 and 8 rows only on width-128
- * products that take under 5 us (docs/benchmarks.md, generate). */
+ * twice), is measured (bench_gemm --few-rows, an AMD EPYC core, 1 thread):
+ * the blocked path costs the same from 1 to 12 rows (it packs all of W
+ * either way); the gemv was 4.6-5.4x faster at 1 row, 1.4-2.2x at 8 on
+ * widths of 384 and more and at most 7% slower on width-128 products
+ * (under 6 us); from 9 rows it lost 20-40% on those (docs/benchmarks.md,
+ * generation). */
 #define GEMV_MAX_M 8
 #define GEMV_COLS 64
 /* Multiply-adds from which the gemv spreads over the threads: it streams
  * B once from memory or L2, so threads pay off sooner than for the
- * blocked kernels. */
+ * blocked kernels (half the dot kernel's par_min; a guess, not measured:
+ * bench/generate.sh runs 1 thread). */
 #define GEMV_PAR_MIN (1 << 18)
 
 static _Atomic int gemv_rows = GEMV_MAX_M;
