@@ -46,6 +46,7 @@
  * repository root after building the library in build/:
  *   cc -O2 -fopenmp -Iinclude -Isrc bench/bench_gemm.c build/libampc.a -lz -lm [-ldnnl] -o bench_gemm
  * Run: ./bench_gemm [--reps N] [--max-n N] [--no-shapes] [--json PATH]
+ * (--few-rows, after any --reps: only the few-row table, see few_rows)
  */
 #include "backend/backend.h"
 #include "backend/cpu/gemm.h"
@@ -656,6 +657,47 @@ static void write_json(const char *path, const double load0[3], const double loa
 
 #define MAX_SIZES 8
 
+/* --few-rows: bf16 x bf16^T -> bf16 products of 1 to 12 rows (a decode
+ * step's linears, `ampc generate`) on 1 thread, the gemv path
+ * (gemm_bf16_set_gemv_rows) against the blocked kernel that packs B, for
+ * the widths of the default gpt (128) and of the 6-layer width-384 one:
+ * microseconds per product, best of reps; beside them gemm_f32's one-row
+ * product as AUTO runs it. */
+static void few_rows(int reps)
+{
+    const int64_t nk[][2] = {{384, 128}, {512, 128}, {128, 512}, {1152, 384}, {384, 384}, {1536, 384}, {384, 1536}};
+    const route r = {CPU_LIB_OWN, GEMM_BF16_AUTO, true, false, GEMM_F16_AUTO};
+    printf("few-row bf16 products (B transposed, bf16 C, 1 thread), us per product: blocked / gemv;\n"
+           "f32 M=1: gemm_f32 (AUTO: oneDNN or ampc's kernel) on the same shape\n");
+    printf("%6s %6s %9s", "N", "K", "f32 M=1");
+    for (int m = 1; m <= 12; m++)
+        printf("       M=%-2d       ", m);
+    printf("\n");
+    for (size_t s = 0; s < sizeof nk / sizeof nk[0]; s++) {
+        operands o = operands_new(12 * nk[s][1], nk[s][0] * nk[s][1], 12 * nk[s][0], nk[s][0]);
+        const route r32 = {CPU_LIB_AUTO, GEMM_BF16_AUTO, false, false, GEMM_F16_AUTO};
+        const shape one = {false, true, 1, nk[s][0], nk[s][1], false, CPU_ACT_NONE, false};
+        printf("%6lld %6lld %9.2f", (long long)nk[s][0], (long long)nk[s][1],
+               1e6 * flops(&one) / 1e9 / time_route(&r32, &one, &o, 1, reps));
+        for (int64_t m = 1; m <= 12; m++) {
+            const shape sh = {false, true, m, nk[s][0], nk[s][1], false, CPU_ACT_NONE, false};
+            double us[2];
+            for (int g = 0; g < 2; g++) {
+                gemm_bf16_set_gemv_rows(g ? 12 : 0);
+                us[g] = 1e6 * flops(&sh) / 1e9 / time_route(&r, &sh, &o, 1, reps);
+            }
+            if (m <= 8)
+                printf("  %6.2f / %6.2f", us[0], us[1]);
+            else
+                printf("  %6.2f /    -  ", us[0]);
+        }
+        printf("\n");
+        operands_free(&o);
+    }
+    gemm_bf16_set_gemv_rows(8);
+    printf("(gemv path: %s)\n", gemm_bf16_kernel_name());
+}
+
 int main(int argc, char **argv)
 {
     int reps = 5;
@@ -671,10 +713,14 @@ int main(int argc, char **argv)
             shapes = false;
         else if (!strcmp(argv[i], "--f16-only"))
             f16_only = true;
+        else if (!strcmp(argv[i], "--few-rows")) {
+            few_rows(reps);
+            return 0;
+        }
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--reps N] [--max-n N] [--no-shapes] [--f16-only] [--json PATH]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--reps N] [--max-n N] [--no-shapes] [--f16-only] [--json PATH] [--few-rows]\n", argv[0]);
             return 2;
         }
     }

@@ -3,7 +3,8 @@
  * transpose combination, odd sizes around the kernels' tile and block
  * sizes, alpha / beta, padded leading dimensions, every kernel this CPU
  * has (via amp_cpu_limit), thread counts, and the 16-bit entry point:
- * bf16 on its native paths, f16 widened and split into bf16 on AMX.
+ * bf16 on its native paths (and their few-row gemv), f16 widened and
+ * split into bf16 on AMX.
  */
 #include "backend/cpu/gemm.h"
 #include "base/base.h"
@@ -539,12 +540,15 @@ static void test_bf16_cpu_limit(void)
  * (one N block each, A packed per panel), and its row slices too. Three K
  * blocks, odd M, N and K (edge tiles), every transpose, every bf16 path,
  * f32 and bf16 C, 1 and 2 threads. Slices start at multiples of 96 rows
- * and 256 columns, so the tiles are the same ones. */
+ * and 256 columns, so the tiles are the same ones. The promise is the
+ * blocked path's: a slice of 8 rows or fewer with B transposed would take
+ * the gemv (another summation order; test_bf16_few_rows), so it is off. */
 static void test_bf16_product_is_its_slices(void)
 {
     const int64_t M = 101, N = 700, K = 2501;
     const int64_t cuts_n[] = {0, 256, 512, N}, cuts_m[] = {0, 96, M};
     int old = amp_get_num_threads();
+    gemm_bf16_set_gemv_rows(0);
     for (size_t p = 0; p < sizeof bf16_paths / sizeof bf16_paths[0]; p++) {
         if (!use_bf16_path(p))
             continue;
@@ -586,6 +590,7 @@ static void test_bf16_product_is_its_slices(void)
     }
     amp_set_num_threads(old);
     gemm_bf16_set_mode(GEMM_BF16_AUTO);
+    gemm_bf16_set_gemv_rows(8);
 }
 
 static void test_bf16_threads_do_not_change_results(void)
@@ -614,6 +619,110 @@ static void test_bf16_threads_do_not_change_results(void)
                       bf16_paths[p].name);
             free(A), free(B), free(Ah), free(Bh), free(cf[0]), free(cf[1]), free(ch[0]), free(ch[1]);
         }
+    }
+    amp_set_num_threads(old);
+    gemm_bf16_set_mode(GEMM_BF16_AUTO);
+}
+
+/* ------------------------------------------- bf16 with few rows (gemv) */
+
+/* Products of 1 to 8 rows with B transposed (a linear's x W^T, a decode
+ * step) skip the packing on the native paths (gemm_bf16.c's gemv): against
+ * the double reference for M = 1..8 (the kernel's 4 rows, then two calls), every transpose (the untransposed B
+ * keeps the blocked path, checked here too), odd N and K, K not a multiple
+ * of 32 (the masked tail) and over the dot kernel's K block, padded
+ * leading dimensions, every C dtype, alpha / beta. The path taken is
+ * checked by name (gemm_path). */
+static void test_bf16_few_rows(void)
+{
+    const int64_t ns[] = {1, 7, 33, 67}, ks[] = {1, 2, 31, 33, 64, 95, 1030};
+    const float ab[][2] = {{1.0f, 0.0f}, {-0.5f, 0.75f}};
+    const amp_dtype cdts[] = {AMP_F32, AMP_BF16, AMP_F16};
+    one_thread();
+    for (size_t p = 1; p < sizeof bf16_paths / sizeof bf16_paths[0]; p++) {
+        if (!use_bf16_path(p)) {
+            printf("    (no %s path on this CPU)\n", bf16_paths[p].name);
+            continue;
+        }
+        int cases = 0;
+        for (int64_t M = 1; M <= 8; M++)
+            for (int t = 0; t < 4; t++)
+                for (size_t n = 0; n < sizeof ns / sizeof ns[0]; n++)
+                    for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++) {
+                        const size_t v = (size_t)M + n + k; /* spread alpha/beta, C dtype, padding */
+                        check_bf16(t & 1, t & 2, M, ns[n], ks[k], ab[v % 2][0], ab[v % 2][1], (int)(v % 3) * 3,
+                                   cdts[(v + (size_t)t) % 3]);
+                        const bool gemv = strstr(gemm_path, "gemv") != NULL;
+                        CHECK_MSG(gemv == ((t & 2) != 0), "%s M=%lld tb=%d: path %s", bf16_paths[p].name,
+                                  (long long)M, (t & 2) != 0, gemm_path);
+                        cases++;
+                    }
+        /* nine rows take the blocked kernel again */
+        check_bf16(false, true, 9, 33, 95, 1.0f, 0.0f, 1, AMP_BF16);
+        CHECK_MSG(!strstr(gemm_path, "gemv"), "M=9: path %s", gemm_path);
+        /* and so does one row with the gemv turned off (benchmarks compare) */
+        gemm_bf16_set_gemv_rows(0);
+        check_bf16(false, true, 1, 33, 95, 1.0f, 0.0f, 1, AMP_BF16);
+        CHECK_MSG(!strstr(gemm_path, "gemv"), "gemv off: path %s", gemm_path);
+        gemm_bf16_set_gemv_rows(8);
+        printf("    %s: %d few-row cases\n", bf16_paths[p].name, cases);
+    }
+    restore_threads();
+}
+
+/* The gemv spread over 2 threads gives 1 thread's bits (each column is
+ * one thread's sequence), and its epilogue covers C exactly once, each
+ * call after its block is final. */
+typedef struct {
+    const uint16_t *c;
+    int64_t ldc;
+    int *seen;
+    int64_t n;
+    const uint16_t *want;
+    int bad;
+} ep_probe;
+
+static void ep_probe_fn(void *ctx, int64_t i0, int64_t j0, int mr, int nr)
+{
+    ep_probe *e = ctx;
+    for (int64_t i = i0; i < i0 + mr; i++)
+        for (int64_t j = j0; j < j0 + nr; j++) {
+            __atomic_add_fetch(&e->seen[i * e->n + j], 1, __ATOMIC_RELAXED);
+            if (e->c[i * e->ldc + j] != e->want[i * e->n + j])
+                __atomic_add_fetch(&e->bad, 1, __ATOMIC_RELAXED);
+        }
+}
+
+static void test_bf16_few_rows_threads_and_epilogue(void)
+{
+    const int64_t M = 6, N = 3001, K = 801;
+    int old = amp_get_num_threads();
+    for (size_t p = 1; p < sizeof bf16_paths / sizeof bf16_paths[0]; p++) {
+        if (!use_bf16_path(p))
+            continue;
+        uint16_t *Ah, *Bh, *c[2];
+        float *A = bf16_matrix(M, K, K, &Ah), *B = bf16_matrix(N, K, K, &Bh);
+        for (int nt = 1; nt <= 2; nt++) {
+            amp_set_num_threads(nt);
+            c[nt - 1] = malloc(sizeof(uint16_t) * (size_t)(M * N));
+            CHECK_OK(gemm_lowp(false, true, M, N, K, 1.0f, Ah, AMP_BF16, K, Bh, AMP_BF16, K, 0.0f, c[nt - 1],
+                               AMP_BF16, N));
+            CHECK_MSG(strstr(gemm_path, "gemv"), "path %s", gemm_path);
+        }
+        CHECK_MSG(memcmp(c[0], c[1], sizeof(uint16_t) * (size_t)(M * N)) == 0, "%s: 1 and 2 threads differ",
+                  bf16_paths[p].name);
+        uint16_t *out = malloc(sizeof(uint16_t) * (size_t)(M * N));
+        int *seen = calloc((size_t)(M * N), sizeof(int));
+        ep_probe e = {out, N, seen, N, c[0], 0};
+        const gemm_epilogue ep = {ep_probe_fn, &e};
+        CHECK_OK(gemm_lowp_ep(false, true, M, N, K, 1.0f, Ah, AMP_BF16, K, Bh, AMP_BF16, K, 0.0f, out, AMP_BF16, N,
+                              &ep));
+        int twice = 0;
+        for (int64_t i = 0; i < M * N; i++)
+            twice += seen[i] != 1;
+        CHECK_MSG(twice == 0 && e.bad == 0, "%s epilogue: %d elements not seen once, %d not final", bf16_paths[p].name,
+                  twice, e.bad);
+        free(A), free(B), free(Ah), free(Bh), free(c[0]), free(c[1]), free(out), free(seen);
     }
     amp_set_num_threads(old);
     gemm_bf16_set_mode(GEMM_BF16_AUTO);
@@ -982,6 +1091,8 @@ int main(void)
     RUN(test_bf16_cpu_limit);
     RUN(test_bf16_threads_do_not_change_results);
     RUN(test_bf16_product_is_its_slices);
+    RUN(test_bf16_few_rows);
+    RUN(test_bf16_few_rows_threads_and_epilogue);
     RUN(test_f16_split_exact_products);
     RUN(test_f16_split_matches_double);
     RUN(test_f16_split_special_values);

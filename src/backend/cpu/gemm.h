@@ -103,7 +103,8 @@ const char *gemm_kernel_name(void);
 /* The path the calling thread's last product took, for the profiler's
  * kernel events (cpu_gemm): "oneDNN matmul", or the name of ampc's own
  * micro-kernel that ran ("amx-bf16 32x32", "avx512bf16 12x32", "amx-bf16
- * split 32x32" for f16, "avx512 12x32" ...); a static string, NULL before
+ * split 32x32" for f16, "avx512 12x32" ..., "avx512bf16 gemv" for bf16
+ * products of at most 8 rows with B transposed); a static string, NULL before
  * any. A batch of products spread over threads sets it on each; the
  * calling thread runs a share of them, so it sees the path too. */
 extern _Thread_local const char *gemm_path;
@@ -138,6 +139,12 @@ extern const gemm_kernel gemm_kernel_avx2;   /* 6 x 16, AVX2 + FMA */
  * choice among the rest. For tests and benchmarks. */
 typedef enum { GEMM_BF16_AUTO, GEMM_BF16_WIDEN, GEMM_BF16_DOT, GEMM_BF16_AMX } gemm_bf16_mode;
 void gemm_bf16_set_mode(gemm_bf16_mode mode);
+
+/* The most rows (0 .. 8; default 8) for which a bf16 product with B
+ * transposed takes the few-row gemv path on the native paths instead of
+ * the blocked kernel (gemm_bf16.c); 0 turns it off. For tests and
+ * benchmarks. */
+void gemm_bf16_set_gemv_rows(int max_m);
 
 /* Whether bf16 products here run on the VDPBF16PS kernel (AMD's
  * AVX512-BF16 without AMX), where onednn_gemm_policy keeps every bf16
@@ -187,6 +194,14 @@ typedef bool (*gemm_bf16_pack_fn)(const uint16_t *s, int64_t rs, int64_t ks, int
 typedef void (*gemm_bf16_finish_fn)(float *t, int64_t tl, int mr, int nr, uint16_t *c, int64_t ldc,
                                     bool is_bf16, bool add_beta, float beta, bool store);
 
+/* Few rows without packing (gemm_bf16.c's gemv path): out[i * ldo + j] =
+ * sum_k a[i * lda + k] * b[j * ldb + k] in f32 for rows i < M (1 .. 4) of
+ * a and lines j < n of b, both contiguous along k, on the kernel's dot
+ * instruction (same exact products and subnormal flushing, another
+ * summation order). */
+typedef void (*gemm_bf16_rowdot_fn)(int M, int64_t K, const uint16_t *a, int64_t lda, const uint16_t *b,
+                                    int64_t ldb, int64_t n, float *out, int64_t ldo);
+
 struct gemm_bf16_kernel {
     int mr, nr;
     int kpair;              /* kp is padded (with zero pairs) to a multiple of this */
@@ -200,6 +215,7 @@ struct gemm_bf16_kernel {
     gemm_bf16_pack_fn pack_a, pack_b;
     gemm_bf16_pack_fn pack_a_inf; /* A for K blocks whose B panels hold an inf, or NULL */
     gemm_bf16_finish_fn finish16;
+    gemm_bf16_rowdot_fn rowdot; /* the few-row path, or NULL (never for the f16 split) */
     void (*enter)(void);    /* per thread, before its first micro call (AMX tile config) */
     void (*leave)(void);    /* per thread, after its last one */
     const char *name;

@@ -29,6 +29,11 @@
  * core takes fewer); the end of each loop is the barrier the next phase
  * needs. Products under the kernel's par_min run on the calling thread.
  *
+ * Products of at most 8 rows with B transposed take the gemv path below
+ * instead (no packing; the same exact products, another f32 summation
+ * order, so such a product is not bit for bit a row slice of a bigger
+ * one).
+ *
  * Numerics: the dot instructions round after each product pair like an
  * FMA chain, but (as in oneDNN and PyTorch) treat bf16 subnormal inputs
  * (below 2^-126) as zero and flush subnormal partial sums to zero; the
@@ -48,6 +53,7 @@
 #include "backend/cpu/gemm.h"
 #include "base/base.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -457,6 +463,103 @@ amp_status gemm_bf16_drive(const gemm_bf16_kernel *kern, bool trans_a, bool tran
     return st;
 }
 
+/* ------------------------------------------------- few rows: gemv */
+
+/* Products of at most GEMV_MAX_M rows with B transposed (a linear's
+ * x W^T, W [N x K] rows contiguous along k: every decode step of `ampc
+ * generate`, batch 1) skip the packing: the blocked path would re-pack all
+ * of W for a row or two of A (measured: half of a bf16 decode step). The
+ * kernel's rowdot instead takes each output as dot products of A's rows
+ * with W's rows where they lie, GEMV_COLS columns per work item, parallel
+ * over N; C is finished per item as the blocked path finishes a tile
+ * (alpha * sum, plus beta * C fused; a 16-bit C rounded once by the
+ * kernel's finish16) and the epilogue runs on each item's strip. A
+ * transposed A (K x M) is first copied into rows (M x K, small). The
+ * threshold, 8 rows (the kernel takes 4 at a time, so 5 to 8 read W
+ * twice), is measured (bench_gemm --few-rows, an AMD EPYC core, 1 thread):
+ * the blocked path costs the same from 1 to 12 rows (it packs all of W
+ * either way); the gemv was 4.6-5.4x faster at 1 row, 1.4-2.2x at 8 on
+ * widths of 384 and more and at most 7% slower on width-128 products
+ * (under 6 us); from 9 rows it lost 20-40% on those (docs/benchmarks.md,
+ * generation). */
+#define GEMV_MAX_M 8
+#define GEMV_COLS 64
+/* Multiply-adds from which the gemv spreads over the threads: it streams
+ * B once from memory or L2, so threads pay off sooner than for the
+ * blocked kernels (half the dot kernel's par_min; a guess, not measured:
+ * bench/generate.sh runs 1 thread). */
+#define GEMV_PAR_MIN (1 << 18)
+
+static _Atomic int gemv_rows = GEMV_MAX_M;
+
+void gemm_bf16_set_gemv_rows(int max_m)
+{
+    atomic_store(&gemv_rows, max_m < 0 ? 0 : max_m > GEMV_MAX_M ? GEMV_MAX_M : max_m);
+}
+
+typedef struct {
+    const gemm_bf16_kernel *kern;
+    const uint16_t *a, *b;
+    int64_t lda, ldb, N, K;
+    int M;
+    const target *g;
+} gemv_job;
+
+static void gemv_range(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const gemv_job *v = ctx;
+    const target *g = v->g;
+    _Alignas(64) float t[GEMV_MAX_M * GEMV_COLS];
+    for (int64_t it = lo; it < hi; it++) {
+        const int64_t j0 = it * GEMV_COLS;
+        const int nr = v->N - j0 < GEMV_COLS ? (int)(v->N - j0) : GEMV_COLS;
+        for (int i0 = 0; i0 < v->M; i0 += 4) /* the kernel takes up to 4 rows at a time */
+            v->kern->rowdot(v->M - i0 < 4 ? v->M - i0 : 4, v->K, v->a + i0 * v->lda, v->lda, v->b + j0 * v->ldb,
+                            v->ldb, nr, t + i0 * GEMV_COLS, GEMV_COLS);
+        for (int i = 0; i < v->M; i++) {
+            float *tr = t + i * GEMV_COLS;
+            if (g->c_dt == AMP_F32) {
+                float *cr = (float *)g->c + i * g->ldc + j0;
+                for (int j = 0; j < nr; j++)
+                    cr[j] = g->beta != 0.0f ? fmaf(g->beta, cr[j], g->alpha * tr[j]) : g->alpha * tr[j];
+            } else {
+                for (int j = 0; j < nr; j++)
+                    tr[j] *= g->alpha;
+            }
+        }
+        if (g->c_dt != AMP_F32)
+            v->kern->finish16(t, GEMV_COLS, v->M, nr, (uint16_t *)g->c + j0, g->ldc, g->c_dt == AMP_BF16,
+                              g->beta != 0.0f, g->beta, true);
+        if (g->ep)
+            g->ep->fn(g->ep->ctx, 0, j0, v->M, nr);
+    }
+}
+
+static amp_status gemv(const gemm_bf16_kernel *kern, bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
+                       const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
+                       amp_dtype c_dt, int64_t ldc, const gemm_epilogue *ep)
+{
+    uint16_t *rows = NULL;
+    if (trans_a) { /* A is K x M: its M columns become rows */
+        rows = amp_alloc((size_t)(M * K) * sizeof(uint16_t));
+        if (!rows)
+            return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for %lld x %lld rows of A", (long long)M,
+                                 (long long)K);
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t i = 0; i < M; i++)
+                rows[i * K + k] = A[k * lda + i];
+        A = rows;
+        lda = K;
+    }
+    const target g = {C, c_dt, ldc, NULL, 0, alpha, beta, ep};
+    const gemv_job v = {kern, A, B, lda, ldb, N, K, (int)M, &g};
+    const bool par = (double)M * (double)N * (double)K >= GEMV_PAR_MIN && amp_threads() > 1 && !amp_in_parallel();
+    loop(par, ceil_div(N, GEMV_COLS), 1, gemv_range, (void *)&v);
+    amp_free(rows);
+    return AMP_OK;
+}
+
 bool gemm_bf16_native(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
                       amp_dtype c_dt, int64_t ldc, const gemm_epilogue *ep, amp_status *st)
@@ -464,6 +567,11 @@ bool gemm_bf16_native(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
     const gemm_bf16_kernel *kern = pick_bf16();
     if (!kern || M <= 0 || N <= 0 || K <= 0 || alpha == 0.0f)
         return false; /* gemm_lowp's general path handles the trivial cases */
+    if (trans_b && M <= atomic_load(&gemv_rows) && kern->rowdot) {
+        gemm_path = "avx512bf16 gemv";
+        *st = gemv(kern, trans_a, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, ep);
+        return true;
+    }
     gemm_path = kern->name;
     *st = gemm_bf16_drive(kern, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, ep);
     return true;

@@ -260,6 +260,85 @@ TGT_DOT static void micro_dot(int64_t kp, const uint32_t *a, const uint32_t *b, 
 #define micro_dot NULL /* the compiler cannot build it: never picked */
 #endif
 
+/* ------------------------------------------- few rows: no packing */
+
+/* The few-row path (gemm_bf16_rowdot_fn, gemm_bf16.c's gemv): out[i * ldo
+ * + j] = sum over k of a[i * lda + k] * b[j * ldb + k] for M rows of A and
+ * NJ lines of B, both k-contiguous and read where they lie (no packing:
+ * a decode step's linear multiplies one row by a weight it would
+ * otherwise re-pack whole). Each (row, line) pair keeps one f32 vector of
+ * 16 partial sums over 32 k per VDPBF16PS (lane l sums the pairs p with p
+ * % 16 == l, each chain in k order), reduced to one value at the end; a K
+ * not a multiple of 32 ends with masked loads (zeros past K, so the
+ * padded products add exactly nothing). M and NJ are constants in each
+ * inlined copy, so the M x NJ accumulators stay in registers. */
+#ifdef HAVE_BF16_TARGET
+TGT_DOT static inline __attribute__((always_inline)) void rowdot_block(const int M, const int NJ, int64_t K,
+                                                                       const uint16_t *a, int64_t lda,
+                                                                       const uint16_t *b, int64_t ldb, float *out,
+                                                                       int64_t ldo)
+{
+    __m512 acc[4][8];
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < NJ; j++)
+            acc[i][j] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+        __m512bh bv[8];
+        for (int j = 0; j < NJ; j++)
+            bv[j] = (__m512bh)_mm512_loadu_si512(b + j * ldb + k);
+        for (int i = 0; i < M; i++) {
+            __m512bh av = (__m512bh)_mm512_loadu_si512(a + i * lda + k);
+            for (int j = 0; j < NJ; j++)
+                acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
+        }
+    }
+    if (k < K) {
+        const __mmask32 m = mask32(K - k);
+        __m512bh bv[8];
+        for (int j = 0; j < NJ; j++)
+            bv[j] = (__m512bh)_mm512_maskz_loadu_epi16(m, b + j * ldb + k);
+        for (int i = 0; i < M; i++) {
+            __m512bh av = (__m512bh)_mm512_maskz_loadu_epi16(m, a + i * lda + k);
+            for (int j = 0; j < NJ; j++)
+                acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
+        }
+    }
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < NJ; j++)
+            out[i * ldo + j] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+/* Lines in blocks of NJ (8 for one row, 4 for more: enough independent
+ * chains to cover VDPBF16PS's latency, at most 16 accumulators), then one
+ * at a time. */
+#define ROWDOT_M(M_)                                                                    \
+    do {                                                                                \
+        const int nj_ = (M_) == 1 ? 8 : 4;                                              \
+        for (; j + nj_ <= n; j += nj_)                                                  \
+            if ((M_) == 1)                                                              \
+                rowdot_block(M_, 8, K, a, lda, b + j * ldb, ldb, out + j, ldo);         \
+            else                                                                        \
+                rowdot_block(M_, 4, K, a, lda, b + j * ldb, ldb, out + j, ldo);         \
+        for (; j < n; j++)                                                              \
+            rowdot_block(M_, 1, K, a, lda, b + j * ldb, ldb, out + j, ldo);             \
+    } while (0)
+
+TGT_DOT static void rowdot(int M, int64_t K, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                           int64_t n, float *out, int64_t ldo)
+{
+    int64_t j = 0;
+    switch (M) {
+    case 1: ROWDOT_M(1); break;
+    case 2: ROWDOT_M(2); break;
+    case 3: ROWDOT_M(3); break;
+    default: ROWDOT_M(4); break;
+    }
+}
+#else
+#define rowdot NULL
+#endif
+
 /* kc 1024 x nc 256 of bf16 is a 512 KiB B block: it stays in a 1 MiB L2
  * (Zen 4 / Zen 5) next to the C tiles; the A panel (24 KiB) stays in a
  * 32-48 KiB L1. kc 1024 rather than 512: a K up to 1024 (every benchmark
@@ -271,7 +350,7 @@ TGT_DOT static void micro_dot(int64_t kp, const uint32_t *a, const uint32_t *b, 
 const gemm_bf16_kernel gemm_bf16_kernel_dot = {
     .mr = DOT_MR, .nr = DOT_NR, .kpair = 1, .kc = 1024, .nc = 256, .par_min = 1 << 19,
     .micro = micro_dot, .pack_a = pack_pairs, .pack_b = pack_pairs, .finish16 = finish16_tile,
-    .name = "avx512bf16 12x32"};
+    .rowdot = rowdot, .name = "avx512bf16 12x32"};
 
 /* --------------------------------------------------------- AMX 32 x 32 */
 
@@ -449,7 +528,7 @@ bool gemm_amx_usable(void)
 const gemm_bf16_kernel gemm_bf16_kernel_amx = {
     .mr = AMX_MR, .nr = AMX_NR, .kpair = 16, .kc = 384, .nc = 1024, .par_min = 1 << 22,
     .micro = micro_amx, .pack_a = pack_rows, .pack_b = pack_pairs, .finish16 = finish16_tile,
-    .enter = amx_enter, .leave = amx_leave, .name = "amx-bf16 32x32"};
+    .rowdot = rowdot, .enter = amx_enter, .leave = amx_leave, .name = "amx-bf16 32x32"};
 
 /* The f16 split (gemm_f16_split.c): 16 k per tile step as 32 words of A
  * and 16 of B. kc 384 makes a 96 KiB A panel (in L2, not L1) and a 1.5 MiB
