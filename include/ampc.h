@@ -518,8 +518,8 @@ AMP_API amp_tensor *amp_transpose(amp_tensor *a, int dim0, int dim1);
 /* dims: a permutation of 0..ndim-1. */
 AMP_API amp_tensor *amp_permute(amp_tensor *a, const int *dims);
 AMP_API amp_tensor *amp_cat(amp_tensor *const *ts, int n, int dim);
-/* Elements [start, start + length) of dim (negative counts from the end),
- * copied (torch.narrow's values; PyTorch's is a view). The gradient is
+/* Elements [start, start + length) of dim (dim may be negative, counting
+ * from the last; start >= 0), copied (torch.narrow's values; PyTorch's is a view). The gradient is
  * gout in that slice of zeros. */
 AMP_API amp_tensor *amp_narrow(amp_tensor *a, int dim, int64_t start, int64_t length);
 /* Differentiable dtype cast (the gradient flows back in a's dtype). */
@@ -1067,7 +1067,8 @@ AMP_API amp_gpt_cache *amp_gpt_cache_new(const amp_module *m, int64_t batch);
 AMP_API void amp_gpt_cache_free(amp_gpt_cache *c);
 /* Positions held (0 after new or reset). */
 AMP_API int64_t amp_gpt_cache_len(const amp_gpt_cache *c);
-/* Forgets every position (the memory stays for the next prefill). */
+/* Forgets every position (the memory stays for the next prefill; that
+ * prefill remakes it when it runs in another dtype or on another device). */
 AMP_API void amp_gpt_cache_reset(amp_gpt_cache *c);
 /* Logits [B, T, vocab] of tokens idx [B, T] (i32 / i64, B the cache's
  * batch) at positions len .. len + T - 1, whose keys and values join the

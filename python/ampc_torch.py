@@ -303,8 +303,9 @@ def save(model, path, *, data=None, precision="fp32", optim="adam", lr=None, ste
     twin's names) as an ampc checkpoint at path (DIR/checkpoint.safetensors
     for the CLI): float32 tensors, the settings the CLI needs (model shape,
     data, precision, optimizer, steps) and a fresh optimizer state (no step
-    taken), so that `ampc eval DIR` measures it and `ampc train --resume DIR`
-    trains it on from step 0. config: the model config when model is not a
+    taken; with precision "fp16" a fresh grad scaler's state too), so that
+    `ampc eval DIR` measures it and `ampc train --resume DIR` trains it on
+    from step 0. config: the model config when model is not a
     twin built here (what config_of returns)."""
     from safetensors.torch import save_file
     config = config or getattr(model, "ampc_config", None)
@@ -314,6 +315,8 @@ def save(model, path, *, data=None, precision="fp32", optim="adam", lr=None, ste
     load_state_dict(twin, model.state_dict())  # checks every name and shape
     if optim not in ("sgd", "adam", "adamw"):
         raise ValueError(f"save: optim {optim!r} is not sgd, adam or adamw")
+    if precision not in ("fp32", "bf16", "fp16"):
+        raise ValueError(f"save: precision {precision!r} is not fp32, bf16 or fp16")
     tensors = {k: p.detach().to(torch.float32).contiguous().cpu() for k, p in twin.named_parameters()}
     for k, t in tensors.items():
         if not torch.isfinite(t).all():
@@ -325,6 +328,12 @@ def save(model, path, *, data=None, precision="fp32", optim="adam", lr=None, ste
     meta = {"format": FORMAT, "ampc.version": AMPC_VERSION, "step": "0", "settings": json.dumps(settings),
             "optim.kind": optim, "optim.lr": repr(float(lr if lr is not None else default_lr)),
             "optim.n_params": str(n), "optim.total_steps": "0"}
+    if precision == "fp16":
+        # A fresh grad scaler's state (ampc's defaults, as GradScaler's), as
+        # the CLI saves an fp16 run's: `ampc train --resume` loads it.
+        meta.update({"scaler.enabled": "true", "scaler.scale": "65536", "scaler.growth_factor": "2",
+                     "scaler.backoff_factor": "0.5", "scaler.growth_interval": "2000",
+                     "scaler.growth_tracker": "0", "scaler.steps": "0", "scaler.skipped": "0"})
     save_file(tensors, path, metadata=meta)
 
 

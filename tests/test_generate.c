@@ -134,12 +134,14 @@ static void cached_attention_case(amp_dtype dt)
     enum { B = 2, T = 150, H = 3, D = 24 };
     const int64_t n = B * T * H * D;
     amp_manual_seed(21);
-    amp_tensor *q = amp_randn(AMP_SHAPE(B, T, H, D), AMP_F32, 0, 1.5), *k = amp_randn(AMP_SHAPE(B, T, H, D), AMP_F32, 0, 1.5),
+    amp_tensor *q = amp_randn(AMP_SHAPE(B, T, H, D), AMP_F32, 0, 1.5),
+               *k = amp_randn(AMP_SHAPE(B, T, H, D), AMP_F32, 0, 1.5),
                *v = amp_randn(AMP_SHAPE(B, T, H, D), AMP_F32, 0, 1);
     amp_tensor *qd = amp_to(q, dt), *kd = amp_to(k, dt), *vd = amp_to(v, dt);
     amp_tensor *full = op_attention_bthd(qd, kd, vd, true);
-    float *qh = malloc(sizeof *qh * (size_t)n), *kc = malloc(sizeof *kc * (size_t)n), *vc = malloc(sizeof *vc * (size_t)n),
-          *fh = malloc(sizeof *fh * (size_t)n), *kh = malloc(sizeof *kh * (size_t)n), *vh = malloc(sizeof *vh * (size_t)n);
+    float *qh = malloc(sizeof *qh * (size_t)n), *kc = malloc(sizeof *kc * (size_t)n),
+          *vc = malloc(sizeof *vc * (size_t)n), *fh = malloc(sizeof *fh * (size_t)n),
+          *kh = malloc(sizeof *kh * (size_t)n), *vh = malloc(sizeof *vh * (size_t)n);
     CHECK_OK(amp_tensor_copy_out(qd, qh, AMP_F32));
     CHECK_OK(amp_tensor_copy_out(kd, kh, AMP_F32));
     CHECK_OK(amp_tensor_copy_out(vd, vh, AMP_F32));
@@ -153,7 +155,8 @@ static void cached_attention_case(amp_dtype dt)
     int64_t mismatches = 0, pieces = 0;
     for (int64_t t0 = 0, t1; t0 < T; t0 = t1, pieces++) {
         t1 = t0 == 0 ? 70 : t0 == 90 ? 95 : t0 + 1;
-        float *qp = malloc(sizeof *qp * (size_t)(B * (t1 - t0) * row)), *op = malloc(sizeof *op * (size_t)(B * (t1 - t0) * row));
+        float *qp = malloc(sizeof *qp * (size_t)(B * (t1 - t0) * row)),
+              *op = malloc(sizeof *op * (size_t)(B * (t1 - t0) * row));
         for (int64_t b = 0; b < B; b++)
             memcpy(qp + b * (t1 - t0) * row, qh + (b * T + t0) * row, sizeof *qp * (size_t)((t1 - t0) * row));
         amp_tensor *qf = amp_from_data(AMP_SHAPE(B, t1 - t0, H, D), AMP_F32, qp);
@@ -176,7 +179,8 @@ static void cached_attention_case(amp_dtype dt)
         free(op);
         amp_temps_free();
     }
-    CHECK_MSG(mismatches == 0, "%s: %lld values differ from the full attention", amp_dtype_name(dt), (long long)mismatches);
+    CHECK_MSG(mismatches == 0, "%s: %lld values differ from the full attention", amp_dtype_name(dt),
+              (long long)mismatches);
     CHECK_EQ_INT(pieces, 1 + 20 + 1 + 55);
     free(qh), free(kc), free(vc), free(fh), free(kh), free(vh);
     amp_tensor_free(q), amp_tensor_free(k), amp_tensor_free(v);
@@ -195,7 +199,8 @@ static void test_cached_attention_is_the_full_attentions_rows_bit_for_bit(void)
 /* The cached attention is forward only. */
 static void test_cached_attention_has_no_backward(void)
 {
-    amp_tensor *q = amp_randn(AMP_SHAPE(1, 2, 1, 4), AMP_F32, 0, 1), *k = amp_randn(AMP_SHAPE(3, 1, 1, 4), AMP_F32, 0, 1);
+    amp_tensor *q = amp_randn(AMP_SHAPE(1, 2, 1, 4), AMP_F32, 0, 1),
+               *k = amp_randn(AMP_SHAPE(3, 1, 1, 4), AMP_F32, 0, 1);
     amp_tensor_set_requires_grad(q, true);
     amp_tensor *y = op_attention_cached(q, k, k);
     CHECK(y != NULL);
@@ -458,6 +463,18 @@ static void test_cache_refuses_misuse(void)
     amp_autocast_begin(AMP_CPU, AMP_BF16);
     CHECK(amp_gpt_forward_cached(m, c, one) == NULL);
     CHECK_ERROR(AMP_ERR_DTYPE, "the cache holds f32 keys");
+    /* ... and the reset cures it: the same logits as a fresh cache's. */
+    amp_gpt_cache_reset(c);
+    amp_gpt_cache *fresh = amp_gpt_cache_new(m, 1);
+    amp_tensor *after = amp_gpt_forward_cached(m, c, one), *want = amp_gpt_forward_cached(m, fresh, one);
+    CHECK(after != NULL && want != NULL);
+    if (after && want) {
+        const size_t nb = (size_t)amp_tensor_numel(want) * amp_dtype_size(amp_tensor_dtype(want));
+        CHECK(amp_tensor_numel(after) == amp_tensor_numel(want) && amp_tensor_dtype(after) == amp_tensor_dtype(want));
+        CHECK(memcmp(amp_tensor_data(after), amp_tensor_data(want), nb) == 0);
+    }
+    CHECK_EQ_INT(amp_gpt_cache_len(c), 1);
+    amp_gpt_cache_free(fresh);
     amp_autocast_end();
     amp_temps_free();
     amp_tensor_free(two);
@@ -523,6 +540,9 @@ static void test_cli_option_errors_name_the_option(void)
         {"--top-k 0", "--top-k '0': must be a whole number >= 1", 2},
         {"--top-k 999", "--top-k 999 is more than the vocabulary's 15 tokens", 2},
         {"--seed -3", "--seed '-3'", 2},
+        {"--seed ' 5'", "--seed ' 5'", 2},
+        {"--seed +5", "--seed '+5'", 2},
+        {"--tokens ' 5'", "--tokens ' 5'", 2},
         {"--precision fp8", "--precision 'fp8': must be fp32, bf16 or fp16", 2},
         {"--device tpu", "--device 'tpu': must be cpu or cuda", 2},
         {"--bogus 1", "unknown option '--bogus'", 2},
@@ -541,6 +561,91 @@ static void test_cli_option_errors_name_the_option(void)
     CHECK_EQ_INT(cli_run("generate --help"), 0);
     CHECK(strstr(cli_out, "--top-k K") != NULL);
     CHECK_EQ_INT(cli_run("generate %s/absent", cli_tmp), 1);
+    CHECK_EQ_INT(cli_run("generate ''"), 2);
+    CHECK_OUT("the checkpoint directory is empty");
+    CHECK_EQ_INT(cli_run("eval ''"), 2);
+    CHECK_OUT("the checkpoint directory is empty");
+}
+
+static bool gen_text(char *buf, size_t n, const char *args);
+
+/* A subnormal temperature is a finite number (strtod's ERANGE aside); a
+ * checkpoint's file path works as its directory, for eval too. */
+static void test_cli_accepts_subnormal_temperature_and_a_file_path(void)
+{
+    if (!have_gpt_checkpoint())
+        return;
+    char a[4096], b[4096];
+    gen_text(a, sizeof a, "--prompt 'the' --tokens 20 --temperature 1e-320");
+    gen_text(b, sizeof b, "--prompt 'the' --tokens 20 --temperature 0");
+    CHECK_MSG(strcmp(a, b) == 0, "temperature 1e-320:\n%s\ngreedy:\n%s", a, b);
+    int rc = cli_run("generate %s/checkpoint.safetensors --threads 1 --tokens 20 --prompt 'the' --temperature 0 "
+                     "--quiet 2>/dev/null", gpt_dir);
+    CHECK_MSG(rc == 0 && strcmp(cli_out, b) == 0, "generate FILE: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("eval %s/checkpoint.safetensors --threads 1", gpt_dir);
+    CHECK_MSG(rc == 0 && strstr(cli_out, "val_loss "), "eval FILE: exit %d:\n%s", rc, cli_out);
+}
+
+/* Past the context the cache is refilled for each token; a prompt longer
+ * than the context is its prefill, not a refill: 21 bytes, context 16, 3
+ * tokens: the prefill, then 2 refills. */
+static void test_cli_refills_count_after_the_prefill(void)
+{
+    if (!have_gpt_checkpoint())
+        return;
+    int rc = GEN("--prompt 'the cat sat on a mat ' --tokens 3", gpt_dir);
+    CHECK_MSG(rc == 0 && strstr(cli_out, "prefill: 16 prompt tokens") &&
+                  strstr(cli_out, "the cache was refilled with the sequence's last 16 tokens 2 times"),
+              "exit %d:\n%s", rc, cli_out);
+}
+
+/* The vocabulary is its bytes, not only their number: a text with as many
+ * distinct bytes but another one ('m' -> 'z') is refused, by generate and
+ * eval; a checkpoint without the record (older) gets a warning only. */
+static void test_cli_vocabulary_bytes_are_checked(void)
+{
+    if (!have_gpt_checkpoint())
+        return;
+    char other[300], old_dir[300], cmd[1400];
+    cli_path(other, sizeof other, "tiny-z.txt");
+    cli_path(old_dir, sizeof old_dir, "gpt-old");
+    snprintf(cmd, sizeof cmd, "tr m z < '%s' > '%s'", text_path, other);
+    CHECK_EQ_INT(system(cmd), 0);
+    int rc = GEN("--data %s --tokens 3", gpt_dir, other);
+    CHECK_MSG(rc == 1 && strstr(cli_out, "has the checkpoint's vocabulary size (15) but other characters: token 9 "
+                                         "is byte 0x6e there and 0x6d"),
+              "generate --data (m -> z): exit %d:\n%s", rc, cli_out);
+    rc = cli_run("eval %s --data %s --threads 1 --val-batches 1", gpt_dir, other);
+    CHECK_MSG(rc == 1 && strstr(cli_out, "but other characters"), "eval --data (m -> z): exit %d:\n%s", rc, cli_out);
+    /* the record's key renamed (same length, so the header stays valid) */
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s' && LC_ALL=C sed 's/vocab_bytes/vocab_bytez/' '%s/checkpoint.safetensors' > "
+             "'%s/checkpoint.safetensors'", old_dir, gpt_dir, old_dir);
+    CHECK_EQ_INT(system(cmd), 0);
+    rc = GEN("--tokens 3", old_dir);
+    CHECK_MSG(rc == 0 && strstr(cli_out, "warning: the checkpoint") &&
+                  strstr(cli_out, "does not record its vocabulary"),
+              "generate on a checkpoint without vocab_bytes: exit %d:\n%s", rc, cli_out);
+    rc = GEN("--tokens 3", gpt_dir);
+    CHECK_MSG(rc == 0 && !strstr(cli_out, "warning"), "exit %d:\n%s", rc, cli_out);
+}
+
+/* Weights stored in bf16 (--param-dtype bf16) run under bf16 autocast
+ * only: another --precision is refused before the model is built. */
+static void test_cli_refuses_a_precision_the_weights_cannot_run_in(void)
+{
+    if (!have_gpt_checkpoint())
+        return;
+    char dir[300];
+    cli_path(dir, sizeof dir, "gpt-bf16");
+    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 16 --batch 8 --steps 2 "
+                     "--precision bf16 --param-dtype bf16 --threads 1 --save %s", text_path, dir);
+    CHECK_MSG(rc == 0, "train --param-dtype bf16: exit %d:\n%s", rc, cli_out);
+    rc = GEN("--tokens 3 --precision fp32", dir);
+    CHECK_MSG(rc == 2 && strstr(cli_out, "stores its weights in bf16 (--param-dtype bf16): --precision bf16 is the "
+                                         "only one it runs in (not fp32)"), "exit %d:\n%s", rc, cli_out);
+    rc = GEN("--tokens 3", dir);
+    CHECK_MSG(rc == 0, "generate on its own precision: exit %d:\n%s", rc, cli_out);
 }
 
 /* stdout only (the speed lines go to stderr): "generate DIR ARGS --quiet". */
@@ -652,6 +757,10 @@ int main(void)
     RUN(test_cli_same_seed_same_text_other_seed_other_text);
     RUN(test_cli_cache_and_no_cache_agree_and_top_k_1_is_greedy);
     RUN(test_cli_generates_on_cuda);
+    RUN(test_cli_accepts_subnormal_temperature_and_a_file_path);
+    RUN(test_cli_refills_count_after_the_prefill);
+    RUN(test_cli_vocabulary_bytes_are_checked);
+    RUN(test_cli_refuses_a_precision_the_weights_cannot_run_in);
     RUN(test_cli_refuses_a_non_gpt_checkpoint);
     cli_cleanup();
     return harness_done();

@@ -270,8 +270,33 @@ static void check_torch_to_ampc(const char *kind, const char *config)
         printf("  %s from PyTorch: ampc eval test_accuracy %.4f, the twin's %.6f\n", kind, got, want);
         CHECK_NEAR(got, want, 1.0 / 64 + 5e-5);
     }
+    if (gpt) {
+        /* generate on a checkpoint ampc_torch.save wrote: its settings lack
+         * the schedule and lr, which generate fills as eval does. 12 tokens
+         * after the prompt (a newline, not printed) and the closing newline,
+         * after a one-line warning: ampc_torch.save records no vocabulary
+         * bytes. Before the resume below, which saves over it. */
+        rc = cli_run("generate %s --data %s --threads 1 --tokens 12 --quiet", dir, data);
+        CHECK_MSG(rc == 0, "ampc generate on the twin's checkpoint: exit %d:\n%s", rc, cli_out);
+        CHECK_OUT("does not record its vocabulary");
+        const char *nl = strchr(cli_out, '\n');
+        CHECK_EQ_INT(nl ? (int)strlen(nl + 1) : -1, 13);
+    }
     rc = cli_run("train --resume %s --data %s --threads 1 --steps 2", dir, data);
     CHECK_MSG(rc == 0, "ampc train --resume of the twin's checkpoint: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("resumed from");
+    if (!gpt)
+        return;
+    /* Saved as fp16: a fresh grad scaler's state, which --resume loads. */
+    char dir16[760], ck16[800];
+    snprintf(dir16, sizeof dir16, "%s-fp16", dir);
+    snprintf(ck16, sizeof ck16, "%s/checkpoint.safetensors", dir16);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir16);
+    CHECK_EQ_INT(system(cmd), 0);
+    rc = py("resave '%s' '%s' fp16 '%s'", ck, data, ck16);
+    CHECK_MSG(rc == 0, "ampc_torch.save(precision=\"fp16\"): exit %d:\n%s", rc, cli_out);
+    rc = cli_run("train --resume %s --data %s --threads 1 --steps 2", dir16, data);
+    CHECK_MSG(rc == 0, "ampc train --resume of the twin's fp16 checkpoint: exit %d:\n%s", rc, cli_out);
     CHECK_OUT("resumed from");
 }
 

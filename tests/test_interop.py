@@ -17,6 +17,10 @@ missing, which the C test reports as skipped.
         cnn; normalised as ampc's CLI does), or "twin_loss L" over the N
         windows [B, T] of x and y in EVAL.bin (gpt: the validation windows
         the C test cut with ampc's own sampler).
+
+    test_interop.py resave CKPT DATA PRECISION OUT
+        loads ampc checkpoint CKPT as a twin and saves it again with
+        ampc_torch.save as OUT, with settings data DATA and PRECISION.
 """
 import gzip
 import json
@@ -119,6 +123,10 @@ def main(argv):
             print(f"twin_loss {total / N:.8f}")
         else:
             print(f"twin_accuracy {accuracy(model, config, data):.8f}")
+        return 0
+    if cmd == "resave":
+        _, _, ckpt, data, precision, out = argv
+        ampc_torch.save(ampc_torch.load(ckpt), out, data=data, precision=precision)
         return 0
     print(f"unknown command {cmd}")
     return 2

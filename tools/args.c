@@ -251,7 +251,8 @@ void train_usage(FILE *f)
 void eval_usage(FILE *f)
 {
     fprintf(f, "usage: ampc eval DIR [options]   (or ampc eval --resume DIR)\n\n"
-               "Loads DIR/" CHECKPOINT_FILE " and measures the model with its saved settings:\n"
+               "Loads DIR/" CHECKPOINT_FILE " (or DIR itself when it is a .safetensors file) and\n"
+               "measures the model with its saved settings:\n"
                "test accuracy (mlp, cnn; last line \"test_accuracy 0.XXXX\") or validation\n"
                "loss and perplexity (gpt).\n\noptions:\n");
     usage_lines(f, true);

@@ -23,7 +23,20 @@
 
 #define MAX_HEADER ((uint64_t)100 << 20) /* as the safetensors library */
 
-void checkpoint_path(char *buf, size_t n, const char *dir) { snprintf(buf, n, "%s/%s", dir, CHECKPOINT_FILE); }
+/* DIR/checkpoint.safetensors; or DIR itself when it is a file whose name
+ * ends in .safetensors (eval, generate and --resume then read that file;
+ * --save still wants a directory, preflight.c). */
+void checkpoint_path(char *buf, size_t n, const char *dir)
+{
+    static const char ext[] = ".safetensors";
+    size_t len = strlen(dir);
+    struct stat sb;
+    if (len >= sizeof ext && strcmp(dir + len - (sizeof ext - 1), ext) == 0 && stat(dir, &sb) == 0 &&
+        S_ISREG(sb.st_mode))
+        snprintf(buf, n, "%s", dir);
+    else
+        snprintf(buf, n, "%s/%s", dir, CHECKPOINT_FILE);
+}
 
 static int ck_fail(const char *path, const char *fmt, const char *detail)
 {
@@ -88,6 +101,11 @@ out:
 
 int checkpoint_read_settings(const char *dir, train_opts *ck, run_info *ri)
 {
+    if (!*dir) { /* not the root's checkpoint.safetensors */
+        fprintf(stderr, "ampc: the checkpoint directory is empty (''): give the directory a run saved in, or its "
+                        ".safetensors file\n");
+        return EXIT_USAGE;
+    }
     char path[4096];
     checkpoint_path(path, sizeof path, dir);
     char *text = read_settings_text(path);

@@ -171,6 +171,7 @@ typedef struct {
     int64_t world_size; /* ranks the run was saved on; 0: not recorded (one) */
     int64_t total_steps; /* the run's optimizer steps in all; 0: not recorded */
     int64_t hysteresis_left; /* --hysteresis N > 1: overflows left before a backoff; 0: not recorded */
+    char vocab_hex[513]; /* gpt: the vocabulary's bytes in id order, two hex digits each; "": not recorded */
 } run_info;
 
 /* The settings and run info as one JSON object (malloc'd; NULL when out of
@@ -276,6 +277,14 @@ int data_open(run_data *rd, const train_opts *o, run_info *ri, bool train);
 void data_close(run_data *rd);
 /* Checks that the data fits the checkpoint's model; -1 or 1. */
 int data_check(const run_info *have, const run_info *saved, const train_opts *o, const char *where);
+/* ri->vocab and ri->vocab_hex from text's vocabulary. */
+void vocab_record(const amp_text *text, run_info *ri);
+/* The vocabulary of --data (have) against the one the checkpoint recorded
+ * (saved; sizes already equal): -1 when they are the same bytes, or when
+ * the checkpoint predates the record (a warning on stderr then); 1 after
+ * a message naming the first id whose byte differs. */
+int vocab_check(const run_info *have, const run_info *saved, const char *data, const char *where,
+                const char *who);
 /* Micro-batches in one epoch. */
 int64_t data_epoch_batches(const run_data *rd, const train_opts *o);
 

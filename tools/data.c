@@ -418,7 +418,7 @@ static int open_data(run_data *rd, const train_opts *o, run_info *ri, bool train
     if (rd->gpt) {
         if (!text_load(&rd->text, o->data, o->batch, o->context))
             return 1;
-        ri->vocab = amp_text_vocab(rd->text.text);
+        vocab_record(rd->text.text, ri);
         return -1;
     }
     if (train && !dataset_load(&rd->train, o->data, "train"))
@@ -478,11 +478,45 @@ void data_close(run_data *rd)
     text_free(&rd->text);
 }
 
+void vocab_record(const amp_text *text, run_info *ri)
+{
+    static const char hex[] = "0123456789abcdef";
+    ri->vocab = amp_text_vocab(text);
+    for (int64_t id = 0; id < ri->vocab && id < 256; id++) {
+        unsigned char c = (unsigned char)amp_text_char(text, id);
+        ri->vocab_hex[2 * id] = hex[c >> 4];
+        ri->vocab_hex[2 * id + 1] = hex[c & 15];
+    }
+    ri->vocab_hex[2 * (ri->vocab < 256 ? ri->vocab : 256)] = '\0';
+}
+
+int vocab_check(const run_info *have, const run_info *saved, const char *data, const char *where,
+                const char *who)
+{
+    if (!saved->vocab_hex[0]) {
+        fprintf(stderr, "%s: warning: the checkpoint %s does not record its vocabulary (saved before ampc kept it, "
+                        "or not by ampc train): only its size is checked against %s's\n", who, where, data);
+        return -1;
+    }
+    if (strcmp(have->vocab_hex, saved->vocab_hex) == 0)
+        return -1;
+    size_t i = 0;
+    while (have->vocab_hex[i] == saved->vocab_hex[i])
+        i++;
+    unsigned a = 0, b = 0;
+    sscanf(have->vocab_hex + i / 2 * 2, "%2x", &a);
+    sscanf(saved->vocab_hex + i / 2 * 2, "%2x", &b);
+    fprintf(stderr, "%s: %s has the checkpoint's vocabulary size (%lld) but other characters: token %zu is byte 0x%02x "
+                    "there and 0x%02x in the model in %s (give the training text with --data)\n", who, data,
+            (long long)have->vocab, i / 2, a, b, where);
+    return 1;
+}
+
 int data_check(const run_info *have, const run_info *saved, const train_opts *o, const char *where)
 {
     if (is_gpt(o)) {
         if (have->vocab == saved->vocab)
-            return -1;
+            return vocab_check(have, saved, o->data, where, "ampc");
         fprintf(stderr, "ampc: --data %s has a vocabulary of %lld characters; the model in %s was trained on "
                         "one of %lld (give the same text as --data)\n", o->data, (long long)have->vocab, where,
                 (long long)saved->vocab);

@@ -7,7 +7,8 @@
  * settings build it, its weights fill it); its vocabulary is the distinct
  * bytes of the training text, which is read again from the settings'
  * --data (or this command's --data) and must have the checkpoint's
- * vocabulary size.
+ * vocabulary: its size, and its bytes where the checkpoint records them
+ * (run value vocab_bytes; older checkpoints: a warning).
  *
  * Generation runs through the library's KV cache (amp_gpt_forward_cached):
  * the prompt in one forward (the prefill), then one position per token.
@@ -45,14 +46,16 @@ static void gen_usage(FILE *f)
 {
     fprintf(f,
             "usage: ampc generate DIR [options]\n\n"
-            "Samples text from the gpt model saved in DIR (ampc train --model gpt --save DIR), with a\n"
+            "Samples text from the gpt model saved in DIR (ampc train --model gpt --save DIR; DIR may also\n"
+            "be the path of a .safetensors checkpoint file), with a\n"
             "key/value cache: the prompt in one forward, then one position per new token. The prompt and\n"
             "the text are streamed to stdout as they come; the speed goes to stderr.\n\n"
             "options:\n"
             "  --prompt TEXT        the text to continue (default: a newline, as nanoGPT's sample.py);\n"
             "                       each of its bytes must be in the model's vocabulary\n"
             "  --tokens N           tokens to generate, >= 1 (default %d); past the model's context the\n"
-            "                       sequence is cropped to its last context tokens (nanoGPT's crop)\n"
+            "                       sequence is cropped to its last context tokens (nanoGPT's crop), and\n"
+            "                       each token then costs a full forward over them (the cache refilled)\n"
             "  --temperature T      logits / T before the softmax, finite and >= 0; 0 is greedy\n"
             "                       (the most likely token each time) (default %.1f)\n"
             "  --top-k K            sample among the K most likely tokens only, 1 .. vocabulary size\n"
@@ -78,6 +81,8 @@ static int bad(const char *opt, const char *v, const char *what)
 /* Strict number parsing: the whole text, no overflow. */
 static bool parse_i64(const char *s, int64_t *out)
 {
+    if (!(*s == '-' || (*s >= '0' && *s <= '9'))) /* no blank or '+' before it */
+        return false;
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
@@ -90,9 +95,10 @@ static bool parse_i64(const char *s, int64_t *out)
 static bool parse_real(const char *s, double *out)
 {
     char *end;
-    errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end || errno == ERANGE)
+    /* ERANGE on overflow (inf, refused by the caller) and on underflow: a
+     * subnormal or a value rounded to 0 is still a finite number. */
+    if (end == s || *end)
         return false;
     *out = v;
     return true;
@@ -121,6 +127,11 @@ static int gen_parse(int argc, char **argv, gen_opts *o)
             if (o->dir) {
                 fprintf(stderr, WHO ": one checkpoint directory, not '%s' and '%s' (see ampc generate --help)\n",
                         o->dir, a);
+                return EXIT_USAGE;
+            }
+            if (!*a) {
+                fprintf(stderr, WHO ": the checkpoint directory is empty (''): give the directory train --save "
+                                "wrote, or its .safetensors file\n");
                 return EXIT_USAGE;
             }
             o->dir = a;
@@ -169,7 +180,7 @@ static int gen_parse(int argc, char **argv, gen_opts *o)
             char *end;
             errno = 0;
             unsigned long long s = strtoull(v, &end, 10);
-            if (end == v || *end || errno || strchr(v, '-'))
+            if (!(*v >= '0' && *v <= '9') || end == v || *end || errno)
                 return bad(name, v, "must be a whole number from 0 to 2^64-1");
             o->seed = s;
         } else if (strcmp(name, "--threads") == 0) {
@@ -277,9 +288,10 @@ static amp_tensor *next_logits(gen_ctx *c, const int64_t *seq, int64_t n, int64_
         logits = idx ? amp_module_forward(c->model, idx) : NULL;
     } else {
         int64_t fed = amp_gpt_cache_len(c->cache);
-        if (n > c->context) { /* crop and refill */
+        if (n > c->context) { /* crop and refill (a prompt past the context: its prefill, not a refill) */
+            if (fed > 0)
+                (*refills)++;
             amp_gpt_cache_reset(c->cache);
-            (*refills)++;
             fed = 0;
         }
         idx = window(c, seq + from, fed, n - from);
@@ -372,6 +384,20 @@ int generate_main(int argc, char **argv)
         o.threads = g.threads;
     if (g.data)
         o.data = g.data;
+    /* Weights stored in 16 bits (--param-dtype) run only under autocast to
+     * their own dtype: refused here rather than at the first token. */
+    if (strcmp(o.param_dtype, "fp32") != 0 && strcmp(o.param_dtype, o.precision) != 0) {
+        fprintf(stderr, WHO ": the model in %s stores its weights in %s (--param-dtype %s): --precision %s is "
+                        "the only one it runs in (not %s)\n", where, o.param_dtype, o.param_dtype, o.param_dtype,
+                o.precision);
+        return EXIT_USAGE;
+    }
+    /* The defaults a checkpoint may leave out (one python/ampc_torch.py
+     * saved: no schedule, lr or data), as eval fills them; o.resume keeps
+     * the checkpoint's precision on cuda. */
+    o.resume = g.dir;
+    if ((rc = opts_resolve(&o)) >= 0)
+        return rc;
     if ((rc = device_check(&o, WHO)) >= 0)
         return rc;
     amp_set_num_threads((int)o.threads);
@@ -386,6 +412,12 @@ int generate_main(int argc, char **argv)
         fprintf(stderr, WHO ": %s has a vocabulary of %lld characters; the model in %s was trained on one of %lld "
                         "(give the training text with --data)\n", o.data, (long long)amp_text_vocab(text), where,
                 (long long)saved.vocab);
+        amp_text_free(text);
+        return 1;
+    }
+    run_info have = {0};
+    vocab_record(text, &have);
+    if (vocab_check(&have, &saved, o.data, where, WHO) >= 0) {
         amp_text_free(text);
         return 1;
     }

@@ -15,7 +15,9 @@
  * (world_size; 0 or absent: one process) and the run's length in steps
  * (total_steps, which a resume keeps; 0 or absent: not recorded) and,
  * with --hysteresis N > 1, the overflows the scaler still lets pass
- * before it backs off (hysteresis_left, 1..N; absent otherwise).
+ * before it backs off (hysteresis_left, 1..N; absent otherwise) and, for
+ * gpt, the vocabulary's bytes in token order (vocab_bytes, hex; absent
+ * from older checkpoints).
  *
  * settings_merge is the resume rule: the checkpoint's settings, with the
  * options given on the command line on top, except that a given option
@@ -117,6 +119,8 @@ char *settings_to_json(const train_opts *o, const run_info *ri)
               ri->skipped, ri->world_size, ri->total_steps);
     if (ri->hysteresis_left > 0)
         jb_printf(&b, ",\"hysteresis_left\":%" PRId64, ri->hysteresis_left);
+    if (ri->vocab_hex[0]) /* gpt: the vocabulary's bytes, which generate and eval compare */
+        jb_printf(&b, ",\"vocab_bytes\":\"%s\"", ri->vocab_hex);
     jb_puts(&b, "}}");
     if (b.oom) {
         jb_free(&b);
@@ -273,6 +277,19 @@ int settings_from_json(const char *text, const char *where, train_opts *ck, run_
     /* --hysteresis's count (absent: no hysteresis, or an older file). */
     if (rc < 0 && json_get(run, "hysteresis_left"))
         rc = get_run_value(run, "hysteresis_left", 1, 1000000, &ri->hysteresis_left, where);
+    /* gpt's vocabulary bytes (absent from older checkpoints): 2 lowercase
+     * hex digits per token, as many as "vocab". */
+    const json_value *vb = json_get(run, "vocab_bytes");
+    if (rc < 0 && vb) {
+        bool ok = vb->type == JSON_STRING && strlen(vb->str) == (size_t)(2 * ri->vocab);
+        for (const char *p = ok ? vb->str : ""; *p && ok; p++)
+            ok = (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f');
+        if (ok)
+            snprintf(ri->vocab_hex, sizeof ri->vocab_hex, "%s", vb->str);
+        else
+            rc = bad_settings(where, "the run value \"vocab_bytes\" is not 2 hex digits per token of \"vocab\"",
+                              NULL);
+    }
     int64_t hw;
     if (rc < 0 && (__builtin_mul_overflow(ri->height, ri->width, &hw) || hw != ri->features)) {
         fprintf(stderr, "ampc: %s: the saved run values disagree: features %" PRId64 " is not height %" PRId64

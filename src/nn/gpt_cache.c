@@ -11,8 +11,10 @@
  * disabled and records no graph.
  *
  * Layout: per block a k and a v tensor [context, B, H, d] on the model's
- * device, in the dtype the block's k / v linears produce (bf16 / f16
- * under autocast, else the weights'), made at the first forward. The rows
+ * device, in the dtype the block's fused qkv linear produces (bf16 / f16
+ * under autocast, else the weights'), made at the first forward (and
+ * made anew at the first forward after a reset that runs in another
+ * dtype or on another device). The rows
  * of the positions held are a contiguous prefix, which the attention
  * reads in place (no gather); new rows are written after it by the
  * backend's permute ([B, T, H, d] -> [T, B, H, d]).
@@ -92,9 +94,14 @@ int64_t gpt_cache_pos(const amp_gpt_cache *kv) { return kv->len; }
 
 /* The cache tensor of block `layer` in *slot for keys or values like x
  * [B, T, H, d] (made at first use; later ones must match its dtype and
- * device). */
+ * device, except when the cache is empty: after a reset a slot of another
+ * dtype or device is freed and made anew). */
 static amp_tensor *slot_for(amp_gpt_cache *kv, amp_tensor **slot, const amp_tensor *x, const char *what)
 {
+    if (*slot && kv->len == 0 && ((*slot)->dtype != x->dtype || tensor_device(*slot) != tensor_device(x))) {
+        amp_tensor_free(*slot);
+        *slot = NULL;
+    }
     if (!*slot) {
         *slot = tensor_new_on(AMP_SHAPE(kv->context, kv->batch, kv->heads, kv->hd), x->dtype, tensor_device(x));
         if (*slot)
@@ -142,7 +149,8 @@ amp_tensor *gpt_cache_attend(amp_gpt_cache *kv, int64_t layer, amp_tensor *q, am
 amp_tensor *amp_gpt_forward_cached(amp_module *gpt, amp_gpt_cache *c, amp_tensor *idx)
 {
     if (!gpt || !c || !idx)
-        return amp_fail_null(AMP_ERR_ARG, "gpt_forward_cached: %s is NULL", !gpt ? "the model" : !c ? "the cache" : "idx");
+        return amp_fail_null(AMP_ERR_ARG, "gpt_forward_cached: %s is NULL",
+                             !gpt ? "the model" : !c ? "the cache" : "idx");
     if (c->model != gpt)
         return amp_fail_null(AMP_ERR_ARG, "gpt_forward_cached: the cache was made for another model");
     if (amp_tensor_ndim(idx) != 2 || amp_tensor_dim(idx, 0) != c->batch) {
