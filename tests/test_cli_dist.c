@@ -54,23 +54,6 @@ static char mpirun[1024];
 /* Tiny runs: one kernel thread a rank (2 ranks on 2 cores). */
 #define MLP "--model mlp --data %s --hidden 32 --batch 16 --threads 1"
 
-/* mpirun on the PATH into mpirun[]; false when there is none. */
-static bool find_mpirun(void)
-{
-    const char *path = getenv("PATH");
-    if (!path)
-        return false;
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *save = NULL, *dir = strtok_r(buf, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
-        snprintf(mpirun, sizeof mpirun, "%s/mpirun", dir);
-        if (access(mpirun, X_OK) == 0)
-            return true;
-    }
-    mpirun[0] = '\0';
-    return false;
-}
-
 static bool have_mpirun(void)
 {
     if (!cli_have_binary())
@@ -718,7 +701,7 @@ int main(void)
 {
     if (!cli_init("test-cli-dist"))
         return 1;
-    find_mpirun();
+    cli_find_on_path("mpirun", mpirun, sizeof mpirun);
     amp_set_num_threads(1);
     cli_path(tiny, sizeof tiny, "tiny");
     cli_write_tiny_images(tiny);

@@ -33,22 +33,6 @@ static bool ran;
 /* Tiny runs: one kernel thread a rank. */
 #define MLP "--model mlp --data %s --hidden 32 --batch 16 --threads 1"
 
-static bool find_mpirun(void)
-{
-    const char *path = getenv("PATH");
-    if (!path)
-        return false;
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *save = NULL, *dir = strtok_r(buf, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
-        snprintf(mpirun, sizeof mpirun, "%s/mpirun", dir);
-        if (access(mpirun, X_OK) == 0)
-            return true;
-    }
-    mpirun[0] = '\0';
-    return false;
-}
-
 /* Whether the runs can happen here; else the test is skipped, saying why. */
 static bool ready(void)
 {
@@ -238,7 +222,7 @@ int main(void)
 {
     if (!cli_init("test-cli-dist-cuda"))
         return 1;
-    find_mpirun();
+    cli_find_on_path("mpirun", mpirun, sizeof mpirun);
     amp_set_num_threads(1);
     cli_path(tiny, sizeof tiny, "tiny");
     cli_write_tiny_images(tiny);

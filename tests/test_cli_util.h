@@ -406,4 +406,23 @@ static inline int cli_lines(char *text, char **lines, int max)
     return n;
 }
 
+/* The first executable `name` on the PATH into out (cap bytes); false, out
+ * "", when there is none (test_cli_dist*.c look for mpirun). */
+static inline bool cli_find_on_path(const char *name, char *out, size_t cap)
+{
+    const char *path = getenv("PATH");
+    out[0] = '\0';
+    if (!path)
+        return false;
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *save = NULL, *dir = strtok_r(buf, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+        snprintf(out, cap, "%s/%s", dir, name);
+        if (access(out, X_OK) == 0)
+            return true;
+    }
+    out[0] = '\0';
+    return false;
+}
+
 #endif
