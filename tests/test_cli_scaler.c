@@ -203,6 +203,9 @@ static void test_bad_values_are_refused(void)
         {"--static-scale 8 --hysteresis 2", "--hysteresis is an option of the dynamic grad scaler"},
         {"--static-scale 8 --min-scale 2", "--min-scale is an option of the dynamic grad scaler"},
         {"--health-every 0", "--health-every: '0' is not a whole number from 1 to"},
+        {"--init-scale 16777216 --backoff-factor 1e-300", "--backoff-factor 1e-300 takes the scale 1.67772e+07 to 0 "
+                                                          "at the first overflow"},
+        {"--init-scale 1 --backoff-factor 1e-38", "--backoff-factor 1e-38 takes the scale 1 to 1e-38"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = cli_run("train --model mlp --data %s --precision fp16 --steps 1 %s", tiny, cases[i].args);
@@ -224,6 +227,29 @@ static void test_bad_values_are_refused(void)
             CHECK_MSG(rc == 2 && strstr(cli_out, want), "%s %s: exit %d, no \"%s\" in:\n%s", runs[p], knobs[k], rc,
                       want, cli_out);
         }
+}
+
+/* A scale backed off to 0 (or an f32 subnormal) stops the run, naming
+ * it: at 0 the next step would be taken with NaN gradients. The lr 1000
+ * step makes the weights blow up in f16, so most steps after it have
+ * inf/NaN gradients and back off by 1e-10: 65536 -> 6.6e-6 -> ... ->
+ * 6.6e-36 -> 0 in f32 (the step it happens at depends on the data). */
+static void test_scale_reaching_zero_stops(void)
+{
+    if (!cli_have_binary())
+        return;
+    int rc = cli_run("train --model mlp --data %s --hidden 8 --steps 20 --batch 16 --threads 1 --precision fp16 "
+                     "--optim sgd --lr 1000 --backoff-factor 1e-10 --max-skips 0",
+                     tiny);
+    CHECK_MSG(rc == 1, "exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("the grad scaler backed off to scale 0 after step ");
+    CHECK_OUT("give a larger --backoff-factor (1e-10 now) or a --min-scale floor");
+    /* A --min-scale floor holds it: the run goes on, every step skipped. */
+    rc = cli_run("train --model mlp --data %s --hidden 8 --steps 20 --batch 16 --threads 1 --precision fp16 "
+                 "--optim sgd --lr 1000 --backoff-factor 1e-10 --max-skips 0 --min-scale 1e-30",
+                 tiny);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("scaler: final scale 1e-30, ");
 }
 
 /* A run with `knobs` stopped at step `stop` and resumed logs the
@@ -456,6 +482,7 @@ int main(void)
     RUN(test_backoff_knobs);
     RUN(test_static_scale);
     RUN(test_bad_values_are_refused);
+    RUN(test_scale_reaching_zero_stops);
     RUN(test_resume_keeps_the_knobs);
     RUN(test_resume_with_new_knobs);
     RUN(test_health_every);

@@ -14,6 +14,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -483,16 +484,34 @@ static bool check_scaler(const train_opts *o)
                         "shrinks by it)\n", o->backoff_factor);
         return true;
     }
+    /* On resume the scale is the checkpoint's, clamped to new bounds
+     * (train.c's scaler_resume): an --init-scale only the checkpoint
+     * holds is not checked against them. */
+    const bool init_given = o->given[opt_index("init-scale")] || !o->resume;
+    /* A factor that backs the first overflow's scale off to 0 or an f32
+     * subnormal (whose inverse is infinite) makes the next step's update
+     * NaN: refused, unless a --min-scale floor holds the scale up. Later
+     * backoffs there: train.c's watch_scale stops the run. */
+    const float first = (float)(o->init_scale * o->backoff_factor);
+    if (o->static_scale == 0 && !(o->min_scale > 0) && !(first >= FLT_MIN)) {
+        fprintf(stderr,
+                "ampc train: --backoff-factor %g takes the scale %g%s to %g at the first overflow, below f32's "
+                "smallest normal (%g): the next step's update would be NaN; give a larger factor or a "
+                "--min-scale floor\n",
+                o->backoff_factor, o->init_scale, init_given ? "" : " (the checkpoint's --init-scale)", (double)first,
+                (double)FLT_MIN);
+        return true;
+    }
     if (o->min_scale > 0 && o->max_scale > 0 && o->min_scale > o->max_scale) {
         fprintf(stderr, "ampc train: --min-scale %g is above --max-scale %g\n", o->min_scale, o->max_scale);
         return true;
     }
-    if (o->static_scale == 0 && o->min_scale > 0 && o->init_scale < o->min_scale) {
+    if (o->static_scale == 0 && init_given && o->min_scale > 0 && o->init_scale < o->min_scale) {
         fprintf(stderr, "ampc train: --init-scale %g is below --min-scale %g (give --init-scale at least %g)\n",
                 o->init_scale, o->min_scale, o->min_scale);
         return true;
     }
-    if (o->static_scale == 0 && o->max_scale > 0 && o->init_scale > o->max_scale) {
+    if (o->static_scale == 0 && init_given && o->max_scale > 0 && o->init_scale > o->max_scale) {
         fprintf(stderr, "ampc train: --init-scale %g is above --max-scale %g (give --init-scale at most %g)\n",
                 o->init_scale, o->max_scale, o->max_scale);
         return true;
