@@ -339,6 +339,33 @@ static void test_resume_with_new_knobs(void)
         const double want[] = {1, 2, 4, 8};
         expect_scales(&r, want, 4, "resumed with --growth-interval 1");
     }
+    /* --max-scale anew below the saved scale (and the checkpoint's
+     * --init-scale, 65536 by default): the saved scale is clamped to it,
+     * not refused for an --init-scale this command line never gave. */
+    cli_path(dir, sizeof dir, "ck4");
+    rc = cli_run("%s --data %s --save %s --stop-at 4", common, tiny, dir);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    rc = cli_run("train --resume %s --max-scale 1024 --log %s --log-mode replace", dir, log);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("the saved scale 65536 is now 1024");
+    ok = read_log(log, &r) && r.n == 4;
+    CHECK_MSG(ok, "resumed log: %d lines", r.n);
+    if (ok) {
+        const double want[] = {1024, 1024, 1024, 1024};
+        expect_scales(&r, want, 4, "resumed with --max-scale 1024");
+    }
+    /* --min-scale anew above it: clamped up (a fresh checkpoint: the
+     * resumed run saved its --max-scale in ck4). */
+    cli_path(dir, sizeof dir, "ck5");
+    rc = cli_run("%s --data %s --save %s --stop-at 4", common, tiny, dir);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    rc = cli_run("train --resume %s --min-scale 1e6 --log %s --log-mode replace", dir, log);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("the saved scale 65536 is now 1e+06");
+    /* An --init-scale given with them is still checked. */
+    rc = cli_run("train --resume %s --steps 12 --max-scale 1e7 --init-scale 1e8", dir);
+    CHECK_MSG(rc == 2, "exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("--init-scale 1e+08 is above --max-scale 1e+07");
     /* --static-scale anew on a dynamic run: the scale restarts there and
      * holds. */
     cli_path(dir, sizeof dir, "ck3");

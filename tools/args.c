@@ -503,7 +503,9 @@ static bool check_scaler(const train_opts *o)
         return true;
     }
     if (o->min_scale > 0 && o->max_scale > 0 && o->min_scale > o->max_scale) {
-        fprintf(stderr, "ampc train: --min-scale %g is above --max-scale %g\n", o->min_scale, o->max_scale);
+        fprintf(stderr, "ampc train: --min-scale %g%s is above --max-scale %g%s\n", o->min_scale,
+                o->resume && !o->given[opt_index("min-scale")] ? " (the checkpoint's)" : "", o->max_scale,
+                o->resume && !o->given[opt_index("max-scale")] ? " (the checkpoint's)" : "");
         return true;
     }
     if (o->static_scale == 0 && init_given && o->min_scale > 0 && o->init_scale < o->min_scale) {
