@@ -191,8 +191,9 @@ static void test_bad_values_are_refused(void)
         {"--backoff-factor 2", "--backoff-factor: 2 is out of range (0 to 1)"},
         {"--hysteresis 0", "--hysteresis: '0' is not a whole number from 1 to 1000000"},
         {"--hysteresis 1.5", "--hysteresis: '1.5' is not a whole number"},
-        {"--min-scale 0", "--min-scale: 0 is out of range (1e-30 to 1e+30)"},
-        {"--max-scale 1e40", "--max-scale: 1e40 is out of range (1e-30 to 1e+30)"},
+        {"--min-scale -1", "--min-scale: -1 is out of range (0: off, or 1e-30 to 1e+30)"},
+        {"--static-scale 1e-40", "--static-scale: 1e-40 is out of range (0: off, or 1e-30 to 1e+30)"},
+        {"--max-scale 1e40", "--max-scale: 1e40 is out of range (0: off, or 1e-30 to 1e+30)"},
         {"--static-scale -1", "--static-scale: -1 is out of range"},
         {"--min-scale 100 --max-scale 10 --init-scale 50", "--min-scale 100 is above --max-scale 10"},
         {"--max-scale 1024", "--init-scale 65536 is above --max-scale 1024 (give --init-scale at most 1024)"},
@@ -385,7 +386,30 @@ static void test_resume_with_new_knobs(void)
     rc = cli_run("train --resume %s --steps 10 --hysteresis 2", dir);
     CHECK_MSG(rc == 2, "exit %d:\n%s", rc, cli_out);
     CHECK_OUT("--hysteresis is an option of the dynamic grad scaler, but --static-scale 32 (the checkpoint's) "
-              "fixes the scale");
+              "fixes the scale: give one or the other (--static-scale 0 makes it dynamic)");
+    /* --static-scale 0 anew makes it dynamic again: the saved scale 32
+     * goes on, and grows every clean step with --growth-interval 1. */
+    rc = cli_run("train --resume %s --steps 12 --static-scale 0 --growth-interval 1 --log %s --log-mode replace", dir,
+                 log);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    ok = read_log(log, &r) && r.n == 4;
+    CHECK_MSG(ok, "resumed log: %d lines", r.n);
+    if (ok) {
+        const double want[] = {32, 64, 128, 256};
+        expect_scales(&r, want, 4, "resumed with --static-scale 0 --growth-interval 1");
+    }
+    /* A checkpoint's bound dropped with 0: ck4 saved --max-scale 1024;
+     * --max-scale 0 lets the scale grow past it. */
+    cli_path(dir, sizeof dir, "ck4");
+    rc = cli_run("train --resume %s --steps 12 --max-scale 0 --growth-interval 1 --log %s --log-mode replace", dir,
+                 log);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    ok = read_log(log, &r) && r.n == 4;
+    CHECK_MSG(ok, "resumed log: %d lines", r.n);
+    if (ok) {
+        const double want[] = {1024, 2048, 4096, 8192};
+        expect_scales(&r, want, 4, "resumed with --max-scale 0 --growth-interval 1");
+    }
 }
 
 /* --health-every 3 over 7 steps: steps 3 and 6 carry the f16_* keys, as

@@ -96,12 +96,12 @@ static const opt_def opts[] = {
       "back off only at the N-th step with inf/NaN gradients since the scale last grew (Megatron-LM; "
       "default 1: at each); every such step is skipped"),
     O("min-scale", "X", OPT_REAL, OC_SETTING, min_scale, 1e-30, 1e30, NULL, NULL, false,
-      "the scale never backs off below X (default: no bound)"),
+      "the scale never backs off below X (0: no bound, the default)"),
     O("max-scale", "X", OPT_REAL, OC_SETTING, max_scale, 1e-30, 1e30, NULL, NULL, false,
-      "the scale never grows above X (default: no bound)"),
+      "the scale never grows above X (0: no bound, the default)"),
     O("static-scale", "S", OPT_REAL, OC_SETTING, static_scale, 1e-30, 1e30, NULL, NULL, false,
       "a fixed scale S: never grows or backs off; a step with inf/NaN gradients is still skipped "
-      "(not with the dynamic scaler's options; default: dynamic)"),
+      "(not with the dynamic scaler's options; 0: dynamic, the default)"),
     O("health-every", "N", OPT_INT, OC_RUN, health_every, 1, 1e12, NULL, NULL, false,
       "every N steps, the f16 health of the gradients in the log and the progress line: the share "
       "of elements that f16 flushes to zero, makes subnormal, or overflows, at the scale and unscaled "
@@ -272,6 +272,14 @@ static int bad(const char *who, const opt_def *d, const char *fmt, ...)
 }
 
 /* A whole decimal integer in [lo, hi]; false when v is anything else. */
+/* The grad scaler's bounds and fixed scale: 0 is "off" (their default,
+ * and how a resumed run drops the checkpoint's), else in the range. */
+static bool zero_is_off(const opt_def *d)
+{
+    return strcmp(d->name, "min-scale") == 0 || strcmp(d->name, "max-scale") == 0 ||
+           strcmp(d->name, "static-scale") == 0;
+}
+
 static bool parse_int(const char *v, double lo, double hi, int64_t *out)
 {
     char *end;
@@ -350,8 +358,13 @@ int opts_set(const opt_def *d, const char *v, train_opts *o, const char *who)
         double x = strtod(v, &end);
         if (end == v || *end)
             return bad(who, d, "'%s' is not a number", v);
+        if (x == 0 && zero_is_off(d)) {
+            *(double *)field = 0;
+            return -1;
+        }
         if (!(x >= d->lo && x <= d->hi))
-            return bad(who, d, "%s is out of range (%g to %g)", v, d->lo, d->hi);
+            return bad(who, d, "%s is out of range (%s%g to %g)", v, zero_is_off(d) ? "0: off, or " : "", d->lo,
+                       d->hi);
         *(double *)field = x;
         return -1;
     }
@@ -468,9 +481,10 @@ static bool check_scaler(const train_opts *o)
             if (o->given[opt_index(dynamic_knobs[i])]) {
                 fprintf(stderr,
                         "ampc train: --%s is an option of the dynamic grad scaler, but --static-scale %g%s fixes "
-                        "the scale: give one or the other\n",
+                        "the scale: give one or the other%s\n",
                         dynamic_knobs[i], o->static_scale,
-                        o->given[opt_index("static-scale")] ? "" : " (the checkpoint's)");
+                        o->given[opt_index("static-scale")] ? "" : " (the checkpoint's)",
+                        o->given[opt_index("static-scale")] ? "" : " (--static-scale 0 makes it dynamic)");
                 return true;
             }
     }
