@@ -174,6 +174,15 @@ static void test_static_scale(void)
                      tiny);
     CHECK_MSG(rc == 1, "exit %d:\n%s", rc, cli_out);
     CHECK_OUT("skipped 3 steps in a row");
+    /* The advice names the knob that sets the scale: not --init-scale,
+     * which --static-scale refuses. */
+    CHECK_OUT("the backward pass overflows at scale 1e+30: try a smaller --static-scale (1e+30 now) or --lr");
+    /* A --min-scale floor that still overflows: the floor is named. */
+    rc = cli_run("train --model mlp --data %s --hidden 8 --steps 8 --batch 16 --threads 1 --precision fp16 "
+                 "--init-scale 16777216 --min-scale 8388608 --max-skips 3",
+                 tiny);
+    CHECK_MSG(rc == 1, "exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("try a smaller --min-scale (the floor, 8.38861e+06 now) or --lr");
 }
 
 static void test_bad_values_are_refused(void)
