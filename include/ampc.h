@@ -914,8 +914,10 @@ typedef struct {
     /* Opt-in extras, off by default (0): */
     double min_scale;        /* > 0: the scale never backs off below it */
     double max_scale;        /* > 0: the scale never grows above it */
-    int hysteresis;          /* > 1: back off only at the hysteresis-th overflow
-                                since the scale last grew (Megatron-LM) */
+    int hysteresis;          /* > 1: the first hysteresis-1 overflows since the
+                                scale last grew keep it; the hysteresis-th and
+                                each one after it back off, until the scale
+                                grows again (Megatron-LM) */
 } amp_scaler_opts;
 
 AMP_API amp_scaler_opts amp_scaler_defaults(void);

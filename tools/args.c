@@ -93,8 +93,9 @@ static const opt_def opts[] = {
     O("backoff-factor", "X", OPT_REAL, OC_SETTING, backoff_factor, 0, 1, NULL, NULL, false,
       "the scale is multiplied by X (between 0 and 1) at a step with inf/NaN gradients (default 0.5)"),
     O("hysteresis", "N", OPT_INT, OC_SETTING, hysteresis, 1, 1e6, NULL, NULL, false,
-      "back off only at the N-th step with inf/NaN gradients since the scale last grew (Megatron-LM; "
-      "default 1: at each); every such step is skipped"),
+      "the first N-1 steps with inf/NaN gradients since the scale last grew keep the scale; the N-th "
+      "and each one after it back off, until the scale grows (Megatron-LM; default 1: every one backs off); "
+      "every such step is skipped"),
     O("min-scale", "X", OPT_REAL, OC_SETTING, min_scale, 1e-30, 1e30, NULL, NULL, false,
       "the scale never backs off below X (0: no bound, the default)"),
     O("max-scale", "X", OPT_REAL, OC_SETTING, max_scale, 1e-30, 1e30, NULL, NULL, false,
