@@ -54,8 +54,7 @@ static bool applies(const opt_def *d, const train_opts *o)
         return scaler && o->max_scale > 0;
     if (strcmp(n, "static-scale") == 0)
         return scaler && o->static_scale > 0;
-    if (strcmp(n, "init-scale") == 0 || strcmp(n, "growth-interval") == 0 || strcmp(n, "max-skips") == 0 ||
-        strcmp(n, "growth-factor") == 0 || strcmp(n, "backoff-factor") == 0 || strcmp(n, "hysteresis") == 0)
+    if (d->fp16 & OPT_FP16_SCALER)
         return scaler;
     if (strcmp(n, "epochs") == 0)
         return o->epochs > 0;
