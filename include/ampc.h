@@ -914,8 +914,10 @@ typedef struct {
     /* Opt-in extras, off by default (0): */
     double min_scale;        /* > 0: the scale never backs off below it */
     double max_scale;        /* > 0: the scale never grows above it */
-    int hysteresis;          /* > 1: back off only at the hysteresis-th overflow
-                                since the scale last grew (Megatron-LM) */
+    int hysteresis;          /* > 1: the first hysteresis-1 overflows since the
+                                scale last grew keep it; the hysteresis-th and
+                                each one after it back off, until the scale
+                                grows again (Megatron-LM) */
 } amp_scaler_opts;
 
 AMP_API amp_scaler_opts amp_scaler_defaults(void);
@@ -984,7 +986,8 @@ typedef struct {
 AMP_API int amp_scaler_history(const amp_scaler *s, amp_scale_change *out, int max);
 /* For param's (unscaled) gradient g at the current scale: how many nonzero
  * elements would round to zero in f16 (|g * scale| <= 2^-25) and how many
- * would overflow to inf (|g * scale| >= 65520). */
+ * would overflow to inf (|g * scale| >= 65520, or g inf or NaN). The
+ * scale must be positive and finite (amp_grad_f16_health's checks). */
 AMP_API amp_status amp_scaler_f16_health(const amp_scaler *s, const amp_tensor *param, int64_t *underflow,
                                          int64_t *overflow);
 /* The f16 health of gradients (the Quick Check, ampc train --health-every):

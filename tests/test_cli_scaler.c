@@ -174,6 +174,15 @@ static void test_static_scale(void)
                      tiny);
     CHECK_MSG(rc == 1, "exit %d:\n%s", rc, cli_out);
     CHECK_OUT("skipped 3 steps in a row");
+    /* The advice names the knob that sets the scale: not --init-scale,
+     * which --static-scale refuses. */
+    CHECK_OUT("the backward pass overflows at scale 1e+30: try a smaller --static-scale (1e+30 now) or --lr");
+    /* A --min-scale floor that still overflows: the floor is named. */
+    rc = cli_run("train --model mlp --data %s --hidden 8 --steps 8 --batch 16 --threads 1 --precision fp16 "
+                 "--init-scale 16777216 --min-scale 8388608 --max-skips 3",
+                 tiny);
+    CHECK_MSG(rc == 1, "exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("try a smaller --min-scale (the floor, 8.38861e+06 now) or --lr");
 }
 
 static void test_bad_values_are_refused(void)
@@ -191,8 +200,9 @@ static void test_bad_values_are_refused(void)
         {"--backoff-factor 2", "--backoff-factor: 2 is out of range (0 to 1)"},
         {"--hysteresis 0", "--hysteresis: '0' is not a whole number from 1 to 1000000"},
         {"--hysteresis 1.5", "--hysteresis: '1.5' is not a whole number"},
-        {"--min-scale 0", "--min-scale: 0 is out of range (1e-30 to 1e+30)"},
-        {"--max-scale 1e40", "--max-scale: 1e40 is out of range (1e-30 to 1e+30)"},
+        {"--min-scale -1", "--min-scale: -1 is out of range (0: off, or 1e-30 to 1e+30)"},
+        {"--static-scale 1e-40", "--static-scale: 1e-40 is out of range (0: off, or 1e-30 to 1e+30)"},
+        {"--max-scale 1e40", "--max-scale: 1e40 is out of range (0: off, or 1e-30 to 1e+30)"},
         {"--static-scale -1", "--static-scale: -1 is out of range"},
         {"--min-scale 100 --max-scale 10 --init-scale 50", "--min-scale 100 is above --max-scale 10"},
         {"--max-scale 1024", "--init-scale 65536 is above --max-scale 1024 (give --init-scale at most 1024)"},
@@ -203,6 +213,9 @@ static void test_bad_values_are_refused(void)
         {"--static-scale 8 --hysteresis 2", "--hysteresis is an option of the dynamic grad scaler"},
         {"--static-scale 8 --min-scale 2", "--min-scale is an option of the dynamic grad scaler"},
         {"--health-every 0", "--health-every: '0' is not a whole number from 1 to"},
+        {"--init-scale 16777216 --backoff-factor 1e-300", "--backoff-factor 1e-300 takes the scale 1.67772e+07 to 0 "
+                                                          "at the first overflow"},
+        {"--init-scale 1 --backoff-factor 1e-38", "--backoff-factor 1e-38 takes the scale 1 to 1e-38"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = cli_run("train --model mlp --data %s --precision fp16 --steps 1 %s", tiny, cases[i].args);
@@ -224,6 +237,29 @@ static void test_bad_values_are_refused(void)
             CHECK_MSG(rc == 2 && strstr(cli_out, want), "%s %s: exit %d, no \"%s\" in:\n%s", runs[p], knobs[k], rc,
                       want, cli_out);
         }
+}
+
+/* A scale backed off to 0 (or an f32 subnormal) stops the run, naming
+ * it: at 0 the next step would be taken with NaN gradients. The lr 1000
+ * step makes the weights blow up in f16, so most steps after it have
+ * inf/NaN gradients and back off by 1e-10: 65536 -> 6.6e-6 -> ... ->
+ * 6.6e-36 -> 0 in f32 (the step it happens at depends on the data). */
+static void test_scale_reaching_zero_stops(void)
+{
+    if (!cli_have_binary())
+        return;
+    int rc = cli_run("train --model mlp --data %s --hidden 8 --steps 20 --batch 16 --threads 1 --precision fp16 "
+                     "--optim sgd --lr 1000 --backoff-factor 1e-10 --max-skips 0",
+                     tiny);
+    CHECK_MSG(rc == 1, "exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("the grad scaler backed off to scale 0 after step ");
+    CHECK_OUT("give a larger --backoff-factor (1e-10 now) or a --min-scale floor");
+    /* A --min-scale floor holds it: the run goes on, every step skipped. */
+    rc = cli_run("train --model mlp --data %s --hidden 8 --steps 20 --batch 16 --threads 1 --precision fp16 "
+                 "--optim sgd --lr 1000 --backoff-factor 1e-10 --max-skips 0 --min-scale 1e-30",
+                 tiny);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("scaler: final scale 1e-30, ");
 }
 
 /* A run with `knobs` stopped at step `stop` and resumed logs the
@@ -313,6 +349,33 @@ static void test_resume_with_new_knobs(void)
         const double want[] = {1, 2, 4, 8};
         expect_scales(&r, want, 4, "resumed with --growth-interval 1");
     }
+    /* --max-scale anew below the saved scale (and the checkpoint's
+     * --init-scale, 65536 by default): the saved scale is clamped to it,
+     * not refused for an --init-scale this command line never gave. */
+    cli_path(dir, sizeof dir, "ck4");
+    rc = cli_run("%s --data %s --save %s --stop-at 4", common, tiny, dir);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    rc = cli_run("train --resume %s --max-scale 1024 --log %s --log-mode replace", dir, log);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("the saved scale 65536 is now 1024");
+    ok = read_log(log, &r) && r.n == 4;
+    CHECK_MSG(ok, "resumed log: %d lines", r.n);
+    if (ok) {
+        const double want[] = {1024, 1024, 1024, 1024};
+        expect_scales(&r, want, 4, "resumed with --max-scale 1024");
+    }
+    /* --min-scale anew above it: clamped up (a fresh checkpoint: the
+     * resumed run saved its --max-scale in ck4). */
+    cli_path(dir, sizeof dir, "ck5");
+    rc = cli_run("%s --data %s --save %s --stop-at 4", common, tiny, dir);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    rc = cli_run("train --resume %s --min-scale 1e6 --log %s --log-mode replace", dir, log);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("the saved scale 65536 is now 1e+06");
+    /* An --init-scale given with them is still checked. */
+    rc = cli_run("train --resume %s --steps 12 --max-scale 1e7 --init-scale 1e8", dir);
+    CHECK_MSG(rc == 2, "exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("--init-scale 1e+08 is above --max-scale 1e+07");
     /* --static-scale anew on a dynamic run: the scale restarts there and
      * holds. */
     cli_path(dir, sizeof dir, "ck3");
@@ -332,7 +395,30 @@ static void test_resume_with_new_knobs(void)
     rc = cli_run("train --resume %s --steps 10 --hysteresis 2", dir);
     CHECK_MSG(rc == 2, "exit %d:\n%s", rc, cli_out);
     CHECK_OUT("--hysteresis is an option of the dynamic grad scaler, but --static-scale 32 (the checkpoint's) "
-              "fixes the scale");
+              "fixes the scale: give one or the other (--static-scale 0 makes it dynamic)");
+    /* --static-scale 0 anew makes it dynamic again: the saved scale 32
+     * goes on, and grows every clean step with --growth-interval 1. */
+    rc = cli_run("train --resume %s --steps 12 --static-scale 0 --growth-interval 1 --log %s --log-mode replace", dir,
+                 log);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    ok = read_log(log, &r) && r.n == 4;
+    CHECK_MSG(ok, "resumed log: %d lines", r.n);
+    if (ok) {
+        const double want[] = {32, 64, 128, 256};
+        expect_scales(&r, want, 4, "resumed with --static-scale 0 --growth-interval 1");
+    }
+    /* A checkpoint's bound dropped with 0: ck4 saved --max-scale 1024;
+     * --max-scale 0 lets the scale grow past it. */
+    cli_path(dir, sizeof dir, "ck4");
+    rc = cli_run("train --resume %s --steps 12 --max-scale 0 --growth-interval 1 --log %s --log-mode replace", dir,
+                 log);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    ok = read_log(log, &r) && r.n == 4;
+    CHECK_MSG(ok, "resumed log: %d lines", r.n);
+    if (ok) {
+        const double want[] = {1024, 2048, 4096, 8192};
+        expect_scales(&r, want, 4, "resumed with --max-scale 0 --growth-interval 1");
+    }
 }
 
 /* --health-every 3 over 7 steps: steps 3 and 6 carry the f16_* keys, as
@@ -456,6 +542,7 @@ int main(void)
     RUN(test_backoff_knobs);
     RUN(test_static_scale);
     RUN(test_bad_values_are_refused);
+    RUN(test_scale_reaching_zero_stops);
     RUN(test_resume_keeps_the_knobs);
     RUN(test_resume_with_new_knobs);
     RUN(test_health_every);

@@ -296,7 +296,8 @@ static void test_health_keys_round_trip_and_draw_a_panel(void)
     CHECK_EQ_INT(path_vertices(pic, "health-subnormal"), 3);
     CHECK_EQ_INT(path_vertices(pic, "health-subnormal_scaled"), 2);
     char want[64];
-    snprintf(want, sizeof want, "height=\"%.0f\"", LOSS_TOP + LOSS_H + SCALE_GAP + SCALE_H + HEALTH_GAP + HEALTH_H + FOOT);
+    snprintf(want, sizeof want, "height=\"%.0f\"",
+             LOSS_TOP + LOSS_H + SCALE_GAP + SCALE_H + HEALTH_GAP + HEALTH_H + FOOT);
     CHECK_MSG(strstr(pic, want) != NULL, "no %s", want);
     free(pic);
 }
@@ -309,7 +310,8 @@ static void test_big_logs_are_decimated_but_keep_spikes(void)
     if (!f)
         return;
     for (int s = 1; s <= 50000; s++)
-        fprintf(f, "{\"step\":%d,\"loss\":%g,\"scale\":65536,\"skipped\":false}\n", s, s == 31234 ? 50.0 : 1.0 + (s % 7) * 0.01);
+        fprintf(f, "{\"step\":%d,\"loss\":%g,\"scale\":65536,\"skipped\":false}\n", s,
+                s == 31234 ? 50.0 : 1.0 + (s % 7) * 0.01);
     fclose(f);
     CHECK_OK(plot_file(log, svg, NULL));
     char *s = slurp(svg);

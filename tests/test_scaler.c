@@ -451,14 +451,14 @@ static void test_hysteresis_tolerates_overflows(void)
 static void test_f16_health_counts_underflow_and_overflow(void)
 {
     amp_scaler *s = scaler_with(1, 2, 0.5, 2000);
-    rig r = make_rig(4, false);
-    float c[4] = {1e-9f, 1.0f, 1e5f, 0.0f};
-    amp_tensor *ct = amp_from_data(AMP_SHAPE(4), AMP_F32, c);
+    rig r = make_rig(6, false);
+    float c[6] = {1e-9f, 1.0f, 1e5f, 0.0f, INFINITY, NAN};
+    amp_tensor *ct = amp_from_data(AMP_SHAPE(6), AMP_F32, c);
     CHECK_OK(amp_backward(amp_sum_all(amp_mul(r.p, ct))));
     int64_t under, over;
     CHECK_OK(amp_scaler_f16_health(s, r.p, &under, &over));
     CHECK_EQ_INT(under, 1); /* 1e-9 < 2^-25; exact zero is not counted */
-    CHECK_EQ_INT(over, 1);  /* 1e5 > 65504 */
+    CHECK_EQ_INT(over, 3);  /* 1e5 > 65504, and the inf and the NaN */
     amp_tensor_free(ct);
     free_rig(r);
     amp_scaler_free(s);

@@ -14,6 +14,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,7 +23,11 @@
 
 #define OFF(f) offsetof(train_opts, f)
 /* name, meta, kind, class, field, lo, hi, choices, models, eval, help */
-#define O(n, m, k, c, f, lo, hi, ch, mo, ev, h) {n, m, k, c, OFF(f), lo, hi, ch, mo, ev, h}
+#define O(n, m, k, c, f, lo, hi, ch, mo, ev, h) {n, m, k, c, OFF(f), lo, hi, ch, mo, ev, h, 0}
+/* The grad scaler's options, with their OPT_FP16_* bits (cli.h) last. */
+#define OS(n, m, k, c, f, lo, hi, ch, mo, ev, h, sc) {n, m, k, c, OFF(f), lo, hi, ch, mo, ev, h, sc}
+#define SC_SCALER (OPT_FP16 | OPT_FP16_SCALER)
+#define SC_DYNAMIC (OPT_FP16 | OPT_FP16_SCALER | OPT_FP16_DYNAMIC)
 
 static const opt_def opts[] = {
     O("model", "NAME", OPT_STR, OC_SHAPE, model, 0, 0, "mlp|cnn|gpt", NULL, false,
@@ -76,37 +81,39 @@ static const opt_def opts[] = {
 
     O("precision", "P", OPT_STR, OC_SETTING, precision, 0, 0, "fp32|bf16|fp16", NULL, true,
       "fp32, bf16 autocast, or fp16 autocast with the grad scaler (default bf16; fp16 with --device cuda)"),
-    O("no-scaler", "", OPT_FLAG, OC_SETTING, no_scaler, 0, 0, NULL, NULL, false, "fp16 without the grad scaler"),
+    OS("no-scaler", "", OPT_FLAG, OC_SETTING, no_scaler, 0, 0, NULL, NULL, false, "fp16 without the grad scaler",
+       OPT_FP16),
     O("param-dtype", "DT", OPT_STR, OC_SHAPE, param_dtype, 0, 0, "fp32|bf16|fp16", NULL, false,
       "bf16 / fp16 (= --precision): weights in 16 bits, norms and embeddings fp32, fp32 masters in the "
       "optimizer (Apex O2; default fp32)"),
     O("optim-state", "DT", OPT_STR, OC_SHAPE, optim_state, 0, 0, "fp32|bf16|bf16-sr", NULL, false,
       "optimizer state (Adam's moments, SGD's momentum): fp32, bf16, or bf16-sr (stochastic rounding); "
       "updated in fp32 (default fp32)"),
-    O("init-scale", "X", OPT_REAL, OC_SETTING, init_scale, 1e-30, 1e30, NULL, NULL, false,
-      "the grad scaler's initial scale (default 65536)"),
-    O("growth-interval", "N", OPT_INT, OC_SETTING, growth_interval, 1, 1e12, NULL, NULL, false,
-      "clean steps before the scale grows (default 2000)"),
-    O("growth-factor", "X", OPT_REAL, OC_SETTING, growth_factor, 1, 1e6, NULL, NULL, false,
-      "the scale is multiplied by X (> 1) after --growth-interval clean steps (default 2)"),
-    O("backoff-factor", "X", OPT_REAL, OC_SETTING, backoff_factor, 0, 1, NULL, NULL, false,
-      "the scale is multiplied by X (between 0 and 1) at a step with inf/NaN gradients (default 0.5)"),
-    O("hysteresis", "N", OPT_INT, OC_SETTING, hysteresis, 1, 1e6, NULL, NULL, false,
-      "back off only at the N-th step with inf/NaN gradients since the scale last grew (Megatron-LM; "
-      "default 1: at each); every such step is skipped"),
-    O("min-scale", "X", OPT_REAL, OC_SETTING, min_scale, 1e-30, 1e30, NULL, NULL, false,
-      "the scale never backs off below X (default: no bound)"),
-    O("max-scale", "X", OPT_REAL, OC_SETTING, max_scale, 1e-30, 1e30, NULL, NULL, false,
-      "the scale never grows above X (default: no bound)"),
-    O("static-scale", "S", OPT_REAL, OC_SETTING, static_scale, 1e-30, 1e30, NULL, NULL, false,
+    OS("init-scale", "X", OPT_REAL, OC_SETTING, init_scale, 1e-30, 1e30, NULL, NULL, false,
+      "the grad scaler's initial scale (default 65536)", SC_DYNAMIC),
+    OS("growth-interval", "N", OPT_INT, OC_SETTING, growth_interval, 1, 1e12, NULL, NULL, false,
+      "clean steps before the scale grows (default 2000)", SC_DYNAMIC),
+    OS("growth-factor", "X", OPT_REAL, OC_SETTING, growth_factor, 1, 1e6, NULL, NULL, false,
+      "the scale is multiplied by X (> 1) after --growth-interval clean steps (default 2)", SC_DYNAMIC),
+    OS("backoff-factor", "X", OPT_REAL, OC_SETTING, backoff_factor, 0, 1, NULL, NULL, false,
+      "the scale is multiplied by X (between 0 and 1) at a step with inf/NaN gradients (default 0.5)", SC_DYNAMIC),
+    OS("hysteresis", "N", OPT_INT, OC_SETTING, hysteresis, 1, 1e6, NULL, NULL, false,
+      "the first N-1 steps with inf/NaN gradients since the scale last grew keep the scale; the N-th "
+      "and each one after it back off, until the scale grows (Megatron-LM; default 1: every one backs off); "
+      "every such step is skipped", SC_DYNAMIC),
+    OS("min-scale", "X", OPT_REAL, OC_SETTING, min_scale, 1e-30, 1e30, NULL, NULL, false,
+      "the scale never backs off below X (0: no bound, the default)", SC_DYNAMIC),
+    OS("max-scale", "X", OPT_REAL, OC_SETTING, max_scale, 1e-30, 1e30, NULL, NULL, false,
+      "the scale never grows above X (0: no bound, the default)", SC_DYNAMIC),
+    OS("static-scale", "S", OPT_REAL, OC_SETTING, static_scale, 1e-30, 1e30, NULL, NULL, false,
       "a fixed scale S: never grows or backs off; a step with inf/NaN gradients is still skipped "
-      "(not with the dynamic scaler's options; default: dynamic)"),
+      "(not with the dynamic scaler's options; 0: dynamic, the default)", SC_SCALER),
     O("health-every", "N", OPT_INT, OC_RUN, health_every, 1, 1e12, NULL, NULL, false,
       "every N steps, the f16 health of the gradients in the log and the progress line: the share "
       "of elements that f16 flushes to zero, makes subnormal, or overflows, at the scale and unscaled "
       "(default: off)"),
-    O("max-skips", "N", OPT_INT, OC_SETTING, max_skips, 0, 1e12, NULL, NULL, false,
-      "stop with an error after N steps skipped in a row (inf/NaN at every scale), 0: never (default 32)"),
+    OS("max-skips", "N", OPT_INT, OC_SETTING, max_skips, 0, 1e12, NULL, NULL, false,
+      "stop with an error after N steps skipped in a row (inf/NaN at every scale), 0: never (default 32)", SC_SCALER),
 
     O("val-batches", "N", OPT_INT, OC_SETTING, val_batches, 1, 1e6, NULL, "gpt", true,
       "gpt: validation batches for the val loss (default 20)"),
@@ -272,6 +279,14 @@ static int bad(const char *who, const opt_def *d, const char *fmt, ...)
 }
 
 /* A whole decimal integer in [lo, hi]; false when v is anything else. */
+/* The grad scaler's bounds and fixed scale: 0 is "off" (their default,
+ * and how a resumed run drops the checkpoint's), else in the range. */
+static bool zero_is_off(const opt_def *d)
+{
+    return strcmp(d->name, "min-scale") == 0 || strcmp(d->name, "max-scale") == 0 ||
+           strcmp(d->name, "static-scale") == 0;
+}
+
 static bool parse_int(const char *v, double lo, double hi, int64_t *out)
 {
     char *end;
@@ -350,8 +365,13 @@ int opts_set(const opt_def *d, const char *v, train_opts *o, const char *who)
         double x = strtod(v, &end);
         if (end == v || *end)
             return bad(who, d, "'%s' is not a number", v);
+        if (x == 0 && zero_is_off(d)) {
+            *(double *)field = 0;
+            return -1;
+        }
         if (!(x >= d->lo && x <= d->hi))
-            return bad(who, d, "%s is out of range (%g to %g)", v, d->lo, d->hi);
+            return bad(who, d, "%s is out of range (%s%g to %g)", v, zero_is_off(d) ? "0: off, or " : "", d->lo,
+                       d->hi);
         *(double *)field = x;
         return -1;
     }
@@ -428,6 +448,16 @@ static bool refuse(const train_opts *o, const char *name, bool applies, const ch
     return true;
 }
 
+/* The options that need the grad scaler (OPT_FP16_SCALER), refused
+ * without it. */
+static bool refuse_scaler_opts(const train_opts *o, bool scaler)
+{
+    for (int i = 0; i < N_OPTS; i++)
+        if ((opts[i].fp16 & OPT_FP16_SCALER) && refuse(o, opts[i].name, scaler, "--precision fp16 with the scaler"))
+            return true;
+    return false;
+}
+
 /* --param-dtype and --optim-state (the memory levers): true after a
  * message when the combination cannot run. 16-bit weights are autocast's
  * own dtype, so that the ops need no cast (and autocast no cached copies,
@@ -453,10 +483,6 @@ static bool check_levers(const train_opts *o)
     return false;
 }
 
-/* The dynamic scaler's options, which --static-scale replaces. */
-static const char *const dynamic_knobs[] = {"init-scale", "growth-factor", "backoff-factor", "growth-interval",
-                                            "hysteresis", "min-scale", "max-scale"};
-
 /* The grad scaler's options against each other (each one's range is in
  * the table): true after a message naming the option when they cannot
  * run. Then amp_scaler_new's own checks, the last word. On resume a
@@ -464,13 +490,14 @@ static const char *const dynamic_knobs[] = {"init-scale", "growth-factor", "back
 static bool check_scaler(const train_opts *o)
 {
     if (o->static_scale > 0) {
-        for (size_t i = 0; i < sizeof dynamic_knobs / sizeof dynamic_knobs[0]; i++)
-            if (o->given[opt_index(dynamic_knobs[i])]) {
+        for (int i = 0; i < N_OPTS; i++)
+            if ((opts[i].fp16 & OPT_FP16_DYNAMIC) && o->given[i]) {
                 fprintf(stderr,
                         "ampc train: --%s is an option of the dynamic grad scaler, but --static-scale %g%s fixes "
-                        "the scale: give one or the other\n",
-                        dynamic_knobs[i], o->static_scale,
-                        o->given[opt_index("static-scale")] ? "" : " (the checkpoint's)");
+                        "the scale: give one or the other%s\n",
+                        opts[i].name, o->static_scale,
+                        o->given[opt_index("static-scale")] ? "" : " (the checkpoint's)",
+                        o->given[opt_index("static-scale")] ? "" : " (--static-scale 0 makes it dynamic)");
                 return true;
             }
     }
@@ -484,16 +511,36 @@ static bool check_scaler(const train_opts *o)
                         "shrinks by it)\n", o->backoff_factor);
         return true;
     }
-    if (o->min_scale > 0 && o->max_scale > 0 && o->min_scale > o->max_scale) {
-        fprintf(stderr, "ampc train: --min-scale %g is above --max-scale %g\n", o->min_scale, o->max_scale);
+    /* On resume the scale is the checkpoint's, clamped to new bounds
+     * (train.c's scaler_resume): an --init-scale only the checkpoint
+     * holds is not checked against them. */
+    const bool init_given = o->given[opt_index("init-scale")] || !o->resume;
+    /* A factor that backs the first overflow's scale off to 0 or an f32
+     * subnormal (whose inverse is infinite) makes the next step's update
+     * NaN: refused, unless a --min-scale floor holds the scale up. Later
+     * backoffs there: train.c's watch_scale stops the run. */
+    const float first = (float)(o->init_scale * o->backoff_factor);
+    if (o->static_scale == 0 && !(o->min_scale > 0) && !(first >= FLT_MIN)) {
+        fprintf(stderr,
+                "ampc train: --backoff-factor %g takes the scale %g%s to %g at the first overflow, below f32's "
+                "smallest normal (%g): the next step's update would be NaN; give a larger factor or a "
+                "--min-scale floor\n",
+                o->backoff_factor, o->init_scale, init_given ? "" : " (the checkpoint's --init-scale)", (double)first,
+                (double)FLT_MIN);
         return true;
     }
-    if (o->static_scale == 0 && o->min_scale > 0 && o->init_scale < o->min_scale) {
+    if (o->min_scale > 0 && o->max_scale > 0 && o->min_scale > o->max_scale) {
+        fprintf(stderr, "ampc train: --min-scale %g%s is above --max-scale %g%s\n", o->min_scale,
+                o->resume && !o->given[opt_index("min-scale")] ? " (the checkpoint's)" : "", o->max_scale,
+                o->resume && !o->given[opt_index("max-scale")] ? " (the checkpoint's)" : "");
+        return true;
+    }
+    if (o->static_scale == 0 && init_given && o->min_scale > 0 && o->init_scale < o->min_scale) {
         fprintf(stderr, "ampc train: --init-scale %g is below --min-scale %g (give --init-scale at least %g)\n",
                 o->init_scale, o->min_scale, o->min_scale);
         return true;
     }
-    if (o->static_scale == 0 && o->max_scale > 0 && o->init_scale > o->max_scale) {
+    if (o->static_scale == 0 && init_given && o->max_scale > 0 && o->init_scale > o->max_scale) {
         fprintf(stderr, "ampc train: --init-scale %g is above --max-scale %g (give --init-scale at most %g)\n",
                 o->init_scale, o->max_scale, o->max_scale);
         return true;
@@ -552,15 +599,7 @@ int opts_resolve(train_opts *o)
     bool scaler = strcmp(o->precision, "fp16") == 0 && !o->no_scaler;
     if (refuse(o, "momentum", sgd, "--optim sgd") || refuse(o, "step-size", step, "--schedule step") ||
         refuse(o, "gamma", step, "--schedule step") || refuse(o, "min-lr", cosine, "--schedule cosine") ||
-        refuse(o, "init-scale", scaler, "--precision fp16 with the scaler") ||
-        refuse(o, "growth-interval", scaler, "--precision fp16 with the scaler") ||
-        refuse(o, "growth-factor", scaler, "--precision fp16 with the scaler") ||
-        refuse(o, "backoff-factor", scaler, "--precision fp16 with the scaler") ||
-        refuse(o, "hysteresis", scaler, "--precision fp16 with the scaler") ||
-        refuse(o, "min-scale", scaler, "--precision fp16 with the scaler") ||
-        refuse(o, "max-scale", scaler, "--precision fp16 with the scaler") ||
-        refuse(o, "static-scale", scaler, "--precision fp16 with the scaler") ||
-        refuse(o, "max-skips", scaler, "--precision fp16 with the scaler"))
+        refuse_scaler_opts(o, scaler))
         return EXIT_USAGE;
     if (o->no_scaler && strcmp(o->precision, "fp16") != 0) {
         fprintf(stderr, "ampc train: --no-scaler applies to --precision fp16 only (precision is %s)\n",

@@ -151,7 +151,13 @@ typedef struct {
     const char *models;  /* NULL, or the models it applies to, "mlp" / "gpt" */
     bool eval;           /* also an eval option */
     const char *help;
+    unsigned fp16;       /* the grad scaler's options: OPT_FP16_* bits, 0 for the others */
 } opt_def;
+/* opt_def.fp16: an fp16 option (ampc profile refuses it without fp16 in
+ * its list), one that needs the grad scaler (refused with bf16, fp32 or
+ * --no-scaler; saved only with the scaler), one of the dynamic scaler's
+ * (refused with --static-scale). */
+enum { OPT_FP16 = 1, OPT_FP16_SCALER = 2, OPT_FP16_DYNAMIC = 4 };
 int opts_count(void);
 const opt_def *opts_table(void);
 const opt_def *opts_find(const char *name);

@@ -108,9 +108,19 @@ void diagnose_step(trainer *t, const train_opts *o, const run_info *ri, bool gpt
     else if (loss_bad)
         fprintf(stderr, "ampc: the forward pass overflows on finite inputs: try a smaller --lr, --clip, or "
                         "--precision bf16\n");
-    else
-        fprintf(stderr, "ampc: the backward pass overflows at scale %g: try a smaller --init-scale or --lr, --clip, "
-                        "or --precision bf16\n", amp_scaler_get_scale(t->scaler));
+    else {
+        /* The scale's own knob: the fixed one, or the floor the backoff
+         * stopped at, or the start. */
+        char knob[96];
+        if (o->static_scale > 0)
+            snprintf(knob, sizeof knob, "--static-scale (%g now)", o->static_scale);
+        else if (o->min_scale > 0)
+            snprintf(knob, sizeof knob, "--min-scale (the floor, %g now)", o->min_scale);
+        else
+            snprintf(knob, sizeof knob, "--init-scale");
+        fprintf(stderr, "ampc: the backward pass overflows at scale %g: try a smaller %s or --lr, --clip, or "
+                        "--precision bf16\n", amp_scaler_get_scale(t->scaler), knob);
+    }
     amp_optim_zero_grad(t->opt);
     amp_temps_free();
 }

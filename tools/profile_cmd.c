@@ -20,11 +20,6 @@ static const char *const prec_names[MAX_PREC] = {"fp32", "bf16", "fp16"};
 static const char *const refused[] = {"save", "save-every", "stop-at", "resume", "log", "log-mode",
                                       "dry-run", "epochs", "steps", "health-every"};
 
-/* Options of the grad scaler: they apply to the fp16 run only. */
-static const char *const scaler_opts[] = {"no-scaler",      "init-scale", "growth-interval", "max-skips",
-                                          "growth-factor",  "backoff-factor", "hysteresis", "min-scale",
-                                          "max-scale",      "static-scale"};
-
 static void profile_usage(FILE *f)
 {
     fprintf(f,
@@ -103,8 +98,9 @@ static int options_for(const train_opts *o, const char *prec, train_opts *out)
     out->given[opts_find("profile-warmup") - opts_table()] = false;
     if (strcmp(prec, "fp16") != 0) {
         out->no_scaler = false;
-        for (size_t i = 0; i < sizeof scaler_opts / sizeof scaler_opts[0]; i++)
-            out->given[opts_find(scaler_opts[i]) - opts_table()] = false;
+        for (int i = 0; i < opts_count(); i++)
+            if (opts_table()[i].fp16)
+                out->given[i] = false;
     }
     return opts_resolve(out);
 }
@@ -275,13 +271,13 @@ int profile_main(int argc, char **argv)
                             "--profile-steps steps and keeps nothing; see ampc profile --help)\n", refused[i]);
             rc = EXIT_USAGE;
         }
-    for (size_t i = 0; rc < 0 && i < sizeof scaler_opts / sizeof scaler_opts[0]; i++) {
+    for (int i = 0; rc < 0 && i < opts_count(); i++) {
         bool fp16 = false;
         for (int k = 0; k < n; k++)
             fp16 |= idx[k] == 2;
-        if (given(&o, scaler_opts[i]) && !fp16) {
+        if (opts_table()[i].fp16 && o.given[i] && !fp16) {
             fprintf(stderr, "ampc profile: --%s applies to fp16 only, which --precision %s does not hold\n",
-                    scaler_opts[i], list);
+                    opts_table()[i].name, list);
             rc = EXIT_USAGE;
         }
     }

@@ -85,11 +85,24 @@ void progress_clear(progress *p)
     }
 }
 
-/* A share in percent, short: "0%", "0.012%", "45.3%". */
+/* A share in percent, short and never rounded across an edge: "0%" and
+ * "100%" only when none or all, "<0.001%" and ">99.9%" at the ends,
+ * three decimals below 0.1% ("0.012%"), one above ("45.3%"). */
 static void pct(char *buf, size_t n, int64_t k, int64_t of)
 {
     double v = of > 0 ? 100.0 * (double)k / (double)of : 0;
-    snprintf(buf, n, v == 0 ? "0%%" : v < 0.1 ? "%.2g%%" : "%.1f%%", v);
+    if (k <= 0 || of <= 0)
+        snprintf(buf, n, "0%%");
+    else if (k >= of)
+        snprintf(buf, n, "100%%");
+    else if (v < 0.001)
+        snprintf(buf, n, "<0.001%%");
+    else if (v < 0.1)
+        snprintf(buf, n, "%.3f%%", v);
+    else if (v >= 99.95)
+        snprintf(buf, n, ">99.9%%");
+    else
+        snprintf(buf, n, "%.1f%%", v);
 }
 
 void progress_health(progress *p, int64_t step, double scale, const amp_f16_health *at_scale,

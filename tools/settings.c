@@ -49,15 +49,14 @@ static bool applies(const opt_def *d, const train_opts *o)
         return strcmp(o->schedule, "cosine") == 0;
     bool scaler = strcmp(o->precision, "fp16") == 0 && !o->no_scaler;
     /* The grad scaler's options: with the scaler; the bounds and the fixed
-     * scale only when set (0, their "off", is outside their range). */
+     * scale only when set (0 is their "off", the default: not saved). */
     if (strcmp(n, "min-scale") == 0)
         return scaler && o->min_scale > 0;
     if (strcmp(n, "max-scale") == 0)
         return scaler && o->max_scale > 0;
     if (strcmp(n, "static-scale") == 0)
         return scaler && o->static_scale > 0;
-    if (strcmp(n, "init-scale") == 0 || strcmp(n, "growth-interval") == 0 || strcmp(n, "max-skips") == 0 ||
-        strcmp(n, "growth-factor") == 0 || strcmp(n, "backoff-factor") == 0 || strcmp(n, "hysteresis") == 0)
+    if (d->fp16 & OPT_FP16_SCALER)
         return scaler;
     if (strcmp(n, "epochs") == 0)
         return o->epochs > 0;

@@ -45,6 +45,7 @@
 #include "cli.h"
 #include "log.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +142,29 @@ static int watch_skips(run *r, int64_t step, bool skipped)
     if (r->ddp) /* the re-run's backward stays local */
         amp_ddp_set_sync(r->ddp, false);
     diagnose_step(r->t, r->o, r->ri, r->rd->gpt, step, batch_cb, r);
+    return 1;
+}
+
+/* A backoff that took the scale to 0 or a subnormal (an f32 below
+ * FLT_MIN: a --backoff-factor far below 1, or many overflows in a row
+ * with --max-skips 0): the next step's scaled gradients would be 0, and
+ * at scale 0 the unscale's 1/scale is infinite, so that step is taken
+ * (0 is finite) with a NaN update, untold (the library does as PyTorch). The CLI stops instead, naming the
+ * scale. Read after a skipped step only: a backoff follows a skip. -1 to
+ * go on, or 1. */
+static int watch_scale(run *r, int64_t step, bool skipped)
+{
+    if (!skipped || !amp_scaler_is_enabled(r->t->scaler))
+        return -1;
+    const double s = amp_scaler_get_scale(r->t->scaler);
+    if (s >= FLT_MIN)
+        return -1;
+    fprintf(stderr,
+            "ampc: the grad scaler backed off to scale %g after step %lld (%s f32's smallest normal, %g): a "
+            "scale that small zeroes the gradients, and at 0 the unscale's 1/scale is infinite and the update "
+            "NaN; give a larger --backoff-factor (%g now) or a --min-scale floor\n",
+            s, (long long)step + 1, s == 0 ? "0, below" : "subnormal, below", (double)FLT_MIN,
+            r->o->backoff_factor);
     return 1;
 }
 
@@ -436,7 +460,7 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
             progress_clear(&pg);
             return bad_loss(r, step, n, s.loss);
         }
-        if ((rc = watch_skips(r, step, s.skipped)) >= 0) {
+        if ((rc = watch_skips(r, step, s.skipped)) >= 0 || (rc = watch_scale(r, step, s.skipped)) >= 0) {
             progress_clear(&pg);
             return rc;
         }

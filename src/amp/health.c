@@ -6,7 +6,7 @@
  * wait), so ampc train calls them every --health-every steps only.
  *
  *   amp_scaler_f16_health  one parameter at the scaler's scale: underflow
- *                          and overflow counts
+ *                          and overflow counts (a wrapper of the next)
  *   amp_grad_f16_health    many parameters, any device: zero, flush,
  *                          subnormal, overflow, inf/NaN, at a scale and
  *                          unscaled from one read
@@ -19,40 +19,29 @@
 
 #include <math.h>
 
+static void f16_class(double v, amp_f16_health *h);
+
+/* amp_grad_f16_health over the one parameter at the scaler's scale: its
+ * underflow, and its overflow with the inf/NaN elements (which no scale
+ * makes finite). */
 amp_status amp_scaler_f16_health(const amp_scaler *s, const amp_tensor *param, int64_t *underflow,
                                  int64_t *overflow)
 {
     if (!s || !param || !underflow || !overflow)
         return amp_set_error(AMP_ERR_ARG, "scaler_f16_health: NULL argument");
     *underflow = *overflow = 0;
-    const amp_tensor *g = param->grad;
-    if (!g || g->numel == 0)
-        return AMP_OK;
-    /* A diagnostic: the gradient copied to the host (on a GPU, a wait). */
-    const amp_backend *be = backend_of(tensor_device(g));
-    size_t nbytes = (size_t)g->numel * amp_dtype_size(g->dtype);
-    void *host = amp_alloc(nbytes);
-    if (!host)
-        return amp_set_error(AMP_ERR_MEMORY, "scaler_f16_health: out of memory");
-    amp_status rc = be->copy(host, AMP_CPU, tensor_ptr(g), tensor_device(g), nbytes);
-    if (rc != AMP_OK) {
-        amp_free(host);
+    amp_tensor *p = (amp_tensor *)param; /* read only: the list type is amp_grad_f16_health's */
+    amp_f16_health h;
+    amp_status rc = amp_grad_f16_health(&p, 1, amp_scaler_get_scale(s), &h, NULL);
+    if (rc != AMP_OK)
         return rc;
-    }
-    double scale = amp_scaler_get_scale(s);
-    for (int64_t i = 0; i < g->numel; i++) {
-        double v = fabs((double)load_f32(host, g->dtype, (size_t)i) * scale);
-        if (v != 0 && v <= 0x1p-25)
-            (*underflow)++;
-        else if (v >= 65520.0)
-            (*overflow)++;
-    }
-    amp_free(host);
+    *underflow = h.underflow;
+    *overflow = h.overflow + h.nonfinite;
     return AMP_OK;
 }
 
-/* The f16 class of |v| (|g * scale|, exact in double for a power-of-two
- * scale) into h: the thresholds are f16's rounding boundaries. */
+/* The f16 class of |v| (|g * scale|: the product of two f32 values,
+ * exact in double) into h: the thresholds are f16's rounding boundaries. */
 static void f16_class(double v, amp_f16_health *h)
 {
     if (v <= 0x1p-25) /* ties to even: 2^-25 itself rounds to 0 */

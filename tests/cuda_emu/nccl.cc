@@ -38,6 +38,9 @@
  *     (rounded to the accumulation type) before the sum, as NCCL's
  *     "PreMulSum" does; on integers the sum divided by nranks afterwards
  *     (C division, toward zero), as its "SumPostDiv".
+ *     On f16 / bf16 the product stays in f32 here, where NCCL rounds it
+ *     to the 16-bit type before the sum: a value whose 1/nranks share is
+ *     inexact in 16 bits may differ in its last bit from a GPU's.
  *   - ncclMax / ncclMin on floating types: fmax / fmin (a NaN loses to a
  *     number), as NCCL's kernels; integers wrap on overflow of a sum or a
  *     product (unsigned arithmetic), as on a GPU.
