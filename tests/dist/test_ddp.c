@@ -25,6 +25,7 @@
 #include "autograd/graph.h"
 #include "comm/comm.h"
 #include "harness.h"
+#include "snapshot.h"
 #include "verdict.h"
 #include "tensor/tensor.h"
 
@@ -87,14 +88,6 @@ static bool same_on_all_ranks(const amp_tensor *t)
         same = memcmp(all, all + (size_t)r * bytes, bytes) == 0;
     free(all);
     return same;
-}
-
-static float *copy_f32(const amp_tensor *t)
-{
-    float *c = malloc((size_t)t->numel * sizeof *c);
-    if (c)
-        amp_tensor_copy_out(t, c, AMP_F32);
-    return c;
 }
 
 /* ------------------------------------------------------------- the hook */
@@ -518,37 +511,6 @@ static void test_compression(void)
 }
 
 /* ----------------------------------------------- the scaler across ranks */
-
-typedef struct {
-    float *v[3 * MAXP];
-    int k;
-} snapshot;
-
-static void snap(snapshot *s, amp_tensor *const *p, int n, amp_optim *o)
-{
-    s->k = 0;
-    for (int i = 0; i < n; i++) {
-        s->v[s->k++] = copy_f32(p[i]);
-        s->v[s->k++] = copy_f32(amp_optim_state_tensor(o, i, "exp_avg"));
-        s->v[s->k++] = copy_f32(amp_optim_state_tensor(o, i, "exp_avg_sq"));
-    }
-}
-
-static bool snap_equal(const snapshot *a, const snapshot *b, amp_tensor *const *p, int n)
-{
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < 3; j++)
-            if (!a->v[3 * i + j] || !b->v[3 * i + j] ||
-                memcmp(a->v[3 * i + j], b->v[3 * i + j], (size_t)p[i]->numel * 4) != 0)
-                return false;
-    return true;
-}
-
-static void snap_free(snapshot *s)
-{
-    for (int i = 0; i < s->k; i++)
-        free(s->v[i]);
-}
 
 /* Inf in rank 1's gradient only (after the average: only its unscale sees
  * it; then from an inf in its input: the average carries it): both ranks

@@ -40,6 +40,7 @@
 #include "comm/comm_nccl.h"
 #include "cuda_rig.h"
 #include "optim/optim.h"
+#include "snapshot.h"
 #include "verdict.h"
 #include "tensor/tensor.h"
 
@@ -57,14 +58,6 @@ static amp_tensor *on_cuda(amp_tensor *t)
 {
     CHECK_OK(amp_tensor_move(t, AMP_CUDA));
     return t;
-}
-
-static float *copy_f32(const amp_tensor *t)
-{
-    float *c = calloc((size_t)amp_tensor_numel(t), sizeof *c);
-    if (c)
-        CHECK_OK(amp_tensor_copy_out(t, c, AMP_F32));
-    return c;
 }
 
 static bool same_bits(const amp_tensor *t, const void *want, size_t bytes)
@@ -332,39 +325,6 @@ static void test_ddp_follows_the_cpu(void)
     amp_ddp_free(dc), amp_ddp_free(dh);
     amp_optim_free(oc), amp_optim_free(oh);
     amp_module_free(mc), amp_module_free(mh);
-}
-
-/* Parameters and Adam's two moments, on the host. */
-typedef struct {
-    float *v[3 * MAXP];
-    int k;
-} snapshot;
-
-static void snap(snapshot *s, amp_tensor *const *p, int n, amp_optim *o)
-{
-    s->k = 0;
-    for (int i = 0; i < n; i++) {
-        s->v[s->k++] = copy_f32(p[i]);
-        amp_tensor *m = amp_optim_state_tensor(o, i, "exp_avg"), *v = amp_optim_state_tensor(o, i, "exp_avg_sq");
-        s->v[s->k++] = m ? copy_f32(m) : NULL;
-        s->v[s->k++] = v ? copy_f32(v) : NULL;
-    }
-}
-
-static bool snap_equal(const snapshot *a, const snapshot *b, amp_tensor *const *p, int n)
-{
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < 3; j++)
-            if (!a->v[3 * i + j] || !b->v[3 * i + j] ||
-                memcmp(a->v[3 * i + j], b->v[3 * i + j], (size_t)amp_tensor_numel(p[i]) * 4) != 0)
-                return false;
-    return true;
-}
-
-static void snap_free(snapshot *s)
-{
-    for (int i = 0; i < s->k; i++)
-        free(s->v[i]);
 }
 
 /* fp16 + scaler + DDP on cuda: step 0 steps; step 1 has an inf in rank
