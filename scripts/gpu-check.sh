@@ -73,7 +73,7 @@ fi
 phase "build"
 if ! timeout 240 cmake --build "$build" -j "$jobs" --target ampc_static ampc_shared ampc test_device \
      test_cuda test_cuda_train test_cuda_cli test_backend_ops test_profiler test_memory_categories \
-     test_checkpoint_activations test_dist_cuda bench_cuda > "$out/build.log" 2>&1; then
+     test_checkpoint_activations test_dist_cuda test_generate test_optim bench_cuda > "$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -30
   echo "gpu-check: build failed"
   exit 1
@@ -92,14 +92,15 @@ status=0
 # test_device has 240 s; the CUDA test binaries (three split by subject,
 # then test_backend_ops: every op row on the GPU against the CPU; then
 # issue 13's CUDA paths: the profiler's event timing, the device
-# allocator's categories, checkpointing on the device) share
+# allocator's categories, checkpointing on the device; issue 16's KV-cache
+# generation and the optimizers' CPU-against-CUDA bits) share
 # the 240 s test_cuda alone had, and all run even when one fails, so the
 # log names every failure.
 (cd "$build" || exit 1
  timeout 240 ./test_device || exit 1
  rc=0 end=$(( $(date +%s) + 240 ))
  for t in test_cuda test_cuda_train test_cuda_cli test_backend_ops test_profiler test_memory_categories \
-          test_checkpoint_activations test_dist_cuda; do
+          test_checkpoint_activations test_dist_cuda test_generate test_optim; do
    left=$(( end - $(date +%s) ))
    echo "== $t"
    if [ $left -le 0 ]; then
