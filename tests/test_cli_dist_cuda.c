@@ -63,25 +63,6 @@ static const char *mpi2(void)
     return buf;
 }
 
-/* Field key of each step line of a --log file: values and text. */
-static int log_field(const char *path, const char *key, double *vals, char (*text)[64], int max)
-{
-    char *buf = cli_read_file(path, NULL), *lines[512];
-    if (!buf)
-        return 0;
-    int n = cli_lines(buf, lines, 512), k = 0;
-    for (int i = 0; i < n && k < max; i++) {
-        char v[64];
-        if (!lines[i][0] || !cli_json_field(lines[i], key, v, sizeof v))
-            continue;
-        if (text)
-            snprintf(text[k], sizeof text[k], "%s", v);
-        vals[k++] = strcmp(v, "null") == 0 ? NAN : atof(v);
-    }
-    free(buf);
-    return k;
-}
-
 /* The same 2-rank run on cuda and on the cpu (logs TAG-cpu.jsonl and
  * TAG-cuda.jsonl): losses within tol, and the fields in `exact` the same
  * text at every step. */
@@ -102,7 +83,7 @@ static void cuda_against_cpu(const char *tag, const char *what, const char *args
     enum { MAX = 64 };
     double a[MAX], b[MAX];
     char ta[MAX][64], tb[MAX][64];
-    int na = log_field(lcpu, "loss", a, NULL, MAX), nb = log_field(lcuda, "loss", b, NULL, MAX);
+    int na = cli_log_field(lcpu, "loss", a, NULL, MAX), nb = cli_log_field(lcuda, "loss", b, NULL, MAX);
     CHECK_EQ_INT(na, steps);
     CHECK_EQ_INT(nb, steps);
     double worst = 0;
@@ -114,8 +95,8 @@ static void cuda_against_cpu(const char *tag, const char *what, const char *args
     }
     printf("  %s: %d steps, worst loss difference cuda vs cpu %.3g (relative to 1 + |loss|)\n", what, na, worst);
     for (int k = 0; k < nexact; k++) {
-        na = log_field(lcpu, exact[k], a, ta, MAX);
-        nb = log_field(lcuda, exact[k], b, tb, MAX);
+        na = cli_log_field(lcpu, exact[k], a, ta, MAX);
+        nb = cli_log_field(lcuda, exact[k], b, tb, MAX);
         CHECK_EQ_INT(na, nb);
         for (int i = 0; i < na && i < nb; i++)
             CHECK_MSG(strcmp(ta[i], tb[i]) == 0, "%s, step %d: %s %s on cuda, %s on the cpu", what, i + 1, exact[k],
@@ -142,11 +123,11 @@ static void test_fp16_scaler_skips_as_on_the_cpu(void)
     cli_path(lcuda, sizeof lcuda, "fp16-cuda.jsonl");
     double v[64];
     char t[64][64];
-    int n = log_field(lcuda, "skipped", v, t, 64), skipped = 0;
+    int n = cli_log_field(lcuda, "skipped", v, t, 64), skipped = 0;
     for (int i = 0; i < n; i++)
         skipped += strcmp(t[i], "true") == 0;
     CHECK_MSG(skipped > 0 && skipped < n, "%d of %d steps skipped: the scaler was not exercised", skipped, n);
-    n = log_field(lcuda, "scale", v, t, 64);
+    n = cli_log_field(lcuda, "scale", v, t, 64);
     CHECK_EQ_INT(n, 10);
     for (int i = 0; i < n; i++)
         CHECK_MSG(v[i] >= 1 && v[i] <= 16777216, "step %d: scale %s", i + 1, t[i]);
@@ -175,7 +156,7 @@ static void test_zero_1_on_cuda_logs_ddp_steps(void)
     for (int k = 0; k < 4; k++) {
         double a[16], b[16];
         char ta[16][64], tb[16][64];
-        int nz = log_field(lz, keys[k], a, ta, 16), nd = log_field(ld, keys[k], b, tb, 16);
+        int nz = cli_log_field(lz, keys[k], a, ta, 16), nd = cli_log_field(ld, keys[k], b, tb, 16);
         CHECK_EQ_INT(nz, 6);
         CHECK_EQ_INT(nd, 6);
         for (int i = 0; i < nz && i < nd; i++)
@@ -183,7 +164,7 @@ static void test_zero_1_on_cuda_logs_ddp_steps(void)
                       tb[i]);
     }
     double a[16], b[16];
-    int nz = log_field(lz, "grad_norm", a, NULL, 16), nd = log_field(ld, "grad_norm", b, NULL, 16);
+    int nz = cli_log_field(lz, "grad_norm", a, NULL, 16), nd = cli_log_field(ld, "grad_norm", b, NULL, 16);
     CHECK_EQ_INT(nz, 6);
     CHECK_EQ_INT(nd, 6);
     double worst = 0;
@@ -209,7 +190,7 @@ static void test_zero_1_clipped_follows_the_cpu(void)
     cli_path(lcpu, sizeof lcpu, "zclip-cpu.jsonl");
     cli_path(lcuda, sizeof lcuda, "zclip-cuda.jsonl");
     double a[16], b[16];
-    int na = log_field(lcpu, "grad_norm", a, NULL, 16), nb = log_field(lcuda, "grad_norm", b, NULL, 16);
+    int na = cli_log_field(lcpu, "grad_norm", a, NULL, 16), nb = cli_log_field(lcuda, "grad_norm", b, NULL, 16);
     CHECK_EQ_INT(na, 8);
     CHECK_EQ_INT(nb, 8);
     for (int i = 0; i < na && i < nb; i++) {

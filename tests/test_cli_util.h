@@ -425,4 +425,24 @@ static inline bool cli_find_on_path(const char *name, char *out, size_t cap)
     return false;
 }
 
+/* The "key" field of each of a --log file's lines, into vals (NAN for
+ * null) and, when text is not NULL, as text; at most max; returns how many. */
+static inline int cli_log_field(const char *path, const char *key, double *vals, char (*text)[64], int max)
+{
+    char *buf = cli_read_file(path, NULL), *lines[512];
+    if (!buf)
+        return 0;
+    int n = cli_lines(buf, lines, 512), k = 0;
+    for (int i = 0; i < n && k < max; i++) {
+        char v[64];
+        if (!lines[i][0] || !cli_json_field(lines[i], key, v, sizeof v))
+            continue;
+        if (text)
+            snprintf(text[k], sizeof text[k], "%s", v);
+        vals[k++] = strcmp(v, "null") == 0 ? NAN : atof(v);
+    }
+    free(buf);
+    return k;
+}
+
 #endif

@@ -23,26 +23,6 @@
 
 static bool cli_ready;
 
-/* The "key" field of each of the log's lines, into vals (at most max);
- * returns the line count. */
-static int log_field(const char *path, const char *key, double *vals, char (*text)[64], int max)
-{
-    char *buf = cli_read_file(path, NULL), *lines[512];
-    if (!buf)
-        return 0;
-    int n = cli_lines(buf, lines, 512), k = 0;
-    for (int i = 0; i < n && k < max; i++) {
-        char v[64];
-        if (!lines[i][0] || !cli_json_field(lines[i], key, v, sizeof v))
-            continue;
-        if (text)
-            snprintf(text[k], sizeof text[k], "%s", v);
-        vals[k++] = strcmp(v, "null") == 0 ? NAN : atof(v);
-    }
-    free(buf);
-    return k;
-}
-
 /* The temp dir and the ampc binary; false (skipped) without them. */
 static bool cli_setup(void)
 {
@@ -91,7 +71,7 @@ static void test_cli_trains_and_checkpoints_on_cuda(void)
     CHECK_OUT("peak device memory");
     CHECK_OUT("test_accuracy");
     double lc1[STEPS], lc2[STEPS];
-    int n1 = log_field(lcpu, "loss", lc1, NULL, STEPS), n2 = log_field(lcuda, "loss", lc2, NULL, STEPS);
+    int n1 = cli_log_field(lcpu, "loss", lc1, NULL, STEPS), n2 = cli_log_field(lcuda, "loss", lc2, NULL, STEPS);
     CHECK_EQ_INT(n1, STEPS);
     CHECK_EQ_INT(n2, STEPS);
     for (int i = 0; i < n1 && i < n2; i++)
@@ -119,7 +99,7 @@ static void test_cli_trains_and_checkpoints_on_cuda(void)
     for (int k = 0; k < 3; k++) {
         double va[STEPS], vc[STEPS];
         char ta[STEPS][64], tc[STEPS][64];
-        int na = log_field(la, keys[k], va, ta, STEPS), nc = log_field(lc, keys[k], vc, tc, STEPS);
+        int na = cli_log_field(la, keys[k], va, ta, STEPS), nc = cli_log_field(lc, keys[k], vc, tc, STEPS);
         CHECK_EQ_INT(na, STEPS);
         CHECK_EQ_INT(nc, STEPS / 2);
         for (int i = 0; i < STEPS / 2 && i < nc && STEPS / 2 + i < na; i++)
@@ -185,7 +165,7 @@ static void test_cli_gpt_with_clip_on_cuda(void)
     const char *keys[2] = {"loss", "grad_norm"};
     for (int k = 0; k < 2; k++) {
         double a[STEPS], b[STEPS];
-        int na = log_field(lcpu, keys[k], a, NULL, STEPS), nb = log_field(lcuda, keys[k], b, NULL, STEPS);
+        int na = cli_log_field(lcpu, keys[k], a, NULL, STEPS), nb = cli_log_field(lcuda, keys[k], b, NULL, STEPS);
         CHECK_EQ_INT(na, STEPS);
         CHECK_EQ_INT(nb, STEPS);
         for (int i = 0; i < na && i < nb; i++) {
@@ -307,9 +287,9 @@ static void test_cli_health_every_on_cuda(void)
     int rc = cli_run("%s --data %s --log %s", common, tiny, log);
     CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
     double v[8];
-    CHECK_EQ_INT(log_field(log, "f16_zero", v, NULL, 8), 2);
-    CHECK_EQ_INT(log_field(log, "f16_flush_scaled", v, NULL, 8), 2);
-    CHECK_EQ_INT(log_field(log, "f16_subnormal", v, NULL, 8), 2);
+    CHECK_EQ_INT(cli_log_field(log, "f16_zero", v, NULL, 8), 2);
+    CHECK_EQ_INT(cli_log_field(log, "f16_flush_scaled", v, NULL, 8), 2);
+    CHECK_EQ_INT(cli_log_field(log, "f16_subnormal", v, NULL, 8), 2);
     for (int i = 0; i < 2; i++)
         CHECK(v[i] >= 0 && v[i] <= 1);
     rc = cli_run("%s --data %s --log-every 2", common, tiny);
