@@ -116,6 +116,19 @@ static bool file_tensor(const char *path, const char *name, float *out, int64_t 
     return ok;
 }
 
+/* The model's parameter called name; NULL when it has none (the test then
+ * fails: a conversion that names a tensor wrongly must not pass unseen). */
+static const amp_tensor *param_named(const amp_module *m, const char *name)
+{
+    for (int i = 0, np = amp_module_num_params(m); i < np; i++) {
+        const char *n;
+        const amp_tensor *p = amp_module_param(m, i, &n);
+        if (strcmp(n, name) == 0)
+            return p;
+    }
+    return NULL;
+}
+
 /* The converted model holds exactly the old tensors: qkv = cat(q, k, v)
  * row blocks, the rest renamed. */
 static void test_conversion_stacks_q_k_v_and_renames(void)
@@ -140,29 +153,21 @@ static void test_conversion_stacks_q_k_v_and_renames(void)
             snprintf(on, sizeof on, "%d.%d.bias", b, 1 + j);
             CHECK(file_tensor(path, on, bias + 8 * j, 8));
         }
-        for (int i = 0, np = amp_module_num_params(m); i < np; i++) {
-            const char *name;
-            amp_tensor *p = amp_module_param(m, i, &name);
-            char wn[32], bn[32];
-            snprintf(wn, sizeof wn, "h.%d.attn.qkv.weight", b);
-            snprintf(bn, sizeof bn, "h.%d.attn.qkv.bias", b);
-            if (!strcmp(name, wn))
-                CHECK(amp_tensor_numel(p) == 192 && memcmp(amp_tensor_cdata(p), want, 192 * 4) == 0);
-            if (!strcmp(name, bn))
-                CHECK(amp_tensor_numel(p) == 24 && memcmp(amp_tensor_cdata(p), bias, 24 * 4) == 0);
-        }
+        char wn[32], bn[32];
+        snprintf(wn, sizeof wn, "h.%d.attn.qkv.weight", b);
+        snprintf(bn, sizeof bn, "h.%d.attn.qkv.bias", b);
+        const amp_tensor *w = param_named(m, wn), *bb = param_named(m, bn);
+        CHECK_MSG(w && amp_tensor_numel(w) == 192 && memcmp(amp_tensor_cdata(w), want, 192 * 4) == 0,
+                  "%s is not cat(q, k, v) of the old file", wn);
+        CHECK_MSG(bb && amp_tensor_numel(bb) == 24 && memcmp(amp_tensor_cdata(bb), bias, 24 * 4) == 0,
+                  "%s is not cat(q, k, v) of the old file", bn);
     }
     static float got[128];
     for (size_t k = 0; k < sizeof same / sizeof same[0]; k++) {
         CHECK(file_tensor(path, same[k].old, got, same[k].n));
-        for (int i = 0, np = amp_module_num_params(m); i < np; i++) {
-            const char *name;
-            amp_tensor *p = amp_module_param(m, i, &name);
-            if (!strcmp(name, same[k].now))
-                CHECK_MSG(amp_tensor_numel(p) == same[k].n &&
-                              memcmp(amp_tensor_cdata(p), got, (size_t)same[k].n * 4) == 0,
-                          "%s is not the old %s", same[k].now, same[k].old);
-        }
+        const amp_tensor *p = param_named(m, same[k].now);
+        CHECK_MSG(p && amp_tensor_numel(p) == same[k].n && memcmp(amp_tensor_cdata(p), got, (size_t)same[k].n * 4) == 0,
+                  "%s is not the old %s", same[k].now, same[k].old);
     }
     amp_module_free(m);
 }

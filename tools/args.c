@@ -278,7 +278,6 @@ static int bad(const char *who, const opt_def *d, const char *fmt, ...)
     return EXIT_USAGE;
 }
 
-/* A whole decimal integer in [lo, hi]; false when v is anything else. */
 /* The grad scaler's bounds and fixed scale: 0 is "off" (their default,
  * and how a resumed run drops the checkpoint's), else in the range. */
 static bool zero_is_off(const opt_def *d)
@@ -287,6 +286,7 @@ static bool zero_is_off(const opt_def *d)
            strcmp(d->name, "static-scale") == 0;
 }
 
+/* A whole decimal integer in [lo, hi]; false when v is anything else. */
 static bool parse_int(const char *v, double lo, double hi, int64_t *out)
 {
     char *end;

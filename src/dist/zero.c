@@ -356,8 +356,7 @@ static amp_status zero_clip(amp_zero *z, double max_norm, const char *fn, double
     return st;
 }
 
-/* The checks both entry points make; *done when a world of one rank was
- * handled by the plain clipping. */
+/* The checks both entry points make (false: the error is set). */
 static bool zero_clip_ok(const amp_zero *z, double max_norm, const char *fn)
 {
     if (!z) {

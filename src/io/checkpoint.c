@@ -260,7 +260,6 @@ static amp_status check_finite(const char *path, const out_entry *e)
     return AMP_OK;
 }
 
-/* The tensors to write, widest element first (stable within a width). */
 /* "optim.<name of parameter i>.<key>", allocated (NULL: out of memory). */
 static char *state_name(const amp_module *m, const amp_optim *o, int i, const char *key)
 {
@@ -273,6 +272,7 @@ static char *state_name(const amp_module *m, const amp_optim *o, int i, const ch
     return s;
 }
 
+/* The tensors to write, widest element first (stable within a width). */
 static amp_status gather(const char *path, const amp_module *m, const amp_optim *o, const int64_t *steps,
                          char **onames, out_entry **out, int *n_out)
 {
