@@ -310,48 +310,25 @@ amp_status amp_zero_reduce_gradients(amp_zero *z)
     return st;
 }
 
-/* Both entry points (fn names the caller): this rank's shard's sum of
- * squares (the backend's grad_sumsq), the W sums all-gathered in the
- * backend's memory (on CUDA through NCCL: no host wait), then the
- * backend's clip_by_sumsq over this rank's shard with the W parts, summed
- * in the same order on every rank, so every rank gets the same total and
- * factor. The total goes to *host (read back: on a GPU, the wait) or into
- * *out, a new 0-d f32 tensor on the parameters' device. */
+/* Both entry points (fn names the caller): this rank's shard of the
+ * gradients, clipped by optim_clip_bufs over the world's ranks (its sum of
+ * squares all-gathered in the backend's memory, the W parts added in the
+ * same order on every rank, so every rank gets the same total and factor).
+ * The total goes to *host (on a GPU, the wait) or into *out, a new 0-d f32
+ * tensor on the parameters' device. */
 static amp_status zero_clip(amp_zero *z, double max_norm, const char *fn, double *host, amp_tensor **out)
 {
     amp_optim *o = z->o;
-    const amp_backend *be = be_of(z);
-    if (!be->grad_sumsq || !be->clip_by_sumsq)
-        return backend_missing(be, fn, !be->grad_sumsq ? "grad_sumsq" : "clip_by_sumsq");
     be_buf *bufs = calloc((size_t)o->n, sizeof *bufs);
-    /* [0, W): the ranks' sums; W: this rank's; W + 1: the total */
-    double *sums = be->alloc((size_t)(z->world + 2) * sizeof *sums);
-    amp_tensor *t = host ? NULL : tensor_new_on(AMP_SHAPE(), AMP_F32, z->dev);
-    amp_status st = !bufs || !sums ? amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", fn)
-                    : !host && !t  ? amp_last_status()
-                                   : AMP_OK;
+    if (!bufs)
+        comm_abort(1, "%s: out of memory before its all-gather", fn); /* the peers wait in it */
     int k = 0;
-    for (int i = 0; i < o->n && st == AMP_OK; i++) {
+    for (int i = 0; i < o->n; i++) {
         amp_tensor *g = o->params[i]->grad;
         if (g && z->hi[i] > z->lo[i])
             bufs[k++] = (be_buf){at(tensor_ptr(g), g->dtype, z->lo[i]), z->hi[i] - z->lo[i], g->dtype};
     }
-    if (st == AMP_OK)
-        st = be->grad_sumsq(bufs, k, &sums[z->world]);
-    /* the peers wait in the all-gather: a failure here ends the job */
-    ready_or_abort(st, "this rank's gradient norm");
-    st = comm_allgather(&sums[z->world], sums, 1, AMP_I64, z->dev, NULL); /* doubles, as bits */
-    if (st == AMP_OK)
-        st = be->clip_by_sumsq(bufs, k, sums, z->world, max_norm, host ? &sums[z->world + 1] : NULL,
-                               host ? NULL : tensor_f32(t));
-    if (st == AMP_OK && host) /* on a GPU, the synchronisation point */
-        st = be->copy(host, AMP_CPU, &sums[z->world + 1], z->dev, sizeof *host);
-    if (st == AMP_OK && out)
-        *out = t;
-    else
-        amp_tensor_free(t);
-    if (sums)
-        be->free(sums);
+    amp_status st = optim_clip_bufs(z->dev, bufs, k, z->world, max_norm, fn, host, out);
     free(bufs);
     return st;
 }

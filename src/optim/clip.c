@@ -27,6 +27,8 @@
  */
 #include "backend/backend.h"
 #include "base/base.h"
+#include "comm/comm.h"
+#include "optim/optim.h"
 #include "tensor/tensor.h"
 
 #include <math.h>
@@ -41,39 +43,57 @@ static amp_status prefixed(amp_status st, const char *fn)
     return amp_set_error(st, "%s: %s", fn, why);
 }
 
-/* Every gradient of params[0..n) is on dev, at least one exists. The
- * total goes to *host (read back: on a GPU, the wait) or into *out, a new
- * 0-d f32 tensor on dev (no wait). */
-static amp_status clip_on(amp_device dev, amp_tensor *const *params, int n, double max_norm, const char *fn,
-                          double *host, amp_tensor **out)
+amp_status optim_clip_bufs(amp_device dev, const be_buf *bufs, int k, int ranks, double max_norm, const char *fn,
+                           double *host, amp_tensor **out)
 {
     const amp_backend *be = backend_of(dev);
     if (!be->grad_sumsq || !be->clip_by_sumsq)
         return backend_missing(be, fn, !be->grad_sumsq ? "grad_sumsq" : "clip_by_sumsq");
-    be_buf *bufs = calloc((size_t)(n > 0 ? n : 1), sizeof *bufs);
-    /* the sum of squares and the total, in the backend's memory */
-    double *sums = be->alloc(2 * sizeof *sums);
+    /* in the backend's memory: [0, ranks) the ranks' sums of squares (one
+     * rank: [0] is this one's), then this rank's, then the total */
+    double *sums = be->alloc((size_t)(ranks + 2) * sizeof *sums), *mine = sums ? &sums[ranks] : NULL;
     /* made before anything changes: without memory, nothing is clipped */
     amp_tensor *t = host ? NULL : tensor_new_on(AMP_SHAPE(), AMP_F32, dev);
-    amp_status st = !bufs || !sums ? amp_set_error(AMP_ERR_MEMORY, "%s: out of %s memory", fn, be->name)
+    amp_status st = !sums          ? amp_set_error(AMP_ERR_MEMORY, "%s: out of %s memory", fn, be->name)
                     : !host && !t  ? amp_last_status()
                                    : AMP_OK;
-    int k = 0;
-    for (int i = 0; i < n && st == AMP_OK; i++)
-        if (params[i]->grad)
-            bufs[k++] = (be_buf){tensor_ptr(params[i]->grad), params[i]->grad->numel, params[i]->grad->dtype};
     if (st == AMP_OK)
-        st = be->grad_sumsq(bufs, k, &sums[0]);
+        st = be->grad_sumsq(bufs, k, ranks > 1 ? mine : &sums[0]);
+    if (ranks > 1) {
+        /* the peers wait in the all-gather: a failure before it is one
+         * this rank cannot recover from alone, so it ends the job */
+        if (st != AMP_OK)
+            comm_abort(1, "%s: this rank's sum of squares failed before its all-gather: %s", fn, amp_last_error());
+        st = comm_allgather(mine, sums, 1, AMP_I64, dev, NULL); /* doubles, as bits */
+    }
     if (st == AMP_OK)
-        st = be->clip_by_sumsq(bufs, k, &sums[0], 1, max_norm, host ? &sums[1] : NULL, host ? NULL : tensor_f32(t));
+        st = be->clip_by_sumsq(bufs, k, sums, ranks, max_norm, host ? &sums[ranks + 1] : NULL,
+                               host ? NULL : tensor_f32(t));
     if (st == AMP_OK && host) /* on a GPU, the synchronisation point: the host needs the value */
-        st = be->copy(host, AMP_CPU, &sums[1], dev, sizeof *host);
+        st = be->copy(host, AMP_CPU, &sums[ranks + 1], dev, sizeof *host);
     if (st == AMP_OK && out)
         *out = t;
     else
         amp_tensor_free(t);
     if (sums)
         be->free(sums);
+    return st;
+}
+
+/* Every gradient of params[0..n) is on dev, at least one exists. The
+ * total goes to *host (read back: on a GPU, the wait) or into *out, a new
+ * 0-d f32 tensor on dev (no wait). */
+static amp_status clip_on(amp_device dev, amp_tensor *const *params, int n, double max_norm, const char *fn,
+                          double *host, amp_tensor **out)
+{
+    be_buf *bufs = calloc((size_t)(n > 0 ? n : 1), sizeof *bufs);
+    if (!bufs)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", fn);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (params[i]->grad)
+            bufs[k++] = (be_buf){tensor_ptr(params[i]->grad), params[i]->grad->numel, params[i]->grad->dtype};
+    amp_status st = optim_clip_bufs(dev, bufs, k, 1, max_norm, fn, host, out);
     free(bufs);
     return st == AMP_OK ? AMP_OK : prefixed(st, fn);
 }
