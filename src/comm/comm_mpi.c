@@ -30,7 +30,9 @@
 
 static int g_rank = 0, g_size = 1;
 static bool g_init = false;
+#ifdef AMPC_HAVE_MPI
 static bool g_started_mpi = false; /* comm_init called MPI_Init_thread (so comm_finalize ends MPI) */
+#endif
 static double g_timeout = 0; /* 0: not read yet */
 
 bool comm_built_with_mpi(void)
