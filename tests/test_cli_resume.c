@@ -18,7 +18,8 @@
  *     the value and the range, without a crash or UBSan report; options
  *     near INT64_MAX are exit 2 naming their range.
  *   - A resumed run's final checkpoint is the straight run's, byte for
- *     byte (the scaler's counters included).
+ *     byte (the scaler's counters included), also one saved with 16-bit
+ *     parameters before any step was taken (no f32 masters yet).
  */
 #include "test_cli_util.h"
 
@@ -380,6 +381,42 @@ static void test_resumed_run_saves_the_straight_runs_checkpoint_byte_for_byte(vo
     free(pb);
 }
 
+/* 16-bit parameters keep f32 masters in the optimizer only after its
+ * first step: a run whose every step so far was skipped saves 2 bytes a
+ * parameter. Such a checkpoint loads (the size check counts the storage
+ * dtype), evaluates, and resumes to the straight run's file. */
+static void test_16bit_weights_saved_before_any_step_load_and_resume(void)
+{
+    if (!cli_have_binary())
+        return;
+    char args[1024], a[512], b[512], fa[600], fb[600];
+    /* The huge scale overflows every gradient; the tiny backoff brings it
+     * down to where steps are taken after the first skip. A wide layer:
+     * the weights, not the header, make most of the file. */
+    snprintf(args, sizeof args,
+             "--model mlp --data %s --hidden 1024 --batch 16 --threads 1 --precision fp16 --param-dtype fp16 "
+             "--init-scale 1e30 --backoff-factor 1e-26 --steps 3",
+             tiny);
+    cli_path(a, sizeof a, "p16-a");
+    cli_path(b, sizeof b, "p16-b");
+    int rc = cli_run("train %s --save %s", args, a);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    rc = cli_run("train %s --stop-at 1 --save %s", args, b);
+    CHECK_MSG(rc == 0 && strstr(cli_out, "skipped 1"), "the first step should be skipped: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("eval %s", b);
+    CHECK_MSG(rc == 0 && strstr(cli_out, "test_accuracy"), "eval: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("train --resume %s", b);
+    CHECK_MSG(rc == 0 && strstr(cli_out, "resumed from"), "resume: exit %d:\n%s", rc, cli_out);
+    snprintf(fa, sizeof fa, "%s/checkpoint.safetensors", a);
+    snprintf(fb, sizeof fb, "%s/checkpoint.safetensors", b);
+    size_t na = 0, nb = 0;
+    char *pa = cli_read_file(fa, &na), *pb = cli_read_file(fb, &nb);
+    CHECK_MSG(pa && pb && na == nb && memcmp(pa, pb, na) == 0, "the resumed run's checkpoint differs (%zu, %zu bytes)",
+              na, nb);
+    free(pa);
+    free(pb);
+}
+
 int main(void)
 {
     if (!cli_init("test-cli-resume"))
@@ -397,6 +434,7 @@ int main(void)
     RUN(test_out_of_range_checkpoint_numbers_are_clear_errors);
     RUN(test_huge_options_are_refused_with_their_range);
     RUN(test_resumed_run_saves_the_straight_runs_checkpoint_byte_for_byte);
+    RUN(test_16bit_weights_saved_before_any_step_load_and_resume);
     cli_cleanup();
     return harness_done();
 }

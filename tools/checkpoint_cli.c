@@ -145,13 +145,17 @@ int checkpoint_check_size(const char *dir, const train_opts *o, const run_info *
     char path[4096];
     checkpoint_path(path, sizeof path, dir);
     struct stat sb;
-    double need = 4 * min_params(o, ri); /* f32 parameters */
+    /* The parameters in their storage dtype: 16-bit ones hold 2 bytes each
+     * (their f32 masters exist only after the first optimizer step, so a
+     * checkpoint saved before it has none). */
+    double width = o->param_dtype && strcmp(o->param_dtype, "fp32") != 0 ? 2 : 4;
+    double need = width * min_params(o, ri);
     if (stat(path, &sb) != 0 || need <= (double)sb.st_size)
         return -1; /* (a missing file is the load's to report) */
     fprintf(stderr,
             "ampc: checkpoint %s: its settings describe a model of at least %.0f parameters (%.0f bytes), more "
             "than the file's %lld bytes can hold (damaged settings?)\n",
-            path, need / 4, need, (long long)sb.st_size);
+            path, need / width, need, (long long)sb.st_size);
     return 1;
 }
 
