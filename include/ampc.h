@@ -955,10 +955,11 @@ AMP_API bool amp_scaler_is_enabled(const amp_scaler *s);
 /* With hysteresis N > 1: the steps with inf/NaN gradients the scaler
  * still lets pass (skipped, the scale kept) before it backs off, 1..N
  * (1: the next one backs off); 1 without hysteresis, 0 for a disabled or
- * NULL scaler. Not part of amp_scaler_state: ampc train saves it with the
- * run's settings, so a resumed run continues the count. Set refuses a
- * value outside 1..max(N, 1). (A host read / write of the state: on CUDA
- * a synchronisation, as the getters.) */
+ * NULL scaler. Not part of amp_scaler_state (PyTorch's state_dict has no
+ * such field): amp_checkpoint_save keeps it beside that state, so a
+ * resumed run continues the count. Set refuses a value outside
+ * 1..max(N, 1). (A host read / write of the state: on CUDA a
+ * synchronisation, as the getters.) */
 AMP_API int amp_scaler_get_hysteresis_left(const amp_scaler *s);
 AMP_API amp_status amp_scaler_set_hysteresis_left(amp_scaler *s, int left);
 
@@ -973,9 +974,14 @@ typedef struct {
 AMP_API amp_scaler_state amp_scaler_state_get(const amp_scaler *s);
 AMP_API amp_status amp_scaler_state_load(amp_scaler *s, amp_scaler_state st);
 
-/* Observability: steps taken and skipped, and the last scale changes. */
+/* Observability: steps taken and skipped, and the last scale changes.
+ * skipped_in_a_row: the updates since the last one whose iteration was
+ * clean that found inf/NaN, i.e. the iterations skipped in a row up to
+ * now (0 after a clean one); a guard that stops a run which cannot train
+ * reads it, and amp_checkpoint_save keeps it with the counts. */
 typedef struct {
     int64_t steps, skipped;
+    int64_t skipped_in_a_row;
 } amp_scaler_counts;
 AMP_API amp_scaler_counts amp_scaler_get_counts(const amp_scaler *s);
 typedef struct {

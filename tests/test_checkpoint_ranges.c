@@ -9,7 +9,8 @@
  *   - a non-finite weight or optimizer buffer, or a negative Adam
  *     exp_avg_sq / max_exp_avg_sq, is an error naming the tensor; a save
  *     of non-finite state is refused and the old file kept;
- *   - the scaler's steps / skipped counters come back with the rest;
+ *   - the scaler's steps / skipped / skipped-in-a-row counters and its
+ *     hysteresis count come back with the rest;
  *   - a FIFO or a device is refused at once (a FIFO used to block the
  *     load forever: an alarm turns that into a failure here);
  *   - a save removes the temporaries that killed saves left, only those
@@ -268,6 +269,10 @@ static void test_out_of_range_metadata_names_field_value_and_range(void)
         {"scaler.growth_tracker", "9223372036854775807", "\"scaler.growth_tracker\" is 9223372036854775807"},
         {"scaler.steps", "-1", "\"scaler.steps\" is -1, outside [0, 9007199254740992]"},
         {"scaler.skipped", "1152921504606846976", "\"scaler.skipped\" is 1152921504606846976, outside"},
+        /* a streak longer than the skips there were, or below 0 */
+        {"scaler.skipped_in_a_row", "-1", "\"scaler.skipped_in_a_row\" is -1, outside [0, "},
+        {"scaler.skipped_in_a_row", "1000", "\"scaler.skipped_in_a_row\" is 1000, outside [0, "},
+        {"scaler.hysteresis_left", "0", "\"scaler.hysteresis_left\" is 0, outside [1, 2147483647]"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_meta_edit(g.f, path, cases[i].key, cases[i].val);
@@ -394,6 +399,71 @@ static void test_scaler_counts_survive_the_round_trip(void)
     free_rig(&g);
 }
 
+/* With hysteresis, saved in the middle of a run of overflows: the skips in
+ * a row and the overflows the hysteresis still lets pass come back, and
+ * the loaded run backs off, skips and grows at the steps the straight run
+ * does (a fresh scaler would let two more overflows pass, and count its
+ * streak from 0). */
+static void test_skip_streak_and_hysteresis_count_survive_the_round_trip(void)
+{
+    run r[2] = {make_run(3), make_run(4)};
+    for (int i = 0; i < 2; i++) {
+        amp_scaler_free(r[i].s);
+        amp_scaler_opts so = amp_scaler_defaults();
+        so.init_scale = 1e30; /* every f16 gradient overflows at first */
+        so.backoff_factor = 1e-8;
+        so.growth_interval = 2;
+        so.hysteresis = 3;
+        r[i].s = amp_scaler_new(so);
+    }
+    train(&r[0], 0, 2);
+    amp_scaler_counts want = amp_scaler_get_counts(r[0].s);
+    CHECK_MSG(want.skipped == 2 && want.skipped_in_a_row == 2 && amp_scaler_get_hysteresis_left(r[0].s) == 1,
+              "two overflows in a row should leave one to pass (skipped %lld, in a row %lld, left %d)",
+              (long long)want.skipped, (long long)want.skipped_in_a_row, amp_scaler_get_hysteresis_left(r[0].s));
+    const char *path = at("streak.safetensors");
+    CHECK_OK(amp_checkpoint_save(path, r[0].m, r[0].o, r[0].s, 2, NULL));
+    CHECK_OK(amp_checkpoint_load(path, r[1].m, r[1].o, r[1].s, NULL, NULL));
+    amp_scaler_counts got = amp_scaler_get_counts(r[1].s);
+    CHECK_EQ_INT(got.skipped_in_a_row, 2);
+    CHECK_EQ_INT(amp_scaler_get_hysteresis_left(r[1].s), 1);
+    for (int t = 2; t < 8; t++) {
+        train(&r[0], t, 1);
+        train(&r[1], t, 1);
+        amp_scaler_counts a = amp_scaler_get_counts(r[0].s), b = amp_scaler_get_counts(r[1].s);
+        CHECK_MSG(a.steps == b.steps && a.skipped == b.skipped && a.skipped_in_a_row == b.skipped_in_a_row &&
+                      amp_scaler_get_scale(r[0].s) == amp_scaler_get_scale(r[1].s) &&
+                      amp_scaler_get_hysteresis_left(r[0].s) == amp_scaler_get_hysteresis_left(r[1].s),
+                  "step %d: straight (steps %lld, skipped %lld, in a row %lld, scale %g) but loaded (%lld, %lld, "
+                  "%lld, %g)",
+                  t + 1, (long long)a.steps, (long long)a.skipped, (long long)a.skipped_in_a_row,
+                  amp_scaler_get_scale(r[0].s), (long long)b.steps, (long long)b.skipped,
+                  (long long)b.skipped_in_a_row, amp_scaler_get_scale(r[1].s));
+    }
+    /* The third overflow backed off; the streak ended when a step was taken. */
+    CHECK_MSG(amp_scaler_get_scale(r[0].s) < 1e30 && amp_scaler_get_counts(r[0].s).steps > 0 &&
+                  amp_scaler_get_counts(r[0].s).skipped_in_a_row < amp_scaler_get_counts(r[0].s).skipped,
+              "the run should back off, then take steps (scale %g)", amp_scaler_get_scale(r[0].s));
+    /* A scaler with a smaller hysteresis takes the count at its own most. */
+    run small = make_run(5);
+    amp_scaler_free(small.s);
+    amp_scaler_opts so = amp_scaler_defaults();
+    so.hysteresis = 2;
+    small.s = amp_scaler_new(so);
+    amp_scaler_opts big = amp_scaler_defaults();
+    big.hysteresis = 5;
+    amp_scaler *fresh = amp_scaler_new(big);
+    run five = {r[0].m, r[0].o, fresh};
+    CHECK_OK(amp_checkpoint_save(path, five.m, five.o, five.s, 8, NULL));
+    CHECK_EQ_INT(amp_scaler_get_hysteresis_left(fresh), 5);
+    CHECK_OK(amp_checkpoint_load(path, small.m, small.o, small.s, NULL, NULL));
+    CHECK_EQ_INT(amp_scaler_get_hysteresis_left(small.s), 2);
+    amp_scaler_free(fresh);
+    free_run(&small);
+    free_run(&r[0]);
+    free_run(&r[1]);
+}
+
 static void on_alarm(int sig)
 {
     (void)sig;
@@ -468,6 +538,7 @@ int main(void)
     RUN(test_save_of_non_finite_state_is_refused_and_keeps_the_old_file);
     RUN(test_bad_adam_state_is_an_error_naming_the_tensor);
     RUN(test_scaler_counts_survive_the_round_trip);
+    RUN(test_skip_streak_and_hysteresis_count_survive_the_round_trip);
     RUN(test_fifo_and_devices_are_refused_without_blocking);
     RUN(test_save_removes_the_temporaries_of_dead_processes_only);
     char cmd[128];

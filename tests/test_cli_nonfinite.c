@@ -8,6 +8,7 @@
  *     whose gradient is not finite, instead of decaying the scale to 0
  *     and exiting 0 with an untrained model;
  *   - --max-skips is settable, saved in the run's settings, 0 turns it off;
+ *     a resumed run continues the streak it was saved in;
  *   - without the scaler the NaN loss is blamed on the inputs, not the lr;
  *   - `ampc eval` (and train's closing evaluation) on NaN images or NaN
  *     weights exits 1 naming the file or the tensor;
@@ -111,6 +112,26 @@ static void test_max_skips_is_settable_saved_and_0_turns_it_off(void)
     CHECK_EQ_INT(settings_from_json(json, "test", &back, &ri2), -1);
     CHECK_EQ_INT(back.max_skips, 7);
     free(json);
+}
+
+/* The streak is the run's, not the process's: stopped after 3 skips and
+ * resumed, the run stops after the same 6th skip as the straight run. */
+static void test_a_resumed_run_continues_the_skip_streak(void)
+{
+    if (!cli_have_binary())
+        return;
+    int rc = cli_run(TRAIN "--precision fp16 --max-skips 6 --data %s", nan_dir);
+    CHECK_MSG(rc == 1 && strstr(cli_out, "skipped 6 steps in a row (steps 1 to 6, --max-skips 6)"), "exit %d:\n%s",
+              rc, cli_out);
+    char dir[512];
+    cli_path(dir, sizeof dir, "streak");
+    rc = cli_run(TRAIN "--precision fp16 --max-skips 6 --data %s --stop-at 3 --save %s", nan_dir, dir);
+    /* (exit 1: the closing evaluation refuses the NaN test images) */
+    CHECK_MSG(rc == 1 && strstr(cli_out, "stopped at step 3") && !strstr(cli_out, "in a row"), "exit %d:\n%s", rc,
+              cli_out);
+    rc = cli_run("train --resume %s", dir);
+    CHECK_MSG(rc == 1 && strstr(cli_out, "skipped 6 steps in a row (steps 1 to 6, --max-skips 6)"),
+              "the resumed run should stop at step 6, exit %d:\n%s", rc, cli_out);
 }
 
 static void test_nan_loss_without_scaler_blames_the_inputs_not_the_lr(void)
@@ -281,6 +302,7 @@ int main(void)
     write_nan_images(nan_dir);
     RUN(test_fp16_scaler_on_nan_inputs_stops_naming_what_is_not_finite);
     RUN(test_max_skips_is_settable_saved_and_0_turns_it_off);
+    RUN(test_a_resumed_run_continues_the_skip_streak);
     RUN(test_nan_loss_without_scaler_blames_the_inputs_not_the_lr);
     RUN(test_eval_refuses_nan_inputs_and_nan_weights);
     RUN(test_count_nonfinite_and_find_nonfinite_grad);

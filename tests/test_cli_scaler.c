@@ -318,9 +318,9 @@ static void test_resume_keeps_the_knobs(void)
                                  10, 5, saved, 6);
     CHECK_MSG(last > 4, "the scale never grew: %g", last); /* the test sees the knobs */
     /* Stopped between two overflows of a --hysteresis 3 run: the resumed
-     * run continues the count (the settings' run.hysteresis_left), so it
-     * backs off at the same step as the straight run. */
-    const char *left[] = {"\\\"hysteresis_left\\\":2"};
+     * run continues the count (the scaler's state in the checkpoint's
+     * metadata), so it backs off at the same step as the straight run. */
+    const char *left[] = {"\"scaler.hysteresis_left\":\"2\""};
     resume_matches("--init-scale 16777216 --hysteresis 3", 5, 1, left, 1);
     const char *fixed[] = {"\\\"static-scale\\\":1024"};
     CHECK(resume_matches("--static-scale 1024", 6, 3, fixed, 1) == 1024);

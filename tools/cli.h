@@ -176,7 +176,7 @@ typedef struct {
     int64_t skipped;    /* steps the scaler skipped so far */
     int64_t world_size; /* ranks the run was saved on; 0: not recorded (one) */
     int64_t total_steps; /* the run's optimizer steps in all; 0: not recorded */
-    int64_t hysteresis_left; /* --hysteresis N > 1: overflows left before a backoff; 0: not recorded */
+    int64_t hysteresis_left; /* older checkpoints: --hysteresis N > 1's overflows left before a backoff; 0: not recorded */
     char vocab_hex[513]; /* gpt: the vocabulary's bytes in id order, two hex digits each; "": not recorded */
 } run_info;
 

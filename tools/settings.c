@@ -13,11 +13,12 @@
  * refuse. "run" holds what the data decided (input shape, classes,
  * vocabulary), where the schedule stands, the ranks it ran on
  * (world_size; 0 or absent: one process) and the run's length in steps
- * (total_steps, which a resume keeps; 0 or absent: not recorded) and,
- * with --hysteresis N > 1, the overflows the scaler still lets pass
- * before it backs off (hysteresis_left, 1..N; absent otherwise) and, for
+ * (total_steps, which a resume keeps; 0 or absent: not recorded) and, for
  * gpt, the vocabulary's bytes in token order (vocab_bytes, hex; absent
- * from older checkpoints).
+ * from older checkpoints). Older checkpoints also hold, with --hysteresis
+ * N > 1, the overflows the scaler still let pass before it backed off
+ * (hysteresis_left, 1..N), which is read; the library's checkpoint keeps
+ * it now, beside the scaler's other state.
  *
  * settings_merge is the resume rule: the checkpoint's settings, with the
  * options given on the command line on top, except that a given option
@@ -116,8 +117,6 @@ char *settings_to_json(const train_opts *o, const run_info *ri)
               ",\"skipped\":%" PRId64 ",\"world_size\":%" PRId64 ",\"total_steps\":%" PRId64,
               ri->features, ri->channels, ri->height, ri->width, ri->classes, ri->vocab, ri->sched_step,
               ri->skipped, ri->world_size, ri->total_steps);
-    if (ri->hysteresis_left > 0)
-        jb_printf(&b, ",\"hysteresis_left\":%" PRId64, ri->hysteresis_left);
     if (ri->vocab_hex[0]) /* gpt: the vocabulary's bytes, which generate and eval compare */
         jb_printf(&b, ",\"vocab_bytes\":\"%s\"", ri->vocab_hex);
     jb_puts(&b, "}}");
@@ -273,7 +272,8 @@ int settings_from_json(const char *text, const char *where, train_opts *ck, run_
     /* The run's length: absent from checkpoints older than it. */
     if (rc < 0 && json_get(run, "total_steps"))
         rc = get_run_value(run, "total_steps", 0, CLI_MAX_STEPS, &ri->total_steps, where);
-    /* --hysteresis's count (absent: no hysteresis, or an older file). */
+    /* --hysteresis's count, in older files (absent: no hysteresis, or a
+     * file whose scaler state holds it). */
     if (rc < 0 && json_get(run, "hysteresis_left"))
         rc = get_run_value(run, "hysteresis_left", 1, 1000000, &ri->hysteresis_left, where);
     /* gpt's vocabulary bytes (absent from older checkpoints): 2 lowercase

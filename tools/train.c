@@ -69,7 +69,6 @@ typedef struct {
     amp_tensor *norm_dev;       /* cuda, --log: this step's grad norm (0-d f32, on the device), not read yet */
     int64_t loss_steps;         /* steps loss_acc holds */
     int64_t loss_skipped;       /* of those, steps the scaler skipped */
-    int64_t skip_streak;        /* steps skipped in a row (--max-skips) */
     int world;                  /* ranks (1: a plain run) */
     amp_ddp *ddp;               /* data-parallel (mpirun), unless --zero 1 */
     amp_zero *zero;             /* --zero 1 */
@@ -131,13 +130,17 @@ static bool batch_cb(void *r, int64_t m, amp_tensor **x, amp_tensor **y) { retur
  * (diagnose.c). -1 to go on, or 1. */
 static int watch_skips(run *r, int64_t step, bool skipped)
 {
-    r->skip_streak = skipped ? r->skip_streak + 1 : 0;
-    if (r->o->max_skips <= 0 || r->skip_streak < r->o->max_skips)
+    if (!skipped || r->o->max_skips <= 0)
+        return -1;
+    /* The scaler's own count (a checkpoint keeps it: a resumed run
+     * continues the streak it stopped in). */
+    const int64_t streak = amp_scaler_get_counts(r->t->scaler).skipped_in_a_row;
+    if (streak < r->o->max_skips)
         return -1;
     fprintf(stderr,
             "ampc: the grad scaler skipped %lld steps in a row (steps %lld to %lld, --max-skips %lld): each had "
             "inf/NaN gradients, the scale is down to %g; re-running step %lld:\n",
-            (long long)r->skip_streak, (long long)(step + 2 - r->skip_streak), (long long)step + 1,
+            (long long)streak, (long long)(step + 2 - streak), (long long)step + 1,
             (long long)r->o->max_skips, amp_scaler_get_scale(r->t->scaler), (long long)step + 1);
     if (r->ddp) /* the re-run's backward stays local */
         amp_ddp_set_sync(r->ddp, false);
@@ -392,9 +395,6 @@ static int save_run(run *r, int64_t step)
 {
     if (r->zero && amp_zero_gather_state(r->zero) != AMP_OK)
         return fail("gathering the optimizer state", step);
-    /* --hysteresis: where the count stands, for the resumed run (a read
-     * of the scaler's state; on cuda a wait, as the save itself). */
-    r->ri->hysteresis_left = r->o->hysteresis > 1 ? amp_scaler_get_hysteresis_left(r->t->scaler) : 0;
     int rc = amp_dist_rank() == 0 ? checkpoint_save_run(r->o->save, r->t, r->o, r->ri, step) : -1;
     if (r->zero && amp_zero_shard_state(r->zero) != AMP_OK && rc < 0)
         rc = fail("sharding the optimizer state", step);
@@ -658,8 +658,12 @@ static int dist_wrap(run *r)
  * kept when below the new interval, else the scale grows at the next
  * clean step), --init-scale or --static-scale restarts the scale there,
  * and a saved scale outside --min-scale / --max-scale is clamped to them.
- * --hysteresis's count continues from the saved one (run_info). -1 or 1. */
-static int scaler_resume(trainer *t, const train_opts *o, const run_info *saved, const char *where)
+ * --hysteresis's count continues from the saved one (the load put it in
+ * place, at most this run's N; an older checkpoint kept it in run_info),
+ * unless the scale restarts or the saved run had no hysteresis: then it
+ * starts full. -1 or 1. */
+static int scaler_resume(trainer *t, const train_opts *o, const train_opts *ck, const run_info *saved,
+                         const char *where)
 {
     const opt_def *tab = opts_table();
 #define GIVEN(n) (o->given[opts_find(n) - tab])
@@ -686,12 +690,11 @@ static int scaler_resume(trainer *t, const train_opts *o, const run_info *saved,
                 amp_last_error());
         return 1;
     }
-    /* --hysteresis: the saved count, at most this run's N (a count of
-     * a run without hysteresis, or one restarted, starts full). */
-    if (o->hysteresis > 1 && saved->hysteresis_left > 0 && st.scale == was &&
-        amp_scaler_set_hysteresis_left(t->scaler, (int)(saved->hysteresis_left < o->hysteresis ? saved->hysteresis_left
-                                                                                                  : o->hysteresis)) !=
-            AMP_OK) {
+    int64_t left = st.scale != was || ck->hysteresis <= 1 ? o->hysteresis
+                   : saved->hysteresis_left > 0 ? saved->hysteresis_left
+                                                : amp_scaler_get_hysteresis_left(t->scaler);
+    if (o->hysteresis > 1 &&
+        amp_scaler_set_hysteresis_left(t->scaler, (int)(left < o->hysteresis ? left : o->hysteresis)) != AMP_OK) {
         fprintf(stderr, "ampc: %s: the grad scaler's hysteresis: %s\n", where, amp_last_error());
         return 1;
     }
@@ -764,7 +767,7 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
         bool had = strcmp(ck->precision, "fp16") == 0 && !ck->no_scaler;
         rc = checkpoint_load_run(o->resume, &t, true, had && amp_scaler_is_enabled(t.scaler), &first);
         if (rc < 0 && had && amp_scaler_is_enabled(t.scaler))
-            rc = scaler_resume(&t, o, saved, where);
+            rc = scaler_resume(&t, o, ck, saved, where);
         ri.sched_step = saved->sched_step;
         ri.skipped = saved->skipped;
         /* Each step is taken or skipped: the counts add up to the step (and

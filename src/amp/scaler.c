@@ -535,13 +535,15 @@ int amp_scaler_get_hysteresis_left(const amp_scaler *s)
     return st.hysteresis_left;
 }
 
+int scaler_hysteresis_most(const amp_scaler *s) { return s && s->o.hysteresis > 1 ? s->o.hysteresis : 1; }
+
 amp_status amp_scaler_set_hysteresis_left(amp_scaler *s, int left)
 {
     if (!s)
         return amp_set_error(AMP_ERR_ARG, "scaler_set_hysteresis_left: NULL scaler");
     if (!s->o.enabled)
         return AMP_OK;
-    int most = s->o.hysteresis > 1 ? s->o.hysteresis : 1;
+    int most = scaler_hysteresis_most(s);
     if (left < 1 || left > most)
         return amp_set_error(AMP_ERR_ARG, "scaler_set_hysteresis_left: %d is outside 1..%d (the hysteresis)", left,
                              most);
@@ -608,15 +610,18 @@ amp_status scaler_counts_load(amp_scaler *s, amp_scaler_counts c)
 {
     if (!s)
         return amp_set_error(AMP_ERR_ARG, "scaler_counts_load: NULL scaler");
-    if (c.steps < 0 || c.skipped < 0)
-        return amp_set_error(AMP_ERR_ARG, "scaler_counts_load: steps %lld and skipped %lld must be >= 0",
-                             (long long)c.steps, (long long)c.skipped);
+    if (c.steps < 0 || c.skipped < 0 || c.skipped_in_a_row < 0 || c.skipped_in_a_row > c.skipped)
+        return amp_set_error(AMP_ERR_ARG,
+                             "scaler_counts_load: steps %lld and skipped %lld must be >= 0, and skipped in a row "
+                             "%lld within 0..skipped",
+                             (long long)c.steps, (long long)c.skipped, (long long)c.skipped_in_a_row);
     be_scaler_state st;
     amp_status rc = pull(s, &st);
     if (rc != AMP_OK)
         return rc;
     st.steps = c.steps;
     st.skipped = c.skipped;
+    st.skip_streak = c.skipped_in_a_row;
     return push(s, &st);
 }
 
@@ -624,8 +629,8 @@ amp_scaler_counts amp_scaler_get_counts(const amp_scaler *s)
 {
     be_scaler_state st;
     if (!s || pull(s, &st) != AMP_OK)
-        return (amp_scaler_counts){0, 0};
-    return (amp_scaler_counts){st.steps, st.skipped};
+        return (amp_scaler_counts){0, 0, 0};
+    return (amp_scaler_counts){st.steps, st.skipped, st.skip_streak};
 }
 
 int amp_scaler_history(const amp_scaler *s, amp_scale_change *out, int max)

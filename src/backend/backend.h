@@ -152,6 +152,7 @@ typedef struct {
     int64_t hysteresis_left;
     int64_t updates;
     int64_t steps, skipped;
+    int64_t skip_streak; /* updates in a row that found inf/NaN (0 after a clean one) */
     int64_t hist_len;
     int64_t hist_update[BE_SCALER_HISTORY];
     float hist_old[BE_SCALER_HISTORY];

@@ -41,6 +41,7 @@ PW_FN void be_scaler_update_rule(float *scale, be_scaler_state *st, uint64_t rec
             found = true;
     const float old = *scale;
     float now = old;
+    st->skip_streak = found ? st->skip_streak + 1 : 0;
     if (found) {
         st->tracker = 0;
         if (--st->hysteresis_left <= 0) {

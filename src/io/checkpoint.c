@@ -38,7 +38,8 @@
  *                         / total_steps (and its options, for the reader),
  *                         scaler.enabled / scale / growth_factor /
  *                         backoff_factor / growth_interval / growth_tracker
- *                         / steps / skipped (amp_scaler_get_counts)
+ *                         / steps / skipped / skipped_in_a_row
+ *                         (amp_scaler_get_counts) / hysteresis_left
  * Tensors are laid out widest element first, so each starts aligned to its
  * element size.
  *
@@ -240,6 +241,9 @@ static void write_metadata(json_buf *b, const amp_optim *o, const amp_scaler *s,
         }
         meta(b, "scaler.steps", "%" PRId64, c.steps);
         meta(b, "scaler.skipped", "%" PRId64, c.skipped);
+        meta(b, "scaler.skipped_in_a_row", "%" PRId64, c.skipped_in_a_row);
+        if (st.valid)
+            meta(b, "scaler.hysteresis_left", "%d", amp_scaler_get_hysteresis_left(s));
     }
     jb_puts(b, "}");
 }

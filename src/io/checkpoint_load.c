@@ -35,6 +35,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,6 +311,7 @@ typedef struct {
     amp_scaler_state sst;
     bool counts; /* and these counters */
     amp_scaler_counts cnt;
+    int64_t hysteresis_left; /* > 0: and this (clamped to the scaler's hysteresis) */
     bool rng;
     amp_rng_state r;
     int64_t step;
@@ -479,8 +481,18 @@ static amp_status check_scaler(const ckpt *c, const amp_scaler *s, plan *pl)
         if ((st = meta_i64_in(c, "scaler.steps", 0, CKPT_MAX_COUNT, &pl->cnt.steps)) ||
             (st = meta_i64_in(c, "scaler.skipped", 0, CKPT_MAX_COUNT, &pl->cnt.skipped)))
             return st;
+        /* (older files lack the streak: a resumed run's starts at 0) */
+        if (meta_str(c, "scaler.skipped_in_a_row") &&
+            (st = meta_i64_in(c, "scaler.skipped_in_a_row", 0, pl->cnt.skipped, &pl->cnt.skipped_in_a_row)))
+            return st;
         pl->counts = true;
     }
+    /* The hysteresis count (older files lack it: the count starts full).
+     * A scaler given a smaller hysteresis than the run that saved it
+     * continues from its own largest count. */
+    if (meta_str(c, "scaler.hysteresis_left") &&
+        (st = meta_i64_in(c, "scaler.hysteresis_left", 1, INT_MAX, &pl->hysteresis_left)))
+        return st;
     /* A dry run on a scratch scaler: the same checks the real load makes. */
     amp_scaler *scratch = amp_scaler_new(amp_scaler_defaults());
     st = scratch ? amp_scaler_state_load(scratch, *t) : amp_last_status();
@@ -566,6 +578,12 @@ static amp_status apply(const ckpt *c, amp_module *m, amp_optim *o, amp_scaler *
         return st;
     if (pl->counts && (st = scaler_counts_load(s, pl->cnt)) != AMP_OK)
         return st;
+    if (pl->scaler && pl->hysteresis_left > 0) {
+        int most = scaler_hysteresis_most(s);
+        if ((st = amp_scaler_set_hysteresis_left(s, pl->hysteresis_left < most ? (int)pl->hysteresis_left : most)) !=
+            AMP_OK)
+            return st;
+    }
     if (pl->rng)
         amp_rng_set_state(pl->r);
     return AMP_OK;
