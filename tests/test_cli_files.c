@@ -4,7 +4,8 @@
  * memory ran out and a FIFO given as a checkpoint, a data file, a log or
  * plot's input blocked forever. Each is now exit 1 at once, naming the
  * path and what it is. An alarm turns a block into a failure of this
- * test instead of a hang.
+ * test instead of a hang. Output is a file too: standard output on a
+ * full disk, or a pipe whose reader left, is an error naming it.
  */
 #include "test_cli_util.h"
 
@@ -72,6 +73,74 @@ static void test_a_checkpoint_that_is_no_regular_file_is_refused(void)
     REFUSED("eval FIFO", "checkpoint.safetensors: not a regular file (a FIFO)");
 }
 
+/* Runs "ampc ARGS" with stdout to /dev/full (every write fails with
+ * ENOSPC) and stderr into cli_out; the exit code. */
+static int run_to_full_disk(const char *args)
+{
+    char err[512], cmd[2048];
+    cli_path(err, sizeof err, "stderr.txt");
+    snprintf(cmd, sizeof cmd, "'%s' %s >/dev/full 2>'%s'", cli_ampc, args, err);
+    int st = system(cmd);
+    char *text = cli_read_file(err, NULL);
+    snprintf(cli_out, sizeof cli_out, "%s", text ? text : "");
+    free(text);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Output that cannot be written is an error naming standard output, exit
+ * 1: it used to be lost with exit 0 (each command's printing was never
+ * checked). */
+static void test_output_to_a_full_disk_is_an_error(void)
+{
+    if (!cli_have_binary())
+        return;
+    char text[512], dir[512], args[1400];
+    cli_path(text, sizeof text, "tiny.txt");
+    cli_write_tiny_text(text);
+    cli_path(dir, sizeof dir, "gpt");
+    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 4 --steps 2 "
+                     "--threads 1 --val-batches 1 --save %s",
+                     text, dir);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    snprintf(args, sizeof args, "generate %s --tokens 20", dir);
+    rc = run_to_full_disk(args);
+    CHECK_MSG(rc == 1 && strstr(cli_out, "writing token 1 to standard output failed: No space left on device"),
+              "generate: exit %d:\n%s", rc, cli_out);
+    const char *cmds[] = {"eval %s", "policy --markdown", "--help", "train --model mlp --data %s --hidden 4 "
+                                                                      "--batch 16 --steps 2 --threads 1"};
+    const char *what[] = {dir, NULL, NULL, tiny};
+    for (int i = 0; i < 4; i++) {
+        snprintf(args, sizeof args, cmds[i], what[i]);
+        rc = run_to_full_disk(args);
+        CHECK_MSG(rc == 1 && strstr(cli_out, "ampc: writing to standard output failed: No space left on device"),
+                  "%s: exit %d:\n%s", args, rc, cli_out);
+    }
+}
+
+/* A reader that goes away: with SIGPIPE ignored (as some shells and
+ * services run programs) generate stops at the first failed write
+ * (EPIPE) and exits 1, instead of sampling every token for nobody. */
+static void test_generate_stops_at_a_closed_pipe(void)
+{
+    if (!cli_have_binary())
+        return;
+    char dir[512], err[512], rcf[512], cmd[3000];
+    cli_path(dir, sizeof dir, "gpt");
+    cli_path(err, sizeof err, "pipe-stderr.txt");
+    cli_path(rcf, sizeof rcf, "pipe-rc.txt");
+    /* timeout: without the stop, 10^6 tokens would run for minutes */
+    snprintf(cmd, sizeof cmd,
+             "trap '' PIPE; (timeout 60 '%s' generate %s --tokens 1000000 2>'%s'; echo $? >'%s') | head -c 10 "
+             ">/dev/null",
+             cli_ampc, dir, err, rcf);
+    CHECK(system(cmd) == 0);
+    char *e = cli_read_file(err, NULL), *r = cli_read_file(rcf, NULL);
+    CHECK_MSG(r && atoi(r) == 1, "exit %s (124: still generating after 60 s)", r ? r : "?");
+    CHECK_MSG(e && strstr(e, "to standard output failed: Broken pipe"), "stderr:\n%s", e ? e : "");
+    free(e);
+    free(r);
+}
+
 int main(void)
 {
     if (!cli_init("test-cli-files"))
@@ -89,6 +158,8 @@ int main(void)
     RUN(test_a_log_that_is_no_regular_file_is_refused);
     RUN(test_a_checkpoint_that_is_no_regular_file_is_refused);
     alarm(0);
+    RUN(test_output_to_a_full_disk_is_an_error);
+    RUN(test_generate_stops_at_a_closed_pipe);
     cli_cleanup();
     return harness_done();
 }

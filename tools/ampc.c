@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "plot.h"
 
+#include <errno.h>
 #include <string.h>
 
 static void usage(FILE *f)
@@ -22,7 +23,25 @@ static void usage(FILE *f)
                "  ampc --help, ampc --version, ampc <command> --help\n");
 }
 
-int main(int argc, char **argv)
+/* What a command printed must reach standard output: a full disk or a
+ * closed pipe there (stdout's buffer is written at the latest here) is an
+ * error naming it and exit 1, never a silent 0. (A command that failed
+ * has said why already, generate's stop at a closed pipe among them.) */
+static int finish_stdout(int rc)
+{
+    int err = fflush(stdout) != 0 ? errno : 0;
+    if (!ferror(stdout) || rc != 0)
+        return rc;
+    fprintf(stderr, "ampc: writing to standard output failed: %s\n",
+            err ? strerror(err) : "an earlier write failed");
+    return 1;
+}
+
+static int run_command(int argc, char **argv);
+
+int main(int argc, char **argv) { return finish_stdout(run_command(argc, argv)); }
+
+static int run_command(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);

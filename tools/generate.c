@@ -303,10 +303,25 @@ static amp_tensor *next_logits(gen_ctx *c, const int64_t *seq, int64_t n, int64_
     return logits;
 }
 
-static void emit(const amp_text *text, int64_t id)
+/* Streams one token; false once standard output takes no more (a closed
+ * pipe with SIGPIPE ignored, a full disk): generating on would only
+ * throw the tokens away. */
+static bool emit(const amp_text *text, int64_t id)
 {
     putchar(amp_text_char(text, id));
-    fflush(stdout);
+    return fflush(stdout) == 0 && !ferror(stdout);
+}
+
+/* The message when standard output failed at token (0: the prompt); 1. */
+static int write_failed(int64_t token)
+{
+    int err = errno;
+    char what[64] = "the prompt";
+    if (token > 0)
+        snprintf(what, sizeof what, "token %lld", (long long)token);
+    fprintf(stderr, "\n" WHO ": writing %s to standard output failed: %s\n", what,
+            err ? strerror(err) : "an earlier write failed");
+    return 1;
 }
 
 /* Generates g->tokens tokens after the prompt seq[0 .. n) (seq has room
@@ -316,7 +331,8 @@ static int run(gen_ctx *c, const amp_text *text, int64_t *seq, int64_t n)
     const gen_opts *g = c->g;
     int64_t refills = 0;
     fwrite(g->prompt && *g->prompt ? g->prompt : "", 1, g->prompt ? strlen(g->prompt) : 0, stdout);
-    fflush(stdout);
+    if (fflush(stdout) != 0 || ferror(stdout))
+        return write_failed(0);
     amp_no_grad_begin();
     double t0 = now_s(), t_prefill = 0;
     int rc = -1;
@@ -332,7 +348,10 @@ static int run(gen_ctx *c, const amp_text *text, int64_t *seq, int64_t n)
         }
         amp_temps_free();
         seq[n++] = tok;
-        emit(text, tok);
+        if (!emit(text, tok)) {
+            rc = write_failed(i + 1);
+            break;
+        }
         if (i == 0)
             t_prefill = now_s() - t0;
     }
