@@ -354,6 +354,42 @@ static void test_stop_and_resume_on_two_ranks_is_bit_for_bit(void)
     free(bb);
 }
 
+/* Two checkpoints of one run, at steps 2 and 4, each resumed by one rank
+ * (an MPMD command line): refused before any step, naming both steps,
+ * and neither checkpoint is touched (rank 0 used to train "steps 3-4"
+ * against rank 1's "5-6" and overwrite the step-2 checkpoint). */
+static void test_ranks_resuming_from_different_steps_are_refused(void)
+{
+    if (!have_ddp(false))
+        return;
+    char a[512], b[512], fa[600], fb[600], cmd[1024];
+    cli_path(a, sizeof a, "step2");
+    cli_path(b, sizeof b, "step4");
+    snprintf(cmd, sizeof cmd, MLP " --steps 8", tiny);
+    int rc = cli_run_env(mpi(NP2), "train %s --stop-at 2 --save %s", cmd, a);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    rc = cli_run_env(mpi(NP2), "train %s --stop-at 4 --save %s", cmd, b);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    snprintf(fa, sizeof fa, "%s/checkpoint.safetensors", a);
+    snprintf(fb, sizeof fb, "%s/checkpoint.safetensors", b);
+    size_t na0 = 0, nb0 = 0, na1 = 0, nb1 = 0;
+    char *a0 = cli_read_file(fa, &na0), *b0 = cli_read_file(fb, &nb0);
+    rc = cli_run_env(mpi("--oversubscribe --allow-run-as-root -np 1"),
+                     "train --resume %s --save-every 1 : -np 1%s '%s' train --resume %s --save-every 1", a,
+                     mpi_env(), cli_ampc, b);
+    CHECK_MSG(rc == 2, "exit %d, expected 2:\n%s", rc, cli_out);
+    CHECK_OUT("the ranks would start from different steps (rank 0 at step 2, rank 1 at step 4");
+    CHECK_MSG(!strstr(cli_out, "step 3/") && !strstr(cli_out, "step 5/"), "a step was trained:\n%s", cli_out);
+    char *a1 = cli_read_file(fa, &na1), *b1 = cli_read_file(fb, &nb1);
+    CHECK_MSG(a0 && a1 && na0 == na1 && memcmp(a0, a1, na0) == 0, "the step-2 checkpoint changed");
+    CHECK_MSG(b0 && b1 && nb0 == nb1 && memcmp(b0, b1, nb0) == 0, "the step-4 checkpoint changed");
+    free(a0), free(a1), free(b0), free(b1);
+    /* One rank resuming, the other starting afresh: refused the same way. */
+    rc = cli_run_env(mpi("--oversubscribe --allow-run-as-root -np 1"),
+                     "train --resume %s : -np 1%s '%s' train %s", a, mpi_env(), cli_ampc, cmd);
+    CHECK_MSG(rc == 2, "exit %d, expected 2:\n%s", rc, cli_out);
+}
+
 static void test_zero_1_trains_as_ddp(void)
 {
     if (!have_ddp(false) || !have_ddp(true))
@@ -711,6 +747,7 @@ int main(void)
     RUN(test_two_ranks_log_and_save_once_and_match_one_process);
     RUN(test_health_every_on_two_ranks);
     RUN(test_stop_and_resume_on_two_ranks_is_bit_for_bit);
+    RUN(test_ranks_resuming_from_different_steps_are_refused);
     RUN(test_zero_1_trains_as_ddp);
     RUN(test_zero_1_stop_and_resume_is_bit_for_bit);
     RUN(test_an_epochs_run_resumed_on_another_world_keeps_its_steps);

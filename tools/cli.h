@@ -476,6 +476,12 @@ int dist_local_ranks(void);
  * a checkpoint would keep them): -1, or EXIT_USAGE after a message. A
  * collective: every rank calls it at the same point. */
 int dist_same_settings(const train_opts *o, const run_info *ri);
+/* Whether every rank starts at the same step (a resumed run's: the step
+ * of its checkpoint, `where`; 0 without one): -1, or EXIT_USAGE after a
+ * message naming each rank's step. A collective, called by every rank at
+ * the same point, after the checkpoints are read and before any step or
+ * save. */
+int dist_same_step(int64_t step, const char *where);
 /* Seconds a wait for the other ranks may last (--dist-timeout,
  * AMPC_DIST_TIMEOUT, else 300). */
 double dist_timeout_s(void);

@@ -264,6 +264,44 @@ int dist_same_settings(const train_opts *o, const run_info *ri)
     return EXIT_USAGE;
 }
 
+int dist_same_step(int64_t step, const char *where)
+{
+    if (!dist_on() || amp_dist_world_size() < 2)
+        return -1;
+    /* Each rank's step in its own slot, summed: every rank learns all. */
+    const int world = amp_dist_world_size(), me = amp_dist_rank();
+    amp_tensor *t = amp_zeros(AMP_SHAPE(world), AMP_I64);
+    if (!t)
+        dist_abort(1, amp_last_error());
+    ((int64_t *)amp_tensor_data(t))[me] = step;
+    if (amp_dist_all_reduce(t, AMP_REDUCE_SUM) != AMP_OK)
+        dist_abort(1, amp_last_error());
+    const int64_t *s = amp_tensor_cdata(t);
+    bool same = true;
+    for (int r = 1; r < world; r++)
+        same &= s[r] == s[0];
+    if (same) {
+        amp_tensor_free(t);
+        return -1;
+    }
+    char list[512] = "";
+    size_t len = 0;
+    for (int r = 0; r < world && len < sizeof list - 64; r++) {
+        if (r == 8 && world > 9) {
+            snprintf(list + len, sizeof list - len, ", ... (%d ranks)", world);
+            break;
+        }
+        len += (size_t)snprintf(list + len, sizeof list - len, "%srank %d at step %lld", r ? ", " : "", r,
+                                (long long)s[r]);
+    }
+    amp_tensor_free(t);
+    fprintf(stderr,
+            "ampc: the ranks would start from different steps (%s; this rank's: %s): nothing was trained or saved; "
+            "resume every rank from the same checkpoint (or none)\n",
+            list, where && *where ? where : "no --resume, step 0");
+    return EXIT_USAGE;
+}
+
 void dist_abort(int rc, const char *why)
 {
     if (!dist_on() || amp_dist_world_size() < 2)

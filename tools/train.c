@@ -785,10 +785,15 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
             rc = EXIT_USAGE;
         }
     }
+    /* Ranks resumed from checkpoints of different steps (of one run: the
+     * settings agree) would train different steps against each other and
+     * overwrite a good checkpoint: refused before anything is written. */
+    if ((rc = agree(rc)) < 0)
+        rc = agree(dist_same_step(first, where));
     /* The wrap comes after a resumed run's load: amp_ddp takes rank 0's
      * parameters, amp_zero keeps this rank's shard of the whole optimizer
      * state just loaded (the checkpoint holds it whole). */
-    if ((rc = agree(rc)) < 0 && world > 1)
+    if (rc < 0 && world > 1)
         rc = dist_wrap(&r);
     if (rc < 0 && world > 1 && !r.cuda && !(r.loss_red = amp_zeros(AMP_SHAPE(1), AMP_F32)))
         rc = fail("the loss buffer", first);
