@@ -226,7 +226,10 @@ def convert_old_gpt(weights, layers):
 
 def load(path, dtype=torch.float32):
     """The PyTorch twin of the model in an ampc checkpoint, its weights
-    loaded (in dtype; ampc may hold some in bf16 / fp16), in eval mode."""
+    loaded (in dtype; ampc may hold some in bf16 / fp16), in eval mode.
+    The twin remembers the run's settings (model.ampc_settings) and the
+    dtype each weight was stored in (model.ampc_dtypes), so that save()
+    writes a checkpoint that ampc measures and trains as the original."""
     tensors, _, settings = read(path)
     if not settings:
         raise ValueError(f"{path}: no ampc settings in __metadata__ (not a checkpoint `ampc train` wrote)")
@@ -236,6 +239,8 @@ def load(path, dtype=torch.float32):
     if config["model"] == "gpt":
         weights = convert_old_gpt(weights, config["layers"])
     load_state_dict(model, weights)
+    model.ampc_settings = settings
+    model.ampc_dtypes = {k: v.dtype for k, v in weights.items()}
     return model.to(dtype).eval()
 
 
@@ -262,6 +267,28 @@ def load_state_dict(model, state_dict):
         for k, p in own.items():
             p.copy_(sd[k].to(torch.float32))
     return model
+
+
+def _same_model(settings, config):
+    """Whether a checkpoint's settings describe the model of config."""
+    try:
+        saved = config_of(settings)
+    except (KeyError, ValueError):
+        return False
+    return all(saved.get(k) == v for k, v in config.items())
+
+
+def _kept_settings(base, data, precision, optim, lr, steps):
+    """A run's settings (what load() kept) for a checkpoint at step 0 of the
+    same run: every option as it was (batch, seed, val-batches, the
+    scaler's knobs ...), the arguments given on top, and the run values of
+    a run that has taken no step."""
+    s, run = dict(base.get("settings", {})), dict(base.get("run", {}))
+    for key, value in (("data", data), ("precision", precision), ("optim", optim), ("lr", lr), ("steps", steps)):
+        if value is not None:
+            s[key] = value
+    run.update(sched_step=0, skipped=0)
+    return {"ampc": base.get("ampc", AMPC_VERSION), "settings": s, "run": run}
 
 
 def _settings_json(config, data, precision, optim, lr, steps):
@@ -298,42 +325,71 @@ def _settings_json(config, data, precision, optim, lr, steps):
     return {"ampc": AMPC_VERSION, "settings": s, "run": run}
 
 
-def save(model, path, *, data=None, precision="fp32", optim="adam", lr=None, steps=None, config=None):
+def save(model, path, *, data=None, precision=None, optim=None, lr=None, steps=None, config=None,
+         settings=None):
     """Writes model's weights (a twin, or any module whose state_dict has the
     twin's names) as an ampc checkpoint at path (DIR/checkpoint.safetensors
-    for the CLI): float32 tensors, the settings the CLI needs (model shape,
+    for the CLI): the tensors, the settings the CLI needs (model shape,
     data, precision, optimizer, steps) and a fresh optimizer state (no step
     taken; with precision "fp16" a fresh grad scaler's state too), so that
     `ampc eval DIR` measures it and `ampc train --resume DIR` trains it on
     from step 0. config: the model config when model is not a
-    twin built here (what config_of returns)."""
+    twin built here (what config_of returns).
+
+    A twin from load() (or settings=, a checkpoint's settings JSON) keeps
+    that run's settings, every one (batch, seed, val-batches, the scaler's
+    knobs ...), and its weights' stored dtypes (--param-dtype): the
+    checkpoint evaluates to the same number as the one loaded. The
+    arguments given replace those settings. Otherwise the tensors are
+    float32 and the settings the model's shape with precision "fp32" and
+    optimizer "adam" unless given."""
     from safetensors.torch import save_file
     config = config or getattr(model, "ampc_config", None)
     if config is None:
         raise ValueError("save: model has no ampc_config; pass config= (see config_of)")
     twin = build(config)
     load_state_dict(twin, model.state_dict())  # checks every name and shape
+    base = settings if settings is not None else getattr(model, "ampc_settings", None)
+    if base is not None and not _same_model(base, config):
+        if settings is not None:
+            raise ValueError("save: settings= describes another model than the one saved")
+        base = None  # the twin was rebuilt into another shape: its old settings do not apply
+    if base is not None:
+        settings = _kept_settings(base, data, precision, optim, lr, steps)
+    else:
+        settings = _settings_json(config, data, precision or "fp32", optim or "adam", lr, steps)
+    s = settings["settings"]
+    optim, precision = s.get("optim", "adam"), s.get("precision", "bf16")
     if optim not in ("sgd", "adam", "adamw"):
         raise ValueError(f"save: optim {optim!r} is not sgd, adam or adamw")
     if precision not in ("fp32", "bf16", "fp16"):
         raise ValueError(f"save: precision {precision!r} is not fp32, bf16 or fp16")
-    tensors = {k: p.detach().to(torch.float32).contiguous().cpu() for k, p in twin.named_parameters()}
+    # --param-dtype runs store their 16-bit weights as such (load() noted
+    # which); the rest, and every weight of a new twin, in float32.
+    dtypes = getattr(model, "ampc_dtypes", {}) if base is not None else {}
+    if s.get("param-dtype", "fp32") == "fp32":
+        dtypes = {}
+    tensors = {k: p.detach().to(torch.float32).to(dtypes.get(k, torch.float32)).contiguous().cpu()
+               for k, p in twin.named_parameters()}
     for k, t in tensors.items():
         if not torch.isfinite(t).all():
             raise ValueError(f"save: {k} holds inf or NaN")
     n = len(tensors)
     tensors["optim.steps"] = torch.zeros(n, dtype=torch.int64)
-    settings = _settings_json(config, data, precision, optim, lr, steps)
-    default_lr = {"sgd": 0.05}.get(optim, {"cnn": 0.003, "gpt": 0.002, "mlp": 0.001}[config["model"]])
+    lr = s.get("lr", {"sgd": 0.05}.get(optim, {"cnn": 0.003, "gpt": 0.002, "mlp": 0.001}[config["model"]]))
     meta = {"format": FORMAT, "ampc.version": AMPC_VERSION, "step": "0", "settings": json.dumps(settings),
-            "optim.kind": optim, "optim.lr": repr(float(lr if lr is not None else default_lr)),
-            "optim.n_params": str(n), "optim.total_steps": "0"}
-    if precision == "fp16":
-        # A fresh grad scaler's state (ampc's defaults, as GradScaler's), as
-        # the CLI saves an fp16 run's: `ampc train --resume` loads it.
-        meta.update({"scaler.enabled": "true", "scaler.scale": "65536", "scaler.growth_factor": "2",
-                     "scaler.backoff_factor": "0.5", "scaler.growth_interval": "2000",
-                     "scaler.growth_tracker": "0", "scaler.steps": "0", "scaler.skipped": "0"})
+            "optim.kind": optim, "optim.lr": repr(float(lr)), "optim.n_params": str(n), "optim.total_steps": "0"}
+    if precision == "fp16" and not s.get("no-scaler", False):
+        # A fresh grad scaler's state with the run's knobs (ampc's defaults,
+        # as GradScaler's, where the settings have none), as the CLI saves
+        # an fp16 run's: `ampc train --resume` loads it.
+        scale = s.get("static-scale") or s.get("init-scale") or 65536
+        meta.update({"scaler.enabled": "true", "scaler.scale": repr(float(scale)),
+                     "scaler.growth_factor": repr(float(s.get("growth-factor") or 2)),
+                     "scaler.backoff_factor": repr(float(s.get("backoff-factor") or 0.5)),
+                     "scaler.growth_interval": str(int(s.get("growth-interval") or 2000)),
+                     "scaler.growth_tracker": "0", "scaler.steps": "0", "scaler.skipped": "0",
+                     "scaler.skipped_in_a_row": "0", "scaler.hysteresis_left": str(int(s.get("hysteresis") or 1))})
     save_file(tensors, path, metadata=meta)
 
 

@@ -1,9 +1,10 @@
 /*
  * test_interop.c - ampc checkpoints and PyTorch (python/ampc_torch.py),
  * both ways, for the mlp, the cnn and the gpt. PyTorch and safetensors
- * are not build or CI dependencies: the Python side is run with
- * $AMPC_TORCH_PYTHON (else python3), and where it lacks them this program
- * exits 77, which CTest reports as skipped.
+ * are not build dependencies: the Python side is run with the first of
+ * $AMPC_TORCH_PYTHON, python3 and the repository's .bench-venv that has
+ * them (CI installs them there: scripts/torch-deps.sh), and where none
+ * has them this program exits 77, which CTest reports as skipped.
  *
  *   ampc -> PyTorch: `ampc train` a few steps, load the checkpoint into the
  *     model here and into the twin there (ampc_torch.load: built from the
@@ -23,6 +24,7 @@
  * lr 0.03: near its initialisation attention is almost uniform and q, k
  * hardly matter), a wrong name or transposed weight by O(0.1).
  */
+#include "cli.h"
 #include "harness.h"
 #include "test_cli_util.h"
 
@@ -322,6 +324,75 @@ static void test_gpt_from_pytorch(void)
     check_torch_to_ampc("gpt", cfg);
 }
 
+/* The run's settings in dir's checkpoint, resolved as a resumed run
+ * resolves them (an option left out takes the model's default), as
+ * settings_to_json writes them, the schedule's place left out (a saved
+ * twin is at step 0). */
+static char *settings_at_step_0(const char *dir)
+{
+    train_opts o;
+    run_info ri;
+    if (checkpoint_read_settings(dir, &o, &ri) >= 0 || opts_resolve(&o) >= 0)
+        return NULL;
+    ri.sched_step = ri.skipped = 0;
+    return settings_to_json(&o, &ri);
+}
+
+/* ampc -> ampc_torch -> ampc: the twin keeps the run's settings and its
+ * weights' dtypes, so the checkpoint it writes holds the same bits and
+ * the same settings, and `ampc eval` prints the same number (the batch,
+ * seed and val-batches of a run used to be dropped, moving a gpt's
+ * val_loss from 4.6150 to 4.6066). */
+static void check_round_trip(const char *what, const char *args)
+{
+    char a[512], b[512], ckb[600], first[256];
+    snprintf(first, sizeof first, "rt-%s-a", what);
+    cli_path(a, sizeof a, first);
+    snprintf(first, sizeof first, "rt-%s-b", what);
+    cli_path(b, sizeof b, first);
+    int rc = cli_run("train %s --save %s", args, a);
+    CHECK_MSG(rc == 0, "%s: exit %d:\n%s", what, rc, cli_out);
+    rc = cli_run("eval %s", a);
+    CHECK_MSG(rc == 0, "%s: eval: exit %d:\n%s", what, rc, cli_out);
+    const char *m = strstr(cli_out, "val_loss ") ? strstr(cli_out, "val_loss ") : strstr(cli_out, "test_accuracy ");
+    snprintf(first, sizeof first, "%s", m ? m : "(no measure)");
+    mkdir(b, 0700);
+    snprintf(ckb, sizeof ckb, "%s/checkpoint.safetensors", b);
+    char cka[600];
+    snprintf(cka, sizeof cka, "%s/checkpoint.safetensors", a);
+    rc = py("roundtrip '%s' '%s'", cka, ckb);
+    CHECK_MSG(rc == 0 && strstr(cli_out, "weights identical"), "%s: roundtrip: exit %d:\n%s", what, rc, cli_out);
+    char *sa = settings_at_step_0(a), *sb = settings_at_step_0(b);
+    CHECK_MSG(sa && sb && strcmp(sa, sb) == 0, "%s: the settings differ:\n  ampc  %s\n  twin  %s", what,
+              sa ? sa : "?", sb ? sb : "?");
+    free(sa);
+    free(sb);
+    rc = cli_run("eval %s", b);
+    CHECK_MSG(rc == 0, "%s: eval of the twin's file: exit %d:\n%s", what, rc, cli_out);
+    m = strstr(cli_out, "val_loss ") ? strstr(cli_out, "val_loss ") : strstr(cli_out, "test_accuracy ");
+    CHECK_MSG(m && strcmp(m, first) == 0, "%s: eval moved:\n  ampc  %s  twin  %s", what, first, m ? m : "?");
+    rc = cli_run("train --resume %s --steps 2", b);
+    CHECK_MSG(rc == 0 && strstr(cli_out, "resumed from"), "%s: resume of the twin's file: exit %d:\n%s", what, rc,
+              cli_out);
+}
+
+static void test_round_trip_through_pytorch_keeps_settings_and_measure(void)
+{
+    if (!need_torch())
+        return;
+    char args[1024];
+    snprintf(args, sizeof args,
+             "--model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 3 --val-batches 4 "
+             "--seed 7 --steps 3 --threads 1",
+             text);
+    check_round_trip("gpt", args);
+    snprintf(args, sizeof args,
+             "--model mlp --data %s --hidden 24 --batch 20 --seed 5 --steps 3 --threads 1 --precision fp16 "
+             "--param-dtype fp16 --init-scale 1024 --hysteresis 2",
+             images);
+    check_round_trip("mlp-fp16", args);
+}
+
 /* A state_dict that does not fit (a missing and an unexpected name) is
  * refused by ampc_torch.save, naming them. */
 static void test_save_refuses_a_state_dict_that_does_not_fit(void)
@@ -346,16 +417,26 @@ static void test_save_refuses_a_state_dict_that_does_not_fit(void)
 int main(void)
 {
     const char *src = getenv("AMPC_SOURCE_DIR"), *tp = getenv("AMPC_TORCH_PYTHON");
-    snprintf(python, sizeof python, "%s", tp && *tp ? tp : "python3");
     snprintf(script, sizeof script, "%s/tests/test_interop.py", src ? src : ".");
     if (!cli_init("interop"))
         return 1;
     amp_set_num_threads(1);
-    char probe[1200];
-    snprintf(probe, sizeof probe, "'%s' -c 'import torch, safetensors' > /dev/null 2>&1", python);
-    have_torch = system(probe) == 0;
+    /* The first Python with torch and safetensors: $AMPC_TORCH_PYTHON,
+     * python3, the repository's .bench-venv (scripts/torch-deps.sh). */
+    char venv[1100];
+    snprintf(venv, sizeof venv, "%s/.bench-venv/bin/python", src ? src : ".");
+    const char *cands[] = {tp && *tp ? tp : NULL, "python3", venv};
+    for (int i = 0; i < 3 && !have_torch; i++) {
+        char probe[1300];
+        if (!cands[i])
+            continue;
+        snprintf(python, sizeof python, "%s", cands[i]);
+        snprintf(probe, sizeof probe, "'%s' -c 'import torch, safetensors' > /dev/null 2>&1", python);
+        have_torch = system(probe) == 0;
+    }
     if (!have_torch)
-        printf("  %s has no torch or safetensors (set AMPC_TORCH_PYTHON): the PyTorch tests are skipped\n", python);
+        printf("  no Python with torch and safetensors ($AMPC_TORCH_PYTHON, python3, .bench-venv; "
+               "scripts/torch-deps.sh installs them): the PyTorch tests are skipped\n");
     cli_path(images, sizeof images, "images");
     cli_write_noise_images(images, 64, 5);
     cli_path(text, sizeof text, "text.txt");
@@ -367,6 +448,7 @@ int main(void)
     RUN(test_cnn_from_pytorch);
     RUN(test_gpt_from_pytorch);
     RUN(test_save_refuses_a_state_dict_that_does_not_fit);
+    RUN(test_round_trip_through_pytorch_keeps_settings_and_measure);
     cli_cleanup();
     int rc = harness_done();
     return rc == 0 && !have_torch ? 77 : rc;

@@ -21,6 +21,11 @@ missing, which the C test reports as skipped.
     test_interop.py resave CKPT DATA PRECISION OUT
         loads ampc checkpoint CKPT as a twin and saves it again with
         ampc_torch.save as OUT, with settings data DATA and PRECISION.
+
+    test_interop.py roundtrip CKPT OUT
+        loads ampc checkpoint CKPT as a twin, saves it as OUT with no
+        arguments (the twin keeps the run's settings), and prints "weights
+        identical" when every weight of OUT has CKPT's dtype and bits.
 """
 import gzip
 import json
@@ -127,6 +132,15 @@ def main(argv):
     if cmd == "resave":
         _, _, ckpt, data, precision, out = argv
         ampc_torch.save(ampc_torch.load(ckpt), out, data=data, precision=precision)
+        return 0
+    if cmd == "roundtrip":
+        _, _, ckpt, out = argv
+        ampc_torch.save(ampc_torch.load(ckpt), out)
+        a, _, _ = ampc_torch.read(ckpt)
+        b, _, _ = ampc_torch.read(out)
+        differ = [k for k in a if not k.startswith("optim.")
+                  and not (k in b and a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]))]
+        print("weights " + ("identical" if not differ else "differ: " + ", ".join(differ)))
         return 0
     print(f"unknown command {cmd}")
     return 2

@@ -343,9 +343,10 @@ int checkpoint_save_run(const char *dir, const trainer *t, const train_opts *o, 
 /* Share of d's images whose argmax logit is their label; -1 (error set)
  * on failure. */
 double eval_accuracy(trainer *t, const dataset *d, batcher *b);
-/* Mean cross-entropy over o->val_batches fixed validation batches of the
- * text; NAN (error set) on failure. */
-double eval_text_loss(trainer *t, const train_opts *o, text_data *td);
+/* Mean cross-entropy over o->val_batches validation batches of the text,
+ * drawn from seed `windows` (0: the windows train's closing evaluation
+ * measures, whatever the run's seed); NAN (error set) on failure. */
+double eval_text_loss(trainer *t, const train_opts *o, text_data *td, uint64_t windows);
 /* `ampc eval`: the arguments after "eval". */
 int eval_run(int argc, char **argv);
 

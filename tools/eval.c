@@ -6,7 +6,8 @@
  * checkpoint.
  *
  * The validation windows come from fixed seeds, not the run's seed, so
- * runs with different seeds or precisions are measured on the same text.
+ * runs with different seeds or precisions are measured on the same text;
+ * `ampc eval --seed S` draws another set of windows.
  *
  * A model on CUDA (--device cuda) is measured there: each batch is copied
  * to the device, autocast runs on AMP_CUDA, and the predictions (or the
@@ -116,7 +117,7 @@ double eval_accuracy(trainer *t, const dataset *d, batcher *b)
     return ok ? (double)correct / (double)d->n : -1.0;
 }
 
-double eval_text_loss(trainer *t, const train_opts *o, text_data *td)
+double eval_text_loss(trainer *t, const train_opts *o, text_data *td, uint64_t windows)
 {
     if (!all_finite(t, NULL, NULL))
         return NAN;
@@ -126,7 +127,7 @@ double eval_text_loss(trainer *t, const train_opts *o, text_data *td)
     amp_module_train(t->model, false);
     amp_no_grad_begin();
     for (int64_t k = 0; k < o->val_batches && ok; k++) {
-        ok = amp_text_batch(td->text, true, derive_seed(0, VAL_STREAM, (uint64_t)k), td->x, td->y) == AMP_OK;
+        ok = amp_text_batch(td->text, true, derive_seed(windows, VAL_STREAM, (uint64_t)k), td->x, td->y) == AMP_OK;
         amp_tensor *x = ok ? on_model_device(t, td->x, &dx) : NULL, *y = x ? on_model_device(t, td->y, &dy) : NULL;
         if (!(ok = y != NULL))
             break;
@@ -176,6 +177,9 @@ const char *eval_option_help(const char *name)
         {"precision", "fp32, or bf16 / fp16 autocast for the forward passes (no scaler: nothing is trained) "
                       "(default: the run's)"},
         {"val-batches", "gpt: validation batches measured (default: the run's, else 20)"},
+        {"batch", "examples (gpt: sequences) per batch measured (default: the run's)"},
+        {"seed", "gpt: the seed the validation windows are drawn from (default 0: the windows train's closing "
+                 "evaluation measures, whatever the run's seed; mlp and cnn measure the whole test set)"},
         {"resume", "the run's directory, the same as DIR (evaluated only: nothing is trained or saved)"},
     };
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
@@ -200,6 +204,15 @@ int eval_run(int argc, char **argv)
         rc = settings_merge(&o, &ck, where);
     if (rc < 0)
         rc = opts_resolve(&o);
+    /* --seed picks a gpt's validation windows; an image model's test set
+     * is measured whole, in order, so a seed there would change nothing. */
+    const bool seed_given = o.given[opts_find("seed") - opts_table()];
+    if (rc < 0 && seed_given && !is_gpt(&o)) {
+        fprintf(stderr, "ampc eval: --seed picks a gpt's validation windows; the %s in %s is measured on the whole "
+                        "test set, in order, which no seed changes\n",
+                o.model, where);
+        rc = EXIT_USAGE;
+    }
     if (rc >= 0)
         return rc;
     amp_set_num_threads((int)o.threads);
@@ -221,7 +234,7 @@ int eval_run(int argc, char **argv)
         printf("checkpoint %s: step %lld, %s (%lld parameters), precision %s\n", where, (long long)step,
                model_describe(&o, &saved, desc, sizeof desc), (long long)t.n_weights, o.precision);
         if (rd.gpt) {
-            double loss = eval_text_loss(&t, &o, &rd.text);
+            double loss = eval_text_loss(&t, &o, &rd.text, seed_given ? o.seed : 0);
             if (isnan(loss)) {
                 fprintf(stderr, "ampc: evaluation: %s\n", amp_last_error());
                 rc = 1;

@@ -595,7 +595,7 @@ static int finish(run *r, double t0, double t_loaded, double t_trained)
 {
     double m = 0;
     bool gpt = r->rd->gpt;
-    m = gpt ? eval_text_loss(r->t, r->o, &r->rd->text) : eval_accuracy(r->t, &r->rd->test, &r->rd->eb);
+    m = gpt ? eval_text_loss(r->t, r->o, &r->rd->text, 0) : eval_accuracy(r->t, &r->rd->test, &r->rd->eb);
     if (gpt ? isnan(m) : m < 0) {
         fprintf(stderr, "ampc: evaluation: %s\n", amp_last_error());
         return 1;
