@@ -198,6 +198,9 @@ static void test_bad_values_are_refused(void)
         {"--backoff-factor 1", "--backoff-factor 1 must be between 0 and 1, both excluded"},
         {"--backoff-factor 0", "--backoff-factor 0 must be between 0 and 1, both excluded"},
         {"--backoff-factor 2", "--backoff-factor: 2 is out of range (0 to 1)"},
+        /* factors that round to 1 in fp32 would never move the scale */
+        {"--growth-factor 1.00000001", "--growth-factor 1.0000000099999999 rounds to 1 in fp32"},
+        {"--backoff-factor 0.99999999", "--backoff-factor 0.99999998999999995 is within 2^-24 of 1"},
         {"--hysteresis 0", "--hysteresis: '0' is not a whole number from 1 to 1000000"},
         {"--hysteresis 1.5", "--hysteresis: '1.5' is not a whole number"},
         {"--min-scale -1", "--min-scale: -1 is out of range (0: off, or 1e-30 to 1e+30)"},

@@ -102,6 +102,42 @@ static void test_factor_validation_only_when_enabled(void)
     amp_scaler_free(s);
 }
 
+/* The scale is an f32: factors within 2^-24 of 1 would never move it and
+ * are refused; the nearest ones allowed move every scale tried, powers of
+ * two (the worst case: a tie rounds back to them) included. */
+static void test_factors_that_cannot_move_an_f32_scale_are_refused(void)
+{
+    const double bad_growth[] = {1.00000001, 1.0 + 0x1p-24}, bad_backoff[] = {0.99999999, 0.99999997, 1.0 - 0x1p-25};
+    for (int i = 0; i < 2; i++) {
+        amp_scaler_opts o = amp_scaler_defaults();
+        o.growth_factor = bad_growth[i];
+        CHECK_MSG(amp_scaler_new(o) == NULL, "growth %.17g accepted", bad_growth[i]);
+        CHECK_ERROR(AMP_ERR_ARG, "rounds to 1 in fp32, so the scale (an fp32) would never grow");
+    }
+    for (int i = 0; i < 3; i++) {
+        amp_scaler_opts o = amp_scaler_defaults();
+        o.backoff_factor = bad_backoff[i];
+        CHECK_MSG(amp_scaler_new(o) == NULL, "backoff %.17g accepted", bad_backoff[i]);
+        CHECK_ERROR(AMP_ERR_ARG, "is within 2^-24 of 1, so the scale (an fp32) would never back off");
+    }
+    const double scales[] = {65536.0, 1.0, 3.0, 1.99999988079071044921875, 1.00000011920928955078125};
+    rig r = make_rig(3, false);
+    for (int i = 0; i < 5; i++) {
+        amp_scaler *g = scaler_with(scales[i], 1.0 + 0x1p-23, 0.5, 1);
+        amp_scaler *b = scaler_with(scales[i], 2.0, 1.0 - 0x1p-24, 1);
+        CHECK(g != NULL && b != NULL);
+        if (g && b) {
+            CHECK(!iteration(g, r, 1.0));
+            CHECK_MSG(amp_scaler_get_scale(g) > scales[i], "scale %.17g did not grow", scales[i]);
+            CHECK(iteration(b, r, INFINITY));
+            CHECK_MSG(amp_scaler_get_scale(b) < scales[i], "scale %.17g did not back off", scales[i]);
+        }
+        amp_scaler_free(g);
+        amp_scaler_free(b);
+    }
+    free_rig(r);
+}
+
 /* 3 */
 static void test_small_interval_sequence(void)
 {
@@ -598,6 +634,7 @@ int main(void)
     RUN(test_scale_keeps_dimensioned_16bit_outputs);
     RUN(test_defaults);
     RUN(test_factor_validation_only_when_enabled);
+    RUN(test_factors_that_cannot_move_an_f32_scale_are_refused);
     RUN(test_small_interval_sequence);
     RUN(test_growth_after_exactly_2000_clean_steps);
     RUN(test_no_floor_by_default);

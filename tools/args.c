@@ -511,6 +511,18 @@ static bool check_scaler(const train_opts *o)
                         "shrinks by it)\n", o->backoff_factor);
         return true;
     }
+    /* The scale is an fp32: a factor within 2^-24 of 1 never moves it
+     * (amp_scaler_new's rule, said here in the option's name). */
+    if (!(o->growth_factor > 1.0 + 0x1p-24)) {
+        fprintf(stderr, "ampc train: --growth-factor %.17g rounds to 1 in fp32: the scale (an fp32) would never grow; "
+                        "give one above 1 + 2^-24 (1.0000001 or more)\n", o->growth_factor);
+        return true;
+    }
+    if (!(o->backoff_factor <= 1.0 - 0x1p-24)) {
+        fprintf(stderr, "ampc train: --backoff-factor %.17g is within 2^-24 of 1: the scale (an fp32) would never "
+                        "back off; give one of at most 1 - 2^-24 (0.99999994)\n", o->backoff_factor);
+        return true;
+    }
     /* On resume the scale is the checkpoint's, clamped to new bounds
      * (train.c's scaler_resume): an --init-scale only the checkpoint
      * holds is not checked against them. */

@@ -85,6 +85,21 @@ static amp_status check_opts(const amp_scaler_opts *o)
     if (!(o->backoff_factor > 0.0))
         return amp_set_error(AMP_ERR_ARG, "scaler: the backoff factor must be > 0 (got %g)",
                              o->backoff_factor);
+    /* The scale is an f32, scale * factor rounded to f32: a factor within
+     * half an f32 ulp of 1 would leave a power-of-two scale where it is,
+     * forever (growth: 1 + 2^-24 or less, which rounds to 1 in f32;
+     * backoff: above 1 - 2^-24). Every factor past those bounds moves
+     * every normal scale by at least one ulp. */
+    if (!(o->growth_factor > 1.0 + 0x1p-24))
+        return amp_set_error(AMP_ERR_ARG,
+                             "scaler: the growth factor %.17g rounds to 1 in fp32, so the scale (an fp32) would never "
+                             "grow; give one above 1 + 2^-24 (1.0000001 or more)",
+                             o->growth_factor);
+    if (!(o->backoff_factor <= 1.0 - 0x1p-24))
+        return amp_set_error(AMP_ERR_ARG,
+                             "scaler: the backoff factor %.17g is within 2^-24 of 1, so the scale (an fp32) would "
+                             "never back off; give one of at most 1 - 2^-24 (0.99999994)",
+                             o->backoff_factor);
     /* The scale is kept as an f32: 1e300 would become inf (every step
      * skipped, forever), 1e-50 zero (every gradient zero). */
     if (!((float)o->init_scale > 0.0f) || !isfinite((float)o->init_scale))
