@@ -118,10 +118,19 @@ AMP_API int amp_get_num_threads(void);
  * amx-bf16 32x32, f16 amx-bf16 split 32x32 from 2^22 multiply-adds, else
  * widen: avx512 12x32"; without oneDNN "ampc f32 ..., bf16 ..., f16 ...".
  * The environment variable AMPC_CPU_LIB=own|onednn|auto, read once, picks
- * who runs the matrix products and convolutions (docs/ARCHITECTURE.md; any
- * other value means auto); AMPC_GEMM_F16=widen|split|auto how ampc's own
- * kernels run f16 x f16 products. */
+ * who runs the matrix products and convolutions (docs/ARCHITECTURE.md);
+ * AMPC_GEMM_F16=widen|split|auto how ampc's own kernels run f16 x f16
+ * products. */
 AMP_API const char *amp_cpu_kernels(void);
+
+/* Checks every environment variable the library reads (AMPC_CPU_LIB,
+ * AMPC_GEMM_F16, AMPC_ONEDNN_SPLIT, AMPC_KEEP_CASTS, AMPC_SPIN_US,
+ * AMPC_DIST_TIMEOUT; docs/environment.md lists their values): AMP_ERR_ARG
+ * naming the first one set to a value it does not take (a misspelt
+ * choice, text where a number belongs, a number out of range), which the
+ * library would otherwise read as the default. Unset or empty is the
+ * default. The ampc program calls it before any command runs. */
+AMP_API amp_status amp_check_environment(void);
 
 /* Bytes held by tensors and kernel scratch. Blocks come from a caching
  * allocator: freed blocks are kept for reuse by the next request of their

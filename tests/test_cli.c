@@ -37,7 +37,7 @@ static void test_help_exits_0_and_lists_commands_and_options(void)
      * settings as defaults, and none of train's options. */
     CHECK_OUT("the same as DIR");
     CHECK_OUT("(default: the run's)");
-    CHECK_MSG(strstr(cli_out, "continue the run") == NULL && strstr(cli_out, "--batch") == NULL &&
+    CHECK_MSG(strstr(cli_out, "continue the run") == NULL && strstr(cli_out, "--accum") == NULL &&
                   strstr(cli_out, "grad scaler (default") == NULL,
               "eval --help in train's words:\n%s", cli_out);
     CHECK_EQ_INT(cli_run("plot --help"), 0);
@@ -65,8 +65,8 @@ static void test_unknown_flag_exits_2_naming_it(void)
     CHECK_OUT("--bogus-top");
     CHECK_EQ_INT(cli_run("train stray"), 2);
     CHECK_OUT("'stray'");
-    CHECK_EQ_INT(cli_run("eval --batch 3 somewhere"), 2); /* a train-only option */
-    CHECK_OUT("--batch");
+    CHECK_EQ_INT(cli_run("eval --accum 3 somewhere"), 2); /* a train-only option */
+    CHECK_OUT("--accum");
     CHECK_EQ_INT(cli_run("eval"), 2);
     CHECK_OUT("which checkpoint");
 }

@@ -169,7 +169,7 @@ static const row rows[] = {
     {"eval: a text file as the checkpoint", ck_text, "eval @D/ck " T, 1, "not a safetensors file"},
     {"eval: the text corpus as --data of an mlp", NULL, "eval @CK --data @TEXT " T, 1, "should hold Fashion-MNIST"},
     {"eval: no checkpoint given", NULL, "eval", 2, "which checkpoint"},
-    {"eval: a train-only option", NULL, "eval @CK --batch 3", 2, "unknown option '--batch'"},
+    {"eval: a train-only option", NULL, "eval @CK --accum 3", 2, "unknown option '--accum'"},
     /* Command lines */
     {"train: an unknown option", NULL, "train --bogus 3", 2, "unknown option '--bogus'"},
     {"train: a stray argument", NULL, "train stray", 2, "unexpected argument 'stray'"},

@@ -37,9 +37,25 @@ static int finish_stdout(int rc)
     return 1;
 }
 
+/* The environment is input too: a variable the library or this program
+ * reads, set to a value it does not take, is refused (exit 2) before any
+ * command runs, rather than read as the default. */
+static int check_environment(void)
+{
+    if (amp_check_environment() != AMP_OK) {
+        fprintf(stderr, "ampc: %s\n", amp_last_error());
+        return EXIT_USAGE;
+    }
+    return mem_env_check();
+}
+
 static int run_command(int argc, char **argv);
 
-int main(int argc, char **argv) { return finish_stdout(run_command(argc, argv)); }
+int main(int argc, char **argv)
+{
+    int rc = argc >= 2 ? check_environment() : -1;
+    return finish_stdout(rc >= 0 ? rc : run_command(argc, argv));
+}
 
 static int run_command(int argc, char **argv)
 {

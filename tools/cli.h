@@ -564,6 +564,10 @@ void mem_budget_cgroups(mem_budget *b, const char *proc, uint64_t rss);
 /* The cuda device's: its free memory (cudaMemGetInfo) and what ampc's
  * cache holds; not known without a GPU. */
 void mem_budget_device(mem_budget *b);
+/* The environment variables of the memory check: AMPC_MEMORY_LIMIT a
+ * number of bytes, AMPC_NO_MEMORY_CHECK 0 or 1 (unset or empty: the
+ * defaults). -1, or EXIT_USAGE after a message naming the variable. */
+int mem_env_check(void);
 /* Bytes in "600000000", "600M", "4G", "512KiB"; false when not. */
 bool mem_parse_bytes(const char *s, uint64_t *out);
 /* This process's resident memory (VmRSS). */

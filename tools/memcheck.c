@@ -245,14 +245,9 @@ void mem_budget_get(mem_budget *b)
     mem_budget_cgroups(b, "/proc/self", rss);
     const char *env = getenv("AMPC_MEMORY_LIMIT");
     uint64_t cap;
-    if (env && *env) {
-        if (mem_parse_bytes(env, &cap)) {
-            snprintf(src, sizeof src, "AMPC_MEMORY_LIMIT=%s", env);
-            consider(b, cap, src);
-        } else {
-            fprintf(stderr, "ampc: AMPC_MEMORY_LIMIT=%s is not a number of bytes (like 600000000 or 600M); "
-                            "ignored\n", env);
-        }
+    if (env && *env && mem_parse_bytes(env, &cap)) { /* (mem_env_check refused any other value) */
+        snprintf(src, sizeof src, "AMPC_MEMORY_LIMIT=%s", env);
+        consider(b, cap, src);
     }
 }
 
@@ -389,11 +384,30 @@ int mem_check(const train_opts *o, const run_info *ri, const run_data *rd, bool 
         return 0;
     }
     const char *skip = getenv("AMPC_NO_MEMORY_CHECK");
-    if (o->no_memory_check || (skip && *skip && strcmp(skip, "0") != 0))
+    if (o->no_memory_check || (skip && strcmp(skip, "1") == 0)) /* (mem_env_check: "", 0 or 1) */
         return -1;
     if (!fits(o, "memory", e.host, e.host_total, &b))
         return 1;
     if (cuda && !fits(o, "device memory", e.dev, e.dev_total, &db))
         return 1;
+    return -1;
+}
+
+int mem_env_check(void)
+{
+    const char *limit = getenv("AMPC_MEMORY_LIMIT"), *skip = getenv("AMPC_NO_MEMORY_CHECK");
+    uint64_t cap;
+    if (limit && *limit && !mem_parse_bytes(limit, &cap)) {
+        fprintf(stderr, "ampc: environment variable AMPC_MEMORY_LIMIT=%.200s is not a number of bytes (like "
+                        "600000000, 600M or 4G: the memory a run may use); unset it for no limit of its own\n",
+                limit);
+        return EXIT_USAGE;
+    }
+    if (skip && *skip && strcmp(skip, "0") != 0 && strcmp(skip, "1") != 0) {
+        fprintf(stderr, "ampc: environment variable AMPC_NO_MEMORY_CHECK=%.200s is not 0 or 1 (1 runs even when "
+                        "the memory estimate does not fit, as --no-memory-check); unset it for the check\n",
+                skip);
+        return EXIT_USAGE;
+    }
     return -1;
 }

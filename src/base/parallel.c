@@ -29,6 +29,7 @@
 #include "base/parallel.h"
 
 #include "base/base.h"
+#include "base/env.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -55,8 +56,7 @@ static int64_t spin_ns(void)
     static _Atomic int64_t v = -1;
     int64_t x = atomic_load_explicit(&v, memory_order_relaxed);
     if (x < 0) {
-        const char *e = getenv("AMPC_SPIN_US");
-        x = e ? atoll(e) * 1000 : SPIN_NS_DEFAULT;
+        x = (int64_t)(env_number(ENV_SPIN_US, SPIN_NS_DEFAULT / 1000) * 1000);
         atomic_store(&v, x);
     }
     return x;

@@ -13,6 +13,7 @@
 #include "comm/comm_nccl.h"
 
 #include "base/base.h"
+#include "base/env.h"
 #include "dtype/dtype.h"
 
 #include <limits.h>
@@ -71,10 +72,7 @@ void comm_set_timeout(double seconds) { g_timeout = seconds > 0 ? seconds : 0; }
 double comm_timeout(void)
 {
     if (g_timeout <= 0) {
-        const char *v = getenv("AMPC_DIST_TIMEOUT");
-        char *end = NULL;
-        double s = v ? strtod(v, &end) : 0;
-        g_timeout = v && end != v && *end == '\0' && s > 0 ? s : DEFAULT_TIMEOUT_S;
+        g_timeout = env_number(ENV_DIST_TIMEOUT, DEFAULT_TIMEOUT_S);
     }
     return g_timeout;
 }

@@ -34,6 +34,7 @@
  */
 #include "ops/ops.h"
 #include "backend/backend.h"
+#include "base/env.h"
 #include "base/profile.h"
 
 #include <stdatomic.h>
@@ -90,8 +91,7 @@ static bool keep_casts(void)
 {
     int v = atomic_load(&keep_on);
     if (v < 0) {
-        const char *e = getenv("AMPC_KEEP_CASTS");
-        v = !(e && strcmp(e, "0") == 0);
+        v = env_choice(ENV_KEEP_CASTS, 1); /* "0" or "1" */
         atomic_store(&keep_on, v);
     }
     return v != 0;

@@ -60,6 +60,7 @@
  */
 #include "backend/cpu/gemm.h"
 #include "base/base.h"
+#include "base/env.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -79,9 +80,8 @@ static int f16_mode(void)
 {
     int m = atomic_load(&forced_mode);
     if (m < 0) {
-        const char *e = getenv("AMPC_GEMM_F16");
-        int want = e && !strcmp(e, "widen") ? GEMM_F16_WIDEN : e && !strcmp(e, "split") ? GEMM_F16_SPLIT
-                                                                                        : GEMM_F16_AUTO;
+        static const int modes[] = {GEMM_F16_AUTO, GEMM_F16_WIDEN, GEMM_F16_SPLIT}; /* env.c's order */
+        int want = modes[env_choice(ENV_GEMM_F16, 0)];
         int expected = -1;
         atomic_compare_exchange_strong(&forced_mode, &expected, want);
         m = atomic_load(&forced_mode);

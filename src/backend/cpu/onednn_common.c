@@ -14,6 +14,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/onednn.h"
 #include "base/base.h"
+#include "base/env.h"
 #include "base/parallel.h"
 
 #include <stdatomic.h>
@@ -37,12 +38,8 @@ void onednn_set_mode(cpu_lib_mode m)
 cpu_lib_mode onednn_mode(void)
 {
     if (!atomic_load(&mode_set)) {
-        const char *e = getenv("AMPC_CPU_LIB");
-        int m = CPU_LIB_AUTO;
-        if (e && !strcmp(e, "own"))
-            m = CPU_LIB_OWN;
-        else if (e && !strcmp(e, "onednn"))
-            m = CPU_LIB_ONEDNN;
+        static const int modes[] = {CPU_LIB_AUTO, CPU_LIB_OWN, CPU_LIB_ONEDNN}; /* env.c's order */
+        int m = modes[env_choice(ENV_CPU_LIB, 0)];
         int expected = 0;
         if (atomic_compare_exchange_strong(&mode_set, &expected, 1))
             atomic_store(&mode, m);
@@ -109,8 +106,7 @@ static int split_mode(void)
     static _Atomic int mode = -1;
     int m = atomic_load(&mode);
     if (m < 0) {
-        const char *e = getenv("AMPC_ONEDNN_SPLIT");
-        m = !(e && e[0] == '0');
+        m = env_choice(ENV_ONEDNN_SPLIT, 1); /* "0" or "1" */
         atomic_store(&mode, m);
     }
     return m;
