@@ -417,6 +417,37 @@ static void test_16bit_weights_saved_before_any_step_load_and_resume(void)
     free(pb);
 }
 
+/* --stop-at at or before the step a checkpoint was saved at would train
+ * nothing: refused naming both steps (it used to exit 0 without a word),
+ * and the checkpoint is left as it was. */
+static void test_stop_at_not_after_the_saved_step_is_refused(void)
+{
+    if (!cli_have_binary())
+        return;
+    char dir[512], f[600];
+    cli_path(dir, sizeof dir, "stop-at");
+    int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --threads 1 --steps 8 --stop-at 4 --save %s",
+                     tiny, dir);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    snprintf(f, sizeof f, "%s/checkpoint.safetensors", dir);
+    size_t n0 = 0, n1 = 0;
+    char *before = cli_read_file(f, &n0);
+    const int stops[] = {2, 4};
+    for (int i = 0; i < 2; i++) {
+        rc = cli_run("train --resume %s --stop-at %d", dir, stops[i]);
+        char want[128];
+        snprintf(want, sizeof want, "--stop-at %d is not after step 4, where", stops[i]);
+        CHECK_MSG(rc == 2 && strstr(cli_out, want) && strstr(cli_out, "train on to step 8"), "--stop-at %d: exit %d:\n%s",
+                  stops[i], rc, cli_out);
+    }
+    char *after = cli_read_file(f, &n1);
+    CHECK(before && after && n0 == n1 && memcmp(before, after, n0) == 0);
+    free(before);
+    free(after);
+    rc = cli_run("train --resume %s --stop-at 5", dir);
+    CHECK_MSG(rc == 0 && strstr(cli_out, "stopped at step 5 of 8"), "exit %d:\n%s", rc, cli_out);
+}
+
 int main(void)
 {
     if (!cli_init("test-cli-resume"))
@@ -435,6 +466,7 @@ int main(void)
     RUN(test_huge_options_are_refused_with_their_range);
     RUN(test_resumed_run_saves_the_straight_runs_checkpoint_byte_for_byte);
     RUN(test_16bit_weights_saved_before_any_step_load_and_resume);
+    RUN(test_stop_at_not_after_the_saved_step_is_refused);
     cli_cleanup();
     return harness_done();
 }

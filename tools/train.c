@@ -784,6 +784,12 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
                     where, (long long)first, (long long)total, world, world == 1 ? "" : "s");
             rc = EXIT_USAGE;
         }
+        if (rc < 0 && o->stop_at > 0 && o->stop_at <= first) {
+            fprintf(stderr, "ampc: --stop-at %lld is not after step %lld, where %s was saved: nothing would be "
+                            "trained; give a later --stop-at, or none to train on to step %lld\n",
+                    (long long)o->stop_at, (long long)first, where, (long long)total);
+            rc = EXIT_USAGE;
+        }
     }
     /* Ranks resumed from checkpoints of different steps (of one run: the
      * settings agree) would train different steps against each other and
