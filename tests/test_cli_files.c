@@ -141,6 +141,62 @@ static void test_generate_stops_at_a_closed_pipe(void)
     free(r);
 }
 
+/* tmpdir/long/aaa.../aaa.../bbb of exactly len bytes, the directories
+ * up to the last created (the last one is not). */
+static void make_long_dir(char *buf, size_t n, size_t len)
+{
+    cli_path(buf, n, "long");
+    mkdir(buf, 0700);
+    while (strlen(buf) + 2 * 51 < len) {
+        strcat(buf, "/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+        mkdir(buf, 0700);
+    }
+    strcat(buf, "/");
+    while (strlen(buf) < len)
+        strcat(buf, "b");
+}
+
+/* A --save directory whose path fits, but whose checkpoint's temporary
+ * name (DIR/checkpoint.safetensors.tmp.PID) does not: refused before any
+ * step, naming that name and the reason. (The probe used to try a
+ * shorter name, so the run trained and then failed to save.) A path over
+ * PATH_MAX is refused as an option. */
+static void test_a_save_path_too_long_for_its_temporary_is_refused_first(void)
+{
+    if (!cli_have_binary())
+        return;
+    static char dir[PATH_MAX + 200];
+    make_long_dir(dir, sizeof dir, PATH_MAX - 20); /* fits PATH_MAX; its temporary's name does not */
+    CHECK(strlen(dir) < PATH_MAX && strlen(dir) + strlen("/checkpoint.safetensors.tmp.1") >= PATH_MAX);
+    static char args[PATH_MAX + 400];
+    snprintf(args, sizeof args, "train --model mlp --data %s --hidden 4 --batch 16 --steps 2 --threads 1 --save %s",
+             tiny, dir);
+    int rc = cli_run("%s", args);
+    CHECK_MSG(rc == 1 && strstr(cli_out, "has a name longer than the system takes: File name too long") &&
+                  strstr(cli_out, "(nothing was trained)") && !strstr(cli_out, "step 1/"),
+              "exit %d:\n%.300s ... %s", rc, cli_out, strlen(cli_out) > 300 ? cli_out + strlen(cli_out) - 300 : "");
+    strcat(dir, "/cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc");
+    snprintf(args, sizeof args, "train --model mlp --data %s --steps 1 --save %s", tiny, dir);
+    rc = cli_run("%s", args);
+    CHECK_MSG(rc == 2 && strstr(cli_out, "--save: the path is ") && strstr(cli_out, "(PATH_MAX)"), "exit %d", rc);
+}
+
+/* The library's messages keep their reason, which comes after the path,
+ * for a path of thousands of bytes (they used to be cut at 511 bytes). */
+static void test_a_long_path_keeps_the_reason_in_library_errors(void)
+{
+    static char dir[PATH_MAX + 200], path[PATH_MAX + 300];
+    make_long_dir(dir, sizeof dir, 3900);
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/missing.safetensors", dir);
+    amp_module *m = amp_nn_linear(2, 2, true);
+    CHECK(amp_checkpoint_load(path, m, NULL, NULL, NULL, NULL) == AMP_ERR_IO);
+    const char *e = amp_last_error();
+    CHECK_MSG(strstr(e, path) && strstr(e, "No such file or directory"), "%zu bytes: ...%s", strlen(e),
+              strlen(e) > 200 ? e + strlen(e) - 200 : e);
+    amp_module_free(m);
+}
+
 int main(void)
 {
     if (!cli_init("test-cli-files"))
@@ -160,6 +216,8 @@ int main(void)
     alarm(0);
     RUN(test_output_to_a_full_disk_is_an_error);
     RUN(test_generate_stops_at_a_closed_pipe);
+    RUN(test_a_save_path_too_long_for_its_temporary_is_refused_first);
+    RUN(test_a_long_path_keeps_the_reason_in_library_errors);
     cli_cleanup();
     return harness_done();
 }

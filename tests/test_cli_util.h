@@ -60,7 +60,7 @@ static inline bool cli_have_binary(void)
  * the exit code (-1 when it did not exit normally, e.g. a crash). */
 static inline int cli_vrun_env(const char *env, const char *fmt, va_list ap)
 {
-    char args[4096], cmd[5400];
+    char args[12288], cmd[13600]; /* (paths of PATH_MAX bytes fit) */
     vsnprintf(args, sizeof args, fmt, ap);
     snprintf(cmd, sizeof cmd, "%s '%s' %s 2>&1", env ? env : "", cli_ampc, args);
     FILE *p = popen(cmd, "r");

@@ -343,6 +343,9 @@ int opts_set(const opt_def *d, const char *v, train_opts *o, const char *who)
                 return bad(who, d, "unknown value '%s' (choose from %s)", v, d->choices);
         } else if (!*v) {
             return bad(who, d, "needs a non-empty value (%s)", d->meta);
+        } else if (strlen(v) >= PATH_MAX) { /* (the options without choices are paths) */
+            return bad(who, d, "the path is %zu bytes long; the system takes paths of fewer than %d (PATH_MAX)",
+                       strlen(v), PATH_MAX);
         }
         *(const char **)field = v;
         return -1;

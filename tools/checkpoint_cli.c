@@ -106,7 +106,7 @@ int checkpoint_read_settings(const char *dir, train_opts *ck, run_info *ri)
                         ".safetensors file\n");
         return EXIT_USAGE;
     }
-    char path[4096];
+    char path[CLI_PATH_MAX];
     checkpoint_path(path, sizeof path, dir);
     char *text = read_settings_text(path);
     if (!text)
@@ -142,7 +142,7 @@ static double min_params(const train_opts *o, const run_info *ri)
 
 int checkpoint_check_size(const char *dir, const train_opts *o, const run_info *ri)
 {
-    char path[4096];
+    char path[CLI_PATH_MAX];
     checkpoint_path(path, sizeof path, dir);
     struct stat sb;
     /* The parameters in their storage dtype: 16-bit ones hold 2 bytes each
@@ -161,14 +161,14 @@ int checkpoint_check_size(const char *dir, const train_opts *o, const run_info *
 
 void checkpoint_clean(const char *dir)
 {
-    char path[4096];
+    char path[CLI_PATH_MAX];
     checkpoint_path(path, sizeof path, dir);
     ckpt_remove_stale_temps(path);
 }
 
 int checkpoint_load_run(const char *dir, trainer *t, bool load_state, bool load_scaler, int64_t *step)
 {
-    char path[4096];
+    char path[CLI_PATH_MAX];
     checkpoint_path(path, sizeof path, dir);
     if (amp_checkpoint_load(path, t->model, load_state ? t->opt : NULL, load_scaler ? t->scaler : NULL, step,
                             NULL) != AMP_OK) {
@@ -185,7 +185,7 @@ int checkpoint_save_run(const char *dir, const trainer *t, const train_opts *o, 
         fprintf(stderr, "ampc: --save %s: cannot create the directory: %s\n", dir, strerror(errno));
         return 1;
     }
-    char path[4096];
+    char path[CLI_PATH_MAX];
     checkpoint_path(path, sizeof path, dir);
     char *json = settings_to_json(o, ri);
     if (!json) {

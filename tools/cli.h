@@ -34,6 +34,7 @@
 
 #include "ampc.h"
 
+#include <limits.h>
 #include <stdio.h>
 
 #define CLI_MAX_HIDDEN 16
@@ -51,6 +52,9 @@
  * corpus (its text files, not the .dat indexes). */
 #define TEXT_CORPUS "/usr/share/games/fortunes"
 #define CHECKPOINT_FILE "checkpoint.safetensors"
+/* A buffer for a path option (shorter than PATH_MAX: args.c) with a name
+ * inside it appended: DIR/checkpoint.safetensors. */
+#define CLI_PATH_MAX (PATH_MAX + 64)
 
 /* ------------------------------------------------------------- args.c */
 

@@ -198,7 +198,7 @@ int eval_run(int argc, char **argv)
         rc = device_check(&o, "ampc eval");
     if (rc < 0)
         rc = checkpoint_read_settings(o.resume, &ck, &saved);
-    char where[4096];
+    char where[CLI_PATH_MAX];
     checkpoint_path(where, sizeof where, o.resume ? o.resume : ".");
     if (rc < 0)
         rc = settings_merge(&o, &ck, where);

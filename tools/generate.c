@@ -384,7 +384,7 @@ int generate_main(int argc, char **argv)
     train_opts o;
     run_info saved = {0};
     train_opts_default(&o);
-    char where[4096];
+    char where[CLI_PATH_MAX];
     checkpoint_path(where, sizeof where, g.dir);
     if ((rc = checkpoint_read_settings(g.dir, &o, &saved)) >= 0)
         return rc;

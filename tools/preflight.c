@@ -44,19 +44,28 @@ int save_dir_check(const char *dir)
         fprintf(stderr, "ampc train: --save %s: exists and is not a directory (nothing was trained)\n", dir);
         return 1;
     }
-    char ck[4096];
+    char ck[CLI_PATH_MAX];
     checkpoint_path(ck, sizeof ck, dir);
     if (lstat(ck, &st) == 0 && !S_ISREG(st.st_mode)) {
         fprintf(stderr, "ampc train: --save %s: %s exists and is not a regular file: a checkpoint cannot be "
                         "saved over it (nothing was trained)\n", dir, ck);
         return 1;
     }
-    /* The probe: created, written, renamed and removed, as a save would. */
-    char probe[4096], moved[4200];
-    snprintf(probe, sizeof probe, "%s/.ampc-save-check.%ld", dir, (long)getpid());
-    snprintf(moved, sizeof moved, "%s.renamed", probe);
+    /* The probe: the longest name a save makes, its temporary (the
+     * library's "<checkpoint>.tmp.<pid>"), created, written, renamed and
+     * removed, as a save would. (A killed probe's file is a dead pid's
+     * temporary, which the next save removes.) */
+    char probe[CLI_PATH_MAX + 32], moved[CLI_PATH_MAX + 32];
+    snprintf(probe, sizeof probe, "%s.tmp.%ld", ck, (long)getpid());
+    snprintf(moved, sizeof moved, "%s/.ampc-save-check.%ld", dir, (long)getpid());
     unlink(probe); /* one left by a killed run that had this pid */
     int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == ENAMETOOLONG) {
+        fprintf(stderr, "ampc train: --save %s: a checkpoint's temporary file there, %s (%zu bytes), has a name "
+                        "longer than the system takes: %s; give a shorter --save (nothing was trained)\n",
+                dir, probe, strlen(probe), strerror(errno));
+        return 1;
+    }
     if (fd < 0)
         return save_fail(dir, "cannot create a file there", errno);
     int err = 0;
@@ -139,7 +148,7 @@ int log_target_check(const train_opts *o)
  * now): the first save would rename the checkpoint over it. */
 static bool log_is_checkpoint(const char *log, const char *dir)
 {
-    char ck[4096], real_dir[PATH_MAX], log_dir[PATH_MAX];
+    char ck[CLI_PATH_MAX], real_dir[PATH_MAX], log_dir[PATH_MAX];
     checkpoint_path(ck, sizeof ck, dir);
     struct stat a, b;
     if (stat(log, &a) == 0 && stat(ck, &b) == 0)

@@ -715,7 +715,7 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
         return rc;
     }
     ri.world_size = world;
-    char where[4096] = "";
+    char where[CLI_PATH_MAX] = "";
     if (o->resume)
         checkpoint_path(where, sizeof where, o->resume);
     if (saved && (rc = data_check(&ri, saved, o, where)) < 0)
@@ -865,7 +865,7 @@ int train_main(int argc, char **argv)
     if (!o.dry_run) /* a dry run estimates a cuda run without a GPU too */
         rc = device_check(&o, "ampc train");
     if (rc < 0 && o.resume) {
-        char where[4096];
+        char where[CLI_PATH_MAX];
         checkpoint_path(where, sizeof where, o.resume);
         rc = checkpoint_read_settings(o.resume, &ck, &saved);
         if (rc < 0 && amp_dist_rank() == 0)

@@ -9,14 +9,24 @@
 #include "base/base.h"
 
 #include <stdio.h>
+#include <string.h>
+
+/* Room for a message about two paths of PATH_MAX (4096) bytes and the
+ * reason after them: a message cut short loses its reason, which comes
+ * last. */
+#define MSG_MAX 10240
 
 static _Thread_local amp_status last_status = AMP_OK;
-static _Thread_local char last_msg[512];
+static _Thread_local char last_msg[MSG_MAX];
 
 static amp_status vset(amp_status st, const char *fmt, va_list ap)
 {
+    /* Formatted aside first: an argument may be the last message itself
+     * ("...: %s", amp_last_error()). */
+    char msg[MSG_MAX];
+    vsnprintf(msg, sizeof msg, fmt, ap);
     last_status = st;
-    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+    memcpy(last_msg, msg, strlen(msg) + 1);
     return st;
 }
 
@@ -58,7 +68,7 @@ void amp_set_warning_handler(amp_warning_fn fn, void *user)
 
 void amp_warn(const char *fmt, ...)
 {
-    char msg[512];
+    char msg[MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);

@@ -46,7 +46,7 @@
 
 amp_status ckpt_fail(const ckpt *c, amp_status st, const char *fmt, ...)
 {
-    char msg[384];
+    char msg[2048]; /* (a nested library error may be in it) */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
