@@ -197,6 +197,45 @@ static void test_a_long_path_keeps_the_reason_in_library_errors(void)
     amp_module_free(m);
 }
 
+/* `ampc plot LOG -o old.svg` when the new SVG cannot be written whole
+ * (here a file-size limit, as a full disk): old.svg stays byte for byte
+ * and no temporary is left (it used to be truncated, then deleted). */
+static void test_plot_that_cannot_be_written_keeps_the_old_svg(void)
+{
+    if (!cli_have_binary())
+        return;
+    char log[512], svg[512], cmd[3000];
+    cli_path(log, sizeof log, "plot.jsonl");
+    cli_path(svg, sizeof svg, "old.svg");
+    int rc = cli_run("train --model mlp --data %s --hidden 4 --batch 16 --steps 30 --threads 1 --log %s", tiny, log);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    rc = cli_run("plot %s -o %s", log, svg);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    size_t n0 = 0, n1 = 0;
+    char *before = cli_read_file(svg, &n0);
+    CHECK_MSG(before && n0 > 4096, "the SVG should be larger than the limit (%zu bytes)", n0);
+    /* 2 KiB at most per file; SIGXFSZ ignored, so a write past it fails with EFBIG */
+    snprintf(cmd, sizeof cmd, "sh -c \"trap '' XFSZ; ulimit -f 2; exec '%s' plot '%s' -o '%s'\" > '%s.err' 2>&1",
+             cli_ampc, log, svg, svg);
+    int st = system(cmd);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 1, "plot under the limit: status %d", st);
+    char errf[600];
+    snprintf(errf, sizeof errf, "%s.err", svg);
+    char *err = cli_read_file(errf, NULL);
+    CHECK_MSG(err && strstr(err, "File too large") && strstr(err, "left as it was"), "%s", err ? err : "");
+    free(err);
+    char *after = cli_read_file(svg, &n1);
+    CHECK_MSG(after && n1 == n0 && memcmp(before, after, n0) == 0, "old.svg changed (%zu -> %zu bytes)", n0, n1);
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -c 'old.svg.tmp' > '%s.n'", cli_tmp, svg);
+    CHECK(system(cmd) != -1);
+    snprintf(errf, sizeof errf, "%s.n", svg);
+    char *count = cli_read_file(errf, NULL);
+    CHECK_MSG(count && atoi(count) == 0, "temporaries left: %s", count ? count : "?");
+    free(count);
+    free(before);
+    free(after);
+}
+
 int main(void)
 {
     if (!cli_init("test-cli-files"))
@@ -218,6 +257,7 @@ int main(void)
     RUN(test_generate_stops_at_a_closed_pipe);
     RUN(test_a_save_path_too_long_for_its_temporary_is_refused_first);
     RUN(test_a_long_path_keeps_the_reason_in_library_errors);
+    RUN(test_plot_that_cannot_be_written_keeps_the_old_svg);
     cli_cleanup();
     return harness_done();
 }

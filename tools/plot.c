@@ -792,27 +792,55 @@ amp_status plot_file(const char *log_path, const char *svg_path, plot_summary *s
         plot_data_free(&d);
     if (st != AMP_OK)
         return st;
-    FILE *f = fopen(svg_path, "w");
+    /* A file (new, or an earlier SVG) is written whole to a temporary
+     * beside it, then renamed over it: a full disk or a failed write leaves
+     * the earlier SVG as it was and no half-written one. A device
+     * (/dev/stdout, /dev/null) is written directly, and never unlinked
+     * (unlinking /dev/full after its write error would delete the device,
+     * as root). A symbolic link's target is what gets replaced. */
+    char *real = NULL, *tmp = NULL;
+    struct stat so;
+    bool device = stat(svg_path, &so) == 0 && !S_ISREG(so.st_mode);
+    const char *dest = svg_path;
+    if (!device && lstat(svg_path, &so) == 0 && S_ISLNK(so.st_mode) && (real = realpath(svg_path, NULL)))
+        dest = real;
+    size_t tn = strlen(dest) + 32;
+    if (!device && !(tmp = malloc(tn))) {
+        free(real);
+        plot_data_free(&d);
+        return amp_set_error(AMP_ERR_MEMORY, "plot: out of memory");
+    }
+    if (tmp)
+        snprintf(tmp, tn, "%s.tmp.%ld", dest, (long)getpid());
+    const char *target = device ? svg_path : tmp;
+    FILE *f = fopen(target, "w");
     if (!f) {
-        st = amp_set_error(AMP_ERR_IO, "plot: cannot create %s: %s", svg_path, strerror(errno));
+        st = amp_set_error(AMP_ERR_IO, "plot: cannot create %s: %s", target, strerror(errno));
+        free(tmp);
+        free(real);
         plot_data_free(&d);
         return st;
     }
-    /* A half-written SVG is removed, but only a regular file: unlinking
-     * /dev/full after its write error would delete the device (as root). */
-    struct stat so;
-    bool regular = fstat(fileno(f), &so) == 0 && S_ISREG(so.st_mode);
     const char *name = strrchr(log_path, '/');
     plot p = {.f = f, .d = &d};
     draw(&p, name ? name + 1 : log_path);
-    bool bad = ferror(f) != 0;
-    if (fclose(f) != 0 || bad) {
-        st = amp_set_error(AMP_ERR_IO, "plot: cannot write %s: %s", svg_path, strerror(errno));
-        if (regular)
-            unlink(svg_path);
+    int err = ferror(f) || fflush(f) != 0 ? (errno ? errno : EIO) : 0;
+    if (!err && !device && fsync(fileno(f)) != 0)
+        err = errno;
+    if (fclose(f) != 0 && !err)
+        err = errno ? errno : EIO;
+    if (!err && !device && rename(tmp, dest) != 0)
+        err = errno;
+    if (err) {
+        st = amp_set_error(AMP_ERR_IO, "plot: cannot write %s: %s%s", svg_path, strerror(err),
+                           device ? "" : " (an earlier file there is left as it was)");
+        if (!device)
+            unlink(tmp);
     } else if (sum) {
         *sum = (plot_summary){d.n, p.skipped, p.nonfinite, p.val};
     }
+    free(tmp);
+    free(real);
     plot_data_free(&d);
     return st;
 }
