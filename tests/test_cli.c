@@ -448,6 +448,50 @@ static void test_short_fashion_mnist_run_prints_test_accuracy(void)
     CHECK_MSG(acc > 0.3 && acc <= 1.0, "test_accuracy %g:\n%s", acc, cli_out);
 }
 
+/* A refusal speaks in the terms of the command that made it and names a
+ * cause the user did not type: eval's messages say "ampc eval" and never
+ * an option eval does not take; a setting that came from the checkpoint
+ * is named as the checkpoint's. A gpt --dry-run whose token buffers alone
+ * would not fit prints the estimate and "does not fit", as mlp and cnn do. */
+static void test_messages_are_in_the_commands_terms(void)
+{
+    if (!cli_have_binary())
+        return;
+    char mlp[512], p16[512], ns[512];
+    cli_path(mlp, sizeof mlp, "terms-mlp");
+    cli_path(p16, sizeof p16, "terms-bf16-weights");
+    cli_path(ns, sizeof ns, "terms-no-scaler");
+    const char *run = "train --model mlp --data %s --hidden 8 --batch 16 --steps 2 --threads 1 --save %s %s";
+    CHECK_EQ_INT(cli_run(run, tiny, mlp, ""), 0);
+    CHECK_EQ_INT(cli_run(run, tiny, p16, "--param-dtype bf16"), 0);
+    CHECK_EQ_INT(cli_run(run, tiny, ns, "--precision fp16 --no-scaler --stop-at 1"), 0);
+    int rc = cli_run("eval %s --val-batches 5", mlp);
+    CHECK_MSG(rc == 2 && strstr(cli_out, "ampc eval: --val-batches applies to --model gpt only (the checkpoint's "
+                                         "model is mlp)") && !strstr(cli_out, "ampc train"),
+              "exit %d:\n%s", rc, cli_out);
+    rc = cli_run("eval %s --precision fp32", p16);
+    CHECK_MSG(rc == 2 && strstr(cli_out, "ampc eval: --precision fp32 cannot run the checkpoint's weights, which it "
+                                         "stores in bf16") &&
+                  strstr(cli_out, "give --precision bf16") && !strstr(cli_out, "needs --precision"),
+              "exit %d:\n%s", rc, cli_out);
+    rc = cli_run("train --resume %s --max-skips 4", ns);
+    CHECK_MSG(rc == 2 && strstr(cli_out, "--max-skips applies to --precision fp16 with the scaler only (the "
+                                         "checkpoint's run has --no-scaler)"),
+              "exit %d:\n%s", rc, cli_out);
+    /* 512 GiB a token buffer; a text whose validation split holds a window */
+    char big[512];
+    cli_path(big, sizeof big, "terms-long.txt");
+    FILE *f = fopen(big, "w");
+    CHECK(f != NULL);
+    for (int i = 0; f && i < 800000; i++)
+        fputc("abcdefgh \n"[(i * 7 + i / 13) % 10], f);
+    if (f)
+        fclose(f);
+    rc = cli_run("train --model gpt --data %s --batch 1048576 --context 65536 --dry-run", big);
+    CHECK_MSG(rc == 0 && strstr(cli_out, "does not fit") && !strstr(cli_out, "out of memory"), "exit %d:\n%s", rc,
+              cli_out);
+}
+
 int main(void)
 {
     if (!cli_init("test-cli"))
@@ -459,6 +503,7 @@ int main(void)
     RUN(test_help_exits_0_and_lists_commands_and_options);
     RUN(test_no_command_or_unknown_command_exits_2);
     RUN(test_unknown_flag_exits_2_naming_it);
+    RUN(test_messages_are_in_the_commands_terms);
     RUN(test_bad_values_and_combinations_name_the_flag);
     RUN(test_bad_precision_options_are_refused_clearly);
     RUN(test_device_cuda_is_a_clear_error_not_a_crash);

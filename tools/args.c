@@ -173,9 +173,20 @@ const opt_def *opts_find(const char *name)
 static int opt_index(const char *name) { return (int)(opts_find(name) - opts); }
 
 /* The command whose options are parsed, for messages ("ampc profile"
- * parses train's options too). */
+ * and "ampc eval" check train's options too). */
 static const char *opts_command = "ampc train";
 void opts_set_command(const char *name) { opts_command = name; }
+
+/* A message about the options on stderr, in the command's name. */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", opts_command);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
 
 void train_opts_default(train_opts *o)
 {
@@ -441,13 +452,33 @@ int opts_parse(int argc, char **argv, train_opts *o, bool eval)
     return -1;
 }
 
+/* When option `name`'s value came from the checkpoint of a resumed run (or
+ * the one eval measures) rather than this command line, " (the
+ * checkpoint's run has --name VALUE)" in buf, else "": a message then
+ * names the cause, which the user did not type. */
+static const char *from_checkpoint(const train_opts *o, const char *name, char *buf, size_t n)
+{
+    const opt_def *d = opts_find(name);
+    buf[0] = '\0';
+    if (!o->resume || !d || o->given[d - opts])
+        return buf;
+    const void *f = (const char *)o + d->off;
+    if (d->kind == OPT_FLAG)
+        snprintf(buf, n, " (the checkpoint's run has --%s)", name);
+    else if (d->kind == OPT_STR && *(const char *const *)f)
+        snprintf(buf, n, " (the checkpoint's run has --%s %s)", name, *(const char *const *)f);
+    return buf;
+}
+
 /* Refuses option `name` when given on the command line but not applying:
- * `what` says when it does. */
-static bool refuse(const train_opts *o, const char *name, bool applies, const char *what)
+ * `what` says when it does; `cause` is the option that rules it out. */
+static bool refuse(const train_opts *o, const char *name, bool applies, const char *what, const char *cause)
 {
     if (applies || !o->given[opt_index(name)])
         return false;
-    fprintf(stderr, "ampc train: --%s applies to %s only (see ampc train --help)\n", name, what);
+    char why[512];
+    say("--%s applies to %s only%s (see %s --help)\n", name, what, from_checkpoint(o, cause, why, sizeof why),
+        opts_command);
     return true;
 }
 
@@ -455,8 +486,10 @@ static bool refuse(const train_opts *o, const char *name, bool applies, const ch
  * without it. */
 static bool refuse_scaler_opts(const train_opts *o, bool scaler)
 {
+    const char *cause = o->no_scaler ? "no-scaler" : "precision";
     for (int i = 0; i < N_OPTS; i++)
-        if ((opts[i].fp16 & OPT_FP16_SCALER) && refuse(o, opts[i].name, scaler, "--precision fp16 with the scaler"))
+        if ((opts[i].fp16 & OPT_FP16_SCALER) &&
+            refuse(o, opts[i].name, scaler, "--precision fp16 with the scaler", cause))
             return true;
     return false;
 }
@@ -472,14 +505,18 @@ static bool check_levers(const train_opts *o)
 {
     const char *pd = o->param_dtype;
     if (strcmp(pd, "fp32") != 0 && strcmp(pd, o->precision) != 0) {
-        fprintf(stderr,
-                "ampc train: --param-dtype %s needs --precision %s (the weights are stored in autocast's dtype; "
+        if (o->resume && !o->given[opt_index("param-dtype")]) /* the checkpoint's weights (eval, a resumed run) */
+            say("--precision %s cannot run the checkpoint's weights, which it stores in %s (its run had "
+                "--param-dtype %s: weights in autocast's dtype); give --precision %s, or leave --precision out\n",
+                o->precision, pd, pd, pd);
+        else
+            say("--param-dtype %s needs --precision %s (the weights are stored in autocast's dtype; "
                 "precision is %s)\n",
                 pd, pd, o->precision);
         return true;
     }
     if (strcmp(pd, "fp16") == 0 && o->no_scaler) {
-        fprintf(stderr, "ampc train: --param-dtype fp16 needs the grad scaler (drop --no-scaler): unscaled f16 "
+        say("--param-dtype fp16 needs the grad scaler (drop --no-scaler): unscaled f16 "
                         "gradients underflow to zero\n");
         return true;
     }
@@ -495,8 +532,8 @@ static bool check_scaler(const train_opts *o)
     if (o->static_scale > 0) {
         for (int i = 0; i < N_OPTS; i++)
             if ((opts[i].fp16 & OPT_FP16_DYNAMIC) && o->given[i]) {
-                fprintf(stderr,
-                        "ampc train: --%s is an option of the dynamic grad scaler, but --static-scale %g%s fixes "
+                say(
+                        "--%s is an option of the dynamic grad scaler, but --static-scale %g%s fixes "
                         "the scale: give one or the other%s\n",
                         opts[i].name, o->static_scale,
                         o->given[opt_index("static-scale")] ? "" : " (the checkpoint's)",
@@ -505,24 +542,24 @@ static bool check_scaler(const train_opts *o)
             }
     }
     if (!(o->growth_factor > 1)) {
-        fprintf(stderr, "ampc train: --growth-factor %g must be above 1 (the scale grows by it; up to 1e6)\n",
+        say("--growth-factor %g must be above 1 (the scale grows by it; up to 1e6)\n",
                 o->growth_factor);
         return true;
     }
     if (!(o->backoff_factor > 0 && o->backoff_factor < 1)) {
-        fprintf(stderr, "ampc train: --backoff-factor %g must be between 0 and 1, both excluded (the scale "
+        say("--backoff-factor %g must be between 0 and 1, both excluded (the scale "
                         "shrinks by it)\n", o->backoff_factor);
         return true;
     }
     /* The scale is an fp32: a factor within 2^-24 of 1 never moves it
      * (amp_scaler_new's rule, said here in the option's name). */
     if (!(o->growth_factor > 1.0 + 0x1p-24)) {
-        fprintf(stderr, "ampc train: --growth-factor %.17g rounds to 1 in fp32: the scale (an fp32) would never grow; "
+        say("--growth-factor %.17g rounds to 1 in fp32: the scale (an fp32) would never grow; "
                         "give one above 1 + 2^-24 (1.0000001 or more)\n", o->growth_factor);
         return true;
     }
     if (!(o->backoff_factor <= 1.0 - 0x1p-24)) {
-        fprintf(stderr, "ampc train: --backoff-factor %.17g is within 2^-24 of 1: the scale (an fp32) would never "
+        say("--backoff-factor %.17g is within 2^-24 of 1: the scale (an fp32) would never "
                         "back off; give one of at most 1 - 2^-24 (0.99999994)\n", o->backoff_factor);
         return true;
     }
@@ -536,8 +573,8 @@ static bool check_scaler(const train_opts *o)
      * backoffs there: train.c's watch_scale stops the run. */
     const float first = (float)(o->init_scale * o->backoff_factor);
     if (o->static_scale == 0 && !(o->min_scale > 0) && !(first >= FLT_MIN)) {
-        fprintf(stderr,
-                "ampc train: --backoff-factor %g takes the scale %g%s to %g at the first overflow, below f32's "
+        say(
+                "--backoff-factor %g takes the scale %g%s to %g at the first overflow, below f32's "
                 "smallest normal (%g): the next step's update would be NaN; give a larger factor or a "
                 "--min-scale floor\n",
                 o->backoff_factor, o->init_scale, init_given ? "" : " (the checkpoint's --init-scale)", (double)first,
@@ -545,24 +582,24 @@ static bool check_scaler(const train_opts *o)
         return true;
     }
     if (o->min_scale > 0 && o->max_scale > 0 && o->min_scale > o->max_scale) {
-        fprintf(stderr, "ampc train: --min-scale %g%s is above --max-scale %g%s\n", o->min_scale,
+        say("--min-scale %g%s is above --max-scale %g%s\n", o->min_scale,
                 o->resume && !o->given[opt_index("min-scale")] ? " (the checkpoint's)" : "", o->max_scale,
                 o->resume && !o->given[opt_index("max-scale")] ? " (the checkpoint's)" : "");
         return true;
     }
     if (o->static_scale == 0 && init_given && o->min_scale > 0 && o->init_scale < o->min_scale) {
-        fprintf(stderr, "ampc train: --init-scale %g is below --min-scale %g (give --init-scale at least %g)\n",
+        say("--init-scale %g is below --min-scale %g (give --init-scale at least %g)\n",
                 o->init_scale, o->min_scale, o->min_scale);
         return true;
     }
     if (o->static_scale == 0 && init_given && o->max_scale > 0 && o->init_scale > o->max_scale) {
-        fprintf(stderr, "ampc train: --init-scale %g is above --max-scale %g (give --init-scale at most %g)\n",
+        say("--init-scale %g is above --max-scale %g (give --init-scale at most %g)\n",
                 o->init_scale, o->max_scale, o->max_scale);
         return true;
     }
     amp_scaler *s = amp_scaler_new(scaler_opts_of(o));
     if (!s) {
-        fprintf(stderr, "ampc train: the grad scaler's options: %s\n", amp_last_error());
+        say("the grad scaler's options: %s\n", amp_last_error());
         return true;
     }
     amp_scaler_free(s);
@@ -599,8 +636,8 @@ int opts_resolve(train_opts *o)
     for (int i = 0; i < N_OPTS; i++) {
         const char *m = opts[i].models;
         if (m && o->given[i] && strcmp(m, o->model) != 0) {
-            fprintf(stderr, "ampc train: --%s applies to --model %s only (the model is %s)\n", opts[i].name, m,
-                    o->model);
+            say("--%s applies to --model %s only (the %smodel is %s)\n", opts[i].name, m,
+                o->resume && !o->given[opt_index("model")] ? "checkpoint's " : "", o->model);
             return EXIT_USAGE;
         }
     }
@@ -612,13 +649,15 @@ int opts_resolve(train_opts *o)
         o->schedule = cnn || gpt ? "cosine" : "constant";
     bool step = strcmp(o->schedule, "step") == 0, cosine = strcmp(o->schedule, "cosine") == 0;
     bool scaler = strcmp(o->precision, "fp16") == 0 && !o->no_scaler;
-    if (refuse(o, "momentum", sgd, "--optim sgd") || refuse(o, "step-size", step, "--schedule step") ||
-        refuse(o, "gamma", step, "--schedule step") || refuse(o, "min-lr", cosine, "--schedule cosine") ||
-        refuse_scaler_opts(o, scaler))
+    if (refuse(o, "momentum", sgd, "--optim sgd", "optim") ||
+        refuse(o, "step-size", step, "--schedule step", "schedule") ||
+        refuse(o, "gamma", step, "--schedule step", "schedule") ||
+        refuse(o, "min-lr", cosine, "--schedule cosine", "schedule") || refuse_scaler_opts(o, scaler))
         return EXIT_USAGE;
     if (o->no_scaler && strcmp(o->precision, "fp16") != 0) {
-        fprintf(stderr, "ampc train: --no-scaler applies to --precision fp16 only (precision is %s)\n",
-                o->precision);
+        char why[512];
+        say("--no-scaler applies to --precision fp16 only (precision is %s%s)\n", o->precision,
+            from_checkpoint(o, "precision", why, sizeof why));
         return EXIT_USAGE;
     }
     if (check_levers(o))
@@ -626,20 +665,20 @@ int opts_resolve(train_opts *o)
     if (scaler && check_scaler(o))
         return EXIT_USAGE;
     if (o->health_every > 0 && o->zero == 1) {
-        fprintf(stderr, "ampc train: --health-every does not apply with --zero 1 (each rank holds only its shard "
+        say("--health-every does not apply with --zero 1 (each rank holds only its shard "
                         "of the gradients; measure with DDP, the default)\n");
         return EXIT_USAGE;
     }
     if (o->given[opt_index("epochs")] && o->given[opt_index("steps")]) {
-        fprintf(stderr, "ampc train: give --epochs or --steps, not both\n");
+        say("give --epochs or --steps, not both\n");
         return EXIT_USAGE;
     }
     if ((o->given[opt_index("save-every")] || o->stop_at) && !o->save && !o->resume) {
-        fprintf(stderr, "ampc train: --%s needs --save DIR\n", o->stop_at ? "stop-at" : "save-every");
+        say("--%s needs --save DIR\n", o->stop_at ? "stop-at" : "save-every");
         return EXIT_USAGE;
     }
     if (!o->profile && (o->given[opt_index("profile-steps")] || o->given[opt_index("profile-warmup")])) {
-        fprintf(stderr, "ampc train: --%s needs --profile [FILE]\n",
+        say("--%s needs --profile [FILE]\n",
                 o->given[opt_index("profile-steps")] ? "profile-steps" : "profile-warmup");
         return EXIT_USAGE;
     }
@@ -666,7 +705,7 @@ int opts_resolve(train_opts *o)
         if (!o->mlp_width)
             o->mlp_width = 4 * o->width;
         if (o->width % o->heads != 0) {
-            fprintf(stderr, "ampc train: --width %lld is not divisible by --heads %lld\n", (long long)o->width,
+            say("--width %lld is not divisible by --heads %lld\n", (long long)o->width,
                     (long long)o->heads);
             return EXIT_USAGE;
         }

@@ -264,7 +264,8 @@ typedef struct {
     amp_tensor *x, *y;
 } text_data;
 
-/* Loads path (file or directory); false (message naming it) on failure. */
+/* Loads path (file or directory); false (message naming it) on failure.
+ * The token buffers x, y are left NULL: data_buffers makes them. */
 bool text_load(text_data *t, const char *path, int64_t batch, int64_t context);
 void text_free(text_data *t);
 /* Micro-batches per "epoch" of each of world ranks: together as many
@@ -285,6 +286,12 @@ typedef struct {
  * the file. */
 int data_open(run_data *rd, const train_opts *o, run_info *ri, bool train);
 void data_close(run_data *rd);
+/* The gpt's [batch, context] token buffers (nothing for mlp and cnn, whose
+ * batch buffers data_open makes, cut to the data set): made after the
+ * memory check, which counts them, so that a huge --batch x --context is
+ * an estimate that does not fit, not a failed allocation. -1, or 1 after
+ * a message. */
+int data_buffers(run_data *rd, const train_opts *o);
 /* Checks that the data fits the checkpoint's model; -1 or 1. */
 int data_check(const run_info *have, const run_info *saved, const train_opts *o, const char *where);
 /* ri->vocab and ri->vocab_hex from text's vocabulary. */

@@ -378,13 +378,7 @@ bool text_load(text_data *t, const char *path, int64_t batch, int64_t context)
         text_free(t);
         return false;
     }
-    t->x = amp_empty(AMP_SHAPE(batch, context), AMP_I64);
-    t->y = amp_empty(AMP_SHAPE(batch, context), AMP_I64);
-    if (!t->x || !t->y) {
-        fprintf(stderr, "ampc: token buffers [%lld, %lld]: out of memory\n", (long long)batch, (long long)context);
-        text_free(t);
-        return false;
-    }
+    (void)batch; /* the token buffers come later (data_buffers), after the memory check */
     /* Both splits must hold a window (the error names the split). */
     int64_t n = amp_text_length(t->text), val = n - (n / 10 * 9 + n % 10 * 9 / 10);
     if (val < context + 1) {
@@ -409,6 +403,23 @@ int64_t text_epoch_batches(const text_data *t, int64_t batch, int64_t context, i
 {
     int64_t train = amp_text_length(t->text) / 10 * 9, per = batch * context * (world > 1 ? world : 1);
     return train / per > 0 ? train / per : 1;
+}
+
+int data_buffers(run_data *rd, const train_opts *o)
+{
+    text_data *t = &rd->text;
+    if (!rd->gpt || t->x)
+        return -1;
+    t->x = amp_empty(AMP_SHAPE(o->batch, o->context), AMP_I64);
+    t->y = amp_empty(AMP_SHAPE(o->batch, o->context), AMP_I64);
+    if (t->x && t->y)
+        return -1;
+    fprintf(stderr, "ampc: token buffers [%lld, %lld] (--batch x --context): out of memory\n", (long long)o->batch,
+            (long long)o->context);
+    amp_tensor_free(t->x);
+    amp_tensor_free(t->y);
+    t->x = t->y = NULL;
+    return 1;
 }
 
 static int open_data(run_data *rd, const train_opts *o, run_info *ri, bool train)

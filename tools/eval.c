@@ -193,6 +193,7 @@ int eval_run(int argc, char **argv)
     train_opts o, ck;
     run_info ri = {0}, saved = {0};
     train_opts_default(&o);
+    opts_set_command("ampc eval");
     int rc = opts_parse(argc, argv, &o, true);
     if (rc < 0)
         rc = device_check(&o, "ampc eval");
@@ -221,6 +222,10 @@ int eval_run(int argc, char **argv)
     run_data rd;
     if ((rc = data_open(&rd, &o, &ri, false)) >= 0)
         return rc;
+    if ((rc = data_buffers(&rd, &o)) >= 0) {
+        data_close(&rd);
+        return rc;
+    }
     trainer t = {0};
     int64_t step = 0;
     if ((rc = data_check(&ri, &saved, &o, where)) < 0)

@@ -723,6 +723,8 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
     double t_loaded = now_s();
     if (rc < 0)
         rc = mem_check(o, &ri, &rd, o->dry_run); /* before the model is allocated */
+    if (rc < 0)
+        rc = data_buffers(&rd, o);
     if ((rc = agree(rc)) < 0) /* a collective: every rank is here */
         rc = agree(dist_same_settings(o, &ri));
     if (rc >= 0) {
@@ -895,6 +897,8 @@ int train_main(int argc, char **argv)
 int train_profile_run(const train_opts *o, run_data *rd, run_info *ri)
 {
     int rc = mem_check(o, ri, rd, false);
+    if (rc < 0)
+        rc = data_buffers(rd, o);
     if (rc >= 0)
         return rc;
     int64_t total = o->profile_warmup + o->profile_steps;
