@@ -3,7 +3,9 @@
 # user's program against it three ways: with pkg-config (shared library),
 # statically with `pkg-config --static` (libampc.a plus the pc file's
 # Libs.private, in a copy of the prefix without the shared library, so
-# that -lampc can only mean the archive), and with find_package.
+# that -lampc can only mean the archive), and with find_package (the
+# shared and the static target). The program reaches the CUDA backend and
+# the communication layer, so a build with CUDA or MPI must list them.
 set -euo pipefail
 build=$1
 src=$(cd "$(dirname "$0")" && pwd)
@@ -33,4 +35,5 @@ export PKG_CONFIG_PATH="$libdir/pkgconfig"
 cmake -S "$src" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/consumer" >/dev/null
 LD_LIBRARY_PATH="$libdir" "$tmp/consumer/consumer"
+"$tmp/consumer/consumer_static"
 echo "1 passed, 0 failed"
