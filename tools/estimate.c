@@ -70,6 +70,8 @@
  */
 #include "cli.h"
 
+#include "base/env.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,6 +115,8 @@ typedef struct {
     uint64_t masters;   /* the f32 masters of 16-bit parameters */
     uint64_t widened;   /* f16 parameters: their gradients widened to f32, beyond the f16 size */
     uint64_t state;     /* one optimizer state slot over every parameter */
+    int64_t *numel;     /* each parameter's elements, in the order declared (DDP's buckets) */
+    size_t n_params, cap_params;
 } tape;
 
 uint64_t mem_block(uint64_t n)
@@ -249,6 +253,14 @@ static void param_as(tape *t, int64_t numel, bool lowered, bool can16)
     if (p16 && t->f16)
         t->widened += bytes_of(t, numel, 4) - b;
     t->state += bytes_of(t, numel, t->state_es);
+    if (t->n_params == t->cap_params) {
+        size_t cap = t->cap_params ? 2 * t->cap_params : 64;
+        int64_t *grown = realloc(t->numel, cap * sizeof *grown);
+        if (grown)
+            t->numel = grown, t->cap_params = cap;
+    }
+    if (t->n_params < t->cap_params)
+        t->numel[t->n_params++] = numel;
     t->leaf += b;
     t->leaf_max = b > t->leaf_max ? b : t->leaf_max;
     *(cast ? &r->pa : &r->p) += b;
@@ -636,7 +648,35 @@ const char *mem_cat_name(mem_cat c)
 typedef struct {
     uint64_t params, param_max, acts, casts, act_grads, grads, work, total;
     uint64_t masters, state, widened; /* f32 masters; one optimizer state slot; f16 gradients widened */
+    uint64_t buckets; /* data-parallel (DDP): the gradient buckets' buffers */
 } model_peak;
+
+/* amp_ddp's buffers (dist/ddp.c): the parameters in reverse order, cut
+ * into buckets of --bucket-mb MiB of f32 (a parameter never split); each
+ * bucket an f32 buffer of its gradients and one flag per parameter, and
+ * with --compress a 16-bit copy and the world's 16-bit copies gathered. */
+static uint64_t ddp_buckets(const tape *t, const train_opts *o, int world)
+{
+    const double mb = o->bucket_mb > 0 ? o->bucket_mb : 25;
+    const double cap = mb * 1048576.0 / 4.0;
+    const bool half = o->compress && strcmp(o->compress, "none") != 0;
+    uint64_t total = 0, numel = 0, count = 0;
+    for (size_t j = 0; j <= t->n_params; j++) {
+        const bool end = j == t->n_params;
+        if (count && (end || (double)numel >= cap)) {
+            const uint64_t len = numel + count;
+            total += bytes_of(t, (int64_t)len, 4);
+            if (half)
+                total += bytes_of(t, (int64_t)len, 2) + bytes_of(t, (int64_t)len * world, 2);
+            numel = count = 0;
+        }
+        if (!end) {
+            numel += (uint64_t)t->numel[t->n_params - 1 - j];
+            count++;
+        }
+    }
+    return total;
+}
 
 static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batch, int threads, bool eval)
 {
@@ -648,8 +688,7 @@ static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batc
               .threads = threads > 0 ? threads : 1,
               .p16 = strcmp(o->param_dtype, "fp32") != 0,
               .state_es = strncmp(o->optim_state, "bf16", 4) == 0 ? 2 : 4};
-    const char *lib = getenv("AMPC_CPU_LIB");
-    t.onednn = strstr(amp_cpu_kernels(), "oneDNN") && !(lib && strcmp(lib, "own") == 0);
+    t.onednn = strstr(amp_cpu_kernels(), "oneDNN") && env_choice(ENV_CPU_LIB, 0) != 1; /* 1: "own" */
     if (strcmp(o->model, "mlp") == 0)
         mlp(&t, o, ri, batch);
     else if (strcmp(o->model, "cnn") == 0)
@@ -663,6 +702,10 @@ static model_peak run_tape(const train_opts *o, const run_info *ri, int64_t batc
                     .masters = t.masters,
                     .state = t.state,
                     .widened = t.widened};
+    const int world = amp_dist_world_size();
+    if (world > 1 && o->zero == 0 && !t.failed)
+        m.buckets = ddp_buckets(&t, o, world);
+    free(t.numel);
     if (eval) {
         m.work = t.fwd_peak > t.acts ? t.fwd_peak - t.acts : 0;
         m.total = t.acts + t.casts + m.work;
@@ -741,7 +784,9 @@ void mem_estimate_run(const train_opts *o, const run_info *ri, const run_data *r
     e->params = mem_param_count(o, ri);
     uint64_t *m = cuda ? e->dev : e->host;
     m[MEM_PARAMS] = pb + t.masters;
-    m[MEM_GRADS] = pb + t.widened; /* (each in its parameter's dtype; f16 ones once unscaled in f32) */
+    /* (each in its parameter's dtype; f16 ones once unscaled in f32; and
+     * under mpirun DDP's gradient buckets, made with the ddp and kept) */
+    m[MEM_GRADS] = pb + t.widened + t.buckets;
     int slots = strcmp(o->optim, "sgd") == 0 ? o->momentum != 0 : 2;
     m[MEM_OPTIM] = (uint64_t)slots * t.state;
     const model_peak *use = ev.total > t.total ? &ev : &t;
