@@ -168,7 +168,7 @@ static void test_a_save_path_too_long_for_its_temporary_is_refused_first(void)
     static char dir[PATH_MAX + 200];
     make_long_dir(dir, sizeof dir, PATH_MAX - 20); /* fits PATH_MAX; its temporary's name does not */
     CHECK(strlen(dir) < PATH_MAX && strlen(dir) + strlen("/checkpoint.safetensors.tmp.1") >= PATH_MAX);
-    static char args[PATH_MAX + 400];
+    static char args[2 * PATH_MAX + 1024];
     snprintf(args, sizeof args, "train --model mlp --data %s --hidden 4 --batch 16 --steps 2 --threads 1 --save %s",
              tiny, dir);
     int rc = cli_run("%s", args);
