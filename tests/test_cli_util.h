@@ -222,6 +222,27 @@ static inline char *cli_read_file(const char *path, size_t *len)
     return p;
 }
 
+/* Whether the checkpoints in directories a and b are the same bytes; when
+ * not, why (sizes, or the first differing byte and the text around it)
+ * in why. */
+static inline bool cli_same_checkpoint(const char *a, const char *b, char *why, size_t n)
+{
+    char fa[1100], fb[1100];
+    snprintf(fa, sizeof fa, "%s/checkpoint.safetensors", a);
+    snprintf(fb, sizeof fb, "%s/checkpoint.safetensors", b);
+    size_t na = 0, nb = 0, i = 0;
+    char *pa = cli_read_file(fa, &na), *pb = cli_read_file(fb, &nb);
+    while (pa && pb && i < na && i < nb && pa[i] == pb[i])
+        i++;
+    bool same = pa && pb && na == nb && i == na;
+    if (!same)
+        snprintf(why, n, "the checkpoints differ at byte %zu of %zu / %zu:\n  %.80s\n  %.80s", i, na, nb,
+                 pa && i < na ? pa + (i > 40 ? i - 40 : 0) : "", pb && i < nb ? pb + (i > 40 ? i - 40 : 0) : "");
+    free(pa);
+    free(pb);
+    return same;
+}
+
 /* The number after "label " in cli_out's last such line, or -1. */
 static inline double cli_value_after(const char *label)
 {
