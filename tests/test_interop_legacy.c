@@ -2,7 +2,7 @@
  * test_interop_legacy.c - checkpoints from before the PyTorch names still
  * load (src/io/checkpoint_convert.c), and fail clearly where they cannot.
  *
- * The fixtures in tests/fixtures/gpt-issue15/ were written by ampc at
+ * The fixtures in tests/fixtures/gpt-separate-qkv/ were written by ampc at
  * commit 8353fe1 (index names, q, k, v as three linears, optimizer state by
  * index): a 2-layer gpt (width 8, heads 2, context 8, mlp 16, vocab 15 from
  * corpus.txt) trained 4 of 8 steps with
@@ -197,7 +197,7 @@ static void test_old_checkpoint_for_another_model_names_the_conversion(void)
 int main(void)
 {
     const char *src = getenv("AMPC_SOURCE_DIR");
-    snprintf(fixtures, sizeof fixtures, "%s/tests/fixtures/gpt-issue15", src ? src : ".");
+    snprintf(fixtures, sizeof fixtures, "%s/tests/fixtures/gpt-separate-qkv", src ? src : ".");
     if (!cli_init("legacy"))
         return 1;
     amp_set_num_threads(1);
