@@ -19,7 +19,7 @@
  * warm-up step still runs) and the timed steps once it has run S seconds
  * (at least one timed step still runs), as bench/torch_step.py does.
  *
- * --profile-overhead: the profiler's cost instead (issue 13's targets: off
+ * --profile-overhead: the profiler's cost instead (its targets: off
  * under 1% of a step, on under 5%). Per model and precision, blocks of
  * steps with the profiler off and on, interleaved (off, on, off, on ...;
  * --steps blocks of 2 steps each), the median step of each and their

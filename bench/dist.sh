@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dist.sh - data parallelism on the CPU (issue 15's benchmark): for each
+# dist.sh - data parallelism on the CPU: for each
 # model (mlp, cnn, gpt) at the same global batch, 1 rank x 2 threads (a
 # plain step, no mpirun) against 2 ranks x 1 thread (mpirun -np 2,
 # gradients averaged by amp_ddp in buckets during backward): the step
@@ -14,9 +14,8 @@
 #                 [--steps N] [--warmup N] [--rounds N] [--bucket-mb X]
 #                 [--compress none|bf16|f16] [--json FILE]
 #
-# Needs MPI in the build (AMPC_MPI) and amp_ddp (helper ddp's
-# src/dist/ddp.c): with the placeholder the 2-rank runs say so and the
-# script exits 3 after the 1-rank rows. bench/run.sh --only dist runs it
+# Needs MPI in the build (AMPC_MPI): when bench_dist_step cannot make its
+# amp_ddp (exit 3) the script stops after the 1-rank rows and exits 3. bench/run.sh --only dist runs it
 # (make bench).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -84,7 +83,7 @@ for ((round = 1; round <= rounds; round++)); do
       "${common[@]}" >> "$out"
     r=$?
     if [ $r -eq 3 ]; then
-      echo "bench/dist.sh: 2 ranks need amp_ddp, which this build does not have yet (helper ddp's branch)" >&2
+      echo "bench/dist.sh: 2 ranks: bench_dist_step could not make its amp_ddp (its message above)" >&2
       rc=3; break 2
     elif [ $r -ne 0 ]; then
       echo "bench/dist.sh: $m on 2 ranks x 1 thread failed (mpirun exit $r)" >&2; rc=1

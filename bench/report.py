@@ -11,7 +11,7 @@ usage:
   python3 bench/report.py steps STEPS_JSONL THREADS
       the interleaved training-step table: per model and precision the
       median of every timed step of all rounds ("times_ms"), the range of
-      the rounds' medians, PyTorch's over ampc's against issue 14's targets
+      the rounds' medians, PyTorch's over ampc's against the speed targets
   python3 bench/report.py remaining STEPS_JSONL IMPL MODEL PRECISIONS SECONDS
       the PRECISIONS (a comma list) whose cells of IMPL and MODEL have so
       far cost less than SECONDS over all rounds (warm-up and timed steps,
@@ -24,7 +24,8 @@ import json
 import statistics
 import sys
 
-# issue 14's targets, PyTorch's step over ampc's (2 threads)
+# The speed targets, PyTorch's step over ampc's (2 threads), set on an
+# Intel Xeon with AMX (docs/benchmarks.md)
 TARGETS = {("gpt", "fp32"): 1.5, ("gpt", "bf16"): 2.0, ("gpt", "fp16"): 2.0, ("mlp", "bf16"): 2.5,
            ("cnn", "bf16"): 3.0}
 
@@ -158,7 +159,7 @@ def steps(path, threads):
     print()
     print("ms: the median of every timed step of all rounds [the rounds' medians, lowest-highest]; steps: timed")
     print("steps per side over all rounds (*: time-boxed, fewer ran; (n rounds): the cell's time was spent after n);")
-    print("target: issue 14's PyTorch/ampc")
+    print("target: the speed target, PyTorch/ampc")
     print()
     print("| model | precision | ampc ms | PyTorch ms | PyTorch/ampc | target | ampc fp32/this | steps ampc / PyTorch "
           "| ampc peak MB |")

@@ -27,8 +27,9 @@
 # Prints the machine first (CPU, cores, the bf16 / AMX / fp16 flags,
 # threads, PyTorch's version, the load average before and, at the end,
 # after). Writes JSON lines to bench/results.jsonl and the tables to
-# bench/results.md (copy them into docs/benchmarks.md under a dated
-# heading), the GEMM JSON to bench/gemm.json and bench/torch_gemm.json.
+# bench/results.md (copy a table into docs/benchmarks.md in place of the
+# one it updates, with the machine it ran on), the GEMM JSON to
+# bench/gemm.json and bench/torch_gemm.json.
 #
 #   bench/run.sh [BUILD_DIR] [--threads N] [--steps N] [--rounds N]
 #                [--cell-seconds S] [--models mlp,cnn,gpt]

@@ -1,7 +1,7 @@
 """PyTorch's training step on the benchmark models, timed the same way as
-ampc's (bench/run.sh runs both in the same session, on the same threads).
+ampc's (bench/run.sh runs both in the same run, on the same threads).
 
-The models (issue "CPU speed"):
+The models (bench/ampc_step.c's):
   mlp  784-4096-4096-10, ReLU, batch 256, cross-entropy, SGD lr 0.01 momentum 0.9
   cnn  conv 1->32 3x3 p1, ReLU, maxpool 2; conv 32->64 3x3 p1, ReLU, maxpool 2;
        linear 3136->128, ReLU; linear 128->10; batch 128; SGD as above

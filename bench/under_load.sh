@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The training step under load (issue 14): with a busy loop pinned to one
+# The training step under load: with a busy loop pinned to one
 # core (another process wanting that core all the time), ampc's step on 1
 # and on 2 threads, and PyTorch's the same way; 2t/1t near 1 means the
 # second thread costs nothing when its core is taken (target: ampc <= 1.1).
@@ -10,7 +10,7 @@
 #                       [--precision bf16] [--baseline BIN] [--no-load] [--json FILE]
 #
 # --baseline BIN: also, with no load, the 2-thread step of this build
-#   against BIN (another build's bench_ampc_step, e.g. main's), alternating
+#   against BIN (another build's bench_ampc_step), alternating
 #   A B A B.
 # --no-load: no busy loop (the same table on an idle machine, for contrast).
 # PyTorch: $AMPC_TORCH_PYTHON, else python3 if it has torch, else skipped.

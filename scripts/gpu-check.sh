@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The GPU check (issue "CUDA backend"), for a machine with an NVIDIA GPU
+# The GPU check, for a machine with an NVIDIA GPU
 # (sm_90: H100 / H200): configure with the CUDA backend required, build,
 # run the CUDA tests, then the GPU benchmark (cuBLASLt GEMM TFLOP/s in
 # f16 / bf16 / f32, the mlp, cnn and gpt training steps in fp32 / bf16 /
 # fp16 + scaler) and PyTorch AMP on the same models in the same run, and
 # write docs/benchmarks-gpu.md; then, in the time left, compute-sanitizer's
-# memcheck and racecheck over test_cuda. The NCCL path (issue 15):
+# memcheck and racecheck over test_cuda. The NCCL path:
 # test_dist_cuda among the CUDA tests (collectives and a training through
 # NCCL in a one-rank world, an MPI singleton), then `mpirun -np 1 ampc
 # train --device cuda` with NCCL_DEBUG=INFO, which shows whether the CLI's
@@ -17,12 +17,12 @@
 # --build-only (or no GPU) stops after the build: what a machine without a
 # GPU can check. Exit status: 0 when the build and the CUDA tests passed.
 #
-# On the device tool's machine (nothing can be fetched there): run
-# scripts/gpu-deps.sh here first and carry .gpu-deps (zlib's headers, used
+# On a GPU machine that cannot fetch packages: run scripts/gpu-deps.sh
+# beforehand where it can, and take .gpu-deps along (zlib's headers, used
 # when that image has none). Warnings do not stop the build there (another
 # compiler may warn where CI's does not; CI keeps -Werror). When $OUT is set
-# (the device tool), the report and the logs are copied there at the end,
-# whatever happened.
+# (a folder that the machine's runner brings back), the report and the
+# logs are copied there at the end, whatever happened.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=build-gpu
@@ -58,7 +58,7 @@ if ! echo '#include <zlib.h>' | cc -E -x c - > /dev/null 2>&1; then
     zlib_args=(-DZLIB_INCLUDE_DIR="$PWD/.gpu-deps/zlib/include" -DZLIB_LIBRARY="$zlib_so")
   else
     echo "gpu-check: no zlib.h here (and no .gpu-deps/zlib or libz.so.1): run scripts/gpu-deps.sh where" \
-      "packages can be fetched and carry .gpu-deps" >&2
+      "packages can be fetched and take .gpu-deps along" >&2
     exit 1
   fi
 fi
@@ -91,8 +91,8 @@ phase "CUDA tests"
 status=0
 # test_device has 240 s; the CUDA test binaries (three split by subject,
 # then test_backend_ops: every op row on the GPU against the CPU; then
-# issue 13's CUDA paths: the profiler's event timing, the device
-# allocator's categories, checkpointing on the device; issue 16's KV-cache
+# the profiler's event timing, the device allocator's categories,
+# activation checkpointing on the device; the KV-cache
 # generation and the optimizers' CPU-against-CUDA bits) share
 # the 240 s test_cuda alone had, and all run even when one fails, so the
 # log names every failure.
@@ -124,8 +124,7 @@ fi
 
 # A 1-rank training through NCCL, as a user starts one. NCCL_DEBUG=INFO
 # makes NCCL print its "NCCL INFO" lines when the communicator is made:
-# their absence means the run never reached NCCL (a CLI that does not
-# call amp_dist_init under mpirun yet).
+# their absence means the run never reached NCCL.
 phase "NCCL: mpirun -np 1 ampc train --device cuda"
 nlog="$out/nccl.log"
 if ! grep -q "ampc: NCCL: ON" "$out/configure.log"; then
@@ -149,8 +148,8 @@ else
     tail -2 "$nlog"
   else
     tail -3 "$nlog"
-    echo "gpu-check: NCCL: the training ran, but not through NCCL: this ampc's \`train\` does not start the" \
-      "distributed world under mpirun yet (the CLI's part of issue 15); test_dist_cuda's training covers the path"
+    echo "gpu-check: NCCL: the training ran, but NCCL_DEBUG printed no NCCL INFO line: it did not go through" \
+      "NCCL (test_dist_cuda's training covers the path)"
   fi
 fi
 [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] && [ -f "$nlog" ] && tail -100 "$nlog" > "$OUT/nccl.log"

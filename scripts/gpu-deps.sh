@@ -3,8 +3,9 @@
 # the GPU machine that its image may lack and cannot fetch (nothing can be
 # fetched there): zlib's headers, unpacked from Debian's zlib1g-dev (the
 # library itself, libz.so.1, is on every such machine; Debian's libz.a is
-# not position-independent, so it could not go into libampc.so). Run it here, where packages can be fetched, then name
-# .gpu-deps in the device tool's `carry` (docs/cuda.md, "The GPU check").
+# not position-independent, so it could not go into libampc.so). Run it
+# where packages can be fetched, then take .gpu-deps along with the tree to
+# the GPU machine (docs/cuda.md, "The GPU check").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .gpu-deps
