@@ -1,7 +1,7 @@
 /*
  * test_checkpoint_ranges.c - amp_checkpoint_load range-checks every number
- * it reads and opens only what it can read to the end (issue 11,
- * "Hardening"); amp_checkpoint_save cleans up after interrupted saves:
+ * it reads and opens only what it can read to the end;
+ * amp_checkpoint_save cleans up after interrupted saves:
  *
  *   - a metadata number outside its range (the step, the optimizer's and
  *     the scaler's counters, the growth tracker) is an error naming the
@@ -11,8 +11,8 @@
  *     of non-finite state is refused and the old file kept;
  *   - the scaler's steps / skipped / skipped-in-a-row counters and its
  *     hysteresis count come back with the rest;
- *   - a FIFO or a device is refused at once (a FIFO used to block the
- *     load forever: an alarm turns that into a failure here);
+ *   - a FIFO or a device is refused at once (a FIFO would block the load
+ *     forever: an alarm turns that into a failure here);
  *   - a save removes the temporaries that killed saves left, only those
  *     of dead processes.
  *

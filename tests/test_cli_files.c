@@ -1,9 +1,9 @@
 /*
  * test_cli_files.c - what the ampc program does with files that are not
- * regular files (issue 11): `--data /dev/zero` for the gpt read until
- * memory ran out and a FIFO given as a checkpoint, a data file, a log or
- * plot's input blocked forever. Each is now exit 1 at once, naming the
- * path and what it is. An alarm turns a block into a failure of this
+ * regular files: `--data /dev/zero` for the gpt would read until memory
+ * ran out, and a FIFO given as a checkpoint, a data file, a log or plot's
+ * input would block forever. Each is exit 1 at once, naming the path and
+ * what it is. An alarm turns a block into a failure of this
  * test instead of a hang. Output is a file too: standard output on a
  * full disk, or a pipe whose reader left, is an error naming it.
  */
@@ -88,8 +88,7 @@ static int run_to_full_disk(const char *args)
 }
 
 /* Output that cannot be written is an error naming standard output, exit
- * 1: it used to be lost with exit 0 (each command's printing was never
- * checked). */
+ * 1, never lost with exit 0: every command's printing is checked. */
 static void test_output_to_a_full_disk_is_an_error(void)
 {
     if (!cli_have_binary())
@@ -182,7 +181,7 @@ static void test_a_save_path_too_long_for_its_temporary_is_refused_first(void)
 }
 
 /* The library's messages keep their reason, which comes after the path,
- * for a path of thousands of bytes (they used to be cut at 511 bytes). */
+ * for a path of thousands of bytes (not cut short). */
 static void test_a_long_path_keeps_the_reason_in_library_errors(void)
 {
     static char dir[PATH_MAX + 200], path[PATH_MAX + 300];
@@ -199,7 +198,7 @@ static void test_a_long_path_keeps_the_reason_in_library_errors(void)
 
 /* `ampc plot LOG -o old.svg` when the new SVG cannot be written whole
  * (here a file-size limit, as a full disk): old.svg stays byte for byte
- * and no temporary is left (it used to be truncated, then deleted). */
+ * and no temporary is left (not truncated, then deleted). */
 static void test_plot_that_cannot_be_written_keeps_the_old_svg(void)
 {
     if (!cli_have_binary())

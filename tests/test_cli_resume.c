@@ -269,10 +269,10 @@ static bool edit_number(const char *src, const char *dst, const char *pattern, c
                   !strstr(cli_out, "runtime error"),                                                          \
               "a crash or undefined behaviour:\n%s", cli_out)
 
-/* Issue 11: a checkpoint whose step was -5 loaded, and --resume then read
- * before the batcher's index array; a saved counter near INT64_MAX
- * overflowed in train.c. Every number is range-checked on load, the error
- * names the file, the field, the value and the range. */
+/* A checkpoint whose step is -5 would have --resume read before the
+ * batcher's index array, a saved counter near INT64_MAX overflow in
+ * train.c: every number is range-checked on load, the error names the
+ * file, the field, the value and the range. */
 static void test_out_of_range_checkpoint_numbers_are_clear_errors(void)
 {
     if (!cli_have_binary())
@@ -328,8 +328,8 @@ static void test_out_of_range_checkpoint_numbers_are_clear_errors(void)
     }
 }
 
-/* Issue 11: options near INT64_MAX on the command line are refused, naming
- * the option and the range, before any product of them is formed. */
+/* Options near INT64_MAX on the command line are refused, naming the
+ * option and the range, before any product of them is formed. */
 static void test_huge_options_are_refused_with_their_range(void)
 {
     if (!cli_have_binary())
@@ -403,8 +403,8 @@ static void test_16bit_weights_saved_before_any_step_load_and_resume(void)
 }
 
 /* --stop-at at or before the step a checkpoint was saved at would train
- * nothing: refused naming both steps (it used to exit 0 without a word),
- * and the checkpoint is left as it was. */
+ * nothing: refused naming both steps, not exit 0 without a word, and the
+ * checkpoint is left as it was. */
 static void test_stop_at_not_after_the_saved_step_is_refused(void)
 {
     if (!cli_have_binary())

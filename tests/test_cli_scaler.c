@@ -1,6 +1,6 @@
 /*
  * test_cli_scaler.c - the grad scaler's knobs and the Quick Check through
- * the ampc program (issue 16, must-haves 3 and 4).
+ * the ampc program.
  *
  *   - Each knob's effect, read from the log's per-step scale and skipped
  *     flags: --growth-interval 2 doubles the scale every 2 clean steps,

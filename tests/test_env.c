@@ -8,10 +8,10 @@
  *     naming the variable, the value and what it takes; unset and empty
  *     are the default; the documented values pass;
  *   - the ampc program refuses such a value before any command runs
- *     (exit 2, nothing read or written), where it used to read it as the
- *     default: AMPC_CPU_LIB=bogus / OWN / oneDNN ran on auto,
- *     AMPC_DIST_TIMEOUT=abc on 300 s, and AMPC_NO_MEMORY_CHECK=false
- *     turned the memory check off;
+ *     (exit 2, nothing read or written), never read as the default
+ *     (AMPC_CPU_LIB=bogus / OWN / oneDNN would run on auto,
+ *     AMPC_DIST_TIMEOUT=abc on 300 s, and AMPC_NO_MEMORY_CHECK=false turn
+ *     the memory check off);
  *   - a documented value does what it says (AMPC_CPU_LIB=own is reported
  *     by --version).
  */

@@ -219,8 +219,8 @@ static void on_alarm(int sig)
     _exit(1);
 }
 
-/* A FIFO used to block the open forever, /dev/zero to read until memory
- * ran out (issue 11): only regular files are read. */
+/* A FIFO would block the open forever, /dev/zero read until memory ran
+ * out: only regular files are read. */
 static void test_fifo_and_devices_are_io_errors_at_once(void)
 {
     char *fifo = made[n_made++];

@@ -340,9 +340,9 @@ static char *settings_at_step_0(const char *dir)
 
 /* ampc -> ampc_torch -> ampc: the twin keeps the run's settings and its
  * weights' dtypes, so the checkpoint it writes holds the same bits and
- * the same settings, and `ampc eval` prints the same number (the batch,
- * seed and val-batches of a run used to be dropped, moving a gpt's
- * val_loss from 4.6150 to 4.6066). */
+ * the same settings, and `ampc eval` prints the same number (dropping the
+ * batch, seed and val-batches of a run moves a gpt's val_loss from 4.6150
+ * to 4.6066). */
 static void check_round_trip(const char *what, const char *args)
 {
     char a[512], b[512], ckb[600], first[256];

@@ -219,7 +219,7 @@ static void test_gpt_parameter_names_and_counts(void)
     CHECK_EQ_INT(count_numbers(m), 56 + 64 + 16 + 2 * (256 + 256 + 72 + 16));
     amp_module_free(m);
 
-    /* The benchmark's size (issue 5). */
+    /* The benchmark's size (bench/ampc_step.c's gpt). */
     amp_gpt_config big = {.vocab = 96, .context = 128, .width = 256, .layers = 4, .heads = 4, .mlp = 1024};
     m = amp_model_gpt(big);
     CHECK(m != NULL);

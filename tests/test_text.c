@@ -339,8 +339,8 @@ static void on_alarm(int sig)
     _exit(1);
 }
 
-/* --data /dev/zero used to read until memory ran out, a FIFO to block
- * forever (issue 11): regular files only, in a directory too. */
+/* --data /dev/zero would read until memory ran out, a FIFO block
+ * forever: regular files only, in a directory too. */
 static void test_fifo_and_devices_are_io_errors_at_once(void)
 {
     char *fifo = made[n_made++];

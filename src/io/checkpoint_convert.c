@@ -3,7 +3,7 @@
  * today's model, converted in memory before the reader checks anything.
  *
  * The one older layout with other tensors than today's is the gpt's before
- * the PyTorch names and the fused qkv (ampc <= issue 15): parameters named
+ * the PyTorch names and the fused qkv (ampc 8353fe1 wrote it): parameters named
  * by index, each block's eight children in a row
  *   <b>.0 ln_1  <b>.1 q  <b>.2 k  <b>.3 v  <b>.4 proj  <b>.5 ln_2
  *   <b>.6 fc1   <b>.7 fc2,  <layers>.weight/bias ln_f,
