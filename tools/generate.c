@@ -98,7 +98,7 @@ static int gen_dir(const opt_cmd *c, const char *a, void *ctx)
 {
     gen_opts *o = ctx;
     if (a[0] == '-' && a[1] != 0) {
-        fprintf(stderr, WHO ": unknown option '%s' (see ampc generate --help)\n", a);
+        fprintf(stderr, "%s: unknown option '%s' (see ampc generate --help)\n", c->who, a);
         return EXIT_USAGE;
     }
     if (o->dir) {
@@ -107,8 +107,8 @@ static int gen_dir(const opt_cmd *c, const char *a, void *ctx)
         return EXIT_USAGE;
     }
     if (!*a) {
-        fprintf(stderr, WHO ": the checkpoint directory is empty (''): give the directory train --save "
-                        "wrote, or its .safetensors file\n");
+        fprintf(stderr, "%s: the checkpoint directory is empty (''): give the directory train --save wrote, or its "
+                        ".safetensors file\n", c->who);
         return EXIT_USAGE;
     }
     o->dir = a;
