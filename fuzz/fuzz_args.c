@@ -1,9 +1,11 @@
 /*
  * fuzz_args.c - libFuzzer target: the input is a command line, one
  * argument per line (a NUL byte ends an argument too), parsed as the
- * train command's options and as the eval command's (opts_parse), then
- * checked and completed (opts_resolve) when the parse goes on; and as the
- * generate command's (generate_parse). Seeds: fuzz/corpus/args.
+ * train command's options and as the eval command's (train_parse,
+ * eval_parse), then checked and completed (opts_resolve) when the parse
+ * goes on; and as the generate and profile commands' (generate_parse,
+ * profile_parse: their own rows, profile's before train's). Seeds:
+ * fuzz/corpus/args.
  */
 #include "cli.h"
 
@@ -35,10 +37,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int eval = 0; eval < 2; eval++) {
         train_opts o;
         train_opts_default(&o);
-        if (opts_parse(argc, argv, &o, eval) < 0)
+        if ((eval ? eval_parse(argc, argv, &o) : train_parse(argc, argv, &o)) < 0)
             opts_resolve(&o);
     }
     generate_parse(argc, argv);
+    profile_parse(argc, argv);
     free(buf);
     return 0;
 }

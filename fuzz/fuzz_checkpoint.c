@@ -11,7 +11,8 @@
  * header and settings JSON). Seeds: fuzz/corpus/checkpoint (fuzz_seeds;
  * gpt-*.safetensors by hand, fuzz/README.md).
  */
-#include "cli.h"
+#include "checkpoint_cli.h"
+#include "settings.h"
 #include "util.h"
 
 #include <stdlib.h>

@@ -8,7 +8,7 @@
  * a value it refuses must be read as the default. Seeds: fuzz/corpus/env.
  */
 #include "base/env.h"
-#include "cli.h"
+#include "memcheck.h"
 
 #include <math.h>
 #include <stdlib.h>

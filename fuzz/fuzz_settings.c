@@ -7,7 +7,7 @@
  * and read again to the same JSON; anything else stops the fuzzer.
  * Seeds: fuzz/corpus/settings.
  */
-#include "cli.h"
+#include "settings.h"
 
 #include <stdio.h>
 #include <stdlib.h>

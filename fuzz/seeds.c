@@ -11,7 +11,7 @@
  *   idx/         small IDX files of every element type, plain and gzip,
  *                and a few broken ones
  */
-#include "cli.h"
+#include "settings.h"
 #include "util.h"
 
 #include <stdio.h>

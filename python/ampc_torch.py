@@ -170,7 +170,7 @@ def build(config):
 
 # ------------------------------------------------------------ checkpoints
 
-# ampc's defaults for the options a settings object may leave out (tools/args.c).
+# ampc's defaults for the options a settings object may leave out (tools/train_opts.c).
 _DEFAULTS = {"hidden": [256, 128], "layers": 2, "heads": 4, "width": 128, "context": 64, "dropout": 0.0}
 
 

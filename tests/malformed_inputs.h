@@ -18,7 +18,7 @@
 
 #include "test_cli_util.h"
 
-#include "cli.h"
+#include "checkpoint_cli.h"
 
 #include <sys/stat.h>
 

@@ -40,7 +40,9 @@
 #define _GNU_SOURCE /* memmem */
 #include "test_cli_util.h"
 
-#include "cli.h"
+#include "checkpoint_cli.h"
+#include "data.h"
+#include "estimate.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -20,7 +20,7 @@
  */
 #include "test_cli_util.h"
 
-#include "cli.h"
+#include "estimate.h"
 
 static char tiny[256], text[256], images[256];
 

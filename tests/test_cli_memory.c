@@ -22,7 +22,8 @@
  */
 #include "test_cli_util.h"
 
-#include "cli.h"
+#include "estimate.h"
+#include "memcheck.h"
 
 static char images[256], text[256];
 

@@ -16,6 +16,9 @@
  *     amp_optim_find_nonfinite_grad) count and name correctly.
  */
 #include "cli.h"
+#include "checkpoint_cli.h"
+#include "diagnose.h"
+#include "settings.h"
 #include "tensor/tensor.h"
 #include "test_cli_util.h"
 
@@ -103,7 +106,7 @@ static void test_max_skips_is_settable_saved_and_0_turns_it_off(void)
     run_info ri = {0}, ri2;
     train_opts_default(&o);
     char *argv[] = {"--precision", "fp16", "--max-skips", "7"};
-    CHECK_EQ_INT(opts_parse(4, argv, &o, false), -1);
+    CHECK_EQ_INT(train_parse(4, argv, &o), -1);
     CHECK_EQ_INT(opts_resolve(&o), -1);
     char *json = settings_to_json(&o, &ri);
     CHECK_MSG(json && strstr(json, "\"max-skips\":7"), "%s", json ? json : "NULL");

@@ -24,7 +24,7 @@
  */
 #include "test_cli_util.h"
 
-#include "cli.h"
+#include "checkpoint_cli.h"
 
 #include <math.h>
 

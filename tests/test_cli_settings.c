@@ -10,6 +10,8 @@
 #include "harness.h"
 
 #include "cli.h"
+#include "data.h"
+#include "settings.h"
 
 #include <stdlib.h>
 
@@ -21,7 +23,7 @@ static int parse(train_opts *o, char *line)
     for (char *t = strtok(line, " "); t && argc < 64; t = strtok(NULL, " "))
         argv[argc++] = t;
     train_opts_default(o);
-    return opts_parse(argc, argv, o, false);
+    return train_parse(argc, argv, o);
 }
 
 static void test_options_round_trip_through_the_settings_json(void)

@@ -17,7 +17,7 @@
 #include "cuda_rig.h"
 #include "test_cli_util.h"
 
-#include "cli.h"
+#include "estimate.h"
 
 /* ------------------------------------------------ ampc --device cuda */
 
@@ -198,7 +198,7 @@ static void test_cli_gpt_with_clip_on_cuda(void)
 static void write_images(const char *dir) { cli_write_noise_images(dir, 160, 3); }
 
 /* --dry-run's device total and a 2-step run's 'peak device memory' agree
- * within MEM_TOLERANCE (10%, tools/cli.h) for the three models in each
+ * within MEM_TOLERANCE (10%, tools/estimate.h) for the three models in each
  * precision (AMPC_TEST_QUICK=1: fp16 only). */
 static void test_cli_device_memory_estimate_meets_the_peak(void)
 {

@@ -24,7 +24,9 @@
  * lr 0.03: near its initialisation attention is almost uniform and q, k
  * hardly matter), a wrong name or transposed weight by O(0.1).
  */
-#include "cli.h"
+#include "checkpoint_cli.h"
+#include "data.h"
+#include "settings.h"
 #include "harness.h"
 #include "test_cli_util.h"
 

@@ -44,7 +44,7 @@ except ImportError as e:
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import ampc_torch  # noqa: E402
 
-FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530  # tools/cli.h
+FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530  # tools/data.h
 
 
 def read_tensor(path, shape, dtype):

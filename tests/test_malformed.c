@@ -13,8 +13,9 @@
  *   - nothing the user had is destroyed: the row's `keep` file is
  *     byte-identical afterwards.
  *
- * Then every numeric option of train and eval (from args.c's table) is
- * given values below and above its range, not numbers, overflowing ones.
+ * Then every numeric option of every command's table (train's, the rows
+ * eval and profile pick from it, generate's and profile's own) is given
+ * values below and above its range, not numbers, overflowing ones.
  *
  * Rows whose fix is on another branch carry `pending` (the reason) and
  * are reported as skipped; AMPC_TEST_PENDING=1 runs them too (to see
@@ -30,6 +31,8 @@
  */
 #define _GNU_SOURCE /* memmem (malformed_inputs.h), strsignal */
 #include "malformed_inputs.h"
+
+#include "cli.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -361,79 +364,107 @@ static void run_row(void)
         r->after(d);
 }
 
-/* Every numeric option of train (and eval) refuses, with exit 2 and its
- * name, values below and above its range, non-numbers and overflows. */
+/* The bad values of numeric row d into vals (their count): below and
+ * above its range, non-numbers, overflows. */
+static int bad_values(const opt_def *d, const char *vals[12], char below[64], char above[64])
+{
+    int nv = 0;
+    switch (d->kind) {
+    case OPT_INT:
+    case OPT_LIST:
+        snprintf(below, 64, "%.0f", d->lo - 1);
+        snprintf(above, 64, "%.0f", d->hi * 2 + 1);
+        vals[nv++] = below;
+        vals[nv++] = above;
+        vals[nv++] = "99999999999999999999999";
+        vals[nv++] = "1.5";
+        vals[nv++] = "1e3";
+        vals[nv++] = "0x10";
+        vals[nv++] = "";
+        vals[nv++] = "abc";
+        if (d->kind == OPT_INT) { /* a whole number is digits: no sign or blank before them */
+            vals[nv++] = "+5";
+            vals[nv++] = " 5";
+        }
+        if (d->kind == OPT_LIST) {
+            vals[nv++] = "8,,8";
+            vals[nv++] = "8,";
+        }
+        break;
+    case OPT_REAL:
+        snprintf(below, 64, "%.17g", d->lo > 0 && d->lo < 1 ? 0 : d->lo - 1);
+        snprintf(above, 64, "%.17g", d->hi * 10);
+        vals[nv++] = below;
+        vals[nv++] = above;
+        vals[nv++] = "nan";
+        vals[nv++] = "inf";
+        vals[nv++] = "-inf";
+        vals[nv++] = "1e999";
+        vals[nv++] = "";
+        vals[nv++] = "1.0x";
+        break;
+    case OPT_U64:
+        vals[nv++] = "-1";
+        vals[nv++] = "18446744073709551616";
+        vals[nv++] = "1.5";
+        vals[nv++] = "";
+        vals[nv++] = "x";
+        vals[nv++] = "+5";
+        vals[nv++] = " 5";
+        break;
+    default:
+        break;
+    }
+    return nv;
+}
+
+/* Every numeric option of every command that has them refuses, with exit
+ * 2 and its name, values below and above its range, non-numbers and
+ * overflows: the rows of each command's table its --help lists (train's
+ * whole table, the rows eval and profile pick from it, generate's and
+ * profile's own). */
 static void test_every_numeric_option_refuses_bad_values(void)
 {
-    const opt_def *t = opts_table();
+    /* --data nowhere (a checkpoint nowhere for generate): a value wrongly
+     * accepted fails fast (exit 1) instead of training on the default data
+     * set. */
+    const struct {
+        const opt_cmd *c;
+        const char *args;
+        bool model; /* takes --model (for a row of one model) */
+    } cmds[] = {
+        {&train_options, "train --data /nonexistent-ampc", true},
+        {&eval_options, "eval @CK --data /nonexistent-ampc", false},
+        {&generate_options, "generate /nonexistent-ampc", false},
+        {&profile_options, "profile --data /nonexistent-ampc", true},
+    };
     int runs = 0;
-    for (int i = 0; i < opts_count(); i++) {
-        const opt_def *d = &t[i];
-        const char *vals[12];
-        char below[64], above[64];
-        int nv = 0;
-        switch (d->kind) {
-        case OPT_INT:
-        case OPT_LIST:
-            snprintf(below, sizeof below, "%.0f", d->lo - 1);
-            snprintf(above, sizeof above, "%.0f", d->hi * 2 + 1);
-            vals[nv++] = below;
-            vals[nv++] = above;
-            vals[nv++] = "99999999999999999999999";
-            vals[nv++] = "1.5";
-            vals[nv++] = "1e3";
-            vals[nv++] = "0x10";
-            vals[nv++] = "";
-            vals[nv++] = "abc";
-            if (d->kind == OPT_LIST) {
-                vals[nv++] = "8,,8";
-                vals[nv++] = "8,";
-            }
-            break;
-        case OPT_REAL:
-            snprintf(below, sizeof below, "%.17g", d->lo > 0 && d->lo < 1 ? 0 : d->lo - 1);
-            snprintf(above, sizeof above, "%.17g", d->hi * 10);
-            vals[nv++] = below;
-            vals[nv++] = above;
-            vals[nv++] = "nan";
-            vals[nv++] = "inf";
-            vals[nv++] = "-inf";
-            vals[nv++] = "1e999";
-            vals[nv++] = "";
-            vals[nv++] = "1.0x";
-            break;
-        case OPT_U64:
-            vals[nv++] = "-1";
-            vals[nv++] = "18446744073709551616";
-            vals[nv++] = "1.5";
-            vals[nv++] = "";
-            vals[nv++] = "x";
-            break;
-        default:
-            continue;
-        }
-        for (int e = 0; e < 2; e++) {
-            if (e == 1 && !d->eval)
-                continue;
-            for (int k = 0; k < nv; k++) {
-                char args[512];
-                /* --data nowhere: a value wrongly accepted fails fast (exit 1)
-                 * instead of training on the default data set. */
-                if (e == 0)
-                    snprintf(args, sizeof args, "train --data /nonexistent-ampc %s%s --%s %s",
-                             d->models ? "--model " : "", d->models ? d->models : "", d->name,
-                             *vals[k] ? vals[k] : "''");
-                else
-                    snprintf(args, sizeof args, "eval %s --data /nonexistent-ampc --%s %s", ck, d->name,
-                             *vals[k] ? vals[k] : "''");
-                outcome o = run_ampc(args, 10);
-                runs++;
-                char needle[64];
-                snprintf(needle, sizeof needle, "--%s", d->name);
-                CHECK_MSG(!o.timed_out && o.signal == 0 && o.code == 2 && strstr(err_text, needle) &&
-                              !sanitizer_report(),
-                          "ampc %s: exit %d signal %d%s, stderr: %s", args, o.code, o.signal,
-                          o.timed_out ? " (timed out)" : "", err_text);
+    for (size_t ci = 0; ci < sizeof cmds / sizeof cmds[0]; ci++) {
+        const opt_cmd *c = cmds[ci].c;
+        char prefix[512];
+        expand(prefix, sizeof prefix, cmds[ci].args, cli_tmp);
+        for (int k = 0; k < c->n_blocks; k++) {
+            const opt_block *b = &c->blocks[k];
+            for (int i = 0; i < (b->pick ? b->n_pick : b->n) && !b->unlisted; i++) {
+                const opt_def *d = b->pick ? opt_find(b->rows, b->n, b->pick[i].name) : &b->rows[i];
+                CHECK(d != NULL);
+                const char *vals[12];
+                char below[64], above[64];
+                int nv = d ? bad_values(d, vals, below, above) : 0;
+                for (int v = 0; v < nv; v++) {
+                    char args[1024];
+                    snprintf(args, sizeof args, "%s %s%s --%s '%s'", prefix,
+                             cmds[ci].model && d->models ? "--model " : "",
+                             cmds[ci].model && d->models ? d->models : "", d->name, vals[v]);
+                    outcome o = run_ampc(args, 10);
+                    runs++;
+                    char needle[64];
+                    snprintf(needle, sizeof needle, "--%s", d->name);
+                    CHECK_MSG(!o.timed_out && o.signal == 0 && o.code == 2 && strstr(err_text, needle) &&
+                                  !sanitizer_report(),
+                              "ampc %s: exit %d signal %d%s, stderr: %s", args, o.code, o.signal,
+                              o.timed_out ? " (timed out)" : "", err_text);
+                }
             }
         }
     }

@@ -8,7 +8,7 @@
  */
 #include "harness.h"
 
-#include "cli.h"
+#include "progress.h"
 
 #include <string.h>
 

@@ -3,6 +3,7 @@
  * --version. The commands live in their own files (see cli.h).
  */
 #include "cli.h"
+#include "memcheck.h"
 #include "plot.h"
 
 #include <errno.h>

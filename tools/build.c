@@ -13,7 +13,7 @@
  * rounded) and gives the optimizer f32 masters; --optim-state sets the
  * optimizer's state dtype (bf16-sr: bf16 with stochastic rounding).
  */
-#include "cli.h"
+#include "trainer.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -69,7 +69,7 @@ static amp_sched build_sched(const train_opts *o, int64_t total_steps)
     return s;
 }
 
-/* "fp32" / "bf16" ("bf16-sr") / "fp16" (args.c checked the name). */
+/* "fp32" / "bf16" ("bf16-sr") / "fp16" (train's table checked the name). */
 static amp_dtype dtype_named(const char *s)
 {
     return strncmp(s, "bf16", 4) == 0 ? AMP_BF16 : strcmp(s, "fp16") == 0 ? AMP_F16 : AMP_F32;

@@ -10,7 +10,7 @@
  *
  * Errors name the file; the exit code is 1 and nothing is overwritten.
  */
-#include "cli.h"
+#include "checkpoint_cli.h"
 
 #include "io/checkpoint.h"
 #include "io/file.h"

@@ -6,11 +6,11 @@
  * A training batch depends on (seed, micro-batch number) alone (and, in a
  * data-parallel run, the rank and world size): images come from the
  * seeded permutation of their epoch (each rank its DistributedSampler
- * shard of it, see batcher_train in cli.h), text windows from a seed
+ * shard of it, see batcher_train in data.h), text windows from a seed
  * derived from the step (and the rank). So a run resumed at step N draws
  * exactly the batches the uninterrupted run would have.
  */
-#include "cli.h"
+#include "data.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -13,7 +13,8 @@
  * diagnosis re-runs the step: skipped steps change nothing, so its
  * forward and backward see what the failing step saw (dropout aside).
  */
-#include "cli.h"
+#include "diagnose.h"
+#include "train.h"
 
 #include <math.h>
 #include <string.h>

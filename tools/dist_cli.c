@@ -20,7 +20,7 @@
  *     whole job at once (comm_abort), instead of leaving them waiting.
  */
 #define _GNU_SOURCE /* fopencookie */
-#include "cli.h"
+#include "dist_cli.h"
 
 #include "comm/comm.h"
 

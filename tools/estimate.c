@@ -68,7 +68,7 @@
  * within MEM_TOLERANCE of the measured peak for the three models in each
  * precision; docs/memory.md has the measurements.
  */
-#include "cli.h"
+#include "estimate.h"
 
 #include "base/env.h"
 

@@ -14,6 +14,12 @@
  * loss) come back to the host once per batch.
  */
 #include "cli.h"
+#include "checkpoint_cli.h"
+#include "data.h"
+#include "eval.h"
+#include "progress.h"
+#include "settings.h"
+#include "trainer.h"
 
 #include "base/base.h"
 
@@ -163,29 +169,54 @@ int device_check(const train_opts *o, const char *who)
     return 1;
 }
 
-/* eval's own help lines for the options it takes (args.c's table words
- * them for train): settings a run saved default to the run's values. */
-const char *eval_option_help(const char *name)
+/* The rows of train's table eval takes, in eval's words: settings a run
+ * saved default to the run's values. */
+static const opt_pick eval_picks[] = {
+    {"data", "the data to measure on: Fashion-MNIST IDX directory (mlp, cnn; its test set), text file or "
+             "directory (gpt; its validation split) (default: the run's)"},
+    {"batch", "examples (gpt: sequences) per batch measured (default: the run's)"},
+    {"seed", "gpt: the seed the validation windows are drawn from (default 0: the windows train's closing "
+             "evaluation measures, whatever the run's seed; mlp and cnn measure the whole test set)"},
+    {"threads", "kernel threads, 0 for every core (default 0)"},
+    {"device", "measure on cpu or cuda (default cpu)"},
+    {"precision", "fp32, or bf16 / fp16 autocast for the forward passes (no scaler: nothing is trained) "
+                  "(default: the run's)"},
+    {"val-batches", "gpt: validation batches measured (default: the run's, else 20)"},
+    {"resume", "the run's directory, the same as DIR (evaluated only: nothing is trained or saved)"},
+};
+
+/* ampc eval DIR: the first argument that is not an option is --resume. */
+static int eval_dir(const opt_cmd *c, const char *arg, void *ctx)
 {
-    static const struct {
-        const char *name, *help;
-    } lines[] = {
-        {"data", "the data to measure on: Fashion-MNIST IDX directory (mlp, cnn; its test set), text file or "
-                 "directory (gpt; its validation split) (default: the run's)"},
-        {"threads", "kernel threads, 0 for every core (default 0)"},
-        {"device", "measure on cpu or cuda (default cpu)"},
-        {"precision", "fp32, or bf16 / fp16 autocast for the forward passes (no scaler: nothing is trained) "
-                      "(default: the run's)"},
-        {"val-batches", "gpt: validation batches measured (default: the run's, else 20)"},
-        {"batch", "examples (gpt: sequences) per batch measured (default: the run's)"},
-        {"seed", "gpt: the seed the validation windows are drawn from (default 0: the windows train's closing "
-                 "evaluation measures, whatever the run's seed; mlp and cnn measure the whole test set)"},
-        {"resume", "the run's directory, the same as DIR (evaluated only: nothing is trained or saved)"},
-    };
-    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
-        if (strcmp(lines[i].name, name) == 0)
-            return lines[i].help;
-    return NULL;
+    train_opts *o = ctx;
+    if (arg[0] == '-' || o->resume)
+        return opt_unexpected(c, arg);
+    o->resume = arg;
+    return -1;
+}
+
+const opt_cmd eval_options = {
+    .who = "ampc eval",
+    .usage = "usage: ampc eval DIR [options]   (or ampc eval --resume DIR)\n\n"
+             "Loads DIR/" CHECKPOINT_FILE " (or DIR itself when it is a .safetensors file) and\n"
+             "measures the model with its saved settings:\n"
+             "test accuracy (mlp, cnn; last line \"test_accuracy 0.XXXX\") or validation\n"
+             "loss and perplexity (gpt).\n\n",
+    .blocks = (const opt_block[]){{.rows = train_rows, .n = RO_COUNT, .pick = eval_picks,
+                                   .n_pick = sizeof eval_picks / sizeof eval_picks[0]}},
+    .n_blocks = 1,
+    .positional = eval_dir,
+};
+
+int eval_parse(int argc, char **argv, train_opts *o)
+{
+    opts_set_command(eval_options.who);
+    int rc = opt_parse(&eval_options, &(opt_dst){o, o->given}, o, argc, argv);
+    if (rc < 0 && !o->resume) {
+        fprintf(stderr, "ampc eval: which checkpoint? give its directory: ampc eval DIR (see ampc eval --help)\n");
+        return EXIT_USAGE;
+    }
+    return rc;
 }
 
 int eval_run(int argc, char **argv)
@@ -193,8 +224,7 @@ int eval_run(int argc, char **argv)
     train_opts o, ck;
     run_info ri = {0}, saved = {0};
     train_opts_default(&o);
-    opts_set_command("ampc eval");
-    int rc = opts_parse(argc, argv, &o, true);
+    int rc = eval_parse(argc, argv, &o);
     if (rc < 0)
         rc = device_check(&o, "ampc eval");
     if (rc < 0)
@@ -207,7 +237,7 @@ int eval_run(int argc, char **argv)
         rc = opts_resolve(&o);
     /* --seed picks a gpt's validation windows; an image model's test set
      * is measured whole, in order, so a seed there would change nothing. */
-    const bool seed_given = o.given[opts_find("seed") - opts_table()];
+    const bool seed_given = o.given[RO_seed];
     if (rc < 0 && seed_given && !is_gpt(&o)) {
         fprintf(stderr, "ampc eval: --seed picks a gpt's validation windows; the %s in %s is measured on the whole "
                         "test set, in order, which no seed changes\n",

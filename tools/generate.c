@@ -22,9 +22,17 @@
  * autocast region (no scaler: nothing is trained).
  */
 #include "cli.h"
+#include "checkpoint_cli.h"
+#include "data.h"
+#include "eval.h"
+#include "progress.h"
+#include "settings.h"
+#include "trainer.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,165 +50,94 @@ typedef struct {
     bool no_cache, quiet;
 } gen_opts;
 
-static void gen_usage(FILE *f)
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* generate's options: its own rows (the checkpoint's settings are read
+ * later; NULL and -1 are "the checkpoint's"), in its own words when a
+ * value is refused. */
+static const opt_def gen_rows[] = {
+    {.name = "prompt", .meta = "TEXT", .kind = OPT_TEXT, .off = offsetof(gen_opts, prompt),
+     .help = "the text to continue (default: a newline, as nanoGPT's sample.py);\n"
+             "each of its bytes must be in the model's vocabulary"},
+    {.name = "tokens", .meta = "N", .kind = OPT_INT, .off = offsetof(gen_opts, tokens), .lo = 1, .hi = MAX_TOKENS,
+     .says = "must be a whole number from 1 to " STR(MAX_TOKENS),
+     .help = "tokens to generate, >= 1 (default " STR(DEFAULT_TOKENS) "); past the model's context the\n"
+             "sequence is cropped to its last context tokens (nanoGPT's crop), and\n"
+             "each token then costs a full forward over them (the cache refilled)"},
+    {.name = "temperature", .meta = "T", .kind = OPT_REAL, .off = offsetof(gen_opts, temperature), .lo = 0,
+     .hi = DBL_MAX, .says = "must be a finite number >= 0 (0: greedy)",
+     .help = "logits / T before the softmax, finite and >= 0; 0 is greedy\n"
+             "(the most likely token each time) (default " STR(DEFAULT_TEMPERATURE) ")"},
+    /* the upper bound (the vocabulary) is checked once it is known */
+    {.name = "top-k", .meta = "K", .kind = OPT_INT, .off = offsetof(gen_opts, top_k), .lo = 1, .hi = (double)INT64_MAX,
+     .says = "must be a whole number >= 1 (at most the vocabulary size)",
+     .help = "sample among the K most likely tokens only, 1 .. vocabulary size\n(default: all of them)"},
+    {.name = "seed", .meta = "S", .kind = OPT_U64, .off = offsetof(gen_opts, seed),
+     .says = "must be a whole number from 0 to 2^64-1",
+     .help = "the draws' seed: the same seed gives the same text (default " STR(DEFAULT_SEED) ")"},
+    {.name = "precision", .meta = "P", .kind = OPT_STR, .off = offsetof(gen_opts, precision),
+     .choices = "fp32|bf16|fp16", .says = "must be fp32, bf16 or fp16",
+     .help = "fp32, bf16 or fp16: the forward's autocast dtype, no scaler\n(default: the checkpoint's)"},
+    {.name = "device", .meta = "D", .kind = OPT_STR, .off = offsetof(gen_opts, device), .choices = "cpu|cuda",
+     .says = "must be cpu or cuda", .help = "cpu or cuda (default: the checkpoint's)"},
+    {.name = "threads", .meta = "N", .kind = OPT_INT, .off = offsetof(gen_opts, threads), .lo = 0, .hi = 4096,
+     .says = "must be a whole number from 0 (every core) to 4096",
+     .help = "CPU threads, 0 for every core (default: the checkpoint's)"},
+    {.name = "data", .meta = "PATH", .kind = OPT_STR, .off = offsetof(gen_opts, data),
+     .help = "the training text, for the vocabulary (default: the checkpoint's --data)"},
+    {.name = "no-cache", .meta = "", .kind = OPT_FLAG, .off = offsetof(gen_opts, no_cache),
+     .help = "a full forward over the sequence for every token (to compare speed)"},
+    {.name = "quiet", .meta = "", .kind = OPT_FLAG, .off = offsetof(gen_opts, quiet),
+     .help = "no speed lines on stderr"},
+};
+
+/* ampc generate DIR: one checkpoint, named by the argument that is not an
+ * option ("-" alone is a name too). */
+static int gen_dir(const opt_cmd *c, const char *a, void *ctx)
 {
-    fprintf(f,
-            "usage: ampc generate DIR [options]\n\n"
-            "Samples text from the gpt model saved in DIR (ampc train --model gpt --save DIR; DIR may also\n"
-            "be the path of a .safetensors checkpoint file), with a\n"
-            "key/value cache: the prompt in one forward, then one position per new token. The prompt and\n"
-            "the text are streamed to stdout as they come; the speed goes to stderr.\n\n"
-            "options:\n"
-            "  --prompt TEXT        the text to continue (default: a newline, as nanoGPT's sample.py);\n"
-            "                       each of its bytes must be in the model's vocabulary\n"
-            "  --tokens N           tokens to generate, >= 1 (default %d); past the model's context the\n"
-            "                       sequence is cropped to its last context tokens (nanoGPT's crop), and\n"
-            "                       each token then costs a full forward over them (the cache refilled)\n"
-            "  --temperature T      logits / T before the softmax, finite and >= 0; 0 is greedy\n"
-            "                       (the most likely token each time) (default %.1f)\n"
-            "  --top-k K            sample among the K most likely tokens only, 1 .. vocabulary size\n"
-            "                       (default: all of them)\n"
-            "  --seed S             the draws' seed: the same seed gives the same text (default %d)\n"
-            "  --precision P        fp32, bf16 or fp16: the forward's autocast dtype, no scaler\n"
-            "                       (default: the checkpoint's)\n"
-            "  --device D           cpu or cuda (default: the checkpoint's)\n"
-            "  --threads N          CPU threads, 0 for every core (default: the checkpoint's)\n"
-            "  --data PATH          the training text, for the vocabulary (default: the checkpoint's --data)\n"
-            "  --no-cache           a full forward over the sequence for every token (to compare speed)\n"
-            "  --quiet              no speed lines on stderr\n"
-            "  -h, --help           this text\n",
-            DEFAULT_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_SEED);
+    gen_opts *o = ctx;
+    if (a[0] == '-' && a[1] != 0) {
+        fprintf(stderr, "%s: unknown option '%s' (see ampc generate --help)\n", c->who, a);
+        return EXIT_USAGE;
+    }
+    if (o->dir) {
+        fprintf(stderr, "%s: one checkpoint directory, not '%s' and '%s' (see ampc generate --help)\n", c->who,
+                o->dir, a);
+        return EXIT_USAGE;
+    }
+    if (!*a) {
+        fprintf(stderr, "%s: the checkpoint directory is empty (''): give the directory train --save wrote, or its "
+                        ".safetensors file\n", c->who);
+        return EXIT_USAGE;
+    }
+    o->dir = a;
+    return -1;
 }
 
-static int bad(const char *opt, const char *v, const char *what)
-{
-    fprintf(stderr, WHO ": %s '%s': %s\n", opt, v, what);
-    return EXIT_USAGE;
-}
-
-/* Strict number parsing: the whole text, no overflow. */
-static bool parse_i64(const char *s, int64_t *out)
-{
-    if (!(*s == '-' || (*s >= '0' && *s <= '9'))) /* no blank or '+' before it */
-        return false;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end || errno)
-        return false;
-    *out = v;
-    return true;
-}
-
-static bool parse_real(const char *s, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    /* ERANGE on overflow (inf, refused by the caller) and on underflow: a
-     * subnormal or a value rounded to 0 is still a finite number. */
-    if (end == s || *end)
-        return false;
-    *out = v;
-    return true;
-}
+const opt_cmd generate_options = {
+    .who = WHO,
+    .usage = "usage: ampc generate DIR [options]\n\n"
+             "Samples text from the gpt model saved in DIR (ampc train --model gpt --save DIR; DIR may also\n"
+             "be the path of a .safetensors checkpoint file), with a\n"
+             "key/value cache: the prompt in one forward, then one position per new token. The prompt and\n"
+             "the text are streamed to stdout as they come; the speed goes to stderr.\n\n",
+    .blocks = (const opt_block[]){{.rows = gen_rows, .n = sizeof gen_rows / sizeof gen_rows[0]}},
+    .n_blocks = 1,
+    .positional = gen_dir,
+};
 
 /* -1 to go on, else an exit code (0 after --help). */
 static int gen_parse(int argc, char **argv, gen_opts *o)
 {
     *o = (gen_opts){.tokens = DEFAULT_TOKENS, .temperature = DEFAULT_TEMPERATURE, .seed = DEFAULT_SEED,
                     .threads = -1};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            gen_usage(stdout);
-            return 0;
-        }
-        if (strcmp(a, "--no-cache") == 0) {
-            o->no_cache = true;
-            continue;
-        }
-        if (strcmp(a, "--quiet") == 0) {
-            o->quiet = true;
-            continue;
-        }
-        if (a[0] != '-' || a[1] == 0) {
-            if (o->dir) {
-                fprintf(stderr, WHO ": one checkpoint directory, not '%s' and '%s' (see ampc generate --help)\n",
-                        o->dir, a);
-                return EXIT_USAGE;
-            }
-            if (!*a) {
-                fprintf(stderr, WHO ": the checkpoint directory is empty (''): give the directory train --save "
-                                "wrote, or its .safetensors file\n");
-                return EXIT_USAGE;
-            }
-            o->dir = a;
-            continue;
-        }
-        /* --name VALUE or --name=VALUE */
-        const char *eq = strchr(a, '='), *v;
-        char name[32];
-        size_t n = eq ? (size_t)(eq - a) : strlen(a);
-        if (n >= sizeof name)
-            n = sizeof name - 1;
-        memcpy(name, a, n);
-        name[n] = 0;
-        static const char *const valued[] = {"--prompt", "--tokens", "--temperature", "--top-k", "--seed",
-                                             "--precision", "--device", "--threads", "--data"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
-            known |= strcmp(name, valued[k]) == 0;
-        if (!known) {
-            fprintf(stderr, WHO ": unknown option '%s' (see ampc generate --help)\n", a);
-            return EXIT_USAGE;
-        }
-        if (eq)
-            v = eq + 1;
-        else if (i + 1 < argc)
-            v = argv[++i];
-        else {
-            fprintf(stderr, WHO ": %s needs a value (see ampc generate --help)\n", name);
-            return EXIT_USAGE;
-        }
-        if (strcmp(name, "--prompt") == 0)
-            o->prompt = v;
-        else if (strcmp(name, "--data") == 0)
-            o->data = v;
-        else if (strcmp(name, "--tokens") == 0) {
-            if (!parse_i64(v, &o->tokens) || o->tokens < 1 || o->tokens > MAX_TOKENS)
-                return bad(name, v, "must be a whole number from 1 to 1000000000");
-        } else if (strcmp(name, "--temperature") == 0) {
-            if (!parse_real(v, &o->temperature) || !isfinite(o->temperature) || o->temperature < 0)
-                return bad(name, v, "must be a finite number >= 0 (0: greedy)");
-        } else if (strcmp(name, "--top-k") == 0) {
-            /* the upper bound (the vocabulary) is checked once it is known */
-            if (!parse_i64(v, &o->top_k) || o->top_k < 1)
-                return bad(name, v, "must be a whole number >= 1 (at most the vocabulary size)");
-        } else if (strcmp(name, "--seed") == 0) {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(v, &end, 10);
-            if (!(*v >= '0' && *v <= '9') || end == v || *end || errno)
-                return bad(name, v, "must be a whole number from 0 to 2^64-1");
-            o->seed = s;
-        } else if (strcmp(name, "--threads") == 0) {
-            if (!parse_i64(v, &o->threads) || o->threads < 0 || o->threads > 4096)
-                return bad(name, v, "must be a whole number from 0 (every core) to 4096");
-        } else if (strcmp(name, "--precision") == 0) {
-            if (strcmp(v, "fp32") && strcmp(v, "bf16") && strcmp(v, "fp16"))
-                return bad(name, v, "must be fp32, bf16 or fp16");
-            o->precision = v;
-        } else if (strcmp(name, "--device") == 0) {
-            if (strcmp(v, "cpu") && strcmp(v, "cuda"))
-                return bad(name, v, "must be cpu or cuda");
-            o->device = v;
-        }
-    }
-    if (!o->dir) {
+    int rc = opt_parse(&generate_options, &(opt_dst){o, NULL}, o, argc, argv);
+    if (rc < 0 && !o->dir) {
         fprintf(stderr, WHO ": which checkpoint? ampc generate DIR (a directory train --save wrote)\n");
         return EXIT_USAGE;
     }
-    return -1;
+    return rc;
 }
 
 int generate_parse(int argc, char **argv)

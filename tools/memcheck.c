@@ -32,7 +32,10 @@
  * MEM_TOLERANCE below the budget it goes on after a warning.
  * --no-memory-check (or AMPC_NO_MEMORY_CHECK=1) skips the check.
  */
-#include "cli.h"
+#include "memcheck.h"
+#include "dist_cli.h"
+#include "estimate.h"
+#include "trainer.h"
 
 #include <ctype.h>
 #include <errno.h>

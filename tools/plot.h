@@ -12,11 +12,14 @@
 #define AMPC_PLOT_H
 
 #include "ampc.h"
+#include "opts.h"
 
 /* `ampc plot LOG [-o OUT.svg]`: the arguments after "plot". Returns the
  * exit code: 0 written, 1 an unreadable / malformed log or unwritable
  * output (message on stderr), 2 a bad command line. */
 int plot_run(int argc, char **argv);
+/* Its options (plot_cmd.c's table). */
+extern const opt_cmd plot_options;
 
 typedef struct {
     int64_t steps;     /* step lines */

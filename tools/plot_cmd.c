@@ -4,26 +4,53 @@
  */
 #include "plot.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-static void plot_usage(FILE *f)
+typedef struct {
+    const char *log, *out;
+} plot_args;
+
+static const opt_def plot_rows[] = {
+    {.name = "output", .alias = 'o', .meta = "FILE", .kind = OPT_STR, .off = offsetof(plot_args, out),
+     .help = "the SVG to write (default: LOG with its .jsonl, .json,\n"
+             ".ndjson or .log extension replaced by .svg); an existing\n"
+             "file is replaced only when it is an SVG"},
+};
+
+/* ampc plot LOG: one log, named by the argument that is not an option
+ * ("-" alone is a name too). */
+static int plot_log(const opt_cmd *c, const char *a, void *ctx)
 {
-    fprintf(f, "usage: ampc plot LOG [-o OUT.svg]\n\n"
-               "Draws a training log (JSON Lines, one object per optimizer step) as an SVG:\n"
-               "the loss over the steps (log scale when it spans more than two decades,\n"
-               "with a smoothed line), the grad scaler's loss scale on a log2 axis,\n"
-               "with the skipped steps marked in red, and the f16 health of the gradients\n"
-               "(ampc train --health-every: the share that is zero, would flush to zero,\n"
-               "be subnormal or overflow in f16, unscaled and at the scale).\n\n"
-               "options:\n"
-               "  -o, --output FILE  the SVG to write (default: LOG with its .jsonl, .json,\n"
-               "                     .ndjson or .log extension replaced by .svg); an existing\n"
-               "                     file is replaced only when it is an SVG\n"
-               "  -h, --help         this help\n");
+    plot_args *p = ctx;
+    if (a[0] == '-' && a[1] != '\0') {
+        fprintf(stderr, "%s: unknown option '%s' (see ampc plot --help)\n", c->who, a);
+        return EXIT_USAGE;
+    }
+    if (p->log) {
+        fprintf(stderr, "%s: one log at a time ('%s' and '%s')\n", c->who, p->log, a);
+        return EXIT_USAGE;
+    }
+    p->log = a;
+    return -1;
 }
+
+const opt_cmd plot_options = {
+    .who = "ampc plot",
+    .usage = "usage: ampc plot LOG [-o OUT.svg]\n\n"
+             "Draws a training log (JSON Lines, one object per optimizer step) as an SVG:\n"
+             "the loss over the steps (log scale when it spans more than two decades,\n"
+             "with a smoothed line), the grad scaler's loss scale on a log2 axis,\n"
+             "with the skipped steps marked in red, and the f16 health of the gradients\n"
+             "(ampc train --health-every: the share that is zero, would flush to zero,\n"
+             "be subnormal or overflow in f16, unscaled and at the scale).\n\n",
+    .blocks = (const opt_block[]){{.rows = plot_rows, .n = sizeof plot_rows / sizeof plot_rows[0]}},
+    .n_blocks = 1,
+    .positional = plot_log,
+};
 
 /* LOG's name with a log extension replaced by .svg (malloc'd). */
 char *default_output(const char *log)
@@ -75,42 +102,22 @@ static int output_check(const char *log, const char *out)
 
 int plot_run(int argc, char **argv)
 {
-    const char *log = NULL, *out = NULL;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            plot_usage(stdout);
-            return 0;
-        }
-        if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "ampc plot: %s needs a file name\n", a);
-                return 2;
-            }
-            out = argv[++i];
-        } else if (strncmp(a, "--output=", 9) == 0) {
-            out = a + 9;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            fprintf(stderr, "ampc plot: unknown option '%s' (see ampc plot --help)\n", a);
-            return 2;
-        } else if (log) {
-            fprintf(stderr, "ampc plot: one log at a time ('%s' and '%s')\n", log, a);
-            return 2;
-        } else {
-            log = a;
-        }
+    plot_args p = {0};
+    int rc = opt_parse(&plot_options, &(opt_dst){&p, NULL}, &p, argc, argv);
+    if (rc >= 0)
+        return rc;
+    if (!p.log) {
+        opt_usage(stderr, &plot_options);
+        return EXIT_USAGE;
     }
-    if (!log) {
-        plot_usage(stderr);
-        return 2;
-    }
+    const char *log = p.log, *out = p.out;
     char *def = out ? NULL : default_output(log);
     if (!out && !def) {
         fprintf(stderr, "ampc plot: out of memory\n");
         return 1;
     }
     const char *path = out ? out : def;
-    int rc = output_check(log, path);
+    rc = output_check(log, path);
     if (rc >= 0) {
         free(def);
         return rc;

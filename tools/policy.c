@@ -6,19 +6,40 @@
  */
 #include "cli.h"
 
+#include <stddef.h>
 #include <string.h>
 
-static void policy_usage(FILE *f)
+typedef struct {
+    bool markdown;
+} policy_args;
+
+static const opt_def policy_rows[] = {
+    {.name = "markdown", .meta = "", .kind = OPT_FLAG, .off = offsetof(policy_args, markdown),
+     .help = "the table as the Markdown page docs/autocast-policy.md is made from"},
+};
+
+/* policy takes no other argument: each is an unknown option. */
+static int no_argument(const opt_cmd *c, const char *arg, void *ctx)
 {
-    fprintf(f, "usage: ampc policy [--markdown]\n\n"
-               "Prints each op's autocast category on cpu and cuda, as PyTorch assigns it:\n"
-               "  lower     inputs cast to the autocast dtype (cpu bf16, cuda f16 by default)\n"
-               "  fp32      inputs cast to f32\n"
-               "  fp32_out  computed and returned in f32\n"
-               "  promote   inputs cast to the widest input dtype\n"
-               "  banned    an error under autocast\n"
-               "  unlisted  runs in its inputs' dtype\n");
+    (void)ctx;
+    fprintf(stderr, "%s: unknown option '%s' (see ampc policy --help)\n", c->who, arg);
+    return EXIT_USAGE;
 }
+
+const opt_cmd policy_options = {
+    .who = "ampc policy",
+    .usage = "usage: ampc policy [--markdown]\n\n"
+             "Prints each op's autocast category on cpu and cuda, as PyTorch assigns it:\n"
+             "  lower     inputs cast to the autocast dtype (cpu bf16, cuda f16 by default)\n"
+             "  fp32      inputs cast to f32\n"
+             "  fp32_out  computed and returned in f32\n"
+             "  promote   inputs cast to the widest input dtype\n"
+             "  banned    an error under autocast\n"
+             "  unlisted  runs in its inputs' dtype\n\n",
+    .blocks = (const opt_block[]){{.rows = policy_rows, .n = sizeof policy_rows / sizeof policy_rows[0]}},
+    .n_blocks = 1,
+    .positional = no_argument,
+};
 
 static void markdown(void)
 {
@@ -38,18 +59,11 @@ static void markdown(void)
 
 int policy_run(int argc, char **argv)
 {
-    bool md = false;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--markdown") == 0) {
-            md = true;
-        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            policy_usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "ampc policy: unknown option '%s' (see ampc policy --help)\n", argv[i]);
-            return EXIT_USAGE;
-        }
-    }
+    policy_args p = {0};
+    int rc = opt_parse(&policy_options, &(opt_dst){&p, NULL}, NULL, argc, argv);
+    if (rc >= 0)
+        return rc;
+    const bool md = p.markdown;
     if (md) {
         markdown();
         return 0;

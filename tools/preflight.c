@@ -15,7 +15,8 @@
  *               the default with --resume) or replaced (--log-mode
  *               replace); without either, a fresh run refuses it.
  */
-#include "cli.h"
+#include "preflight.h"
+#include "checkpoint_cli.h"
 
 #include <errno.h>
 #include <fcntl.h>

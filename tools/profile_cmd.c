@@ -7,6 +7,11 @@
  * option applies to each run; nothing is saved, logged or evaluated.
  */
 #include "cli.h"
+#include "data.h"
+#include "eval.h"
+#include "profile_train.h"
+#include "settings.h"
+#include "train.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -20,30 +25,53 @@ static const char *const prec_names[MAX_PREC] = {"fp32", "bf16", "fp16"};
 static const char *const refused[] = {"save", "save-every", "stop-at", "resume", "log", "log-mode",
                                       "dry-run", "epochs", "steps", "health-every"};
 
-static void profile_usage(FILE *f)
-{
-    fprintf(f,
-            "usage: ampc profile [--precision LIST] [train options]\n\n"
-            "Runs the same training in each precision of LIST (default fp32,bf16,fp16):\n"
-            "--profile-warmup steps (default 2), then --profile-steps steps (default 5) under\n"
-            "the profiler, and prints them side by side: the step time, its split into data /\n"
-            "forward / backward / optimizer / other, autocast's casts, GFLOP/s, the top ops by\n"
-            "self time, and what mixed precision moved against the first precision of LIST.\n"
-            "Nothing is saved, logged or evaluated. --profile FILE also writes each run's\n"
-            "trace, FILE with the precision before its extension (ampc-trace-bf16.json).\n\n"
-            "options:\n"
-            "  --precision LIST       fp32, bf16, fp16, comma-separated, each at most once\n"
-            "  --repeat N             run the precisions round-robin N times (1 to 100, default 1)\n"
-            "                         and show each time's median (a busy machine's spikes drop out)\n"
-            "  --profile [FILE]       also write each precision's trace (default " PROFILE_DEFAULT_FILE ")\n"
-            "  --profile-steps N      steps profiled per precision (default 5)\n"
-            "  --profile-warmup N     steps before the profiled ones (default 2)\n"
-            "  any ampc train option (--model, --batch, --threads, --device ...) except\n"
-            "  --save, --save-every, --stop-at, --resume, --log, --log-mode, --dry-run,\n"
-            "  --epochs and --steps (see ampc train --help)\n\n"
-            "example: ampc profile --model gpt --precision fp32,bf16\n"
-            "docs/profiling.md walks through it.\n");
-}
+/* profile's own options; the rest are train's. */
+typedef struct {
+    const char *precisions; /* LIST */
+    int64_t repeat;
+} profile_args;
+
+static const opt_def profile_rows[] = {
+    {.name = "precision", .meta = "LIST", .kind = OPT_STR, .off = offsetof(profile_args, precisions),
+     .help = "fp32, bf16, fp16, comma-separated, each at most once"},
+    /* Given last without a number, the number is the empty text: refused
+     * as one. */
+    {.name = "repeat", .meta = "N", .kind = OPT_INT, .off = offsetof(profile_args, repeat), .lo = 1, .hi = 100,
+     .absent = "",
+     .help = "run the precisions round-robin N times (1 to 100, default 1)\n"
+             "and show each time's median (a busy machine's spikes drop out)"},
+};
+
+/* Train's --profile options, in profile's words. */
+static const opt_pick profile_picks[] = {
+    {"profile", "also write each precision's trace (default " PROFILE_DEFAULT_FILE ")"},
+    {"profile-steps", "steps profiled per precision (default 5)"},
+    {"profile-warmup", "steps before the profiled ones (default 2)"},
+};
+
+const opt_cmd profile_options = {
+    .who = "ampc profile",
+    .usage = "usage: ampc profile [--precision LIST] [train options]\n\n"
+             "Runs the same training in each precision of LIST (default fp32,bf16,fp16):\n"
+             "--profile-warmup steps (default 2), then --profile-steps steps (default 5) under\n"
+             "the profiler, and prints them side by side: the step time, its split into data /\n"
+             "forward / backward / optimizer / other, autocast's casts, GFLOP/s, the top ops by\n"
+             "self time, and what mixed precision moved against the first precision of LIST.\n"
+             "Nothing is saved, logged or evaluated. --profile FILE also writes each run's\n"
+             "trace, FILE with the precision before its extension (ampc-trace-bf16.json).\n\n",
+    .footer = "  any ampc train option (--model, --batch, --threads, --device ...) except\n"
+              "  --save, --save-every, --stop-at, --resume, --log, --log-mode, --dry-run,\n"
+              "  --epochs and --steps (see ampc train --help)\n\n"
+              "example: ampc profile --model gpt --precision fp32,bf16\n"
+              "docs/profiling.md walks through it.\n",
+    .blocks = (const opt_block[]){
+        {.rows = profile_rows, .n = sizeof profile_rows / sizeof profile_rows[0]},
+        {.rows = train_rows, .n = RO_COUNT, .pick = profile_picks,
+         .n_pick = sizeof profile_picks / sizeof profile_picks[0]},
+        {.rows = train_rows, .n = RO_COUNT, .unlisted = true},
+    },
+    .n_blocks = 3,
+};
 
 /* Parses LIST into idx[] (indexes into prec_names); the count, or -1
  * after a message. */
@@ -84,7 +112,7 @@ static void trace_name(char *buf, size_t n, const char *file, const char *prec)
         snprintf(buf, n, "%.*s-%s%s", (int)(dot - file), file, prec, dot);
 }
 
-static bool given(const train_opts *o, const char *name) { return o->given[opts_find(name) - opts_table()]; }
+static bool given(const train_opts *o, const char *name) { return o->given[opts_find(name) - train_rows]; }
 
 /* The options of the run in precision prec: o's, the scaler's options
  * only for fp16, resolved. -1 or EXIT_USAGE. */
@@ -92,14 +120,14 @@ static int options_for(const train_opts *o, const char *prec, train_opts *out)
 {
     *out = *o;
     out->precision = prec;
-    out->given[opts_find("precision") - opts_table()] = true;
+    out->given[RO_precision] = true;
     out->profile = NULL; /* the run's own trace is written apart (traces[]) */
-    out->given[opts_find("profile-steps") - opts_table()] = false;
-    out->given[opts_find("profile-warmup") - opts_table()] = false;
+    out->given[RO_profile_steps] = false;
+    out->given[RO_profile_warmup] = false;
     if (strcmp(prec, "fp16") != 0) {
         out->no_scaler = false;
-        for (int i = 0; i < opts_count(); i++)
-            if (opts_table()[i].fp16)
+        for (int i = 0; i < RO_COUNT; i++)
+            if (train_rows[i].fp16)
                 out->given[i] = false;
     }
     return opts_resolve(out);
@@ -220,69 +248,53 @@ static void print_side_by_side(const int *idx, int n, const amp_profile_summary 
     }
 }
 
-int profile_main(int argc, char **argv)
+/* Parses profile's command line into p and o, and the precisions of its
+ * LIST into idx[0 .. *n); then refuses the train options that make no
+ * sense here. -1 or an exit code. */
+static int parse_all(int argc, char **argv, profile_args *p, train_opts *o, int *idx, int *n)
 {
-    const char *list = "fp32,bf16,fp16";
-    int repeat = 1;
-    char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    if (!rest) {
-        fprintf(stderr, "ampc profile: out of memory\n");
-        return 1;
-    }
-    int nrest = 0;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            profile_usage(stdout);
-            free(rest);
-            return 0;
-        }
-        if (strcmp(argv[i], "--precision") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "ampc profile: --precision: needs a value (LIST, e.g. fp32,bf16)\n");
-                free(rest);
-                return EXIT_USAGE;
-            }
-            list = argv[++i];
-        } else if (strncmp(argv[i], "--precision=", 12) == 0) {
-            list = argv[i] + 12;
-        } else if (strcmp(argv[i], "--repeat") == 0 || strncmp(argv[i], "--repeat=", 9) == 0) {
-            const char *v = argv[i][8] == '=' ? argv[i] + 9 : i + 1 < argc ? argv[++i] : "";
-            char *end;
-            long r = strtol(v, &end, 10);
-            if (!*v || *end || r < 1 || r > 100) {
-                fprintf(stderr, "ampc profile: --repeat: '%s' is not a whole number from 1 to 100\n", v);
-                free(rest);
-                return EXIT_USAGE;
-            }
-            repeat = (int)r;
-        } else {
-            rest[nrest++] = argv[i];
-        }
-    }
-    int idx[MAX_PREC], n = parse_precisions(list, idx);
-    train_opts o;
-    train_opts_default(&o);
-    opts_set_command("ampc profile");
-    int rc = n < 0 ? EXIT_USAGE : opts_parse(nrest, rest, &o, false);
-    free(rest);
+    *p = (profile_args){.precisions = "fp32,bf16,fp16", .repeat = 1};
+    train_opts_default(o);
+    opts_set_command(profile_options.who);
+    const opt_dst dst[] = {{p, NULL}, {o, o->given}, {o, o->given}};
+    int rc = opt_parse(&profile_options, dst, NULL, argc, argv);
+    if (rc < 0 && (*n = parse_precisions(p->precisions, idx)) < 0)
+        rc = EXIT_USAGE;
     for (size_t i = 0; rc < 0 && i < sizeof refused / sizeof refused[0]; i++)
-        if (given(&o, refused[i])) {
+        if (given(o, refused[i])) {
             fprintf(stderr, "ampc profile: --%s is not an ampc profile option (it runs --profile-warmup + "
                             "--profile-steps steps and keeps nothing; see ampc profile --help)\n", refused[i]);
             rc = EXIT_USAGE;
         }
-    for (int i = 0; rc < 0 && i < opts_count(); i++) {
-        bool fp16 = false;
-        for (int k = 0; k < n; k++)
-            fp16 |= idx[k] == 2;
-        if (opts_table()[i].fp16 && o.given[i] && !fp16) {
+    bool fp16 = false;
+    for (int k = 0; rc < 0 && k < *n; k++)
+        fp16 |= idx[k] == 2;
+    for (int i = 0; rc < 0 && i < RO_COUNT; i++)
+        if (train_rows[i].fp16 && o->given[i] && !fp16) {
             fprintf(stderr, "ampc profile: --%s applies to fp16 only, which --precision %s does not hold\n",
-                    opts_table()[i].name, list);
+                    train_rows[i].name, p->precisions);
             rc = EXIT_USAGE;
         }
-    }
+    return rc;
+}
+
+int profile_parse(int argc, char **argv)
+{
+    profile_args p;
+    train_opts o;
+    int idx[MAX_PREC], n = 0;
+    return parse_all(argc, argv, &p, &o, idx, &n);
+}
+
+int profile_main(int argc, char **argv)
+{
+    profile_args p;
+    train_opts o;
+    int idx[MAX_PREC], n = 0;
+    int rc = parse_all(argc, argv, &p, &o, idx, &n);
     if (rc >= 0)
         return rc;
+    const int repeat = (int)p.repeat;
     o.steps = o.profile_warmup + o.profile_steps;
     train_opts run[MAX_PREC];
     for (int i = 0; i < n && rc < 0; i++)

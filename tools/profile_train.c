@@ -6,7 +6,7 @@
  * (or an empty file): never a file the user had for something else. Profiling records; it changes no value the
  * step computes, so the losses are those of the same run without it.
  */
-#include "cli.h"
+#include "profile_train.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * steps, with the mean loss since the previous line; the terminal gets
  * those too, so a finished run leaves its history on the screen.
  */
-#include "cli.h"
+#include "progress.h"
 
 #include <time.h>
 #include <unistd.h>

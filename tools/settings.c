@@ -6,7 +6,7 @@
  *    "run": {"features": 784, ..., "sched_step": 937, "skipped": 0, "world_size": 2,
  *            "total_steps": 1870}}
  *
- * "settings" holds every saved option (args.c's table, class SETTING or
+ * "settings" holds every saved option (train's table, class SETTING or
  * SHAPE) that applies to the run, under its command-line name; reading
  * passes each value's text through the same parser as the command line,
  * so a checkpoint cannot smuggle in a value the command line would
@@ -25,7 +25,7 @@
  * of class SHAPE (the model's shape, the optimizer) that differs is an
  * error: the saved tensors could not be loaded into another shape.
  */
-#include "cli.h"
+#include "settings.h"
 
 #include "io/json.h"
 
@@ -34,6 +34,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Whether row d's value is a string (train_opts points to the text). */
+static bool is_text(const opt_def *d) { return d->kind == OPT_STR || d->kind == OPT_TEXT; }
 
 /* Whether option d matters for run o (its model, optimizer, schedule and
  * precision): only those are saved. */
@@ -73,6 +76,7 @@ static void put_value(json_buf *b, const opt_def *d, const train_opts *o)
     const void *f = (const char *)o + d->off;
     switch (d->kind) {
     case OPT_STR:
+    case OPT_TEXT:
         jb_string(b, *(const char *const *)f);
         break;
     case OPT_INT:
@@ -102,13 +106,13 @@ char *settings_to_json(const train_opts *o, const run_info *ri)
     jb_puts(&b, "{\"ampc\":");
     jb_string(&b, AMPC_VERSION);
     jb_puts(&b, ",\"settings\":{");
-    const opt_def *t = opts_table();
     bool first = true;
-    for (int i = 0; i < opts_count(); i++) {
-        if (t[i].cls == OC_RUN || !applies(&t[i], o))
+    for (int i = 0; i < RO_COUNT; i++) {
+        const opt_def *d = &train_rows[i];
+        if (d->cls == OC_RUN || !applies(d, o))
             continue;
-        jb_printf(&b, "%s\"%s\":", first ? "" : ",", t[i].name);
-        put_value(&b, &t[i], o);
+        jb_printf(&b, "%s\"%s\":", first ? "" : ",", d->name);
+        put_value(&b, d, o);
         first = false;
     }
     jb_printf(&b,
@@ -203,7 +207,7 @@ static int set_from_json(const opt_def *d, const json_value *v, train_opts *ck, 
     if ((d->kind == OPT_LIST) != (v->type == JSON_ARRAY))
         return bad_settings(where, "a list where none belongs, or none where one does", d->name);
     /* Only a string is pointed to by ck; numbers are parsed from text. */
-    char *value = d->kind == OPT_STR ? keep(text) : text;
+    char *value = is_text(d) ? keep(text) : text;
     if (!value) {
         fprintf(stderr, "ampc: out of memory\n");
         return 1;
@@ -305,6 +309,7 @@ static bool same_value(const opt_def *d, const train_opts *a, const train_opts *
     const void *fa = (const char *)a + d->off, *fb = (const char *)b + d->off;
     switch (d->kind) {
     case OPT_STR:
+    case OPT_TEXT:
         return strcmp(*(const char *const *)fa, *(const char *const *)fb) == 0;
     case OPT_INT:
         return *(const int64_t *)fa == *(const int64_t *)fb;
@@ -322,7 +327,7 @@ static bool same_value(const opt_def *d, const train_opts *a, const train_opts *
 
 static void describe(const opt_def *d, const train_opts *o, char *buf, size_t n)
 {
-    if (d->kind == OPT_STR) {
+    if (is_text(d)) {
         snprintf(buf, n, "%s", *(const char *const *)((const char *)o + d->off));
         return;
     }
@@ -343,7 +348,7 @@ static void describe(const opt_def *d, const train_opts *o, char *buf, size_t n)
 
 static void copy_value(const opt_def *d, train_opts *dst, const train_opts *src)
 {
-    size_t size = d->kind == OPT_STR ? sizeof(const char *)
+    size_t size = is_text(d) ? sizeof(const char *)
                   : d->kind == OPT_FLAG ? sizeof(bool)
                   : d->kind == OPT_LIST ? sizeof dst->hidden
                                         : sizeof(int64_t); /* int64_t, uint64_t, double */
@@ -354,14 +359,12 @@ static void copy_value(const opt_def *d, train_opts *dst, const train_opts *src)
 
 int settings_merge(train_opts *o, const train_opts *ck, const char *where)
 {
-    const opt_def *t = opts_table();
-    int epochs = (int)(opts_find("epochs") - t), steps = (int)(opts_find("steps") - t);
-    bool length_given = o->given[epochs] || o->given[steps];
-    for (int i = 0; i < opts_count(); i++) {
-        const opt_def *d = &t[i];
+    bool length_given = o->given[RO_epochs] || o->given[RO_steps];
+    for (int i = 0; i < RO_COUNT; i++) {
+        const opt_def *d = &train_rows[i];
         if (d->cls == OC_RUN)
             continue;
-        if (i == epochs || i == steps) {
+        if (i == RO_epochs || i == RO_steps) {
             /* The run's length is one choice: both from the command line
              * when it gives either, else both from the checkpoint. */
             if (!length_given)
@@ -386,7 +389,7 @@ int settings_merge(train_opts *o, const train_opts *ck, const char *where)
         }
     }
     /* A precision given anew leaves the checkpoint's --no-scaler behind. */
-    if (o->given[opts_find("precision") - t] && !o->given[opts_find("no-scaler") - t])
+    if (o->given[RO_precision] && !o->given[RO_no_scaler])
         o->no_scaler = false;
     return -1;
 }

@@ -43,7 +43,19 @@
  * the step is queued. Without --clip or --log it is not measured on cuda.
  */
 #include "cli.h"
+#include "checkpoint_cli.h"
+#include "data.h"
+#include "diagnose.h"
+#include "dist_cli.h"
+#include "eval.h"
 #include "log.h"
+#include "memcheck.h"
+#include "preflight.h"
+#include "profile_train.h"
+#include "progress.h"
+#include "settings.h"
+#include "train.h"
+#include "trainer.h"
 
 #include <float.h>
 #include <math.h>
@@ -855,7 +867,7 @@ int train_main(int argc, char **argv)
     run_info saved = {0};
     train_opts_default(&o);
     dist_output();
-    int rc = opts_parse(argc, argv, &o, false);
+    int rc = train_parse(argc, argv, &o);
     /* Everything before dist_begin is the same on every rank: each
      * returns the same exit code, and MPI never started. */
     if (rc < 0)
