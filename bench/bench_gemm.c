@@ -49,8 +49,8 @@
  * (--few-rows, after any --reps: only the few-row table, see few_rows)
  */
 #include "backend/backend.h"
-#include "backend/cpu/gemm.h"
-#include "backend/cpu/onednn.h"
+#include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/onednn/onednn.h"
 #include "base/base.h"
 #include "peaks.h"
 

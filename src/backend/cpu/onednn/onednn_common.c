@@ -11,8 +11,8 @@
  * and when the table is full a new primitive is made for the one call and
  * freed after it.
  */
-#include "backend/cpu/gemm.h"
-#include "backend/cpu/onednn.h"
+#include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/onednn/onednn.h"
 #include "base/base.h"
 #include "base/env.h"
 #include "base/parallel.h"
@@ -70,7 +70,7 @@ void onednn_clear_cache(void) {}
 
 #else
 
-#include "backend/cpu/onednn_impl.h"
+#include "backend/cpu/onednn/onednn_impl.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -30,7 +30,7 @@
  * Each phase (pack B, multiply) is one parallel loop, whose end is the
  * barrier the next phase needs.
  */
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm/gemm.h"
 #include "base/base.h"
 
 #include "base/parallel.h"

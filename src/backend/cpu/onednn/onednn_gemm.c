@@ -32,8 +32,8 @@
  * for a busy core (issue 14). AMPC_CPU_LIB=own (every GEMM on ampc's
  * kernels) does it at run time.
  */
-#include "backend/cpu/onednn.h"
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/onednn/onednn.h"
+#include "backend/cpu/gemm/gemm.h"
 
 /* 1: bf16 products stay on ampc's VDPBF16PS kernel where it is the bf16
  * path (see above); 0: the same rule as elsewhere. */
@@ -65,7 +65,7 @@ bool onednn_gemm(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N
 
 #else
 
-#include "backend/cpu/onednn_impl.h"
+#include "backend/cpu/onednn/onednn_impl.h"
 #include "base/base.h"
 #include "base/parallel.h"
 

@@ -26,13 +26,13 @@
  * Both kernels share the B packer and the 16-bit C finish; they differ in
  * A's layout (pair-major for broadcasts, row-major for tile rows).
  */
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm/gemm.h"
 
 #if defined(__x86_64__)
 
 #include <cpuid.h>
 #include <immintrin.h>
-#include "backend/cpu/transpose_x86.h"
+#include "backend/cpu/gemm/transpose_x86.h"
 #include <stdatomic.h>
 #include <string.h>
 #if defined(__linux__)
@@ -53,7 +53,7 @@
 
 /* ------------------------------------------------------------- packers */
 
-/* transpose16: src/backend/cpu/transpose_x86.h */
+/* transpose16: src/backend/cpu/gemm/transpose_x86.h */
 
 static __mmask32 mask32(int64_t n) { return n >= 32 ? 0xFFFFFFFFu : ((__mmask32)1 << n) - 1; }
 static __mmask16 mask16(int64_t n) { return n >= 16 ? 0xFFFF : (__mmask16)(((unsigned)1 << n) - 1); }

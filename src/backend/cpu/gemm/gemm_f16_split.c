@@ -58,7 +58,7 @@
  * loses (0.75x at 10 x 4096 x 256). So AUTO takes it from 2^F16_SPLIT_LOG2
  * multiply-adds with M, N and K at least F16_SPLIT_DIM.
  */
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm/gemm.h"
 #include "base/base.h"
 #include "base/env.h"
 
@@ -146,7 +146,7 @@ bool gemm_f16_split(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
 #if defined(__x86_64__)
 
 #include <immintrin.h>
-#include "backend/cpu/transpose_x86.h"
+#include "backend/cpu/gemm/transpose_x86.h"
 
 #define TGT_BW __attribute__((target("avx512f,avx512bw,avx512vl")))
 

@@ -50,7 +50,7 @@
  *     GFLOP/s a core against 200 for f32 FMA), so there it would be slower
  *     than widening.
  */
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm/gemm.h"
 #include "base/base.h"
 
 #include <math.h>

@@ -77,7 +77,7 @@ void gemm_epilogue_all(const gemm_epilogue *ep, int64_t M, int64_t N);
  * first and the activation applied after (the same values: relu commutes
  * with rounding).
  */
-#include "backend/cpu/onednn.h"
+#include "backend/cpu/onednn/onednn.h"
 amp_status gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                         const void *A, amp_dtype a_dt, int64_t lda, int64_t sa, const void *B, amp_dtype b_dt,
                         int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,

@@ -16,7 +16,7 @@
  * packing loops (VCVTPH2PS, or a shift for bf16), exactly, so a 16-bit
  * operand costs no more to pack than an f32 one and gives the same bits.
  */
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm/gemm.h"
 
 #if defined(__x86_64__)
 
@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "backend/cpu/transpose_x86.h"
+#include "backend/cpu/gemm/transpose_x86.h"
 
 /* ------------------------------------------------------------- AVX-512 */
 
