@@ -7,6 +7,7 @@
  * split into bf16 on AMX.
  */
 #include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/gemm/gemm_kernels.h"
 #include "base/base.h"
 #include "gemm_ref.h"
 #include "harness.h"

@@ -4,7 +4,7 @@
  * build the pair-interleaved panels both multiply.
  *
  * Every function is compiled for its ISA with a target attribute, so the
- * library builds with default flags and gemm_bf16.c calls a path only when
+ * library builds with default flags and dispatch.c picks a kernel only when
  * amp_cpu_features() (and, for AMX, the OS) allows it.
  *
  * VDPBF16PS kernel, 12 x 32: acc[i][j] += A[i][2p] B[2p][j] + A[i][2p+1]
@@ -26,7 +26,7 @@
  * Both kernels share the B packer and the 16-bit C finish; they differ in
  * A's layout (pair-major for broadcasts, row-major for tile rows).
  */
-#include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/gemm/gemm_kernels.h"
 
 #if defined(__x86_64__)
 

@@ -59,7 +59,6 @@ bool onednn_conv_backward_weights(const onednn_conv_geom *g, const void *x, cons
 
 #else
 
-#include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/onednn/onednn_impl.h"
 #include "base/base.h"
 #include "base/parallel.h"
