@@ -33,7 +33,7 @@ allow=$root/scripts/layers-allow.txt
 nm=${NM:-nm}
 
 # Bottom to top. Keep in step with docs/ARCHITECTURE.md's layer table.
-layers=(base dtype backend comm tensor autograd ops optim dist amp nn io)
+layers=(record base dtype backend prof comm tensor autograd ops optim dist amp nn io)
 # Folders whose sub-folders are modules of their own (see above).
 split=(backend/cpu)
 

@@ -21,7 +21,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm/gemm.h"
 #include "base/base.h"
-#include "base/profile.h"
+#include "record/profile.h"
 #include "backend/cpu/simd.h"
 #include "backend/pointwise.h"
 
