@@ -7,7 +7,6 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/base.h"
-#include "record/mem_ledger.h"
 
 #include <string.h>
 

@@ -32,6 +32,8 @@
 
 static const char onednn_path[] = "oneDNN matmul";
 
+const char *gemm_kernel_name(void) { return gemm_widen_kernel_name(); }
+
 /* ------------------------------------------------------------- oneDNN */
 
 /*

@@ -32,7 +32,6 @@
  * Each phase (pack B, multiply) is one parallel loop, whose end is the
  * barrier the next phase needs.
  */
-#include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/gemm/gemm_kernels.h"
 #include "base/base.h"
 #include "base/parallel.h"
@@ -85,7 +84,7 @@ static const gemm_kernel *pick_kernel(void)
     return &kernel_portable;
 }
 
-const char *gemm_kernel_name(void) { return pick_kernel()->name; }
+const char *gemm_widen_kernel_name(void) { return pick_kernel()->name; }
 
 /* ------------------------------------------------------------- packing */
 

@@ -29,6 +29,10 @@ amp_status gemm_widen(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
                       amp_dtype a_dt, int64_t lda, const void *B, amp_dtype b_dt, int64_t ldb, float beta, void *C,
                       amp_dtype c_dt, int64_t ldc, const gemm_epilogue *ep);
 
+/* The micro-kernel gemm_widen runs on this CPU: "avx512 12x32", "avx2
+ * 6x16" or "portable 4x16", honouring amp_cpu_limit. */
+const char *gemm_widen_kernel_name(void);
+
 /* One MR x NR tile: C = alpha * (a . b) + beta * C over kc steps, where a
  * is a packed panel a[k * MR + r] and b a packed panel b[k * NR + j]
  * (64-byte aligned). beta == 0 must not read C. */
