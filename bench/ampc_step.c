@@ -39,7 +39,7 @@
  */
 #include <ampc.h>
 
-#include "base/profile.h"
+#include "record/profile.h"
 
 #include <stdio.h>
 #include <stdlib.h>

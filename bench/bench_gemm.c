@@ -20,7 +20,7 @@
  *     mlp.fc1 forward as the fused linear + gelu, through the CPU
  *     backend's gemm with its pre-activation kept), on 1 and 2 threads,
  *     f32 and bf16, own kernels against oneDNN, with the side the AUTO
- *     policy (onednn_gemm_policy) picks and whether the pick lost; f16
+ *     policy (gemm_onednn_policy) picks and whether the pick lost; f16
  *     widened against split, with the side gemm_f16_split_policy picks;
  *   - the f16 paths' worst error against double (64 x 64 outputs, K 256 ..
  *     4096), beside the error a three-term split (dropping lo x lo) adds.
@@ -49,8 +49,9 @@
  * (--few-rows, after any --reps: only the few-row table, see few_rows)
  */
 #include "backend/backend.h"
-#include "backend/cpu/gemm.h"
-#include "backend/cpu/onednn.h"
+#include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/gemm/gemm_kernels.h"
+#include "backend/cpu/onednn/onednn.h"
 #include "base/base.h"
 #include "peaks.h"
 
@@ -389,7 +390,7 @@ static void time_shape(const step_gemm *g, const operands *o, int nt, int reps, 
         double own = res->t[2 * d], dnnl = res->t[2 * d + 1];
         /* AUTO runs oneDNN where the policy says so and oneDNN takes it */
         res->auto_dnnl[d] = dnnl > 0 && own > 0 &&
-                            onednn_gemm_policy(g->s.trans_a, g->s.trans_b, g->s.M, g->s.N, g->s.K,
+                            gemm_onednn_policy(g->s.trans_a, g->s.trans_b, g->s.M, g->s.N, g->s.K,
                                                d ? AMP_BF16 : AMP_F32);
         res->lost[d] = dnnl > 0 ? (res->auto_dnnl[d] ? dnnl / own : own / dnnl) : 0;
     }
@@ -412,7 +413,7 @@ static void model_shapes(const step_gemm *g, int n, int nt, int reps, shape_resu
     }
     operands o = operands_new(na, nb, nc, nbias);
     printf("\nthe shapes that matter: the GEMMs of one training step, %d thread%s, GFLOP/s (best of %d);\n"
-           "AUTO: the side onednn_gemm_policy picks, * when it is more than 10%% slower here (x: by how much)\n",
+           "AUTO: the side gemm_onednn_policy picks, * when it is more than 10%% slower here (x: by how much)\n",
            nt, nt > 1 ? "s" : "", reps);
     printf("%-24s %2s %2s %5s %5s %5s %4s | %7s %7s %-14s | %8s %7s %-14s | %9s %6s %5s %-6s\n", "GEMM", "ta", "tb",
            "M", "N", "K", "step", "f32 own", "oneDNN", "AUTO", "bf16 own", "oneDNN", "AUTO", "f16 widen", "split",

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # check-layers.sh - fails when a file under src/ includes a header of a
-# layer above its own (docs/ARCHITECTURE.md, "Layers, bottom to top").
+# layer above its own (docs/ARCHITECTURE.md, "Layers, bottom to top"), or
+# when modules include each other, directly or around a circle.
 #
 # A file's layer is the first folder of its path under src/ (src/backend/cuda/
 # gemm.cu is in "backend"); so is a header's, from its #include "x/y.h". A
@@ -13,6 +14,15 @@
 # symbol that an object of a higher layer defines: the calls through
 # ampc.h that no include shows (tensor calling amp_module_* of nn).
 #
+# Modules: each layer's folder is a module, except that every folder under
+# a folder named in `split` is a module of its own (src/backend/cpu/gemm,
+# the CPU GEMM; src/backend/cpu/onednn, oneDNN's primitives), beside the
+# rest of its layer. An include (and, with the objects, a symbol used)
+# from one module's file of another module's is an edge; the check fails
+# on every circle of edges (a -> b -> a, or longer), within a layer as
+# much as across layers, naming a file behind each edge. Files within one
+# module may include each other freely.
+#
 # Usage: scripts/check-layers.sh [source dir] [object files]
 # scripts/layers-allow.txt names known violations, one "file include" or
 # "file symbol" per line, # comments; they are reported but pass.
@@ -23,10 +33,35 @@ allow=$root/scripts/layers-allow.txt
 nm=${NM:-nm}
 
 # Bottom to top. Keep in step with docs/ARCHITECTURE.md's layer table.
-layers=(base dtype backend comm tensor autograd ops optim dist amp nn io)
+layers=(record base dtype backend prof comm tensor autograd ops optim dist amp nn io)
+# Folders whose sub-folders are modules of their own (see above).
+split=(backend/cpu)
 
 declare -A rank
 for i in "${!layers[@]}"; do rank[${layers[$i]}]=$i; done
+
+# The module of a path below src/ ("backend/cpu/gemm/gemm.h" ->
+# "backend/cpu/gemm", "ops/api.c" -> "ops"), in $mod.
+module_of() {
+  local s rest
+  for s in "${split[@]}"; do
+    case $1 in
+      "$s"/*/*) rest=${1#"$s"/}; mod=$s/${rest%%/*}; return ;;
+    esac
+  done
+  mod=${1%%/*}
+}
+
+# Module edges: "from to" -> the first file (and header or symbol) seen
+# making it.
+declare -A edge_why succ
+add_edge() {
+  [ "$1" != "$2" ] || return 0
+  if [ -z "${edge_why["$1 $2"]+x}" ]; then
+    edge_why["$1 $2"]=$3
+    succ[$1]+=" $2"
+  fi
+}
 
 declare -A allowed used
 if [ -f "$allow" ]; then
@@ -46,6 +81,7 @@ while IFS= read -r file; do
     unknown=$((unknown + 1))
     continue
   fi
+  module_of "${file#src/}"; from_mod=$mod
   while IFS= read -r inc; do
     case $inc in */*) ;; *) continue ;; esac  # "ampc.h", system-like names
     to=${inc%%/*}
@@ -54,6 +90,8 @@ while IFS= read -r file; do
       unknown=$((unknown + 1))
       continue
     fi
+    module_of "$inc"
+    add_edge "$from_mod" "$mod" "$file includes \"$inc\""
     if [ "${rank[$to]}" -gt "${rank[$from]}" ]; then
       if [ -n "${allowed["$file $inc"]+x}" ]; then
         echo "check-layers: allowed for now: $file ($from) includes \"$inc\" ($to)"
@@ -91,6 +129,9 @@ if [ -n "$objects" ]; then
     [ -n "${def_in[$sym]+x}" ] || continue    # libc, oneDNN, ...
     from=${src#src/}; from=${from%%/*}
     to=${def_in[$sym]#src/}; to=${to%%/*}
+    module_of "${src#src/}"; from_mod=$mod
+    module_of "${def_in[$sym]#src/}"
+    add_edge "$from_mod" "$mod" "$src uses $sym of ${def_in[$sym]}"
     if [ "${rank[$to]}" -gt "${rank[$from]}" ]; then
       if [ -n "${allowed["$src $sym"]+x}" ]; then
         echo "check-layers: allowed for now: $src ($from) uses $sym of ${def_in[$sym]} ($to)"
@@ -103,6 +144,50 @@ if [ -n "$objects" ]; then
   done
 fi
 
+# Circles of modules. reach["a b"]: b can be reached from a. Each circle
+# is reported once, as a path through its strongly connected modules.
+declare -A reach
+modules=$(printf '%s\n' ${succ[@]+"${!succ[@]}"} | LC_ALL=C sort)
+for m in $modules; do
+  stack=($m)
+  while [ ${#stack[@]} -gt 0 ]; do
+    n=${stack[-1]}; unset 'stack[-1]'
+    for t in ${succ[$n]:-}; do
+      [ -z "${reach["$m $t"]+x}" ] || continue
+      reach["$m $t"]=1; stack+=("$t")
+    done
+  done
+done
+declare -A in_circle
+cycles=0
+for m in $modules; do
+  [ -n "${reach["$m $m"]+x}" ] && [ -z "${in_circle[$m]+x}" ] || continue
+  # m's strongly connected modules, then a shortest way from m back to m
+  # through them (breadth first).
+  declare -A member=() parent=()
+  for n in $modules; do
+    if [ -n "${reach["$m $n"]+x}" ] && [ -n "${reach["$n $m"]+x}" ]; then member[$n]=1; in_circle[$n]=1; fi
+  done
+  queue=($m); parent[$m]=; last=
+  while [ ${#queue[@]} -gt 0 ] && [ -z "$last" ]; do
+    n=${queue[0]}; queue=("${queue[@]:1}")
+    for t in ${succ[$n]:-}; do
+      [ -n "${member[$t]+x}" ] || continue
+      if [ "$t" = "$m" ]; then last=$n; break; fi
+      [ -z "${parent[$t]+x}" ] || continue
+      parent[$t]=$n; queue+=("$t")
+    done
+  done
+  chain=(); n=$last
+  while [ "$n" != "$m" ]; do chain=("$n" ${chain[@]+"${chain[@]}"}); n=${parent[$n]}; done
+  path=("$m" "${chain[@]}" "$m")
+  echo "check-layers: modules include each other around a circle: $(IFS=' '; echo "${path[*]}" | sed 's/ / -> /g') (modules in it: $(printf '%s\n' "${!member[@]}" | LC_ALL=C sort | tr '\n' ' '| sed 's/ $//'))"
+  for ((i = 0; i + 1 < ${#path[@]}; i++)); do
+    echo "check-layers:   ${path[$i]} -> ${path[$((i + 1))]}: ${edge_why["${path[$i]} ${path[$((i + 1))]}"]}"
+  done
+  cycles=$((cycles + 1))
+done
+
 # Entries no longer needed (of the kinds checked in this run).
 for e in "${!allowed[@]}"; do
   [ -z "${used[$e]+x}" ] || continue
@@ -110,5 +195,6 @@ for e in "${!allowed[@]}"; do
   echo "check-layers: $(basename "$allow") lists \"$e\", which no longer occurs: remove it"
 done
 
-echo "check-layers: $files files, $nobj objects, layers ${layers[*]}: $bad violations, $known allowed, $unknown unplaced"
-[ "$bad" -eq 0 ] && [ "$unknown" -eq 0 ]
+nedges=0; [ -z "${edge_why[*]+x}" ] || nedges=${#edge_why[@]}
+echo "check-layers: $files files, $nobj objects, layers ${layers[*]}: $bad violations, $known allowed, $unknown unplaced; $nedges module edges, $cycles circles"
+[ "$bad" -eq 0 ] && [ "$unknown" -eq 0 ] && [ "$cycles" -eq 0 ]

@@ -7,8 +7,8 @@
  * bias gradient's column sums, and empty attention.
  */
 #include "backend/backend.h"
-#include "backend/cpu/gemm.h"
-#include "backend/cpu/onednn.h"
+#include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/onednn/onednn.h"
 #include "harness.h"
 
 #include <string.h>

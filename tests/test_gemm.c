@@ -6,7 +6,8 @@
  * bf16 on its native paths (and their few-row gemv), f16 widened and
  * split into bf16 on AMX.
  */
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/gemm/gemm_kernels.h"
 #include "base/base.h"
 #include "gemm_ref.h"
 #include "harness.h"

@@ -1,7 +1,7 @@
 /*
  * test_memory_categories.c - the memory categories of the caching
  * allocators (amp_memory_get_categories, amp_memory_report; the ledger in
- * src/base/mem_ledger.c).
+ * src/record/mem_ledger.c).
  *
  *   - Training steps of the mlp, the cnn and the gpt (small sizes) in fp32,
  *     bf16 and fp16 (with the grad scaler), on the CPU and, when there is

@@ -13,7 +13,7 @@
  * equal conv2d followed by amp_relu bit for bit on ampc's kernels, and
  * its gradients pass a finite-difference check on both paths.
  */
-#include "backend/cpu/onednn.h"
+#include "backend/cpu/onednn/onednn.h"
 #include "harness.h"
 #include "ops/ops.h"
 

@@ -10,8 +10,8 @@
  * since its GEMM is plain linear's). Without oneDNN every case still runs, on
  * ampc's kernels, and the "taken" checks expect oneDNN to decline.
  */
-#include "backend/cpu/gemm.h"
-#include "backend/cpu/onednn.h"
+#include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/onednn/onednn.h"
 #include "base/base.h"
 #include "gemm_ref.h"
 #include "harness.h"

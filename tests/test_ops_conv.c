@@ -9,7 +9,7 @@
  * and shapes.
  */
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/onednn.h"
+#include "backend/cpu/onednn/onednn.h"
 #include "harness.h"
 #include "reference/conv_ref.h"
 

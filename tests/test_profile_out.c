@@ -1,5 +1,5 @@
 /*
- * test_profile_out.c - the profiler's outputs (src/base/profile_out.c,
+ * test_profile_out.c - the profiler's outputs (src/prof/profile_out.c,
  * profile_stats.c) on events recorded by hand: prof_begin / prof_end with
  * made-up names, dtypes, FLOPs and bytes, inside phases marked with
  * amp_phase_begin / amp_phase_end and steps marked with amp_profiler_step,
@@ -22,7 +22,7 @@
 #include "harness.h"
 #include "trace_check.h"
 
-#include "base/profile.h"
+#include "record/profile.h"
 
 #include <pthread.h>
 #include <sys/stat.h>

@@ -11,7 +11,7 @@
  */
 #include "harness.h"
 
-#include "base/profile.h"
+#include "record/profile.h"
 
 #include <stdlib.h>
 

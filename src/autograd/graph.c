@@ -27,7 +27,7 @@
 #include "autograd/graph.h"
 #include "backend/backend.h"
 #include "base/base.h"
-#include "base/profile.h"
+#include "record/profile.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

@@ -256,7 +256,7 @@ typedef struct amp_backend {
     amp_memory_stats (*memory_stats)(void);
     void (*memory_reset_peak)(void);
     void (*empty_cache)(void);
-    /* Memory categories (base/mem_ledger.h): the bytes a request of
+    /* Memory categories (record/mem_ledger.h): the bytes a request of
      * nbytes takes from the allocator (its size class); a live block's
      * move to category c (p from alloc); the allocator's figures, read
      * without starting the device. */

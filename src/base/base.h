@@ -31,6 +31,13 @@ void amp_warn(const char *fmt, ...) AMP_PRINTF(1, 2);
 void *amp_alloc(size_t nbytes);
 void amp_free(void *p);
 
+/* The host allocator's memory categories (record/mem_ledger.h): the size
+ * class a request of n bytes takes (what it counts), a block's move to
+ * another category, and the figures. */
+size_t mem_host_block_size(size_t nbytes);
+void mem_host_retag(void *p, amp_mem_category c);
+amp_status mem_host_categories(amp_memory_categories *out);
+
 /* Philox4x32-10: four 32-bit random words for (key, counter). */
 void amp_philox(uint64_t key, uint64_t counter_hi, uint64_t counter_lo, uint32_t out[4]);
 /* Reserves n counter values of the global generator; returns the seed in

@@ -11,13 +11,14 @@
  *
  * Each block carries a 64-byte header (its class size, its memory category
  * and the free-list link), keeping the payload 64-byte aligned for AVX-512
- * rows. The bytes in use per category are in host_ledger (mem_ledger.h).
+ * rows. The bytes in use per category are in mem_host_ledger
+ * (record/mem_ledger.h).
  *
  * Under the sanitizers the cache is off (AMPC_NO_CACHE), so AddressSanitizer
  * still sees every use after free.
  */
-#include "base/mem_ledger.h"
-#include "base/profile.h"
+#include "base/base.h"
+#include "record/mem_ledger.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -36,8 +37,7 @@ typedef struct block {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static block *free_lists[N_CLASSES];
-static size_t cached_bytes, n_allocs, n_os_allocs; /* bytes in use: host_ledger */
-static mem_ledger host_ledger;
+static size_t cached_bytes, n_allocs, n_os_allocs; /* bytes in use: mem_host_ledger */
 
 /* The class of a request of n bytes, and the size that class holds. */
 static int size_class(size_t n, size_t *class_size)
@@ -89,7 +89,7 @@ void *amp_alloc(size_t nbytes)
     b->category = mem_alloc_category();
     pthread_mutex_lock(&lock);
     n_allocs++;
-    mem_ledger_add(&host_ledger, (amp_mem_category)b->category, csize);
+    mem_ledger_add(&mem_host_ledger, (amp_mem_category)b->category, csize);
     pthread_mutex_unlock(&lock);
     return (char *)b + HEADER;
 }
@@ -103,7 +103,7 @@ void amp_free(void *ptr)
     int c = size_class(b->size, &csize);
     (void)c;
     pthread_mutex_lock(&lock);
-    mem_ledger_sub(&host_ledger, (amp_mem_category)b->category, b->size);
+    mem_ledger_sub(&mem_host_ledger, (amp_mem_category)b->category, b->size);
 #ifndef AMPC_NO_CACHE
     if (c >= 0 && c < N_CLASSES) {
         b->next = free_lists[c];
@@ -134,14 +134,14 @@ amp_memory_stats amp_memory_get_stats(void)
 {
     pthread_mutex_lock(&lock);
     amp_memory_stats s = {0, 0, n_allocs, cached_bytes, n_os_allocs};
-    mem_ledger_totals(&host_ledger, &s.current, &s.peak);
+    mem_ledger_totals(&mem_host_ledger, &s.current, &s.peak);
     pthread_mutex_unlock(&lock);
     return s;
 }
 
 void amp_memory_reset_peak(void)
 {
-    mem_ledger_reset_peak(&host_ledger);
+    mem_ledger_reset_peak(&mem_host_ledger);
 }
 
 /* ------------------------------------------------------------ categories */
@@ -171,7 +171,7 @@ void mem_host_retag(void *p, amp_mem_category c)
         return;
     block *b = (block *)((char *)p - HEADER);
     pthread_mutex_lock(&lock);
-    mem_ledger_move(&host_ledger, (amp_mem_category)b->category, c, b->size);
+    mem_ledger_move(&mem_host_ledger, (amp_mem_category)b->category, c, b->size);
     b->category = c;
     pthread_mutex_unlock(&lock);
 }
@@ -180,8 +180,6 @@ amp_status mem_host_categories(amp_memory_categories *out)
 {
     if (!out)
         return amp_set_error(AMP_ERR_ARG, "memory_get_categories: NULL output");
-    mem_ledger_read(&host_ledger, out);
+    mem_ledger_read(&mem_host_ledger, out);
     return AMP_OK;
 }
-
-void mem_host_current(size_t cur[AMP_MEM_CATEGORY_COUNT]) { mem_ledger_current(&host_ledger, cur); }

@@ -35,7 +35,7 @@
 #include "ops/ops.h"
 #include "backend/backend.h"
 #include "base/env.h"
-#include "base/profile.h"
+#include "record/profile.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  */
 #include "ops/ops.h"
 #include "backend/backend.h"
-#include "base/profile.h"
+#include "record/profile.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -16,7 +16,7 @@
 #include "tensor/tensor.h"
 #include "backend/backend.h"
 #include "base/base.h"
-#include "base/mem_ledger.h"
+#include "record/mem_ledger.h"
 #include "dtype/dtype.h"
 
 #include <math.h>

@@ -55,7 +55,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-#include "backend/cpu/transpose_x86.h"
+#include "backend/cpu/gemm/transpose_x86.h"
 #if (defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10)
 #define ATTN_X86 1
 #endif

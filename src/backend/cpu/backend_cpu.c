@@ -7,7 +7,6 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/base.h"
-#include "base/mem_ledger.h"
 
 #include <string.h>
 

@@ -31,8 +31,8 @@
  * then amp_relu). Backward takes dY already through it (src/ops/conv.c).
  */
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/gemm.h"
-#include "backend/cpu/onednn.h"
+#include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/onednn/onednn.h"
 #include "base/base.h"
 #include "base/parallel.h"
 

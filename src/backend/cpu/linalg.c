@@ -19,9 +19,9 @@
  * blocks of rows, added in double in block order.
  */
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm/gemm.h"
 #include "base/base.h"
-#include "base/profile.h"
+#include "record/profile.h"
 #include "backend/cpu/simd.h"
 #include "backend/pointwise.h"
 

@@ -1,13 +1,13 @@
 /*
  * prof_cuda.c - the CUDA backend's side of the profiler that needs
- * base/profile.h (C only: the .cu files cannot include its C atomics):
+ * record/profile.h (C only: the .cu files cannot include its C atomics):
  * registering the device timer whose marks profile.cu records, and the
  * PROF_KERNEL events gemm.cu opens around each cuBLASLt call and kernel.
  */
 #ifdef AMPC_HAVE_CUDA
 
 #include "backend/cuda/cuda_backend.h"
-#include "base/profile.h"
+#include "record/profile.h"
 
 static const prof_device_timer timer = {
     .mark = cuda_prof_mark,

@@ -31,7 +31,7 @@ static std::vector<int64_t> times;    /* after the run: each mark's host-clock n
 
 enum { PREALLOC = 4096, MAX_MARKS = 1 << 20 };
 
-/* The recorder's host clock (base/profile.c). */
+/* The recorder's host clock (record/profile.c). */
 extern "C" int64_t prof_now_ns(void);
 
 /* One more event in the pool; false when none can be made. */

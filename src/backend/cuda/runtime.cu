@@ -27,7 +27,7 @@
  */
 #include "backend/cuda/cuda_common.cuh"
 extern "C" {
-#include "base/mem_ledger.h"
+#include "record/mem_ledger.h"
 }
 
 #include <atomic>

@@ -3,8 +3,9 @@
  * figures (amp_memory_get_categories) and as a table
  * (amp_memory_report): per category what is in use and its peak, then per
  * phase of the step the allocator's peak within it and the categories that
- * made it up. The backends keep the figures (base/mem_ledger.h); reading
- * them never starts a device.
+ * made it up. Each device's allocator keeps the figures in its ledger
+ * (record/mem_ledger.h) and its backend hands them out (the table's
+ * memory_categories); reading them never starts a device.
  */
 #include "backend/backend.h"
 #include "base/base.h"

@@ -1,9 +1,10 @@
 /*
  * gemm_f16_split.c - f16 x f16 products on AMX-BF16 tiles: each f16 split
  * exactly into two bf16 and the product run as a bf16 product four times
- * as long in K, on gemm_bf16.c's driver and an AMX micro-kernel of
- * gemm_bf16_x86.c; here the choice between this path and widening to f32
- * (gemm.c), and the packers that write the split panels.
+ * as long in K, on gemm_bf16.c's driver and the AMX micro-kernel of
+ * gemm_bf16_x86.c (gemm_f16_kernel_amx); here the packers that write the
+ * split panels. When a product takes this path rather than widening to
+ * f32 (gemm.c) is the dispatcher's choice (dispatch.c, "f16").
  *
  * The split. An f16 x is hi + lo with hi = bf16(x) (nearest even) and
  * lo = x - hi, both exact bf16: x has 11 significant bits and hi its top
@@ -50,103 +51,17 @@
  * widening path's (one chain per K block, then one addition per block):
  * accumulating all of K in the tiles measured 3.5x the widening path's
  * error on positive data at K = 4096.
- *
- * When (GEMM_F16_AUTO). Measured (bench_gemm --f16-only, 2 threads) the
- * split runs 1.2-1.8x the widening path on the benchmark models' GEMMs
- * and 1.6-1.8x at 1024^3 and 2048^3; below about 2^22 multiply-adds, or
- * with a side near 10 (tiles padded to 32 rows and 16 k), it ties or
- * loses (0.75x at 10 x 4096 x 256). So AUTO takes it from 2^F16_SPLIT_LOG2
- * multiply-adds with M, N and K at least F16_SPLIT_DIM.
  */
-#include "backend/cpu/gemm.h"
-#include "base/base.h"
-#include "base/env.h"
+#include "backend/cpu/gemm/gemm_kernels.h"
 
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-
-/* The AUTO threshold (see the top comment). */
-#define F16_SPLIT_LOG2 22
-#define F16_SPLIT_DIM 32
-
-/* -1: not yet read from AMPC_GEMM_F16 */
-static _Atomic int forced_mode = -1;
-
-void gemm_f16_set_mode(gemm_f16_mode mode) { atomic_store(&forced_mode, (int)mode); }
-
-static int f16_mode(void)
-{
-    int m = atomic_load(&forced_mode);
-    if (m < 0) {
-        static const int modes[] = {GEMM_F16_AUTO, GEMM_F16_WIDEN, GEMM_F16_SPLIT}; /* env.c's order */
-        int want = modes[env_choice(ENV_GEMM_F16, 0)];
-        int expected = -1;
-        atomic_compare_exchange_strong(&forced_mode, &expected, want);
-        m = atomic_load(&forced_mode);
-    }
-    return m;
-}
-
-/* The split kernel when the mode and this CPU allow it, else NULL. As for
- * bf16 (gemm_bf16.c), masking AVX512-BF16 with amp_cpu_limit turns AMX
- * off; the packers need AVX-512BW. */
-static const gemm_bf16_kernel *split_kernel(void)
-{
-#if defined(__x86_64__)
-    const unsigned need = AMP_CPU_AVX512F | AMP_CPU_AVX512BW | AMP_CPU_AVX512BF16;
-    if (f16_mode() != GEMM_F16_WIDEN && (amp_cpu_features() & need) == need && gemm_f16_kernel_amx.micro &&
-        gemm_amx_usable())
-        return &gemm_f16_kernel_amx;
-#endif
-    return NULL;
-}
-
-const char *gemm_f16_kernel_name(void)
-{
-    static _Thread_local char buf[128];
-    const gemm_bf16_kernel *k = split_kernel();
-    if (!k)
-        snprintf(buf, sizeof buf, "widen: %s", gemm_kernel_name());
-    else if (f16_mode() == GEMM_F16_SPLIT)
-        snprintf(buf, sizeof buf, "%s", k->name);
-    else
-        snprintf(buf, sizeof buf, "%s from 2^%d multiply-adds, else widen: %s", k->name, F16_SPLIT_LOG2,
-                 gemm_kernel_name());
-    return buf;
-}
-
-bool gemm_f16_split_policy(int64_t M, int64_t N, int64_t K)
-{
-    return (double)M * (double)N * (double)K >= (double)(1 << F16_SPLIT_LOG2) && M >= F16_SPLIT_DIM &&
-           N >= F16_SPLIT_DIM && K >= F16_SPLIT_DIM;
-}
-
-bool gemm_f16_split_active(int64_t M, int64_t N, int64_t K)
-{
-    return split_kernel() && M > 0 && N > 0 && K > 0 &&
-           (f16_mode() == GEMM_F16_SPLIT || gemm_f16_split_policy(M, N, K));
-}
-
-bool gemm_f16_split(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A,
-                    int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C, amp_dtype c_dt, int64_t ldc,
-                    const gemm_epilogue *ep, amp_status *st)
-{
-    const gemm_bf16_kernel *kern = split_kernel();
-    if (!kern || alpha == 0.0f || !gemm_f16_split_active(M, N, K))
-        return false; /* (gemm_lowp's general path handles the trivial cases) */
-    gemm_path = kern->name;
-    *st = gemm_bf16_drive(kern, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, ep);
-    return true;
-}
 
 /* ------------------------------------------------------------- packers */
 
 #if defined(__x86_64__)
 
 #include <immintrin.h>
-#include "backend/cpu/transpose_x86.h"
+#include "backend/cpu/gemm/transpose_x86.h"
 
 #define TGT_BW __attribute__((target("avx512f,avx512bw,avx512vl")))
 
@@ -312,4 +227,7 @@ TGT_BW bool gemm_f16_pack_b_split(const uint16_t *s, int64_t rs, int64_t ks, int
     return inf != 0;
 }
 
+#else
+/* ISO C wants at least one declaration in a translation unit. */
+typedef int gemm_f16_split_unused;
 #endif

@@ -1,7 +1,10 @@
 /*
- * gemm_bf16.c - bf16 x bf16 GEMM on native 16-bit dot products: the
- * driver and the choice of kernel. The kernels, with the packers that lay
- * panels out for them, live in gemm_bf16_x86.c.
+ * gemm_bf16.c - the drivers of 16-bit products on native dot products
+ * (gemm_bf16_drive, gemm_bf16_gemv in gemm_kernels.h): bf16 x bf16, and
+ * f16 x f16 split into bf16. They run the kernel they are given; which
+ * one, and whether at all, is the dispatcher's choice (dispatch.c). The
+ * kernels, with the packers that lay panels out for them, live in
+ * gemm_bf16_x86.c (and the split's packers in gemm_f16_split.c).
  *
  * The loop nest is gemm.c's (B block of kc x nc packed once and shared by
  * the threads, A packed one MR-row panel at a time, one MR x NR tile per
@@ -19,8 +22,8 @@
  * wait in C itself when C is f32, else in an f32 workspace), so a 16-bit
  * output is rounded exactly once, as gemm_lowp promises.
  *
- * The same driver runs f16 x f16 products split into bf16 (gemm_f16_split.c,
- * through gemm_bf16_drive): its kernel's packers lay each k out as two
+ * The same driver runs f16 x f16 products split into bf16
+ * (gemm_f16_kernel_amx, with gemm_f16_split.c's packers): its kernel's packers lay each k out as two
  * words of A and one of B instead of half a word of each (a_words2k,
  * b_words2k), which only changes how k maps to packed words here.
  *
@@ -29,7 +32,7 @@
  * core takes fewer); the end of each loop is the barrier the next phase
  * needs. Products under the kernel's par_min run on the calling thread.
  *
- * Products of at most 8 rows with B transposed take the gemv path below
+ * Products of at most 8 rows with B transposed go to the gemv below
  * instead (no packing; the same exact products, another f32 summation
  * order, so such a product is not bit for bit a row slice of a bigger
  * one).
@@ -39,90 +42,17 @@
  * (below 2^-126) as zero and flush subnormal partial sums to zero; the
  * widening path keeps them. Results do not depend on the thread count:
  * every tile runs the same sequence whatever thread computes it.
- *
- * Which kernel (GEMM_BF16_AUTO):
- *   - AMX-BF16 where the CPU has it and Linux grants the tile state
- *     (Intel Sapphire Rapids and later): 1024 bf16 flops per cycle and core;
- *   - VDPBF16PS on AMD (Zen 4, Zen 5), where it runs at twice the f32 FMA
- *     rate;
- *   - otherwise the f32 widening path. Intel cores run VDPBF16PS at half
- *     the FMA rate (measured on this project's Xeon: 0.5 per cycle, 109
- *     GFLOP/s a core against 200 for f32 FMA), so there it would be slower
- *     than widening.
  */
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm/gemm_kernels.h"
 #include "base/base.h"
+#include "base/parallel.h"
 
 #include <math.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <string.h>
-
-#include "base/parallel.h"
 
 /* Pairs of k per B-packing work item when B's rows are contiguous. */
 #define B_PAIRS 8
-
-static _Atomic int forced_mode = GEMM_BF16_AUTO;
-
-void gemm_bf16_set_mode(gemm_bf16_mode mode) { atomic_store(&forced_mode, (int)mode); }
-
-/* ------------------------------------------------------------- choice */
-
-#if defined(__x86_64__)
-static bool has_dot(unsigned f)
-{
-    unsigned need = AMP_CPU_AVX512F | AMP_CPU_AVX512BW | AMP_CPU_AVX512BF16;
-    return (f & need) == need;
-}
-
-static bool dot_beats_fma(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_is("amd");
-}
-#endif
-
-/* The native kernel for bf16 x bf16 now, or NULL for the widening path. */
-static const gemm_bf16_kernel *pick_bf16(void)
-{
-#if defined(__x86_64__)
-    unsigned f = amp_cpu_features();
-    int mode = atomic_load(&forced_mode);
-    if (mode == GEMM_BF16_WIDEN)
-        return NULL;
-    /* AMX-BF16 ships with AVX512-BF16 on every CPU that has it (and the
-     * packers need AVX-512), so masking AVX512BF16 turns AMX off too. */
-    const bool dot = has_dot(f) && gemm_bf16_kernel_dot.micro;
-    const bool amx = dot && gemm_bf16_kernel_amx.micro && gemm_amx_usable();
-    if (mode == GEMM_BF16_DOT && dot)
-        return &gemm_bf16_kernel_dot;
-    if (amx)
-        return &gemm_bf16_kernel_amx;
-    if (dot && dot_beats_fma())
-        return &gemm_bf16_kernel_dot;
-#endif
-    return NULL;
-}
-
-bool gemm_bf16_prefers_own(void)
-{
-#if defined(__x86_64__)
-    return pick_bf16() == &gemm_bf16_kernel_dot;
-#else
-    return false;
-#endif
-}
-
-const char *gemm_bf16_kernel_name(void)
-{
-    static _Thread_local char buf[64];
-    const gemm_bf16_kernel *k = pick_bf16();
-    if (k)
-        return k->name;
-    snprintf(buf, sizeof buf, "widen: %s", gemm_kernel_name());
-    return buf;
-}
 
 /* ------------------------------------------------------------- packing */
 
@@ -141,7 +71,7 @@ static bool pack(gemm_bf16_pack_fn fn, const operand *o, int64_t r0, int w, int 
     return fn(o->p + r0 * o->rs + k0 * o->ks, o->rs, o->ks, w, R, kc, kp, dst);
 }
 
-/* 32-bit words per 2 k in the kernel's packed A and B lines (gemm.h). */
+/* 32-bit words per 2 k in the kernel's packed A and B lines (gemm_kernels.h). */
 static int a_words2k(const gemm_bf16_kernel *kern) { return kern->a_words2k ? kern->a_words2k : 1; }
 static int b_words2k(const gemm_bf16_kernel *kern) { return kern->b_words2k ? kern->b_words2k : 1; }
 
@@ -465,7 +395,7 @@ amp_status gemm_bf16_drive(const gemm_bf16_kernel *kern, bool trans_a, bool tran
 
 /* ------------------------------------------------- few rows: gemv */
 
-/* Products of at most GEMV_MAX_M rows with B transposed (a linear's
+/* Products of at most GEMM_GEMV_MAX_M rows with B transposed (a linear's
  * x W^T, W [N x K] rows contiguous along k: every decode step of `ampc
  * generate`, batch 1) skip the packing: the blocked path would re-pack all
  * of W for a row or two of A (measured: half of a bf16 decode step). The
@@ -474,28 +404,14 @@ amp_status gemm_bf16_drive(const gemm_bf16_kernel *kern, bool trans_a, bool tran
  * over N; C is finished per item as the blocked path finishes a tile
  * (alpha * sum, plus beta * C fused; a 16-bit C rounded once by the
  * kernel's finish16) and the epilogue runs on each item's strip. A
- * transposed A (K x M) is first copied into rows (M x K, small). The
- * threshold, 8 rows (the kernel takes 4 at a time, so 5 to 8 read W
- * twice), is measured (bench_gemm --few-rows, an AMD EPYC core, 1 thread):
- * the blocked path costs the same from 1 to 12 rows (it packs all of W
- * either way); the gemv was 4.6-5.4x faster at 1 row, 1.4-2.2x at 8 on
- * widths of 384 and more and at most 7% slower on width-128 products
- * (under 6 us); from 9 rows it lost 20-40% on those (docs/benchmarks.md,
- * generation). */
-#define GEMV_MAX_M 8
+ * transposed A (K x M) is first copied into rows (M x K, small). How
+ * many rows take it (8 at most) is the dispatcher's choice (dispatch.c). */
 #define GEMV_COLS 64
 /* Multiply-adds from which the gemv spreads over the threads: it streams
  * B once from memory or L2, so threads pay off sooner than for the
  * blocked kernels (half the dot kernel's par_min; a guess, not measured:
  * bench/generate.sh runs 1 thread). */
 #define GEMV_PAR_MIN (1 << 18)
-
-static _Atomic int gemv_rows = GEMV_MAX_M;
-
-void gemm_bf16_set_gemv_rows(int max_m)
-{
-    atomic_store(&gemv_rows, max_m < 0 ? 0 : max_m > GEMV_MAX_M ? GEMV_MAX_M : max_m);
-}
 
 typedef struct {
     const gemm_bf16_kernel *kern;
@@ -510,7 +426,7 @@ static void gemv_range(void *ctx, int64_t lo, int64_t hi, int tid)
     (void)tid;
     const gemv_job *v = ctx;
     const target *g = v->g;
-    _Alignas(64) float t[GEMV_MAX_M * GEMV_COLS];
+    _Alignas(64) float t[GEMM_GEMV_MAX_M * GEMV_COLS];
     for (int64_t it = lo; it < hi; it++) {
         const int64_t j0 = it * GEMV_COLS;
         const int nr = v->N - j0 < GEMV_COLS ? (int)(v->N - j0) : GEMV_COLS;
@@ -536,9 +452,9 @@ static void gemv_range(void *ctx, int64_t lo, int64_t hi, int tid)
     }
 }
 
-static amp_status gemv(const gemm_bf16_kernel *kern, bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
-                       const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
-                       amp_dtype c_dt, int64_t ldc, const gemm_epilogue *ep)
+amp_status gemm_bf16_gemv(const gemm_bf16_kernel *kern, bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
+                          const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
+                          amp_dtype c_dt, int64_t ldc, const gemm_epilogue *ep)
 {
     uint16_t *rows = NULL;
     if (trans_a) { /* A is K x M: its M columns become rows */
@@ -558,21 +474,4 @@ static amp_status gemv(const gemm_bf16_kernel *kern, bool trans_a, int64_t M, in
     loop(par, ceil_div(N, GEMV_COLS), 1, gemv_range, (void *)&v);
     amp_free(rows);
     return AMP_OK;
-}
-
-bool gemm_bf16_native(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                      const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
-                      amp_dtype c_dt, int64_t ldc, const gemm_epilogue *ep, amp_status *st)
-{
-    const gemm_bf16_kernel *kern = pick_bf16();
-    if (!kern || M <= 0 || N <= 0 || K <= 0 || alpha == 0.0f)
-        return false; /* gemm_lowp's general path handles the trivial cases */
-    if (trans_b && M <= atomic_load(&gemv_rows) && kern->rowdot) {
-        gemm_path = "avx512bf16 gemv";
-        *st = gemv(kern, trans_a, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, ep);
-        return true;
-    }
-    gemm_path = kern->name;
-    *st = gemm_bf16_drive(kern, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, ep);
-    return true;
 }

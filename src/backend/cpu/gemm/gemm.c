@@ -1,5 +1,8 @@
 /*
- * gemm.c - the blocked, packed, threaded GEMM driver (see gemm.h).
+ * gemm.c - the widening GEMM driver (gemm_widen in gemm_kernels.h): the
+ * blocked, packed, threaded product on f32 FMA micro-kernels, for every
+ * product the dispatcher (dispatch.c) does not hand to oneDNN or to a
+ * native 16-bit kernel.
  *
  * The loop nest is the classic BLIS one, written for row-major C:
  *
@@ -16,11 +19,10 @@
  * kernel does only aligned unit-stride loads whatever the transposes and
  * leading dimensions. The packers are also where dtypes are handled: they
  * widen f16 / bf16 panels to f32, so one set of f32 kernels serves every
- * dtype. bf16 x bf16 products go to native 16-bit dot products instead
- * (AVX512-BF16 VDPBF16PS or AMX-BF16) where the CPU runs them faster than
- * f32 FMA: gemm_bf16.c, the same loops over panels kept in bf16 with pairs
- * of k interleaved. Big f16 x f16 products go to AMX too, each f16 split
- * exactly into two bf16 (gemm_f16_split.c).
+ * dtype. (bf16 x bf16 products run on native 16-bit dot products instead,
+ * where the CPU runs them faster than f32 FMA: gemm_bf16.c, the same loops
+ * over panels kept in bf16 with pairs of k interleaved; so do big f16 x
+ * f16 products, each f16 split exactly into two bf16.)
  *
  * Threads (amp_parallel_for): the work items are (A panel, slice of the B
  * block) pairs, handed out dynamically, so a thread that gets less of its
@@ -30,9 +32,8 @@
  * Each phase (pack B, multiply) is one parallel loop, whose end is the
  * barrier the next phase needs.
  */
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm/gemm_kernels.h"
 #include "base/base.h"
-
 #include "base/parallel.h"
 
 #include <stdatomic.h>
@@ -83,26 +84,9 @@ static const gemm_kernel *pick_kernel(void)
     return &kernel_portable;
 }
 
-const char *gemm_kernel_name(void) { return pick_kernel()->name; }
-
-_Thread_local const char *gemm_path;
-static const char onednn_path[] = "oneDNN matmul";
+const char *gemm_widen_kernel_name(void) { return pick_kernel()->name; }
 
 /* ------------------------------------------------------------- packing */
-
-#if defined(__x86_64__)
-/* gemm_x86.c (AVX-512F): pack w lines over kc steps into dst[k * R + r],
- * zeroing lines w .. R-1 (R <= 32), 16-bit values widened exactly to f32
- * on the way: _lines for lines at s + r * rs with unit stride along k,
- * _cols16 for element (r, k) at s[r + k * ks]. */
-void gemm_pack_lines_avx512(const float *s, int64_t rs, int w, int R, int64_t kc, float *dst);
-void gemm_pack_lines16_avx512(const uint16_t *s, bool bf16, int64_t rs, int w, int R, int64_t kc, float *dst);
-void gemm_pack_cols16_avx512(const uint16_t *s, bool bf16, int64_t ks, int w, int R, int64_t kc, float *dst);
-/* A 16-bit C tile, mr x nr (nr a multiple of 16), to and from an f32 tile
- * (row stride tl), with amp_convert's exact widening and rounding. */
-void gemm_c16_widen_avx512(const uint16_t *c, int64_t ldc, bool bf16, int mr, int nr, float *t, int64_t tl);
-void gemm_c16_round_avx512(const float *t, int64_t tl, int mr, int nr, bool bf16, uint16_t *c, int64_t ldc);
-#endif
 
 /* One operand as the packer sees it: element (r, k), where r runs along
  * C's rows (for A) or columns (for B), sits at element r * rs + k * ks.
@@ -194,7 +178,7 @@ static void scale_c(int64_t M, int64_t N, float beta, float *C, int64_t ldc)
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* A 16-bit C (gemm_lowp) seen by gemm_run: c, row stride ldc, dtype dt. */
+/* A 16-bit C (gemm_widen) seen by gemm_run: c, row stride ldc, dtype dt. */
 typedef struct {
     uint16_t *c;
     int64_t ldc;
@@ -399,48 +383,10 @@ static operand operand_b(bool trans, const void *B, amp_dtype dt, int64_t ldb)
     return trans ? (operand){B, dt, ldb, 1} : (operand){B, dt, 1, ldb};
 }
 
-amp_status gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                    const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                    int64_t ldc)
+amp_status gemm_widen(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                      amp_dtype a_dt, int64_t lda, const void *B, amp_dtype b_dt, int64_t ldb, float beta, void *C,
+                      amp_dtype c_dt, int64_t ldc, const gemm_epilogue *ep)
 {
-    amp_status st;
-    if (onednn_gemm(trans_a, trans_b, 1, M, N, K, alpha, A, AMP_F32, lda, 0, B, AMP_F32, ldb, 0, beta, C, AMP_F32,
-                    ldc, 0, NULL, AMP_F32, CPU_ACT_NONE, &st)) {
-        gemm_path = onednn_path;
-        return st;
-    }
-    operand a = operand_a(trans_a, A, AMP_F32, lda), b = operand_b(trans_b, B, AMP_F32, ldb);
-    return gemm_run(&a, &b, M, N, K, alpha, beta, C, ldc, NULL, NULL);
-}
-
-amp_status gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                     const void *A, amp_dtype a_dt, int64_t lda, const void *B, amp_dtype b_dt,
-                     int64_t ldb, float beta, void *C, amp_dtype c_dt, int64_t ldc)
-{
-    return gemm_lowp_ep(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, b_dt, ldb, beta, C, c_dt, ldc, NULL);
-}
-
-amp_status gemm_lowp_ep(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                        const void *A, amp_dtype a_dt, int64_t lda, const void *B, amp_dtype b_dt,
-                        int64_t ldb, float beta, void *C, amp_dtype c_dt, int64_t ldc, const gemm_epilogue *ep)
-{
-    if (!amp_dtype_is_float(a_dt) || !amp_dtype_is_float(b_dt) || !amp_dtype_is_float(c_dt))
-        return amp_set_error(AMP_ERR_DTYPE, "gemm: dtypes %s x %s -> %s (need f32, f16 or bf16)",
-                             amp_dtype_name(a_dt), amp_dtype_name(b_dt), amp_dtype_name(c_dt));
-    amp_status st;
-    if (onednn_gemm(trans_a, trans_b, 1, M, N, K, alpha, A, a_dt, lda, 0, B, b_dt, ldb, 0, beta, C, c_dt, ldc, 0,
-                    NULL, AMP_F32, CPU_ACT_NONE, &st)) {
-        gemm_path = onednn_path;
-        if (st == AMP_OK)
-            gemm_epilogue_all(ep, M, N);
-        return st;
-    }
-    if (a_dt == AMP_BF16 && b_dt == AMP_BF16 &&
-        gemm_bf16_native(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, ep, &st))
-        return st;
-    if (a_dt == AMP_F16 && b_dt == AMP_F16 &&
-        gemm_f16_split(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, ep, &st))
-        return st;
     operand a = operand_a(trans_a, A, a_dt, lda), b = operand_b(trans_b, B, b_dt, ldb);
     if (c_dt == AMP_F32)
         return gemm_run(&a, &b, M, N, K, alpha, beta, (float *)C, ldc, NULL, ep);
@@ -469,169 +415,7 @@ amp_status gemm_lowp_ep(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
     if (!cf)
         return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for a %lld x %lld f32 accumulator",
                              (long long)M, (long long)N);
-    st = gemm_run(&a, &b, M, N, K, alpha, beta, cf, N, &out, ep);
+    amp_status st = gemm_run(&a, &b, M, N, K, alpha, beta, cf, N, &out, ep);
     amp_free(cf);
     return st;
-}
-
-/* relu over one row of C, as the relu op computes it (NaN stays NaN). */
-static void relu_row(void *row, amp_dtype dt, int64_t n)
-{
-    /* Branch-free, so that the compiler vectorizes it: with signs at random
-     * a branch per element mispredicts half the time (the mlp's relu
-     * after oneDNN's product took 4 ms a step that way). */
-    if (dt == AMP_F32) {
-        /* As bits: a set sign on a non-NaN (|x| <= inf) means zero. */
-        uint32_t *r = row;
-        for (int64_t j = 0; j < n; j++) {
-            uint32_t v = r[j];
-            uint32_t zero = (v >> 31) & ((v & 0x7FFFFFFFu) <= 0x7F800000u);
-            r[j] = v & (zero - 1u);
-        }
-        return;
-    }
-    /* f16 / bf16: the same on 16 bits. */
-    const uint16_t inf = dt == AMP_F16 ? 0x7C00 : 0x7F80;
-    uint16_t *r = row;
-    for (int64_t j = 0; j < n; j++) {
-        uint16_t v = r[j];
-        uint16_t zero = (uint16_t)((v >> 15) & ((v & 0x7FFF) <= inf));
-        r[j] = (uint16_t)(v & (uint16_t)(zero - 1u));
-    }
-}
-
-/* Rows of a batch of M x N matrices (batch stride sc, row stride ldc, in
- * elements of es bytes), for the parallel loops over them. */
-typedef struct {
-    char *c;
-    amp_dtype dt;
-    size_t es;
-    int64_t M, N, ldc, sc;
-    const void *bias;
-} rows_job;
-
-static char *job_row(const rows_job *j, int64_t r) { return j->c + (size_t)((r / j->M) * j->sc + (r % j->M) * j->ldc) * j->es; }
-
-/* Rows per grain of a loop over rows of n elements: 32K elements, so that
- * a loop of under 64K elements runs on the calling thread alone. */
-static int64_t row_grain(int64_t n) { return n >= 32768 ? 1 : (32768 + n - 1) / (n > 0 ? n : 1); }
-
-static void relu_range(void *ctx, int64_t lo, int64_t hi, int tid)
-{
-    (void)tid;
-    const rows_job *j = ctx;
-    for (int64_t r = lo; r < hi; r++)
-        relu_row(job_row(j, r), j->dt, j->N);
-}
-
-void cpu_relu_rows(void *C, amp_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t ldc, int64_t sc)
-{
-    rows_job j = {C, dt, amp_dtype_size(dt), M, N, ldc, sc, NULL};
-    amp_parallel_for(batch * M, row_grain(N), relu_range, &j);
-}
-
-static void bias_range(void *ctx, int64_t lo, int64_t hi, int tid)
-{
-    (void)tid;
-    const rows_job *j = ctx;
-    for (int64_t r = lo; r < hi; r++)
-        memcpy(job_row(j, r), j->bias, (size_t)j->N * j->es);
-}
-
-/* Products of a batch spread over the threads (each on one thread). */
-typedef struct {
-    bool ta, tb;
-    int64_t M, N, K;
-    const char *A, *B;
-    char *C;
-    amp_dtype adt, bdt, cdt;
-    int64_t lda, ldb, ldc, sa, sb, sc;
-    float beta;
-    _Atomic int failed;
-} batch_job;
-
-static void batch_range(void *ctx, int64_t lo, int64_t hi, int tid)
-{
-    (void)tid;
-    batch_job *j = ctx;
-    const size_t ea = amp_dtype_size(j->adt), eb = amp_dtype_size(j->bdt), ec = amp_dtype_size(j->cdt);
-    for (int64_t k = lo; k < hi; k++)
-        if (gemm_lowp(j->ta, j->tb, j->M, j->N, j->K, 1.0f, j->A + (size_t)(k * j->sa) * ea, j->adt, j->lda,
-                      j->B + (size_t)(k * j->sb) * eb, j->bdt, j->ldb, j->beta, j->C + (size_t)(k * j->sc) * ec,
-                      j->cdt, j->ldc) != AMP_OK)
-            atomic_store(&j->failed, 1);
-}
-
-/* The epilogue over all of C at once (after a product oneDNN or a trivial
- * path ran): one call per block of rows and 1024 columns. */
-typedef struct {
-    const gemm_epilogue *ep;
-    int64_t N;
-} ep_job;
-
-static void ep_range(void *ctx, int64_t lo, int64_t hi, int tid)
-{
-    (void)tid;
-    const ep_job *j = ctx;
-    for (int64_t j0 = 0; j0 < j->N; j0 += 1024)
-        j->ep->fn(j->ep->ctx, lo, j0, (int)(hi - lo), (int)(j->N - j0 < 1024 ? j->N - j0 : 1024));
-}
-
-void gemm_epilogue_all(const gemm_epilogue *ep, int64_t M, int64_t N)
-{
-    if (!ep || M <= 0 || N <= 0)
-        return;
-    ep_job j = {ep, N};
-    amp_parallel_for(M, row_grain(N) < 64 ? row_grain(N) : 64, ep_range, &j);
-}
-
-amp_status gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
-                        const void *A, amp_dtype a_dt, int64_t lda, int64_t sa, const void *B, amp_dtype b_dt,
-                        int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,
-                        const void *bias, cpu_act act)
-{
-    return gemm_batched_ep(trans_a, trans_b, batch, M, N, K, A, a_dt, lda, sa, B, b_dt, ldb, sb, beta, C, c_dt, ldc,
-                           sc, bias, act, NULL);
-}
-
-amp_status gemm_batched_ep(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
-                           const void *A, amp_dtype a_dt, int64_t lda, int64_t sa, const void *B, amp_dtype b_dt,
-                           int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,
-                           const void *bias, cpu_act act, const gemm_epilogue *ep)
-{
-    amp_status st;
-    if (ep && (batch != 1 || act != CPU_ACT_NONE))
-        return amp_set_error(AMP_ERR_ARG, "gemm: a tile epilogue takes one product and no activation "
-                                          "(got a batch of %lld)", (long long)batch);
-    if (onednn_gemm(trans_a, trans_b, batch, M, N, K, 1.0f, A, a_dt, lda, sa, B, b_dt, ldb, sb, beta, C, c_dt, ldc,
-                    sc, bias, c_dt, act, &st)) {
-        gemm_path = onednn_path;
-        if (st == AMP_OK)
-            gemm_epilogue_all(ep, M, N);
-        return st;
-    }
-    if (bias && beta != 0.0f)
-        return amp_set_error(AMP_ERR_ARG, "gemm: a bias with beta = %g (only beta = 0 takes a bias)", beta);
-    if (bias) {
-        /* Every row starts as the bias; the GEMM adds onto it (beta = 1),
-         * so a 16-bit C is still rounded once. */
-        rows_job j = {C, c_dt, amp_dtype_size(c_dt), M, N, ldc, sc, bias};
-        amp_parallel_for(batch * M, row_grain(N), bias_range, &j);
-        beta = 1.0f;
-    }
-    if (batch == 1) { /* the GEMM threads itself */
-        st = gemm_lowp_ep(trans_a, trans_b, M, N, K, 1.0f, A, a_dt, lda, B, b_dt, ldb, beta, C, c_dt, ldc, ep);
-        if (st != AMP_OK)
-            return st;
-    } else {
-        batch_job j = {trans_a, trans_b, M, N, K, A, B, C, a_dt, b_dt, c_dt, lda, ldb, ldc, sa, sb, sc, beta, 0};
-        amp_parallel_for(batch, 1, batch_range, &j);
-        /* The error may have been set on a worker thread: say it here too. */
-        if (atomic_load(&j.failed))
-            return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory in a batch of %lld products",
-                                 (long long)batch);
-    }
-    if (act == CPU_ACT_RELU)
-        cpu_relu_rows(C, c_dt, batch, M, N, ldc, sc);
-    return AMP_OK;
 }

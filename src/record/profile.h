@@ -1,6 +1,9 @@
 /*
- * profile.h - the profiler's recorder and the phases (the public side is in
- * ampc.h: amp_profiler_*, amp_phase_*).
+ * profile.h - the profiler's recorder and the phases: what the hooks of
+ * every layer record into (the public calls, with their checks and error
+ * messages, are src/prof/profiler.c's: amp_profiler_*, amp_phase_begin /
+ * amp_phase_end in ampc.h). Nothing here sets an error: this layer sits
+ * below base, whose allocator records into the memory ledger beside it.
  *
  * Hooks in the layers above record into the calling thread's buffer:
  *
@@ -65,7 +68,7 @@
 #ifndef AMPC_PROFILE_H
 #define AMPC_PROFILE_H
 
-#include "base/base.h"
+#include "ampc.h"
 
 #include <stdatomic.h>
 
@@ -164,11 +167,24 @@ int prof_threads(const prof_thread_events **out);
 /* Host ns (prof_now_ns) at the last amp_profiler_start and stop. */
 void prof_run_window(int64_t *t0, int64_t *t1);
 
-/* The phase stack (per thread) and the current phase of the process for
- * the memory accounting: the main thread's innermost open phase. */
-amp_phase prof_process_phase(void);
+/* A recording run (amp_profiler_start .. stop): prof_start begins one
+ * with the options o (not NULL), false when one runs already; prof_stop
+ * ends it, false when none runs; prof_step marks a step's end;
+ * prof_reset stops any run and drops every event; prof_num_events counts
+ * the last run's events (and, in *dropped when not NULL, those dropped). */
+bool prof_start(const amp_profiler_opts *o);
+bool prof_stop(void);
+void prof_step(void);
+void prof_reset(void);
+size_t prof_num_events(size_t *dropped);
 
-/* The host allocator's bytes per category now (memory.c), for counters. */
-void mem_host_current(size_t cur[AMP_MEM_CATEGORY_COUNT]);
+/* The phases: a stack per thread (amp_phase_current is its top); the
+ * process's phase for the memory accounting (record/mem_ledger.h) is the
+ * innermost open phase of the thread that last began or ended one. prof_phase_begin
+ * pushes p (AMP_PHASE_OTHER for an invalid p); prof_phase_end pops it,
+ * or says why not: no phase open, or another one on top (in *open). */
+typedef enum { PROF_PHASE_ENDED, PROF_PHASE_NONE_OPEN, PROF_PHASE_OTHER_OPEN } prof_phase_end_result;
+void prof_phase_begin(amp_phase p);
+prof_phase_end_result prof_phase_end(amp_phase p, amp_phase *open);
 
 #endif

@@ -31,7 +31,7 @@
  * f32 primitive over exact widened copies, see below). bf16 weight gradients
  * accumulate over the whole batch in f32 before their one rounding.
  */
-#include "backend/cpu/onednn.h"
+#include "backend/cpu/onednn/onednn.h"
 
 #ifndef AMPC_HAVE_DNNL
 
@@ -59,8 +59,7 @@ bool onednn_conv_backward_weights(const onednn_conv_geom *g, const void *x, cons
 
 #else
 
-#include "backend/cpu/gemm.h"
-#include "backend/cpu/onednn_impl.h"
+#include "backend/cpu/onednn/onednn_impl.h"
 #include "base/base.h"
 #include "base/parallel.h"
 

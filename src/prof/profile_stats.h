@@ -20,7 +20,8 @@
 #ifndef AMPC_PROFILE_STATS_H
 #define AMPC_PROFILE_STATS_H
 
-#include "base/profile.h"
+#include "base/base.h"
+#include "record/profile.h"
 
 typedef struct {
     const char *name;   /* the event's name */

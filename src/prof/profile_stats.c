@@ -3,7 +3,7 @@
  * steps, the phases' exclusive times, and the (op, pass, dtypes) rows with
  * total and self time (the definitions are in profile_stats.h).
  */
-#include "base/profile_stats.h"
+#include "prof/profile_stats.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,7 @@
 /*
- * gemm_x86.c - the x86 micro-kernels behind gemm.c: one register-blocked
- * MR x NR tile of C per call, over packed panels of A and B.
+ * gemm_x86.c - the x86 micro-kernels behind gemm.c (the widening driver):
+ * one register-blocked MR x NR tile of C per call, over packed panels of
+ * A and B.
  *
  * Each kernel is compiled for its ISA with a target attribute, so the
  * library builds with the compiler's default flags and gemm.c picks the
@@ -16,7 +17,7 @@
  * packing loops (VCVTPH2PS, or a shift for bf16), exactly, so a 16-bit
  * operand costs no more to pack than an f32 one and gives the same bits.
  */
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm/gemm_kernels.h"
 
 #if defined(__x86_64__)
 
@@ -24,7 +25,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "backend/cpu/transpose_x86.h"
+#include "backend/cpu/gemm/transpose_x86.h"
 
 /* ------------------------------------------------------------- AVX-512 */
 

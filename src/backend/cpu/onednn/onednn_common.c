@@ -11,8 +11,7 @@
  * and when the table is full a new primitive is made for the one call and
  * freed after it.
  */
-#include "backend/cpu/gemm.h"
-#include "backend/cpu/onednn.h"
+#include "backend/cpu/onednn/onednn.h"
 #include "base/base.h"
 #include "base/env.h"
 #include "base/parallel.h"
@@ -47,21 +46,6 @@ cpu_lib_mode onednn_mode(void)
     return (cpu_lib_mode)atomic_load(&mode);
 }
 
-const char *amp_cpu_kernels(void)
-{
-    static _Thread_local char buf[384];
-    static const char *const modes[] = {"where faster (AMPC_CPU_LIB=auto)", "off (AMPC_CPU_LIB=own)",
-                                        "for all it can do (AMPC_CPU_LIB=onednn)"};
-    char own[288];
-    snprintf(own, sizeof own, "ampc f32 %s, bf16 %s, f16 %s", gemm_kernel_name(), gemm_bf16_kernel_name(),
-             gemm_f16_kernel_name());
-    if (onednn_available())
-        snprintf(buf, sizeof buf, "%s %s, %s", onednn_version(), modes[onednn_mode()], own);
-    else
-        snprintf(buf, sizeof buf, "%s", own);
-    return buf;
-}
-
 #ifndef AMPC_HAVE_DNNL
 
 bool onednn_available(void) { return false; }
@@ -70,7 +54,7 @@ void onednn_clear_cache(void) {}
 
 #else
 
-#include "backend/cpu/onednn_impl.h"
+#include "backend/cpu/onednn/onednn_impl.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -19,7 +19,7 @@
  *   Times are integers of ns printed as us with 3 decimals: no rounding
  *   can make a child stick out of its parent.
  */
-#include "base/profile_stats.h"
+#include "prof/profile_stats.h"
 
 #include <errno.h>
 #include <stdlib.h>

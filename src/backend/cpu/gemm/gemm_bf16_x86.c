@@ -4,7 +4,7 @@
  * build the pair-interleaved panels both multiply.
  *
  * Every function is compiled for its ISA with a target attribute, so the
- * library builds with default flags and gemm_bf16.c calls a path only when
+ * library builds with default flags and dispatch.c picks a kernel only when
  * amp_cpu_features() (and, for AMX, the OS) allows it.
  *
  * VDPBF16PS kernel, 12 x 32: acc[i][j] += A[i][2p] B[2p][j] + A[i][2p+1]
@@ -26,13 +26,13 @@
  * Both kernels share the B packer and the 16-bit C finish; they differ in
  * A's layout (pair-major for broadcasts, row-major for tile rows).
  */
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm/gemm_kernels.h"
 
 #if defined(__x86_64__)
 
 #include <cpuid.h>
 #include <immintrin.h>
-#include "backend/cpu/transpose_x86.h"
+#include "backend/cpu/gemm/transpose_x86.h"
 #include <stdatomic.h>
 #include <string.h>
 #if defined(__linux__)
@@ -53,7 +53,7 @@
 
 /* ------------------------------------------------------------- packers */
 
-/* transpose16: src/backend/cpu/transpose_x86.h */
+/* transpose16: src/backend/cpu/gemm/transpose_x86.h */
 
 static __mmask32 mask32(int64_t n) { return n >= 32 ? 0xFFFFFFFFu : ((__mmask32)1 << n) - 1; }
 static __mmask16 mask16(int64_t n) { return n >= 16 ? 0xFFFF : (__mmask16)(((unsigned)1 << n) - 1); }

@@ -1,7 +1,8 @@
 /*
- * profile.c - the profiler's recorder (per-thread event buffers) and the
- * phases. The outputs that read the events (the trace, the table, the
- * verdict) are in profile_out.c.
+ * profile.c - the profiler's recorder (per-thread event buffers), its
+ * runs and the phases. The public calls around them are in
+ * src/prof/profiler.c, the outputs that read the events (the trace, the
+ * table, the verdict) in src/prof/profile_out.c.
  *
  * Each thread that records gets a buffer of fixed-size chunks, so an open
  * event's pointer stays valid while later events are added; the chunks
@@ -10,8 +11,8 @@
  * when the profiler stops. With the profiler off nothing is allocated and
  * each hook is one relaxed atomic load.
  */
-#include "base/mem_ledger.h"
-#include "base/profile.h"
+#include "record/mem_ledger.h"
+#include "record/profile.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -198,7 +199,7 @@ static void memory_sample(void)
     prof_event *e = prof_instant(PROF_COUNTER, "memory");
     if (e) {
         e->device = AMP_CPU;
-        mem_host_current(e->mem);
+        mem_ledger_current(&mem_host_ledger, e->mem);
     }
     for (int d = 1; d < AMP_DEVICE_COUNT; d++)
         if (timers[d] && timers[d]->memory && (e = prof_instant(PROF_COUNTER, "memory")) != NULL) {
@@ -236,19 +237,14 @@ static void resolve_device_times(void)
     }
 }
 
-amp_profiler_opts amp_profiler_defaults(void)
-{
-    return (amp_profiler_opts){.record_shapes = true, .memory = true, .max_events = 0};
-}
-
-amp_status amp_profiler_start(const amp_profiler_opts *o)
+bool prof_start(const amp_profiler_opts *o)
 {
     if (prof_on())
-        return amp_set_error(AMP_ERR_STATE, "profiler_start: the profiler is already running");
+        return false;
     pthread_mutex_lock(&lock);
     for (int t = 0; t < n_threads; t++)
         free_buf(threads[t]);
-    opts = o ? *o : amp_profiler_defaults();
+    opts = *o;
     step_count = 0;
     __atomic_add_fetch(&run_id, 1, __ATOMIC_RELEASE);
     for (int d = 0; d < AMP_DEVICE_COUNT; d++)
@@ -258,10 +254,10 @@ amp_status amp_profiler_start(const amp_profiler_opts *o)
     pthread_mutex_unlock(&lock);
     atomic_store(&prof_active, true);
     memory_sample();
-    return AMP_OK;
+    return true;
 }
 
-void amp_profiler_step(void)
+void prof_step(void)
 {
     if (!prof_on())
         return;
@@ -271,10 +267,10 @@ void amp_profiler_step(void)
     __atomic_add_fetch(&step_count, 1, __ATOMIC_RELAXED);
 }
 
-amp_status amp_profiler_stop(void)
+bool prof_stop(void)
 {
     if (!prof_on())
-        return amp_set_error(AMP_ERR_STATE, "profiler_stop: the profiler is not running");
+        return false;
     memory_sample();
     atomic_store(&prof_active, false);
     run_t1 = prof_now_ns();
@@ -302,22 +298,20 @@ amp_status amp_profiler_stop(void)
         b->head = b->tail = NULL;
     }
     pthread_mutex_unlock(&lock);
-    return AMP_OK;
+    return true;
 }
 
-bool amp_profiler_enabled(void) { return prof_on(); }
-
-void amp_profiler_reset(void)
+void prof_reset(void)
 {
     if (prof_on())
-        amp_profiler_stop();
+        prof_stop();
     pthread_mutex_lock(&lock);
     for (int t = 0; t < n_threads; t++)
         free_buf(threads[t]);
     pthread_mutex_unlock(&lock);
 }
 
-size_t amp_profiler_num_events(size_t *dropped)
+size_t prof_num_events(size_t *dropped)
 {
     size_t n = 0, d = 0;
     pthread_mutex_lock(&lock);
@@ -361,7 +355,6 @@ static _Thread_local uint8_t phase_stack[MAX_PHASES];
 static _Thread_local prof_event *phase_ev[MAX_PHASES];
 static _Thread_local uint64_t phase_run[MAX_PHASES]; /* the run phase_ev belongs to */
 static _Thread_local int phase_depth;
-static _Atomic int process_phase;
 
 static const char *const phase_names[AMP_PHASE_COUNT] = {
     [AMP_PHASE_OTHER] = "other",         [AMP_PHASE_DATA] = "data",
@@ -380,9 +373,7 @@ amp_phase amp_phase_current(void)
     return phase_depth > 0 ? (amp_phase)phase_stack[phase_depth - 1] : AMP_PHASE_OTHER;
 }
 
-amp_phase prof_process_phase(void) { return (amp_phase)atomic_load_explicit(&process_phase, memory_order_relaxed); }
-
-void amp_phase_begin(amp_phase p)
+void prof_phase_begin(amp_phase p)
 {
     if (p < 0 || p >= AMP_PHASE_COUNT)
         p = AMP_PHASE_OTHER;
@@ -393,7 +384,6 @@ void amp_phase_begin(amp_phase p)
     phase_stack[phase_depth] = (uint8_t)p;
     phase_ev[phase_depth] = NULL;
     phase_depth++;
-    atomic_store_explicit(&process_phase, (int)p, memory_order_relaxed);
     mem_phase_note(p);
     if (prof_on()) {
         memory_sample();
@@ -402,19 +392,18 @@ void amp_phase_begin(amp_phase p)
     }
 }
 
-amp_status amp_phase_end(amp_phase p)
+prof_phase_end_result prof_phase_end(amp_phase p, amp_phase *open)
 {
     if (phase_depth == 0)
-        return amp_set_error(AMP_ERR_STATE, "phase_end: no phase is open (asked to end '%s')",
-                             amp_phase_name(p) ? amp_phase_name(p) : "?");
+        return PROF_PHASE_NONE_OPEN;
     if (phase_depth > MAX_PHASES) {
         phase_depth--;
-        return AMP_OK;
+        return PROF_PHASE_ENDED;
     }
-    if (phase_stack[phase_depth - 1] != (uint8_t)p)
-        return amp_set_error(AMP_ERR_STATE, "phase_end: the open phase is '%s', not '%s'",
-                             phase_names[phase_stack[phase_depth - 1]],
-                             amp_phase_name(p) ? amp_phase_name(p) : "?");
+    if (phase_stack[phase_depth - 1] != (uint8_t)p) {
+        *open = (amp_phase)phase_stack[phase_depth - 1];
+        return PROF_PHASE_OTHER_OPEN;
+    }
     phase_depth--;
     prof_event *e = phase_ev[phase_depth];
     /* Not an event of a run stopped since: its buffer is gone. */
@@ -422,7 +411,6 @@ amp_status amp_phase_end(amp_phase p)
         prof_end(e);
     if (prof_on())
         memory_sample();
-    atomic_store_explicit(&process_phase, (int)amp_phase_current(), memory_order_relaxed);
     mem_phase_note(amp_phase_current());
-    return AMP_OK;
+    return PROF_PHASE_ENDED;
 }

@@ -1,20 +1,24 @@
 /*
- * onednn.h - the CPU GEMMs and convolutions that run through oneDNN.
+ * onednn.h - the CPU GEMMs and convolutions that run through oneDNN: the
+ * module src/backend/cpu/onednn/, below the GEMM's dispatcher and the
+ * convolutions (it calls neither).
  *
  * oneDNN (Intel's deep-learning primitives, Debian's libdnnl-dev) is an
  * optional dependency: CMake defines AMPC_HAVE_DNNL when it finds it. Every
  * entry point here answers "not taken" (false) when oneDNN is not built
  * in, cannot do the request (mixed input dtypes, f16 where the library has
- * no f16 kernels, ...) or the dispatch policy prefers ampc's own kernel for
- * the shape; the caller then runs its own kernel. So results never depend
- * on oneDNN being present, only the speed (and the f32 summation order)
+ * no f16 kernels, ...) or the policy prefers ampc's own kernel for the
+ * shape; the caller then runs its own kernel. So results never depend on
+ * oneDNN being present, only the speed (and the f32 summation order)
  * does.
  *
- * The policy (onednn_wants_gemm / onednn_wants_conv, in onednn_gemm.c and
- * onednn_conv.c) is a fixed rule from measurements on this project's
- * machine (docs/benchmarks.md), not a timing at run time: the same shapes
- * always take the same kernels, so runs are reproducible bit for bit and a
- * resumed run continues exactly as an uninterrupted one.
+ * The policy is a fixed rule from measurements on this project's machine
+ * (docs/benchmarks.md), not a timing at run time: the same shapes always
+ * take the same kernels, so runs are reproducible bit for bit and a
+ * resumed run continues exactly as an uninterrupted one. For GEMMs the
+ * GEMM's dispatcher applies it before calling onednn_gemm
+ * (gemm/dispatch.c, gemm_onednn_policy); for convolutions onednn_conv.c
+ * does (onednn_wants_conv).
  *
  * Both oneDNN API generations compile: 2.x (Debian 12) and 3.x, where
  * memory descriptors became handles and op descriptors went away
@@ -38,6 +42,13 @@
  * post-ops), applied after the bias. */
 typedef enum { CPU_ACT_NONE, CPU_ACT_RELU } cpu_act;
 
+/* relu in place over C's batch x M rows of N (row stride ldc, batch
+ * stride sc elements), as amp_relu computes it: NaN stays NaN, -0 becomes
+ * +0. Every CPU path applies the fused relu this way, oneDNN's too: its
+ * relu post-op turns NaN into 0, which would hide a NaN input from the
+ * loss (PyTorch's relu propagates it). (relu_rows.c) */
+void cpu_relu_rows(void *C, amp_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t ldc, int64_t sc);
+
 /* Who runs the CPU GEMMs and convolutions:
  *   AUTO   oneDNN where the policy says it is faster, own kernels elsewhere
  *   OWN    ampc's kernels only
@@ -58,22 +69,20 @@ const char *onednn_version(void);
 void onednn_clear_cache(void);
 
 /*
- * C = act(alpha * op(A) op(B) + bias + beta * C), row-major as gemm.h
+ * C = act(alpha * op(A) op(B) + bias + beta * C), row-major as gemm/gemm.h
  * describes, for `batch` products at element strides sa, sb, sc (0 in sa or
  * sb: that operand is shared by every product). A and B: both f32 or both
  * bf16; C f32 or bf16 (f16 too where this oneDNN has f16 kernels). bias:
  * NULL or N values of bias_dt broadcast over the rows (not with
  * alpha != 1). Returns false, having touched nothing, when it does not take
  * the call; true with *st = AMP_OK or an error status (message set).
+ * It takes any call it can do unless the mode is CPU_LIB_OWN: AUTO's rule
+ * of which products it should run is the caller's (gemm_onednn_policy).
  */
 bool onednn_gemm(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
                  const void *A, amp_dtype a_dt, int64_t lda, int64_t sa, const void *B, amp_dtype b_dt,
                  int64_t ldb, int64_t sb, float beta, void *C, amp_dtype c_dt, int64_t ldc, int64_t sc,
                  const void *bias, amp_dtype bias_dt, cpu_act act, amp_status *st);
-
-/* AUTO mode's rule for one product (whether oneDNN runs it when it can):
- * exposed for the benchmark's table. */
-bool onednn_gemm_policy(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, amp_dtype dt);
 
 /* Convolution geometry, NCHW activations and OIHW weights, groups = 1. */
 typedef struct {

@@ -7,7 +7,7 @@
 #ifndef AMPC_ONEDNN_IMPL_H
 #define AMPC_ONEDNN_IMPL_H
 
-#include "backend/cpu/onednn.h"
+#include "backend/cpu/onednn/onednn.h"
 
 #include <dnnl.h>
 

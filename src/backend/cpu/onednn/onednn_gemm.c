@@ -8,47 +8,11 @@
  * operand is one 3-D matmul whose shared side has batch dimension 1
  * (oneDNN broadcasts it).
  *
- * When oneDNN runs a call (onednn_wants, AUTO mode): measured on this
- * project's machine (an Intel Xeon with AMX-BF16, 2 cores; the numbers are
- * in docs/benchmarks.md), oneDNN's f32 kernels are faster than ampc's
- * at every shape measured, by 10-15% on square shapes and 3x with a narrow
- * N (the 10-class output layer); its bf16 AMX kernels are up to 1.9x
- * faster with A read row-wise (forward and input-gradient products) but
- * 1.2-1.5x slower than ampc's AMX kernel with a transposed A and many
- * rows (the weight-gradient products dW = dY^T X of layers 2048 or more
- * wide), which stay on ampc's; so do bf16 products under 2^20
- * multiply-adds (a 10-class output layer), which ampc runs on one thread
- * where oneDNN wakes them all (10-20x slower at 128 x 10 x 128). The
- * per-shape table is bench_gemm's "shapes that matter".
- *
- * On CPUs whose bf16 products run on ampc's VDPBF16PS kernel (AMD Zen 4 /
- * Zen 5: AVX512-BF16 without AMX) the same rule holds: measured on a
- * 2-core Zen-class EPYC (docs/benchmarks.md, "GEMM: the VDPBF16PS
- * kernel's blocking") ampc's kernel is 3-9% behind oneDNN 2.6's on one
- * idle core on the benchmark models' shapes, and the gpt bf16 step with
- * every bf16 product on it was ~15% slower. ONEDNN_BF16_OWN_ON_DOT (0)
- * turns that choice over (gemm_bf16_prefers_own): for when ampc's pool
- * must not share the cores with oneDNN's libgomp workers, which spin
- * for a busy core (issue 14). AMPC_CPU_LIB=own (every GEMM on ampc's
- * kernels) does it at run time.
+ * Which products oneDNN should run (AUTO's per-shape rule) is the GEMM
+ * dispatcher's choice (gemm/dispatch.c); here a product is run when
+ * oneDNN can do it, except in CPU_LIB_OWN mode.
  */
-#include "backend/cpu/onednn.h"
-#include "backend/cpu/gemm.h"
-
-/* 1: bf16 products stay on ampc's VDPBF16PS kernel where it is the bf16
- * path (see above); 0: the same rule as elsewhere. */
-#define ONEDNN_BF16_OWN_ON_DOT 0
-
-bool onednn_gemm_policy(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, amp_dtype dt)
-{
-    (void)trans_b;
-    if (dt == AMP_BF16) {
-        if (ONEDNN_BF16_OWN_ON_DOT && gemm_bf16_prefers_own())
-            return false;
-        return !(trans_a && M >= 2048) && M * N * K >= ((int64_t)1 << 20);
-    }
-    return true;
-}
+#include "backend/cpu/onednn/onednn.h"
 
 #ifndef AMPC_HAVE_DNNL
 
@@ -65,7 +29,7 @@ bool onednn_gemm(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N
 
 #else
 
-#include "backend/cpu/onednn_impl.h"
+#include "backend/cpu/onednn/onednn_impl.h"
 #include "base/base.h"
 #include "base/parallel.h"
 
@@ -81,16 +45,6 @@ typedef struct {
     float alpha, beta;
     int trans_a, trans_b, a_dt, b_dt, c_dt, bias_dt, has_bias, threads;
 } mm_key;
-
-/* AUTO: the rule from the header comment. */
-static bool onednn_wants(const mm_key *k)
-{
-    switch (onednn_mode()) {
-    case CPU_LIB_OWN: return false;
-    case CPU_LIB_ONEDNN: return true;
-    default: return onednn_gemm_policy(k->trans_a, k->trans_b, k->M, k->N, k->K, (amp_dtype)k->a_dt);
-    }
-}
 
 /* A [rows, cols] operand (transposed: stored [cols, rows] at leading
  * dimension ld), `batch` of them `stride` apart (0: one, shared). */
@@ -317,8 +271,6 @@ static bool run_direct(bool trans_a, bool trans_b, int64_t batch, int64_t M, int
     k.has_bias = bias != NULL;
     k.bias_dt = bias ? bias_dt : 0;
     k.threads = onednn_threads();
-    if (!onednn_wants(&k))
-        return false;
     if (run_split(&k, A, B, C, bias, act == CPU_ACT_RELU, st))
         return true;
     if (!run_one(&k, A, B, C, bias, st))

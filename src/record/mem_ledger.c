@@ -8,10 +8,10 @@
  * is the largest phase peak: every increase of the total happens in some
  * phase.
  */
-#include "base/mem_ledger.h"
-#include "base/profile.h"
+#include "record/mem_ledger.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #define MAX_LEDGERS 4
@@ -19,6 +19,11 @@
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static mem_ledger *ledgers[MAX_LEDGERS];
 static int n_ledgers;
+static _Atomic int process_phase;
+
+mem_ledger mem_host_ledger;
+
+amp_phase mem_process_phase(void) { return (amp_phase)atomic_load_explicit(&process_phase, memory_order_relaxed); }
 
 /* mu held. */
 static void note_phase_locked(mem_ledger *l, amp_phase p)
@@ -40,7 +45,7 @@ static void register_locked(mem_ledger *l)
 
 void mem_ledger_add(mem_ledger *l, amp_mem_category c, size_t n)
 {
-    amp_phase p = prof_process_phase();
+    amp_phase p = mem_process_phase();
     pthread_mutex_lock(&mu);
     register_locked(l);
     l->cur[c] += n;
@@ -78,7 +83,7 @@ void mem_ledger_move(mem_ledger *l, amp_mem_category from, amp_mem_category to, 
 
 void mem_ledger_reset_peak(mem_ledger *l)
 {
-    amp_phase p = prof_process_phase();
+    amp_phase p = mem_process_phase();
     pthread_mutex_lock(&mu);
     memcpy(l->peak, l->cur, sizeof l->cur);
     l->total_peak = l->total;
@@ -120,6 +125,7 @@ void mem_phase_note(amp_phase p)
 {
     if (p < 0 || p >= AMP_PHASE_COUNT)
         return;
+    atomic_store_explicit(&process_phase, (int)p, memory_order_relaxed);
     pthread_mutex_lock(&mu);
     for (int i = 0; i < n_ledgers; i++)
         if (ledgers[i]->total > 0)
