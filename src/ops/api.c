@@ -1,7 +1,8 @@
 /*
- * api.c - the public op functions: each packs its arguments into the
- * table's uniform form and calls op_apply. Argument checks that need the
- * tensors live in the forwards; those that need only the scalars live here.
+ * api.c - the public op functions: each puts its arguments in its row's
+ * params struct (op_params.h) and calls op_apply. Argument checks that
+ * need the tensors live in the forwards; those that need only the scalars
+ * live here.
  */
 #include "ops/ops.h"
 
@@ -13,9 +14,10 @@ static amp_tensor *binary(int op, amp_tensor *a, amp_tensor *b)
     return op_apply(op, in, 2, NULL);
 }
 
+/* add_scalar, mul_scalar, div_scalar: scalar_params. */
 static amp_tensor *with_scalar(int op, amp_tensor *a, double s)
 {
-    op_params p = {.f = {s}};
+    const op_params p = {.scalar = {.scalar = s}};
     return op_apply(op, &a, 1, &p);
 }
 
@@ -35,51 +37,52 @@ amp_tensor *amp_sigmoid(amp_tensor *a) { return unary(OP_SIGMOID, a); }
 amp_tensor *amp_silu(amp_tensor *a) { return unary(OP_SILU, a); }
 amp_tensor *amp_exp(amp_tensor *a) { return unary(OP_EXP, a); }
 amp_tensor *amp_log(amp_tensor *a) { return unary(OP_LOG, a); }
-amp_tensor *amp_pow_scalar(amp_tensor *a, double p) { return with_scalar(OP_POW_SCALAR, a, p); }
+amp_tensor *amp_pow_scalar(amp_tensor *a, double exponent)
+{
+    const op_params p = {.pow_scalar = {.exponent = exponent}};
+    return op_apply(OP_POW_SCALAR, &a, 1, &p);
+}
 
 amp_tensor *amp_gelu(amp_tensor *a, amp_gelu_approx approx)
 {
     if (approx != AMP_GELU_EXACT && approx != AMP_GELU_TANH)
         return amp_fail_null(AMP_ERR_ARG, "gelu: unknown approximation %d", (int)approx);
-    op_params p = {.i = {approx}};
+    const op_params p = {.gelu = {.approximate = approx}};
     return op_apply(OP_GELU, &a, 1, &p);
 }
 
 amp_tensor *amp_matmul(amp_tensor *a, amp_tensor *b) { return binary(OP_MATMUL, a, b); }
 
-/* i[0] = 1 when a bias is given (it is then input 2); i[1]: the
- * activation fused after the product, 1 = relu (op_linear_relu), 2 = gelu
- * with the tanh approximation (op_linear_gelu). */
-amp_tensor *amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *bias)
+/* The bias, when given, is input 2; act: the activation fused after the
+ * product (op_linear_relu, op_linear_gelu). */
+static amp_tensor *linear(amp_tensor *x, amp_tensor *w, amp_tensor *bias, op_act act)
 {
     amp_tensor *in[3] = {x, w, bias};
-    op_params p = {.i = {bias != NULL}};
+    const op_params p = {.linear = {.has_bias = bias != NULL, .act = act}};
     return op_apply(OP_LINEAR, in, bias ? 3 : 2, &p);
 }
 
+amp_tensor *amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *bias) { return linear(x, w, bias, OP_ACT_NONE); }
+
 amp_tensor *op_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias)
 {
-    amp_tensor *in[3] = {x, w, bias};
-    op_params p = {.i = {bias != NULL, 1}};
-    return op_apply(OP_LINEAR, in, bias ? 3 : 2, &p);
+    return linear(x, w, bias, OP_ACT_RELU);
 }
 
 amp_tensor *op_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *bias)
 {
-    amp_tensor *in[3] = {x, w, bias};
-    op_params p = {.i = {bias != NULL, 2}};
-    return op_apply(OP_LINEAR, in, bias ? 3 : 2, &p);
+    return linear(x, w, bias, OP_ACT_GELU_TANH);
 }
 
-/* i[0] = keepdim, i[1] = number of dims, i[2..] = the dims (unnormalised;
- * ndims == 0 reduces over all dims). */
+/* sum, mean: reduce_params, the dims as given (ndims == 0 reduces over
+ * all dims). */
 static amp_tensor *reduce(int op, amp_tensor *a, int ndims, const int *dims, bool keepdim)
 {
-    if (ndims < 0 || ndims > AMP_MAX_DIMS - 2 || (ndims > 0 && !dims))
+    if (ndims < 0 || ndims > AMP_MAX_DIMS || (ndims > 0 && !dims))
         return amp_fail_null(AMP_ERR_ARG, "%s: bad list of %d dims", op_table[op].name, ndims);
-    op_params p = {.i = {keepdim, ndims}};
+    op_params p = {.reduce = {.dims = {.n = ndims}, .keepdim = keepdim}};
     for (int k = 0; k < ndims; k++)
-        p.i[2 + k] = dims[k];
+        p.reduce.dims.d[k] = dims[k];
     return op_apply(op, &a, 1, &p);
 }
 
@@ -100,30 +103,21 @@ amp_tensor *amp_mean(amp_tensor *a, int ndims, const int *dims, bool keepdim)
 amp_tensor *amp_sum_all(amp_tensor *a) { return reduce(OP_SUM, a, 0, NULL, false); }
 amp_tensor *amp_mean_all(amp_tensor *a) { return reduce(OP_MEAN, a, 0, NULL, false); }
 
-/* i[0] = dim */
-amp_tensor *amp_softmax(amp_tensor *a, int dim)
+/* softmax, log_softmax, argmax: dim_params. */
+static amp_tensor *along(int op, amp_tensor *a, int dim)
 {
-    op_params p = {.i = {dim}};
-    return op_apply(OP_SOFTMAX, &a, 1, &p);
+    const op_params p = {.dim = {.dim = dim}};
+    return op_apply(op, &a, 1, &p);
 }
 
-amp_tensor *amp_log_softmax(amp_tensor *a, int dim)
-{
-    op_params p = {.i = {dim}};
-    return op_apply(OP_LOG_SOFTMAX, &a, 1, &p);
-}
+amp_tensor *amp_softmax(amp_tensor *a, int dim) { return along(OP_SOFTMAX, a, dim); }
+amp_tensor *amp_log_softmax(amp_tensor *a, int dim) { return along(OP_LOG_SOFTMAX, a, dim); }
+amp_tensor *amp_argmax(amp_tensor *a, int dim) { return along(OP_ARGMAX, a, dim); }
 
-amp_tensor *amp_argmax(amp_tensor *a, int dim)
-{
-    op_params p = {.i = {dim}};
-    return op_apply(OP_ARGMAX, &a, 1, &p);
-}
-
-/* i[0] = ignore_index */
 amp_tensor *amp_cross_entropy_ignore(amp_tensor *logits, amp_tensor *labels, int64_t ignore_index)
 {
     amp_tensor *in[2] = {logits, labels};
-    op_params p = {.i = {ignore_index}};
+    const op_params p = {.cross_entropy = {.ignore_index = ignore_index}};
     return op_apply(OP_CROSS_ENTROPY, in, 2, &p);
 }
 
@@ -134,8 +128,7 @@ amp_tensor *amp_cross_entropy(amp_tensor *logits, amp_tensor *labels)
 
 amp_tensor *amp_mse_loss(amp_tensor *a, amp_tensor *b) { return binary(OP_MSE_LOSS, a, b); }
 
-/* i[0] = normalized_ndim, i[1] = has weight, i[2] = has bias; f[0] = eps.
- * Inputs: x, then weight if given, then bias if given. */
+/* Inputs: x, then weight if given, then bias if given. */
 amp_tensor *amp_layer_norm(amp_tensor *x, int normalized_ndim, amp_tensor *weight, amp_tensor *bias,
                            double eps)
 {
@@ -147,53 +140,52 @@ amp_tensor *amp_layer_norm(amp_tensor *x, int normalized_ndim, amp_tensor *weigh
         in[n++] = weight;
     if (bias)
         in[n++] = bias;
-    op_params p = {.i = {normalized_ndim, weight != NULL, bias != NULL}, .f = {eps}};
+    const op_params p = {.layer_norm = {.normalized_ndim = normalized_ndim,
+                                        .has_weight = weight != NULL,
+                                        .has_bias = bias != NULL,
+                                        .eps = eps}};
     return op_apply(OP_LAYER_NORM, in, n, &p);
 }
 
 amp_tensor *amp_embedding(amp_tensor *weight, amp_tensor *indices) { return binary(OP_EMBEDDING, weight, indices); }
 
-/* f[0] = p; i[0] = RNG seed, i[1] = first Philox counter (reserved here so
- * backward can regenerate the same mask). */
+/* The seed and the first Philox counter of the mask are reserved here, so
+ * backward can make the same mask again. */
 amp_tensor *amp_dropout(amp_tensor *a, double p, bool training)
 {
     if (!(p >= 0 && p <= 1))
         return amp_fail_null(AMP_ERR_ARG, "dropout: probability %g is not in [0, 1]", p);
     if (!training || p == 0)
         p = 0;
-    op_params prm = {.f = {p}};
-    if (p > 0 && a) {
-        uint64_t seed;
-        uint64_t ctr = amp_rng_reserve(((uint64_t)a->numel + 3) / 4, &seed);
-        prm.i[0] = (int64_t)seed;
-        prm.i[1] = (int64_t)ctr;
-    }
+    op_params prm = {.dropout = {.p = p}};
+    if (p > 0 && a)
+        prm.dropout.counter = amp_rng_reserve(((uint64_t)a->numel + 3) / 4, &prm.dropout.seed);
     return op_apply(OP_DROPOUT, &a, 1, &prm);
 }
 
-/* i[0] = stride, i[1] = padding, i[2] = has bias, i[3] = 1: a relu fused
- * into the epilogue (op_conv2d_relu). Inputs: x, w[, bias]. */
-static amp_tensor *conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding, int act)
+/* Inputs: x, w[, bias]; act: none, or a relu fused into the epilogue
+ * (op_conv2d_relu). */
+static amp_tensor *conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding, op_act act)
 {
     if (stride < 1 || padding < 0)
         return amp_fail_null(AMP_ERR_ARG, "conv2d: stride %d must be >= 1 and padding %d >= 0", stride,
                              padding);
     amp_tensor *in[3] = {x, w, bias};
-    op_params p = {.i = {stride, padding, bias != NULL, act}};
+    const op_params p = {.conv2d = {.stride = stride, .padding = padding, .has_bias = bias != NULL, .act = act}};
     return op_apply(OP_CONV2D, in, bias ? 3 : 2, &p);
 }
 
 amp_tensor *amp_conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding)
 {
-    return conv2d(x, w, bias, stride, padding, 0);
+    return conv2d(x, w, bias, stride, padding, OP_ACT_NONE);
 }
 
 amp_tensor *op_conv2d_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding)
 {
-    return conv2d(x, w, bias, stride, padding, 1);
+    return conv2d(x, w, bias, stride, padding, OP_ACT_RELU);
 }
 
-/* i[0] = kernel, i[1] = stride, i[2] = padding */
+/* max_pool2d, avg_pool2d: pool2d_params (stride 0: the kernel). */
 static amp_tensor *pool(int op, amp_tensor *x, int kernel, int stride, int padding)
 {
     if (stride == 0)
@@ -203,7 +195,7 @@ static amp_tensor *pool(int op, amp_tensor *x, int kernel, int stride, int paddi
                              "%s: kernel %d, stride %d, padding %d (need kernel >= 1, stride >= 1, "
                              "0 <= padding <= kernel/2)",
                              op_table[op].name, kernel, stride, padding);
-    op_params p = {.i = {kernel, stride, padding}};
+    const op_params p = {.pool2d = {.kernel = kernel, .stride = stride, .padding = padding}};
     return op_apply(op, &x, 1, &p);
 }
 
@@ -217,28 +209,27 @@ amp_tensor *amp_avg_pool2d(amp_tensor *x, int kernel, int stride, int padding)
     return pool(OP_AVG_POOL2D, x, kernel, stride, padding);
 }
 
-/* i[0] = ndim, i[1..] = the requested sizes (one may be -1). */
+/* The sizes asked for; one may be -1. */
 amp_tensor *amp_reshape(amp_tensor *a, amp_shape shape)
 {
-    if (shape.ndim < 0 || shape.ndim > AMP_MAX_DIMS - 1)
-        return amp_fail_null(AMP_ERR_SHAPE, "reshape: %d dims (at most %d)", shape.ndim,
-                             AMP_MAX_DIMS - 1);
-    op_params p = {.i = {shape.ndim}};
+    if (shape.ndim < 0 || shape.ndim > AMP_MAX_DIMS)
+        return amp_fail_null(AMP_ERR_SHAPE, "reshape: %d dims (at most %d)", shape.ndim, AMP_MAX_DIMS);
+    op_params p = {.reshape = {.shape = {.n = shape.ndim}}};
     for (int k = 0; k < shape.ndim; k++)
-        p.i[1 + k] = shape.d[k];
+        p.reshape.shape.d[k] = shape.d[k];
     return op_apply(OP_RESHAPE, &a, 1, &p);
 }
 
-/* i[k] = the input dim that becomes output dim k. */
+/* dims[k]: the input dim that becomes output dim k, one per dim of a. */
 amp_tensor *amp_permute(amp_tensor *a, const int *dims)
 {
     if (!dims)
         return amp_fail_null(AMP_ERR_ARG, "permute: NULL dims");
     if (!a)
         return NULL;
-    op_params p = {0};
+    op_params p = {.permute = {.dims = {.n = a->shape.ndim}}};
     for (int k = 0; k < a->shape.ndim; k++)
-        p.i[k] = dims[k];
+        p.permute.dims.d[k] = dims[k];
     return op_apply(OP_PERMUTE, &a, 1, &p);
 }
 
@@ -258,27 +249,24 @@ amp_tensor *amp_transpose(amp_tensor *a, int dim0, int dim1)
     return amp_permute(a, perm);
 }
 
-/* i[0] = dim */
 amp_tensor *amp_cat(amp_tensor *const *ts, int n, int dim)
 {
     if (!ts || n < 1)
         return amp_fail_null(AMP_ERR_ARG, "cat: needs at least one tensor");
-    op_params p = {.i = {dim}};
+    const op_params p = {.dim = {.dim = dim}};
     return op_apply(OP_CAT, ts, n, &p);
 }
 
-/* i[0] = dim, i[1] = start, i[2] = length */
 amp_tensor *amp_narrow(amp_tensor *a, int dim, int64_t start, int64_t length)
 {
-    op_params p = {.i = {dim, start, length}};
+    const op_params p = {.narrow = {.dim = dim, .start = start, .length = length}};
     return op_apply(OP_NARROW, &a, 1, &p);
 }
 
-/* i[0] = target dtype */
 amp_tensor *amp_to(amp_tensor *a, amp_dtype dt)
 {
     if ((unsigned)dt >= AMP_DTYPE_COUNT)
         return amp_fail_null(AMP_ERR_DTYPE, "to: invalid dtype %d", (int)dt);
-    op_params p = {.i = {dt}};
+    const op_params p = {.to = {.dtype = dt}};
     return op_apply(OP_TO, &a, 1, &p);
 }

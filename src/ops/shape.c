@@ -14,18 +14,19 @@
 
 /* -------------------------------------------------------------- reshape */
 
-amp_tensor *reshape_forward(node *n)
+amp_tensor *reshape_forward(node *n, const reshape_params *p)
 {
     amp_shape s;
-    if (!reshape_infer(n, &s))
+    if (!reshape_infer(n, p, &s))
         return NULL;
     return tensor_view(n->in[0], s);
 }
 
 /* A view of gout: the engine owns gout until this node's backward is done,
  * and the gradient it accumulates is a tensor object of its own. */
-amp_status reshape_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status reshape_backward(node *n, const reshape_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
+    (void)p;
     if (!in_needs_grad(n, 0))
         return AMP_OK;
     gin[0] = tensor_view(gout, n->in[0]->shape);
@@ -52,11 +53,11 @@ static amp_status permute_into(const amp_tensor *x, const int *perm, amp_tensor 
     return AMP_OK;
 }
 
-amp_tensor *permute_forward(node *n)
+amp_tensor *permute_forward(node *n, const permute_params *p)
 {
     const amp_tensor *x = n->in[0];
     int perm[AMP_MAX_DIMS];
-    if (!permute_infer(n, perm))
+    if (!permute_infer(n, p, perm))
         return NULL;
     amp_shape s = x->shape;
     for (int k = 0; k < s.ndim; k++)
@@ -70,12 +71,12 @@ amp_tensor *permute_forward(node *n)
 }
 
 /* The inverse permutation applied to gout. */
-amp_status permute_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status permute_backward(node *n, const permute_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
     if (!in_needs_grad(n, 0))
         return AMP_OK;
     int perm[AMP_MAX_DIMS], inv[AMP_MAX_DIMS];
-    if (!permute_infer(n, perm))
+    if (!permute_infer(n, p, perm))
         return amp_last_status();
     for (int k = 0; k < gout->shape.ndim; k++)
         inv[perm[k]] = k;
@@ -96,12 +97,12 @@ static int64_t inner_from(const amp_tensor *t, int d)
     return s;
 }
 
-amp_tensor *cat_forward(node *n)
+amp_tensor *cat_forward(node *n, const dim_params *p)
 {
     amp_shape s;
     amp_dtype dt;
     int dim;
-    if (!cat_infer(n, &s, &dt, &dim))
+    if (!cat_infer(n, p, &s, &dt, &dim))
         return NULL;
     amp_device dev = tensor_device(n->in[0]);
     const amp_backend *be = backend_of(dev);
@@ -127,9 +128,9 @@ amp_tensor *cat_forward(node *n)
 }
 
 /* Each input's slice of gout, in that input's dtype. */
-amp_status cat_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status cat_backward(node *n, const dim_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
-    const int dim = shape_dim(gout->shape.ndim, (int)n->p.i[0]);
+    const int dim = shape_dim(gout->shape.ndim, (int)p->dim);
     const int64_t inner_out = inner_from(gout, dim);
     const int64_t outer = inner_out ? gout->numel / inner_out : 0;
     const amp_backend *be = backend_of(tensor_device(gout));
@@ -168,17 +169,17 @@ static narrow_rows narrow_rows_of(const amp_tensor *x, int dim, int64_t start, i
     return r;
 }
 
-amp_tensor *narrow_forward(node *n)
+amp_tensor *narrow_forward(node *n, const narrow_params *p)
 {
     amp_shape s;
     int dim;
-    if (!narrow_infer(n, &s, &dim))
+    if (!narrow_infer(n, p, &s, &dim))
         return NULL;
     const amp_tensor *x = n->in[0];
     amp_tensor *out = tensor_new_on(s, x->dtype, tensor_device(x));
     if (!out)
         return NULL;
-    const narrow_rows r = narrow_rows_of(x, dim, n->p.i[1], n->p.i[2]);
+    const narrow_rows r = narrow_rows_of(x, dim, p->start, p->length);
     const amp_backend *be = backend_of(tensor_device(x));
     amp_status st = be->copy_2d ? AMP_OK : backend_missing(be, op_name(n), "copy_2d");
     if (st == AMP_OK && r.outer > 0 && r.out_row > 0)
@@ -192,17 +193,17 @@ amp_tensor *narrow_forward(node *n)
 }
 
 /* gout in its slice of a zero tensor of the input's shape. */
-amp_status narrow_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status narrow_backward(node *n, const narrow_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
     if (!in_needs_grad(n, 0))
         return AMP_OK;
     const amp_tensor *x = n->in[0];
-    const int dim = shape_dim(x->shape.ndim, (int)n->p.i[0]);
+    const int dim = shape_dim(x->shape.ndim, (int)p->dim);
     amp_tensor *g = tensor_zeros_on(x->shape, gout->dtype, tensor_device(gout));
     if (!g)
         return amp_last_status();
     gin[0] = g;
-    const narrow_rows r = narrow_rows_of(x, dim, n->p.i[1], n->p.i[2]);
+    const narrow_rows r = narrow_rows_of(x, dim, p->start, p->length);
     if (r.outer > 0 && r.out_row > 0)
         BACKEND_CALL(backend_of(tensor_device(gout)), op_name(n), copy_2d, tensor_ptr(gout), gout->dtype, r.out_row,
                      0, tensor_ptr(g), gout->dtype, r.in_row, r.off, r.outer, r.out_row);
@@ -211,12 +212,12 @@ amp_status narrow_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 
 /* ------------------------------------------------------------------- to */
 
-amp_tensor *to_forward(node *n)
+amp_tensor *to_forward(node *n, const to_params *p)
 {
-    const amp_dtype dt = (amp_dtype)n->p.i[0];
+    const amp_dtype dt = p->dtype;
     if ((unsigned)dt >= AMP_DTYPE_COUNT)
         return amp_fail_null(AMP_ERR_DTYPE, "%s: invalid dtype %d", op_name(n), (int)dt);
-    const amp_tensor *kept = n->p.i[1] == 1 ? autocast_kept_copy() : NULL;
+    const amp_tensor *kept = p->from_kept_copy ? autocast_kept_copy() : NULL;
     if (kept && kept->dtype == dt && shape_equal(kept->shape, n->in[0]->shape))
         return tensor_view(kept, kept->shape); /* autocast's kept cast of this weight */
     return tensor_convert(n->in[0], dt);
@@ -224,11 +225,45 @@ amp_tensor *to_forward(node *n)
 
 /* The gradient goes back in the input's dtype; a cast to or from an
  * integer dtype carries none. */
-amp_status to_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status to_backward(node *n, const to_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
+    (void)p;
     const amp_tensor *x = n->in[0];
     if (!in_needs_grad(n, 0) || !amp_dtype_is_float(x->dtype) || !amp_dtype_is_float(gout->dtype))
         return AMP_OK;
     gin[0] = tensor_convert(gout, x->dtype);
     return gin[0] ? AMP_OK : amp_last_status();
+}
+
+/* ----------------------------------------------------------------- cost */
+
+/* Every op here moves data (cost.c): 0 FLOPs, the bytes read and written. */
+op_cost reshape_cost(const node *n, const reshape_params *p, bool backward)
+{
+    (void)p;
+    return cost_moves_data(n, backward);
+}
+
+op_cost permute_cost(const node *n, const permute_params *p, bool backward)
+{
+    (void)p;
+    return cost_moves_data(n, backward);
+}
+
+op_cost cat_cost(const node *n, const dim_params *p, bool backward)
+{
+    (void)p;
+    return cost_moves_data(n, backward);
+}
+
+op_cost narrow_cost(const node *n, const narrow_params *p, bool backward)
+{
+    (void)p;
+    return cost_moves_data(n, backward);
+}
+
+op_cost to_cost(const node *n, const to_params *p, bool backward)
+{
+    (void)p;
+    return cost_moves_data(n, backward);
 }
