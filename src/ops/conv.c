@@ -15,6 +15,30 @@
 #include "ops/broadcast.h"
 #include "ops/infer.h"
 
+/* ------------------------------------------------------- the public ops */
+
+/* Inputs: x, w[, bias]; act: none, or a relu fused into the epilogue
+ * (op_conv2d_relu). */
+static amp_tensor *conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding, op_act act)
+{
+    if (stride < 1 || padding < 0)
+        return amp_fail_null(AMP_ERR_ARG, "conv2d: stride %d must be >= 1 and padding %d >= 0", stride,
+                             padding);
+    amp_tensor *in[3] = {x, w, bias};
+    const op_params p = {.conv2d = {.stride = stride, .padding = padding, .has_bias = bias != NULL, .act = act}};
+    return op_apply(OP_CONV2D, in, bias ? 3 : 2, &p);
+}
+
+amp_tensor *amp_conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding)
+{
+    return conv2d(x, w, bias, stride, padding, OP_ACT_NONE);
+}
+
+amp_tensor *op_conv2d_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding)
+{
+    return conv2d(x, w, bias, stride, padding, OP_ACT_RELU);
+}
+
 static be_conv_geom geom_of(const conv2d_shape *s)
 {
     return (be_conv_geom){.N = s->N, .C = s->C, .H = s->H, .W = s->W, .O = s->O, .kh = s->kh, .kw = s->kw,

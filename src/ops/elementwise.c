@@ -12,6 +12,53 @@
 #include "ops/broadcast.h"
 #include "ops/infer.h"
 
+/* ------------------------------------------------------- the public ops */
+
+static amp_tensor *unary(int op, amp_tensor *a) { return op_apply(op, &a, 1, NULL); }
+
+static amp_tensor *binary(int op, amp_tensor *a, amp_tensor *b)
+{
+    amp_tensor *in[2] = {a, b};
+    return op_apply(op, in, 2, NULL);
+}
+
+/* add_scalar, mul_scalar, div_scalar: scalar_params. */
+static amp_tensor *with_scalar(int op, amp_tensor *a, double s)
+{
+    const op_params p = {.scalar = {.scalar = s}};
+    return op_apply(op, &a, 1, &p);
+}
+
+amp_tensor *amp_add(amp_tensor *a, amp_tensor *b) { return binary(OP_ADD, a, b); }
+amp_tensor *amp_sub(amp_tensor *a, amp_tensor *b) { return binary(OP_SUB, a, b); }
+amp_tensor *amp_mul(amp_tensor *a, amp_tensor *b) { return binary(OP_MUL, a, b); }
+amp_tensor *amp_div(amp_tensor *a, amp_tensor *b) { return binary(OP_DIV, a, b); }
+amp_tensor *amp_add_scalar(amp_tensor *a, double s) { return with_scalar(OP_ADD_SCALAR, a, s); }
+/* a - s and a + (-s) are the same IEEE operation. */
+amp_tensor *amp_sub_scalar(amp_tensor *a, double s) { return with_scalar(OP_ADD_SCALAR, a, -s); }
+amp_tensor *amp_mul_scalar(amp_tensor *a, double s) { return with_scalar(OP_MUL_SCALAR, a, s); }
+amp_tensor *amp_div_scalar(amp_tensor *a, double s) { return with_scalar(OP_DIV_SCALAR, a, s); }
+amp_tensor *amp_neg(amp_tensor *a) { return unary(OP_NEG, a); }
+amp_tensor *amp_relu(amp_tensor *a) { return unary(OP_RELU, a); }
+amp_tensor *amp_tanh(amp_tensor *a) { return unary(OP_TANH, a); }
+amp_tensor *amp_sigmoid(amp_tensor *a) { return unary(OP_SIGMOID, a); }
+amp_tensor *amp_silu(amp_tensor *a) { return unary(OP_SILU, a); }
+amp_tensor *amp_exp(amp_tensor *a) { return unary(OP_EXP, a); }
+amp_tensor *amp_log(amp_tensor *a) { return unary(OP_LOG, a); }
+amp_tensor *amp_pow_scalar(amp_tensor *a, double exponent)
+{
+    const op_params p = {.pow_scalar = {.exponent = exponent}};
+    return op_apply(OP_POW_SCALAR, &a, 1, &p);
+}
+
+amp_tensor *amp_gelu(amp_tensor *a, amp_gelu_approx approx)
+{
+    if (approx != AMP_GELU_EXACT && approx != AMP_GELU_TANH)
+        return amp_fail_null(AMP_ERR_ARG, "gelu: unknown approximation %d", (int)approx);
+    const op_params p = {.gelu = {.approximate = approx}};
+    return op_apply(OP_GELU, &a, 1, &p);
+}
+
 /* ------------------------------------------------------------- binary */
 
 static amp_device dev_of(const node *n) { return tensor_device(n->in[0]); }

@@ -13,13 +13,35 @@
  *
  * dropout: element j is kept when the uniform drawn from Philox word
  * j % 4 of counter (first + j / 4) is >= p, and then scaled by 1/(1-p).
- * The counters were reserved by api.c, so backward replays the same
+ * The counters were reserved by amp_dropout, so backward replays the same
  * words and rebuilds the mask instead of keeping it in memory.
  * Params (dropout_params): p (0 also in eval mode), seed, counter (the
  * first).
  */
 #include "ops/broadcast.h"
 #include "ops/infer.h"
+
+/* ------------------------------------------------------- the public ops */
+
+amp_tensor *amp_embedding(amp_tensor *weight, amp_tensor *indices)
+{
+    amp_tensor *in[2] = {weight, indices};
+    return op_apply(OP_EMBEDDING, in, 2, NULL);
+}
+
+/* The seed and the first Philox counter of the mask are reserved here, so
+ * backward can make the same mask again. */
+amp_tensor *amp_dropout(amp_tensor *a, double p, bool training)
+{
+    if (!(p >= 0 && p <= 1))
+        return amp_fail_null(AMP_ERR_ARG, "dropout: probability %g is not in [0, 1]", p);
+    if (!training || p == 0)
+        p = 0;
+    op_params prm = {.dropout = {.p = p}};
+    if (p > 0 && a)
+        prm.dropout.counter = amp_rng_reserve(((uint64_t)a->numel + 3) / 4, &prm.dropout.seed);
+    return op_apply(OP_DROPOUT, &a, 1, &prm);
+}
 
 /* ------------------------------------------------------------ embedding */
 

@@ -34,6 +34,35 @@
 
 #include <stdio.h>
 
+/* ------------------------------------------------------- the public ops */
+
+amp_tensor *amp_matmul(amp_tensor *a, amp_tensor *b)
+{
+    amp_tensor *in[2] = {a, b};
+    return op_apply(OP_MATMUL, in, 2, NULL);
+}
+
+/* The bias, when given, is input 2; act: the activation fused after the
+ * product (op_linear_relu, op_linear_gelu). */
+static amp_tensor *linear(amp_tensor *x, amp_tensor *w, amp_tensor *bias, op_act act)
+{
+    amp_tensor *in[3] = {x, w, bias};
+    const op_params p = {.linear = {.has_bias = bias != NULL, .act = act}};
+    return op_apply(OP_LINEAR, in, bias ? 3 : 2, &p);
+}
+
+amp_tensor *amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *bias) { return linear(x, w, bias, OP_ACT_NONE); }
+
+amp_tensor *op_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias)
+{
+    return linear(x, w, bias, OP_ACT_RELU);
+}
+
+amp_tensor *op_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *bias)
+{
+    return linear(x, w, bias, OP_ACT_GELU_TANH);
+}
+
 /* ------------------------------------------------------------ matmul */
 
 static const char *at(const amp_tensor *t, int64_t elem)

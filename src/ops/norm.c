@@ -34,6 +34,27 @@
 #include "ops/fused.h"
 #include "ops/infer.h"
 
+/* ------------------------------------------------------- the public ops */
+
+/* Inputs: x, then weight if given, then bias if given. */
+amp_tensor *amp_layer_norm(amp_tensor *x, int normalized_ndim, amp_tensor *weight, amp_tensor *bias,
+                           double eps)
+{
+    if (!(eps >= 0))
+        return amp_fail_null(AMP_ERR_ARG, "layer_norm: eps %g is negative", eps);
+    amp_tensor *in[3] = {x};
+    int n = 1;
+    if (weight)
+        in[n++] = weight;
+    if (bias)
+        in[n++] = bias;
+    const op_params p = {.layer_norm = {.normalized_ndim = normalized_ndim,
+                                        .has_weight = weight != NULL,
+                                        .has_bias = bias != NULL,
+                                        .eps = eps}};
+    return op_apply(OP_LAYER_NORM, in, n, &p);
+}
+
 /* Between op_add_layer_norm's two ops, on this thread: what the add's
  * forward should fuse (asked, the layer_norm's weight, bias and eps) and
  * what it computed for the layer_norm (sum: the add's result; y, mean,

@@ -91,10 +91,10 @@ op_cost op_cost_of(const node *n, bool backward);
 bool op_supported(amp_device dev, int op, const node *n);
 
 /* Runs op on in[0..n_in) with params p (the member its row names; NULL:
- * all zero). The result is a
- * pool temporary; NULL with the error set (or kept, for NULL inputs).
- * The public op functions (api.c) call it; it checks the inputs, asks
- * autocast_inputs for their autocast dtypes, then calls op_run. */
+ * all zero). The result is a pool temporary; NULL with the error set (or
+ * kept, for NULL inputs). The public op functions (each in its family's
+ * file) call it; it checks the inputs, asks autocast_inputs for their
+ * autocast dtypes, then calls op_run. */
 amp_tensor *op_apply(int op, amp_tensor *const *in, int n_in, const op_params *p);
 /* The part of op_apply below autocast: runs the forward on inputs that
  * are non-NULL, on one device and already in the dtypes the op runs in,

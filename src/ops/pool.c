@@ -14,6 +14,32 @@
 #include "ops/broadcast.h"
 #include "ops/infer.h"
 
+/* ------------------------------------------------------- the public ops */
+
+/* max_pool2d, avg_pool2d: pool2d_params (stride 0: the kernel). */
+static amp_tensor *pool(int op, amp_tensor *x, int kernel, int stride, int padding)
+{
+    if (stride == 0)
+        stride = kernel;
+    if (kernel < 1 || stride < 1 || padding < 0 || padding * 2 > kernel)
+        return amp_fail_null(AMP_ERR_ARG,
+                             "%s: kernel %d, stride %d, padding %d (need kernel >= 1, stride >= 1, "
+                             "0 <= padding <= kernel/2)",
+                             op_table[op].name, kernel, stride, padding);
+    const op_params p = {.pool2d = {.kernel = kernel, .stride = stride, .padding = padding}};
+    return op_apply(op, &x, 1, &p);
+}
+
+amp_tensor *amp_max_pool2d(amp_tensor *x, int kernel, int stride, int padding)
+{
+    return pool(OP_MAX_POOL2D, x, kernel, stride, padding);
+}
+
+amp_tensor *amp_avg_pool2d(amp_tensor *x, int kernel, int stride, int padding)
+{
+    return pool(OP_AVG_POOL2D, x, kernel, stride, padding);
+}
+
 /* The shared geometry (src/ops/infer.c) in the backend's form. */
 static bool pool_geom(const node *n, const pool2d_params *p, be_pool_geom *g)
 {

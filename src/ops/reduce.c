@@ -11,6 +11,43 @@
 #include "ops/broadcast.h"
 #include "ops/infer.h"
 
+/* ------------------------------------------------------- the public ops */
+
+/* sum, mean: reduce_params, the dims as given (ndims == 0 reduces over
+ * all dims). */
+static amp_tensor *reduce(int op, amp_tensor *a, int ndims, const int *dims, bool keepdim)
+{
+    if (ndims < 0 || ndims > AMP_MAX_DIMS || (ndims > 0 && !dims))
+        return amp_fail_null(AMP_ERR_ARG, "%s: bad list of %d dims", op_table[op].name, ndims);
+    op_params p = {.reduce = {.dims = {.n = ndims}, .keepdim = keepdim}};
+    for (int k = 0; k < ndims; k++)
+        p.reduce.dims.d[k] = dims[k];
+    return op_apply(op, &a, 1, &p);
+}
+
+amp_tensor *amp_sum(amp_tensor *a, int ndims, const int *dims, bool keepdim)
+{
+    if (ndims == 0)
+        return amp_fail_null(AMP_ERR_ARG, "sum: no dims given (use amp_sum_all)");
+    return reduce(OP_SUM, a, ndims, dims, keepdim);
+}
+
+amp_tensor *amp_mean(amp_tensor *a, int ndims, const int *dims, bool keepdim)
+{
+    if (ndims == 0)
+        return amp_fail_null(AMP_ERR_ARG, "mean: no dims given (use amp_mean_all)");
+    return reduce(OP_MEAN, a, ndims, dims, keepdim);
+}
+
+amp_tensor *amp_sum_all(amp_tensor *a) { return reduce(OP_SUM, a, 0, NULL, false); }
+amp_tensor *amp_mean_all(amp_tensor *a) { return reduce(OP_MEAN, a, 0, NULL, false); }
+
+amp_tensor *amp_argmax(amp_tensor *a, int dim)
+{
+    const op_params p = {.dim = {.dim = dim}};
+    return op_apply(OP_ARGMAX, &a, 1, &p);
+}
+
 static amp_tensor *reduce_forward(node *n, const reduce_params *p, bool mean)
 {
     if (!op_require_float(n, 0))

@@ -12,6 +12,70 @@
 #include "ops/broadcast.h"
 #include "ops/infer.h"
 
+/* ------------------------------------------------------- the public ops */
+
+/* The sizes asked for; one may be -1. */
+amp_tensor *amp_reshape(amp_tensor *a, amp_shape shape)
+{
+    if (shape.ndim < 0 || shape.ndim > AMP_MAX_DIMS)
+        return amp_fail_null(AMP_ERR_SHAPE, "reshape: %d dims (at most %d)", shape.ndim, AMP_MAX_DIMS);
+    op_params p = {.reshape = {.shape = {.n = shape.ndim}}};
+    for (int k = 0; k < shape.ndim; k++)
+        p.reshape.shape.d[k] = shape.d[k];
+    return op_apply(OP_RESHAPE, &a, 1, &p);
+}
+
+/* dims[k]: the input dim that becomes output dim k, one per dim of a. */
+amp_tensor *amp_permute(amp_tensor *a, const int *dims)
+{
+    if (!dims)
+        return amp_fail_null(AMP_ERR_ARG, "permute: NULL dims");
+    if (!a)
+        return NULL;
+    op_params p = {.permute = {.dims = {.n = a->shape.ndim}}};
+    for (int k = 0; k < a->shape.ndim; k++)
+        p.permute.dims.d[k] = dims[k];
+    return op_apply(OP_PERMUTE, &a, 1, &p);
+}
+
+amp_tensor *amp_transpose(amp_tensor *a, int dim0, int dim1)
+{
+    if (!a)
+        return NULL;
+    int nd = a->shape.ndim, d0 = shape_dim(nd, dim0), d1 = shape_dim(nd, dim1);
+    if (d0 < 0 || d1 < 0)
+        return amp_fail_null(AMP_ERR_ARG, "transpose: dims %d, %d out of range for %d dims", dim0, dim1,
+                             nd);
+    int perm[AMP_MAX_DIMS];
+    for (int k = 0; k < nd; k++)
+        perm[k] = k;
+    perm[d0] = d1;
+    perm[d1] = d0;
+    return amp_permute(a, perm);
+}
+
+amp_tensor *amp_cat(amp_tensor *const *ts, int n, int dim)
+{
+    if (!ts || n < 1)
+        return amp_fail_null(AMP_ERR_ARG, "cat: needs at least one tensor");
+    const op_params p = {.dim = {.dim = dim}};
+    return op_apply(OP_CAT, ts, n, &p);
+}
+
+amp_tensor *amp_narrow(amp_tensor *a, int dim, int64_t start, int64_t length)
+{
+    const op_params p = {.narrow = {.dim = dim, .start = start, .length = length}};
+    return op_apply(OP_NARROW, &a, 1, &p);
+}
+
+amp_tensor *amp_to(amp_tensor *a, amp_dtype dt)
+{
+    if ((unsigned)dt >= AMP_DTYPE_COUNT)
+        return amp_fail_null(AMP_ERR_DTYPE, "to: invalid dtype %d", (int)dt);
+    const op_params p = {.to = {.dtype = dt}};
+    return op_apply(OP_TO, &a, 1, &p);
+}
+
 /* -------------------------------------------------------------- reshape */
 
 amp_tensor *reshape_forward(node *n, const reshape_params *p)

@@ -20,6 +20,36 @@
 #include "ops/broadcast.h"
 #include "ops/infer.h"
 
+/* ------------------------------------------------------- the public ops */
+
+/* softmax, log_softmax: dim_params. */
+static amp_tensor *along(int op, amp_tensor *a, int dim)
+{
+    const op_params p = {.dim = {.dim = dim}};
+    return op_apply(op, &a, 1, &p);
+}
+
+amp_tensor *amp_softmax(amp_tensor *a, int dim) { return along(OP_SOFTMAX, a, dim); }
+amp_tensor *amp_log_softmax(amp_tensor *a, int dim) { return along(OP_LOG_SOFTMAX, a, dim); }
+
+amp_tensor *amp_cross_entropy_ignore(amp_tensor *logits, amp_tensor *labels, int64_t ignore_index)
+{
+    amp_tensor *in[2] = {logits, labels};
+    const op_params p = {.cross_entropy = {.ignore_index = ignore_index}};
+    return op_apply(OP_CROSS_ENTROPY, in, 2, &p);
+}
+
+amp_tensor *amp_cross_entropy(amp_tensor *logits, amp_tensor *labels)
+{
+    return amp_cross_entropy_ignore(logits, labels, AMP_IGNORE_INDEX);
+}
+
+amp_tensor *amp_mse_loss(amp_tensor *a, amp_tensor *b)
+{
+    amp_tensor *in[2] = {a, b};
+    return op_apply(OP_MSE_LOSS, in, 2, NULL);
+}
+
 /* ---------------------------------------------------------------- softmax */
 
 static amp_status softmax_run(const node *n, const amp_tensor *x, amp_tensor *y, dim_view v, bool log)
