@@ -2,6 +2,11 @@
  * op_table.c - the op table and op_apply, the one path every op takes:
  * op_apply checks the inputs and casts them for autocast (autocast.c),
  * op_run runs the forward and records the node.
+ *
+ * The table is made from op_list.h's rows: per row, the small wrappers
+ * that call the row's typed forward, backward and cost on the node's
+ * params, and per params family (op_params.h) the function that names a
+ * copy of its fields for the profiler's trace.
  */
 #include "ops/ops.h"
 #include "backend/backend.h"

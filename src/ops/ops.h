@@ -160,9 +160,10 @@ autocast_state autocast_state_get(void);
 amp_status autocast_scope_begin(autocast_scope *sc, const autocast_state *s);
 void autocast_scope_end(autocast_scope *sc);
 
-/* Set by op_run when an op that has a backward ran with grad disabled on
- * an input that requires grad: amp_checkpoint (checkpoint.c) learns this
- * way that its function reads a parameter that requires grad. */
+/* Set by op_run when an op made a float result (one that can carry a
+ * gradient) with grad disabled from an input that requires grad:
+ * amp_checkpoint (checkpoint.c) learns this way that its function reads
+ * a parameter that requires grad. */
 extern _Thread_local bool op_grad_input_seen;
 
 #include "ops/fused.h"
