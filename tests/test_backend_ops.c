@@ -8,7 +8,8 @@
  * argmax, labels in range; an f32 input beside 16-bit ones for type
  * promotion), how to call the op through the public API, and
  * whether it has a gradient. A row without a case fails the test, naming
- * the row: a new op cannot land untested.
+ * the row: a new op cannot land untested. A row whose cost function counts
+ * nothing on its first case fails too (test_every_row_has_a_cost).
  *
  * For each case and each backend present (the CPU always; CUDA when
  * amp_cuda_available(), cudaemu included; any later device that
@@ -50,6 +51,7 @@
  * by finite differences.
  */
 #include "harness.h"
+#include "base/profile.h"
 #include "ops/ops.h"
 #include "tensor/tensor.h"
 
@@ -785,6 +787,81 @@ static void test_every_row_has_a_case(void)
                   CASES[ci].op);
 }
 
+/* The first event of kind k named name, over every thread; NULL if none. */
+static const prof_event *first_event(prof_kind k, const char *name)
+{
+    const prof_thread_events *th;
+    const int nt = prof_threads(&th);
+    for (int t = 0; t < nt; t++)
+        for (size_t i = 0; i < th[t].n; i++)
+            if (th[t].ev[i].kind == k && strcmp(th[t].ev[i].name, name) == 0)
+                return &th[t].ev[i];
+    return NULL;
+}
+
+/* The rows that move data and compute nothing (0 FLOPs, src/ops/cost.c),
+ * forward and backward; every other row must count its arithmetic. */
+static bool moves_data(const char *row, bool backward)
+{
+    static const char *const both[] = {"reshape", "permute", "cat", "narrow", "to"};
+    for (size_t i = 0; i < sizeof both / sizeof both[0]; i++)
+        if (!strcmp(row, both[i]))
+            return true;
+    return !backward && (!strcmp(row, "argmax") || !strcmp(row, "embedding")); /* an index, a gather */
+}
+
+/* Every row's cost function counts its op: its first case on the CPU in
+ * f32, under the profiler, makes a forward event (and a backward one when
+ * the row has a gradient) with the row's cost, bytes > 0 and FLOPs > 0
+ * unless the row only moves data, and the row's params. */
+static void test_every_row_has_a_cost(void)
+{
+    for (int r = 0; r < amp_op_count(); r++) {
+        const char *name = amp_op_name(r);
+        int ci = 0;
+        while (ci < N_CASES && strcmp(CASES[ci].op, name) != 0)
+            ci++;
+        if (ci == N_CASES)
+            continue; /* test_every_row_has_a_case fails it */
+        const op_case *c = &CASES[ci];
+        amp_tensor *in[MAXIN] = {NULL};
+        for (int k = 0; k < c->n_in; k++) {
+            in[k] = make_input(ci, k, AMP_F32);
+            if (has_grad(c, in[k]))
+                amp_tensor_set_requires_grad(in[k], true);
+        }
+        amp_profiler_opts o = amp_profiler_defaults();
+        o.memory = false;
+        CHECK_OK(amp_profiler_start(&o));
+        amp_tensor *out = c->call(in, c);
+        CHECK_MSG(out != NULL, "%s (%s): %s", name, c->what, amp_last_error());
+        const bool grad = out && !(c->flags & NO_GRAD);
+        if (grad)
+            CHECK_OK(amp_backward(amp_sum_all(out)));
+        CHECK_OK(amp_profiler_stop());
+        for (int pass = 0; pass < 1 + grad; pass++) {
+            const prof_event *e = first_event(pass ? PROF_OP_BWD : PROF_OP_FWD, name);
+            const char *what = pass ? "backward" : "forward";
+            CHECK_MSG(e != NULL, "%s (%s): no %s event", name, c->what, what);
+            if (!e)
+                continue;
+            CHECK_MSG(e->bytes > 0, "%s (%s) %s: %.0f bytes", name, c->what, what, e->bytes);
+            if (moves_data(name, pass))
+                CHECK_MSG(e->flops == 0, "%s (%s) %s: %.0f FLOPs for a row that moves data", name, c->what, what,
+                          e->flops);
+            else
+                CHECK_MSG(e->flops > 0, "%s (%s) %s: no FLOPs: does its cost function count them?", name,
+                          c->what, what);
+            CHECK_MSG(e->args == op_table[r].args, "%s (%s) %s: the event does not carry the row's params", name,
+                      c->what, what);
+        }
+        amp_profiler_reset();
+        amp_temps_free();
+        for (int k = 0; k < c->n_in; k++)
+            amp_tensor_free(in[k]);
+    }
+}
+
 /* The table: each case on every backend present. */
 static void test_every_op_on_every_backend(void)
 {
@@ -813,6 +890,7 @@ static void test_every_op_on_every_backend(void)
 int main(void)
 {
     RUN(test_every_row_has_a_case);
+    RUN(test_every_row_has_a_cost);
     RUN(test_every_op_on_every_backend);
     return harness_done();
 }

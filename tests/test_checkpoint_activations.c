@@ -389,6 +389,36 @@ static void test_identity_and_parameter_results(void)
     amp_tensor_free(c);
 }
 
+/* A parameter read only through an integer result (argmax's indices, a
+ * cast to i64) carries no gradient into fn's result, so the checkpoint's
+ * result does not require grad (as the same ops without checkpointing). */
+static amp_tensor *index_fn(void *ctx, amp_tensor *const *in, int n)
+{
+    (void)n;
+    amp_tensor *w = ctx;
+    amp_tensor *i = amp_tensor_ndim(in[0]) == 1 ? amp_argmax(w, 1) : amp_to(w, AMP_I64);
+    return amp_add(in[0], amp_to(i, AMP_F32));
+}
+
+static void test_parameter_read_through_integers(void)
+{
+    amp_manual_seed(9);
+    amp_tensor *w = leaf(AMP_SHAPE(2, 3), 1.0);
+    amp_tensor *c2 = amp_randn(AMP_SHAPE(2), AMP_F32, 0.0, 1.0), *c3 = amp_randn(AMP_SHAPE(2, 3), AMP_F32, 0.0, 1.0);
+    amp_tensor *in[2] = {c2, c3};
+    for (int k = 0; k < 2; k++) {
+        amp_tensor *plain = index_fn(w, &in[k], 1), *y = amp_checkpoint(index_fn, w, &in[k], 1);
+        CHECK(plain && !amp_tensor_requires_grad(plain));
+        CHECK_MSG(y && !amp_tensor_requires_grad(y), "through %s: the checkpoint's result requires grad",
+                  k ? "a cast to i64" : "argmax");
+        CHECK(y && plain && same_bits(y, plain));
+    }
+    amp_temps_free();
+    amp_tensor_free(w);
+    amp_tensor_free(c2);
+    amp_tensor_free(c3);
+}
+
 /* --------------------------------------------------------- nesting */
 
 static amp_tensor *inner_fn(void *ctx, amp_tensor *const *in, int n)
@@ -524,6 +554,7 @@ int main(void)
     RUN(test_two_inputs_and_a_parameter);
     RUN(test_autocast_cache_inside);
     RUN(test_identity_and_parameter_results);
+    RUN(test_parameter_read_through_integers);
     RUN(test_nested);
     RUN(test_errors);
     return harness_done();

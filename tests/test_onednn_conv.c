@@ -145,11 +145,12 @@ static void check_pair(const char *what, const amp_tensor *a, const amp_tensor *
     }
 }
 
-/* conv2d (act 1: fused relu) of the three inputs, as api.c calls it. */
+/* conv2d of the three inputs with act an op_act (1: a fused relu), as api.c calls it. */
 static amp_tensor *conv_act(amp_tensor *x, amp_tensor *w, amp_tensor *b, int stride, int pad, int act)
 {
     amp_tensor *in[3] = {x, w, b};
-    op_params p = {.i = {stride, pad, b != NULL, act}};
+    const op_params p = {
+        .conv2d = {.stride = stride, .padding = pad, .has_bias = b != NULL, .act = (op_act)act}};
     return op_apply(OP_CONV2D, in, b ? 3 : 2, &p);
 }
 

@@ -106,6 +106,17 @@ static void test_sum_several_and_negative_dims(void)
     amp_tensor_free(w);
 }
 
+/* Every dim of an 8-dim tensor (AMP_MAX_DIMS) may be listed. */
+static void test_sum_over_eight_dims(void)
+{
+    amp_tensor *x = test_uniform(AMP_SHAPE(2, 1, 3, 1, 2, 1, 2, 2), AMP_F32, -2, 2, 4);
+    check_reduce(x, false, 8, (int[]){0, 1, 2, 3, 4, 5, 6, 7}, false, AMP_SHAPE());
+    check_reduce(x, true, 7, (int[]){0, 1, 2, 3, 4, 5, 7}, true, AMP_SHAPE(1, 1, 1, 1, 1, 1, 2, 1));
+    CHECK(amp_sum(x, 9, (int[]){0, 1, 2, 3, 4, 5, 6, 7, 0}, false) == NULL);
+    CHECK_ERROR(AMP_ERR_ARG, "sum: bad list of 9 dims");
+    amp_tensor_free(x);
+}
+
 static void test_mean_values(void)
 {
     amp_tensor *x = test_uniform(AMP_SHAPE(6, 7), AMP_F32, -1, 3, 4);
@@ -352,6 +363,7 @@ int main(void)
 {
     RUN(test_sum_one_dim_keepdim_or_not);
     RUN(test_sum_several_and_negative_dims);
+    RUN(test_sum_over_eight_dims);
     RUN(test_mean_values);
     RUN(test_sum_all_is_0d);
     RUN(test_sum_of_a_million_f32_is_accurate);

@@ -41,6 +41,18 @@ static void test_reshape_infers_minus_one(void)
     amp_tensor_free(a);
 }
 
+/* A shape of AMP_MAX_DIMS (8) dims, and back. */
+static void test_reshape_to_eight_dims(void)
+{
+    amp_tensor *a = amp_arange(0, 24, 1, AMP_F32);
+    amp_tensor *v = amp_reshape(a, AMP_SHAPE(1, 2, 1, 3, 1, 2, 2, -1));
+    CHECK(v != NULL && amp_tensor_ndim(v) == 8 && amp_tensor_dim(v, 7) == 1);
+    amp_tensor *back = amp_reshape(v, AMP_SHAPE(24));
+    for (int i = 0; back && i < 24; i++)
+        CHECK(amp_tensor_get(back, i) == i);
+    amp_tensor_free(a);
+}
+
 static void test_reshape_errors(void)
 {
     amp_tensor *a = amp_zeros(AMP_SHAPE(2, 3), AMP_F32);
@@ -691,6 +703,7 @@ int main(void)
 {
     RUN(test_reshape_shares_storage);
     RUN(test_reshape_infers_minus_one);
+    RUN(test_reshape_to_eight_dims);
     RUN(test_reshape_errors);
     RUN(test_reshape_gradcheck);
     RUN(test_reshape_backward_shape);

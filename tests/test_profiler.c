@@ -1,19 +1,23 @@
 /*
  * test_profiler.c - the profiler's recording hooks: the FLOPs of each op's
- * forward and backward against the formulas of src/ops/cost.c, recomputed
- * here from the shapes; the dtypes and shapes an op event records (after
- * autocast); autocast's casts and cast-cache hits; the library's phases
- * and the nesting of events inside them (host times, per thread); a
- * model's forward + backward; nothing recorded and nothing allocated while
- * the profiler is off. On CUDA (cudaemu in `ctest -L cuda`): training
- * steps profiled with device-timed events and GEMMs named, and the host
- * synchronisation counter the same with the profiler on as off.
+ * forward and backward against the formulas of the rows' cost functions
+ * (src/ops, beside each forward), recomputed here from the shapes; the
+ * dtypes and shapes an op event records (after autocast); each op's
+ * params by name on its events and in the trace (a checkpoint's
+ * recompute too); autocast's casts and cast-cache hits; the library's
+ * phases and the nesting of events inside them (host times, per thread);
+ * a model's forward + backward; nothing recorded and nothing allocated
+ * while the profiler is off. On CUDA (cudaemu in `ctest -L cuda`):
+ * training steps profiled with device-timed events and GEMMs named, and
+ * the host synchronisation counter the same with the profiler on as off.
  */
 #include "harness.h"
+#include "trace_check.h"
 
 #include "record/profile.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------- helpers */
 
@@ -588,12 +592,162 @@ static void test_cuda_steps(void)
     rig_free(&r);
 }
 
+/* ------------------------------------------------------------ params */
+
+/* Event e's param named name, as the trace names it; NULL when none. */
+static const prof_arg *param_of(const prof_event *e, const char *name, prof_arg *a)
+{
+    const int n = e && e->args ? e->args(&e->params, a, PROF_MAX_ARGS) : 0;
+    for (int i = 0; i < n; i++)
+        if (strcmp(a[i].name, name) == 0)
+            return &a[i];
+    return NULL;
+}
+
+static bool int_param(const prof_event *e, const char *name, int64_t v)
+{
+    prof_arg a[PROF_MAX_ARGS];
+    const prof_arg *p = param_of(e, name, a);
+    return p && p->kind == PROF_ARG_INT && p->i == v;
+}
+
+static bool str_param(const prof_event *e, const char *name, const char *v)
+{
+    prof_arg a[PROF_MAX_ARGS];
+    const prof_arg *p = param_of(e, name, a);
+    return p && p->kind == PROF_ARG_STR && strcmp(p->s, v) == 0;
+}
+
+static bool bool_param(const prof_event *e, const char *name, bool v)
+{
+    prof_arg a[PROF_MAX_ARGS];
+    const prof_arg *p = param_of(e, name, a);
+    return p && p->kind == PROF_ARG_BOOL && (p->i != 0) == v;
+}
+
+/* An op's forward and backward events carry its params by name. */
+static void test_op_events_carry_params(void)
+{
+    amp_tensor *x = param(AMP_SHAPE(1, 2, 7, 7), 21), *w = param(AMP_SHAPE(3, 2, 3, 3), 22),
+               *b = param(AMP_SHAPE(3), 23);
+    start();
+    amp_tensor *y = amp_conv2d(x, w, b, 2, 1);
+    amp_tensor *z = amp_reshape(amp_to(y, AMP_BF16), AMP_SHAPE(-1, 4));
+    CHECK_OK(amp_backward(amp_sum_all(amp_add_scalar(z, 0.25))));
+    CHECK_OK(amp_profiler_stop());
+    for (int pass = 0; pass < 2; pass++) {
+        const prof_event *e = find(pass ? PROF_OP_BWD : PROF_OP_FWD, "conv2d", 0);
+        CHECK_MSG(e != NULL, "no conv2d %s event", pass ? "backward" : "forward");
+        CHECK(int_param(e, "stride", 2) && int_param(e, "padding", 1));
+        CHECK(bool_param(e, "has_bias", true) && str_param(e, "act", "none"));
+    }
+    const prof_event *to = find(PROF_OP_FWD, "to", 0), *r = find(PROF_OP_FWD, "reshape", 0);
+    CHECK(str_param(to, "dtype", "bf16") && bool_param(to, "from_kept_copy", false));
+    prof_arg a[PROF_MAX_ARGS];
+    const prof_arg *shape = param_of(r, "shape", a);
+    CHECK(shape && shape->kind == PROF_ARG_INTS && shape->n_ints == 2 && shape->ints[0] == -1 && shape->ints[1] == 4);
+    const prof_arg *s = param_of(find(PROF_OP_FWD, "add_scalar", 0), "scalar", a);
+    CHECK(s && s->kind == PROF_ARG_FLOAT && s->f == 0.25);
+    amp_temps_free();
+    amp_tensor_free(x);
+    amp_tensor_free(w);
+    amp_tensor_free(b);
+}
+
+/* The trace writes them under "params" in an op's args, as valid JSON
+ * (infinities as strings: JSON has none). */
+static void test_trace_writes_params(void)
+{
+    amp_tensor *x = param(AMP_SHAPE(1, 2, 7, 7), 24), *w = param(AMP_SHAPE(3, 2, 3, 3), 25);
+    start();
+    amp_tensor *y = amp_max_pool2d(amp_conv2d(x, w, NULL, 2, 1), 2, 0, 0);
+    int dims[2] = {0, 2};
+    CHECK_OK(amp_backward(amp_sum_all(amp_sum(amp_add_scalar(y, INFINITY), 2, dims, true))));
+    CHECK_OK(amp_profiler_stop());
+    char dir[] = "/tmp/ampc_prof_XXXXXX", path[64];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/trace.json", dir);
+    CHECK_OK(amp_profiler_write_trace(path));
+    size_t len;
+    char *text = trace_read(path, &len);
+    trace_report rep;
+    CHECK_MSG(text && trace_check(text, len, false, &rep), "trace: %s", text ? rep.error : "not read");
+    const json_value *root;
+    char err[128];
+    json_doc *doc = text ? json_parse(text, len, &root, err, sizeof err) : NULL;
+    const json_value *evs = doc ? json_get(root, "traceEvents") : NULL;
+    int conv = 0, pool = 0, sum = 0, scalar = 0;
+    for (int i = 0; evs && i < evs->n; i++) {
+        const json_value *e = &evs->items[i], *args = json_get(e, "args");
+        const char *name = tc_str(json_get(e, "name"));
+        const json_value *p = args ? json_get(args, "params") : NULL;
+        if (!name || !p)
+            continue;
+        if (!strcmp(name, "conv2d")) {
+            const json_value *st = json_get(p, "stride"), *act = json_get(p, "act"), *hb = json_get(p, "has_bias");
+            conv += st && st->type == JSON_NUMBER && !strcmp(st->str, "2") && act && !strcmp(tc_str(act), "none") &&
+                    hb && hb->type == JSON_FALSE;
+        } else if (!strcmp(name, "max_pool2d")) {
+            const json_value *k = json_get(p, "kernel"), *st = json_get(p, "stride");
+            pool += k && !strcmp(k->str, "2") && st && !strcmp(st->str, "2");
+        } else if (!strcmp(name, "sum")) {
+            const json_value *d = json_get(p, "dims"), *kd = json_get(p, "keepdim");
+            sum += d && d->type == JSON_ARRAY && d->n == 2 && !strcmp(d->items[1].str, "2") && kd &&
+                   kd->type == JSON_TRUE;
+        } else if (!strcmp(name, "add_scalar")) {
+            const json_value *v = json_get(p, "scalar");
+            scalar += v && v->type == JSON_STRING && !strcmp(v->str, "inf");
+        }
+    }
+    CHECK_EQ_INT(conv, 2); /* forward and backward */
+    CHECK_EQ_INT(pool, 2);
+    CHECK_EQ_INT(sum, 2);
+    CHECK_EQ_INT(scalar, 2);
+    json_free(doc);
+    free(text);
+    remove(path);
+    rmdir(dir);
+    amp_temps_free();
+    amp_tensor_free(x);
+    amp_tensor_free(w);
+}
+
+/* A checkpointed block's recompute runs its ops again with the same
+ * params (the function calls the ops again, as it did the first time). */
+static amp_tensor *strided_conv(void *ctx, amp_tensor *const *in, int n)
+{
+    (void)n;
+    return amp_relu(amp_conv2d(in[0], (amp_tensor *)ctx, NULL, 2, 1));
+}
+
+static void test_checkpoint_recompute_keeps_params(void)
+{
+    amp_tensor *x = param(AMP_SHAPE(1, 2, 6, 6), 26), *w = param(AMP_SHAPE(3, 2, 3, 3), 27);
+    start();
+    amp_tensor *y = amp_checkpoint(strided_conv, w, &x, 1);
+    CHECK_OK(amp_backward(amp_sum_all(y)));
+    CHECK_OK(amp_profiler_stop());
+    CHECK_EQ_INT(count(PROF_OP_FWD, "conv2d"), 2); /* the forward, then the recompute */
+    for (int k = 0; k < 2; k++) {
+        const prof_event *e = find(PROF_OP_FWD, "conv2d", k);
+        CHECK(int_param(e, "stride", 2) && int_param(e, "padding", 1) && bool_param(e, "has_bias", false));
+    }
+    const prof_event *b = find(PROF_OP_BWD, "conv2d", 0);
+    CHECK(int_param(b, "stride", 2) && int_param(b, "padding", 1));
+    amp_temps_free();
+    amp_tensor_free(x);
+    amp_tensor_free(w);
+}
+
 int main(void)
 {
     RUN(test_flops_matmul);
     RUN(test_flops_linear_conv);
     RUN(test_flops_attention);
     RUN(test_flops_pointwise_norm_loss);
+    RUN(test_op_events_carry_params);
+    RUN(test_trace_writes_params);
+    RUN(test_checkpoint_recompute_keeps_params);
     RUN(test_casts_and_cache_hits);
     RUN(test_phases_and_nesting);
     RUN(test_phases_closed_on_errors);

@@ -394,10 +394,11 @@ static void ready_free(ready_table *rt)
 }
 
 /* The profiler's backward event (profile.h): its device and first mark
- * before n->backward, then gout's and the gradients' dtypes and shapes,
- * the FLOPs (the op layer's count, through the node) and the bytes (gout,
- * the inputs, the gradients made; in[i] is input i's gradient, dtype -1
- * where none was made). Called only with the profiler on. */
+ * before n->backward, then gout's and the gradients' dtypes and shapes
+ * (in[i] is input i's gradient, dtype -1 where none was made), and what
+ * the op layer knows through the node: the FLOPs, the bytes (gout, the
+ * inputs, the gradients the inputs need) and the op's parameters. Called
+ * only with the profiler on. */
 static void prof_backward_begin(prof_event *e, const node *n)
 {
     amp_device dev = tensor_device(n->grad);
@@ -410,20 +411,12 @@ static void prof_backward_end(prof_event *e, const node *n, amp_tensor *const *g
     e->dev_mark1 = prof_device_mark((amp_device)e->device);
     const amp_tensor *g = n->grad;
     prof_set_tensor(&e->out, g->dtype, g->shape.d, g->shape.ndim);
-    double bytes = (double)g->numel * (double)amp_dtype_size(g->dtype);
-    for (int i = 0; i < n->n_in; i++) {
-        const amp_tensor *x = n->in[i];
-        if (x)
-            bytes += (double)x->numel * (double)amp_dtype_size(x->dtype);
-        if (!gin[i])
-            continue;
-        bytes += (double)gin[i]->numel * (double)amp_dtype_size(gin[i]->dtype);
-        if (i < PROF_MAX_TENSORS)
+    for (int i = 0; i < n->n_in && i < PROF_MAX_TENSORS; i++)
+        if (gin[i])
             prof_set_tensor(&e->in[i], gin[i]->dtype, gin[i]->shape.d, gin[i]->shape.ndim);
-    }
     e->n_in = (uint8_t)(n->n_in < PROF_MAX_TENSORS ? n->n_in : PROF_MAX_TENSORS);
-    e->bytes = bytes;
-    e->flops = n->flops ? n->flops(n, &n->out_shape, true) : 0;
+    if (n->profile)
+        n->profile(n, e, true);
     prof_end(e);
 }
 

@@ -7,7 +7,9 @@
  * its result, only an alias of the result's storage when backward needs
  * the output values (relu, exp, softmax ...).
  *
- * Defines: struct node, op_params, node_release, the backward engine.
+ * Defines: struct node, node_release, the backward engine. An op's
+ * parameters are the op layer's: it records each op as an op_node (ops.h),
+ * a node followed by them.
  */
 #ifndef AMPC_GRAPH_H
 #define AMPC_GRAPH_H
@@ -16,32 +18,27 @@
 
 #define NODE_MAX_SAVED 4
 
-/* An op's scalar arguments; each op documents which slots it uses. */
-typedef struct op_params {
-    int64_t i[AMP_MAX_DIMS];
-    double f[4];
-} op_params;
-
 struct node;
+struct prof_event;
 /* Fills gin[i] with the gradient of input i from gout (the op layer's
  * backward for the node's op; see ops/ops.h). */
 typedef amp_status (*node_backward_fn)(struct node *n, const amp_tensor *gout, amp_tensor **gin);
-/* The FLOPs of the node's forward (out: the result's shape) or backward
- * (out: node->out_shape), for the profiler (the op layer's op_flops). */
-typedef double (*node_flops_fn)(const struct node *n, const amp_shape *out, bool backward);
+/* Fills what the profiler's event for the node's forward or backward
+ * needs from the op layer: the FLOPs and bytes (the row's cost function)
+ * and the op's parameters by name (ops/op_table.c's op_profile). */
+typedef void (*node_profile_fn)(const struct node *n, struct prof_event *e, bool backward);
 
 typedef struct node {
     int op;
     const char *name;          /* the op's name, for messages */
     node_backward_fn backward; /* set by the op layer when it records the node */
-    node_flops_fn flops;       /* likewise; NULL: not counted */
+    node_profile_fn profile;   /* likewise; NULL: no cost, no parameters */
     int refcount;
     bool needs_grad;  /* forward saves what backward needs only if set */
     bool freed;       /* backward has run and released the saved state */
     int n_in;
     amp_tensor **in;  /* references to the op's inputs (after autocast) */
     amp_tensor *saved[NODE_MAX_SAVED];
-    op_params p;
     amp_shape out_shape;
     amp_dtype out_dtype;
     amp_tensor *grad; /* during backward: the gradient of the result */

@@ -22,12 +22,12 @@
  * q, k, v are already kept by the node, and so is the output (the CPU's
  * backward takes D_i = rowsum(dO ∘ O) from it; no copy, a reference).
  *
- * Layouts: amp_attention's [.., T, d] (every leading dim a head), and
- * op_attention_bthd's [B, T, H, d] (p.i[1] = 1; heads B * H), which is how
+ * Layouts (attn_layout): amp_attention's [.., T, d] (every leading dim a
+ * head), and op_attention_bthd's [B, T, H, d] (ATTN_BTHD; heads B * H), which is how
  * a linear's [B, T, H * d] result splits into heads without a permute
  * copy. The CPU backend reads and writes that layout in place; on any
  * other backend this op permutes to [B, H, T, d] and back around the
- * backend's call. op_attention_cached (p.i[1] = 2: q [B, T, H, d], k and
+ * backend's call. op_attention_cached (ATTN_CACHED: q [B, T, H, d], k and
  * v a KV cache [Tk, B, H, d]) is the generating model's forward-only
  * form: every backend reads the cache in place, causal with the queries
  * as the last T of the Tk positions.
@@ -40,26 +40,26 @@
 
 #include <stdio.h>
 
-/* i[0] = causal, i[1] = layout (0: [.., T, d], 1: [B, T, H, d]) */
-amp_tensor *amp_attention(amp_tensor *q, amp_tensor *k, amp_tensor *v, bool causal)
+static amp_tensor *attention(amp_tensor *q, amp_tensor *k, amp_tensor *v, bool causal, attn_layout layout)
 {
     amp_tensor *in[3] = {q, k, v};
-    op_params p = {.i = {causal, 0}};
+    const op_params p = {.attention = {.causal = causal, .layout = layout}};
     return op_apply(OP_ATTENTION, in, 3, &p);
+}
+
+amp_tensor *amp_attention(amp_tensor *q, amp_tensor *k, amp_tensor *v, bool causal)
+{
+    return attention(q, k, v, causal, ATTN_HEADS_FIRST);
 }
 
 amp_tensor *op_attention_bthd(amp_tensor *q, amp_tensor *k, amp_tensor *v, bool causal)
 {
-    amp_tensor *in[3] = {q, k, v};
-    op_params p = {.i = {causal, 1}};
-    return op_apply(OP_ATTENTION, in, 3, &p);
+    return attention(q, k, v, causal, ATTN_BTHD);
 }
 
 amp_tensor *op_attention_cached(amp_tensor *q, amp_tensor *k, amp_tensor *v)
 {
-    amp_tensor *in[3] = {q, k, v};
-    op_params p = {.i = {true, 2}};
-    return op_apply(OP_ATTENTION, in, 3, &p);
+    return attention(q, k, v, true, ATTN_CACHED);
 }
 
 /* The primitive's description for n's inputs (outputs filled by the caller). */
@@ -127,10 +127,10 @@ static amp_status named(const node *n, amp_status st)
     return amp_set_error(fail_status(), "%s: %s", op_name(n), why);
 }
 
-amp_tensor *attention_forward(node *n)
+amp_tensor *attention_forward(node *n, const attention_params *p)
 {
     attn_plan pl;
-    if (!attention_infer(n, &pl))
+    if (!attention_infer(n, p, &pl))
         return NULL;
     const amp_tensor *q = n->in[0];
     const amp_device dev = tensor_device(q);
@@ -184,10 +184,10 @@ amp_tensor *attention_forward(node *n)
     return out;
 }
 
-amp_status attention_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status attention_backward(node *n, const attention_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
     attn_plan pl;
-    if (!attention_infer(n, &pl))
+    if (!attention_infer(n, p, &pl))
         return amp_last_status();
     const amp_tensor *q = n->in[0];
     const amp_device dev = tensor_device(q);
@@ -240,4 +240,25 @@ amp_status attention_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
             st = heads_uncopy(n, g[i], tensor_ptr(gin[i]));
     copies_free(&hc);
     return st;
+}
+
+/* ----------------------------------------------------------------- cost */
+
+/* Heads H (the product of the leading dims), query rows T, key rows Tk (T,
+ * or a KV cache's), width d: forward 4*H*T*Tk*d (S = q k^T and O = P v;
+ * the full T x Tk, causal or not, and the softmax in between not counted,
+ * as torch.utils.flop_counter's sdpa_flop_count); backward 10*H*T*Tk*d
+ * (the backward rebuilds S = q k^T from the saved log-sum-exp, then
+ * dV = P^T dO, dP = dO v^T, dq = dS k, dk = dS^T q: flop_counter's
+ * sdpa_backward_flop_count, five products). */
+op_cost attention_cost(const node *n, const attention_params *p, bool backward)
+{
+    const amp_tensor *q = n->in[0];
+    const int nd = q->shape.ndim;
+    const bool bthd = (p->layout == ATTN_BTHD || p->layout == ATTN_CACHED) && nd == 4;
+    const double T = nd >= 2 ? (double)q->shape.d[bthd ? 1 : nd - 2] : 0.0;
+    const double d = nd >= 1 ? (double)q->shape.d[nd - 1] : 0.0;
+    const double Tk = p->layout == ATTN_CACHED && n->in[1]->shape.ndim == 4 ? (double)n->in[1]->shape.d[0] : T;
+    const double heads = T * d > 0 ? (double)q->numel / (T * d) : 0.0;
+    return (op_cost){(backward ? 10.0 : 4.0) * heads * T * Tk * d, cost_bytes(n, backward)};
 }

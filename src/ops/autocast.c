@@ -308,7 +308,7 @@ amp_status amp_autocast_plan(const char *name, amp_device dev, amp_dtype at, int
  * t's dtype), run below autocast. t is an input op_apply has checked. */
 static amp_tensor *cast_op(amp_tensor *t, amp_dtype dt)
 {
-    op_params p = {.i = {dt}};
+    const op_params p = {.to = {.dtype = dt}};
     return op_run(OP_TO, &t, 1, &p);
 }
 
@@ -398,7 +398,7 @@ static amp_tensor *reuse(amp_tensor *t, amp_dtype dt, amp_tensor *copy)
         prof_cast_tensors(h, t, dt);
         h->bytes = 0; /* nothing converted: the kept copy is reused */
     }
-    op_params p = {.i = {dt, 1}};
+    const op_params p = {.to = {.dtype = dt, .from_kept_copy = true}};
     reusing = copy;
     amp_tensor *c = op_run(OP_TO, &t, 1, &p);
     reusing = NULL;

@@ -6,7 +6,7 @@
  * conv2d_backward primitives (CPU: backend/cpu/conv.c, im2col + GEMMs or
  * oneDNN; CUDA: backend/cuda/conv.c, im2col + cuBLASLt).
  *
- * A relu can be fused (p.i[3] = 1): y = relu(conv + bias), applied before
+ * A relu can be fused (act OP_ACT_RELU): y = relu(conv + bias), applied before
  * the one rounding (relu commutes with it, so the bits equal conv2d then
  * amp_relu). y is saved, and backward masks dY with y > 0 first, as
  * relu's backward would. Pooling lives in pool.c.
@@ -14,6 +14,30 @@
 #include "backend/backend.h"
 #include "ops/broadcast.h"
 #include "ops/infer.h"
+
+/* ------------------------------------------------------- the public ops */
+
+/* Inputs: x, w[, bias]; act: none, or a relu fused into the epilogue
+ * (op_conv2d_relu). */
+static amp_tensor *conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding, op_act act)
+{
+    if (stride < 1 || padding < 0)
+        return amp_fail_null(AMP_ERR_ARG, "conv2d: stride %d must be >= 1 and padding %d >= 0", stride,
+                             padding);
+    amp_tensor *in[3] = {x, w, bias};
+    const op_params p = {.conv2d = {.stride = stride, .padding = padding, .has_bias = bias != NULL, .act = act}};
+    return op_apply(OP_CONV2D, in, bias ? 3 : 2, &p);
+}
+
+amp_tensor *amp_conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding)
+{
+    return conv2d(x, w, bias, stride, padding, OP_ACT_NONE);
+}
+
+amp_tensor *op_conv2d_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding)
+{
+    return conv2d(x, w, bias, stride, padding, OP_ACT_RELU);
+}
 
 static be_conv_geom geom_of(const conv2d_shape *s)
 {
@@ -30,10 +54,10 @@ static amp_status run_forward(const node *n, const conv2d_shape *s, amp_tensor *
     return AMP_OK;
 }
 
-amp_tensor *conv2d_forward(node *n)
+amp_tensor *conv2d_forward(node *n, const conv2d_params *p)
 {
     conv2d_shape s;
-    if (!same_float_dtypes(n) || !conv2d_infer(n, &s))
+    if (!same_float_dtypes(n) || !conv2d_infer(n, p, &s))
         return NULL;
     const amp_tensor *x = n->in[0];
     amp_tensor *y = tensor_new_on(AMP_SHAPE(s.N, s.O, s.Ho, s.Wo), x->dtype, tensor_device(x));
@@ -60,10 +84,10 @@ static amp_status run_backward(const node *n, const conv2d_shape *s, const amp_t
     return AMP_OK;
 }
 
-amp_status conv2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status conv2d_backward(node *n, const conv2d_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
     conv2d_shape s;
-    if (!conv2d_infer(n, &s))
+    if (!conv2d_infer(n, p, &s))
         return amp_last_status();
     const bool need[3] = {in_needs_grad(n, 0), in_needs_grad(n, 1), s.bias && in_needs_grad(n, 2)};
     const amp_dtype dt = n->in[0]->dtype;
@@ -89,4 +113,22 @@ amp_status conv2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
     amp_tensor_free(masked);
     amp_tensor_free(conv);
     return st;
+}
+
+/* conv2d, x [N, C, H, W], w [O, C, kh, kw] -> [N, O, Ho, Wo]: forward
+ * 2*N*O*Ho*Wo*C*kh*kw, + N*O*Ho*Wo for the bias and for a fused relu;
+ * backward the product's count again for dx and for dW when they need
+ * it, N*O*Ho*Wo for dbias and through the relu. */
+op_cost conv2d_cost(const node *n, const conv2d_params *p, bool backward)
+{
+    const amp_tensor *w = n->in[1];
+    const double ckk = (double)(w->shape.d[1] * w->shape.d[2] * w->shape.d[3]);
+    const double on = (double)shape_numel(n->out_shape), prod = 2.0 * on * ckk;
+    const bool bias = p->has_bias && n->n_in > 2, relu = p->act == OP_ACT_RELU;
+    double f;
+    if (!backward)
+        f = prod + (bias ? on : 0) + (relu ? on : 0);
+    else
+        f = prod * (cost_needs(n, 0) + cost_needs(n, 1)) + (bias && cost_needs(n, 2) ? on : 0) + (relu ? on : 0);
+    return (op_cost){f, cost_bytes(n, backward)};
 }

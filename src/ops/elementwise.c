@@ -12,6 +12,53 @@
 #include "ops/broadcast.h"
 #include "ops/infer.h"
 
+/* ------------------------------------------------------- the public ops */
+
+static amp_tensor *unary(int op, amp_tensor *a) { return op_apply(op, &a, 1, NULL); }
+
+static amp_tensor *binary(int op, amp_tensor *a, amp_tensor *b)
+{
+    amp_tensor *in[2] = {a, b};
+    return op_apply(op, in, 2, NULL);
+}
+
+/* add_scalar, mul_scalar, div_scalar: scalar_params. */
+static amp_tensor *with_scalar(int op, amp_tensor *a, double s)
+{
+    const op_params p = {.scalar = {.scalar = s}};
+    return op_apply(op, &a, 1, &p);
+}
+
+amp_tensor *amp_add(amp_tensor *a, amp_tensor *b) { return binary(OP_ADD, a, b); }
+amp_tensor *amp_sub(amp_tensor *a, amp_tensor *b) { return binary(OP_SUB, a, b); }
+amp_tensor *amp_mul(amp_tensor *a, amp_tensor *b) { return binary(OP_MUL, a, b); }
+amp_tensor *amp_div(amp_tensor *a, amp_tensor *b) { return binary(OP_DIV, a, b); }
+amp_tensor *amp_add_scalar(amp_tensor *a, double s) { return with_scalar(OP_ADD_SCALAR, a, s); }
+/* a - s and a + (-s) are the same IEEE operation. */
+amp_tensor *amp_sub_scalar(amp_tensor *a, double s) { return with_scalar(OP_ADD_SCALAR, a, -s); }
+amp_tensor *amp_mul_scalar(amp_tensor *a, double s) { return with_scalar(OP_MUL_SCALAR, a, s); }
+amp_tensor *amp_div_scalar(amp_tensor *a, double s) { return with_scalar(OP_DIV_SCALAR, a, s); }
+amp_tensor *amp_neg(amp_tensor *a) { return unary(OP_NEG, a); }
+amp_tensor *amp_relu(amp_tensor *a) { return unary(OP_RELU, a); }
+amp_tensor *amp_tanh(amp_tensor *a) { return unary(OP_TANH, a); }
+amp_tensor *amp_sigmoid(amp_tensor *a) { return unary(OP_SIGMOID, a); }
+amp_tensor *amp_silu(amp_tensor *a) { return unary(OP_SILU, a); }
+amp_tensor *amp_exp(amp_tensor *a) { return unary(OP_EXP, a); }
+amp_tensor *amp_log(amp_tensor *a) { return unary(OP_LOG, a); }
+amp_tensor *amp_pow_scalar(amp_tensor *a, double exponent)
+{
+    const op_params p = {.pow_scalar = {.exponent = exponent}};
+    return op_apply(OP_POW_SCALAR, &a, 1, &p);
+}
+
+amp_tensor *amp_gelu(amp_tensor *a, amp_gelu_approx approx)
+{
+    if (approx != AMP_GELU_EXACT && approx != AMP_GELU_TANH)
+        return amp_fail_null(AMP_ERR_ARG, "gelu: unknown approximation %d", (int)approx);
+    const op_params p = {.gelu = {.approximate = approx}};
+    return op_apply(OP_GELU, &a, 1, &p);
+}
+
 /* ------------------------------------------------------------- binary */
 
 static amp_device dev_of(const node *n) { return tensor_device(n->in[0]); }
@@ -55,30 +102,48 @@ static amp_status additive_backward(node *n, const amp_tensor *gout, amp_tensor 
     return AMP_OK;
 }
 
-amp_tensor *add_forward(node *n)
+amp_tensor *add_forward(node *n, const add_params *p)
 {
     amp_tensor *out;
-    if (n->p.i[0] == 1 && add_layer_norm_try(n, &out)) /* op_add_layer_norm's fused pass */
+    if (p->fused_layer_norm && add_layer_norm_try(n, &out)) /* op_add_layer_norm's fused pass */
         return out;
     return binary_forward(n, AMP_PW_ADD);
 }
-amp_tensor *sub_forward(node *n) { return binary_forward(n, AMP_PW_SUB); }
-amp_tensor *mul_forward(node *n) { return binary_forward(n, AMP_PW_MUL); }
-amp_tensor *div_forward(node *n) { return binary_forward(n, AMP_PW_DIV); }
 
-amp_status add_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_tensor *sub_forward(node *n, const none_params *p)
 {
+    (void)p;
+    return binary_forward(n, AMP_PW_SUB);
+}
+
+amp_tensor *mul_forward(node *n, const none_params *p)
+{
+    (void)p;
+    return binary_forward(n, AMP_PW_MUL);
+}
+
+amp_tensor *div_forward(node *n, const none_params *p)
+{
+    (void)p;
+    return binary_forward(n, AMP_PW_DIV);
+}
+
+amp_status add_backward(node *n, const add_params *p, const amp_tensor *gout, amp_tensor **gin)
+{
+    (void)p;
     return additive_backward(n, gout, gin, 1.0);
 }
 
-amp_status sub_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status sub_backward(node *n, const none_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
+    (void)p;
     return additive_backward(n, gout, gin, -1.0);
 }
 
 /* d(a*b)/da = g * b, d(a*b)/db = g * a. */
-amp_status mul_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status mul_backward(node *n, const none_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
+    (void)p;
     for (int i = 0; i < 2; i++) {
         if (!in_needs_grad(n, i))
             continue;
@@ -90,8 +155,9 @@ amp_status mul_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 }
 
 /* d(a/b)/da = g / b, d(a/b)/db = -g * ((a / b) / b), as PyTorch writes it. */
-amp_status div_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status div_backward(node *n, const none_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
+    (void)p;
     ew_arg g = ew_arg_of(gout), a = ew_arg_of(n->in[0]), b = ew_arg_of(n->in[1]);
     if (in_needs_grad(n, 0)) {
         ew_arg args[2] = {g, b};
@@ -135,14 +201,17 @@ static amp_status unary_backward(node *n, const amp_tensor *gout, amp_tensor **g
     return gin[0] ? AMP_OK : fail_status();
 }
 
-/* The op's float scalar, as PyTorch converts a Python number for a float
- * tensor's kernel. */
-static float scalar_of(const node *n) { return (float)n->p.f[0]; }
+/* A Python number as PyTorch converts it for a float tensor's kernel. */
+static float scalar_of(double s) { return (float)s; }
 
-amp_tensor *add_scalar_forward(node *n) { return unary_forward(n, AMP_PW_ADD_S, scalar_of(n), false); }
-
-amp_status add_scalar_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_tensor *add_scalar_forward(node *n, const scalar_params *p)
 {
+    return unary_forward(n, AMP_PW_ADD_S, scalar_of(p->scalar), false);
+}
+
+amp_status add_scalar_backward(node *n, const scalar_params *p, const amp_tensor *gout, amp_tensor **gin)
+{
+    (void)p;
     if (!in_needs_grad(n, 0))
         return AMP_OK;
     gin[0] = tensor_convert(gout, n->in[0]->dtype);
@@ -151,15 +220,21 @@ amp_status add_scalar_backward(node *n, const amp_tensor *gout, amp_tensor **gin
 
 /* x * s, x / s (true division, as PyTorch's div_true_kernel, not
  * x * (1/s)) and -x are linear: the gradient is the same map of g. */
-#define LINEAR_MAP(name, formula, scalar)                                                            \
-    amp_tensor *name##_forward(node *n) { return unary_forward(n, formula, scalar, false); }          \
-    amp_status name##_backward(node *n, const amp_tensor *gout, amp_tensor **gin)                     \
+#define LINEAR_MAP(name, family, formula, scalar)                                                    \
+    amp_tensor *name##_forward(node *n, const family##_params *p)                                    \
     {                                                                                                \
+        (void)p;                                                                                     \
+        return unary_forward(n, formula, scalar, false);                                             \
+    }                                                                                                \
+    amp_status name##_backward(node *n, const family##_params *p, const amp_tensor *gout,             \
+                               amp_tensor **gin)                                                     \
+    {                                                                                                \
+        (void)p;                                                                                     \
         return unary_backward(n, gout, gin, NULL, formula, scalar);                                  \
     }
-LINEAR_MAP(mul_scalar, AMP_PW_MUL_S, scalar_of(n))
-LINEAR_MAP(div_scalar, AMP_PW_DIV_S, scalar_of(n))
-LINEAR_MAP(neg, AMP_PW_NEG, 0.0f)
+LINEAR_MAP(mul_scalar, scalar, AMP_PW_MUL_S, scalar_of(p->scalar))
+LINEAR_MAP(div_scalar, scalar, AMP_PW_DIV_S, scalar_of(p->scalar))
+LINEAR_MAP(neg, none, AMP_PW_NEG, 0.0f)
 #undef LINEAR_MAP
 
 /* An activation: its formula, whether backward reads the saved output
@@ -167,9 +242,14 @@ LINEAR_MAP(neg, AMP_PW_NEG, 0.0f)
  * NaN; its gradient is threshold_backward(g, y, 0) on the output, so 0 at
  * x = 0. exp's gradient is g * exp(x) = g * y; log's g / x. */
 #define ACTIVATION(name, formula, reads_out, grad)                                                   \
-    amp_tensor *name##_forward(node *n) { return unary_forward(n, formula, 0.0f, reads_out); }        \
-    amp_status name##_backward(node *n, const amp_tensor *gout, amp_tensor **gin)                     \
+    amp_tensor *name##_forward(node *n, const none_params *p)                                        \
     {                                                                                                \
+        (void)p;                                                                                     \
+        return unary_forward(n, formula, 0.0f, reads_out);                                           \
+    }                                                                                                \
+    amp_status name##_backward(node *n, const none_params *p, const amp_tensor *gout, amp_tensor **gin) \
+    {                                                                                                \
+        (void)p;                                                                                     \
         return unary_backward(n, gout, gin, (reads_out) ? n->saved[0] : n->in[0], grad, 0.0f);       \
     }
 ACTIVATION(relu, AMP_PW_RELU, true, AMP_PW_RELU_GRAD)
@@ -190,23 +270,58 @@ amp_tensor *relu_grad_from_output(const amp_tensor *gout, const amp_tensor *y)
     return op_pointwise(AMP_PW_RELU_GRAD, y->shape, y->dtype, tensor_device(y), args, 2, 0.0f);
 }
 
-/* p.i[0] = AMP_GELU_EXACT or AMP_GELU_TANH. */
-amp_tensor *gelu_forward(node *n)
+amp_tensor *gelu_forward(node *n, const gelu_params *p)
 {
-    return unary_forward(n, n->p.i[0] == AMP_GELU_TANH ? AMP_PW_GELU_TANH : AMP_PW_GELU_EXACT, 0.0f, false);
+    return unary_forward(n, p->approximate == AMP_GELU_TANH ? AMP_PW_GELU_TANH : AMP_PW_GELU_EXACT, 0.0f, false);
 }
 
-amp_status gelu_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status gelu_backward(node *n, const gelu_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
     return unary_backward(n, gout, gin, n->in[0],
-                          n->p.i[0] == AMP_GELU_TANH ? AMP_PW_GELU_TANH_GRAD : AMP_PW_GELU_EXACT_GRAD, 0.0f);
+                          p->approximate == AMP_GELU_TANH ? AMP_PW_GELU_TANH_GRAD : AMP_PW_GELU_EXACT_GRAD, 0.0f);
 }
 
-/* f[0] = the exponent. */
-amp_tensor *pow_scalar_forward(node *n) { return unary_forward(n, AMP_PW_POW_S, scalar_of(n), false); }
+amp_tensor *pow_scalar_forward(node *n, const pow_scalar_params *p)
+{
+    return unary_forward(n, AMP_PW_POW_S, scalar_of(p->exponent), false);
+}
 
 /* g * p * x^(p-1); 0 when p == 0 (PyTorch's pow_backward), even at x = 0. */
-amp_status pow_scalar_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status pow_scalar_backward(node *n, const pow_scalar_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
-    return unary_backward(n, gout, gin, n->in[0], AMP_PW_POW_GRAD, scalar_of(n));
+    return unary_backward(n, gout, gin, n->in[0], AMP_PW_POW_GRAD, scalar_of(p->exponent));
+}
+
+/* ----------------------------------------------------------------- cost */
+
+/* Every op here is pointwise (cost.c): 1 FLOP per element of the result,
+ * backward 1 per element of each gradient made, whatever the params. */
+op_cost pointwise_cost(const node *n, const none_params *p, bool backward)
+{
+    (void)p;
+    return cost_pointwise(n, backward);
+}
+
+op_cost add_cost(const node *n, const add_params *p, bool backward)
+{
+    (void)p;
+    return cost_pointwise(n, backward);
+}
+
+op_cost scalar_cost(const node *n, const scalar_params *p, bool backward)
+{
+    (void)p;
+    return cost_pointwise(n, backward);
+}
+
+op_cost gelu_cost(const node *n, const gelu_params *p, bool backward)
+{
+    (void)p;
+    return cost_pointwise(n, backward);
+}
+
+op_cost pow_scalar_cost(const node *n, const pow_scalar_params *p, bool backward)
+{
+    (void)p;
+    return cost_pointwise(n, backward);
 }

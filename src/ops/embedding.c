@@ -13,12 +13,35 @@
  *
  * dropout: element j is kept when the uniform drawn from Philox word
  * j % 4 of counter (first + j / 4) is >= p, and then scaled by 1/(1-p).
- * The counters were reserved by api.c, so backward replays the same
+ * The counters were reserved by amp_dropout, so backward replays the same
  * words and rebuilds the mask instead of keeping it in memory.
- * Params: f[0] = p (0 also in eval mode), i[0] = seed, i[1] = first counter.
+ * Params (dropout_params): p (0 also in eval mode), seed, counter (the
+ * first).
  */
 #include "ops/broadcast.h"
 #include "ops/infer.h"
+
+/* ------------------------------------------------------- the public ops */
+
+amp_tensor *amp_embedding(amp_tensor *weight, amp_tensor *indices)
+{
+    amp_tensor *in[2] = {weight, indices};
+    return op_apply(OP_EMBEDDING, in, 2, NULL);
+}
+
+/* The seed and the first Philox counter of the mask are reserved here, so
+ * backward can make the same mask again. */
+amp_tensor *amp_dropout(amp_tensor *a, double p, bool training)
+{
+    if (!(p >= 0 && p <= 1))
+        return amp_fail_null(AMP_ERR_ARG, "dropout: probability %g is not in [0, 1]", p);
+    if (!training || p == 0)
+        p = 0;
+    op_params prm = {.dropout = {.p = p}};
+    if (p > 0 && a)
+        prm.dropout.counter = amp_rng_reserve(((uint64_t)a->numel + 3) / 4, &prm.dropout.seed);
+    return op_apply(OP_DROPOUT, &a, 1, &prm);
+}
 
 /* ------------------------------------------------------------ embedding */
 
@@ -30,8 +53,9 @@ static amp_status embedding_run(const node *n, amp_tensor *out)
     return AMP_OK;
 }
 
-amp_tensor *embedding_forward(node *n)
+amp_tensor *embedding_forward(node *n, const none_params *p)
 {
+    (void)p;
     const amp_tensor *w = n->in[0];
     amp_shape s;
     if (!embedding_infer(n, &s))
@@ -52,8 +76,9 @@ static amp_status embedding_grad_run(const node *n, const amp_tensor *gout, amp_
     return AMP_OK;
 }
 
-amp_status embedding_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status embedding_backward(node *n, const none_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
+    (void)p;
     const amp_tensor *w = n->in[0];
     if (!in_needs_grad(n, 0))
         return AMP_OK;
@@ -78,41 +103,58 @@ amp_status embedding_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 
 /* -------------------------------------------------------------- dropout */
 
-static amp_status dropout_apply(const node *n, const amp_tensor *src, amp_tensor *dst)
+static amp_status dropout_apply(const node *n, const dropout_params *p, const amp_tensor *src, amp_tensor *dst)
 {
     BACKEND_CALL(backend_of(tensor_device(src)), op_name(n), dropout, tensor_ptr(src), tensor_ptr(dst),
-                 src->dtype, src->numel, n->p.f[0], (uint64_t)n->p.i[0], (uint64_t)n->p.i[1]);
+                 src->dtype, src->numel, p->p, p->seed, p->counter);
     return AMP_OK;
 }
 
 /* The forward and backward kernel: src through the mask of (seed, first
- * counter) in n->p, into a new tensor on src's device. */
-static amp_tensor *dropout_run(const node *n, const amp_tensor *src)
+ * counter), into a new tensor on src's device. */
+static amp_tensor *dropout_run(const node *n, const dropout_params *p, const amp_tensor *src)
 {
-    const double p = n->p.f[0];
-    if (p <= 0)
+    if (p->p <= 0)
         return tensor_convert(src, src->dtype);
-    if (p >= 1)
+    if (p->p >= 1)
         return tensor_zeros_on(src->shape, src->dtype, tensor_device(src));
     amp_tensor *dst = tensor_new_on(src->shape, src->dtype, tensor_device(src));
-    if (dst && dropout_apply(n, src, dst) != AMP_OK) {
+    if (dst && dropout_apply(n, p, src, dst) != AMP_OK) {
         amp_tensor_free(dst);
         return NULL;
     }
     return dst;
 }
 
-amp_tensor *dropout_forward(node *n)
+amp_tensor *dropout_forward(node *n, const dropout_params *p)
 {
     if (!op_require_float(n, 0))
         return NULL;
-    return dropout_run(n, n->in[0]);
+    return dropout_run(n, p, n->in[0]);
 }
 
-amp_status dropout_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status dropout_backward(node *n, const dropout_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
     if (!in_needs_grad(n, 0))
         return AMP_OK;
-    gin[0] = dropout_run(n, gout);
+    gin[0] = dropout_run(n, p, gout);
     return gin[0] ? AMP_OK : fail_status();
+}
+
+/* ----------------------------------------------------------------- cost */
+
+/* embedding: 0 FLOPs forward (a gather); backward 1 per element of the
+ * result when the weight needs a gradient (the scatter-add into dW). */
+op_cost embedding_cost(const node *n, const none_params *p, bool backward)
+{
+    (void)p;
+    const double f = backward && cost_needs(n, 0) ? (double)shape_numel(n->out_shape) : 0.0;
+    return (op_cost){f, cost_bytes(n, backward)};
+}
+
+/* dropout: pointwise (cost.c), 1 FLOP per element. */
+op_cost dropout_cost(const node *n, const dropout_params *p, bool backward)
+{
+    (void)p;
+    return cost_pointwise(n, backward);
 }

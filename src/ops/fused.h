@@ -16,8 +16,8 @@
 amp_tensor *op_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias);
 amp_tensor *op_conv2d_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias, int stride, int padding);
 
-/* gelu(linear(x, w, bias), AMP_GELU_TANH) as one op (linear with p.i[1] ==
- * 2), for the GPT's fc1 + gelu. The pre-activation linear(x, w, bias) is
+/* gelu(linear(x, w, bias), AMP_GELU_TANH) as one op (linear with act
+ * OP_ACT_GELU_TANH), for the GPT's fc1 + gelu. The pre-activation linear(x, w, bias) is
  * kept for backward (in the output's dtype), as the two ops keep it.
  * CPU: bit for bit the two ops - the same GEMM, then the gelu op's own
  * kernels forward and backward. CUDA: one cuBLASLt GEMM with the

@@ -30,11 +30,11 @@ bool binary_infer(const node *n, amp_shape *out, amp_dtype *dt)
 
 /* ------------------------------------------------------------ sum, mean */
 
-bool reduce_infer(const node *n, reduce_dims *r)
+bool reduce_infer(const node *n, const reduce_params *p, reduce_dims *r)
 {
     const amp_tensor *x = n->in[0];
-    int nd = x->shape.ndim, ndims = (int)n->p.i[1];
-    bool keepdim = n->p.i[0] != 0;
+    int nd = x->shape.ndim, ndims = (int)p->dims.n;
+    bool keepdim = p->keepdim;
     /* As PyTorch, a 0-d tensor accepts dim 0 or -1 (and reduces nothing). */
     int range = nd > 0 ? nd : 1;
     r->mask = 0;
@@ -42,7 +42,7 @@ bool reduce_infer(const node *n, reduce_dims *r)
         r->mask = (1u << nd) - 1u;
     }
     for (int k = 0; k < ndims; k++) {
-        int64_t d = n->p.i[2 + k];
+        int64_t d = p->dims.d[k];
         if (d < -range || d >= range) {
             amp_fail_null(AMP_ERR_ARG, "%s: dim %lld is out of range for a tensor of %d dims", op_name(n),
                           (long long)d, nd);
@@ -75,11 +75,11 @@ bool reduce_infer(const node *n, reduce_dims *r)
 
 /* ----------------------------------------------------------- layer_norm */
 
-bool layer_norm_infer(const node *n, ln_args *a)
+bool layer_norm_infer(const node *n, const layer_norm_params *p, ln_args *a)
 {
     const amp_tensor *x = n->in[0];
-    int k = (int)n->p.i[0];
-    int hw = n->p.i[1] != 0, hb = n->p.i[2] != 0;
+    int k = (int)p->normalized_ndim;
+    int hw = p->has_weight, hb = p->has_bias;
     if (n->n_in != 1 + hw + hb)
         return op_fail_shapes(n, "inputs do not match the weight/bias flags"), false;
     for (int i = 0; i < n->n_in; i++)
@@ -111,11 +111,10 @@ bool layer_norm_infer(const node *n, ln_args *a)
 
 /* ---------------------------------------------------- one dim of a tensor */
 
-bool dim_view_infer(const node *n, dim_view *v)
+bool dim_view_infer(const node *n, int64_t d, dim_view *v)
 {
     const amp_tensor *x = n->in[0];
     int nd = x->shape.ndim, range = nd > 0 ? nd : 1;
-    int64_t d = n->p.i[0];
     if (d < -range || d >= range) {
         amp_fail_null(AMP_ERR_ARG, "%s: dim %lld is out of range for a tensor of %d dims", op_name(n),
                       (long long)d, nd);
@@ -248,15 +247,15 @@ unsigned sum_to_shape_mask(amp_shape big, amp_shape small)
 
 /* -------------------------------------------------------------- reshape */
 
-bool reshape_infer(const node *n, amp_shape *out)
+bool reshape_infer(const node *n, const reshape_params *p, amp_shape *out)
 {
     const amp_tensor *x = n->in[0];
-    amp_shape req = {(int)n->p.i[0], {0}};
+    amp_shape req = {(int)p->shape.n, {0}};
     int infer = -1;
     int64_t known = 1;
     const char *why = NULL;
     for (int k = 0; k < req.ndim; k++) {
-        req.d[k] = n->p.i[1 + k];
+        req.d[k] = p->shape.d[k];
         if (req.d[k] == -1) {
             if (infer >= 0)
                 why = "only one dim can be -1";
@@ -279,9 +278,9 @@ bool reshape_infer(const node *n, amp_shape *out)
         why = "the element counts do not match";
     if (why) {
         char a[96], b[96];
-        amp_shape shown = {(int)n->p.i[0], {0}};
+        amp_shape shown = {(int)p->shape.n, {0}};
         for (int k = 0; k < shown.ndim; k++)
-            shown.d[k] = n->p.i[1 + k];
+            shown.d[k] = p->shape.d[k];
         amp_set_error(AMP_ERR_SHAPE, "%s: cannot view shape %s (%lld elements) as %s: %s", op_name(n),
                       amp_shape_str(x->shape, a, sizeof a), (long long)x->numel,
                       amp_shape_str(shown, b, sizeof b), why);
@@ -293,12 +292,13 @@ bool reshape_infer(const node *n, amp_shape *out)
 
 /* -------------------------------------------------------------- permute */
 
-bool permute_infer(const node *n, int *perm)
+bool permute_infer(const node *n, const permute_params *p, int *perm)
 {
     const int nd = n->in[0]->shape.ndim;
-    bool seen[AMP_MAX_DIMS] = {false}, ok = true;
+    const int64_t *dims = p->dims.d;
+    bool seen[AMP_MAX_DIMS] = {false}, ok = p->dims.n == nd;
     for (int k = 0; k < nd; k++) {
-        int d = (n->p.i[k] >= -nd && n->p.i[k] < nd) ? shape_dim(nd, (int)n->p.i[k]) : -1;
+        int d = (dims[k] >= -nd && dims[k] < nd) ? shape_dim(nd, (int)dims[k]) : -1;
         if (d < 0 || seen[d])
             ok = false;
         else
@@ -310,7 +310,7 @@ bool permute_infer(const node *n, int *perm)
     char why[200];
     size_t len = (size_t)snprintf(why, sizeof why, "dims (");
     for (int k = 0; k < nd && len < sizeof why; k++)
-        len += (size_t)snprintf(why + len, sizeof why - len, k ? ", %lld" : "%lld", (long long)n->p.i[k]);
+        len += (size_t)snprintf(why + len, sizeof why - len, k ? ", %lld" : "%lld", (long long)dims[k]);
     if (len < sizeof why)
         snprintf(why + len, sizeof why - len, ") are not a permutation of 0..%d", nd - 1);
     op_fail_shapes(n, why);
@@ -319,7 +319,7 @@ bool permute_infer(const node *n, int *perm)
 
 /* ------------------------------------------------------------------ cat */
 
-bool cat_infer(const node *n, amp_shape *out, amp_dtype *dtype, int *dim_out)
+bool cat_infer(const node *n, const dim_params *p, amp_shape *out, amp_dtype *dtype, int *dim_out)
 {
     const amp_tensor *t0 = n->in[0];
     const int nd = t0->shape.ndim;
@@ -327,9 +327,9 @@ bool cat_infer(const node *n, amp_shape *out, amp_dtype *dtype, int *dim_out)
         op_fail_shapes(n, "zero-dimensional tensors cannot be concatenated");
         return false;
     }
-    const int dim = shape_dim(nd, (int)n->p.i[0]);
+    const int dim = shape_dim(nd, (int)p->dim);
     if (dim < 0) {
-        amp_set_error(AMP_ERR_ARG, "%s: dim %lld out of range for %d dims", op_name(n), (long long)n->p.i[0], nd);
+        amp_set_error(AMP_ERR_ARG, "%s: dim %lld out of range for %d dims", op_name(n), (long long)p->dim, nd);
         return false;
     }
     amp_dtype dt = t0->dtype;
@@ -370,11 +370,11 @@ bool cat_infer(const node *n, amp_shape *out, amp_dtype *dtype, int *dim_out)
 
 /* --------------------------------------------------------------- narrow */
 
-bool narrow_infer(const node *n, amp_shape *out, int *dim_out)
+bool narrow_infer(const node *n, const narrow_params *p, amp_shape *out, int *dim_out)
 {
     const amp_tensor *x = n->in[0];
     const int nd = x->shape.ndim;
-    const int64_t d_in = n->p.i[0], start = n->p.i[1], len = n->p.i[2];
+    const int64_t d_in = p->dim, start = p->start, len = p->length;
     const int dim = (nd > 0 && d_in >= -nd && d_in < nd) ? shape_dim(nd, (int)d_in) : -1;
     if (dim < 0) {
         amp_set_error(AMP_ERR_ARG, "%s: dim %lld out of range for %d dims", op_name(n), (long long)d_in, nd);
@@ -455,10 +455,10 @@ bool same_float_dtypes(const node *n)
 
 /* ------------------------------------------------------------ linear */
 
-bool linear_infer(const node *n, lin_plan *pl)
+bool linear_infer(const node *n, const linear_params *p, lin_plan *pl)
 {
     const amp_tensor *x = n->in[0], *w = n->in[1];
-    bool has_bias = lin_has_bias(n);
+    bool has_bias = lin_has_bias(n, p);
     if (x->shape.ndim < 1 || w->shape.ndim != 2) {
         op_fail_shapes(n, "need x [.., in] and weight [out, in]");
         return false;
@@ -481,7 +481,7 @@ bool linear_infer(const node *n, lin_plan *pl)
 
 /* --------------------------------------------------------- attention */
 
-bool attention_infer(const node *n, attn_plan *pl)
+bool attention_infer(const node *n, const attention_params *p, attn_plan *pl)
 {
     for (int i = 0; i < 3; i++)
         if (!op_require_float(n, i))
@@ -496,7 +496,11 @@ bool attention_infer(const node *n, attn_plan *pl)
         op_fail_shapes(n, "q, k and v need at least 2 dims [.., T, d]");
         return false;
     }
-    const bool cached = n->p.i[1] == 2;
+    if (p->layout != ATTN_HEADS_FIRST && p->layout != ATTN_BTHD && p->layout != ATTN_CACHED) {
+        amp_set_error(AMP_ERR_ARG, "%s: unknown layout %d", op_name(n), (int)p->layout);
+        return false;
+    }
+    const bool cached = p->layout == ATTN_CACHED;
     if (cached) { /* q [B, T, H, d], k and v [Tk, B, H, d] with Tk >= T */
         const amp_tensor *k = n->in[1];
         if (q->shape.ndim != 4 || !shape_equal(k->shape, n->in[2]->shape) || k->shape.ndim != 4 ||
@@ -515,7 +519,7 @@ bool attention_infer(const node *n, attn_plan *pl)
     pl->hgroup = pl->ld = 0;
     pl->Tk = cached ? n->in[1]->shape.d[0] : 0;
     pl->kv_ld = cached ? q->shape.d[0] * q->shape.d[2] * q->shape.d[3] : 0;
-    if (n->p.i[1] == 1 || cached) { /* [B, T, H, d] */
+    if (p->layout == ATTN_BTHD || cached) { /* [B, T, H, d] */
         if (nd != 4) {
             op_fail_shapes(n, "q, k and v must be [B, T, H, d] in this layout");
             return false;
@@ -527,21 +531,21 @@ bool attention_infer(const node *n, attn_plan *pl)
     pl->heads = pl->T * pl->d > 0 ? q->numel / (pl->T * pl->d) : 0;
     /* PyTorch's default scale, 1 / sqrt(E), computed in double then rounded. */
     pl->scale = pl->d > 0 ? (float)(1.0 / sqrt((double)pl->d)) : 1.0f;
-    pl->causal = n->p.i[0] != 0;
+    pl->causal = p->causal;
     return true;
 }
 
 /* ------------------------------------------------------------ conv2d */
 
-bool conv2d_infer(const node *n, conv2d_shape *g)
+bool conv2d_infer(const node *n, const conv2d_params *p, conv2d_shape *g)
 {
     const amp_tensor *x = n->in[0], *w = n->in[1];
-    g->bias = n->p.i[2] != 0 && n->n_in > 2;
-    g->relu = n->p.i[3] == 1;
-    g->s = n->p.i[0];
-    g->p = n->p.i[1];
-    if (n->p.i[3] != 0 && n->p.i[3] != 1) {
-        amp_fail_null(AMP_ERR_ARG, "%s: unknown fused activation %lld", op_name(n), (long long)n->p.i[3]);
+    g->bias = p->has_bias && n->n_in > 2;
+    g->relu = p->act == OP_ACT_RELU;
+    g->s = p->stride;
+    g->p = p->padding;
+    if (p->act != OP_ACT_NONE && p->act != OP_ACT_RELU) {
+        amp_fail_null(AMP_ERR_ARG, "%s: no fused activation %d (it fuses none or relu)", op_name(n), (int)p->act);
         return false;
     }
     if (x->shape.ndim != 4 || w->shape.ndim != 4) {
@@ -571,7 +575,7 @@ bool conv2d_infer(const node *n, conv2d_shape *g)
 
 /* ------------------------------------------------------------- pools */
 
-bool pool_infer(const node *n, pool_shape *g)
+bool pool_infer(const node *n, const pool2d_params *p, pool_shape *g)
 {
     const amp_tensor *x = n->in[0];
     if (!op_require_float(n, 0))
@@ -581,7 +585,7 @@ bool pool_infer(const node *n, pool_shape *g)
         op_fail_shapes(n, "need x [N, C, H, W] or [C, H, W]");
         return false;
     }
-    g->k = n->p.i[0], g->s = n->p.i[1], g->p = n->p.i[2];
+    g->k = p->kernel, g->s = p->stride, g->p = p->padding;
     g->H = x->shape.d[nd - 2], g->W = x->shape.d[nd - 1];
     g->planes = 1;
     for (int i = 0; i < nd - 2; i++)

@@ -34,6 +34,35 @@
 
 #include <stdio.h>
 
+/* ------------------------------------------------------- the public ops */
+
+amp_tensor *amp_matmul(amp_tensor *a, amp_tensor *b)
+{
+    amp_tensor *in[2] = {a, b};
+    return op_apply(OP_MATMUL, in, 2, NULL);
+}
+
+/* The bias, when given, is input 2; act: the activation fused after the
+ * product (op_linear_relu, op_linear_gelu). */
+static amp_tensor *linear(amp_tensor *x, amp_tensor *w, amp_tensor *bias, op_act act)
+{
+    amp_tensor *in[3] = {x, w, bias};
+    const op_params p = {.linear = {.has_bias = bias != NULL, .act = act}};
+    return op_apply(OP_LINEAR, in, bias ? 3 : 2, &p);
+}
+
+amp_tensor *amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *bias) { return linear(x, w, bias, OP_ACT_NONE); }
+
+amp_tensor *op_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *bias)
+{
+    return linear(x, w, bias, OP_ACT_RELU);
+}
+
+amp_tensor *op_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *bias)
+{
+    return linear(x, w, bias, OP_ACT_GELU_TANH);
+}
+
 /* ------------------------------------------------------------ matmul */
 
 static const char *at(const amp_tensor *t, int64_t elem)
@@ -67,8 +96,9 @@ static amp_status gemm_on(const node *n, const be_gemm_desc *g)
     return AMP_OK;
 }
 
-amp_tensor *matmul_forward(node *n)
+amp_tensor *matmul_forward(node *n, const none_params *p)
 {
+    (void)p;
     mm_plan pl;
     if (!same_float_dtypes(n) || !matmul_infer(n, &pl))
         return NULL;
@@ -87,8 +117,9 @@ amp_tensor *matmul_forward(node *n)
 
 /* dA = dC B^T and dB = A^T dC per batch; a shared a (sa == 0, batch > 1)
  * sums its gradient over the batches in f32 before rounding. */
-amp_status matmul_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status matmul_backward(node *n, const none_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
+    (void)p;
     mm_plan pl;
     if (!matmul_infer(n, &pl))
         return amp_last_status();
@@ -137,18 +168,18 @@ amp_status matmul_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
 
 /* ------------------------------------------------------------ linear */
 
-/* p.i[1]: the activation fused after the product: 1 = relu (op_linear_relu,
- * nn's Linear + ReLU pairs); 2 = gelu with the tanh approximation
+/* The activation fused after the product: relu (op_linear_relu, nn's
+ * Linear + ReLU pairs) or gelu with the tanh approximation
  * (op_linear_gelu, the GPT's fc1 + gelu). */
-static bool lin_relu(const node *n) { return n->p.i[1] == 1; }
-static bool lin_gelu(const node *n) { return n->p.i[1] == 2; }
+static bool lin_relu(const linear_params *p) { return p->act == OP_ACT_RELU; }
+static bool lin_gelu(const linear_params *p) { return p->act == OP_ACT_GELU_TANH; }
 
-amp_tensor *linear_forward(node *n)
+amp_tensor *linear_forward(node *n, const linear_params *p)
 {
     lin_plan pl;
-    if (!same_float_dtypes(n) || !linear_infer(n, &pl))
+    if (!same_float_dtypes(n) || !linear_infer(n, p, &pl))
         return NULL;
-    if (n->p.i[1] < 0 || n->p.i[1] > 2)
+    if (p->act != OP_ACT_NONE && !lin_relu(p) && !lin_gelu(p))
         return op_fail_shapes(n, "unknown fused activation");
     const amp_tensor *x = n->in[0], *w = n->in[1];
     const amp_device dev = tensor_device(x);
@@ -158,18 +189,18 @@ amp_tensor *linear_forward(node *n)
     if (!y)
         return NULL;
     /* The gelu's pre-activation, for backward. */
-    if (lin_gelu(n) && n->needs_grad && !(pre = tensor_new_on(os, x->dtype, dev))) {
+    if (lin_gelu(p) && n->needs_grad && !(pre = tensor_new_on(os, x->dtype, dev))) {
         amp_tensor_free(y);
         return NULL;
     }
     be_gemm_desc g = product(false, true, pl.rows, pl.out, pl.in, tensor_ptr(x), pl.in, 0, tensor_ptr(w), pl.in, 0,
                              tensor_ptr(y), pl.out, 0, 1, x->dtype, y->dtype);
-    g.bias = lin_has_bias(n) ? tensor_ptr(n->in[2]) : NULL;
-    g.ep = lin_relu(n) ? BE_EPI_RELU : lin_gelu(n) ? BE_EPI_GELU : BE_EPI_NONE;
+    g.bias = lin_has_bias(n, p) ? tensor_ptr(n->in[2]) : NULL;
+    g.ep = lin_relu(p) ? BE_EPI_RELU : lin_gelu(p) ? BE_EPI_GELU : BE_EPI_NONE;
     g.aux = pre ? tensor_ptr(pre) : NULL;
     g.ldaux = pl.out;
     /* The relu's backward masks by the output, which is kept. */
-    if (gemm_on(n, &g) != AMP_OK || (lin_relu(n) && n->needs_grad && op_save(n, 0, y) != AMP_OK)) {
+    if (gemm_on(n, &g) != AMP_OK || (lin_relu(p) && n->needs_grad && op_save(n, 0, y) != AMP_OK)) {
         amp_tensor_free(y);
         amp_tensor_free(pre);
         return NULL;
@@ -182,9 +213,9 @@ amp_tensor *linear_forward(node *n)
 /* dY through the fused activation, with its op's backward formula: relu
  * keeps dY where the saved output is > 0; gelu takes dY * gelu'(pre) on
  * the saved pre-activation. A new tensor in gout's dtype, on its device. */
-static amp_tensor *through_activation(const node *n, const amp_tensor *gout)
+static amp_tensor *through_activation(const node *n, const linear_params *p, const amp_tensor *gout)
 {
-    const bool relu = lin_relu(n);
+    const bool relu = lin_relu(p);
     const amp_tensor *y = n->saved[0];
     if (!y)
         return amp_fail_null(AMP_ERR_STATE, "%s: the fused %s was not saved", op_name(n),
@@ -208,17 +239,17 @@ static amp_status grad_product(const node *n, be_gemm_desc *g, amp_shape shape, 
     return gemm_on(n, g);
 }
 
-amp_status linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status linear_backward(node *n, const linear_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
     lin_plan pl;
-    if (!linear_infer(n, &pl))
+    if (!linear_infer(n, p, &pl))
         return amp_last_status();
     const amp_tensor *x = n->in[0], *w = n->in[1];
     const amp_dtype dt = x->dtype;
     const amp_device dev = tensor_device(x);
     amp_tensor *masked = NULL;
-    if (lin_relu(n) || lin_gelu(n)) {
-        if (!(masked = through_activation(n, gout)))
+    if (lin_relu(p) || lin_gelu(p)) {
+        if (!(masked = through_activation(n, p, gout)))
             return fail_status();
         gout = masked;
     }
@@ -236,7 +267,7 @@ amp_status linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
         g.weight_grad = true;
         st = grad_product(n, &g, w->shape, &gin[1]);
     }
-    if (st == AMP_OK && lin_has_bias(n) && in_needs_grad(n, 2)) {
+    if (st == AMP_OK && lin_has_bias(n, p) && in_needs_grad(n, 2)) {
         /* db [out] = the column sums of dY [rows, out] */
         const amp_tensor *bias = n->in[2];
         const amp_backend *be = backend_of(dev);
@@ -249,4 +280,38 @@ amp_status linear_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
     }
     amp_tensor_free(masked);
     return st;
+}
+
+/* ----------------------------------------------------------------- cost */
+
+/* matmul, a [.., M, K] @ b [.., K, N] -> [B.., M, N]: forward 2*B*M*N*K
+ * (= 2 * numel(out) * K); backward 2*B*M*N*K per input that needs a
+ * gradient (dA = dC B^T, dB = A^T dC): 4*B*M*N*K when both do. */
+op_cost matmul_cost(const node *n, const none_params *p, bool backward)
+{
+    (void)p;
+    const amp_tensor *a = n->in[0];
+    const double K = a->shape.ndim > 0 ? (double)a->shape.d[a->shape.ndim - 1] : 0.0;
+    const double f = 2.0 * (double)shape_numel(n->out_shape) * K;
+    return (op_cost){backward ? f * (cost_needs(n, 0) + cost_needs(n, 1)) : f, cost_bytes(n, backward)};
+}
+
+/* linear, x [R, in] (R = the rows of x), w [out, in] (+ bias [out]):
+ * forward 2*R*in*out, + R*out for the bias, + R*out for a fused
+ * activation; backward 2*R*in*out for dx and for dW when they need it,
+ * R*out for dbias, + R*out through the fused activation. */
+op_cost linear_cost(const node *n, const linear_params *p, bool backward)
+{
+    const amp_tensor *x = n->in[0], *w = n->in[1];
+    const double in = x->shape.ndim > 0 ? (double)x->shape.d[x->shape.ndim - 1] : 0.0;
+    const double out = w->shape.ndim > 0 ? (double)w->shape.d[0] : 0.0;
+    const double rows = in > 0 ? (double)x->numel / in : 0.0;
+    const double prod = 2.0 * rows * in * out, ew = rows * out;
+    const bool bias = lin_has_bias(n, p), act = p->act != OP_ACT_NONE;
+    double f;
+    if (!backward)
+        f = prod + (bias ? ew : 0) + (act ? ew : 0);
+    else
+        f = prod * (cost_needs(n, 0) + cost_needs(n, 1)) + (bias && cost_needs(n, 2) ? ew : 0) + (act ? ew : 0);
+    return (op_cost){f, cost_bytes(n, backward)};
 }

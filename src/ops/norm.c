@@ -13,8 +13,8 @@
  * = 1/sqrt(var + eps) of each row, f32 [M], in n->saved[0] and [1]; x and
  * weight are the node's inputs already.
  *
- * Params (api.c): i[0] = k, i[1] = has weight, i[2] = has bias, f[0] = eps.
- * Inputs: x, then weight if given, then bias if given. weight and bias may
+ * Params (layer_norm_params): k = normalized_ndim, has_weight, has_bias,
+ * eps. Inputs: x, then weight if given, then bias if given. weight and bias may
  * have a dtype other than x's (PyTorch's CPU mixed-dtype layer_norm); the
  * output takes x's dtype and each gradient its input's.
  *
@@ -33,6 +33,27 @@
 #include "ops/broadcast.h"
 #include "ops/fused.h"
 #include "ops/infer.h"
+
+/* ------------------------------------------------------- the public ops */
+
+/* Inputs: x, then weight if given, then bias if given. */
+amp_tensor *amp_layer_norm(amp_tensor *x, int normalized_ndim, amp_tensor *weight, amp_tensor *bias,
+                           double eps)
+{
+    if (!(eps >= 0))
+        return amp_fail_null(AMP_ERR_ARG, "layer_norm: eps %g is negative", eps);
+    amp_tensor *in[3] = {x};
+    int n = 1;
+    if (weight)
+        in[n++] = weight;
+    if (bias)
+        in[n++] = bias;
+    const op_params p = {.layer_norm = {.normalized_ndim = normalized_ndim,
+                                        .has_weight = weight != NULL,
+                                        .has_bias = bias != NULL,
+                                        .eps = eps}};
+    return op_apply(OP_LAYER_NORM, in, n, &p);
+}
 
 /* Between op_add_layer_norm's two ops, on this thread: what the add's
  * forward should fuse (asked, the layer_norm's weight, bias and eps) and
@@ -117,7 +138,7 @@ amp_tensor *op_add_layer_norm(amp_tensor *x, amp_tensor *res, amp_tensor *weight
     fused.b = bias;
     fused.eps = eps;
     amp_tensor *in[2] = {x, res};
-    op_params p = {.i = {1}};
+    const op_params p = {.add = {.fused_layer_norm = true}};
     amp_tensor *s = op_apply(OP_ADD, in, 2, &p);
     fused.asked = false;
     if (s)
@@ -126,24 +147,24 @@ amp_tensor *op_add_layer_norm(amp_tensor *x, amp_tensor *res, amp_tensor *weight
     return s && *y ? s : NULL;
 }
 
-static amp_status layer_norm_run(const node *n, const ln_args *a, amp_tensor *out, amp_tensor *mean,
-                                 amp_tensor *rstd)
+static amp_status layer_norm_run(const node *n, const layer_norm_params *p, const ln_args *a, amp_tensor *out,
+                                 amp_tensor *mean, amp_tensor *rstd)
 {
     BACKEND_CALL(backend_of(tensor_device(a->x)), op_name(n), layer_norm, tensor_ptr(a->x), a->x->dtype,
                  a->w ? tensor_ptr(a->w) : NULL, a->w ? a->w->dtype : AMP_F32, a->b ? tensor_ptr(a->b) : NULL,
-                 a->b ? a->b->dtype : AMP_F32, a->rows, a->cols, n->p.f[0], tensor_ptr(out), out->dtype,
+                 a->b ? a->b->dtype : AMP_F32, a->rows, a->cols, p->eps, tensor_ptr(out), out->dtype,
                  mean ? tensor_f32(mean) : NULL, rstd ? tensor_f32(rstd) : NULL);
     return AMP_OK;
 }
 
-amp_tensor *layer_norm_forward(node *n)
+amp_tensor *layer_norm_forward(node *n, const layer_norm_params *p)
 {
     ln_args a;
-    if (!layer_norm_infer(n, &a))
+    if (!layer_norm_infer(n, p, &a))
         return NULL;
     const amp_device dev = tensor_device(a.x);
-    if (fused.sum && fused.sum == a.x && n->p.i[0] == 1 && fused.w == a.w && fused.b == a.b &&
-        n->p.f[0] == fused.eps && fused.y->dtype == a.x->dtype) {
+    if (fused.sum && fused.sum == a.x && p->normalized_ndim == 1 && fused.w == a.w && fused.b == a.b &&
+        p->eps == fused.eps && fused.y->dtype == a.x->dtype) {
         /* op_add_layer_norm's add computed this already. */
         amp_tensor *out = fused.y;
         n->saved[0] = n->needs_grad ? fused.mean : NULL;
@@ -159,7 +180,7 @@ amp_tensor *layer_norm_forward(node *n)
     amp_tensor *out = tensor_new_on(a.x->shape, a.x->dtype, dev);
     amp_tensor *mean = n->needs_grad ? tensor_new_on(AMP_SHAPE(a.rows), AMP_F32, dev) : NULL;
     amp_tensor *rstd = n->needs_grad ? tensor_new_on(AMP_SHAPE(a.rows), AMP_F32, dev) : NULL;
-    if (!out || (n->needs_grad && (!mean || !rstd)) || layer_norm_run(n, &a, out, mean, rstd) != AMP_OK) {
+    if (!out || (n->needs_grad && (!mean || !rstd)) || layer_norm_run(n, p, &a, out, mean, rstd) != AMP_OK) {
         amp_tensor_free(out);
         amp_tensor_free(mean);
         amp_tensor_free(rstd);
@@ -204,16 +225,16 @@ static amp_status layer_norm_grad_run(const node *n, const amp_tensor *gout, con
     return AMP_OK;
 }
 
-amp_status layer_norm_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status layer_norm_backward(node *n, const layer_norm_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
-    const int hw = n->p.i[1] != 0, hb = n->p.i[2] != 0, iw = 1, ib = 1 + hw;
+    const int hw = p->has_weight, hb = p->has_bias, iw = 1, ib = 1 + hw;
     const amp_tensor *x = n->in[0], *w = hw ? n->in[iw] : NULL;
     const bool need_x = in_needs_grad(n, 0), need_w = hw && in_needs_grad(n, iw),
                need_b = hb && in_needs_grad(n, ib);
     if (!n->saved[0] || !n->saved[1])
         return amp_set_error(AMP_ERR_STATE, "%s: backward without saved statistics", op_name(n));
     int64_t N = 1;
-    for (int d = x->shape.ndim - (int)n->p.i[0]; d < x->shape.ndim; d++)
+    for (int d = x->shape.ndim - (int)p->normalized_ndim; d < x->shape.ndim; d++)
         N *= x->shape.d[d];
     const int64_t M = n->saved[0]->numel;
     const amp_device dev = tensor_device(x);
@@ -236,4 +257,13 @@ amp_status layer_norm_backward(node *n, const amp_tensor *gout, amp_tensor **gin
     if (hb)
         gin[ib] = db;
     return AMP_OK;
+}
+
+/* layer_norm: 8 FLOPs per element of x (mean 1, variance 3, normalise 2,
+ * weight and bias 2); backward 12 per element of x (dx 9, dweight and
+ * dbias 3), whatever inputs need a gradient. */
+op_cost layer_norm_cost(const node *n, const layer_norm_params *p, bool backward)
+{
+    (void)p;
+    return (op_cost){(backward ? 12.0 : 8.0) * (double)n->in[0]->numel, cost_bytes(n, backward)};
 }

@@ -2,6 +2,11 @@
  * op_table.c - the op table and op_apply, the one path every op takes:
  * op_apply checks the inputs and casts them for autocast (autocast.c),
  * op_run runs the forward and records the node.
+ *
+ * The table is made from op_list.h's rows: per row, the small wrappers
+ * that call the row's typed forward, backward and cost on the node's
+ * params, and per params family (op_params.h) the function that names a
+ * copy of its fields for the profiler's trace.
  */
 #include "ops/ops.h"
 #include "backend/backend.h"
@@ -9,17 +14,93 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------- the params by name */
+
+/* One field of a params struct as the profiler writes it (profile.h). */
+#define ARG_INT(nm, v) ((prof_arg){.name = nm, .kind = PROF_ARG_INT, .i = (v)})
+#define ARG_U64(nm, v) ((prof_arg){.name = nm, .kind = PROF_ARG_U64, .u = (v)})
+#define ARG_FLOAT(nm, v) ((prof_arg){.name = nm, .kind = PROF_ARG_FLOAT, .f = (v)})
+#define ARG_BOOL(nm, v) ((prof_arg){.name = nm, .kind = PROF_ARG_BOOL, .i = (v) ? 1 : 0})
+#define ARG_DTYPE(nm, v) ((prof_arg){.name = nm, .kind = PROF_ARG_STR, .s = amp_dtype_name(v)})
+#define ARG_GELU(nm, v) ((prof_arg){.name = nm, .kind = PROF_ARG_STR, .s = (v) == AMP_GELU_TANH ? "tanh" : "none"})
+#define ARG_ACT(nm, v) ((prof_arg){.name = nm, .kind = PROF_ARG_STR, .s = act_name(v)})
+#define ARG_LAYOUT(nm, v) ((prof_arg){.name = nm, .kind = PROF_ARG_STR, .s = layout_name(v)})
+#define ARG_DIMS(nm, v)                                                                                       \
+    ((prof_arg){.name = nm, .kind = PROF_ARG_INTS, .ints = (v).d,                                              \
+                .n_ints = (v).n < 0 ? 0 : (v).n > AMP_MAX_DIMS ? AMP_MAX_DIMS : (int)(v).n})
+
+static const char *act_name(op_act a)
+{
+    return a == OP_ACT_NONE ? "none" : a == OP_ACT_RELU ? "relu" : a == OP_ACT_GELU_TANH ? "gelu_tanh" : "?";
+}
+
+static const char *layout_name(attn_layout l)
+{
+    return l == ATTN_HEADS_FIRST ? "heads_first" : l == ATTN_BTHD ? "bthd" : l == ATTN_CACHED ? "cached" : "?";
+}
+
+/* Per family, <family>_args: the fields of a copy of its struct, in the
+ * order FIELDS_<family> lists them (op_params.h). */
+#define PUT_ARG(kind, name)                                                                                   \
+    if (k < max)                                                                                              \
+        out[k++] = ARG_##kind(#name, p->name);
+#define FAMILY_ARGS(family)                                                                                   \
+    static int family##_args(const prof_params *v, prof_arg *out, int max)                                    \
+    {                                                                                                         \
+        const family##_params *p = (const family##_params *)v->bytes;                                         \
+        int k = 0;                                                                                            \
+        FIELDS_##family(PUT_ARG)                                                                              \
+        (void)p, (void)out, (void)max; /* none_params has no field */                                         \
+        return k;                                                                                             \
+    }
+OP_PARAM_FAMILIES(FAMILY_ARGS)
+#undef FAMILY_ARGS
+#undef PUT_ARG
+
+_Static_assert(sizeof(op_params) <= PROF_PARAMS_BYTES, "an event's copy of the params must hold every family");
+_Static_assert(_Alignof(op_params) <= _Alignof(prof_params), "the event's copy is aligned for every family");
+
+/* -------------------------------------------------------------- the table */
+
+/* Each row's functions as the table calls them: the row's typed forward,
+ * backward and cost on the node's params, the member the row names. */
+#define X(e, nm, cpu, cuda, P, fwd, bwd, cost)                                                                 \
+    static amp_tensor *e##_forward(node *n) { return fwd(n, &op_node_params(n)->P); }                        \
+    static amp_status e##_backward(node *n, const amp_tensor *gout, amp_tensor **gin)                        \
+    {                                                                                                         \
+        return bwd(n, &op_node_params(n)->P, gout, gin);                                                      \
+    }                                                                                                         \
+    static op_cost e##_cost(const node *n, bool backward) { return cost(n, &op_node_params(n)->P, backward); }
+#include "ops/op_list.h"
+#undef X
 
 const op_def op_table[OP_COUNT] = {
-#define X(e, nm, cpu, cuda, fwd, bwd) [OP_##e] = {nm, {CAST_##cpu, CAST_##cuda}, fwd, bwd},
+#define X(e, nm, cpu, cuda, P, fwd, bwd, cost)                                                                 \
+    [OP_##e] = {nm, {CAST_##cpu, CAST_##cuda}, e##_forward, e##_backward, e##_cost, sizeof(P##_params), P##_args},
 #include "ops/op_list.h"
 #undef X
 };
 
+op_cost op_cost_of(const node *n, bool backward) { return op_table[n->op].cost(n, backward); }
+
+/* The node's part of a profiler event (node_profile_fn): the row's cost
+ * and a copy of the op's params with the function that names them. */
+static void op_profile(const node *n, prof_event *e, bool backward)
+{
+    const op_def *d = &op_table[n->op];
+    const op_cost c = d->cost(n, backward);
+    e->flops = c.flops;
+    e->bytes = c.bytes;
+    memcpy(e->params.bytes, op_node_params(n), d->params_size);
+    e->args = d->args;
+}
+
 /* The profiler's forward event (profile.h), with the profiler on: the
  * device and its first mark before the forward; then the inputs' dtypes
- * and shapes as the forward saw them (after autocast), the result's, the
- * FLOPs (cost.c) and the bytes (every input read, the result written). */
+ * and shapes as the forward saw them (after autocast), the result's, and
+ * the node's part (op_profile: the cost, the params). */
 static void prof_forward_begin(prof_event *e, const node *n)
 {
     amp_device dev = n->n_in > 0 && n->in[0] ? tensor_device(n->in[0]) : AMP_CPU;
@@ -30,21 +111,26 @@ static void prof_forward_begin(prof_event *e, const node *n)
 static void prof_forward_end(prof_event *e, const node *n, const amp_tensor *out)
 {
     e->dev_mark1 = prof_device_mark((amp_device)e->device);
-    double bytes = 0;
-    for (int i = 0; i < n->n_in; i++) {
+    for (int i = 0; i < n->n_in && i < PROF_MAX_TENSORS; i++) {
         const amp_tensor *x = n->in[i];
-        bytes += (double)x->numel * (double)amp_dtype_size(x->dtype);
-        if (i < PROF_MAX_TENSORS)
-            prof_set_tensor(&e->in[i], x->dtype, x->shape.d, x->shape.ndim);
+        prof_set_tensor(&e->in[i], x->dtype, x->shape.d, x->shape.ndim);
     }
     e->n_in = (uint8_t)(n->n_in < PROF_MAX_TENSORS ? n->n_in : PROF_MAX_TENSORS);
     if (out) {
-        bytes += (double)out->numel * (double)amp_dtype_size(out->dtype);
         prof_set_tensor(&e->out, out->dtype, out->shape.d, out->shape.ndim);
-        e->flops = op_flops(n, &out->shape, false);
+        op_profile(n, e, false);
     }
-    e->bytes = bytes;
     prof_end(e);
+}
+
+/* Notes out's shape and dtype in n (what a cost reads); returns out. */
+static amp_tensor *set_out(node *n, amp_tensor *out)
+{
+    if (out) {
+        n->out_shape = out->shape;
+        n->out_dtype = out->dtype;
+    }
+    return out;
 }
 
 /* The forward on the inputs' device, after asking its backend whether it
@@ -61,9 +147,9 @@ static amp_tensor *device_forward(int op, node *n)
                              backend_of(dev)->name);
     prof_event *pe = prof_begin(PROF_OP_FWD, name);
     if (!pe)
-        return op_table[op].forward(n);
+        return set_out(n, op_table[op].forward(n));
     prof_forward_begin(pe, n);
-    amp_tensor *out = op_table[op].forward(n);
+    amp_tensor *out = set_out(n, op_table[op].forward(n));
     prof_forward_end(pe, n, out);
     return out;
 }
@@ -86,13 +172,6 @@ bool op_supported(amp_device dev, int op, const node *n)
 int amp_op_count(void) { return OP_COUNT; }
 
 const char *amp_op_name(int op) { return (op >= 0 && op < OP_COUNT) ? op_table[op].name : NULL; }
-
-amp_status no_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
-{
-    (void)gout;
-    (void)gin;
-    return amp_set_error(AMP_ERR_STATE, "%s: has no gradient", op_name(n));
-}
 
 void *op_fail_shapes(const node *n, const char *why)
 {
@@ -165,38 +244,42 @@ amp_tensor *op_apply(int op, amp_tensor *const *args, int n_in, const op_params 
 /* Runs the forward on inputs already autocast and records the node. */
 amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p)
 {
-    node *n = calloc(1, sizeof *n);
+    op_node *on = calloc(1, sizeof *on);
     amp_tensor **ins = calloc((size_t)(n_in ? n_in : 1), sizeof *ins);
-    if (!n || !ins) {
-        free(n);
+    if (!on || !ins) {
+        free(on);
         free(ins);
         return amp_fail_null(AMP_ERR_MEMORY, "%s: out of memory", op_table[op].name);
     }
+    if (p)
+        on->p = *p;
+    node *n = &on->base;
     n->op = op;
     n->name = op_table[op].name;
     n->backward = op_table[op].backward;
-    n->flops = op_flops;
+    n->profile = op_profile;
     n->refcount = 1;
     n->n_in = n_in;
     n->in = ins;
-    if (p)
-        n->p = *p;
     bool any_grad = false;
     for (int i = 0; i < n_in; i++) {
         ins[i] = amp_tensor_retain(in[i]);
         any_grad |= in[i]->requires_grad;
     }
-    n->needs_grad = any_grad && amp_grad_enabled() && op_table[op].backward != no_backward;
-    if (any_grad && !n->needs_grad && op_table[op].backward != no_backward)
-        op_grad_input_seen = true; /* for amp_checkpoint (ops.h) */
+    n->needs_grad = any_grad && amp_grad_enabled();
 
     amp_tensor *out = device_forward(op, n);
-    if (!out || !n->needs_grad || !amp_dtype_is_float(out->dtype)) {
+    /* A float result of an input that requires grad, made with grad
+     * disabled: amp_checkpoint (ops.h) learns this way that its function
+     * reads a parameter that requires grad. An integer result (argmax's
+     * indices, a cast to an integer dtype) carries no gradient. */
+    const bool float_out = out && amp_dtype_is_float(out->dtype);
+    if (any_grad && !n->needs_grad && float_out)
+        op_grad_input_seen = true;
+    if (!n->needs_grad || !float_out) {
         node_release(n);
         return pool_add(out);
     }
-    n->out_shape = out->shape;
-    n->out_dtype = out->dtype;
     out->requires_grad = true;
     out->grad_fn = n; /* the node's one reference now belongs to out */
     node_hold_state(n); /* its inputs and saved tensors: activations */

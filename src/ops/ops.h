@@ -2,22 +2,28 @@
  * ops.h - the op table and what op implementations share.
  *
  * Each public op (amp_add, amp_matmul, ...) is a thin call to op_apply
- * with its row of the table, its inputs and its scalar params. op_apply
- * checks the inputs, applies autocast, runs the forward, records the node
- * when a gradient is needed, and hands the result to the thread's pool.
+ * with its row of the table, its inputs and its params (the row's struct,
+ * op_params.h). op_apply checks the inputs, applies autocast, runs the
+ * forward, records the node when a gradient is needed, and hands the
+ * result to the thread's pool.
  *
  * A forward returns a new tensor (one reference, owned by the caller) or
  * NULL with the error set; it may store tensors in n->saved when
  * n->needs_grad. A backward fills gin[i] (a new owned tensor with the
  * shape and dtype of input i) for each input that requires a gradient,
- * and may leave the others NULL.
+ * and may leave the others NULL. A cost gives the FLOPs and bytes of the
+ * forward (backward false) or the backward of the node, from its inputs'
+ * shapes and n->out_shape / out_dtype (set once the forward has run).
+ * All three take the row's params struct, typed.
  */
 #ifndef AMPC_OPS_H
 #define AMPC_OPS_H
 
 #include "autograd/graph.h"
 #include "base/base.h"
+#include "base/profile.h"
 #include "dtype/dtype.h"
+#include "ops/op_params.h"
 
 typedef enum {
     CAST_NONE = 0,
@@ -28,41 +34,67 @@ typedef enum {
     CAST_BANNED,
 } cast_policy;
 
+/* What a forward or a backward costs, for the profiler: floating-point
+ * operations (a multiply-add is 2) and bytes moved (read + written). */
+typedef struct op_cost {
+    double flops, bytes;
+} op_cost;
+
+/* A row's functions as the table calls them: op_table.c wraps each row's
+ * typed forward, backward and cost in these, passing the node's params. */
 typedef amp_tensor *(*op_forward_fn)(node *n);
 typedef amp_status (*op_backward_fn)(node *n, const amp_tensor *gout, amp_tensor **gin);
+typedef op_cost (*op_cost_fn)(const node *n, bool backward);
 
 typedef struct op_def {
     const char *name;
     cast_policy cast[AMP_DEVICE_COUNT];
     op_forward_fn forward;
     op_backward_fn backward;
+    op_cost_fn cost;
+    size_t params_size;   /* sizeof the row's params struct */
+    prof_args_fn args;    /* names a copy of its params for the trace */
 } op_def;
 
 enum {
-#define X(e, name, cpu, cuda, fwd, bwd) OP_##e,
+#define X(e, name, cpu, cuda, P, fwd, bwd, cost) OP_##e,
 #include "ops/op_list.h"
 #undef X
     OP_COUNT
 };
 
-#define X(e, name, cpu, cuda, fwd, bwd) amp_tensor *fwd(node *n);
-#include "ops/op_list.h"
-#undef X
-amp_status no_backward(node *n, const amp_tensor *gout, amp_tensor **gin);
-#define X(e, name, cpu, cuda, fwd, bwd) amp_status bwd(node *n, const amp_tensor *gout, amp_tensor **gin);
+/* Each row's functions, typed by its params struct. */
+#define X(e, name, cpu, cuda, P, fwd, bwd, cost)                                                \
+    amp_tensor *fwd(node *n, const P##_params *p);                                              \
+    amp_status bwd(node *n, const P##_params *p, const amp_tensor *gout, amp_tensor **gin);     \
+    op_cost cost(const node *n, const P##_params *p, bool backward);
 #include "ops/op_list.h"
 #undef X
 
 extern const op_def op_table[OP_COUNT];
 
+/* An op's node: the autograd node, then the op's parameters (the member
+ * of p its row names). op_run allocates one per op call; node_release
+ * frees it whole (base is first). The checkpoint's node is no op_node. */
+typedef struct op_node {
+    node base;
+    op_params p;
+} op_node;
+
+static inline const op_params *op_node_params(const node *n) { return &((const op_node *)n)->p; }
+
+/* n's cost by its row's cost function (n an op_node after its forward). */
+op_cost op_cost_of(const node *n, bool backward);
+
 /* Whether dev's backend runs op for the inputs of n (their dtypes; n may
  * be NULL: any dtypes). */
 bool op_supported(amp_device dev, int op, const node *n);
 
-/* Runs op on in[0..n_in) with params p (may be NULL). The result is a
- * pool temporary; NULL with the error set (or kept, for NULL inputs).
- * The public op functions (api.c) call it; it checks the inputs, asks
- * autocast_inputs for their autocast dtypes, then calls op_run. */
+/* Runs op on in[0..n_in) with params p (the member its row names; NULL:
+ * all zero). The result is a pool temporary; NULL with the error set (or
+ * kept, for NULL inputs). The public op functions (each in its family's
+ * file) call it; it checks the inputs, asks autocast_inputs for their
+ * autocast dtypes, then calls op_run. */
 amp_tensor *op_apply(int op, amp_tensor *const *in, int n_in, const op_params *p);
 /* The part of op_apply below autocast: runs the forward on inputs that
  * are non-NULL, on one device and already in the dtypes the op runs in,
@@ -75,7 +107,7 @@ amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p);
  * AMP_OK, or an error for a banned op or f16 mixed with bf16 under
  * PROMOTE. Does nothing outside autocast. */
 amp_status autocast_inputs(int op, amp_tensor *const *in, int n, amp_tensor **out);
-/* The kept 16-bit copy a `to` op with p.i[1] == 1 returns a view of
+/* The kept 16-bit copy a `to` op with from_kept_copy returns a view of
  * (autocast.c reuses a weight's cast from an earlier region that way),
  * NULL outside such a call. */
 amp_tensor *autocast_kept_copy(void);
@@ -92,10 +124,18 @@ amp_tensor *autocast_kept_for_update(const amp_tensor *p);
  * they were): the copy is p's cast at p's current version. */
 void autocast_kept_updated(amp_tensor *p);
 
-/* The FLOPs of n's forward (out: the result's shape) or backward (out:
- * n->out_shape), for the profiler; the formulas are in cost.c. op_run
- * stores it in n->flops for the backward engine. */
-double op_flops(const node *n, const amp_shape *out, bool backward);
+/* The cost helpers the rows' cost functions share (cost.c). */
+/* Bytes of a forward (every input read, the result written: n->out_shape
+ * in n->out_dtype) or a backward (gout read, every input read, and the
+ * gradient of each input that needs one written). */
+double cost_bytes(const node *n, bool backward);
+/* A pointwise op: 1 FLOP per element of the result; backward 1 per
+ * element of each gradient made. */
+op_cost cost_pointwise(const node *n, bool backward);
+/* A row that moves data and does no arithmetic: 0 FLOPs, its bytes. */
+op_cost cost_moves_data(const node *n, bool backward);
+/* Whether input i needs a gradient (for a backward's count). */
+bool cost_needs(const node *n, int i);
 
 /* Autocast's state on this thread: per device whether a region lowers and
  * to which dtype (0: the device's default), and whether casts are cached. */
@@ -120,9 +160,10 @@ autocast_state autocast_state_get(void);
 amp_status autocast_scope_begin(autocast_scope *sc, const autocast_state *s);
 void autocast_scope_end(autocast_scope *sc);
 
-/* Set by op_run when an op that has a backward ran with grad disabled on
- * an input that requires grad: amp_checkpoint (checkpoint.c) learns this
- * way that its function reads a parameter that requires grad. */
+/* Set by op_run when an op made a float result (one that can carry a
+ * gradient) with grad disabled from an input that requires grad:
+ * amp_checkpoint (checkpoint.c) learns this way that its function reads
+ * a parameter that requires grad. */
 extern _Thread_local bool op_grad_input_seen;
 
 #include "ops/fused.h"

@@ -14,11 +14,37 @@
 #include "ops/broadcast.h"
 #include "ops/infer.h"
 
+/* ------------------------------------------------------- the public ops */
+
+/* max_pool2d, avg_pool2d: pool2d_params (stride 0: the kernel). */
+static amp_tensor *pool(int op, amp_tensor *x, int kernel, int stride, int padding)
+{
+    if (stride == 0)
+        stride = kernel;
+    if (kernel < 1 || stride < 1 || padding < 0 || padding * 2 > kernel)
+        return amp_fail_null(AMP_ERR_ARG,
+                             "%s: kernel %d, stride %d, padding %d (need kernel >= 1, stride >= 1, "
+                             "0 <= padding <= kernel/2)",
+                             op_table[op].name, kernel, stride, padding);
+    const op_params p = {.pool2d = {.kernel = kernel, .stride = stride, .padding = padding}};
+    return op_apply(op, &x, 1, &p);
+}
+
+amp_tensor *amp_max_pool2d(amp_tensor *x, int kernel, int stride, int padding)
+{
+    return pool(OP_MAX_POOL2D, x, kernel, stride, padding);
+}
+
+amp_tensor *amp_avg_pool2d(amp_tensor *x, int kernel, int stride, int padding)
+{
+    return pool(OP_AVG_POOL2D, x, kernel, stride, padding);
+}
+
 /* The shared geometry (src/ops/infer.c) in the backend's form. */
-static bool pool_geom(const node *n, be_pool_geom *g)
+static bool pool_geom(const node *n, const pool2d_params *p, be_pool_geom *g)
 {
     pool_shape s;
-    if (!pool_infer(n, &s))
+    if (!pool_infer(n, p, &s))
         return false;
     *g = (be_pool_geom){s.planes, s.H, s.W, s.k, s.s, s.p, s.Ho, s.Wo};
     return true;
@@ -34,10 +60,10 @@ static amp_status run_forward(const node *n, const be_pool_geom *g, bool is_max,
 
 /* Runs the forward of one pool: max (saving the argmax when a gradient
  * is needed) or average. */
-static amp_tensor *pool_forward(node *n, bool is_max)
+static amp_tensor *pool_forward(node *n, const pool2d_params *p, bool is_max)
 {
     be_pool_geom g;
-    if (!pool_geom(n, &g))
+    if (!pool_geom(n, p, &g))
         return NULL;
     const amp_tensor *x = n->in[0];
     amp_shape os = x->shape;
@@ -56,12 +82,13 @@ static amp_tensor *pool_forward(node *n, bool is_max)
 }
 
 /* Backward of either pool. */
-static amp_status pool_backward(node *n, const amp_tensor *gout, amp_tensor **gin, bool is_max)
+static amp_status pool_backward(node *n, const pool2d_params *p, const amp_tensor *gout, amp_tensor **gin,
+                                bool is_max)
 {
     be_pool_geom g;
     if (!in_needs_grad(n, 0))
         return AMP_OK;
-    if (!pool_geom(n, &g))
+    if (!pool_geom(n, p, &g))
         return amp_last_status();
     if (is_max && !n->saved[0])
         return amp_set_error(AMP_ERR_STATE, "%s: backward without saved indices", op_name(n));
@@ -73,15 +100,24 @@ static amp_status pool_backward(node *n, const amp_tensor *gout, amp_tensor **gi
     return AMP_OK;
 }
 
-amp_tensor *max_pool2d_forward(node *n) { return pool_forward(n, true); }
-amp_tensor *avg_pool2d_forward(node *n) { return pool_forward(n, false); }
+amp_tensor *max_pool2d_forward(node *n, const pool2d_params *p) { return pool_forward(n, p, true); }
+amp_tensor *avg_pool2d_forward(node *n, const pool2d_params *p) { return pool_forward(n, p, false); }
 
-amp_status max_pool2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status max_pool2d_backward(node *n, const pool2d_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
-    return pool_backward(n, gout, gin, true);
+    return pool_backward(n, p, gout, gin, true);
 }
 
-amp_status avg_pool2d_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status avg_pool2d_backward(node *n, const pool2d_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
-    return pool_backward(n, gout, gin, false);
+    return pool_backward(n, p, gout, gin, false);
+}
+
+/* max_pool2d, avg_pool2d: kernel * kernel FLOPs per output element
+ * (compares or adds); backward the same (the result's shape is
+ * n->out_shape either way). */
+op_cost pool2d_cost(const node *n, const pool2d_params *p, bool backward)
+{
+    const double k = (double)p->kernel;
+    return (op_cost){k * k * (double)shape_numel(n->out_shape), cost_bytes(n, backward)};
 }

@@ -11,12 +11,49 @@
 #include "ops/broadcast.h"
 #include "ops/infer.h"
 
-static amp_tensor *reduce_forward(node *n, bool mean)
+/* ------------------------------------------------------- the public ops */
+
+/* sum, mean: reduce_params, the dims as given (ndims == 0 reduces over
+ * all dims). */
+static amp_tensor *reduce(int op, amp_tensor *a, int ndims, const int *dims, bool keepdim)
+{
+    if (ndims < 0 || ndims > AMP_MAX_DIMS || (ndims > 0 && !dims))
+        return amp_fail_null(AMP_ERR_ARG, "%s: bad list of %d dims", op_table[op].name, ndims);
+    op_params p = {.reduce = {.dims = {.n = ndims}, .keepdim = keepdim}};
+    for (int k = 0; k < ndims; k++)
+        p.reduce.dims.d[k] = dims[k];
+    return op_apply(op, &a, 1, &p);
+}
+
+amp_tensor *amp_sum(amp_tensor *a, int ndims, const int *dims, bool keepdim)
+{
+    if (ndims == 0)
+        return amp_fail_null(AMP_ERR_ARG, "sum: no dims given (use amp_sum_all)");
+    return reduce(OP_SUM, a, ndims, dims, keepdim);
+}
+
+amp_tensor *amp_mean(amp_tensor *a, int ndims, const int *dims, bool keepdim)
+{
+    if (ndims == 0)
+        return amp_fail_null(AMP_ERR_ARG, "mean: no dims given (use amp_mean_all)");
+    return reduce(OP_MEAN, a, ndims, dims, keepdim);
+}
+
+amp_tensor *amp_sum_all(amp_tensor *a) { return reduce(OP_SUM, a, 0, NULL, false); }
+amp_tensor *amp_mean_all(amp_tensor *a) { return reduce(OP_MEAN, a, 0, NULL, false); }
+
+amp_tensor *amp_argmax(amp_tensor *a, int dim)
+{
+    const op_params p = {.dim = {.dim = dim}};
+    return op_apply(OP_ARGMAX, &a, 1, &p);
+}
+
+static amp_tensor *reduce_forward(node *n, const reduce_params *p, bool mean)
 {
     if (!op_require_float(n, 0))
         return NULL;
     reduce_dims r;
-    if (!reduce_infer(n, &r))
+    if (!reduce_infer(n, p, &r))
         return NULL;
     ew_arg a = ew_arg_of(n->in[0]);
     /* mean of nothing is 0 * inf = NaN, as PyTorch's. */
@@ -26,12 +63,13 @@ static amp_tensor *reduce_forward(node *n, bool mean)
 
 /* gout (shaped as the kept dims) broadcast back over the reduced dims,
  * divided by the count for mean (PyTorch divides, in the grad's dtype). */
-static amp_status reduce_backward(node *n, const amp_tensor *gout, amp_tensor **gin, bool mean)
+static amp_status reduce_backward(node *n, const reduce_params *p, const amp_tensor *gout, amp_tensor **gin,
+                                  bool mean)
 {
     if (!in_needs_grad(n, 0))
         return AMP_OK;
     reduce_dims r;
-    if (!reduce_infer(n, &r))
+    if (!reduce_infer(n, p, &r))
         return fail_status();
     const amp_tensor *x = n->in[0];
     ew_arg g = {tensor_ptr(gout), gout->dtype, r.keep};
@@ -40,27 +78,37 @@ static amp_status reduce_backward(node *n, const amp_tensor *gout, amp_tensor **
     return gin[0] ? AMP_OK : fail_status();
 }
 
-amp_tensor *sum_forward(node *n) { return reduce_forward(n, false); }
-amp_tensor *mean_forward(node *n) { return reduce_forward(n, true); }
+amp_tensor *sum_forward(node *n, const reduce_params *p) { return reduce_forward(n, p, false); }
+amp_tensor *mean_forward(node *n, const reduce_params *p) { return reduce_forward(n, p, true); }
 
-amp_status sum_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status sum_backward(node *n, const reduce_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
-    return reduce_backward(n, gout, gin, false);
+    return reduce_backward(n, p, gout, gin, false);
 }
 
-amp_status mean_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status mean_backward(node *n, const reduce_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
-    return reduce_backward(n, gout, gin, true);
+    return reduce_backward(n, p, gout, gin, true);
+}
+
+/* sum, mean: 1 FLOP per input element (the adds; mean's one scale per
+ * result is not counted); backward 1 per input element (the broadcast
+ * gradient). */
+op_cost reduce_cost(const node *n, const reduce_params *p, bool backward)
+{
+    (void)p;
+    return (op_cost){(double)n->in[0]->numel, cost_bytes(n, backward)};
 }
 
 /* ----------------------------------------------------------------- argmax */
 
-/* p.i[0] = dim. The result drops that dim and is i64. */
-amp_tensor *argmax_forward(node *n)
+/* The index of the largest element along p->dim; the result drops that
+ * dim and is i64. */
+amp_tensor *argmax_forward(node *n, const dim_params *p)
 {
     const amp_tensor *x = n->in[0];
     int nd = x->shape.ndim;
-    int64_t d = n->p.i[0];
+    int64_t d = p->dim;
     int range = nd > 0 ? nd : 1;
     if (d < -range || d >= range)
         return amp_fail_null(AMP_ERR_ARG, "argmax: dim %lld is out of range for a tensor of %d dims",
@@ -89,4 +137,18 @@ amp_tensor *argmax_forward(node *n)
         return NULL;
     }
     return out;
+}
+
+/* Never called: an i64 result records no node (op_run). */
+amp_status argmax_backward(node *n, const dim_params *p, const amp_tensor *gout, amp_tensor **gin)
+{
+    (void)p, (void)gout, (void)gin;
+    return amp_set_error(AMP_ERR_STATE, "%s: has no gradient", op_name(n));
+}
+
+/* argmax: counted with the rows that move data (cost.c): 0 FLOPs. */
+op_cost argmax_cost(const node *n, const dim_params *p, bool backward)
+{
+    (void)p;
+    return cost_moves_data(n, backward);
 }

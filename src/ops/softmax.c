@@ -20,6 +20,36 @@
 #include "ops/broadcast.h"
 #include "ops/infer.h"
 
+/* ------------------------------------------------------- the public ops */
+
+/* softmax, log_softmax: dim_params. */
+static amp_tensor *along(int op, amp_tensor *a, int dim)
+{
+    const op_params p = {.dim = {.dim = dim}};
+    return op_apply(op, &a, 1, &p);
+}
+
+amp_tensor *amp_softmax(amp_tensor *a, int dim) { return along(OP_SOFTMAX, a, dim); }
+amp_tensor *amp_log_softmax(amp_tensor *a, int dim) { return along(OP_LOG_SOFTMAX, a, dim); }
+
+amp_tensor *amp_cross_entropy_ignore(amp_tensor *logits, amp_tensor *labels, int64_t ignore_index)
+{
+    amp_tensor *in[2] = {logits, labels};
+    const op_params p = {.cross_entropy = {.ignore_index = ignore_index}};
+    return op_apply(OP_CROSS_ENTROPY, in, 2, &p);
+}
+
+amp_tensor *amp_cross_entropy(amp_tensor *logits, amp_tensor *labels)
+{
+    return amp_cross_entropy_ignore(logits, labels, AMP_IGNORE_INDEX);
+}
+
+amp_tensor *amp_mse_loss(amp_tensor *a, amp_tensor *b)
+{
+    amp_tensor *in[2] = {a, b};
+    return op_apply(OP_MSE_LOSS, in, 2, NULL);
+}
+
 /* ---------------------------------------------------------------- softmax */
 
 static amp_status softmax_run(const node *n, const amp_tensor *x, amp_tensor *y, dim_view v, bool log)
@@ -37,10 +67,10 @@ static amp_status softmax_grad_run(const node *n, const amp_tensor *g, const amp
     return AMP_OK;
 }
 
-static amp_tensor *softmax_like_forward(node *n, bool log)
+static amp_tensor *softmax_like_forward(node *n, const dim_params *p, bool log)
 {
     dim_view v;
-    if (!op_require_float(n, 0) || !dim_view_infer(n, &v))
+    if (!op_require_float(n, 0) || !dim_view_infer(n, p->dim, &v))
         return NULL;
     const amp_tensor *x = n->in[0];
     amp_tensor *out = tensor_new_on(x->shape, x->dtype, tensor_device(x));
@@ -57,12 +87,13 @@ static amp_tensor *softmax_like_forward(node *n, bool log)
     return out;
 }
 
-static amp_status softmax_like_backward(node *n, const amp_tensor *gout, amp_tensor **gin, bool log)
+static amp_status softmax_like_backward(node *n, const dim_params *p, const amp_tensor *gout, amp_tensor **gin,
+                                        bool log)
 {
     dim_view v;
     if (!in_needs_grad(n, 0))
         return AMP_OK;
-    if (!dim_view_infer(n, &v))
+    if (!dim_view_infer(n, p->dim, &v))
         return fail_status();
     const amp_tensor *x = n->in[0];
     amp_tensor *gx = tensor_new_on(x->shape, x->dtype, tensor_device(x));
@@ -77,35 +108,45 @@ static amp_status softmax_like_backward(node *n, const amp_tensor *gout, amp_ten
     return AMP_OK;
 }
 
-amp_tensor *softmax_forward(node *n) { return softmax_like_forward(n, false); }
-amp_tensor *log_softmax_forward(node *n) { return softmax_like_forward(n, true); }
+amp_tensor *softmax_forward(node *n, const dim_params *p) { return softmax_like_forward(n, p, false); }
+amp_tensor *log_softmax_forward(node *n, const dim_params *p) { return softmax_like_forward(n, p, true); }
 
-amp_status softmax_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status softmax_backward(node *n, const dim_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
-    return softmax_like_backward(n, gout, gin, false);
+    return softmax_like_backward(n, p, gout, gin, false);
 }
 
-amp_status log_softmax_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status log_softmax_backward(node *n, const dim_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
-    return softmax_like_backward(n, gout, gin, true);
+    return softmax_like_backward(n, p, gout, gin, true);
+}
+
+/* softmax, log_softmax: 5 FLOPs per element (max, subtract, exp, sum,
+ * normalise); backward 4 per element (dy*y, its sum, subtract, scale). */
+op_cost softmax_cost(const node *n, const dim_params *p, bool backward)
+{
+    (void)p;
+    return (op_cost){(backward ? 4.0 : 5.0) * (double)n->in[0]->numel, cost_bytes(n, backward)};
 }
 
 /* ---------------------------------------------------------- cross_entropy */
 
-static amp_status cross_entropy_run(const node *n, amp_tensor *stats, amp_tensor *count, amp_tensor *out)
+static amp_status cross_entropy_run(const node *n, const cross_entropy_params *p, amp_tensor *stats,
+                                    amp_tensor *count, amp_tensor *out)
 {
     const amp_tensor *x = n->in[0], *t = n->in[1];
     BACKEND_CALL(backend_of(tensor_device(x)), "cross_entropy", cross_entropy, tensor_ptr(x), x->dtype,
-                 tensor_ptr(t), t->dtype, x->shape.d[0], x->shape.d[1], n->p.i[0],
+                 tensor_ptr(t), t->dtype, x->shape.d[0], x->shape.d[1], p->ignore_index,
                  stats ? tensor_f32(stats) : NULL, tensor_f32(count), tensor_ptr(out), out->dtype);
     return AMP_OK;
 }
 
-/* p.i[0] = ignore_index. The result is 0-d in the logits' dtype: the mean
- * over counted rows of logsumexp(row) - row[label]; NaN when every label
- * is ignored (0 / 0, as PyTorch). Saves the row statistics ([N, 2] f32)
- * and the count ([1] f32) when a gradient is needed. */
-amp_tensor *cross_entropy_forward(node *n)
+/* The result is 0-d in the logits' dtype: the mean over counted rows (a
+ * label other than p->ignore_index) of logsumexp(row) - row[label]; NaN
+ * when every label is ignored (0 / 0, as PyTorch). Saves the row
+ * statistics ([N, 2] f32) and the count ([1] f32) when a gradient is
+ * needed. */
+amp_tensor *cross_entropy_forward(node *n, const cross_entropy_params *p)
 {
     if (!cross_entropy_infer(n))
         return NULL;
@@ -114,7 +155,7 @@ amp_tensor *cross_entropy_forward(node *n)
     amp_tensor *out = tensor_new_on((amp_shape){0, {0}}, x->dtype, dev);
     amp_tensor *count = tensor_new_on(AMP_SHAPE(1), AMP_F32, dev);
     amp_tensor *stats = n->needs_grad ? tensor_new_on((amp_shape){2, {x->shape.d[0], 2}}, AMP_F32, dev) : NULL;
-    if (!out || !count || (n->needs_grad && !stats) || cross_entropy_run(n, stats, count, out) != AMP_OK) {
+    if (!out || !count || (n->needs_grad && !stats) || cross_entropy_run(n, p, stats, count, out) != AMP_OK) {
         amp_tensor_free(out);
         amp_tensor_free(count);
         amp_tensor_free(stats);
@@ -129,18 +170,20 @@ amp_tensor *cross_entropy_forward(node *n)
     return out;
 }
 
-static amp_status cross_entropy_grad_run(const node *n, const amp_tensor *gout, amp_tensor *gx)
+static amp_status cross_entropy_grad_run(const node *n, const cross_entropy_params *p, const amp_tensor *gout,
+                                         amp_tensor *gx)
 {
     const amp_tensor *x = n->in[0], *t = n->in[1];
     BACKEND_CALL(backend_of(tensor_device(x)), "cross_entropy", cross_entropy_backward, tensor_ptr(x), x->dtype,
-                 tensor_ptr(t), t->dtype, x->shape.d[0], x->shape.d[1], n->p.i[0], tensor_f32(n->saved[0]),
+                 tensor_ptr(t), t->dtype, x->shape.d[0], x->shape.d[1], p->ignore_index, tensor_f32(n->saved[0]),
                  tensor_f32(n->saved[1]), tensor_ptr(gout), gout->dtype, tensor_ptr(gx), gx->dtype);
     return AMP_OK;
 }
 
 /* d/dx[i, c] = (softmax(x_i)[c] - [c == label_i]) * g / count; 0 for
  * ignored rows. */
-amp_status cross_entropy_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status cross_entropy_backward(node *n, const cross_entropy_params *p, const amp_tensor *gout,
+                                  amp_tensor **gin)
 {
     if (!in_needs_grad(n, 0))
         return AMP_OK;
@@ -150,7 +193,7 @@ amp_status cross_entropy_backward(node *n, const amp_tensor *gout, amp_tensor **
     amp_tensor *gx = tensor_new_on(x->shape, x->dtype, tensor_device(x));
     if (!gx)
         return amp_set_error(AMP_ERR_MEMORY, "cross_entropy: out of memory in backward");
-    amp_status st = cross_entropy_grad_run(n, gout, gx);
+    amp_status st = cross_entropy_grad_run(n, p, gout, gx);
     if (st != AMP_OK) {
         amp_tensor_free(gx);
         return st;
@@ -163,8 +206,9 @@ amp_status cross_entropy_backward(node *n, const amp_tensor *gout, amp_tensor **
 
 /* mean((a - b)^2) as a 0-d tensor of the promoted dtype; the squares are
  * f32, their sum double. */
-amp_tensor *mse_loss_forward(node *n)
+amp_tensor *mse_loss_forward(node *n, const none_params *p)
 {
+    (void)p;
     if (!mse_loss_infer(n))
         return NULL;
     const amp_tensor *a = n->in[0], *b = n->in[1];
@@ -184,8 +228,9 @@ amp_tensor *mse_loss_forward(node *n)
 /* d/da = 2/numel * (a - b) * g, d/db = 2/numel * (b - a) * g (PyTorch's
  * mse_loss_backward), each in its input's dtype; g, the loss's 0-d
  * gradient, is read where it lives. */
-amp_status mse_loss_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
+amp_status mse_loss_backward(node *n, const none_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
+    (void)p;
     const amp_tensor *a = n->in[0];
     const float norm = (float)(2.0 / (double)a->numel);
     for (int i = 0; i < 2; i++) {
@@ -196,4 +241,25 @@ amp_status mse_loss_backward(node *n, const amp_tensor *gout, amp_tensor **gin)
             return fail_status();
     }
     return AMP_OK;
+}
+
+/* cross_entropy, logits [N, C]: 5 FLOPs per logit (log_softmax) + 1 per
+ * row (the label's term and the mean); backward 3 per logit (exp(x - lse),
+ * minus the one-hot, times 1/N). */
+op_cost cross_entropy_cost(const node *n, const cross_entropy_params *p, bool backward)
+{
+    (void)p;
+    const amp_tensor *x = n->in[0];
+    const double xn = (double)x->numel, rows = x->shape.ndim > 0 ? (double)x->shape.d[0] : 1.0;
+    return (op_cost){backward ? 3.0 * xn : 5.0 * xn + rows, cost_bytes(n, backward)};
+}
+
+/* mse_loss: 3 FLOPs per element (subtract, square, sum); backward 3 per
+ * element of each gradient made. */
+op_cost mse_loss_cost(const node *n, const none_params *p, bool backward)
+{
+    (void)p;
+    const double xn = (double)n->in[0]->numel;
+    return (op_cost){backward ? 3.0 * xn * (cost_needs(n, 0) + cost_needs(n, 1)) : 3.0 * xn,
+                     cost_bytes(n, backward)};
 }

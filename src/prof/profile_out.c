@@ -12,7 +12,9 @@
  *   steps (cat "step"), phases, ops (cat "op" / "backward"), casts and
  *   kernels; cast-cache hits are instants ("i"); memory samples are
  *   counters ("C", MiB per category); "M" events name processes and
- *   threads. Within a track the events are written in begin order (ts,
+ *   threads. An op's args hold its tensors' dtypes and shapes, its FLOPs
+ *   and bytes, and its parameters by name ("params": {"stride": 2, ...};
+ *   the op layer names them, ops/op_params.h). Within a track the events are written in begin order (ts,
  *   then the longer first), so ts never decreases and a parent comes
  *   before the events inside it; the step spans are computed from the
  *   amp_profiler_step marks, which are not written themselves.
@@ -79,6 +81,52 @@ static void put_num(FILE *f, double x)
         fprintf(f, "%lld", (long long)x);
     else
         fprintf(f, "%.6g", x);
+}
+
+/* A parameter's number, exactly (the shortest of %.15g and %.17g that
+ * reads back the same); JSON has no inf or NaN: those become strings. */
+static void put_exact(FILE *f, double x)
+{
+    if (x != x || x > 1.7976931348623157e308 || x < -1.7976931348623157e308) {
+        fputs(x != x ? "\"nan\"" : x > 0 ? "\"inf\"" : "\"-inf\"", f);
+        return;
+    }
+    char b[40];
+    snprintf(b, sizeof b, "%.15g", x);
+    if (strtod(b, NULL) != x)
+        snprintf(b, sizeof b, "%.17g", x);
+    fputs(b, f);
+}
+
+/* The op's parameters by name, as "params":{"stride":2,...}, (nothing
+ * when it has none). */
+static void put_params(FILE *f, const prof_event *e)
+{
+    prof_arg a[PROF_MAX_ARGS];
+    int n = e->args(&e->params, a, PROF_MAX_ARGS);
+    if (n <= 0)
+        return;
+    fputs("\"params\":{", f);
+    for (int i = 0; i < n && i < PROF_MAX_ARGS; i++) {
+        if (i)
+            fputc(',', f);
+        put_str(f, a[i].name);
+        fputc(':', f);
+        switch (a[i].kind) {
+        case PROF_ARG_INT: fprintf(f, "%lld", (long long)a[i].i); break;
+        case PROF_ARG_U64: fprintf(f, "%llu", (unsigned long long)a[i].u); break;
+        case PROF_ARG_FLOAT: put_exact(f, a[i].f); break;
+        case PROF_ARG_BOOL: fputs(a[i].i ? "true" : "false", f); break;
+        case PROF_ARG_STR: put_str(f, a[i].s); break;
+        case PROF_ARG_INTS:
+            fputc('[', f);
+            for (int k = 0; k < a[i].n_ints; k++)
+                fprintf(f, "%s%lld", k ? "," : "", (long long)a[i].ints[k]);
+            fputc(']', f);
+            break;
+        }
+    }
+    fputs("},", f);
 }
 
 static void put_tensor(FILE *f, const prof_tensor *t)
@@ -163,6 +211,8 @@ static void put_event(trace_out *o, const prof_event *e, int pid, int tid, int64
         put_num(f, e->bytes);
         fputc(',', f);
     }
+    if (e->args)
+        put_params(f, e);
     fputs("\"phase\":", f);
     put_str(f, amp_phase_name((amp_phase)e->phase));
     fprintf(f, ",\"step\":%lld}}", (long long)e->step);

@@ -27,13 +27,15 @@
  *   PROF_OP_FWD  op_run, around the forward: name = the op's (op_list.h);
  *                in[0..n_in) = the inputs as the forward saw them (after
  *                autocast: the dtypes it chose), out = the result (dtype -1
- *                when the forward failed); flops from ops/cost.c; bytes =
- *                every input read + the result written.
+ *                when the forward failed); flops and bytes from the row's
+ *                cost function (bytes = every input read + the result
+ *                written); args + params = the op's parameters.
  *   PROF_OP_BWD  the backward engine, around node->backward: name = the
  *                op's; out = the gradient arriving (gout); in[i] = the
  *                gradient made for input i (dtype -1 where none was made:
- *                the input needs none); flops = the backward's (cost.c);
- *                bytes = gout + every input + every gradient made.
+ *                the input needs none); flops and bytes from the row's
+ *                cost function (bytes = gout + every input + the
+ *                gradients the inputs need); args + params as forward.
  *   PROF_CAST    a cast autocast inserted: name "cast f32->bf16" (from->to),
  *                in[0] = the source, out = the cast, bytes = read + written.
  *                It WRAPS the `to` op's own PROF_OP_FWD event (the next
@@ -93,6 +95,34 @@ typedef struct {
     int64_t dims[PROF_MAX_DIMS];
 } prof_tensor;
 
+/* One named parameter of an op, for the trace's "args" (profile_out.c
+ * writes the name and the value as JSON). */
+typedef enum { PROF_ARG_INT, PROF_ARG_U64, PROF_ARG_FLOAT, PROF_ARG_BOOL, PROF_ARG_STR, PROF_ARG_INTS } prof_arg_kind;
+typedef struct {
+    const char *name; /* static */
+    prof_arg_kind kind;
+    int64_t i;          /* INT, BOOL (0 or 1) */
+    uint64_t u;         /* U64 */
+    double f;           /* FLOAT */
+    const char *s;      /* STR: static */
+    const int64_t *ints; /* INTS: ints[0..n_ints), inside the event's params */
+    int n_ints;
+} prof_arg;
+
+/* An op's parameters as an event keeps them: a copy of the op's params
+ * struct (the op layer's, ops/op_params.h), read back by the op layer's
+ * function. */
+#define PROF_PARAMS_BYTES 96
+typedef union {
+    int64_t align;
+    double falign;
+    unsigned char bytes[PROF_PARAMS_BYTES];
+} prof_params;
+#define PROF_MAX_ARGS 8 /* parameters written per event */
+/* Names the parameters in params: fills out[0..max) and returns how
+ * many. */
+typedef int (*prof_args_fn)(const prof_params *params, prof_arg *out, int max);
+
 typedef struct prof_event {
     const char *name;  /* static: the op's, phase's or kernel's name */
     uint8_t kind;      /* prof_kind */
@@ -113,6 +143,10 @@ typedef struct prof_event {
      * these keep when the host issued the work, which is what nests it
      * inside its host-timed parents (phases). */
     int64_t host_t0, host_t1;
+    /* PROF_OP_FWD, PROF_OP_BWD: the op's parameters and the function
+     * that names them (NULL: none to write). */
+    prof_args_fn args;
+    prof_params params;
 } prof_event;
 
 extern atomic_bool prof_active;
