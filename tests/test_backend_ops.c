@@ -51,7 +51,7 @@
  * by finite differences.
  */
 #include "harness.h"
-#include "base/profile.h"
+#include "record/profile.h"
 #include "ops/ops.h"
 #include "tensor/tensor.h"
 

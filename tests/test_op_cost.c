@@ -21,7 +21,7 @@
  */
 #include "harness.h"
 
-#include "base/profile.h"
+#include "record/profile.h"
 #include "ops/fused.h"
 #include "ops/ops.h"
 

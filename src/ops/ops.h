@@ -21,7 +21,7 @@
 
 #include "autograd/graph.h"
 #include "base/base.h"
-#include "base/profile.h"
+#include "record/profile.h"
 #include "dtype/dtype.h"
 #include "ops/op_params.h"
 
