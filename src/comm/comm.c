@@ -135,8 +135,8 @@ static amp_status world_timed_out(const char *what)
         const int k = comm_engine_mpi.silent(grace, silent, LIST);
         size_t len = 0;
         if (k == 0)
-            snprintf(who, sizeof who, "every rank answered (one waits in another collective, or is busy in a "
-                                      "long step)");
+            snprintf(who, sizeof who, "every rank answered (they wait in different collectives, or one is "
+                                      "still at work between them)");
         for (int i = 0; i < k && i < LIST && len < sizeof who; i++)
             len += (size_t)snprintf(who + len, sizeof who - len, "%s%d", i == 0 ? (k == 1 ? "rank " : "ranks ") : ", ",
                                     silent[i]);
