@@ -232,6 +232,13 @@ static const comm_world world = {
 
 /* --------------------------------------------------------------- engines */
 
+/* The engine for each device's buffers, one line each (as the backends'
+ * registry.c): the world's own engine for host memory, NCCL for CUDA's. */
+static const comm_engine *const engines[AMP_DEVICE_COUNT] = {
+    [AMP_CPU] = &comm_engine_mpi,
+    [AMP_CUDA] = &comm_engine_nccl,
+};
+
 static void attach_engines(void)
 {
     static bool done;
@@ -245,18 +252,19 @@ static void attach_engines(void)
 const comm_engine *comm_device_engine(amp_device dev)
 {
     attach_engines();
-    return dev == AMP_CUDA ? &comm_engine_nccl : &comm_engine_mpi;
+    return (unsigned)dev < AMP_DEVICE_COUNT && engines[dev] ? engines[dev] : &comm_engine_mpi;
 }
 
 /* The engine for a collective on dev's buffers, or NULL where the
- * collective is the identity: a world of one rank, but for CUDA buffers
- * after comm_init in a build with NCCL (a one-rank communicator, so that
- * one process runs the whole NCCL path). */
+ * collective is the identity: a world of one rank, but for a device's own
+ * engine after comm_init when it is built in (NCCL: a one-rank
+ * communicator, so that one process runs the whole path). */
 static const comm_engine *engine_for(amp_device dev)
 {
-    if (dev == AMP_CUDA)
-        return g_size > 1 || (g_init && comm_engine_nccl.available()) ? comm_device_engine(dev) : NULL;
-    return g_size > 1 ? comm_device_engine(dev) : NULL;
+    const comm_engine *e = comm_device_engine(dev);
+    if (g_size > 1)
+        return e;
+    return e != &comm_engine_mpi && g_init && e->available() ? e : NULL;
 }
 
 /* Whether e can take a collective now: the world has not ended (another

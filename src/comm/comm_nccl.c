@@ -388,16 +388,16 @@ static amp_status ensure_comm(void)
     char msg[320] = "";
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
-    if (!be->available())
+    if (!be->available()) {
         snprintf(msg, sizeof msg, "%s", be->unavailable_reason());
-    else if (!load_api(msg, sizeof msg))
-        ;
-    else if (cudaSetDevice(g_device = be->device_index()) != cudaSuccess)
-        snprintf(msg, sizeof msg, "cudaSetDevice(%d) failed", g_device);
-    else if (W->rank() == 0) {
-        ncclResult_t r = api.GetUniqueId(&id);
-        if (r != ncclSuccess)
-            snprintf(msg, sizeof msg, "ncclGetUniqueId failed: %s", api.GetErrorString(r));
+    } else if (load_api(msg, sizeof msg)) { /* (else msg says why) */
+        if (cudaSetDevice(g_device = be->device_index()) != cudaSuccess) {
+            snprintf(msg, sizeof msg, "cudaSetDevice(%d) failed", g_device);
+        } else if (W->rank() == 0) {
+            ncclResult_t r = api.GetUniqueId(&id);
+            if (r != ncclSuccess)
+                snprintf(msg, sizeof msg, "ncclGetUniqueId failed: %s", api.GetErrorString(r));
+        }
     }
     st = msg[0] ? amp_set_error(AMP_ERR_DEVICE, "dist: NCCL cannot start on rank %d: %s", W->rank(), msg) : AMP_OK;
     st = W->agree(st, "dist: NCCL cannot start");
