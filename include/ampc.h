@@ -17,7 +17,10 @@
  * Errors: functions return NULL or an amp_status; the reason is in
  * amp_last_error(), per thread. An op given a NULL input returns NULL and
  * keeps the first error, so a chain of ops is checked once at its end.
- * The library never calls abort() or exit().
+ * The library never aborts: it calls neither abort() nor exit(), nor
+ * MPI_Abort; in a data-parallel run a failed, stopped or dead rank is an
+ * error the calls return (see "distributed"), and ending the job is the
+ * program's decision.
  */
 #ifndef AMPC_H
 #define AMPC_H
@@ -787,7 +790,16 @@ AMP_API void amp_set_warning_handler(amp_warning_fn fn, void *user);
  * CPU tensors and NCCL for CUDA tensors (docs/distributed.md). Start it
  * with mpirun -np N; each rank runs the same program on its own shard of
  * the data. Before amp_dist_init (and in a build without MPI) the world is
- * one rank: rank 0, size 1, every collective the identity. */
+ * one rank: rank 0, size 1, every collective the identity.
+ * Failures come back as errors on every rank, naming the rank: a rank
+ * that cannot do its part before a collective (out of memory) makes every
+ * rank's call fail with its message, and the run can go on. A rank that
+ * fails inside a collective, stops or dies (a wait past the timeout names
+ * the ranks that did not answer) ends the world: the call returns
+ * AMP_ERR_IO, the other ranks' calls return the same message, and every
+ * later collective (amp_dist_finalize too) returns it at once. The ranks
+ * cannot go on together then: end the job (MPI_Abort, or exit non-zero
+ * without finalizing: the launcher ends the others). */
 
 typedef enum { AMP_REDUCE_SUM = 0, AMP_REDUCE_AVG, AMP_REDUCE_MAX } amp_reduce_op;
 
@@ -802,11 +814,13 @@ AMP_API bool amp_dist_is_initialized(void);
 AMP_API int amp_dist_rank(void);       /* 0 before amp_dist_init */
 AMP_API int amp_dist_world_size(void); /* 1 before amp_dist_init */
 /* Waits for every rank (with the timeout), then ends MPI if
- * amp_dist_init started it. */
+ * amp_dist_init started it. After the world ended (above) it waits for no
+ * one, leaves MPI as it is and returns that error. */
 AMP_API amp_status amp_dist_finalize(void);
-/* How long any wait for the other ranks may last before this rank prints
- * what it waited for and ends the whole job (MPI_Abort): seconds, default
- * 300 or AMPC_DIST_TIMEOUT's; <= 0 restores the default. */
+/* How long any wait for the other ranks may last before the call returns
+ * an error saying what it waited for and which ranks did not answer (the
+ * world then ends, above): seconds, default 300 or AMPC_DIST_TIMEOUT's;
+ * <= 0 restores the default. */
 AMP_API void amp_dist_set_timeout(double seconds);
 /* In place over the ranks: a contiguous f32 tensor (SUM, AVG, MAX) or i64
  * one (SUM, MAX), on the CPU (MPI) or CUDA (NCCL). */

@@ -26,7 +26,8 @@
  *   - Failure: a rank killed with kill -9 ends the job (mpirun exits
  *     non-zero within 30 s, naming rank 1); a stopped rank (SIGSTOP) makes
  *     the other time out (--dist-timeout 2, or AMPC_DIST_TIMEOUT=2) with
- *     comm's message naming what it waited for; a rank that fails alone
+ *     comm's message naming what it waited for and rank 1 as the one that
+ *     did not answer, then ampc ends the job; a rank that fails alone
  *     mid-run (rank 0's --log on /dev/full) ends the job at once, saying
  *     which rank and why.
  *   - Options: the data-parallel ones refused without mpirun and checked
@@ -673,7 +674,10 @@ static void stop_rank_1(bool env)
         kill(r1, SIGKILL);
     char *out = cli_read_file(err, NULL);
     CHECK_MSG(rc > 0, "mpirun exit %d after %.1f s:\n%s", rc, took, out ? out : "");
-    CHECK_MSG(out && strstr(out, "ampc: rank 0: timed out after 2 s waiting for"),
+    /* rank 0's call returns the timeout, naming rank 1, and ampc ends the job */
+    CHECK_MSG(out && strstr(out, "ampc: rank 0: ") && strstr(out, "rank 0 timed out after 2 s waiting for") &&
+                  strstr(out, "rank 1 did not answer") &&
+                  strstr(out, "ampc: rank 0: this rank cannot go on: ending every rank of the job"),
               "rank 0's timeout not reported:\n%s", out ? out : "");
     free(out);
 }

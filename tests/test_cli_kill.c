@@ -10,9 +10,10 @@
  *     byte (every tensor and the metadata, the scaler's counters too);
  *   - no "<checkpoint>.tmp.<pid>" is left after the next save.
  *
- * Mid-save kills: two killed runs in three get AMPC_TEST_SAVE_DELAY_MS,
- * which pauses each save after its header is written, so that most of
- * their kills land between a save's first byte and its rename; one of
+ * Mid-save kills: two killed runs in three get the slow-save shim
+ * (tests/slow_save.c, preloaded: a pause of DELAY_MS before each save's
+ * temporary file is synced), so that most of their kills land between a
+ * save's first byte and its rename; one of
  * those two waits, after its random time, for the next save in progress
  * (a temporary in DIR) and kills it there. The third run, without the
  * delay, is killed mostly between saves. A kill is counted as mid-save
@@ -33,7 +34,7 @@
 
 #define STEPS 40
 #define EVERY 3     /* --save-every */
-#define DELAY_MS 6  /* AMPC_TEST_SAVE_DELAY_MS of the killed runs */
+#define DELAY_MS 6  /* the slow-save shim's pause in the killed runs (AMPC_SLOW_SAVE_MS) */
 #define MAX_LINES 4 * STEPS
 #define CHECKPOINT_FILE "checkpoint.safetensors"
 
@@ -54,9 +55,25 @@ static uint64_t next(uint64_t *s) /* splitmix64 */
     return z ^ (z >> 31);
 }
 
+/* In the child before exec: tests/slow_save.c preloaded, with its pause.
+ * (An ASan build's ampc wants its runtime first among the preloads: the
+ * shim, which holds no instrumented code, may come before it.) */
+static void preload_slow_save(void)
+{
+    char ms[16], list[2048], asan[1024];
+    snprintf(ms, sizeof ms, "%d", DELAY_MS);
+    setenv("AMPC_SLOW_SAVE_MS", ms, 1);
+    const char *pre = getenv("LD_PRELOAD");
+    snprintf(list, sizeof list, "%s%s%s", AMPC_SLOW_SAVE_SO, pre && *pre ? ":" : "", pre ? pre : "");
+    setenv("LD_PRELOAD", list, 1);
+    const char *ao = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", ao ? ao : "", ao && *ao ? ":" : "");
+    setenv("ASAN_OPTIONS", asan, 1);
+}
+
 /* Starts "ampc train ARGS --save dir --save-every EVERY --log log", with
- * the save delay when delay, its output into dir.out; returns the child's
- * pid. */
+ * the slow-save shim preloaded when delay, its output into dir.out;
+ * returns the child's pid. */
 static pid_t start(const char *dir, const char *log, bool delay)
 {
     char line[2048], out[600];
@@ -75,10 +92,8 @@ static pid_t start(const char *dir, const char *log, bool delay)
             dup2(fd, 1);
             dup2(fd, 2);
         }
-        char ms[16];
-        snprintf(ms, sizeof ms, "%d", DELAY_MS);
         if (delay)
-            setenv("AMPC_TEST_SAVE_DELAY_MS", ms, 1);
+            preload_slow_save();
         execv(cli_ampc, argv);
         _exit(127);
     }

@@ -7,10 +7,11 @@
  * with a message, no host synchronisation added by any of it, and a short
  * fp16 + scaler training whose gradients are averaged over the world
  * through NCCL each step, bitwise equal to the same training without;
- * comm_nccl.c's calls directly, before amp_dist_init (a one-rank
- * communicator made without MPI: what runs on a machine without Open
- * MPI); and, on cudaemu, a communicator that never settles ending the
- * process past the timeout with a message.
+ * the NCCL engine's calls directly (comm_device_engine), before
+ * amp_dist_init (a one-rank communicator made without MPI: what runs on a
+ * machine without Open MPI); and, on cudaemu, a communicator that never
+ * settles: the call returns an error past the timeout, saying what it
+ * waited for, and every later collective refuses with it.
  * Over one rank every collective leaves the data as it was, so each
  * result is known exactly.
  *
@@ -20,7 +21,7 @@
  * (CTest: "Skipped").
  */
 #include "comm/comm.h"
-#include "comm/comm_nccl.h"
+#include "comm/comm_engine.h"
 #include "cuda_rig.h"
 
 #include <stdint.h>
@@ -29,6 +30,9 @@
 #include <unistd.h>
 
 static bool ran; /* whether any test ran (else main exits 77: skipped) */
+
+/* NCCL operations started so far (which engine ran). */
+static int64_t nccl_ops(void) { return comm_device_engine(AMP_CUDA)->ops_started(); }
 
 /* Whether this test can run; the reason is reported as a skip. */
 static bool ready(void)
@@ -58,10 +62,11 @@ static bool same_bits(const amp_tensor *t, const void *want, size_t bytes)
 }
 
 /* A communicator that never finishes being made (cudaemu's
- * CUDAEMU_NCCL_STUCK: a peer that never joins) ends the process past the
- * timeout, saying what it waited for, instead of hanging: in a child
- * process (before MPI starts, so the end is comm_abort's exit). */
-static void test_stuck_communicator_ends_the_job(void)
+ * CUDAEMU_NCCL_STUCK: a peer that never joins) fails the call past the
+ * timeout, saying what it waited for, instead of hanging; the world has
+ * then ended, so a later collective refuses with the same message. In a
+ * child process (before MPI starts), which reports what it got. */
+static void test_stuck_communicator_is_an_error(void)
 {
 #ifndef AMPC_CUDA_EMU
     harness_skip("needs cudaemu's CUDAEMU_NCCL_STUCK");
@@ -84,10 +89,16 @@ static void test_stuck_communicator_ends_the_job(void)
         setenv("CUDAEMU_NCCL_STUCK", "1", 1);
         comm_set_timeout(0.25);
         amp_tensor *t = amp_zeros(AMP_SHAPE(8), AMP_F32);
-        nccl_op *op = NULL;
-        if (amp_tensor_move(t, AMP_CUDA) == AMP_OK)
-            comm_nccl_allreduce(amp_tensor_data(t), 8, AMP_F32, AMP_REDUCE_SUM, &op);
-        _exit(0); /* not reached: the timeout ends the process */
+        comm_op *op = NULL;
+        int rc = 3;
+        if (amp_tensor_move(t, AMP_CUDA) == AMP_OK &&
+            comm_device_engine(AMP_CUDA)->allreduce(amp_tensor_data(t), 8, AMP_F32, AMP_REDUCE_SUM, &op) != AMP_OK) {
+            fprintf(stderr, "first: %s\n", amp_last_error());
+            rc = comm_failed(NULL) && amp_dist_all_reduce(t, AMP_REDUCE_SUM) != AMP_OK ? 1 : 4;
+            fprintf(stderr, "then: %s\n", amp_last_error());
+        }
+        fflush(stderr);
+        _exit(rc);
     }
     close(fd[1]);
     char msg[4096] = "";
@@ -99,16 +110,17 @@ static void test_stuck_communicator_ends_the_job(void)
     close(fd[0]);
     int status = 0;
     CHECK(waitpid(pid, &status, 0) == pid);
-    /* 1 from comm_abort (LeakSanitizer may make it its own code at exit). */
-    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) != 0, "the child was not ended by comm_abort (status %d)",
-              status);
-    CHECK_MSG(strstr(msg, "ampc: rank 0: NCCL: making the communicator") && strstr(msg, "timed out after 0.25 s") &&
-                  strstr(msg, "ending the job"),
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 1, "the child's calls did not fail as they should "
+              "(status %d):\n%s", status, msg);
+    const char *then = strstr(msg, "then: ");
+    CHECK_MSG(strstr(msg, "first: dist: rank 0 timed out after 0.25 s waiting for making the NCCL communicator "
+                          "(ncclCommInitRankConfig)") &&
+                  then && strstr(then, "timed out after 0.25 s"),
               "the child said: %s", msg);
 #endif
 }
 
-/* comm_nccl.c's calls themselves, in a one-rank communicator (made
+/* The NCCL engine's calls themselves, in a one-rank communicator (made
  * without MPI if need be: the test that runs where the build has NCCL but
  * no MPI, as on a GPU machine without Open MPI): an f32 average and a
  * bf16 all-gather through NCCL, waited for on the device. */
@@ -129,21 +141,22 @@ static void test_nccl_calls(void)
     amp_tensor *t = on_cuda(amp_from_data(AMP_SHAPE(N), AMP_F32, v));
     amp_tensor *h = on_cuda(amp_from_data(AMP_SHAPE(N), AMP_BF16, b));
     amp_tensor *g = on_cuda(amp_zeros(AMP_SHAPE(N), AMP_BF16));
-    int64_t ops0 = comm_nccl_ops();
-    nccl_op *a = NULL, *c = NULL;
-    CHECK_OK(comm_nccl_allreduce(amp_tensor_data(t), N, AMP_F32, AMP_REDUCE_AVG, &a));
-    CHECK_OK(comm_nccl_allgather(amp_tensor_data(h), amp_tensor_data(g), N, AMP_BF16, &c));
+    const comm_engine *e = comm_device_engine(AMP_CUDA);
+    int64_t ops0 = nccl_ops();
+    comm_op *a = NULL, *c = NULL;
+    CHECK_OK(e->allreduce(amp_tensor_data(t), N, AMP_F32, AMP_REDUCE_AVG, &a));
+    CHECK_OK(e->allgather(amp_tensor_data(h), amp_tensor_data(g), N, AMP_BF16, &c));
     CHECK(a && c);
-    CHECK_OK(comm_nccl_wait(c, "the test's all-gather"));
-    CHECK_OK(comm_nccl_wait(a, "the test's all-reduce"));
-    CHECK_EQ_INT(comm_nccl_ops() - ops0, 2);
+    CHECK_OK(e->wait(c, "the test's all-gather"));
+    CHECK_OK(e->wait(a, "the test's all-reduce"));
+    CHECK_EQ_INT(nccl_ops() - ops0, 2);
     CHECK(same_bits(t, v, sizeof v));
     CHECK(same_bits(g, b, sizeof b));
     amp_tensor_free(t);
     amp_tensor_free(h);
     amp_tensor_free(g);
     if (!amp_dist_is_initialized())
-        comm_nccl_finalize(); /* the next communicator is made over MPI */
+        CHECK_OK(e->finalize(false)); /* the next communicator is made over MPI */
 }
 
 /* f32 sum / avg / max and i64 sum / max: the values come back bit for bit
@@ -160,11 +173,11 @@ static void test_all_reduce(void)
     amp_reduce_op ops[3] = {AMP_REDUCE_SUM, AMP_REDUCE_AVG, AMP_REDUCE_MAX};
     for (int o = 0; o < 3; o++) {
         amp_tensor *t = on_cuda(amp_from_data(AMP_SHAPE(N), AMP_F32, v));
-        int64_t ops0 = comm_nccl_ops();
+        int64_t ops0 = nccl_ops();
         amp_cuda_sync_stats s0 = amp_cuda_get_sync_stats();
         CHECK_OK(amp_dist_all_reduce(t, ops[o]));
         amp_cuda_sync_stats s1 = amp_cuda_get_sync_stats();
-        CHECK_EQ_INT(comm_nccl_ops() - ops0, 1);
+        CHECK_EQ_INT(nccl_ops() - ops0, 1);
         CHECK_EQ_INT(s1.syncs + s1.d2h_copies + s1.h2d_copies, s0.syncs + s0.d2h_copies + s0.h2d_copies);
         CHECK_MSG(same_bits(t, v, sizeof v), "op %d: the values changed", o);
         amp_tensor_free(t);
@@ -266,7 +279,7 @@ static void train(bool through_nccl, int steps, double *losses, float *w, int64_
     so.momentum = 0.9;
     amp_optim *opt = amp_optim_sgd(params, np, so);
     amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
-    int64_t ops0 = comm_nccl_ops();
+    int64_t ops0 = nccl_ops();
     for (int k = 0; k < steps; k++) {
         amp_optim_zero_grad(opt);
         amp_autocast_begin(AMP_CUDA, AMP_F16);
@@ -280,7 +293,7 @@ static void train(bool through_nccl, int steps, double *losses, float *w, int64_
         CHECK_OK(amp_scaler_update(s));
         amp_temps_free();
     }
-    *ops = comm_nccl_ops() - ops0;
+    *ops = nccl_ops() - ops0;
     int64_t off = 0;
     for (int i = 0; i < np; i++) {
         int64_t n = amp_tensor_numel(params[i]);
@@ -323,9 +336,9 @@ static void test_after_finalize(void)
     float v[5] = {1, 2, 3, 4, 5};
     amp_tensor *t = on_cuda(amp_from_data(AMP_SHAPE(5), AMP_F32, v));
     CHECK_OK(amp_dist_finalize());
-    int64_t ops0 = comm_nccl_ops();
+    int64_t ops0 = nccl_ops();
     CHECK_OK(amp_dist_all_reduce(t, AMP_REDUCE_SUM));
-    CHECK_EQ_INT(comm_nccl_ops(), ops0);
+    CHECK_EQ_INT(nccl_ops(), ops0);
     CHECK(same_bits(t, v, sizeof v));
     amp_tensor_free(t);
 }
@@ -333,7 +346,7 @@ static void test_after_finalize(void)
 int main(void)
 {
     amp_set_num_threads(1);
-    RUN(test_stuck_communicator_ends_the_job); /* first: forks, before MPI and any communicator */
+    RUN(test_stuck_communicator_is_an_error); /* first: forks, before MPI and any communicator */
     RUN(test_nccl_calls); /* before amp_dist_init: a communicator without MPI */
     if (amp_cuda_available() && comm_built_with_nccl() && amp_dist_init(NULL, NULL) != AMP_OK)
         fprintf(stderr, "test_dist_cuda: %s\n", amp_last_error());

@@ -17,12 +17,19 @@
  *     worst exit code wins), so an error every rank meets (a bad file) or
  *     one rank meets (rank 0's --log) ends every rank cleanly;
  *     dist_abort: an error one rank meets while the others train ends the
- *     whole job at once (comm_abort), instead of leaving them waiting.
+ *     whole job at once, instead of leaving them waiting. The library
+ *     never ends a process: it returns its errors (a failed, stopped or
+ *     dead rank included), and this is the program's one place that asks
+ *     the launcher to end every rank (end_job: MPI_Abort).
  */
 #define _GNU_SOURCE /* fopencookie */
 #include "dist_cli.h"
 
 #include "comm/comm.h"
+
+#ifdef AMPC_HAVE_MPI
+#include <mpi.h>
+#endif
 
 #include <fcntl.h>
 #include <signal.h>
@@ -89,8 +96,7 @@ static void write_all(const char *p, size_t n)
 }
 
 /* Each line gets "ampc: rank R: " in front, in place of its own "ampc: "
- * (lines that name their rank already, comm_abort's, are left as they
- * are), and goes out in one write with it, so that the ranks' lines do not
+ * (lines that name their rank already are left as they are), and goes out in one write with it, so that the ranks' lines do not
  * interleave. The stream is line-buffered, so a line comes in one piece
  * unless it is longer than the buffer. */
 static ssize_t prefix_write(void *cookie, const char *buf, size_t n)
@@ -302,13 +308,30 @@ int dist_same_step(int64_t step, const char *where)
     return EXIT_USAGE;
 }
 
+/* Ends every rank of the job with exit code rc: MPI_Abort asks the
+ * launcher to end them all (this process included), whatever they are
+ * doing: waiting in a collective, stopped, or training on. */
+static _Noreturn void end_job(int rc)
+{
+    fflush(stdout);
+    fflush(stderr);
+#ifdef AMPC_HAVE_MPI
+    int started = 0, finalized = 0;
+    MPI_Initialized(&started);
+    MPI_Finalized(&finalized);
+    if (started && !finalized)
+        MPI_Abort(MPI_COMM_WORLD, rc);
+#endif
+    exit(rc);
+}
+
 void dist_abort(int rc, const char *why)
 {
     if (!dist_on() || amp_dist_world_size() < 2)
         return;
     fflush(stdout);
-    fflush(stderr);
-    comm_abort(rc > 0 ? rc : 1, "%s: ending every rank of the job", why);
+    fprintf(stderr, "ampc: %s: ending every rank of the job\n", why);
+    end_job(rc > 0 ? rc : 1);
 }
 
 int dist_end(int rc)
@@ -317,9 +340,13 @@ int dist_end(int rc)
         return rc;
     fflush(stdout);
     fflush(stderr);
-    if (amp_dist_finalize() != AMP_OK && rc == 0) {
+    if (amp_dist_finalize() != AMP_OK) {
         fprintf(stderr, "ampc: %s\n", amp_last_error());
-        rc = 1;
+        rc = rc > 0 ? rc : 1;
+        /* the ranks could not end together (one failed, or stopped): the
+         * launcher ends them */
+        if (comm_failed(NULL))
+            dist_abort(rc, "the ranks cannot end together");
     }
     return rc;
 }

@@ -46,11 +46,12 @@ int dist_same_step(int64_t step, const char *where);
 /* Seconds a wait for the other ranks may last (--dist-timeout,
  * AMPC_DIST_TIMEOUT, else 300). */
 double dist_timeout_s(void);
-/* A data-parallel run: prints why and ends every rank (comm_abort with rc);
+/* A data-parallel run: prints why and ends every rank (MPI_Abort with rc);
  * returns (doing nothing) in a plain run. */
 void dist_abort(int rc, const char *why);
 /* The end of a data-parallel run: amp_dist_finalize (waits for every
- * rank). Returns rc (1 when rc was 0 and finalizing failed). */
+ * rank). Returns rc (1 when rc was 0 and finalizing failed); when the
+ * ranks cannot end together (comm_failed), ends the job (dist_abort). */
 int dist_end(int rc);
 
 #endif

@@ -22,7 +22,8 @@
  * the state is a host copy in the scaler itself.
  *
  * Across ranks (data parallelism): unscale's found_inf is reduced with
- * MAX over the ranks before the step decision (run_unscale).
+ * MAX over the ranks before the step decision (scaler_unscale), after the
+ * ranks agreed that each could prepare its part.
  *
  * This file keeps the host's logic: stages, messages, getters; the f16
  * health diagnostics are in health.c.
@@ -262,13 +263,8 @@ amp_tensor *amp_scaler_scale(amp_scaler *s, amp_tensor *loss)
 
 /* ---------------------------------------------------------- unscale */
 
-/* The backend's unscale of bufs[0..k) into found_inf (zeroed first). In
- * a data-parallel run (more than one rank) found_inf is then the MAX over
- * the ranks, in place in the state's memory (NCCL on a GPU: no host
- * synchronisation), so every rank skips or steps together and the scales
- * stay identical. Every rank takes part, with gradients or not. *divided
- * is set once the gradients are divided (a later failure: the all-reduce).
- * A backend failure before it is the caller's to turn into comm_abort. */
+/* The backend's unscale of bufs[0..k) into found_inf (zeroed first).
+ * *divided is set once the gradients are divided. */
 static amp_status run_unscale(const amp_scaler *s, const be_buf *bufs, int k, float *found_inf, bool *divided)
 {
     const float zero = 0.0f; /* a one-element fill: no copy from the host */
@@ -276,8 +272,6 @@ static amp_status run_unscale(const amp_scaler *s, const be_buf *bufs, int k, fl
     if (k > 0)
         BACKEND_CALL(s->be, "scaler_unscale", unscale, bufs, k, tensor_f32(s->scale_t), found_inf);
     *divided = true;
-    if (comm_size() > 1)
-        return comm_allreduce(found_inf, 1, AMP_F32, AMP_REDUCE_MAX, s->be->device, NULL);
     return AMP_OK;
 }
 
@@ -292,63 +286,35 @@ amp_status amp_scaler_unscale(amp_scaler *s, amp_optim *o)
     return st;
 }
 
-/* A failure of this rank's own before the found_inf all-reduce (memory,
- * the backend, an f16 or misplaced gradient): in a data-parallel run the
- * other ranks are (or will be) in that all-reduce and this rank cannot
- * join it, so the job ends with the real message (comm_abort); alone, the
- * error is returned. */
-static amp_status local_fail(amp_status st)
+/* This rank's part before anything is divided: the record's slot, every
+ * gradient checked (f16 ones need master weights, all on the scale's
+ * device), the buffer list in s->bufs (f16 gradients with f32 masters
+ * widened first); *kp: how many buffers. */
+static amp_status prepare(amp_scaler *s, amp_optim *o, const opt_record *r, int *kp)
 {
-    if (st != AMP_OK && comm_size() > 1)
-        comm_abort(1, "scaler_unscale on rank %d, before the found_inf all-reduce: %s", comm_rank(),
-                   amp_last_error());
-    return st;
-}
-
-static amp_status scaler_unscale(amp_scaler *s, amp_optim *o)
-{
-    if (!s || !o)
-        return amp_set_error(AMP_ERR_ARG, "scaler_unscale: NULL %s", s ? "optimizer" : "scaler");
-    if (!s->o.enabled)
-        return AMP_OK;
-    /* The refusals of the call sequence (no scale, then unscale twice or
-     * after step) are the same on every rank of a data-parallel run (the
-     * same program): none issues the collective. */
-    if (check_started(s, "unscale_") != AMP_OK)
-        return amp_last_status();
-    opt_record *r = record_for(s, o, "unscale_");
-    if (!r) /* out of memory */
-        return local_fail(amp_last_status());
-    if (r->stage == STAGE_UNSCALED)
-        return amp_set_error(AMP_ERR_STATE,
-                             "unscale_() has already been called on this optimizer since the last "
-                             "update().");
-    if (r->stage == STAGE_STEPPED)
-        return amp_set_error(AMP_ERR_STATE, "unscale_() is being called after step().");
     const int rec = (int)(r - s->recs);
     if (rec >= BE_SCALER_MAX_RECORDS)
-        return local_fail(amp_set_error(AMP_ERR_ARG, "scaler: more than %d optimizers in one iteration",
-                                        BE_SCALER_MAX_RECORDS));
+        return amp_set_error(AMP_ERR_ARG, "scaler: more than %d optimizers in one iteration", BE_SCALER_MAX_RECORDS);
 
     int n = amp_optim_num_params(o), k = 0;
     for (int i = 0; i < n; i++) {
         amp_tensor *g = amp_tensor_grad(amp_optim_param(o, i));
         if (g && g->dtype == AMP_F16 && !optim_wants_master(o, i))
-            return local_fail(amp_set_error(AMP_ERR_DTYPE,
+            return amp_set_error(AMP_ERR_DTYPE,
                                  "Attempting to unscale FP16 gradients. (parameter %d has an f16 "
                                  "gradient; keep f32 master parameters and let autocast cast them, or give "
                                  "the optimizer master weights: amp_optim_set_master_weights)",
-                                 i));
+                                 i);
         if (g && tensor_device(g) != tensor_device(s->scale_t))
-            return local_fail(amp_set_error(AMP_ERR_DEVICE,
+            return amp_set_error(AMP_ERR_DEVICE,
                                  "scaler: parameter %d's gradient is on %s but the scale was made on %s (one "
                                  "scaler per device)",
-                                 i, amp_device_name(tensor_device(g)), amp_device_name(tensor_device(s->scale_t))));
+                                 i, amp_device_name(tensor_device(g)), amp_device_name(tensor_device(s->scale_t)));
     }
     if (n > s->cap_bufs) {
         be_buf *b = realloc(s->bufs, (size_t)n * sizeof *b);
         if (!b)
-            return local_fail(amp_set_error(AMP_ERR_MEMORY, "scaler: out of memory"));
+            return amp_set_error(AMP_ERR_MEMORY, "scaler: out of memory");
         s->bufs = b;
         s->cap_bufs = n;
     }
@@ -363,7 +329,7 @@ static amp_status scaler_unscale(amp_scaler *s, amp_optim *o)
         if (g && g->dtype == AMP_F16) {
             amp_tensor *w = tensor_convert(g, AMP_F32);
             if (!w)
-                return local_fail(amp_last_status());
+                return amp_last_status();
             tensor_set_category(w, AMP_MEM_GRADIENTS);
             amp_tensor_free(g);
             p->grad = g = w;
@@ -371,15 +337,55 @@ static amp_status scaler_unscale(amp_scaler *s, amp_optim *o)
         if (g && (g->dtype == AMP_F32 || g->dtype == AMP_BF16))
             s->bufs[k++] = (be_buf){tensor_ptr(g), g->numel, g->dtype};
     }
+    *kp = k;
+    return AMP_OK;
+}
+
+static amp_status scaler_unscale(amp_scaler *s, amp_optim *o)
+{
+    if (!s || !o)
+        return amp_set_error(AMP_ERR_ARG, "scaler_unscale: NULL %s", s ? "optimizer" : "scaler");
+    if (!s->o.enabled)
+        return AMP_OK;
+    /* The refusals of the call sequence (no scale, then unscale twice or
+     * after step) are the same on every rank of a data-parallel run (the
+     * same program): none issues the collective. */
+    if (check_started(s, "unscale_") != AMP_OK)
+        return amp_last_status();
+    opt_record *r = record_for(s, o, "unscale_"); /* NULL: out of memory */
+    if (r && r->stage == STAGE_UNSCALED)
+        return amp_set_error(AMP_ERR_STATE,
+                             "unscale_() has already been called on this optimizer since the last "
+                             "update().");
+    if (r && r->stage == STAGE_STEPPED)
+        return amp_set_error(AMP_ERR_STATE, "unscale_() is being called after step().");
+    int k = 0;
+    amp_status st = r ? prepare(s, o, r, &k) : amp_last_status();
+    /* In a data-parallel run (more than one rank) found_inf becomes the
+     * MAX over the ranks, in place in the state's memory (NCCL on a GPU:
+     * no host synchronisation), so every rank skips or steps together and
+     * the scales stay identical; every rank takes part, with gradients or
+     * not. A rank whose own part failed says so first: every rank then
+     * returns its error, naming it, and no rank divides anything. */
+    const bool ranks = comm_size() > 1;
+    if (ranks)
+        st = comm_agree(st, "scaler_unscale");
+    if (st != AMP_OK)
+        return st;
     bool divided = false;
-    amp_status st = run_unscale(s, s->bufs, k, &s->st->found_inf[rec], &divided);
-    if (st != AMP_OK && !divided)
-        return local_fail(st);
+    float *found_inf = &s->st->found_inf[r - s->recs];
+    st = run_unscale(s, s->bufs, k, found_inf, &divided);
+    if (ranks && st != AMP_OK) /* the others are on their way into the all-reduce */
+        st = comm_fail("scaler_unscale, after the ranks agreed to reduce found_inf");
+    else if (ranks)
+        st = comm_allreduce(found_inf, 1, AMP_F32, AMP_REDUCE_MAX, s->be->device, NULL);
     /* Divided (even if the all-reduce then failed): the gradients are
      * unscaled, so the stage says so and a retry is refused rather than
      * dividing them twice. */
-    r->recorded = k > 0;
-    r->stage = STAGE_UNSCALED;
+    if (divided) {
+        r->recorded = k > 0;
+        r->stage = STAGE_UNSCALED;
+    }
     return st;
 }
 

@@ -253,6 +253,12 @@ typedef struct amp_backend {
     amp_status (*iota_i64)(int64_t *dst, int64_t n);
     /* Waits for everything queued so far (no-op on a synchronous device). */
     amp_status (*synchronize)(void);
+    /* For an engine that orders its own work against this backend's
+     * (NCCL: src/comm/comm_nccl.c): the device this process uses, and the
+     * queue everything here runs on as its native handle (a
+     * cudaStream_t). NULL on a synchronous device. */
+    int (*device_index)(void);
+    void *(*queue_handle)(void);
     amp_memory_stats (*memory_stats)(void);
     void (*memory_reset_peak)(void);
     void (*empty_cache)(void);

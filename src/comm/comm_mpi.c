@@ -1,23 +1,28 @@
 /*
- * comm_mpi.c - comm.h on MPI for host buffers (and the identity for a
- * world of one rank, and in a build without MPI). CUDA buffers go to
- * NCCL (comm_nccl.c) where it is built in.
+ * comm_mpi.c - the MPI engine (comm_engine.h): collectives on host
+ * buffers, and the world itself: starting and ending MPI, which rank this
+ * is, and the channel on which a rank that cannot go on tells the others.
  *
- * Every collective is started non-blocking (MPI_I*) and waited for by
- * comm_wait's loop of MPI_Test against the deadline: a blocking call is
- * the same start followed by the wait, so no call can hang past the
- * timeout. MPI_Test also drives Open MPI's progress, which is how a
- * bucket's all-reduce moves while backward goes on (comm_progress).
+ * Every collective is started non-blocking (MPI_I*) and waited for by a
+ * loop of MPI_Test against the deadline: a blocking call is the same start
+ * followed by the wait, so no call can hang past the timeout. MPI_Test
+ * also drives Open MPI's progress, which is how a bucket's all-reduce
+ * moves while backward goes on (progress). While it waits the loop also
+ * listens on the failure channel: a notice from another rank ends the
+ * wait with that rank's message.
+ *
+ * The failure channel is a duplicate of MPI_COMM_WORLD (its own context:
+ * its messages never match a collective's). A rank whose collective
+ * cannot finish sends every other rank a notice (announce); a rank that
+ * timed out first asks the others whether they are there (silent), and
+ * every rank answers such a question whenever it waits or progresses.
+ * After a failure nothing more is asked of MPI (a collective cannot be
+ * cancelled, so MPI is not finalized either): the program ends the job.
  */
-#include "comm/comm.h"
-#include "comm/comm_nccl.h"
+#include "comm/comm_engine.h"
 
 #include "base/base.h"
-#include "base/env.h"
-#include "dtype/dtype.h"
 
-#include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,101 +32,90 @@
 #include <mpi.h>
 #endif
 
-#define DEFAULT_TIMEOUT_S 300.0
+static const comm_world *W;
+static void mpi_attach(const comm_world *w) { W = w; }
 
-static int g_rank = 0, g_size = 1;
-static bool g_init = false;
-#ifdef AMPC_HAVE_MPI
-static bool g_started_mpi = false; /* comm_init called MPI_Init_thread (so comm_finalize ends MPI) */
-#endif
-static double g_timeout = 0; /* 0: not read yet */
+#ifndef AMPC_HAVE_MPI
 
-bool comm_built_with_mpi(void)
+static bool no_mpi(void) { return false; }
+
+static const char *no_mpi_reason(void)
 {
-#ifdef AMPC_HAVE_MPI
-    return true;
-#else
-    return false;
-#endif
+    return "ampc was built without MPI, so it cannot train on several processes (install Open MPI, e.g. "
+           "apt-get install libopenmpi-dev openmpi-bin, and rebuild)";
 }
 
-int comm_launched_size(void)
+static amp_status no_init(int *argc, char ***argv, int *rank, int *size)
 {
-    /* the world's size as Open MPI, PMI (MPICH, Slurm) and PMIx launchers
-     * export it */
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (*end == '\0' && n >= 1 && n <= INT_MAX)
-                return (int)n;
-        }
-    }
-    return getenv("PMIX_RANK") ? 1 : -1;
+    (void)argc, (void)argv;
+    *rank = 0;
+    *size = 1;
+    return amp_set_error(AMP_ERR_STATE, "dist: %s", no_mpi_reason());
 }
 
-bool comm_initialized(void) { return g_init; }
-int comm_rank(void) { return g_rank; }
-int comm_size(void) { return g_size; }
-
-/* <= 0: back to the default, AMPC_DIST_TIMEOUT's or 300 s (read again). */
-void comm_set_timeout(double seconds) { g_timeout = seconds > 0 ? seconds : 0; }
-
-double comm_timeout(void)
+static amp_status no_finalize(bool broken)
 {
-    if (g_timeout <= 0) {
-        g_timeout = env_number(ENV_DIST_TIMEOUT, DEFAULT_TIMEOUT_S);
-    }
-    return g_timeout;
+    (void)broken;
+    return AMP_OK;
 }
 
-#ifdef AMPC_HAVE_MPI
+static int64_t no_ops(void) { return 0; }
+
+/* Never asked for a collective: without MPI the world is one rank. */
+const comm_engine comm_engine_mpi = {
+    .name = "MPI",
+    .available = no_mpi,
+    .unavailable_reason = no_mpi_reason,
+    .attach = mpi_attach,
+    .init = no_init,
+    .finalize = no_finalize,
+    .ops_started = no_ops,
+};
+
+#else /* AMPC_HAVE_MPI */
+
+/* The failure channel's messages; a notice is at most NOTE_MAX bytes. */
+enum { TAG_FAIL = 1, TAG_ASK, TAG_ANSWER };
+#define NOTE_MAX 512
+
+struct comm_op {
+    MPI_Request r;
+    float *avg; /* AMP_REDUCE_AVG: these n divided by the world size when done */
+    int64_t n;
+};
+
+static bool g_started;               /* init called MPI_Init_thread (so finalize ends MPI) */
+static MPI_Comm g_ctl = MPI_COMM_NULL; /* the failure channel */
+static int64_t g_ops;
+static bool g_noted;                 /* a notice came: g_note */
+static char g_note[NOTE_MAX];
+
+static bool mpi_available(void) { return true; }
+static const char *mpi_reason(void) { return ""; }
+
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
-#endif
 
-_Noreturn void comm_abort(int code, const char *fmt, ...)
+static void pause_us(long us)
 {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "ampc: rank %d: %s\n", g_rank, msg);
-    fflush(stderr);
-#ifdef AMPC_HAVE_MPI
-    if (g_init)
-        MPI_Abort(MPI_COMM_WORLD, code);
-#endif
-    exit(code);
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
 }
 
-/* ------------------------------------------------------------ requests */
-
-struct comm_req {
-#ifdef AMPC_HAVE_MPI
-    MPI_Request r;
-#endif
-    float *avg;     /* AMP_REDUCE_AVG: divide these n by the world size when done */
-    int64_t n;
-    nccl_op *nccl;  /* a CUDA buffer's operation (comm_nccl.c) */
-};
-
-#ifdef AMPC_HAVE_MPI
-
-static amp_status mpi_error(int rc, const char *what)
+/* MPI's words for error code rc. */
+static const char *mpi_why(int rc, char *buf, size_t size)
 {
     char s[MPI_MAX_ERROR_STRING];
     int len = 0;
     if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS)
-        snprintf(s, sizeof s, "error %d", rc);
-    return amp_set_error(AMP_ERR_IO, "dist: %s failed on rank %d: %s", what, g_rank, s);
+        snprintf(buf, size, "MPI error %d", rc);
+    else
+        snprintf(buf, size, "%s", s);
+    return buf;
 }
 
 static MPI_Datatype mpi_type(amp_dtype dt)
@@ -136,79 +130,265 @@ static MPI_Datatype mpi_type(amp_dtype dt)
     }
 }
 
-#endif
+/* ------------------------------------------------------ failure channel */
 
-static amp_status check_count(int64_t n, const char *what)
+/* Takes every message waiting on the failure channel: the first notice is
+ * kept, a question answered, an answer marked in answered[] (when given). */
+static void serve(unsigned char *answered)
 {
-    if (n < 0 || n > INT_MAX)
-        return amp_set_error(AMP_ERR_ARG, "dist: %s of %lld elements (at most %d at once)", what, (long long)n,
-                             INT_MAX);
+    for (int k = 0; k < 1024; k++) {
+        int flag = 0;
+        MPI_Status s;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, g_ctl, &flag, &s) != MPI_SUCCESS || !flag)
+            return;
+        char buf[NOTE_MAX];
+        if (MPI_Recv(buf, NOTE_MAX, MPI_CHAR, s.MPI_SOURCE, s.MPI_TAG, g_ctl, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return;
+        if (s.MPI_TAG == TAG_FAIL && !g_noted) {
+            buf[NOTE_MAX - 1] = '\0';
+            snprintf(g_note, sizeof g_note, "%s", buf);
+            g_noted = true;
+        } else if (s.MPI_TAG == TAG_ASK) {
+            static const char yes = 1;
+            MPI_Request r;
+            if (MPI_Isend(&yes, 1, MPI_CHAR, s.MPI_SOURCE, TAG_ANSWER, g_ctl, &r) == MPI_SUCCESS)
+                MPI_Request_free(&r);
+        } else if (s.MPI_TAG == TAG_ANSWER && answered) {
+            answered[s.MPI_SOURCE] = 1;
+        }
+    }
+}
+
+static bool mpi_heard(char *msg, size_t size)
+{
+    if (g_ctl == MPI_COMM_NULL)
+        return false;
+    if (!g_noted)
+        serve(NULL);
+    if (g_noted)
+        snprintf(msg, size, "%s", g_note);
+    return g_noted;
+}
+
+static void mpi_announce(const char *msg)
+{
+    if (g_ctl == MPI_COMM_NULL)
+        return;
+    static char sent[NOTE_MAX]; /* alive until the sends complete */
+    snprintf(sent, sizeof sent, "%s", msg);
+    const int n = (int)strlen(sent) + 1, size = W->size(), me = W->rank();
+    MPI_Request *r = calloc((size_t)size, sizeof *r);
+    for (int i = 0; i < size; i++) {
+        MPI_Request one = MPI_REQUEST_NULL;
+        if (i == me || MPI_Isend(sent, n, MPI_CHAR, i, TAG_FAIL, g_ctl, &one) != MPI_SUCCESS)
+            one = MPI_REQUEST_NULL;
+        if (r)
+            r[i] = one;
+        else if (one != MPI_REQUEST_NULL)
+            MPI_Request_free(&one);
+    }
+    /* Pushed out for a while (a small message usually leaves at once), the
+     * rest left to MPI: a dead peer never takes its notice. */
+    const double until = now_s() + 1.0;
+    for (bool all = false; r && !all && now_s() < until;) {
+        all = true;
+        for (int i = 0; i < size; i++) {
+            int done = 1;
+            if (r[i] != MPI_REQUEST_NULL && MPI_Test(&r[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                done = 1;
+            all = all && done;
+        }
+        if (!all)
+            pause_us(200);
+    }
+    for (int i = 0; r && i < size; i++)
+        if (r[i] != MPI_REQUEST_NULL)
+            MPI_Request_free(&r[i]);
+    free(r);
+}
+
+static int mpi_silent(double grace_s, int *ranks, int max)
+{
+    const int size = W->size(), me = W->rank();
+    unsigned char *answered = calloc((size_t)size, 1);
+    if (!answered || g_ctl == MPI_COMM_NULL) {
+        free(answered);
+        return 0; /* cannot ask: nobody is named */
+    }
+    static const char ask = 1;
+    for (int i = 0; i < size; i++) {
+        MPI_Request r;
+        if (i != me && MPI_Isend(&ask, 1, MPI_CHAR, i, TAG_ASK, g_ctl, &r) == MPI_SUCCESS)
+            MPI_Request_free(&r);
+    }
+    answered[me] = 1;
+    const double until = now_s() + grace_s;
+    for (bool all = false; !all && now_s() < until;) {
+        serve(answered);
+        all = memchr(answered, 0, (size_t)size) == NULL;
+        if (!all)
+            pause_us(500);
+    }
+    int k = 0;
+    for (int i = 0; i < size; i++)
+        if (!answered[i]) {
+            if (k < max)
+                ranks[k] = i;
+            k++;
+        }
+    free(answered);
+    return k;
+}
+
+/* ------------------------------------------------------------- waiting */
+
+/* Waits for o (not freed): MPI_Test in a loop against the deadline,
+ * listening for notices. An error, a notice or the deadline ends the
+ * world (the request is given up: it cannot be cancelled). */
+static amp_status wait_op(comm_op *o, const char *what)
+{
+    amp_status st = W->check();
+    if (st != AMP_OK)
+        return st;
+    const double deadline = now_s() + W->timeout();
+    for (long spins = 0;; spins++) {
+        int flag = 0;
+        int rc = MPI_Test(&o->r, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            char why[MPI_MAX_ERROR_STRING + 32];
+            return W->fail(what, mpi_why(rc, why, sizeof why));
+        }
+        if (flag)
+            break;
+        if (spins > 2000) { /* past ~100 us of polling: listen, check the clock, and let the core go */
+            if ((st = W->check()) != AMP_OK)
+                return st;
+            if (now_s() > deadline)
+                return W->timed_out(what);
+            pause_us(20);
+        }
+    }
+    if (o->avg) {
+        const float w = (float)W->size();
+        for (int64_t i = 0; i < o->n; i++)
+            o->avg[i] /= w;
+    }
+    /* A notice sent before this collective completed is this call's
+     * error too: the other ranks do not go on. */
+    return W->check();
+}
+
+static amp_status mpi_wait(comm_op *o, const char *what)
+{
+    if (!o)
+        return AMP_OK;
+    amp_status st = wait_op(o, what);
+    free(o);
+    return st;
+}
+
+static amp_status mpi_test(comm_op *o, bool *done)
+{
+    *done = true;
+    if (!o || o->r == MPI_REQUEST_NULL)
+        return AMP_OK;
+    int flag = 0;
+    int rc = MPI_Test(&o->r, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+        char why[MPI_MAX_ERROR_STRING + 32];
+        return W->fail("testing a request", mpi_why(rc, why, sizeof why));
+    }
+    if (!flag) {
+        /* a request whose peer failed never completes: the notice says so */
+        *done = false;
+        return W->check();
+    }
     return AMP_OK;
 }
 
-static void finish_avg(float *buf, int64_t n)
+/* One MPI call on the failure channel: Open MPI moves every non-blocking
+ * operation in flight inside any, and a question from a rank that timed
+ * out is answered. */
+static void mpi_progress(void)
 {
-    const float w = (float)g_size;
-    for (int64_t i = 0; i < n; i++)
-        buf[i] /= w;
+    if (g_ctl != MPI_COMM_NULL)
+        serve(NULL);
 }
 
-/* The request of a started operation: handed out (*req) or waited for. */
-static amp_status hand_out(comm_req *r, comm_req **req, const char *what)
+/* --------------------------------------------------------- collectives */
+
+/* The operation to start: a new one when it is to be handed out (*out),
+ * else (or without memory for one) local, waited for before returning. */
+static comm_op *op_begin(comm_op *local, comm_op **out)
 {
-    if (req) {
-        *req = r;
+    memset(local, 0, sizeof *local);
+    comm_op *o = out ? calloc(1, sizeof *o) : NULL;
+    if (out)
+        *out = NULL;
+    return o ? o : local;
+}
+
+/* After the MPI_I* call (rc) that filled o->r: handed out, or waited for. */
+static amp_status op_started(int rc, comm_op *o, comm_op *local, comm_op **out, const char *what)
+{
+    if (rc != MPI_SUCCESS) {
+        if (o != local)
+            free(o);
+        char why[MPI_MAX_ERROR_STRING + 32];
+        return W->fail(what, mpi_why(rc, why, sizeof why)); /* the others may be in it already */
+    }
+    g_ops++;
+    if (o != local) {
+        *out = o;
         return AMP_OK;
     }
-    return comm_wait(r, what);
+    return wait_op(o, what);
 }
 
-static comm_req *new_req(void)
+static amp_status mpi_allreduce(void *buf, int64_t n, amp_dtype dt, amp_reduce_op op, comm_op **out)
 {
-    comm_req *r = calloc(1, sizeof *r);
-    if (!r)
-        amp_set_error(AMP_ERR_MEMORY, "dist: out of memory");
-    return r;
+    comm_op local, *o = op_begin(&local, out);
+    if (op == AMP_REDUCE_AVG)
+        o->avg = buf, o->n = n;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), op == AMP_REDUCE_MAX ? MPI_MAX : MPI_SUM,
+                            MPI_COMM_WORLD, &o->r);
+    return op_started(rc, o, &local, out, "an all-reduce (MPI_Iallreduce)");
 }
 
-/* Whether a collective on a buffer of dev goes to NCCL: every CUDA one
- * in a world of several ranks, and in a world of one rank after comm_init
- * when NCCL is built in (a one-rank communicator: the path runs, and its
- * collectives are copies). */
-static bool via_nccl(amp_device dev)
+static amp_status mpi_allgather(const void *send, void *recv, int64_t n, amp_dtype dt, comm_op **out)
 {
-    return dev == AMP_CUDA && (g_size > 1 || (g_init && comm_built_with_nccl()));
+    comm_op local, *o = op_begin(&local, out);
+    int rc = MPI_Iallgather(send == recv ? MPI_IN_PLACE : send, (int)n, mpi_type(dt), recv, (int)n, mpi_type(dt),
+                            MPI_COMM_WORLD, &o->r);
+    return op_started(rc, o, &local, out, "an all-gather (MPI_Iallgather)");
 }
 
-/* A started NCCL operation (st: how starting it went, *opp what it made)
- * as a request. op is read here, after the call that fills it ran (an
- * argument next to that call could be read before it). */
-static amp_status nccl_hand_out(amp_status st, nccl_op *const *opp, comm_req **req, const char *what)
+static amp_status mpi_reduce_scatter(const void *send, void *recv, int64_t n, amp_dtype dt, comm_op **out)
 {
-    if (st != AMP_OK)
-        return st;
-    nccl_op *op = *opp;
-    comm_req *r = new_req();
-    if (!r) {
-        comm_nccl_wait(op, what);
-        return AMP_ERR_MEMORY;
-    }
-    r->nccl = op;
-    return hand_out(r, req, what);
+    (void)dt; /* f32 only (comm.c) */
+    comm_op local, *o = op_begin(&local, out);
+    int rc = MPI_Ireduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &o->r);
+    return op_started(rc, o, &local, out, "a reduce-scatter (MPI_Ireduce_scatter_block)");
+}
+
+static amp_status mpi_bcast(void *buf, int64_t n, amp_dtype dt, int root, comm_op **out)
+{
+    comm_op local, *o = op_begin(&local, out);
+    int rc = MPI_Ibcast(buf, (int)n, mpi_type(dt), root, MPI_COMM_WORLD, &o->r);
+    return op_started(rc, o, &local, out, "a broadcast (MPI_Ibcast)");
+}
+
+static amp_status mpi_barrier(comm_op **out)
+{
+    comm_op local, *o = op_begin(&local, out);
+    int rc = MPI_Ibarrier(MPI_COMM_WORLD, &o->r);
+    return op_started(rc, o, &local, out, "a barrier (MPI_Ibarrier)");
 }
 
 /* ------------------------------------------------------------ lifetime */
 
-amp_status comm_init(int *argc, char ***argv)
+static amp_status mpi_init(int *argc, char ***argv, int *rank, int *size)
 {
-    if (g_init)
-        return AMP_OK;
-#ifndef AMPC_HAVE_MPI
-    (void)argc, (void)argv;
-    return amp_set_error(AMP_ERR_STATE, "dist: ampc was built without MPI, so it cannot train on several "
-                                        "processes (install Open MPI, e.g. apt-get install libopenmpi-dev "
-                                        "openmpi-bin, and rebuild)");
-#else
     int already = 0, finalized = 0, provided = MPI_THREAD_FUNNELED;
     MPI_Finalized(&finalized);
     if (finalized) /* MPI cannot start twice in one process */
@@ -219,7 +399,7 @@ amp_status comm_init(int *argc, char ***argv)
         int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
         if (rc != MPI_SUCCESS)
             return amp_set_error(AMP_ERR_STATE, "dist: MPI_Init_thread failed (code %d)", rc);
-        g_started_mpi = true;
+        g_started = true;
     } else {
         MPI_Query_thread(&provided);
     }
@@ -228,250 +408,54 @@ amp_status comm_init(int *argc, char ***argv)
                                             "MPI_THREAD_FUNNELED (its pool's threads exist beside the one that "
                                             "communicates)", provided);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    g_init = true;
-    (void)comm_timeout();
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &g_ctl);
+    if (rc != MPI_SUCCESS) {
+        char why[MPI_MAX_ERROR_STRING + 32];
+        g_ctl = MPI_COMM_NULL;
+        return amp_set_error(AMP_ERR_STATE, "dist: MPI_Comm_dup failed: %s", mpi_why(rc, why, sizeof why));
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+    g_noted = false;
     return AMP_OK;
-#endif
 }
 
-amp_status comm_finalize(void)
+static amp_status mpi_finalize(bool broken)
 {
-    if (!g_init)
+    if (broken) /* a collective may be unfinished: MPI is not called again */
         return AMP_OK;
-    amp_status st = comm_barrier();
-    comm_nccl_finalize();
-#ifdef AMPC_HAVE_MPI
+    if (g_ctl != MPI_COMM_NULL)
+        MPI_Comm_free(&g_ctl);
+    g_ctl = MPI_COMM_NULL;
     int done = 0;
     MPI_Finalized(&done);
-    if (!done && g_started_mpi) /* an MPI the caller started is the caller's to end */
+    if (!done && g_started) /* an MPI the caller started is the caller's to end */
         MPI_Finalize();
-    g_started_mpi = false;
-#endif
-    g_init = false;
-    g_rank = 0;
-    g_size = 1;
-    return st;
-}
-
-/* ---------------------------------------------------------- collectives */
-
-amp_status comm_allreduce(void *buf, int64_t n, amp_dtype dt, amp_reduce_op op, amp_device dev, comm_req **req)
-{
-    if (req)
-        *req = NULL;
-    amp_status st = check_count(n, "an all-reduce");
-    if (st != AMP_OK)
-        return st;
-    bool ok = (dt == AMP_F32 && (op == AMP_REDUCE_SUM || op == AMP_REDUCE_AVG || op == AMP_REDUCE_MAX)) ||
-              ((dt == AMP_I64 || dt == AMP_I32) && (op == AMP_REDUCE_SUM || op == AMP_REDUCE_MAX));
-    if (!ok)
-        return amp_set_error(AMP_ERR_DTYPE, "dist: all-reduce %s on %s buffers is not supported (f32: sum, avg, "
-                             "max; integers: sum, max; 16-bit data is widened to f32 first)",
-                             op == AMP_REDUCE_SUM ? "sum" : op == AMP_REDUCE_AVG ? "avg" : "max",
-                             amp_dtype_name(dt));
-    if (n == 0 || (g_size == 1 && !via_nccl(dev)))
-        return AMP_OK;
-    nccl_op *nop = NULL;
-    if (via_nccl(dev))
-        return nccl_hand_out(comm_nccl_allreduce(buf, n, dt, op, &nop), &nop, req, "an all-reduce");
-#ifdef AMPC_HAVE_MPI
-    comm_req *r = new_req();
-    if (!r)
-        return AMP_ERR_MEMORY;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), op == AMP_REDUCE_MAX ? MPI_MAX : MPI_SUM,
-                            MPI_COMM_WORLD, &r->r);
-    if (rc != MPI_SUCCESS) {
-        free(r);
-        return mpi_error(rc, "MPI_Iallreduce");
-    }
-    if (op == AMP_REDUCE_AVG)
-        r->avg = buf, r->n = n;
-    return hand_out(r, req, "an all-reduce");
-#else
+    g_started = false;
     return AMP_OK;
-#endif
 }
 
-amp_status comm_allgather(const void *send, void *recv, int64_t n, amp_dtype dt, amp_device dev, comm_req **req)
-{
-    if (req)
-        *req = NULL;
-    amp_status st = check_count(n, "an all-gather");
-    if (st != AMP_OK)
-        return st;
-    if (n == 0 || (g_size == 1 && !via_nccl(dev))) {
-        if (n && recv != send)
-            return dev == AMP_CUDA ? comm_nccl_copy(recv, send, n, dt)
-                                   : (memmove(recv, send, (size_t)n * amp_dtype_size(dt)), AMP_OK);
-        return AMP_OK;
-    }
-    nccl_op *nop = NULL;
-    if (via_nccl(dev))
-        return nccl_hand_out(comm_nccl_allgather(send, recv, n, dt, &nop), &nop, req, "an all-gather");
-#ifdef AMPC_HAVE_MPI
-    comm_req *r = new_req();
-    if (!r)
-        return AMP_ERR_MEMORY;
-    int rc = MPI_Iallgather(send == recv ? MPI_IN_PLACE : send, (int)n, mpi_type(dt), recv, (int)n, mpi_type(dt),
-                            MPI_COMM_WORLD, &r->r);
-    if (rc != MPI_SUCCESS) {
-        free(r);
-        return mpi_error(rc, "MPI_Iallgather");
-    }
-    return hand_out(r, req, "an all-gather");
-#else
-    return AMP_OK;
-#endif
-}
+static int64_t mpi_ops(void) { return g_ops; }
 
-amp_status comm_reduce_scatter(const void *send, void *recv, int64_t n, amp_dtype dt, amp_device dev,
-                               comm_req **req)
-{
-    if (req)
-        *req = NULL;
-    amp_status st = check_count(n * g_size, "a reduce-scatter");
-    if (st != AMP_OK)
-        return st;
-    if (dt != AMP_F32)
-        return amp_set_error(AMP_ERR_DTYPE, "dist: reduce-scatter of %s buffers (f32 only)", amp_dtype_name(dt));
-    if (n == 0 || (g_size == 1 && !via_nccl(dev))) {
-        if (n && recv != send)
-            return dev == AMP_CUDA ? comm_nccl_copy(recv, send, n, dt)
-                                   : (memmove(recv, send, (size_t)n * sizeof(float)), AMP_OK);
-        return AMP_OK;
-    }
-    nccl_op *nop = NULL;
-    if (via_nccl(dev))
-        return nccl_hand_out(comm_nccl_reduce_scatter(send, recv, n, dt, &nop), &nop, req, "a reduce-scatter");
-#ifdef AMPC_HAVE_MPI
-    comm_req *r = new_req();
-    if (!r)
-        return AMP_ERR_MEMORY;
-    int rc = MPI_Ireduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r->r);
-    if (rc != MPI_SUCCESS) {
-        free(r);
-        return mpi_error(rc, "MPI_Ireduce_scatter_block");
-    }
-    return hand_out(r, req, "a reduce-scatter");
-#else
-    return AMP_OK;
-#endif
-}
+const comm_engine comm_engine_mpi = {
+    .name = "MPI",
+    .available = mpi_available,
+    .unavailable_reason = mpi_reason,
+    .attach = mpi_attach,
+    .init = mpi_init,
+    .finalize = mpi_finalize,
+    .allreduce = mpi_allreduce,
+    .allgather = mpi_allgather,
+    .reduce_scatter = mpi_reduce_scatter,
+    .bcast = mpi_bcast,
+    .barrier = mpi_barrier,
+    .test = mpi_test,
+    .wait = mpi_wait,
+    .progress = mpi_progress,
+    .announce = mpi_announce,
+    .heard = mpi_heard,
+    .silent = mpi_silent,
+    .ops_started = mpi_ops,
+};
 
-amp_status comm_bcast(void *buf, int64_t n, amp_dtype dt, int root, amp_device dev)
-{
-    amp_status st = check_count(n, "a broadcast");
-    if (st != AMP_OK)
-        return st;
-    if (root < 0 || root >= g_size)
-        return amp_set_error(AMP_ERR_ARG, "dist: broadcast from rank %d of a world of %d", root, g_size);
-    if (n == 0 || (g_size == 1 && !via_nccl(dev)))
-        return AMP_OK;
-    if (via_nccl(dev))
-        return comm_nccl_bcast(buf, n, dt, root);
-#ifdef AMPC_HAVE_MPI
-    comm_req *r = new_req();
-    if (!r)
-        return AMP_ERR_MEMORY;
-    int rc = MPI_Ibcast(buf, (int)n, mpi_type(dt), root, MPI_COMM_WORLD, &r->r);
-    if (rc != MPI_SUCCESS) {
-        free(r);
-        return mpi_error(rc, "MPI_Ibcast");
-    }
-    return comm_wait(r, "a broadcast");
-#else
-    return AMP_OK;
-#endif
-}
-
-amp_status comm_barrier(void)
-{
-    if (g_size == 1)
-        return AMP_OK;
-#ifdef AMPC_HAVE_MPI
-    comm_req *r = new_req();
-    if (!r)
-        return AMP_ERR_MEMORY;
-    int rc = MPI_Ibarrier(MPI_COMM_WORLD, &r->r);
-    if (rc != MPI_SUCCESS) {
-        free(r);
-        return mpi_error(rc, "MPI_Ibarrier");
-    }
-    return comm_wait(r, "a barrier");
-#else
-    return AMP_OK;
-#endif
-}
-
-/* -------------------------------------------------------------- waiting */
-
-bool comm_test(comm_req *r)
-{
-    if (!r)
-        return true;
-    if (r->nccl)
-        return comm_nccl_test(r->nccl);
-#ifdef AMPC_HAVE_MPI
-    int flag = 0;
-    if (r->r == MPI_REQUEST_NULL)
-        return true;
-    MPI_Test(&r->r, &flag, MPI_STATUS_IGNORE);
-    return flag != 0;
-#else
-    return true;
-#endif
-}
-
-amp_status comm_wait(comm_req *r, const char *what)
-{
-    if (!r)
-        return AMP_OK;
-    amp_status st = AMP_OK;
-    if (r->nccl) {
-        st = comm_nccl_wait(r->nccl, what);
-    } else {
-#ifdef AMPC_HAVE_MPI
-        const double deadline = now_s() + comm_timeout();
-        long spins = 0;
-        for (;;) {
-            int flag = 0;
-            int rc = MPI_Test(&r->r, &flag, MPI_STATUS_IGNORE);
-            if (rc != MPI_SUCCESS) {
-                /* The request may still be writing into the caller's
-                 * buffer, and a collective cannot be cancelled: the job
-                 * cannot go on consistently. */
-                mpi_error(rc, what);
-                comm_abort(1, "%s", amp_last_error());
-            }
-            if (flag)
-                break;
-            if (++spins > 2000) { /* past ~100 us of polling: check the clock, and let the core go */
-                if (now_s() > deadline)
-                    comm_abort(1, "timed out after %g s waiting for %s (another rank stopped, or is stuck); "
-                                  "ending the job (AMPC_DIST_TIMEOUT sets the limit)",
-                               comm_timeout(), what);
-                struct timespec ts = {0, 20000};
-                nanosleep(&ts, NULL);
-            }
-        }
-#endif
-    }
-    if (st == AMP_OK && r->avg)
-        finish_avg(r->avg, r->n);
-    free(r);
-    return st;
-}
-
-/* One MPI_Iprobe: Open MPI moves every non-blocking operation in flight
- * inside any MPI call. */
-void comm_progress(void)
-{
-#ifdef AMPC_HAVE_MPI
-    if (g_init && g_size > 1) {
-        int flag = 0;
-        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
-    }
-#endif
-}
+#endif /* AMPC_HAVE_MPI */

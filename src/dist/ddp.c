@@ -305,39 +305,28 @@ static amp_status check_local(amp_tensor *const *params, int n, const amp_ddp_op
     return backend_check(tensor_device(params[0]), "ddp");
 }
 
-/* Out of memory in amp_ddp_new: with peers (in, or on their way to, a
- * collective this rank cannot join) the job ends with the message; alone,
- * the error. */
-static amp_status new_oom(void)
-{
-    if (comm_size() > 1)
-        comm_abort(1, "ddp: out of memory on rank %d in amp_ddp_new", comm_rank());
-    return amp_set_error(AMP_ERR_MEMORY, "ddp: out of memory");
-}
-
-/* Every rank's (ok, n, bucket_mb's bits, compress): refused everywhere
- * when one rank refused its arguments or they differ. */
+/* Every rank's arguments, checked alike: a rank that refused its own (or
+ * had no memory to compare them) fails amp_ddp_new on every rank, each
+ * message naming that rank and why (comm_agree); then the counts and
+ * options (n, bucket_mb's bits, compress), then every parameter's size
+ * and dtype, must be the same on every rank. */
 static amp_status agree(amp_tensor *const *params, int n, const amp_ddp_opts *o, amp_status local)
 {
     const int world = comm_size(), me = comm_rank();
-    int64_t mine[4] = {local == AMP_OK, local == AMP_OK ? n : -1, 0, local == AMP_OK ? (int64_t)o->compress : -1};
-    memcpy(&mine[2], &o->bucket_mb, sizeof(double));
+    int64_t mine[3] = {n, 0, (int64_t)o->compress};
+    memcpy(&mine[1], &o->bucket_mb, sizeof(double));
     int64_t *all = malloc((size_t)world * sizeof mine);
-    if (!all) /* the others are in the all-gather: this rank cannot follow */
-        return new_oom();
-    char msg[300];
-    snprintf(msg, sizeof msg, "%s", amp_last_error());
-    amp_status st = comm_allgather(mine, all, 4, AMP_I64, AMP_CPU, NULL);
-    if (st == AMP_OK && local != AMP_OK) /* this rank's own message */
-        st = amp_set_error(local, "%s", msg);
+    if (!all && local == AMP_OK)
+        local = amp_set_error(AMP_ERR_MEMORY, "ddp: out of memory");
+    amp_status st = comm_agree(local, "ddp_new");
+    if (st == AMP_OK)
+        st = comm_allgather(mine, all, 3, AMP_I64, AMP_CPU, NULL);
     for (int r = 0; st == AMP_OK && r < world; r++) {
-        const int64_t *a = all + 4 * r;
-        if (!a[0])
-            st = amp_set_error(AMP_ERR_ARG, "ddp: rank %d refused its arguments (its message says why)", r);
-        else if (a[1] != n)
+        const int64_t *a = all + 3 * r;
+        if (a[0] != n)
             st = amp_set_error(AMP_ERR_ARG, "ddp: the ranks disagree: rank %d has %lld parameters, rank %d has %d", r,
-                               (long long)a[1], me, n);
-        else if (a[2] != mine[2] || a[3] != mine[3])
+                               (long long)a[0], me, n);
+        else if (a[1] != mine[1] || a[2] != mine[2])
             st = amp_set_error(AMP_ERR_ARG, "ddp: the ranks disagree on the options: bucket_mb or compress differ "
                                "between rank %d and rank %d", r, me);
     }
@@ -346,10 +335,11 @@ static amp_status agree(amp_tensor *const *params, int n, const amp_ddp_opts *o,
         return st;
     /* the sizes and dtypes, parameter by parameter */
     int64_t *sz = malloc((size_t)n * sizeof *sz), *szall = malloc((size_t)world * (size_t)n * sizeof *szall);
-    if (!sz || !szall) {
+    st = comm_agree(sz && szall ? AMP_OK : amp_set_error(AMP_ERR_MEMORY, "ddp: out of memory"), "ddp_new");
+    if (st != AMP_OK) {
         free(sz);
         free(szall);
-        return new_oom();
+        return st;
     }
     for (int i = 0; i < n; i++)
         sz[i] = params[i]->numel * 64 + (int64_t)params[i]->dtype;
@@ -401,8 +391,8 @@ amp_ddp *amp_ddp_new(amp_tensor *const *params, int n, amp_ddp_opts o)
     if (st != AMP_OK)
         return NULL;
     amp_ddp *d = calloc(1, sizeof *d);
-    if (!d) { /* the others go on to the ok all-reduce below */
-        new_oom();
+    if (!d) { /* the others go on to the agreement below */
+        comm_agree(amp_set_error(AMP_ERR_MEMORY, "ddp: out of memory"), "ddp_new");
         return NULL;
     }
     d->n = n;
@@ -424,7 +414,7 @@ amp_ddp *amp_ddp_new(amp_tensor *const *params, int n, amp_ddp_opts o)
     d->slot = calloc(cap, sizeof *d->slot);
     if (!d->params || !d->order || !d->bucket_of || !d->offset || !d->ready || !d->b || !d->slot) {
         ddp_release(d);
-        new_oom();
+        comm_agree(amp_set_error(AMP_ERR_MEMORY, "ddp: out of memory"), "ddp_new");
         return NULL;
     }
     for (int i = 0; i < n; i++) {
@@ -463,19 +453,7 @@ amp_ddp *amp_ddp_new(amp_tensor *const *params, int n, amp_ddp_opts o)
     }
     /* Every rank's allocations succeeded, or every rank fails here
      * (another's failure must not leave this one in a bcast below). */
-    if (d->world > 1) {
-        int64_t bad = st != AMP_OK;
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", amp_last_error());
-        amp_status c = comm_allreduce(&bad, 1, AMP_I64, AMP_REDUCE_MAX, AMP_CPU, NULL);
-        if (c != AMP_OK)
-            st = c;
-        else if (st != AMP_OK)
-            st = amp_set_error(st, "%s", msg);
-        else if (bad)
-            st = amp_set_error(AMP_ERR_MEMORY, "ddp: another rank could not allocate its gradient buckets "
-                                               "(its message says why)");
-    }
+    st = comm_agree(st, "ddp_new");
     /* every rank takes rank 0's parameters (bits, in their own dtype) */
     for (int i = 0; st == AMP_OK && o.broadcast_params && i < n && d->world > 1; i++) {
         amp_tensor *p = d->params[i];

@@ -24,6 +24,11 @@
  *
  * A world of one rank (before amp_dist_init) is one shard: every parameter
  * whole, and every call here the plain single-process one.
+ *
+ * Work a rank can fail at alone (packing a buffer, allocating one) comes
+ * before a comm_agree, and the collective after it: a failure there is
+ * every rank's error, naming the rank, and no rank is left waiting in a
+ * collective the failing one never reaches.
  */
 #include "ampc.h"
 
@@ -86,16 +91,6 @@ static amp_status zeros(const amp_zero *z, void *dst, amp_dtype dt, int64_t n)
 }
 
 static void *at(const void *p, amp_dtype dt, int64_t k) { return (char *)p + (size_t)k * amp_dtype_size(dt); }
-
-/* Before a collective the other ranks are already in: a failure here
- * (memory, a device error) is one this rank cannot recover from alone, and
- * the others would wait for it until the timeout, so it ends the job now
- * with the message (comm_abort). */
-static void ready_or_abort(amp_status st, const char *what)
-{
-    if (st != AMP_OK)
-        comm_abort(1, "zero: %s failed before its collective: %s", what, amp_last_error());
-}
 
 amp_zero *amp_zero_new(amp_optim *o)
 {
@@ -259,24 +254,6 @@ amp_status amp_zero_reduce_gradients(amp_zero *z)
             st = amp_set_error(AMP_ERR_SHAPE, "zero: parameter %d's gradient is not a float tensor of its shape on "
                                "its device", i);
     }
-    /* every rank must have gradients for the same parameters (a rank that
-     * failed above sends negative counts: the others fail with it) */
-    if (st != AMP_OK)
-        for (int i = 0; i < n; i++)
-            z->has[i] = -(int32_t)z->world;
-    amp_status cst = comm_allreduce(z->has, n, AMP_I32, AMP_REDUCE_SUM, AMP_CPU, NULL);
-    if (st == AMP_OK && cst != AMP_OK)
-        st = cst;
-    for (int i = 0; i < n && st == AMP_OK; i++)
-        if (z->has[i] < 0)
-            st = amp_set_error(AMP_ERR_STATE, "zero: another rank failed to reduce its gradients");
-        else if (z->has[i] != 0 && z->has[i] != z->world)
-            st = amp_set_error(AMP_ERR_STATE, "zero: parameter %d has a gradient on %d of the %d ranks (every rank "
-                               "must backpropagate into the same parameters)", i, (int)z->has[i], z->world);
-    if (st != AMP_OK) {
-        amp_phase_end(AMP_PHASE_BACKWARD);
-        return st; /* (on every rank) */
-    }
     float *flat = tensor_f32(z->flat), *mine = tensor_f32(z->mine);
     /* pack: every gradient widened to f32, zeros for none and the padding */
     for (int i = 0; i < n && st == AMP_OK; i++) {
@@ -286,7 +263,19 @@ amp_status amp_zero_reduce_gradients(amp_zero *z)
     }
     if (st == AMP_OK)
         st = zeros(z, flat + z->total, AMP_F32, z->shard * z->world - z->total);
-    ready_or_abort(st, "packing the gradients");
+    /* every rank checked and packed its gradients, and has them for the
+     * same parameters */
+    st = comm_agree(st, "zero_reduce_gradients");
+    if (st == AMP_OK)
+        st = comm_allreduce(z->has, n, AMP_I32, AMP_REDUCE_SUM, AMP_CPU, NULL);
+    for (int i = 0; i < n && st == AMP_OK; i++)
+        if (z->has[i] != 0 && z->has[i] != z->world)
+            st = amp_set_error(AMP_ERR_STATE, "zero: parameter %d has a gradient on %d of the %d ranks (every rank "
+                               "must backpropagate into the same parameters)", i, (int)z->has[i], z->world);
+    if (st != AMP_OK) {
+        amp_phase_end(AMP_PHASE_BACKWARD);
+        return st; /* (on every rank) */
+    }
     st = comm_reduce_scatter(flat, mine, z->shard, AMP_F32, z->dev, NULL);
     if (st == AMP_OK) { /* the sum / W, in f32 */
         be_buf b = {mine, z->shard, AMP_F32};
@@ -320,8 +309,8 @@ static amp_status zero_clip(amp_zero *z, double max_norm, const char *fn, double
 {
     amp_optim *o = z->o;
     be_buf *bufs = calloc((size_t)o->n, sizeof *bufs);
-    if (!bufs)
-        comm_abort(1, "%s: out of memory before its all-gather", fn); /* the peers wait in it */
+    if (!bufs) /* the others agree in optim_clip_bufs before its all-gather: so does this rank */
+        return comm_agree(amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", fn), fn);
     int k = 0;
     for (int i = 0; i < o->n; i++) {
         amp_tensor *g = o->params[i]->grad;
@@ -416,8 +405,9 @@ amp_status amp_zero_gather_parameters(amp_zero *z)
         st = move(z, sp, p->dtype, at(tensor_ptr(p), p->dtype, z->lo[i]), p->dtype, z->hi[i] - z->lo[i]);
         sp += (size_t)(z->hi[i] - z->lo[i]) * es;
     }
-    ready_or_abort(st, "packing the parameters' shard");
-    st = comm_allgather(tensor_ptr(send), tensor_ptr(recv), words, AMP_F16, z->dev, NULL);
+    st = comm_agree(st, "zero_gather_parameters");
+    if (st == AMP_OK)
+        st = comm_allgather(tensor_ptr(send), tensor_ptr(recv), words, AMP_F16, z->dev, NULL);
     for (int r = 0; r < z->world && st == AMP_OK; r++) {
         const char *rp = (const char *)tensor_ptr(recv) + (size_t)r * (size_t)words * 2;
         for (int i = 0; i < o->n && st == AMP_OK; i++) {
@@ -461,11 +451,12 @@ amp_status amp_zero_gather_state(amp_zero *z)
     for (int k = 0; k <= K; k++) {
         if (k < K ? !o->def->has_state(o, k) : !masters)
             continue;
-        ready_or_abort(st, "gathering the optimizer state");
         const amp_dtype dt = k < K ? o->state_dt : AMP_F32;
-        send = tensor_new_on(AMP_SHAPE(z->shard > 0 ? z->shard : 1), dt, z->dev);
-        recv = tensor_new_on(AMP_SHAPE(z->shard * z->world > 0 ? z->shard * z->world : 1), dt, z->dev);
-        st = send && recv ? zeros(z, tensor_ptr(send), dt, z->shard) : amp_last_status();
+        if (st == AMP_OK) {
+            send = tensor_new_on(AMP_SHAPE(z->shard > 0 ? z->shard : 1), dt, z->dev);
+            recv = tensor_new_on(AMP_SHAPE(z->shard * z->world > 0 ? z->shard * z->world : 1), dt, z->dev);
+            st = send && recv ? zeros(z, tensor_ptr(send), dt, z->shard) : amp_last_status();
+        }
         /* pack this rank's parts in order (zeros where there is no state) */
         int64_t pos = 0;
         for (int i = 0; i < n && st == AMP_OK; i++) {
@@ -475,7 +466,15 @@ amp_status amp_zero_gather_state(amp_zero *z)
                 st = move(z, at(tensor_ptr(send), dt, pos), dt, at(tensor_ptr(s), dt, from), dt, len);
             pos += len;
         }
-        ready_or_abort(st, "packing the optimizer state's shard");
+        /* every rank packed its shard (else every rank stops here, at the
+         * same slot) */
+        st = comm_agree(st, "zero_gather_state");
+        if (st != AMP_OK) {
+            amp_tensor_free(send);
+            amp_tensor_free(recv);
+            send = recv = NULL;
+            break;
+        }
         st = comm_allgather(tensor_ptr(send), tensor_ptr(recv), z->shard, dt, z->dev, NULL);
         /* the ranks' shards in order are the flat layout: parameter i's
          * whole state is recv[off[i], off[i] + numel) */

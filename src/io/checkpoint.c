@@ -54,8 +54,6 @@
  *     temporary, and the other's rename must still find its file. (A
  *     dead run's pid reused by a live process keeps that file until the
  *     process ends: a leak, never a lost save.)
- *   - AMPC_TEST_SAVE_DELAY_MS=N (tests only) pauses N ms after the header
- *     is written, so that a test can kill a save half-way.
  *   - Load reads the whole file and checks everything (sizes, JSON, dtypes,
  *     shapes, offsets, every parameter and optimizer key, the scaler state)
  *     before it writes anything: a bad file changes nothing. (Only running
@@ -89,7 +87,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------- shared */
@@ -414,18 +411,6 @@ void ckpt_remove_stale_temps(const char *path)
     free(dir);
 }
 
-/* The test hook: AMPC_TEST_SAVE_DELAY_MS's pause, if set. */
-static void test_delay(void)
-{
-    const char *v = getenv("AMPC_TEST_SAVE_DELAY_MS");
-    long ms = v ? strtol(v, NULL, 10) : 0;
-    if (ms > 0 && ms <= 60000) {
-        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-            ;
-    }
-}
-
 static amp_status write_atomic(const char *path, const json_buf *hdr, const out_entry *e, int n)
 {
     size_t plen = strlen(path) + 32;
@@ -452,10 +437,6 @@ static amp_status write_atomic(const char *path, const json_buf *hdr, const out_
             len[i] = (unsigned char)((uint64_t)hdr->len >> (8 * i));
         errno = 0;
         bool ok = fwrite(len, 1, 8, f) == 8 && fwrite(hdr->p, 1, hdr->len, f) == hdr->len;
-        if (ok && getenv("AMPC_TEST_SAVE_DELAY_MS")) {
-            ok = fflush(f) == 0; /* a half-written temporary on disk, for the pause */
-            test_delay();
-        }
         for (int i = 0; i < n && ok; i++)
             ok = fwrite(e[i].data, 1, e[i].nbytes, f) == e[i].nbytes;
         if (!ok || fflush(f) != 0)

@@ -60,11 +60,11 @@ amp_status optim_clip_bufs(amp_device dev, const be_buf *bufs, int k, int ranks,
     if (st == AMP_OK)
         st = be->grad_sumsq(bufs, k, ranks > 1 ? mine : &sums[0]);
     if (ranks > 1) {
-        /* the peers wait in the all-gather: a failure before it is one
-         * this rank cannot recover from alone, so it ends the job */
-        if (st != AMP_OK)
-            comm_abort(1, "%s: this rank's sum of squares failed before its all-gather: %s", fn, amp_last_error());
-        st = comm_allgather(mine, sums, 1, AMP_I64, dev, NULL); /* doubles, as bits */
+        /* every rank reaches the all-gather, or none does: a failure here
+         * is every rank's error, naming this rank */
+        st = comm_agree(st, fn);
+        if (st == AMP_OK)
+            st = comm_allgather(mine, sums, 1, AMP_I64, dev, NULL); /* doubles, as bits */
     }
     if (st == AMP_OK)
         st = be->clip_by_sumsq(bufs, k, sums, ranks, max_norm, host ? &sums[ranks + 1] : NULL,

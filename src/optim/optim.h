@@ -163,8 +163,8 @@ extern const optim_def optim_def_sgd, optim_def_adam, optim_def_adamw;
 /* clip_grad_norm_ over the buffers bufs[0..k) on dev (clip.c): the
  * backend's grad_sumsq, then, over ranks > 1 (ZeRO-1: each rank holds a
  * shard), the ranks' sums all-gathered in dev's memory (NCCL on CUDA: no
- * host wait; a local failure before it ends the job, as the peers wait in
- * it), then clip_by_sumsq with the ranks' parts, added in the same order on
+ * host wait; a local failure before it is agreed on first, so it is every
+ * rank's error and nobody waits), then clip_by_sumsq with the ranks' parts, added in the same order on
  * every rank. The total goes to *host (a wait on a GPU) or into *out, a new
  * 0-d f32 tensor on dev. fn names the caller in messages. */
 amp_status optim_clip_bufs(amp_device dev, const be_buf *bufs, int k, int ranks, double max_norm, const char *fn,

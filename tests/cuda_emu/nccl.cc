@@ -47,7 +47,7 @@
  * A collective answers ncclInProgress on a non-blocking communicator and
  * completes when ncclCommGetAsyncError polls it from the thread that
  * started MPI (comm_nccl.c's settle loop, under its deadline: a rank that
- * never joins a collective ends the job with comm_nccl.c's timeout, as
+ * never joins a collective fails the call past comm_nccl.c's timeout, as
  * NCCL's would); a blocking communicator waits in the call. Other threads
  * (comm_nccl.c's watchdog) polling ncclCommGetAsyncError get the state
  * without MPI being called (MPI_THREAD_FUNNELED), and ncclCommAbort from

@@ -561,6 +561,46 @@ static void test_inf_on_one_rank(void)
     amp_module_free(m);
 }
 
+/* A failure of rank 1's own before the found_inf all-reduce (an f16
+ * gradient without master weights) is every rank's error, naming rank 1
+ * and why, with nothing divided on any rank; the step then goes on. */
+static void test_unscale_failing_on_one_rank_fails_on_every_rank(void)
+{
+    amp_module *m = make_mlp();
+    amp_tensor *p[MAXP];
+    const int n = amp_module_params(m, p, MAXP);
+    amp_optim *o = amp_optim_sgd(p, n, amp_sgd_defaults());
+    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
+    amp_ddp *d = amp_ddp_new(p, n, amp_ddp_defaults());
+    CHECK(d && o && s && n >= 2);
+    if (!d || !o || !s || n < 2)
+        return;
+    CHECK_OK(amp_backward(amp_scaler_scale(s, mlp_loss(m, 0, rank * B, rank * B + B))));
+    CHECK_OK(amp_ddp_finish(d));
+    amp_tensor *kept = p[0]->grad;
+    if (rank == 1)
+        p[0]->grad = tensor_convert(kept, AMP_F16);
+    float *g1 = copy_f32(p[1]->grad);
+    CHECK(amp_scaler_unscale(s, o) == AMP_ERR_DTYPE);
+    CHECK_ERROR(AMP_ERR_DTYPE, "scaler_unscale: rank 1 failed: Attempting to unscale FP16 gradients");
+    CHECK(g1 && memcmp(g1, tensor_f32(p[1]->grad), (size_t)p[1]->numel * 4) == 0); /* not divided */
+    free(g1);
+    if (rank == 1) {
+        amp_tensor_free(p[0]->grad);
+        p[0]->grad = kept;
+    }
+    CHECK_OK(amp_scaler_unscale(s, o));
+    CHECK_OK(amp_scaler_step(s, o, NULL));
+    CHECK_OK(amp_scaler_update(s));
+    for (int i = 0; i < n; i++)
+        CHECK(same_on_all_ranks(p[i]));
+    amp_temps_free();
+    amp_ddp_free(d);
+    amp_scaler_free(s);
+    amp_optim_free(o);
+    amp_module_free(m);
+}
+
 /* fp16 autocast, the scaler, 2 micro-batches accumulated with no_sync on
  * the first, and clipping, against one process doing the same on the 2B
  * micro-batches. */
@@ -708,13 +748,10 @@ static void test_bad_input(void)
     amp_tensor *dup[2] = {p[0], p[0]};
     CHECK(!amp_ddp_new(dup, 2, o));
     CHECK_ERROR(AMP_ERR_ARG, "parameter 1 is parameter 0 again");
-    /* one rank alone refuses: every rank gets an error, none hangs */
+    /* one rank alone refuses: every rank gets its error, naming it; none hangs */
     amp_tensor *one[2] = {p[0], rank == 1 ? NULL : p[1]};
     CHECK(!amp_ddp_new(one, 2, o));
-    if (rank == 1)
-        CHECK_ERROR(AMP_ERR_ARG, "parameter 1 is NULL");
-    else
-        CHECK_ERROR(AMP_ERR_ARG, "rank 1 refused its arguments");
+    CHECK_ERROR(AMP_ERR_ARG, "ddp_new: rank 1 failed: ddp: parameter 1 is NULL");
     /* the ranks disagree: on the count, then on a size */
     CHECK(!amp_ddp_new(p, rank == 1 ? n - 1 : n, o));
     CHECK_ERROR(AMP_ERR_ARG, "the ranks disagree");
@@ -773,6 +810,7 @@ int main(int argc, char **argv)
     RUN(test_missing_gradients_and_16_bit_parameters);
     RUN(test_compression);
     RUN(test_inf_on_one_rank);
+    RUN(test_unscale_failing_on_one_rank_fails_on_every_rank);
     RUN(test_fp16_accumulation_no_sync_clipping);
     RUN(test_broadcast_params);
     RUN(test_bad_input);

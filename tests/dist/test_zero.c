@@ -549,6 +549,20 @@ static void test_bad_input(void)
         amp_tensor_clear_grad(a.p[2]);
     CHECK(amp_zero_reduce_gradients(z) != AMP_OK);
     CHECK_ERROR(AMP_ERR_STATE, "parameter 2 has a gradient on 1 of the 2 ranks");
+    /* a gradient rank 1 alone cannot pack (the wrong shape, set by hand):
+     * the same error on every rank, naming rank 1 and why, nobody left in
+     * the reduce-scatter; the next reduction goes on */
+    amp_optim_zero_grad(a.o);
+    fwd_bwd(&a, 0, rank, NULL);
+    amp_tensor *kept = a.p[1]->grad, *wrong = amp_zeros(AMP_SHAPE(3), AMP_F32);
+    if (rank == 1)
+        a.p[1]->grad = wrong;
+    CHECK(amp_zero_reduce_gradients(z) == AMP_ERR_SHAPE);
+    CHECK_ERROR(AMP_ERR_SHAPE, "zero_reduce_gradients: rank 1 failed: zero: parameter 1's gradient is not a float "
+                               "tensor of its shape");
+    a.p[1]->grad = kept;
+    amp_tensor_free(wrong);
+    CHECK_OK(amp_zero_reduce_gradients(z));
     amp_zero_free(z);
     /* ranks whose optimizers differ (rank 1's over 2 of the 4 parameters) */
     amp_optim *o2 = amp_optim_sgd(a.p, rank ? 2 : a.n, amp_sgd_defaults());

@@ -40,7 +40,8 @@ int cuda_device_count(void);
 const char *cuda_unavailable_reason(void);
 /* The device this process uses (0, or its local rank modulo the devices
  * under an MPI launcher), and the backend's stream as a cudaStream_t
- * (for NCCL's side stream to order itself against: comm_nccl.c). Both
+ * (for NCCL's side stream to order itself against: comm_nccl.c, through
+ * the table's device_index and queue_handle). Both
  * start the device as cuda_device_count() does. */
 int cuda_device_index(void);
 void *cuda_stream_handle(void);
