@@ -1,6 +1,6 @@
 /*
  * test_cli_kill.c - `ampc train --save DIR --save-every N` killed with
- * SIGKILL at random moments, mid-save included, then resumed (issue 11):
+ * SIGKILL at random moments, mid-save included, then resumed:
  *
  *   - whatever the moment, DIR's checkpoint loads (the resume says
  *     "resumed from"), or there is none yet and a fresh run starts;
