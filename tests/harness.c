@@ -48,6 +48,25 @@ void harness_run(const char *name, void (*fn)(void))
     fflush(stdout);
 }
 
+/* The test harness_run_if runs, and what it must have first. */
+static bool (*gate)(void);
+static void (*gated)(void);
+
+static void run_gated(void)
+{
+    if (gate())
+        gated();
+    else if (!current_skipped)
+        harness_skip("what the test needs is missing here");
+}
+
+void harness_run_if(const char *name, bool (*ready)(void), void (*fn)(void))
+{
+    gate = ready;
+    gated = fn;
+    harness_run(name, run_gated);
+}
+
 int harness_done(void)
 {
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);

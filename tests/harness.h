@@ -4,7 +4,8 @@
  * and a finite-difference gradient checker shared by the op tests.
  *
  * A test file defines static void test_*(void) functions and a main that
- * RUNs each and returns harness_done().
+ * RUNs each (or RUN_IFs it, where it needs something the machine may lack)
+ * and returns harness_done().
  */
 #ifndef AMPC_HARNESS_H
 #define AMPC_HARNESS_H
@@ -25,6 +26,12 @@ void harness_skip(const char *why);
 int harness_done(void);
 
 #define RUN(fn) harness_run(#fn, fn)
+
+/* Runs fn as harness_run does when ready() holds; when not, the test is
+ * skipped (ready says why through harness_skip; if it does not, a generic
+ * reason is given). ready runs inside the test, so the skip is the test's. */
+void harness_run_if(const char *name, bool (*ready)(void), void (*fn)(void));
+#define RUN_IF(ready, fn) harness_run_if(#fn, ready, fn)
 
 #define CHECK(cond)                                                                   \
     do {                                                                              \

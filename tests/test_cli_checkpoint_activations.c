@@ -40,8 +40,6 @@ static const char *gpt_args(char *buf, size_t n, const char *precision)
 
 static void test_same_steps_and_less_memory(void)
 {
-    if (!cli_have_binary())
-        return;
     const char *precisions[2] = {"fp16", "bf16"};
     for (int p = 0; p < 2; p++) {
         char args[1024], la[512], lb[512], name[64];
@@ -68,8 +66,6 @@ static void test_same_steps_and_less_memory(void)
 
 static void test_saved_and_resumed(void)
 {
-    if (!cli_have_binary())
-        return;
     char args[1024], la[512], lc[512], dir[512];
     gpt_args(args, sizeof args, "fp16");
     cli_path(la, sizeof la, "straight.jsonl");
@@ -110,8 +106,6 @@ static void test_saved_and_resumed(void)
  * has it is not). */
 static void test_suggested_when_a_run_does_not_fit(void)
 {
-    if (!cli_have_binary())
-        return;
     const char *big = "train --model gpt --layers 4 --width 256 --heads 4 --context 64 --batch 32 --val-batches 1 "
                       "--threads 1 --steps 10 --data";
     for (int ck = 0; ck < 2; ck++) {
@@ -127,8 +121,6 @@ static void test_suggested_when_a_run_does_not_fit(void)
 
 static void test_refused_for_mlp_and_cnn(void)
 {
-    if (!cli_have_binary())
-        return;
     const char *models[2] = {"mlp", "cnn"};
     for (int m = 0; m < 2; m++) {
         int rc = cli_run("train --model %s --data %s --steps 1 --checkpoint-activations", models[m], images);
@@ -145,14 +137,12 @@ int main(void)
 {
     if (!cli_init("test-cli-ckpt-act"))
         return 1;
-    cli_path(text, sizeof text, "tiny.txt");
-    cli_write_tiny_text(text);
-    cli_path(images, sizeof images, "tiny");
-    cli_write_tiny_images(images);
-    RUN(test_same_steps_and_less_memory);
-    RUN(test_saved_and_resumed);
-    RUN(test_suggested_when_a_run_does_not_fit);
-    RUN(test_refused_for_mlp_and_cnn);
+    cli_write_tiny_text(cli_path(text, sizeof text, "tiny.txt"));
+    cli_write_tiny_images(cli_path(images, sizeof images, "tiny"));
+    RUN_IF(cli_have_binary, test_same_steps_and_less_memory);
+    RUN_IF(cli_have_binary, test_saved_and_resumed);
+    RUN_IF(cli_have_binary, test_suggested_when_a_run_does_not_fit);
+    RUN_IF(cli_have_binary, test_refused_for_mlp_and_cnn);
     cli_cleanup();
     return harness_done();
 }

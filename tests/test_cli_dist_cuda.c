@@ -106,15 +106,11 @@ static void cuda_against_cpu(const char *tag, const char *what, const char *args
 
 static void test_fp32_follows_the_cpu(void)
 {
-    if (!ready())
-        return;
     cuda_against_cpu("fp32", "fp32", "--precision fp32", 10, 1e-4, NULL, 0);
 }
 
 static void test_fp16_scaler_skips_as_on_the_cpu(void)
 {
-    if (!ready())
-        return;
     const char *const exact[] = {"skipped", "scale"};
     cuda_against_cpu("fp16", "fp16 + scaler", "--precision fp16 --init-scale 16777216 --growth-interval 3 --accum 2", 10,
                      1e-2, exact, 2);
@@ -136,8 +132,6 @@ static void test_fp16_scaler_skips_as_on_the_cpu(void)
 
 static void test_zero_1_on_cuda_logs_ddp_steps(void)
 {
-    if (!ready())
-        return;
     char lz[512], ld[512];
     cli_path(lz, sizeof lz, "zero.jsonl");
     cli_path(ld, sizeof ld, "ddp.jsonl");
@@ -182,8 +176,6 @@ static void test_zero_1_on_cuda_logs_ddp_steps(void)
  * follow the parameters). */
 static void test_zero_1_clipped_follows_the_cpu(void)
 {
-    if (!ready())
-        return;
     cuda_against_cpu("zclip", "fp32 --zero 1 --clip 0.05", "--precision fp32 --zero 1 --clip 0.05", 8, 1e-4, NULL,
                      0);
     char lcpu[512], lcuda[512];
@@ -205,12 +197,11 @@ int main(void)
         return 1;
     cli_find_on_path("mpirun", mpirun, sizeof mpirun);
     amp_set_num_threads(1);
-    cli_path(tiny, sizeof tiny, "tiny");
-    cli_write_tiny_images(tiny);
-    RUN(test_fp32_follows_the_cpu);
-    RUN(test_fp16_scaler_skips_as_on_the_cpu);
-    RUN(test_zero_1_on_cuda_logs_ddp_steps);
-    RUN(test_zero_1_clipped_follows_the_cpu);
+    cli_write_tiny_images(cli_path(tiny, sizeof tiny, "tiny"));
+    RUN_IF(ready, test_fp32_follows_the_cpu);
+    RUN_IF(ready, test_fp16_scaler_skips_as_on_the_cpu);
+    RUN_IF(ready, test_zero_1_on_cuda_logs_ddp_steps);
+    RUN_IF(ready, test_zero_1_clipped_follows_the_cpu);
     cli_cleanup();
     int rc = harness_done();
     return rc == 0 && !ran ? 77 : rc;

@@ -26,8 +26,6 @@ static char tiny[256], text[256], images[256];
 
 static void test_bad_values_are_refused_with_clear_messages(void)
 {
-    if (!cli_have_binary())
-        return;
     const struct {
         const char *args, *needle;
     } cases[] = {
@@ -78,8 +76,6 @@ static void check_resume_same_file(const char *what, const char *args, int steps
 
 static void test_resume_is_exact_with_each_lever(void)
 {
-    if (!cli_have_binary())
-        return;
     char args[1024];
     /* fp16 weights, bf16 Adam state, the scaler skipping now and then. */
     snprintf(args, sizeof args,
@@ -89,7 +85,7 @@ static void test_resume_is_exact_with_each_lever(void)
              tiny);
     check_resume_same_file("mlp", args, 20);
     char path[600];
-    snprintf(path, sizeof path, "%s/mlp-a/checkpoint.safetensors", cli_tmp);
+    snprintf(path, sizeof path, "%s/mlp-a/checkpoint.safetensors", tmpdir);
     size_t n = 0;
     char *body = cli_read_file(path, &n);
     /* The file holds the f16 weights, their f32 masters, bf16 moments and
@@ -123,8 +119,6 @@ static void test_resume_is_exact_with_each_lever(void)
 
 static void test_resume_refuses_another_lever(void)
 {
-    if (!cli_have_binary())
-        return;
     char dir[512];
     cli_path(dir, sizeof dir, "mlp-b");
     int rc = cli_run("train --resume %s --param-dtype fp32", dir);
@@ -150,8 +144,6 @@ static const char *run_args(int model, char *buf, size_t n)
 
 static void test_estimate_follows_the_levers(void)
 {
-    if (!cli_have_binary())
-        return;
     /* Each precision's run without levers first, the base of the check
      * that the levers lower the estimate. */
     const char *const runs[6] = {"--precision bf16",
@@ -191,16 +183,13 @@ int main(void)
 {
     if (!cli_init("test-cli-levers"))
         return 1;
-    cli_path(tiny, sizeof tiny, "tiny");
-    cli_write_tiny_images(tiny);
-    cli_path(text, sizeof text, "tiny.txt");
-    cli_write_tiny_text(text);
-    cli_path(images, sizeof images, "images");
-    cli_write_noise_images(images, 512, 1);
-    RUN(test_bad_values_are_refused_with_clear_messages);
-    RUN(test_resume_is_exact_with_each_lever);
-    RUN(test_resume_refuses_another_lever);
-    RUN(test_estimate_follows_the_levers);
+    cli_write_tiny_images(cli_path(tiny, sizeof tiny, "tiny"));
+    cli_write_tiny_text(cli_path(text, sizeof text, "tiny.txt"));
+    cli_write_noise_images(cli_path(images, sizeof images, "images"), 512, 1);
+    RUN_IF(cli_have_binary, test_bad_values_are_refused_with_clear_messages);
+    RUN_IF(cli_have_binary, test_resume_is_exact_with_each_lever);
+    RUN_IF(cli_have_binary, test_resume_refuses_another_lever);
+    RUN_IF(cli_have_binary, test_estimate_follows_the_levers);
     cli_cleanup();
     return harness_done();
 }

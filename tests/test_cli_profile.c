@@ -57,7 +57,7 @@ static void test_train_profile_of_each_model_writes_a_valid_trace(void)
     for (int m = 0; m < 3; m++) {
         char args[512], trace[320];
         snprintf(args, sizeof args, runs[m].args, m == 2 ? text : images);
-        snprintf(trace, sizeof trace, "%s/trace-%d.json", cli_tmp, m);
+        snprintf(trace, sizeof trace, "%s/trace-%d.json", tmpdir, m);
         int rc = cli_run("train %s --steps 6 --profile %s --profile-steps 3 --profile-warmup 1", args, trace);
         CHECK_MSG(rc == 0, "%s: exit %d\n%s", args, rc, cli_out);
         CHECK_OUT("profile of steps 2 to 4 (3 steps after 1 of warm-up)");
@@ -125,7 +125,7 @@ static void test_profile_value_forms(void)
      * argument being an option. */
     char cwd[1024];
     CHECK(getcwd(cwd, sizeof cwd) != NULL);
-    CHECK_EQ_INT(chdir(cli_tmp), 0);
+    CHECK_EQ_INT(chdir(tmpdir), 0);
     int rc = cli_run("train --profile --model mlp --hidden 8 --batch 8 --steps 3 --data %s", images);
     CHECK_MSG(rc == 0, "exit %d\n%s", rc, cli_out);
     CHECK(access("ampc-trace.json", F_OK) == 0);
@@ -169,7 +169,7 @@ static void test_bad_profile_arguments_are_refused(void)
         CHECK_MSG(strstr(cli_out, "step 1/") == NULL, "%s: trained anyway", cases[i].args);
     }
     /* Unwritable paths: refused before the data is loaded. */
-    int rc = cli_run("%s --data %s --profile %s/no/such/dir/t.json", common, images, cli_tmp);
+    int rc = cli_run("%s --data %s --profile %s/no/such/dir/t.json", common, images, tmpdir);
     CHECK_EQ_INT(rc, 1);
     CHECK_OUT("--profile: cannot write the trace");
     CHECK_OUT("/no/such/dir/t.json");
@@ -287,10 +287,8 @@ int main(void)
     if (!cli_init("profile"))
         return 1;
     if (cli_have_binary()) {
-        cli_path(images, sizeof images, "images");
-        cli_write_noise_images(images, 128, 3);
-        cli_path(text, sizeof text, "text.txt");
-        cli_write_tiny_text(text);
+        cli_write_noise_images(cli_path(images, sizeof images, "images"), 128, 3);
+        cli_write_tiny_text(cli_path(text, sizeof text, "text.txt"));
         RUN(test_train_profile_of_each_model_writes_a_valid_trace);
         RUN(test_profiling_changes_no_loss);
         RUN(test_profile_value_forms);

@@ -67,8 +67,6 @@ static void check_resume(const char *what, const char *args, const char *first, 
 
 static void test_resumed_mlp_fp16_with_scaler_continues_bit_for_bit(void)
 {
-    if (!cli_have_binary())
-        return;
     char args[1024];
     /* 2^24 skips the first steps; growth every 3 clean steps then grows
      * it back into overflow now and then: skips on both sides of the save. */
@@ -86,8 +84,6 @@ static void test_resumed_mlp_fp16_with_scaler_continues_bit_for_bit(void)
 
 static void test_resumed_cnn_with_momentum_continues_bit_for_bit(void)
 {
-    if (!cli_have_binary())
-        return;
     char args[1024];
     /* --batch 100 of 256 rows: two batches an epoch, so 6 steps cross epochs. */
     snprintf(args, sizeof args, "--model cnn --data %s --batch 100 --threads 1 --optim sgd --lr 0.05 --precision bf16 "
@@ -98,8 +94,6 @@ static void test_resumed_cnn_with_momentum_continues_bit_for_bit(void)
 
 static void test_resumed_gpt_stopped_mid_cosine_continues_bit_for_bit(void)
 {
-    if (!cli_have_binary())
-        return;
     char args[1024];
     snprintf(args, sizeof args,
              "--model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 4 --dropout 0.1 "
@@ -111,8 +105,6 @@ static void test_resumed_gpt_stopped_mid_cosine_continues_bit_for_bit(void)
 
 static void test_eval_of_a_checkpoint_matches_the_run(void)
 {
-    if (!cli_have_binary())
-        return;
     char dir[512];
     cli_path(dir, sizeof dir, "evalck");
     int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --steps 20 --threads 1 --save %s", tiny, dir);
@@ -137,8 +129,6 @@ static void test_eval_of_a_checkpoint_matches_the_run(void)
 
 static void test_resume_refuses_a_different_model_shape(void)
 {
-    if (!cli_have_binary())
-        return;
     char dir[512];
     cli_path(dir, sizeof dir, "shapeck");
     int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --steps 2 --threads 1 --save %s", tiny, dir);
@@ -178,8 +168,6 @@ static bool copy_damaged(const char *src, const char *dst, long keep, long at)
 
 static void test_corrupt_or_truncated_checkpoint_is_a_clear_error_and_untouched(void)
 {
-    if (!cli_have_binary())
-        return;
     char good[512], goodfile[600];
     cli_path(good, sizeof good, "good");
     int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --steps 2 --threads 1 --save %s", tiny, good);
@@ -224,7 +212,7 @@ static void test_corrupt_or_truncated_checkpoint_is_a_clear_error_and_untouched(
         free(after);
     }
     /* A missing checkpoint names the file too. */
-    CHECK_EQ_INT(cli_run("train --resume %s/nothing-here", cli_tmp), 1);
+    CHECK_EQ_INT(cli_run("train --resume %s/nothing-here", tmpdir), 1);
     CHECK_OUT("nothing-here/checkpoint.safetensors");
     free(orig);
 }
@@ -275,8 +263,6 @@ static bool edit_number(const char *src, const char *dst, const char *pattern, c
  * file, the field, the value and the range. */
 static void test_out_of_range_checkpoint_numbers_are_clear_errors(void)
 {
-    if (!cli_have_binary())
-        return;
     char good[512], goodfile[600];
     cli_path(good, sizeof good, "ranges");
     int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --steps 4 --threads 1 --precision fp16 "
@@ -311,7 +297,7 @@ static void test_out_of_range_checkpoint_numbers_are_clear_errors(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dir[512], file[600];
-        snprintf(dir, sizeof dir, "%s/bad%zu", cli_tmp, i);
+        snprintf(dir, sizeof dir, "%s/bad%zu", tmpdir, i);
         mkdir(dir, 0700);
         snprintf(file, sizeof file, "%s/checkpoint.safetensors", dir);
         CHECK_MSG(edit_number(goodfile, file, cases[i].pattern, cases[i].val), "cannot edit %s", cases[i].pattern);
@@ -332,8 +318,6 @@ static void test_out_of_range_checkpoint_numbers_are_clear_errors(void)
  * option and the range, before any product of them is formed. */
 static void test_huge_options_are_refused_with_their_range(void)
 {
-    if (!cli_have_binary())
-        return;
     static const char *opts[] = {"steps", "epochs", "batch", "accum", "save-every", "stop-at", "warmup"};
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
         int rc = cli_run("train --model mlp --data %s --%s 9223372036854775807", tiny, opts[i]);
@@ -349,8 +333,6 @@ static void test_huge_options_are_refused_with_their_range(void)
  * the resumed run's checkpoint is the straight run's, byte for byte. */
 static void test_resumed_run_saves_the_straight_runs_checkpoint_byte_for_byte(void)
 {
-    if (!cli_have_binary())
-        return;
     char args[1024], a[512], b[512], fa[600];
     snprintf(args, sizeof args,
              "--model mlp --data %s --hidden 8 --batch 16 --threads 1 --seed 11 --precision fp16 "
@@ -379,8 +361,6 @@ static void test_resumed_run_saves_the_straight_runs_checkpoint_byte_for_byte(vo
  * dtype), evaluates, and resumes to the straight run's file. */
 static void test_16bit_weights_saved_before_any_step_load_and_resume(void)
 {
-    if (!cli_have_binary())
-        return;
     char args[1024], a[512], b[512], why[512];
     /* The huge scale overflows every gradient; the tiny backoff brings it
      * down to where steps are taken after the first skip. A wide layer:
@@ -407,8 +387,6 @@ static void test_16bit_weights_saved_before_any_step_load_and_resume(void)
  * checkpoint is left as it was. */
 static void test_stop_at_not_after_the_saved_step_is_refused(void)
 {
-    if (!cli_have_binary())
-        return;
     char dir[512], f[600];
     cli_path(dir, sizeof dir, "stop-at");
     int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --threads 1 --steps 8 --stop-at 4 --save %s",
@@ -437,21 +415,19 @@ int main(void)
 {
     if (!cli_init("test-cli-resume"))
         return 1;
-    cli_path(tiny, sizeof tiny, "tiny");
-    cli_write_tiny_images(tiny);
-    cli_path(text, sizeof text, "tiny.txt");
-    cli_write_tiny_text(text);
-    RUN(test_resumed_mlp_fp16_with_scaler_continues_bit_for_bit);
-    RUN(test_resumed_cnn_with_momentum_continues_bit_for_bit);
-    RUN(test_resumed_gpt_stopped_mid_cosine_continues_bit_for_bit);
-    RUN(test_eval_of_a_checkpoint_matches_the_run);
-    RUN(test_resume_refuses_a_different_model_shape);
-    RUN(test_corrupt_or_truncated_checkpoint_is_a_clear_error_and_untouched);
-    RUN(test_out_of_range_checkpoint_numbers_are_clear_errors);
-    RUN(test_huge_options_are_refused_with_their_range);
-    RUN(test_resumed_run_saves_the_straight_runs_checkpoint_byte_for_byte);
-    RUN(test_16bit_weights_saved_before_any_step_load_and_resume);
-    RUN(test_stop_at_not_after_the_saved_step_is_refused);
+    cli_write_tiny_images(cli_path(tiny, sizeof tiny, "tiny"));
+    cli_write_tiny_text(cli_path(text, sizeof text, "tiny.txt"));
+    RUN_IF(cli_have_binary, test_resumed_mlp_fp16_with_scaler_continues_bit_for_bit);
+    RUN_IF(cli_have_binary, test_resumed_cnn_with_momentum_continues_bit_for_bit);
+    RUN_IF(cli_have_binary, test_resumed_gpt_stopped_mid_cosine_continues_bit_for_bit);
+    RUN_IF(cli_have_binary, test_eval_of_a_checkpoint_matches_the_run);
+    RUN_IF(cli_have_binary, test_resume_refuses_a_different_model_shape);
+    RUN_IF(cli_have_binary, test_corrupt_or_truncated_checkpoint_is_a_clear_error_and_untouched);
+    RUN_IF(cli_have_binary, test_out_of_range_checkpoint_numbers_are_clear_errors);
+    RUN_IF(cli_have_binary, test_huge_options_are_refused_with_their_range);
+    RUN_IF(cli_have_binary, test_resumed_run_saves_the_straight_runs_checkpoint_byte_for_byte);
+    RUN_IF(cli_have_binary, test_16bit_weights_saved_before_any_step_load_and_resume);
+    RUN_IF(cli_have_binary, test_stop_at_not_after_the_saved_step_is_refused);
     cli_cleanup();
     return harness_done();
 }

@@ -88,8 +88,6 @@ static void expect_scales(const run_log *r, const double *want, int n, const cha
 
 static void test_growth_knobs(void)
 {
-    if (!cli_have_binary())
-        return;
     run_log r;
     /* From scale 1 nothing overflows: the scale grows after every 2nd
      * clean step (the log shows the scale each step used). */
@@ -113,8 +111,6 @@ static void test_growth_knobs(void)
 
 static void test_backoff_knobs(void)
 {
-    if (!cli_have_binary())
-        return;
     run_log r;
     /* 2^24 overflows this model's f16 gradients (test_cli.c's log test)
      * for the first few halvings: each such step is skipped and backs off. */
@@ -147,8 +143,6 @@ static void test_backoff_knobs(void)
 
 static void test_static_scale(void)
 {
-    if (!cli_have_binary())
-        return;
     run_log r;
     /* A scale that overflows: every step is skipped, the scale holds. */
     if (train_logged(&r, 5, "--static-scale 16777216 --max-skips 0")) {
@@ -187,8 +181,6 @@ static void test_static_scale(void)
 
 static void test_bad_values_are_refused(void)
 {
-    if (!cli_have_binary())
-        return;
     const struct {
         const char *args, *needle;
     } cases[] = {
@@ -249,8 +241,6 @@ static void test_bad_values_are_refused(void)
  * 6.6e-36 -> 0 in f32 (the step it happens at depends on the data). */
 static void test_scale_reaching_zero_stops(void)
 {
-    if (!cli_have_binary())
-        return;
     int rc = cli_run("train --model mlp --data %s --hidden 8 --steps 20 --batch 16 --threads 1 --precision fp16 "
                      "--optim sgd --lr 1000 --backoff-factor 1e-10 --max-skips 0",
                      tiny);
@@ -312,8 +302,6 @@ static double resume_matches(const char *knobs, int steps, int stop, const char 
 
 static void test_resume_keeps_the_knobs(void)
 {
-    if (!cli_have_binary())
-        return;
     const char *saved[] = {"\\\"growth-factor\\\":3", "\\\"backoff-factor\\\":0.25", "\\\"hysteresis\\\":2",
                            "\\\"min-scale\\\":0.5", "\\\"max-scale\\\":100", "\\\"growth-interval\\\":2"};
     double last = resume_matches("--init-scale 4 --growth-interval 2 --growth-factor 3 --backoff-factor 0.25 "
@@ -333,8 +321,6 @@ static void test_resume_keeps_the_knobs(void)
  * there on; --static-scale saved refuses a dynamic knob. */
 static void test_resume_with_new_knobs(void)
 {
-    if (!cli_have_binary())
-        return;
     char dir[512], log[512];
     cli_path(dir, sizeof dir, "ck2");
     cli_path(log, sizeof log, "new.jsonl");
@@ -430,8 +416,6 @@ static void test_resume_with_new_knobs(void)
  * ones. The progress line reports it; `ampc plot` draws the panel. */
 static void test_health_every(void)
 {
-    if (!cli_have_binary())
-        return;
     char log[512], svg[512];
     cli_path(log, sizeof log, "health.jsonl");
     cli_path(svg, sizeof svg, "health.svg");
@@ -509,8 +493,6 @@ static double last_health(const char *path, const char *key)
  * thresholds leave a wide margin on both sides. */
 static void test_unscaled_fp16_stalls(void)
 {
-    if (!cli_have_binary())
-        return;
     char log[2][512];
     double loss[2] = {NAN, NAN}, zero[2];
     const char *runs[] = {"", "--no-scaler"};
@@ -539,17 +521,16 @@ int main(void)
 {
     if (!cli_init("test-cli-scaler"))
         return 1;
-    cli_path(tiny, sizeof tiny, "tiny");
-    cli_write_tiny_images(tiny);
-    RUN(test_growth_knobs);
-    RUN(test_backoff_knobs);
-    RUN(test_static_scale);
-    RUN(test_bad_values_are_refused);
-    RUN(test_scale_reaching_zero_stops);
-    RUN(test_resume_keeps_the_knobs);
-    RUN(test_resume_with_new_knobs);
-    RUN(test_health_every);
-    RUN(test_unscaled_fp16_stalls);
+    cli_write_tiny_images(cli_path(tiny, sizeof tiny, "tiny"));
+    RUN_IF(cli_have_binary, test_growth_knobs);
+    RUN_IF(cli_have_binary, test_backoff_knobs);
+    RUN_IF(cli_have_binary, test_static_scale);
+    RUN_IF(cli_have_binary, test_bad_values_are_refused);
+    RUN_IF(cli_have_binary, test_scale_reaching_zero_stops);
+    RUN_IF(cli_have_binary, test_resume_keeps_the_knobs);
+    RUN_IF(cli_have_binary, test_resume_with_new_knobs);
+    RUN_IF(cli_have_binary, test_health_every);
+    RUN_IF(cli_have_binary, test_unscaled_fp16_stalls);
     cli_cleanup();
     return harness_done();
 }

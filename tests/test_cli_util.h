@@ -2,8 +2,9 @@
  * test_cli_util.h - what the ampc program's tests (test_cli*.c) share:
  * running the binary as a user does and capturing its output, writing tiny
  * data sets (IDX files, a text corpus), reading files back, and a strict
- * JSON-lines reader for the training log. Header-only (static inline), so
- * each test binary stays one .c file plus the harness.
+ * JSON-lines reader for the training log. Files go to scratch.h's tmpdir.
+ * Header-only (static inline), so each test binary stays one .c file plus
+ * the harness.
  *
  * The binary is $AMPC_BUILD_DIR/ampc (CTest sets AMPC_BUILD_DIR).
  */
@@ -11,6 +12,7 @@
 #define AMPC_TEST_CLI_UTIL_H
 
 #include "harness.h"
+#include "scratch.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -22,30 +24,18 @@
 
 static char cli_ampc[1024];
 static char cli_out[1 << 17];
-static char cli_tmp[64];
 
-/* Sets up the binary's path and a fresh temporary directory. */
+/* Sets up the binary's path and a fresh scratch directory (tmpdir). */
 static inline bool cli_init(const char *name)
 {
     const char *bd = getenv("AMPC_BUILD_DIR");
     if (bd)
         snprintf(cli_ampc, sizeof cli_ampc, "%s/ampc", bd);
-    snprintf(cli_tmp, sizeof cli_tmp, "/tmp/ampc-%s-XXXXXX", name);
-    if (!mkdtemp(cli_tmp)) {
-        perror("mkdtemp");
-        return false;
-    }
-    return true;
+    return scratch_make(name);
 }
 
-/* Removes the temporary directory and everything in it. */
-static inline void cli_cleanup(void)
-{
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cli_tmp);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", cli_tmp);
-}
+/* Removes the scratch directory and everything in it. */
+static inline void cli_cleanup(void) { scratch_remove(); }
 
 static inline bool cli_have_binary(void)
 {
@@ -101,7 +91,7 @@ static inline int cli_run_env(const char *env, const char *fmt, ...)
 /* tmpdir/name into buf. */
 static inline const char *cli_path(char *buf, size_t n, const char *name)
 {
-    snprintf(buf, n, "%s/%s", cli_tmp, name);
+    snprintf(buf, n, "%s/%s", tmpdir, name);
     return buf;
 }
 

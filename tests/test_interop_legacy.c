@@ -49,7 +49,7 @@ static void check_resume_matches(const char *name, double tol)
     cli_path(dir, sizeof dir, name);
     snprintf(src, sizeof src, "%s/%s.safetensors", fixtures, name);
     snprintf(want, sizeof want, "%s/%s-resumed.jsonl", fixtures, name);
-    snprintf(logp, sizeof logp, "%s/%s.jsonl", cli_tmp, name);
+    snprintf(logp, sizeof logp, "%s/%s.jsonl", tmpdir, name);
     char cmd[3000];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s/checkpoint.safetensors'", dir, src, dir);
     CHECK_EQ_INT(system(cmd), 0);
