@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_rig.h"
 #include "ops/fused.h"
+#include "scaler_rig.h"
 
 /* ------------------------------------------------------------ compare */
 
@@ -589,149 +590,20 @@ static void test_device_tensors(void)
 
 /* ------------------------------------------------------------ scaler */
 
-typedef struct {
-    amp_tensor *p;
-    amp_optim *opt;
-} rig;
+/* Conformance cases 3, 5, 8 and 11 (scaler_rig.h), with the parameter,
+ * its gradient and the scaler's state on the device. */
+static void test_scaler_small_interval_sequence(void) { scaler_case_small_interval_sequence(AMP_CUDA); }
 
-static rig make_rig(int n, bool adam)
-{
-    rig r;
-    r.p = amp_full(AMP_SHAPE(n), AMP_F32, 1.0);
-    CHECK_OK(amp_tensor_move(r.p, AMP_CUDA));
-    amp_tensor_set_requires_grad(r.p, true);
-    if (adam) {
-        r.opt = amp_optim_adam(&r.p, 1, amp_adam_defaults());
-    } else {
-        amp_sgd_opts o = amp_sgd_defaults();
-        o.lr = 0.5;
-        o.momentum = 0.9;
-        r.opt = amp_optim_sgd(&r.p, 1, o);
-    }
-    return r;
-}
+static void test_scaler_no_floor(void) { scaler_case_no_floor(AMP_CUDA); }
 
-static void free_rig(rig r)
-{
-    amp_optim_free(r.opt);
-    amp_tensor_free(r.p);
-}
-
-static void backward_with_grad(amp_scaler *s, rig r, double g)
-{
-    amp_tensor *c = amp_full(amp_tensor_shape(r.p), AMP_F32, g);
-    CHECK_OK(amp_tensor_move(c, AMP_CUDA));
-    amp_tensor *loss = amp_sum_all(amp_mul(r.p, c));
-    CHECK_OK(amp_backward(amp_scaler_scale(s, loss)));
-    amp_tensor_free(c);
-    amp_temps_free();
-}
-
-static bool iteration(amp_scaler *s, rig r, double g)
-{
-    bool skipped = false;
-    amp_optim_zero_grad(r.opt);
-    backward_with_grad(s, r, g);
-    CHECK_OK(amp_scaler_step(s, r.opt, &skipped));
-    CHECK_OK(amp_scaler_update(s));
-    return skipped;
-}
-
-static amp_scaler *scaler_with(double init, double growth, double backoff, int64_t interval)
-{
-    amp_scaler_opts o = amp_scaler_defaults();
-    o.init_scale = init;
-    o.growth_factor = growth;
-    o.backoff_factor = backoff;
-    o.growth_interval = interval;
-    return amp_scaler_new(o);
-}
-
-/* Conformance case 3. */
-static void test_scaler_small_interval_sequence(void)
-{
-    amp_scaler *s = scaler_with(4, 2, 0.25, 2);
-    rig r = make_rig(3, false);
-    CHECK(!iteration(s, r, 1.0));
-    CHECK(amp_scaler_get_scale(s) == 4.0);
-    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 1);
-    CHECK(!iteration(s, r, 1.0));
-    CHECK(amp_scaler_get_scale(s) == 8.0);
-    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 0);
-    CHECK(iteration(s, r, INFINITY));
-    CHECK(amp_scaler_get_scale(s) == 2.0);
-    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 0);
-    free_rig(r);
-    amp_scaler_free(s);
-}
-
-/* Case 5. */
-static void test_scaler_no_floor(void)
-{
-    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
-    rig r = make_rig(1, false);
-    for (int k = 0; k < 20; k++)
-        CHECK(iteration(s, r, INFINITY));
-    CHECK(amp_scaler_get_scale(s) == 0.0625);
-    free_rig(r);
-    amp_scaler_free(s);
-}
-
-/* Case 8, with the counts and history kept on the device. */
-static void test_scaler_interval_one_with_a_skip(void)
-{
-    amp_scaler *s = scaler_with(128, 2, 0.5, 1);
-    rig r = make_rig(1, false);
-    CHECK(!iteration(s, r, 1.0));
-    CHECK(!iteration(s, r, 1.0));
-    CHECK(iteration(s, r, INFINITY));
-    CHECK(!iteration(s, r, 1.0));
-    CHECK(amp_scaler_get_scale(s) == 512.0);
-    amp_scaler_counts c = amp_scaler_get_counts(s);
-    CHECK_EQ_INT(c.steps, 3);
-    CHECK_EQ_INT(c.skipped, 1);
-    amp_scale_change h[8];
-    int n = amp_scaler_history(s, h, 8);
-    CHECK_EQ_INT(n, 4);
-    CHECK(n == 4 && h[2].old_scale == 512.0 && h[2].new_scale == 256.0 && h[2].update == 2);
-    CHECK_EQ_INT(amp_optim_steps(r.opt), 3);
-    free_rig(r);
-    amp_scaler_free(s);
-}
-
-/* Case 11: a skipped step changes no parameter and no optimizer state. */
-static void check_skip_preserves(bool adam, double bad)
-{
-    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
-    rig r = make_rig(3, adam);
-    CHECK(!iteration(s, r, 0.25));
-    amp_tensor *before = amp_clone(r.p);
-    int64_t steps = amp_optim_steps(r.opt);
-    double scale = amp_scaler_get_scale(s);
-    CHECK(iteration(s, r, bad));
-    CHECK(max_abs_diff(before, r.p) == 0.0);
-    CHECK_EQ_INT(amp_optim_steps(r.opt), steps);
-    CHECK_EQ_INT(amp_optim_param_steps(r.opt, 0), steps);
-    CHECK(amp_scaler_get_scale(s) == scale / 2);
-    amp_scaler *s2 = amp_scaler_new(amp_scaler_defaults());
-    rig r2 = make_rig(3, adam);
-    iteration(s2, r2, 0.25);
-    iteration(s2, r2, 0.125);
-    iteration(s, r, 0.125);
-    CHECK(max_abs_diff(r.p, r2.p) < 1e-7);
-    amp_tensor_free(before);
-    free_rig(r);
-    free_rig(r2);
-    amp_scaler_free(s);
-    amp_scaler_free(s2);
-}
+static void test_scaler_interval_one_with_a_skip(void) { scaler_case_interval_one_with_a_skip(AMP_CUDA); }
 
 static void test_scaler_nonfinite_skips_and_keeps_state(void)
 {
-    check_skip_preserves(false, INFINITY);
-    check_skip_preserves(false, NAN);
-    check_skip_preserves(true, -INFINITY);
-    check_skip_preserves(true, NAN);
+    scaler_case_skip_preserves(AMP_CUDA, false, INFINITY);
+    scaler_case_skip_preserves(AMP_CUDA, false, NAN);
+    scaler_case_skip_preserves(AMP_CUDA, true, -INFINITY);
+    scaler_case_skip_preserves(AMP_CUDA, true, NAN);
 }
 
 /* amp_grad_f16_health reads CUDA gradients (copied to the host): the
