@@ -24,16 +24,15 @@
 
 static char tmpdir[64];
 
-/* Makes tmpdir, /tmp/ampc-NAME-XXXXXX; false (said on stderr) when it
- * cannot. */
-static inline bool scratch_make(const char *name)
+/* Makes tmpdir, /tmp/ampc-NAME-XXXXXX; when it cannot, says so and ends
+ * the program (no test could run). */
+static inline void scratch_make(const char *name)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ampc-%s-XXXXXX", name);
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
-        return false;
+        exit(1);
     }
-    return true;
 }
 
 static inline const char *scratch_at(const char *name)

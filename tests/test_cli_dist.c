@@ -708,6 +708,11 @@ static void test_a_rank_failing_alone_ends_the_job(void)
 
 /* -------------------------------------------------------------- options */
 
+/* Options a data-parallel run refuses, and what the refusal says. */
+typedef struct {
+    const char *args, *says;
+} dist_refusal;
+
 static void test_data_parallel_options_are_checked(void)
 {
     /* Without a launcher: nothing to spread over. */
@@ -726,9 +731,7 @@ static void test_data_parallel_options_are_checked(void)
         CHECK_OUT("built without MPI");
         return;
     }
-    static const struct {
-        const char *args, *says;
-    } bad[] = {
+    static const dist_refusal bad[] = {
         {"--bucket-mb 0", "--bucket-mb: 0 is out of range"},
         {"--compress fp8", "--compress: unknown value 'fp8'"},
         {"--zero 2", "--zero: '2' is not a whole number from 0 to 1"},
@@ -767,8 +770,7 @@ static void test_data_parallel_options_are_checked(void)
 
 int main(void)
 {
-    if (!cli_init("test-cli-dist"))
-        return 1;
+    cli_init("test-cli-dist");
     cli_find_on_path("mpirun", mpirun, sizeof mpirun);
     amp_set_num_threads(1);
     cli_write_tiny_images(cli_path(tiny, sizeof tiny, "tiny"));

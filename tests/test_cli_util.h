@@ -1,9 +1,10 @@
 /*
  * test_cli_util.h - what the ampc program's tests (test_cli*.c) share:
- * running the binary as a user does and capturing its output, writing tiny
- * data sets (IDX files, a text corpus), reading files back, and a strict
- * JSON-lines reader for the training log. Files go to scratch.h's tmpdir.
- * Header-only (static inline), so each test binary stays one .c file plus
+ * running the binary as a user does and capturing its output, checking a
+ * table of command lines against the exit code and output each must give
+ * (cli_case, cli_check_cases), writing tiny data sets (IDX files, a text
+ * corpus), reading files back, and a strict JSON-lines reader for the
+ * training log. Files go to scratch.h's tmpdir. Header-only (static inline), so each test binary stays one .c file plus
  * the harness.
  *
  * The binary is $AMPC_BUILD_DIR/ampc (CTest sets AMPC_BUILD_DIR).
@@ -25,13 +26,14 @@
 static char cli_ampc[1024];
 static char cli_out[1 << 17];
 
-/* Sets up the binary's path and a fresh scratch directory (tmpdir). */
-static inline bool cli_init(const char *name)
+/* Sets up the binary's path and a fresh scratch directory (tmpdir; the
+ * program ends when it cannot be made). */
+static inline void cli_init(const char *name)
 {
     const char *bd = getenv("AMPC_BUILD_DIR");
     if (bd)
         snprintf(cli_ampc, sizeof cli_ampc, "%s/ampc", bd);
-    return scratch_make(name);
+    scratch_make(name);
 }
 
 /* Removes the scratch directory and everything in it. */
@@ -87,6 +89,31 @@ static inline int cli_run_env(const char *env, const char *fmt, ...)
 
 #define CHECK_OUT(needle) \
     CHECK_MSG(strstr(cli_out, (needle)) != NULL, "no \"%s\" in output:\n%s", (needle), cli_out)
+
+/* A command line's tail and what the program must answer to it: its exit
+ * code and a piece of its output. */
+typedef struct {
+    const char *args;
+    int exit;
+    const char *needle;
+} cli_case;
+
+/* Runs "ENV ampc PREFIX ARGS" for each of the n cases (ENV as cli_run_env;
+ * PREFIX may be "") and checks the exit code and that the output holds
+ * the needle, naming the command line where not. */
+static inline void cli_check_cases(const char *env, const char *prefix, const cli_case *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const cli_case *c = &cases[i];
+        int rc = cli_run_env(env, "%s %s", prefix, c->args);
+        CHECK_MSG(rc == c->exit, "%s ampc %s %s: exit %d, expected %d; output:\n%s", env ? env : "", prefix, c->args,
+                  rc, c->exit, cli_out);
+        CHECK_MSG(strstr(cli_out, c->needle) != NULL, "%s ampc %s %s: no \"%s\" in:\n%s", env ? env : "", prefix,
+                  c->args, c->needle, cli_out);
+    }
+}
+
+#define CLI_CASES(cases) (cases), sizeof(cases) / sizeof(cases)[0]
 
 /* tmpdir/name into buf. */
 static inline const char *cli_path(char *buf, size_t n, const char *name)

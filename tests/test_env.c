@@ -54,11 +54,14 @@ static void test_library_refuses_values_a_variable_does_not_take(void)
     }
 }
 
+/* A variable's setting and the refusal it must draw. */
+typedef struct {
+    const char *env, *needle;
+} env_case;
+
 static void test_the_program_refuses_them_before_any_command(void)
 {
-    const struct {
-        const char *env, *needle;
-    } cases[] = {
+    static const env_case cases[] = {
         {"AMPC_CPU_LIB=bogus", "AMPC_CPU_LIB=bogus is not one of auto/own/onednn"},
         {"AMPC_CPU_LIB=OWN", "AMPC_CPU_LIB=OWN is not one of auto/own/onednn"},
         {"AMPC_CPU_LIB=oneDNN", "AMPC_CPU_LIB=oneDNN is not one of auto/own/onednn"},
@@ -92,8 +95,7 @@ static void test_the_program_refuses_them_before_any_command(void)
 
 int main(void)
 {
-    if (!cli_init("test-env"))
-        return 1;
+    cli_init("test-env");
     RUN(test_library_refuses_values_a_variable_does_not_take);
     RUN_IF(cli_have_binary, test_the_program_refuses_them_before_any_command);
     cli_cleanup();

@@ -475,8 +475,7 @@ static void skip_without_binary(void) { cli_have_binary(); }
 
 int main(void)
 {
-    if (!cli_init("test-malformed"))
-        return 1;
+    cli_init("test-malformed");
     if (!cli_ampc[0] || access(cli_ampc, X_OK) != 0) {
         RUN(skip_without_binary);
         cli_cleanup();
