@@ -45,74 +45,74 @@ static void test_help_exits_0_and_lists_commands_and_options(void)
 
 static void test_no_command_or_unknown_command_exits_2(void)
 {
-    static const cli_case cases[] = {
-        {"", 2, "usage"},
-        {"frobnicate", 2, "unknown command 'frobnicate'"},
+    static const cli_refusal cases[] = {
+        {"", "usage"},
+        {"frobnicate", "unknown command 'frobnicate'"},
     };
-    cli_check_cases(NULL, "", CLI_CASES(cases));
+    cli_check_refusals(NULL, "", CLI_REFUSALS(cases));
 }
 
 static void test_unknown_flag_exits_2_naming_it(void)
 {
-    static const cli_case cases[] = {
-        {"train --bogus-flag 3", 2, "--bogus-flag"},
-        {"--bogus-top", 2, "--bogus-top"},
-        {"train stray", 2, "'stray'"},
-        {"eval --accum 3 somewhere", 2, "--accum"}, /* a train-only option */
-        {"eval", 2, "which checkpoint"},
+    static const cli_refusal cases[] = {
+        {"train --bogus-flag 3", "--bogus-flag"},
+        {"--bogus-top", "--bogus-top"},
+        {"train stray", "'stray'"},
+        {"eval --accum 3 somewhere", "--accum"}, /* a train-only option */
+        {"eval", "which checkpoint"},
     };
-    cli_check_cases(NULL, "", CLI_CASES(cases));
+    cli_check_refusals(NULL, "", CLI_REFUSALS(cases));
 }
 
 static void test_bad_values_and_combinations_name_the_flag(void)
 {
-    static const cli_case cases[] = {
-        {"--batch 0", 2, "--batch: '0'"},
-        {"--batch 12abc", 2, "--batch: '12abc'"},
-        {"--batch 99999999999999999999999", 2, "--batch"},
-        {"--lr abc", 2, "--lr: 'abc'"},
-        {"--lr=-1", 2, "--lr: -1"},
-        {"--lr nan", 2, "--lr"},
-        {"--model mlp --hidden 12,x", 2, "--hidden: '12,x'"},
-        {"--model mlp --hidden 12,,3", 2, "--hidden"},
-        {"--epochs -1", 2, "--epochs: '-1'"},
-        {"--optim rmsprop", 2, "--optim: unknown value 'rmsprop'"},
-        {"--model resnet", 2, "--model: unknown value 'resnet'"},
-        {"--optim sgd --momentum 2", 2, "--momentum: 2"},
-        {"--seed -1", 2, "--seed: '-1'"},
-        {"--threads x", 2, "--threads: 'x'"},
-        {"--batch", 2, "--batch: needs a value"},
-        {"--accum 0", 2, "--accum: '0'"},
-        {"--schedule linear", 2, "--schedule: unknown value 'linear'"},
-        {"--warmup x", 2, "--warmup: 'x'"},
-        {"--gamma 2", 2, "--gamma: 2"},
-        {"--clip 0", 2, "--clip: 0"},
-        {"--device tpu", 2, "--device: unknown value 'tpu'"},
-        {"--dropout 1.5", 2, "--dropout"},
-        {"--save ''", 2, "--save: needs a non-empty value"},
+    static const cli_refusal cases[] = {
+        {"--batch 0", "--batch: '0'"},
+        {"--batch 12abc", "--batch: '12abc'"},
+        {"--batch 99999999999999999999999", "--batch"},
+        {"--lr abc", "--lr: 'abc'"},
+        {"--lr=-1", "--lr: -1"},
+        {"--lr nan", "--lr"},
+        {"--model mlp --hidden 12,x", "--hidden: '12,x'"},
+        {"--model mlp --hidden 12,,3", "--hidden"},
+        {"--epochs -1", "--epochs: '-1'"},
+        {"--optim rmsprop", "--optim: unknown value 'rmsprop'"},
+        {"--model resnet", "--model: unknown value 'resnet'"},
+        {"--optim sgd --momentum 2", "--momentum: 2"},
+        {"--seed -1", "--seed: '-1'"},
+        {"--threads x", "--threads: 'x'"},
+        {"--batch", "--batch: needs a value"},
+        {"--accum 0", "--accum: '0'"},
+        {"--schedule linear", "--schedule: unknown value 'linear'"},
+        {"--warmup x", "--warmup: 'x'"},
+        {"--gamma 2", "--gamma: 2"},
+        {"--clip 0", "--clip: 0"},
+        {"--device tpu", "--device: unknown value 'tpu'"},
+        {"--dropout 1.5", "--dropout"},
+        {"--save ''", "--save: needs a non-empty value"},
         /* options that do not apply to the run */
-        {"--hidden 8", 2, "--hidden applies to --model mlp only"},
-        {"--model mlp --layers 2", 2, "--layers applies to --model gpt only"},
-        {"--momentum 0.5", 2, "--momentum applies to --optim sgd only"},
-        {"--schedule cosine --step-size 5", 2, "--step-size applies to --schedule step only"},
-        {"--epochs 1 --steps 5", 2, "--epochs or --steps, not both"},
-        {"--save-every 5", 2, "--save-every needs --save"},
-        {"--stop-at 5", 2, "--stop-at needs --save"},
-        {"--model gpt --width 10 --heads 4", 2, "--width 10 is not divisible by --heads 4"},
-        {"--precision bf16 --init-scale 8", 2, "--init-scale applies to --precision fp16"},
+        {"--hidden 8", "--hidden applies to --model mlp only"},
+        {"--model mlp --layers 2", "--layers applies to --model gpt only"},
+        {"--momentum 0.5", "--momentum applies to --optim sgd only"},
+        {"--schedule cosine --step-size 5", "--step-size applies to --schedule step only"},
+        {"--epochs 1 --steps 5", "--epochs or --steps, not both"},
+        {"--save-every 5", "--save-every needs --save"},
+        {"--stop-at 5", "--stop-at needs --save"},
+        {"--model gpt --width 10 --heads 4", "--width 10 is not divisible by --heads 4"},
+        {"--precision bf16 --init-scale 8", "--init-scale applies to --precision fp16"},
     };
-    cli_check_cases(NULL, "train", CLI_CASES(cases));
+    cli_check_refusals(NULL, "train", CLI_REFUSALS(cases));
 }
 
 static void test_bad_precision_options_are_refused_clearly(void)
 {
-    static const cli_case cases[] = {
-        {"--precision fp8", 2, "--precision: unknown value 'fp8'"},
-        {"--precision bf16 --no-scaler", 2, "--no-scaler applies to --precision fp16 only"},
-        {"--no-scaler=1", 2, "--no-scaler: takes no value"},
-        {"--precision fp16 --init-scale -4", 2, "--init-scale"},
+    static const cli_refusal cases[] = {
+        {"--precision fp8", "--precision: unknown value 'fp8'"},
+        {"--precision bf16 --no-scaler", "--no-scaler applies to --precision fp16 only"},
+        {"--no-scaler=1", "--no-scaler: takes no value"},
+        {"--precision fp16 --init-scale -4", "--init-scale"},
     };
-    cli_check_cases(NULL, "train", CLI_CASES(cases));
+    cli_check_refusals(NULL, "train", CLI_REFUSALS(cases));
 }
 
 static void test_device_cuda_is_a_clear_error_not_a_crash(void)
@@ -451,9 +451,7 @@ static void test_messages_are_in_the_commands_terms(void)
 
 int main(void)
 {
-    cli_init("test-cli");
-    cli_write_tiny_images(cli_path(tiny, sizeof tiny, "tiny"));
-    cli_write_tiny_text(cli_path(text, sizeof text, "tiny.txt"));
+    cli_init_tiny("test-cli", tiny, text);
     RUN_IF(cli_have_binary, test_help_exits_0_and_lists_commands_and_options);
     RUN_IF(cli_have_binary, test_no_command_or_unknown_command_exits_2);
     RUN_IF(cli_have_binary, test_unknown_flag_exits_2_naming_it);

@@ -135,9 +135,7 @@ static void test_refused_for_mlp_and_cnn(void)
 
 int main(void)
 {
-    cli_init("test-cli-ckpt-act");
-    cli_write_tiny_text(cli_path(text, sizeof text, "tiny.txt"));
-    cli_write_tiny_images(cli_path(images, sizeof images, "tiny"));
+    cli_init_tiny("test-cli-ckpt-act", images, text);
     RUN_IF(cli_have_binary, test_same_steps_and_less_memory);
     RUN_IF(cli_have_binary, test_saved_and_resumed);
     RUN_IF(cli_have_binary, test_suggested_when_a_run_does_not_fit);

@@ -222,8 +222,7 @@ static void test_plot_that_cannot_be_written_keeps_the_old_svg(void)
 
 int main(void)
 {
-    cli_init("test-cli-files");
-    cli_write_tiny_images(cli_path(tiny, sizeof tiny, "tiny"));
+    cli_init_tiny("test-cli-files", tiny, NULL);
     cli_path(fifo, sizeof fifo, "fifo");
     if (mkfifo(fifo, 0600) != 0) {
         perror("mkfifo");

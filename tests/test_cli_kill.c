@@ -254,8 +254,7 @@ static void test_killed_runs_resume_to_the_straight_result(void)
 
 int main(void)
 {
-    cli_init("test-cli-kill");
-    cli_write_tiny_images(cli_path(tiny, sizeof tiny, "tiny"));
+    cli_init_tiny("test-cli-kill", tiny, NULL);
     /* fp16 with a scale that overflows at first and grows back every 3
      * clean steps: skipped steps on both sides of the saves. */
     snprintf(args, sizeof args,

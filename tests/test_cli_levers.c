@@ -26,18 +26,18 @@ static char tiny[256], text[256], images[256];
 
 static void test_bad_values_are_refused_with_clear_messages(void)
 {
-    static const cli_case cases[] = {
-        {"--param-dtype f8", 2, "--param-dtype: unknown value 'f8' (choose from fp32|bf16|fp16)"},
-        {"--param-dtype f32", 2, "--param-dtype: unknown value 'f32'"},
-        {"--optim-state fp16", 2, "--optim-state: unknown value 'fp16' (choose from fp32|bf16|bf16-sr)"},
-        {"--precision fp32 --param-dtype bf16", 2, "--param-dtype bf16 needs --precision bf16"},
-        {"--precision fp16 --param-dtype bf16", 2, "--param-dtype bf16 needs --precision bf16"},
-        {"--precision bf16 --param-dtype fp16", 2, "--param-dtype fp16 needs --precision fp16"},
-        {"--precision fp16 --no-scaler --param-dtype fp16", 2, "--param-dtype fp16 needs the grad scaler"},
+    static const cli_refusal cases[] = {
+        {"--param-dtype f8", "--param-dtype: unknown value 'f8' (choose from fp32|bf16|fp16)"},
+        {"--param-dtype f32", "--param-dtype: unknown value 'f32'"},
+        {"--optim-state fp16", "--optim-state: unknown value 'fp16' (choose from fp32|bf16|bf16-sr)"},
+        {"--precision fp32 --param-dtype bf16", "--param-dtype bf16 needs --precision bf16"},
+        {"--precision fp16 --param-dtype bf16", "--param-dtype bf16 needs --precision bf16"},
+        {"--precision bf16 --param-dtype fp16", "--param-dtype fp16 needs --precision fp16"},
+        {"--precision fp16 --no-scaler --param-dtype fp16", "--param-dtype fp16 needs the grad scaler"},
     };
     char train[400];
     snprintf(train, sizeof train, "train --model mlp --data %s --steps 1", tiny);
-    cli_check_cases(NULL, train, CLI_CASES(cases));
+    cli_check_refusals(NULL, train, CLI_REFUSALS(cases));
 }
 
 /* A straight run of args saved in A; the same stopped at half and resumed
@@ -177,9 +177,7 @@ static void test_estimate_follows_the_levers(void)
 
 int main(void)
 {
-    cli_init("test-cli-levers");
-    cli_write_tiny_images(cli_path(tiny, sizeof tiny, "tiny"));
-    cli_write_tiny_text(cli_path(text, sizeof text, "tiny.txt"));
+    cli_init_tiny("test-cli-levers", tiny, text);
     cli_write_noise_images(cli_path(images, sizeof images, "images"), 512, 1);
     RUN_IF(cli_have_binary, test_bad_values_are_refused_with_clear_messages);
     RUN_IF(cli_have_binary, test_resume_is_exact_with_each_lever);

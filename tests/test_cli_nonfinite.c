@@ -287,8 +287,7 @@ static void test_count_nonfinite_and_find_nonfinite_grad_on_cuda(void)
 
 int main(void)
 {
-    cli_init("test-cli-nonfinite");
-    cli_write_tiny_images(cli_path(tiny, sizeof tiny, "tiny"));
+    cli_init_tiny("test-cli-nonfinite", tiny, NULL);
     cli_path(nan_dir, sizeof nan_dir, "nan");
     write_nan_images(nan_dir);
     RUN_IF(cli_have_binary, test_fp16_scaler_on_nan_inputs_stops_naming_what_is_not_finite);

@@ -251,23 +251,23 @@ static void test_ampc_profile_prints_each_precision_side_by_side(void)
 
 static void test_ampc_profile_refuses_bad_arguments(void)
 {
-    static const cli_case cases[] = {
-        {"--precision fp32,fp64", 2, "'fp64' in 'fp32,fp64' is not fp32, bf16 or fp16"},
-        {"--precision fp32,,bf16", 2, "'' in 'fp32,,bf16' is not fp32, bf16 or fp16"},
-        {"--precision bf16,bf16", 2, "bf16 is in 'bf16,bf16' twice"},
-        {"--precision", 2, "--precision: needs a value"},
-        {"--save d", 2, "--save is not an ampc profile option"},
-        {"--steps 10", 2, "--steps is not an ampc profile option"},
-        {"--precision fp32,bf16 --no-scaler", 2, "--no-scaler applies to fp16 only"},
-        {"--profile-steps 0", 2, "ampc profile: --profile-steps: '0' is not a whole number"},
-        {"--bogus", 2, "ampc profile: unknown option '--bogus'"},
-        {"--repeat 0", 2, "--repeat: '0' is not a whole number from 1 to 100"},
-        {"--repeat", 2, "--repeat: '' is not a whole number from 1 to 100"},
-        {"--repeat=2x", 2, "--repeat: '2x' is not a whole number from 1 to 100"},
+    static const cli_refusal cases[] = {
+        {"--precision fp32,fp64", "'fp64' in 'fp32,fp64' is not fp32, bf16 or fp16"},
+        {"--precision fp32,,bf16", "'' in 'fp32,,bf16' is not fp32, bf16 or fp16"},
+        {"--precision bf16,bf16", "bf16 is in 'bf16,bf16' twice"},
+        {"--precision", "--precision: needs a value"},
+        {"--save d", "--save is not an ampc profile option"},
+        {"--steps 10", "--steps is not an ampc profile option"},
+        {"--precision fp32,bf16 --no-scaler", "--no-scaler applies to fp16 only"},
+        {"--profile-steps 0", "ampc profile: --profile-steps: '0' is not a whole number"},
+        {"--bogus", "ampc profile: unknown option '--bogus'"},
+        {"--repeat 0", "--repeat: '0' is not a whole number from 1 to 100"},
+        {"--repeat", "--repeat: '' is not a whole number from 1 to 100"},
+        {"--repeat=2x", "--repeat: '2x' is not a whole number from 1 to 100"},
     };
     char profile[400];
     snprintf(profile, sizeof profile, "profile --model mlp --data %s", images);
-    cli_check_cases(NULL, profile, CLI_CASES(cases));
+    cli_check_refusals(NULL, profile, CLI_REFUSALS(cases));
     CHECK_EQ_INT(cli_run("profile --help"), 0);
     CHECK_OUT("usage: ampc profile [--precision LIST] [train options]");
     CHECK_EQ_INT(cli_run("--help"), 0);

@@ -413,9 +413,7 @@ static void test_stop_at_not_after_the_saved_step_is_refused(void)
 
 int main(void)
 {
-    cli_init("test-cli-resume");
-    cli_write_tiny_images(cli_path(tiny, sizeof tiny, "tiny"));
-    cli_write_tiny_text(cli_path(text, sizeof text, "tiny.txt"));
+    cli_init_tiny("test-cli-resume", tiny, text);
     RUN_IF(cli_have_binary, test_resumed_mlp_fp16_with_scaler_continues_bit_for_bit);
     RUN_IF(cli_have_binary, test_resumed_cnn_with_momentum_continues_bit_for_bit);
     RUN_IF(cli_have_binary, test_resumed_gpt_stopped_mid_cosine_continues_bit_for_bit);

@@ -181,38 +181,38 @@ static void test_static_scale(void)
 
 static void test_bad_values_are_refused(void)
 {
-    static const cli_case cases[] = {
-        {"--growth-factor 1", 2, "--growth-factor 1 must be above 1"},
-        {"--growth-factor 0.5", 2, "--growth-factor: 0.5 is out of range (1 to 1e+06)"},
-        {"--growth-factor x", 2, "--growth-factor: 'x' is not a number"},
-        {"--backoff-factor 1", 2, "--backoff-factor 1 must be between 0 and 1, both excluded"},
-        {"--backoff-factor 0", 2, "--backoff-factor 0 must be between 0 and 1, both excluded"},
-        {"--backoff-factor 2", 2, "--backoff-factor: 2 is out of range (0 to 1)"},
+    static const cli_refusal cases[] = {
+        {"--growth-factor 1", "--growth-factor 1 must be above 1"},
+        {"--growth-factor 0.5", "--growth-factor: 0.5 is out of range (1 to 1e+06)"},
+        {"--growth-factor x", "--growth-factor: 'x' is not a number"},
+        {"--backoff-factor 1", "--backoff-factor 1 must be between 0 and 1, both excluded"},
+        {"--backoff-factor 0", "--backoff-factor 0 must be between 0 and 1, both excluded"},
+        {"--backoff-factor 2", "--backoff-factor: 2 is out of range (0 to 1)"},
         /* factors that round to 1 in fp32 would never move the scale */
-        {"--growth-factor 1.00000001", 2, "--growth-factor 1.0000000099999999 rounds to 1 in fp32"},
-        {"--backoff-factor 0.99999999", 2, "--backoff-factor 0.99999998999999995 is within 2^-24 of 1"},
-        {"--hysteresis 0", 2, "--hysteresis: '0' is not a whole number from 1 to 1000000"},
-        {"--hysteresis 1.5", 2, "--hysteresis: '1.5' is not a whole number"},
-        {"--min-scale -1", 2, "--min-scale: -1 is out of range (0: off, or 1e-30 to 1e+30)"},
-        {"--static-scale 1e-40", 2, "--static-scale: 1e-40 is out of range (0: off, or 1e-30 to 1e+30)"},
-        {"--max-scale 1e40", 2, "--max-scale: 1e40 is out of range (0: off, or 1e-30 to 1e+30)"},
-        {"--static-scale -1", 2, "--static-scale: -1 is out of range"},
-        {"--min-scale 100 --max-scale 10 --init-scale 50", 2, "--min-scale 100 is above --max-scale 10"},
-        {"--max-scale 1024", 2, "--init-scale 65536 is above --max-scale 1024 (give --init-scale at most 1024)"},
-        {"--min-scale 1e6", 2, "--init-scale 65536 is below --min-scale 1e+06"},
-        {"--static-scale 8 --growth-interval 3", 2,
-         "--growth-interval is an option of the dynamic grad scaler, but --static-scale 8 fixes the scale"},
-        {"--static-scale 8 --init-scale 8", 2, "--init-scale is an option of the dynamic grad scaler"},
-        {"--static-scale 8 --hysteresis 2", 2, "--hysteresis is an option of the dynamic grad scaler"},
-        {"--static-scale 8 --min-scale 2", 2, "--min-scale is an option of the dynamic grad scaler"},
-        {"--health-every 0", 2, "--health-every: '0' is not a whole number from 1 to"},
-        {"--init-scale 16777216 --backoff-factor 1e-300", 2,
-         "--backoff-factor 1e-300 takes the scale 1.67772e+07 to 0 at the first overflow"},
-        {"--init-scale 1 --backoff-factor 1e-38", 2, "--backoff-factor 1e-38 takes the scale 1 to 1e-38"},
+        {"--growth-factor 1.00000001", "--growth-factor 1.0000000099999999 rounds to 1 in fp32"},
+        {"--backoff-factor 0.99999999", "--backoff-factor 0.99999998999999995 is within 2^-24 of 1"},
+        {"--hysteresis 0", "--hysteresis: '0' is not a whole number from 1 to 1000000"},
+        {"--hysteresis 1.5", "--hysteresis: '1.5' is not a whole number"},
+        {"--min-scale -1", "--min-scale: -1 is out of range (0: off, or 1e-30 to 1e+30)"},
+        {"--static-scale 1e-40", "--static-scale: 1e-40 is out of range (0: off, or 1e-30 to 1e+30)"},
+        {"--max-scale 1e40", "--max-scale: 1e40 is out of range (0: off, or 1e-30 to 1e+30)"},
+        {"--static-scale -1", "--static-scale: -1 is out of range"},
+        {"--min-scale 100 --max-scale 10 --init-scale 50", "--min-scale 100 is above --max-scale 10"},
+        {"--max-scale 1024", "--init-scale 65536 is above --max-scale 1024 (give --init-scale at most 1024)"},
+        {"--min-scale 1e6", "--init-scale 65536 is below --min-scale 1e+06"},
+        {"--static-scale 8 --growth-interval 3", "--growth-interval is an option of the dynamic grad scaler, but "
+                                                 "--static-scale 8 fixes the scale"},
+        {"--static-scale 8 --init-scale 8", "--init-scale is an option of the dynamic grad scaler"},
+        {"--static-scale 8 --hysteresis 2", "--hysteresis is an option of the dynamic grad scaler"},
+        {"--static-scale 8 --min-scale 2", "--min-scale is an option of the dynamic grad scaler"},
+        {"--health-every 0", "--health-every: '0' is not a whole number from 1 to"},
+        {"--init-scale 16777216 --backoff-factor 1e-300", "--backoff-factor 1e-300 takes the scale 1.67772e+07 to 0 "
+                                                          "at the first overflow"},
+        {"--init-scale 1 --backoff-factor 1e-38", "--backoff-factor 1e-38 takes the scale 1 to 1e-38"},
     };
     char train[400];
     snprintf(train, sizeof train, "train --model mlp --data %s --precision fp16 --steps 1", tiny);
-    cli_check_cases(NULL, train, CLI_CASES(cases));
+    cli_check_refusals(NULL, train, CLI_REFUSALS(cases));
     /* Meaningful with the scaler only: bf16, fp32 and --no-scaler refuse
      * every knob, naming it. */
     const char *knobs[] = {"--growth-factor 3", "--backoff-factor 0.25", "--hysteresis 2", "--min-scale 1",
@@ -514,8 +514,7 @@ static void test_unscaled_fp16_stalls(void)
 
 int main(void)
 {
-    cli_init("test-cli-scaler");
-    cli_write_tiny_images(cli_path(tiny, sizeof tiny, "tiny"));
+    cli_init_tiny("test-cli-scaler", tiny, NULL);
     RUN_IF(cli_have_binary, test_growth_knobs);
     RUN_IF(cli_have_binary, test_backoff_knobs);
     RUN_IF(cli_have_binary, test_static_scale);

@@ -1,11 +1,11 @@
 /*
  * test_cli_util.h - what the ampc program's tests (test_cli*.c) share:
  * running the binary as a user does and capturing its output, checking a
- * table of command lines against the exit code and output each must give
- * (cli_case, cli_check_cases), writing tiny data sets (IDX files, a text
- * corpus), reading files back, and a strict JSON-lines reader for the
- * training log. Files go to scratch.h's tmpdir. Header-only (static inline), so each test binary stays one .c file plus
- * the harness.
+ * table of command lines it must refuse against what each refusal says
+ * (cli_refusal, cli_check_refusals), writing tiny data sets (IDX files, a
+ * text corpus), reading files back, and a strict JSON-lines reader for the
+ * training log. Files go to scratch.h's tmpdir. Header-only (static
+ * inline), so each test binary stays one .c file plus the harness.
  *
  * The binary is $AMPC_BUILD_DIR/ampc (CTest sets AMPC_BUILD_DIR).
  */
@@ -90,30 +90,28 @@ static inline int cli_run_env(const char *env, const char *fmt, ...)
 #define CHECK_OUT(needle) \
     CHECK_MSG(strstr(cli_out, (needle)) != NULL, "no \"%s\" in output:\n%s", (needle), cli_out)
 
-/* A command line's tail and what the program must answer to it: its exit
- * code and a piece of its output. */
+/* A command line's tail the program must refuse as a usage error (exit
+ * 2), and a piece of what the refusal says. */
 typedef struct {
-    const char *args;
-    int exit;
-    const char *needle;
-} cli_case;
+    const char *args, *needle;
+} cli_refusal;
 
 /* Runs "ENV ampc PREFIX ARGS" for each of the n cases (ENV as cli_run_env;
- * PREFIX may be "") and checks the exit code and that the output holds
- * the needle, naming the command line where not. */
-static inline void cli_check_cases(const char *env, const char *prefix, const cli_case *cases, size_t n)
+ * PREFIX may be "") and checks that it exits 2 with the needle in its
+ * output, naming the command line where not. */
+static inline void cli_check_refusals(const char *env, const char *prefix, const cli_refusal *cases, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        const cli_case *c = &cases[i];
+        const cli_refusal *c = &cases[i];
         int rc = cli_run_env(env, "%s %s", prefix, c->args);
-        CHECK_MSG(rc == c->exit, "%s ampc %s %s: exit %d, expected %d; output:\n%s", env ? env : "", prefix, c->args,
-                  rc, c->exit, cli_out);
+        CHECK_MSG(rc == 2, "%s ampc %s %s: exit %d, expected 2; output:\n%s", env ? env : "", prefix, c->args, rc,
+                  cli_out);
         CHECK_MSG(strstr(cli_out, c->needle) != NULL, "%s ampc %s %s: no \"%s\" in:\n%s", env ? env : "", prefix,
                   c->args, c->needle, cli_out);
     }
 }
 
-#define CLI_CASES(cases) (cases), sizeof(cases) / sizeof(cases)[0]
+#define CLI_REFUSALS(cases) (cases), sizeof(cases) / sizeof(cases)[0]
 
 /* tmpdir/name into buf. */
 static inline const char *cli_path(char *buf, size_t n, const char *name)
@@ -215,6 +213,23 @@ static inline void cli_write_tiny_text(const char *path)
             fputc('\n', f);
     }
     fclose(f);
+}
+
+/* cli_init, then the data sets most of the tests train on, written once:
+ * the tiny image set (cli_write_tiny_images) at tmpdir/tiny, its path into
+ * images, and the tiny text corpus at tmpdir/tiny.txt, its path into text
+ * (each buffer of 256 bytes, or NULL for none). */
+static inline void cli_init_tiny(const char *name, char *images, char *text)
+{
+    cli_init(name);
+    if (images) {
+        snprintf(images, 256, "%s/tiny", tmpdir);
+        cli_write_tiny_images(images);
+    }
+    if (text) {
+        snprintf(text, 256, "%s/tiny.txt", tmpdir);
+        cli_write_tiny_text(text);
+    }
 }
 
 /* The whole file, malloc'd and NUL-terminated (*len bytes); NULL if absent. */
