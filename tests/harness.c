@@ -192,3 +192,25 @@ bool gradcheck(const char *what, gc_fn fn, amp_tensor **in, int n, void *ctx, do
     amp_temps_free();
     return bad == 0;
 }
+
+char *test_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (p) {
+        p[n] = '\0';
+        if (len)
+            *len = (size_t)n;
+    }
+    return p;
+}

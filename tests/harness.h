@@ -1,7 +1,9 @@
 /*
  * harness.h - the tests' small framework: checks that report file and
  * line and go on, skips that say why, a closing "N passed, N failed" line,
- * and a finite-difference gradient checker shared by the op tests.
+ * a finite-difference gradient checker shared by the op tests, and small
+ * helpers (random tensors, the largest difference of two tensors, a
+ * file read whole).
  *
  * A test file defines static void test_*(void) functions and a main that
  * RUNs each (or RUN_IFs it, where it needs something the machine may lack)
@@ -91,5 +93,9 @@ amp_tensor *test_uniform(amp_shape s, amp_dtype dt, double lo, double hi, uint64
 
 /* Largest |a[i] - b[i]| over two tensors' values, read as double. */
 double max_abs_diff(const amp_tensor *a, const amp_tensor *b);
+
+/* The whole of the file at path, malloc'd and NUL-terminated, its length
+ * in *len (when len is not NULL); NULL when it cannot be read. */
+char *test_read_file(const char *path, size_t *len);
 
 #endif

@@ -47,14 +47,11 @@ static inline bool cli_have_binary(void)
     return false;
 }
 
-/* Runs "ENV ampc ARGS" (ENV: variable settings for the shell, or NULL;
- * ARGS printf-style) with stderr joined to stdout into cli_out; returns
- * the exit code (-1 when it did not exit normally, e.g. a crash). */
-static inline int cli_vrun_env(const char *env, const char *fmt, va_list ap)
+/* Runs the shell command cmd with its output (stdout, and stderr where cmd
+ * joins it) into cli_out; returns the exit code (-1 when it did not exit
+ * normally, e.g. a crash). */
+static inline int cli_capture(const char *cmd)
 {
-    char args[12288], cmd[13600]; /* (paths of PATH_MAX bytes fit) */
-    vsnprintf(args, sizeof args, fmt, ap);
-    snprintf(cmd, sizeof cmd, "%s '%s' %s 2>&1", env ? env : "", cli_ampc, args);
     FILE *p = popen(cmd, "r");
     cli_out[0] = '\0';
     if (!p)
@@ -65,6 +62,17 @@ static inline int cli_vrun_env(const char *env, const char *fmt, va_list ap)
         ;
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Runs "ENV ampc ARGS" (ENV: variable settings for the shell, or NULL;
+ * ARGS printf-style) with stderr joined to stdout into cli_out; returns
+ * the exit code (-1 when it did not exit normally, e.g. a crash). */
+static inline int cli_vrun_env(const char *env, const char *fmt, va_list ap)
+{
+    char args[12288], cmd[13600]; /* (paths of PATH_MAX bytes fit) */
+    vsnprintf(args, sizeof args, fmt, ap);
+    snprintf(cmd, sizeof cmd, "%s '%s' %s 2>&1", env ? env : "", cli_ampc, args);
+    return cli_capture(cmd);
 }
 
 static inline int cli_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -233,26 +241,7 @@ static inline void cli_init_tiny(const char *name, char *images, char *text)
 }
 
 /* The whole file, malloc'd and NUL-terminated (*len bytes); NULL if absent. */
-static inline char *cli_read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    if (p)
-        p[n] = '\0';
-    if (len)
-        *len = (size_t)n;
-    fclose(f);
-    return p;
-}
+static inline char *cli_read_file(const char *path, size_t *len) { return test_read_file(path, len); }
 
 /* Whether the checkpoints in directories a and b are the same bytes; when
  * not, why (sizes, or the first differing byte and the text around it)

@@ -58,14 +58,7 @@ static int py(const char *fmt, ...)
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
     snprintf(cmd, sizeof cmd, "'%s' '%s' %s 2>&1", python, script, args);
-    FILE *p = popen(cmd, "r");
-    cli_out[0] = '\0';
-    if (!p)
-        return -1;
-    size_t n = fread(cli_out, 1, sizeof cli_out - 1, p);
-    cli_out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return cli_capture(cmd);
 }
 
 static void write_raw(const char *path, const amp_tensor *t)

@@ -23,26 +23,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The whole of a file, NUL-terminated (caller frees); NULL if unreadable. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s)
-        s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
 static int count(const char *s, const char *needle)
 {
     int n = 0;
@@ -80,7 +60,7 @@ static void test_log_lines_are_exact_json_with_null_for_nan_and_inf(void)
     CHECK_OK(log_step(l, &(log_record){.step = 3, .loss = -INFINITY, .lr = 0, .scale = NAN, .grad_norm = NAN,
                                        .step_ms = 1099511627776.0}));
     CHECK_OK(log_close(l));
-    char *s = slurp(path);
+    char *s = test_read_file(path, NULL);
     CHECK(s != NULL);
     if (!s)
         return;
@@ -187,7 +167,7 @@ static void test_svg_has_one_mark_per_event_and_a_vertex_per_finite_loss(void)
     const char *example = getenv("AMPC_PLOT_EXAMPLE");
     if (example && *example)
         CHECK_OK(plot_file(log, example, NULL));
-    char *s = slurp(svg);
+    char *s = test_read_file(svg, NULL);
     CHECK(s != NULL);
     if (!s)
         return;
@@ -214,7 +194,7 @@ static void test_loss_axis_is_logarithmic_past_two_decades(void)
     const char *log = scratch_at("steep.jsonl"), *svg = scratch_at("steep.svg");
     write_run(log, 400, true, 200, 0.5);
     CHECK_OK(plot_file(log, svg, NULL));
-    char *s = slurp(svg);
+    char *s = test_read_file(svg, NULL);
     CHECK(s && strstr(s, "Training loss (log scale)") != NULL);
     CHECK(s && strstr(s, ">100<") != NULL); /* a decade label */
     free(s);
@@ -225,7 +205,7 @@ static void test_log_without_a_scale_has_one_panel(void)
     const char *log = scratch_at("fp32.jsonl"), *svg = scratch_at("fp32.svg");
     CHECK_EQ_INT(write_run(log, 50, false, 2.3, 0.3), 0);
     CHECK_OK(plot_file(log, svg, NULL));
-    char *s = slurp(svg);
+    char *s = test_read_file(svg, NULL);
     CHECK(s != NULL);
     if (!s)
         return;
@@ -259,7 +239,7 @@ static void test_health_keys_round_trip_and_draw_a_panel(void)
         CHECK_OK(log_step(l, &rec));
     }
     CHECK_OK(log_close(l));
-    char *text = slurp(log);
+    char *text = test_read_file(log, NULL);
     CHECK(text && strstr(text, "\"step_ms\":1,\"f16_zero\":0.5,\"f16_flush\":0.125,\"f16_subnormal\":0.25,"
                                "\"f16_overflow\":0.003}\n"));
     CHECK(text && strstr(text, "\"f16_flush_scaled\":0,\"f16_subnormal_scaled\":0.004,\"f16_overflow_scaled\":0.008}"));
@@ -276,7 +256,7 @@ static void test_health_keys_round_trip_and_draw_a_panel(void)
     }
     plot_data_free(&d);
     CHECK_OK(plot_file(log, svg, NULL));
-    char *pic = slurp(svg);
+    char *pic = test_read_file(svg, NULL);
     CHECK(pic != NULL);
     if (!pic)
         return;
@@ -303,7 +283,7 @@ static void test_big_logs_are_decimated_but_keep_spikes(void)
                 s == 31234 ? 50.0 : 1.0 + (s % 7) * 0.01);
     fclose(f);
     CHECK_OK(plot_file(log, svg, NULL));
-    char *s = slurp(svg);
+    char *s = test_read_file(svg, NULL);
     CHECK(s != NULL);
     if (!s)
         return;
@@ -450,7 +430,7 @@ static void test_extreme_values_draw_finite_and_bounded(void)
         fclose(f);
         amp_status st = plot_file(log, svg, NULL);
         CHECK_MSG(st == AMP_OK, "log %zu: %s", i, amp_last_error());
-        char *s = slurp(svg);
+        char *s = test_read_file(svg, NULL);
         CHECK_MSG(s != NULL, "log %zu: no SVG", i);
         if (!s)
             continue;
@@ -489,7 +469,7 @@ static void test_output_size_is_bounded_for_any_log(void)
     CHECK_EQ_INT(sum.steps, N);
     CHECK_EQ_INT(sum.skipped, N / 2);
     CHECK_EQ_INT(sum.nonfinite, N / 2);
-    char *s = slurp(svg);
+    char *s = test_read_file(svg, NULL);
     CHECK(s != NULL);
     if (!s)
         return;
