@@ -214,3 +214,14 @@ char *test_read_file(const char *path, size_t *len)
     }
     return p;
 }
+
+void test_write_file(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK_MSG(f != NULL, "cannot write %s", path);
+    if (!f)
+        return;
+    if (n)
+        CHECK_MSG(fwrite(p, 1, n, f) == n, "cannot write %s", path);
+    fclose(f);
+}

@@ -3,7 +3,7 @@
  * line and go on, skips that say why, a closing "N passed, N failed" line,
  * a finite-difference gradient checker shared by the op tests, and small
  * helpers (random tensors, the largest difference of two tensors, a
- * file read whole).
+ * file read or written whole).
  *
  * A test file defines static void test_*(void) functions and a main that
  * RUNs each (or RUN_IFs it, where it needs something the machine may lack)
@@ -97,5 +97,9 @@ double max_abs_diff(const amp_tensor *a, const amp_tensor *b);
 /* The whole of the file at path, malloc'd and NUL-terminated, its length
  * in *len (when len is not NULL); NULL when it cannot be read. */
 char *test_read_file(const char *path, size_t *len);
+
+/* Writes the n bytes at p to the file at path (replacing it), checking
+ * that it could. */
+void test_write_file(const char *path, const void *p, size_t n);
 
 #endif

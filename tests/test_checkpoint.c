@@ -10,6 +10,7 @@
  *
  * Files live in a fresh directory under /tmp, removed at the end.
  */
+#include "ckpt_rig.h"
 #include "harness.h"
 #include "scratch.h"
 
@@ -70,35 +71,13 @@ static amp_scaler *make_scaler(int64_t growth_interval)
     return amp_scaler_new(so);
 }
 
-/* Steps first..first+n-1 of a bf16-autocast run: batch t is the same in
- * every run. */
+/* Steps first..first+n-1 of a bf16-autocast run (ckpt_train). */
 static void train(amp_module *m, amp_optim *o, amp_scaler *s, int first, int n)
 {
-    for (int t = first; t < first + n; t++) {
-        amp_tensor *x = test_uniform(AMP_SHAPE(16, 6), AMP_F32, -1, 1, 100 + (uint64_t)t);
-        amp_tensor *y = test_uniform(AMP_SHAPE(16), AMP_I64, 0, 3, 200 + (uint64_t)t);
-        amp_tensor *loss = NULL;
-        AMP_AUTOCAST(AMP_CPU, AMP_BF16) { loss = amp_cross_entropy(amp_module_forward(m, x), y); }
-        CHECK(loss != NULL);
-        CHECK_OK(amp_backward(amp_scaler_scale(s, loss)));
-        CHECK_OK(amp_scaler_step(s, o, NULL));
-        CHECK_OK(amp_scaler_update(s));
-        amp_optim_zero_grad(o);
-        amp_temps_free();
-        amp_tensor_free(x);
-        amp_tensor_free(y);
-    }
+    ckpt_train(m, o, s, AMP_BF16, first, n);
 }
 
 /* ------------------------------------------------------------ snapshots */
-
-/* Everything a load may change, as bytes: parameters, optimizer steps,
- * lr and state (zeros where a buffer is absent, with a presence byte),
- * scaler state, RNG state. */
-typedef struct {
-    unsigned char *p;
-    size_t n;
-} bytes;
 
 static void put(bytes *b, const void *src, size_t n)
 {
@@ -117,6 +96,9 @@ static bytes model_bytes(const amp_module *m)
     return b;
 }
 
+/* Everything a load may change, as bytes: parameters, optimizer steps, lr
+ * and state (zeros where a buffer is absent, with a presence byte), scaler
+ * state, RNG state. */
 static bytes state_bytes(const amp_module *m, const amp_optim *o, const amp_scaler *s)
 {
     bytes b = model_bytes(m);
@@ -156,30 +138,6 @@ static bytes state_bytes(const amp_module *m, const amp_optim *o, const amp_scal
 
 static bool same_bytes(bytes a, bytes b) { return a.n == b.n && memcmp(a.p, b.p, a.n) == 0; }
 
-static bytes file_bytes(const char *path)
-{
-    bytes b = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return b;
-    unsigned char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-        put(&b, buf, n);
-    fclose(f);
-    return b;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK_MSG(f != NULL, "cannot write %s", path);
-    if (f) {
-        CHECK(fwrite(p, 1, n, f) == n);
-        fclose(f);
-    }
-}
-
 /* Writes a safetensors file from a header text and a data buffer. */
 static void write_st(const char *path, const char *header, const void *data, size_t n)
 {
@@ -191,16 +149,8 @@ static void write_st(const char *path, const char *header, const void *data, siz
     put(&b, len, 8);
     put(&b, header, h);
     put(&b, data, n);
-    write_bytes(path, b.p, b.n);
+    test_write_file(path, b.p, b.n);
     free(b.p);
-}
-
-static uint64_t header_len(bytes f)
-{
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = n << 8 | f.p[i];
-    return n;
 }
 
 /* Loads path into (m, o, s) expecting failure with status st and a
@@ -441,18 +391,18 @@ static void test_truncated_file_is_an_error_that_changes_nothing(void)
         char what[64];
         snprintf(what, sizeof what, "cut at %zu of %zu", cases[i].cut, t.f.n);
         const char *path = scratch_at("cut.safetensors");
-        write_bytes(path, t.f.p, cases[i].cut);
+        test_write_file(path, t.f.p, cases[i].cut);
         expect_fail(what, path, t.m, t.o, t.s, AMP_ERR_FORMAT, cases[i].needle);
     }
     char msg[128];
     snprintf(msg, sizeof msg, "truncated: header says %llu bytes, file has 1 after", (unsigned long long)n);
-    write_bytes(scratch_at("cut.safetensors"), t.f.p, 9);
+    test_write_file(scratch_at("cut.safetensors"), t.f.p, 9);
     expect_fail("exact message", scratch_at("cut.safetensors"), t.m, t.o, t.s, AMP_ERR_FORMAT, msg);
     /* Bytes after the data are as wrong as missing ones. */
     bytes longer = {0};
     put(&longer, t.f.p, t.f.n);
     put(&longer, "xyz", 3);
-    write_bytes(scratch_at("long.safetensors"), longer.p, longer.n);
+    test_write_file(scratch_at("long.safetensors"), longer.p, longer.n);
     expect_fail("trailing bytes", scratch_at("long.safetensors"), t.m, t.o, t.s, AMP_ERR_FORMAT,
                 "3 bytes after the last tensor's data");
     free(longer.p);
@@ -508,7 +458,7 @@ static void test_corrupt_header_is_an_error_that_changes_nothing(void)
         put(&b, t.f.p, t.f.n);
         for (int k = 0; k < 8; k++)
             b.p[k] = (unsigned char)(lens[i] >> (8 * k));
-        write_bytes(path, b.p, b.n);
+        test_write_file(path, b.p, b.n);
         expect_fail("header length", path, t.m, t.o, t.s, AMP_ERR_FORMAT, needles[i]);
         free(b.p);
     }
@@ -529,7 +479,7 @@ static void test_any_header_byte_change_is_handled(void)
         bytes b = {0};
         put(&b, t.f.p, t.f.n);
         b.p[i] = subs[i % sizeof subs] == b.p[i] ? (unsigned char)(b.p[i] ^ 1) : subs[i % sizeof subs];
-        write_bytes(path, b.p, b.n);
+        test_write_file(path, b.p, b.n);
         free(b.p);
         bytes before = state_bytes(t.m, t.o, t.s);
         amp_status st = amp_checkpoint_load(path, t.m, t.o, t.s, NULL, NULL);

@@ -18,6 +18,7 @@
  *
  * Files live in a fresh directory under /tmp, removed at the end.
  */
+#include "ckpt_rig.h"
 #include "harness.h"
 #include "scratch.h"
 
@@ -63,64 +64,10 @@ static void free_run(run *r)
     amp_scaler_free(r->s);
 }
 
-static void train(run *r, int first, int n)
-{
-    for (int t = first; t < first + n; t++) {
-        amp_tensor *x = test_uniform(AMP_SHAPE(16, 6), AMP_F32, -1, 1, 100 + (uint64_t)t);
-        amp_tensor *y = test_uniform(AMP_SHAPE(16), AMP_I64, 0, 3, 200 + (uint64_t)t);
-        amp_tensor *loss = NULL;
-        AMP_AUTOCAST(AMP_CPU, AMP_F16) { loss = amp_cross_entropy(amp_module_forward(r->m, x), y); }
-        CHECK(loss != NULL);
-        CHECK_OK(amp_backward(amp_scaler_scale(r->s, loss)));
-        CHECK_OK(amp_scaler_step(r->s, r->o, NULL));
-        CHECK_OK(amp_scaler_update(r->s));
-        amp_optim_zero_grad(r->o);
-        amp_temps_free();
-        amp_tensor_free(x);
-        amp_tensor_free(y);
-    }
-}
+/* Steps first..first+n-1 of an f16-autocast run (ckpt_train). */
+static void train(run *r, int first, int n) { ckpt_train(r->m, r->o, r->s, AMP_F16, first, n); }
 
 /* ---------------------------------------------------------------- files */
-
-typedef struct {
-    unsigned char *p;
-    size_t n;
-} bytes;
-
-static bytes file_bytes(const char *path)
-{
-    bytes b = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return b;
-    fseek(f, 0, SEEK_END);
-    b.n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b.p = malloc(b.n + 1);
-    if (fread(b.p, 1, b.n, f) != b.n)
-        b.n = 0;
-    fclose(f);
-    return b;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK_MSG(f != NULL, "cannot write %s", path);
-    if (f) {
-        CHECK(fwrite(p, 1, n, f) == n);
-        fclose(f);
-    }
-}
-
-static uint64_t header_len(bytes f)
-{
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = n << 8 | f.p[i];
-    return n;
-}
 
 /* A copy of file f at path with __metadata__ key's value replaced by val
  * (the header re-padded to a multiple of 8). */
@@ -173,7 +120,7 @@ static void write_elem_edit(bytes f, const char *path, const char *name, size_t 
         bytes c = {malloc(f.n), f.n};
         memcpy(c.p, f.p, f.n);
         memcpy(c.p + 8 + n + begin + i * elem, value, elem);
-        write_bytes(path, c.p, c.n);
+        test_write_file(path, c.p, c.n);
         free(c.p);
     }
     free(h);
@@ -490,7 +437,7 @@ static void test_save_removes_the_temporaries_of_dead_processes_only(void)
     snprintf(dir, sizeof dir, "%s.tmp.%ld", path, dead_pid());           /* a directory, not ours */
     const char *files[] = {dead, dead2, live, other, odd};
     for (int i = 0; i < 5; i++)
-        write_bytes(files[i], "half a checkpoint", 17);
+        test_write_file(files[i], "half a checkpoint", 17);
     CHECK(mkdir(dir, 0700) == 0);
     CHECK_OK(amp_checkpoint_save(path, r.m, r.o, r.s, 0, NULL));
     CHECK_MSG(access(dead, F_OK) != 0 && access(dead2, F_OK) != 0, "a dead process's temporary was left");

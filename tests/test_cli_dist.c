@@ -101,32 +101,8 @@ static bool have_ddp(bool zero)
     return ok;
 }
 
-/* The -x options each app context of an mpirun command line takes. */
-static const char *mpi_env(void)
-{
-    static char buf[2048];
-    /* Open MPI's own allocations that live to the end (as the dist tests'
-     * suppressions say) are no leak of ampc's under LeakSanitizer. The
-     * slow unwinder sees through Open MPI's frames (built without frame
-     * pointers), so that the suppressions find its libraries. */
-    const char *src = getenv("AMPC_SOURCE_DIR");
-    char lsan[1200] = "";
-    if (src)
-        snprintf(lsan, sizeof lsan, " -x LSAN_OPTIONS=suppressions=%s/tests/dist/lsan.supp:fast_unwind_on_malloc=0",
-                 src);
-    snprintf(buf, sizeof buf, " -x OMP_WAIT_POLICY=PASSIVE%s%s", lsan,
-             getenv("AMPC_DIST_TIMEOUT") ? " -x AMPC_DIST_TIMEOUT" : "");
-    return buf;
-}
-
-/* "mpirun OPTS" as cli_run_env's prefix: the command line becomes
- * "mpirun OPTS 'ampc' ARGS". */
-static const char *mpi(const char *opts)
-{
-    static char buf[4096];
-    snprintf(buf, sizeof buf, "'%s' %s%s", mpirun, opts, mpi_env());
-    return buf;
-}
+/* "mpirun OPTS" as cli_run_env's prefix (cli_mpi). */
+static const char *mpi(const char *opts) { return cli_mpi(mpirun, opts); }
 
 /* ------------------------------------------------------------ the data */
 
@@ -379,7 +355,7 @@ static void test_ranks_resuming_from_different_steps_are_refused(void)
     char *a0 = cli_read_file(fa, &na0), *b0 = cli_read_file(fb, &nb0);
     rc = cli_run_env(mpi("--oversubscribe --allow-run-as-root -np 1"),
                      "train --resume %s --save-every 1 : -np 1%s '%s' train --resume %s --save-every 1", a,
-                     mpi_env(), cli_ampc, b);
+                     cli_mpi_env(), cli_ampc, b);
     CHECK_MSG(rc == 2, "exit %d, expected 2:\n%s", rc, cli_out);
     CHECK_OUT("the ranks would start from different steps (rank 0 at step 2, rank 1 at step 4");
     CHECK_MSG(!strstr(cli_out, "step 3/") && !strstr(cli_out, "step 5/"), "a step was trained:\n%s", cli_out);
@@ -389,7 +365,7 @@ static void test_ranks_resuming_from_different_steps_are_refused(void)
     free(a0), free(a1), free(b0), free(b1);
     /* One rank resuming, the other starting afresh: refused the same way. */
     rc = cli_run_env(mpi("--oversubscribe --allow-run-as-root -np 1"),
-                     "train --resume %s : -np 1%s '%s' train %s", a, mpi_env(), cli_ampc, cmd);
+                     "train --resume %s : -np 1%s '%s' train %s", a, cli_mpi_env(), cli_ampc, cmd);
     CHECK_MSG(rc == 2, "exit %d, expected 2:\n%s", rc, cli_out);
 }
 
@@ -749,7 +725,7 @@ static void test_data_parallel_options_are_checked(void)
     }
     /* Ranks started with different options (MPMD): refused by all. */
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "train " MLP " --steps 3 : -np 1%s '%s' train " MLP " --steps 4", tiny, mpi_env(),
+    snprintf(cmd, sizeof cmd, "train " MLP " --steps 3 : -np 1%s '%s' train " MLP " --steps 4", tiny, cli_mpi_env(),
              cli_ampc, tiny);
     int rc = cli_run_env(mpi("--oversubscribe --allow-run-as-root -np 1"), "%s", cmd);
     CHECK_MSG(rc == EXIT_USAGE, "different options: exit %d:\n%s", rc, cli_out);
@@ -761,7 +737,7 @@ static void test_data_parallel_options_are_checked(void)
     const char *const differ[] = {"--zero 1", "--bucket-mb 4", "--compress bf16", stop};
     for (int i = 0; i < 4; i++) {
         snprintf(cmd, sizeof cmd, "train " MLP " --steps 3 : -np 1%s '%s' train " MLP " --steps 3 %s", tiny,
-                 mpi_env(), cli_ampc, tiny, differ[i]);
+                 cli_mpi_env(), cli_ampc, tiny, differ[i]);
         rc = cli_run_env(mpi("--oversubscribe --allow-run-as-root -np 1"), "%s", cmd);
         CHECK_MSG(rc == EXIT_USAGE, "rank 1 with %s: exit %d:\n%s", differ[i], rc, cli_out);
         CHECK_OUT("the ranks were started with different settings");

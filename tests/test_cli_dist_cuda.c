@@ -50,18 +50,8 @@ static bool ready(void)
     return true;
 }
 
-/* "mpirun -np 2 ..." as cli_run_env's prefix. */
-static const char *mpi2(void)
-{
-    static char buf[4096];
-    const char *src = getenv("AMPC_SOURCE_DIR");
-    char lsan[1200] = "";
-    if (src)
-        snprintf(lsan, sizeof lsan, " -x LSAN_OPTIONS=suppressions=%s/tests/dist/lsan.supp:fast_unwind_on_malloc=0",
-                 src);
-    snprintf(buf, sizeof buf, "'%s' " NP2 " -x OMP_WAIT_POLICY=PASSIVE%s", mpirun, lsan);
-    return buf;
-}
+/* "mpirun -np 2 ..." as cli_run_env's prefix (cli_mpi). */
+static const char *mpi2(void) { return cli_mpi(mpirun, NP2); }
 
 /* The same 2-rank run on cuda and on the cpu (logs TAG-cpu.jsonl and
  * TAG-cuda.jsonl): losses within tol, and the fields in `exact` the same

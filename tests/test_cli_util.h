@@ -3,9 +3,10 @@
  * running the binary as a user does and capturing its output, checking a
  * table of command lines it must refuse against what each refusal says
  * (cli_refusal, cli_check_refusals), writing tiny data sets (IDX files, a
- * text corpus), reading files back, and a strict JSON-lines reader for the
- * training log. Files go to scratch.h's tmpdir. Header-only (static
- * inline), so each test binary stays one .c file plus the harness.
+ * text corpus), reading files back, a strict JSON-lines reader for the
+ * training log, and mpirun's command line for the data-parallel runs.
+ * Files go to scratch.h's tmpdir. Header-only (static inline), so each
+ * test binary stays one .c file plus the harness.
  *
  * The binary is $AMPC_BUILD_DIR/ampc (CTest sets AMPC_BUILD_DIR).
  */
@@ -465,6 +466,33 @@ static inline bool cli_find_on_path(const char *name, char *out, size_t cap)
     }
     out[0] = '\0';
     return false;
+}
+
+/* The -x options each app context of an mpirun command line takes. Open
+ * MPI's own allocations that live to the end (as the dist tests'
+ * suppressions say) are no leak of ampc's under LeakSanitizer; the slow
+ * unwinder sees through Open MPI's frames (built without frame pointers),
+ * so that the suppressions find its libraries. */
+static inline const char *cli_mpi_env(void)
+{
+    static char buf[2048];
+    const char *src = getenv("AMPC_SOURCE_DIR");
+    char lsan[1200] = "";
+    if (src)
+        snprintf(lsan, sizeof lsan, " -x LSAN_OPTIONS=suppressions=%s/tests/dist/lsan.supp:fast_unwind_on_malloc=0",
+                 src);
+    snprintf(buf, sizeof buf, " -x OMP_WAIT_POLICY=PASSIVE%s%s", lsan,
+             getenv("AMPC_DIST_TIMEOUT") ? " -x AMPC_DIST_TIMEOUT" : "");
+    return buf;
+}
+
+/* "'MPIRUN' OPTS -x ..." as cli_run_env's prefix: the command line becomes
+ * "mpirun OPTS 'ampc' ARGS" (test_cli_dist*.c). */
+static inline const char *cli_mpi(const char *mpirun, const char *opts)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "'%s' %s%s", mpirun, opts, cli_mpi_env());
+    return buf;
 }
 
 /* The "key" field of each of a --log file's lines, into vals (NAN for
