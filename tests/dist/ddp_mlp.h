@@ -7,6 +7,7 @@
  *   make_mlp          the MLP, seeded (the same on every rank), on a device
  *   mix               the hash the batches are made from
  *   batch_rows        rows [lo, hi) of batch `step`
+ *   ddp_rig           the MLP with its optimizer, a scaler and a DDP
  *
  * Header-only (static inline), beside harness.h.
  */
@@ -16,7 +17,7 @@
 #include "harness.h"
 #include "tensor/tensor.h"
 
-enum { IN = 16, HID = 32, CLS = 4, B = 8 };
+enum { IN = 16, HID = 32, CLS = 4, B = 8, DDP_MAXP = 16 };
 
 static inline amp_module *make_mlp(amp_device dev)
 {
@@ -59,6 +60,40 @@ static inline void batch_rows(int step, int lo, int hi, amp_device dev, bool poi
         CHECK_OK(amp_tensor_move(*x, dev));
         CHECK_OK(amp_tensor_move(*y, dev));
     }
+}
+
+typedef struct {
+    amp_module *m;
+    amp_tensor *p[DDP_MAXP];
+    int n;
+    amp_optim *o;
+    amp_scaler *s;
+    amp_ddp *d;
+} ddp_rig;
+
+static inline void ddp_rig_free(ddp_rig *r)
+{
+    amp_ddp_free(r->d);
+    amp_scaler_free(r->s);
+    amp_optim_free(r->o);
+    amp_module_free(r->m);
+}
+
+/* The MLP on dev, its parameters, Adam (defaults) or plain SGD over them,
+ * a default scaler and a default DDP; false (checked, and r freed) when
+ * one could not be made. */
+static inline bool ddp_rig_make(ddp_rig *r, amp_device dev, bool adam)
+{
+    r->m = make_mlp(dev);
+    r->n = amp_module_params(r->m, r->p, DDP_MAXP);
+    r->o = adam ? amp_optim_adam(r->p, r->n, amp_adam_defaults()) : amp_optim_sgd(r->p, r->n, amp_sgd_defaults());
+    r->s = amp_scaler_new(amp_scaler_defaults());
+    r->d = amp_ddp_new(r->p, r->n, amp_ddp_defaults());
+    CHECK(r->d && r->o && r->s);
+    if (r->d && r->o && r->s)
+        return true;
+    ddp_rig_free(r);
+    return false;
 }
 
 #endif

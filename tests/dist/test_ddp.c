@@ -491,43 +491,34 @@ static void test_compression(void)
  * skip, back off, and keep their parameters and Adam's state bit for bit. */
 static void test_inf_on_one_rank(void)
 {
-    amp_module *m = make_mlp(AMP_CPU);
-    amp_tensor *p[MAXP];
-    const int n = amp_module_params(m, p, MAXP);
-    amp_optim *o = amp_optim_adam(p, n, amp_adam_defaults());
-    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
-    amp_ddp *d = amp_ddp_new(p, n, amp_ddp_defaults());
-    CHECK(d && o && s);
-    if (!d)
+    ddp_rig r;
+    if (!ddp_rig_make(&r, AMP_CPU, true))
         return;
     for (int step = 0; step < 3; step++) {
         snapshot before;
         if (step > 0)
-            snap(&before, p, n, o);
+            snap(&before, r.p, r.n, r.o);
         poison_rank1 = step == 2; /* an inf input: inf / NaN gradients before the average */
-        CHECK_OK(amp_backward(amp_scaler_scale(s, mlp_loss(m, step, rank * B, rank * B + B))));
+        CHECK_OK(amp_backward(amp_scaler_scale(r.s, mlp_loss(r.m, step, rank * B, rank * B + B))));
         poison_rank1 = false;
-        CHECK_OK(amp_ddp_finish(d));
+        CHECK_OK(amp_ddp_finish(r.d));
         if (step == 1 && rank == 1)
-            tensor_f32(p[2]->grad)[3] = INFINITY; /* after it: this rank's alone */
+            tensor_f32(r.p[2]->grad)[3] = INFINITY; /* after it: this rank's alone */
         bool skipped = true;
-        CHECK_OK(amp_scaler_step(s, o, &skipped));
-        CHECK_OK(amp_scaler_update(s));
+        CHECK_OK(amp_scaler_step(r.s, r.o, &skipped));
+        CHECK_OK(amp_scaler_update(r.s));
         CHECK_EQ_INT(skipped, step > 0);
-        CHECK(amp_scaler_get_scale(s) == (step == 0 ? 65536.0 : step == 1 ? 32768.0 : 16384.0));
+        CHECK(amp_scaler_get_scale(r.s) == (step == 0 ? 65536.0 : step == 1 ? 32768.0 : 16384.0));
         if (step > 0)
-            CHECK_MSG(snap_unchanged(&before, p, n, o), "step %d: a skipped step changed a parameter or Adam's state",
-                      step);
-        for (int i = 0; i < n; i++)
-            CHECK(same_on_all_ranks(p[i]));
-        amp_optim_zero_grad(o);
+            CHECK_MSG(snap_unchanged(&before, r.p, r.n, r.o),
+                      "step %d: a skipped step changed a parameter or Adam's state", step);
+        for (int i = 0; i < r.n; i++)
+            CHECK(same_on_all_ranks(r.p[i]));
+        amp_optim_zero_grad(r.o);
         amp_temps_free();
     }
-    CHECK_EQ_INT(amp_scaler_get_counts(s).skipped, 2);
-    amp_ddp_free(d);
-    amp_scaler_free(s);
-    amp_optim_free(o);
-    amp_module_free(m);
+    CHECK_EQ_INT(amp_scaler_get_counts(r.s).skipped, 2);
+    ddp_rig_free(&r);
 }
 
 /* A failure of rank 1's own before the found_inf all-reduce (an f16
@@ -535,39 +526,35 @@ static void test_inf_on_one_rank(void)
  * and why, with nothing divided on any rank; the step then goes on. */
 static void test_unscale_failing_on_one_rank_fails_on_every_rank(void)
 {
-    amp_module *m = make_mlp(AMP_CPU);
-    amp_tensor *p[MAXP];
-    const int n = amp_module_params(m, p, MAXP);
-    amp_optim *o = amp_optim_sgd(p, n, amp_sgd_defaults());
-    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
-    amp_ddp *d = amp_ddp_new(p, n, amp_ddp_defaults());
-    CHECK(d && o && s && n >= 2);
-    if (!d || !o || !s || n < 2)
+    ddp_rig r;
+    if (!ddp_rig_make(&r, AMP_CPU, false))
         return;
-    CHECK_OK(amp_backward(amp_scaler_scale(s, mlp_loss(m, 0, rank * B, rank * B + B))));
-    CHECK_OK(amp_ddp_finish(d));
-    amp_tensor *kept = p[0]->grad;
+    CHECK(r.n >= 2);
+    if (r.n < 2) {
+        ddp_rig_free(&r);
+        return;
+    }
+    CHECK_OK(amp_backward(amp_scaler_scale(r.s, mlp_loss(r.m, 0, rank * B, rank * B + B))));
+    CHECK_OK(amp_ddp_finish(r.d));
+    amp_tensor *kept = r.p[0]->grad;
     if (rank == 1)
-        p[0]->grad = tensor_convert(kept, AMP_F16);
-    float *g1 = copy_f32(p[1]->grad);
-    CHECK(amp_scaler_unscale(s, o) == AMP_ERR_DTYPE);
+        r.p[0]->grad = tensor_convert(kept, AMP_F16);
+    float *g1 = copy_f32(r.p[1]->grad);
+    CHECK(amp_scaler_unscale(r.s, r.o) == AMP_ERR_DTYPE);
     CHECK_ERROR(AMP_ERR_DTYPE, "scaler_unscale: rank 1 failed: Attempting to unscale FP16 gradients");
-    CHECK(g1 && memcmp(g1, tensor_f32(p[1]->grad), (size_t)p[1]->numel * 4) == 0); /* not divided */
+    CHECK(g1 && memcmp(g1, tensor_f32(r.p[1]->grad), (size_t)r.p[1]->numel * 4) == 0); /* not divided */
     free(g1);
     if (rank == 1) {
-        amp_tensor_free(p[0]->grad);
-        p[0]->grad = kept;
+        amp_tensor_free(r.p[0]->grad);
+        r.p[0]->grad = kept;
     }
-    CHECK_OK(amp_scaler_unscale(s, o));
-    CHECK_OK(amp_scaler_step(s, o, NULL));
-    CHECK_OK(amp_scaler_update(s));
-    for (int i = 0; i < n; i++)
-        CHECK(same_on_all_ranks(p[i]));
+    CHECK_OK(amp_scaler_unscale(r.s, r.o));
+    CHECK_OK(amp_scaler_step(r.s, r.o, NULL));
+    CHECK_OK(amp_scaler_update(r.s));
+    for (int i = 0; i < r.n; i++)
+        CHECK(same_on_all_ranks(r.p[i]));
     amp_temps_free();
-    amp_ddp_free(d);
-    amp_scaler_free(s);
-    amp_optim_free(o);
-    amp_module_free(m);
+    ddp_rig_free(&r);
 }
 
 /* fp16 autocast, the scaler, 2 micro-batches accumulated with no_sync on

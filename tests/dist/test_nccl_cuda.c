@@ -59,20 +59,6 @@ static int64_t nccl_ops(void) { return comm_device_engine(AMP_CUDA)->ops_started
 
 /* ---------------------------------------------------------------- helpers */
 
-static amp_tensor *on_cuda(amp_tensor *t)
-{
-    CHECK_OK(amp_tensor_move(t, AMP_CUDA));
-    return t;
-}
-
-static bool same_bits(const amp_tensor *t, const void *want, size_t bytes)
-{
-    void *got = malloc(bytes);
-    bool ok = got && amp_tensor_copy_out(t, got, amp_tensor_dtype(t)) == AMP_OK && memcmp(got, want, bytes) == 0;
-    free(got);
-    return ok;
-}
-
 /* Whether t's bytes (on any device) are the same on every rank. */
 static bool same_on_all_ranks(const amp_tensor *t)
 {
@@ -127,7 +113,7 @@ static void test_all_reduce(void)
         CHECK_OK(amp_dist_all_reduce(t, ops[o]));
         CHECK_EQ_INT(nccl_ops() - ops0, 1);
         CHECK_EQ_INT(host_syncs() - s0, 0);
-        CHECK_MSG(same_bits(t, want[o], sizeof want[o]), "f32 %s through NCCL: not NCCL's result", names[o]);
+        CHECK_MSG(holds_bits(t, want[o], sizeof want[o]), "f32 %s through NCCL: not NCCL's result", names[o]);
         /* and MPI's, on the same values in host memory */
         amp_tensor *h = amp_from_data(AMP_SHAPE(N), AMP_F32, v);
         CHECK_OK(amp_dist_all_reduce(h, ops[o]));
@@ -143,16 +129,16 @@ static void test_all_reduce(void)
                                                                                                   INT64_MAX};
     amp_tensor *t = on_cuda(amp_from_data(AMP_SHAPE(3), AMP_I64, k));
     CHECK_OK(amp_dist_all_reduce(t, AMP_REDUCE_SUM));
-    CHECK_MSG(same_bits(t, ksum, sizeof ksum), "i64 sum");
+    CHECK_MSG(holds_bits(t, ksum, sizeof ksum), "i64 sum");
     amp_tensor_free(t);
     t = on_cuda(amp_from_data(AMP_SHAPE(3), AMP_I64, k));
     CHECK_OK(amp_dist_all_reduce(t, AMP_REDUCE_MAX));
-    CHECK_MSG(same_bits(t, kmax, sizeof kmax), "i64 max");
+    CHECK_MSG(holds_bits(t, kmax, sizeof kmax), "i64 max");
     amp_tensor_free(t);
     int32_t w[2] = {rank + 1, -100 * rank}, wsum[2] = {3, -100};
     t = on_cuda(amp_from_data(AMP_SHAPE(2), AMP_I32, w));
     CHECK_OK(amp_dist_all_reduce(t, AMP_REDUCE_SUM));
-    CHECK_MSG(same_bits(t, wsum, sizeof wsum), "i32 sum");
+    CHECK_MSG(holds_bits(t, wsum, sizeof wsum), "i32 sum");
     amp_tensor_free(t);
 }
 
@@ -167,7 +153,7 @@ static void test_gather_scatter_broadcast(void)
     amp_tensor *src = on_cuda(amp_from_data(AMP_SHAPE(N), AMP_BF16, b[rank]));
     amp_tensor *dst = on_cuda(amp_zeros(AMP_SHAPE(2 * N), AMP_BF16));
     CHECK_OK(comm_allgather(amp_tensor_data(src), amp_tensor_data(dst), N, AMP_BF16, AMP_CUDA, NULL));
-    CHECK_MSG(same_bits(dst, b, sizeof b), "bf16 all-gather");
+    CHECK_MSG(holds_bits(dst, b, sizeof b), "bf16 all-gather");
     amp_tensor_free(dst);
     /* in place: this rank's block already in the receive buffer */
     uint16_t start[2][N];
@@ -175,11 +161,11 @@ static void test_gather_scatter_broadcast(void)
     memcpy(start[rank], b[rank], sizeof b[rank]);
     dst = on_cuda(amp_from_data(AMP_SHAPE(2 * N), AMP_BF16, start));
     CHECK_OK(comm_allgather(amp_tensor_data(dst), amp_tensor_data(dst), N, AMP_BF16, AMP_CUDA, NULL));
-    CHECK_MSG(same_bits(dst, b, sizeof b), "bf16 all-gather in place");
+    CHECK_MSG(holds_bits(dst, b, sizeof b), "bf16 all-gather in place");
     amp_tensor_free(dst);
     /* a broadcast from rank 1; a root that is not there is refused */
     CHECK_OK(amp_dist_broadcast(src, 1));
-    CHECK_MSG(same_bits(src, b[1], sizeof b[1]), "broadcast from rank 1");
+    CHECK_MSG(holds_bits(src, b[1], sizeof b[1]), "broadcast from rank 1");
     CHECK(amp_dist_broadcast(src, 2) != AMP_OK);
     CHECK_ERROR(AMP_ERR_ARG, "rank 2");
     amp_tensor_free(src);
@@ -195,7 +181,7 @@ static void test_gather_scatter_broadcast(void)
     comm_req *req = NULL;
     CHECK_OK(comm_reduce_scatter(amp_tensor_data(fs), amp_tensor_data(fr), N, AMP_F32, AMP_CUDA, &req));
     CHECK_OK(comm_wait(req, "the test's reduce-scatter"));
-    CHECK_MSG(same_bits(fr, want, sizeof want), "f32 reduce-scatter");
+    CHECK_MSG(holds_bits(fr, want, sizeof want), "f32 reduce-scatter");
     static float mpi[N];
     CHECK_OK(comm_reduce_scatter(f, mpi, N, AMP_F32, AMP_CPU, NULL));
     CHECK_MSG(memcmp(mpi, want, sizeof want) == 0, "reduce-scatter: MPI's differs from NCCL's");
@@ -307,54 +293,45 @@ static void test_ddp_follows_the_cpu(void)
  * the device anywhere from backward to the update. */
 static void test_inf_on_one_rank_skips_both(void)
 {
-    amp_module *m = make_mlp(AMP_CUDA);
-    amp_tensor *p[MAXP];
-    const int n = amp_module_params(m, p, MAXP);
-    amp_optim *o = amp_optim_adam(p, n, amp_adam_defaults());
-    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
-    amp_ddp *d = amp_ddp_new(p, n, amp_ddp_defaults());
-    CHECK(d && o && s);
-    if (!d)
+    ddp_rig r;
+    if (!ddp_rig_make(&r, AMP_CUDA, true))
         return;
     for (int step = 0; step < 3; step++) {
         snapshot before = {0};
         if (step == 1)
-            snap(&before, p, n, o);
-        amp_tensor *l = mlp_loss(m, step, AMP_CUDA, true);
+            snap(&before, r.p, r.n, r.o);
+        amp_tensor *l = mlp_loss(r.m, step, AMP_CUDA, true);
         const int64_t s0 = host_syncs();
-        CHECK_OK(amp_backward(amp_scaler_scale(s, l)));
-        CHECK_OK(amp_ddp_finish(d));
+        CHECK_OK(amp_backward(amp_scaler_scale(r.s, l)));
+        CHECK_OK(amp_ddp_finish(r.d));
         if (step == 1 && rank == 1) {
-            float *g = copy_f32(amp_tensor_grad(p[2]));
+            float *g = copy_f32(amp_tensor_grad(r.p[2]));
             g[3] = INFINITY;
-            CHECK_OK(amp_tensor_copy_in(amp_tensor_grad(p[2]), g, AMP_F32));
+            CHECK_OK(amp_tensor_copy_in(amp_tensor_grad(r.p[2]), g, AMP_F32));
             free(g);
         }
         const int64_t s1 = host_syncs();
-        CHECK_OK(amp_scaler_step(s, o, NULL));
-        CHECK_OK(amp_scaler_update(s));
+        CHECK_OK(amp_scaler_step(r.s, r.o, NULL));
+        CHECK_OK(amp_scaler_update(r.s));
         if (step == 2)
             CHECK_MSG(host_syncs() == s0, "step 2 waited for the device %lld times (backward to update)",
                       (long long)(host_syncs() - s0));
         else if (step == 1)
             CHECK_MSG(host_syncs() == s1, "step 1's scaler step and update waited for the device");
-        CHECK(amp_scaler_get_scale(s) == (step == 0 ? 65536.0 : 32768.0));
+        CHECK(amp_scaler_get_scale(r.s) == (step == 0 ? 65536.0 : 32768.0));
         if (step == 1)
-            CHECK_MSG(snap_unchanged(&before, p, n, o), "rank %d: the skipped step changed a parameter or Adam's state",
-                      rank);
-        for (int i = 0; i < n; i++)
-            CHECK_MSG(same_on_all_ranks(p[i]), "step %d: parameter %d differs between the ranks", step, i);
-        amp_optim_zero_grad(o);
+            CHECK_MSG(snap_unchanged(&before, r.p, r.n, r.o),
+                      "rank %d: the skipped step changed a parameter or Adam's state", rank);
+        for (int i = 0; i < r.n; i++)
+            CHECK_MSG(same_on_all_ranks(r.p[i]), "step %d: parameter %d differs between the ranks", step, i);
+        amp_optim_zero_grad(r.o);
         amp_temps_free();
     }
-    amp_scaler_counts c = amp_scaler_get_counts(s);
+    amp_scaler_counts c = amp_scaler_get_counts(r.s);
     CHECK_EQ_INT(c.skipped, 1);
-    for (int i = 0; i < n; i++)
-        CHECK_EQ_INT(amp_optim_param_steps(o, i), 2);
-    amp_ddp_free(d);
-    amp_scaler_free(s);
-    amp_optim_free(o);
-    amp_module_free(m);
+    for (int i = 0; i < r.n; i++)
+        CHECK_EQ_INT(amp_optim_param_steps(r.o, i), 2);
+    ddp_rig_free(&r);
 }
 
 /* ---------------------------------------------------------------- ZeRO-1 */
