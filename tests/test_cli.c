@@ -197,8 +197,7 @@ static void test_tiny_mlp_run_learns_and_repeats_with_its_seed(void)
              "train --model mlp --data %s --hidden 8 --steps 40 --batch 16 --seed 7 --threads 1 --log-every 10 --lr 0.01 "
              "--precision fp32",
              tiny);
-    int rc = cli_run("%s", args);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("%s", args);
     double acc = cli_value_after("test_accuracy ");
     CHECK_MSG(acc >= 0.95, "test_accuracy %g on a separable set:\n%s", acc, cli_out);
     CHECK_OUT("peak memory");
@@ -269,10 +268,9 @@ static void test_log_has_one_valid_json_line_per_step_and_plots(void)
     cli_path(log, sizeof log, "run.jsonl");
     cli_path(svg, sizeof svg, "run.svg");
     enum { STEPS = 12 };
-    int rc = cli_run("train --model mlp --data %s --hidden 8 --steps %d --batch 16 --threads 1 --precision fp16 "
-                     "--init-scale 16777216 --log %s",
-                     tiny, STEPS, log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --data %s --hidden 8 --steps %d --batch 16 --threads 1 --precision fp16 "
+           "--init-scale 16777216 --log %s",
+           tiny, STEPS, log);
     char *body = cli_read_file(log, NULL);
     CHECK(body != NULL);
     if (!body)
@@ -310,10 +308,9 @@ static void test_schedule_holds_on_skipped_steps(void)
 {
     char log[512];
     cli_path(log, sizeof log, "hold.jsonl");
-    int rc = cli_run("train --model mlp --data %s --hidden 8 --steps 12 --batch 16 --threads 1 --precision fp16 "
-                     "--init-scale 16777216 --warmup 10 --lr 0.01 --log %s",
-                     tiny, log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --data %s --hidden 8 --steps 12 --batch 16 --threads 1 --precision fp16 "
+           "--init-scale 16777216 --warmup 10 --lr 0.01 --log %s",
+           tiny, log);
     char *body = cli_read_file(log, NULL);
     if (!body) {
         CHECK(body != NULL);
@@ -399,8 +396,7 @@ static void test_short_fashion_mnist_run_prints_test_accuracy(void)
         harness_skip(FMNIST " is not installed");
         return;
     }
-    int rc = cli_run("train --model mlp --steps 20 --log-every 10");
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --steps 20 --log-every 10");
     CHECK_OUT("60000");
     double acc = cli_value_after("test_accuracy ");
     /* 20 steps of 128 images: far from trained, but well above chance (0.1). */

@@ -48,12 +48,10 @@ static void test_same_steps_and_less_memory(void)
         cli_path(la, sizeof la, name);
         snprintf(name, sizeof name, "ckpt-%s.jsonl", precisions[p]);
         cli_path(lb, sizeof lb, name);
-        int rc = cli_run("train %s --log %s", args, la);
-        CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+        CLI_OK("train %s --log %s", args, la);
         double val = cli_value_after("val_loss "), peak = cli_value_after("peak memory ");
         CHECK_MSG(!strstr(cli_out, "checkpointed activations"), "checkpointing without the option:\n%s", cli_out);
-        rc = cli_run("train %s --checkpoint-activations --log %s", args, lb);
-        CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+        CLI_OK("train %s --checkpoint-activations --log %s", args, lb);
         CHECK_OUT("checkpointed activations");
         double val_ck = cli_value_after("val_loss "), peak_ck = cli_value_after("peak memory ");
         check_same_logs(precisions[p], la, lb, 8);
@@ -73,17 +71,14 @@ static void test_saved_and_resumed(void)
     cli_path(dir, sizeof dir, "ck");
     /* the straight run with the option; the same stopped at 4 and resumed
      * without it: the checkpoint's settings bring it back */
-    int rc = cli_run("train %s --checkpoint-activations --log %s", args, la);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("train %s --checkpoint-activations --stop-at 4 --save %s", args, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train %s --checkpoint-activations --log %s", args, la);
+    CLI_OK("train %s --checkpoint-activations --stop-at 4 --save %s", args, dir);
     char ckfile[600];
     snprintf(ckfile, sizeof ckfile, "%s/checkpoint.safetensors", dir);
     char *body = cli_read_file(ckfile, NULL);
     CHECK_MSG(body && strstr(body + 8, "\\\"checkpoint-activations\\\":true"), "not in the checkpoint's settings");
     free(body);
-    rc = cli_run("train --resume %s --log %s", dir, lc);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --resume %s --log %s", dir, lc);
     CHECK_OUT("resumed from");
     CHECK_OUT("checkpointed activations");
     char *ba, *bc, *a[64], *c[64];
@@ -95,7 +90,7 @@ static void test_saved_and_resumed(void)
                   a[4 + i], c[i]);
     free(ba);
     free(bc);
-    rc = cli_run("eval %s", dir);
+    int rc = cli_run("eval %s", dir);
     CHECK_MSG(rc == 0 && strstr(cli_out, "val_loss "), "eval: exit %d:\n%s", rc, cli_out);
     /* and --dry-run of the resumed run estimates it checkpointed */
     rc = cli_run("train --resume %s --dry-run", dir);

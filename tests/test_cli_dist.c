@@ -282,9 +282,8 @@ static void test_health_every_on_two_ranks(void)
         return;
     char log[512];
     cli_path(log, sizeof log, "health2.jsonl");
-    int rc = cli_run_env(mpi(NP2), "train " MLP " --steps 4 --precision fp16 --health-every 2 --log-every 2 --log %s",
-                         tiny, log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK_ENV(mpi(NP2), "train " MLP " --steps 4 --precision fp16 --health-every 2 --log-every 2 --log %s",
+               tiny, log);
     char *body = cli_read_file(log, NULL), *lines[16];
     int n = body ? cli_lines(body, lines, 16) : 0;
     CHECK_EQ_INT(n, 4);
@@ -345,17 +344,15 @@ static void test_ranks_resuming_from_different_steps_are_refused(void)
     cli_path(a, sizeof a, "step2");
     cli_path(b, sizeof b, "step4");
     snprintf(cmd, sizeof cmd, MLP " --steps 8", tiny);
-    int rc = cli_run_env(mpi(NP2), "train %s --stop-at 2 --save %s", cmd, a);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run_env(mpi(NP2), "train %s --stop-at 4 --save %s", cmd, b);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK_ENV(mpi(NP2), "train %s --stop-at 2 --save %s", cmd, a);
+    CLI_OK_ENV(mpi(NP2), "train %s --stop-at 4 --save %s", cmd, b);
     snprintf(fa, sizeof fa, "%s/checkpoint.safetensors", a);
     snprintf(fb, sizeof fb, "%s/checkpoint.safetensors", b);
     size_t na0 = 0, nb0 = 0, na1 = 0, nb1 = 0;
     char *a0 = cli_read_file(fa, &na0), *b0 = cli_read_file(fb, &nb0);
-    rc = cli_run_env(mpi("--oversubscribe --allow-run-as-root -np 1"),
-                     "train --resume %s --save-every 1 : -np 1%s '%s' train --resume %s --save-every 1", a,
-                     cli_mpi_env(), cli_ampc, b);
+    int rc = cli_run_env(mpi("--oversubscribe --allow-run-as-root -np 1"),
+                         "train --resume %s --save-every 1 : -np 1%s '%s' train --resume %s --save-every 1", a,
+                         cli_mpi_env(), cli_ampc, b);
     CHECK_MSG(rc == 2, "exit %d, expected 2:\n%s", rc, cli_out);
     CHECK_OUT("the ranks would start from different steps (rank 0 at step 2, rank 1 at step 4");
     CHECK_MSG(!strstr(cli_out, "step 3/") && !strstr(cli_out, "step 5/"), "a step was trained:\n%s", cli_out);
@@ -387,8 +384,7 @@ static void test_memory_estimate_counts_the_gradient_buckets(void)
         int rc = cli_run_env(mpi(NP2), "train %s --dry-run", cmd);
         CHECK_MSG(rc == 0, "dry run: exit %d:\n%s", rc, cli_out);
         double est = cli_value_after("(a run's 'peak memory' line): "), est_data = cli_value_after("the data set ");
-        rc = cli_run_env(mpi(NP2), "train %s", cmd);
-        CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+        CLI_OK_ENV(mpi(NP2), "train %s", cmd);
         double model = cli_value_after("(model ");
         CHECK_MSG(est > 0 && est_data >= 0 && model > 0 &&
                       fabs((est - est_data) - model) <= MEM_TOLERANCE * model,
@@ -483,8 +479,7 @@ static void test_a_batch_cut_to_the_shard_is_shown(void)
 {
     if (!have_ddp(false))
         return;
-    int rc = cli_run_env(mpi(NP2), "train --model mlp --data %s --hidden 8 --batch 200 --threads 1 --steps 1", tiny);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK_ENV(mpi(NP2), "train --model mlp --data %s --hidden 8 --batch 200 --threads 1 --steps 1", tiny);
     CHECK_OUT("batch 128 (--batch 200 is more than the 128 rows a rank's shard holds)");
     CHECK_OUT("batch 128 per rank (256 in all)");
 }

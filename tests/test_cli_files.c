@@ -88,12 +88,11 @@ static void test_output_to_a_full_disk_is_an_error(void)
     char text[512], dir[512], args[1400];
     cli_write_tiny_text(cli_path(text, sizeof text, "tiny.txt"));
     cli_path(dir, sizeof dir, "gpt");
-    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 4 --steps 2 "
-                     "--threads 1 --val-batches 1 --save %s",
-                     text, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 4 --steps 2 "
+           "--threads 1 --val-batches 1 --save %s",
+           text, dir);
     snprintf(args, sizeof args, "generate %s --tokens 20", dir);
-    rc = run_to_full_disk(args);
+    int rc = run_to_full_disk(args);
     CHECK_MSG(rc == 1 && strstr(cli_out, "writing token 1 to standard output failed: No space left on device"),
               "generate: exit %d:\n%s", rc, cli_out);
     const char *cmds[] = {"eval %s", "policy --markdown", "--help", "train --model mlp --data %s --hidden 4 "
@@ -191,10 +190,8 @@ static void test_plot_that_cannot_be_written_keeps_the_old_svg(void)
     char log[512], svg[512], cmd[3000];
     cli_path(log, sizeof log, "plot.jsonl");
     cli_path(svg, sizeof svg, "old.svg");
-    int rc = cli_run("train --model mlp --data %s --hidden 4 --batch 16 --steps 30 --threads 1 --log %s", tiny, log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("plot %s -o %s", log, svg);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --data %s --hidden 4 --batch 16 --steps 30 --threads 1 --log %s", tiny, log);
+    CLI_OK("plot %s -o %s", log, svg);
     size_t n0 = 0, n1 = 0;
     char *before = cli_read_file(svg, &n0);
     CHECK_MSG(before && n0 > 4096, "the SVG should be larger than the limit (%zu bytes)", n0);

@@ -107,8 +107,7 @@ static void test_eval_of_a_checkpoint_matches_the_run(void)
 {
     char dir[512];
     cli_path(dir, sizeof dir, "evalck");
-    int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --steps 20 --threads 1 --save %s", tiny, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --data %s --hidden 8 --batch 16 --steps 20 --threads 1 --save %s", tiny, dir);
     double acc = cli_value_after("test_accuracy ");
     CHECK_EQ_INT(cli_run("eval %s --threads 1", dir), 0);
     CHECK_NEAR(cli_value_after("test_accuracy "), acc, 0);
@@ -117,10 +116,9 @@ static void test_eval_of_a_checkpoint_matches_the_run(void)
     CHECK_NEAR(cli_value_after("test_accuracy "), acc, 0);
 
     cli_path(dir, sizeof dir, "evalgpt");
-    rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 4 --steps 5 "
-                 "--val-batches 3 --threads 1 --save %s",
-                 text, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 4 --steps 5 "
+           "--val-batches 3 --threads 1 --save %s",
+           text, dir);
     double val = cli_value_after("val_loss ");
     CHECK_EQ_INT(cli_run("eval %s", dir), 0);
     CHECK_NEAR(cli_value_after("val_loss "), val, 0);
@@ -131,8 +129,7 @@ static void test_resume_refuses_a_different_model_shape(void)
 {
     char dir[512];
     cli_path(dir, sizeof dir, "shapeck");
-    int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --steps 2 --threads 1 --save %s", tiny, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --data %s --hidden 8 --batch 16 --steps 2 --threads 1 --save %s", tiny, dir);
     char *before = cli_read_file(cli_path((char[600]){0}, 600, "shapeck/checkpoint.safetensors"), NULL);
     CHECK_EQ_INT(cli_run("train --resume %s --hidden 9", dir), 2);
     CHECK_OUT("--hidden 9 conflicts");
@@ -170,8 +167,7 @@ static void test_corrupt_or_truncated_checkpoint_is_a_clear_error_and_untouched(
 {
     char good[512], goodfile[600];
     cli_path(good, sizeof good, "good");
-    int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --steps 2 --threads 1 --save %s", tiny, good);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --data %s --hidden 8 --batch 16 --steps 2 --threads 1 --save %s", tiny, good);
     snprintf(goodfile, sizeof goodfile, "%s/checkpoint.safetensors", good);
     size_t full;
     char *orig = cli_read_file(goodfile, &full);
@@ -197,7 +193,7 @@ static void test_corrupt_or_truncated_checkpoint_is_a_clear_error_and_untouched(
         size_t n0 = 0;
         char *before = cli_read_file(file, &n0);
         for (int cmd = 0; cmd < 2; cmd++) {
-            rc = cmd == 0 ? cli_run("train --resume %s --steps 4", dir) : cli_run("eval %s", dir);
+            int rc = cmd == 0 ? cli_run("train --resume %s --steps 4", dir) : cli_run("eval %s", dir);
             CHECK_MSG(rc == 1, "%s (%s): exit %d, expected 1:\n%s", cases[i].name, cmd ? "eval" : "train", rc, cli_out);
             CHECK_OUT(file);
             CHECK_MSG(strstr(cli_out, "Segmentation") == NULL && strstr(cli_out, "Sanitizer") == NULL, "%s", cli_out);
@@ -265,10 +261,9 @@ static void test_out_of_range_checkpoint_numbers_are_clear_errors(void)
 {
     char good[512], goodfile[600];
     cli_path(good, sizeof good, "ranges");
-    int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --steps 4 --threads 1 --precision fp16 "
-                     "--save %s",
-                     tiny, good);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --data %s --hidden 8 --batch 16 --steps 4 --threads 1 --precision fp16 "
+           "--save %s",
+           tiny, good);
     snprintf(goodfile, sizeof goodfile, "%s/checkpoint.safetensors", good);
     /* cmds: which commands refuse it, train 1 and / or eval 2: eval does
      * not read the optimizer's and scaler's state or the schedule's
@@ -304,7 +299,7 @@ static void test_out_of_range_checkpoint_numbers_are_clear_errors(void)
         for (int cmd = 0; cmd < 2; cmd++) {
             if (!(cases[i].cmds & (1 << cmd)))
                 continue;
-            rc = cmd == 0 ? cli_run("train --resume %s --steps 10", dir) : cli_run("eval %s", dir);
+            int rc = cmd == 0 ? cli_run("train --resume %s --steps 10", dir) : cli_run("eval %s", dir);
             CHECK_MSG(rc == 1, "%s = %s (%s): exit %d, expected 1:\n%s", cases[i].pattern, cases[i].val,
                       cmd ? "eval" : "train", rc, cli_out);
             CHECK_OUT(file);
@@ -340,12 +335,9 @@ static void test_resumed_run_saves_the_straight_runs_checkpoint_byte_for_byte(vo
              tiny);
     cli_path(a, sizeof a, "same-a");
     cli_path(b, sizeof b, "same-b");
-    int rc = cli_run("train %s --save %s", args, a);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("train %s --stop-at 10 --save %s", args, b);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("train --resume %s", b);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train %s --save %s", args, a);
+    CLI_OK("train %s --stop-at 10 --save %s", args, b);
+    CLI_OK("train --resume %s", b);
     snprintf(fa, sizeof fa, "%s/checkpoint.safetensors", a);
     size_t na = 0;
     char *pa = cli_read_file(fa, &na), why[512];
@@ -371,9 +363,8 @@ static void test_16bit_weights_saved_before_any_step_load_and_resume(void)
              tiny);
     cli_path(a, sizeof a, "p16-a");
     cli_path(b, sizeof b, "p16-b");
-    int rc = cli_run("train %s --save %s", args, a);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("train %s --stop-at 1 --save %s", args, b);
+    CLI_OK("train %s --save %s", args, a);
+    int rc = cli_run("train %s --stop-at 1 --save %s", args, b);
     CHECK_MSG(rc == 0 && strstr(cli_out, "skipped 1"), "the first step should be skipped: exit %d:\n%s", rc, cli_out);
     rc = cli_run("eval %s", b);
     CHECK_MSG(rc == 0 && strstr(cli_out, "test_accuracy"), "eval: exit %d:\n%s", rc, cli_out);
@@ -389,15 +380,14 @@ static void test_stop_at_not_after_the_saved_step_is_refused(void)
 {
     char dir[512], f[600];
     cli_path(dir, sizeof dir, "stop-at");
-    int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --threads 1 --steps 8 --stop-at 4 --save %s",
-                     tiny, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --data %s --hidden 8 --batch 16 --threads 1 --steps 8 --stop-at 4 --save %s",
+           tiny, dir);
     snprintf(f, sizeof f, "%s/checkpoint.safetensors", dir);
     size_t n0 = 0, n1 = 0;
     char *before = cli_read_file(f, &n0);
     const int stops[] = {2, 4};
     for (int i = 0; i < 2; i++) {
-        rc = cli_run("train --resume %s --stop-at %d", dir, stops[i]);
+        int rc = cli_run("train --resume %s --stop-at %d", dir, stops[i]);
         char want[128];
         snprintf(want, sizeof want, "--stop-at %d is not after step 4, where", stops[i]);
         CHECK_MSG(rc == 2 && strstr(cli_out, want) && strstr(cli_out, "train on to step 8"), "--stop-at %d: exit %d:\n%s",
@@ -407,7 +397,7 @@ static void test_stop_at_not_after_the_saved_step_is_refused(void)
     CHECK(before && after && n0 == n1 && memcmp(before, after, n0) == 0);
     free(before);
     free(after);
-    rc = cli_run("train --resume %s --stop-at 5", dir);
+    int rc = cli_run("train --resume %s --stop-at 5", dir);
     CHECK_MSG(rc == 0 && strstr(cli_out, "stopped at step 5 of 8"), "exit %d:\n%s", rc, cli_out);
 }
 

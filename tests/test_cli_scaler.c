@@ -243,10 +243,9 @@ static void test_scale_reaching_zero_stops(void)
     CHECK_OUT("the grad scaler backed off to scale 0 after step ");
     CHECK_OUT("give a larger --backoff-factor (1e-10 now) or a --min-scale floor");
     /* A --min-scale floor holds it: the run goes on, every step skipped. */
-    rc = cli_run("train --model mlp --data %s --hidden 8 --steps 20 --batch 16 --threads 1 --precision fp16 "
-                 "--optim sgd --lr 1000 --backoff-factor 1e-10 --max-skips 0 --min-scale 1e-30",
-                 tiny);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --data %s --hidden 8 --steps 20 --batch 16 --threads 1 --precision fp16 "
+           "--optim sgd --lr 1000 --backoff-factor 1e-10 --max-skips 0 --min-scale 1e-30",
+           tiny);
     CHECK_OUT("scaler: final scale 1e-30, ");
 }
 
@@ -262,11 +261,9 @@ static double resume_matches(const char *knobs, int steps, int stop, const char 
     cli_path(part, sizeof part, "part.jsonl");
     cli_path(dir, sizeof dir, "ck");
     const char *common = "train --model mlp --hidden 8 --batch 16 --threads 1 --precision fp16 --log-mode replace";
-    int rc = cli_run("%s --data %s --steps %d %s --log %s", common, tiny, steps, knobs, straight);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("%s --data %s --steps %d %s --log %s --save %s --stop-at %d", common, tiny, steps, knobs, part, dir,
-                 stop);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("%s --data %s --steps %d %s --log %s", common, tiny, steps, knobs, straight);
+    CLI_OK("%s --data %s --steps %d %s --log %s --save %s --stop-at %d", common, tiny, steps, knobs, part, dir,
+           stop);
     char ck[600];
     snprintf(ck, sizeof ck, "%s/%s", dir, CHECKPOINT_FILE);
     size_t len = 0;
@@ -276,7 +273,7 @@ static double resume_matches(const char *knobs, int steps, int stop, const char 
     for (int i = 0; i < n_saved; i++)
         CHECK_MSG(strstr(header, saved[i]) != NULL, "the checkpoint's settings lack %s", saved[i]);
     free(file);
-    rc = cli_run("train --resume %s --log %s", dir, part);
+    int rc = cli_run("train --resume %s --log %s", dir, part);
     CHECK_MSG(rc == 0, "resume: exit %d:\n%s", rc, cli_out);
     run_log a, b;
     bool ok = read_log(straight, &a) && read_log(part, &b);
@@ -320,12 +317,10 @@ static void test_resume_with_new_knobs(void)
     cli_path(dir, sizeof dir, "ck2");
     cli_path(log, sizeof log, "new.jsonl");
     const char *common = "train --model mlp --hidden 8 --steps 8 --batch 16 --threads 1 --precision fp16";
-    int rc = cli_run("%s --data %s --init-scale 1 --save %s --stop-at 4", common, tiny, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("%s --data %s --init-scale 1 --save %s --stop-at 4", common, tiny, dir);
     /* Saved with the default interval (2000): the scale was 1 at step 4;
      * --growth-interval 1 anew doubles it at every step from step 5. */
-    rc = cli_run("train --resume %s --growth-interval 1 --log %s --log-mode replace", dir, log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --resume %s --growth-interval 1 --log %s --log-mode replace", dir, log);
     run_log r;
     bool ok = read_log(log, &r) && r.n == 4;
     CHECK_MSG(ok, "resumed log: %d lines", r.n);
@@ -337,10 +332,8 @@ static void test_resume_with_new_knobs(void)
      * --init-scale, 65536 by default): the saved scale is clamped to it,
      * not refused for an --init-scale this command line never gave. */
     cli_path(dir, sizeof dir, "ck4");
-    rc = cli_run("%s --data %s --save %s --stop-at 4", common, tiny, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("train --resume %s --max-scale 1024 --log %s --log-mode replace", dir, log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("%s --data %s --save %s --stop-at 4", common, tiny, dir);
+    CLI_OK("train --resume %s --max-scale 1024 --log %s --log-mode replace", dir, log);
     CHECK_OUT("the saved scale 65536 is now 1024");
     ok = read_log(log, &r) && r.n == 4;
     CHECK_MSG(ok, "resumed log: %d lines", r.n);
@@ -351,22 +344,18 @@ static void test_resume_with_new_knobs(void)
     /* --min-scale anew above it: clamped up (a fresh checkpoint: the
      * resumed run saved its --max-scale in ck4). */
     cli_path(dir, sizeof dir, "ck5");
-    rc = cli_run("%s --data %s --save %s --stop-at 4", common, tiny, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("train --resume %s --min-scale 1e6 --log %s --log-mode replace", dir, log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("%s --data %s --save %s --stop-at 4", common, tiny, dir);
+    CLI_OK("train --resume %s --min-scale 1e6 --log %s --log-mode replace", dir, log);
     CHECK_OUT("the saved scale 65536 is now 1e+06");
     /* An --init-scale given with them is still checked. */
-    rc = cli_run("train --resume %s --steps 12 --max-scale 1e7 --init-scale 1e8", dir);
+    int rc = cli_run("train --resume %s --steps 12 --max-scale 1e7 --init-scale 1e8", dir);
     CHECK_MSG(rc == 2, "exit %d:\n%s", rc, cli_out);
     CHECK_OUT("--init-scale 1e+08 is above --max-scale 1e+07");
     /* --static-scale anew on a dynamic run: the scale restarts there and
      * holds. */
     cli_path(dir, sizeof dir, "ck3");
-    rc = cli_run("%s --data %s --init-scale 1 --save %s --stop-at 4", common, tiny, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("train --resume %s --static-scale 32 --log %s --log-mode replace", dir, log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("%s --data %s --init-scale 1 --save %s --stop-at 4", common, tiny, dir);
+    CLI_OK("train --resume %s --static-scale 32 --log %s --log-mode replace", dir, log);
     CHECK_OUT("the saved scale 1 is now 32");
     ok = read_log(log, &r) && r.n == 4;
     CHECK_MSG(ok, "resumed log: %d lines", r.n);
@@ -382,9 +371,8 @@ static void test_resume_with_new_knobs(void)
               "fixes the scale: give one or the other (--static-scale 0 makes it dynamic)");
     /* --static-scale 0 anew makes it dynamic again: the saved scale 32
      * goes on, and grows every clean step with --growth-interval 1. */
-    rc = cli_run("train --resume %s --steps 12 --static-scale 0 --growth-interval 1 --log %s --log-mode replace", dir,
-                 log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --resume %s --steps 12 --static-scale 0 --growth-interval 1 --log %s --log-mode replace", dir,
+           log);
     ok = read_log(log, &r) && r.n == 4;
     CHECK_MSG(ok, "resumed log: %d lines", r.n);
     if (ok) {
@@ -394,9 +382,8 @@ static void test_resume_with_new_knobs(void)
     /* A checkpoint's bound dropped with 0: ck4 saved --max-scale 1024;
      * --max-scale 0 lets the scale grow past it. */
     cli_path(dir, sizeof dir, "ck4");
-    rc = cli_run("train --resume %s --steps 12 --max-scale 0 --growth-interval 1 --log %s --log-mode replace", dir,
-                 log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --resume %s --steps 12 --max-scale 0 --growth-interval 1 --log %s --log-mode replace", dir,
+           log);
     ok = read_log(log, &r) && r.n == 4;
     CHECK_MSG(ok, "resumed log: %d lines", r.n);
     if (ok) {
@@ -416,10 +403,9 @@ static void test_health_every(void)
     cli_path(svg, sizeof svg, "health.svg");
     const char *precisions[] = {"fp16", "bf16"};
     for (int p = 0; p < 2; p++) {
-        int rc = cli_run("train --model mlp --data %s --hidden 8 --steps 7 --batch 16 --threads 1 --precision %s "
-                         "--health-every 3 --log-every 3 --log %s --log-mode replace",
-                         tiny, precisions[p], log);
-        CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+        CLI_OK("train --model mlp --data %s --hidden 8 --steps 7 --batch 16 --threads 1 --precision %s "
+               "--health-every 3 --log-every 3 --log %s --log-mode replace",
+               tiny, precisions[p], log);
         CHECK_OUT("f16 health of the gradients at step 3: zero ");
         CHECK_OUT("f16 health of the gradients at step 6: zero ");
         CHECK_MSG((strstr(cli_out, "; at scale 65536: flush ") != NULL) == (p == 0), "%s: scaled report?\n%s",
@@ -493,11 +479,10 @@ static void test_unscaled_fp16_stalls(void)
     const char *runs[] = {"", "--no-scaler"};
     for (int i = 0; i < 2; i++) {
         cli_path(log[i], sizeof log[i], i ? "stall-unscaled.jsonl" : "stall-scaled.jsonl");
-        int rc = cli_run("train --model mlp --data %s --hidden 16,16,16,16,16,16,16,16,16,16,16,16,16,16,16,16 "
-                         "--batch 64 --accum 16 --steps 80 --lr 0.003 --threads 1 --precision fp16 %s "
-                         "--health-every 50 --log %s",
-                         tiny, runs[i], log[i]);
-        CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+        CLI_OK("train --model mlp --data %s --hidden 16,16,16,16,16,16,16,16,16,16,16,16,16,16,16,16 "
+               "--batch 64 --accum 16 --steps 80 --lr 0.003 --threads 1 --precision fp16 %s "
+               "--health-every 50 --log %s",
+               tiny, runs[i], log[i]);
         run_log r;
         if (read_log(log[i], &r) && r.n == 80) {
             loss[i] = 0;

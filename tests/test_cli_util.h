@@ -96,6 +96,28 @@ static inline int cli_run_env(const char *env, const char *fmt, ...)
     return rc;
 }
 
+/* Runs "ENV ampc ARGS" as cli_run_env does and checks that it exits 0,
+ * reporting the command line and its output at file:line when not;
+ * returns the exit code. */
+static inline int cli_ok_at(const char *file, int line, const char *env, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static inline int cli_ok_at(const char *file, int line, const char *env, const char *fmt, ...)
+{
+    char args[12288];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    int rc = cli_run_env(env, "%s", args);
+    if (rc != 0)
+        harness_fail(file, line, "ampc %.200s: exit %d:\n%s", args, rc, cli_out);
+    return rc;
+}
+
+/* cli_run / cli_run_env that must exit 0 (cli_ok_at). */
+#define CLI_OK(...) cli_ok_at(__FILE__, __LINE__, NULL, __VA_ARGS__)
+#define CLI_OK_ENV(env, ...) cli_ok_at(__FILE__, __LINE__, (env), __VA_ARGS__)
+
 #define CHECK_OUT(needle) \
     CHECK_MSG(strstr(cli_out, (needle)) != NULL, "no \"%s\" in output:\n%s", (needle), cli_out)
 

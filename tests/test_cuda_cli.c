@@ -283,16 +283,14 @@ static void test_cli_health_every_on_cuda(void)
     cli_path(log, sizeof log, "health.jsonl");
     const char *common = "train --model mlp --hidden 8 --batch 16 --threads 2 --steps 4 --device cuda "
                          "--precision fp16 --health-every 2";
-    int rc = cli_run("%s --data %s --log %s", common, tiny, log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("%s --data %s --log %s", common, tiny, log);
     double v[8];
     CHECK_EQ_INT(cli_log_field(log, "f16_zero", v, NULL, 8), 2);
     CHECK_EQ_INT(cli_log_field(log, "f16_flush_scaled", v, NULL, 8), 2);
     CHECK_EQ_INT(cli_log_field(log, "f16_subnormal", v, NULL, 8), 2);
     for (int i = 0; i < 2; i++)
         CHECK(v[i] >= 0 && v[i] <= 1);
-    rc = cli_run("%s --data %s --log-every 2", common, tiny);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("%s --data %s --log-every 2", common, tiny);
     CHECK_OUT("f16 health of the gradients at step 4: zero ");
     CHECK_OUT("; at scale ");
 }
