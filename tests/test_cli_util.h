@@ -135,10 +135,10 @@ static inline void cli_check_refusals(const char *env, const char *prefix, const
     for (size_t i = 0; i < n; i++) {
         const cli_refusal *c = &cases[i];
         int rc = cli_run_env(env, "%s %s", prefix, c->args);
-        CHECK_MSG(rc == 2, "%s ampc %s %s: exit %d, expected 2; output:\n%s", env ? env : "", prefix, c->args, rc,
-                  cli_out);
-        CHECK_MSG(strstr(cli_out, c->needle) != NULL, "%s ampc %s %s: no \"%s\" in:\n%s", env ? env : "", prefix,
-                  c->args, c->needle, cli_out);
+        CHECK_MSG(rc == 2, "%s%sampc %s %s: exit %d, expected 2; output:\n%s", env ? env : "", env ? " " : "", prefix,
+                  c->args, rc, cli_out);
+        CHECK_MSG(strstr(cli_out, c->needle) != NULL, "%s%sampc %s %s: no \"%s\" in:\n%s", env ? env : "",
+                  env ? " " : "", prefix, c->args, c->needle, cli_out);
     }
 }
 
