@@ -1,12 +1,12 @@
 /*
  * test_cli_util.h - what the ampc program's tests (test_cli*.c) share:
- * running the binary as a user does and capturing its output, checking a
- * table of command lines it must refuse against what each refusal says
- * (cli_refusal, cli_check_refusals), writing tiny data sets (IDX files, a
- * text corpus), reading files back, a strict JSON-lines reader for the
- * training log, and mpirun's command line for the data-parallel runs.
- * Files go to scratch.h's tmpdir. Header-only (static inline), so each
- * test binary stays one .c file plus the harness.
+ * running the binary as a user does and capturing its output, checking
+ * that a run exits 0 (CLI_OK) and a table of command lines it must refuse
+ * against what each refusal says (cli_refusal, cli_check_refusals),
+ * writing tiny data sets (IDX files, a text corpus), reading files back, a
+ * strict JSON-lines reader for the training log, and mpirun's command line
+ * for the data-parallel runs. Files go to scratch.h's tmpdir. Header-only
+ * (static inline), so each test binary stays one .c file plus the harness.
  *
  * The binary is $AMPC_BUILD_DIR/ampc (CTest sets AMPC_BUILD_DIR).
  */
