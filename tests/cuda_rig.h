@@ -1,12 +1,13 @@
 /*
  * cuda_rig.h - what the CUDA backend's tests (test_cuda.c, test_cuda_train.c,
- * test_cuda_cli.c) share: the skip when no GPU is present, the per-dtype
- * tolerances and the comparison of a CUDA tensor against its CPU
- * reference, and the exit status that makes CTest say "Skipped" (77,
- * SKIP_RETURN_CODE in CMakeLists.txt) when everything was skipped for
- * want of a GPU. Header-only (static inline, so a file that does not use
- * one stays -Wunused-function clean): each test binary stays one .c file
- * plus the harness, as CMake's tests/test_*.c glob builds them.
+ * test_cuda_cli.c, test_dist_cuda.c, dist/test_nccl_cuda.c) share: the
+ * skip when no GPU is present, the per-dtype tolerances and the comparison
+ * of a CUDA tensor against its CPU reference, moving a tensor to the
+ * device and comparing its bytes, and the exit status that makes CTest say
+ * "Skipped" (77, SKIP_RETURN_CODE in CMakeLists.txt) when everything was
+ * skipped for want of a GPU. Header-only (static inline, so a file that
+ * does not use one stays -Wunused-function clean): each test binary stays
+ * one .c file plus the harness, as CMake's tests/test_*.c glob builds them.
  */
 #ifndef AMPC_TEST_CUDA_RIG_H
 #define AMPC_TEST_CUDA_RIG_H
@@ -14,6 +15,7 @@
 #include "harness.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* True when a CUDA device is present; otherwise the current test is
  * reported as skipped (never as passed). */
@@ -68,6 +70,23 @@ static inline void check_same(const char *what, const char *part, const amp_tens
         }
     free(r);
     free(g);
+}
+
+/* t, moved to the device (checked). */
+static inline amp_tensor *on_cuda(amp_tensor *t)
+{
+    CHECK_OK(amp_tensor_move(t, AMP_CUDA));
+    return t;
+}
+
+/* Whether t (on any device) holds exactly the bytes of want, in its own
+ * dtype. */
+static inline bool holds_bits(const amp_tensor *t, const void *want, size_t bytes)
+{
+    void *got = malloc(bytes);
+    bool ok = got && amp_tensor_copy_out(t, got, amp_tensor_dtype(t)) == AMP_OK && memcmp(got, want, bytes) == 0;
+    free(got);
+    return ok;
 }
 
 /* main's exit status: harness_done()'s, but 77 (CTest's "Skipped", not a

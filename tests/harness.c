@@ -48,6 +48,25 @@ void harness_run(const char *name, void (*fn)(void))
     fflush(stdout);
 }
 
+/* The test harness_run_if runs, and what it must have first. */
+static bool (*gate)(void);
+static void (*gated)(void);
+
+static void run_gated(void)
+{
+    if (gate())
+        gated();
+    else if (!current_skipped)
+        harness_skip("what the test needs is missing here");
+}
+
+void harness_run_if(const char *name, bool (*ready)(void), void (*fn)(void))
+{
+    gate = ready;
+    gated = fn;
+    harness_run(name, run_gated);
+}
+
 int harness_done(void)
 {
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
@@ -172,4 +191,37 @@ bool gradcheck(const char *what, gc_fn fn, amp_tensor **in, int n, void *ctx, do
     free(w);
     amp_temps_free();
     return bad == 0;
+}
+
+char *test_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (p) {
+        p[n] = '\0';
+        if (len)
+            *len = (size_t)n;
+    }
+    return p;
+}
+
+void test_write_file(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK_MSG(f != NULL, "cannot write %s", path);
+    if (!f)
+        return;
+    if (n)
+        CHECK_MSG(fwrite(p, 1, n, f) == n, "cannot write %s", path);
+    fclose(f);
 }

@@ -1,10 +1,13 @@
 /*
  * harness.h - the tests' small framework: checks that report file and
  * line and go on, skips that say why, a closing "N passed, N failed" line,
- * and a finite-difference gradient checker shared by the op tests.
+ * a finite-difference gradient checker shared by the op tests, and small
+ * helpers (random tensors, the largest difference of two tensors, a
+ * file read or written whole).
  *
  * A test file defines static void test_*(void) functions and a main that
- * RUNs each and returns harness_done().
+ * RUNs each (or RUN_IFs it, where it needs something the machine may lack)
+ * and returns harness_done().
  */
 #ifndef AMPC_HARNESS_H
 #define AMPC_HARNESS_H
@@ -25,6 +28,12 @@ void harness_skip(const char *why);
 int harness_done(void);
 
 #define RUN(fn) harness_run(#fn, fn)
+
+/* Runs fn as harness_run does when ready() holds; when not, the test is
+ * skipped (ready says why through harness_skip; if it does not, a generic
+ * reason is given). ready runs inside the test, so the skip is the test's. */
+void harness_run_if(const char *name, bool (*ready)(void), void (*fn)(void));
+#define RUN_IF(ready, fn) harness_run_if(#fn, ready, fn)
 
 #define CHECK(cond)                                                                   \
     do {                                                                              \
@@ -84,5 +93,13 @@ amp_tensor *test_uniform(amp_shape s, amp_dtype dt, double lo, double hi, uint64
 
 /* Largest |a[i] - b[i]| over two tensors' values, read as double. */
 double max_abs_diff(const amp_tensor *a, const amp_tensor *b);
+
+/* The whole of the file at path, malloc'd and NUL-terminated, its length
+ * in *len (when len is not NULL); NULL when it cannot be read. */
+char *test_read_file(const char *path, size_t *len);
+
+/* Writes the n bytes at p to the file at path (replacing it), checking
+ * that it could. */
+void test_write_file(const char *path, const void *p, size_t n);
 
 #endif

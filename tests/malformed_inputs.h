@@ -26,17 +26,6 @@ static char tiny[256], text[256], ck[256], goodlog[256], ro[256], full[256];
 
 /* ------------------------------------------------------------ helpers */
 
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK_MSG(f != NULL, "cannot write %s", path);
-    if (!f)
-        return;
-    if (n)
-        fwrite(p, 1, n, f);
-    fclose(f);
-}
-
 static void at(char *buf, size_t n, const char *d, const char *name)
 {
     if (snprintf(buf, n, "%s/%s", d, name) >= (int)n)
@@ -213,7 +202,7 @@ static void empty_images(const char *d)
     tiny_copy(d, data, sizeof data);
     rm_file(data, "train-images-idx3-ubyte.gz");
     at(p, sizeof p, data, "train-images-idx3-ubyte");
-    write_bytes(p, "", 0);
+    test_write_file(p, "", 0);
 }
 
 static void truncated_gz(const char *d)
@@ -224,7 +213,7 @@ static void truncated_gz(const char *d)
     size_t n;
     char *b = cli_read_file(p, &n);
     if (b)
-        write_bytes(p, b, n / 2);
+        test_write_file(p, b, n / 2);
     free(b);
 }
 
@@ -233,7 +222,7 @@ static void wrong_magic(const char *d)
     char data[512], p[600];
     tiny_copy(d, data, sizeof data);
     at(p, sizeof p, data, "train-images-idx3-ubyte.gz");
-    write_bytes(p, "PK\3\4 not an idx file", 21);
+    test_write_file(p, "PK\3\4 not an idx file", 21);
 }
 
 static void bad_type_byte(const char *d)
@@ -304,28 +293,28 @@ static void log_with_nul(const char *d)
     char p[512];
     at(p, sizeof p, d, "nul.jsonl");
     static const char b[] = "{\"step\":1,\"loss\":2}\n{\"step\":2,\0\"loss\":1}\n";
-    write_bytes(p, b, sizeof b - 1);
+    test_write_file(p, b, sizeof b - 1);
 }
 
 static void a_file(const char *d)
 {
     char p[512];
     at(p, sizeof p, d, "file");
-    write_bytes(p, "precious\n", 9);
+    test_write_file(p, "precious\n", 9);
 }
 
 static void empty_text(const char *d)
 {
     char p[512];
     at(p, sizeof p, d, "empty.txt");
-    write_bytes(p, "", 0);
+    test_write_file(p, "", 0);
 }
 
 static void short_text(const char *d)
 {
     char p[512];
     at(p, sizeof p, d, "short.txt");
-    write_bytes(p, "just a few words here\n", 22);
+    test_write_file(p, "just a few words here\n", 22);
 }
 
 static void binary_text(const char *d)
@@ -335,7 +324,7 @@ static void binary_text(const char *d)
     static unsigned char b[8192];
     for (size_t i = 0; i < sizeof b; i++)
         b[i] = (unsigned char)(i * 7919 % 251);
-    write_bytes(p, b, sizeof b);
+    test_write_file(p, b, sizeof b);
 }
 
 static void empty_dir(const char *d)
@@ -384,7 +373,7 @@ static void patched_checkpoint(const char *d, const char *from, const char *to)
     memcpy(o + 8, hdr, pre);
     memcpy(o + 8 + pre, to, tl);
     memcpy(o + 8 + pre + tl, hit + fl, n - 8 - pre - fl);
-    write_bytes(path, o, out_n);
+    test_write_file(path, o, out_n);
     free(o);
     free(b);
 }
@@ -404,7 +393,7 @@ static void ck_truncated(const char *d)
     size_t n;
     char *b = cli_read_file(src, &n);
     if (b)
-        write_bytes(path, b, n / 2);
+        test_write_file(path, b, n / 2);
     free(b);
 }
 
@@ -419,7 +408,7 @@ static void ck_huge_header(const char *d)
     if (b && n > 8) {
         memset(b, 0, 8);
         b[7] = 0x10; /* little-endian 2^60 */
-        write_bytes(path, b, n);
+        test_write_file(path, b, n);
     }
     free(b);
 }
@@ -428,14 +417,14 @@ static void ck_empty(const char *d)
 {
     char p[600];
     ck_file(d, p, sizeof p);
-    write_bytes(p, "", 0);
+    test_write_file(p, "", 0);
 }
 
 static void ck_text(const char *d)
 {
     char p[600];
     ck_file(d, p, sizeof p);
-    write_bytes(p, "hello, I am not a checkpoint\n", 29);
+    test_write_file(p, "hello, I am not a checkpoint\n", 29);
 }
 
 static void ck_fifo(const char *d)
@@ -471,7 +460,7 @@ static void log_file_text(const char *d, const char *name, const char *content)
 {
     char p[512];
     at(p, sizeof p, d, name);
-    write_bytes(p, content, strlen(content));
+    test_write_file(p, content, strlen(content));
 }
 
 static void log_at_2p53(const char *d)

@@ -10,7 +10,9 @@
  *
  * Files live in a fresh directory under /tmp, removed at the end.
  */
+#include "ckpt_rig.h"
 #include "harness.h"
+#include "scratch.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -18,18 +20,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
-
-static char tmpdir[64];
-
-/* tmpdir/name, in one of a few rotating static buffers. */
-static const char *at(const char *name)
-{
-    static char buf[8][256];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, sizeof buf[0], "%s/%s", tmpdir, name);
-    return p;
-}
 
 /* ------------------------------------------------------------- the run */
 
@@ -81,35 +71,13 @@ static amp_scaler *make_scaler(int64_t growth_interval)
     return amp_scaler_new(so);
 }
 
-/* Steps first..first+n-1 of a bf16-autocast run: batch t is the same in
- * every run. */
+/* Steps first..first+n-1 of a bf16-autocast run (ckpt_train). */
 static void train(amp_module *m, amp_optim *o, amp_scaler *s, int first, int n)
 {
-    for (int t = first; t < first + n; t++) {
-        amp_tensor *x = test_uniform(AMP_SHAPE(16, 6), AMP_F32, -1, 1, 100 + (uint64_t)t);
-        amp_tensor *y = test_uniform(AMP_SHAPE(16), AMP_I64, 0, 3, 200 + (uint64_t)t);
-        amp_tensor *loss = NULL;
-        AMP_AUTOCAST(AMP_CPU, AMP_BF16) { loss = amp_cross_entropy(amp_module_forward(m, x), y); }
-        CHECK(loss != NULL);
-        CHECK_OK(amp_backward(amp_scaler_scale(s, loss)));
-        CHECK_OK(amp_scaler_step(s, o, NULL));
-        CHECK_OK(amp_scaler_update(s));
-        amp_optim_zero_grad(o);
-        amp_temps_free();
-        amp_tensor_free(x);
-        amp_tensor_free(y);
-    }
+    ckpt_train(m, o, s, AMP_BF16, first, n);
 }
 
 /* ------------------------------------------------------------ snapshots */
-
-/* Everything a load may change, as bytes: parameters, optimizer steps,
- * lr and state (zeros where a buffer is absent, with a presence byte),
- * scaler state, RNG state. */
-typedef struct {
-    unsigned char *p;
-    size_t n;
-} bytes;
 
 static void put(bytes *b, const void *src, size_t n)
 {
@@ -128,6 +96,9 @@ static bytes model_bytes(const amp_module *m)
     return b;
 }
 
+/* Everything a load may change, as bytes: parameters, optimizer steps, lr
+ * and state (zeros where a buffer is absent, with a presence byte), scaler
+ * state, RNG state. */
 static bytes state_bytes(const amp_module *m, const amp_optim *o, const amp_scaler *s)
 {
     bytes b = model_bytes(m);
@@ -167,30 +138,6 @@ static bytes state_bytes(const amp_module *m, const amp_optim *o, const amp_scal
 
 static bool same_bytes(bytes a, bytes b) { return a.n == b.n && memcmp(a.p, b.p, a.n) == 0; }
 
-static bytes file_bytes(const char *path)
-{
-    bytes b = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return b;
-    unsigned char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-        put(&b, buf, n);
-    fclose(f);
-    return b;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK_MSG(f != NULL, "cannot write %s", path);
-    if (f) {
-        CHECK(fwrite(p, 1, n, f) == n);
-        fclose(f);
-    }
-}
-
 /* Writes a safetensors file from a header text and a data buffer. */
 static void write_st(const char *path, const char *header, const void *data, size_t n)
 {
@@ -202,16 +149,8 @@ static void write_st(const char *path, const char *header, const void *data, siz
     put(&b, len, 8);
     put(&b, header, h);
     put(&b, data, n);
-    write_bytes(path, b.p, b.n);
+    test_write_file(path, b.p, b.n);
     free(b.p);
-}
-
-static uint64_t header_len(bytes f)
-{
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = n << 8 | f.p[i];
-    return n;
 }
 
 /* Loads path into (m, o, s) expecting failure with status st and a
@@ -256,7 +195,7 @@ static void test_round_trip_restores_every_part(void)
          * that had some must drop it. */
         CHECK_OK(amp_optim_set_param_steps(o, 3, 0));
         amp_rng_set_state((amp_rng_state){0xdeadbeefcafeull, 987654321ull});
-        const char *path = at("round.safetensors");
+        const char *path = scratch_at("round.safetensors");
         CHECK_OK(amp_checkpoint_save(path, m, o, s, 3, SETTINGS));
         bytes saved = state_bytes(m, o, s);
 
@@ -313,7 +252,7 @@ static void test_resumed_training_matches_uninterrupted_bit_for_bit(void)
         amp_optim *ob = make_optim(mb, kinds[ki]);
         amp_scaler *sb = make_scaler(2);
         train(mb, ob, sb, 0, K);
-        const char *path = at("resume.safetensors");
+        const char *path = scratch_at("resume.safetensors");
         CHECK_OK(amp_checkpoint_save(path, mb, ob, sb, K, "{}"));
         amp_module_free(mb);
         amp_optim_free(ob);
@@ -364,7 +303,7 @@ static void test_file_layout_is_safetensors(void)
     amp_optim *o = make_optim(m, OPT_ADAM_AMSGRAD);
     amp_scaler *s = make_scaler(2);
     train(m, o, s, 0, 1);
-    const char *path = at("layout.safetensors");
+    const char *path = scratch_at("layout.safetensors");
     CHECK_OK(amp_checkpoint_save(path, m, o, s, 1, NULL));
     bytes f = file_bytes(path);
     CHECK(f.n > 8);
@@ -408,7 +347,7 @@ static target make_target(int kind)
     amp_optim *so = make_optim(src, kind);
     amp_scaler *ss = make_scaler(2);
     train(src, so, ss, 0, 2);
-    target t = {.good = at("good.safetensors")};
+    target t = {.good = scratch_at("good.safetensors")};
     CHECK_OK(amp_checkpoint_save(t.good, src, so, ss, 2, SETTINGS));
     amp_module_free(src);
     amp_optim_free(so);
@@ -451,20 +390,20 @@ static void test_truncated_file_is_an_error_that_changes_nothing(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char what[64];
         snprintf(what, sizeof what, "cut at %zu of %zu", cases[i].cut, t.f.n);
-        const char *path = at("cut.safetensors");
-        write_bytes(path, t.f.p, cases[i].cut);
+        const char *path = scratch_at("cut.safetensors");
+        test_write_file(path, t.f.p, cases[i].cut);
         expect_fail(what, path, t.m, t.o, t.s, AMP_ERR_FORMAT, cases[i].needle);
     }
     char msg[128];
     snprintf(msg, sizeof msg, "truncated: header says %llu bytes, file has 1 after", (unsigned long long)n);
-    write_bytes(at("cut.safetensors"), t.f.p, 9);
-    expect_fail("exact message", at("cut.safetensors"), t.m, t.o, t.s, AMP_ERR_FORMAT, msg);
+    test_write_file(scratch_at("cut.safetensors"), t.f.p, 9);
+    expect_fail("exact message", scratch_at("cut.safetensors"), t.m, t.o, t.s, AMP_ERR_FORMAT, msg);
     /* Bytes after the data are as wrong as missing ones. */
     bytes longer = {0};
     put(&longer, t.f.p, t.f.n);
     put(&longer, "xyz", 3);
-    write_bytes(at("long.safetensors"), longer.p, longer.n);
-    expect_fail("trailing bytes", at("long.safetensors"), t.m, t.o, t.s, AMP_ERR_FORMAT,
+    test_write_file(scratch_at("long.safetensors"), longer.p, longer.n);
+    expect_fail("trailing bytes", scratch_at("long.safetensors"), t.m, t.o, t.s, AMP_ERR_FORMAT,
                 "3 bytes after the last tensor's data");
     free(longer.p);
     free_target(&t);
@@ -474,7 +413,7 @@ static void test_corrupt_header_is_an_error_that_changes_nothing(void)
 {
     target t = make_target(OPT_ADAM_AMSGRAD);
     uint64_t n = header_len(t.f);
-    const char *path = at("bad.safetensors");
+    const char *path = scratch_at("bad.safetensors");
     struct {
         const char *what, *from, *to, *needle;
         amp_status st;
@@ -519,7 +458,7 @@ static void test_corrupt_header_is_an_error_that_changes_nothing(void)
         put(&b, t.f.p, t.f.n);
         for (int k = 0; k < 8; k++)
             b.p[k] = (unsigned char)(lens[i] >> (8 * k));
-        write_bytes(path, b.p, b.n);
+        test_write_file(path, b.p, b.n);
         expect_fail("header length", path, t.m, t.o, t.s, AMP_ERR_FORMAT, needles[i]);
         free(b.p);
     }
@@ -533,14 +472,14 @@ static void test_any_header_byte_change_is_handled(void)
 {
     target t = make_target(OPT_ADAM_AMSGRAD);
     uint64_t n = header_len(t.f);
-    const char *path = at("flip.safetensors");
+    const char *path = scratch_at("flip.safetensors");
     int refused = 0, loaded = 0;
     const unsigned char subs[] = {0x00, '"', '}', '9', 0xC3};
     for (size_t i = 0; i < 8 + (size_t)n; i++) {
         bytes b = {0};
         put(&b, t.f.p, t.f.n);
         b.p[i] = subs[i % sizeof subs] == b.p[i] ? (unsigned char)(b.p[i] ^ 1) : subs[i % sizeof subs];
-        write_bytes(path, b.p, b.n);
+        test_write_file(path, b.p, b.n);
         free(b.p);
         bytes before = state_bytes(t.m, t.o, t.s);
         amp_status st = amp_checkpoint_load(path, t.m, t.o, t.s, NULL, NULL);
@@ -574,7 +513,7 @@ static void test_bad_layouts_are_errors(void)
 {
     amp_module *m = amp_nn_linear(2, 1, true);
     const float data[4] = {1, 2, 3, 4};
-    const char *path = at("hand.safetensors");
+    const char *path = scratch_at("hand.safetensors");
     struct {
         const char *header, *needle;
         size_t n;
@@ -667,24 +606,24 @@ static void test_mismatching_model_or_optimizer_is_an_error(void)
     amp_optim *so = make_optim(src, OPT_ADAM);
     amp_scaler *ss = make_scaler(2);
     train(src, so, ss, 0, 1);
-    CHECK_OK(amp_checkpoint_save(at("adam.safetensors"), src, so, NULL, 1, NULL));
+    CHECK_OK(amp_checkpoint_save(scratch_at("adam.safetensors"), src, so, NULL, 1, NULL));
     amp_optim *ams = make_optim(t.m, OPT_ADAM_AMSGRAD);
-    expect_fail("amsgrad", at("adam.safetensors"), t.m, ams, NULL, AMP_ERR_FORMAT,
+    expect_fail("amsgrad", scratch_at("adam.safetensors"), t.m, ams, NULL, AMP_ERR_FORMAT,
                 "tensor 'optim.0.weight.max_exp_avg_sq' is missing (the adam optimizer given keeps it)");
     amp_optim *adamw = make_optim(t.m, OPT_ADAMW);
-    expect_fail("adamw", at("adam.safetensors"), t.m, adamw, NULL, AMP_ERR_STATE,
+    expect_fail("adamw", scratch_at("adam.safetensors"), t.m, adamw, NULL, AMP_ERR_STATE,
                 "holds adam optimizer state, but the optimizer given is adamw");
     /* No scaler state in the file, a scaler given. */
-    expect_fail("no scaler", at("adam.safetensors"), t.m, NULL, t.s, AMP_ERR_FORMAT,
+    expect_fail("no scaler", scratch_at("adam.safetensors"), t.m, NULL, t.s, AMP_ERR_FORMAT,
                 "has no scaler state, but a scaler was given");
     /* A disabled scaler's empty state into an enabled one. */
     amp_scaler_opts off = amp_scaler_defaults();
     off.enabled = false;
     amp_scaler *disabled = amp_scaler_new(off);
-    CHECK_OK(amp_checkpoint_save(at("off.safetensors"), src, NULL, disabled, 1, NULL));
-    expect_fail("disabled scaler", at("off.safetensors"), t.m, NULL, t.s, AMP_ERR_STATE,
+    CHECK_OK(amp_checkpoint_save(scratch_at("off.safetensors"), src, NULL, disabled, 1, NULL));
+    expect_fail("disabled scaler", scratch_at("off.safetensors"), t.m, NULL, t.s, AMP_ERR_STATE,
                 "was saved from a disabled scaler");
-    CHECK_OK(amp_checkpoint_load(at("off.safetensors"), t.m, NULL, disabled, NULL, NULL));
+    CHECK_OK(amp_checkpoint_load(scratch_at("off.safetensors"), t.m, NULL, disabled, NULL, NULL));
     amp_scaler_free(disabled);
     amp_optim_free(ams);
     amp_optim_free(adamw);
@@ -699,7 +638,7 @@ static void test_mismatching_model_or_optimizer_is_an_error(void)
 static void test_missing_file_is_named(void)
 {
     amp_module *m = make_model(1, 8);
-    const char *path = at("does-not-exist.safetensors");
+    const char *path = scratch_at("does-not-exist.safetensors");
     expect_fail("missing file", path, m, NULL, NULL, AMP_ERR_IO, "cannot open: No such file or directory");
     expect_fail("a directory", tmpdir, m, NULL, NULL, AMP_ERR_IO, "not a regular file");
     CHECK(amp_checkpoint_load(NULL, m, NULL, NULL, NULL, NULL) == AMP_ERR_ARG);
@@ -730,7 +669,7 @@ static void check_failed_save(const char *what, const char *path, amp_module *m,
 static void test_failed_save_leaves_the_old_file_intact(void)
 {
     amp_module *m = make_model(1, 8), *m2 = make_model(2, 8);
-    const char *path = at("atomic.safetensors");
+    const char *path = scratch_at("atomic.safetensors");
     CHECK_OK(amp_checkpoint_save(path, m, NULL, NULL, 1, NULL));
     bytes old = file_bytes(path);
     CHECK(old.n > 0);
@@ -753,7 +692,7 @@ static void test_failed_save_leaves_the_old_file_intact(void)
     signal(SIGXFSZ, prev);
 
     /* An unwritable directory (root writes anyway: skipped there). */
-    const char *ro = at("ro");
+    const char *ro = scratch_at("ro");
     CHECK(mkdir(ro, 0700) == 0);
     char ro_path[300];
     snprintf(ro_path, sizeof ro_path, "%s/ckpt.safetensors", ro);
@@ -801,7 +740,7 @@ static void test_python_safetensors_reads_the_file(void)
     amp_optim *o = make_optim(m, OPT_SGD_MOMENTUM);
     amp_scaler *s = make_scaler(2);
     train(m, o, s, 0, 2);
-    const char *path = at("py.safetensors"), *out = at("py.txt");
+    const char *path = scratch_at("py.safetensors"), *out = scratch_at("py.txt");
     CHECK_OK(amp_checkpoint_save(path, m, o, s, 2, SETTINGS));
     snprintf(cmd, sizeof cmd, "python3 '%s' '%s' > '%s' 2>&1", script, path, out);
     int rc = system(cmd);
@@ -846,7 +785,7 @@ static void test_python_safetensors_reads_the_file(void)
     amp_scaler_free(s);
 
     /* The other way: a file numpy's safetensors wrote loads as weights. */
-    const char *np_path = at("numpy.safetensors");
+    const char *np_path = scratch_at("numpy.safetensors");
     snprintf(cmd, sizeof cmd, "python3 '%s' --write '%s'", script, np_path);
     CHECK_MSG(system(cmd) == 0, "%s failed", cmd);
     amp_module *lin = amp_nn_linear(3, 4, true);
@@ -864,11 +803,7 @@ static void test_python_safetensors_reads_the_file(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ampc_ckpt_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    scratch_make("ckpt");
     RUN(test_round_trip_restores_every_part);
     RUN(test_resumed_training_matches_uninterrupted_bit_for_bit);
     RUN(test_file_layout_is_safetensors);
@@ -880,9 +815,6 @@ int main(void)
     RUN(test_missing_file_is_named);
     RUN(test_failed_save_leaves_the_old_file_intact);
     RUN(test_python_safetensors_reads_the_file);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    scratch_remove();
     return harness_done();
 }

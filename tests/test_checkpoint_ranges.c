@@ -18,24 +18,14 @@
  *
  * Files live in a fresh directory under /tmp, removed at the end.
  */
+#include "ckpt_rig.h"
 #include "harness.h"
+#include "scratch.h"
 
-#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static char tmpdir[64];
-
-static const char *at(const char *name)
-{
-    static char buf[8][256];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, sizeof buf[0], "%s/%s", tmpdir, name);
-    return p;
-}
 
 /* ------------------------------------------------------------- the run */
 
@@ -74,64 +64,10 @@ static void free_run(run *r)
     amp_scaler_free(r->s);
 }
 
-static void train(run *r, int first, int n)
-{
-    for (int t = first; t < first + n; t++) {
-        amp_tensor *x = test_uniform(AMP_SHAPE(16, 6), AMP_F32, -1, 1, 100 + (uint64_t)t);
-        amp_tensor *y = test_uniform(AMP_SHAPE(16), AMP_I64, 0, 3, 200 + (uint64_t)t);
-        amp_tensor *loss = NULL;
-        AMP_AUTOCAST(AMP_CPU, AMP_F16) { loss = amp_cross_entropy(amp_module_forward(r->m, x), y); }
-        CHECK(loss != NULL);
-        CHECK_OK(amp_backward(amp_scaler_scale(r->s, loss)));
-        CHECK_OK(amp_scaler_step(r->s, r->o, NULL));
-        CHECK_OK(amp_scaler_update(r->s));
-        amp_optim_zero_grad(r->o);
-        amp_temps_free();
-        amp_tensor_free(x);
-        amp_tensor_free(y);
-    }
-}
+/* Steps first..first+n-1 of an f16-autocast run (ckpt_train). */
+static void train(run *r, int first, int n) { ckpt_train(r->m, r->o, r->s, AMP_F16, first, n); }
 
 /* ---------------------------------------------------------------- files */
-
-typedef struct {
-    unsigned char *p;
-    size_t n;
-} bytes;
-
-static bytes file_bytes(const char *path)
-{
-    bytes b = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return b;
-    fseek(f, 0, SEEK_END);
-    b.n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b.p = malloc(b.n + 1);
-    if (fread(b.p, 1, b.n, f) != b.n)
-        b.n = 0;
-    fclose(f);
-    return b;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK_MSG(f != NULL, "cannot write %s", path);
-    if (f) {
-        CHECK(fwrite(p, 1, n, f) == n);
-        fclose(f);
-    }
-}
-
-static uint64_t header_len(bytes f)
-{
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = n << 8 | f.p[i];
-    return n;
-}
 
 /* A copy of file f at path with __metadata__ key's value replaced by val
  * (the header re-padded to a multiple of 8). */
@@ -184,7 +120,7 @@ static void write_elem_edit(bytes f, const char *path, const char *name, size_t 
         bytes c = {malloc(f.n), f.n};
         memcpy(c.p, f.p, f.n);
         memcpy(c.p + 8 + n + begin + i * elem, value, elem);
-        write_bytes(path, c.p, c.n);
+        test_write_file(path, c.p, c.n);
         free(c.p);
     }
     free(h);
@@ -233,7 +169,7 @@ typedef struct {
 
 static rig make_rig(void)
 {
-    rig g = {make_run(1), make_run(2), at("good.safetensors"), {0}};
+    rig g = {make_run(1), make_run(2), scratch_at("good.safetensors"), {0}};
     train(&g.src, 0, 6);
     CHECK_OK(amp_checkpoint_save(g.good, g.src.m, g.src.o, g.src.s, 6, "{}"));
     g.f = file_bytes(g.good);
@@ -252,7 +188,7 @@ static void free_rig(rig *g)
 static void test_out_of_range_metadata_names_field_value_and_range(void)
 {
     rig g = make_rig();
-    const char *path = at("edited.safetensors");
+    const char *path = scratch_at("edited.safetensors");
     static const struct {
         const char *key, *val, *needle;
     } cases[] = {
@@ -307,7 +243,7 @@ static void test_scaler_tracker_at_the_interval_is_refused(void)
 static void test_non_finite_weights_are_errors_naming_the_tensor(void)
 {
     rig g = make_rig();
-    const char *path = at("nan.safetensors");
+    const char *path = scratch_at("nan.safetensors");
     float nan = NAN, inf = -INFINITY;
     write_elem_edit(g.f, path, "0.weight", 3, &nan, 4);
     expect_fail("nan weight", path, &g.dst, AMP_ERR_FORMAT,
@@ -334,7 +270,7 @@ static void test_save_of_non_finite_state_is_refused_and_keeps_the_old_file(void
 {
     run r = make_run(7);
     train(&r, 0, 3);
-    const char *path = at("diverged.safetensors");
+    const char *path = scratch_at("diverged.safetensors");
     CHECK_OK(amp_checkpoint_save(path, r.m, r.o, r.s, 3, NULL));
     bytes before = file_bytes(path);
     const char *name;
@@ -362,7 +298,7 @@ static void test_save_of_non_finite_state_is_refused_and_keeps_the_old_file(void
 static void test_bad_adam_state_is_an_error_naming_the_tensor(void)
 {
     rig g = make_rig();
-    const char *path = at("adam.safetensors");
+    const char *path = scratch_at("adam.safetensors");
     float neg = -0.5f, nan = NAN;
     write_elem_edit(g.f, path, "optim.0.weight.exp_avg_sq", 1, &neg, 4);
     expect_fail("negative exp_avg_sq", path, &g.dst, AMP_ERR_FORMAT,
@@ -421,7 +357,7 @@ static void test_skip_streak_and_hysteresis_count_survive_the_round_trip(void)
     CHECK_MSG(want.skipped == 2 && want.skipped_in_a_row == 2 && amp_scaler_get_hysteresis_left(r[0].s) == 1,
               "two overflows in a row should leave one to pass (skipped %lld, in a row %lld, left %d)",
               (long long)want.skipped, (long long)want.skipped_in_a_row, amp_scaler_get_hysteresis_left(r[0].s));
-    const char *path = at("streak.safetensors");
+    const char *path = scratch_at("streak.safetensors");
     CHECK_OK(amp_checkpoint_save(path, r[0].m, r[0].o, r[0].s, 2, NULL));
     CHECK_OK(amp_checkpoint_load(path, r[1].m, r[1].o, r[1].s, NULL, NULL));
     amp_scaler_counts got = amp_scaler_get_counts(r[1].s);
@@ -464,26 +400,16 @@ static void test_skip_streak_and_hysteresis_count_survive_the_round_trip(void)
     free_run(&r[1]);
 }
 
-static void on_alarm(int sig)
-{
-    (void)sig;
-    static const char msg[] = "FAIL: the load blocked (on a FIFO?) for 10 s\n";
-    if (write(2, msg, sizeof msg - 1) < 0) {
-    }
-    _exit(1);
-}
-
 static void test_fifo_and_devices_are_refused_without_blocking(void)
 {
     run r = make_run(3);
-    const char *fifo = at("fifo.safetensors");
+    const char *fifo = scratch_at("fifo.safetensors");
     CHECK(mkfifo(fifo, 0600) == 0);
-    signal(SIGALRM, on_alarm);
-    alarm(10);
+    watchdog_arm("the load");
     expect_fail("fifo", fifo, &r, AMP_ERR_IO, "not a regular file (a FIFO)");
     expect_fail("/dev/zero", "/dev/zero", &r, AMP_ERR_IO, "not a regular file (a character device)");
     expect_fail("a directory", tmpdir, &r, AMP_ERR_IO, "not a regular file (a directory)");
-    alarm(0);
+    watchdog_disarm();
     free_run(&r);
 }
 
@@ -500,18 +426,18 @@ static long dead_pid(void)
 static void test_save_removes_the_temporaries_of_dead_processes_only(void)
 {
     run r = make_run(4);
-    const char *path = at("tidy.safetensors");
+    const char *path = scratch_at("tidy.safetensors");
     char dead[300], dead2[300], live[300], mine[300], other[300], odd[300], dir[300];
     long d = dead_pid(), d2 = dead_pid();
     snprintf(dead, sizeof dead, "%s.tmp.%ld", path, d);
     snprintf(dead2, sizeof dead2, "%s.tmp.%ld", path, d2);
     snprintf(live, sizeof live, "%s.tmp.%ld", path, (long)getppid());   /* a live process's save */
-    snprintf(other, sizeof other, "%s.tmp.%ld", at("other.safetensors"), d); /* another file's */
+    snprintf(other, sizeof other, "%s.tmp.%ld", scratch_at("other.safetensors"), d); /* another file's */
     snprintf(odd, sizeof odd, "%s.tmp.%ldx", path, d);                   /* not our pattern */
     snprintf(dir, sizeof dir, "%s.tmp.%ld", path, dead_pid());           /* a directory, not ours */
     const char *files[] = {dead, dead2, live, other, odd};
     for (int i = 0; i < 5; i++)
-        write_bytes(files[i], "half a checkpoint", 17);
+        test_write_file(files[i], "half a checkpoint", 17);
     CHECK(mkdir(dir, 0700) == 0);
     CHECK_OK(amp_checkpoint_save(path, r.m, r.o, r.s, 0, NULL));
     CHECK_MSG(access(dead, F_OK) != 0 && access(dead2, F_OK) != 0, "a dead process's temporary was left");
@@ -527,11 +453,7 @@ static void test_save_removes_the_temporaries_of_dead_processes_only(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ampc_ckrange_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    scratch_make("ckrange");
     RUN(test_out_of_range_metadata_names_field_value_and_range);
     RUN(test_scaler_tracker_at_the_interval_is_refused);
     RUN(test_non_finite_weights_are_errors_naming_the_tensor);
@@ -541,9 +463,6 @@ int main(void)
     RUN(test_skip_streak_and_hysteresis_count_survive_the_round_trip);
     RUN(test_fifo_and_devices_are_refused_without_blocking);
     RUN(test_save_removes_the_temporaries_of_dead_processes_only);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    scratch_remove();
     return harness_done();
 }

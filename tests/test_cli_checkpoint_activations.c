@@ -40,8 +40,6 @@ static const char *gpt_args(char *buf, size_t n, const char *precision)
 
 static void test_same_steps_and_less_memory(void)
 {
-    if (!cli_have_binary())
-        return;
     const char *precisions[2] = {"fp16", "bf16"};
     for (int p = 0; p < 2; p++) {
         char args[1024], la[512], lb[512], name[64];
@@ -50,12 +48,10 @@ static void test_same_steps_and_less_memory(void)
         cli_path(la, sizeof la, name);
         snprintf(name, sizeof name, "ckpt-%s.jsonl", precisions[p]);
         cli_path(lb, sizeof lb, name);
-        int rc = cli_run("train %s --log %s", args, la);
-        CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+        CLI_OK("train %s --log %s", args, la);
         double val = cli_value_after("val_loss "), peak = cli_value_after("peak memory ");
         CHECK_MSG(!strstr(cli_out, "checkpointed activations"), "checkpointing without the option:\n%s", cli_out);
-        rc = cli_run("train %s --checkpoint-activations --log %s", args, lb);
-        CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+        CLI_OK("train %s --checkpoint-activations --log %s", args, lb);
         CHECK_OUT("checkpointed activations");
         double val_ck = cli_value_after("val_loss "), peak_ck = cli_value_after("peak memory ");
         check_same_logs(precisions[p], la, lb, 8);
@@ -68,8 +64,6 @@ static void test_same_steps_and_less_memory(void)
 
 static void test_saved_and_resumed(void)
 {
-    if (!cli_have_binary())
-        return;
     char args[1024], la[512], lc[512], dir[512];
     gpt_args(args, sizeof args, "fp16");
     cli_path(la, sizeof la, "straight.jsonl");
@@ -77,17 +71,14 @@ static void test_saved_and_resumed(void)
     cli_path(dir, sizeof dir, "ck");
     /* the straight run with the option; the same stopped at 4 and resumed
      * without it: the checkpoint's settings bring it back */
-    int rc = cli_run("train %s --checkpoint-activations --log %s", args, la);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("train %s --checkpoint-activations --stop-at 4 --save %s", args, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train %s --checkpoint-activations --log %s", args, la);
+    CLI_OK("train %s --checkpoint-activations --stop-at 4 --save %s", args, dir);
     char ckfile[600];
     snprintf(ckfile, sizeof ckfile, "%s/checkpoint.safetensors", dir);
     char *body = cli_read_file(ckfile, NULL);
     CHECK_MSG(body && strstr(body + 8, "\\\"checkpoint-activations\\\":true"), "not in the checkpoint's settings");
     free(body);
-    rc = cli_run("train --resume %s --log %s", dir, lc);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --resume %s --log %s", dir, lc);
     CHECK_OUT("resumed from");
     CHECK_OUT("checkpointed activations");
     char *ba, *bc, *a[64], *c[64];
@@ -99,7 +90,7 @@ static void test_saved_and_resumed(void)
                   a[4 + i], c[i]);
     free(ba);
     free(bc);
-    rc = cli_run("eval %s", dir);
+    int rc = cli_run("eval %s", dir);
     CHECK_MSG(rc == 0 && strstr(cli_out, "val_loss "), "eval: exit %d:\n%s", rc, cli_out);
     /* and --dry-run of the resumed run estimates it checkpointed */
     rc = cli_run("train --resume %s --dry-run", dir);
@@ -110,8 +101,6 @@ static void test_saved_and_resumed(void)
  * has it is not). */
 static void test_suggested_when_a_run_does_not_fit(void)
 {
-    if (!cli_have_binary())
-        return;
     const char *big = "train --model gpt --layers 4 --width 256 --heads 4 --context 64 --batch 32 --val-batches 1 "
                       "--threads 1 --steps 10 --data";
     for (int ck = 0; ck < 2; ck++) {
@@ -127,8 +116,6 @@ static void test_suggested_when_a_run_does_not_fit(void)
 
 static void test_refused_for_mlp_and_cnn(void)
 {
-    if (!cli_have_binary())
-        return;
     const char *models[2] = {"mlp", "cnn"};
     for (int m = 0; m < 2; m++) {
         int rc = cli_run("train --model %s --data %s --steps 1 --checkpoint-activations", models[m], images);
@@ -143,16 +130,11 @@ static void test_refused_for_mlp_and_cnn(void)
 
 int main(void)
 {
-    if (!cli_init("test-cli-ckpt-act"))
-        return 1;
-    cli_path(text, sizeof text, "tiny.txt");
-    cli_write_tiny_text(text);
-    cli_path(images, sizeof images, "tiny");
-    cli_write_tiny_images(images);
-    RUN(test_same_steps_and_less_memory);
-    RUN(test_saved_and_resumed);
-    RUN(test_suggested_when_a_run_does_not_fit);
-    RUN(test_refused_for_mlp_and_cnn);
+    cli_init_tiny("test-cli-ckpt-act", images, text);
+    RUN_IF(cli_have_binary, test_same_steps_and_less_memory);
+    RUN_IF(cli_have_binary, test_saved_and_resumed);
+    RUN_IF(cli_have_binary, test_suggested_when_a_run_does_not_fit);
+    RUN_IF(cli_have_binary, test_refused_for_mlp_and_cnn);
     cli_cleanup();
     return harness_done();
 }

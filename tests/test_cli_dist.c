@@ -101,32 +101,8 @@ static bool have_ddp(bool zero)
     return ok;
 }
 
-/* The -x options each app context of an mpirun command line takes. */
-static const char *mpi_env(void)
-{
-    static char buf[2048];
-    /* Open MPI's own allocations that live to the end (as the dist tests'
-     * suppressions say) are no leak of ampc's under LeakSanitizer. The
-     * slow unwinder sees through Open MPI's frames (built without frame
-     * pointers), so that the suppressions find its libraries. */
-    const char *src = getenv("AMPC_SOURCE_DIR");
-    char lsan[1200] = "";
-    if (src)
-        snprintf(lsan, sizeof lsan, " -x LSAN_OPTIONS=suppressions=%s/tests/dist/lsan.supp:fast_unwind_on_malloc=0",
-                 src);
-    snprintf(buf, sizeof buf, " -x OMP_WAIT_POLICY=PASSIVE%s%s", lsan,
-             getenv("AMPC_DIST_TIMEOUT") ? " -x AMPC_DIST_TIMEOUT" : "");
-    return buf;
-}
-
-/* "mpirun OPTS" as cli_run_env's prefix: the command line becomes
- * "mpirun OPTS 'ampc' ARGS". */
-static const char *mpi(const char *opts)
-{
-    static char buf[4096];
-    snprintf(buf, sizeof buf, "'%s' %s%s", mpirun, opts, mpi_env());
-    return buf;
-}
+/* "mpirun OPTS" as cli_run_env's prefix (cli_mpi). */
+static const char *mpi(const char *opts) { return cli_mpi(mpirun, opts); }
 
 /* ------------------------------------------------------------ the data */
 
@@ -306,9 +282,8 @@ static void test_health_every_on_two_ranks(void)
         return;
     char log[512];
     cli_path(log, sizeof log, "health2.jsonl");
-    int rc = cli_run_env(mpi(NP2), "train " MLP " --steps 4 --precision fp16 --health-every 2 --log-every 2 --log %s",
-                         tiny, log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK_ENV(mpi(NP2), "train " MLP " --steps 4 --precision fp16 --health-every 2 --log-every 2 --log %s",
+               tiny, log);
     char *body = cli_read_file(log, NULL), *lines[16];
     int n = body ? cli_lines(body, lines, 16) : 0;
     CHECK_EQ_INT(n, 4);
@@ -369,17 +344,15 @@ static void test_ranks_resuming_from_different_steps_are_refused(void)
     cli_path(a, sizeof a, "step2");
     cli_path(b, sizeof b, "step4");
     snprintf(cmd, sizeof cmd, MLP " --steps 8", tiny);
-    int rc = cli_run_env(mpi(NP2), "train %s --stop-at 2 --save %s", cmd, a);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run_env(mpi(NP2), "train %s --stop-at 4 --save %s", cmd, b);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK_ENV(mpi(NP2), "train %s --stop-at 2 --save %s", cmd, a);
+    CLI_OK_ENV(mpi(NP2), "train %s --stop-at 4 --save %s", cmd, b);
     snprintf(fa, sizeof fa, "%s/checkpoint.safetensors", a);
     snprintf(fb, sizeof fb, "%s/checkpoint.safetensors", b);
     size_t na0 = 0, nb0 = 0, na1 = 0, nb1 = 0;
     char *a0 = cli_read_file(fa, &na0), *b0 = cli_read_file(fb, &nb0);
-    rc = cli_run_env(mpi("--oversubscribe --allow-run-as-root -np 1"),
-                     "train --resume %s --save-every 1 : -np 1%s '%s' train --resume %s --save-every 1", a,
-                     mpi_env(), cli_ampc, b);
+    int rc = cli_run_env(mpi("--oversubscribe --allow-run-as-root -np 1"),
+                         "train --resume %s --save-every 1 : -np 1%s '%s' train --resume %s --save-every 1", a,
+                         cli_mpi_env(), cli_ampc, b);
     CHECK_MSG(rc == 2, "exit %d, expected 2:\n%s", rc, cli_out);
     CHECK_OUT("the ranks would start from different steps (rank 0 at step 2, rank 1 at step 4");
     CHECK_MSG(!strstr(cli_out, "step 3/") && !strstr(cli_out, "step 5/"), "a step was trained:\n%s", cli_out);
@@ -389,7 +362,7 @@ static void test_ranks_resuming_from_different_steps_are_refused(void)
     free(a0), free(a1), free(b0), free(b1);
     /* One rank resuming, the other starting afresh: refused the same way. */
     rc = cli_run_env(mpi("--oversubscribe --allow-run-as-root -np 1"),
-                     "train --resume %s : -np 1%s '%s' train %s", a, mpi_env(), cli_ampc, cmd);
+                     "train --resume %s : -np 1%s '%s' train %s", a, cli_mpi_env(), cli_ampc, cmd);
     CHECK_MSG(rc == 2, "exit %d, expected 2:\n%s", rc, cli_out);
 }
 
@@ -411,8 +384,7 @@ static void test_memory_estimate_counts_the_gradient_buckets(void)
         int rc = cli_run_env(mpi(NP2), "train %s --dry-run", cmd);
         CHECK_MSG(rc == 0, "dry run: exit %d:\n%s", rc, cli_out);
         double est = cli_value_after("(a run's 'peak memory' line): "), est_data = cli_value_after("the data set ");
-        rc = cli_run_env(mpi(NP2), "train %s", cmd);
-        CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+        CLI_OK_ENV(mpi(NP2), "train %s", cmd);
         double model = cli_value_after("(model ");
         CHECK_MSG(est > 0 && est_data >= 0 && model > 0 &&
                       fabs((est - est_data) - model) <= MEM_TOLERANCE * model,
@@ -507,8 +479,7 @@ static void test_a_batch_cut_to_the_shard_is_shown(void)
 {
     if (!have_ddp(false))
         return;
-    int rc = cli_run_env(mpi(NP2), "train --model mlp --data %s --hidden 8 --batch 200 --threads 1 --steps 1", tiny);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK_ENV(mpi(NP2), "train --model mlp --data %s --hidden 8 --batch 200 --threads 1 --steps 1", tiny);
     CHECK_OUT("batch 128 (--batch 200 is more than the 128 rows a rank's shard holds)");
     CHECK_OUT("batch 128 per rank (256 in all)");
 }
@@ -708,10 +679,13 @@ static void test_a_rank_failing_alone_ends_the_job(void)
 
 /* -------------------------------------------------------------- options */
 
+/* Options a data-parallel run refuses, and what the refusal says. */
+typedef struct {
+    const char *args, *says;
+} dist_refusal;
+
 static void test_data_parallel_options_are_checked(void)
 {
-    if (!cli_have_binary())
-        return;
     /* Without a launcher: nothing to spread over. */
     static const char *const alone[] = {"--zero 1", "--bucket-mb 4", "--compress bf16", "--dist-timeout 5"};
     for (int i = 0; i < 4; i++) {
@@ -728,9 +702,7 @@ static void test_data_parallel_options_are_checked(void)
         CHECK_OUT("built without MPI");
         return;
     }
-    static const struct {
-        const char *args, *says;
-    } bad[] = {
+    static const dist_refusal bad[] = {
         {"--bucket-mb 0", "--bucket-mb: 0 is out of range"},
         {"--compress fp8", "--compress: unknown value 'fp8'"},
         {"--zero 2", "--zero: '2' is not a whole number from 0 to 1"},
@@ -748,7 +720,7 @@ static void test_data_parallel_options_are_checked(void)
     }
     /* Ranks started with different options (MPMD): refused by all. */
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "train " MLP " --steps 3 : -np 1%s '%s' train " MLP " --steps 4", tiny, mpi_env(),
+    snprintf(cmd, sizeof cmd, "train " MLP " --steps 3 : -np 1%s '%s' train " MLP " --steps 4", tiny, cli_mpi_env(),
              cli_ampc, tiny);
     int rc = cli_run_env(mpi("--oversubscribe --allow-run-as-root -np 1"), "%s", cmd);
     CHECK_MSG(rc == EXIT_USAGE, "different options: exit %d:\n%s", rc, cli_out);
@@ -760,7 +732,7 @@ static void test_data_parallel_options_are_checked(void)
     const char *const differ[] = {"--zero 1", "--bucket-mb 4", "--compress bf16", stop};
     for (int i = 0; i < 4; i++) {
         snprintf(cmd, sizeof cmd, "train " MLP " --steps 3 : -np 1%s '%s' train " MLP " --steps 3 %s", tiny,
-                 mpi_env(), cli_ampc, tiny, differ[i]);
+                 cli_mpi_env(), cli_ampc, tiny, differ[i]);
         rc = cli_run_env(mpi("--oversubscribe --allow-run-as-root -np 1"), "%s", cmd);
         CHECK_MSG(rc == EXIT_USAGE, "rank 1 with %s: exit %d:\n%s", differ[i], rc, cli_out);
         CHECK_OUT("the ranks were started with different settings");
@@ -769,12 +741,10 @@ static void test_data_parallel_options_are_checked(void)
 
 int main(void)
 {
-    if (!cli_init("test-cli-dist"))
-        return 1;
+    cli_init("test-cli-dist");
     cli_find_on_path("mpirun", mpirun, sizeof mpirun);
     amp_set_num_threads(1);
-    cli_path(tiny, sizeof tiny, "tiny");
-    cli_write_tiny_images(tiny);
+    cli_write_tiny_images(cli_path(tiny, sizeof tiny, "tiny"));
     RUN(test_two_shards_together_are_the_double_batch);
     RUN(test_a_world_that_does_not_divide_the_set_pads_it);
     RUN(test_a_micro_batch_depends_on_its_number_alone);
@@ -791,7 +761,7 @@ int main(void)
     RUN(test_a_stopped_rank_times_the_other_out);
     RUN(test_the_timeout_comes_from_the_environment_too);
     RUN(test_a_rank_failing_alone_ends_the_job);
-    RUN(test_data_parallel_options_are_checked);
+    RUN_IF(cli_have_binary, test_data_parallel_options_are_checked);
     cli_cleanup();
     return harness_done();
 }

@@ -50,18 +50,8 @@ static bool ready(void)
     return true;
 }
 
-/* "mpirun -np 2 ..." as cli_run_env's prefix. */
-static const char *mpi2(void)
-{
-    static char buf[4096];
-    const char *src = getenv("AMPC_SOURCE_DIR");
-    char lsan[1200] = "";
-    if (src)
-        snprintf(lsan, sizeof lsan, " -x LSAN_OPTIONS=suppressions=%s/tests/dist/lsan.supp:fast_unwind_on_malloc=0",
-                 src);
-    snprintf(buf, sizeof buf, "'%s' " NP2 " -x OMP_WAIT_POLICY=PASSIVE%s", mpirun, lsan);
-    return buf;
-}
+/* "mpirun -np 2 ..." as cli_run_env's prefix (cli_mpi). */
+static const char *mpi2(void) { return cli_mpi(mpirun, NP2); }
 
 /* The same 2-rank run on cuda and on the cpu (logs TAG-cpu.jsonl and
  * TAG-cuda.jsonl): losses within tol, and the fields in `exact` the same
@@ -106,15 +96,11 @@ static void cuda_against_cpu(const char *tag, const char *what, const char *args
 
 static void test_fp32_follows_the_cpu(void)
 {
-    if (!ready())
-        return;
     cuda_against_cpu("fp32", "fp32", "--precision fp32", 10, 1e-4, NULL, 0);
 }
 
 static void test_fp16_scaler_skips_as_on_the_cpu(void)
 {
-    if (!ready())
-        return;
     const char *const exact[] = {"skipped", "scale"};
     cuda_against_cpu("fp16", "fp16 + scaler", "--precision fp16 --init-scale 16777216 --growth-interval 3 --accum 2", 10,
                      1e-2, exact, 2);
@@ -136,8 +122,6 @@ static void test_fp16_scaler_skips_as_on_the_cpu(void)
 
 static void test_zero_1_on_cuda_logs_ddp_steps(void)
 {
-    if (!ready())
-        return;
     char lz[512], ld[512];
     cli_path(lz, sizeof lz, "zero.jsonl");
     cli_path(ld, sizeof ld, "ddp.jsonl");
@@ -182,8 +166,6 @@ static void test_zero_1_on_cuda_logs_ddp_steps(void)
  * follow the parameters). */
 static void test_zero_1_clipped_follows_the_cpu(void)
 {
-    if (!ready())
-        return;
     cuda_against_cpu("zclip", "fp32 --zero 1 --clip 0.05", "--precision fp32 --zero 1 --clip 0.05", 8, 1e-4, NULL,
                      0);
     char lcpu[512], lcuda[512];
@@ -201,16 +183,14 @@ static void test_zero_1_clipped_follows_the_cpu(void)
 
 int main(void)
 {
-    if (!cli_init("test-cli-dist-cuda"))
-        return 1;
+    cli_init("test-cli-dist-cuda");
     cli_find_on_path("mpirun", mpirun, sizeof mpirun);
     amp_set_num_threads(1);
-    cli_path(tiny, sizeof tiny, "tiny");
-    cli_write_tiny_images(tiny);
-    RUN(test_fp32_follows_the_cpu);
-    RUN(test_fp16_scaler_skips_as_on_the_cpu);
-    RUN(test_zero_1_on_cuda_logs_ddp_steps);
-    RUN(test_zero_1_clipped_follows_the_cpu);
+    cli_write_tiny_images(cli_path(tiny, sizeof tiny, "tiny"));
+    RUN_IF(ready, test_fp32_follows_the_cpu);
+    RUN_IF(ready, test_fp16_scaler_skips_as_on_the_cpu);
+    RUN_IF(ready, test_zero_1_on_cuda_logs_ddp_steps);
+    RUN_IF(ready, test_zero_1_clipped_follows_the_cpu);
     cli_cleanup();
     int rc = harness_done();
     return rc == 0 && !ran ? 77 : rc;

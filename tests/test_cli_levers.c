@@ -26,11 +26,7 @@ static char tiny[256], text[256], images[256];
 
 static void test_bad_values_are_refused_with_clear_messages(void)
 {
-    if (!cli_have_binary())
-        return;
-    const struct {
-        const char *args, *needle;
-    } cases[] = {
+    static const cli_refusal cases[] = {
         {"--param-dtype f8", "--param-dtype: unknown value 'f8' (choose from fp32|bf16|fp16)"},
         {"--param-dtype f32", "--param-dtype: unknown value 'f32'"},
         {"--optim-state fp16", "--optim-state: unknown value 'fp16' (choose from fp32|bf16|bf16-sr)"},
@@ -39,18 +35,16 @@ static void test_bad_values_are_refused_with_clear_messages(void)
         {"--precision bf16 --param-dtype fp16", "--param-dtype fp16 needs --precision fp16"},
         {"--precision fp16 --no-scaler --param-dtype fp16", "--param-dtype fp16 needs the grad scaler"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        int rc = cli_run("train --model mlp --data %s --steps 1 %s", tiny, cases[i].args);
-        CHECK_MSG(rc == 2, "%s: exit %d, expected 2:\n%s", cases[i].args, rc, cli_out);
-        CHECK_OUT(cases[i].needle);
-    }
+    char train[400];
+    snprintf(train, sizeof train, "train --model mlp --data %s --steps 1", tiny);
+    cli_check_refusals(NULL, train, CLI_REFUSALS(cases));
 }
 
 /* A straight run of args saved in A; the same stopped at half and resumed
  * into B: the two checkpoints are the same bytes. */
 static void check_resume_same_file(const char *what, const char *args, int steps)
 {
-    char a[512], b[512], fa[600], fb[600], name[128];
+    char a[512], b[512], name[128];
     snprintf(name, sizeof name, "%s-a", what);
     cli_path(a, sizeof a, name);
     snprintf(name, sizeof name, "%s-b", what);
@@ -64,22 +58,12 @@ static void check_resume_same_file(const char *what, const char *args, int steps
     CHECK_MSG(rc == 0, "%s: the resumed half: exit %d:\n%s", what, rc, cli_out);
     CHECK_OUT("resumed from");
     CHECK_OUT("memory levers: parameters"); /* the levers came back from the checkpoint */
-    snprintf(fa, sizeof fa, "%s/checkpoint.safetensors", a);
-    snprintf(fb, sizeof fb, "%s/checkpoint.safetensors", b);
-    size_t na = 0, nb = 0, i = 0;
-    char *pa = cli_read_file(fa, &na), *pb = cli_read_file(fb, &nb);
-    while (pa && pb && i < na && i < nb && pa[i] == pb[i])
-        i++;
-    CHECK_MSG(pa && pb && na == nb && i == na, "%s: the checkpoints differ at byte %zu of %zu / %zu", what, i, na,
-              nb);
-    free(pa);
-    free(pb);
+    char why[400];
+    CHECK_MSG(cli_same_checkpoint(a, b, why, sizeof why), "%s: %s", what, why);
 }
 
 static void test_resume_is_exact_with_each_lever(void)
 {
-    if (!cli_have_binary())
-        return;
     char args[1024];
     /* fp16 weights, bf16 Adam state, the scaler skipping now and then. */
     snprintf(args, sizeof args,
@@ -89,7 +73,7 @@ static void test_resume_is_exact_with_each_lever(void)
              tiny);
     check_resume_same_file("mlp", args, 20);
     char path[600];
-    snprintf(path, sizeof path, "%s/mlp-a/checkpoint.safetensors", cli_tmp);
+    snprintf(path, sizeof path, "%s/mlp-a/checkpoint.safetensors", tmpdir);
     size_t n = 0;
     char *body = cli_read_file(path, &n);
     /* The file holds the f16 weights, their f32 masters, bf16 moments and
@@ -123,8 +107,6 @@ static void test_resume_is_exact_with_each_lever(void)
 
 static void test_resume_refuses_another_lever(void)
 {
-    if (!cli_have_binary())
-        return;
     char dir[512];
     cli_path(dir, sizeof dir, "mlp-b");
     int rc = cli_run("train --resume %s --param-dtype fp32", dir);
@@ -150,8 +132,6 @@ static const char *run_args(int model, char *buf, size_t n)
 
 static void test_estimate_follows_the_levers(void)
 {
-    if (!cli_have_binary())
-        return;
     /* Each precision's run without levers first, the base of the check
      * that the levers lower the estimate. */
     const char *const runs[6] = {"--precision bf16",
@@ -189,18 +169,12 @@ static void test_estimate_follows_the_levers(void)
 
 int main(void)
 {
-    if (!cli_init("test-cli-levers"))
-        return 1;
-    cli_path(tiny, sizeof tiny, "tiny");
-    cli_write_tiny_images(tiny);
-    cli_path(text, sizeof text, "tiny.txt");
-    cli_write_tiny_text(text);
-    cli_path(images, sizeof images, "images");
-    cli_write_noise_images(images, 512, 1);
-    RUN(test_bad_values_are_refused_with_clear_messages);
-    RUN(test_resume_is_exact_with_each_lever);
-    RUN(test_resume_refuses_another_lever);
-    RUN(test_estimate_follows_the_levers);
+    cli_init_tiny("test-cli-levers", tiny, text);
+    cli_write_noise_images(cli_path(images, sizeof images, "images"), 512, 1);
+    RUN_IF(cli_have_binary, test_bad_values_are_refused_with_clear_messages);
+    RUN_IF(cli_have_binary, test_resume_is_exact_with_each_lever);
+    RUN_IF(cli_have_binary, test_resume_refuses_another_lever);
+    RUN_IF(cli_have_binary, test_estimate_follows_the_levers);
     cli_cleanup();
     return harness_done();
 }

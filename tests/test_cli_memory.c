@@ -47,8 +47,6 @@ static const char *run_args(int model, char *buf, size_t n)
 
 static void test_estimate_is_within_tolerance_of_the_measured_peak(void)
 {
-    if (!cli_have_binary())
-        return;
     for (int m = 0; m < 4; m++) { /* mlp, cnn, gpt, gpt --checkpoint-activations */
         for (int p = 0; p < 3; p++) {
             char args[1024];
@@ -72,8 +70,6 @@ static void test_estimate_is_within_tolerance_of_the_measured_peak(void)
 
 static void test_a_run_that_does_not_fit_is_refused_before_it_starts(void)
 {
-    if (!cli_have_binary())
-        return;
     const char *big = "train --model gpt --layers 4 --width 256 --heads 4 --context 64 --batch 32 --val-batches 1 "
                       "--threads 1 --precision fp32 --data";
     CHECK_EQ_INT(cli_run("%s %s --dry-run", big, text), 0);
@@ -101,8 +97,6 @@ static void test_a_run_that_does_not_fit_is_refused_before_it_starts(void)
 
 static void test_dry_run_prints_the_table_and_does_not_train(void)
 {
-    if (!cli_have_binary())
-        return;
     CHECK_EQ_INT(cli_run("train --model gpt --data %s --steps 1000000 --dry-run", text), 0);
     for (int c = 0; c < MEM_CATS; c++)
         CHECK_MSG(strstr(cli_out, mem_cat_name((mem_cat)c)), "no row %s:\n%s", mem_cat_name((mem_cat)c), cli_out);
@@ -113,8 +107,6 @@ static void test_dry_run_prints_the_table_and_does_not_train(void)
 
 static void test_dry_run_takes_a_resumed_runs_settings(void)
 {
-    if (!cli_have_binary())
-        return;
     char ck[512];
     cli_path(ck, sizeof ck, "ck");
     CHECK_EQ_INT(cli_run("train --model gpt --layers 1 --width 32 --heads 2 --context 16 --batch 4 --steps 2 "
@@ -130,8 +122,6 @@ static void test_dry_run_takes_a_resumed_runs_settings(void)
 
 static void test_dry_run_of_a_cuda_run_needs_no_gpu(void)
 {
-    if (!cli_have_binary())
-        return;
     CHECK_EQ_INT(cli_run("train --model gpt --data %s --device cuda --dry-run", text), 0);
     CHECK_MSG(strstr(cli_out, "on the cuda device") && strstr(cli_out, "device memory available: "),
               "no device table:\n%s", cli_out);
@@ -225,17 +215,16 @@ static void test_memory_limit_takes_sizes_with_units(void)
 
 int main(void)
 {
-    if (!cli_init("memory"))
-        return 1;
+    cli_init("memory");
     cli_path(images, sizeof images, "images");
     cli_path(text, sizeof text, "text.txt");
     write_images(images);
     cli_write_tiny_text(text);
-    RUN(test_estimate_is_within_tolerance_of_the_measured_peak);
-    RUN(test_a_run_that_does_not_fit_is_refused_before_it_starts);
-    RUN(test_dry_run_prints_the_table_and_does_not_train);
-    RUN(test_dry_run_takes_a_resumed_runs_settings);
-    RUN(test_dry_run_of_a_cuda_run_needs_no_gpu);
+    RUN_IF(cli_have_binary, test_estimate_is_within_tolerance_of_the_measured_peak);
+    RUN_IF(cli_have_binary, test_a_run_that_does_not_fit_is_refused_before_it_starts);
+    RUN_IF(cli_have_binary, test_dry_run_prints_the_table_and_does_not_train);
+    RUN_IF(cli_have_binary, test_dry_run_takes_a_resumed_runs_settings);
+    RUN_IF(cli_have_binary, test_dry_run_of_a_cuda_run_needs_no_gpu);
     RUN(test_cgroup_limits_are_read_up_the_hierarchy);
     RUN(test_memory_limit_takes_sizes_with_units);
     cli_cleanup();

@@ -21,8 +21,6 @@ static const char *const cats[8] = {"parameters", "gradients", "optimizer state"
 
 static void test_the_peak_line_names_the_data_apart(void)
 {
-    if (!cli_have_binary())
-        return;
     const char *precisions[2] = {"fp32", "bf16"};
     for (int p = 0; p < 2; p++) {
         CHECK_EQ_INT(cli_run("train --model mlp --hidden 32 --batch 16 --steps 2 --threads 2 --precision %s "
@@ -40,8 +38,6 @@ static void test_the_peak_line_names_the_data_apart(void)
 
 static void test_memory_prints_the_categories_table(void)
 {
-    if (!cli_have_binary())
-        return;
     CHECK_EQ_INT(cli_run("train --model mlp --hidden 32 --batch 16 --steps 2 --threads 2 --precision bf16 "
                          "--memory --data %s",
                          images),
@@ -88,21 +84,17 @@ static void test_memory_prints_the_categories_table(void)
 
 static void test_memory_is_a_flag(void)
 {
-    if (!cli_have_binary())
-        return;
     CHECK(cli_run("train --model mlp --memory=yes --data %s", images) != 0);
     CHECK_MSG(strstr(cli_out, "--memory") && strstr(cli_out, "takes no value"), "the message:\n%s", cli_out);
 }
 
 int main(void)
 {
-    if (!cli_init("memory-report"))
-        return 1;
-    cli_path(images, sizeof images, "images");
-    cli_write_noise_images(images, 512, 3);
-    RUN(test_the_peak_line_names_the_data_apart);
-    RUN(test_memory_prints_the_categories_table);
-    RUN(test_memory_is_a_flag);
+    cli_init("memory-report");
+    cli_write_noise_images(cli_path(images, sizeof images, "images"), 512, 3);
+    RUN_IF(cli_have_binary, test_the_peak_line_names_the_data_apart);
+    RUN_IF(cli_have_binary, test_memory_prints_the_categories_table);
+    RUN_IF(cli_have_binary, test_memory_is_a_flag);
     cli_cleanup();
     return harness_done();
 }

@@ -72,8 +72,6 @@ static void write_nan_images(const char *dir)
 
 static void test_fp16_scaler_on_nan_inputs_stops_naming_what_is_not_finite(void)
 {
-    if (!cli_have_binary())
-        return;
     int rc = cli_run(TRAIN "--precision fp16 --data %s", nan_dir);
     CHECK_MSG(rc == 1, "exit %d, expected 1:\n%s", rc, cli_out);
     CHECK_MSG(strstr(cli_out, "skipped 32 steps in a row"), "%s", cli_out);
@@ -87,8 +85,6 @@ static void test_fp16_scaler_on_nan_inputs_stops_naming_what_is_not_finite(void)
 
 static void test_max_skips_is_settable_saved_and_0_turns_it_off(void)
 {
-    if (!cli_have_binary())
-        return;
     int rc = cli_run(TRAIN "--precision fp16 --max-skips 5 --data %s", nan_dir);
     CHECK_MSG(rc == 1 && strstr(cli_out, "skipped 5 steps in a row (steps 1 to 5, --max-skips 5)"), "exit %d:\n%s",
               rc, cli_out);
@@ -121,8 +117,6 @@ static void test_max_skips_is_settable_saved_and_0_turns_it_off(void)
  * resumed, the run stops after the same 6th skip as the straight run. */
 static void test_a_resumed_run_continues_the_skip_streak(void)
 {
-    if (!cli_have_binary())
-        return;
     int rc = cli_run(TRAIN "--precision fp16 --max-skips 6 --data %s", nan_dir);
     CHECK_MSG(rc == 1 && strstr(cli_out, "skipped 6 steps in a row (steps 1 to 6, --max-skips 6)"), "exit %d:\n%s",
               rc, cli_out);
@@ -139,8 +133,6 @@ static void test_a_resumed_run_continues_the_skip_streak(void)
 
 static void test_nan_loss_without_scaler_blames_the_inputs_not_the_lr(void)
 {
-    if (!cli_have_binary())
-        return;
     const char *prec[2] = {"fp16 --no-scaler", "fp32"};
     for (int i = 0; i < 2; i++) {
         int rc = cli_run(TRAIN "--precision %s --data %s", prec[i], nan_dir);
@@ -181,13 +173,10 @@ static void poison_checkpoint(const char *path, const char *name)
 
 static void test_eval_refuses_nan_inputs_and_nan_weights(void)
 {
-    if (!cli_have_binary())
-        return;
     char ck[600], file[700];
     cli_path(ck, sizeof ck, "ck");
-    int rc = cli_run(TRAIN "--precision fp32 --steps 3 --data %s --save %s", tiny, ck);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("eval %s --threads 1", ck);
+    CLI_OK(TRAIN "--precision fp32 --steps 3 --data %s --save %s", tiny, ck);
+    int rc = cli_run("eval %s --threads 1", ck);
     CHECK_MSG(rc == 0 && strstr(cli_out, "test_accuracy"), "clean eval: exit %d:\n%s", rc, cli_out);
     rc = cli_run("eval %s --threads 1 --data %s", ck, nan_dir);
     CHECK_MSG(rc == 1 && strstr(cli_out, "t10k-images-idx3-ubyte: the images hold 256 inf/NaN values (of 4096)") &&
@@ -297,17 +286,14 @@ static void test_count_nonfinite_and_find_nonfinite_grad_on_cuda(void)
 
 int main(void)
 {
-    if (!cli_init("test-cli-nonfinite"))
-        return 1;
-    cli_path(tiny, sizeof tiny, "tiny");
-    cli_write_tiny_images(tiny);
+    cli_init_tiny("test-cli-nonfinite", tiny, NULL);
     cli_path(nan_dir, sizeof nan_dir, "nan");
     write_nan_images(nan_dir);
-    RUN(test_fp16_scaler_on_nan_inputs_stops_naming_what_is_not_finite);
-    RUN(test_max_skips_is_settable_saved_and_0_turns_it_off);
-    RUN(test_a_resumed_run_continues_the_skip_streak);
-    RUN(test_nan_loss_without_scaler_blames_the_inputs_not_the_lr);
-    RUN(test_eval_refuses_nan_inputs_and_nan_weights);
+    RUN_IF(cli_have_binary, test_fp16_scaler_on_nan_inputs_stops_naming_what_is_not_finite);
+    RUN_IF(cli_have_binary, test_max_skips_is_settable_saved_and_0_turns_it_off);
+    RUN_IF(cli_have_binary, test_a_resumed_run_continues_the_skip_streak);
+    RUN_IF(cli_have_binary, test_nan_loss_without_scaler_blames_the_inputs_not_the_lr);
+    RUN_IF(cli_have_binary, test_eval_refuses_nan_inputs_and_nan_weights);
     RUN(test_count_nonfinite_and_find_nonfinite_grad);
     RUN(test_count_nonfinite_and_find_nonfinite_grad_on_cuda);
     cli_cleanup();

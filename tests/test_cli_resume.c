@@ -67,8 +67,6 @@ static void check_resume(const char *what, const char *args, const char *first, 
 
 static void test_resumed_mlp_fp16_with_scaler_continues_bit_for_bit(void)
 {
-    if (!cli_have_binary())
-        return;
     char args[1024];
     /* 2^24 skips the first steps; growth every 3 clean steps then grows
      * it back into overflow now and then: skips on both sides of the save. */
@@ -86,8 +84,6 @@ static void test_resumed_mlp_fp16_with_scaler_continues_bit_for_bit(void)
 
 static void test_resumed_cnn_with_momentum_continues_bit_for_bit(void)
 {
-    if (!cli_have_binary())
-        return;
     char args[1024];
     /* --batch 100 of 256 rows: two batches an epoch, so 6 steps cross epochs. */
     snprintf(args, sizeof args, "--model cnn --data %s --batch 100 --threads 1 --optim sgd --lr 0.05 --precision bf16 "
@@ -98,8 +94,6 @@ static void test_resumed_cnn_with_momentum_continues_bit_for_bit(void)
 
 static void test_resumed_gpt_stopped_mid_cosine_continues_bit_for_bit(void)
 {
-    if (!cli_have_binary())
-        return;
     char args[1024];
     snprintf(args, sizeof args,
              "--model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 4 --dropout 0.1 "
@@ -111,12 +105,9 @@ static void test_resumed_gpt_stopped_mid_cosine_continues_bit_for_bit(void)
 
 static void test_eval_of_a_checkpoint_matches_the_run(void)
 {
-    if (!cli_have_binary())
-        return;
     char dir[512];
     cli_path(dir, sizeof dir, "evalck");
-    int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --steps 20 --threads 1 --save %s", tiny, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --data %s --hidden 8 --batch 16 --steps 20 --threads 1 --save %s", tiny, dir);
     double acc = cli_value_after("test_accuracy ");
     CHECK_EQ_INT(cli_run("eval %s --threads 1", dir), 0);
     CHECK_NEAR(cli_value_after("test_accuracy "), acc, 0);
@@ -125,10 +116,9 @@ static void test_eval_of_a_checkpoint_matches_the_run(void)
     CHECK_NEAR(cli_value_after("test_accuracy "), acc, 0);
 
     cli_path(dir, sizeof dir, "evalgpt");
-    rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 4 --steps 5 "
-                 "--val-batches 3 --threads 1 --save %s",
-                 text, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 4 --steps 5 "
+           "--val-batches 3 --threads 1 --save %s",
+           text, dir);
     double val = cli_value_after("val_loss ");
     CHECK_EQ_INT(cli_run("eval %s", dir), 0);
     CHECK_NEAR(cli_value_after("val_loss "), val, 0);
@@ -137,12 +127,9 @@ static void test_eval_of_a_checkpoint_matches_the_run(void)
 
 static void test_resume_refuses_a_different_model_shape(void)
 {
-    if (!cli_have_binary())
-        return;
     char dir[512];
     cli_path(dir, sizeof dir, "shapeck");
-    int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --steps 2 --threads 1 --save %s", tiny, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --data %s --hidden 8 --batch 16 --steps 2 --threads 1 --save %s", tiny, dir);
     char *before = cli_read_file(cli_path((char[600]){0}, 600, "shapeck/checkpoint.safetensors"), NULL);
     CHECK_EQ_INT(cli_run("train --resume %s --hidden 9", dir), 2);
     CHECK_OUT("--hidden 9 conflicts");
@@ -178,12 +165,9 @@ static bool copy_damaged(const char *src, const char *dst, long keep, long at)
 
 static void test_corrupt_or_truncated_checkpoint_is_a_clear_error_and_untouched(void)
 {
-    if (!cli_have_binary())
-        return;
     char good[512], goodfile[600];
     cli_path(good, sizeof good, "good");
-    int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --steps 2 --threads 1 --save %s", tiny, good);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --data %s --hidden 8 --batch 16 --steps 2 --threads 1 --save %s", tiny, good);
     snprintf(goodfile, sizeof goodfile, "%s/checkpoint.safetensors", good);
     size_t full;
     char *orig = cli_read_file(goodfile, &full);
@@ -209,7 +193,7 @@ static void test_corrupt_or_truncated_checkpoint_is_a_clear_error_and_untouched(
         size_t n0 = 0;
         char *before = cli_read_file(file, &n0);
         for (int cmd = 0; cmd < 2; cmd++) {
-            rc = cmd == 0 ? cli_run("train --resume %s --steps 4", dir) : cli_run("eval %s", dir);
+            int rc = cmd == 0 ? cli_run("train --resume %s --steps 4", dir) : cli_run("eval %s", dir);
             CHECK_MSG(rc == 1, "%s (%s): exit %d, expected 1:\n%s", cases[i].name, cmd ? "eval" : "train", rc, cli_out);
             CHECK_OUT(file);
             CHECK_MSG(strstr(cli_out, "Segmentation") == NULL && strstr(cli_out, "Sanitizer") == NULL, "%s", cli_out);
@@ -224,7 +208,7 @@ static void test_corrupt_or_truncated_checkpoint_is_a_clear_error_and_untouched(
         free(after);
     }
     /* A missing checkpoint names the file too. */
-    CHECK_EQ_INT(cli_run("train --resume %s/nothing-here", cli_tmp), 1);
+    CHECK_EQ_INT(cli_run("train --resume %s/nothing-here", tmpdir), 1);
     CHECK_OUT("nothing-here/checkpoint.safetensors");
     free(orig);
 }
@@ -275,14 +259,11 @@ static bool edit_number(const char *src, const char *dst, const char *pattern, c
  * file, the field, the value and the range. */
 static void test_out_of_range_checkpoint_numbers_are_clear_errors(void)
 {
-    if (!cli_have_binary())
-        return;
     char good[512], goodfile[600];
     cli_path(good, sizeof good, "ranges");
-    int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --steps 4 --threads 1 --precision fp16 "
-                     "--save %s",
-                     tiny, good);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --data %s --hidden 8 --batch 16 --steps 4 --threads 1 --precision fp16 "
+           "--save %s",
+           tiny, good);
     snprintf(goodfile, sizeof goodfile, "%s/checkpoint.safetensors", good);
     /* cmds: which commands refuse it, train 1 and / or eval 2: eval does
      * not read the optimizer's and scaler's state or the schedule's
@@ -311,14 +292,14 @@ static void test_out_of_range_checkpoint_numbers_are_clear_errors(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dir[512], file[600];
-        snprintf(dir, sizeof dir, "%s/bad%zu", cli_tmp, i);
+        snprintf(dir, sizeof dir, "%s/bad%zu", tmpdir, i);
         mkdir(dir, 0700);
         snprintf(file, sizeof file, "%s/checkpoint.safetensors", dir);
         CHECK_MSG(edit_number(goodfile, file, cases[i].pattern, cases[i].val), "cannot edit %s", cases[i].pattern);
         for (int cmd = 0; cmd < 2; cmd++) {
             if (!(cases[i].cmds & (1 << cmd)))
                 continue;
-            rc = cmd == 0 ? cli_run("train --resume %s --steps 10", dir) : cli_run("eval %s", dir);
+            int rc = cmd == 0 ? cli_run("train --resume %s --steps 10", dir) : cli_run("eval %s", dir);
             CHECK_MSG(rc == 1, "%s = %s (%s): exit %d, expected 1:\n%s", cases[i].pattern, cases[i].val,
                       cmd ? "eval" : "train", rc, cli_out);
             CHECK_OUT(file);
@@ -332,8 +313,6 @@ static void test_out_of_range_checkpoint_numbers_are_clear_errors(void)
  * option and the range, before any product of them is formed. */
 static void test_huge_options_are_refused_with_their_range(void)
 {
-    if (!cli_have_binary())
-        return;
     static const char *opts[] = {"steps", "epochs", "batch", "accum", "save-every", "stop-at", "warmup"};
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
         int rc = cli_run("train --model mlp --data %s --%s 9223372036854775807", tiny, opts[i]);
@@ -349,8 +328,6 @@ static void test_huge_options_are_refused_with_their_range(void)
  * the resumed run's checkpoint is the straight run's, byte for byte. */
 static void test_resumed_run_saves_the_straight_runs_checkpoint_byte_for_byte(void)
 {
-    if (!cli_have_binary())
-        return;
     char args[1024], a[512], b[512], fa[600];
     snprintf(args, sizeof args,
              "--model mlp --data %s --hidden 8 --batch 16 --threads 1 --seed 11 --precision fp16 "
@@ -358,12 +335,9 @@ static void test_resumed_run_saves_the_straight_runs_checkpoint_byte_for_byte(vo
              tiny);
     cli_path(a, sizeof a, "same-a");
     cli_path(b, sizeof b, "same-b");
-    int rc = cli_run("train %s --save %s", args, a);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("train %s --stop-at 10 --save %s", args, b);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("train --resume %s", b);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train %s --save %s", args, a);
+    CLI_OK("train %s --stop-at 10 --save %s", args, b);
+    CLI_OK("train --resume %s", b);
     snprintf(fa, sizeof fa, "%s/checkpoint.safetensors", a);
     size_t na = 0;
     char *pa = cli_read_file(fa, &na), why[512];
@@ -379,8 +353,6 @@ static void test_resumed_run_saves_the_straight_runs_checkpoint_byte_for_byte(vo
  * dtype), evaluates, and resumes to the straight run's file. */
 static void test_16bit_weights_saved_before_any_step_load_and_resume(void)
 {
-    if (!cli_have_binary())
-        return;
     char args[1024], a[512], b[512], why[512];
     /* The huge scale overflows every gradient; the tiny backoff brings it
      * down to where steps are taken after the first skip. A wide layer:
@@ -391,9 +363,8 @@ static void test_16bit_weights_saved_before_any_step_load_and_resume(void)
              tiny);
     cli_path(a, sizeof a, "p16-a");
     cli_path(b, sizeof b, "p16-b");
-    int rc = cli_run("train %s --save %s", args, a);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("train %s --stop-at 1 --save %s", args, b);
+    CLI_OK("train %s --save %s", args, a);
+    int rc = cli_run("train %s --stop-at 1 --save %s", args, b);
     CHECK_MSG(rc == 0 && strstr(cli_out, "skipped 1"), "the first step should be skipped: exit %d:\n%s", rc, cli_out);
     rc = cli_run("eval %s", b);
     CHECK_MSG(rc == 0 && strstr(cli_out, "test_accuracy"), "eval: exit %d:\n%s", rc, cli_out);
@@ -407,19 +378,16 @@ static void test_16bit_weights_saved_before_any_step_load_and_resume(void)
  * checkpoint is left as it was. */
 static void test_stop_at_not_after_the_saved_step_is_refused(void)
 {
-    if (!cli_have_binary())
-        return;
     char dir[512], f[600];
     cli_path(dir, sizeof dir, "stop-at");
-    int rc = cli_run("train --model mlp --data %s --hidden 8 --batch 16 --threads 1 --steps 8 --stop-at 4 --save %s",
-                     tiny, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --data %s --hidden 8 --batch 16 --threads 1 --steps 8 --stop-at 4 --save %s",
+           tiny, dir);
     snprintf(f, sizeof f, "%s/checkpoint.safetensors", dir);
     size_t n0 = 0, n1 = 0;
     char *before = cli_read_file(f, &n0);
     const int stops[] = {2, 4};
     for (int i = 0; i < 2; i++) {
-        rc = cli_run("train --resume %s --stop-at %d", dir, stops[i]);
+        int rc = cli_run("train --resume %s --stop-at %d", dir, stops[i]);
         char want[128];
         snprintf(want, sizeof want, "--stop-at %d is not after step 4, where", stops[i]);
         CHECK_MSG(rc == 2 && strstr(cli_out, want) && strstr(cli_out, "train on to step 8"), "--stop-at %d: exit %d:\n%s",
@@ -429,29 +397,24 @@ static void test_stop_at_not_after_the_saved_step_is_refused(void)
     CHECK(before && after && n0 == n1 && memcmp(before, after, n0) == 0);
     free(before);
     free(after);
-    rc = cli_run("train --resume %s --stop-at 5", dir);
+    int rc = cli_run("train --resume %s --stop-at 5", dir);
     CHECK_MSG(rc == 0 && strstr(cli_out, "stopped at step 5 of 8"), "exit %d:\n%s", rc, cli_out);
 }
 
 int main(void)
 {
-    if (!cli_init("test-cli-resume"))
-        return 1;
-    cli_path(tiny, sizeof tiny, "tiny");
-    cli_write_tiny_images(tiny);
-    cli_path(text, sizeof text, "tiny.txt");
-    cli_write_tiny_text(text);
-    RUN(test_resumed_mlp_fp16_with_scaler_continues_bit_for_bit);
-    RUN(test_resumed_cnn_with_momentum_continues_bit_for_bit);
-    RUN(test_resumed_gpt_stopped_mid_cosine_continues_bit_for_bit);
-    RUN(test_eval_of_a_checkpoint_matches_the_run);
-    RUN(test_resume_refuses_a_different_model_shape);
-    RUN(test_corrupt_or_truncated_checkpoint_is_a_clear_error_and_untouched);
-    RUN(test_out_of_range_checkpoint_numbers_are_clear_errors);
-    RUN(test_huge_options_are_refused_with_their_range);
-    RUN(test_resumed_run_saves_the_straight_runs_checkpoint_byte_for_byte);
-    RUN(test_16bit_weights_saved_before_any_step_load_and_resume);
-    RUN(test_stop_at_not_after_the_saved_step_is_refused);
+    cli_init_tiny("test-cli-resume", tiny, text);
+    RUN_IF(cli_have_binary, test_resumed_mlp_fp16_with_scaler_continues_bit_for_bit);
+    RUN_IF(cli_have_binary, test_resumed_cnn_with_momentum_continues_bit_for_bit);
+    RUN_IF(cli_have_binary, test_resumed_gpt_stopped_mid_cosine_continues_bit_for_bit);
+    RUN_IF(cli_have_binary, test_eval_of_a_checkpoint_matches_the_run);
+    RUN_IF(cli_have_binary, test_resume_refuses_a_different_model_shape);
+    RUN_IF(cli_have_binary, test_corrupt_or_truncated_checkpoint_is_a_clear_error_and_untouched);
+    RUN_IF(cli_have_binary, test_out_of_range_checkpoint_numbers_are_clear_errors);
+    RUN_IF(cli_have_binary, test_huge_options_are_refused_with_their_range);
+    RUN_IF(cli_have_binary, test_resumed_run_saves_the_straight_runs_checkpoint_byte_for_byte);
+    RUN_IF(cli_have_binary, test_16bit_weights_saved_before_any_step_load_and_resume);
+    RUN_IF(cli_have_binary, test_stop_at_not_after_the_saved_step_is_refused);
     cli_cleanup();
     return harness_done();
 }

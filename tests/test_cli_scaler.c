@@ -88,8 +88,6 @@ static void expect_scales(const run_log *r, const double *want, int n, const cha
 
 static void test_growth_knobs(void)
 {
-    if (!cli_have_binary())
-        return;
     run_log r;
     /* From scale 1 nothing overflows: the scale grows after every 2nd
      * clean step (the log shows the scale each step used). */
@@ -113,8 +111,6 @@ static void test_growth_knobs(void)
 
 static void test_backoff_knobs(void)
 {
-    if (!cli_have_binary())
-        return;
     run_log r;
     /* 2^24 overflows this model's f16 gradients (test_cli.c's log test)
      * for the first few halvings: each such step is skipped and backs off. */
@@ -147,8 +143,6 @@ static void test_backoff_knobs(void)
 
 static void test_static_scale(void)
 {
-    if (!cli_have_binary())
-        return;
     run_log r;
     /* A scale that overflows: every step is skipped, the scale holds. */
     if (train_logged(&r, 5, "--static-scale 16777216 --max-skips 0")) {
@@ -187,11 +181,7 @@ static void test_static_scale(void)
 
 static void test_bad_values_are_refused(void)
 {
-    if (!cli_have_binary())
-        return;
-    const struct {
-        const char *args, *needle;
-    } cases[] = {
+    static const cli_refusal cases[] = {
         {"--growth-factor 1", "--growth-factor 1 must be above 1"},
         {"--growth-factor 0.5", "--growth-factor: 0.5 is out of range (1 to 1e+06)"},
         {"--growth-factor x", "--growth-factor: 'x' is not a number"},
@@ -220,12 +210,9 @@ static void test_bad_values_are_refused(void)
                                                           "at the first overflow"},
         {"--init-scale 1 --backoff-factor 1e-38", "--backoff-factor 1e-38 takes the scale 1 to 1e-38"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int rc = cli_run("train --model mlp --data %s --precision fp16 --steps 1 %s", tiny, cases[i].args);
-        CHECK_MSG(rc == 2, "%s: exit %d:\n%s", cases[i].args, rc, cli_out);
-        CHECK_MSG(strstr(cli_out, cases[i].needle) != NULL, "%s: no \"%s\" in:\n%s", cases[i].args, cases[i].needle,
-                  cli_out);
-    }
+    char train[400];
+    snprintf(train, sizeof train, "train --model mlp --data %s --precision fp16 --steps 1", tiny);
+    cli_check_refusals(NULL, train, CLI_REFUSALS(cases));
     /* Meaningful with the scaler only: bf16, fp32 and --no-scaler refuse
      * every knob, naming it. */
     const char *knobs[] = {"--growth-factor 3", "--backoff-factor 0.25", "--hysteresis 2", "--min-scale 1",
@@ -249,8 +236,6 @@ static void test_bad_values_are_refused(void)
  * 6.6e-36 -> 0 in f32 (the step it happens at depends on the data). */
 static void test_scale_reaching_zero_stops(void)
 {
-    if (!cli_have_binary())
-        return;
     int rc = cli_run("train --model mlp --data %s --hidden 8 --steps 20 --batch 16 --threads 1 --precision fp16 "
                      "--optim sgd --lr 1000 --backoff-factor 1e-10 --max-skips 0",
                      tiny);
@@ -258,10 +243,9 @@ static void test_scale_reaching_zero_stops(void)
     CHECK_OUT("the grad scaler backed off to scale 0 after step ");
     CHECK_OUT("give a larger --backoff-factor (1e-10 now) or a --min-scale floor");
     /* A --min-scale floor holds it: the run goes on, every step skipped. */
-    rc = cli_run("train --model mlp --data %s --hidden 8 --steps 20 --batch 16 --threads 1 --precision fp16 "
-                 "--optim sgd --lr 1000 --backoff-factor 1e-10 --max-skips 0 --min-scale 1e-30",
-                 tiny);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --model mlp --data %s --hidden 8 --steps 20 --batch 16 --threads 1 --precision fp16 "
+           "--optim sgd --lr 1000 --backoff-factor 1e-10 --max-skips 0 --min-scale 1e-30",
+           tiny);
     CHECK_OUT("scaler: final scale 1e-30, ");
 }
 
@@ -277,11 +261,9 @@ static double resume_matches(const char *knobs, int steps, int stop, const char 
     cli_path(part, sizeof part, "part.jsonl");
     cli_path(dir, sizeof dir, "ck");
     const char *common = "train --model mlp --hidden 8 --batch 16 --threads 1 --precision fp16 --log-mode replace";
-    int rc = cli_run("%s --data %s --steps %d %s --log %s", common, tiny, steps, knobs, straight);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("%s --data %s --steps %d %s --log %s --save %s --stop-at %d", common, tiny, steps, knobs, part, dir,
-                 stop);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("%s --data %s --steps %d %s --log %s", common, tiny, steps, knobs, straight);
+    CLI_OK("%s --data %s --steps %d %s --log %s --save %s --stop-at %d", common, tiny, steps, knobs, part, dir,
+           stop);
     char ck[600];
     snprintf(ck, sizeof ck, "%s/%s", dir, CHECKPOINT_FILE);
     size_t len = 0;
@@ -291,7 +273,7 @@ static double resume_matches(const char *knobs, int steps, int stop, const char 
     for (int i = 0; i < n_saved; i++)
         CHECK_MSG(strstr(header, saved[i]) != NULL, "the checkpoint's settings lack %s", saved[i]);
     free(file);
-    rc = cli_run("train --resume %s --log %s", dir, part);
+    int rc = cli_run("train --resume %s --log %s", dir, part);
     CHECK_MSG(rc == 0, "resume: exit %d:\n%s", rc, cli_out);
     run_log a, b;
     bool ok = read_log(straight, &a) && read_log(part, &b);
@@ -312,8 +294,6 @@ static double resume_matches(const char *knobs, int steps, int stop, const char 
 
 static void test_resume_keeps_the_knobs(void)
 {
-    if (!cli_have_binary())
-        return;
     const char *saved[] = {"\\\"growth-factor\\\":3", "\\\"backoff-factor\\\":0.25", "\\\"hysteresis\\\":2",
                            "\\\"min-scale\\\":0.5", "\\\"max-scale\\\":100", "\\\"growth-interval\\\":2"};
     double last = resume_matches("--init-scale 4 --growth-interval 2 --growth-factor 3 --backoff-factor 0.25 "
@@ -333,18 +313,14 @@ static void test_resume_keeps_the_knobs(void)
  * there on; --static-scale saved refuses a dynamic knob. */
 static void test_resume_with_new_knobs(void)
 {
-    if (!cli_have_binary())
-        return;
     char dir[512], log[512];
     cli_path(dir, sizeof dir, "ck2");
     cli_path(log, sizeof log, "new.jsonl");
     const char *common = "train --model mlp --hidden 8 --steps 8 --batch 16 --threads 1 --precision fp16";
-    int rc = cli_run("%s --data %s --init-scale 1 --save %s --stop-at 4", common, tiny, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("%s --data %s --init-scale 1 --save %s --stop-at 4", common, tiny, dir);
     /* Saved with the default interval (2000): the scale was 1 at step 4;
      * --growth-interval 1 anew doubles it at every step from step 5. */
-    rc = cli_run("train --resume %s --growth-interval 1 --log %s --log-mode replace", dir, log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --resume %s --growth-interval 1 --log %s --log-mode replace", dir, log);
     run_log r;
     bool ok = read_log(log, &r) && r.n == 4;
     CHECK_MSG(ok, "resumed log: %d lines", r.n);
@@ -356,10 +332,8 @@ static void test_resume_with_new_knobs(void)
      * --init-scale, 65536 by default): the saved scale is clamped to it,
      * not refused for an --init-scale this command line never gave. */
     cli_path(dir, sizeof dir, "ck4");
-    rc = cli_run("%s --data %s --save %s --stop-at 4", common, tiny, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("train --resume %s --max-scale 1024 --log %s --log-mode replace", dir, log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("%s --data %s --save %s --stop-at 4", common, tiny, dir);
+    CLI_OK("train --resume %s --max-scale 1024 --log %s --log-mode replace", dir, log);
     CHECK_OUT("the saved scale 65536 is now 1024");
     ok = read_log(log, &r) && r.n == 4;
     CHECK_MSG(ok, "resumed log: %d lines", r.n);
@@ -370,22 +344,18 @@ static void test_resume_with_new_knobs(void)
     /* --min-scale anew above it: clamped up (a fresh checkpoint: the
      * resumed run saved its --max-scale in ck4). */
     cli_path(dir, sizeof dir, "ck5");
-    rc = cli_run("%s --data %s --save %s --stop-at 4", common, tiny, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("train --resume %s --min-scale 1e6 --log %s --log-mode replace", dir, log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("%s --data %s --save %s --stop-at 4", common, tiny, dir);
+    CLI_OK("train --resume %s --min-scale 1e6 --log %s --log-mode replace", dir, log);
     CHECK_OUT("the saved scale 65536 is now 1e+06");
     /* An --init-scale given with them is still checked. */
-    rc = cli_run("train --resume %s --steps 12 --max-scale 1e7 --init-scale 1e8", dir);
+    int rc = cli_run("train --resume %s --steps 12 --max-scale 1e7 --init-scale 1e8", dir);
     CHECK_MSG(rc == 2, "exit %d:\n%s", rc, cli_out);
     CHECK_OUT("--init-scale 1e+08 is above --max-scale 1e+07");
     /* --static-scale anew on a dynamic run: the scale restarts there and
      * holds. */
     cli_path(dir, sizeof dir, "ck3");
-    rc = cli_run("%s --data %s --init-scale 1 --save %s --stop-at 4", common, tiny, dir);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
-    rc = cli_run("train --resume %s --static-scale 32 --log %s --log-mode replace", dir, log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("%s --data %s --init-scale 1 --save %s --stop-at 4", common, tiny, dir);
+    CLI_OK("train --resume %s --static-scale 32 --log %s --log-mode replace", dir, log);
     CHECK_OUT("the saved scale 1 is now 32");
     ok = read_log(log, &r) && r.n == 4;
     CHECK_MSG(ok, "resumed log: %d lines", r.n);
@@ -401,9 +371,8 @@ static void test_resume_with_new_knobs(void)
               "fixes the scale: give one or the other (--static-scale 0 makes it dynamic)");
     /* --static-scale 0 anew makes it dynamic again: the saved scale 32
      * goes on, and grows every clean step with --growth-interval 1. */
-    rc = cli_run("train --resume %s --steps 12 --static-scale 0 --growth-interval 1 --log %s --log-mode replace", dir,
-                 log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --resume %s --steps 12 --static-scale 0 --growth-interval 1 --log %s --log-mode replace", dir,
+           log);
     ok = read_log(log, &r) && r.n == 4;
     CHECK_MSG(ok, "resumed log: %d lines", r.n);
     if (ok) {
@@ -413,9 +382,8 @@ static void test_resume_with_new_knobs(void)
     /* A checkpoint's bound dropped with 0: ck4 saved --max-scale 1024;
      * --max-scale 0 lets the scale grow past it. */
     cli_path(dir, sizeof dir, "ck4");
-    rc = cli_run("train --resume %s --steps 12 --max-scale 0 --growth-interval 1 --log %s --log-mode replace", dir,
-                 log);
-    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CLI_OK("train --resume %s --steps 12 --max-scale 0 --growth-interval 1 --log %s --log-mode replace", dir,
+           log);
     ok = read_log(log, &r) && r.n == 4;
     CHECK_MSG(ok, "resumed log: %d lines", r.n);
     if (ok) {
@@ -430,17 +398,14 @@ static void test_resume_with_new_knobs(void)
  * ones. The progress line reports it; `ampc plot` draws the panel. */
 static void test_health_every(void)
 {
-    if (!cli_have_binary())
-        return;
     char log[512], svg[512];
     cli_path(log, sizeof log, "health.jsonl");
     cli_path(svg, sizeof svg, "health.svg");
     const char *precisions[] = {"fp16", "bf16"};
     for (int p = 0; p < 2; p++) {
-        int rc = cli_run("train --model mlp --data %s --hidden 8 --steps 7 --batch 16 --threads 1 --precision %s "
-                         "--health-every 3 --log-every 3 --log %s --log-mode replace",
-                         tiny, precisions[p], log);
-        CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+        CLI_OK("train --model mlp --data %s --hidden 8 --steps 7 --batch 16 --threads 1 --precision %s "
+               "--health-every 3 --log-every 3 --log %s --log-mode replace",
+               tiny, precisions[p], log);
         CHECK_OUT("f16 health of the gradients at step 3: zero ");
         CHECK_OUT("f16 health of the gradients at step 6: zero ");
         CHECK_MSG((strstr(cli_out, "; at scale 65536: flush ") != NULL) == (p == 0), "%s: scaled report?\n%s",
@@ -509,18 +474,15 @@ static double last_health(const char *path, const char *key)
  * thresholds leave a wide margin on both sides. */
 static void test_unscaled_fp16_stalls(void)
 {
-    if (!cli_have_binary())
-        return;
     char log[2][512];
     double loss[2] = {NAN, NAN}, zero[2];
     const char *runs[] = {"", "--no-scaler"};
     for (int i = 0; i < 2; i++) {
         cli_path(log[i], sizeof log[i], i ? "stall-unscaled.jsonl" : "stall-scaled.jsonl");
-        int rc = cli_run("train --model mlp --data %s --hidden 16,16,16,16,16,16,16,16,16,16,16,16,16,16,16,16 "
-                         "--batch 64 --accum 16 --steps 80 --lr 0.003 --threads 1 --precision fp16 %s "
-                         "--health-every 50 --log %s",
-                         tiny, runs[i], log[i]);
-        CHECK_MSG(rc == 0, "exit %d:\n%s", rc, cli_out);
+        CLI_OK("train --model mlp --data %s --hidden 16,16,16,16,16,16,16,16,16,16,16,16,16,16,16,16 "
+               "--batch 64 --accum 16 --steps 80 --lr 0.003 --threads 1 --precision fp16 %s "
+               "--health-every 50 --log %s",
+               tiny, runs[i], log[i]);
         run_log r;
         if (read_log(log[i], &r) && r.n == 80) {
             loss[i] = 0;
@@ -537,19 +499,16 @@ static void test_unscaled_fp16_stalls(void)
 
 int main(void)
 {
-    if (!cli_init("test-cli-scaler"))
-        return 1;
-    cli_path(tiny, sizeof tiny, "tiny");
-    cli_write_tiny_images(tiny);
-    RUN(test_growth_knobs);
-    RUN(test_backoff_knobs);
-    RUN(test_static_scale);
-    RUN(test_bad_values_are_refused);
-    RUN(test_scale_reaching_zero_stops);
-    RUN(test_resume_keeps_the_knobs);
-    RUN(test_resume_with_new_knobs);
-    RUN(test_health_every);
-    RUN(test_unscaled_fp16_stalls);
+    cli_init_tiny("test-cli-scaler", tiny, NULL);
+    RUN_IF(cli_have_binary, test_growth_knobs);
+    RUN_IF(cli_have_binary, test_backoff_knobs);
+    RUN_IF(cli_have_binary, test_static_scale);
+    RUN_IF(cli_have_binary, test_bad_values_are_refused);
+    RUN_IF(cli_have_binary, test_scale_reaching_zero_stops);
+    RUN_IF(cli_have_binary, test_resume_keeps_the_knobs);
+    RUN_IF(cli_have_binary, test_resume_with_new_knobs);
+    RUN_IF(cli_have_binary, test_health_every);
+    RUN_IF(cli_have_binary, test_unscaled_fp16_stalls);
     cli_cleanup();
     return harness_done();
 }

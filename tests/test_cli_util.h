@@ -1,9 +1,12 @@
 /*
  * test_cli_util.h - what the ampc program's tests (test_cli*.c) share:
- * running the binary as a user does and capturing its output, writing tiny
- * data sets (IDX files, a text corpus), reading files back, and a strict
- * JSON-lines reader for the training log. Header-only (static inline), so
- * each test binary stays one .c file plus the harness.
+ * running the binary as a user does and capturing its output, checking
+ * that a run exits 0 (CLI_OK) and a table of command lines it must refuse
+ * against what each refusal says (cli_refusal, cli_check_refusals),
+ * writing tiny data sets (IDX files, a text corpus), reading files back, a
+ * strict JSON-lines reader for the training log, and mpirun's command line
+ * for the data-parallel runs. Files go to scratch.h's tmpdir. Header-only
+ * (static inline), so each test binary stays one .c file plus the harness.
  *
  * The binary is $AMPC_BUILD_DIR/ampc (CTest sets AMPC_BUILD_DIR).
  */
@@ -11,6 +14,7 @@
 #define AMPC_TEST_CLI_UTIL_H
 
 #include "harness.h"
+#include "scratch.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -22,30 +26,19 @@
 
 static char cli_ampc[1024];
 static char cli_out[1 << 17];
-static char cli_tmp[64];
 
-/* Sets up the binary's path and a fresh temporary directory. */
-static inline bool cli_init(const char *name)
+/* Sets up the binary's path and a fresh scratch directory (tmpdir; the
+ * program ends when it cannot be made). */
+static inline void cli_init(const char *name)
 {
     const char *bd = getenv("AMPC_BUILD_DIR");
     if (bd)
         snprintf(cli_ampc, sizeof cli_ampc, "%s/ampc", bd);
-    snprintf(cli_tmp, sizeof cli_tmp, "/tmp/ampc-%s-XXXXXX", name);
-    if (!mkdtemp(cli_tmp)) {
-        perror("mkdtemp");
-        return false;
-    }
-    return true;
+    scratch_make(name);
 }
 
-/* Removes the temporary directory and everything in it. */
-static inline void cli_cleanup(void)
-{
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cli_tmp);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", cli_tmp);
-}
+/* Removes the scratch directory and everything in it. */
+static inline void cli_cleanup(void) { scratch_remove(); }
 
 static inline bool cli_have_binary(void)
 {
@@ -55,14 +48,11 @@ static inline bool cli_have_binary(void)
     return false;
 }
 
-/* Runs "ENV ampc ARGS" (ENV: variable settings for the shell, or NULL;
- * ARGS printf-style) with stderr joined to stdout into cli_out; returns
- * the exit code (-1 when it did not exit normally, e.g. a crash). */
-static inline int cli_vrun_env(const char *env, const char *fmt, va_list ap)
+/* Runs the shell command cmd with its output (stdout, and stderr where cmd
+ * joins it) into cli_out; returns the exit code (-1 when it did not exit
+ * normally, e.g. a crash). */
+static inline int cli_capture(const char *cmd)
 {
-    char args[12288], cmd[13600]; /* (paths of PATH_MAX bytes fit) */
-    vsnprintf(args, sizeof args, fmt, ap);
-    snprintf(cmd, sizeof cmd, "%s '%s' %s 2>&1", env ? env : "", cli_ampc, args);
     FILE *p = popen(cmd, "r");
     cli_out[0] = '\0';
     if (!p)
@@ -73,6 +63,17 @@ static inline int cli_vrun_env(const char *env, const char *fmt, va_list ap)
         ;
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Runs "ENV ampc ARGS" (ENV: variable settings for the shell, or NULL;
+ * ARGS printf-style) with stderr joined to stdout into cli_out; returns
+ * the exit code (-1 when it did not exit normally, e.g. a crash). */
+static inline int cli_vrun_env(const char *env, const char *fmt, va_list ap)
+{
+    char args[12288], cmd[13600]; /* (paths of PATH_MAX bytes fit) */
+    vsnprintf(args, sizeof args, fmt, ap);
+    snprintf(cmd, sizeof cmd, "%s '%s' %s 2>&1", env ? env : "", cli_ampc, args);
+    return cli_capture(cmd);
 }
 
 static inline int cli_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -95,13 +96,58 @@ static inline int cli_run_env(const char *env, const char *fmt, ...)
     return rc;
 }
 
+/* Runs "ENV ampc ARGS" as cli_run_env does and checks that it exits 0,
+ * reporting the command line and its output at file:line when not;
+ * returns the exit code. */
+static inline int cli_ok_at(const char *file, int line, const char *env, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static inline int cli_ok_at(const char *file, int line, const char *env, const char *fmt, ...)
+{
+    char args[12288];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    int rc = cli_run_env(env, "%s", args);
+    if (rc != 0)
+        harness_fail(file, line, "ampc %.200s: exit %d:\n%s", args, rc, cli_out);
+    return rc;
+}
+
+/* cli_run / cli_run_env that must exit 0 (cli_ok_at). */
+#define CLI_OK(...) cli_ok_at(__FILE__, __LINE__, NULL, __VA_ARGS__)
+#define CLI_OK_ENV(env, ...) cli_ok_at(__FILE__, __LINE__, (env), __VA_ARGS__)
+
 #define CHECK_OUT(needle) \
     CHECK_MSG(strstr(cli_out, (needle)) != NULL, "no \"%s\" in output:\n%s", (needle), cli_out)
+
+/* A command line's tail the program must refuse as a usage error (exit
+ * 2), and a piece of what the refusal says. */
+typedef struct {
+    const char *args, *needle;
+} cli_refusal;
+
+/* Runs "ENV ampc PREFIX ARGS" for each of the n cases (ENV as cli_run_env;
+ * PREFIX may be "") and checks that it exits 2 with the needle in its
+ * output, naming the command line where not. */
+static inline void cli_check_refusals(const char *env, const char *prefix, const cli_refusal *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const cli_refusal *c = &cases[i];
+        int rc = cli_run_env(env, "%s %s", prefix, c->args);
+        CHECK_MSG(rc == 2, "%s%sampc %s %s: exit %d, expected 2; output:\n%s", env ? env : "", env ? " " : "", prefix,
+                  c->args, rc, cli_out);
+        CHECK_MSG(strstr(cli_out, c->needle) != NULL, "%s%sampc %s %s: no \"%s\" in:\n%s", env ? env : "",
+                  env ? " " : "", prefix, c->args, c->needle, cli_out);
+    }
+}
+
+#define CLI_REFUSALS(cases) (cases), sizeof(cases) / sizeof(cases)[0]
 
 /* tmpdir/name into buf. */
 static inline const char *cli_path(char *buf, size_t n, const char *name)
 {
-    snprintf(buf, n, "%s/%s", cli_tmp, name);
+    snprintf(buf, n, "%s/%s", tmpdir, name);
     return buf;
 }
 
@@ -200,27 +246,25 @@ static inline void cli_write_tiny_text(const char *path)
     fclose(f);
 }
 
-/* The whole file, malloc'd and NUL-terminated (*len bytes); NULL if absent. */
-static inline char *cli_read_file(const char *path, size_t *len)
+/* cli_init, then the data sets most of the tests train on, written once:
+ * the tiny image set (cli_write_tiny_images) at tmpdir/tiny, its path into
+ * images, and the tiny text corpus at tmpdir/tiny.txt, its path into text
+ * (each buffer of 256 bytes, or NULL for none). */
+static inline void cli_init_tiny(const char *name, char *images, char *text)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
+    cli_init(name);
+    if (images) {
+        snprintf(images, 256, "%s/tiny", tmpdir);
+        cli_write_tiny_images(images);
     }
-    if (p)
-        p[n] = '\0';
-    if (len)
-        *len = (size_t)n;
-    fclose(f);
-    return p;
+    if (text) {
+        snprintf(text, 256, "%s/tiny.txt", tmpdir);
+        cli_write_tiny_text(text);
+    }
 }
+
+/* The whole file, malloc'd and NUL-terminated (*len bytes); NULL if absent. */
+static inline char *cli_read_file(const char *path, size_t *len) { return test_read_file(path, len); }
 
 /* Whether the checkpoints in directories a and b are the same bytes; when
  * not, why (sizes, or the first differing byte and the text around it)
@@ -444,6 +488,33 @@ static inline bool cli_find_on_path(const char *name, char *out, size_t cap)
     }
     out[0] = '\0';
     return false;
+}
+
+/* The -x options each app context of an mpirun command line takes. Open
+ * MPI's own allocations that live to the end (as the dist tests'
+ * suppressions say) are no leak of ampc's under LeakSanitizer; the slow
+ * unwinder sees through Open MPI's frames (built without frame pointers),
+ * so that the suppressions find its libraries. */
+static inline const char *cli_mpi_env(void)
+{
+    static char buf[2048];
+    const char *src = getenv("AMPC_SOURCE_DIR");
+    char lsan[1200] = "";
+    if (src)
+        snprintf(lsan, sizeof lsan, " -x LSAN_OPTIONS=suppressions=%s/tests/dist/lsan.supp:fast_unwind_on_malloc=0",
+                 src);
+    snprintf(buf, sizeof buf, " -x OMP_WAIT_POLICY=PASSIVE%s%s", lsan,
+             getenv("AMPC_DIST_TIMEOUT") ? " -x AMPC_DIST_TIMEOUT" : "");
+    return buf;
+}
+
+/* "'MPIRUN' OPTS -x ..." as cli_run_env's prefix: the command line becomes
+ * "mpirun OPTS 'ampc' ARGS" (test_cli_dist*.c). */
+static inline const char *cli_mpi(const char *mpirun, const char *opts)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "'%s' %s%s", mpirun, opts, cli_mpi_env());
+    return buf;
 }
 
 /* The "key" field of each of a --log file's lines, into vals (NAN for

@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_rig.h"
 #include "ops/fused.h"
+#include "scaler_rig.h"
 
 /* ------------------------------------------------------------ compare */
 
@@ -110,8 +111,6 @@ static amp_tensor *f_unary(amp_tensor **in, const void *c)
 
 static void test_elementwise(void)
 {
-    if (!gpu())
-        return;
     const amp_shape sa[3] = {AMP_SHAPE(4, 5, 6), AMP_SHAPE(4, 5, 6), AMP_SHAPE(3, 7)};
     const amp_shape sb[3] = {AMP_SHAPE(4, 5, 6), AMP_SHAPE(5, 1), AMP_SHAPE()};
     for (int d = 0; d < 3; d++)
@@ -137,8 +136,6 @@ static void test_elementwise(void)
 
 static void test_unary(void)
 {
-    if (!gpu())
-        return;
     for (int d = 0; d < 3; d++)
         for (int k = 0; k <= 13; k++) {
             bool positive = k == 10 || k == 11;
@@ -170,8 +167,6 @@ static amp_tensor *f_reduce(amp_tensor **in, const void *c)
 
 static void test_reductions_and_softmax(void)
 {
-    if (!gpu())
-        return;
     for (int d = 0; d < 3; d++)
         for (int k = 0; k <= 9; k++) {
             amp_tensor *x = test_uniform(AMP_SHAPE(5, 6, 70), FLOATS[d], -4, 4, 11 + (uint64_t)k);
@@ -194,8 +189,6 @@ static amp_tensor *f_loss(amp_tensor **in, const void *c)
 
 static void test_losses(void)
 {
-    if (!gpu())
-        return;
     for (int d = 0; d < 3; d++) {
         int64_t labels[9] = {0, 3, 2, 9, 2, 5, 1, 0, 7};
         for (int k = 0; k < 2; k++) {
@@ -236,8 +229,6 @@ static amp_tensor *f_layer(amp_tensor **in, const void *c)
 
 static void test_layers_and_shapes(void)
 {
-    if (!gpu())
-        return;
     for (int d = 0; d < 3; d++) {
         amp_dtype dt = FLOATS[d];
         double tol = tol_of(dt);
@@ -279,8 +270,6 @@ static amp_tensor *f_linalg(amp_tensor **in, const void *c)
 
 static void test_matmul_linear_attention(void)
 {
-    if (!gpu())
-        return;
     const amp_shape a[5] = {AMP_SHAPE(3, 4, 20), AMP_SHAPE(2, 3, 20), AMP_SHAPE(3, 20), AMP_SHAPE(20),
                             AMP_SHAPE(4, 20)};
     const amp_shape b[5] = {AMP_SHAPE(20, 6), AMP_SHAPE(2, 20, 5), AMP_SHAPE(2, 20, 5), AMP_SHAPE(20, 6),
@@ -344,8 +333,6 @@ static void test_matmul_linear_attention(void)
  * epilogue counters show that the fused one ran where it should. */
 static void test_linear_gelu(void)
 {
-    if (!gpu())
-        return;
     const char *knob = getenv("CUDAEMU_LT_REFUSE");
     const bool refused = knob && (!strcmp(knob, "all") || !strcmp(knob, "epilogue"));
     const int64_t outs[2] = {16, 10};
@@ -424,8 +411,6 @@ static amp_tensor *f_conv(amp_tensor **in, const void *c)
  * (op_conv2d_relu: a relu pass over y, and its mask in backward). */
 static void test_conv2d(void)
 {
-    if (!gpu())
-        return;
     static const struct {
         int64_t N, C, H, W, O, kh, kw;
         int stride, pad;
@@ -488,8 +473,6 @@ static amp_tensor *tied(amp_shape s, amp_dtype dt, bool nans)
  * NaNs (a NaN wins; f32 only, where the NaN survives the round trip). */
 static void test_pools(void)
 {
-    if (!gpu())
-        return;
     static const struct {
         amp_shape s;
         int k, stride, pad;
@@ -527,8 +510,6 @@ static void test_pools(void)
  * and bf16, over a strided batch. */
 static void test_gemm_with_an_empty_sum(void)
 {
-    if (!gpu())
-        return;
     enum { M = 3, N = 5, LDC = 6, BATCH = 2, SC = M * LDC };
     const float betas[4] = {1.0f, 0.0f, 0.5f, -2.0f};
     for (int d = 0; d < 2; d++) {
@@ -566,8 +547,6 @@ static void test_gemm_with_an_empty_sum(void)
 
 static void test_device_tensors(void)
 {
-    if (!gpu())
-        return;
     float v[5] = {1.5f, -2.0f, 3.25f, 0.0f, 1e-3f};
     amp_tensor *h = amp_from_data(AMP_SHAPE(5), AMP_F32, v);
     amp_tensor *d = amp_to_device(h, AMP_CUDA);
@@ -611,157 +590,20 @@ static void test_device_tensors(void)
 
 /* ------------------------------------------------------------ scaler */
 
-typedef struct {
-    amp_tensor *p;
-    amp_optim *opt;
-} rig;
+/* Conformance cases 3, 5, 8 and 11 (scaler_rig.h), with the parameter,
+ * its gradient and the scaler's state on the device. */
+static void test_scaler_small_interval_sequence(void) { scaler_case_small_interval_sequence(AMP_CUDA); }
 
-static rig make_rig(int n, bool adam)
-{
-    rig r;
-    r.p = amp_full(AMP_SHAPE(n), AMP_F32, 1.0);
-    CHECK_OK(amp_tensor_move(r.p, AMP_CUDA));
-    amp_tensor_set_requires_grad(r.p, true);
-    if (adam) {
-        r.opt = amp_optim_adam(&r.p, 1, amp_adam_defaults());
-    } else {
-        amp_sgd_opts o = amp_sgd_defaults();
-        o.lr = 0.5;
-        o.momentum = 0.9;
-        r.opt = amp_optim_sgd(&r.p, 1, o);
-    }
-    return r;
-}
+static void test_scaler_no_floor(void) { scaler_case_no_floor(AMP_CUDA); }
 
-static void free_rig(rig r)
-{
-    amp_optim_free(r.opt);
-    amp_tensor_free(r.p);
-}
-
-static void backward_with_grad(amp_scaler *s, rig r, double g)
-{
-    amp_tensor *c = amp_full(amp_tensor_shape(r.p), AMP_F32, g);
-    CHECK_OK(amp_tensor_move(c, AMP_CUDA));
-    amp_tensor *loss = amp_sum_all(amp_mul(r.p, c));
-    CHECK_OK(amp_backward(amp_scaler_scale(s, loss)));
-    amp_tensor_free(c);
-    amp_temps_free();
-}
-
-static bool iteration(amp_scaler *s, rig r, double g)
-{
-    bool skipped = false;
-    amp_optim_zero_grad(r.opt);
-    backward_with_grad(s, r, g);
-    CHECK_OK(amp_scaler_step(s, r.opt, &skipped));
-    CHECK_OK(amp_scaler_update(s));
-    return skipped;
-}
-
-static amp_scaler *scaler_with(double init, double growth, double backoff, int64_t interval)
-{
-    amp_scaler_opts o = amp_scaler_defaults();
-    o.init_scale = init;
-    o.growth_factor = growth;
-    o.backoff_factor = backoff;
-    o.growth_interval = interval;
-    return amp_scaler_new(o);
-}
-
-/* Conformance case 3. */
-static void test_scaler_small_interval_sequence(void)
-{
-    if (!gpu())
-        return;
-    amp_scaler *s = scaler_with(4, 2, 0.25, 2);
-    rig r = make_rig(3, false);
-    CHECK(!iteration(s, r, 1.0));
-    CHECK(amp_scaler_get_scale(s) == 4.0);
-    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 1);
-    CHECK(!iteration(s, r, 1.0));
-    CHECK(amp_scaler_get_scale(s) == 8.0);
-    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 0);
-    CHECK(iteration(s, r, INFINITY));
-    CHECK(amp_scaler_get_scale(s) == 2.0);
-    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 0);
-    free_rig(r);
-    amp_scaler_free(s);
-}
-
-/* Case 5. */
-static void test_scaler_no_floor(void)
-{
-    if (!gpu())
-        return;
-    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
-    rig r = make_rig(1, false);
-    for (int k = 0; k < 20; k++)
-        CHECK(iteration(s, r, INFINITY));
-    CHECK(amp_scaler_get_scale(s) == 0.0625);
-    free_rig(r);
-    amp_scaler_free(s);
-}
-
-/* Case 8, with the counts and history kept on the device. */
-static void test_scaler_interval_one_with_a_skip(void)
-{
-    if (!gpu())
-        return;
-    amp_scaler *s = scaler_with(128, 2, 0.5, 1);
-    rig r = make_rig(1, false);
-    CHECK(!iteration(s, r, 1.0));
-    CHECK(!iteration(s, r, 1.0));
-    CHECK(iteration(s, r, INFINITY));
-    CHECK(!iteration(s, r, 1.0));
-    CHECK(amp_scaler_get_scale(s) == 512.0);
-    amp_scaler_counts c = amp_scaler_get_counts(s);
-    CHECK_EQ_INT(c.steps, 3);
-    CHECK_EQ_INT(c.skipped, 1);
-    amp_scale_change h[8];
-    int n = amp_scaler_history(s, h, 8);
-    CHECK_EQ_INT(n, 4);
-    CHECK(n == 4 && h[2].old_scale == 512.0 && h[2].new_scale == 256.0 && h[2].update == 2);
-    CHECK_EQ_INT(amp_optim_steps(r.opt), 3);
-    free_rig(r);
-    amp_scaler_free(s);
-}
-
-/* Case 11: a skipped step changes no parameter and no optimizer state. */
-static void check_skip_preserves(bool adam, double bad)
-{
-    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
-    rig r = make_rig(3, adam);
-    CHECK(!iteration(s, r, 0.25));
-    amp_tensor *before = amp_clone(r.p);
-    int64_t steps = amp_optim_steps(r.opt);
-    double scale = amp_scaler_get_scale(s);
-    CHECK(iteration(s, r, bad));
-    CHECK(max_abs_diff(before, r.p) == 0.0);
-    CHECK_EQ_INT(amp_optim_steps(r.opt), steps);
-    CHECK_EQ_INT(amp_optim_param_steps(r.opt, 0), steps);
-    CHECK(amp_scaler_get_scale(s) == scale / 2);
-    amp_scaler *s2 = amp_scaler_new(amp_scaler_defaults());
-    rig r2 = make_rig(3, adam);
-    iteration(s2, r2, 0.25);
-    iteration(s2, r2, 0.125);
-    iteration(s, r, 0.125);
-    CHECK(max_abs_diff(r.p, r2.p) < 1e-7);
-    amp_tensor_free(before);
-    free_rig(r);
-    free_rig(r2);
-    amp_scaler_free(s);
-    amp_scaler_free(s2);
-}
+static void test_scaler_interval_one_with_a_skip(void) { scaler_case_interval_one_with_a_skip(AMP_CUDA); }
 
 static void test_scaler_nonfinite_skips_and_keeps_state(void)
 {
-    if (!gpu())
-        return;
-    check_skip_preserves(false, INFINITY);
-    check_skip_preserves(false, NAN);
-    check_skip_preserves(true, -INFINITY);
-    check_skip_preserves(true, NAN);
+    scaler_case_skip_preserves(AMP_CUDA, false, INFINITY);
+    scaler_case_skip_preserves(AMP_CUDA, false, NAN);
+    scaler_case_skip_preserves(AMP_CUDA, true, -INFINITY);
+    scaler_case_skip_preserves(AMP_CUDA, true, NAN);
 }
 
 /* amp_grad_f16_health reads CUDA gradients (copied to the host): the
@@ -769,8 +611,6 @@ static void test_scaler_nonfinite_skips_and_keeps_state(void)
  * device's copy of the state once scale() made it there. */
 static void test_grad_f16_health_and_hysteresis_on_cuda(void)
 {
-    if (!gpu())
-        return;
     const float c[] = {0, 1e-9f, 0x1p-25f, 1e-6f, 1e-4f, 1.0f, 70000.0f, -3e-8f, INFINITY, NAN, 65520.0f, 2e-5f};
     enum { N = sizeof c / sizeof c[0] };
     amp_tensor *p[2], *ct[2];
@@ -817,21 +657,21 @@ static void test_grad_f16_health_and_hysteresis_on_cuda(void)
 
 int main(void)
 {
-    RUN(test_elementwise);
-    RUN(test_unary);
-    RUN(test_reductions_and_softmax);
-    RUN(test_losses);
-    RUN(test_layers_and_shapes);
-    RUN(test_matmul_linear_attention);
-    RUN(test_linear_gelu);
-    RUN(test_conv2d);
-    RUN(test_pools);
-    RUN(test_gemm_with_an_empty_sum);
-    RUN(test_device_tensors);
-    RUN(test_scaler_small_interval_sequence);
-    RUN(test_scaler_no_floor);
-    RUN(test_scaler_interval_one_with_a_skip);
-    RUN(test_scaler_nonfinite_skips_and_keeps_state);
-    RUN(test_grad_f16_health_and_hysteresis_on_cuda);
+    RUN_IF(gpu, test_elementwise);
+    RUN_IF(gpu, test_unary);
+    RUN_IF(gpu, test_reductions_and_softmax);
+    RUN_IF(gpu, test_losses);
+    RUN_IF(gpu, test_layers_and_shapes);
+    RUN_IF(gpu, test_matmul_linear_attention);
+    RUN_IF(gpu, test_linear_gelu);
+    RUN_IF(gpu, test_conv2d);
+    RUN_IF(gpu, test_pools);
+    RUN_IF(gpu, test_gemm_with_an_empty_sum);
+    RUN_IF(gpu, test_device_tensors);
+    RUN_IF(gpu, test_scaler_small_interval_sequence);
+    RUN_IF(gpu, test_scaler_no_floor);
+    RUN_IF(gpu, test_scaler_interval_one_with_a_skip);
+    RUN_IF(gpu, test_scaler_nonfinite_skips_and_keeps_state);
+    RUN_IF(gpu, test_grad_f16_health_and_hysteresis_on_cuda);
     return cuda_rig_done();
 }

@@ -71,8 +71,6 @@ static void train(amp_device dev, int prec, bool adam, int steps, double *losses
 
 static void test_mlp_training_follows_the_cpu(void)
 {
-    if (!gpu())
-        return;
     enum { STEPS = 25 };
     const char *names[3] = {"fp32", "bf16", "fp16+scaler"};
     for (int adam = 0; adam < 2; adam++)
@@ -93,8 +91,6 @@ static void test_mlp_training_follows_the_cpu(void)
  * on CUDA casts as the CUDA policy says. */
 static void test_allocator_steady_state_and_autocast(void)
 {
-    if (!gpu())
-        return;
     double losses[3];
     train(AMP_CUDA, 2, true, 3, losses);
     amp_memory_stats a = amp_cuda_memory_get_stats();
@@ -224,8 +220,6 @@ static void check_steps_do_not_wait(bool adam)
 
 static void test_training_steps_do_not_wait_for_the_gpu(void)
 {
-    if (!gpu())
-        return;
     check_steps_do_not_wait(false);
     check_steps_do_not_wait(true);
 }
@@ -269,8 +263,6 @@ static double gpt_loss(amp_module *m, amp_device dev, int prec, int64_t T)
  * autocast. */
 static void test_gpt_on_cuda_matches_the_cpu(void)
 {
-    if (!gpu())
-        return;
     for (int drop = 0; drop < 2; drop++) {
         amp_gpt_config c = {.vocab = 11, .context = 8, .width = 16, .layers = 2, .heads = 2, .mlp = 32,
                             .dropout = drop ? 0.2 : 0.0};
@@ -393,8 +385,6 @@ static const struct {
  * changes nothing. */
 static void test_clip_grad_norm_matches_the_cpu(void)
 {
-    if (!gpu())
-        return;
     for (size_t c = 0; c < sizeof clip_cases / sizeof clip_cases[0]; c++) {
         amp_tensor *p[2][CLIP_N];
         clip_params(p, clip_cases[c].bad);
@@ -482,8 +472,6 @@ static double norm_tensor_value(const char *what, amp_tensor *t, amp_device dev)
  * of clip_cases, non-finite ones included. */
 static void test_clip_grad_norm_tensor_does_not_wait(void)
 {
-    if (!gpu())
-        return;
     for (size_t c = 0; c < sizeof clip_cases / sizeof clip_cases[0]; c++) {
         amp_tensor *p[2][CLIP_N], *q[2][CLIP_N]; /* p: amp_clip_grad_norm, q: the tensor variant */
         clip_params(p, clip_cases[c].bad);
@@ -610,8 +598,6 @@ static void check_same_state(const char *what, amp_module *a, amp_module *b, amp
  * the original. */
 static void test_checkpoint_of_a_cuda_model(void)
 {
-    if (!gpu())
-        return;
     char path[] = "/tmp/ampc-cuda-ckpt-XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);
@@ -663,8 +649,6 @@ static void test_checkpoint_of_a_cuda_model(void)
  * CPU's output and gradients, with and without the first layer's bias. */
 static void test_sequential_linear_relu_on_cuda(void)
 {
-    if (!gpu())
-        return;
     for (int bias = 0; bias < 2; bias++) {
         amp_manual_seed(11);
         amp_module *seq = amp_nn_sequential();
@@ -714,8 +698,6 @@ static void test_sequential_linear_relu_on_cuda(void)
  * CPU for 3 steps (parameter, master and every state buffer). */
 static void test_levers_step_follows_the_cpu(void)
 {
-    if (!gpu())
-        return;
     const amp_dtype pdts[2] = {AMP_BF16, AMP_F16};
     const char *const keys[2][3] = {{"momentum_buffer"}, {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}};
     for (int v = 0; v < 2; v++)
@@ -764,14 +746,14 @@ static void test_levers_step_follows_the_cpu(void)
 
 int main(void)
 {
-    RUN(test_mlp_training_follows_the_cpu);
-    RUN(test_allocator_steady_state_and_autocast);
-    RUN(test_training_steps_do_not_wait_for_the_gpu);
-    RUN(test_gpt_on_cuda_matches_the_cpu);
-    RUN(test_clip_grad_norm_matches_the_cpu);
-    RUN(test_clip_grad_norm_tensor_does_not_wait);
-    RUN(test_checkpoint_of_a_cuda_model);
-    RUN(test_sequential_linear_relu_on_cuda);
-    RUN(test_levers_step_follows_the_cpu);
+    RUN_IF(gpu, test_mlp_training_follows_the_cpu);
+    RUN_IF(gpu, test_allocator_steady_state_and_autocast);
+    RUN_IF(gpu, test_training_steps_do_not_wait_for_the_gpu);
+    RUN_IF(gpu, test_gpt_on_cuda_matches_the_cpu);
+    RUN_IF(gpu, test_clip_grad_norm_matches_the_cpu);
+    RUN_IF(gpu, test_clip_grad_norm_tensor_does_not_wait);
+    RUN_IF(gpu, test_checkpoint_of_a_cuda_model);
+    RUN_IF(gpu, test_sequential_linear_relu_on_cuda);
+    RUN_IF(gpu, test_levers_step_follows_the_cpu);
     return cuda_rig_done();
 }

@@ -526,8 +526,6 @@ static bool have_gpt_checkpoint(void)
 
 static void test_cli_option_errors_name_the_option(void)
 {
-    if (!have_gpt_checkpoint())
-        return;
     static const struct {
         const char *args, *says;
         int rc;
@@ -560,7 +558,7 @@ static void test_cli_option_errors_name_the_option(void)
     CHECK(strstr(cli_out, "which checkpoint?") != NULL);
     CHECK_EQ_INT(cli_run("generate --help"), 0);
     CHECK(strstr(cli_out, "--top-k K") != NULL);
-    CHECK_EQ_INT(cli_run("generate %s/absent", cli_tmp), 1);
+    CHECK_EQ_INT(cli_run("generate %s/absent", tmpdir), 1);
     CHECK_EQ_INT(cli_run("generate ''"), 2);
     CHECK_OUT("the checkpoint directory is empty");
     CHECK_EQ_INT(cli_run("eval ''"), 2);
@@ -573,8 +571,6 @@ static bool gen_text(char *buf, size_t n, const char *args);
  * checkpoint's file path works as its directory, for eval too. */
 static void test_cli_accepts_subnormal_temperature_and_a_file_path(void)
 {
-    if (!have_gpt_checkpoint())
-        return;
     char a[4096], b[4096];
     gen_text(a, sizeof a, "--prompt 'the' --tokens 20 --temperature 1e-320");
     gen_text(b, sizeof b, "--prompt 'the' --tokens 20 --temperature 0");
@@ -591,8 +587,6 @@ static void test_cli_accepts_subnormal_temperature_and_a_file_path(void)
  * tokens: the prefill, then 2 refills. */
 static void test_cli_refills_count_after_the_prefill(void)
 {
-    if (!have_gpt_checkpoint())
-        return;
     int rc = GEN("--prompt 'the cat sat on a mat ' --tokens 3", gpt_dir);
     CHECK_MSG(rc == 0 && strstr(cli_out, "prefill: 16 prompt tokens") &&
                   strstr(cli_out, "the cache was refilled with the sequence's last 16 tokens 2 times"),
@@ -604,8 +598,6 @@ static void test_cli_refills_count_after_the_prefill(void)
  * eval; a checkpoint without the record (older) gets a warning only. */
 static void test_cli_vocabulary_bytes_are_checked(void)
 {
-    if (!have_gpt_checkpoint())
-        return;
     char other[300], old_dir[300], cmd[1400];
     cli_path(other, sizeof other, "tiny-z.txt");
     cli_path(old_dir, sizeof old_dir, "gpt-old");
@@ -634,8 +626,6 @@ static void test_cli_vocabulary_bytes_are_checked(void)
  * only: another --precision is refused before the model is built. */
 static void test_cli_refuses_a_precision_the_weights_cannot_run_in(void)
 {
-    if (!have_gpt_checkpoint())
-        return;
     char dir[300];
     cli_path(dir, sizeof dir, "gpt-bf16");
     int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 16 --batch 8 --steps 2 "
@@ -661,8 +651,6 @@ static bool gen_text(char *buf, size_t n, const char *args)
 
 static void test_cli_same_seed_same_text_other_seed_other_text(void)
 {
-    if (!have_gpt_checkpoint())
-        return;
     char a[4096], b[4096], c[4096];
     gen_text(a, sizeof a, "--prompt 'the cat' --tokens 60 --seed 5 --temperature 1.5");
     gen_text(b, sizeof b, "--prompt 'the cat' --tokens 60 --seed 5 --temperature 1.5");
@@ -677,8 +665,6 @@ static void test_cli_same_seed_same_text_other_seed_other_text(void)
  * 40 tokens past the context of 16 (crop and refill); top-k 1 = greedy. */
 static void test_cli_cache_and_no_cache_agree_and_top_k_1_is_greedy(void)
 {
-    if (!have_gpt_checkpoint())
-        return;
     char a[4096], b[4096], c[4096], d[4096];
     gen_text(a, sizeof a, "--prompt 'the' --tokens 50 --seed 3");
     gen_text(b, sizeof b, "--prompt 'the' --tokens 50 --seed 3 --no-cache");
@@ -716,11 +702,8 @@ static void test_cli_generates_on_cuda(void)
 
 static void test_cli_refuses_a_non_gpt_checkpoint(void)
 {
-    if (!cli_have_binary())
-        return;
     char images[256];
-    cli_path(images, sizeof images, "images");
-    cli_write_tiny_images(images);
+    cli_write_tiny_images(cli_path(images, sizeof images, "images"));
     int rc = cli_run("train --model mlp --data %s --hidden 4 --steps 2 --batch 16 --threads 1 --save %s", images,
                      mlp_dir);
     CHECK_MSG(rc == 0, "train mlp: exit %d:\n%s", rc, cli_out);
@@ -747,21 +730,19 @@ int main(void)
     RUN(test_sample_refuses_bad_arguments);
     RUN(test_cache_refuses_misuse);
     RUN(test_cached_forward_records_no_graph);
-    if (!cli_init("generate"))
-        return 1;
-    cli_path(text_path, sizeof text_path, "tiny.txt");
-    cli_write_tiny_text(text_path);
+    cli_init("generate");
+    cli_write_tiny_text(cli_path(text_path, sizeof text_path, "tiny.txt"));
     cli_path(gpt_dir, sizeof gpt_dir, "gpt");
     cli_path(mlp_dir, sizeof mlp_dir, "mlp");
-    RUN(test_cli_option_errors_name_the_option);
-    RUN(test_cli_same_seed_same_text_other_seed_other_text);
-    RUN(test_cli_cache_and_no_cache_agree_and_top_k_1_is_greedy);
+    RUN_IF(have_gpt_checkpoint, test_cli_option_errors_name_the_option);
+    RUN_IF(have_gpt_checkpoint, test_cli_same_seed_same_text_other_seed_other_text);
+    RUN_IF(have_gpt_checkpoint, test_cli_cache_and_no_cache_agree_and_top_k_1_is_greedy);
     RUN(test_cli_generates_on_cuda);
-    RUN(test_cli_accepts_subnormal_temperature_and_a_file_path);
-    RUN(test_cli_refills_count_after_the_prefill);
-    RUN(test_cli_vocabulary_bytes_are_checked);
-    RUN(test_cli_refuses_a_precision_the_weights_cannot_run_in);
-    RUN(test_cli_refuses_a_non_gpt_checkpoint);
+    RUN_IF(have_gpt_checkpoint, test_cli_accepts_subnormal_temperature_and_a_file_path);
+    RUN_IF(have_gpt_checkpoint, test_cli_refills_count_after_the_prefill);
+    RUN_IF(have_gpt_checkpoint, test_cli_vocabulary_bytes_are_checked);
+    RUN_IF(have_gpt_checkpoint, test_cli_refuses_a_precision_the_weights_cannot_run_in);
+    RUN_IF(cli_have_binary, test_cli_refuses_a_non_gpt_checkpoint);
     cli_cleanup();
     return harness_done();
 }

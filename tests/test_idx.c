@@ -7,8 +7,8 @@
  * published shapes.
  */
 #include "harness.h"
+#include "scratch.h"
 
-#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,7 +16,6 @@
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 
-static char tmpdir[64];
 static char made[64][128];
 static int n_made;
 
@@ -210,15 +209,6 @@ static void test_directory_is_io_error(void)
     CHECK_ERROR(AMP_ERR_IO, "directory");
 }
 
-static void on_alarm(int sig)
-{
-    (void)sig;
-    static const char msg[] = "FAIL: idx_load blocked (on a FIFO?) for 10 s\n";
-    if (write(2, msg, sizeof msg - 1) < 0) {
-    }
-    _exit(1);
-}
-
 /* A FIFO would block the open forever, /dev/zero read until memory ran
  * out: only regular files are read. */
 static void test_fifo_and_devices_are_io_errors_at_once(void)
@@ -226,13 +216,12 @@ static void test_fifo_and_devices_are_io_errors_at_once(void)
     char *fifo = made[n_made++];
     snprintf(fifo, sizeof made[0], "%s/fifo-images-idx3-ubyte", tmpdir);
     CHECK(mkfifo(fifo, 0600) == 0);
-    signal(SIGALRM, on_alarm);
-    alarm(10);
+    watchdog_arm("idx_load");
     CHECK(amp_idx_load(fifo, AMP_F32) == NULL);
     CHECK_ERROR(AMP_ERR_IO, "not a regular file (a FIFO)");
     CHECK(amp_idx_load("/dev/zero", AMP_F32) == NULL);
     CHECK_ERROR(AMP_ERR_IO, "/dev/zero: not a regular file (a character device)");
-    alarm(0);
+    watchdog_disarm();
 }
 
 /* A gzip file holds at most 1032 times its size (deflate's limit): a
@@ -425,11 +414,7 @@ static void test_fashion_mnist_has_published_shapes(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ampc-test-idx-XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    scratch_make("test-idx");
     RUN(test_plain_u8_reads_into_every_dtype);
     RUN(test_gzip_u8_reads_like_plain);
     RUN(test_all_256_byte_values_are_exact_in_bf16);
@@ -452,8 +437,6 @@ int main(void)
     RUN(test_trailing_bytes_are_format_error);
     RUN(test_bad_arguments);
     RUN(test_fashion_mnist_has_published_shapes);
-    for (int i = 0; i < n_made; i++)
-        unlink(made[i]);
-    rmdir(tmpdir);
+    scratch_remove();
     return harness_done();
 }

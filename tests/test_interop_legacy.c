@@ -49,7 +49,7 @@ static void check_resume_matches(const char *name, double tol)
     cli_path(dir, sizeof dir, name);
     snprintf(src, sizeof src, "%s/%s.safetensors", fixtures, name);
     snprintf(want, sizeof want, "%s/%s-resumed.jsonl", fixtures, name);
-    snprintf(logp, sizeof logp, "%s/%s.jsonl", cli_tmp, name);
+    snprintf(logp, sizeof logp, "%s/%s.jsonl", tmpdir, name);
     char cmd[3000];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s/checkpoint.safetensors'", dir, src, dir);
     CHECK_EQ_INT(system(cmd), 0);
@@ -198,8 +198,7 @@ int main(void)
 {
     const char *src = getenv("AMPC_SOURCE_DIR");
     snprintf(fixtures, sizeof fixtures, "%s/tests/fixtures/gpt-separate-qkv", src ? src : ".");
-    if (!cli_init("legacy"))
-        return 1;
+    cli_init("legacy");
     amp_set_num_threads(1);
     RUN(test_conversion_stacks_q_k_v_and_renames);
     RUN(test_old_checkpoint_for_another_model_names_the_conversion);

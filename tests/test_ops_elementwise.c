@@ -5,6 +5,7 @@
  * the rounded double result, 16-bit gradients against f32, and errors.
  */
 #include "harness.h"
+#include "op_check.h"
 
 #include <stdlib.h>
 
@@ -21,15 +22,6 @@ static double bin_ref(int op, double a, double b)
     case 2: return a * b;
     default: return a / b;
     }
-}
-
-/* An owned tensor of dt holding the floats v (rounded to dt). */
-static amp_tensor *make(amp_shape s, amp_dtype dt, const float *v)
-{
-    amp_tensor *t = amp_empty(s, dt);
-    if (t)
-        amp_tensor_copy_in(t, v, AMP_F32);
-    return t;
 }
 
 /* The flat index into a tensor of shape in of the element that broadcasting
@@ -473,18 +465,6 @@ static void check_grad_vs_f32(const char *what, amp_tensor *g16, amp_tensor *g32
             return;
         }
     }
-}
-
-/* An owned f32 tensor with t's values (exact: widening). */
-static amp_tensor *f32_copy(const amp_tensor *t)
-{
-    int64_t n = amp_tensor_numel(t);
-    float *buf = malloc(sizeof(float) * (size_t)(n ? n : 1));
-    amp_tensor *c = amp_empty(amp_tensor_shape(t), AMP_F32);
-    amp_tensor_copy_out(t, buf, AMP_F32);
-    amp_tensor_copy_in(c, buf, AMP_F32);
-    free(buf);
-    return c;
 }
 
 static void test_16bit_backward_matches_f32(void)

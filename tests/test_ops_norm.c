@@ -5,39 +5,11 @@
  * over one and two dims, 16-bit and mixed dtypes, and the errors.
  */
 #include "harness.h"
+#include "op_check.h"
 #include "reference/norm_ref.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* An owned tensor of dt holding the floats v (rounded to dt). */
-static amp_tensor *make(amp_shape s, amp_dtype dt, const float *v)
-{
-    amp_tensor *t = amp_empty(s, dt);
-    if (t)
-        amp_tensor_copy_in(t, v, AMP_F32);
-    return t;
-}
-
-/* Checks t's values against ref within atol + rtol * |ref|; reports the
- * first few mismatches. */
-static void check_close(const char *what, const amp_tensor *t, const float *ref, int64_t n, double atol,
-                        double rtol)
-{
-    CHECK_MSG(t != NULL, "%s: NULL tensor [%s]", what, amp_last_error());
-    if (!t)
-        return;
-    CHECK_EQ_INT(amp_tensor_numel(t), n);
-    int bad = 0;
-    for (int64_t i = 0; i < n && i < amp_tensor_numel(t) && bad < 4; i++) {
-        double v = amp_tensor_get(t, i);
-        if (!(fabs(v - ref[i]) <= atol + rtol * fabs(ref[i]))) {
-            harness_fail(__FILE__, __LINE__, "%s[%lld] = %.9g, expected %.9g", what, (long long)i, v,
-                         (double)ref[i]);
-            bad++;
-        }
-    }
-}
 
 typedef struct {
     const float *x, *w, *b, *g, *y, *dx, *dw, *db;
@@ -62,19 +34,19 @@ static void run_case(const char *name, const ln_case *c, amp_dtype dt, double at
         CHECK_EQ_INT(amp_tensor_dtype(y), dt);
         char what[64];
         snprintf(what, sizeof what, "%s y", name);
-        check_close(what, y, c->y, amp_tensor_numel(x), atol, rtol);
+        check_close_f(what, y, c->y, amp_tensor_numel(x), atol, rtol);
         CHECK_OK(amp_backward_with(y, g));
         snprintf(what, sizeof what, "%s dx", name);
-        check_close(what, amp_tensor_grad(x), c->dx, amp_tensor_numel(x), atol, rtol);
+        check_close_f(what, amp_tensor_grad(x), c->dx, amp_tensor_numel(x), atol, rtol);
         CHECK_EQ_INT(amp_tensor_dtype(amp_tensor_grad(x)), dt);
         if (w) {
             snprintf(what, sizeof what, "%s dw", name);
-            check_close(what, amp_tensor_grad(w), c->dw, amp_tensor_numel(w), atol, rtol);
+            check_close_f(what, amp_tensor_grad(w), c->dw, amp_tensor_numel(w), atol, rtol);
             CHECK_EQ_INT(amp_tensor_dtype(amp_tensor_grad(w)), dt);
         }
         if (b) {
             snprintf(what, sizeof what, "%s db", name);
-            check_close(what, amp_tensor_grad(b), c->db, amp_tensor_numel(b), atol, rtol);
+            check_close_f(what, amp_tensor_grad(b), c->db, amp_tensor_numel(b), atol, rtol);
             CHECK_EQ_INT(amp_tensor_dtype(amp_tensor_grad(b)), dt);
         }
     }

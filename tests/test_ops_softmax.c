@@ -6,60 +6,11 @@
  * dtypes and the errors.
  */
 #include "harness.h"
+#include "op_check.h"
 #include "reference/softmax_ref.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* An owned tensor of dt holding the floats v (rounded to dt). */
-static amp_tensor *make(amp_shape s, amp_dtype dt, const float *v)
-{
-    amp_tensor *t = amp_empty(s, dt);
-    if (t)
-        amp_tensor_copy_in(t, v, AMP_F32);
-    return t;
-}
-
-/* An owned f32 tensor with t's values (exact: widening). */
-static amp_tensor *f32_copy(const amp_tensor *t)
-{
-    int64_t n = amp_tensor_numel(t);
-    float *buf = malloc(sizeof(float) * (size_t)(n ? n : 1));
-    amp_tensor *c = amp_empty(amp_tensor_shape(t), AMP_F32);
-    amp_tensor_copy_out(t, buf, AMP_F32);
-    amp_tensor_copy_in(c, buf, AMP_F32);
-    free(buf);
-    return c;
-}
-
-/* Checks t's values against ref within atol + rtol * |ref|; reports the
- * first few mismatches. */
-static void check_close(const char *what, const amp_tensor *t, const double *ref, int64_t n, double atol,
-                        double rtol)
-{
-    CHECK_MSG(t != NULL, "%s: NULL tensor [%s]", what, amp_last_error());
-    if (!t)
-        return;
-    CHECK_EQ_INT(amp_tensor_numel(t), n);
-    int bad = 0;
-    for (int64_t i = 0; i < n && i < amp_tensor_numel(t) && bad < 4; i++) {
-        double v = amp_tensor_get(t, i);
-        if (!(fabs(v - ref[i]) <= atol + rtol * fabs(ref[i]))) {
-            harness_fail(__FILE__, __LINE__, "%s[%lld] = %.9g, expected %.9g", what, (long long)i, v, ref[i]);
-            bad++;
-        }
-    }
-}
-
-static void check_close_f(const char *what, const amp_tensor *t, const float *ref, int64_t n, double atol,
-                          double rtol)
-{
-    double *r = malloc(sizeof(double) * (size_t)n);
-    for (int64_t i = 0; i < n; i++)
-        r[i] = ref[i];
-    check_close(what, t, r, n, atol, rtol);
-    free(r);
-}
 
 /* softmax (or log_softmax) of x along dim, in double. */
 static void ref_softmax(const amp_tensor *x, int dim, bool log_form, double *out)

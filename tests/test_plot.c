@@ -13,46 +13,15 @@
  * here is also written to path (how docs/plot-example.svg is made).
  */
 #include "harness.h"
+#include "scratch.h"
 
 #include "log.h"
 #include "plot.h"
 
-#include <dirent.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static char tmpdir[64];
-
-static const char *tmp_path(const char *name)
-{
-    static char paths[32][160];
-    static int k;
-    char *p = paths[k++ % 32];
-    snprintf(p, sizeof paths[0], "%s/%s", tmpdir, name);
-    return p;
-}
-
-/* The whole of a file, NUL-terminated (caller frees); NULL if unreadable. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s)
-        s[n] = '\0';
-    fclose(f);
-    return s;
-}
 
 static int count(const char *s, const char *needle)
 {
@@ -78,7 +47,7 @@ static int path_vertices(const char *svg, const char *cls)
 
 static void test_log_lines_are_exact_json_with_null_for_nan_and_inf(void)
 {
-    const char *path = tmp_path("exact.jsonl");
+    const char *path = scratch_at("exact.jsonl");
     log_file *l = log_open(path, false);
     CHECK(l != NULL);
     if (!l)
@@ -91,7 +60,7 @@ static void test_log_lines_are_exact_json_with_null_for_nan_and_inf(void)
     CHECK_OK(log_step(l, &(log_record){.step = 3, .loss = -INFINITY, .lr = 0, .scale = NAN, .grad_norm = NAN,
                                        .step_ms = 1099511627776.0}));
     CHECK_OK(log_close(l));
-    char *s = slurp(path);
+    char *s = test_read_file(path, NULL);
     CHECK(s != NULL);
     if (!s)
         return;
@@ -164,7 +133,7 @@ static int write_run(const char *path, int n, bool with_scale, double loss0, dou
 
 static void test_reader_reads_back_what_the_writer_wrote(void)
 {
-    const char *path = tmp_path("roundtrip.jsonl");
+    const char *path = scratch_at("roundtrip.jsonl");
     int skipped = write_run(path, 300, true, 2.3, 0.3);
     plot_data d;
     CHECK_OK(plot_read(path, &d));
@@ -187,7 +156,7 @@ static void test_reader_reads_back_what_the_writer_wrote(void)
 
 static void test_svg_has_one_mark_per_event_and_a_vertex_per_finite_loss(void)
 {
-    const char *log = tmp_path("synthetic-fp16.jsonl"), *svg = tmp_path("synthetic-fp16.svg");
+    const char *log = scratch_at("synthetic-fp16.jsonl"), *svg = scratch_at("synthetic-fp16.svg");
     int skipped = write_run(log, 600, true, 2.3, 0.3);
     plot_summary sum;
     CHECK_OK(plot_file(log, svg, &sum));
@@ -198,7 +167,7 @@ static void test_svg_has_one_mark_per_event_and_a_vertex_per_finite_loss(void)
     const char *example = getenv("AMPC_PLOT_EXAMPLE");
     if (example && *example)
         CHECK_OK(plot_file(log, example, NULL));
-    char *s = slurp(svg);
+    char *s = test_read_file(svg, NULL);
     CHECK(s != NULL);
     if (!s)
         return;
@@ -222,10 +191,10 @@ static void test_svg_has_one_mark_per_event_and_a_vertex_per_finite_loss(void)
 
 static void test_loss_axis_is_logarithmic_past_two_decades(void)
 {
-    const char *log = tmp_path("steep.jsonl"), *svg = tmp_path("steep.svg");
+    const char *log = scratch_at("steep.jsonl"), *svg = scratch_at("steep.svg");
     write_run(log, 400, true, 200, 0.5);
     CHECK_OK(plot_file(log, svg, NULL));
-    char *s = slurp(svg);
+    char *s = test_read_file(svg, NULL);
     CHECK(s && strstr(s, "Training loss (log scale)") != NULL);
     CHECK(s && strstr(s, ">100<") != NULL); /* a decade label */
     free(s);
@@ -233,10 +202,10 @@ static void test_loss_axis_is_logarithmic_past_two_decades(void)
 
 static void test_log_without_a_scale_has_one_panel(void)
 {
-    const char *log = tmp_path("fp32.jsonl"), *svg = tmp_path("fp32.svg");
+    const char *log = scratch_at("fp32.jsonl"), *svg = scratch_at("fp32.svg");
     CHECK_EQ_INT(write_run(log, 50, false, 2.3, 0.3), 0);
     CHECK_OK(plot_file(log, svg, NULL));
-    char *s = slurp(svg);
+    char *s = test_read_file(svg, NULL);
     CHECK(s != NULL);
     if (!s)
         return;
@@ -256,7 +225,7 @@ static void test_log_without_a_scale_has_one_panel(void)
  * no such panel (test_log_without_a_scale_has_one_panel's height). */
 static void test_health_keys_round_trip_and_draw_a_panel(void)
 {
-    const char *log = tmp_path("health.jsonl"), *svg = tmp_path("health.svg");
+    const char *log = scratch_at("health.jsonl"), *svg = scratch_at("health.svg");
     log_file *l = log_open(log, false);
     CHECK(l != NULL);
     if (!l)
@@ -270,7 +239,7 @@ static void test_health_keys_round_trip_and_draw_a_panel(void)
         CHECK_OK(log_step(l, &rec));
     }
     CHECK_OK(log_close(l));
-    char *text = slurp(log);
+    char *text = test_read_file(log, NULL);
     CHECK(text && strstr(text, "\"step_ms\":1,\"f16_zero\":0.5,\"f16_flush\":0.125,\"f16_subnormal\":0.25,"
                                "\"f16_overflow\":0.003}\n"));
     CHECK(text && strstr(text, "\"f16_flush_scaled\":0,\"f16_subnormal_scaled\":0.004,\"f16_overflow_scaled\":0.008}"));
@@ -287,7 +256,7 @@ static void test_health_keys_round_trip_and_draw_a_panel(void)
     }
     plot_data_free(&d);
     CHECK_OK(plot_file(log, svg, NULL));
-    char *pic = slurp(svg);
+    char *pic = test_read_file(svg, NULL);
     CHECK(pic != NULL);
     if (!pic)
         return;
@@ -304,7 +273,7 @@ static void test_health_keys_round_trip_and_draw_a_panel(void)
 
 static void test_big_logs_are_decimated_but_keep_spikes(void)
 {
-    const char *log = tmp_path("big.jsonl"), *svg = tmp_path("big.svg");
+    const char *log = scratch_at("big.jsonl"), *svg = scratch_at("big.svg");
     FILE *f = fopen(log, "w");
     CHECK(f != NULL);
     if (!f)
@@ -314,7 +283,7 @@ static void test_big_logs_are_decimated_but_keep_spikes(void)
                 s == 31234 ? 50.0 : 1.0 + (s % 7) * 0.01);
     fclose(f);
     CHECK_OK(plot_file(log, svg, NULL));
-    char *s = slurp(svg);
+    char *s = test_read_file(svg, NULL);
     CHECK(s != NULL);
     if (!s)
         return;
@@ -339,7 +308,7 @@ static void test_big_logs_are_decimated_but_keep_spikes(void)
  * the line, with why, and no SVG left behind. */
 static void check_malformed(const char *name, const char *content, size_t len, int line, const char *why)
 {
-    const char *log = tmp_path(name), *svg = tmp_path("bad.svg");
+    const char *log = scratch_at(name), *svg = scratch_at("bad.svg");
     FILE *f = fopen(log, "wb");
     CHECK(f != NULL);
     if (!f)
@@ -452,7 +421,7 @@ static void test_extreme_values_draw_finite_and_bounded(void)
     };
     guard_begin();
     for (size_t i = 0; i < sizeof logs / sizeof logs[0]; i++) {
-        const char *log = tmp_path("edge.jsonl"), *svg = tmp_path("edge.svg");
+        const char *log = scratch_at("edge.jsonl"), *svg = scratch_at("edge.svg");
         FILE *f = fopen(log, "w");
         CHECK(f != NULL);
         if (!f)
@@ -461,7 +430,7 @@ static void test_extreme_values_draw_finite_and_bounded(void)
         fclose(f);
         amp_status st = plot_file(log, svg, NULL);
         CHECK_MSG(st == AMP_OK, "log %zu: %s", i, amp_last_error());
-        char *s = slurp(svg);
+        char *s = test_read_file(svg, NULL);
         CHECK_MSG(s != NULL, "log %zu: no SVG", i);
         if (!s)
             continue;
@@ -478,7 +447,7 @@ static void test_extreme_values_draw_finite_and_bounded(void)
  * change (or are NaN) at every step. */
 static void test_output_size_is_bounded_for_any_log(void)
 {
-    const char *log = tmp_path("zigzag.jsonl"), *svg = tmp_path("zigzag.svg");
+    const char *log = scratch_at("zigzag.jsonl"), *svg = scratch_at("zigzag.svg");
     FILE *f = fopen(log, "w");
     CHECK(f != NULL);
     if (!f)
@@ -500,7 +469,7 @@ static void test_output_size_is_bounded_for_any_log(void)
     CHECK_EQ_INT(sum.steps, N);
     CHECK_EQ_INT(sum.skipped, N / 2);
     CHECK_EQ_INT(sum.nonfinite, N / 2);
-    char *s = slurp(svg);
+    char *s = test_read_file(svg, NULL);
     CHECK(s != NULL);
     if (!s)
         return;
@@ -522,14 +491,14 @@ static void test_a_step_beyond_double_is_an_error(void)
 
 static void test_missing_log_is_an_io_error(void)
 {
-    const char *log = tmp_path("absent.jsonl");
-    CHECK(plot_file(log, tmp_path("absent.svg"), NULL) == AMP_ERR_IO);
+    const char *log = scratch_at("absent.jsonl");
+    CHECK(plot_file(log, scratch_at("absent.svg"), NULL) == AMP_ERR_IO);
     CHECK_ERROR(AMP_ERR_IO, log);
 }
 
 static void test_command_line_exits(void)
 {
-    const char *log = tmp_path("cli.jsonl");
+    const char *log = scratch_at("cli.jsonl");
     write_run(log, 120, true, 2.3, 0.3);
     char *a_none[] = {NULL};
     CHECK_EQ_INT(plot_run(0, a_none), 2);
@@ -539,16 +508,16 @@ static void test_command_line_exits(void)
     CHECK_EQ_INT(plot_run(2, a_two), 2);
     char *a_dangling[] = {(char *)log, "-o", NULL};
     CHECK_EQ_INT(plot_run(2, a_dangling), 2);
-    const char *out = tmp_path("cli-out.svg");
+    const char *out = scratch_at("cli-out.svg");
     char *a_out[] = {(char *)log, "-o", (char *)out, NULL};
     CHECK_EQ_INT(plot_run(3, a_out), 0);
     CHECK(access(out, F_OK) == 0);
     char *a_default[] = {(char *)log, NULL};
     CHECK_EQ_INT(plot_run(1, a_default), 0);
-    CHECK_MSG(access(tmp_path("cli.svg"), F_OK) == 0, "the default output is LOG's name with .svg");
+    CHECK_MSG(access(scratch_at("cli.svg"), F_OK) == 0, "the default output is LOG's name with .svg");
     char *a_self[] = {(char *)log, "--output", (char *)log, NULL};
     CHECK_EQ_INT(plot_run(3, a_self), 2);
-    char *a_missing[] = {(char *)tmp_path("nope.jsonl"), "-o", (char *)out, NULL};
+    char *a_missing[] = {(char *)scratch_at("nope.jsonl"), "-o", (char *)out, NULL};
     CHECK_EQ_INT(plot_run(3, a_missing), 1);
     amp_clear_error();
     char *d = default_output("dir.v1/run");
@@ -559,29 +528,9 @@ static void test_command_line_exits(void)
     free(d);
 }
 
-/* Removes tmpdir's files (it has no subdirectories) and tmpdir. */
-static void remove_tmpdir(void)
-{
-    DIR *d = opendir(tmpdir);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.' || (e->d_name[1] != '\0' && strcmp(e->d_name, "..") != 0)) {
-            char p[320];
-            snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-            unlink(p);
-        }
-    if (d)
-        closedir(d);
-    rmdir(tmpdir);
-}
-
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ampc-test-plot-XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    scratch_make("test-plot");
     RUN(test_log_lines_are_exact_json_with_null_for_nan_and_inf);
     RUN(test_log_number_keeps_scale_exact_and_drops_negative_zero);
     RUN(test_log_open_error_names_the_path);
@@ -597,6 +546,6 @@ int main(void)
     RUN(test_a_step_beyond_double_is_an_error);
     RUN(test_missing_log_is_an_io_error);
     RUN(test_command_line_exits);
-    remove_tmpdir();
+    scratch_remove();
     return harness_done();
 }

@@ -20,6 +20,7 @@
  *     nothing recorded.
  */
 #include "harness.h"
+#include "scratch.h"
 #include "trace_check.h"
 
 #include "record/profile.h"
@@ -30,7 +31,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static char tmpdir[64];
 
 /* Some work, so events have a duration (never asserted). */
 static volatile double sink;
@@ -519,11 +519,7 @@ static void test_device_timed_events_go_to_the_device_pid(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ampc-profile-out-XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    scratch_make("profile-out");
     RUN(test_trace_parses_and_follows_the_format);
     RUN(test_trace_names_are_escaped);
     RUN(test_unwritable_trace_fails_naming_the_path);
@@ -536,9 +532,6 @@ int main(void)
     RUN(test_dropped_events_are_reported_and_the_trace_stays_valid);
     RUN(test_threads_get_their_own_tracks);
     RUN(test_device_timed_events_go_to_the_device_pid);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    scratch_remove();
     return harness_done();
 }

@@ -1,71 +1,12 @@
 /*
  * test_scaler.c - the grad scaler's conformance cases (AMP_SPEC.md,
  * "Conformance cases" 1-16) and the opt-in extras.
- *
- * Gradients are made by a real backward: loss = sum(p * c) has gradient c,
- * and amp_scaler_scale multiplies it by the scale, as in a training loop.
+ * The rig and the cases test_cuda.c runs on CUDA too are in scaler_rig.h.
  */
 #include "harness.h"
+#include "scaler_rig.h"
 
 #include <stdlib.h>
-
-typedef struct {
-    amp_tensor *p;
-    amp_optim *opt;
-} rig;
-
-static rig make_rig(int n, bool adam)
-{
-    rig r;
-    r.p = amp_full(AMP_SHAPE(n), AMP_F32, 1.0);
-    amp_tensor_set_requires_grad(r.p, true);
-    if (adam) {
-        r.opt = amp_optim_adam(&r.p, 1, amp_adam_defaults());
-    } else {
-        amp_sgd_opts o = amp_sgd_defaults();
-        o.lr = 0.5;
-        o.momentum = 0.9;
-        r.opt = amp_optim_sgd(&r.p, 1, o);
-    }
-    return r;
-}
-
-static void free_rig(rig r)
-{
-    amp_optim_free(r.opt);
-    amp_tensor_free(r.p);
-}
-
-/* Backward of scale * sum(p * c), with c[i] = g (g may be inf or NaN). */
-static void backward_with_grad(amp_scaler *s, rig r, double g)
-{
-    amp_tensor *c = amp_full(amp_tensor_shape(r.p), AMP_F32, g);
-    amp_tensor *loss = amp_sum_all(amp_mul(r.p, c));
-    CHECK_OK(amp_backward(amp_scaler_scale(s, loss)));
-    amp_tensor_free(c);
-    amp_temps_free();
-}
-
-/* One iteration: zero, backward, step, update; returns whether it skipped. */
-static bool iteration(amp_scaler *s, rig r, double g)
-{
-    bool skipped = false;
-    amp_optim_zero_grad(r.opt);
-    backward_with_grad(s, r, g);
-    CHECK_OK(amp_scaler_step(s, r.opt, &skipped));
-    CHECK_OK(amp_scaler_update(s));
-    return skipped;
-}
-
-static amp_scaler *scaler_with(double init, double growth, double backoff, int64_t interval)
-{
-    amp_scaler_opts o = amp_scaler_defaults();
-    o.init_scale = init;
-    o.growth_factor = growth;
-    o.backoff_factor = backoff;
-    o.growth_interval = interval;
-    return amp_scaler_new(o);
-}
 
 /* 1 */
 static void test_defaults(void)
@@ -139,22 +80,7 @@ static void test_factors_that_cannot_move_an_f32_scale_are_refused(void)
 }
 
 /* 3 */
-static void test_small_interval_sequence(void)
-{
-    amp_scaler *s = scaler_with(4, 2, 0.25, 2);
-    rig r = make_rig(3, false);
-    CHECK(!iteration(s, r, 1.0));
-    CHECK(amp_scaler_get_scale(s) == 4.0);
-    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 1);
-    CHECK(!iteration(s, r, 1.0));
-    CHECK(amp_scaler_get_scale(s) == 8.0);
-    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 0);
-    CHECK(iteration(s, r, INFINITY));
-    CHECK(amp_scaler_get_scale(s) == 2.0);
-    CHECK_EQ_INT(amp_scaler_get_growth_tracker(s), 0);
-    free_rig(r);
-    amp_scaler_free(s);
-}
+static void test_small_interval_sequence(void) { scaler_case_small_interval_sequence(AMP_CPU); }
 
 /* 4 */
 static void test_growth_after_exactly_2000_clean_steps(void)
@@ -179,16 +105,7 @@ static void test_growth_after_exactly_2000_clean_steps(void)
 }
 
 /* 5 */
-static void test_no_floor_by_default(void)
-{
-    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
-    rig r = make_rig(1, false);
-    for (int k = 0; k < 20; k++)
-        CHECK(iteration(s, r, INFINITY));
-    CHECK(amp_scaler_get_scale(s) == 0.0625);
-    free_rig(r);
-    amp_scaler_free(s);
-}
+static void test_no_floor_by_default(void) { scaler_case_no_floor(AMP_CPU); }
 
 /* 6 */
 static void test_growth_to_inf_is_refused(void)
@@ -223,25 +140,7 @@ static void test_two_overflowing_optimizers_back_off_once(void)
 }
 
 /* 8 */
-static void test_interval_one_with_a_skip(void)
-{
-    amp_scaler *s = scaler_with(128, 2, 0.5, 1);
-    rig r = make_rig(1, false);
-    CHECK(!iteration(s, r, 1.0));
-    CHECK(!iteration(s, r, 1.0));
-    CHECK(iteration(s, r, INFINITY));
-    CHECK(!iteration(s, r, 1.0));
-    CHECK(amp_scaler_get_scale(s) == 512.0);
-    amp_scaler_counts c = amp_scaler_get_counts(s);
-    CHECK_EQ_INT(c.steps, 3);
-    CHECK_EQ_INT(c.skipped, 1);
-    amp_scale_change h[8];
-    int n = amp_scaler_history(s, h, 8);
-    CHECK_EQ_INT(n, 4); /* 256, 512, 256, 512 */
-    CHECK(h[2].old_scale == 512.0 && h[2].new_scale == 256.0 && h[2].update == 2);
-    free_rig(r);
-    amp_scaler_free(s);
-}
+static void test_interval_one_with_a_skip(void) { scaler_case_interval_one_with_a_skip(AMP_CPU); }
 
 /* 9: four micro-batches, stepping every two. */
 static void test_accumulation_keeps_the_scale_between_micro_batches(void)
@@ -279,41 +178,14 @@ static void test_unscale_divides_exactly(void)
     amp_scaler_free(s);
 }
 
-/* 11: a skipped step changes no parameter and no optimizer state. */
-static void check_skip_preserves(bool adam, double bad)
-{
-    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
-    rig r = make_rig(3, adam);
-    CHECK(!iteration(s, r, 0.25)); /* one real step, so state exists */
-    amp_tensor *before = amp_clone(r.p);
-    int64_t steps = amp_optim_steps(r.opt);
-    double scale = amp_scaler_get_scale(s);
-    CHECK(iteration(s, r, bad));
-    CHECK(max_abs_diff(before, r.p) == 0.0);
-    CHECK_EQ_INT(amp_optim_steps(r.opt), steps);
-    CHECK(amp_scaler_get_scale(s) == scale / 2);
-    /* The momentum / moments survived too: the next clean step equals the
-     * one a run without the bad step takes. */
-    amp_scaler *s2 = amp_scaler_new(amp_scaler_defaults());
-    rig r2 = make_rig(3, adam);
-    iteration(s2, r2, 0.25);
-    iteration(s2, r2, 0.125);
-    iteration(s, r, 0.125);
-    CHECK(max_abs_diff(r.p, r2.p) < 1e-7);
-    amp_tensor_free(before);
-    free_rig(r);
-    free_rig(r2);
-    amp_scaler_free(s);
-    amp_scaler_free(s2);
-}
-
+/* 11 */
 static void test_nonfinite_gradient_skips_and_keeps_state(void)
 {
-    check_skip_preserves(false, INFINITY);
-    check_skip_preserves(false, -INFINITY);
-    check_skip_preserves(false, NAN);
-    check_skip_preserves(true, INFINITY);
-    check_skip_preserves(true, NAN);
+    scaler_case_skip_preserves(AMP_CPU, false, INFINITY);
+    scaler_case_skip_preserves(AMP_CPU, false, -INFINITY);
+    scaler_case_skip_preserves(AMP_CPU, false, NAN);
+    scaler_case_skip_preserves(AMP_CPU, true, INFINITY);
+    scaler_case_skip_preserves(AMP_CPU, true, NAN);
 }
 
 /* 12 */

@@ -9,15 +9,14 @@
  * installed, loads.
  */
 #include "harness.h"
+#include "scratch.h"
 
-#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define FORTUNES_DIR "/usr/share/games/fortunes"
 
-static char tmpdir[64];
 static char made[32][160];
 static int n_made;
 
@@ -330,15 +329,6 @@ static void test_missing_and_empty_inputs_name_the_file(void)
     CHECK_ERROR(AMP_ERR_ARG, "NULL path");
 }
 
-static void on_alarm(int sig)
-{
-    (void)sig;
-    static const char msg[] = "FAIL: text_load blocked (on a FIFO?) for 10 s\n";
-    if (write(2, msg, sizeof msg - 1) < 0) {
-    }
-    _exit(1);
-}
-
 /* --data /dev/zero would read until memory ran out, a FIFO block
  * forever: regular files only, in a directory too. */
 static void test_fifo_and_devices_are_io_errors_at_once(void)
@@ -346,8 +336,7 @@ static void test_fifo_and_devices_are_io_errors_at_once(void)
     char *fifo = made[n_made++];
     snprintf(fifo, sizeof made[0], "%s/fifo.txt", tmpdir);
     CHECK(mkfifo(fifo, 0600) == 0);
-    signal(SIGALRM, on_alarm);
-    alarm(10);
+    watchdog_arm("text_load");
     CHECK(amp_text_load(fifo) == NULL);
     CHECK_ERROR(AMP_ERR_IO, "not a regular file (a FIFO)");
     CHECK(amp_text_load("/dev/zero") == NULL);
@@ -361,7 +350,7 @@ static void test_fifo_and_devices_are_io_errors_at_once(void)
     amp_text *t = amp_text_load(d);
     CHECK(t != NULL && amp_text_length(t) == 5);
     amp_text_free(t);
-    alarm(0);
+    watchdog_disarm();
 }
 
 static void test_bad_x_y_name_the_shapes_and_dtypes(void)
@@ -428,11 +417,7 @@ static void test_fortunes_corpus_loads(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ampc-test-text-XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    scratch_make("test-text");
     make_perm_text();
     RUN(test_vocab_is_the_sorted_distinct_bytes);
     RUN(test_bytes_above_127_are_tokens_too);
@@ -445,10 +430,6 @@ int main(void)
     RUN(test_fifo_and_devices_are_io_errors_at_once);
     RUN(test_bad_x_y_name_the_shapes_and_dtypes);
     RUN(test_fortunes_corpus_loads);
-    /* Files first, then directories, deepest last-made first. */
-    for (int i = n_made - 1; i >= 0; i--)
-        if (unlink(made[i]) != 0)
-            rmdir(made[i]);
-    rmdir(tmpdir);
+    scratch_remove();
     return harness_done();
 }

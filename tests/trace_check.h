@@ -16,6 +16,7 @@
 #ifndef AMPC_TRACE_CHECK_H
 #define AMPC_TRACE_CHECK_H
 
+#include "harness.h"
 #include "io/json.h"
 
 #include <stdio.h>
@@ -167,25 +168,6 @@ static inline bool trace_check(const char *text, size_t len, bool ops_in_phases,
 
 /* Reads path whole (malloc'd, NUL-terminated) into *len; NULL when it
  * cannot be read. */
-static inline char *trace_read(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = '\0';
-        *len = (size_t)n;
-    }
-    return buf;
-}
+static inline char *trace_read(const char *path, size_t *len) { return test_read_file(path, len); }
 
 #endif

@@ -1,7 +1,9 @@
 /*
- * snapshot.h - what the distributed tests (test_ddp.c, test_nccl_cuda.c)
- * share to prove that a skipped step changed nothing: a host copy of the
- * parameters and Adam's two moments (on any device), compared bit for bit.
+ * snapshot.h - what the distributed tests (test_ddp.c, test_nccl_cuda.c,
+ * zero_net.h) share to prove that a skipped step changed nothing: a host
+ * copy of the parameters and Adam's two moments (on any device), compared
+ * bit for bit (snap_unchanged: the step since the snapshot changed
+ * nothing).
  * Header-only (static inline), beside harness.h.
  */
 #ifndef AMPC_TESTS_DIST_SNAPSHOT_H
@@ -57,6 +59,18 @@ static inline void snap_free(snapshot *s)
 {
     for (int i = 0; i < s->k; i++)
         free(s->v[i]);
+}
+
+/* Whether p and o's moments still hold before's bits (a skipped step
+ * changed nothing); frees before. */
+static inline bool snap_unchanged(snapshot *before, amp_tensor *const *p, int n, amp_optim *o)
+{
+    snapshot after;
+    snap(&after, p, n, o);
+    bool same = snap_equal(before, &after, p, n);
+    snap_free(&after);
+    snap_free(before);
+    return same;
 }
 
 #endif

@@ -24,15 +24,13 @@
  */
 #include "base/base.h"
 #include "comm/comm.h"
+#include "dist_main.h"
 #include "harness.h"
-#include "verdict.h"
 #include "tensor/tensor.h"
 
 #include <mpi.h>
 #include <stdlib.h>
 #include <unistd.h>
-
-static int rank, world;
 
 static void test_world(void)
 {
@@ -277,21 +275,13 @@ int main(int argc, char **argv)
     }
     unsetenv("AMPC_DIST_TIMEOUT");
     amp_dist_set_timeout(0);
-    if (amp_dist_init(&argc, &argv) != AMP_OK) {
-        fprintf(stderr, "amp_dist_init: %s\n", amp_last_error());
-        return 1;
-    }
-    amp_set_num_threads(1);
-    rank = amp_dist_rank();
-    world = amp_dist_world_size();
+    dist_start(&argc, &argv);
     RUN(test_world);
     RUN(test_all_reduce);
     RUN(test_overlapped_requests);
     RUN(test_broadcast_gather_scatter);
     RUN(test_agree_names_the_failing_rank);
-    int rc = dist_verdict(harness_done());
-    if (amp_dist_finalize() != AMP_OK)
-        rc = 1;
+    int rc = dist_finish();
     if (amp_dist_world_size() != 1 || amp_dist_init(NULL, NULL) == AMP_OK ||
         !strstr(amp_last_error(), "already finalized")) {
         fprintf(stderr, "a second init after finalize: %s\n", amp_last_error());

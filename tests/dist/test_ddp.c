@@ -24,51 +24,25 @@
  */
 #include "autograd/graph.h"
 #include "comm/comm.h"
+#include "ddp_mlp.h"
+#include "dist_main.h"
 #include "harness.h"
 #include "snapshot.h"
-#include "verdict.h"
 #include "tensor/tensor.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int rank, world;
 static bool poison_rank1; /* batch() puts an inf into rank 1's rows */
 
-enum { IN = 16, HID = 32, CLS = 4, B = 8, MAXP = 64 };
+enum { MAXP = 64 };
 
-static amp_module *make_mlp(void)
-{
-    amp_manual_seed(1234);
-    const int64_t h[2] = {HID, HID};
-    return amp_model_mlp(IN, h, 2, CLS);
-}
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x9e3779b97f4a7c15ull;
-    x ^= x >> 29;
-    x *= 0xbf58476d1ce4e5b9ull;
-    return x ^ (x >> 32);
-}
-
-/* Rows [lo, hi) of batch `step` (2B rows, the same on every rank). */
+/* Rows [lo, hi) of batch `step` on the CPU (an inf in rank 1's when
+ * poison_rank1). */
 static void batch(int step, int lo, int hi, amp_tensor **x, amp_tensor **y)
 {
-    float xs[2 * B * IN];
-    int64_t ys[2 * B];
-    for (int i = 0; i < 2 * B; i++) {
-        for (int j = 0; j < IN; j++)
-            xs[i * IN + j] = (float)(mix((uint64_t)step * 100003u + (uint64_t)i * 131u + (uint64_t)j) % 2001) / 1000.0f - 1.0f;
-        ys[i] = (int64_t)(mix((uint64_t)step * 7919u + (uint64_t)i) % CLS);
-    }
-    if (poison_rank1 && rank == 1)
-        xs[lo * IN] = INFINITY;
-    /* temporaries: amp_temps_free releases them */
-    *x = pool_add(amp_from_data(AMP_SHAPE(hi - lo, IN), AMP_F32, xs + lo * IN));
-    *y = pool_add(amp_from_data(AMP_SHAPE(hi - lo), AMP_I64, ys + lo));
+    batch_rows(step, lo, hi, AMP_CPU, poison_rank1 && rank == 1, x, y);
 }
 
 static amp_tensor *mlp_loss(amp_module *m, int step, int lo, int hi)
@@ -186,7 +160,7 @@ static void test_grad_ready_hook(void)
 
 static void test_matches_one_process(void)
 {
-    amp_module *m = make_mlp(), *ref = make_mlp();
+    amp_module *m = make_mlp(AMP_CPU), *ref = make_mlp(AMP_CPU);
     amp_tensor *p[MAXP], *q[MAXP];
     const int n = amp_module_params(m, p, MAXP);
     CHECK_EQ_INT(amp_module_params(ref, q, MAXP), n);
@@ -464,7 +438,7 @@ static void test_compression(void)
 {
     const amp_dtype dts[2] = {AMP_BF16, AMP_F16};
     for (int t = 0; t < 2; t++) {
-        amp_module *m0 = make_mlp(), *m1 = make_mlp();
+        amp_module *m0 = make_mlp(AMP_CPU), *m1 = make_mlp(AMP_CPU);
         amp_tensor *p0[MAXP], *p1[MAXP];
         const int n = amp_module_params(m0, p0, MAXP);
         amp_module_params(m1, p1, MAXP);
@@ -517,48 +491,34 @@ static void test_compression(void)
  * skip, back off, and keep their parameters and Adam's state bit for bit. */
 static void test_inf_on_one_rank(void)
 {
-    amp_module *m = make_mlp();
-    amp_tensor *p[MAXP];
-    const int n = amp_module_params(m, p, MAXP);
-    amp_optim *o = amp_optim_adam(p, n, amp_adam_defaults());
-    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
-    amp_ddp *d = amp_ddp_new(p, n, amp_ddp_defaults());
-    CHECK(d && o && s);
-    if (!d)
+    ddp_rig r;
+    if (!ddp_rig_make(&r, AMP_CPU, true))
         return;
     for (int step = 0; step < 3; step++) {
         snapshot before;
         if (step > 0)
-            snap(&before, p, n, o);
+            snap(&before, r.p, r.n, r.o);
         poison_rank1 = step == 2; /* an inf input: inf / NaN gradients before the average */
-        CHECK_OK(amp_backward(amp_scaler_scale(s, mlp_loss(m, step, rank * B, rank * B + B))));
+        CHECK_OK(amp_backward(amp_scaler_scale(r.s, mlp_loss(r.m, step, rank * B, rank * B + B))));
         poison_rank1 = false;
-        CHECK_OK(amp_ddp_finish(d));
+        CHECK_OK(amp_ddp_finish(r.d));
         if (step == 1 && rank == 1)
-            tensor_f32(p[2]->grad)[3] = INFINITY; /* after it: this rank's alone */
+            tensor_f32(r.p[2]->grad)[3] = INFINITY; /* after it: this rank's alone */
         bool skipped = true;
-        CHECK_OK(amp_scaler_step(s, o, &skipped));
-        CHECK_OK(amp_scaler_update(s));
+        CHECK_OK(amp_scaler_step(r.s, r.o, &skipped));
+        CHECK_OK(amp_scaler_update(r.s));
         CHECK_EQ_INT(skipped, step > 0);
-        CHECK(amp_scaler_get_scale(s) == (step == 0 ? 65536.0 : step == 1 ? 32768.0 : 16384.0));
-        if (step > 0) {
-            snapshot after;
-            snap(&after, p, n, o);
-            CHECK_MSG(snap_equal(&before, &after, p, n), "step %d: a skipped step changed a parameter or Adam's state",
-                      step);
-            snap_free(&after);
-            snap_free(&before);
-        }
-        for (int i = 0; i < n; i++)
-            CHECK(same_on_all_ranks(p[i]));
-        amp_optim_zero_grad(o);
+        CHECK(amp_scaler_get_scale(r.s) == (step == 0 ? 65536.0 : step == 1 ? 32768.0 : 16384.0));
+        if (step > 0)
+            CHECK_MSG(snap_unchanged(&before, r.p, r.n, r.o),
+                      "step %d: a skipped step changed a parameter or Adam's state", step);
+        for (int i = 0; i < r.n; i++)
+            CHECK(same_on_all_ranks(r.p[i]));
+        amp_optim_zero_grad(r.o);
         amp_temps_free();
     }
-    CHECK_EQ_INT(amp_scaler_get_counts(s).skipped, 2);
-    amp_ddp_free(d);
-    amp_scaler_free(s);
-    amp_optim_free(o);
-    amp_module_free(m);
+    CHECK_EQ_INT(amp_scaler_get_counts(r.s).skipped, 2);
+    ddp_rig_free(&r);
 }
 
 /* A failure of rank 1's own before the found_inf all-reduce (an f16
@@ -566,39 +526,35 @@ static void test_inf_on_one_rank(void)
  * and why, with nothing divided on any rank; the step then goes on. */
 static void test_unscale_failing_on_one_rank_fails_on_every_rank(void)
 {
-    amp_module *m = make_mlp();
-    amp_tensor *p[MAXP];
-    const int n = amp_module_params(m, p, MAXP);
-    amp_optim *o = amp_optim_sgd(p, n, amp_sgd_defaults());
-    amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
-    amp_ddp *d = amp_ddp_new(p, n, amp_ddp_defaults());
-    CHECK(d && o && s && n >= 2);
-    if (!d || !o || !s || n < 2)
+    ddp_rig r;
+    if (!ddp_rig_make(&r, AMP_CPU, false))
         return;
-    CHECK_OK(amp_backward(amp_scaler_scale(s, mlp_loss(m, 0, rank * B, rank * B + B))));
-    CHECK_OK(amp_ddp_finish(d));
-    amp_tensor *kept = p[0]->grad;
+    CHECK(r.n >= 2);
+    if (r.n < 2) {
+        ddp_rig_free(&r);
+        return;
+    }
+    CHECK_OK(amp_backward(amp_scaler_scale(r.s, mlp_loss(r.m, 0, rank * B, rank * B + B))));
+    CHECK_OK(amp_ddp_finish(r.d));
+    amp_tensor *kept = r.p[0]->grad;
     if (rank == 1)
-        p[0]->grad = tensor_convert(kept, AMP_F16);
-    float *g1 = copy_f32(p[1]->grad);
-    CHECK(amp_scaler_unscale(s, o) == AMP_ERR_DTYPE);
+        r.p[0]->grad = tensor_convert(kept, AMP_F16);
+    float *g1 = copy_f32(r.p[1]->grad);
+    CHECK(amp_scaler_unscale(r.s, r.o) == AMP_ERR_DTYPE);
     CHECK_ERROR(AMP_ERR_DTYPE, "scaler_unscale: rank 1 failed: Attempting to unscale FP16 gradients");
-    CHECK(g1 && memcmp(g1, tensor_f32(p[1]->grad), (size_t)p[1]->numel * 4) == 0); /* not divided */
+    CHECK(g1 && memcmp(g1, tensor_f32(r.p[1]->grad), (size_t)r.p[1]->numel * 4) == 0); /* not divided */
     free(g1);
     if (rank == 1) {
-        amp_tensor_free(p[0]->grad);
-        p[0]->grad = kept;
+        amp_tensor_free(r.p[0]->grad);
+        r.p[0]->grad = kept;
     }
-    CHECK_OK(amp_scaler_unscale(s, o));
-    CHECK_OK(amp_scaler_step(s, o, NULL));
-    CHECK_OK(amp_scaler_update(s));
-    for (int i = 0; i < n; i++)
-        CHECK(same_on_all_ranks(p[i]));
+    CHECK_OK(amp_scaler_unscale(r.s, r.o));
+    CHECK_OK(amp_scaler_step(r.s, r.o, NULL));
+    CHECK_OK(amp_scaler_update(r.s));
+    for (int i = 0; i < r.n; i++)
+        CHECK(same_on_all_ranks(r.p[i]));
     amp_temps_free();
-    amp_ddp_free(d);
-    amp_scaler_free(s);
-    amp_optim_free(o);
-    amp_module_free(m);
+    ddp_rig_free(&r);
 }
 
 /* fp16 autocast, the scaler, 2 micro-batches accumulated with no_sync on
@@ -607,7 +563,7 @@ static void test_unscale_failing_on_one_rank_fails_on_every_rank(void)
 static void test_fp16_accumulation_no_sync_clipping(void)
 {
     enum { STEPS = 10, K = 2 };
-    amp_module *m = make_mlp(), *ref = make_mlp();
+    amp_module *m = make_mlp(AMP_CPU), *ref = make_mlp(AMP_CPU);
     amp_tensor *p[MAXP], *q[MAXP];
     const int n = amp_module_params(m, p, MAXP);
     amp_module_params(ref, q, MAXP);
@@ -726,7 +682,7 @@ static void test_broadcast_params(void)
 
 static void test_bad_input(void)
 {
-    amp_module *m = make_mlp();
+    amp_module *m = make_mlp(AMP_CPU);
     amp_tensor *p[MAXP];
     const int n = amp_module_params(m, p, MAXP);
     amp_ddp_opts o = amp_ddp_defaults();
@@ -796,13 +752,7 @@ static void test_bad_input(void)
 
 int main(int argc, char **argv)
 {
-    if (amp_dist_init(&argc, &argv) != AMP_OK) {
-        fprintf(stderr, "amp_dist_init: %s\n", amp_last_error());
-        return 1;
-    }
-    amp_set_num_threads(1);
-    rank = amp_dist_rank();
-    world = amp_dist_world_size();
+    dist_start(&argc, &argv);
     RUN(test_grad_ready_hook);
     RUN(test_matches_one_process);
     RUN(test_gpt_checkpointed_average_is_exact);
@@ -814,8 +764,5 @@ int main(int argc, char **argv)
     RUN(test_fp16_accumulation_no_sync_clipping);
     RUN(test_broadcast_params);
     RUN(test_bad_input);
-    int rc = dist_verdict(harness_done());
-    if (amp_dist_finalize() != AMP_OK)
-        rc = 1;
-    return rc;
+    return dist_finish();
 }

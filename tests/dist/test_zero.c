@@ -17,10 +17,11 @@
  * and a world of one rank (before amp_dist_init) is a plain optimizer.
  */
 #include "comm/comm.h"
+#include "dist_main.h"
 #include "harness.h"
-#include "verdict.h"
 #include "optim/optim.h"
 #include "tensor/tensor.h"
+#include "zero_net.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -28,70 +29,10 @@
 #include <string.h>
 #include <unistd.h>
 
-static int rank, world;
-
-/* A small MLP 7 -> 13 -> 5: 91 + 13 + 65 + 5 = 174 elements, shards of 87:
- * rank 0's ends inside the first weight, rank 1's holds its last 4
- * elements and every other parameter (rank 0 steps three parameters with
- * an empty part). */
-enum { IN = 7, HID = 13, CLS = 5, BATCH = 8, MAXP = 8 };
-enum { SGD = 0, ADAMW = 1 };
-
-typedef struct {
-    amp_module *m;
-    amp_tensor *p[MAXP];
-    int n;
-    amp_optim *o;
-} net;
-
-static net make_net(int kind)
-{
-    net a = {0};
-    amp_manual_seed(1234);
-    const int64_t hidden[1] = {HID};
-    a.m = amp_model_mlp(IN, hidden, 1, CLS);
-    a.n = amp_module_params(a.m, a.p, MAXP);
-    if (kind == SGD) {
-        amp_sgd_opts so = amp_sgd_defaults();
-        so.lr = 0.05, so.momentum = 0.9, so.weight_decay = 1e-3;
-        a.o = amp_optim_sgd(a.p, a.n, so);
-    } else {
-        amp_adam_opts ao = amp_adamw_defaults();
-        ao.lr = 1e-2;
-        a.o = amp_optim_adamw(a.p, a.n, ao);
-    }
-    return a;
-}
-
-static void free_net(net *a)
-{
-    amp_optim_free(a->o);
-    amp_module_free(a->m);
-}
-
-/* Rank r's batch of step t: inputs from an LCG, labels mod CLS; the loss
- * scaled by scaler (when not NULL). */
-static void fwd_bwd(net *a, int t, int r, amp_scaler *scaler)
-{
-    float x[BATCH * IN];
-    int64_t y[BATCH];
-    uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(t * 16 + r + 1);
-    for (int i = 0; i < BATCH * IN; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (float)((double)(s >> 40) / (double)(1ull << 24) * 4.0 - 2.0);
-    }
-    for (int i = 0; i < BATCH; i++)
-        y[i] = (int64_t)((s >> (8 + i)) % CLS);
-    amp_tensor *xt = amp_from_data(AMP_SHAPE(BATCH, IN), AMP_F32, x);
-    amp_tensor *yt = amp_from_data(AMP_SHAPE(BATCH), AMP_I64, y);
-    amp_tensor *loss = amp_cross_entropy(amp_module_forward(a->m, xt), yt);
-    if (scaler)
-        loss = amp_scaler_scale(scaler, loss);
-    CHECK_OK(amp_backward(loss));
-    amp_tensor_free(xt);
-    amp_tensor_free(yt);
-    amp_temps_free();
-}
+/* The net (zero_net.h), an MLP 7 -> 13 -> 5, has 91 + 13 + 65 + 5 = 174
+ * elements, shards of 87: rank 0's ends inside the first weight, rank 1's
+ * holds its last 4 elements and every other parameter (rank 0 steps three
+ * parameters with an empty part). */
 
 /* The reference step: average every gradient over the ranks, then a normal
  * (optionally clipped) step. Returns the norm (0 without clipping). */
@@ -132,25 +73,6 @@ static double zero_step(net *a, amp_zero *z, int t, double max_norm)
     return zero_step_as(a, z, t, max_norm, false);
 }
 
-/* Elements of a's parameters that differ from b's in their bits; the
- * largest |difference| / (1 + |b|) to *rel. */
-static int64_t diff_params(const net *a, const net *b, double *rel)
-{
-    int64_t bad = 0;
-    if (rel)
-        *rel = 0;
-    for (int i = 0; i < a->n; i++) {
-        const float *x = amp_tensor_data(a->p[i]), *y = amp_tensor_data(b->p[i]);
-        for (int64_t j = 0; j < a->p[i]->numel; j++) {
-            bad += memcmp(&x[j], &y[j], sizeof(float)) != 0;
-            double d = fabs((double)x[j] - y[j]) / (1 + fabs((double)y[j]));
-            if (rel && d > *rel)
-                *rel = d;
-        }
-    }
-    return bad;
-}
-
 /* Whether every rank holds rank 0's parameter bits. */
 static bool same_on_every_rank(const net *a)
 {
@@ -173,7 +95,7 @@ static bool same_on_every_rank(const net *a)
 /* 25 steps of ZeRO-1 against the reference, without clipping: bitwise. */
 static void run_bitwise(int kind)
 {
-    net r = make_net(kind), a = make_net(kind);
+    net r = make_net(kind, AMP_CPU), a = make_net(kind, AMP_CPU);
     amp_zero *z = amp_zero_new(a.o);
     CHECK(z);
     CHECK_EQ_INT(diff_params(&a, &r, NULL), 0);
@@ -206,7 +128,7 @@ static void test_adamw_bitwise(void) { run_bitwise(ADAMW); }
  * at most lr = 0.01 for AdamW and 0.05 * |g| for SGD). */
 static void run_clipped(int kind)
 {
-    net r = make_net(kind), a = make_net(kind), b = make_net(kind);
+    net r = make_net(kind, AMP_CPU), a = make_net(kind, AMP_CPU), b = make_net(kind, AMP_CPU);
     amp_zero *z = amp_zero_new(a.o), *zb = amp_zero_new(b.o);
     CHECK(z && zb);
     double worst = 0, worst_norm = 0;
@@ -255,7 +177,7 @@ static int64_t state_bytes_of(const amp_optim *o)
  * two together are the unsharded optimizer's. */
 static void test_state_bytes(void)
 {
-    net r = make_net(ADAMW), a = make_net(ADAMW);
+    net r = make_net(ADAMW, AMP_CPU), a = make_net(ADAMW, AMP_CPU);
     amp_zero *z = amp_zero_new(a.o);
     CHECK(z);
     CHECK_EQ_INT(amp_zero_state_bytes(z), 0); /* none before the first step */
@@ -300,7 +222,7 @@ static char *snapshot_state(const amp_optim *o, size_t *nb)
  * parameters and state keep their bits, the scale backs off on both. */
 static void run_skipped(bool both)
 {
-    net a = make_net(SGD);
+    net a = make_net(SGD, AMP_CPU);
     amp_zero *z = amp_zero_new(a.o);
     amp_scaler *s = amp_scaler_new(amp_scaler_defaults());
     CHECK(z && s);
@@ -310,7 +232,7 @@ static void run_skipped(bool both)
         if (t == 3 && rank == 0) {
             if (both)
                 ((float *)amp_tensor_data(amp_tensor_grad(a.p[0])))[0] = INFINITY;       /* rank 0's shard */
-            ((float *)amp_tensor_data(amp_tensor_grad(a.p[a.n - 1])))[CLS - 1] = INFINITY; /* rank 1's */
+            ((float *)amp_tensor_data(amp_tensor_grad(a.p[a.n - 1])))[ZCLS - 1] = INFINITY; /* rank 1's */
         }
         CHECK_OK(amp_zero_reduce_gradients(z));
         CHECK_OK(amp_scaler_unscale(s, a.o));
@@ -371,7 +293,7 @@ static bool same_file(const char *x, const char *y)
 static void test_gather_state_and_checkpoint(void)
 {
     const char *keys[] = {"exp_avg", "exp_avg_sq"};
-    net r = make_net(ADAMW), a = make_net(ADAMW);
+    net r = make_net(ADAMW, AMP_CPU), a = make_net(ADAMW, AMP_CPU);
     amp_zero *z = amp_zero_new(a.o);
     CHECK(z);
     int t = 0;
@@ -423,7 +345,7 @@ static void test_gather_state_and_checkpoint(void)
     }
     /* a fresh model and optimizer load the file written at step 6, are
      * sharded, and retrace steps 6..9 bitwise */
-    net b = make_net(ADAMW);
+    net b = make_net(ADAMW, AMP_CPU);
     int64_t step = -1;
     CHECK_OK(amp_checkpoint_load(pr, b.m, b.o, NULL, &step, NULL));
     CHECK_EQ_INT(step, 6);
@@ -537,7 +459,7 @@ static void test_bad_input(void)
     CHECK_ERROR(AMP_ERR_ARG, "NULL");
     amp_zero_free(NULL);
 
-    net a = make_net(SGD);
+    net a = make_net(SGD, AMP_CPU);
     amp_zero *z = amp_zero_new(a.o);
     CHECK(z);
     CHECK(isnan(amp_zero_clip_grad_norm(z, -1)));
@@ -572,7 +494,7 @@ static void test_bad_input(void)
     /* the same count and total, split differently (rank 1's in another
      * order: 91 65 13 5 against 91 13 65 5); without the check the
      * all-gather would write one rank's elements into another parameter */
-    amp_tensor *perm[MAXP] = {a.p[0], a.p[2], a.p[1], a.p[3]};
+    amp_tensor *perm[ZMAXP] = {a.p[0], a.p[2], a.p[1], a.p[3]};
     o2 = amp_optim_sgd(rank ? perm : a.p, a.n, amp_sgd_defaults());
     CHECK(amp_zero_new(o2) == NULL);
     CHECK_ERROR(AMP_ERR_ARG, "differ in their parameters' sizes or dtypes (the same 4 parameters and 174 elements");
@@ -607,7 +529,7 @@ static void test_bad_input(void)
  * mix of whole and sharded parameters) to the same bits as before. */
 static void test_reduce_needs_sharded_state(void)
 {
-    net a = make_net(SGD);
+    net a = make_net(SGD, AMP_CPU);
     amp_zero *z = amp_zero_new(a.o);
     CHECK(z);
     if (!z) {
@@ -663,7 +585,7 @@ static void test_reduce_needs_sharded_state(void)
 static void test_one_rank(void)
 {
     for (int kind = SGD; kind <= ADAMW; kind++) {
-        net r = make_net(kind), a = make_net(kind);
+        net r = make_net(kind, AMP_CPU), a = make_net(kind, AMP_CPU);
         amp_zero *z = amp_zero_new(a.o);
         CHECK(z);
         for (int t = 0; t < 5 && z; t++) {
@@ -694,13 +616,7 @@ int main(int argc, char **argv)
 {
     amp_set_num_threads(1);
     RUN(test_one_rank); /* before init: a world of one */
-    if (amp_dist_init(&argc, &argv) != AMP_OK) {
-        fprintf(stderr, "amp_dist_init: %s\n", amp_last_error());
-        return 1;
-    }
-    amp_set_num_threads(1);
-    rank = amp_dist_rank();
-    world = amp_dist_world_size();
+    dist_start(&argc, &argv);
     if (world != 2) {
         fprintf(stderr, "test_zero runs on 2 ranks (mpirun -np 2), not %d\n", world);
         amp_dist_finalize();
@@ -717,8 +633,5 @@ int main(int argc, char **argv)
     RUN(test_16bit_params);
     RUN(test_bad_input);
     RUN(test_reduce_needs_sharded_state);
-    int rc = dist_verdict(harness_done());
-    if (amp_dist_finalize() != AMP_OK)
-        rc = 1;
-    return rc;
+    return dist_finish();
 }
