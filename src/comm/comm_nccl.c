@@ -55,31 +55,13 @@ static void nccl_attach(const comm_world *w) { W = w; }
 
 #ifndef AMPC_HAVE_NCCL
 
-static bool no_nccl(void) { return false; }
+static bool nccl_available(void) { return false; }
 
-static const char *no_nccl_reason(void)
+static const char *nccl_reason(void)
 {
     return "this build of ampc has none (a CUDA build with NCCL found: nccl.h and libnccl, e.g. the CUDA toolkit's "
            "or Debian's libnccl-dev)";
 }
-
-static amp_status no_finalize(bool broken)
-{
-    (void)broken;
-    return AMP_OK;
-}
-
-static int64_t no_ops(void) { return 0; }
-
-/* comm.c asks available() before any collective. */
-const comm_engine comm_engine_nccl = {
-    .name = "NCCL",
-    .available = no_nccl,
-    .unavailable_reason = no_nccl_reason,
-    .attach = nccl_attach,
-    .finalize = no_finalize,
-    .ops_started = no_ops,
-};
 
 #else /* AMPC_HAVE_NCCL */
 
@@ -721,11 +703,14 @@ static amp_status nccl_finalize(bool broken)
     return st;
 }
 
+#endif /* AMPC_HAVE_NCCL */
+
 const comm_engine comm_engine_nccl = {
     .name = "NCCL",
     .available = nccl_available,
     .unavailable_reason = nccl_reason,
     .attach = nccl_attach,
+#ifdef AMPC_HAVE_NCCL
     .finalize = nccl_finalize,
     .allreduce = nccl_allreduce,
     .allgather = nccl_allgather,
@@ -734,6 +719,8 @@ const comm_engine comm_engine_nccl = {
     .test = nccl_test,
     .wait = nccl_wait,
     .ops_started = nccl_ops,
+#else /* comm.c asks available() before any collective */
+    .finalize = comm_engine_absent_finalize,
+    .ops_started = comm_engine_absent_ops,
+#endif
 };
-
-#endif /* AMPC_HAVE_NCCL */
