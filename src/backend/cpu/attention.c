@@ -55,6 +55,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include "backend/cpu/exp_x86.h"
 #include "backend/cpu/gemm/transpose_x86.h"
 #if (defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10)
 #define ATTN_X86 1
@@ -535,25 +536,6 @@ static void bwd_tile_plain(const be_attn_desc *a, int64_t i0, int64_t nq, int64_
 }
 
 #if defined(ATTN_X86)
-/* Cephes' expf as simd_x86.c's exp16: overflow inf, underflow 0, NaN kept. */
-TGT_F static inline __m512 exp16(__m512 x)
-{
-    x = _mm512_min_ps(_mm512_set1_ps(88.8f), x);
-    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
-
 /* online_plain on AVX-512 (f32 lanes summed in float per row). */
 TGT_F static void online_v(const be_attn_desc *a, int64_t i0, int64_t nq, int64_t j0, int64_t nk, float *S, float *m,
                            double *l, float *O, int64_t Dp)
