@@ -5,9 +5,9 @@
  * exp is Cephes' expf (exp_x86.h: ~1 ulp, overflow inf, underflow 0,
  * NaN kept). GELU (tanh form) is then x / (1 + exp(-2u)), the same
  * expression as the C kernel, and its derivative uses 1 + tanh(u) = 2s,
- * 1 - tanh(u)^2 =
- * 4s(1 - s) with s = 1 / (1 + exp(-2u)) and 1 - s = exp(-2u) s, which
- * avoids the cancellation of 1 - t*t near |t| = 1.
+ * 1 - tanh(u)^2 = 4s(1 - s) with s = 1 / (1 + exp(-2u)) and
+ * 1 - s = exp(-2u) s, which avoids the cancellation of 1 - t*t near
+ * |t| = 1.
  */
 #include "backend/cpu/simd.h"
 

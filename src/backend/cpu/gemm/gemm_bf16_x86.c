@@ -32,6 +32,7 @@
 
 #include <cpuid.h>
 #include <immintrin.h>
+#include "backend/cpu/gemm/tile_x86.h"
 #include "backend/cpu/gemm/transpose_x86.h"
 #include <stdatomic.h>
 #include <string.h>
@@ -220,24 +221,14 @@ TGT_FINISH static void finish16_tile(float *t, int64_t tl, int mr, int nr, uint1
 #define DOT_NR 32
 
 #ifdef HAVE_BF16_TARGET
-#define DOT_DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
+#define DOT_DECL(i) TILE_DECL(__m512, _mm512_, i)
 #define DOT_STEP(i)                                                                     \
     do {                                                                                \
         __m512bh a_ = (__m512bh)_mm512_set1_epi32((int)a[i]);                           \
         c##i##0 = _mm512_dpbf16_ps(c##i##0, a_, b0);                                    \
         c##i##1 = _mm512_dpbf16_ps(c##i##1, a_, b1);                                    \
     } while (0)
-#define DOT_STORE(i)                                                                    \
-    do {                                                                                \
-        float *r_ = c + (i) * ldc;                                                      \
-        __m512 x0 = _mm512_mul_ps(va, c##i##0), x1 = _mm512_mul_ps(va, c##i##1);        \
-        if (beta != 0.0f) {                                                             \
-            x0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(r_), x0);                          \
-            x1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(r_ + 16), x1);                     \
-        }                                                                               \
-        _mm512_storeu_ps(r_, x0);                                                       \
-        _mm512_storeu_ps(r_ + 16, x1);                                                  \
-    } while (0)
+#define DOT_STORE(i) TILE_STORE(__m512, _mm512_, 16, i)
 
 TGT_DOT static void micro_dot(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc,
                               float alpha, float beta)
