@@ -355,48 +355,21 @@ static amp_status check_count(int64_t n, const char *what)
     return AMP_OK;
 }
 
-/* One collective as comm.c hands it to an engine. */
-typedef enum { ALLREDUCE, ALLGATHER, REDUCE_SCATTER, BCAST } coll_kind;
-typedef struct {
-    coll_kind kind;
-    const char *what; /* "an all-reduce": in messages */
-    void *recv;       /* the buffer of an all-reduce or a broadcast */
-    const void *send; /* = recv for an all-reduce or a broadcast */
-    int64_t n;
-    amp_dtype dt;
-    amp_reduce_op op; /* an all-reduce's */
-    int root;         /* a broadcast's */
-} coll;
-
-/* Runs c (its arguments checked) on dev's engine, started with a request
- * in *req when req is not NULL; a world of one rank copies send to recv
- * instead (nothing to do where they are the same buffer). */
-static amp_status run(const coll *c, amp_device dev, comm_req **req)
+/* The engine that runs a collective of n elements of dt on dev's buffers,
+ * or NULL with *st saying how it went where no engine runs it: a world of
+ * one rank copies send to recv (nothing to do where they are the same
+ * buffer), n of 0 is done, an engine that cannot take it now is an error. */
+static const comm_engine *engine_to_run(void *recv, const void *send, int64_t n, amp_dtype dt, amp_device dev,
+                                        amp_status *st)
 {
     const comm_engine *e = engine_for(dev);
     if (!e)
-        return identity_copy(c->recv, c->send, c->n, c->dt, dev);
-    if (c->n == 0)
-        return AMP_OK;
-    amp_status st = ready(e, dev);
-    if (st != AMP_OK)
-        return st;
-    comm_op *o = NULL, **out = req ? &o : NULL;
-    switch (c->kind) {
-    case ALLREDUCE:
-        st = e->allreduce(c->recv, c->n, c->dt, c->op, out);
-        break;
-    case ALLGATHER:
-        st = e->allgather(c->send, c->recv, c->n, c->dt, out);
-        break;
-    case REDUCE_SCATTER:
-        st = e->reduce_scatter(c->send, c->recv, c->n, c->dt, out);
-        break;
-    case BCAST:
-        st = e->bcast(c->recv, c->n, c->dt, c->root, out);
-        break;
-    }
-    return hand_out(e, st, o, req, c->what);
+        *st = identity_copy(recv, send, n, dt, dev);
+    else if (n == 0)
+        *st = AMP_OK;
+    else if ((*st = ready(e, dev)) == AMP_OK)
+        return e;
+    return NULL;
 }
 
 amp_status comm_allreduce(void *buf, int64_t n, amp_dtype dt, amp_reduce_op op, amp_device dev, comm_req **req)
@@ -413,9 +386,12 @@ amp_status comm_allreduce(void *buf, int64_t n, amp_dtype dt, amp_reduce_op op, 
                              "max; integers: sum, max; 16-bit data is widened to f32 first)",
                              op == AMP_REDUCE_SUM ? "sum" : op == AMP_REDUCE_AVG ? "avg" : "max",
                              amp_dtype_name(dt));
-    return run(&(coll){.kind = ALLREDUCE, .what = "an all-reduce", .recv = buf, .send = buf, .n = n, .dt = dt,
-                       .op = op},
-               dev, req);
+    const comm_engine *e = engine_to_run(buf, buf, n, dt, dev, &st);
+    if (!e)
+        return st;
+    comm_op *o = NULL;
+    st = e->allreduce(buf, n, dt, op, req ? &o : NULL);
+    return hand_out(e, st, o, req, "an all-reduce");
 }
 
 amp_status comm_allgather(const void *send, void *recv, int64_t n, amp_dtype dt, amp_device dev, comm_req **req)
@@ -425,8 +401,12 @@ amp_status comm_allgather(const void *send, void *recv, int64_t n, amp_dtype dt,
     amp_status st = check_count(n, "an all-gather");
     if (st != AMP_OK)
         return st;
-    return run(&(coll){.kind = ALLGATHER, .what = "an all-gather", .recv = recv, .send = send, .n = n, .dt = dt},
-               dev, req);
+    const comm_engine *e = engine_to_run(recv, send, n, dt, dev, &st);
+    if (!e)
+        return st;
+    comm_op *o = NULL;
+    st = e->allgather(send, recv, n, dt, req ? &o : NULL);
+    return hand_out(e, st, o, req, "an all-gather");
 }
 
 amp_status comm_reduce_scatter(const void *send, void *recv, int64_t n, amp_dtype dt, amp_device dev,
@@ -439,9 +419,12 @@ amp_status comm_reduce_scatter(const void *send, void *recv, int64_t n, amp_dtyp
         return st;
     if (dt != AMP_F32)
         return amp_set_error(AMP_ERR_DTYPE, "dist: reduce-scatter of %s buffers (f32 only)", amp_dtype_name(dt));
-    return run(&(coll){.kind = REDUCE_SCATTER, .what = "a reduce-scatter", .recv = recv, .send = send, .n = n,
-                       .dt = dt},
-               dev, req);
+    const comm_engine *e = engine_to_run(recv, send, n, dt, dev, &st);
+    if (!e)
+        return st;
+    comm_op *o = NULL;
+    st = e->reduce_scatter(send, recv, n, dt, req ? &o : NULL);
+    return hand_out(e, st, o, req, "a reduce-scatter");
 }
 
 amp_status comm_bcast(void *buf, int64_t n, amp_dtype dt, int root, amp_device dev)
@@ -451,8 +434,8 @@ amp_status comm_bcast(void *buf, int64_t n, amp_dtype dt, int root, amp_device d
         return st;
     if (root < 0 || root >= g_size)
         return amp_set_error(AMP_ERR_ARG, "dist: broadcast from rank %d of a world of %d", root, g_size);
-    return run(&(coll){.kind = BCAST, .what = "a broadcast", .recv = buf, .send = buf, .n = n, .dt = dt, .root = root},
-               dev, NULL);
+    const comm_engine *e = engine_to_run(buf, buf, n, dt, dev, &st);
+    return e ? e->bcast(buf, n, dt, root, NULL) : st;
 }
 
 amp_status comm_barrier(void)
