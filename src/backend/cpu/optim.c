@@ -303,32 +303,24 @@ static void adam_fn(const void *k, float *p, const float *g, float *const *s, in
 #include "backend/cpu/optim_vec.h"
 #endif
 
-static amp_status sgd_all(const be_sgd_opts *s, const be_optim_param *ps, int n, const int64_t *steps)
+/* ------------------------------------------- the constants, the steps */
+
+/* Each parameter's SGD constants (ks: n sgd_k). */
+static void sgd_consts(const void *opts, const be_optim_param *ps, int n, const int64_t *steps, void *out)
 {
-    const bool sr = s->sr;
-    sgd_k *ks = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *ks);
-    if (!ks)
-        return AMP_ERR_MEMORY;
+    const be_sgd_opts *s = opts;
+    sgd_k *ks = out;
     for (int i = 0; i < n; i++)
         ks[i] = (sgd_k){s->weight_decay, s->momentum, s->one_minus_dampening, -s->lr, steps[ps[i].index] == 0, s->nesterov};
-    range_fn fn = sgd_fn;
-#ifdef HAVE_VEC_UPDATE
-    const int lanes = vector_lanes();
-    fn = lanes == 16 ? sgd_fn_v : lanes == 8 ? sgd_fn_v8 : fn;
-#endif
-    amp_status st = run_all_sr(fn, ks, sizeof *ks, ps, n, steps, sr);
-    amp_free(ks);
-    return st;
 }
 
-static amp_status adam_all(const be_adam_opts *a, const be_optim_param *ps, int n, const int64_t *steps)
+/* Each parameter's Adam constants (ks: n adam_k): its bias corrections at
+ * its own step count (PyTorch's per-parameter state["step"]), worked out
+ * once here, not per block. */
+static void adam_consts(const void *opts, const be_optim_param *ps, int n, const int64_t *steps, void *out)
 {
-    const bool sr = a->sr;
-    adam_k *ks = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *ks);
-    if (!ks)
-        return AMP_ERR_MEMORY;
-    /* Each parameter's bias corrections at its own step count (PyTorch's
-     * per-parameter state["step"]), worked out once here, not per block. */
+    const be_adam_opts *a = opts;
+    adam_k *ks = out;
     for (int i = 0; i < n; i++) {
         const double t = (double)(steps[ps[i].index] + 1), bc1 = 1.0 - pow(a->beta1, t), bc2 = 1.0 - pow(a->beta2, t);
         const double lr = a->lr;
@@ -345,39 +337,44 @@ static amp_status adam_all(const be_adam_opts *a, const be_optim_param *ps, int 
                          .l2 = !decoupled && a->weight_decay != 0,
                          .dec = decoupled && a->weight_decay != 0};
     }
-    range_fn fn = adam_fn;
+}
+
+/* An optimizer as step_all runs it: the size of its per-parameter
+ * constants and what fills them from the options and the step counts, and
+ * its element loop at each vector width (vector_lanes: 1, 8, 16). */
+typedef struct {
+    size_t k_size;
+    void (*consts)(const void *opts, const be_optim_param *ps, int n, const int64_t *steps, void *ks);
+    range_fn loop1, loop8, loop16;
+} optim_loops;
+
 #ifdef HAVE_VEC_UPDATE
-    const int lanes = vector_lanes();
-    fn = lanes == 16 ? adam_fn_v : lanes == 8 ? adam_fn_v8 : fn;
+#define LOOPS(name) name##_fn, name##_fn_v8, name##_fn_v
+#else
+#define LOOPS(name) name##_fn, name##_fn, name##_fn
 #endif
-    amp_status st = run_all_sr(fn, ks, sizeof *ks, ps, n, steps, sr);
-    amp_free(ks);
-    return st;
-}
-
-/* --------------------------------------------------- the primitives */
-
-typedef amp_status (*step_all_fn)(const void *opts, const be_optim_param *ps, int n, const int64_t *steps);
-
-static amp_status sgd_all_v(const void *o, const be_optim_param *ps, int n, const int64_t *steps)
-{
-    return sgd_all(o, ps, n, steps);
-}
-static amp_status adam_all_v(const void *o, const be_optim_param *ps, int n, const int64_t *steps)
-{
-    return adam_all(o, ps, n, steps);
-}
+static const optim_loops sgd_loops = {sizeof(sgd_k), sgd_consts, LOOPS(sgd)};
+static const optim_loops adam_loops = {sizeof(adam_k), adam_consts, LOOPS(adam)};
+#undef LOOPS
 
 /* The shared part of both primitives: skips on a non-zero *found_inf,
- * runs the loops over every parameter at its own step count, and counts
- * the step only when the whole update succeeded (on failure nothing has
- * changed). */
-static amp_status step_all(const char *who, step_all_fn fn, const void *opts, const be_optim_param *p, int n,
-                           int64_t *steps, int n_counters, const float *found_inf)
+ * runs the loops over every parameter at its own step count (bf16 state
+ * rounded stochastically when sr), and counts the step only when the
+ * whole update succeeded (on failure nothing has changed). */
+static amp_status step_all(const char *who, const optim_loops *L, const void *opts, bool sr, const be_optim_param *p,
+                           int n, int64_t *steps, int n_counters, const float *found_inf)
 {
     if (found_inf && *found_inf != 0)
         return AMP_OK;
-    if (fn(opts, p, n, steps) != AMP_OK)
+    void *ks = amp_alloc((size_t)(n > 0 ? n : 1) * L->k_size);
+    if (!ks)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", who);
+    L->consts(opts, p, n, steps, ks);
+    const int lanes = vector_lanes();
+    const range_fn fn = lanes == 16 ? L->loop16 : lanes == 8 ? L->loop8 : L->loop1;
+    amp_status st = run_all_sr(fn, ks, L->k_size, p, n, steps, sr);
+    amp_free(ks);
+    if (st != AMP_OK)
         return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", who);
     for (int i = 0; i < n; i++)
         steps[p[i].index]++;
@@ -388,11 +385,11 @@ static amp_status step_all(const char *who, step_all_fn fn, const void *opts, co
 amp_status cpu_sgd_step(const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
                         be_sgd_opts o)
 {
-    return step_all("sgd_step", sgd_all_v, &o, p, n, steps, n_counters, found_inf);
+    return step_all("sgd_step", &sgd_loops, &o, o.sr, p, n, steps, n_counters, found_inf);
 }
 
 amp_status cpu_adam_step(const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
                          be_adam_opts o)
 {
-    return step_all("adam_step", adam_all_v, &o, p, n, steps, n_counters, found_inf);
+    return step_all("adam_step", &adam_loops, &o, o.sr, p, n, steps, n_counters, found_inf);
 }
