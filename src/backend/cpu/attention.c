@@ -643,6 +643,20 @@ static void online_tile(const fwd_ctx *c, int64_t i0, int64_t nq, int64_t j0, in
     online_plain(c->a, i0, nq, j0, nk, S, m, l, O, Dp);
 }
 
+/* One backward tile (bwd_tile_plain's contract) on the call's kernels. */
+static void bwd_tile(ctype ct, const be_attn_desc *a, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
+                     const float *lse, const float *Di, float *PT, float *dPT)
+{
+#if defined(ATTN_X86)
+    if (ct != CT_PLAIN) {
+        bwd_tile_v(a, i0, nq, j0, nk, lse, Di, PT, dPT);
+        return;
+    }
+#endif
+    (void)ct;
+    bwd_tile_plain(a, i0, nq, j0, nk, lse, Di, PT, dPT);
+}
+
 /* The A operand of P (the S tile after online_tile): S itself in f32, or
  * its rows rounded to bf16 pairs in buf (BK / 2 words a row). */
 static const uint32_t *p_operand(ctype ct, float *S, int64_t nq, uint32_t *buf, int64_t *lda)
@@ -850,12 +864,7 @@ static void bwd_head(const bwd_ctx *c, int64_t h, uint32_t *w)
             const int64_t nk = T - j0 < BK ? T - j0 : BK, jt = j0 / BK;
             /* Pᵀ = exp(scale K_j Q_iᵀ - lse), masked entries 0 */
             mm(ct, nk, nq, ksd, Kr + j0 * ldk, ldk, Qt, BQ, PT, BQ, false);
-#if defined(ATTN_X86)
-            if (ct != CT_PLAIN)
-                bwd_tile_v(a, i0, nq, j0, nk, lse, Di, PT, NULL);
-            else
-#endif
-                bwd_tile_plain(a, i0, nq, j0, nk, lse, Di, PT, NULL);
+            bwd_tile(ct, a, i0, nq, j0, nk, lse, Di, PT, NULL);
             /* dV_j += Pᵀ dO_i */
             const uint32_t *A = (const uint32_t *)PT;
             int64_t lda = BQ;
@@ -871,12 +880,7 @@ static void bwd_head(const bwd_ctx *c, int64_t h, uint32_t *w)
                 continue;
             /* dPᵀ = V_j dO_iᵀ; dSᵀ = scale Pᵀ ∘ (dPᵀ - D_i) */
             mm(ct, nk, nq, ksd, Vr + j0 * ldv, ldv, dOt, BQ, dPT, BQ, false);
-#if defined(ATTN_X86)
-            if (ct != CT_PLAIN)
-                bwd_tile_v(a, i0, nq, j0, nk, lse, Di, PT, dPT);
-            else
-#endif
-                bwd_tile_plain(a, i0, nq, j0, nk, lse, Di, PT, dPT);
+            bwd_tile(ct, a, i0, nq, j0, nk, lse, Di, PT, dPT);
             const uint32_t *dSa = (const uint32_t *)dPT, *dSb = (const uint32_t *)dPT;
 #if defined(ATTN_X86)
             if (ct == CT_DOT) {
