@@ -3,8 +3,7 @@
  * threads, the random generator, and aligned memory.
  *
  * Defines: amp_set_error, amp_fail_null, amp_warn, amp_alloc/free, philox,
- * ptr_hash,
- * thread count.
+ * thread count, ptr_hash.
  */
 #ifndef AMPC_BASE_H
 #define AMPC_BASE_H
