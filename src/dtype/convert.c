@@ -92,29 +92,19 @@ uint16_t amp_f32_to_bf16(float f)
 
 float amp_bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
 
-void cvt_f32_to_f16_scalar(const float *src, uint16_t *dst, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = amp_f32_to_f16(src[i]);
-}
-
-void cvt_f16_to_f32_scalar(const uint16_t *src, float *dst, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = amp_f16_to_f32(src[i]);
-}
-
-void cvt_f32_to_bf16_scalar(const float *src, uint16_t *dst, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = amp_f32_to_bf16(src[i]);
-}
-
-void cvt_bf16_to_f32_scalar(const uint16_t *src, float *dst, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = amp_bf16_to_f32(src[i]);
-}
+/* The scalar loops (convert_x86.c's tails and fallback): dst[i] =
+ * conv(src[i]), one per direction and 16-bit type. */
+#define CVT_SCALAR(name, S, D, conv)                                                                              \
+    void name(const S *src, D *dst, size_t n)                                                                     \
+    {                                                                                                             \
+        for (size_t i = 0; i < n; i++)                                                                            \
+            dst[i] = conv(src[i]);                                                                                \
+    }
+CVT_SCALAR(cvt_f32_to_f16_scalar, float, uint16_t, amp_f32_to_f16)
+CVT_SCALAR(cvt_f16_to_f32_scalar, uint16_t, float, amp_f16_to_f32)
+CVT_SCALAR(cvt_f32_to_bf16_scalar, float, uint16_t, amp_f32_to_bf16)
+CVT_SCALAR(cvt_bf16_to_f32_scalar, uint16_t, float, amp_bf16_to_f32)
+#undef CVT_SCALAR
 
 /* Float to integer: truncate toward zero, NaN -> 0, saturate at the ends. */
 static int64_t to_int(double v, amp_dtype dt)
