@@ -34,6 +34,7 @@
 #include <immintrin.h>
 #include "backend/cpu/gemm/tile_x86.h"
 #include "backend/cpu/gemm/transpose_x86.h"
+#include "dtype/bf16_x86.h"
 #include <stdatomic.h>
 #include <string.h>
 #if defined(__linux__)
@@ -142,19 +143,10 @@ TGT_BW static bool pack_rows(const uint16_t *s, int64_t rs, int64_t ks, int w, i
 
 /* ---------------------------------------------------- 16-bit C rows */
 
-/* f32 -> bf16 as the dtype layer's reference rounds (convert_x86.c's
- * bf16_round_512): nearest even at bit 16, NaNs quieted as (x >> 16) |
- * 0x40, subnormals rounded rather than flushed. Integer operations only. */
-TGT_BW static inline __m256i round_bf16(__m512 v)
-{
-    __m512i x = _mm512_castps_si512(v);
-    __m512i absx = _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF));
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(absx, _mm512_set1_epi32(0x7F800000));
-    __m512i hi = _mm512_srli_epi32(x, 16);
-    __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, lsb), _mm512_set1_epi32(0x7FFF)), 16);
-    return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40)));
-}
+/* f32 -> bf16 as the dtype layer's reference rounds (bf16_x86.h): nearest
+ * even at bit 16, NaNs quieted as (x >> 16) | 0x40, subnormals rounded
+ * rather than flushed. Integer operations only. */
+TGT_BW static inline __m256i round_bf16(__m512 v) { return _mm512_cvtepi32_epi16(bf16_round_512(v)); }
 
 #ifdef HAVE_BF16_TARGET
 /* VCVTNEPS2BF16 rounds as the reference does except that it flushes
