@@ -9,17 +9,29 @@
 #include <errno.h>
 #include <string.h>
 
+/* The commands: the name, what --help shows of it, and what runs it (on
+ * the arguments after the name). */
+static const struct {
+    const char *name, *synopsis, *what;
+    int (*run)(int argc, char **argv);
+} commands[] = {
+    {"train", "train", "train a model (cnn / mlp on Fashion-MNIST, gpt on text) and measure it", train_main},
+    {"eval", "eval DIR", "measure the model saved in DIR by train --save", eval_run},
+    {"generate", "generate DIR", "sample text from the gpt model saved in DIR (a KV cache, streamed)", generate_main},
+    {"plot", "plot LOG", "draw a train --log file (loss, loss scale, skipped steps) as SVG", plot_run},
+    {"policy", "policy", "print the autocast policy: each op's category per device", policy_run},
+    {"profile", "profile", "the same run in fp32 / bf16 / fp16 under the profiler, side by side", profile_main},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ampc <command> [options]\n\n"
                "ampc trains neural networks in C, with mixed precision on the way.\n\n"
-               "commands:\n"
-               "  train        train a model (cnn / mlp on Fashion-MNIST, gpt on text) and measure it\n"
-               "  eval DIR     measure the model saved in DIR by train --save\n"
-               "  generate DIR sample text from the gpt model saved in DIR (a KV cache, streamed)\n"
-               "  plot LOG     draw a train --log file (loss, loss scale, skipped steps) as SVG\n"
-               "  policy       print the autocast policy: each op's category per device\n"
-               "  profile      the same run in fp32 / bf16 / fp16 under the profiler, side by side\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].synopsis, commands[i].what);
+    fprintf(f, "\n"
                "  make train runs the default: ampc train (a CNN in bf16, about 25 s on 2 cores)\n"
                "  ampc --help, ampc --version, ampc <command> --help\n");
 }
@@ -73,18 +85,9 @@ static int run_command(int argc, char **argv)
         printf("ampc %s\nkernels %s\n", AMPC_VERSION, amp_cpu_kernels());
         return 0;
     }
-    if (strcmp(cmd, "train") == 0)
-        return train_main(argc - 2, argv + 2);
-    if (strcmp(cmd, "eval") == 0)
-        return eval_run(argc - 2, argv + 2);
-    if (strcmp(cmd, "generate") == 0)
-        return generate_main(argc - 2, argv + 2);
-    if (strcmp(cmd, "plot") == 0)
-        return plot_run(argc - 2, argv + 2);
-    if (strcmp(cmd, "profile") == 0)
-        return profile_main(argc - 2, argv + 2);
-    if (strcmp(cmd, "policy") == 0)
-        return policy_run(argc - 2, argv + 2);
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (strcmp(cmd, commands[i].name) == 0)
+            return commands[i].run(argc - 2, argv + 2);
     fprintf(stderr, "ampc: unknown %s '%s' (see ampc --help)\n", cmd[0] == '-' ? "option" : "command",
             cmd);
     return EXIT_USAGE;
