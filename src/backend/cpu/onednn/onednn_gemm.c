@@ -33,7 +33,6 @@ bool onednn_gemm(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N
 #include "base/base.h"
 #include "base/parallel.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,21 +169,20 @@ static bool run_one(const mm_key *k, const void *A, const void *B, void *C, cons
  * AMPC_ONEDNN_SPLIT=0 turns it off (as for the convolutions).
  */
 typedef struct {
+    onednn_chunks chunks;
     mm_key k;                  /* the whole product's key; per chunk M, N or batch replaced */
     int axis;                  /* 0: batch, 1: rows of C, 2: columns of C */
     const char *A, *B, *bias;
     char *C;
     size_t a_step, b_step, c_step, bias_step; /* bytes per unit along the axis */
     bool relu;                                /* each chunk applies it to its C while in cache */
-    _Atomic int declined;
-    _Atomic int status;
 } mm_split;
 
 static void mm_split_fn(void *vj, int64_t lo, int64_t hi, int tid)
 {
     (void)tid;
     mm_split *j = vj;
-    if (atomic_load(&j->declined) || atomic_load(&j->status) != AMP_OK)
+    if (!onednn_chunks_going(&j->chunks))
         return;
     mm_key k = j->k;
     k.threads = onednn_threads();
@@ -199,12 +197,9 @@ static void mm_split_fn(void *vj, int64_t lo, int64_t hi, int tid)
     }
     amp_status st = AMP_OK;
     char *c = j->C + (size_t)lo * j->c_step;
-    if (!run_one(&k, j->A + (size_t)lo * j->a_step, j->B + (size_t)lo * j->b_step, c,
-                 j->bias ? j->bias + (size_t)lo * j->bias_step : NULL, &st))
-        atomic_store(&j->declined, 1);
-    else if (st != AMP_OK)
-        atomic_store(&j->status, (int)st);
-    else if (j->relu)
+    const bool ran = run_one(&k, j->A + (size_t)lo * j->a_step, j->B + (size_t)lo * j->b_step, c,
+                             j->bias ? j->bias + (size_t)lo * j->bias_step : NULL, &st);
+    if (onednn_chunk_done(&j->chunks, ran, st) && j->relu)
         cpu_relu_rows(c, (amp_dtype)k.c_dt, k.batch, k.M, k.N, k.ldc, k.sc);
 }
 
@@ -244,9 +239,8 @@ static bool run_split(const mm_key *k, const void *A, const void *B, void *C, co
         return false;
     }
     amp_parallel_for(units, grain, mm_split_fn, &j);
-    if (atomic_load(&j.declined))
+    if (!onednn_chunks_ran(&j.chunks, st))
         return false;
-    *st = (amp_status)atomic_load(&j.status);
     if (*st != AMP_OK)
         *st = amp_set_error(*st, "gemm: oneDNN failed on a chunk of a %lld x %lld x %lld product", (long long)k->M,
                             (long long)k->N, (long long)k->K);
