@@ -9,6 +9,7 @@
  */
 #include "dtype/dtype.h"
 #include "base/base.h"
+#include "base/parallel.h"
 
 #include <math.h>
 
@@ -174,4 +175,30 @@ void amp_convert(const void *src, amp_dtype sdt, void *dst, amp_dtype ddt, size_
         else
             store_double(dst, ddt, i, load_double(src, sdt, i));
     }
+}
+
+typedef struct {
+    const char *src;
+    amp_dtype sdt;
+    int64_t sld;
+    char *dst;
+    amp_dtype ddt;
+    int64_t dld, cols;
+} rows_job;
+
+static void rows_range(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const rows_job *j = ctx;
+    const size_t es = amp_dtype_size(j->sdt), ed = amp_dtype_size(j->ddt);
+    for (int64_t r = lo; r < hi; r++)
+        amp_convert(j->src + (size_t)(r * j->sld) * es, j->sdt, j->dst + (size_t)(r * j->dld) * ed, j->ddt,
+                    (size_t)j->cols);
+}
+
+void cvt_rows(const void *src, amp_dtype sdt, int64_t sld, void *dst, amp_dtype ddt, int64_t dld, int64_t rows,
+              int64_t cols, int64_t grain)
+{
+    rows_job j = {src, sdt, sld, dst, ddt, dld, cols};
+    amp_parallel_for(rows, grain, rows_range, &j);
 }
