@@ -1,8 +1,9 @@
 /*
- * ampc.c - the ampc program: picks the command (one table of them),
- * answers --help and --version, refuses a bad environment before any
- * command, and checks that what was printed reached standard output. The
- * commands live in their own files (see cli.h).
+ * ampc.c - the ampc program: picks the command (one table of them, which
+ * dispatch and --help read), answers --help and --version, refuses a bad
+ * environment before any command, and checks that what was printed
+ * reached standard output. The commands live in their own files (see
+ * cli.h).
  */
 #include "cli.h"
 #include "memcheck.h"
@@ -11,11 +12,10 @@
 #include <errno.h>
 #include <string.h>
 
-/* The commands: each lives in its own file with its option table (cli.h
- * declares its entry point); this table is the one place that lists
- * them, for dispatch and for --help. */
+/* The commands: the name, what --help shows of it, and what runs it (on
+ * the arguments after the name). */
 static const struct {
-    const char *name, *usage, *summary;
+    const char *name, *synopsis, *what;
     int (*run)(int argc, char **argv);
 } commands[] = {
     {"train", "train", "train a model (cnn / mlp on Fashion-MNIST, gpt on text) and measure it", train_main},
@@ -33,8 +33,9 @@ static void usage(FILE *f)
                "ampc trains neural networks in C, with mixed precision on the way.\n\n"
                "commands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
-        fprintf(f, "  %-12s %s\n", commands[i].usage, commands[i].summary);
-    fprintf(f, "\n  make train runs the default: ampc train (a CNN in bf16, about 25 s on 2 cores)\n"
+        fprintf(f, "  %-12s %s\n", commands[i].synopsis, commands[i].what);
+    fprintf(f, "\n"
+               "  make train runs the default: ampc train (a CNN in bf16, about 25 s on 2 cores)\n"
                "  ampc --help, ampc --version, ampc <command> --help\n");
 }
 

@@ -122,8 +122,7 @@ const opt_cmd generate_options = {
              "be the path of a .safetensors checkpoint file), with a\n"
              "key/value cache: the prompt in one forward, then one position per new token. The prompt and\n"
              "the text are streamed to stdout as they come; the speed goes to stderr.\n\n",
-    .blocks = (const opt_block[]){{.rows = gen_rows, .n = sizeof gen_rows / sizeof gen_rows[0]}},
-    .n_blocks = 1,
+    OPT_ONE_TABLE(gen_rows),
     .positional = gen_dir,
 };
 

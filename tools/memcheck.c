@@ -118,60 +118,76 @@ bool mem_parse_bytes(const char *s, uint64_t *out)
     return true;
 }
 
-/* Where hierarchy v2 or v1's memory controller is mounted, and the root
- * of that mount inside the hierarchy (proc/mountinfo). */
-static bool cgroup_mount(const char *proc, bool v2, char *mnt, size_t n, char *root, size_t rn)
+/* Calls match(line, ctx) on each line of proc/name until one returns
+ * true; whether one did (false where the file cannot be read). */
+static bool find_line(const char *proc, const char *name, bool (*match)(char *line, void *ctx), void *ctx)
 {
     char path[600];
-    snprintf(path, sizeof path, "%s/mountinfo", proc);
+    snprintf(path, sizeof path, "%s/%s", proc, name);
     FILE *f = fopen(path, "r");
     if (!f)
         return false;
     char line[1024];
     bool found = false;
-    while (!found && fgets(line, sizeof line, f)) {
-        char r[256], m[256], fstype[64], super[256] = "";
-        const char *dash = strstr(line, " - ");
-        if (!dash || sscanf(line, "%*s %*s %*s %255s %255s", r, m) != 2 ||
-            sscanf(dash + 3, "%63s %*s %255s", fstype, super) < 1)
-            continue;
-        if (v2 ? strcmp(fstype, "cgroup2") == 0
-               : strcmp(fstype, "cgroup") == 0 && (strstr(super, ",memory") || strncmp(super, "memory", 6) == 0)) {
-            snprintf(mnt, n, "%s", m);
-            snprintf(root, rn, "%s", r);
-            found = true;
-        }
-    }
+    while (!found && fgets(line, sizeof line, f))
+        found = match(line, ctx);
     fclose(f);
     return found;
+}
+
+/* What a line of mountinfo or cgroup is looked for, and where the answer
+ * goes. */
+typedef struct {
+    bool v2;
+    char *out, *root;
+    size_t n, rn;
+} cgroup_find;
+
+static bool mount_line(char *line, void *ctx)
+{
+    const cgroup_find *c = ctx;
+    char r[256], m[256], fstype[64], super[256] = "";
+    const char *dash = strstr(line, " - ");
+    if (!dash || sscanf(line, "%*s %*s %*s %255s %255s", r, m) != 2 ||
+        sscanf(dash + 3, "%63s %*s %255s", fstype, super) < 1)
+        return false;
+    if (!(c->v2 ? strcmp(fstype, "cgroup2") == 0
+                : strcmp(fstype, "cgroup") == 0 && (strstr(super, ",memory") || strncmp(super, "memory", 6) == 0)))
+        return false;
+    snprintf(c->out, c->n, "%s", m);
+    snprintf(c->root, c->rn, "%s", r);
+    return true;
+}
+
+/* Where hierarchy v2 or v1's memory controller is mounted, and the root
+ * of that mount inside the hierarchy (proc/mountinfo). */
+static bool cgroup_mount(const char *proc, bool v2, char *mnt, size_t n, char *root, size_t rn)
+{
+    cgroup_find c = {.v2 = v2, .out = mnt, .n = n, .root = root, .rn = rn};
+    return find_line(proc, "mountinfo", mount_line, &c);
+}
+
+static bool path_line(char *line, void *ctx)
+{
+    const cgroup_find *c = ctx;
+    line[strcspn(line, "\n")] = '\0';
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2)
+        return false;
+    *c1 = *c2 = '\0';
+    const char *ctl = c1 + 1; /* the controllers: none for v2 */
+    if (!(c->v2 ? strcmp(line, "0") == 0 && *ctl == '\0' : strstr(ctl, "memory") != NULL))
+        return false;
+    snprintf(c->out, c->n, "%s", c2 + 1);
+    return true;
 }
 
 /* The cgroup path of this process in hierarchy v2 ("0::/path") or v1's
  * memory controller ("4:memory:/path"), from proc/cgroup. */
 static bool cgroup_path(const char *proc, bool v2, char *out, size_t n)
 {
-    char path[600];
-    snprintf(path, sizeof path, "%s/cgroup", proc);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    char line[1024];
-    bool found = false;
-    while (!found && fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = '\0';
-        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-        if (!c2)
-            continue;
-        *c1 = *c2 = '\0';
-        const char *ctl = c1 + 1; /* the controllers: none for v2 */
-        bool match = v2 ? strcmp(line, "0") == 0 && *ctl == '\0' : strstr(ctl, "memory") != NULL;
-        if (match) {
-            snprintf(out, n, "%s", c2 + 1);
-            found = true;
-        }
-    }
-    fclose(f);
-    return found;
+    cgroup_find c = {.v2 = v2, .out = out, .n = n};
+    return find_line(proc, "cgroup", path_line, &c);
 }
 
 /* Considers a budget for the whole process: taken when smaller. */

@@ -110,6 +110,11 @@ typedef struct opt_cmd {
     opt_arg_fn positional;   /* NULL: every such argument is refused (opt_unexpected) */
 } opt_cmd;
 
+/* The blocks of a command whose options are all the rows of one table (an
+ * array of opt_def): .blocks and .n_blocks of its opt_cmd. */
+#define OPT_ONE_TABLE(table)                                                                                  \
+    .blocks = (const opt_block[]){{.rows = (table), .n = (int)(sizeof(table) / sizeof(table)[0])}}, .n_blocks = 1
+
 /* Where one block's values go: the struct its rows' offsets point into
  * and, unless NULL, one flag per row of its table (the table's order),
  * set for each row the command line gives. */

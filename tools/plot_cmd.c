@@ -47,8 +47,7 @@ const opt_cmd plot_options = {
              "with the skipped steps marked in red, and the f16 health of the gradients\n"
              "(ampc train --health-every: the share that is zero, would flush to zero,\n"
              "be subnormal or overflow in f16, unscaled and at the scale).\n\n",
-    .blocks = (const opt_block[]){{.rows = plot_rows, .n = sizeof plot_rows / sizeof plot_rows[0]}},
-    .n_blocks = 1,
+    OPT_ONE_TABLE(plot_rows),
     .positional = plot_log,
 };
 

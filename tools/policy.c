@@ -36,8 +36,7 @@ const opt_cmd policy_options = {
              "  promote   inputs cast to the widest input dtype\n"
              "  banned    an error under autocast\n"
              "  unlisted  runs in its inputs' dtype\n\n",
-    .blocks = (const opt_block[]){{.rows = policy_rows, .n = sizeof policy_rows / sizeof policy_rows[0]}},
-    .n_blocks = 1,
+    OPT_ONE_TABLE(policy_rows),
     .positional = no_argument,
 };
 

@@ -466,14 +466,28 @@ amp_status amp_scaler_update(amp_scaler *s)
     return st;
 }
 
+/* Whether `who` has work to do on s: not for a NULL s (*rc the error) nor
+ * for a disabled one (*rc AMP_OK: a disabled scaler does nothing, as
+ * PyTorch's). */
+static bool enabled_for(const amp_scaler *s, const char *who, amp_status *rc)
+{
+    *rc = s ? AMP_OK : amp_set_error(AMP_ERR_ARG, "%s: NULL scaler", who);
+    return s && s->o.enabled;
+}
+
+/* Whether an update (amp_scaler_update, _update_to) has work to do on s:
+ * enabled_for, and the loss was scaled this iteration (else *rc the
+ * error). */
+static bool update_wanted(const amp_scaler *s, amp_status *rc)
+{
+    return enabled_for(s, "scaler_update", rc) && (*rc = check_started(s, "update")) == AMP_OK;
+}
+
 static amp_status scaler_update(amp_scaler *s)
 {
-    if (!s)
-        return amp_set_error(AMP_ERR_ARG, "scaler_update: NULL scaler");
-    if (!s->o.enabled)
-        return AMP_OK;
-    if (check_started(s, "update") != AMP_OK)
-        return AMP_ERR_STATE;
+    amp_status rc;
+    if (!update_wanted(s, &rc))
+        return rc;
     uint64_t records = 0; /* unscale refuses records past BE_SCALER_MAX_RECORDS */
     for (int i = 0; i < s->n_recs && i < BE_SCALER_MAX_RECORDS; i++)
         if (s->recs[i].recorded)
@@ -490,18 +504,14 @@ static amp_status scaler_update(amp_scaler *s)
 
 amp_status amp_scaler_update_to(amp_scaler *s, double new_scale)
 {
-    if (!s)
-        return amp_set_error(AMP_ERR_ARG, "scaler_update: NULL scaler");
-    if (!s->o.enabled)
-        return AMP_OK;
-    if (check_started(s, "update") != AMP_OK)
-        return AMP_ERR_STATE;
+    amp_status rc;
+    if (!update_wanted(s, &rc))
+        return rc;
     if (!((float)new_scale > 0) || !isfinite((float)new_scale))
         return amp_set_error(AMP_ERR_ARG, "scaler_update: new_scale %g must be positive and finite as an f32",
                              new_scale);
     be_scaler_state st;
-    amp_status rc = pull(s, &st);
-    if (rc != AMP_OK)
+    if ((rc = pull(s, &st)) != AMP_OK)
         return rc;
     float old = scale_value(s);
     if ((rc = set_scale(s, (float)new_scale)) != AMP_OK)
@@ -560,17 +570,15 @@ int scaler_hysteresis_most(const amp_scaler *s) { return s && s->o.hysteresis > 
 
 amp_status amp_scaler_set_hysteresis_left(amp_scaler *s, int left)
 {
-    if (!s)
-        return amp_set_error(AMP_ERR_ARG, "scaler_set_hysteresis_left: NULL scaler");
-    if (!s->o.enabled)
-        return AMP_OK;
+    amp_status rc;
+    if (!enabled_for(s, "scaler_set_hysteresis_left", &rc))
+        return rc;
     int most = scaler_hysteresis_most(s);
     if (left < 1 || left > most)
         return amp_set_error(AMP_ERR_ARG, "scaler_set_hysteresis_left: %d is outside 1..%d (the hysteresis)", left,
                              most);
     be_scaler_state st;
-    amp_status rc = pull(s, &st);
-    if (rc != AMP_OK)
+    if ((rc = pull(s, &st)) != AMP_OK)
         return rc;
     st.hysteresis_left = left;
     return push(s, &st);
@@ -592,10 +600,9 @@ amp_scaler_state amp_scaler_state_get(const amp_scaler *s)
 
 amp_status amp_scaler_state_load(amp_scaler *s, amp_scaler_state st)
 {
-    if (!s)
-        return amp_set_error(AMP_ERR_ARG, "scaler_state_load: NULL scaler");
-    if (!s->o.enabled)
-        return AMP_OK;
+    amp_status rc;
+    if (!enabled_for(s, "scaler_state_load", &rc))
+        return rc;
     if (!st.valid)
         return amp_set_error(AMP_ERR_STATE,
                              "scaler_state_load: the source state is empty, possibly because it was "
@@ -617,8 +624,7 @@ amp_status amp_scaler_state_load(amp_scaler *s, amp_scaler_state st)
                              "scaler_state_load: growth tracker %lld is not below the growth interval %lld",
                              (long long)st.growth_tracker, (long long)st.growth_interval);
     be_scaler_state cur;
-    amp_status rc = pull(s, &cur);
-    if (rc != AMP_OK)
+    if ((rc = pull(s, &cur)) != AMP_OK)
         return rc;
     s->o = o;
     cur.tracker = st.growth_tracker;

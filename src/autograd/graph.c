@@ -254,18 +254,9 @@ typedef struct {
 static _Thread_local int backward_depth;
 static _Thread_local ready_table *ready_outer;
 
-static size_t ready_hash(const amp_tensor *t, size_t mask)
-{
-    uint64_t h = (uint64_t)(uintptr_t)t;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    return (size_t)h & mask;
-}
-
 static ready_entry *ready_slot(ready_table *rt, const amp_tensor *t)
 {
-    size_t i = ready_hash(t, rt->mask);
+    size_t i = ptr_hash(t, rt->mask);
     while (rt->e[i].t && rt->e[i].t != t)
         i = (i + 1) & rt->mask;
     return &rt->e[i];

@@ -3,7 +3,7 @@
  * threads, the random generator, and aligned memory.
  *
  * Defines: amp_set_error, amp_fail_null, amp_warn, amp_alloc/free, philox,
- * thread count.
+ * thread count, ptr_hash.
  */
 #ifndef AMPC_BASE_H
 #define AMPC_BASE_H
@@ -45,6 +45,18 @@ void amp_philox(uint64_t key, uint64_t counter_hi, uint64_t counter_lo, uint32_t
 uint64_t amp_rng_reserve(uint64_t n, uint64_t *seed);
 /* Uniform float in [0, 1) from a 32-bit word (24 random bits). */
 static inline float amp_u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+
+/* A slot for pointer p in an open-addressing table of mask + 1 slots (a
+ * power of two): the address mixed by MurmurHash3's 64-bit finalizer
+ * steps, so that aligned addresses spread over the slots. */
+static inline size_t ptr_hash(const void *p, size_t mask)
+{
+    uint64_t h = (uint64_t)(uintptr_t)p;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return (size_t)h & mask;
+}
 
 /* Number of threads kernels should use: the setting, or 1 inside an
  * amp_parallel_for range (nested loops run inline). */

@@ -296,7 +296,8 @@ static amp_status hand_out(const comm_engine *e, amp_status st, comm_op *op, com
     return AMP_OK;
 }
 
-/* A world of one rank's all-gather or reduce-scatter: recv = send. */
+/* A world of one rank's collective: recv = send (the same buffer for an
+ * all-reduce or a broadcast: nothing to copy). */
 static amp_status identity_copy(void *recv, const void *send, int64_t n, amp_dtype dt, amp_device dev)
 {
     if (g_end.on)
@@ -354,6 +355,23 @@ static amp_status check_count(int64_t n, const char *what)
     return AMP_OK;
 }
 
+/* The engine that runs a collective of n elements of dt on dev's buffers,
+ * or NULL with *st saying how it went where no engine runs it: a world of
+ * one rank copies send to recv (nothing to do where they are the same
+ * buffer), n of 0 is done, an engine that cannot take it now is an error. */
+static const comm_engine *engine_to_run(void *recv, const void *send, int64_t n, amp_dtype dt, amp_device dev,
+                                        amp_status *st)
+{
+    const comm_engine *e = engine_for(dev);
+    if (!e)
+        *st = identity_copy(recv, send, n, dt, dev);
+    else if (n == 0)
+        *st = AMP_OK;
+    else if ((*st = ready(e, dev)) == AMP_OK)
+        return e;
+    return NULL;
+}
+
 amp_status comm_allreduce(void *buf, int64_t n, amp_dtype dt, amp_reduce_op op, amp_device dev, comm_req **req)
 {
     if (req)
@@ -368,12 +386,8 @@ amp_status comm_allreduce(void *buf, int64_t n, amp_dtype dt, amp_reduce_op op, 
                              "max; integers: sum, max; 16-bit data is widened to f32 first)",
                              op == AMP_REDUCE_SUM ? "sum" : op == AMP_REDUCE_AVG ? "avg" : "max",
                              amp_dtype_name(dt));
-    const comm_engine *e = engine_for(dev);
+    const comm_engine *e = engine_to_run(buf, buf, n, dt, dev, &st);
     if (!e)
-        return g_end.on ? ended() : AMP_OK;
-    if (n == 0)
-        return AMP_OK;
-    if ((st = ready(e, dev)) != AMP_OK)
         return st;
     comm_op *o = NULL;
     st = e->allreduce(buf, n, dt, op, req ? &o : NULL);
@@ -387,12 +401,8 @@ amp_status comm_allgather(const void *send, void *recv, int64_t n, amp_dtype dt,
     amp_status st = check_count(n, "an all-gather");
     if (st != AMP_OK)
         return st;
-    const comm_engine *e = engine_for(dev);
+    const comm_engine *e = engine_to_run(recv, send, n, dt, dev, &st);
     if (!e)
-        return identity_copy(recv, send, n, dt, dev);
-    if (n == 0)
-        return AMP_OK;
-    if ((st = ready(e, dev)) != AMP_OK)
         return st;
     comm_op *o = NULL;
     st = e->allgather(send, recv, n, dt, req ? &o : NULL);
@@ -409,12 +419,8 @@ amp_status comm_reduce_scatter(const void *send, void *recv, int64_t n, amp_dtyp
         return st;
     if (dt != AMP_F32)
         return amp_set_error(AMP_ERR_DTYPE, "dist: reduce-scatter of %s buffers (f32 only)", amp_dtype_name(dt));
-    const comm_engine *e = engine_for(dev);
+    const comm_engine *e = engine_to_run(recv, send, n, dt, dev, &st);
     if (!e)
-        return identity_copy(recv, send, n, dt, dev);
-    if (n == 0)
-        return AMP_OK;
-    if ((st = ready(e, dev)) != AMP_OK)
         return st;
     comm_op *o = NULL;
     st = e->reduce_scatter(send, recv, n, dt, req ? &o : NULL);
@@ -428,14 +434,8 @@ amp_status comm_bcast(void *buf, int64_t n, amp_dtype dt, int root, amp_device d
         return st;
     if (root < 0 || root >= g_size)
         return amp_set_error(AMP_ERR_ARG, "dist: broadcast from rank %d of a world of %d", root, g_size);
-    const comm_engine *e = engine_for(dev);
-    if (!e)
-        return g_end.on ? ended() : AMP_OK;
-    if (n == 0)
-        return AMP_OK;
-    if ((st = ready(e, dev)) != AMP_OK)
-        return st;
-    return e->bcast(buf, n, dt, root, NULL);
+    const comm_engine *e = engine_to_run(buf, buf, n, dt, dev, &st);
+    return e ? e->bcast(buf, n, dt, root, NULL) : st;
 }
 
 amp_status comm_barrier(void)

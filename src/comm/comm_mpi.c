@@ -37,40 +37,21 @@ static void mpi_attach(const comm_world *w) { W = w; }
 
 #ifndef AMPC_HAVE_MPI
 
-static bool no_mpi(void) { return false; }
+static bool mpi_available(void) { return false; }
 
-static const char *no_mpi_reason(void)
+static const char *mpi_reason(void)
 {
     return "ampc was built without MPI, so it cannot train on several processes (install Open MPI, e.g. "
            "apt-get install libopenmpi-dev openmpi-bin, and rebuild)";
 }
 
-static amp_status no_init(int *argc, char ***argv, int *rank, int *size)
+static amp_status mpi_init(int *argc, char ***argv, int *rank, int *size)
 {
     (void)argc, (void)argv;
     *rank = 0;
     *size = 1;
-    return amp_set_error(AMP_ERR_STATE, "dist: %s", no_mpi_reason());
+    return amp_set_error(AMP_ERR_STATE, "dist: %s", mpi_reason());
 }
-
-static amp_status no_finalize(bool broken)
-{
-    (void)broken;
-    return AMP_OK;
-}
-
-static int64_t no_ops(void) { return 0; }
-
-/* Never asked for a collective: without MPI the world is one rank. */
-const comm_engine comm_engine_mpi = {
-    .name = "MPI",
-    .available = no_mpi,
-    .unavailable_reason = no_mpi_reason,
-    .attach = mpi_attach,
-    .init = no_init,
-    .finalize = no_finalize,
-    .ops_started = no_ops,
-};
 
 #else /* AMPC_HAVE_MPI */
 
@@ -437,12 +418,15 @@ static amp_status mpi_finalize(bool broken)
 
 static int64_t mpi_ops(void) { return g_ops; }
 
+#endif /* AMPC_HAVE_MPI */
+
 const comm_engine comm_engine_mpi = {
     .name = "MPI",
     .available = mpi_available,
     .unavailable_reason = mpi_reason,
     .attach = mpi_attach,
     .init = mpi_init,
+#ifdef AMPC_HAVE_MPI
     .finalize = mpi_finalize,
     .allreduce = mpi_allreduce,
     .allgather = mpi_allgather,
@@ -456,6 +440,8 @@ const comm_engine comm_engine_mpi = {
     .heard = mpi_heard,
     .silent = mpi_silent,
     .ops_started = mpi_ops,
+#else /* never asked for a collective: without MPI the world is one rank */
+    .finalize = comm_engine_absent_finalize,
+    .ops_started = comm_engine_absent_ops,
+#endif
 };
-
-#endif /* AMPC_HAVE_MPI */

@@ -55,31 +55,13 @@ static void nccl_attach(const comm_world *w) { W = w; }
 
 #ifndef AMPC_HAVE_NCCL
 
-static bool no_nccl(void) { return false; }
+static bool nccl_available(void) { return false; }
 
-static const char *no_nccl_reason(void)
+static const char *nccl_reason(void)
 {
     return "this build of ampc has none (a CUDA build with NCCL found: nccl.h and libnccl, e.g. the CUDA toolkit's "
            "or Debian's libnccl-dev)";
 }
-
-static amp_status no_finalize(bool broken)
-{
-    (void)broken;
-    return AMP_OK;
-}
-
-static int64_t no_ops(void) { return 0; }
-
-/* comm.c asks available() before any collective. */
-const comm_engine comm_engine_nccl = {
-    .name = "NCCL",
-    .available = no_nccl,
-    .unavailable_reason = no_nccl_reason,
-    .attach = nccl_attach,
-    .finalize = no_finalize,
-    .ops_started = no_ops,
-};
 
 #else /* AMPC_HAVE_NCCL */
 
@@ -546,16 +528,21 @@ static amp_status end(comm_op *op, ncclResult_t r, comm_op **out, const char *wh
         pthread_mutex_unlock(&g_mu);                                                                               \
     } while (0)
 
+/* The body of a collective: an operation named what begun, `call` made
+ * (NCCL_CALL), the operation ended: handed out in *out or waited for. */
+#define NCCL_OP(what, out, call)                                                                                   \
+    comm_op *o_;                                                                                                   \
+    amp_status st_ = begin(what, &o_);                                                                             \
+    if (st_ != AMP_OK)                                                                                             \
+        return st_;                                                                                                \
+    ncclResult_t r;                                                                                                \
+    NCCL_CALL(call);                                                                                               \
+    return end(o_, r, out, what)
+
 static amp_status nccl_allreduce(void *buf, int64_t n, amp_dtype dt, amp_reduce_op op, comm_op **out)
 {
-    static const char what[] = "an all-reduce (ncclAllReduce)";
-    comm_op *o;
-    amp_status st = begin(what, &o);
-    if (st != AMP_OK)
-        return st;
-    ncclResult_t r;
-    NCCL_CALL(api.AllReduce(buf, buf, (size_t)n, nccl_type(dt), nccl_op_of(op), g_comm, g_side));
-    return end(o, r, out, what);
+    NCCL_OP("an all-reduce (ncclAllReduce)", out,
+            api.AllReduce(buf, buf, (size_t)n, nccl_type(dt), nccl_op_of(op), g_comm, g_side));
 }
 
 /* Bytes per element as NCCL moves dt (1 where dt has no NCCL type). */
@@ -563,42 +550,24 @@ static size_t moved_size(amp_dtype dt) { return nccl_type(dt) == ncclUint8 ? amp
 
 static amp_status nccl_allgather(const void *send, void *recv, int64_t n, amp_dtype dt, comm_op **out)
 {
-    static const char what[] = "an all-gather (ncclAllGather)";
     /* send == recv is MPI's in place (this rank's block already in recv);
      * NCCL's in place is send at this rank's block of recv. */
     if (send == recv)
         send = (const char *)recv + (size_t)W->rank() * (size_t)n * amp_dtype_size(dt);
-    comm_op *o;
-    amp_status st = begin(what, &o);
-    if (st != AMP_OK)
-        return st;
-    ncclResult_t r;
-    NCCL_CALL(api.AllGather(send, recv, (size_t)n * moved_size(dt), nccl_type(dt), g_comm, g_side));
-    return end(o, r, out, what);
+    NCCL_OP("an all-gather (ncclAllGather)", out,
+            api.AllGather(send, recv, (size_t)n * moved_size(dt), nccl_type(dt), g_comm, g_side));
 }
 
 static amp_status nccl_reduce_scatter(const void *send, void *recv, int64_t n, amp_dtype dt, comm_op **out)
 {
-    static const char what[] = "a reduce-scatter (ncclReduceScatter)";
-    comm_op *o;
-    amp_status st = begin(what, &o);
-    if (st != AMP_OK)
-        return st;
-    ncclResult_t r;
-    NCCL_CALL(api.ReduceScatter(send, recv, (size_t)n, nccl_type(dt), ncclSum, g_comm, g_side));
-    return end(o, r, out, what);
+    NCCL_OP("a reduce-scatter (ncclReduceScatter)", out,
+            api.ReduceScatter(send, recv, (size_t)n, nccl_type(dt), ncclSum, g_comm, g_side));
 }
 
 static amp_status nccl_bcast(void *buf, int64_t n, amp_dtype dt, int root, comm_op **out)
 {
-    static const char what[] = "a broadcast (ncclBroadcast)";
-    comm_op *o;
-    amp_status st = begin(what, &o);
-    if (st != AMP_OK)
-        return st;
-    ncclResult_t r;
-    NCCL_CALL(api.Broadcast(buf, buf, (size_t)n * moved_size(dt), nccl_type(dt), root, g_comm, g_side));
-    return end(o, r, out, what);
+    NCCL_OP("a broadcast (ncclBroadcast)", out,
+            api.Broadcast(buf, buf, (size_t)n * moved_size(dt), nccl_type(dt), root, g_comm, g_side));
 }
 
 static amp_status nccl_test(comm_op *op, bool *done)
@@ -721,11 +690,14 @@ static amp_status nccl_finalize(bool broken)
     return st;
 }
 
+#endif /* AMPC_HAVE_NCCL */
+
 const comm_engine comm_engine_nccl = {
     .name = "NCCL",
     .available = nccl_available,
     .unavailable_reason = nccl_reason,
     .attach = nccl_attach,
+#ifdef AMPC_HAVE_NCCL
     .finalize = nccl_finalize,
     .allreduce = nccl_allreduce,
     .allgather = nccl_allgather,
@@ -734,6 +706,8 @@ const comm_engine comm_engine_nccl = {
     .test = nccl_test,
     .wait = nccl_wait,
     .ops_started = nccl_ops,
+#else /* comm.c asks available() before any collective */
+    .finalize = comm_engine_absent_finalize,
+    .ops_started = comm_engine_absent_ops,
+#endif
 };
-
-#endif /* AMPC_HAVE_NCCL */

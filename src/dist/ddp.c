@@ -98,15 +98,6 @@ struct amp_ddp {
 /* The live instances, all reached through the one autograd hook. */
 static amp_ddp *live;
 
-static size_t ptr_hash(const void *p, size_t mask)
-{
-    uint64_t h = (uint64_t)(uintptr_t)p;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    return (size_t)h & mask;
-}
-
 static int param_index(const amp_ddp *d, const amp_tensor *t)
 {
     for (size_t i = ptr_hash(t, d->mask);; i = (i + 1) & d->mask) {

@@ -92,6 +92,20 @@ static amp_status zeros(const amp_zero *z, void *dst, amp_dtype dt, int64_t n)
 
 static void *at(const void *p, amp_dtype dt, int64_t k) { return (char *)p + (size_t)k * amp_dtype_size(dt); }
 
+/* Every rank's outcome of a step that each ran (st: this rank's): this
+ * rank's own error, else the all-reduce's, else, where another rank
+ * failed, AMP_ERR_STATE with the message others_failed. */
+static amp_status every_rank(amp_status st, const char *others_failed)
+{
+    int32_t bad = st != AMP_OK;
+    const amp_status cst = comm_allreduce(&bad, 1, AMP_I32, AMP_REDUCE_MAX, AMP_CPU, NULL);
+    if (st != AMP_OK)
+        return st;
+    if (cst != AMP_OK)
+        return cst;
+    return bad ? amp_set_error(AMP_ERR_STATE, "%s", others_failed) : AMP_OK;
+}
+
 amp_zero *amp_zero_new(amp_optim *o)
 {
     if (!o)
@@ -498,15 +512,8 @@ amp_status amp_zero_gather_state(amp_zero *z)
      * memory for the whole state) keeps its state, so the others must too,
      * or the next call would find some ranks whole and the rest not (on a
      * failure z->state is what it was: no rank's state changed) */
-    {
-        int32_t bad = st != AMP_OK;
-        const amp_status cst = comm_allreduce(&bad, 1, AMP_I32, AMP_REDUCE_MAX, AMP_CPU, NULL);
-        if (st == AMP_OK && cst != AMP_OK)
-            st = cst;
-        else if (st == AMP_OK && bad)
-            st = amp_set_error(AMP_ERR_STATE, "zero_gather_state: another rank failed to gather the optimizer "
-                               "state (its message says why); the state stays as it was on every rank");
-    }
+    st = every_rank(st, "zero_gather_state: another rank failed to gather the optimizer state (its message says "
+                        "why); the state stays as it was on every rank");
     if (st == AMP_OK) {
         for (int i = 0; i < n; i++)
             optim_unshard(o, i, &full[i * (K + 1)], full[i * (K + 1) + K]);
@@ -531,16 +538,9 @@ amp_status amp_zero_shard_state(amp_zero *z)
      * amp_zero_gather_state packs alike; so unless every rank succeeded,
      * every rank is MIXED (reduce_gradients refuses; gather_state and
      * shard_state run on every rank) */
-    if (z->world > 1) {
-        int32_t bad = st != AMP_OK;
-        const amp_status cst = comm_allreduce(&bad, 1, AMP_I32, AMP_REDUCE_MAX, AMP_CPU, NULL);
-        if (st == AMP_OK && cst != AMP_OK)
-            st = cst;
-        else if (st == AMP_OK && bad)
-            st = amp_set_error(AMP_ERR_STATE, "zero_shard_state: another rank failed to shard its optimizer state "
-                               "(its message says why); call amp_zero_shard_state again (or "
-                               "amp_zero_gather_state)");
-    }
+    if (z->world > 1)
+        st = every_rank(st, "zero_shard_state: another rank failed to shard its optimizer state (its message says "
+                            "why); call amp_zero_shard_state again (or amp_zero_gather_state)");
     z->state = st == AMP_OK ? SHARDED : MIXED;
     return st;
 }

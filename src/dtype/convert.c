@@ -9,6 +9,7 @@
  */
 #include "dtype/dtype.h"
 #include "base/base.h"
+#include "base/parallel.h"
 
 #include <math.h>
 
@@ -92,29 +93,19 @@ uint16_t amp_f32_to_bf16(float f)
 
 float amp_bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
 
-void cvt_f32_to_f16_scalar(const float *src, uint16_t *dst, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = amp_f32_to_f16(src[i]);
-}
-
-void cvt_f16_to_f32_scalar(const uint16_t *src, float *dst, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = amp_f16_to_f32(src[i]);
-}
-
-void cvt_f32_to_bf16_scalar(const float *src, uint16_t *dst, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = amp_f32_to_bf16(src[i]);
-}
-
-void cvt_bf16_to_f32_scalar(const uint16_t *src, float *dst, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = amp_bf16_to_f32(src[i]);
-}
+/* The scalar loops (convert_x86.c's tails and fallback): dst[i] =
+ * conv(src[i]), one per direction and 16-bit type. */
+#define CVT_SCALAR(name, S, D, conv)                                                                              \
+    void name(const S *src, D *dst, size_t n)                                                                     \
+    {                                                                                                             \
+        for (size_t i = 0; i < n; i++)                                                                            \
+            dst[i] = conv(src[i]);                                                                                \
+    }
+CVT_SCALAR(cvt_f32_to_f16_scalar, float, uint16_t, amp_f32_to_f16)
+CVT_SCALAR(cvt_f16_to_f32_scalar, uint16_t, float, amp_f16_to_f32)
+CVT_SCALAR(cvt_f32_to_bf16_scalar, float, uint16_t, amp_f32_to_bf16)
+CVT_SCALAR(cvt_bf16_to_f32_scalar, uint16_t, float, amp_bf16_to_f32)
+#undef CVT_SCALAR
 
 /* Float to integer: truncate toward zero, NaN -> 0, saturate at the ends. */
 static int64_t to_int(double v, amp_dtype dt)
@@ -184,4 +175,30 @@ void amp_convert(const void *src, amp_dtype sdt, void *dst, amp_dtype ddt, size_
         else
             store_double(dst, ddt, i, load_double(src, sdt, i));
     }
+}
+
+typedef struct {
+    const char *src;
+    amp_dtype sdt;
+    int64_t sld;
+    char *dst;
+    amp_dtype ddt;
+    int64_t dld, cols;
+} rows_job;
+
+static void rows_range(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const rows_job *j = ctx;
+    const size_t es = amp_dtype_size(j->sdt), ed = amp_dtype_size(j->ddt);
+    for (int64_t r = lo; r < hi; r++)
+        amp_convert(j->src + (size_t)(r * j->sld) * es, j->sdt, j->dst + (size_t)(r * j->dld) * ed, j->ddt,
+                    (size_t)j->cols);
+}
+
+void cvt_rows(const void *src, amp_dtype sdt, int64_t sld, void *dst, amp_dtype ddt, int64_t dld, int64_t rows,
+              int64_t cols, int64_t grain)
+{
+    rows_job j = {src, sdt, sld, dst, ddt, dld, cols};
+    amp_parallel_for(rows, grain, rows_range, &j);
 }

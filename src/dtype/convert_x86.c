@@ -40,6 +40,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "dtype/bf16_x86.h"
+
 /* GCC 10 and clang 9 know the avx512bf16 target; older compilers build
  * without that path. */
 #if (defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10)
@@ -118,22 +120,6 @@ TGT_AVX512 static void f16_to_f32_avx512(const uint16_t *src, float *dst, size_t
 
 /* ----------------------------------------------------------------- bf16 */
 
-/* The reference's rounding on 16 lanes: round to nearest even at bit 16
- * (a carry into the exponent gives the next binade or inf, as it should),
- * NaNs become (x >> 16) | 0x40. Result in the low half of each lane. Integer
- * operations only, so like the reference it sets no MXCSR flag (a float
- * compare would flag invalid on a signalling NaN). */
-TGT_AVX512 static inline __m512i bf16_round_512(__m512 v)
-{
-    __m512i x = _mm512_castps_si512(v);
-    __m512i absx = _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF));
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(absx, _mm512_set1_epi32(0x7F800000));
-    __m512i hi = _mm512_srli_epi32(x, 16);
-    __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, lsb), _mm512_set1_epi32(0x7FFF)), 16);
-    return _mm512_mask_or_epi32(rounded, nan, hi, _mm512_set1_epi32(0x40));
-}
-
 TGT_AVX512 static void f32_to_bf16_avx512(const float *src, uint16_t *dst, size_t n)
 {
     size_t i = 0;
@@ -152,7 +138,7 @@ TGT_AVX512 static void bf16_to_f32_avx512(const uint16_t *src, float *dst, size_
     cvt_bf16_to_f32_scalar(src + i, dst + i, n - i);
 }
 
-/* AVX2 twin of bf16_round_512 on 8 lanes (a signed compare is enough:
+/* AVX2 twin of bf16_round_512 (bf16_x86.h) on 8 lanes (a signed compare is enough:
  * |x| fits in 31 bits). */
 TGT_AVX2 static inline __m256i bf16_round_256(__m256 v)
 {

@@ -24,6 +24,12 @@ void cvt_bf16_to_f32_scalar(const uint16_t *src, float *dst, size_t n);
 typedef void (*cvt_narrow_fn)(const float *src, uint16_t *dst, size_t n);
 typedef void (*cvt_widen_fn)(const uint16_t *src, float *dst, size_t n);
 
+/* amp_convert over the rows of a matrix: rows rows of cols elements from
+ * src (dtype sdt, sld elements from row to row) to dst (ddt, dld), the
+ * rows spread over the threads (amp_parallel_for) in grains of `grain`. */
+void cvt_rows(const void *src, amp_dtype sdt, int64_t sld, void *dst, amp_dtype ddt, int64_t dld, int64_t rows,
+              int64_t cols, int64_t grain);
+
 /* The fastest converter this CPU has, honouring amp_cpu_limit(). */
 cvt_narrow_fn cvt_pick_f32_to_f16(void);
 cvt_narrow_fn cvt_pick_f32_to_bf16(void);

@@ -499,29 +499,18 @@ void jb_printf(json_buf *b, const char *fmt, ...)
 
 void jb_string(json_buf *b, const char *s)
 {
+    /* the characters written as a backslash and a letter (or themselves) */
+    static const char special[] = "\"\\\n\r\t", letter[] = "\"\\nrt";
     jb_raw(b, "\"", 1);
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        switch (*c) {
-        case '"':
-            jb_raw(b, "\\\"", 2);
-            break;
-        case '\\':
-            jb_raw(b, "\\\\", 2);
-            break;
-        case '\n':
-            jb_raw(b, "\\n", 2);
-            break;
-        case '\r':
-            jb_raw(b, "\\r", 2);
-            break;
-        case '\t':
-            jb_raw(b, "\\t", 2);
-            break;
-        default:
-            if (*c < 0x20)
-                jb_printf(b, "\\u%04x", *c);
-            else
-                jb_raw(b, (const char *)c, 1);
+        const char *sp = strchr(special, *c);
+        if (sp) {
+            const char esc[2] = {'\\', letter[sp - special]};
+            jb_raw(b, esc, 2);
+        } else if (*c < 0x20) {
+            jb_printf(b, "\\u%04x", *c);
+        } else {
+            jb_raw(b, (const char *)c, 1);
         }
     }
     jb_raw(b, "\"", 1);

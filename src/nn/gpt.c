@@ -273,20 +273,7 @@ static amp_status adopt(amp_module *m, amp_module *child, const char *name)
         amp_module_free(child);
         return AMP_ERR_MEMORY;
     }
-    if (m->n_children == m->cap_children) {
-        int cap = m->cap_children ? 2 * m->cap_children : 4;
-        amp_module **c = realloc(m->children, (size_t)cap * sizeof *c);
-        if (!c) {
-            amp_module_free(child);
-            return amp_set_error(AMP_ERR_MEMORY, "model_gpt: out of memory");
-        }
-        m->children = c;
-        m->cap_children = cap;
-    }
-    m->children[m->n_children++] = child;
-    child->parent = m;
-    m->dirty = true;
-    return AMP_OK;
+    return module_append(m, child, "model_gpt");
 }
 
 /* A block's children in B_* order. They hang off the block as a

@@ -57,6 +57,21 @@ static amp_module *init_kaiming(amp_module *m, amp_shape ws, bool bias)
 /* The bias when the module has one (it is always the second parameter). */
 static amp_tensor *bias_of(const amp_module *m) { return m->n_own > 1 ? m->own[1] : NULL; }
 
+/* A layer with a Kaiming-initialised weight of shape ws (and bias) whose
+ * forward can take a following ReLU (forward_relu: the sequential fuses
+ * it); cfg_i[0..1] its input and output widths. */
+static amp_module *weight_layer(const char *kind, module_forward_fn forward, module_forward_fn forward_relu,
+                                int64_t in, int64_t out, amp_shape ws, bool bias)
+{
+    amp_module *m = module_new(kind, forward);
+    if (!m)
+        return NULL;
+    m->forward_relu = forward_relu;
+    m->cfg_i[0] = in;
+    m->cfg_i[1] = out;
+    return init_kaiming(m, ws, bias);
+}
+
 /* ---------------------------------------------------------------- linear */
 
 /* cfg_i: in_features, out_features */
@@ -71,14 +86,8 @@ amp_module *amp_nn_linear(int64_t in_features, int64_t out_features, bool bias)
     if (in_features < 1 || out_features < 1)
         return amp_fail_null(AMP_ERR_ARG, "nn_linear: in_features %lld and out_features %lld must be >= 1",
                              (long long)in_features, (long long)out_features);
-    amp_module *m = module_new("linear", linear_forward);
-    if (m)
-        m->forward_relu = linear_relu_forward;
-    if (!m)
-        return NULL;
-    m->cfg_i[0] = in_features;
-    m->cfg_i[1] = out_features;
-    return init_kaiming(m, AMP_SHAPE(out_features, in_features), bias);
+    return weight_layer("linear", linear_forward, linear_relu_forward, in_features, out_features,
+                        AMP_SHAPE(out_features, in_features), bias);
 }
 
 /* ---------------------------------------------------------------- conv2d */
@@ -103,17 +112,14 @@ amp_module *amp_nn_conv2d(int64_t in_ch, int64_t out_ch, int kernel, int stride,
         return amp_fail_null(AMP_ERR_ARG,
                              "nn_conv2d: kernel %d and stride %d must be >= 1, padding %d >= 0", kernel,
                              stride, padding);
-    amp_module *m = module_new("conv2d", conv2d_forward);
-    if (m)
-        m->forward_relu = conv2d_relu_forward;
-    if (!m)
-        return NULL;
-    m->cfg_i[0] = in_ch;
-    m->cfg_i[1] = out_ch;
-    m->cfg_i[2] = kernel;
-    m->cfg_i[3] = stride;
-    m->cfg_i[4] = padding;
-    return init_kaiming(m, AMP_SHAPE(out_ch, in_ch, kernel, kernel), bias);
+    amp_module *m = weight_layer("conv2d", conv2d_forward, conv2d_relu_forward, in_ch, out_ch,
+                                 AMP_SHAPE(out_ch, in_ch, kernel, kernel), bias);
+    if (m) {
+        m->cfg_i[2] = kernel;
+        m->cfg_i[3] = stride;
+        m->cfg_i[4] = padding;
+    }
+    return m;
 }
 
 /* ------------------------------------------------------------ layer_norm */

@@ -147,19 +147,24 @@ amp_status amp_sequential_add(amp_module *seq, amp_module *child)
     if (is_ancestor_or_self(child, seq))
         return amp_set_error(AMP_ERR_STATE, "sequential_add: adding the %s to itself would make a cycle",
                              child->kind);
-    if (seq->n_children == seq->cap_children) {
-        int cap = seq->cap_children ? 2 * seq->cap_children : 4;
-        amp_module **c = realloc(seq->children, (size_t)cap * sizeof *c);
+    return module_append(seq, child, "sequential_add");
+}
+
+amp_status module_append(amp_module *m, amp_module *child, const char *who)
+{
+    if (m->n_children == m->cap_children) {
+        int cap = m->cap_children ? 2 * m->cap_children : 4;
+        amp_module **c = realloc(m->children, (size_t)cap * sizeof *c);
         if (!c) {
             amp_module_free(child);
-            return amp_set_error(AMP_ERR_MEMORY, "sequential_add: out of memory");
+            return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", who);
         }
-        seq->children = c;
-        seq->cap_children = cap;
+        m->children = c;
+        m->cap_children = cap;
     }
-    seq->children[seq->n_children++] = child;
-    child->parent = seq;
-    for (amp_module *p = seq; p; p = p->parent)
+    m->children[m->n_children++] = child;
+    child->parent = m;
+    for (amp_module *p = m; p; p = p->parent)
         p->dirty = true;
     return AMP_OK;
 }

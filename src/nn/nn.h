@@ -11,7 +11,7 @@
  * its index, as torch.nn.Sequential names its children.
  *
  * Defines: struct amp_module, module_new (layers.c builds on it),
- * module_add_param, module_set_name, module_is_relu.
+ * module_add_param, module_set_name, module_append, module_is_relu.
  */
 #ifndef AMPC_NN_H
 #define AMPC_NN_H
@@ -62,6 +62,10 @@ amp_status module_add_param(amp_module *m, amp_tensor *t, const char *name);
 /* Names child m within its parent's parameter names (a copy of name;
  * dots allowed: "attn.qkv"). */
 amp_status module_set_name(amp_module *m, const char *name);
+/* Appends child (its ownership taken) to m's children, m its parent, and
+ * marks m and its ancestors for a new parameter list; out of memory frees
+ * child and sets the error "<who>: out of memory". */
+amp_status module_append(amp_module *m, amp_module *child, const char *who);
 
 /* Whether m is an nn ReLU (the sequential fuses it into the layer before). */
 bool module_is_relu(const amp_module *m);

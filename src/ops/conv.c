@@ -124,11 +124,5 @@ op_cost conv2d_cost(const node *n, const conv2d_params *p, bool backward)
     const amp_tensor *w = n->in[1];
     const double ckk = (double)(w->shape.d[1] * w->shape.d[2] * w->shape.d[3]);
     const double on = (double)shape_numel(n->out_shape), prod = 2.0 * on * ckk;
-    const bool bias = p->has_bias && n->n_in > 2, relu = p->act == OP_ACT_RELU;
-    double f;
-    if (!backward)
-        f = prod + (bias ? on : 0) + (relu ? on : 0);
-    else
-        f = prod * (cost_needs(n, 0) + cost_needs(n, 1)) + (bias && cost_needs(n, 2) ? on : 0) + (relu ? on : 0);
-    return (op_cost){f, cost_bytes(n, backward)};
+    return cost_product(n, backward, prod, on, p->has_bias && n->n_in > 2, p->act == OP_ACT_RELU);
 }

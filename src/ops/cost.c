@@ -44,3 +44,13 @@ op_cost cost_pointwise(const node *n, bool backward)
 }
 
 op_cost cost_moves_data(const node *n, bool backward) { return (op_cost){0.0, cost_bytes(n, backward)}; }
+
+op_cost cost_product(const node *n, bool backward, double prod, double ew, bool bias, bool act)
+{
+    double f;
+    if (!backward)
+        f = prod + (bias ? ew : 0) + (act ? ew : 0);
+    else
+        f = prod * (cost_needs(n, 0) + cost_needs(n, 1)) + (bias && cost_needs(n, 2) ? ew : 0) + (act ? ew : 0);
+    return (op_cost){f, cost_bytes(n, backward)};
+}

@@ -296,32 +296,8 @@ amp_status pow_scalar_backward(node *n, const pow_scalar_params *p, const amp_te
 
 /* Every op here is pointwise (cost.c): 1 FLOP per element of the result,
  * backward 1 per element of each gradient made, whatever the params. */
-op_cost pointwise_cost(const node *n, const none_params *p, bool backward)
-{
-    (void)p;
-    return cost_pointwise(n, backward);
-}
-
-op_cost add_cost(const node *n, const add_params *p, bool backward)
-{
-    (void)p;
-    return cost_pointwise(n, backward);
-}
-
-op_cost scalar_cost(const node *n, const scalar_params *p, bool backward)
-{
-    (void)p;
-    return cost_pointwise(n, backward);
-}
-
-op_cost gelu_cost(const node *n, const gelu_params *p, bool backward)
-{
-    (void)p;
-    return cost_pointwise(n, backward);
-}
-
-op_cost pow_scalar_cost(const node *n, const pow_scalar_params *p, bool backward)
-{
-    (void)p;
-    return cost_pointwise(n, backward);
-}
+OP_COST_IS(pointwise_cost, none, cost_pointwise)
+OP_COST_IS(add_cost, add, cost_pointwise)
+OP_COST_IS(scalar_cost, scalar, cost_pointwise)
+OP_COST_IS(gelu_cost, gelu, cost_pointwise)
+OP_COST_IS(pow_scalar_cost, pow_scalar, cost_pointwise)

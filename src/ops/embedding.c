@@ -153,8 +153,4 @@ op_cost embedding_cost(const node *n, const none_params *p, bool backward)
 }
 
 /* dropout: pointwise (cost.c), 1 FLOP per element. */
-op_cost dropout_cost(const node *n, const dropout_params *p, bool backward)
-{
-    (void)p;
-    return cost_pointwise(n, backward);
-}
+OP_COST_IS(dropout_cost, dropout, cost_pointwise)

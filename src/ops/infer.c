@@ -131,17 +131,25 @@ bool dim_view_infer(const node *n, int64_t d, dim_view *v)
     return true;
 }
 
+/* Input 0 a float tensor and input 1 indices, i32 or i64 (else the error
+ * says `what`). */
+static bool float_and_indices(const node *n, const char *what)
+{
+    if (!op_require_float(n, 0))
+        return false;
+    if (n->in[1]->dtype == AMP_I32 || n->in[1]->dtype == AMP_I64)
+        return true;
+    op_fail_dtype(n, 1, what);
+    return false;
+}
+
 /* ------------------------------------------------------------ the losses */
 
 bool cross_entropy_infer(const node *n)
 {
     const amp_tensor *x = n->in[0], *t = n->in[1];
-    if (!op_require_float(n, 0))
+    if (!float_and_indices(n, "labels must be class indices (i32 or i64)"))
         return false;
-    if (t->dtype != AMP_I32 && t->dtype != AMP_I64) {
-        op_fail_dtype(n, 1, "labels must be class indices (i32 or i64)");
-        return false;
-    }
     if (x->shape.ndim != 2 || t->shape.ndim != 1 || t->shape.d[0] != x->shape.d[0]) {
         op_fail_shapes(n, "expected logits [N, C] and labels [N]");
         return false;
@@ -165,12 +173,8 @@ bool mse_loss_infer(const node *n)
 bool embedding_infer(const node *n, amp_shape *out)
 {
     const amp_tensor *w = n->in[0], *idx = n->in[1];
-    if (!op_require_float(n, 0))
+    if (!float_and_indices(n, "indices must be i32 or i64"))
         return false;
-    if (idx->dtype != AMP_I32 && idx->dtype != AMP_I64) {
-        op_fail_dtype(n, 1, "indices must be i32 or i64");
-        return false;
-    }
     if (w->shape.ndim != 2) {
         op_fail_shapes(n, "weight must be 2-D [num_embeddings, embedding_dim]");
         return false;

@@ -307,11 +307,5 @@ op_cost linear_cost(const node *n, const linear_params *p, bool backward)
     const double out = w->shape.ndim > 0 ? (double)w->shape.d[0] : 0.0;
     const double rows = in > 0 ? (double)x->numel / in : 0.0;
     const double prod = 2.0 * rows * in * out, ew = rows * out;
-    const bool bias = lin_has_bias(n, p), act = p->act != OP_ACT_NONE;
-    double f;
-    if (!backward)
-        f = prod + (bias ? ew : 0) + (act ? ew : 0);
-    else
-        f = prod * (cost_needs(n, 0) + cost_needs(n, 1)) + (bias && cost_needs(n, 2) ? ew : 0) + (act ? ew : 0);
-    return (op_cost){f, cost_bytes(n, backward)};
+    return cost_product(n, backward, prod, ew, lin_has_bias(n, p), p->act != OP_ACT_NONE);
 }

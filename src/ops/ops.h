@@ -136,6 +136,20 @@ op_cost cost_pointwise(const node *n, bool backward);
 op_cost cost_moves_data(const node *n, bool backward);
 /* Whether input i needs a gradient (for a backward's count). */
 bool cost_needs(const node *n, int i);
+/* A product of prod FLOPs whose epilogue adds a bias (input 2) and / or
+ * an activation over the ew elements of its result: forward prod + ew for
+ * each; backward prod for each of inputs 0 and 1 that needs a gradient,
+ * ew for the bias's and ew through the activation. */
+op_cost cost_product(const node *n, bool backward, double prod, double ew, bool bias, bool act);
+/* Defines a row's cost function `name` (typed by its params family, as
+ * the row declares it) as one of the shared costs above, for a row whose
+ * count reads no parameter. */
+#define OP_COST_IS(name, family, shared)                                                          \
+    op_cost name(const node *n, const family##_params *p, bool backward)                         \
+    {                                                                                             \
+        (void)p;                                                                                  \
+        return shared(n, backward);                                                               \
+    }
 
 /* Autocast's state on this thread: per device whether a region lowers and
  * to which dtype (0: the device's default), and whether casts are cached. */

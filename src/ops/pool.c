@@ -58,10 +58,11 @@ static amp_status run_forward(const node *n, const be_pool_geom *g, bool is_max,
     return AMP_OK;
 }
 
-/* Runs the forward of one pool: max (saving the argmax when a gradient
- * is needed) or average. */
-static amp_tensor *pool_forward(node *n, const pool2d_params *p, bool is_max)
+/* The forward of max_pool2d (saving the argmax when a gradient is
+ * needed) and of avg_pool2d: the node's row says which. */
+amp_tensor *pool2d_forward(node *n, const pool2d_params *p)
 {
+    const bool is_max = n->op == OP_MAX_POOL2D;
     be_pool_geom g;
     if (!pool_geom(n, p, &g))
         return NULL;
@@ -81,10 +82,10 @@ static amp_tensor *pool_forward(node *n, const pool2d_params *p, bool is_max)
     return y;
 }
 
-/* Backward of either pool. */
-static amp_status pool_backward(node *n, const pool2d_params *p, const amp_tensor *gout, amp_tensor **gin,
-                                bool is_max)
+/* The backward of either pool. */
+amp_status pool2d_backward(node *n, const pool2d_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
+    const bool is_max = n->op == OP_MAX_POOL2D;
     be_pool_geom g;
     if (!in_needs_grad(n, 0))
         return AMP_OK;
@@ -98,19 +99,6 @@ static amp_status pool_backward(node *n, const pool2d_params *p, const amp_tenso
     BACKEND_CALL(backend_of(tensor_device(x)), op_name(n), pool2d_backward, &g, tensor_ptr(gout), gout->dtype,
                  is_max ? (const int32_t *)tensor_ptr(n->saved[0]) : NULL, tensor_ptr(gin[0]), x->dtype);
     return AMP_OK;
-}
-
-amp_tensor *max_pool2d_forward(node *n, const pool2d_params *p) { return pool_forward(n, p, true); }
-amp_tensor *avg_pool2d_forward(node *n, const pool2d_params *p) { return pool_forward(n, p, false); }
-
-amp_status max_pool2d_backward(node *n, const pool2d_params *p, const amp_tensor *gout, amp_tensor **gin)
-{
-    return pool_backward(n, p, gout, gin, true);
-}
-
-amp_status avg_pool2d_backward(node *n, const pool2d_params *p, const amp_tensor *gout, amp_tensor **gin)
-{
-    return pool_backward(n, p, gout, gin, false);
 }
 
 /* max_pool2d, avg_pool2d: kernel * kernel FLOPs per output element

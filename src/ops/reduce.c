@@ -48,8 +48,10 @@ amp_tensor *amp_argmax(amp_tensor *a, int dim)
     return op_apply(OP_ARGMAX, &a, 1, &p);
 }
 
-static amp_tensor *reduce_forward(node *n, const reduce_params *p, bool mean)
+/* sum and mean (the node's row says which). */
+amp_tensor *reduce_forward(node *n, const reduce_params *p)
 {
+    const bool mean = n->op == OP_MEAN;
     if (!op_require_float(n, 0))
         return NULL;
     reduce_dims r;
@@ -63,9 +65,9 @@ static amp_tensor *reduce_forward(node *n, const reduce_params *p, bool mean)
 
 /* gout (shaped as the kept dims) broadcast back over the reduced dims,
  * divided by the count for mean (PyTorch divides, in the grad's dtype). */
-static amp_status reduce_backward(node *n, const reduce_params *p, const amp_tensor *gout, amp_tensor **gin,
-                                  bool mean)
+amp_status reduce_backward(node *n, const reduce_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
+    const bool mean = n->op == OP_MEAN;
     if (!in_needs_grad(n, 0))
         return AMP_OK;
     reduce_dims r;
@@ -76,19 +78,6 @@ static amp_status reduce_backward(node *n, const reduce_params *p, const amp_ten
     float s = mean ? (float)r.count : 1.0f;
     gin[0] = op_pointwise(mean ? AMP_PW_DIV_S : AMP_PW_MUL_S, x->shape, x->dtype, tensor_device(x), &g, 1, s);
     return gin[0] ? AMP_OK : fail_status();
-}
-
-amp_tensor *sum_forward(node *n, const reduce_params *p) { return reduce_forward(n, p, false); }
-amp_tensor *mean_forward(node *n, const reduce_params *p) { return reduce_forward(n, p, true); }
-
-amp_status sum_backward(node *n, const reduce_params *p, const amp_tensor *gout, amp_tensor **gin)
-{
-    return reduce_backward(n, p, gout, gin, false);
-}
-
-amp_status mean_backward(node *n, const reduce_params *p, const amp_tensor *gout, amp_tensor **gin)
-{
-    return reduce_backward(n, p, gout, gin, true);
 }
 
 /* sum, mean: 1 FLOP per input element (the adds; mean's one scale per
@@ -147,8 +136,4 @@ amp_status argmax_backward(node *n, const dim_params *p, const amp_tensor *gout,
 }
 
 /* argmax: counted with the rows that move data (cost.c): 0 FLOPs. */
-op_cost argmax_cost(const node *n, const dim_params *p, bool backward)
-{
-    (void)p;
-    return cost_moves_data(n, backward);
-}
+OP_COST_IS(argmax_cost, dim, cost_moves_data)

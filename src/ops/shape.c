@@ -302,32 +302,8 @@ amp_status to_backward(node *n, const to_params *p, const amp_tensor *gout, amp_
 /* ----------------------------------------------------------------- cost */
 
 /* Every op here moves data (cost.c): 0 FLOPs, the bytes read and written. */
-op_cost reshape_cost(const node *n, const reshape_params *p, bool backward)
-{
-    (void)p;
-    return cost_moves_data(n, backward);
-}
-
-op_cost permute_cost(const node *n, const permute_params *p, bool backward)
-{
-    (void)p;
-    return cost_moves_data(n, backward);
-}
-
-op_cost cat_cost(const node *n, const dim_params *p, bool backward)
-{
-    (void)p;
-    return cost_moves_data(n, backward);
-}
-
-op_cost narrow_cost(const node *n, const narrow_params *p, bool backward)
-{
-    (void)p;
-    return cost_moves_data(n, backward);
-}
-
-op_cost to_cost(const node *n, const to_params *p, bool backward)
-{
-    (void)p;
-    return cost_moves_data(n, backward);
-}
+OP_COST_IS(reshape_cost, reshape, cost_moves_data)
+OP_COST_IS(permute_cost, permute, cost_moves_data)
+OP_COST_IS(cat_cost, dim, cost_moves_data)
+OP_COST_IS(narrow_cost, narrow, cost_moves_data)
+OP_COST_IS(to_cost, to, cost_moves_data)

@@ -67,8 +67,10 @@ static amp_status softmax_grad_run(const node *n, const amp_tensor *g, const amp
     return AMP_OK;
 }
 
-static amp_tensor *softmax_like_forward(node *n, const dim_params *p, bool log)
+/* softmax and log_softmax (the node's row says which). */
+amp_tensor *softmax_forward(node *n, const dim_params *p)
 {
+    const bool log = n->op == OP_LOG_SOFTMAX;
     dim_view v;
     if (!op_require_float(n, 0) || !dim_view_infer(n, p->dim, &v))
         return NULL;
@@ -87,9 +89,9 @@ static amp_tensor *softmax_like_forward(node *n, const dim_params *p, bool log)
     return out;
 }
 
-static amp_status softmax_like_backward(node *n, const dim_params *p, const amp_tensor *gout, amp_tensor **gin,
-                                        bool log)
+amp_status softmax_backward(node *n, const dim_params *p, const amp_tensor *gout, amp_tensor **gin)
 {
+    const bool log = n->op == OP_LOG_SOFTMAX;
     dim_view v;
     if (!in_needs_grad(n, 0))
         return AMP_OK;
@@ -106,19 +108,6 @@ static amp_status softmax_like_backward(node *n, const dim_params *p, const amp_
     }
     gin[0] = gx;
     return AMP_OK;
-}
-
-amp_tensor *softmax_forward(node *n, const dim_params *p) { return softmax_like_forward(n, p, false); }
-amp_tensor *log_softmax_forward(node *n, const dim_params *p) { return softmax_like_forward(n, p, true); }
-
-amp_status softmax_backward(node *n, const dim_params *p, const amp_tensor *gout, amp_tensor **gin)
-{
-    return softmax_like_backward(n, p, gout, gin, false);
-}
-
-amp_status log_softmax_backward(node *n, const dim_params *p, const amp_tensor *gout, amp_tensor **gin)
-{
-    return softmax_like_backward(n, p, gout, gin, true);
 }
 
 /* softmax, log_softmax: 5 FLOPs per element (max, subtract, exp, sum,

@@ -42,27 +42,16 @@ static amp_status check_adam(const char *opt, amp_adam_opts o)
 
 static bool adam_has_state(const amp_optim *o, int k) { return k < 2 || (k == 2 && o->opts.adam.amsgrad); }
 
-/* decoupled: AdamW's weight decay, applied to the parameter. */
-static amp_status adam_step_common(const amp_optim *o, bool decoupled, const amp_backend *be,
-                                   const be_optim_param *ps, int n, int64_t *steps, int n_counters,
-                                   const float *found_inf)
-{
-    const amp_adam_opts *a = &o->opts.adam;
-    be_adam_opts bo = {o->lr, a->beta1, a->beta2, a->eps, a->weight_decay, decoupled, a->amsgrad, o->state_sr};
-    BACKEND_CALL(be, o->name, adam_step, ps, n, steps, n_counters, found_inf, bo);
-    return AMP_OK;
-}
-
+/* Adam or AdamW (o's def says which: AdamW's weight decay is decoupled,
+ * applied to the parameter). */
 static amp_status adam_step(const amp_optim *o, const amp_backend *be, const be_optim_param *ps, int n,
                             int64_t *steps, int n_counters, const float *found_inf)
 {
-    return adam_step_common(o, false, be, ps, n, steps, n_counters, found_inf);
-}
-
-static amp_status adamw_step(const amp_optim *o, const amp_backend *be, const be_optim_param *ps, int n,
-                             int64_t *steps, int n_counters, const float *found_inf)
-{
-    return adam_step_common(o, true, be, ps, n, steps, n_counters, found_inf);
+    const amp_adam_opts *a = &o->opts.adam;
+    const bool decoupled = o->def == &optim_def_adamw;
+    be_adam_opts bo = {o->lr, a->beta1, a->beta2, a->eps, a->weight_decay, decoupled, a->amsgrad, o->state_sr};
+    BACKEND_CALL(be, o->name, adam_step, ps, n, steps, n_counters, found_inf, bo);
+    return AMP_OK;
 }
 
 static void adam_describe(const amp_optim *o, optim_put_fn put, void *ctx)
@@ -75,21 +64,15 @@ static void adam_describe(const amp_optim *o, optim_put_fn put, void *ctx)
     put(ctx, "amsgrad", a->amsgrad ? "true" : "false");
 }
 
-const optim_def optim_def_adam = {
-    .name = "adam",
-    .state_names = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
-    .has_state = adam_has_state,
-    .step = adam_step,
-    .describe = adam_describe,
-};
-
-const optim_def optim_def_adamw = {
-    .name = "adamw",
-    .state_names = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
-    .has_state = adam_has_state,
-    .step = adamw_step,
-    .describe = adam_describe,
-};
+/* Adam and AdamW: the same state and options, one step. */
+#define ADAM_DEF(nm)                                                                                            \
+    {                                                                                                           \
+        .name = nm, .state_names = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}, .has_state = adam_has_state,   \
+        .step = adam_step, .describe = adam_describe,                                                           \
+    }
+const optim_def optim_def_adam = ADAM_DEF("adam");
+const optim_def optim_def_adamw = ADAM_DEF("adamw");
+#undef ADAM_DEF
 
 static amp_optim *adam_new(const optim_def *def, amp_tensor *const *params, int n, amp_adam_opts opts)
 {

@@ -84,17 +84,7 @@ amp_optim *optim_new(const optim_def *def, amp_tensor *const *params, int n, dou
     }
     if (!o || !o->params || !o->state || !o->param_steps || !o->ps || !o->master || !o->master_version ||
         !o->shard_lo || !o->shard_hi) {
-        if (o) {
-            free(o->params);
-            free(o->state);
-            free(o->param_steps);
-            free(o->ps);
-            free(o->master);
-            free(o->master_version);
-            free(o->shard_lo);
-            free(o->shard_hi);
-            free(o);
-        }
+        amp_optim_free(o); /* (n is still 0: only the arrays are freed) */
         return amp_fail_null(AMP_ERR_MEMORY, "%s: out of memory", name);
     }
     o->def = def;

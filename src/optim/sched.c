@@ -25,6 +25,20 @@ static double sched_fail(const char *why, double v)
     return NAN;
 }
 
+/* Whether a kind's own two settings are valid: a count of steps (>= 1)
+ * and a value (finite, >= 0), each named as its message names it; else
+ * false with the error set. */
+static bool kind_settings_ok(const char *count_name, int64_t count, const char *value_name, double value)
+{
+    if (count < 1)
+        amp_set_error(AMP_ERR_ARG, "sched_lr: %s must be >= 1, got %g", count_name, (double)count);
+    else if (!finite_nonneg(value))
+        amp_set_error(AMP_ERR_ARG, "sched_lr: %s must be finite and >= 0, got %g", value_name, value);
+    else
+        return true;
+    return false;
+}
+
 double amp_sched_lr(const amp_sched *s, int64_t t)
 {
     if (!s) {
@@ -44,16 +58,12 @@ double amp_sched_lr(const amp_sched *s, int64_t t)
     case AMP_SCHED_CONSTANT:
         break;
     case AMP_SCHED_STEP:
-        if (s->step_size < 1)
-            return sched_fail("STEP: step_size must be >= 1, got", (double)s->step_size);
-        if (!finite_nonneg(s->gamma))
-            return sched_fail("STEP: gamma must be finite and >= 0, got", s->gamma);
+        if (!kind_settings_ok("STEP: step_size", s->step_size, "STEP: gamma", s->gamma))
+            return NAN;
         break;
     case AMP_SCHED_COSINE:
-        if (s->total_steps < 1)
-            return sched_fail("COSINE: total_steps (T_max) must be >= 1, got", (double)s->total_steps);
-        if (!finite_nonneg(s->min_lr))
-            return sched_fail("COSINE: min_lr must be finite and >= 0, got", s->min_lr);
+        if (!kind_settings_ok("COSINE: total_steps (T_max)", s->total_steps, "COSINE: min_lr", s->min_lr))
+            return NAN;
         break;
     default:
         return sched_fail("unknown schedule kind", (double)s->kind);

@@ -406,42 +406,56 @@ static void rate(char *buf, size_t n, double amount, int64_t ns)
         snprintf(buf, n, "-");
 }
 
-amp_status amp_profiler_print_table(FILE *f, int max_rows)
+/* Builds the statistics of what was recorded, has write print them to f
+ * (NULL: stdout) and frees them; who names the call when writing failed. */
+static amp_status print_stats(FILE *f, void (*write)(FILE *f, const prof_stats *st, int arg), int arg,
+                              const char *who)
 {
-    if (max_rows < 0)
-        return amp_set_error(AMP_ERR_ARG, "profiler_print_table: max_rows %d is negative (0: all rows)", max_rows);
     if (!f)
         f = stdout;
     prof_stats st;
     amp_status rc = prof_stats_build(&st);
     if (rc != AMP_OK)
         return rc;
-    int shown = max_rows > 0 && max_rows < st.n_rows ? max_rows : st.n_rows;
+    write(f, &st, arg);
+    prof_stats_free(&st);
+    return ferror(f) ? amp_set_error(AMP_ERR_IO, "%s: writing failed", who) : AMP_OK;
+}
+
+/* The table of op rows: at most max_rows (0: all), then the steps. */
+static void write_table(FILE *f, const prof_stats *st, int max_rows)
+{
+    int shown = max_rows > 0 && max_rows < st->n_rows ? max_rows : st->n_rows;
     fprintf(f, "%-30s %-8s %-24s %8s %10s %10s %7s %8s %8s\n", "op", "pass", "dtypes", "calls", "total ms",
             "self ms", "% steps", "GFLOP/s", "GB/s");
     for (int i = 0; i < 30 + 8 + 24 + 8 + 10 + 10 + 7 + 8 + 8 + 8; i++)
         fputc('-', f);
     fputc('\n', f);
     for (int i = 0; i < shown; i++) {
-        const prof_row *r = &st.rows[i];
+        const prof_row *r = &st->rows[i];
         char pass[16], gf[24], gb[24];
         pass_text(pass, sizeof pass, r);
         rate(gf, sizeof gf, r->flops, r->total_ns);
         rate(gb, sizeof gb, r->bytes, r->total_ns);
         fprintf(f, "%-30.30s %-8s %-24.24s %8lld %10.3f %10.3f %6.1f%% %8s %8s\n", r->label, pass, r->sig,
-                (long long)r->calls, ms(r->total_ns), ms(r->self_ns), pct(r->total_ns, st.wall_ns), gf, gb);
+                (long long)r->calls, ms(r->total_ns), ms(r->self_ns), pct(r->total_ns, st->wall_ns), gf, gb);
     }
-    if (shown < st.n_rows)
-        fprintf(f, "... %d more rows\n", st.n_rows - shown);
-    fprintf(f, "%d step%s profiled, %.3f ms a step (%.3f ms in all); %zu events", st.steps, st.steps == 1 ? "" : "s",
-            ms(st.wall_ns) / st.steps, ms(st.wall_ns), st.events);
-    if (st.dropped)
-        fprintf(f, ", %zu dropped (past max_events)", st.dropped);
+    if (shown < st->n_rows)
+        fprintf(f, "... %d more rows\n", st->n_rows - shown);
+    fprintf(f, "%d step%s profiled, %.3f ms a step (%.3f ms in all); %zu events", st->steps,
+            st->steps == 1 ? "" : "s", ms(st->wall_ns) / st->steps, ms(st->wall_ns), st->events);
+    if (st->dropped)
+        fprintf(f, ", %zu dropped (past max_events)", st->dropped);
     fputc('\n', f);
-    if (!st.marked)
+    if (!st->marked)
         fprintf(f, "(no amp_profiler_step marks: the whole run counted as one step)\n");
-    prof_stats_free(&st);
-    return ferror(f) ? amp_set_error(AMP_ERR_IO, "profiler_print_table: writing failed") : AMP_OK;
+}
+
+amp_status amp_profiler_print_table(FILE *f, int max_rows)
+{
+    if (max_rows < 0)
+        return amp_set_error(AMP_ERR_ARG, "profiler_print_table: max_rows %d is negative (0: all rows)", max_rows);
+    return print_stats(f, write_table, max_rows, "profiler_print_table");
 }
 
 /* The op and cast rows that take time (not cache hits; not kernels, whose
@@ -478,17 +492,13 @@ static void row_name(char *buf, size_t n, const prof_row *r)
         snprintf(buf, n, "%s %s", r->label, pass);
 }
 
-amp_status amp_profiler_print_verdict(FILE *f)
+/* The verdict: where the step's time went, the top ops, autocast's casts. */
+static void write_verdict(FILE *f, const prof_stats *st, int unused)
 {
-    if (!f)
-        f = stdout;
-    prof_stats st;
-    amp_status rc = prof_stats_build(&st);
-    if (rc != AMP_OK)
-        return rc;
-    const int64_t *p = st.phase_ns, w = st.wall_ns;
+    (void)unused;
+    const int64_t *p = st->phase_ns, w = st->wall_ns;
     int64_t optim = p[AMP_PHASE_OPTIMIZER] + p[AMP_PHASE_UNSCALE] + p[AMP_PHASE_SCALER_UPDATE];
-    fprintf(f, "verdict: %d step%s of %.3f ms\n", st.steps, st.steps == 1 ? "" : "s", ms(w) / st.steps);
+    fprintf(f, "verdict: %d step%s of %.3f ms\n", st->steps, st->steps == 1 ? "" : "s", ms(w) / st->steps);
     fprintf(f, "  step time: data %.1f%%, forward %.1f%%, backward %.1f%%, optimizer %.1f%% (unscale %.1f%%, "
                "step %.1f%%, scaler update %.1f%%), ",
             pct(p[AMP_PHASE_DATA], w), pct(p[AMP_PHASE_FORWARD], w), pct(p[AMP_PHASE_BACKWARD], w), pct(optim, w),
@@ -512,7 +522,7 @@ amp_status amp_profiler_print_verdict(FILE *f)
             big = parts[i].name;
             big_ns = parts[i].ns;
         }
-    int top[3], nt = top_by_self(&st, top, 3);
+    int top[3], nt = top_by_self(st, top, 3);
     fprintf(f, "  the largest part is %s (%.1f%% of the step)", big, pct(big_ns, w));
     if (nt == 0)
         fprintf(f, "; no op was recorded\n");
@@ -520,20 +530,20 @@ amp_status amp_profiler_print_verdict(FILE *f)
         fprintf(f, "; top ops by self time:\n");
     for (int i = 0; i < nt; i++) {
         char name[160];
-        const prof_row *r = &st.rows[top[i]];
+        const prof_row *r = &st->rows[top[i]];
         row_name(name, sizeof name, r);
-        fprintf(f, "    %d. %s: %.3f ms a step, %.1f%% (%lld calls)\n", i + 1, name, ms(r->self_ns) / st.steps,
+        fprintf(f, "    %d. %s: %.3f ms a step, %.1f%% (%lld calls)\n", i + 1, name, ms(r->self_ns) / st->steps,
                 pct(r->self_ns, w), (long long)r->calls);
     }
-    if (st.casts || st.cast_hits)
+    if (st->casts || st->cast_hits)
         fprintf(f, "  autocast casts: %.1f a step, %.3f ms a step (%.1f%% of the step), %.1f cache hits a step\n",
-                (double)st.casts / st.steps, ms(st.cast_ns) / st.steps, pct(st.cast_ns, w),
-                (double)st.cast_hits / st.steps);
+                (double)st->casts / st->steps, ms(st->cast_ns) / st->steps, pct(st->cast_ns, w),
+                (double)st->cast_hits / st->steps);
     else
         fprintf(f, "  autocast casts: none recorded\n");
-    prof_stats_free(&st);
-    return ferror(f) ? amp_set_error(AMP_ERR_IO, "profiler_print_verdict: writing failed") : AMP_OK;
 }
+
+amp_status amp_profiler_print_verdict(FILE *f) { return print_stats(f, write_verdict, 0, "profiler_print_verdict"); }
 
 amp_status amp_profiler_summary(amp_profile_summary *out)
 {

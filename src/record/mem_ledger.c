@@ -138,22 +138,17 @@ void mem_phase_note(amp_phase p)
 static _Thread_local int alloc_category = AMP_MEM_WORKSPACE;
 static _Thread_local int tensor_category = AMP_MEM_TEMPORARIES;
 
-amp_mem_category mem_alloc_category(void) { return (amp_mem_category)alloc_category; }
-
-amp_mem_category mem_alloc_category_set(amp_mem_category c)
+/* Sets *cur to c when c is a category (else leaves it); returns the old. */
+static amp_mem_category swap_category(int *cur, amp_mem_category c)
 {
-    int old = alloc_category;
+    int old = *cur;
     if (c >= 0 && c < AMP_MEM_CATEGORY_COUNT)
-        alloc_category = c;
+        *cur = c;
     return (amp_mem_category)old;
 }
+
+amp_mem_category mem_alloc_category(void) { return (amp_mem_category)alloc_category; }
+amp_mem_category mem_alloc_category_set(amp_mem_category c) { return swap_category(&alloc_category, c); }
 
 amp_mem_category mem_tensor_category(void) { return (amp_mem_category)tensor_category; }
-
-amp_mem_category amp_memory_set_category(amp_mem_category c)
-{
-    int old = tensor_category;
-    if (c >= 0 && c < AMP_MEM_CATEGORY_COUNT)
-        tensor_category = c;
-    return (amp_mem_category)old;
-}
+amp_mem_category amp_memory_set_category(amp_mem_category c) { return swap_category(&tensor_category, c); }

@@ -55,6 +55,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include "backend/cpu/exp_x86.h"
 #include "backend/cpu/gemm/transpose_x86.h"
 #if (defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10)
 #define ATTN_X86 1
@@ -535,25 +536,6 @@ static void bwd_tile_plain(const be_attn_desc *a, int64_t i0, int64_t nq, int64_
 }
 
 #if defined(ATTN_X86)
-/* Cephes' expf as simd_x86.c's exp16: overflow inf, underflow 0, NaN kept. */
-TGT_F static inline __m512 exp16(__m512 x)
-{
-    x = _mm512_min_ps(_mm512_set1_ps(88.8f), x);
-    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
-
 /* online_plain on AVX-512 (f32 lanes summed in float per row). */
 TGT_F static void online_v(const be_attn_desc *a, int64_t i0, int64_t nq, int64_t j0, int64_t nk, float *S, float *m,
                            double *l, float *O, int64_t Dp)
@@ -659,6 +641,20 @@ static void online_tile(const fwd_ctx *c, int64_t i0, int64_t nq, int64_t j0, in
     }
 #endif
     online_plain(c->a, i0, nq, j0, nk, S, m, l, O, Dp);
+}
+
+/* One backward tile (bwd_tile_plain's contract) on the call's kernels. */
+static void bwd_tile(ctype ct, const be_attn_desc *a, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
+                     const float *lse, const float *Di, float *PT, float *dPT)
+{
+#if defined(ATTN_X86)
+    if (ct != CT_PLAIN) {
+        bwd_tile_v(a, i0, nq, j0, nk, lse, Di, PT, dPT);
+        return;
+    }
+#endif
+    (void)ct;
+    bwd_tile_plain(a, i0, nq, j0, nk, lse, Di, PT, dPT);
 }
 
 /* The A operand of P (the S tile after online_tile): S itself in f32, or
@@ -868,12 +864,7 @@ static void bwd_head(const bwd_ctx *c, int64_t h, uint32_t *w)
             const int64_t nk = T - j0 < BK ? T - j0 : BK, jt = j0 / BK;
             /* Pᵀ = exp(scale K_j Q_iᵀ - lse), masked entries 0 */
             mm(ct, nk, nq, ksd, Kr + j0 * ldk, ldk, Qt, BQ, PT, BQ, false);
-#if defined(ATTN_X86)
-            if (ct != CT_PLAIN)
-                bwd_tile_v(a, i0, nq, j0, nk, lse, Di, PT, NULL);
-            else
-#endif
-                bwd_tile_plain(a, i0, nq, j0, nk, lse, Di, PT, NULL);
+            bwd_tile(ct, a, i0, nq, j0, nk, lse, Di, PT, NULL);
             /* dV_j += Pᵀ dO_i */
             const uint32_t *A = (const uint32_t *)PT;
             int64_t lda = BQ;
@@ -889,12 +880,7 @@ static void bwd_head(const bwd_ctx *c, int64_t h, uint32_t *w)
                 continue;
             /* dPᵀ = V_j dO_iᵀ; dSᵀ = scale Pᵀ ∘ (dPᵀ - D_i) */
             mm(ct, nk, nq, ksd, Vr + j0 * ldv, ldv, dOt, BQ, dPT, BQ, false);
-#if defined(ATTN_X86)
-            if (ct != CT_PLAIN)
-                bwd_tile_v(a, i0, nq, j0, nk, lse, Di, PT, dPT);
-            else
-#endif
-                bwd_tile_plain(a, i0, nq, j0, nk, lse, Di, PT, dPT);
+            bwd_tile(ct, a, i0, nq, j0, nk, lse, Di, PT, dPT);
             const uint32_t *dSa = (const uint32_t *)dPT, *dSb = (const uint32_t *)dPT;
 #if defined(ATTN_X86)
             if (ct == CT_DOT) {

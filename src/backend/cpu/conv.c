@@ -432,20 +432,29 @@ typedef struct {
     _Atomic int failed;
 } conv_job;
 
+/* The byte offsets of image n0 in the job's x or dx (C x H x W values an
+ * image) and in its y or gy (O x Ho x Wo). */
+static size_t in_off(const conv_job *j, int64_t n0)
+{
+    return (size_t)(n0 * j->g->C * j->g->H * j->g->W) * amp_dtype_size(j->pl->dt);
+}
+static size_t out_off(const conv_job *j, int64_t n0)
+{
+    return (size_t)(n0 * j->g->O * j->g->l) * amp_dtype_size(j->pl->dt);
+}
+
 static void forward_groups(void *vj, int64_t lo, int64_t hi, int tid)
 {
     conv_job *j = vj;
     const conv_geom *g = j->g;
     const conv_plan *pl = j->pl;
-    const size_t es = amp_dtype_size(pl->dt);
-    const int64_t chw = g->C * g->H * g->W;
     char *mine = j->scratch + (size_t)tid * j->per;
     void *cols = mine;
     float *acc = (float *)(mine + j->cols_b), *img32 = (float *)(mine + j->cols_b + j->acc_b);
     for (int64_t gi = lo; gi < hi; gi++) {
         const int64_t n0 = gi * pl->cnt, cnt = g->N - n0 < pl->cnt ? g->N - n0 : pl->cnt, ld = cnt * g->l;
-        lower_group(g, j->x + (size_t)(n0 * chw) * es, pl->dt, pl->cdt, cnt, cols, img32);
-        char *yg = j->y + (size_t)(n0 * g->O * g->l) * es;
+        lower_group(g, j->x + in_off(j, n0), pl->dt, pl->cdt, cnt, cols, img32);
+        char *yg = j->y + out_off(j, n0);
         if (pl->tr) {
             /* accT [ld, O] = cols^T [ld, CKK] W^T [CKK, O] */
             if (gemm_lowp(true, true, ld, g->O, g->ckk, 1.0f, cols, pl->cdt, ld, j->w, pl->cdt, g->ckk, 0.0f, acc,
@@ -531,8 +540,6 @@ static void backward_slots(void *vj, int64_t lo, int64_t hi, int tid)
     conv_job *j = vj;
     const conv_geom *g = j->g;
     const conv_plan *pl = j->pl;
-    const size_t es = amp_dtype_size(pl->dt);
-    const int64_t chw = g->C * g->H * g->W;
     /* the tid's columns; the slot's partial sums of dW and db */
     char *mine = j->scratch + (size_t)tid * j->per;
     void *gyp = mine, *cols = mine + j->gyp_b;
@@ -545,11 +552,11 @@ static void backward_slots(void *vj, int64_t lo, int64_t hi, int tid)
         slot_groups(pl->groups, pl->nt, k, &g0, &g1);
         for (int64_t gi = g0; gi < g1; gi++) {
             const int64_t n0 = gi * pl->cnt, cnt = g->N - n0 < pl->cnt ? g->N - n0 : pl->cnt, ld = cnt * g->l;
-            gather_group(g, j->gy + (size_t)(n0 * g->O * g->l) * es, pl->dt, pl->cdt, cnt, gyp);
+            gather_group(g, j->gy + out_off(j, n0), pl->dt, pl->cdt, cnt, gyp);
             if (j->need_b)
                 bias_sums(gyp, pl->cdt, g->O, ld, db);
             if (j->need_w) {
-                lower_group(g, j->x + (size_t)(n0 * chw) * es, pl->dt, pl->cdt, cnt, cols, img32);
+                lower_group(g, j->x + in_off(j, n0), pl->dt, pl->cdt, cnt, cols, img32);
                 bool bad;
                 if (pl->tr) /* dW^T [CKK, O] += cols [CKK, ld] dY'^T [ld, O] */
                     bad = gemm_lowp(false, true, g->ckk, g->O, ld, 1.0f, cols, pl->cdt, ld, gyp, pl->cdt, ld, 1.0f,
@@ -567,7 +574,7 @@ static void backward_slots(void *vj, int64_t lo, int64_t hi, int tid)
                     atomic_store(&j->failed, 1);
                     continue;
                 }
-                raise_group(g, dcols, cnt, j->dx + (size_t)(n0 * chw) * es, pl->dt, img32);
+                raise_group(g, dcols, cnt, j->dx + in_off(j, n0), pl->dt, img32);
             }
         }
     }

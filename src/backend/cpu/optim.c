@@ -37,7 +37,7 @@
 /* The element loops run in blocks (threads take whole blocks), each block
  * through a vector version where the CPU has AVX-512 (16 lanes) or AVX2
  * with FMA (8 lanes; the scalar loops' fmaf is a library call, several
- * times slower). The vector versions
+ * times slower), both written once in optim_vec.h. The vector versions
  * do the scalar loops' arithmetic in the same order, with separate
  * multiplies and adds where the scalar loops have them and a fused
  * multiply-add where they call fmaf, so they give the same bits; the
@@ -47,20 +47,6 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define HAVE_VEC_UPDATE 1
-#define TGT_AVX512 __attribute__((target("avx512f")))
-/* Rounding-mode forms of add / sub / mul: the compiler may fuse plain
- * vector multiplies and adds into FMAs (one rounding less than the scalar
- * loops), but not these. */
-#define RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define VADD(a, b) _mm512_add_round_ps((a), (b), RN)
-#define VSUB(a, b) _mm512_sub_round_ps((a), (b), RN)
-#define VMUL(a, b) _mm512_mul_round_ps((a), (b), RN)
-/* a * b + c rounded once (the scalar loops' fmaf) */
-#define VFMA(a, b, c) _mm512_fmadd_round_ps((a), (b), (c), RN)
-/* AVX2 has no rounding-mode forms: its loops use plain multiplies and adds
- * where no multiply's result meets an add (it only feeds an explicit
- * fused multiply-add or a division), so there is nothing to contract. */
-#define TGT_AVX2 __attribute__((target("avx2,fma")))
 #endif
 
 /* The vector lanes the update loops use: 16 (AVX-512), 8 (AVX2 + FMA) or
@@ -260,74 +246,6 @@ static void sgd_fn(const void *k, float *p, const float *g, float *const *s, int
     sgd_range(k, p, g, s[0], n);
 }
 
-#ifdef HAVE_VEC_UPDATE
-TGT_AVX512 static void sgd_range_v(const sgd_k *k, float *p, const float *g, float *buf, int64_t n)
-{
-    const __m512 wd = _mm512_set1_ps(k->wd), mom = _mm512_set1_ps(k->mom), damp1 = _mm512_set1_ps(k->damp1),
-                 neg_lr = _mm512_set1_ps(k->neg_lr);
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        __m512 gj = _mm512_loadu_ps(g + j), pj = _mm512_loadu_ps(p + j);
-        if (k->wd != 0)
-            gj = VFMA(pj, wd, gj);
-        if (buf) {
-            __m512 b = k->first ? gj : VFMA(gj, damp1, VMUL(_mm512_loadu_ps(buf + j), mom));
-            _mm512_storeu_ps(buf + j, b);
-            gj = k->nesterov ? VFMA(b, mom, gj) : b;
-        }
-        _mm512_storeu_ps(p + j, VFMA(gj, neg_lr, pj));
-    }
-    sgd_range(k, p + j, g + j, buf ? buf + j : NULL, n - j);
-}
-
-static void sgd_fn_v(const void *k, float *p, const float *g, float *const *s, int64_t n)
-{
-    sgd_range_v(k, p, g, s[0], n);
-}
-
-TGT_AVX2 static void sgd_range_v8(const sgd_k *k, float *p, const float *g, float *buf, int64_t n)
-{
-    const __m256 wd = _mm256_set1_ps(k->wd), mom = _mm256_set1_ps(k->mom), damp1 = _mm256_set1_ps(k->damp1),
-                 neg_lr = _mm256_set1_ps(k->neg_lr);
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        __m256 gj = _mm256_loadu_ps(g + j), pj = _mm256_loadu_ps(p + j);
-        if (k->wd != 0)
-            gj = _mm256_fmadd_ps(pj, wd, gj);
-        if (buf) {
-            __m256 b = k->first ? gj : _mm256_fmadd_ps(gj, damp1, _mm256_mul_ps(_mm256_loadu_ps(buf + j), mom));
-            _mm256_storeu_ps(buf + j, b);
-            gj = k->nesterov ? _mm256_fmadd_ps(b, mom, gj) : b;
-        }
-        _mm256_storeu_ps(p + j, _mm256_fmadd_ps(gj, neg_lr, pj));
-    }
-    sgd_range(k, p + j, g + j, buf ? buf + j : NULL, n - j);
-}
-
-static void sgd_fn_v8(const void *k, float *p, const float *g, float *const *s, int64_t n)
-{
-    sgd_range_v8(k, p, g, s[0], n);
-}
-#endif
-
-static amp_status sgd_all(const be_sgd_opts *s, const be_optim_param *ps, int n, const int64_t *steps)
-{
-    const bool sr = s->sr;
-    sgd_k *ks = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *ks);
-    if (!ks)
-        return AMP_ERR_MEMORY;
-    for (int i = 0; i < n; i++)
-        ks[i] = (sgd_k){s->weight_decay, s->momentum, s->one_minus_dampening, -s->lr, steps[ps[i].index] == 0, s->nesterov};
-    range_fn fn = sgd_fn;
-#ifdef HAVE_VEC_UPDATE
-    const int lanes = vector_lanes();
-    fn = lanes == 16 ? sgd_fn_v : lanes == 8 ? sgd_fn_v8 : fn;
-#endif
-    amp_status st = run_all_sr(fn, ks, sizeof *ks, ps, n, steps, sr);
-    amp_free(ks);
-    return st;
-}
-
 /* ----------------------------------------------------------------- Adam */
 
 typedef struct {
@@ -376,90 +294,33 @@ static void adam_fn(const void *k, float *p, const float *g, float *const *s, in
     adam_range(k, p, g, s[0], s[1], s[2], n);
 }
 
+/* ---------------------------------------------------- the vector loops */
+
 #ifdef HAVE_VEC_UPDATE
-TGT_AVX512 static void adam_range_v(const adam_k *k, float *p, const float *g, float *m, float *v, float *vmax,
-                                    int64_t n)
-{
-    const __m512 decay = _mm512_set1_ps(k->decay), wd = _mm512_set1_ps(k->wd),
-                 w1 = _mm512_set1_ps(k->w1 < 0.5f ? k->w1 : k->w1_1), b2 = _mm512_set1_ps(k->b2),
-                 w2 = _mm512_set1_ps(k->w2), bc2 = _mm512_set1_ps(k->bc2_sqrt), eps = _mm512_set1_ps(k->eps),
-                 neg_step = _mm512_set1_ps(k->neg_step);
-    const bool low = k->w1 < 0.5f;
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        __m512 pj = _mm512_loadu_ps(p + j), gj = _mm512_loadu_ps(g + j), mj = _mm512_loadu_ps(m + j);
-        if (k->dec)
-            pj = VMUL(pj, decay);
-        if (k->l2)
-            gj = VFMA(pj, wd, gj);
-        const __m512 d = VSUB(gj, mj);
-        mj = VFMA(w1, d, low ? mj : gj);
-        _mm512_storeu_ps(m + j, mj);
-        __m512 vv = VFMA(VMUL(w2, gj), gj, VMUL(_mm512_loadu_ps(v + j), b2));
-        _mm512_storeu_ps(v + j, vv);
-        if (vmax) {
-            __m512 vm = _mm512_loadu_ps(vmax + j);
-            __mmask16 keep = _mm512_cmp_ps_mask(vm, vv, _CMP_GE_OQ); /* NaN: not kept */
-            vv = _mm512_mask_mov_ps(vv, keep, vm);
-            _mm512_storeu_ps(vmax + j, vv);
-        }
-        __m512 denom = VADD(_mm512_div_ps(_mm512_sqrt_ps(vv), bc2), eps);
-        _mm512_storeu_ps(p + j, VADD(pj, _mm512_div_ps(VMUL(neg_step, mj), denom)));
-    }
-    adam_range(k, p + j, g + j, m + j, v + j, vmax ? vmax + j : NULL, n - j);
-}
-
-static void adam_fn_v(const void *k, float *p, const float *g, float *const *s, int64_t n)
-{
-    adam_range_v(k, p, g, s[0], s[1], s[2], n);
-}
-
-TGT_AVX2 static void adam_range_v8(const adam_k *k, float *p, const float *g, float *m, float *v, float *vmax,
-                                   int64_t n)
-{
-    const __m256 decay = _mm256_set1_ps(k->decay), wd = _mm256_set1_ps(k->wd),
-                 w1 = _mm256_set1_ps(k->w1 < 0.5f ? k->w1 : k->w1_1), b2 = _mm256_set1_ps(k->b2),
-                 w2 = _mm256_set1_ps(k->w2), bc2 = _mm256_set1_ps(k->bc2_sqrt), eps = _mm256_set1_ps(k->eps),
-                 neg_step = _mm256_set1_ps(k->neg_step);
-    const bool low = k->w1 < 0.5f;
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        __m256 pj = _mm256_loadu_ps(p + j), gj = _mm256_loadu_ps(g + j), mj = _mm256_loadu_ps(m + j);
-        if (k->dec)
-            pj = _mm256_mul_ps(pj, decay);
-        if (k->l2)
-            gj = _mm256_fmadd_ps(pj, wd, gj);
-        const __m256 d = _mm256_sub_ps(gj, mj);
-        mj = _mm256_fmadd_ps(w1, d, low ? mj : gj);
-        _mm256_storeu_ps(m + j, mj);
-        __m256 vv = _mm256_fmadd_ps(_mm256_mul_ps(w2, gj), gj, _mm256_mul_ps(_mm256_loadu_ps(v + j), b2));
-        _mm256_storeu_ps(v + j, vv);
-        if (vmax) {
-            const __m256 vm = _mm256_loadu_ps(vmax + j);
-            /* keep vmax where vmax >= v (ordered: NaN in v wins) */
-            vv = _mm256_blendv_ps(vv, vm, _mm256_cmp_ps(vm, vv, _CMP_GE_OQ));
-            _mm256_storeu_ps(vmax + j, vv);
-        }
-        const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), bc2), eps);
-        _mm256_storeu_ps(p + j, _mm256_add_ps(pj, _mm256_div_ps(_mm256_mul_ps(neg_step, mj), denom)));
-    }
-    adam_range(k, p + j, g + j, m + j, v + j, vmax ? vmax + j : NULL, n - j);
-}
-
-static void adam_fn_v8(const void *k, float *p, const float *g, float *const *s, int64_t n)
-{
-    adam_range_v8(k, p, g, s[0], s[1], s[2], n);
-}
+#define V_LANES 16
+#include "backend/cpu/optim_vec.h"
+#define V_LANES 8
+#include "backend/cpu/optim_vec.h"
 #endif
 
-static amp_status adam_all(const be_adam_opts *a, const be_optim_param *ps, int n, const int64_t *steps)
+/* ------------------------------------------- the constants, the steps */
+
+/* Each parameter's SGD constants (ks: n sgd_k). */
+static void sgd_consts(const void *opts, const be_optim_param *ps, int n, const int64_t *steps, void *out)
 {
-    const bool sr = a->sr;
-    adam_k *ks = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *ks);
-    if (!ks)
-        return AMP_ERR_MEMORY;
-    /* Each parameter's bias corrections at its own step count (PyTorch's
-     * per-parameter state["step"]), worked out once here, not per block. */
+    const be_sgd_opts *s = opts;
+    sgd_k *ks = out;
+    for (int i = 0; i < n; i++)
+        ks[i] = (sgd_k){s->weight_decay, s->momentum, s->one_minus_dampening, -s->lr, steps[ps[i].index] == 0, s->nesterov};
+}
+
+/* Each parameter's Adam constants (ks: n adam_k): its bias corrections at
+ * its own step count (PyTorch's per-parameter state["step"]), worked out
+ * once here, not per block. */
+static void adam_consts(const void *opts, const be_optim_param *ps, int n, const int64_t *steps, void *out)
+{
+    const be_adam_opts *a = opts;
+    adam_k *ks = out;
     for (int i = 0; i < n; i++) {
         const double t = (double)(steps[ps[i].index] + 1), bc1 = 1.0 - pow(a->beta1, t), bc2 = 1.0 - pow(a->beta2, t);
         const double lr = a->lr;
@@ -476,39 +337,44 @@ static amp_status adam_all(const be_adam_opts *a, const be_optim_param *ps, int 
                          .l2 = !decoupled && a->weight_decay != 0,
                          .dec = decoupled && a->weight_decay != 0};
     }
-    range_fn fn = adam_fn;
+}
+
+/* An optimizer as step_all runs it: the size of its per-parameter
+ * constants and what fills them from the options and the step counts, and
+ * its element loop at each vector width (vector_lanes: 1, 8, 16). */
+typedef struct {
+    size_t k_size;
+    void (*consts)(const void *opts, const be_optim_param *ps, int n, const int64_t *steps, void *ks);
+    range_fn loop1, loop8, loop16;
+} optim_loops;
+
 #ifdef HAVE_VEC_UPDATE
-    const int lanes = vector_lanes();
-    fn = lanes == 16 ? adam_fn_v : lanes == 8 ? adam_fn_v8 : fn;
+#define LOOPS(name) name##_fn, name##_fn_v8, name##_fn_v
+#else
+#define LOOPS(name) name##_fn, name##_fn, name##_fn
 #endif
-    amp_status st = run_all_sr(fn, ks, sizeof *ks, ps, n, steps, sr);
-    amp_free(ks);
-    return st;
-}
-
-/* --------------------------------------------------- the primitives */
-
-typedef amp_status (*step_all_fn)(const void *opts, const be_optim_param *ps, int n, const int64_t *steps);
-
-static amp_status sgd_all_v(const void *o, const be_optim_param *ps, int n, const int64_t *steps)
-{
-    return sgd_all(o, ps, n, steps);
-}
-static amp_status adam_all_v(const void *o, const be_optim_param *ps, int n, const int64_t *steps)
-{
-    return adam_all(o, ps, n, steps);
-}
+static const optim_loops sgd_loops = {sizeof(sgd_k), sgd_consts, LOOPS(sgd)};
+static const optim_loops adam_loops = {sizeof(adam_k), adam_consts, LOOPS(adam)};
+#undef LOOPS
 
 /* The shared part of both primitives: skips on a non-zero *found_inf,
- * runs the loops over every parameter at its own step count, and counts
- * the step only when the whole update succeeded (on failure nothing has
- * changed). */
-static amp_status step_all(const char *who, step_all_fn fn, const void *opts, const be_optim_param *p, int n,
-                           int64_t *steps, int n_counters, const float *found_inf)
+ * runs the loops over every parameter at its own step count (bf16 state
+ * rounded stochastically when sr), and counts the step only when the
+ * whole update succeeded (on failure nothing has changed). */
+static amp_status step_all(const char *who, const optim_loops *L, const void *opts, bool sr, const be_optim_param *p,
+                           int n, int64_t *steps, int n_counters, const float *found_inf)
 {
     if (found_inf && *found_inf != 0)
         return AMP_OK;
-    if (fn(opts, p, n, steps) != AMP_OK)
+    void *ks = amp_alloc((size_t)(n > 0 ? n : 1) * L->k_size);
+    if (!ks)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", who);
+    L->consts(opts, p, n, steps, ks);
+    const int lanes = vector_lanes();
+    const range_fn fn = lanes == 16 ? L->loop16 : lanes == 8 ? L->loop8 : L->loop1;
+    amp_status st = run_all_sr(fn, ks, L->k_size, p, n, steps, sr);
+    amp_free(ks);
+    if (st != AMP_OK)
         return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", who);
     for (int i = 0; i < n; i++)
         steps[p[i].index]++;
@@ -519,11 +385,11 @@ static amp_status step_all(const char *who, step_all_fn fn, const void *opts, co
 amp_status cpu_sgd_step(const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
                         be_sgd_opts o)
 {
-    return step_all("sgd_step", sgd_all_v, &o, p, n, steps, n_counters, found_inf);
+    return step_all("sgd_step", &sgd_loops, &o, o.sr, p, n, steps, n_counters, found_inf);
 }
 
 amp_status cpu_adam_step(const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
                          be_adam_opts o)
 {
-    return step_all("adam_step", adam_all_v, &o, p, n, steps, n_counters, found_inf);
+    return step_all("adam_step", &adam_loops, &o, o.sr, p, n, steps, n_counters, found_inf);
 }

@@ -769,30 +769,12 @@ amp_status cpu_permute(const void *src, void *dst, size_t es, int nd, const int6
 
 /* ----------------------------------------------------------- slice copy */
 
-typedef struct {
-    const void *src;
-    amp_dtype sdt;
-    int64_t sld, soff;
-    void *dst;
-    amp_dtype ddt;
-    int64_t dld, doff, cols;
-} copy2d_ctx;
-
-static void copy2d_range(void *vc, int64_t lo, int64_t hi, int tid)
-{
-    (void)tid;
-    const copy2d_ctx *c = vc;
-    const size_t es = amp_dtype_size(c->sdt), ed = amp_dtype_size(c->ddt);
-    for (int64_t r = lo; r < hi; r++)
-        amp_convert((const char *)c->src + (size_t)(r * c->sld + c->soff) * es, c->sdt,
-                    (char *)c->dst + (size_t)(r * c->dld + c->doff) * ed, c->ddt, (size_t)c->cols);
-}
-
 amp_status cpu_copy_2d(const void *src, amp_dtype sdt, int64_t sld, int64_t soff, void *dst, amp_dtype ddt,
                        int64_t dld, int64_t doff, int64_t rows, int64_t cols)
 {
-    copy2d_ctx c = {src, sdt, sld, soff, dst, ddt, dld, doff, cols};
     const int64_t g = cols > 0 ? 8192 / cols : rows;
-    amp_parallel_for(rows, rows > 1 && rows * cols > EW_PARALLEL_MIN ? (g > 1 ? g : 1) : rows, copy2d_range, &c);
+    cvt_rows((const char *)src + (size_t)soff * amp_dtype_size(sdt), sdt, sld,
+             (char *)dst + (size_t)doff * amp_dtype_size(ddt), ddt, dld, rows, cols,
+             rows > 1 && rows * cols > EW_PARALLEL_MIN ? (g > 1 ? g : 1) : rows);
     return AMP_OK;
 }

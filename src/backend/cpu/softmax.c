@@ -103,30 +103,29 @@ static void col_sums(const float *g, const float *y, int64_t len, int64_t inner,
             acc[i] += y ? (double)g[d * inner + i] * y[d * inner + i] : (double)g[d * inner + i];
 }
 
-/* gx = y * (g - sum(g * y)) */
-static void softmax_grad_block(const float *g, const float *y, float *gx, int64_t len, int64_t inner,
-                               int64_t w)
+/* A backward block: gx = y * (g - sum(g * y)) for softmax, gx = g -
+ * exp(y) * sum(g) for log_softmax (y its result). Inlined into each of the
+ * two below, so neither tests `log` per element. */
+static inline __attribute__((always_inline)) void grad_block(const float *g, const float *y, float *gx, int64_t len,
+                                                             int64_t inner, int64_t w, bool log)
 {
-    double dot[SM_COLS];
-    col_sums(g, y, len, inner, w, dot);
+    double s[SM_COLS];
+    col_sums(g, log ? NULL : y, len, inner, w, s);
     for (int64_t d = 0; d < len; d++)
         for (int64_t i = 0; i < w; i++) {
             int64_t k = d * inner + i;
-            gx[k] = y[k] * (g[k] - (float)dot[i]);
+            gx[k] = log ? g[k] - expf(y[k]) * (float)s[i] : y[k] * (g[k] - (float)s[i]);
         }
 }
 
-/* gx = g - exp(y) * sum(g) */
-static void log_softmax_grad_block(const float *g, const float *y, float *gx, int64_t len, int64_t inner,
-                                   int64_t w)
+static void softmax_grad_block(const float *g, const float *y, float *gx, int64_t len, int64_t inner, int64_t w)
 {
-    double sm[SM_COLS];
-    col_sums(g, NULL, len, inner, w, sm);
-    for (int64_t d = 0; d < len; d++)
-        for (int64_t i = 0; i < w; i++) {
-            int64_t k = d * inner + i;
-            gx[k] = g[k] - expf(y[k]) * (float)sm[i];
-        }
+    grad_block(g, y, gx, len, inner, w, false);
+}
+
+static void log_softmax_grad_block(const float *g, const float *y, float *gx, int64_t len, int64_t inner, int64_t w)
+{
+    grad_block(g, y, gx, len, inner, w, true);
 }
 
 typedef struct {

@@ -11,6 +11,7 @@
  * ulp or two, which the tests' tolerances allow.
  */
 #include "backend/cuda/cuda_common.cuh"
+#include "base/philox.h"
 
 #include <math.h>
 #include <string.h>
@@ -248,29 +249,6 @@ extern "C" amp_status cuda_copy_2d(const void *src, amp_dtype sdt, int64_t sld, 
 
 /* ------------------------------------------------------------ dropout */
 
-/* Philox4x32-10, word for word as amp_philox (src/base/rng.c). */
-__device__ __forceinline__ void philox(uint64_t key, uint64_t ctr_lo, uint32_t out[4])
-{
-    uint32_t c0 = (uint32_t)ctr_lo, c1 = (uint32_t)(ctr_lo >> 32), c2 = 0, c3 = 0;
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c0 = n0;
-        c1 = (uint32_t)p1;
-        c2 = n2;
-        c3 = (uint32_t)p0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
-
 /* One thread per group of four elements: one Philox call each. */
 __global__ void k_dropout(const void *src, void *dst, int dt, int64_t n, float scale, uint32_t thresh,
                           uint64_t seed, uint64_t first)
@@ -279,7 +257,7 @@ __global__ void k_dropout(const void *src, void *dst, int dt, int64_t n, float s
     for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < groups;
          q += (int64_t)gridDim.x * blockDim.x) {
         uint32_t r[4];
-        philox(seed, first + (uint64_t)q, r);
+        philox4x32(seed, 0, first + (uint64_t)q, r);
         for (int w = 0; w < 4 && q * 4 + w < n; w++) {
             int64_t j = q * 4 + w;
             float v = ld_f32(src, dt, j);

@@ -340,8 +340,7 @@ static amp_status gemm_run(const operand *a, const operand *b, int64_t M, int64_
         amp_free(bp);
         amp_free(ap);
         amp_free(packed);
-        return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for packing buffers (%lld x %lld x %lld)",
-                             (long long)M, (long long)N, (long long)K);
+        return gemm_packing_failed(M, N, K);
     }
     f32_block k = {.kern = kern, .a = a, .b = b, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta, .C = C,
                    .ldc = ldc, .c16 = c16, .ep = ep, .bp = bp, .ap = ap, .per_thread = per_thread, .kc_max = kc_max,
@@ -350,9 +349,7 @@ static amp_status gemm_run(const operand *a, const operand *b, int64_t M, int64_
         k.jc = jc;
         k.nc = N - jc < GEMM_NC ? N - jc : GEMM_NC;
         k.n_panels = ceil_div(k.nc, NR);
-        /* Slice the B block when there are too few A panels to share. */
-        int64_t chunks = m_panels >= 8 * (int64_t)nt ? 1 : ceil_div(8 * (int64_t)nt, m_panels);
-        k.chunks = chunks > k.n_panels ? k.n_panels : chunks;
+        k.chunks = gemm_b_slices(k.n_panels, m_panels, nt);
         for (int64_t pc = 0; pc < K; pc += kc_max) {
             k.pc = pc;
             k.kc = K - pc < kc_max ? K - pc : kc_max;

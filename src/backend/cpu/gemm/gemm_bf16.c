@@ -311,8 +311,7 @@ static amp_status run(const gemm_bf16_kernel *kern, const operand *a, const oper
         amp_free(ap);
         amp_free(packed);
         amp_free(apk);
-        return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for packing buffers (%lld x %lld x %lld)",
-                             (long long)M, (long long)N, (long long)K);
+        return gemm_packing_failed(M, N, K);
     }
     block k = {.kern = kern, .a = a, .b = b, .M = M, .N = N, .g = g, .bp = bp, .ap = ap, .apk = apk,
                .per_thread = per_thread, .a_words = a_words, .packed = packed, .wide = prepack,
@@ -338,9 +337,7 @@ static amp_status run(const gemm_bf16_kernel *kern, const operand *a, const oper
             k.jc = jc;
             k.nc = N - jc < NC ? N - jc : NC;
             k.n_panels = ceil_div(k.nc, NR);
-            /* Slice the B block when there are too few A panels to share. */
-            int64_t chunks = m_panels >= 8 * (int64_t)nt ? 1 : ceil_div(8 * (int64_t)nt, m_panels);
-            k.chunks = chunks > k.n_panels ? k.n_panels : chunks;
+            k.chunks = gemm_b_slices(k.n_panels, m_panels, nt);
             atomic_store(&k.inf, 0);
             for (int t = 0; t < nt; t++)
                 packed[t] = -1;

@@ -32,7 +32,9 @@
 
 #include <cpuid.h>
 #include <immintrin.h>
+#include "backend/cpu/gemm/tile_x86.h"
 #include "backend/cpu/gemm/transpose_x86.h"
+#include "dtype/bf16_x86.h"
 #include <stdatomic.h>
 #include <string.h>
 #if defined(__linux__)
@@ -141,19 +143,10 @@ TGT_BW static bool pack_rows(const uint16_t *s, int64_t rs, int64_t ks, int w, i
 
 /* ---------------------------------------------------- 16-bit C rows */
 
-/* f32 -> bf16 as the dtype layer's reference rounds (convert_x86.c's
- * bf16_round_512): nearest even at bit 16, NaNs quieted as (x >> 16) |
- * 0x40, subnormals rounded rather than flushed. Integer operations only. */
-TGT_BW static inline __m256i round_bf16(__m512 v)
-{
-    __m512i x = _mm512_castps_si512(v);
-    __m512i absx = _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF));
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(absx, _mm512_set1_epi32(0x7F800000));
-    __m512i hi = _mm512_srli_epi32(x, 16);
-    __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, lsb), _mm512_set1_epi32(0x7FFF)), 16);
-    return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40)));
-}
+/* f32 -> bf16 as the dtype layer's reference rounds (bf16_x86.h): nearest
+ * even at bit 16, NaNs quieted as (x >> 16) | 0x40, subnormals rounded
+ * rather than flushed. Integer operations only. */
+TGT_BW static inline __m256i round_bf16(__m512 v) { return _mm512_cvtepi32_epi16(bf16_round_512(v)); }
 
 #ifdef HAVE_BF16_TARGET
 /* VCVTNEPS2BF16 rounds as the reference does except that it flushes
@@ -220,24 +213,14 @@ TGT_FINISH static void finish16_tile(float *t, int64_t tl, int mr, int nr, uint1
 #define DOT_NR 32
 
 #ifdef HAVE_BF16_TARGET
-#define DOT_DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
+#define DOT_DECL(i) TILE_DECL(__m512, _mm512_, i)
 #define DOT_STEP(i)                                                                     \
     do {                                                                                \
         __m512bh a_ = (__m512bh)_mm512_set1_epi32((int)a[i]);                           \
         c##i##0 = _mm512_dpbf16_ps(c##i##0, a_, b0);                                    \
         c##i##1 = _mm512_dpbf16_ps(c##i##1, a_, b1);                                    \
     } while (0)
-#define DOT_STORE(i)                                                                    \
-    do {                                                                                \
-        float *r_ = c + (i) * ldc;                                                      \
-        __m512 x0 = _mm512_mul_ps(va, c##i##0), x1 = _mm512_mul_ps(va, c##i##1);        \
-        if (beta != 0.0f) {                                                             \
-            x0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(r_), x0);                          \
-            x1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(r_ + 16), x1);                     \
-        }                                                                               \
-        _mm512_storeu_ps(r_, x0);                                                       \
-        _mm512_storeu_ps(r_ + 16, x1);                                                  \
-    } while (0)
+#define DOT_STORE(i) TILE_STORE(__m512, _mm512_, 16, i)
 
 TGT_DOT static void micro_dot(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc,
                               float alpha, float beta)

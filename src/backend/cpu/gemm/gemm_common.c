@@ -1,11 +1,19 @@
 /*
  * gemm_common.c - the epilogue's pass over a whole C and the thread's
- * gemm_path (gemm_common.h).
+ * gemm_path (gemm_common.h); the drivers' shared error (gemm_kernels.h).
  */
 #include "backend/cpu/gemm/gemm_common.h"
+#include "backend/cpu/gemm/gemm_kernels.h"
+#include "base/base.h"
 #include "base/parallel.h"
 
 _Thread_local const char *gemm_path;
+
+amp_status gemm_packing_failed(int64_t M, int64_t N, int64_t K)
+{
+    return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for packing buffers (%lld x %lld x %lld)",
+                         (long long)M, (long long)N, (long long)K);
+}
 
 /* The epilogue over all of C at once (after a product oneDNN or a trivial
  * path ran): one call per block of rows and 1024 columns. */

@@ -18,6 +18,21 @@
 
 #include "backend/cpu/gemm/gemm_common.h"
 
+/* ---- what both drivers share (gemm_common.c) ---- */
+
+/* The error for packing buffers an M x N x K product could not have. */
+amp_status gemm_packing_failed(int64_t M, int64_t N, int64_t K);
+
+/* In how many slices a B block of n_panels panels goes to the threads:
+ * 1 when A's m_panels panels keep the nt threads busy, else enough that
+ * there are about 8 items a thread (at most one slice a panel). */
+static inline int64_t gemm_b_slices(int64_t n_panels, int64_t m_panels, int nt)
+{
+    const int64_t want = 8 * (int64_t)nt;
+    const int64_t slices = m_panels >= want ? 1 : (want + m_panels - 1) / m_panels;
+    return slices > n_panels ? n_panels : slices;
+}
+
 /* ---- the widening driver (gemm.c) and its per-ISA kernels (gemm_x86.c) ---- */
 
 /* gemm_lowp's product (gemm.h) on the f32 FMA kernels, in any float

@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "backend/cpu/gemm/tile_x86.h"
 #include "backend/cpu/gemm/transpose_x86.h"
 
 /* ------------------------------------------------------------- AVX-512 */
@@ -32,25 +33,14 @@
 #define A512_MR 12
 #define A512_NR 32
 
-#define A512_DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
+#define A512_DECL(i) TILE_DECL(__m512, _mm512_, i)
 #define A512_FMA(i)                                                                     \
     do {                                                                                \
         __m512 a_ = _mm512_set1_ps(a[i]);                                               \
         c##i##0 = _mm512_fmadd_ps(a_, b0, c##i##0);                                     \
         c##i##1 = _mm512_fmadd_ps(a_, b1, c##i##1);                                     \
     } while (0)
-/* Stores row i: alpha * acc (+ beta * C when beta != 0). */
-#define A512_STORE(i)                                                                   \
-    do {                                                                                \
-        float *r_ = c + (i) * ldc;                                                      \
-        __m512 x0 = _mm512_mul_ps(va, c##i##0), x1 = _mm512_mul_ps(va, c##i##1);        \
-        if (beta != 0.0f) {                                                             \
-            x0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(r_), x0);                          \
-            x1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(r_ + 16), x1);                     \
-        }                                                                               \
-        _mm512_storeu_ps(r_, x0);                                                       \
-        _mm512_storeu_ps(r_ + 16, x1);                                                  \
-    } while (0)
+#define A512_STORE(i) TILE_STORE(__m512, _mm512_, 16, i)
 
 __attribute__((target("avx512f,fma"))) static void micro_avx512(int64_t kc, const float *a,
                                                                  const float *b, float *c,
@@ -220,24 +210,14 @@ __attribute__((target("avx512f"))) void gemm_c16_round_avx512(const float *t, in
 #define A256_MR 6
 #define A256_NR 16
 
-#define A256_DECL(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = _mm256_setzero_ps();
+#define A256_DECL(i) TILE_DECL(__m256, _mm256_, i)
 #define A256_FMA(i)                                                                     \
     do {                                                                                \
         __m256 a_ = _mm256_broadcast_ss(a + (i));                                       \
         c##i##0 = _mm256_fmadd_ps(a_, b0, c##i##0);                                     \
         c##i##1 = _mm256_fmadd_ps(a_, b1, c##i##1);                                     \
     } while (0)
-#define A256_STORE(i)                                                                   \
-    do {                                                                                \
-        float *r_ = c + (i) * ldc;                                                      \
-        __m256 x0 = _mm256_mul_ps(va, c##i##0), x1 = _mm256_mul_ps(va, c##i##1);        \
-        if (beta != 0.0f) {                                                             \
-            x0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(r_), x0);                          \
-            x1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(r_ + 8), x1);                      \
-        }                                                                               \
-        _mm256_storeu_ps(r_, x0);                                                       \
-        _mm256_storeu_ps(r_ + 8, x1);                                                   \
-    } while (0)
+#define A256_STORE(i) TILE_STORE(__m256, _mm256_, 8, i)
 
 __attribute__((target("avx2,fma"))) static void micro_avx2(int64_t kc, const float *a,
                                                             const float *b, float *c, int64_t ldc,

@@ -63,7 +63,6 @@ bool onednn_conv_backward_weights(const onednn_conv_geom *g, const void *x, cons
 #include "base/base.h"
 #include "base/parallel.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -389,19 +388,18 @@ static bool key_make(conv_key *k, const onednn_conv_geom *g, conv_pass pass, amp
 static bool split_wanted(const onednn_conv_geom *g) { return g->N >= 2 && onednn_split_ok(); }
 
 typedef struct {
+    onednn_chunks chunks;
     const conv_key *k;
     char *t[ROLES];
     size_t img[ROLES]; /* bytes per image of each role (0: the weights) */
     void *bias;
-    _Atomic int declined;
-    _Atomic int status;
 } split_job;
 
 static void split_fn(void *vj, int64_t lo, int64_t hi, int tid)
 {
     (void)tid;
     split_job *j = vj;
-    if (atomic_load(&j->declined) || atomic_load(&j->status) != AMP_OK)
+    if (!onednn_chunks_going(&j->chunks))
         return;
     conv_key k = *j->k;
     k.g.N = hi - lo;
@@ -410,10 +408,8 @@ static void split_fn(void *vj, int64_t lo, int64_t hi, int tid)
     for (int r = 0; r < ROLES; r++)
         t[r] = j->t[r] + (size_t)lo * j->img[r];
     amp_status st = AMP_OK;
-    if (!conv_run(&k, t, j->bias, &st))
-        atomic_store(&j->declined, 1);
-    else if (st != AMP_OK)
-        atomic_store(&j->status, (int)st);
+    const bool ran = conv_run(&k, t, j->bias, &st);
+    onednn_chunk_done(&j->chunks, ran, st);
 }
 
 /* Runs pass k (forward or input gradient) over its batch in chunks on the
@@ -440,9 +436,8 @@ static bool split_run(const conv_key *k, void *const t[ROLES], void *bias, amp_s
     const int64_t parts = 4 * (int64_t)amp_threads();
     const int64_t chunk = (g->N + parts - 1) / parts;
     amp_parallel_for(g->N, chunk, split_fn, &j);
-    if (atomic_load(&j.declined))
+    if (!onednn_chunks_ran(&j.chunks, st))
         return false;
-    *st = (amp_status)atomic_load(&j.status);
     if (*st != AMP_OK)
         *st = amp_set_error(*st, "%s: oneDNN failed on a chunk of the batch", pass_name[k->pass]);
     return true;
@@ -484,22 +479,19 @@ static bool direct_backward_data(const onednn_conv_geom *g, const void *dy, cons
  * does), not on which thread ran which chunk.
  */
 typedef struct {
+    onednn_chunks chunks;
     const conv_key *k; /* f32 out */
     const char *x, *dy;
     size_t x_img, dy_img;
     int64_t per, N, nw, stride; /* images a chunk, batch, weights, floats a partial */
     float *parts;
-    _Atomic int declined;
-    _Atomic int status;
 } wgrad_job;
 
 static void wgrad_fn(void *vj, int64_t lo, int64_t hi, int tid)
 {
     (void)tid;
     wgrad_job *j = vj;
-    for (int64_t c = lo; c < hi; c++) {
-        if (atomic_load(&j->declined) || atomic_load(&j->status) != AMP_OK)
-            return;
+    for (int64_t c = lo; c < hi && onednn_chunks_going(&j->chunks); c++) {
         int64_t i0 = c * j->per, n = j->N - i0 < j->per ? j->N - i0 : j->per;
         conv_key k = *j->k;
         k.g.N = n;
@@ -507,10 +499,8 @@ static void wgrad_fn(void *vj, int64_t lo, int64_t hi, int tid)
         float *part = j->parts + c * j->stride;
         void *const t[ROLES] = {(void *)(j->x + (size_t)i0 * j->x_img), part, (void *)(j->dy + (size_t)i0 * j->dy_img)};
         amp_status st = AMP_OK;
-        if (!conv_run(&k, t, k.has_bias ? part + j->nw : NULL, &st))
-            atomic_store(&j->declined, 1);
-        else if (st != AMP_OK)
-            atomic_store(&j->status, (int)st);
+        const bool ran = conv_run(&k, t, k.has_bias ? part + j->nw : NULL, &st);
+        onednn_chunk_done(&j->chunks, ran, st);
     }
 }
 
@@ -566,9 +556,8 @@ static bool wgrad_split(const conv_key *k, const void *x, const void *dy, void *
                    .dy_img = (size_t)(g->O * g->OH * g->OW) * es, .per = per, .N = g->N, .nw = nw, .stride = stride,
                    .parts = parts};
     amp_parallel_for(used, 1, wgrad_fn, &j);
-    bool done = !atomic_load(&j.declined);
+    const bool done = onednn_chunks_ran(&j.chunks, st);
     if (done) {
-        *st = (amp_status)atomic_load(&j.status);
         if (*st == AMP_OK) {
             /* split at nw so a range never straddles dw and db */
             wsum_job w = {parts, used, stride, dw, db, dw_dt, db_dt, nw};

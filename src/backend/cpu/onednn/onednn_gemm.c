@@ -32,11 +32,10 @@ bool onednn_gemm(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N
 #include "backend/cpu/onednn/onednn_impl.h"
 #include "base/base.h"
 #include "base/parallel.h"
+#include "dtype/dtype.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-
 
 /* Everything the primitive depends on. Zeroed before filling: its bytes
  * are the cache key. */
@@ -104,27 +103,6 @@ static bool direct_dtypes(amp_dtype a, amp_dtype b, amp_dtype c)
     return c == AMP_F32 || c == a;
 }
 
-/* Rows of cols elements converted from src (dtype sdt, row stride ls) to
- * dst (dtype ddt, row stride ld), for parallel loops over rows. */
-typedef struct {
-    const void *src;
-    amp_dtype sdt;
-    int64_t ls;
-    void *dst;
-    amp_dtype ddt;
-    int64_t ld, cols;
-} convert_job;
-
-static void convert_rows(void *ctx, int64_t lo, int64_t hi, int tid)
-{
-    (void)tid;
-    const convert_job *j = ctx;
-    const size_t es = amp_dtype_size(j->sdt), ed = amp_dtype_size(j->ddt);
-    for (int64_t r = lo; r < hi; r++)
-        amp_convert((const char *)j->src + (size_t)(r * j->ls) * es, j->sdt, (char *)j->dst + (size_t)(r * j->ld) * ed,
-                    j->ddt, (size_t)j->cols);
-}
-
 /* A stored [rows, cols] matrix at row stride ld as dense f32 (widened in
  * parallel rows); NULL with the error set. */
 static float *widen(const void *src, amp_dtype dt, int64_t rows, int64_t cols, int64_t ld)
@@ -132,8 +110,7 @@ static float *widen(const void *src, amp_dtype dt, int64_t rows, int64_t cols, i
     float *dst = amp_alloc((size_t)(rows * cols) * sizeof(float));
     if (!dst)
         return NULL;
-    convert_job j = {src, dt, ld, dst, AMP_F32, cols, cols};
-    amp_parallel_for(rows, rows * cols >= 65536 ? 1 : rows, convert_rows, &j);
+    cvt_rows(src, dt, ld, dst, AMP_F32, cols, rows, cols, rows * cols >= 65536 ? 1 : rows);
     return dst;
 }
 
@@ -170,21 +147,20 @@ static bool run_one(const mm_key *k, const void *A, const void *B, void *C, cons
  * AMPC_ONEDNN_SPLIT=0 turns it off (as for the convolutions).
  */
 typedef struct {
+    onednn_chunks chunks;
     mm_key k;                  /* the whole product's key; per chunk M, N or batch replaced */
     int axis;                  /* 0: batch, 1: rows of C, 2: columns of C */
     const char *A, *B, *bias;
     char *C;
     size_t a_step, b_step, c_step, bias_step; /* bytes per unit along the axis */
     bool relu;                                /* each chunk applies it to its C while in cache */
-    _Atomic int declined;
-    _Atomic int status;
 } mm_split;
 
 static void mm_split_fn(void *vj, int64_t lo, int64_t hi, int tid)
 {
     (void)tid;
     mm_split *j = vj;
-    if (atomic_load(&j->declined) || atomic_load(&j->status) != AMP_OK)
+    if (!onednn_chunks_going(&j->chunks))
         return;
     mm_key k = j->k;
     k.threads = onednn_threads();
@@ -199,12 +175,9 @@ static void mm_split_fn(void *vj, int64_t lo, int64_t hi, int tid)
     }
     amp_status st = AMP_OK;
     char *c = j->C + (size_t)lo * j->c_step;
-    if (!run_one(&k, j->A + (size_t)lo * j->a_step, j->B + (size_t)lo * j->b_step, c,
-                 j->bias ? j->bias + (size_t)lo * j->bias_step : NULL, &st))
-        atomic_store(&j->declined, 1);
-    else if (st != AMP_OK)
-        atomic_store(&j->status, (int)st);
-    else if (j->relu)
+    const bool ran = run_one(&k, j->A + (size_t)lo * j->a_step, j->B + (size_t)lo * j->b_step, c,
+                             j->bias ? j->bias + (size_t)lo * j->bias_step : NULL, &st);
+    if (onednn_chunk_done(&j->chunks, ran, st) && j->relu)
         cpu_relu_rows(c, (amp_dtype)k.c_dt, k.batch, k.M, k.N, k.ldc, k.sc);
 }
 
@@ -244,9 +217,8 @@ static bool run_split(const mm_key *k, const void *A, const void *B, void *C, co
         return false;
     }
     amp_parallel_for(units, grain, mm_split_fn, &j);
-    if (atomic_load(&j.declined))
+    if (!onednn_chunks_ran(&j.chunks, st))
         return false;
-    *st = (amp_status)atomic_load(&j.status);
     if (*st != AMP_OK)
         *st = amp_set_error(*st, "gemm: oneDNN failed on a chunk of a %lld x %lld x %lld product", (long long)k->M,
                             (long long)k->N, (long long)k->K);
@@ -310,10 +282,8 @@ static bool run_widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
         taken = run_direct(trans_a, trans_b, 1, M, N, K, alpha, a ? a : A, AMP_F32, a ? ac : lda, 0, b ? b : B,
                            AMP_F32, b ? bc : ldb, 0, beta, c ? (void *)c : (void *)C, AMP_F32, c ? N : ldc, 0,
                            bf ? (const void *)bf : bias, AMP_F32, act, st);
-    if (ok && taken && *st == AMP_OK && c) {
-        convert_job j = {c, AMP_F32, N, C, c_dt, ldc, N};
-        amp_parallel_for(M, M * N >= 65536 ? 1 : M, convert_rows, &j);
-    }
+    if (ok && taken && *st == AMP_OK && c)
+        cvt_rows(c, AMP_F32, N, C, c_dt, ldc, M, N, M * N >= 65536 ? 1 : M);
     amp_free(a), amp_free(b), amp_free(c), amp_free(bf);
     return taken;
 }

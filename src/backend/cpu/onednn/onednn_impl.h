@@ -10,6 +10,7 @@
 #include "backend/cpu/onednn/onednn.h"
 
 #include <dnnl.h>
+#include <stdatomic.h>
 
 #if DNNL_VERSION_MAJOR >= 3
 #define ONEDNN_V3 1
@@ -39,6 +40,42 @@ int onednn_threads(void);
  * a team beside the pool): AMPC_ONEDNN_SPLIT=0 says no, and then this
  * thread is outside a parallel range with more than one thread. */
 bool onednn_split_ok(void);
+
+/* How the chunks of a split call went: whether oneDNN declined one (the
+ * caller's own kernels then redo the whole call) and the error of one
+ * that failed; a chunk that finds either skips its work. Zeroed before
+ * the loop. */
+typedef struct {
+    _Atomic int declined;
+    _Atomic int status;
+} onednn_chunks;
+
+/* Whether a chunk should still run. */
+static inline bool onednn_chunks_going(onednn_chunks *c)
+{
+    return !atomic_load(&c->declined) && atomic_load(&c->status) == AMP_OK;
+}
+
+/* Notes a chunk's outcome: ran (false: oneDNN declined it) with status
+ * st; whether it ran and succeeded. */
+static inline bool onednn_chunk_done(onednn_chunks *c, bool ran, amp_status st)
+{
+    if (!ran)
+        atomic_store(&c->declined, 1);
+    else if (st != AMP_OK)
+        atomic_store(&c->status, (int)st);
+    return ran && st == AMP_OK;
+}
+
+/* After the loop: false when a chunk was declined; else true, *st the
+ * status of a failed chunk (AMP_OK: none failed). */
+static inline bool onednn_chunks_ran(onednn_chunks *c, amp_status *st)
+{
+    if (atomic_load(&c->declined))
+        return false;
+    *st = (amp_status)atomic_load(&c->status);
+    return true;
+}
 
 /* Primitive attributes with a user scratchpad and, when the scales ask,
  * post-ops in this order: eltwise linear (alpha, when alpha != 1), sum
