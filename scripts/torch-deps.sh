@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs PyTorch for CPU use into .bench-venv (the virtual environment
-# test_interop and bench/run.sh look in), without the CUDA stack PyPI's
+# the interop tests and bench/run.sh look in), with the clients ampc's
+# files are checked against (transformers, tokenizers, gguf, tensorboard),
+# without the CUDA stack PyPI's
 # torch wheel depends on: torch itself (--no-deps), its pure-Python
 # dependencies, safetensors and numpy, and the few NVIDIA libraries the
 # wheel's import loads that the CUDA toolkit on this kind of machine does
@@ -13,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.bench-venv
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import torch, safetensors' 2>/dev/null; then
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import torch, safetensors, transformers, tokenizers, gguf, tensorboard' 2>/dev/null; then
   echo "torch-deps: $venv already has torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
   exit 0
 fi
@@ -29,4 +31,5 @@ echo "torch-deps: installing torch 2.15 for CPU use into $venv"
 "${pip[@]}" --no-deps nvidia-cufile "nvidia-cusparselt-cu13==0.8.1" "nvidia-nvshmem-cu13==3.7.2" \
   "nvidia-nccl-cu13==2.30.7"
 "${pip[@]}" filelock typing-extensions sympy networkx jinja2 fsspec numpy safetensors
-"$venv/bin/python" -c 'import torch, safetensors; torch.ones(2) @ torch.ones(2); print("torch-deps: torch", torch.__version__, "in '"$venv"'")'
+"${pip[@]}" transformers tokenizers gguf tensorboard
+"$venv/bin/python" -c 'import torch, safetensors, transformers, tokenizers, gguf, tensorboard; torch.ones(2) @ torch.ones(2); print("torch-deps: torch", torch.__version__, "in '"$venv"'")'
