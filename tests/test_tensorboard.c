@@ -18,12 +18,13 @@
  * f16 health every 4 steps.
  */
 #include "harness.h"
+#include "python_side.h"
 #include "tb_encode.h"
 #include "test_cli_util.h"
 
 #include <stdlib.h>
 
-static char python[512], script[1024], images[256];
+static char images[256];
 static bool have_tb;
 
 /* Whether the Python side can run; else the running test is skipped. */
@@ -32,19 +33,6 @@ static bool need_tensorboard(void)
     if (!have_tb)
         harness_skip("no Python that imports tensorboard ($AMPC_TORCH_PYTHON, python3, .bench-venv)");
     return have_tb && cli_have_binary();
-}
-
-/* Runs the Python side with args; its output in cli_out; its exit code. */
-static int py(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int py(const char *fmt, ...)
-{
-    char args[4096], cmd[6000];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' '%s' %s 2>&1", python, script, args);
-    return cli_capture(cmd);
 }
 
 #define RUN_ARGS                                                                                                    \
@@ -169,21 +157,40 @@ static void test_a_histogram_counts_each_finite_value_once(void)
 
 /* ---------------------------------------------------------------- runs */
 
-/* The accuracy the last run printed, "STEP:X" into buf. */
+/* The accuracy the last run printed, "eval/test_accuracy@STEP=X" into buf. */
 static const char *printed_accuracy(char *buf, size_t n, int step)
 {
-    snprintf(buf, n, "%d:%.4f", step, cli_value_after("test_accuracy "));
+    snprintf(buf, n, "eval/test_accuracy@%d=%.4f", step, cli_value_after("test_accuracy "));
     return buf;
 }
 
 static void test_events_hold_the_logs_values_and_the_gradients(void)
 {
-    char dir[300], log[300], acc[64];
+    char dir[300], log[300], acc[80];
     cli_path(dir, sizeof dir, "runs/plain");
     cli_path(log, sizeof log, "plain.jsonl");
     CLI_OK(RUN_ARGS " --log '%s' --tensorboard '%s'", images, log, dir);
     printed_accuracy(acc, sizeof acc, 16);
-    CHECK_MSG(py("check '%s' '%s' %s", dir, log, acc) == 0, "%s", cli_out);
+    CHECK_MSG(python_run("check '%s' '%s' %s mlp", dir, log, acc) == 0, "%s", cli_out);
+    printf("%s", cli_out);
+}
+
+/* A gpt in bf16 (no scaler): tokens per second, the validation loss and
+ * perplexity. */
+static void test_a_gpt_run_shows_its_tokens_and_validation_loss(void)
+{
+    char dir[300], log[300], text[300], evals[200];
+    cli_path(dir, sizeof dir, "runs/gpt");
+    cli_path(log, sizeof log, "gpt.jsonl");
+    cli_write_tiny_text(cli_path(text, sizeof text, "text.txt"));
+    CLI_OK("train --model gpt --data '%s' --layers 1 --width 16 --heads 2 --context 8 --batch 4 --steps 5 "
+           "--val-batches 2 --threads 1 --precision bf16 --log '%s' --tensorboard '%s'", text, log, dir);
+    const char *at = strstr(cli_out, "val_loss ");
+    char loss[32] = "", ppl[32] = "";
+    CHECK(at && sscanf(at, "val_loss %31s perplexity %31s", loss, ppl) == 2);
+    snprintf(evals, sizeof evals, "eval/val_loss@5=%s,eval/perplexity@5=%s", loss, ppl);
+    CHECK_MSG(python_run("check '%s' '%s' %s", dir, log, evals) == 0, "%s", cli_out);
+    CHECK_OUT("train/step_ms train/tokens_per_s");
     printf("%s", cli_out);
 }
 
@@ -192,13 +199,13 @@ static void test_a_flipped_byte_is_caught_by_tensorboards_reader(void)
     char dir[300];
     cli_path(dir, sizeof dir, "runs/flip");
     CLI_OK(RUN_ARGS " --tensorboard '%s'", images, dir);
-    CHECK_MSG(py("corrupt '%s' '%s'", dir, tmpdir) == 0, "%s", cli_out);
+    CHECK_MSG(python_run("corrupt '%s' '%s'", dir, tmpdir) == 0, "%s", cli_out);
     printf("%s", cli_out);
 }
 
 static void test_a_resumed_run_adds_a_file_and_its_steps_go_on(void)
 {
-    char dir[300], log[300], ck[300], acc1[64], acc2[64];
+    char dir[300], log[300], ck[300], acc1[80], acc2[80];
     cli_path(dir, sizeof dir, "runs/resumed");
     cli_path(log, sizeof log, "resumed.jsonl");
     cli_path(ck, sizeof ck, "ck");
@@ -206,7 +213,7 @@ static void test_a_resumed_run_adds_a_file_and_its_steps_go_on(void)
     printed_accuracy(acc1, sizeof acc1, 8);
     CLI_OK("train --resume '%s' --threads 1 --health-every 4 --log '%s' --tensorboard '%s'", ck, log, dir);
     printed_accuracy(acc2, sizeof acc2, 16);
-    CHECK_MSG(py("check '%s' '%s' %s,%s", dir, log, acc1, acc2) == 0, "%s", cli_out);
+    CHECK_MSG(python_run("check '%s' '%s' %s,%s mlp", dir, log, acc1, acc2) == 0, "%s", cli_out);
     CHECK_OUT("2 event files");
     printf("%s", cli_out);
 }
@@ -250,20 +257,8 @@ static void test_a_failed_write_is_said_once_and_the_run_goes_on(void)
 
 int main(void)
 {
-    const char *src = getenv("AMPC_SOURCE_DIR"), *tp = getenv("AMPC_TORCH_PYTHON");
-    snprintf(script, sizeof script, "%s/tests/test_tensorboard.py", src ? src : ".");
     cli_init("tensorboard");
-    char venv[1100];
-    snprintf(venv, sizeof venv, "%s/.bench-venv/bin/python", src ? src : ".");
-    const char *cands[] = {tp && *tp ? tp : NULL, "python3", venv};
-    for (int i = 0; i < 3 && !have_tb; i++) {
-        char probe[1300];
-        if (!cands[i])
-            continue;
-        snprintf(python, sizeof python, "%s", cands[i]);
-        snprintf(probe, sizeof probe, "'%s' -c 'import tensorboard, numpy' > /dev/null 2>&1", python);
-        have_tb = system(probe) == 0;
-    }
+    have_tb = python_find("test_tensorboard.py", "tensorboard, numpy");
     if (!have_tb)
         printf("  no Python that imports tensorboard and numpy ($AMPC_TORCH_PYTHON, python3, .bench-venv; "
                "scripts/torch-deps.sh installs them): the tests that read event files are skipped\n");
@@ -274,6 +269,7 @@ int main(void)
     RUN(test_a_record_frames_its_data_with_masked_crcs);
     RUN(test_a_histogram_counts_each_finite_value_once);
     RUN_IF(need_tensorboard, test_events_hold_the_logs_values_and_the_gradients);
+    RUN_IF(need_tensorboard, test_a_gpt_run_shows_its_tokens_and_validation_loss);
     RUN_IF(need_tensorboard, test_a_flipped_byte_is_caught_by_tensorboards_reader);
     RUN_IF(need_tensorboard, test_a_resumed_run_adds_a_file_and_its_steps_go_on);
     RUN_IF(cli_have_binary, test_a_directory_that_cannot_take_files_is_refused);

@@ -3,17 +3,20 @@ TensorBoard event files read by TensorBoard's own readers (EventAccumulator,
 its record reader and its CRC32C), checked against ampc's JSON-lines log of
 the same run.
 
-    check DIR LOG EVALS      every scalar series in DIR equals the log's
-                             values at the log's steps; gradient histograms
-                             at the --health-every steps; the closing
-                             evaluations (EVALS: STEP:ACCURACY,... as the
-                             runs printed them); every record's masked CRCs
+    check DIR LOG EVALS [mlp]
+                             every scalar series in DIR equals the log's
+                             values at the log's steps; the closing
+                             evaluations (EVALS: TAG@STEP=VALUE,... as the
+                             runs printed them); every record's masked
+                             CRCs; with mlp, the scaler's skips and scale
+                             changes and the gradient histograms at the
+                             --health-every steps
     corrupt DIR SCRATCH      a flipped byte in a record's data, and one in
                              a record's length, are caught by TensorBoard's
                              reader (copies in SCRATCH; DIR is not touched)
 
-The run checked is an mlp 784-16-10 (test_tensorboard.c's), whose
-gradients are NUMEL's. Prints what it checked; exits 1 naming the first
+The mlp run checked is test_tensorboard.c's 784-16-10, whose gradients
+are NUMEL's. Prints what it checked; exits 1 naming the first
 difference.
 """
 import glob
@@ -123,17 +126,24 @@ def check_files(d):
     return files
 
 
-def check(d, log_path, evals):
+def check(d, log_path, evals, mlp):
     check_files(d)
     with open(log_path) as f:
         lines = [json.loads(line) for line in f]
     acc = accumulator(d)
     tags = acc.Tags()
     scalars = set(tags["scalars"])
-    known = {t for _, t, _ in SERIES} | {"amp/skipped_steps", "eval/test_accuracy"}
+    want_evals = {}
+    for item in evals.split(","):
+        tag, at = item.split("@")
+        step, value = at.split("=")
+        # as printed: within half the last decimal (and float32's rounding)
+        decimals = len(value.split(".")[1]) if "." in value else 0
+        want_evals.setdefault(tag, {})[int(step)] = (float(value), 0.5 * 10 ** -decimals + 1e-6 * abs(float(value)))
+    known = {t for _, t, _ in SERIES} | {"amp/skipped_steps"} | set(want_evals)
     if scalars - known:
         fail("scalar tags the log does not have: %s" % sorted(scalars - known))
-    compared = 0
+    compared, series = 0, []
     for key, tag, digits in SERIES:
         want = {r["step"]: r[key] for r in lines if r.get(key) is not None}
         got = {e.step: e.value for e in acc.Scalars(tag)} if tag in scalars else {}
@@ -143,25 +153,30 @@ def check(d, log_path, evals):
             if not close_enough(got[step], v, digits):
                 fail("%s at step %d: %r, the log's %s %r" % (tag, step, got[step], key, v))
         compared += len(want)
+        series += [tag] if want else []
     # The scaler's skips so far, against the log's skipped flags.
     skipped, want = 0, {}
     for r in lines:
         skipped += r["skipped"]
         want[r["step"]] = skipped
-    got = {e.step: e.value for e in acc.Scalars("amp/skipped_steps")}
-    if got != want:
+    got = {e.step: e.value for e in acc.Scalars("amp/skipped_steps")} if "amp/skipped_steps" in scalars else {}
+    scaled = any(r["scale"] is not None for r in lines)
+    if got != (want if scaled else {}):
         fail("amp/skipped_steps %s, the log's running count %s" % (got, want))
+    for tag, want in want_evals.items():
+        got = {e.step: e.value for e in acc.Scalars(tag)} if tag in scalars else {}
+        if sorted(got) != sorted(want) or any(abs(got[s] - v) > tol for s, (v, tol) in want.items()):
+            fail("%s %s, printed %s" % (tag, got, want))
+    print("  %d scalar values equal the log's (%d steps, %d skipped) in %s, and %s at the closing evaluations" %
+          (compared, len(lines), skipped, " ".join(series), " ".join(sorted(want_evals))))
+    if not mlp:
+        return
     if not 0 < skipped < len(lines):
         fail("the run skipped %d of %d steps: the test needs both kinds" % (skipped, len(lines)))
     scales = {r["scale"] for r in lines}
     if len(scales) < 3:
         fail("the scale took %d values: the test needs it to back off and grow" % len(scales))
-    want = {int(s): float(a) for s, a in (p.split(":") for p in evals.split(","))}
-    got = {e.step: e.value for e in acc.Scalars("eval/test_accuracy")}
-    if sorted(got) != sorted(want) or any(abs(got[s] - want[s]) > 5e-5 for s in want):  # printed with 4 decimals
-        fail("eval/test_accuracy %s, printed %s" % (got, want))
-    print("  %d scalar values equal the log's (%d steps, %d skipped, %d scales), eval/test_accuracy at steps %s" %
-          (compared, len(lines), skipped, len(scales), sorted(got)))
+    print("  the scaler skipped %d steps and took %d scales" % (skipped, len(scales)))
     check_histograms(acc, tags, lines)
 
 
@@ -252,10 +267,10 @@ def corrupt(d, scratch):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "check" and len(sys.argv) == 5:
-        check(sys.argv[2], sys.argv[3], sys.argv[4])
+    if sys.argv[1] == "check" and len(sys.argv) in (5, 6):
+        check(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:] == ["mlp"])
     elif sys.argv[1] == "corrupt" and len(sys.argv) == 4:
         corrupt(sys.argv[2], sys.argv[3])
     else:
-        fail("usage: test_tensorboard.py check DIR LOG STEP:ACCURACY,... | corrupt DIR SCRATCH")
+        fail("usage: test_tensorboard.py check DIR LOG TAG@STEP=VALUE,... [mlp] | corrupt DIR SCRATCH")
     print("ok")

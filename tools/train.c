@@ -31,10 +31,11 @@
  * copied there into buffers made once, autocast runs on AMP_CUDA, and the
  * host waits for the GPU only where it reads a value: the losses, summed
  * on the device, are read at the progress lines (and every step with
- * --log, whose records need each step's loss and scale), which is also
- * where a non-finite loss is noticed. With the grad scaler (fp16, cuda's
- * default) each step also reads whether the scaler skipped it: the lr
- * schedule counts only steps taken, so the next step's lr depends on it.
+ * --log or --tensorboard, whose records need each step's loss and
+ * scale), which is also where a non-finite loss is noticed. With the
+ * grad scaler (fp16, cuda's default) each step also reads whether the
+ * scaler skipped it: the lr schedule counts only steps taken, so the
+ * next step's lr depends on it.
  * The grad norm is measured (and clipped, --clip) on the device by
  * amp_clip_grad_norm_tensor (amp_zero_clip_grad_norm_tensor with --zero
  * 1, its all-gather through NCCL), which leaves it there in a 0-d tensor: with
@@ -434,8 +435,9 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
     progress pg;
     progress_begin(&pg, o, first, total, per_step, r->rd->gpt);
     /* The same on every rank (the reads all-reduce the loss under mpirun):
-     * --log is every rank's option though rank 0 alone writes it, and
-     * progress_due is the step's alone there (no live line under mpirun). */
+     * --log and --tensorboard are every rank's options though rank 0 alone
+     * writes them, and progress_due is the step's alone there (no live
+     * line under mpirun). */
     r->read_each = !r->cuda || r->o->log != NULL || r->o->tensorboard != NULL;
     for (int64_t step = first; step < stop; step++) {
         double t0 = now_s();
