@@ -56,6 +56,9 @@ typedef struct {
     int64_t warmup, step_size;
     double gamma, min_lr;
     double clip;           /* > 0: clip the global grad norm to this */
+    double beta1, beta2, eps; /* adam / adamw */
+    bool decay_all;        /* weight decay on every parameter, not the >= 2-D ones only */
+    double warmup_start_factor; /* NAN: 1 / (warmup + 1) */
     uint64_t seed;
     int64_t threads;       /* 0: every core */
     const char *device;    /* "cpu", "cuda" */
