@@ -1077,6 +1077,8 @@ typedef struct {
     int64_t mlp;      /* hidden width of each block's MLP (GELU) */
     double dropout;   /* 0 for none */
     bool checkpoint_activations; /* each block through amp_checkpoint (amp_gpt_set_checkpointing) */
+    bool no_bias;     /* linears and LayerNorms without biases (nanoGPT's bias=False) */
+    bool gelu_exact;  /* the MLP's GELU in the erf form (nanoGPT's nn.GELU()); false: tanh (GPT-2's) */
 } amp_gpt_config;
 /* A decoder-only transformer: token + learned position embeddings,
  * pre-LayerNorm blocks of causal self-attention and a GELU MLP, a final

@@ -32,7 +32,9 @@ static amp_module *build_model(const train_opts *o, const run_info *ri)
                         .heads = o->heads,
                         .mlp = o->mlp_width,
                         .dropout = o->dropout,
-                        .checkpoint_activations = o->checkpoint_activations};
+                        .checkpoint_activations = o->checkpoint_activations,
+                        .no_bias = o->no_bias,
+                        .gelu_exact = strcmp(o->gelu, "exact") == 0};
     return amp_model_gpt(c);
 }
 

@@ -73,6 +73,10 @@ X(eps, .name = "eps", .meta = "X", .kind = OPT_REAL, .cls = OC_SETTING, .lo = 1e
 X(decay_all, .name = "decay-all", .meta = "", .kind = OPT_FLAG, .cls = OC_SETTING,
   .help = "weight decay on every parameter (default: on the weights of 2 or more dimensions only, as "
   "GPT-2 / nanoGPT: not on biases and norm weights)")
+X(no_bias, .name = "no-bias", .meta = "", .kind = OPT_FLAG, .cls = OC_SHAPE, .models = "gpt",
+  .help = "gpt: linears and LayerNorms without biases (nanoGPT's bias=False)")
+X(gelu, .name = "gelu", .meta = "FORM", .kind = OPT_STR, .cls = OC_SHAPE, .choices = "tanh|exact", .models = "gpt",
+  .help = "gpt: the MLP's GELU: tanh (GPT-2's, the default) or exact (the erf form, nanoGPT's nn.GELU())")
 X(warmup_start_factor, .name = "warmup-start-factor", .meta = "X", .kind = OPT_REAL, .cls = OC_SETTING, .lo = 0,
   .hi = 1, .help = "the warm-up's first lr is X * lr, rising linearly to lr (PyTorch's LinearLR start_factor; "
   "default 1/(warmup+1): nanoGPT's lr * (t+1) / (warmup+1), never 0)")

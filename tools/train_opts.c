@@ -71,6 +71,7 @@ void train_opts_default(train_opts *o)
     o->weight_decay = NAN;
     o->warmup = -1; /* unset */
     o->warmup_start_factor = NAN;
+    o->gelu = "tanh";
     o->beta1 = 0.9; /* torch.optim.Adam's */
     o->beta2 = 0.999;
     o->eps = 1e-8;

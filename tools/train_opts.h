@@ -44,6 +44,8 @@ typedef struct {
     int64_t layers, heads, width, context, mlp_width;
     double dropout;
     bool checkpoint_activations; /* gpt: amp_checkpoint around each block */
+    bool no_bias;          /* gpt: linears and LayerNorms without biases */
+    const char *gelu;      /* gpt: "tanh" or "exact" (erf) */
     int64_t epochs;        /* 0: unset */
     int64_t steps;         /* > 0: this many optimizer steps, whatever the epochs */
     int64_t batch;         /* per micro-batch; 0: the model's default */
