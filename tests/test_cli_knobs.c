@@ -9,9 +9,11 @@
  *   - By default a parameter of fewer than 2 dimensions (a bias, a norm's
  *     weight) gets no weight decay and the others get --weight-decay, for
  *     every model; --decay-all decays them all.
+ *   - --no-bias builds a gpt without bias tensors (--gelu exact with it).
  *   - A checkpoint's settings without "decay-all" and
  *     "warmup-start-factor" (saved before they existed) read back as the
- *     behaviour it ran with: decay on every parameter, a warm-up from lr 0.
+ *     behaviour it ran with: decay on every parameter, a warm-up from lr 0
+ *     (and without "no-bias" and "gelu", the gpt with biases and tanh).
  */
 #include "test_cli_util.h"
 
@@ -133,6 +135,7 @@ static void test_checkpoint_without_the_records_keeps_decay_all_and_warmup_from_
     CHECK_EQ_INT(settings_from_json(old, "old", &ck, &ri), -1);
     CHECK(ck.decay_all);
     CHECK(ck.warmup_start_factor == 0);
+    CHECK(!ck.no_bias && strcmp(ck.gelu, "tanh") == 0); /* the gpt it was: biases, tanh GELU */
     /* resumed: the merge keeps them, resolve leaves them */
     train_opts_default(&o);
     o.resume = "somewhere";
@@ -176,6 +179,30 @@ static void test_biases_and_norm_weights_do_not_decay_unless_decay_all(void)
     check_grouping("--model mlp --optim sgd --weight-decay 0.1 --decay-all", &img, true);
 }
 
+static void test_gpt_without_bias_has_no_bias_tensors(void)
+{
+    const run_info txt = {.vocab = 40};
+    const char *lines[] = {"--model gpt --layers 2", "--model gpt --layers 2 --no-bias --gelu exact"};
+    const int want[] = {2 + 12 * 2 + 2, 2 + 6 * 2 + 1}; /* gpt.c's count */
+    for (int k = 0; k < 2; k++) {
+        train_opts o;
+        CHECK_EQ_INT(parse(&o, lines[k]), -1);
+        trainer t;
+        CHECK(trainer_build(&t, &o, &txt, 10));
+        CHECK_EQ_INT(t.n_params, want[k]);
+        char name[128] = "";
+        for (int i = 0; i < t.n_params; i++) {
+            const char *n = NULL;
+            if (amp_module_param(t.model, i, &n) && n && strstr(n, "bias"))
+                snprintf(name, sizeof name, "%s", n);
+        }
+        CHECK_MSG(k == 0 ? name[0] != 0 : name[0] == 0, "%s: bias tensor '%s'", lines[k], name);
+        trainer_free(&t);
+    }
+    train_opts o;
+    CHECK_EQ_INT(parse(&o, "--model mlp --no-bias"), EXIT_USAGE);
+}
+
 int main(void)
 {
     cli_init_tiny("test-cli-knobs", tiny, text);
@@ -184,6 +211,7 @@ int main(void)
     RUN(test_betas_eps_and_grouping_are_saved_with_the_run);
     RUN(test_checkpoint_without_the_records_keeps_decay_all_and_warmup_from_zero);
     RUN(test_biases_and_norm_weights_do_not_decay_unless_decay_all);
+    RUN(test_gpt_without_bias_has_no_bias_tensors);
     cli_cleanup();
     return harness_done();
 }
