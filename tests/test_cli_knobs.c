@@ -60,9 +60,9 @@ static void test_lr_of_each_step_is_nanogpts_get_lr(void)
         CHECK_MSG(fabs(lr - want) <= 1e-8 * want, "step %d: lr %.9g, nanoGPT's get_lr(%d) %.9g", step, lr, step - 1,
                   want);
     }
-    free(body);
     /* the first step's lr is lr / (warmup + 1), not 0 */
     CHECK(n > 0 && strstr(lines[0], "\"lr\":0.000166666667") != NULL);
+    free(body);
 }
 
 static const cli_refusal refusals[] = {
