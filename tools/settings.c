@@ -47,6 +47,10 @@ static bool applies(const opt_def *d, const train_opts *o)
     const char *n = d->name;
     if (strcmp(n, "momentum") == 0)
         return strcmp(o->optim, "sgd") == 0;
+    if (strcmp(n, "beta1") == 0 || strcmp(n, "beta2") == 0 || strcmp(n, "eps") == 0)
+        return strcmp(o->optim, "sgd") != 0;
+    if (strcmp(n, "warmup-start-factor") == 0)
+        return o->warmup > 0;
     if (strcmp(n, "step-size") == 0 || strcmp(n, "gamma") == 0)
         return strcmp(o->schedule, "step") == 0;
     if (strcmp(n, "min-lr") == 0)
@@ -257,6 +261,12 @@ int settings_from_json(const char *text, const char *where, train_opts *ck, run_
         else
             rc = set_from_json(d, &s->items[i], ck, where);
     }
+    /* Checkpoints older than these settings ran with weight decay on
+     * every parameter and a warm-up from lr 0: resumed, they keep it. */
+    if (rc < 0 && !json_get(s, "decay-all"))
+        ck->decay_all = true;
+    if (rc < 0 && !json_get(s, "warmup-start-factor"))
+        ck->warmup_start_factor = 0;
     /* Ranges: an IDX dimension is a u32; a byte-level vocabulary has at
      * most 256 tokens; a run takes at most CLI_MAX_STEPS steps. */
     static const struct {
