@@ -89,6 +89,9 @@ typedef struct {
     const char *compress;  /* "none", "bf16", "fp16": DDP's bucket compression */
     int64_t zero;          /* 1: ZeRO stage 1 instead of DDP */
     double dist_timeout;   /* seconds any wait for the other ranks may last; 0: AMPC_DIST_TIMEOUT or 300 */
+    /* gpt on token files (tokens.c) instead of --data's text: */
+    const char *data_bin, *val_bin; /* nanoGPT / llm.c uint16 token files, or NULL */
+    int64_t vocab;         /* token ids 0 .. vocab-1; 0: what the data says beside --data-bin */
     bool given[RO_COUNT];  /* per row of train's table (RO_* ids): set on the command line */
 } train_opts;
 
