@@ -8,7 +8,10 @@
  * bytes of the training text, which is read again from the settings'
  * --data (or this command's --data) and must have the checkpoint's
  * vocabulary: its size, and its bytes where the checkpoint records them
- * (run value vocab_bytes; older checkpoints: a warning).
+ * (run value vocab_bytes; older checkpoints: a warning). A model trained
+ * on token files (--data-bin) has ids, not characters: it takes
+ * --prompt-ids and prints ids, or text through --tokenizer's
+ * tokenizer.json (tokenizer.c).
  *
  * Generation runs through the library's KV cache (amp_gpt_forward_cached):
  * the prompt in one forward (the prefill), then one position per token.
@@ -480,10 +483,14 @@ int generate_main(int argc, char **argv)
         rc = prompt_ids(g.prompt, text, o.data, &ids, &n);
     else if (rc < 0 && (ids = calloc(1, sizeof *ids)) != NULL)
         n = 1; /* a token-id model's default prompt: id 0 */
-    if (rc >= 0 || !ids) {
+    if (rc < 0 && !ids) {
+        fprintf(stderr, WHO ": out of memory for the prompt\n");
+        rc = 1;
+    }
+    if (rc >= 0) {
         amp_text_free(text);
         tokenizer_free(&dec);
-        return rc >= 0 ? rc : 1;
+        return rc;
     }
     int64_t *seq = realloc(ids, sizeof *seq * (size_t)(n + g.tokens));
     trainer t = {0};
