@@ -7,7 +7,8 @@
  * data-parallel run, the rank and world size): images come from the
  * seeded permutation of their epoch (each rank its DistributedSampler
  * shard of it, see batcher_train in data.h), text windows from a seed
- * derived from the step (and the rank). So a run resumed at step N draws
+ * derived from the step (and the rank), token files' rows (--data-bin,
+ * tokens.c) likewise. So a run resumed at step N draws
  * exactly the batches the uninterrupted run would have.
  */
 #include "data.h"

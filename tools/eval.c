@@ -1,7 +1,8 @@
 /*
  * eval.c - measuring a model: the share of test images classified right
  * (mlp, cnn), or the mean next-character cross-entropy over fixed windows
- * of the corpus's validation split (gpt), in the run's precision, with no
+ * of the corpus's validation split (gpt; next-token over --val-bin's
+ * windows for a run on token files), in the run's precision, with no
  * gradients and dropout off. And `ampc eval DIR`: the same for a saved
  * checkpoint.
  *
