@@ -403,7 +403,8 @@ void text_free(text_data *t)
 
 int64_t text_epoch_batches(const text_data *t, int64_t batch, int64_t context, int world)
 {
-    int64_t train = t->tokens ? t->train.n : amp_text_length(t->text) / 10 * 9, per = batch * context * (world > 1 ? world : 1);
+    int64_t train = t->tokens ? t->train.n : amp_text_length(t->text) / 10 * 9;
+    int64_t per = batch * context * (world > 1 ? world : 1);
     return train / per > 0 ? train / per : 1;
 }
 

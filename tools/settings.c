@@ -15,7 +15,9 @@
  * (world_size; 0 or absent: one process) and the run's length in steps
  * (total_steps, which a resume keeps; 0 or absent: not recorded) and, for
  * gpt, the vocabulary's bytes in token order (vocab_bytes, hex; absent
- * from older checkpoints). Older checkpoints also hold, with --hysteresis
+ * from older checkpoints), or for a gpt on token files (--data-bin) that
+ * its vocabulary is token ids (vocab_kind "token_ids") and the training
+ * file's size and hash (data_bin_bytes, data_bin_hash). Older checkpoints also hold, with --hysteresis
  * N > 1, the overflows the scaler still let pass before it backed off
  * (hysteresis_left, 1..N), which is read; the library's checkpoint keeps
  * it now, beside the scaler's other state.
@@ -289,8 +291,9 @@ int settings_from_json(const char *text, const char *where, train_opts *ck, run_
         else
             rc = set_from_json(d, &s->items[i], ck, where);
     }
-    /* Ranges: an IDX dimension is a u32; a byte-level vocabulary has at
-     * most 256 tokens; a run takes at most CLI_MAX_STEPS steps. */
+    /* Ranges: an IDX dimension is a u32; token ids are uint16 (a
+     * byte-level vocabulary, at most 256 tokens, is checked after); a run
+     * takes at most CLI_MAX_STEPS steps. */
     static const struct {
         const char *key;
         int64_t hi;

@@ -83,8 +83,8 @@ static bool llmc_header(const unsigned char *p, size_t len, tok_file *f, char *w
     uint64_t body = len - TOK_LLMC_HEADER;
     if (count < 0 || body != 2 * (uint64_t)count) {
         snprintf(why, n, "byte 8: the header's token count %d does not match the file: its %llu bytes after the "
-                         "header hold %s%llu tokens", count, (unsigned long long)body, body % 2 ? "an odd byte and " : "",
-                 (unsigned long long)(body / 2));
+                         "header hold %s%llu tokens", count, (unsigned long long)body,
+                 body % 2 ? "an odd byte and " : "", (unsigned long long)(body / 2));
         return false;
     }
     f->llmc = true;
