@@ -810,7 +810,8 @@ void mem_estimate_run(const train_opts *o, const run_info *ri, const run_data *r
     uint64_t data = 0, untracked = 0;
     if (rd->gpt) {
         data = 2 * mem_block((uint64_t)(o->batch * o->context) * 8); /* x, y (data_buffers: made after) */
-        untracked = (uint64_t)amp_text_length(rd->text.text); /* the corpus, malloc'd by text.c */
+        /* the corpus, malloc'd by text.c (token files are mapped: the page cache's) */
+        untracked = rd->text.text ? (uint64_t)amp_text_length(rd->text.text) : 0;
         if (cuda)
             e->dev[MEM_DATA] = 2 * dev_block((uint64_t)(o->batch * o->context) * 8);
     } else {

@@ -170,4 +170,11 @@ X(dist_timeout, .name = "dist-timeout", .meta = "S", .kind = OPT_REAL, .cls = OC
 X(tensorboard, .name = "tensorboard", .meta = "DIR", .kind = OPT_STR, .cls = OC_RUN,
   .help = "write TensorBoard event files into DIR (created when missing): the log's values per step, gradient "
   "histograms at --health-every's steps (tensorboard --logdir DIR)")
+X(data_bin, .name = "data-bin", .meta = "FILE", .kind = OPT_STR, .cls = OC_SETTING, .models = "gpt",
+  .help = "gpt: train on token ids: nanoGPT's train.bin (uint16) or an llm.c shard, instead of --data's text")
+X(val_bin, .name = "val-bin", .meta = "FILE", .kind = OPT_STR, .cls = OC_SETTING, .models = "gpt",
+  .help = "gpt with --data-bin: the token file the validation loss is measured on (val.bin)")
+X(vocab, .name = "vocab", .meta = "N", .kind = OPT_INT, .cls = OC_SHAPE, .lo = 1, .hi = 65536, .models = "gpt",
+  .help = "gpt with --data-bin: token ids 0 .. N-1 (default: the vocab_size written beside --data-bin: "
+  "FILE.json, meta.json or nanoGPT's meta.pkl)")
 /* clang-format on */

@@ -363,6 +363,14 @@ int opts_resolve(train_opts *o)
         say("give --epochs or --steps, not both\n");
         return EXIT_USAGE;
     }
+    if (!o->data_bin && (o->given[RO_val_bin] || o->given[RO_vocab])) {
+        say("--%s needs --data-bin FILE (token files)\n", o->given[RO_val_bin] ? "val-bin" : "vocab");
+        return EXIT_USAGE;
+    }
+    if (o->data_bin && o->given[RO_data]) {
+        say("give --data (a text) or --data-bin (token ids), not both\n");
+        return EXIT_USAGE;
+    }
     if ((o->given[RO_save_every] || o->stop_at) && !o->save && !o->resume) {
         say("--%s needs --save DIR\n", o->stop_at ? "stop-at" : "save-every");
         return EXIT_USAGE;

@@ -95,6 +95,9 @@ typedef struct {
     int64_t zero;          /* 1: ZeRO stage 1 instead of DDP */
     double dist_timeout;   /* seconds any wait for the other ranks may last; 0: AMPC_DIST_TIMEOUT or 300 */
     const char *tensorboard; /* TensorBoard event files into this directory, or NULL (tensorboard.h) */
+    /* gpt on token files (tokens.c) instead of --data's text: */
+    const char *data_bin, *val_bin; /* nanoGPT / llm.c uint16 token files, or NULL */
+    int64_t vocab;         /* token ids 0 .. vocab-1; 0: what the data says beside --data-bin */
     bool given[RO_COUNT];  /* per row of train's table (RO_* ids): set on the command line */
 } train_opts;
 
