@@ -38,6 +38,10 @@
  *   profile_cmd.c the profile command: precisions side by side
  *   policy.c      the policy command: the autocast table
  *   log.c         the JSON-lines training log (log.h)
+ *   export.c      the export command: a checkpoint in another program's
+ *                 format (a table of formats; hf: hf_write.c)
+ *   import_hf.c   the import command: a Hugging Face GPT-2 directory as a
+ *                 checkpoint (hf.c reads it; hf.h)
  *   plot*.c       `ampc plot`: the log drawn as SVG (plot.h)
  *
  * Exit codes: 0 done, 1 a run that failed (a missing file, a library
@@ -46,7 +50,8 @@
  * Defines: train_main, train_options, train_parse, eval_run, eval_options,
  * eval_parse, generate_main, generate_options, generate_parse,
  * profile_main, profile_options, profile_parse, policy_run,
- * policy_options. (plot's: plot.h.)
+ * policy_options, export_main, export_options, import_main,
+ * import_options. (plot's: plot.h.)
  */
 #ifndef AMPC_CLI_H
 #define AMPC_CLI_H
@@ -83,5 +88,13 @@ int profile_parse(int argc, char **argv);
 /* `ampc policy [--markdown]` (policy.c). */
 int policy_run(int argc, char **argv);
 extern const opt_cmd policy_options;
+
+/* `ampc export [--format F] DIR OUT` (export.c). */
+int export_main(int argc, char **argv);
+extern const opt_cmd export_options;
+
+/* `ampc import [--format hf] HF_DIR OUT` (import_hf.c). */
+int import_main(int argc, char **argv);
+extern const opt_cmd import_options;
 
 #endif

@@ -151,4 +151,7 @@ X(zero, .name = "zero", .meta = "N", .kind = OPT_INT, .cls = OC_RUN, .lo = 0, .h
 X(dist_timeout, .name = "dist-timeout", .meta = "S", .kind = OPT_REAL, .cls = OC_RUN, .lo = 1e-3, .hi = 1e7,
   .help = "under mpirun: seconds a rank waits for the others before it ends the job (default "
   "AMPC_DIST_TIMEOUT or 300)")
+X(init_from, .name = "init-from", .meta = "DIR", .kind = OPT_STR, .cls = OC_RUN,
+  .help = "start from the weights saved in DIR (a run's --save, or ampc import): its model and shape, a fresh "
+  "optimizer, scaler and schedule from step 0 (fine-tuning)")
 /* clang-format on */
