@@ -30,9 +30,7 @@
 
 #define WHO "ampc export"
 
-typedef struct {
-    const char *format, *dtype, *dir, *out;
-} export_args;
+typedef convert_args export_args;
 
 static int export_hf(const export_args *a);
 
@@ -52,9 +50,9 @@ static const opt_def export_rows[] = {
      .help = "the weights' dtype (default: f32, or the 16-bit dtype every\nweight of the checkpoint is stored in)"},
 };
 
-static int export_positional(const opt_cmd *c, const char *arg, void *ctx)
+int convert_positional(const opt_cmd *c, const char *arg, void *ctx)
 {
-    export_args *a = ctx;
+    convert_args *a = ctx;
     if (arg[0] == '-' && arg[1] != '\0') {
         fprintf(stderr, "%s: unknown option '%s' (see %s --help)\n", c->who, arg, c->who);
         return EXIT_USAGE;
@@ -62,6 +60,19 @@ static int export_positional(const opt_cmd *c, const char *arg, void *ctx)
     if (a->dir && a->out)
         return opt_unexpected(c, arg);
     *(a->dir ? &a->out : &a->dir) = arg;
+    return -1;
+}
+
+int convert_parse(const opt_cmd *c, int argc, char **argv, convert_args *a, const char *what)
+{
+    *a = (convert_args){.format = "hf"};
+    int rc = opt_parse(c, &(opt_dst){a, NULL}, a, argc, argv);
+    if (rc >= 0)
+        return rc;
+    if (!a->out) {
+        fprintf(stderr, "%s: give %s (see %s --help)\n", c->who, what, c->who);
+        return EXIT_USAGE;
+    }
     return -1;
 }
 
@@ -76,27 +87,14 @@ const opt_cmd export_options = {
               "        character vocabulary, OUT/tokenizer.json; GPT2LMHeadModel.from_pretrained(OUT)\n"
               "        loads it (docs/interop.md)\n",
     OPT_ONE_TABLE(export_rows),
-    .positional = export_positional,
+    .positional = convert_positional,
 };
-
-static int export_parse(int argc, char **argv, export_args *a)
-{
-    *a = (export_args){.format = "hf"};
-    int rc = opt_parse(&export_options, &(opt_dst){a, NULL}, a, argc, argv);
-    if (rc >= 0)
-        return rc;
-    if (!a->out) {
-        fprintf(stderr, WHO ": give the checkpoint directory DIR and the output directory OUT (see " WHO
-                        " --help)\n");
-        return EXIT_USAGE;
-    }
-    return -1;
-}
 
 int export_main(int argc, char **argv)
 {
     export_args a;
-    int rc = export_parse(argc, argv, &a);
+    int rc = convert_parse(&export_options, argc, argv, &a,
+                           "the checkpoint directory DIR and the output directory OUT");
     if (rc >= 0)
         return rc;
     for (size_t i = 0; i < N_FORMATS; i++)

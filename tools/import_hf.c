@@ -25,9 +25,7 @@
 
 #define WHO "ampc import"
 
-typedef struct {
-    const char *format, *dir, *out;
-} import_args;
+typedef convert_args import_args;
 
 static int import_hf(const import_args *a);
 
@@ -45,19 +43,6 @@ static const opt_def import_rows[] = {
      .help = "the format of HF_DIR (default hf: Hugging Face transformers)"},
 };
 
-static int import_positional(const opt_cmd *c, const char *arg, void *ctx)
-{
-    import_args *a = ctx;
-    if (arg[0] == '-' && arg[1] != '\0') {
-        fprintf(stderr, "%s: unknown option '%s' (see %s --help)\n", c->who, arg, c->who);
-        return EXIT_USAGE;
-    }
-    if (a->dir && a->out)
-        return opt_unexpected(c, arg);
-    *(a->dir ? &a->out : &a->dir) = arg;
-    return -1;
-}
-
 const opt_cmd import_options = {
     .who = WHO,
     .usage = "usage: ampc import [--format hf] HF_DIR OUT\n\n"
@@ -67,27 +52,14 @@ const opt_cmd import_options = {
              "and ampc train --init-from OUT take (give --data). tokenizer.json is copied.\n"
              "ampc's gpt reads bytes: vocab_size is at most 256 (docs/interop.md).\n\n",
     OPT_ONE_TABLE(import_rows),
-    .positional = import_positional,
+    .positional = convert_positional,
 };
-
-static int import_parse(int argc, char **argv, import_args *a)
-{
-    *a = (import_args){.format = "hf"};
-    int rc = opt_parse(&import_options, &(opt_dst){a, NULL}, a, argc, argv);
-    if (rc >= 0)
-        return rc;
-    if (!a->out) {
-        fprintf(stderr, WHO ": give the directory to read HF_DIR and the output directory OUT (see " WHO
-                        " --help)\n");
-        return EXIT_USAGE;
-    }
-    return -1;
-}
 
 int import_main(int argc, char **argv)
 {
     import_args a;
-    int rc = import_parse(argc, argv, &a);
+    int rc = convert_parse(&import_options, argc, argv, &a,
+                           "the directory to read HF_DIR and the output directory OUT");
     if (rc >= 0)
         return rc;
     for (size_t i = 0; i < N_FORMATS; i++)
