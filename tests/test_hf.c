@@ -379,6 +379,57 @@ static void test_bad_hf_directories_are_refused(void)
     CHECK_MSG(cli_same_checkpoint(a, b, why, sizeof why), "the GPT2Model names import otherwise: %s", why);
 }
 
+/* --dtype bf16: each weight rounded to nearest even (what amp_convert
+ * gives), and imported back widened exactly; no Python needed. */
+static void test_export_in_bf16_rounds_each_weight(void)
+{
+    if (!cli_have_binary())
+        return;
+    char run[600], hf[600], back[600], pa[800], pb[800];
+    cli_path(run, sizeof run, "B");
+    cli_path(hf, sizeof hf, "B-hf16");
+    cli_path(back, sizeof back, "B-back");
+    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 8 --context 8 --batch 2 --steps 2 "
+                     "--precision fp32 --threads 1 --save %s",
+                     text, run);
+    CHECK_MSG(rc == 0, "train: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("export --dtype bf16 %s %s", run, hf);
+    CHECK_MSG(rc == 0, "export --dtype bf16: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("model.safetensors (BF16)");
+    rc = cli_run("import %s %s", hf, back);
+    CHECK_MSG(rc == 0, "import: exit %d:\n%s", rc, cli_out);
+    checkpoint_path(pa, sizeof pa, run);
+    checkpoint_path(pb, sizeof pb, back);
+    ckpt a = {.path = pa, .n_params = -1}, b = {.path = pb, .n_params = -1};
+    CHECK_OK(ckpt_open(&a));
+    CHECK_OK(ckpt_open(&b));
+    int64_t elems = 0, moved = 0, wrong = 0;
+    for (int i = 0; i < a.n; i++) {
+        const in_entry *e = &a.e[i], *f = ckpt_find(&b, e->name);
+        if (!strncmp(e->name, "optim.", 6))
+            continue;
+        CHECK_MSG(f && f->dt == AMP_F32 && f->end - f->begin == e->end - e->begin, "tensor %s: not imported as F32",
+                  e->name);
+        for (uint64_t k = 0; f && k < (e->end - e->begin) / 4; k++, elems++) {
+            float x, y, want;
+            uint16_t h;
+            memcpy(&x, e->bytes + 4 * k, 4);
+            memcpy(&y, f->bytes + 4 * k, 4);
+            amp_convert(&x, AMP_F32, &h, AMP_BF16, 1);
+            amp_convert(&h, AMP_BF16, &want, AMP_F32, 1);
+            wrong += memcmp(&y, &want, 4) != 0;
+            moved += x != y;
+        }
+    }
+    printf("  --dtype bf16: %lld weights, %lld rounded, %lld not bf16's rounding\n", (long long)elems,
+           (long long)moved, (long long)wrong);
+    CHECK(elems > 1000);
+    CHECK(moved > elems / 2);
+    CHECK_EQ_INT((int)wrong, 0);
+    ckpt_close(&a);
+    ckpt_close(&b);
+}
+
 /* Command lines refused without Python. */
 static void test_bad_command_lines_are_refused(void)
 {
@@ -425,6 +476,7 @@ int main(void)
                missing);
     cli_write_tiny_text(cli_path(text, sizeof text, "text.txt"));
     RUN(test_bad_command_lines_are_refused);
+    RUN(test_export_in_bf16_rounds_each_weight);
     RUN(test_export_loads_in_transformers);
     RUN(test_import_of_random_gpt2_gives_its_logits);
     RUN(test_round_trip_is_bit_exact);
