@@ -38,6 +38,10 @@
  *   profile_cmd.c the profile command: precisions side by side
  *   policy.c      the policy command: the autocast table
  *   log.c         the JSON-lines training log (log.h)
+ *   export.c      the export command: a checkpoint in another program's
+ *                 format (a table of formats; hf: hf_write.c)
+ *   import_hf.c   the import command: a Hugging Face GPT-2 directory as a
+ *                 checkpoint (hf.c reads it; hf.h)
  *   plot*.c       `ampc plot`: the log drawn as SVG (plot.h)
  *   tensorboard.c train --tensorboard: TensorBoard event files (tensorboard.h),
  *                 their bytes encoded by tb_encode.c (tb_encode.h)
@@ -48,7 +52,8 @@
  * Defines: train_main, train_options, train_parse, eval_run, eval_options,
  * eval_parse, generate_main, generate_options, generate_parse,
  * profile_main, profile_options, profile_parse, policy_run,
- * policy_options. (plot's: plot.h.)
+ * policy_options, convert_args, convert_positional, convert_parse,
+ * export_main, export_options, import_main, import_options. (plot's: plot.h.)
  */
 #ifndef AMPC_CLI_H
 #define AMPC_CLI_H
@@ -85,5 +90,23 @@ int profile_parse(int argc, char **argv);
 /* `ampc policy [--markdown]` (policy.c). */
 int policy_run(int argc, char **argv);
 extern const opt_cmd policy_options;
+
+/* `ampc export [--format F] DIR OUT` (export.c) and `ampc import
+ * [--format hf] HF_DIR OUT` (import_hf.c): their arguments; the two
+ * directories (the first argument that is not an option, then the
+ * second), and a command line parsed (a message naming `what` when a
+ * directory is missing). */
+typedef struct {
+    const char *format, *dtype, *dir, *out;
+} convert_args;
+int convert_positional(const opt_cmd *c, const char *arg, void *ctx);
+int convert_parse(const opt_cmd *c, int argc, char **argv, convert_args *a, const char *what);
+
+int export_main(int argc, char **argv);
+extern const opt_cmd export_options;
+
+/* `ampc import [--format hf] HF_DIR OUT` (import_hf.c). */
+int import_main(int argc, char **argv);
+extern const opt_cmd import_options;
 
 #endif

@@ -350,7 +350,7 @@ out:
     return rc;
 }
 
-static bool same_value(const opt_def *d, const train_opts *a, const train_opts *b)
+bool settings_same_value(const opt_def *d, const train_opts *a, const train_opts *b)
 {
     const void *fa = (const char *)a + d->off, *fb = (const char *)b + d->off;
     switch (d->kind) {
@@ -371,7 +371,7 @@ static bool same_value(const opt_def *d, const train_opts *a, const train_opts *
     return false;
 }
 
-static void describe(const opt_def *d, const train_opts *o, char *buf, size_t n)
+void settings_describe(const opt_def *d, const train_opts *o, char *buf, size_t n)
 {
     if (is_text(d)) {
         snprintf(buf, n, "%s", *(const char *const *)((const char *)o + d->off));
@@ -392,7 +392,7 @@ static void describe(const opt_def *d, const train_opts *o, char *buf, size_t n)
     jb_free(&b);
 }
 
-static void copy_value(const opt_def *d, train_opts *dst, const train_opts *src)
+void settings_copy_value(const opt_def *d, train_opts *dst, const train_opts *src)
 {
     size_t size = is_text(d) ? sizeof(const char *)
                   : d->kind == OPT_FLAG ? sizeof(bool)
@@ -414,19 +414,20 @@ int settings_merge(train_opts *o, const train_opts *ck, const char *where)
             /* The run's length is one choice: both from the command line
              * when it gives either, else both from the checkpoint. */
             if (!length_given)
-                copy_value(d, o, ck);
+                settings_copy_value(d, o, ck);
             continue;
         }
         if (!o->given[i]) {
-            copy_value(d, o, ck);
+            settings_copy_value(d, o, ck);
             continue;
         }
         /* Options of another model were never saved: their values here are
          * the defaults, and opts_resolve refuses them anyway. */
-        if (d->cls == OC_SHAPE && (!d->models || strcmp(d->models, ck->model) == 0) && !same_value(d, o, ck)) {
+        if (d->cls == OC_SHAPE && (!d->models || strcmp(d->models, ck->model) == 0) &&
+            !settings_same_value(d, o, ck)) {
             char mine[256], theirs[256];
-            describe(d, o, mine, sizeof mine);
-            describe(d, ck, theirs, sizeof theirs);
+            settings_describe(d, o, mine, sizeof mine);
+            settings_describe(d, ck, theirs, sizeof theirs);
             fprintf(stderr,
                     "ampc: --%s %s conflicts with the checkpoint %s, saved with --%s %s (a resumed run keeps "
                     "its model's shape and optimizer; leave --%s out)\n",

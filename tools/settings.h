@@ -3,7 +3,8 @@
  * (settings.c), and the resume rule that merges them with a command line.
  *
  * Defines: run_info, settings_to_json, settings_from_json,
- * settings_forget, settings_merge.
+ * settings_forget, settings_merge, settings_same_value, settings_describe,
+ * settings_copy_value.
  */
 #ifndef AMPC_SETTINGS_H
 #define AMPC_SETTINGS_H
@@ -39,5 +40,11 @@ void settings_forget(void);
  * gave on top; a given model-shape option that differs is an error. Result
  * in o. -1 or EXIT_USAGE. */
 int settings_merge(train_opts *o, const train_opts *ck, const char *where);
+
+/* One option's value (train's row d) in a and b: equal; as typed, into
+ * buf; copied from src into dst. */
+bool settings_same_value(const opt_def *d, const train_opts *a, const train_opts *b);
+void settings_describe(const opt_def *d, const train_opts *o, char *buf, size_t n);
+void settings_copy_value(const opt_def *d, train_opts *dst, const train_opts *src);
 
 #endif

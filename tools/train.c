@@ -49,6 +49,7 @@
 #include "diagnose.h"
 #include "dist_cli.h"
 #include "eval.h"
+#include "init_from.h"
 #include "log.h"
 #include "memcheck.h"
 #include "preflight.h"
@@ -730,7 +731,7 @@ static int scaler_resume(trainer *t, const train_opts *o, const train_opts *ck, 
     return -1;
 }
 
-static int train_run(const train_opts *o, const train_opts *ck, const run_info *saved)
+static int train_run(const train_opts *o, const train_opts *ck, const run_info *saved, const run_info *init)
 {
     double t0 = now_s();
     run_data rd;
@@ -790,6 +791,8 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
     }
     r.t = &t;
     int64_t first = 0;
+    if (o->init_from)
+        rc = init_from_load(o, &t, &ri, init);
     if (saved) {
         /* The checkpoint's scaler state, when it had a scaler and this
          * run has one (a precision changed on resume starts afresh). */
@@ -910,6 +913,9 @@ int train_main(int argc, char **argv)
         if (!o.save)
             o.save = o.resume;
     }
+    run_info init = {0};
+    if (rc < 0 && o.init_from)
+        rc = init_from_settings(&o, &init);
     if (rc < 0)
         rc = opts_resolve(&o);
     if (rc < 0 && amp_dist_rank() == 0) /* rank 0 alone writes --log and --save */
@@ -918,7 +924,7 @@ int train_main(int argc, char **argv)
         rc = profile_preflight(&o);
     if ((rc = agree(rc)) < 0) {
         amp_set_num_threads((int)o.threads);
-        rc = train_run(&o, o.resume ? &ck : NULL, o.resume ? &saved : NULL);
+        rc = train_run(&o, o.resume ? &ck : NULL, o.resume ? &saved : NULL, &init);
     }
     /* A rank that failed alone (the others train on, or wait for it):
      * the whole job ends, now. */

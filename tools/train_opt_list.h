@@ -177,4 +177,7 @@ X(val_bin, .name = "val-bin", .meta = "FILE", .kind = OPT_STR, .cls = OC_SETTING
 X(vocab, .name = "vocab", .meta = "N", .kind = OPT_INT, .cls = OC_SHAPE, .lo = 1, .hi = 65536, .models = "gpt",
   .help = "gpt with --data-bin: token ids 0 .. N-1 (default: the vocab_size written beside --data-bin: "
   "FILE.json, meta.json or nanoGPT's meta.pkl)")
+X(init_from, .name = "init-from", .meta = "DIR", .kind = OPT_STR, .cls = OC_RUN,
+  .help = "start from the weights saved in DIR (a run's --save, or ampc import): its model and shape, a fresh "
+  "optimizer, scaler and schedule from step 0 (fine-tuning)")
 /* clang-format on */

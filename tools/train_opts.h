@@ -98,6 +98,7 @@ typedef struct {
     /* gpt on token files (tokens.c) instead of --data's text: */
     const char *data_bin, *val_bin; /* nanoGPT / llm.c uint16 token files, or NULL */
     int64_t vocab;         /* token ids 0 .. vocab-1; 0: what the data says beside --data-bin */
+    const char *init_from; /* a checkpoint directory whose weights a new run starts from, or NULL */
     bool given[RO_COUNT];  /* per row of train's table (RO_* ids): set on the command line */
 } train_opts;
 

@@ -6,7 +6,7 @@
  * Defines: CKPT_FORMAT, CKPT_MAX_COUNT, ckpt_dtype_name / ckpt_dtype_parse,
  * ckpt_host_le, ckpt_shape_text, ckpt_remove_stale_temps, ckpt_optim_keys,
  * ckpt_optim_param_name; the reader's file and entries (ckpt, in_entry)
- * and what converts older layouts on load (ckpt_convert,
+ * with ckpt_open / ckpt_close, and what converts older layouts on load (ckpt_convert,
  * checkpoint_convert.c).
  */
 #ifndef AMPC_CHECKPOINT_H
@@ -74,10 +74,17 @@ typedef struct {
      * allocated (freed with the file). */
     int64_t n_params;
     bool converted; /* errors say so */
+    bool foreign;   /* set before ckpt_open: any __metadata__ "format" (a Hugging Face file's "pt") */
     void **owned;
     int n_owned, cap_owned;
 } ckpt;
 
+/* Reads c->path whole and checks its header (length, JSON, every entry's
+ * dtype, shape and data_offsets, the entries tiling the data); c->e then
+ * lists the tensors, sorted by name. Errors name the file (ckpt_fail).
+ * ckpt_close frees what it read, whatever it returned. */
+amp_status ckpt_open(ckpt *c);
+void ckpt_close(ckpt *c);
 /* qsort's order of in_entry by name. */
 int ckpt_by_name(const void *a, const void *b);
 /* c's entry called name, or NULL (c->e sorted by name). */

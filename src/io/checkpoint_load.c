@@ -200,12 +200,35 @@ static amp_status parse_header(ckpt *c)
         if (strcmp(c->e[i - 1].name, c->e[i].name) == 0)
             return ckpt_fail(c, AMP_ERR_FORMAT, "tensor '%s' appears twice", c->e[i].name);
     const json_value *fmt = json_get(c->meta, "format");
-    if (fmt && strcmp(fmt->str, CKPT_FORMAT) != 0)
+    if (fmt && !c->foreign && strcmp(fmt->str, CKPT_FORMAT) != 0)
         return ckpt_fail(c, AMP_ERR_FORMAT, "format \"%s\" is not one this ampc reads (" CKPT_FORMAT ")", fmt->str);
     c->data = c->file + 8 + n;
     for (int i = 0; i < c->n; i++)
         c->e[i].bytes = c->data + c->e[i].begin;
     return check_layout(c, (uint64_t)(c->size - 8 - n));
+}
+
+amp_status ckpt_open(ckpt *c)
+{
+    amp_status st =
+        ckpt_host_le() ? AMP_OK : ckpt_fail(c, AMP_ERR_STATE, "safetensors is little-endian; this host is not");
+    if (st == AMP_OK)
+        st = read_all(c);
+    if (st == AMP_OK)
+        st = parse_header(c);
+    return st;
+}
+
+void ckpt_close(ckpt *c)
+{
+    for (int i = 0; i < c->n_owned; i++)
+        free(c->owned[i]);
+    free(c->owned);
+    free(c->e);
+    json_free(c->doc);
+    free(c->file);
+    c->owned = NULL, c->e = NULL, c->doc = NULL, c->file = NULL;
+    c->n_owned = c->n = 0;
 }
 
 static const char *meta_str(const ckpt *c, const char *key)
@@ -598,12 +621,7 @@ amp_status amp_checkpoint_load(const char *path, amp_module *m, amp_optim *o, am
         return amp_set_error(AMP_ERR_ARG, "checkpoint_load: NULL %s", path ? "module" : "path");
     ckpt c = {.path = path, .n_params = -1};
     plan pl = {0};
-    amp_status st =
-        ckpt_host_le() ? AMP_OK : ckpt_fail(&c, AMP_ERR_STATE, "safetensors is little-endian; this host is not");
-    if (st == AMP_OK)
-        st = read_all(&c);
-    if (st == AMP_OK)
-        st = parse_header(&c);
+    amp_status st = ckpt_open(&c);
     if (st == AMP_OK)
         st = ckpt_convert(&c, m);
     if (st == AMP_OK)
@@ -624,11 +642,6 @@ amp_status amp_checkpoint_load(const char *path, amp_module *m, amp_optim *o, am
     }
     free(pl.settings);
     free(pl.steps);
-    for (int i = 0; i < c.n_owned; i++)
-        free(c.owned[i]);
-    free(c.owned);
-    free(c.e);
-    json_free(c.doc);
-    free(c.file);
+    ckpt_close(&c);
     return st;
 }

@@ -1,0 +1,488 @@
+/*
+ * test_hf.c - `ampc export --format hf` and `ampc import --format hf`
+ * against Hugging Face transformers and tokenizers themselves
+ * (tests/test_hf.py runs them), and `ampc train --init-from`.
+ * transformers, tokenizers, torch and safetensors are not build
+ * dependencies: the Python side runs with the first of
+ * $AMPC_TORCH_PYTHON, python3 and the repository's .bench-venv that has
+ * them (scripts/torch-deps.sh installs them there); where none has them
+ * the program exits 77 (CTest: skipped), saying which is missing. The
+ * refusals of broken directories are made by the Python side too, so
+ * they are skipped with it.
+ *
+ * Tolerance, as tests/test_interop.c: fp32 on both sides, other
+ * summation orders: |ampc - hf| <= 1e-5 (1 + |hf|). A Conv1D weight left
+ * untransposed, or q and k swapped, moves the logits by far more.
+ */
+#include "checkpoint_cli.h"
+#include "harness.h"
+#include "io/checkpoint.h"
+#include "test_cli_util.h"
+#include "trainer.h"
+
+#include <stdlib.h>
+
+#define TOL 1e-5
+#define GEN_TOKENS 32
+#define PROMPT "the cat "
+
+static char python[1200], script[1024], text[256], missing[1400];
+static bool have_py, py_ok;
+static char py_out[sizeof cli_out];
+
+static bool need_py(void)
+{
+    if (!have_py)
+        harness_skip(missing);
+    return have_py;
+}
+
+/* The run saved in dir, restored as eval restores it, into t (fp32, no
+ * autocast: the model's forward is called directly). */
+static bool load_run(const char *dir, trainer *t)
+{
+    train_opts o;
+    run_info ri;
+    if (checkpoint_read_settings(dir, &o, &ri) >= 0)
+        return false;
+    o.resume = dir;
+    if (opts_resolve(&o) >= 0 || !trainer_build(t, &o, &ri, 1))
+        return false;
+    if (checkpoint_load_run(dir, t, false, false, NULL) >= 0) {
+        trainer_free(t);
+        return false;
+    }
+    amp_module_train(t->model, false);
+    return true;
+}
+
+static bool write_bytes(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(p, 1, n, f) == n;
+    if (f)
+        ok = fclose(f) == 0 && ok;
+    CHECK_MSG(ok, "cannot write %s", path);
+    return ok;
+}
+
+/* The fp32 logits of the model in dir on ids x, into path (f32), or
+ * compared with the f32 values in path (want). */
+static void logits_of(const char *dir, amp_tensor *x, const char *path, bool want, const char *what)
+{
+    trainer t = {0};
+    CHECK_MSG(load_run(dir, &t), "%s: cannot load %s", what, dir);
+    if (!t.model)
+        return;
+    amp_no_grad_begin();
+    amp_tensor *y = amp_module_forward(t.model, x);
+    amp_no_grad_end();
+    CHECK(y != NULL);
+    int64_t n = y ? amp_tensor_numel(y) : 0;
+    if (y && !want)
+        write_bytes(path, amp_tensor_cdata(y), (size_t)n * 4);
+    if (y && want) {
+        size_t len = 0;
+        float *hf = (float *)cli_read_file(path, &len);
+        CHECK_MSG(hf && len == (size_t)n * 4, "%s: %s holds %zu bytes, not %lld logits", what, path, len,
+                  (long long)n);
+        double worst = 0, spread = 0;
+        for (int64_t i = 0; hf && len == (size_t)n * 4 && i < n; i++) {
+            double a = amp_tensor_get(y, i), b = hf[i];
+            worst = fmax(worst, fabs(a - b) / (1 + fabs(b)));
+            spread = fmax(spread, fabs(b));
+        }
+        printf("  %s: %lld logits, max |ampc - transformers| / (1 + |transformers|) = %.3g (|logit| up to %.3g)\n",
+               what, (long long)n, worst, spread);
+        CHECK_MSG(worst <= TOL, "%s: logits differ by %.3g (relative) > %g", what, worst, TOL);
+        CHECK_MSG(spread > 0.1, "%s: the logits are all near 0 (%.3g): the comparison would be empty", what, spread);
+        free(hf);
+    }
+    amp_temps_free();
+    trainer_free(&t);
+}
+
+/* ampc's id of each byte of s (the corpus's vocabulary), into ids. */
+static int64_t ids_of(const amp_text *t, const char *s, size_t n, int64_t *ids)
+{
+    int64_t id_of[256];
+    for (int b = 0; b < 256; b++)
+        id_of[b] = -1;
+    for (int64_t id = 0; id < amp_text_vocab(t); id++)
+        id_of[amp_text_char(t, id)] = id;
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = id_of[(unsigned char)s[i]];
+        CHECK_MSG(ids[i] >= 0, "byte 0x%02x is not in the vocabulary", (unsigned char)s[i]);
+    }
+    return (int64_t)n;
+}
+
+static char run_a[600], hf_a[600], bad_base[600], r32[600], r16[600], rids[600], rout32[600], rout16[600];
+
+/* (a), (b), (e): a gpt trained a few steps in fp32, exported, in
+ * transformers: its logits equal ampc's, greedy generation gives ampc's
+ * tokens, and tokenizer.json encodes the text to ampc's ids. The same
+ * Python process then writes what the import tests read. */
+static void test_export_loads_in_transformers(void)
+{
+    if (!need_py() || !cli_have_binary())
+        return;
+    cli_path(run_a, sizeof run_a, "A");
+    cli_path(hf_a, sizeof hf_a, "A-hf");
+    int rc = cli_run("train --model gpt --data %s --layers 2 --heads 2 --width 16 --context 48 --mlp-width 40 "
+                     "--batch 8 --steps 100 --lr 0.01 --precision fp32 --threads 1 --save %s",
+                     text, run_a);
+    CHECK_MSG(rc == 0, "train: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("export %s %s", run_a, hf_a);
+    CHECK_MSG(rc == 0, "export: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("model.safetensors (F32)");
+    CHECK_OUT("tokenizer.json");
+
+    char xp[700], lp[700], pp[700], gp[700], sp[700], sip[700];
+    snprintf(xp, sizeof xp, "%s/x.bin", tmpdir);
+    snprintf(lp, sizeof lp, "%s/logits.bin", tmpdir);
+    snprintf(pp, sizeof pp, "%s/prompt.ids", tmpdir);
+    snprintf(gp, sizeof gp, "%s/gen.ids", tmpdir);
+    snprintf(sp, sizeof sp, "%s/sample.txt", tmpdir);
+    snprintf(sip, sizeof sip, "%s/sample.ids", tmpdir);
+    amp_text *t = amp_text_load(text);
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    amp_tensor *x = amp_zeros(AMP_SHAPE(3, 48), AMP_I64), *y = amp_zeros(AMP_SHAPE(3, 48), AMP_I64);
+    CHECK_OK(amp_text_batch(t, false, 11, x, y));
+    write_bytes(xp, amp_tensor_cdata(x), 3 * 48 * 8);
+    logits_of(run_a, x, lp, false, "A");
+
+    /* ampc's greedy tokens: the prompt, GEN_TOKENS bytes, a newline */
+    rc = cli_run("generate %s --prompt '" PROMPT "' --tokens %d --temperature 0 --threads 1 --quiet", run_a,
+                 GEN_TOKENS);
+    size_t np = strlen(PROMPT);
+    CHECK_MSG(rc == 0 && strlen(cli_out) == np + GEN_TOKENS + 1, "generate: exit %d:\n%s", rc, cli_out);
+    int64_t ids[400];
+    ids_of(t, PROMPT, np, ids);
+    write_bytes(pp, ids, np * 8);
+    ids_of(t, cli_out + np, GEN_TOKENS, ids);
+    write_bytes(gp, ids, GEN_TOKENS * 8);
+    size_t len = 0;
+    char *all = cli_read_file(text, &len);
+    CHECK(all && len > 300);
+    if (all && len > 300) {
+        write_bytes(sp, all, 300);
+        ids_of(t, all, 300, ids);
+        write_bytes(sip, ids, 300 * 8);
+    }
+    free(all);
+
+    cli_path(r32, sizeof r32, "R32");
+    cli_path(r16, sizeof r16, "R16");
+    cli_path(rids, sizeof rids, "r-ids.bin");
+    cli_path(rout32, sizeof rout32, "r-logits32.bin");
+    cli_path(rout16, sizeof rout16, "r-logits16.bin");
+    cli_path(bad_base, sizeof bad_base, "bad");
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd,
+             "'%s' '%s' export '%s' '%s' 3,48 '%s' '%s' '%s' '%s' '%s' + random '%s' '%s' '%s' '%s' '%s' + bad '%s' "
+             "2>&1",
+             python, script, hf_a, xp, lp, pp, gp, sp, sip, r32, r16, rids, rout32, rout16, bad_base);
+    rc = cli_capture(cmd);
+    memcpy(py_out, cli_out, sizeof py_out);
+    py_ok = rc == 0;
+    CHECK_MSG(rc == 0, "test_hf.py: exit %d:\n%s", rc, cli_out);
+    double rel = cli_value_after("logits_rel ");
+    printf("  exported gpt in transformers: max |ampc - transformers| / (1 + |transformers|) = %.3g\n", rel);
+    CHECK_MSG(rel <= TOL, "logits differ by %.3g (relative) > %g", rel, TOL);
+    CHECK_OUT("greedy: 32 tokens equal");
+    CHECK_OUT("decode gives the text back");
+    /* the greedy continuation is text, not one token repeated */
+    const char *d = strstr(cli_out, "tokens equal, ");
+    CHECK_MSG(d && atoi(d + strlen("tokens equal, ")) >= 3, "greedy generation is degenerate:\n%s", cli_out);
+    amp_tensor_free(x);
+    amp_tensor_free(y);
+    amp_text_free(t);
+}
+
+static bool python_side_ran(void)
+{
+    if (!py_ok)
+        harness_skip("the Python side did not run (see the first test)");
+    return py_ok;
+}
+
+/* (c): a random GPT2LMHeadModel of odd shape, saved in f32 and in bf16,
+ * imported: ampc's logits are transformers'. */
+static void test_import_of_random_gpt2_gives_its_logits(void)
+{
+    if (!python_side_ran())
+        return;
+    size_t len = 0;
+    char *raw = cli_read_file(rids, &len);
+    CHECK(raw && len == 2 * 40 * 8);
+    if (!raw || len != 2 * 40 * 8) {
+        free(raw);
+        return;
+    }
+    amp_tensor *x = amp_zeros(AMP_SHAPE(2, 40), AMP_I64);
+    memcpy(amp_tensor_data(x), raw, len);
+    free(raw);
+    const char *dirs[] = {r32, r16}, *outs[] = {rout32, rout16}, *what[] = {"random gpt2 f32", "random gpt2 bf16"};
+    for (int i = 0; i < 2; i++) {
+        char out[700];
+        snprintf(out, sizeof out, "%s-ampc", dirs[i]);
+        int rc = cli_run("import %s %s", dirs[i], out);
+        CHECK_MSG(rc == 0, "import %s: exit %d:\n%s", dirs[i], rc, cli_out);
+        CHECK_OUT("2 layers, 3 heads, width 48, mlp 192, context 40, vocab 101");
+        logits_of(out, x, outs[i], true, what[i]);
+    }
+    amp_tensor_free(x);
+}
+
+/* (d): ampc -> hf -> ampc: every weight the same bytes and dtype, no
+ * other tensor, and `ampc eval` prints the same line. */
+static void test_round_trip_is_bit_exact(void)
+{
+    if (!python_side_ran())
+        return;
+    char back[700], pa[800], pb[800];
+    snprintf(back, sizeof back, "%s-back", run_a);
+    int rc = cli_run("import %s %s", hf_a, back);
+    CHECK_MSG(rc == 0, "import: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("with tokenizer.json's character vocabulary");
+    checkpoint_path(pa, sizeof pa, run_a);
+    checkpoint_path(pb, sizeof pb, back);
+    ckpt a = {.path = pa, .n_params = -1}, b = {.path = pb, .n_params = -1};
+    CHECK_OK(ckpt_open(&a));
+    CHECK_OK(ckpt_open(&b));
+    int same = 0, weights = 0;
+    for (int i = 0; i < a.n; i++) {
+        if (!strncmp(a.e[i].name, "optim.", 6))
+            continue;
+        weights++;
+        const in_entry *e = ckpt_find(&b, a.e[i].name);
+        bool eq = e && e->dt == a.e[i].dt && e->end - e->begin == a.e[i].end - a.e[i].begin &&
+                  memcmp(e->bytes, a.e[i].bytes, e->end - e->begin) == 0;
+        CHECK_MSG(eq, "tensor %s differs after the round trip", a.e[i].name);
+        same += eq;
+    }
+    printf("  round trip: %d of %d weights the same bytes, %d tensors in the imported file\n", same, weights, b.n);
+    CHECK_EQ_INT(weights, 4 + 12 * 2);
+    CHECK_EQ_INT(b.n, weights);
+    ckpt_close(&a);
+    ckpt_close(&b);
+    rc = cli_run("eval %s --threads 1", run_a);
+    CHECK_MSG(rc == 0, "eval A: exit %d:\n%s", rc, cli_out);
+    char line[256] = "";
+    const char *m = strstr(cli_out, "val_loss ");
+    snprintf(line, sizeof line, "%s", m ? m : "(none)");
+    rc = cli_run("eval %s --threads 1", back);
+    CHECK_MSG(rc == 0, "eval of the round trip: exit %d:\n%s", rc, cli_out);
+    m = strstr(cli_out, "val_loss ");
+    CHECK_MSG(m && strcmp(m, line) == 0, "eval moved:\n  ampc        %s  round trip  %s", line, m ? m : "(none)");
+}
+
+/* The mean of the first and of the last three step losses a train run
+ * printed ("step 3/40 loss 2.7833 ..."). */
+static void first_last_loss(const char *out, double *first, double *last)
+{
+    double l[400];
+    int n = 0;
+    for (const char *p = out; p && *p && n < 400; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (sscanf(p, "step %*d/%*d loss %lf", &l[n]) == 1)
+            n++;
+    *first = *last = NAN;
+    if (n >= 6) {
+        *first = (l[0] + l[1] + l[2]) / 3;
+        *last = (l[n - 1] + l[n - 2] + l[n - 3]) / 3;
+    }
+}
+
+/* (f): --init-from an imported model, then bf16 autocast, and fp16 with
+ * the grad scaler: it trains (the loss drops); a shape option that
+ * differs, and --resume beside it, are refused. */
+static void test_init_from_fine_tunes(void)
+{
+    if (!python_side_ran())
+        return;
+    char back[700];
+    snprintf(back, sizeof back, "%s-back", run_a);
+    const char *precisions[] = {"bf16", "fp16"};
+    for (int i = 0; i < 2; i++) {
+        int rc = cli_run("train --init-from %s --data %s --precision %s --steps 40 --lr 0.01 --batch 8 --threads 1 "
+                         "--log-every 1",
+                         back, text, precisions[i]);
+        CHECK_MSG(rc == 0, "train --init-from --precision %s: exit %d:\n%s", precisions[i], rc, cli_out);
+        CHECK_OUT("initialised from");
+        double first, last;
+        first_last_loss(cli_out, &first, &last);
+        printf("  --init-from, %s: loss %.4f over the first 3 steps, %.4f over the last 3\n", precisions[i], first,
+               last);
+        CHECK_MSG(last < first - 0.05, "%s: the loss did not drop (%.4f -> %.4f):\n%s", precisions[i], first, last,
+                  cli_out);
+    }
+    char args[2400], args2[2400];
+    snprintf(args, sizeof args, "--init-from %s --data %s --width 32", back, text);
+    snprintf(args2, sizeof args2, "--init-from %s --data %s --resume %s", back, text, back);
+    const cli_refusal cases[] = {
+        {args, "--width 32 conflicts with --init-from"},
+        {args2, "not both"},
+    };
+    cli_check_refusals("", "train", cases, sizeof cases / sizeof cases[0]);
+}
+
+/* (g): broken directories refused (exit 2), naming the file and what is
+ * wrong; a GPT2Model's names and a sharded save accepted. */
+static void test_bad_hf_directories_are_refused(void)
+{
+    if (!python_side_ran())
+        return;
+    static const struct {
+        const char *dir, *needle;
+    } bad[] = {
+        {"missing-config", "missing-config/config.json: cannot open"},
+        {"bad-json", "bad-json/config.json: not valid JSON (at byte"},
+        {"missing-weights", "missing-weights/model.safetensors is missing"},
+        {"wrong-shape", "tensor 'transformer.h.0.attn.c_attn.weight' has shape [24, 8]; config.json's model needs "
+                        "[8, 24] (Conv1D: [in, out])"},
+        {"missing-tensor", "tensor 'transformer.ln_f.bias' is missing"},
+        {"unknown-dtype", "tensor 'transformer.wpe.weight' has dtype F64"},
+        {"int-tensor", "tensor 'transformer.ln_f.weight' is I32"},
+        {"truncated", "truncated: the tensors need"},
+        {"header-past-end", "truncated: header says 1048576 bytes"},
+        {"overlap", "overlap in the data"},
+        {"untied-head", "'lm_head.weight' differs from the token embedding"},
+        {"exact-gelu", "\"activation_function\" is gelu"},
+        {"inverse-layer-idx", "\"scale_attn_by_inverse_layer_idx\" is true"},
+        {"upcast-attn", "\"reorder_and_upcast_attn\" is true"},
+        {"big-vocab", "\"vocab_size\" is 50257"},
+        {"llama", "\"model_type\" is \"llama\""},
+        {"eps", "\"layer_norm_epsilon\" is 1e-06"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = cli_run("import %s/%s %s/out-%s", bad_base, bad[i].dir, tmpdir, bad[i].dir);
+        CHECK_MSG(rc == 2 && strstr(cli_out, bad[i].needle),
+                  "import of %s: exit %d (want 2), output without \"%s\":\n%s", bad[i].dir, rc, bad[i].needle,
+                  cli_out);
+        char ck[900];
+        snprintf(ck, sizeof ck, "%s/out-%s/" CHECKPOINT_FILE, tmpdir, bad[i].dir);
+        CHECK_MSG(access(ck, F_OK) != 0, "import of %s wrote %s", bad[i].dir, ck);
+    }
+    const char *good[] = {"good", "no-prefix", "sharded"};
+    for (int i = 0; i < 3; i++) {
+        int rc = cli_run("import %s/%s %s/out-%s", bad_base, good[i], tmpdir, good[i]);
+        CHECK_MSG(rc == 0, "import of %s: exit %d:\n%s", good[i], rc, cli_out);
+    }
+    char a[900], b[900], why[300];
+    snprintf(a, sizeof a, "%s/out-good", tmpdir);
+    snprintf(b, sizeof b, "%s/out-sharded", tmpdir);
+    CHECK_MSG(cli_same_checkpoint(a, b, why, sizeof why), "the sharded save imports otherwise: %s", why);
+    snprintf(b, sizeof b, "%s/out-no-prefix", tmpdir);
+    CHECK_MSG(cli_same_checkpoint(a, b, why, sizeof why), "the GPT2Model names import otherwise: %s", why);
+}
+
+/* --dtype bf16: each weight rounded to nearest even (what amp_convert
+ * gives), and imported back widened exactly; no Python needed. */
+static void test_export_in_bf16_rounds_each_weight(void)
+{
+    if (!cli_have_binary())
+        return;
+    char run[600], hf[600], back[600], pa[800], pb[800];
+    cli_path(run, sizeof run, "B");
+    cli_path(hf, sizeof hf, "B-hf16");
+    cli_path(back, sizeof back, "B-back");
+    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 8 --context 8 --batch 2 --steps 2 "
+                     "--precision fp32 --threads 1 --save %s",
+                     text, run);
+    CHECK_MSG(rc == 0, "train: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("export --dtype bf16 %s %s", run, hf);
+    CHECK_MSG(rc == 0, "export --dtype bf16: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("model.safetensors (BF16)");
+    rc = cli_run("import %s %s", hf, back);
+    CHECK_MSG(rc == 0, "import: exit %d:\n%s", rc, cli_out);
+    checkpoint_path(pa, sizeof pa, run);
+    checkpoint_path(pb, sizeof pb, back);
+    ckpt a = {.path = pa, .n_params = -1}, b = {.path = pb, .n_params = -1};
+    CHECK_OK(ckpt_open(&a));
+    CHECK_OK(ckpt_open(&b));
+    int64_t elems = 0, moved = 0, wrong = 0;
+    for (int i = 0; i < a.n; i++) {
+        const in_entry *e = &a.e[i], *f = ckpt_find(&b, e->name);
+        if (!strncmp(e->name, "optim.", 6))
+            continue;
+        CHECK_MSG(f && f->dt == AMP_F32 && f->end - f->begin == e->end - e->begin, "tensor %s: not imported as F32",
+                  e->name);
+        for (uint64_t k = 0; f && k < (e->end - e->begin) / 4; k++, elems++) {
+            float x, y, want;
+            uint16_t h;
+            memcpy(&x, e->bytes + 4 * k, 4);
+            memcpy(&y, f->bytes + 4 * k, 4);
+            amp_convert(&x, AMP_F32, &h, AMP_BF16, 1);
+            amp_convert(&h, AMP_BF16, &want, AMP_F32, 1);
+            wrong += memcmp(&y, &want, 4) != 0;
+            moved += x != y;
+        }
+    }
+    printf("  --dtype bf16: %lld weights, %lld rounded, %lld not bf16's rounding\n", (long long)elems,
+           (long long)moved, (long long)wrong);
+    CHECK(elems > 1000);
+    CHECK(moved > elems / 2);
+    CHECK_EQ_INT((int)wrong, 0);
+    ckpt_close(&a);
+    ckpt_close(&b);
+}
+
+/* Command lines refused without Python. */
+static void test_bad_command_lines_are_refused(void)
+{
+    if (!cli_have_binary())
+        return;
+    const cli_refusal cases[] = {
+        {"export", "give the checkpoint directory DIR and the output directory OUT"},
+        {"export a b c", "unexpected argument 'c'"},
+        {"export --format onnx a b", "--format 'onnx' is not one ampc writes: hf"},
+        {"export --dtype f64 a b", "--dtype"},
+        {"import", "give the directory to read HF_DIR and the output directory OUT"},
+        {"import --format gguf a b", "--format 'gguf' is not one ampc reads: hf"},
+    };
+    cli_check_refusals("", "", cases, sizeof cases / sizeof cases[0]);
+}
+
+int main(void)
+{
+    const char *src = getenv("AMPC_SOURCE_DIR"), *tp = getenv("AMPC_TORCH_PYTHON");
+    snprintf(script, sizeof script, "%s/tests/test_hf.py", src ? src : ".");
+    cli_init("hf");
+    amp_set_num_threads(1);
+    char venv[1100];
+    snprintf(venv, sizeof venv, "%s/.bench-venv/bin/python", src ? src : ".");
+    const char *cands[] = {tp && *tp ? tp : NULL, "python3", venv};
+    static const char *const pkgs[] = {"torch", "safetensors", "transformers", "tokenizers"};
+    snprintf(missing, sizeof missing, "no Python found");
+    for (int i = 0; i < 3 && !have_py; i++) {
+        if (!cands[i])
+            continue;
+        snprintf(python, sizeof python, "%s", cands[i]);
+        have_py = true;
+        for (int k = 0; k < 4 && have_py; k++) {
+            char probe[1400];
+            snprintf(probe, sizeof probe, "'%s' -c 'import %s' > /dev/null 2>&1", python, pkgs[k]);
+            have_py = system(probe) == 0;
+            if (!have_py)
+                snprintf(missing, sizeof missing, "no %s in %s", pkgs[k], python);
+        }
+    }
+    if (!have_py)
+        printf("  %s (nor in $AMPC_TORCH_PYTHON / python3 / .bench-venv; scripts/torch-deps.sh installs torch, "
+               "safetensors, transformers, tokenizers): the transformers tests are skipped\n",
+               missing);
+    cli_write_tiny_text(cli_path(text, sizeof text, "text.txt"));
+    RUN(test_bad_command_lines_are_refused);
+    RUN(test_export_in_bf16_rounds_each_weight);
+    RUN(test_export_loads_in_transformers);
+    RUN(test_import_of_random_gpt2_gives_its_logits);
+    RUN(test_round_trip_is_bit_exact);
+    RUN(test_init_from_fine_tunes);
+    RUN(test_bad_hf_directories_are_refused);
+    cli_cleanup();
+    int rc = harness_done();
+    return rc == 0 && !have_py ? 77 : rc;
+}

@@ -1,0 +1,179 @@
+"""test_hf.py - the Hugging Face side of tests/test_hf.c: transformers
+loads what `ampc export --format hf` writes, and writes what `ampc import
+--format hf` reads. Each mode does its part and prints the numbers the C
+side checks; a failed expectation here is exit 1 with the reason. Several modes run in
+one process when joined by "+" (transformers takes seconds to import).
+
+  export HF X.bin B,T LOGITS.bin PROMPT.ids GEN.ids SAMPLE.txt SAMPLE.ids
+      GPT2LMHeadModel.from_pretrained(HF) in fp32: its logits on the i64
+      ids X against ampc's (f32 LOGITS), printed as "logits_rel <max
+      |ampc - hf| / (1 + |hf|)>"; generate(do_sample=False) from the
+      prompt's ids against ampc's greedy tokens; tokenizer.json's ids of
+      SAMPLE.txt against ampc's, and its decode against the text.
+  random DIR32 DIR16 IDS.bin OUT32.bin OUT16.bin
+      a randomly initialised GPT2LMHeadModel (n_layer 2, n_head 3, n_embd
+      48, vocab 101, n_positions 40) saved in f32 and in bf16, and the
+      fp32 logits of each (the bf16 one's weights widened) on random ids
+      [2, 40], written to IDS / OUT*.
+  bad BASE
+      a small valid directory BASE/good and, beside it, one broken
+      directory per case test_hf.c lists.
+"""
+import json
+import os
+import shutil
+import struct
+import sys
+
+import numpy as np
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def export(hf, xp, shape, logits_path, prompt_path, gen_path, sample_path, sample_ids_path):
+    import tokenizers
+
+    b, t = (int(v) for v in shape.split(","))
+    m = GPT2LMHeadModel.from_pretrained(hf, dtype=torch.float32)
+    m.eval()
+    x = torch.from_numpy(np.fromfile(xp, dtype=np.int64).reshape(b, t))
+    ampc = np.fromfile(logits_path, dtype=np.float32)
+    with torch.no_grad():
+        got = m(x).logits.numpy().reshape(-1)
+    if got.size != ampc.size:
+        fail(f"{got.size} logits from transformers, {ampc.size} from ampc")
+    rel = np.max(np.abs(ampc.astype(np.float64) - got) / (1 + np.abs(got)))
+    print(f"logits_rel {rel:.3g} over {got.size} logits, |logit| up to {np.max(np.abs(got)):.3g}")
+
+    prompt = np.fromfile(prompt_path, dtype=np.int64)
+    want = np.fromfile(gen_path, dtype=np.int64)
+    with torch.no_grad():
+        out = m.generate(torch.from_numpy(prompt)[None], max_new_tokens=len(want), min_new_tokens=len(want),
+                         do_sample=False, pad_token_id=0)
+    new = out[0, len(prompt):].numpy()
+    if not np.array_equal(new, want):
+        fail(f"greedy tokens differ:\n  transformers {new.tolist()}\n  ampc         {want.tolist()}")
+    print(f"greedy: {len(want)} tokens equal, {len(set(want.tolist()))} distinct")
+
+    tok = tokenizers.Tokenizer.from_file(os.path.join(hf, "tokenizer.json"))
+    text = open(sample_path, encoding="utf-8").read()
+    ids = tok.encode(text).ids
+    want = np.fromfile(sample_ids_path, dtype=np.int64).tolist()
+    if ids != want:
+        fail(f"tokenizer ids differ: {ids[:20]} ... against ampc's {want[:20]} ...")
+    if tok.decode(ids) != text:
+        fail(f"tokenizer decode gives {tok.decode(ids)[:60]!r}, not {text[:60]!r}")
+    print(f"tokenizer: {len(ids)} ids equal, decode gives the text back")
+
+
+def random_model(d32, d16, ids_path, out32, out16):
+    torch.manual_seed(5)
+    cfg = GPT2Config(n_layer=2, n_head=3, n_embd=48, vocab_size=101, n_positions=40, initializer_range=0.2,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None)
+    m = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # LayerNorms and biases away from 1 and 0, so a swapped tensor shows
+        for name, p in m.named_parameters():
+            if name.endswith("bias") or "ln_" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    m.save_pretrained(d32, safe_serialization=True)
+    m16 = GPT2LMHeadModel(cfg).eval()
+    m16.load_state_dict(m.state_dict())
+    m16 = m16.to(torch.bfloat16)
+    m16.save_pretrained(d16, safe_serialization=True)
+    g = torch.Generator().manual_seed(6)
+    ids = torch.randint(0, 101, (2, 40), generator=g)
+    ids.numpy().astype(np.int64).tofile(ids_path)
+    with torch.no_grad():
+        m(ids).logits.numpy().astype(np.float32).tofile(out32)
+        m16.float()(ids).logits.numpy().astype(np.float32).tofile(out16)
+    print("random: saved in f32 and bf16")
+
+
+def write_st(path, tensors, header_len=None, overlap=False, cut=0, dtype_of=None):
+    """A safetensors file written by hand, so that it can be broken."""
+    header, data, at = {}, b"", 0
+    for name, arr in tensors.items():
+        raw = arr.tobytes()
+        dt = (dtype_of or {}).get(name, "F32")
+        begin = at - 4 if overlap and at else at
+        header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [begin, begin + len(raw)]}
+        data = data[:begin] + raw
+        at = begin + len(raw)
+    h = json.dumps(header).encode()
+    n = len(h) if header_len is None else header_len
+    blob = struct.pack("<Q", n) + h + data
+    with open(path, "wb") as f:
+        f.write(blob[: len(blob) - cut])
+
+
+def bad(base):
+    from safetensors.numpy import load_file
+
+    cfg = GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=11, n_positions=6, bos_token_id=None, eos_token_id=None)
+    good = os.path.join(base, "good")
+    GPT2LMHeadModel(cfg).save_pretrained(good, safe_serialization=True)
+    sd = load_file(os.path.join(good, "model.safetensors"))
+    conf = json.load(open(os.path.join(good, "config.json")))
+
+    def case(name, tensors=None, config=None, config_text=None, **st):
+        d = os.path.join(base, name)
+        os.makedirs(d, exist_ok=True)
+        if config_text is not None:
+            open(os.path.join(d, "config.json"), "w").write(config_text)
+        elif config is not False:
+            json.dump(config or conf, open(os.path.join(d, "config.json"), "w"))
+        if tensors is not False:
+            write_st(os.path.join(d, "model.safetensors"), tensors if tensors is not None else sd, **st)
+
+    case("missing-config", config=False)
+    case("bad-json", config_text='{"model_type": "gpt2", "n_layer": 1,, }')
+    case("missing-weights", tensors=False)
+    wrong = dict(sd)
+    wrong["transformer.h.0.attn.c_attn.weight"] = sd["transformer.h.0.attn.c_attn.weight"].T.copy()
+    case("wrong-shape", tensors=wrong)
+    case("missing-tensor", tensors={k: v for k, v in sd.items() if k != "transformer.ln_f.bias"})
+    case("unknown-dtype", dtype_of={"transformer.wpe.weight": "F64"})
+    ints = dict(sd)
+    ints["transformer.ln_f.weight"] = np.zeros(8, dtype=np.int32)
+    case("int-tensor", tensors=ints, dtype_of={"transformer.ln_f.weight": "I32"})
+    case("truncated", cut=10)
+    case("header-past-end", header_len=1 << 20)
+    case("overlap", overlap=True)
+    untied = dict(sd)
+    untied["lm_head.weight"] = sd["transformer.wte.weight"] + 1
+    case("untied-head", tensors=untied)
+    case("exact-gelu", config=dict(conf, activation_function="gelu"))
+    case("inverse-layer-idx", config=dict(conf, scale_attn_by_inverse_layer_idx=True))
+    case("upcast-attn", config=dict(conf, reorder_and_upcast_attn=True))
+    case("big-vocab", config=dict(conf, vocab_size=50257))
+    case("llama", config=dict(conf, model_type="llama"))
+    case("eps", config=dict(conf, layer_norm_epsilon=1e-6))
+    # A GPT2Model's names (no "transformer.") with the tied head stored: accepted.
+    case("no-prefix", tensors=dict({k.replace("transformer.", ""): v for k, v in sd.items()},
+                                   **{"lm_head.weight": sd["transformer.wte.weight"]}))
+    # Two shards and their index: accepted.
+    d = os.path.join(base, "sharded")
+    os.makedirs(d, exist_ok=True)
+    json.dump(conf, open(os.path.join(d, "config.json"), "w"))
+    names = sorted(sd)
+    halves = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+              "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+    for fn, ks in halves.items():
+        write_st(os.path.join(d, fn), {k: sd[k] for k in ks})
+    json.dump({"metadata": {}, "weight_map": {k: fn for fn, ks in halves.items() for k in ks}},
+              open(os.path.join(d, "model.safetensors.index.json"), "w"))
+    print("bad: written")
+
+
+if __name__ == "__main__":
+    # Several modes in one process (transformers takes a while to import): "MODE ARGS + MODE ARGS".
+    words, start = sys.argv[1:] + ["+"], 0
+    for i, w in enumerate(words):
+        if w == "+":
+            {"export": export, "random": random_model, "bad": bad}[words[start]](*words[start + 1:i])
+            start = i + 1

@@ -1,0 +1,199 @@
+/*
+ * import_hf.c - `ampc import [--format hf] HF_DIR OUT`: a Hugging Face
+ * transformers GPT-2 (GPT2LMHeadModel.save_pretrained's directory, hf.c
+ * reads and checks it) as an ampc checkpoint, OUT/checkpoint.safetensors:
+ * the gpt of the config's shape with the directory's weights (f32: 16-bit
+ * ones widened exactly) and the settings `ampc eval`, `ampc generate` and
+ * `ampc train --init-from OUT` build it from: those of the run an
+ * `ampc export` kept in config.json ("ampc_settings"), else precision
+ * fp32, --dropout from resid_pdrop and no data (give --data). No optimizer state: it is a
+ * model, to fine-tune from (--init-from), not a run to resume.
+ * HF_DIR/tokenizer.json, when there is one, is copied into OUT, and its
+ * vocabulary's bytes recorded when it is a character vocabulary (the one
+ * ampc export writes), so that eval and generate check the text's.
+ */
+#include "checkpoint_cli.h"
+#include "cli.h"
+#include "hf.h"
+
+#include "io/file.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define WHO "ampc import"
+
+typedef convert_args import_args;
+
+static int import_hf(const import_args *a);
+
+/* The formats, one row each. */
+static const struct {
+    const char *name;
+    int (*read)(const import_args *a);
+} formats[] = {
+    {"hf", import_hf},
+};
+#define N_FORMATS (sizeof formats / sizeof formats[0])
+
+static const opt_def import_rows[] = {
+    {.name = "format", .meta = "F", .kind = OPT_STR, .off = offsetof(import_args, format),
+     .help = "the format of HF_DIR (default hf: Hugging Face transformers)"},
+};
+
+const opt_cmd import_options = {
+    .who = WHO,
+    .usage = "usage: ampc import [--format hf] HF_DIR OUT\n\n"
+             "Reads a Hugging Face transformers GPT-2 (the directory save_pretrained wrote:\n"
+             "config.json and model.safetensors, or a sharded model.safetensors.index.json)\n"
+             "into the ampc checkpoint OUT/" CHECKPOINT_FILE ", which ampc eval, ampc generate\n"
+             "and ampc train --init-from OUT take (give --data). tokenizer.json is copied.\n"
+             "ampc's gpt reads bytes: vocab_size is at most 256 (docs/interop.md).\n\n",
+    OPT_ONE_TABLE(import_rows),
+    .positional = convert_positional,
+};
+
+int import_main(int argc, char **argv)
+{
+    import_args a;
+    int rc = convert_parse(&import_options, argc, argv, &a,
+                           "the directory to read HF_DIR and the output directory OUT");
+    if (rc >= 0)
+        return rc;
+    for (size_t i = 0; i < N_FORMATS; i++)
+        if (strcmp(a.format, formats[i].name) == 0)
+            return formats[i].read(&a);
+    fprintf(stderr, WHO ": --format '%s' is not one ampc reads: hf\n", a.format);
+    return EXIT_USAGE;
+}
+
+/* m's weights into a gpt of its shape; NULL after a message. */
+static amp_module *build(const hf_model *m)
+{
+    amp_gpt_config c = {.vocab = m->s.vocab, .context = m->s.context, .width = m->s.width, .layers = m->s.layers,
+                        .heads = m->s.heads, .mlp = m->s.mlp, .dropout = m->s.dropout};
+    amp_module *g = amp_model_gpt(c);
+    for (int k = 0; g && k < m->n; k++) {
+        hf_tensor t;
+        hf_tensor_at(&m->s, k, &t);
+        amp_tensor *p = NULL;
+        for (int i = 0, n = amp_module_num_params(g); i < n && !p; i++) {
+            const char *pn;
+            amp_tensor *q = amp_module_param(g, i, &pn);
+            if (q && strcmp(pn, t.ampc) == 0)
+                p = q;
+        }
+        if (!p || amp_tensor_copy_in(p, m->w[k], AMP_F32) != AMP_OK) {
+            fprintf(stderr, WHO ": tensor %s: %s\n", t.ampc, p ? amp_last_error() : "not in ampc's gpt");
+            amp_module_free(g);
+            return NULL;
+        }
+    }
+    if (!g)
+        fprintf(stderr, WHO ": %s\n", amp_last_error());
+    return g;
+}
+
+/* The run settings an export kept in config.json ("ampc_settings") into
+ * o, when they describe this very model; else false (a note says why
+ * when there were some). */
+static bool exported_settings(const hf_model *m, const char *dir, train_opts *o)
+{
+    if (!m->ampc_settings)
+        return false;
+    char where[CLI_PATH_MAX];
+    snprintf(where, sizeof where, "%s/config.json \"ampc_settings\"", dir);
+    run_info ri = {0};
+    train_opts_default(o);
+    bool ok = settings_from_json(m->ampc_settings, where, o, &ri) < 0 && is_gpt(o) && o->layers == m->s.layers &&
+              o->heads == m->s.heads && o->width == m->s.width && o->context == m->s.context &&
+              o->mlp_width == m->s.mlp && ri.vocab == m->s.vocab && !strcmp(o->param_dtype, "fp32");
+    if (!ok)
+        printf("note: %s does not describe this model's fp32 weights: not used\n", where);
+    return ok;
+}
+
+/* The settings of the imported model (eval and --init-from build it
+ * from them): those of the run it was exported from, else the shape and
+ * fp32; malloc'd JSON, NULL after a message. */
+static char *settings_of(const hf_model *m, const char *dir)
+{
+    train_opts o;
+    if (!exported_settings(m, dir, &o)) {
+        train_opts_default(&o);
+        o.model = "gpt";
+        o.layers = m->s.layers, o.heads = m->s.heads, o.width = m->s.width, o.context = m->s.context;
+        o.mlp_width = m->s.mlp, o.dropout = m->s.dropout;
+        o.precision = "fp32";
+        o.given[RO_precision] = true;
+    }
+    opts_set_command(WHO);
+    if (opts_resolve(&o) >= 0)
+        return NULL;
+    run_info ri = {.vocab = m->s.vocab};
+    snprintf(ri.vocab_hex, sizeof ri.vocab_hex, "%s", m->vocab_hex);
+    char *json = settings_to_json(&o, &ri);
+    if (!json)
+        fprintf(stderr, WHO ": out of memory\n");
+    return json;
+}
+
+/* HF_DIR/tokenizer.json copied into OUT (when there is one); -1 or 1. */
+static int copy_tokenizer(const char *dir, const char *out)
+{
+    char from[CLI_PATH_MAX], to[CLI_PATH_MAX], why[200];
+    snprintf(from, sizeof from, "%s/tokenizer.json", dir);
+    snprintf(to, sizeof to, "%s/tokenizer.json", out);
+    struct stat sb;
+    if (stat(from, &sb) != 0)
+        return -1;
+    int64_t size;
+    FILE *f = file_fopen_read(from, (int64_t)64 << 20, &size, why, sizeof why);
+    char *buf = f ? malloc((size_t)size + 1) : NULL;
+    bool ok = buf && fread(buf, 1, (size_t)size, f) == (size_t)size;
+    if (f)
+        fclose(f);
+    FILE *g = ok ? fopen(to, "wb") : NULL;
+    ok = g && fwrite(buf, 1, (size_t)size, g) == (size_t)size;
+    ok = g && fclose(g) == 0 && ok;
+    free(buf);
+    if (!ok) {
+        fprintf(stderr, WHO ": copying %s to %s failed%s%s\n", from, to, f ? "" : ": ", f ? "" : why);
+        return 1;
+    }
+    return -1;
+}
+
+static int import_hf(const import_args *a)
+{
+    hf_model m;
+    int rc = hf_read_dir(a->dir, &m);
+    amp_module *g = rc < 0 ? build(&m) : NULL;
+    char *json = g ? settings_of(&m, a->dir) : NULL;
+    if (rc < 0 && !json)
+        rc = 1;
+    if (rc < 0 && mkdir(a->out, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, WHO ": %s: cannot create the directory: %s\n", a->out, strerror(errno));
+        rc = 1;
+    }
+    char path[CLI_PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", a->out, CHECKPOINT_FILE);
+    if (rc < 0 && amp_checkpoint_save(path, g, NULL, NULL, 0, json) != AMP_OK) {
+        fprintf(stderr, WHO ": %s\n", amp_last_error());
+        rc = 1;
+    }
+    if (rc < 0)
+        rc = copy_tokenizer(a->dir, a->out);
+    if (rc < 0)
+        printf("imported %s (gpt: %lld layers, %lld heads, width %lld, mlp %lld, context %lld, vocab %lld) into "
+               "%s%s\n",
+               a->dir, (long long)m.s.layers, (long long)m.s.heads, (long long)m.s.width, (long long)m.s.mlp,
+               (long long)m.s.context, (long long)m.s.vocab, path,
+               m.vocab_hex[0] ? ", with tokenizer.json's character vocabulary" : "");
+    free(json);
+    amp_module_free(g);
+    hf_model_free(&m);
+    return rc < 0 ? 0 : rc;
+}
