@@ -4,20 +4,35 @@
  * precisions; median of the timed steps after a warm-up).
  *
  *   ampc_step [--threads N] [--steps N] [--warmup N] [--max-seconds S]
- *             [--models mlp,cnn,gpt] [--precisions fp32,bf16,fp16]
- *             [--profile-overhead]
+ *             [--models mlp,cnn,gpt,gpt2] [--precisions fp32,bf16,fp16]
+ *             [--batch B] [--seq T] [--checkpoint-activations]
+ *             [--profile-overhead] [--profile-table]
+ *
+ * gpt2 is GPT-2 124M's shapes (vocab 50257, context 1024, width 768, 12
+ * layers of 12 heads, MLP 3072) at batch --batch (default 4) and --seq T
+ * tokens (default 1024), each block checkpointed with
+ * --checkpoint-activations: bench/gpt2.sh runs it beside PyTorch's
+ * GPT2LMHeadModel (bench/torch_gpt2.py). It is not in the default --models
+ * (a step takes seconds).
  *
  * Prints one JSON object per line: {"impl": "ampc", "model", "precision",
  * "threads", "step_ms" (the median timed step), "steps" (how many were
  * timed), "warmup" (how many ran before them), "timeboxed" (true when
  * --max-seconds cut either short), "times_ms" (every timed step, in the
- * order they ran, for bench/run.sh to pool rounds), "peak_mb"}.
+ * order they ran, for bench/run.sh to pool rounds), "peak_mb" (the
+ * allocator's peak), "cpu_ms" (the median timed step's process CPU time),
+ * "rss_mb" (the process's max RSS so far: one cell per process for a
+ * per-cell figure)}; gpt2's also "batch", "seq" and "checkpoint".
  *
  * --warmup N (default 3): untimed steps first. --max-seconds S (default 0:
  * no limit): a time box per model and precision, for slow cells: the
  * warm-up stops early once the cell has run S / 3 seconds (at least one
  * warm-up step still runs) and the timed steps once it has run S seconds
  * (at least one timed step still runs), as bench/torch_step.py does.
+ *
+ * --profile-table: the profiler records the timed steps and prints its
+ * table (the top 30 rows) and verdict to stderr after each cell: where a
+ * step's time goes.
  *
  * --profile-overhead: the profiler's cost instead (its targets: off
  * under 1% of a step, on under 5%). Per model and precision, blocks of
@@ -44,7 +59,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+
+/* gpt2's batch, tokens per sequence and checkpointing (the options). */
+static int64_t g2_batch = 4, g2_seq = 1024;
+static bool g2_ckpt;
+static bool profile_table; /* --profile-table */
 
 static double now(void)
 {
@@ -73,7 +94,8 @@ typedef struct {
     amp_module *net;
     amp_optim *opt;
     amp_tensor *x, *y;
-    bool sequence; /* gpt: logits [B, T, V] against targets [B, T] */
+    bool sequence; /* gpt, gpt2: logits [B, T, V] against targets [B, T] */
+    int64_t classes; /* labels' range: the vocabulary of a sequence model */
 } rig;
 
 static bool make(const char *model, rig *r)
@@ -89,23 +111,32 @@ static bool make(const char *model, rig *r)
         r->net = amp_model_cnn(1, 28, 28, 10);
         r->x = amp_randn(AMP_SHAPE(128, 1, 28, 28), AMP_F32, 0, 1);
         r->y = amp_zeros(AMP_SHAPE(128), AMP_I64);
+    } else if (strcmp(model, "gpt2") == 0) {
+        amp_gpt_config c = {.vocab = 50257, .context = 1024, .width = 768, .layers = 12, .heads = 12,
+                            .mlp = 3072, .checkpoint_activations = g2_ckpt};
+        r->net = amp_model_gpt(c);
+        r->x = amp_zeros(AMP_SHAPE(g2_batch, g2_seq), AMP_I64);
+        r->y = amp_zeros(AMP_SHAPE(g2_batch * g2_seq), AMP_I64);
+        r->sequence = true;
+        r->classes = c.vocab;
     } else {
         amp_gpt_config c = {.vocab = 96, .context = 128, .width = 256, .layers = 4, .heads = 4, .mlp = 1024};
         r->net = amp_model_gpt(c);
         r->x = amp_zeros(AMP_SHAPE(16, 128), AMP_I64);
         r->y = amp_zeros(AMP_SHAPE(16 * 128), AMP_I64);
         r->sequence = true;
+        r->classes = c.vocab;
     }
     if (!r->net || !r->x || !r->y)
         return false;
     /* Labels / tokens: a fixed pattern, like the random ones PyTorch's side draws. */
     int64_t *yv = amp_tensor_data(r->y);
     for (int64_t i = 0; i < amp_tensor_numel(r->y); i++)
-        yv[i] = (i * 7919) % (r->sequence ? 96 : 10);
+        yv[i] = (i * 7919) % (r->sequence ? r->classes : 10);
     if (r->sequence) {
         int64_t *xv = amp_tensor_data(r->x);
         for (int64_t i = 0; i < amp_tensor_numel(r->x); i++)
-            xv[i] = (i * 104729) % 96;
+            xv[i] = (i * 104729) % r->classes;
     }
     int n = amp_module_num_params(r->net);
     amp_tensor **ps = malloc(sizeof *ps * (size_t)n);
@@ -143,7 +174,7 @@ static bool one_step(rig *r, const char *model, const char *precision, amp_scale
         amp_autocast_begin(AMP_CPU, dt);
     amp_tensor *out = amp_module_forward(r->net, r->x);
     if (r->sequence)
-        out = amp_reshape(out, AMP_SHAPE(-1, 96));
+        out = amp_reshape(out, AMP_SHAPE(-1, r->classes));
     amp_tensor *loss = amp_cross_entropy(out, r->y);
     if (autocast)
         amp_autocast_end();
@@ -331,7 +362,7 @@ static bool profile_overhead(const char *model, const char *precision, int block
 
 /* What time_steps measured for one cell. */
 typedef struct {
-    double median_ms, peak_mb;
+    double median_ms, peak_mb, cpu_ms, rss_mb;
     double *times_ms; /* the timed steps, in the order they ran (malloc'd) */
     int steps, warmup;
     bool timeboxed;
@@ -352,8 +383,8 @@ static bool time_steps(const char *model, const char *precision, int steps, int 
     amp_scaler_opts so = amp_scaler_defaults();
     so.enabled = strcmp(precision, "fp16") == 0;
     amp_scaler *scaler = amp_scaler_new(so);
-    double *t = malloc(sizeof(double) * (size_t)steps);
-    bool ok = scaler && t;
+    double *t = malloc(sizeof(double) * (size_t)steps), *cpu = malloc(sizeof(double) * (size_t)steps);
+    bool ok = scaler && t && cpu;
     if (!ok)
         fprintf(stderr, "%s %s: out of memory\n", model, precision);
     amp_memory_reset_peak();
@@ -366,25 +397,41 @@ static bool time_steps(const char *model, const char *precision, int steps, int 
         ok = one_step(&r, model, precision, scaler);
         res->warmup++;
     }
+    if (ok && profile_table) {
+        amp_profiler_opts po = amp_profiler_defaults();
+        ok = amp_profiler_start(&po) == AMP_OK;
+    }
     for (int i = 0; ok && i < steps; i++) {
         if (i > 0 && max_s > 0 && now() - start > max_s) {
             res->timeboxed = true;
             break;
         }
-        double t0 = now();
+        double t0 = now(), c0 = cpu_now();
         ok = one_step(&r, model, precision, scaler);
+        cpu[res->steps] = (cpu_now() - c0) * 1e3;
         t[res->steps++] = (now() - t0) * 1e3;
+    }
+    if (amp_profiler_enabled()) {
+        amp_profiler_stop();
+        fprintf(stderr, "== %s %s\n", model, precision);
+        amp_profiler_print_table(stderr, 30);
+        amp_profiler_print_verdict(stderr);
+        amp_profiler_reset();
     }
     if (ok) {
         res->peak_mb = (double)amp_memory_get_stats().peak / (1 << 20);
+        struct rusage ru;
+        res->rss_mb = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024 : -1; /* ru_maxrss: KiB */
         res->times_ms = malloc(sizeof(double) * (size_t)res->steps);
         ok = res->times_ms != NULL;
     }
     if (ok) {
         memcpy(res->times_ms, t, sizeof(double) * (size_t)res->steps);
         res->median_ms = median_of(t, res->steps);
+        res->cpu_ms = median_of(cpu, res->steps);
     }
     free(t);
+    free(cpu);
     amp_scaler_free(scaler);
     unmake(&r);
     return ok;
@@ -419,8 +466,12 @@ int main(int argc, char **argv)
     bool overhead = false;
     char models[64] = "mlp,cnn,gpt", precisions[64] = "fp32,bf16,fp16";
     for (int i = 1; i < argc; i += 2) {
-        if (strcmp(argv[i], "--profile-overhead") == 0) {
-            overhead = true;
+        bool *flag = strcmp(argv[i], "--profile-overhead") == 0        ? &overhead
+                     : strcmp(argv[i], "--profile-table") == 0         ? &profile_table
+                     : strcmp(argv[i], "--checkpoint-activations") == 0 ? &g2_ckpt
+                                                                        : NULL;
+        if (flag) {
+            *flag = true;
             i--;
             continue;
         }
@@ -436,6 +487,10 @@ int main(int argc, char **argv)
             warmup = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--max-seconds") == 0)
             max_s = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--batch") == 0)
+            g2_batch = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "--seq") == 0)
+            g2_seq = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--models") == 0)
             snprintf(models, sizeof models, "%s", argv[i + 1]);
         else if (strcmp(argv[i], "--precisions") == 0)
@@ -449,11 +504,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "ampc_step: --steps must be >= 1\n");
         return 2;
     }
+    if (g2_batch < 1 || g2_seq < 1 || g2_seq > 1024) {
+        fprintf(stderr, "ampc_step: --batch must be >= 1 and --seq 1 to 1024 (gpt2's context)\n");
+        return 2;
+    }
     if (warmup < 0 || !(max_s >= 0)) {
         fprintf(stderr, "ampc_step: --warmup and --max-seconds must be >= 0\n");
         return 2;
     }
-    if (!valid_list(models, "mlp,cnn,gpt", "--models") || !valid_list(precisions, "fp32,bf16,fp16", "--precisions"))
+    if (!valid_list(models, "mlp,cnn,gpt,gpt2", "--models") || !valid_list(precisions, "fp32,bf16,fp16", "--precisions"))
         return 2;
     amp_set_num_threads(threads);
     double hook_ns = 0, phase_ns = 0, on_ns = 0;
@@ -477,9 +536,13 @@ int main(int argc, char **argv)
                 return 1;
             printf("{\"impl\": \"ampc\", \"model\": \"%s\", \"precision\": \"%s\", \"threads\": %d, "
                    "\"step_ms\": %.3f, \"steps\": %d, \"warmup\": %d, \"timeboxed\": %s, \"peak_mb\": %.1f, "
-                   "\"times_ms\": [",
+                   "\"cpu_ms\": %.3f, \"rss_mb\": %.1f, ",
                    m, p, amp_get_num_threads(), c.median_ms, c.steps, c.warmup, c.timeboxed ? "true" : "false",
-                   c.peak_mb);
+                   c.peak_mb, c.cpu_ms, c.rss_mb);
+            if (strcmp(m, "gpt2") == 0)
+                printf("\"batch\": %lld, \"seq\": %lld, \"checkpoint\": %s, ", (long long)g2_batch,
+                       (long long)g2_seq, g2_ckpt ? "true" : "false");
+            printf("\"times_ms\": [");
             for (int i = 0; i < c.steps; i++)
                 printf("%s%.3f", i ? ", " : "", c.times_ms[i]);
             printf("]}\n");

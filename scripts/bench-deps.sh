@@ -6,7 +6,8 @@
 # ampc itself needs none of this, and bench/run.sh finds a torch of its own
 # first ($AMPC_TORCH_PYTHON, then python3) before looking in .bench-venv.
 # It also installs safetensors, which python/ampc_torch.py and test_interop
-# need (AMPC_TORCH_PYTHON=.bench-venv/bin/python ctest -R test_interop).
+# need (AMPC_TORCH_PYTHON=.bench-venv/bin/python ctest -R test_interop), and,
+# as root with apt, libjemalloc2 for bench/gpt2.sh's PyTorch tuned column.
 #
 #   scripts/bench-deps.sh
 #
@@ -16,6 +17,15 @@
 # wheel (about 1 GB; its CPU kernels are the same).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# jemalloc, which bench/gpt2.sh preloads for PyTorch's tuned column (Debian's
+# libjemalloc2); without it that column runs on glibc's malloc.
+if ! ldconfig -p 2>/dev/null | grep -q 'libjemalloc\.so\.2'; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get install -y libjemalloc2 || echo "bench-deps: apt-get install libjemalloc2 failed; bench/gpt2.sh's PyTorch tuned column will use glibc's malloc" >&2
+  else
+    echo "bench-deps: no libjemalloc.so.2 (Debian: sudo apt-get install libjemalloc2); bench/gpt2.sh's PyTorch tuned column will use glibc's malloc" >&2
+  fi
+fi
 venv=.bench-venv
 spec=${AMPC_TORCH_SPEC:-torch==2.15.*}
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import torch, safetensors' 2>/dev/null; then

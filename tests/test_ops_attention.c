@@ -10,6 +10,7 @@
  * layout bit for bit against the permuted [B, H, T, d] one; finite
  * differences across several tiles.
  */
+#include "backend/cpu/cpu_backend.h"
 #include "harness.h"
 #include "op_check.h"
 #include "ops/fused.h"
@@ -541,16 +542,19 @@ static void tiles_case(bool all)
                 }
 }
 
-/* tiles_case on each kernel the CPU may take: bf16 dot products, AVX-512
+/* tiles_case on each kernel the CPU may take: bf16 dot products (forced
+ * where the CPU has them: on Intel's they are not the default), AVX-512
  * f32, plain C (amp_cpu_limit; the last two on fewer sizes). */
 static void test_tiles_match_double_reference(void)
 {
     const unsigned limits[3] = {~0u, ~(unsigned)AMP_CPU_AVX512BF16, 0u};
+    cpu_attention_set_bf16_dot(CPU_ATTN_DOT_ON);
     for (int li = 0; li < 3; li++) {
         amp_cpu_limit(limits[li]);
         tiles_case(li == 0);
     }
     amp_cpu_limit(~0u);
+    cpu_attention_set_bf16_dot(CPU_ATTN_DOT_AUTO);
 }
 
 /* op_attention_bthd on [B, T, H, d] equals amp_attention on the same

@@ -25,12 +25,12 @@
  * Precision: the scores, the mask and the softmax live in f32 whatever the
  * inputs' dtype, so a score like 300 * 300 * 64 / 8 (past f16's 65504)
  * stays finite; the row sums are in f32 lanes (double in the plain C
- * path). exp is Cephes' expf as in simd_x86.c. bf16 inputs on a CPU with
- * AVX512-BF16 run every product on VDPBF16PS (bf16 pairs, f32
+ * path). exp is Cephes' expf as in simd_x86.c. bf16 inputs on an AMD CPU
+ * with AVX512-BF16 run every product on VDPBF16PS (bf16 pairs, f32
  * accumulation; bf16 subnormal inputs count as zero there), with P and dS
  * rounded to bf16 before their products, as PyTorch's CPU flash attention
- * does; everything else (f32, f16, bf16 without it) is widened to f32 and
- * runs on f32 FMA (AVX-512, or plain C).
+ * does; everything else (f32, f16, bf16 elsewhere: pick_ctype says why)
+ * is widened to f32 and runs on f32 FMA (AVX-512, or plain C).
  *
  * Masking: masked entries of P are set to exactly 0, so finite values in
  * the future never reach a row. A non-finite v (forward) or q, k
@@ -51,6 +51,7 @@
 #include "base/parallel.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -76,12 +77,26 @@
  * padded to a multiple of 16. */
 typedef enum { CT_PLAIN, CT_F32V, CT_DOT } ctype;
 
+static _Atomic int bf16_dot = CPU_ATTN_DOT_AUTO;
+
+void cpu_attention_set_bf16_dot(cpu_attn_dot mode) { bf16_dot = (int)mode; }
+
+/* bf16 products run on VDPBF16PS only where it outruns f32 FMA: AMD's
+ * cores (Zen 4, Zen 5) run it at twice the FMA rate, Intel's at half
+ * (measured on the Xeon of docs/benchmarks.md: 182 GFLOP/s on 2 cores
+ * against 415 for f32 FMA), so there bf16 is widened to f32 and runs on
+ * FMA, P and dS staying f32 (GPT-2 124M's attention at T = 1024 took 0.6 s
+ * less of a 9 s step so); the GEMM dispatch (gemm/dispatch.c) has the
+ * same rule. */
 static ctype pick_ctype(amp_dtype dt)
 {
 #if defined(ATTN_X86)
     unsigned f = amp_cpu_features();
     unsigned dot = AMP_CPU_AVX512F | AMP_CPU_AVX512BW | AMP_CPU_AVX512BF16;
-    if (dt == AMP_BF16 && (f & dot) == dot)
+    const int mode = bf16_dot;
+    __builtin_cpu_init();
+    if (dt == AMP_BF16 && (f & dot) == dot &&
+        (mode == CPU_ATTN_DOT_ON || (mode == CPU_ATTN_DOT_AUTO && __builtin_cpu_is("amd"))))
         return CT_DOT;
     if (f & AMP_CPU_AVX512F)
         return CT_F32V;

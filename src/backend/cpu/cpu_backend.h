@@ -31,6 +31,10 @@ amp_status cpu_bias_grad(const void *dy, amp_dtype dt, int64_t rows, int64_t col
 /* attention.c: scaled dot-product attention, one head at a time. */
 amp_status cpu_attention(const be_attn_desc *a);
 amp_status cpu_attention_backward(const be_attn_desc *a);
+/* bf16 attention's products: on VDPBF16PS where it outruns f32 FMA (AUTO:
+ * AMD), always where the CPU has it (ON), or never (OFF); for tests. */
+typedef enum { CPU_ATTN_DOT_AUTO, CPU_ATTN_DOT_ON, CPU_ATTN_DOT_OFF } cpu_attn_dot;
+void cpu_attention_set_bf16_dot(cpu_attn_dot mode);
 
 /* nn */
 /* softmax.c: softmax, log_softmax and cross_entropy rows. */
