@@ -118,6 +118,73 @@ static int64_t ids_of(const amp_text *t, const char *s, size_t n, int64_t *ids)
 }
 
 static char run_a[600], hf_a[600], bad_base[600], r32[600], r16[600], rids[600], rout32[600], rout16[600];
+static char run_g[600], hf_g[600], run_c[600], hf_c[600], big[600], big_ids[600], big_out[600], big_gen[600];
+static char tr_bin[600], va_bin[600], tok_dir[600], tok_gen[600], tok_txt[600];
+
+/* n little-endian uint16 token ids (a nanoGPT token file), each below
+ * vocab, from a fixed generator. */
+static void write_token_file(const char *path, int64_t n, int vocab, uint64_t seed)
+{
+    uint16_t *t = malloc((size_t)n * sizeof *t);
+    for (int64_t i = 0; t && i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        t[i] = (uint16_t)((seed >> 33) % (uint64_t)vocab);
+    }
+    CHECK(t != NULL);
+    if (t)
+        write_bytes(path, t, (size_t)n * sizeof *t);
+    free(t);
+}
+
+/* (h), (i): the ampc side of a --gelu exact --no-bias gpt and of a gpt on
+ * token ids (with a tokenizer.json of its own), each exported, and their
+ * logits on the ids in xp / [3, 48] ids below 300, for the Python side. */
+static void export_gelu_and_token_ids(const char *xp, char *lg, char *xi, char *lc)
+{
+    cli_path(run_g, sizeof run_g, "G");
+    cli_path(hf_g, sizeof hf_g, "G-hf");
+    int rc = cli_run("train --model gpt --data %s --gelu exact --no-bias --layers 2 --heads 2 --width 16 --context 48 "
+                     "--batch 8 --steps 30 --lr 0.01 --precision fp32 --threads 1 --save %s",
+                     text, run_g);
+    CHECK_MSG(rc == 0, "train --gelu exact --no-bias: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("export %s %s", run_g, hf_g);
+    CHECK_MSG(rc == 0, "export of --gelu exact --no-bias: exit %d:\n%s", rc, cli_out);
+    size_t len = 0;
+    char path[800], *raw = cli_read_file(xp, &len);
+    amp_tensor *x = amp_zeros(AMP_SHAPE(3, 48), AMP_I64);
+    if (raw && len == 3 * 48 * 8)
+        memcpy(amp_tensor_data(x), raw, len);
+    free(raw);
+    logits_of(run_g, x, lg, false, "G");
+
+    cli_path(run_c, sizeof run_c, "C");
+    cli_path(hf_c, sizeof hf_c, "C-hf");
+    cli_path(tr_bin, sizeof tr_bin, "train.bin");
+    cli_path(va_bin, sizeof va_bin, "val.bin");
+    write_token_file(tr_bin, 4096, 300, 1);
+    write_token_file(va_bin, 1024, 300, 2);
+    rc = cli_run("train --model gpt --data-bin %s --val-bin %s --vocab 300 --layers 1 --heads 2 --width 16 --context "
+                 "48 --batch 4 --steps 20 --lr 0.01 --precision fp32 --threads 1 --save %s",
+                 tr_bin, va_bin, run_c);
+    CHECK_MSG(rc == 0, "train --data-bin: exit %d:\n%s", rc, cli_out);
+    snprintf(path, sizeof path, "%s/tokenizer.json", run_c);
+    write_bytes(path, "{\"model\": {}}\n", 15); /* copied as it is: not read */
+    rc = cli_run("export %s %s", run_c, hf_c);
+    CHECK_MSG(rc == 0, "export of a token-id model: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("vocab 300) to");
+    CHECK_OUT(", tokenizer.json");
+    snprintf(path, sizeof path, "%s/tokenizer.json", hf_c);
+    raw = cli_read_file(path, &len);
+    CHECK_MSG(raw && len == 15 && !memcmp(raw, "{\"model\": {}}\n", 15), "%s is not the checkpoint's copy", path);
+    free(raw);
+    int64_t *ids = amp_tensor_data(x);
+    for (int i = 0; i < 3 * 48; i++)
+        ids[i] = (i * 37 + 11) % 300;
+    cli_path(xi, 600, "xi.bin");
+    write_bytes(xi, ids, 3 * 48 * 8);
+    logits_of(run_c, x, lc, false, "C");
+    amp_tensor_free(x);
+}
 
 /* (a), (b), (e): a gpt trained a few steps in fp32, exported, in
  * transformers: its logits equal ampc's, greedy generation gives ampc's
@@ -180,11 +247,24 @@ static void test_export_loads_in_transformers(void)
     cli_path(rout32, sizeof rout32, "r-logits32.bin");
     cli_path(rout16, sizeof rout16, "r-logits16.bin");
     cli_path(bad_base, sizeof bad_base, "bad");
-    char cmd[16384];
+    char lg[600], xi[600], lc[600];
+    cli_path(lg, sizeof lg, "g-logits.bin");
+    cli_path(lc, sizeof lc, "c-logits.bin");
+    export_gelu_and_token_ids(xp, lg, xi, lc);
+    cli_path(big, sizeof big, "BIG");
+    cli_path(big_ids, sizeof big_ids, "big-ids.bin");
+    cli_path(big_out, sizeof big_out, "big-logits.bin");
+    cli_path(big_gen, sizeof big_gen, "big-gen.ids");
+    cli_path(tok_dir, sizeof tok_dir, "TOK");
+    cli_path(tok_gen, sizeof tok_gen, "tok-gen.ids");
+    cli_path(tok_txt, sizeof tok_txt, "tok-gen.txt");
+    static char cmd[32768];
     snprintf(cmd, sizeof cmd,
              "'%s' '%s' export '%s' '%s' 3,48 '%s' '%s' '%s' '%s' '%s' + random '%s' '%s' '%s' '%s' '%s' + bad '%s' "
-             "2>&1",
-             python, script, hf_a, xp, lp, pp, gp, sp, sip, r32, r16, rids, rout32, rout16, bad_base);
+             "+ logits gelu '%s' '%s' 3,48 '%s' + logits tokid '%s' '%s' 3,48 '%s' + big '%s' '%s' '%s' '%s' '%s' "
+             "'%s' + tok '%s' '%s' '%s' 2>&1",
+             python, script, hf_a, xp, lp, pp, gp, sp, sip, r32, r16, rids, rout32, rout16, bad_base, hf_g, xp, lg,
+             hf_c, xi, lc, big, big_ids, big_out, big_gen, tr_bin, va_bin, tok_dir, tok_gen, tok_txt);
     rc = cli_capture(cmd);
     memcpy(py_out, cli_out, sizeof py_out);
     py_ok = rc == 0;
@@ -197,6 +277,15 @@ static void test_export_loads_in_transformers(void)
     /* the greedy continuation is text, not one token repeated */
     const char *d = strstr(cli_out, "tokens equal, ");
     CHECK_MSG(d && atoi(d + strlen("tokens equal, ")) >= 3, "greedy generation is degenerate:\n%s", cli_out);
+    /* (h) the --gelu exact --no-bias export, (i) the token-id one */
+    const char *tags[] = {"gelu_rel ", "tokid_rel "}, *cfg[] = {"activation gelu, vocab", "vocab 300"};
+    for (int i = 0; i < 2; i++) {
+        rel = cli_value_after(tags[i]);
+        printf("  %.*s export in transformers: max |ampc - transformers| / (1 + |transformers|) = %.3g\n",
+               (int)strlen(tags[i]) - 5, tags[i], rel);
+        CHECK_MSG(rel >= 0 && rel <= TOL, "%s: logits differ by %.3g (relative) > %g", tags[i], rel, TOL);
+        CHECK_OUT(cfg[i]);
+    }
     amp_tensor_free(x);
     amp_tensor_free(y);
     amp_text_free(t);
@@ -329,6 +418,158 @@ static void test_init_from_fine_tunes(void)
     cli_check_refusals("", "train", cases, sizeof cases / sizeof cases[0]);
 }
 
+/* The ids `ampc generate DIR --prompt-ids 1,2,3 --temperature 0 --tokens
+ * n --ids` prints, against the i64 ids in path (with the prompt when
+ * from is 0, else without). */
+static void greedy_ids_equal(const char *dir, int n, const char *path, int from)
+{
+    int rc = cli_run("generate %s --prompt-ids 1,2,3 --temperature 0 --tokens %d --ids --threads 1 --quiet", dir, n);
+    CHECK_MSG(rc == 0, "generate %s --ids: exit %d:\n%s", dir, rc, cli_out);
+    size_t len = 0;
+    int64_t *want = (int64_t *)cli_read_file(path, &len);
+    CHECK_MSG(want && len == (size_t)(n + 3 - from) * 8, "%s holds %zu bytes", path, len);
+    const char *p = cli_out;
+    int same = 0;
+    for (int i = 0; want && len == (size_t)(n + 3 - from) * 8 && i < n + 3; i++) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        CHECK_MSG(end != p, "generate printed %d ids, not %d:\n%s", i, n + 3, cli_out);
+        if (end == p)
+            break;
+        p = end;
+        same += i < from || v == want[i - from];
+    }
+    printf("  %s: %d of %d greedy ids equal transformers' generate()\n", dir, same, n + 3);
+    CHECK_EQ_INT(same, n + 3);
+    free(want);
+}
+
+/* (j): a GPT2LMHeadModel of GPT-2's 50257-token vocabulary imported as a
+ * model on token ids: its logits, --init-from with token files (bf16),
+ * and greedy generation as transformers'; token files of another
+ * vocabulary, or a text, refused. */
+static void test_gpt2_vocabulary_imports_as_token_ids(void)
+{
+    if (!python_side_ran())
+        return;
+    char out[700], va[800];
+    snprintf(out, sizeof out, "%s-ampc", big);
+    int rc = cli_run("import %s %s", big, out);
+    CHECK_MSG(rc == 0, "import of vocab 50257: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("2 layers, 2 heads, width 32, mlp 128, context 64, vocab 50257 token ids)");
+    size_t len = 0;
+    char *raw = cli_read_file(big_ids, &len);
+    CHECK(raw && len == 2 * 64 * 8);
+    if (raw && len == 2 * 64 * 8) {
+        amp_tensor *x = amp_zeros(AMP_SHAPE(2, 64), AMP_I64);
+        memcpy(amp_tensor_data(x), raw, len);
+        logits_of(out, x, big_out, true, "random gpt2 vocab 50257");
+        amp_tensor_free(x);
+    }
+    free(raw);
+    rc = cli_run("train --init-from %s --data-bin %s --val-bin %s --precision bf16 --steps 3 --batch 2 --threads 1",
+                 out, tr_bin, va_bin);
+    CHECK_MSG(rc == 0, "train --init-from (vocab 50257) --data-bin: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("initialised from");
+    double val = cli_value_after("val_loss ");
+    printf("  --init-from vocab 50257, bf16, 3 steps: val_loss %.4f (ln 50257 = %.4f)\n", val, log(50257.0));
+    CHECK_MSG(val > 1 && val < 30, "val_loss %.4f", val);
+    greedy_ids_equal(out, 8, big_gen, 3);
+    /* other token ids, or a text: data_check's refusals (exit 1, as for a text of other characters) */
+    rc = cli_run("train --init-from %s --data-bin %s --val-bin %s --vocab 60000", out, tr_bin, va_bin);
+    CHECK_MSG(rc == 1 && strstr(cli_out, "a vocabulary of 60000 token ids; the model in"), "exit %d:\n%s", rc,
+              cli_out);
+    rc = cli_run("train --init-from %s --data %s", out, text);
+    CHECK_MSG(rc == 1 && strstr(cli_out, "was trained on token files (--data-bin)"), "exit %d:\n%s", rc, cli_out);
+    snprintf(va, sizeof va, "%s.json", tr_bin); /* the token files' own vocab_size, another */
+    write_bytes(va, "{\"vocab_size\": 50304}", 21);
+    rc = cli_run("train --init-from %s --data-bin %s --val-bin %s", out, tr_bin, va_bin);
+    CHECK_MSG(rc == 2 && strstr(cli_out, "says vocab_size 50304"), "exit %d:\n%s", rc, cli_out);
+    remove(va);
+}
+
+/* (k): a tokenizer.json beside the model (a byte-level BPE of tokenizers)
+ * is copied by import, and generate prints tokenizers' decode of the ids
+ * with it (--ids: the ids). */
+static void test_tokenizer_json_decodes_generation(void)
+{
+    if (!python_side_ran())
+        return;
+    char out[700], a[800], b[800];
+    snprintf(out, sizeof out, "%s-ampc", tok_dir);
+    int rc = cli_run("import %s %s", tok_dir, out);
+    CHECK_MSG(rc == 0, "import with a BPE tokenizer.json: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("token ids) into");
+    CHECK_OUT(", with tokenizer.json");
+    snprintf(a, sizeof a, "%s/tokenizer.json", tok_dir);
+    snprintf(b, sizeof b, "%s/tokenizer.json", out);
+    size_t la = 0, lb = 0;
+    char *ta = cli_read_file(a, &la), *tb = cli_read_file(b, &lb);
+    CHECK_MSG(ta && tb && la == lb && !memcmp(ta, tb, la), "%s is not a copy of %s", b, a);
+    free(ta), free(tb);
+    greedy_ids_equal(out, 8, tok_gen, 0);
+    rc = cli_run("generate %s --prompt-ids 1,2,3 --temperature 0 --tokens 8 --threads 1 --quiet", out);
+    CHECK_MSG(rc == 0, "generate with the checkpoint's tokenizer.json: exit %d:\n%s", rc, cli_out);
+    char *want = cli_read_file(tok_txt, &la);
+    printf("  generate with tokenizer.json: %s", cli_out);
+    CHECK_MSG(want && strlen(cli_out) == la + 1 && !strncmp(cli_out, want, la) && cli_out[la] == '\n',
+              "generate printed \"%s\", tokenizers decodes \"%s\"", cli_out, want ? want : "");
+    CHECK(la >= 8);
+    free(want);
+}
+
+/* (l): the --gelu exact --no-bias model back from transformers: its
+ * weights the same bytes, its biases there and all zero (not re-detected
+ * as --no-bias), the exact GELU kept, the same eval line. */
+static void test_no_bias_round_trip_keeps_zero_biases(void)
+{
+    if (!python_side_ran())
+        return;
+    char back[700], pa[800], pb[800];
+    snprintf(back, sizeof back, "%s-back", run_g);
+    int rc = cli_run("import %s %s", hf_g, back);
+    CHECK_MSG(rc == 0, "import of --gelu exact --no-bias: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("--gelu exact)");
+    checkpoint_path(pa, sizeof pa, run_g);
+    checkpoint_path(pb, sizeof pb, back);
+    ckpt a = {.path = pa, .n_params = -1}, b = {.path = pb, .n_params = -1};
+    CHECK_OK(ckpt_open(&a));
+    CHECK_OK(ckpt_open(&b));
+    int same = 0, weights = 0, zero_biases = 0;
+    for (int i = 0; i < a.n; i++) {
+        if (!strncmp(a.e[i].name, "optim.", 6))
+            continue;
+        weights++;
+        const in_entry *e = ckpt_find(&b, a.e[i].name);
+        bool eq = e && e->dt == a.e[i].dt && e->end - e->begin == a.e[i].end - a.e[i].begin &&
+                  memcmp(e->bytes, a.e[i].bytes, e->end - e->begin) == 0;
+        CHECK_MSG(eq, "tensor %s differs after the round trip", a.e[i].name);
+        same += eq;
+    }
+    for (int i = 0; i < b.n; i++) {
+        bool zero = strstr(b.e[i].name, ".bias") && !ckpt_find(&a, b.e[i].name);
+        for (uint64_t k = 0; zero && k < b.e[i].end - b.e[i].begin; k++)
+            zero = b.e[i].bytes[k] == 0;
+        zero_biases += zero;
+    }
+    printf("  --no-bias round trip: %d of %d weights the same bytes, %d zero biases added\n", same, weights,
+           zero_biases);
+    CHECK_EQ_INT(weights, 4 + 12 * 2 - 1 - 6 * 2); /* no ln_f.bias, 6 biases a block */
+    CHECK_EQ_INT(zero_biases, 1 + 6 * 2);
+    CHECK_EQ_INT(b.n, 4 + 12 * 2);
+    ckpt_close(&a);
+    ckpt_close(&b);
+    rc = cli_run("eval %s --threads 1", run_g);
+    CHECK_MSG(rc == 0, "eval G: exit %d:\n%s", rc, cli_out);
+    char line[256] = "";
+    const char *m = strstr(cli_out, "val_loss ");
+    snprintf(line, sizeof line, "%s", m ? m : "(none)");
+    rc = cli_run("eval %s --threads 1", back);
+    CHECK_MSG(rc == 0, "eval of the round trip: exit %d:\n%s", rc, cli_out);
+    m = strstr(cli_out, "val_loss ");
+    CHECK_MSG(m && strcmp(m, line) == 0, "eval moved:\n  ampc        %s  round trip  %s", line, m ? m : "(none)");
+}
+
 /* (g): broken directories refused (exit 2), naming the file and what is
  * wrong; a GPT2Model's names and a sharded save accepted. */
 static void test_bad_hf_directories_are_refused(void)
@@ -350,10 +591,10 @@ static void test_bad_hf_directories_are_refused(void)
         {"header-past-end", "truncated: header says 1048576 bytes"},
         {"overlap", "overlap in the data"},
         {"untied-head", "'lm_head.weight' differs from the token embedding"},
-        {"exact-gelu", "\"activation_function\" is gelu"},
+        {"relu", "\"activation_function\" is relu"},
         {"inverse-layer-idx", "\"scale_attn_by_inverse_layer_idx\" is true"},
         {"upcast-attn", "\"reorder_and_upcast_attn\" is true"},
-        {"big-vocab", "\"vocab_size\" is 50257"},
+        {"big-vocab", "\"vocab_size\" is 65537"},
         {"llama", "\"model_type\" is \"llama\""},
         {"eps", "\"layer_norm_epsilon\" is 1e-06"},
     };
@@ -482,6 +723,9 @@ int main(void)
     RUN(test_round_trip_is_bit_exact);
     RUN(test_init_from_fine_tunes);
     RUN(test_bad_hf_directories_are_refused);
+    RUN(test_gpt2_vocabulary_imports_as_token_ids);
+    RUN(test_tokenizer_json_decodes_generation);
+    RUN(test_no_bias_round_trip_keeps_zero_biases);
     cli_cleanup();
     int rc = harness_done();
     return rc == 0 && !have_py ? 77 : rc;

@@ -18,6 +18,20 @@ one process when joined by "+" (transformers takes seconds to import).
   bad BASE
       a small valid directory BASE/good and, beside it, one broken
       directory per case test_hf.c lists.
+  big DIR IDS.bin OUT.bin GEN.ids TRAIN.bin VAL.bin
+      a random GPT2LMHeadModel of GPT-2's vocabulary (50257) at a tiny
+      width (n_embd 32, 2 layers, 2 heads, n_positions 64) saved in DIR;
+      its logits on random ids [2, 64] (IDS, OUT), the 8 ids greedy
+      generate() gives after the prompt 1,2,3 (GEN), and nanoGPT token
+      files (uint16) of ids below 50257 to fine-tune it on.
+  tok DIR GEN.ids GEN.txt
+      a byte-level BPE trained with tokenizers on a small text, and a
+      random GPT2LMHeadModel of its vocabulary, saved in DIR with the
+      tokenizer.json; the prompt 1,2,3 and the 8 ids greedy generate()
+      adds (GEN) and the tokenizer's decode of them all (GEN.txt).
+  logits TAG HF X.bin B,T LOGITS.bin
+      GPT2LMHeadModel.from_pretrained(HF)'s logits on the i64 ids X
+      against ampc's, printed as "TAG_rel <max |ampc - hf| / (1 + |hf|)>".
 """
 import json
 import os
@@ -147,10 +161,10 @@ def bad(base):
     untied = dict(sd)
     untied["lm_head.weight"] = sd["transformer.wte.weight"] + 1
     case("untied-head", tensors=untied)
-    case("exact-gelu", config=dict(conf, activation_function="gelu"))
+    case("relu", config=dict(conf, activation_function="relu"))
     case("inverse-layer-idx", config=dict(conf, scale_attn_by_inverse_layer_idx=True))
     case("upcast-attn", config=dict(conf, reorder_and_upcast_attn=True))
-    case("big-vocab", config=dict(conf, vocab_size=50257))
+    case("big-vocab", config=dict(conf, vocab_size=65537))
     case("llama", config=dict(conf, model_type="llama"))
     case("eps", config=dict(conf, layer_norm_epsilon=1e-6))
     # A GPT2Model's names (no "transformer.") with the tied head stored: accepted.
@@ -170,10 +184,83 @@ def bad(base):
     print("bad: written")
 
 
+def greedy(m, prompt, n):
+    with torch.no_grad():
+        out = m.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                         pad_token_id=0)
+    return out[0].numpy().astype(np.int64)
+
+
+def random_gpt2(vocab, seed, **shape):
+    """A random GPT2LMHeadModel, LayerNorms and biases moved off 1 and 0 (a swapped tensor shows)."""
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=vocab, initializer_range=0.2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                     bos_token_id=None, eos_token_id=None, **shape)
+    m = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith("bias") or "ln_" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    return m
+
+
+def big(d, ids_path, out_path, gen_path, train_path, val_path):
+    m = random_gpt2(50257, 7, n_layer=2, n_head=2, n_embd=32, n_positions=64)
+    m.save_pretrained(d, safe_serialization=True)
+    g = torch.Generator().manual_seed(8)
+    ids = torch.randint(0, 50257, (2, 64), generator=g)
+    ids.numpy().astype(np.int64).tofile(ids_path)
+    with torch.no_grad():
+        m(ids).logits.numpy().astype(np.float32).tofile(out_path)
+    greedy(m, [1, 2, 3], 8)[3:].tofile(gen_path)
+    for path, n in ((train_path, 4096), (val_path, 1024)):
+        toks = torch.randint(0, 50257, (n,), generator=g).numpy().astype(np.uint16)
+        toks[:2] = (50256, 0)  # the vocabulary's ends
+        toks.tofile(path)
+    print("big: saved, the largest id", int(ids.max()))
+
+
+def tok(d, gen_path, text_path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    text = ("the cat sat on the mat. the dog sat on the log. a cat and a dog met on the mat and sat. " * 20).split(".")
+    t = Tokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = decoders.ByteLevel()
+    # no initial alphabet: every token is text of the corpus (ASCII), so any ids decode to whole characters
+    t.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, show_progress=False))
+    v = t.get_vocab_size()
+    m = random_gpt2(v, 9, n_layer=1, n_head=2, n_embd=16, n_positions=32)
+    m.save_pretrained(d, safe_serialization=True)
+    t.save(os.path.join(d, "tokenizer.json"))
+    ids = greedy(m, [1, 2, 3], 8)
+    ids.tofile(gen_path)
+    s = t.decode(ids.tolist())
+    if "\ufffd" in s:
+        fail(f"the decode of {ids.tolist()} is not whole characters: {s!r}")
+    open(text_path, "w", encoding="utf-8").write(s)
+    print(f"tok: vocab {v}, greedy ids {ids.tolist()} decode to {s!r}")
+
+
+def logits(tag, hf, xp, shape, logits_path):
+    b, t = (int(v) for v in shape.split(","))
+    m = GPT2LMHeadModel.from_pretrained(hf, dtype=torch.float32).eval()
+    x = torch.from_numpy(np.fromfile(xp, dtype=np.int64).reshape(b, t))
+    ampc = np.fromfile(logits_path, dtype=np.float32)
+    with torch.no_grad():
+        got = m(x).logits.numpy().reshape(-1)
+    if got.size != ampc.size:
+        fail(f"{tag}: {got.size} logits from transformers, {ampc.size} from ampc")
+    rel = np.max(np.abs(ampc.astype(np.float64) - got) / (1 + np.abs(got)))
+    print(f"{tag}_rel {rel:.3g} over {got.size} logits, |logit| up to {np.max(np.abs(got)):.3g}, "
+          f"activation {m.config.activation_function}, vocab {m.config.vocab_size}")
+
+
 if __name__ == "__main__":
     # Several modes in one process (transformers takes a while to import): "MODE ARGS + MODE ARGS".
     words, start = sys.argv[1:] + ["+"], 0
     for i, w in enumerate(words):
         if w == "+":
-            {"export": export, "random": random_model, "bad": bad}[words[start]](*words[start + 1:i])
+            {"export": export, "random": random_model, "bad": bad, "big": big, "tok": tok,
+             "logits": logits}[words[start]](*words[start + 1:i])
             start = i + 1

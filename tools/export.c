@@ -6,7 +6,9 @@
  *
  *   hf   Hugging Face transformers (a gpt only): OUT/config.json,
  *        OUT/model.safetensors and, for a character vocabulary,
- *        OUT/tokenizer.json (hf_write.c), which
+ *        OUT/tokenizer.json (hf_write.c; a model on token ids: DIR's
+ *        tokenizer.json copied, when it has one; a --no-bias model:
+ *        zero biases, as GPT-2 always has them), which
  *        GPT2LMHeadModel.from_pretrained(OUT) and
  *        tokenizers.Tokenizer.from_file load.
  *
@@ -171,7 +173,8 @@ static int export_hf(const export_args *a)
         rc = 1;
     }
     hf_shape s = {.layers = o.layers, .heads = o.heads, .width = o.width, .mlp = o.mlp_width,
-                  .context = o.context, .vocab = ri.vocab, .dropout = o.dropout};
+                  .context = o.context, .vocab = ri.vocab, .dropout = o.dropout,
+                  .gelu_exact = !strcmp(o.gelu, "exact")};
     int n = rc < 0 ? hf_tensor_count(&s) : 0;
     float **w = calloc((size_t)n + 1, sizeof *w);
     bool any_master = false, any_f32 = false;
@@ -179,8 +182,10 @@ static int export_hf(const export_args *a)
     for (int k = 0; rc < 0 && k < n; k++) {
         hf_tensor h;
         hf_tensor_at(&s, k, &h);
-        bool master, wide;
-        if (!w || !(w[k] = weight_f32(&c, t.model, h.ampc, h.rows * (h.cols ? h.cols : 1), &master, &wide))) {
+        bool master = false, wide = false, zero = o.no_bias && strstr(h.ampc, ".bias"); /* GPT-2 has them */
+        int64_t numel = h.rows * (h.cols ? h.cols : 1);
+        if (!w || !(w[k] = zero ? calloc((size_t)numel, sizeof **w)
+                                : weight_f32(&c, t.model, h.ampc, numel, &master, &wide))) {
             rc = 1;
             break;
         }
@@ -200,13 +205,20 @@ static int export_hf(const export_args *a)
     if (rc < 0)
         rc = hf_write_dir(a->out, &s, (const float *const *)w, dt, ri.vocab_hex,
                           json_get(c.meta, "settings") ? json_get(c.meta, "settings")->str : NULL);
+    bool tok = ri.vocab_hex[0];
+    char *slash = strrchr(path, '/'); /* the checkpoint's directory */
+    if (rc < 0 && ri.token_ids && slash) {
+        *slash = '\0';
+        rc = hf_copy_tokenizer(path, a->out, WHO, &tok);
+        *slash = '/';
+    }
     if (rc < 0)
         printf("exported %s (gpt: %lld layers, %lld heads, width %lld, mlp %lld, context %lld, vocab %lld) to %s: "
                "config.json, model.safetensors (%s%s)%s\n",
                path, (long long)s.layers, (long long)s.heads, (long long)s.width, (long long)s.mlp,
                (long long)s.context, (long long)s.vocab, a->out, ckpt_dtype_name(dt),
                any_master ? ", from the f32 master weights" : "",
-               ri.vocab_hex[0] ? ", tokenizer.json" : " (no tokenizer.json: the checkpoint records no vocabulary)");
+               tok ? ", tokenizer.json" : " (no tokenizer.json: the checkpoint records no vocabulary)");
     for (int k = 0; w && k < n; k++)
         free(w[k]);
     free(w);

@@ -11,7 +11,8 @@
  * (run value vocab_bytes; older checkpoints: a warning). A model trained
  * on token files (--data-bin) has ids, not characters: it takes
  * --prompt-ids and prints ids, or text through --tokenizer's
- * tokenizer.json (tokenizer.c).
+ * tokenizer.json (tokenizer.c; default: DIR/tokenizer.json when there is
+ * one, as `ampc import` leaves it).
  *
  * Generation runs through the library's KV cache (amp_gpt_forward_cached):
  * the prompt in one forward (the prefill), then one position per token.
@@ -102,7 +103,8 @@ static const opt_def gen_rows[] = {
              "trained on token files without --tokenizer)"},
     {.name = "tokenizer", .meta = "FILE", .kind = OPT_STR, .off = offsetof(gen_opts, tokenizer),
      .help = "a Hugging Face tokenizer.json: print the ids of a model trained on\n"
-             "token files as the text it decodes them to (ByteLevel BPE, GPT-2's)"},
+             "token files as the text it decodes them to (ByteLevel BPE, GPT-2's;\n"
+             "default: DIR/tokenizer.json when there is one)"},
 };
 
 /* ampc generate DIR: one checkpoint, named by the argument that is not an
@@ -395,7 +397,14 @@ static int gen_vocab(const gen_opts *g, const train_opts *o, const run_info *sav
                             "--prompt-ids I,J,..\n", where);
             return EXIT_USAGE;
         }
-        return g->tokenizer && !tokenizer_load(dec, g->tokenizer, WHO) ? EXIT_USAGE : -1;
+        char own[CLI_PATH_MAX]; /* the checkpoint's own (an import's copy) */
+        const char *slash = strrchr(where, '/');
+        snprintf(own, sizeof own, "%.*s/tokenizer.json", slash ? (int)(slash - where) : 1, slash ? where : ".");
+        FILE *f = g->tokenizer || g->ids ? NULL : fopen(own, "rb");
+        if (f)
+            fclose(f);
+        const char *file = f ? own : g->tokenizer;
+        return file && !tokenizer_load(dec, file, WHO) ? EXIT_USAGE : -1;
     }
     if (g->tokenizer) {
         fprintf(stderr, WHO ": --tokenizer decodes token ids; the model in %s was trained on characters (its "

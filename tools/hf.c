@@ -4,10 +4,11 @@
  *
  * What is read:
  *   config.json   a GPT2Config: model_type "gpt2"; n_layer, n_head,
- *                 n_embd, n_positions, vocab_size (at most 256: ampc's
- *                 gpt reads bytes), n_inner (null: 4 n_embd);
- *                 activation_function gelu_new or gelu_pytorch_tanh (the
- *                 tanh GELU ampc computes); layer_norm_epsilon 1e-5
+ *                 n_embd, n_positions, vocab_size (at most 65536, the
+ *                 token-id bound; GPT-2's 50257 fits), n_inner (null:
+ *                 4 n_embd); activation_function gelu_new or
+ *                 gelu_pytorch_tanh (the tanh GELU, --gelu tanh) or gelu
+ *                 (the exact one, --gelu exact); layer_norm_epsilon 1e-5
  *                 (ampc's LayerNorm); tied embeddings; and refused where
  *                 GPT-2's options compute another model than ampc's:
  *                 scale_attn_weights false, scale_attn_by_inverse_layer_idx
@@ -22,7 +23,8 @@
  *                 "ampc_settings" (optional, ampc export writes it): the
  *                 run's settings, kept as they are
  *   tokenizer.json (optional) its vocabulary, when it is one character a
- *                 token (hf_read_tokenizer_vocab)
+ *                 token (hf_read_tokenizer_vocab); any other (GPT-2's own
+ *                 BPE) makes the model one on token ids (import_hf.c)
  * Every refusal names the file and what is wrong in it.
  */
 #include "hf.h"
@@ -31,6 +33,7 @@
 #include "io/file.h"
 #include "io/json.h"
 #include "opts.h"
+#include "tokens.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -169,7 +172,7 @@ static int cfg_int(const char *path, const json_value *root, const char *key, in
     if (!json_u64(j, &u) || u < (uint64_t)lo || u > (uint64_t)hi) {
         fprintf(stderr, WHO ": %s: \"%s\" is %s, not a whole number in [%" PRId64 ", %" PRId64 "]%s\n", path, key,
                 j->type == JSON_NUMBER || j->type == JSON_STRING ? j->str : "not a number", lo, hi,
-                !strcmp(key, "vocab_size") ? " (ampc's gpt reads bytes: 256 tokens at most)" : "");
+                !strcmp(key, "vocab_size") ? " (ampc's gpt takes at most 65536 token ids)" : "");
         return EXIT_USAGE;
     }
     *v = (int64_t)u;
@@ -229,14 +232,16 @@ static int read_config(const char *dir, hf_shape *s, char **ampc_settings)
                 path, mt && mt->type == JSON_STRING ? "\"" : "", mt && mt->type == JSON_STRING ? mt->str : "missing",
                 mt && mt->type == JSON_STRING ? "\"" : "");
         rc = EXIT_USAGE;
-    } else if (act && (act->type != JSON_STRING ||
-                       (strcmp(act->str, "gelu_new") != 0 && strcmp(act->str, "gelu_pytorch_tanh") != 0))) {
+    } else if (act && (act->type != JSON_STRING || (strcmp(act->str, "gelu_new") != 0 &&
+                                                    strcmp(act->str, "gelu_pytorch_tanh") != 0 &&
+                                                    strcmp(act->str, "gelu") != 0))) {
         fprintf(stderr,
-                WHO ": %s: \"activation_function\" is %s: ampc's gpt computes the tanh GELU only (gelu_new, "
-                "gelu_pytorch_tanh); an exact-GELU model would give other outputs\n",
+                WHO ": %s: \"activation_function\" is %s: ampc's gpt computes the tanh GELU (gelu_new, "
+                "gelu_pytorch_tanh) or the exact one (gelu) only; another would give other outputs\n",
                 path, act->type == JSON_STRING ? act->str : "not a string");
         rc = EXIT_USAGE;
     }
+    s->gelu_exact = act && act->type == JSON_STRING && !strcmp(act->str, "gelu");
     if (rc < 0)
         rc = cfg_int(path, root, "n_layer", 1, 1024, -1, &s->layers);
     if (rc < 0)
@@ -246,7 +251,7 @@ static int read_config(const char *dir, hf_shape *s, char **ampc_settings)
     if (rc < 0)
         rc = cfg_int(path, root, "n_positions", 1, 1 << 16, -1, &s->context);
     if (rc < 0)
-        rc = cfg_int(path, root, "vocab_size", 1, HF_MAX_VOCAB, -1, &s->vocab);
+        rc = cfg_int(path, root, "vocab_size", 1, TOK_MAX_VOCAB, -1, &s->vocab);
     if (rc < 0)
         rc = cfg_int(path, root, "n_inner", 1, 1 << 20, 4 * s->width <= (1 << 20) ? 4 * s->width : 0, &inner);
     if (rc < 0 && inner == 0) {
@@ -528,7 +533,8 @@ int hf_read_dir(const char *dir, hf_model *m)
     size_t len;
     const json_value *root;
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    json_doc *d = exists(path) ? read_json(path, &root, &text, &len, true, &rc) : NULL;
+    m->tokenizer = exists(path);
+    json_doc *d = m->tokenizer ? read_json(path, &root, &text, &len, true, &rc) : NULL;
     if (d) {
         hf_read_tokenizer_vocab(text, len, m->s.vocab, m->vocab_hex);
         json_free(d);

@@ -13,7 +13,7 @@
  *
  * Defines: HF_MAX_VOCAB, hf_shape, hf_tensor, hf_tensor_count,
  * hf_tensor_at, hf_model, hf_read_dir, hf_read_tokenizer_vocab,
- * hf_model_free, hf_byte_level, hf_write_dir.
+ * hf_model_free, hf_byte_level, hf_write_dir, hf_copy_tokenizer.
  */
 #ifndef AMPC_HF_H
 #define AMPC_HF_H
@@ -23,13 +23,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* ampc's gpt reads bytes: at most 256 tokens (settings.c's bound). */
+/* A character vocabulary (one byte a token) has at most 256 tokens
+ * (settings.c's bound); a larger one is token ids (tokens.h's
+ * TOK_MAX_VOCAB at most). */
 #define HF_MAX_VOCAB 256
 
 /* The shape of a gpt, in ampc's words. */
 typedef struct {
     int64_t layers, heads, width, mlp, context, vocab;
     double dropout; /* resid_pdrop: ampc drops after each residual branch only */
+    bool gelu_exact; /* activation_function "gelu" (--gelu exact); else the tanh GELU */
 } hf_shape;
 
 /* One tensor: its ampc name ("h.0.attn.qkv.weight") and transformers'
@@ -54,6 +57,7 @@ typedef struct {
     int n;
     char vocab_hex[2 * HF_MAX_VOCAB + 1]; /* from tokenizer.json when it is a character vocabulary; else "" */
     char *ampc_settings; /* config.json's "ampc_settings" (an export's run settings), or NULL */
+    bool tokenizer;      /* the directory has a tokenizer.json */
 } hf_model;
 
 /* Reads dir/config.json and dir/model.safetensors (or the shards that
@@ -81,5 +85,8 @@ void hf_byte_level(uint32_t bl[256]);
  * ampc's), creating out. -1, or 1 after a message. */
 int hf_write_dir(const char *out, const hf_shape *s, const float *const *w, amp_dtype dt, const char *vocab_hex,
                  const char *settings);
+/* dir/tokenizer.json copied to out/tokenizer.json when there is one
+ * (*copied says whether it was); -1, or 1 after a message of who's. */
+int hf_copy_tokenizer(const char *dir, const char *out, const char *who, bool *copied);
 
 #endif

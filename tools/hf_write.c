@@ -3,7 +3,8 @@
  * directory (hf.h: hf_write_dir):
  *
  *   config.json        a GPT2Config of the model's shape: activation
- *                      gelu_new (ampc's tanh GELU), layer_norm_epsilon
+ *                      gelu_new (ampc's tanh GELU) or gelu (--gelu
+ *                      exact), vocab_size the ids', layer_norm_epsilon
  *                      1e-5, tied embeddings, resid_pdrop = --dropout
  *                      and embd_pdrop = attn_pdrop = 0 (ampc drops after
  *                      each residual branch only), no bos / eos token (a
@@ -23,6 +24,9 @@
  *                      their own) goes through GPT-2's ByteLevel
  *                      pre-tokenizer and decoder instead (without its
  *                      regex split), as GPT-2's own tokenizer does.
+ *                      A model on token ids has no character vocabulary:
+ *                      the checkpoint directory's tokenizer.json, when
+ *                      it has one, is copied (hf_copy_tokenizer).
  *
  * Each file is written to "<name>.tmp" and renamed over the name, so a
  * failed export leaves the directory's earlier files whole.
@@ -30,6 +34,7 @@
 #include "hf.h"
 
 #include "io/checkpoint.h"
+#include "io/file.h"
 #include "io/json.h"
 
 #include <errno.h>
@@ -98,13 +103,14 @@ static int write_config(const char *out, const hf_shape *s, amp_dtype dt, const 
               "{\n  \"model_type\": \"gpt2\",\n  \"architectures\": [\"GPT2LMHeadModel\"],\n"
               "  \"vocab_size\": %" PRId64 ",\n  \"n_positions\": %" PRId64 ",\n  \"n_ctx\": %" PRId64 ",\n"
               "  \"n_embd\": %" PRId64 ",\n  \"n_layer\": %" PRId64 ",\n  \"n_head\": %" PRId64 ",\n"
-              "  \"n_inner\": %" PRId64 ",\n  \"activation_function\": \"gelu_new\",\n"
+              "  \"n_inner\": %" PRId64 ",\n  \"activation_function\": \"%s\",\n"
               "  \"layer_norm_epsilon\": 1e-05,\n  \"resid_pdrop\": %.17g,\n  \"embd_pdrop\": 0.0,\n"
               "  \"attn_pdrop\": 0.0,\n  \"initializer_range\": 0.02,\n  \"scale_attn_weights\": true,\n"
               "  \"scale_attn_by_inverse_layer_idx\": false,\n  \"reorder_and_upcast_attn\": false,\n"
               "  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n  \"bos_token_id\": null,\n"
               "  \"eos_token_id\": null,\n  \"dtype\": \"%s\"",
-              s->vocab, s->context, s->context, s->width, s->layers, s->heads, s->mlp, s->dropout, torch_dtype(dt));
+              s->vocab, s->context, s->context, s->width, s->layers, s->heads, s->mlp,
+              s->gelu_exact ? "gelu" : "gelu_new", s->dropout, torch_dtype(dt));
     if (settings) {
         jb_puts(&b, ",\n  \"ampc_settings\": ");
         jb_string(&b, settings);
@@ -238,5 +244,31 @@ int hf_write_dir(const char *out, const hf_shape *s, const float *const *w, amp_
         rc = write_config(out, s, dt, settings);
     if (rc < 0 && vocab_hex && *vocab_hex)
         rc = write_tokenizer(out, vocab_hex);
+    return rc;
+}
+
+int hf_copy_tokenizer(const char *dir, const char *out, const char *who, bool *copied)
+{
+    char from[PATH_LEN], to[PATH_LEN], tmp[PATH_LEN + 8], why[200];
+    snprintf(from, sizeof from, "%s/tokenizer.json", dir);
+    *copied = false;
+    struct stat sb;
+    if (stat(from, &sb) != 0)
+        return -1;
+    int64_t size;
+    FILE *f = file_fopen_read(from, (int64_t)64 << 20, &size, why, sizeof why);
+    char *buf = f ? malloc((size_t)size + 1) : NULL;
+    bool ok = buf && fread(buf, 1, (size_t)size, f) == (size_t)size;
+    if (f)
+        fclose(f);
+    if (!ok) {
+        fprintf(stderr, "%s: %s: %s\n", who, from, f ? (buf ? "read failed" : "out of memory") : why);
+        free(buf);
+        return 1;
+    }
+    FILE *g = open_tmp(out, "tokenizer.json", to, tmp);
+    int rc = g ? close_tmp(g, to, tmp, fwrite(buf, 1, (size_t)size, g) == (size_t)size) : 1;
+    free(buf);
+    *copied = rc < 0;
     return rc;
 }

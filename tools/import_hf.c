@@ -11,12 +11,17 @@
  * HF_DIR/tokenizer.json, when there is one, is copied into OUT, and its
  * vocabulary's bytes recorded when it is a character vocabulary (the one
  * ampc export writes), so that eval and generate check the text's.
+ * Any other vocabulary (more than 256 tokens, as GPT-2's 50257, or a
+ * tokenizer.json that is not one character a token) makes a model on
+ * token ids (vocab_kind "token_ids", --vocab N), as a --data-bin run
+ * saves it: `ampc generate OUT --prompt-ids` and `ampc train --init-from
+ * OUT --data-bin` take it, and generate decodes with OUT/tokenizer.json.
+ * All-zero biases (an export of a --no-bias model) stay biases: the
+ * weights come back bit for bit, not re-detected as --no-bias.
  */
 #include "checkpoint_cli.h"
 #include "cli.h"
 #include "hf.h"
-
-#include "io/file.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -49,8 +54,9 @@ const opt_cmd import_options = {
              "Reads a Hugging Face transformers GPT-2 (the directory save_pretrained wrote:\n"
              "config.json and model.safetensors, or a sharded model.safetensors.index.json)\n"
              "into the ampc checkpoint OUT/" CHECKPOINT_FILE ", which ampc eval, ampc generate\n"
-             "and ampc train --init-from OUT take (give --data). tokenizer.json is copied.\n"
-             "ampc's gpt reads bytes: vocab_size is at most 256 (docs/interop.md).\n\n",
+             "and ampc train --init-from OUT take (give --data, or --data-bin for a model on\n"
+             "token ids: vocab_size above 256, or a tokenizer.json other than one character a\n"
+             "token). tokenizer.json is copied (docs/interop.md).\n\n",
     OPT_ONE_TABLE(import_rows),
     .positional = convert_positional,
 };
@@ -73,7 +79,8 @@ int import_main(int argc, char **argv)
 static amp_module *build(const hf_model *m)
 {
     amp_gpt_config c = {.vocab = m->s.vocab, .context = m->s.context, .width = m->s.width, .layers = m->s.layers,
-                        .heads = m->s.heads, .mlp = m->s.mlp, .dropout = m->s.dropout};
+                        .heads = m->s.heads, .mlp = m->s.mlp, .dropout = m->s.dropout,
+                        .gelu_exact = m->s.gelu_exact};
     amp_module *g = amp_model_gpt(c);
     for (int k = 0; g && k < m->n; k++) {
         hf_tensor t;
@@ -99,71 +106,53 @@ static amp_module *build(const hf_model *m)
 /* The run settings an export kept in config.json ("ampc_settings") into
  * o, when they describe this very model; else false (a note says why
  * when there were some). */
-static bool exported_settings(const hf_model *m, const char *dir, train_opts *o)
+static bool exported_settings(const hf_model *m, const char *dir, train_opts *o, run_info *ri)
 {
     if (!m->ampc_settings)
         return false;
     char where[CLI_PATH_MAX];
     snprintf(where, sizeof where, "%s/config.json \"ampc_settings\"", dir);
-    run_info ri = {0};
     train_opts_default(o);
-    bool ok = settings_from_json(m->ampc_settings, where, o, &ri) < 0 && is_gpt(o) && o->layers == m->s.layers &&
+    bool ok = settings_from_json(m->ampc_settings, where, o, ri) < 0 && is_gpt(o) && o->layers == m->s.layers &&
               o->heads == m->s.heads && o->width == m->s.width && o->context == m->s.context &&
-              o->mlp_width == m->s.mlp && ri.vocab == m->s.vocab && !strcmp(o->param_dtype, "fp32");
+              o->mlp_width == m->s.mlp && ri->vocab == m->s.vocab && !strcmp(o->param_dtype, "fp32") &&
+              !strcmp(o->gelu, m->s.gelu_exact ? "exact" : "tanh");
     if (!ok)
         printf("note: %s does not describe this model's fp32 weights: not used\n", where);
+    o->no_bias = false; /* the export's zero biases are read as biases */
     return ok;
 }
 
 /* The settings of the imported model (eval and --init-from build it
  * from them): those of the run it was exported from, else the shape and
  * fp32; malloc'd JSON, NULL after a message. */
-static char *settings_of(const hf_model *m, const char *dir)
+static char *settings_of(const hf_model *m, const char *dir, bool *token_ids)
 {
     train_opts o;
-    if (!exported_settings(m, dir, &o)) {
+    run_info was = {0};
+    *token_ids = m->s.vocab > HF_MAX_VOCAB || (m->tokenizer && !m->vocab_hex[0]);
+    if (!exported_settings(m, dir, &o, &was)) {
         train_opts_default(&o);
         o.model = "gpt";
         o.layers = m->s.layers, o.heads = m->s.heads, o.width = m->s.width, o.context = m->s.context;
         o.mlp_width = m->s.mlp, o.dropout = m->s.dropout;
+        o.gelu = m->s.gelu_exact ? "exact" : "tanh";
         o.precision = "fp32";
         o.given[RO_precision] = true;
+    } else {
+        *token_ids |= was.token_ids;
     }
+    o.vocab = 0; /* the count of ids is the run value "vocab" (no --data-bin for a --vocab setting) */
     opts_set_command(WHO);
     if (opts_resolve(&o) >= 0)
         return NULL;
-    run_info ri = {.vocab = m->s.vocab};
-    snprintf(ri.vocab_hex, sizeof ri.vocab_hex, "%s", m->vocab_hex);
+    run_info ri = {.vocab = m->s.vocab, .token_ids = *token_ids};
+    if (!*token_ids)
+        snprintf(ri.vocab_hex, sizeof ri.vocab_hex, "%s", m->vocab_hex);
     char *json = settings_to_json(&o, &ri);
     if (!json)
         fprintf(stderr, WHO ": out of memory\n");
     return json;
-}
-
-/* HF_DIR/tokenizer.json copied into OUT (when there is one); -1 or 1. */
-static int copy_tokenizer(const char *dir, const char *out)
-{
-    char from[CLI_PATH_MAX], to[CLI_PATH_MAX], why[200];
-    snprintf(from, sizeof from, "%s/tokenizer.json", dir);
-    snprintf(to, sizeof to, "%s/tokenizer.json", out);
-    struct stat sb;
-    if (stat(from, &sb) != 0)
-        return -1;
-    int64_t size;
-    FILE *f = file_fopen_read(from, (int64_t)64 << 20, &size, why, sizeof why);
-    char *buf = f ? malloc((size_t)size + 1) : NULL;
-    bool ok = buf && fread(buf, 1, (size_t)size, f) == (size_t)size;
-    if (f)
-        fclose(f);
-    FILE *g = ok ? fopen(to, "wb") : NULL;
-    ok = g && fwrite(buf, 1, (size_t)size, g) == (size_t)size;
-    ok = g && fclose(g) == 0 && ok;
-    free(buf);
-    if (!ok) {
-        fprintf(stderr, WHO ": copying %s to %s failed%s%s\n", from, to, f ? "" : ": ", f ? "" : why);
-        return 1;
-    }
-    return -1;
 }
 
 static int import_hf(const import_args *a)
@@ -171,7 +160,8 @@ static int import_hf(const import_args *a)
     hf_model m;
     int rc = hf_read_dir(a->dir, &m);
     amp_module *g = rc < 0 ? build(&m) : NULL;
-    char *json = g ? settings_of(&m, a->dir) : NULL;
+    bool ids = false, tok = false;
+    char *json = g ? settings_of(&m, a->dir, &ids) : NULL;
     if (rc < 0 && !json)
         rc = 1;
     if (rc < 0 && mkdir(a->out, 0777) != 0 && errno != EEXIST) {
@@ -185,13 +175,14 @@ static int import_hf(const import_args *a)
         rc = 1;
     }
     if (rc < 0)
-        rc = copy_tokenizer(a->dir, a->out);
+        rc = hf_copy_tokenizer(a->dir, a->out, WHO, &tok);
     if (rc < 0)
-        printf("imported %s (gpt: %lld layers, %lld heads, width %lld, mlp %lld, context %lld, vocab %lld) into "
-               "%s%s\n",
+        printf("imported %s (gpt: %lld layers, %lld heads, width %lld, mlp %lld, context %lld, vocab %lld%s%s) "
+               "into %s%s\n",
                a->dir, (long long)m.s.layers, (long long)m.s.heads, (long long)m.s.width, (long long)m.s.mlp,
-               (long long)m.s.context, (long long)m.s.vocab, path,
-               m.vocab_hex[0] ? ", with tokenizer.json's character vocabulary" : "");
+               (long long)m.s.context, (long long)m.s.vocab, ids ? " token ids" : "",
+               m.s.gelu_exact ? ", --gelu exact" : "", path,
+               !tok ? "" : m.vocab_hex[0] ? ", with tokenizer.json's character vocabulary" : ", with tokenizer.json");
     free(json);
     amp_module_free(g);
     hf_model_free(&m);

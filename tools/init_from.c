@@ -32,7 +32,7 @@ int init_from_settings(train_opts *o, run_info *init)
         /* the model and its shape; --optim and --optim-state are the new run's */
         if (d->cls != OC_SHAPE || !(i == RO_model || i == RO_param_dtype || d->models))
             continue;
-        if (d->models && strcmp(d->models, ck.model) != 0)
+        if ((d->models && strcmp(d->models, ck.model) != 0) || (i == RO_vocab && !ck.vocab))
             continue;
         if (o->given[i] && !settings_same_value(d, o, &ck)) {
             char mine[256], theirs[256];
@@ -45,6 +45,10 @@ int init_from_settings(train_opts *o, run_info *init)
         }
         settings_copy_value(d, o, &ck);
     }
+    /* A model on token ids without a --vocab setting (an import): its
+     * count of ids, which the token files must have (data_check). */
+    if (init->token_ids && !o->vocab)
+        o->vocab = init->vocab;
     return -1;
 }
 
