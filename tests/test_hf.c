@@ -326,40 +326,45 @@ static void test_import_of_random_gpt2_gives_its_logits(void)
     amp_tensor_free(x);
 }
 
-/* (d): ampc -> hf -> ampc: every weight the same bytes and dtype, no
- * other tensor, and `ampc eval` prints the same line. */
-static void test_round_trip_is_bit_exact(void)
+/* hf, the export of run, imported into run-back (its output holding
+ * needle): *same of run's *weights the same bytes and dtype there,
+ * *tensors in the imported file, *zero_biases of them biases run lacks
+ * and all zero; and `ampc eval` prints the same line for both. */
+static void round_trip(const char *run, const char *hf, const char *needle, int *weights, int *same, int *tensors,
+                       int *zero_biases)
 {
-    if (!python_side_ran())
-        return;
     char back[700], pa[800], pb[800];
-    snprintf(back, sizeof back, "%s-back", run_a);
-    int rc = cli_run("import %s %s", hf_a, back);
-    CHECK_MSG(rc == 0, "import: exit %d:\n%s", rc, cli_out);
-    CHECK_OUT("with tokenizer.json's character vocabulary");
-    checkpoint_path(pa, sizeof pa, run_a);
+    snprintf(back, sizeof back, "%s-back", run);
+    *weights = *same = *tensors = *zero_biases = 0;
+    int rc = cli_run("import %s %s", hf, back);
+    CHECK_MSG(rc == 0, "import of %s: exit %d:\n%s", hf, rc, cli_out);
+    CHECK_OUT(needle);
+    checkpoint_path(pa, sizeof pa, run);
     checkpoint_path(pb, sizeof pb, back);
     ckpt a = {.path = pa, .n_params = -1}, b = {.path = pb, .n_params = -1};
     CHECK_OK(ckpt_open(&a));
     CHECK_OK(ckpt_open(&b));
-    int same = 0, weights = 0;
     for (int i = 0; i < a.n; i++) {
         if (!strncmp(a.e[i].name, "optim.", 6))
             continue;
-        weights++;
+        (*weights)++;
         const in_entry *e = ckpt_find(&b, a.e[i].name);
         bool eq = e && e->dt == a.e[i].dt && e->end - e->begin == a.e[i].end - a.e[i].begin &&
                   memcmp(e->bytes, a.e[i].bytes, e->end - e->begin) == 0;
         CHECK_MSG(eq, "tensor %s differs after the round trip", a.e[i].name);
-        same += eq;
+        *same += eq;
     }
-    printf("  round trip: %d of %d weights the same bytes, %d tensors in the imported file\n", same, weights, b.n);
-    CHECK_EQ_INT(weights, 4 + 12 * 2);
-    CHECK_EQ_INT(b.n, weights);
+    for (int i = 0; i < b.n; i++) {
+        bool zero = strstr(b.e[i].name, ".bias") && !ckpt_find(&a, b.e[i].name);
+        for (uint64_t k = 0; zero && k < b.e[i].end - b.e[i].begin; k++)
+            zero = b.e[i].bytes[k] == 0;
+        *zero_biases += zero;
+    }
+    *tensors = b.n;
     ckpt_close(&a);
     ckpt_close(&b);
-    rc = cli_run("eval %s --threads 1", run_a);
-    CHECK_MSG(rc == 0, "eval A: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("eval %s --threads 1", run);
+    CHECK_MSG(rc == 0, "eval %s: exit %d:\n%s", run, rc, cli_out);
     char line[256] = "";
     const char *m = strstr(cli_out, "val_loss ");
     snprintf(line, sizeof line, "%s", m ? m : "(none)");
@@ -367,6 +372,21 @@ static void test_round_trip_is_bit_exact(void)
     CHECK_MSG(rc == 0, "eval of the round trip: exit %d:\n%s", rc, cli_out);
     m = strstr(cli_out, "val_loss ");
     CHECK_MSG(m && strcmp(m, line) == 0, "eval moved:\n  ampc        %s  round trip  %s", line, m ? m : "(none)");
+}
+
+/* (d): ampc -> hf -> ampc: every weight the same bytes and dtype, no
+ * other tensor, and `ampc eval` prints the same line. */
+static void test_round_trip_is_bit_exact(void)
+{
+    if (!python_side_ran())
+        return;
+    int weights, same, tensors, zero;
+    round_trip(run_a, hf_a, "with tokenizer.json's character vocabulary", &weights, &same, &tensors, &zero);
+    printf("  round trip: %d of %d weights the same bytes, %d tensors in the imported file\n", same, weights,
+           tensors);
+    CHECK_EQ_INT(weights, 4 + 12 * 2);
+    CHECK_EQ_INT(same, weights);
+    CHECK_EQ_INT(tensors, weights);
 }
 
 /* The mean of the first and of the last three step losses a train run
@@ -525,49 +545,13 @@ static void test_no_bias_round_trip_keeps_zero_biases(void)
 {
     if (!python_side_ran())
         return;
-    char back[700], pa[800], pb[800];
-    snprintf(back, sizeof back, "%s-back", run_g);
-    int rc = cli_run("import %s %s", hf_g, back);
-    CHECK_MSG(rc == 0, "import of --gelu exact --no-bias: exit %d:\n%s", rc, cli_out);
-    CHECK_OUT("--gelu exact)");
-    checkpoint_path(pa, sizeof pa, run_g);
-    checkpoint_path(pb, sizeof pb, back);
-    ckpt a = {.path = pa, .n_params = -1}, b = {.path = pb, .n_params = -1};
-    CHECK_OK(ckpt_open(&a));
-    CHECK_OK(ckpt_open(&b));
-    int same = 0, weights = 0, zero_biases = 0;
-    for (int i = 0; i < a.n; i++) {
-        if (!strncmp(a.e[i].name, "optim.", 6))
-            continue;
-        weights++;
-        const in_entry *e = ckpt_find(&b, a.e[i].name);
-        bool eq = e && e->dt == a.e[i].dt && e->end - e->begin == a.e[i].end - a.e[i].begin &&
-                  memcmp(e->bytes, a.e[i].bytes, e->end - e->begin) == 0;
-        CHECK_MSG(eq, "tensor %s differs after the round trip", a.e[i].name);
-        same += eq;
-    }
-    for (int i = 0; i < b.n; i++) {
-        bool zero = strstr(b.e[i].name, ".bias") && !ckpt_find(&a, b.e[i].name);
-        for (uint64_t k = 0; zero && k < b.e[i].end - b.e[i].begin; k++)
-            zero = b.e[i].bytes[k] == 0;
-        zero_biases += zero;
-    }
-    printf("  --no-bias round trip: %d of %d weights the same bytes, %d zero biases added\n", same, weights,
-           zero_biases);
+    int weights, same, tensors, zero;
+    round_trip(run_g, hf_g, "--gelu exact)", &weights, &same, &tensors, &zero);
+    printf("  --no-bias round trip: %d of %d weights the same bytes, %d zero biases added\n", same, weights, zero);
     CHECK_EQ_INT(weights, 4 + 12 * 2 - 1 - 6 * 2); /* no ln_f.bias, 6 biases a block */
-    CHECK_EQ_INT(zero_biases, 1 + 6 * 2);
-    CHECK_EQ_INT(b.n, 4 + 12 * 2);
-    ckpt_close(&a);
-    ckpt_close(&b);
-    rc = cli_run("eval %s --threads 1", run_g);
-    CHECK_MSG(rc == 0, "eval G: exit %d:\n%s", rc, cli_out);
-    char line[256] = "";
-    const char *m = strstr(cli_out, "val_loss ");
-    snprintf(line, sizeof line, "%s", m ? m : "(none)");
-    rc = cli_run("eval %s --threads 1", back);
-    CHECK_MSG(rc == 0, "eval of the round trip: exit %d:\n%s", rc, cli_out);
-    m = strstr(cli_out, "val_loss ");
-    CHECK_MSG(m && strcmp(m, line) == 0, "eval moved:\n  ampc        %s  round trip  %s", line, m ? m : "(none)");
+    CHECK_EQ_INT(same, weights);
+    CHECK_EQ_INT(zero, 1 + 6 * 2);
+    CHECK_EQ_INT(tensors, 4 + 12 * 2);
 }
 
 /* (g): broken directories refused (exit 2), naming the file and what is

@@ -52,17 +52,7 @@ def fail(msg):
 def export(hf, xp, shape, logits_path, prompt_path, gen_path, sample_path, sample_ids_path):
     import tokenizers
 
-    b, t = (int(v) for v in shape.split(","))
-    m = GPT2LMHeadModel.from_pretrained(hf, dtype=torch.float32)
-    m.eval()
-    x = torch.from_numpy(np.fromfile(xp, dtype=np.int64).reshape(b, t))
-    ampc = np.fromfile(logits_path, dtype=np.float32)
-    with torch.no_grad():
-        got = m(x).logits.numpy().reshape(-1)
-    if got.size != ampc.size:
-        fail(f"{got.size} logits from transformers, {ampc.size} from ampc")
-    rel = np.max(np.abs(ampc.astype(np.float64) - got) / (1 + np.abs(got)))
-    print(f"logits_rel {rel:.3g} over {got.size} logits, |logit| up to {np.max(np.abs(got)):.3g}")
+    m = logits("logits", hf, xp, shape, logits_path)
 
     prompt = np.fromfile(prompt_path, dtype=np.int64)
     want = np.fromfile(gen_path, dtype=np.int64)
@@ -85,17 +75,30 @@ def export(hf, xp, shape, logits_path, prompt_path, gen_path, sample_path, sampl
     print(f"tokenizer: {len(ids)} ids equal, decode gives the text back")
 
 
-def random_model(d32, d16, ids_path, out32, out16):
-    torch.manual_seed(5)
-    cfg = GPT2Config(n_layer=2, n_head=3, n_embd=48, vocab_size=101, n_positions=40, initializer_range=0.2,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None)
+def greedy(m, prompt, n):
+    with torch.no_grad():
+        out = m.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                         pad_token_id=0)
+    return out[0].numpy().astype(np.int64)
+
+
+def random_gpt2(vocab, seed, **shape):
+    """A random GPT2LMHeadModel, LayerNorms and biases moved off 1 and 0 (a swapped tensor shows)."""
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=vocab, initializer_range=0.2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                     bos_token_id=None, eos_token_id=None, **shape)
     m = GPT2LMHeadModel(cfg).eval()
-    with torch.no_grad():  # LayerNorms and biases away from 1 and 0, so a swapped tensor shows
+    with torch.no_grad():
         for name, p in m.named_parameters():
             if name.endswith("bias") or "ln_" in name:
                 p.add_(torch.randn_like(p) * 0.1)
+    return m
+
+
+def random_model(d32, d16, ids_path, out32, out16):
+    m = random_gpt2(101, 5, n_layer=2, n_head=3, n_embd=48, n_positions=40)
     m.save_pretrained(d32, safe_serialization=True)
-    m16 = GPT2LMHeadModel(cfg).eval()
+    m16 = GPT2LMHeadModel(m.config).eval()
     m16.load_state_dict(m.state_dict())
     m16 = m16.to(torch.bfloat16)
     m16.save_pretrained(d16, safe_serialization=True)
@@ -184,26 +187,6 @@ def bad(base):
     print("bad: written")
 
 
-def greedy(m, prompt, n):
-    with torch.no_grad():
-        out = m.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                         pad_token_id=0)
-    return out[0].numpy().astype(np.int64)
-
-
-def random_gpt2(vocab, seed, **shape):
-    """A random GPT2LMHeadModel, LayerNorms and biases moved off 1 and 0 (a swapped tensor shows)."""
-    torch.manual_seed(seed)
-    cfg = GPT2Config(vocab_size=vocab, initializer_range=0.2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                     bos_token_id=None, eos_token_id=None, **shape)
-    m = GPT2LMHeadModel(cfg).eval()
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if name.endswith("bias") or "ln_" in name:
-                p.add_(torch.randn_like(p) * 0.1)
-    return m
-
-
 def big(d, ids_path, out_path, gen_path, train_path, val_path):
     m = random_gpt2(50257, 7, n_layer=2, n_head=2, n_embd=32, n_positions=64)
     m.save_pretrained(d, safe_serialization=True)
@@ -243,6 +226,7 @@ def tok(d, gen_path, text_path):
 
 
 def logits(tag, hf, xp, shape, logits_path):
+    """The loaded model, after printing its logits' distance from ampc's."""
     b, t = (int(v) for v in shape.split(","))
     m = GPT2LMHeadModel.from_pretrained(hf, dtype=torch.float32).eval()
     x = torch.from_numpy(np.fromfile(xp, dtype=np.int64).reshape(b, t))
@@ -254,6 +238,7 @@ def logits(tag, hf, xp, shape, logits_path):
     rel = np.max(np.abs(ampc.astype(np.float64) - got) / (1 + np.abs(got)))
     print(f"{tag}_rel {rel:.3g} over {got.size} logits, |logit| up to {np.max(np.abs(got)):.3g}, "
           f"activation {m.config.activation_function}, vocab {m.config.vocab_size}")
+    return m
 
 
 if __name__ == "__main__":
