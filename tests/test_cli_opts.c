@@ -152,7 +152,7 @@ static void test_train_table_rows_are_in_their_ids_order(void)
 static void test_every_commands_table_is_whole(void)
 {
     const opt_cmd *cmds[] = {&train_options,   &eval_options, &generate_options,
-                             &profile_options, &plot_options, &policy_options};
+                             &profile_options, &plot_options, &policy_options, &export_options};
     for (size_t ci = 0; ci < sizeof cmds / sizeof cmds[0]; ci++) {
         const opt_cmd *c = cmds[ci];
         const char *seen[512];

@@ -407,23 +407,11 @@ static void test_save_refuses_a_state_dict_that_does_not_fit(void)
 
 int main(void)
 {
-    const char *src = getenv("AMPC_SOURCE_DIR"), *tp = getenv("AMPC_TORCH_PYTHON");
+    const char *src = getenv("AMPC_SOURCE_DIR");
     snprintf(script, sizeof script, "%s/tests/test_interop.py", src ? src : ".");
     cli_init("interop");
     amp_set_num_threads(1);
-    /* The first Python with torch and safetensors: $AMPC_TORCH_PYTHON,
-     * python3, the repository's .bench-venv (scripts/torch-deps.sh). */
-    char venv[1100];
-    snprintf(venv, sizeof venv, "%s/.bench-venv/bin/python", src ? src : ".");
-    const char *cands[] = {tp && *tp ? tp : NULL, "python3", venv};
-    for (int i = 0; i < 3 && !have_torch; i++) {
-        char probe[1300];
-        if (!cands[i])
-            continue;
-        snprintf(python, sizeof python, "%s", cands[i]);
-        snprintf(probe, sizeof probe, "'%s' -c 'import torch, safetensors' > /dev/null 2>&1", python);
-        have_torch = system(probe) == 0;
-    }
+    have_torch = cli_find_python("torch, safetensors", python, sizeof python);
     if (!have_torch)
         printf("  no Python with torch and safetensors ($AMPC_TORCH_PYTHON, python3, .bench-venv; "
                "scripts/torch-deps.sh installs them): the PyTorch tests are skipped\n");

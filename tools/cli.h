@@ -37,6 +37,8 @@
  *   profile_train.c  train --profile: the steps profiled (profile_train.h)
  *   profile_cmd.c the profile command: precisions side by side
  *   policy.c      the policy command: the autocast table
+ *   export*.c     the export command: a checkpoint in another program's
+ *                 format (export.h; gguf.c writes GGUF files: gguf.h)
  *   log.c         the JSON-lines training log (log.h)
  *   plot*.c       `ampc plot`: the log drawn as SVG (plot.h)
  *
@@ -46,7 +48,8 @@
  * Defines: train_main, train_options, train_parse, eval_run, eval_options,
  * eval_parse, generate_main, generate_options, generate_parse,
  * profile_main, profile_options, profile_parse, policy_run,
- * policy_options. (plot's: plot.h.)
+ * policy_options, export_main, export_options, export_parse. (plot's:
+ * plot.h.)
  */
 #ifndef AMPC_CLI_H
 #define AMPC_CLI_H
@@ -83,5 +86,11 @@ int profile_parse(int argc, char **argv);
 /* `ampc policy [--markdown]` (policy.c). */
 int policy_run(int argc, char **argv);
 extern const opt_cmd policy_options;
+
+/* `ampc export --format F DIR OUT` (export.c; the formats' writers:
+ * export.h). */
+int export_main(int argc, char **argv);
+extern const opt_cmd export_options;
+int export_parse(int argc, char **argv);
 
 #endif

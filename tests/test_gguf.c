@@ -1,0 +1,244 @@
+/*
+ * test_gguf.c - `ampc export --format gguf`: the GGUF file llama.cpp
+ * loads, read back with the gguf package (llama.cpp's gguf-py,
+ * gguf.GGUFReader) by tests/test_gguf.py, which checks every key, every
+ * tensor's name, ne, type and value against the checkpoint (safetensors
+ * and torch), the alignment and the vocabulary, for f32, f16 and bf16.
+ * The Python side runs with the first of $AMPC_TORCH_PYTHON, python3 and
+ * the repository's .bench-venv that has gguf, numpy, safetensors and
+ * torch; without one those tests are skipped and, when nothing failed,
+ * the program exits 77 (CTest: skipped). The refusals (a checkpoint that
+ * is not a gpt, a damaged one, an output that cannot be written, bad
+ * options) need no Python and always run: each exits non-zero with a
+ * message and leaves no file, partial or temporary, behind.
+ */
+#include "harness.h"
+#include "test_cli_util.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+
+static char python[512], script[1024], text[256], images[256], run_dir[300], ckpt[400];
+static bool have_gguf;
+
+static bool need_gguf(void)
+{
+    if (!have_gguf)
+        harness_skip("no gguf, numpy, safetensors or torch in $AMPC_TORCH_PYTHON / python3 / .bench-venv");
+    return have_gguf;
+}
+
+/* The trained gpt every test exports: tmpdir/gpt-run (made once). */
+static bool trained(void)
+{
+    static int done = 0;
+    if (!cli_have_binary())
+        return false;
+    if (!done) {
+        snprintf(run_dir, sizeof run_dir, "%s/gpt-run", tmpdir);
+        snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", run_dir);
+        int rc = cli_run("train --model gpt --data %s --layers 2 --heads 2 --width 16 --context 8 --mlp-width 32 "
+                         "--batch 4 --steps 4 --lr 0.03 --val-batches 1 --threads 1 --save %s",
+                         text, run_dir);
+        CHECK_MSG(rc == 0, "train: exit %d:\n%s", rc, cli_out);
+        done = rc == 0 ? 1 : -1;
+    }
+    return done == 1;
+}
+
+/* Exports dir to out with extra options; the exit code (output in cli_out). */
+static int export_to(const char *dir, const char *out, const char *extra)
+{
+    return cli_run("export --format gguf %s '%s' '%s'", extra, dir, out);
+}
+
+/* Runs test_gguf.py on out against the checkpoint ck, weights in dtype. */
+static void check_file(const char *out, const char *ck, const char *dtype, const char *name)
+{
+    char cmd[3000];
+    snprintf(cmd, sizeof cmd, "'%s' '%s' '%s' '%s' %s %s 2>&1", python, script, out, ck, dtype, name ? name : "");
+    int rc = cli_capture(cmd);
+    printf("%s", cli_out);
+    CHECK_MSG(rc == 0, "test_gguf.py %s (%s): exit %d:\n%s", out, dtype, rc, cli_out);
+}
+
+/* Every entry of tmpdir/dir whose name contains part: their count. */
+static int count_like(const char *dir, const char *part)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)) != NULL)
+        n += strstr(e->d_name, part) != NULL;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void check_exported(const char *dtype)
+{
+    if (!need_gguf() || !trained())
+        return;
+    char out[500], extra[64];
+    snprintf(out, sizeof out, "%s/model-%s.gguf", tmpdir, dtype);
+    snprintf(extra, sizeof extra, "--dtype %s --name tiny-%s", dtype, dtype);
+    int rc = export_to(run_dir, out, extra);
+    CHECK_MSG(rc == 0, "export --dtype %s: exit %d:\n%s", dtype, rc, cli_out);
+    snprintf(extra, sizeof extra, "tiny-%s", dtype);
+    check_file(out, ckpt, dtype, extra);
+}
+
+static void test_f32_file_reads_back_as_the_checkpoint(void) { check_exported("f32"); }
+static void test_f16_file_reads_back_as_the_checkpoint(void) { check_exported("f16"); }
+static void test_bf16_file_reads_back_as_the_checkpoint(void) { check_exported("bf16"); }
+
+/* Without --dtype the weights keep the checkpoint's type: a run with bf16
+ * parameters exports bf16 (its very bits), an fp32 one f32; the name is
+ * DIR's last component. */
+static void test_default_dtype_is_the_checkpoints(void)
+{
+    if (!need_gguf() || !trained())
+        return;
+    char dir[500], ck[600], out[600];
+    snprintf(dir, sizeof dir, "%s/bf16-run", tmpdir);
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", dir);
+    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --mlp-width 32 "
+                     "--batch 4 --steps 2 --precision bf16 --param-dtype bf16 --val-batches 1 --threads 1 --save %s",
+                     text, dir);
+    CHECK_MSG(rc == 0, "train --param-dtype bf16: exit %d:\n%s", rc, cli_out);
+    snprintf(out, sizeof out, "%s/bf16-default.gguf", tmpdir);
+    rc = export_to(dir, out, "");
+    CHECK_MSG(rc == 0, "export: exit %d:\n%s", rc, cli_out);
+    check_file(out, ck, "bf16", "bf16-run");
+    snprintf(out, sizeof out, "%s/f32-default.gguf", tmpdir);
+    rc = export_to(ckpt, out, "");
+    CHECK_MSG(rc == 0, "export of the .safetensors file: exit %d:\n%s", rc, cli_out);
+    check_file(out, ckpt, "f32", "checkpoint.safetensors");
+}
+
+/* A failed export leaves nothing at OUT and no temporary beside it. */
+static void check_nothing_left(const char *out)
+{
+    CHECK_MSG(access(out, F_OK) != 0, "%s exists after a failed export", out);
+    CHECK_MSG(count_like(tmpdir, ".tmp.") == 0, "a temporary file is left in %s", tmpdir);
+}
+
+static void test_a_checkpoint_that_is_not_a_gpt_is_refused(void)
+{
+    if (!cli_have_binary())
+        return;
+    char dir[500], out[500];
+    snprintf(dir, sizeof dir, "%s/mlp-run", tmpdir);
+    int rc = cli_run("train --model mlp --hidden 8 --data %s --batch 8 --steps 1 --threads 1 --save %s", images, dir);
+    CHECK_MSG(rc == 0, "train mlp: exit %d:\n%s", rc, cli_out);
+    snprintf(out, sizeof out, "%s/mlp.gguf", tmpdir);
+    rc = export_to(dir, out, "");
+    CHECK_MSG(rc == 1, "export of an mlp: exit %d, expected 1:\n%s", rc, cli_out);
+    CHECK_OUT("holds a mlp model; GGUF export writes gpt models");
+    check_nothing_left(out);
+}
+
+/* A damaged checkpoint (cut short in its tensors) is refused by the
+ * checkpoint's loader, naming the file; an earlier OUT stays as it was. */
+static void test_a_damaged_checkpoint_is_refused_and_out_kept(void)
+{
+    if (!trained())
+        return;
+    char dir[500], bad[600], out[600];
+    snprintf(dir, sizeof dir, "%s/damaged", tmpdir);
+    snprintf(bad, sizeof bad, "%s/checkpoint.safetensors", dir);
+    CHECK(mkdir(dir, 0777) == 0);
+    size_t len = 0;
+    char *body = cli_read_file(ckpt, &len);
+    CHECK(body != NULL && len > 1000);
+    FILE *f = body ? fopen(bad, "wb") : NULL;
+    CHECK(f != NULL);
+    if (f) {
+        CHECK(fwrite(body, 1, len - 500, f) == len - 500);
+        fclose(f);
+    }
+    free(body);
+    snprintf(out, sizeof out, "%s/kept.gguf", tmpdir);
+    f = fopen(out, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("earlier", f);
+        fclose(f);
+    }
+    int rc = export_to(dir, out, "");
+    CHECK_MSG(rc == 1, "export of a damaged checkpoint: exit %d, expected 1:\n%s", rc, cli_out);
+    CHECK_OUT(bad);
+    char *kept = cli_read_file(out, &len);
+    CHECK_MSG(kept && len == 7 && memcmp(kept, "earlier", 7) == 0, "%s was changed by a failed export", out);
+    free(kept);
+    unlink(out);
+    CHECK_MSG(count_like(tmpdir, ".tmp.") == 0, "a temporary file is left in %s", tmpdir);
+}
+
+/* OUT in a directory that does not exist, OUT a directory, OUT in a
+ * directory without write permission (unless root): refused, naming
+ * OUT, nothing left. */
+static void test_an_unwritable_out_is_refused(void)
+{
+    if (!trained())
+        return;
+    char out[600], ro[500];
+    snprintf(out, sizeof out, "%s/no-such-dir/m.gguf", tmpdir);
+    int rc = export_to(run_dir, out, "");
+    CHECK_MSG(rc == 1, "export into a missing directory: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("no-such-dir/m.gguf: cannot create");
+    CHECK_OUT("No such file or directory");
+    rc = export_to(run_dir, run_dir, "");
+    CHECK_MSG(rc == 1, "export over a directory: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("Is a directory");
+    snprintf(ro, sizeof ro, "%s/read-only", tmpdir);
+    CHECK(mkdir(ro, 0555) == 0);
+    snprintf(out, sizeof out, "%s/m.gguf", ro);
+    if (geteuid() != 0) {
+        rc = export_to(run_dir, out, "");
+        CHECK_MSG(rc == 1, "export into a read-only directory: exit %d:\n%s", rc, cli_out);
+        CHECK_OUT("Permission denied");
+    }
+    CHECK(count_like(ro, ".") == 2); /* "." and ".." only */
+    check_nothing_left(out);
+    chmod(ro, 0755);
+}
+
+/* The command line: a missing format, OUT or DIR, an unknown format or
+ * dtype: exit 2, naming what was wrong. */
+static void test_bad_command_lines_are_refused(void)
+{
+    if (!cli_have_binary())
+        return;
+    static const cli_refusal cases[] = {
+        {"export run out.gguf", "which format? --format F, one of: gguf"},
+        {"export --format gguf run", "which output file?"},
+        {"export --format gguf", "which checkpoint, and which output file?"},
+        {"export --format onnx run out", "--format 'onnx': not a format ampc writes; one of: gguf (GGUF for"},
+        {"export --format gguf --dtype f64 run out", "--dtype 'f64': must be f32, f16 or bf16"},
+        {"export --format gguf run out extra", "unexpected argument 'extra'"},
+    };
+    cli_check_refusals(NULL, "", CLI_REFUSALS(cases));
+}
+
+int main(void)
+{
+    const char *src = getenv("AMPC_SOURCE_DIR");
+    snprintf(script, sizeof script, "%s/tests/test_gguf.py", src ? src : ".");
+    cli_init_tiny("gguf", images, text);
+    have_gguf = cli_find_python("gguf, numpy, safetensors, torch", python, sizeof python);
+    if (!have_gguf)
+        printf("  no Python with gguf, numpy, safetensors and torch ($AMPC_TORCH_PYTHON, python3, .bench-venv; "
+               "scripts/torch-deps.sh installs them): the read-back tests are skipped\n");
+    RUN(test_f32_file_reads_back_as_the_checkpoint);
+    RUN(test_f16_file_reads_back_as_the_checkpoint);
+    RUN(test_bf16_file_reads_back_as_the_checkpoint);
+    RUN(test_default_dtype_is_the_checkpoints);
+    RUN(test_a_checkpoint_that_is_not_a_gpt_is_refused);
+    RUN(test_a_damaged_checkpoint_is_refused_and_out_kept);
+    RUN(test_an_unwritable_out_is_refused);
+    RUN(test_bad_command_lines_are_refused);
+    cli_cleanup();
+    int rc = harness_done();
+    return rc == 0 && !have_gguf ? 77 : rc;
+}
