@@ -4,10 +4,11 @@
  * gguf.GGUFReader) by tests/test_gguf.py, which checks every key, every
  * tensor's name, ne, type and value against the checkpoint (safetensors
  * and torch), the alignment and the vocabulary, for f32, f16 and bf16.
- * The Python side runs with the first of $AMPC_TORCH_PYTHON, python3 and
- * the repository's .bench-venv that has gguf, numpy, safetensors and
- * torch; without one those tests are skipped and, when nothing failed,
- * the program exits 77 (CTest: skipped). The refusals (a checkpoint that
+ * The exports run always; the Python side, once over all of their files,
+ * with the first of $AMPC_TORCH_PYTHON, python3 and the repository's
+ * .bench-venv that has gguf, numpy, safetensors and torch; without one
+ * the read-back is skipped and, when nothing failed, the program exits 77
+ * (CTest: skipped). The refusals (a checkpoint that
  * is not a gpt, a damaged one, an output that cannot be written, bad
  * options) need no Python and always run: each exits non-zero with a
  * message and leaves no file, partial or temporary, behind.
@@ -52,14 +53,19 @@ static int export_to(const char *dir, const char *out, const char *extra)
     return cli_run("export --format gguf %s '%s' '%s'", extra, dir, out);
 }
 
-/* Runs test_gguf.py on out against the checkpoint ck, weights in dtype. */
+/* The files the export tests wrote, for test_gguf.py to read back in one
+ * run (it imports torch, which takes seconds): "'OUT' 'CKPT' DTYPE 'NAME'"
+ * each. */
+static char to_check[8000];
+static int n_to_check;
+
+/* Adds out (exported from the checkpoint ck, weights in dtype, named
+ * name) to what test_gguf.py reads back. */
 static void check_file(const char *out, const char *ck, const char *dtype, const char *name)
 {
-    char cmd[3000];
-    snprintf(cmd, sizeof cmd, "'%s' '%s' '%s' '%s' %s %s 2>&1", python, script, out, ck, dtype, name ? name : "");
-    int rc = cli_capture(cmd);
-    printf("%s", cli_out);
-    CHECK_MSG(rc == 0, "test_gguf.py %s (%s): exit %d:\n%s", out, dtype, rc, cli_out);
+    size_t len = strlen(to_check);
+    snprintf(to_check + len, sizeof to_check - len, " '%s' '%s' %s '%s'", out, ck, dtype, name);
+    n_to_check++;
 }
 
 /* Every entry of tmpdir/dir whose name contains part: their count. */
@@ -77,7 +83,7 @@ static int count_like(const char *dir, const char *part)
 
 static void check_exported(const char *dtype)
 {
-    if (!need_gguf() || !trained())
+    if (!trained())
         return;
     char out[500], extra[64];
     snprintf(out, sizeof out, "%s/model-%s.gguf", tmpdir, dtype);
@@ -88,16 +94,16 @@ static void check_exported(const char *dtype)
     check_file(out, ckpt, dtype, extra);
 }
 
-static void test_f32_file_reads_back_as_the_checkpoint(void) { check_exported("f32"); }
-static void test_f16_file_reads_back_as_the_checkpoint(void) { check_exported("f16"); }
-static void test_bf16_file_reads_back_as_the_checkpoint(void) { check_exported("bf16"); }
+static void test_export_f32(void) { check_exported("f32"); }
+static void test_export_f16(void) { check_exported("f16"); }
+static void test_export_bf16(void) { check_exported("bf16"); }
 
 /* Without --dtype the weights keep the checkpoint's type: a run with bf16
  * parameters exports bf16 (its very bits), an fp32 one f32; the name is
  * DIR's last component. */
 static void test_default_dtype_is_the_checkpoints(void)
 {
-    if (!need_gguf() || !trained())
+    if (!trained())
         return;
     char dir[500], ck[600], out[600];
     snprintf(dir, sizeof dir, "%s/bf16-run", tmpdir);
@@ -114,6 +120,20 @@ static void test_default_dtype_is_the_checkpoints(void)
     rc = export_to(ckpt, out, "");
     CHECK_MSG(rc == 0, "export of the .safetensors file: exit %d:\n%s", rc, cli_out);
     check_file(out, ckpt, "f32", "checkpoint.safetensors");
+}
+
+/* test_gguf.py reads every file the tests above wrote with the gguf
+ * package and checks it against its checkpoint. */
+static void test_exported_files_read_back_as_their_checkpoints(void)
+{
+    if (!need_gguf())
+        return;
+    CHECK_MSG(n_to_check == 5, "%d files to check, expected 5 (an export above failed)", n_to_check);
+    char cmd[sizeof to_check + 2200];
+    snprintf(cmd, sizeof cmd, "'%s' '%s'%s 2>&1", python, script, to_check);
+    int rc = cli_capture(cmd);
+    printf("%s", cli_out);
+    CHECK_MSG(rc == 0, "test_gguf.py: exit %d:\n%s", rc, cli_out);
 }
 
 /* A failed export leaves nothing at OUT and no temporary beside it. */
@@ -230,10 +250,11 @@ int main(void)
     if (!have_gguf)
         printf("  no Python with gguf, numpy, safetensors and torch ($AMPC_TORCH_PYTHON, python3, .bench-venv; "
                "scripts/torch-deps.sh installs them): the read-back tests are skipped\n");
-    RUN(test_f32_file_reads_back_as_the_checkpoint);
-    RUN(test_f16_file_reads_back_as_the_checkpoint);
-    RUN(test_bf16_file_reads_back_as_the_checkpoint);
+    RUN(test_export_f32);
+    RUN(test_export_f16);
+    RUN(test_export_bf16);
     RUN(test_default_dtype_is_the_checkpoints);
+    RUN(test_exported_files_read_back_as_their_checkpoints);
     RUN(test_a_checkpoint_that_is_not_a_gpt_is_refused);
     RUN(test_a_damaged_checkpoint_is_refused_and_out_kept);
     RUN(test_an_unwritable_out_is_refused);

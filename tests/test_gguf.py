@@ -3,10 +3,11 @@ gguf` wrote, read back with the gguf package's GGUFReader (llama.cpp's
 own gguf-py) and checked against the checkpoint it came from (read with
 safetensors and torch).
 
-    python3 tests/test_gguf.py GGUF CHECKPOINT DTYPE [NAME]
+    python3 tests/test_gguf.py GGUF CHECKPOINT DTYPE NAME [GGUF CHECKPOINT DTYPE NAME ...]
 
-DTYPE is the type the weight matrices should have (f32, f16, bf16);
-prints one line per check and exits 1 at the first mismatch.
+DTYPE is the type the weight matrices should have (f32, f16, bf16), NAME
+the general.name; one run checks several files (importing torch is the
+slow part). Prints what each check saw and exits 1 at the first mismatch.
 """
 import json
 import sys
@@ -55,9 +56,8 @@ def gguf_name(name):
     return f"{TOP[stem]}.{kind}"
 
 
-def main():
-    path, ckpt, dtype = sys.argv[1], sys.argv[2], sys.argv[3]
-    name = sys.argv[4] if len(sys.argv) > 4 else None
+def check(path, ckpt, dtype, name):
+    print(f"{path} ({dtype}):")
     r = gguf.GGUFReader(path)
     with safe_open(ckpt, framework="pt") as f:
         settings = json.loads(f.metadata()["settings"])
@@ -88,13 +88,12 @@ def main():
         "tokenizer.ggml.bos_token_id": (gguf.GGUFValueType.UINT32, eos),
         "tokenizer.ggml.eos_token_id": (gguf.GGUFValueType.UINT32, eos),
         "tokenizer.ggml.add_bos_token": (gguf.GGUFValueType.BOOL, False),
+        "general.name": (gguf.GGUFValueType.STRING, name),
     }
-    if name is not None:
-        expect["general.name"] = (gguf.GGUFValueType.STRING, name)
     if r.fields["GGUF.version"].contents() != 3:
         fail(f"version {r.fields['GGUF.version'].contents()}, not 3")
     keys = {k for k in r.fields if not k.startswith("GGUF.")}
-    want = set(expect) | {"general.name"}
+    want = set(expect)
     if keys != want:
         fail(f"keys: extra {sorted(keys - want)}, missing {sorted(want - keys)}")
     for k, (t, v) in expect.items():
@@ -132,4 +131,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    args = sys.argv[1:]
+    if not args or len(args) % 4:
+        fail("usage: test_gguf.py GGUF CHECKPOINT DTYPE NAME [...]")
+    for i in range(0, len(args), 4):
+        check(*args[i:i + 4])
