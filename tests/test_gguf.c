@@ -60,9 +60,12 @@ static char to_check[8000];
 static int n_to_check;
 
 /* Adds out (exported from the checkpoint ck, weights in dtype, named
- * name) to what test_gguf.py reads back. */
+ * name) to what test_gguf.py reads back, if the export wrote it (else
+ * the count in the read-back test falls short). */
 static void check_file(const char *out, const char *ck, const char *dtype, const char *name)
 {
+    if (access(out, F_OK) != 0)
+        return;
     size_t len = strlen(to_check);
     snprintf(to_check + len, sizeof to_check - len, " '%s' '%s' %s '%s'", out, ck, dtype, name);
     n_to_check++;
@@ -122,13 +125,41 @@ static void test_default_dtype_is_the_checkpoints(void)
     check_file(out, ckpt, "f32", "checkpoint.safetensors");
 }
 
+/* A corpus of every byte but NUL (which makes a file binary, not text,
+ * to ampc): every branch of GPT-2's byte-to-character
+ * table (printable bytes, control bytes, 0x7f..0xa0, 0xad, bytes above
+ * 0x80) in the vocabulary test_gguf.py checks. */
+static void test_every_byte_becomes_a_token(void)
+{
+    if (!cli_have_binary())
+        return;
+    char corpus[500], dir[500], ck[600], out[600];
+    snprintf(corpus, sizeof corpus, "%s/bytes.bin", tmpdir);
+    FILE *f = fopen(corpus, "wb");
+    CHECK(f != NULL);
+    for (int i = 0; f && i < 40 * 256; i++)
+        if ((i * 97 + i / 256) & 255)
+            fputc((i * 97 + i / 256) & 255, f);
+    if (f)
+        fclose(f);
+    snprintf(dir, sizeof dir, "%s/bytes-run", tmpdir);
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", dir);
+    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --mlp-width 32 "
+                     "--batch 4 --steps 1 --val-batches 1 --threads 1 --save %s", corpus, dir);
+    CHECK_MSG(rc == 0, "train on every byte: exit %d:\n%s", rc, cli_out);
+    snprintf(out, sizeof out, "%s/bytes.gguf", tmpdir);
+    rc = export_to(dir, out, "--dtype f16");
+    CHECK_MSG(rc == 0, "export: exit %d:\n%s", rc, cli_out);
+    check_file(out, ck, "f16", "bytes-run");
+}
+
 /* test_gguf.py reads every file the tests above wrote with the gguf
  * package and checks it against its checkpoint. */
 static void test_exported_files_read_back_as_their_checkpoints(void)
 {
     if (!need_gguf())
         return;
-    CHECK_MSG(n_to_check == 5, "%d files to check, expected 5 (an export above failed)", n_to_check);
+    CHECK_MSG(n_to_check == 6, "%d files to check, expected 6 (an export above failed)", n_to_check);
     char cmd[sizeof to_check + 2200];
     snprintf(cmd, sizeof cmd, "'%s' '%s'%s 2>&1", python, script, to_check);
     int rc = cli_capture(cmd);
@@ -224,6 +255,24 @@ static void test_an_unwritable_out_is_refused(void)
     chmod(ro, 0755);
 }
 
+/* OUT naming the checkpoint itself (by any path) would replace the run's
+ * checkpoint: refused (exit 2), the checkpoint unchanged. */
+static void test_out_that_is_the_checkpoint_is_refused(void)
+{
+    if (!trained())
+        return;
+    size_t before = 0, after = 0;
+    char *a = cli_read_file(ckpt, &before), alias[700];
+    snprintf(alias, sizeof alias, "%s/../gpt-run/checkpoint.safetensors", run_dir);
+    int rc = export_to(run_dir, alias, "");
+    CHECK_MSG(rc == 2, "export over the checkpoint: exit %d, expected 2:\n%s", rc, cli_out);
+    CHECK_OUT("is the checkpoint itself");
+    char *b = cli_read_file(ckpt, &after);
+    CHECK(a && b && before == after && memcmp(a, b, before) == 0);
+    free(a);
+    free(b);
+}
+
 /* The command line: a missing format, OUT or DIR, an unknown format or
  * dtype: exit 2, naming what was wrong. */
 static void test_bad_command_lines_are_refused(void)
@@ -254,10 +303,12 @@ int main(void)
     RUN(test_export_f16);
     RUN(test_export_bf16);
     RUN(test_default_dtype_is_the_checkpoints);
+    RUN(test_every_byte_becomes_a_token);
     RUN(test_exported_files_read_back_as_their_checkpoints);
     RUN(test_a_checkpoint_that_is_not_a_gpt_is_refused);
     RUN(test_a_damaged_checkpoint_is_refused_and_out_kept);
     RUN(test_an_unwritable_out_is_refused);
+    RUN(test_out_that_is_the_checkpoint_is_refused);
     RUN(test_bad_command_lines_are_refused);
     cli_cleanup();
     int rc = harness_done();

@@ -4,11 +4,13 @@
  * for, its writer); the writers check what they can export and refuse the
  * rest with a message naming the checkpoint.
  */
+#include "checkpoint_cli.h"
 #include "cli.h"
 #include "export.h"
 
 #include <stddef.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define WHO "ampc export"
 
@@ -91,12 +93,26 @@ int export_parse(int argc, char **argv)
     return export_parse_into(argc, argv, &e);
 }
 
+/* Whether OUT is the checkpoint itself (the same file under any name):
+ * writing it would replace the run's checkpoint. */
+static bool out_is_checkpoint(const export_opts *e)
+{
+    char ck[CLI_PATH_MAX];
+    checkpoint_path(ck, sizeof ck, e->dir);
+    struct stat a, b;
+    return stat(ck, &a) == 0 && stat(e->out, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 int export_main(int argc, char **argv)
 {
     export_opts e;
     int rc = export_parse_into(argc, argv, &e);
     if (rc >= 0)
         return rc;
+    if (out_is_checkpoint(&e)) {
+        fprintf(stderr, WHO ": %s is the checkpoint itself: give another output file\n", e.out);
+        return EXIT_USAGE;
+    }
     for (size_t i = 0; i < N_FORMATS; i++)
         if (strcmp(e.format, formats[i].name) == 0)
             return formats[i].write(&e);
