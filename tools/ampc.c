@@ -24,7 +24,7 @@ static const struct {
     {"plot", "plot LOG", "draw a train --log file (loss, loss scale, skipped steps) as SVG", plot_run},
     {"policy", "policy", "print the autocast policy: each op's category per device", policy_run},
     {"profile", "profile", "the same run in fp32 / bf16 / fp16 under the profiler, side by side", profile_main},
-    {"export", "export DIR OUT", "write the model saved in DIR for another program (--format gguf: llama.cpp)",
+    {"export", "export DIR", "write the model saved in DIR to a file for another program (gguf: llama.cpp)",
      export_main},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
