@@ -101,6 +101,25 @@ static void test_export_f32(void) { check_exported("f32"); }
 static void test_export_f16(void) { check_exported("f16"); }
 static void test_export_bf16(void) { check_exported("bf16"); }
 
+/* A one-block gpt trained on data (train_extra added) into
+ * tmpdir/<name>-run, exported (export_extra) to tmpdir/<name>.gguf and
+ * queued for the read-back with weights in dtype. */
+static void train_and_export(const char *name, const char *data, const char *train_extra, const char *export_extra,
+                             const char *dtype)
+{
+    char dir[500], ck[600], out[600], run[300];
+    snprintf(run, sizeof run, "%s-run", name);
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, run);
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", dir);
+    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --mlp-width 32 "
+                     "--batch 4 --val-batches 1 --threads 1 %s --save %s", data, train_extra, dir);
+    CHECK_MSG(rc == 0, "train %s: exit %d:\n%s", train_extra, rc, cli_out);
+    snprintf(out, sizeof out, "%s/%s.gguf", tmpdir, name);
+    rc = export_to(dir, out, export_extra);
+    CHECK_MSG(rc == 0, "export %s: exit %d:\n%s", export_extra, rc, cli_out);
+    check_file(out, ck, dtype, run);
+}
+
 /* Without --dtype the weights keep the checkpoint's type: a run with bf16
  * parameters exports bf16 (its very bits), an fp32 one f32; the name is
  * DIR's last component. */
@@ -108,19 +127,10 @@ static void test_default_dtype_is_the_checkpoints(void)
 {
     if (!trained())
         return;
-    char dir[500], ck[600], out[600];
-    snprintf(dir, sizeof dir, "%s/bf16-run", tmpdir);
-    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", dir);
-    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --mlp-width 32 "
-                     "--batch 4 --steps 2 --precision bf16 --param-dtype bf16 --val-batches 1 --threads 1 --save %s",
-                     text, dir);
-    CHECK_MSG(rc == 0, "train --param-dtype bf16: exit %d:\n%s", rc, cli_out);
-    snprintf(out, sizeof out, "%s/bf16-default.gguf", tmpdir);
-    rc = export_to(dir, out, "");
-    CHECK_MSG(rc == 0, "export: exit %d:\n%s", rc, cli_out);
-    check_file(out, ck, "bf16", "bf16-run");
+    train_and_export("bf16", text, "--steps 2 --precision bf16 --param-dtype bf16", "", "bf16");
+    char out[600];
     snprintf(out, sizeof out, "%s/f32-default.gguf", tmpdir);
-    rc = export_to(ckpt, out, "");
+    int rc = export_to(ckpt, out, "");
     CHECK_MSG(rc == 0, "export of the .safetensors file: exit %d:\n%s", rc, cli_out);
     check_file(out, ckpt, "f32", "checkpoint.safetensors");
 }
@@ -133,7 +143,7 @@ static void test_every_byte_becomes_a_token(void)
 {
     if (!cli_have_binary())
         return;
-    char corpus[500], dir[500], ck[600], out[600];
+    char corpus[500];
     snprintf(corpus, sizeof corpus, "%s/bytes.bin", tmpdir);
     FILE *f = fopen(corpus, "wb");
     CHECK(f != NULL);
@@ -142,15 +152,7 @@ static void test_every_byte_becomes_a_token(void)
             fputc((i * 97 + i / 256) & 255, f);
     if (f)
         fclose(f);
-    snprintf(dir, sizeof dir, "%s/bytes-run", tmpdir);
-    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", dir);
-    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --mlp-width 32 "
-                     "--batch 4 --steps 1 --val-batches 1 --threads 1 --save %s", corpus, dir);
-    CHECK_MSG(rc == 0, "train on every byte: exit %d:\n%s", rc, cli_out);
-    snprintf(out, sizeof out, "%s/bytes.gguf", tmpdir);
-    rc = export_to(dir, out, "--dtype f16");
-    CHECK_MSG(rc == 0, "export: exit %d:\n%s", rc, cli_out);
-    check_file(out, ck, "f16", "bytes-run");
+    train_and_export("bytes", corpus, "--steps 1", "--dtype f16", "f16");
 }
 
 /* test_gguf.py reads every file the tests above wrote with the gguf
