@@ -490,27 +490,6 @@ static inline bool cli_find_on_path(const char *name, char *out, size_t cap)
     return false;
 }
 
-/* The first Python of $AMPC_TORCH_PYTHON, python3 and the source tree's
- * .bench-venv (scripts/torch-deps.sh) that imports every module of
- * imports ("torch, safetensors") into out (n bytes); false when none
- * does (tests that need it are then skipped). */
-static inline bool cli_find_python(const char *imports, char *out, size_t n)
-{
-    const char *src = getenv("AMPC_SOURCE_DIR"), *tp = getenv("AMPC_TORCH_PYTHON");
-    char venv[1100], probe[2400];
-    snprintf(venv, sizeof venv, "%s/.bench-venv/bin/python", src ? src : ".");
-    const char *cands[] = {tp && *tp ? tp : NULL, "python3", venv};
-    for (int i = 0; i < 3; i++) {
-        if (!cands[i])
-            continue;
-        snprintf(out, n, "%s", cands[i]);
-        snprintf(probe, sizeof probe, "'%s' -c 'import %s' > /dev/null 2>&1", out, imports);
-        if (system(probe) == 0)
-            return true;
-    }
-    return false;
-}
-
 /* The -x options each app context of an mpirun command line takes. Open
  * MPI's own allocations that live to the end (as the dist tests'
  * suppressions say) are no leak of ampc's under LeakSanitizer; the slow

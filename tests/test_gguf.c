@@ -14,12 +14,12 @@
  * message and leaves no file, partial or temporary, behind.
  */
 #include "harness.h"
-#include "test_cli_util.h"
+#include "python_side.h"
 
 #include <dirent.h>
 #include <stdlib.h>
 
-static char python[512], script[1024], text[256], images[256], run_dir[300], ckpt[400];
+static char text[256], images[256], run_dir[300], ckpt[400];
 static bool have_gguf;
 
 static bool need_gguf(void)
@@ -56,7 +56,7 @@ static int export_to(const char *dir, const char *out, const char *extra)
 /* The files the export tests wrote, for test_gguf.py to read back in one
  * run (it imports torch, which takes seconds): "'OUT' 'CKPT' DTYPE 'NAME'"
  * each. */
-static char to_check[8000];
+static char to_check[4000];
 static int n_to_check;
 
 /* Adds out (exported from the checkpoint ck, weights in dtype, named
@@ -162,9 +162,7 @@ static void test_exported_files_read_back_as_their_checkpoints(void)
     if (!need_gguf())
         return;
     CHECK_MSG(n_to_check == 6, "%d files to check, expected 6 (an export above failed)", n_to_check);
-    char cmd[sizeof to_check + 2200];
-    snprintf(cmd, sizeof cmd, "'%s' '%s'%s 2>&1", python, script, to_check);
-    int rc = cli_capture(cmd);
+    int rc = python_run("%s", to_check);
     printf("%s", cli_out);
     CHECK_MSG(rc == 0, "test_gguf.py: exit %d:\n%s", rc, cli_out);
 }
@@ -294,10 +292,8 @@ static void test_bad_command_lines_are_refused(void)
 
 int main(void)
 {
-    const char *src = getenv("AMPC_SOURCE_DIR");
-    snprintf(script, sizeof script, "%s/tests/test_gguf.py", src ? src : ".");
     cli_init_tiny("gguf", images, text);
-    have_gguf = cli_find_python("gguf, numpy, safetensors, torch", python, sizeof python);
+    have_gguf = python_find("test_gguf.py", "gguf, numpy, safetensors, torch");
     if (!have_gguf)
         printf("  no Python with gguf, numpy, safetensors and torch ($AMPC_TORCH_PYTHON, python3, .bench-venv; "
                "scripts/torch-deps.sh installs them): the read-back tests are skipped\n");

@@ -28,6 +28,7 @@
 #include "data.h"
 #include "settings.h"
 #include "harness.h"
+#include "python_side.h"
 #include "test_cli_util.h"
 
 #include <stdlib.h>
@@ -37,7 +38,7 @@
 
 uint64_t derive_seed(uint64_t seed, uint64_t stream, uint64_t k); /* tools/data.c */
 
-static char python[512], script[1024], images[256], text[256];
+static char images[256], text[256];
 static bool have_torch;
 
 /* Whether the Python side can run; else the running test is skipped. */
@@ -48,18 +49,6 @@ static bool need_torch(void)
     return have_torch;
 }
 
-/* Runs the Python side with args; its output in cli_out; its exit code. */
-static int py(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int py(const char *fmt, ...)
-{
-    char args[6000], cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' '%s' %s 2>&1", python, script, args);
-    return cli_capture(cmd);
-}
 
 static void write_raw(const char *path, const amp_tensor *t)
 {
@@ -183,7 +172,7 @@ static void check_ampc_to_torch(const char *kind)
     snprintf(xp, sizeof xp, "%s/%s-x.bin", tmpdir, kind);
     snprintf(out, sizeof out, "%s/%s-twin.bin", tmpdir, kind);
     write_raw(xp, x);
-    rc = py("logits '%s' '%s' %s %s '%s'", ck, xp, shape, dt, out);
+    rc = python_run("logits '%s' '%s' %s %s '%s'", ck, xp, shape, dt, out);
     CHECK_MSG(rc == 0, "the twin of %s: exit %d:\n%s", ck, rc, cli_out);
     compare_logits(kind, m, x, out);
     amp_tensor_free(x);
@@ -241,7 +230,7 @@ static void check_torch_to_ampc(const char *kind, const char *config)
     char extra[800] = "";
     if (gpt)
         snprintf(extra, sizeof extra, "'%s' 32 8 3", ev);
-    int rc = py("write '%s' 17 '%s' '%s' '%s' %s %s '%s' %s", config, ck, data, xp, shape, dt, out, extra);
+    int rc = python_run("write '%s' 17 '%s' '%s' '%s' %s %s '%s' %s", config, ck, data, xp, shape, dt, out, extra);
     CHECK_MSG(rc == 0, "ampc_torch.save of the %s twin: exit %d:\n%s", kind, rc, cli_out);
     const char *label = gpt ? "twin_loss " : "twin_accuracy ";
     double want = cli_value_after(label);
@@ -290,7 +279,7 @@ static void check_torch_to_ampc(const char *kind, const char *config)
     snprintf(ck16, sizeof ck16, "%s/checkpoint.safetensors", dir16);
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir16);
     CHECK_EQ_INT(system(cmd), 0);
-    rc = py("resave '%s' '%s' fp16 '%s'", ck, data, ck16);
+    rc = python_run("resave '%s' '%s' fp16 '%s'", ck, data, ck16);
     CHECK_MSG(rc == 0, "ampc_torch.save(precision=\"fp16\"): exit %d:\n%s", rc, cli_out);
     rc = cli_run("train --resume %s --data %s --threads 1 --steps 2", dir16, data);
     CHECK_MSG(rc == 0, "ampc train --resume of the twin's fp16 checkpoint: exit %d:\n%s", rc, cli_out);
@@ -355,7 +344,7 @@ static void check_round_trip(const char *what, const char *args)
     snprintf(ckb, sizeof ckb, "%s/checkpoint.safetensors", b);
     char cka[600];
     snprintf(cka, sizeof cka, "%s/checkpoint.safetensors", a);
-    rc = py("roundtrip '%s' '%s'", cka, ckb);
+    rc = python_run("roundtrip '%s' '%s'", cka, ckb);
     CHECK_MSG(rc == 0 && strstr(cli_out, "weights identical"), "%s: roundtrip: exit %d:\n%s", what, rc, cli_out);
     char *sa = settings_at_step_0(a), *sb = settings_at_step_0(b);
     CHECK_MSG(sa && sb && strcmp(sa, sb) == 0, "%s: the settings differ:\n  ampc  %s\n  twin  %s", what,
@@ -395,7 +384,7 @@ static void test_save_refuses_a_state_dict_that_does_not_fit(void)
              "cd '%s' && '%s' -c \"import sys; sys.path.insert(0, 'python'); import ampc_torch as a, torch\n"
              "m = a.MLP(4, [3], 2); sd = m.state_dict(); sd['fc.weight'] = sd.pop('0.weight')\n"
              "try:\n a.load_state_dict(a.MLP(4, [3], 2), sd)\nexcept ValueError as e:\n print(e)\" 2>&1",
-             getenv("AMPC_SOURCE_DIR") ? getenv("AMPC_SOURCE_DIR") : ".", python);
+             getenv("AMPC_SOURCE_DIR") ? getenv("AMPC_SOURCE_DIR") : ".", python_exe);
     FILE *p = popen(cmd, "r");
     size_t n = p ? fread(cli_out, 1, sizeof cli_out - 1, p) : 0;
     cli_out[n] = '\0';
@@ -407,11 +396,9 @@ static void test_save_refuses_a_state_dict_that_does_not_fit(void)
 
 int main(void)
 {
-    const char *src = getenv("AMPC_SOURCE_DIR");
-    snprintf(script, sizeof script, "%s/tests/test_interop.py", src ? src : ".");
     cli_init("interop");
     amp_set_num_threads(1);
-    have_torch = cli_find_python("torch, safetensors", python, sizeof python);
+    have_torch = python_find("test_interop.py", "torch, safetensors");
     if (!have_torch)
         printf("  no Python with torch and safetensors ($AMPC_TORCH_PYTHON, python3, .bench-venv; "
                "scripts/torch-deps.sh installs them): the PyTorch tests are skipped\n");

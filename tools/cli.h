@@ -41,6 +41,8 @@
  *                 format (export.h; gguf.c writes GGUF files: gguf.h)
  *   log.c         the JSON-lines training log (log.h)
  *   plot*.c       `ampc plot`: the log drawn as SVG (plot.h)
+ *   tensorboard.c train --tensorboard: TensorBoard event files (tensorboard.h),
+ *                 their bytes encoded by tb_encode.c (tb_encode.h)
  *
  * Exit codes: 0 done, 1 a run that failed (a missing file, a library
  * error), 2 (EXIT_USAGE) a bad command line.

@@ -14,9 +14,12 @@
  *               is. An existing ampc log is appended to (--log-mode append,
  *               the default with --resume) or replaced (--log-mode
  *               replace); without either, a fresh run refuses it.
+ *   --tensorboard DIR  takes files: created when missing, a file written
+ *               and removed there (tensorboard.c's tb_dir_check; exit 2).
  */
 #include "preflight.h"
 #include "checkpoint_cli.h"
+#include "tensorboard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -182,5 +185,7 @@ int preflight(const train_opts *o)
                 o->log, o->save);
         rc = EXIT_USAGE;
     }
+    if (rc < 0 && o->tensorboard)
+        rc = tb_dir_check(o->tensorboard);
     return rc;
 }

@@ -1,6 +1,7 @@
 /*
  * preflight.h - train's checks before it loads anything (preflight.c):
- * --save takes files, --log is not someone else's file.
+ * --save takes files, --log is not someone else's file, --tensorboard's
+ * directory takes files.
  *
  * Defines: preflight, save_dir_check, log_target_check, log_appends.
  */
@@ -9,8 +10,8 @@
 
 #include "train_opts.h"
 
-/* The checks before a run loads anything: --log (and --log-mode) then
- * --save. -1, or 1 / EXIT_USAGE after a message naming the path. */
+/* The checks before a run loads anything: --log (and --log-mode), --save,
+ * then --tensorboard. -1, or 1 / EXIT_USAGE after a message naming the path. */
 int preflight(const train_opts *o);
 /* DIR can hold a checkpoint: created when missing, then a file created,
  * written, renamed and removed there. -1 or 1 (message names DIR and the

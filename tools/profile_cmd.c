@@ -23,7 +23,7 @@ static const char *const prec_names[MAX_PREC] = {"fp32", "bf16", "fp16"};
 
 /* Options that make no sense for a few steps that leave nothing behind. */
 static const char *const refused[] = {"save", "save-every", "stop-at", "resume", "log", "log-mode",
-                                      "dry-run", "epochs", "steps", "health-every"};
+                                      "dry-run", "epochs", "steps", "health-every", "tensorboard"};
 
 /* profile's own options; the rest are train's. */
 typedef struct {
@@ -61,7 +61,7 @@ const opt_cmd profile_options = {
              "trace, FILE with the precision before its extension (ampc-trace-bf16.json).\n\n",
     .footer = "  any ampc train option (--model, --batch, --threads, --device ...) except\n"
               "  --save, --save-every, --stop-at, --resume, --log, --log-mode, --dry-run,\n"
-              "  --epochs and --steps (see ampc train --help)\n\n"
+              "  --epochs, --steps and --tensorboard (see ampc train --help)\n\n"
               "example: ampc profile --model gpt --precision fp32,bf16\n"
               "docs/profiling.md walks through it.\n",
     .blocks = (const opt_block[]){

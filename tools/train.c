@@ -31,10 +31,11 @@
  * copied there into buffers made once, autocast runs on AMP_CUDA, and the
  * host waits for the GPU only where it reads a value: the losses, summed
  * on the device, are read at the progress lines (and every step with
- * --log, whose records need each step's loss and scale), which is also
- * where a non-finite loss is noticed. With the grad scaler (fp16, cuda's
- * default) each step also reads whether the scaler skipped it: the lr
- * schedule counts only steps taken, so the next step's lr depends on it.
+ * --log or --tensorboard, whose records need each step's loss and
+ * scale), which is also where a non-finite loss is noticed. With the
+ * grad scaler (fp16, cuda's default) each step also reads whether the
+ * scaler skipped it: the lr schedule counts only steps taken, so the
+ * next step's lr depends on it.
  * The grad norm is measured (and clipped, --clip) on the device by
  * amp_clip_grad_norm_tensor (amp_zero_clip_grad_norm_tensor with --zero
  * 1, its all-gather through NCCL), which leaves it there in a 0-d tensor: with
@@ -54,6 +55,7 @@
 #include "profile_train.h"
 #include "progress.h"
 #include "settings.h"
+#include "tensorboard.h"
 #include "train.h"
 #include "trainer.h"
 
@@ -85,6 +87,8 @@ typedef struct {
     amp_ddp *ddp;               /* data-parallel (mpirun), unless --zero 1 */
     amp_zero *zero;             /* --zero 1 */
     amp_tensor *loss_red;       /* data-parallel on the CPU: [1] f32, the step's loss averaged over the ranks */
+    tb_writer *tb;              /* --tensorboard, rank 0 */
+    int64_t last_step;          /* the step the run ended at: the closing evaluation's, for --tensorboard */
 } run;
 
 typedef struct {
@@ -329,6 +333,7 @@ static int train_step(run *r, int64_t step, step_out *out)
         if (amp_grad_f16_health(t->params, t->n_params, out->health_scale, &out->h_scaled, &out->h_unscaled) !=
             AMP_OK)
             return fail("--health-every", step + 1);
+        tb_grads(r->tb, step + 1, t->model, t->params, t->n_params, out->health_scale);
     }
     out->grad_norm = NAN;
     const double max_norm = o->clip > 0 ? o->clip : INFINITY;
@@ -430,9 +435,10 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
     progress pg;
     progress_begin(&pg, o, first, total, per_step, r->rd->gpt);
     /* The same on every rank (the reads all-reduce the loss under mpirun):
-     * --log is every rank's option though rank 0 alone writes it, and
-     * progress_due is the step's alone there (no live line under mpirun). */
-    r->read_each = !r->cuda || r->o->log != NULL;
+     * --log and --tensorboard are every rank's options though rank 0 alone
+     * writes them, and progress_due is the step's alone there (no live
+     * line under mpirun). */
+    r->read_each = !r->cuda || r->o->log != NULL || r->o->tensorboard != NULL;
     for (int64_t step = first; step < stop; step++) {
         double t0 = now_s();
         step_out s;
@@ -477,7 +483,8 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
             return rc;
         }
         double ms = 1e3 * (now_s() - t0);
-        if (lf) {
+        r->last_step = step + 1;
+        if (lf || r->tb) {
             log_record rec = {.step = step + 1,
                               .epoch = step * o->accum / r->nb + 1,
                               .loss = s.loss,
@@ -491,7 +498,8 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
                               .health_scaled = s.health && amp_scaler_is_enabled(r->t->scaler) ? &s.h_scaled : NULL};
             double rate = (double)per_step / (ms / 1e3);
             *(r->rd->gpt ? &rec.tokens_per_s : &rec.samples_per_s) = rate;
-            if (log_step(lf, &rec) != AMP_OK) {
+            tb_step(r->tb, &rec, amp_scaler_is_enabled(r->t->scaler), r->ri->skipped);
+            if (lf && log_step(lf, &rec) != AMP_OK) {
                 progress_clear(&pg);
                 fprintf(stderr, "ampc: --log: %s\n", amp_last_error());
                 return 1;
@@ -627,6 +635,9 @@ static int finish(run *r, double t0, double t_loaded, double t_trained)
         printf("val_loss %.4f perplexity %.3f\n", m, exp(m));
     else
         printf("test_accuracy %.4f\n", m);
+    tb_eval(r->tb, r->last_step, gpt ? "eval/val_loss" : "eval/test_accuracy", m);
+    if (gpt)
+        tb_eval(r->tb, r->last_step, "eval/perplexity", exp(m));
     return 0;
 }
 
@@ -820,6 +831,11 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
     log_file *lf = NULL;
     if (rc < 0 && amp_dist_rank() == 0) /* rank 0 alone writes the log */
         rc = open_log(o, &lf);
+    if (rc < 0 && amp_dist_rank() == 0 && o->tensorboard && !(r.tb = tb_open(o->tensorboard))) {
+        fprintf(stderr, "ampc: --tensorboard: %s\n", amp_last_error());
+        rc = 1;
+    }
+    r.last_step = first;
     if (!g_agreed) /* agreed already: every rank stops there */
         rc = agree(rc);
     if (rc < 0) {
@@ -849,6 +865,7 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
     /* Every rank evaluates its (identical) model, rank 0 prints. */
     if (rc < 0)
         rc = finish(&r, t0, t_loaded, now_s());
+    tb_close(r.tb); /* (a failed write was said, and the run goes on) */
     amp_ddp_free(r.ddp);
     amp_zero_free(r.zero);
     amp_tensor_free(r.loss_red);

@@ -151,4 +151,7 @@ X(zero, .name = "zero", .meta = "N", .kind = OPT_INT, .cls = OC_RUN, .lo = 0, .h
 X(dist_timeout, .name = "dist-timeout", .meta = "S", .kind = OPT_REAL, .cls = OC_RUN, .lo = 1e-3, .hi = 1e7,
   .help = "under mpirun: seconds a rank waits for the others before it ends the job (default "
   "AMPC_DIST_TIMEOUT or 300)")
+X(tensorboard, .name = "tensorboard", .meta = "DIR", .kind = OPT_STR, .cls = OC_RUN,
+  .help = "write TensorBoard event files into DIR (created when missing): the log's values per step, gradient "
+  "histograms at --health-every's steps (tensorboard --logdir DIR)")
 /* clang-format on */

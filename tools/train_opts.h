@@ -89,6 +89,7 @@ typedef struct {
     const char *compress;  /* "none", "bf16", "fp16": DDP's bucket compression */
     int64_t zero;          /* 1: ZeRO stage 1 instead of DDP */
     double dist_timeout;   /* seconds any wait for the other ranks may last; 0: AMPC_DIST_TIMEOUT or 300 */
+    const char *tensorboard; /* TensorBoard event files into this directory, or NULL (tensorboard.h) */
     bool given[RO_COUNT];  /* per row of train's table (RO_* ids): set on the command line */
 } train_opts;
 
