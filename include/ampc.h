@@ -640,6 +640,14 @@ AMP_API int amp_optim_num_params(const amp_optim *o);
 AMP_API amp_tensor *amp_optim_param(const amp_optim *o, int i);
 /* Number of steps taken (Adam's step counter; SGD counts too). */
 AMP_API int64_t amp_optim_steps(const amp_optim *o);
+/* Parameter i's weight decay, as if it sat in a torch.optim parameter group
+ * of its own ({"params": [p], "weight_decay": wd}): the options'
+ * weight_decay until set. GPT-2 / nanoGPT decay the matrices only:
+ * set 0 for biases and norm weights. Not part of a checkpoint (set it again
+ * after building the optimizer). wd must be finite and >= 0. */
+AMP_API amp_status amp_optim_set_weight_decay(amp_optim *o, int i, double wd);
+/* Parameter i's weight decay, NAN with an error for a bad index. */
+AMP_API double amp_optim_weight_decay(const amp_optim *o, int i);
 AMP_API void amp_optim_free(amp_optim *o);
 
 /* Optimizer state, for checkpoints. Parameter i's buffer called name, in
@@ -1069,6 +1077,8 @@ typedef struct {
     int64_t mlp;      /* hidden width of each block's MLP (GELU) */
     double dropout;   /* 0 for none */
     bool checkpoint_activations; /* each block through amp_checkpoint (amp_gpt_set_checkpointing) */
+    bool no_bias;     /* linears and LayerNorms without biases (nanoGPT's bias=False) */
+    bool gelu_exact;  /* the MLP's GELU in the erf form (nanoGPT's nn.GELU()); false: tanh (GPT-2's) */
 } amp_gpt_config;
 /* A decoder-only transformer: token + learned position embeddings,
  * pre-LayerNorm blocks of causal self-attention and a GELU MLP, a final

@@ -78,11 +78,11 @@ class Attention(nn.Module):
     """Causal self-attention with one fused q, k, v linear (qkv.weight rows:
     q's, then k's, then v's)."""
 
-    def __init__(self, width, heads):
+    def __init__(self, width, heads, bias=True):
         super().__init__()
         self.heads = heads
-        self.qkv = nn.Linear(width, 3 * width)
-        self.proj = nn.Linear(width, width)
+        self.qkv = nn.Linear(width, 3 * width, bias=bias)
+        self.proj = nn.Linear(width, width, bias=bias)
 
     def forward(self, x):
         B, T, W = x.shape
@@ -93,24 +93,25 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, width, mlp):
+    def __init__(self, width, mlp, bias=True, gelu="tanh"):
         super().__init__()
-        self.fc1 = nn.Linear(width, mlp)
-        self.fc2 = nn.Linear(mlp, width)
+        self.fc1 = nn.Linear(width, mlp, bias=bias)
+        self.fc2 = nn.Linear(mlp, width, bias=bias)
+        self.approximate = "none" if gelu == "exact" else "tanh"
 
     def forward(self, x):
-        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+        return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
 
 
 class Block(nn.Module):
     """Pre-LN block; dropout after each residual branch (training only), as ampc."""
 
-    def __init__(self, width, heads, mlp, dropout):
+    def __init__(self, width, heads, mlp, dropout, bias=True, gelu="tanh"):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(width, eps=1e-5)
-        self.attn = Attention(width, heads)
-        self.ln_2 = nn.LayerNorm(width, eps=1e-5)
-        self.mlp = FeedForward(width, mlp)
+        self.ln_1 = nn.LayerNorm(width, eps=1e-5, bias=bias)
+        self.attn = Attention(width, heads, bias)
+        self.ln_2 = nn.LayerNorm(width, eps=1e-5, bias=bias)
+        self.mlp = FeedForward(width, mlp, bias, gelu)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x):
@@ -119,9 +120,11 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """ampc's gpt: x = wte[idx] + wpe[0..T), blocks, ln_f, logits = x @ wte.weight^T."""
+    """ampc's gpt: x = wte[idx] + wpe[0..T), blocks, ln_f, logits = x @ wte.weight^T;
+    bias=False (ampc's --no-bias, nanoGPT's bias=False): no linear or LayerNorm has a bias;
+    gelu="exact" (ampc's --gelu exact, nanoGPT's nn.GELU()): the MLP's GELU in the erf form, else tanh."""
 
-    def __init__(self, vocab, context, width, layers, heads, mlp=None, dropout=0.0):
+    def __init__(self, vocab, context, width, layers, heads, mlp=None, dropout=0.0, bias=True, gelu="tanh"):
         super().__init__()
         mlp = mlp or 4 * width
         if width % heads:
@@ -129,10 +132,13 @@ class GPT(nn.Module):
         self.context = context
         self.wte = nn.Embedding(vocab, width)
         self.wpe = nn.Embedding(context, width)
-        self.h = nn.ModuleList(Block(width, heads, mlp, dropout) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(width, eps=1e-5)
+        if gelu not in ("tanh", "exact"):
+            raise ValueError(f"gpt: gelu {gelu!r} is not tanh or exact")
+        self.h = nn.ModuleList(Block(width, heads, mlp, dropout, bias, gelu) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width, eps=1e-5, bias=bias)
         self.ampc_config = {"model": "gpt", "vocab": vocab, "context": context, "width": width,
-                            "layers": layers, "heads": heads, "mlp-width": mlp, "dropout": dropout}
+                            "layers": layers, "heads": heads, "mlp-width": mlp, "dropout": dropout,
+                            "no-bias": not bias, "gelu": gelu}
         # ampc's initialisation (nanoGPT's): N(0, 0.02), residual projections
         # N(0, 0.02 / sqrt(2 layers)), biases 0, LayerNorms 1 and 0.
         for name, p in self.named_parameters():
@@ -164,7 +170,8 @@ def build(config):
         return CNN(config["channels"], config["height"], config["width"], config["classes"])
     if kind == "gpt":
         return GPT(config["vocab"], config["context"], config["width"], config["layers"], config["heads"],
-                   config.get("mlp-width"), config.get("dropout", 0.0))
+                   config.get("mlp-width"), config.get("dropout", 0.0), not config.get("no-bias", False),
+                   config.get("gelu", "tanh"))
     raise ValueError(f"unknown ampc model {kind!r} (mlp, cnn or gpt)")
 
 
@@ -202,7 +209,7 @@ def config_of(settings):
         return {"model": "gpt", "vocab": run["vocab"], "context": s.get("context", _DEFAULTS["context"]),
                 "width": width, "layers": s.get("layers", _DEFAULTS["layers"]),
                 "heads": s.get("heads", _DEFAULTS["heads"]), "mlp-width": s.get("mlp-width", 4 * width),
-                "dropout": s.get("dropout", 0.0)}
+                "dropout": s.get("dropout", 0.0), "no-bias": s.get("no-bias", False), "gelu": s.get("gelu", "tanh")}
     raise ValueError(f"the checkpoint's settings name model {kind!r}, which this module does not know")
 
 
@@ -316,6 +323,8 @@ def _settings_json(config, data, precision, optim, lr, steps):
     else:
         for k in ("layers", "heads", "width", "context", "mlp-width", "dropout"):
             s[k] = config[k]
+        s["no-bias"] = config.get("no-bias", False)
+        s["gelu"] = config.get("gelu", "tanh")
         run["vocab"] = config["vocab"]
     s.update({"optim": optim, "precision": precision})
     if lr is not None:

@@ -7,7 +7,7 @@
 #
 #   FUZZ_SECONDS=N     seconds per target
 #   FUZZ_TARGETS="a b" only these (names without fuzz_: checkpoint settings
-#                      idx text plot args env)
+#                      idx text plot args env tokens)
 #   FUZZ_BUILD=DIR     build directory (default build-fuzz)
 #   JOBS=N             build jobs (default: nproc)
 #
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-600}
 BUILD=${FUZZ_BUILD:-build-fuzz}
 JOBS=${JOBS:-$(nproc)}
-ALL="checkpoint settings idx text plot args env"
+ALL="checkpoint settings idx text plot args env tokens"
 TARGETS=${FUZZ_TARGETS:-$ALL}
 
 # Longest input per target (bytes): a few times the largest seed.
@@ -31,6 +31,7 @@ max_len() {
   case $1 in
     checkpoint) echo 16384 ;;
     args) echo 2048 ;;
+    tokens) echo 8192 ;;
     *) echo 4096 ;;
   esac
 }

@@ -189,6 +189,30 @@ static void test_a_checkpoint_that_is_not_a_gpt_is_refused(void)
     check_nothing_left(out);
 }
 
+/* A gpt llama.cpp's gpt2 would run otherwise than ampc (the erf GELU, no
+ * biases) is refused, naming the option. */
+static void test_a_gpt_llama_cpp_runs_otherwise_is_refused(void)
+{
+    if (!cli_have_binary())
+        return;
+    static const struct {
+        const char *train, *says;
+    } cases[] = {{"--gelu exact", "uses the exact (erf) GELU (--gelu exact)"},
+                 {"--no-bias", "has no biases (--no-bias)"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[500], out[500];
+        snprintf(dir, sizeof dir, "%s/unfit-%zu", tmpdir, i);
+        int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 16 --context 8 --batch 4 --steps 1 "
+                         "--val-batches 1 --threads 1 %s --save %s", text, cases[i].train, dir);
+        CHECK_MSG(rc == 0, "train %s: exit %d:\n%s", cases[i].train, rc, cli_out);
+        snprintf(out, sizeof out, "%s/unfit.gguf", tmpdir);
+        rc = export_to(dir, out, "");
+        CHECK_MSG(rc == 1, "export of a gpt trained with %s: exit %d, expected 1:\n%s", cases[i].train, rc, cli_out);
+        CHECK_OUT(cases[i].says);
+        check_nothing_left(out);
+    }
+}
+
 /* A damaged checkpoint (cut short in its tensors) is refused by the
  * checkpoint's loader, naming the file; an earlier OUT stays as it was. */
 static void test_a_damaged_checkpoint_is_refused_and_out_kept(void)
@@ -304,6 +328,7 @@ int main(void)
     RUN(test_every_byte_becomes_a_token);
     RUN(test_exported_files_read_back_as_their_checkpoints);
     RUN(test_a_checkpoint_that_is_not_a_gpt_is_refused);
+    RUN(test_a_gpt_llama_cpp_runs_otherwise_is_refused);
     RUN(test_a_damaged_checkpoint_is_refused_and_out_kept);
     RUN(test_an_unwritable_out_is_refused);
     RUN(test_out_that_is_the_checkpoint_is_refused);

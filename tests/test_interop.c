@@ -1,6 +1,7 @@
 /*
  * test_interop.c - ampc checkpoints and PyTorch (python/ampc_torch.py),
- * both ways, for the mlp, the cnn and the gpt. PyTorch and safetensors
+ * both ways, for the mlp, the cnn and the gpt (also nanoGPT's: --no-bias
+ * --gelu exact, the twin's bias=False, gelu="exact"). PyTorch and safetensors
  * are not build dependencies: the Python side is run with the first of
  * $AMPC_TORCH_PYTHON, python3 and the repository's .bench-venv that has
  * them (CI installs them there: scripts/torch-deps.sh), and where none
@@ -103,6 +104,9 @@ static void compare_logits(const char *what, amp_module *m, amp_tensor *x, const
     amp_temps_free();
 }
 
+/* Whether kind is "gpt" or "gpt-nano" (nanoGPT's: --no-bias --gelu exact). */
+static bool kind_is_gpt(const char *kind) { return strncmp(kind, "gpt", 3) == 0; }
+
 /* The model as the CLI builds it for these runs. */
 static amp_module *model_of(const char *kind)
 {
@@ -114,7 +118,8 @@ static amp_module *model_of(const char *kind)
         return amp_model_cnn(1, 28, 28, 10);
     amp_text *t = amp_text_load(text);
     amp_gpt_config c = {.vocab = t ? amp_text_vocab(t) : 1, .context = 8, .width = 16, .layers = 2, .heads = 2,
-                        .mlp = 32};
+                        .mlp = 32, .no_bias = strcmp(kind, "gpt-nano") == 0,
+                        .gelu_exact = strcmp(kind, "gpt-nano") == 0};
     amp_text_free(t);
     return amp_model_gpt(c);
 }
@@ -148,6 +153,9 @@ static const char *train_args(const char *kind)
         return "--model mlp --hidden 16 --batch 16 --steps 4";
     if (!strcmp(kind, "cnn"))
         return "--model cnn --batch 8 --steps 2";
+    if (!strcmp(kind, "gpt-nano"))
+        return "--model gpt --layers 2 --heads 2 --width 16 --context 8 --mlp-width 32 --batch 4 --steps 4 "
+               "--lr 0.03 --val-batches 2 --no-bias --gelu exact";
     return "--model gpt --layers 2 --heads 2 --width 16 --context 8 --mlp-width 32 --batch 4 --steps 4 --lr 0.03 "
            "--val-batches 2";
 }
@@ -162,7 +170,7 @@ static void check_ampc_to_torch(const char *kind)
     char dir[700], ck[800], xp[700], out[700], shape[32];
     snprintf(dir, sizeof dir, "%s/%s-run", tmpdir, kind);
     int rc = cli_run("train %s --data %s --threads 1 --save %s", train_args(kind),
-                     strcmp(kind, "gpt") ? images : text, dir);
+                     kind_is_gpt(kind) ? text : images, dir);
     CHECK_MSG(rc == 0, "train %s: exit %d:\n%s", kind, rc, cli_out);
     snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", dir);
     amp_module *m = model_of(kind);
@@ -182,6 +190,7 @@ static void check_ampc_to_torch(const char *kind)
 static void test_mlp_checkpoint_in_pytorch(void) { check_ampc_to_torch("mlp"); }
 static void test_cnn_checkpoint_in_pytorch(void) { check_ampc_to_torch("cnn"); }
 static void test_gpt_checkpoint_in_pytorch(void) { check_ampc_to_torch("gpt"); }
+static void test_nanogpt_style_gpt_checkpoint_in_pytorch(void) { check_ampc_to_torch("gpt-nano"); }
 
 /* The validation windows `ampc eval --val-batches N` measures a gpt of
  * context T on (batch B, the CLI's default 32), as x then y per window,
@@ -223,7 +232,7 @@ static void check_torch_to_ampc(const char *kind, const char *config)
     const char *dt;
     amp_tensor *x = input_of(kind, shape, sizeof shape, &dt);
     write_raw(xp, x);
-    bool gpt = !strcmp(kind, "gpt");
+    bool gpt = kind_is_gpt(kind);
     const char *data = gpt ? text : images;
     if (gpt)
         write_eval_windows(ev, 32, 8, 3);
@@ -256,6 +265,10 @@ static void check_torch_to_ampc(const char *kind, const char *config)
         printf("  %s from PyTorch: ampc eval test_accuracy %.4f, the twin's %.6f\n", kind, got, want);
         CHECK_NEAR(got, want, 1.0 / 64 + 5e-5);
     }
+    /* nanoGPT's gpt: its logits and measure; generate and resume take the
+     * gpt's path again (time the test does not have) */
+    if (!strcmp(kind, "gpt-nano"))
+        return;
     if (gpt) {
         /* generate on a checkpoint ampc_torch.save wrote: its settings lack
          * the schedule and lr, which generate fills as eval does. 12 tokens
@@ -296,16 +309,27 @@ static void test_cnn_from_pytorch(void)
     check_torch_to_ampc("cnn", "{\"model\": \"cnn\", \"channels\": 1, \"height\": 28, \"width\": 28, \"classes\": 10}");
 }
 
-static void test_gpt_from_pytorch(void)
+/* check_torch_to_ampc for the gpt of model_of(kind), its twin's config
+ * ending with extra. */
+static void check_gpt_from_pytorch(const char *kind, const char *extra)
 {
     amp_text *t = amp_text_load(text);
     char cfg[300];
     snprintf(cfg, sizeof cfg,
              "{\"model\": \"gpt\", \"vocab\": %lld, \"context\": 8, \"width\": 16, \"layers\": 2, \"heads\": 2, "
-             "\"mlp-width\": 32}",
-             (long long)(t ? amp_text_vocab(t) : 0));
+             "\"mlp-width\": 32%s}",
+             (long long)(t ? amp_text_vocab(t) : 0), extra);
     amp_text_free(t);
-    check_torch_to_ampc("gpt", cfg);
+    check_torch_to_ampc(kind, cfg);
+}
+
+static void test_gpt_from_pytorch(void) { check_gpt_from_pytorch("gpt", ""); }
+
+/* nanoGPT's bias=False and nn.GELU(): the twin's GPT(bias=False,
+ * gelu="exact") and ampc's --no-bias --gelu exact. */
+static void test_nanogpt_style_gpt_from_pytorch(void)
+{
+    check_gpt_from_pytorch("gpt-nano", ", \"no-bias\": true, \"gelu\": \"exact\"");
 }
 
 /* The run's settings in dir's checkpoint, resolved as a resumed run
@@ -410,6 +434,8 @@ int main(void)
     RUN(test_mlp_from_pytorch);
     RUN(test_cnn_from_pytorch);
     RUN(test_gpt_from_pytorch);
+    RUN(test_nanogpt_style_gpt_checkpoint_in_pytorch);
+    RUN(test_nanogpt_style_gpt_from_pytorch);
     RUN_IF(need_torch, test_save_refuses_a_state_dict_that_does_not_fit);
     RUN_IF(need_torch, test_round_trip_through_pytorch_keeps_settings_and_measure);
     cli_cleanup();

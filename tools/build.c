@@ -32,7 +32,9 @@ static amp_module *build_model(const train_opts *o, const run_info *ri)
                         .heads = o->heads,
                         .mlp = o->mlp_width,
                         .dropout = o->dropout,
-                        .checkpoint_activations = o->checkpoint_activations};
+                        .checkpoint_activations = o->checkpoint_activations,
+                        .no_bias = o->no_bias,
+                        .gelu_exact = strcmp(o->gelu, "exact") == 0};
     return amp_model_gpt(c);
 }
 
@@ -48,13 +50,28 @@ static amp_optim *build_optim(const train_opts *o, trainer *t)
     bool w = strcmp(o->optim, "adamw") == 0;
     amp_adam_opts a = w ? amp_adamw_defaults() : amp_adam_defaults();
     a.lr = o->lr;
+    a.beta1 = o->beta1;
+    a.beta2 = o->beta2;
+    a.eps = o->eps;
     a.weight_decay = o->weight_decay;
     return w ? amp_optim_adamw(t->params, t->n_params, a) : amp_optim_adam(t->params, t->n_params, a);
 }
 
+/* GPT-2's and nanoGPT's parameter groups (configure_optimizers): weight
+ * decay on the parameters of 2 or more dimensions (matrices, embeddings,
+ * convolution kernels), none on biases and norm weights; --decay-all
+ * decays them all. */
+static bool group_weight_decay(const train_opts *o, trainer *t)
+{
+    for (int i = 0; i < t->n_params && !o->decay_all; i++)
+        if (amp_tensor_ndim(t->params[i]) < 2 && amp_optim_set_weight_decay(t->opt, i, 0) != AMP_OK)
+            return false;
+    return true;
+}
+
 static amp_sched build_sched(const train_opts *o, int64_t total_steps)
 {
-    amp_sched s = {.base_lr = o->lr, .warmup_steps = o->warmup, .warmup_start_factor = 0.0};
+    amp_sched s = {.base_lr = o->lr, .warmup_steps = o->warmup, .warmup_start_factor = o->warmup_start_factor};
     if (strcmp(o->schedule, "step") == 0) {
         s.kind = AMP_SCHED_STEP;
         s.step_size = o->step_size;
@@ -121,7 +138,7 @@ bool trainer_build(trainer *t, const train_opts *o, const run_info *ri, int64_t 
             what = "--param-dtype";
         else
             t->opt = build_optim(o, t);
-        if (t->opt && !levers_optim(o, t)) {
+        if (t->opt && (!group_weight_decay(o, t) || !levers_optim(o, t))) {
             amp_optim_free(t->opt);
             t->opt = NULL;
         }

@@ -7,7 +7,8 @@
  * data-parallel run, the rank and world size): images come from the
  * seeded permutation of their epoch (each rank its DistributedSampler
  * shard of it, see batcher_train in data.h), text windows from a seed
- * derived from the step (and the rank). So a run resumed at step N draws
+ * derived from the step (and the rank), token files' rows (--data-bin,
+ * tokens.c) likewise. So a run resumed at step N draws
  * exactly the batches the uninterrupted run would have.
  */
 #include "data.h"
@@ -222,8 +223,7 @@ static uint64_t splitmix64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* Uniform in [0, bound), unbiased: draws below 2^64 mod bound are redrawn. */
-static uint64_t below(uint64_t *s, uint64_t bound)
+uint64_t draw_below(uint64_t *s, uint64_t bound)
 {
     uint64_t threshold = -bound % bound;
     for (;;) {
@@ -249,7 +249,7 @@ void shuffle_indices(int64_t *idx, int64_t n, uint64_t seed, uint64_t epoch)
     for (int64_t i = 0; i < n; i++)
         idx[i] = i;
     for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)below(&s, (uint64_t)i + 1);
+        int64_t j = (int64_t)draw_below(&s, (uint64_t)i + 1);
         int64_t t = idx[i];
         idx[i] = idx[j];
         idx[j] = t;
@@ -394,6 +394,8 @@ bool text_load(text_data *t, const char *path, int64_t batch, int64_t context)
 void text_free(text_data *t)
 {
     amp_text_free(t->text);
+    tok_close(&t->train);
+    tok_close(&t->val);
     amp_tensor_free(t->x);
     amp_tensor_free(t->y);
     memset(t, 0, sizeof *t);
@@ -401,9 +403,38 @@ void text_free(text_data *t)
 
 int64_t text_epoch_batches(const text_data *t, int64_t batch, int64_t context, int world)
 {
-    int64_t train = amp_text_length(t->text) / 10 * 9, per = batch * context * (world > 1 ? world : 1);
+    int64_t train = t->tokens ? t->train.n : amp_text_length(t->text) / 10 * 9;
+    int64_t per = batch * context * (world > 1 ? world : 1);
     return train / per > 0 ? train / per : 1;
 }
+
+int tokens_load(text_data *t, const train_opts *o, bool train)
+{
+    memset(t, 0, sizeof *t);
+    t->tokens = true;
+    if (!o->val_bin) {
+        fprintf(stderr, "ampc: --data-bin needs --val-bin FILE: the token file the validation loss is measured on\n");
+        return EXIT_USAGE;
+    }
+    int rc = tok_data_vocab(o->data_bin, o->vocab, &t->vocab, "ampc");
+    if (rc >= 0)
+        return rc;
+    if ((train && !tok_open(&t->train, o->data_bin, "--data-bin", t->vocab, o->context + 1)) ||
+        !tok_open(&t->val, o->val_bin, "--val-bin", t->vocab, o->context + 1)) {
+        text_free(t);
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+bool text_batch(text_data *t, bool val, uint64_t seed, int rank, int world)
+{
+    if (t->tokens)
+        return tok_fill(val ? &t->val : &t->train, seed, t->x, t->y);
+    return amp_text_batch_shard(t->text, val, seed, rank, world, t->x, t->y) == AMP_OK;
+}
+
+int64_t text_vocab(const text_data *t) { return t->tokens ? t->vocab : amp_text_vocab(t->text); }
 
 int data_buffers(run_data *rd, const train_opts *o)
 {
@@ -426,6 +457,14 @@ static int open_data(run_data *rd, const train_opts *o, run_info *ri, bool train
 {
     memset(rd, 0, sizeof *rd);
     rd->gpt = is_gpt(o);
+    if (rd->gpt && o->data_bin) {
+        int rc = tokens_load(&rd->text, o, train);
+        ri->vocab = rd->text.vocab;
+        ri->token_ids = true;
+        ri->data_bytes = rd->text.train.bytes;
+        ri->data_hash = rd->text.train.hash;
+        return rc;
+    }
     if (rd->gpt) {
         if (!text_load(&rd->text, o->data, o->batch, o->context))
             return 1;
@@ -523,8 +562,36 @@ int vocab_check(const run_info *have, const run_info *saved, const char *data, c
     return 1;
 }
 
+/* data_check for token files: the same kind of vocabulary, of the same
+ * size, and (training) the same --data-bin as the run's. */
+static int tokens_check(const run_info *have, const run_info *saved, const train_opts *o, const char *where)
+{
+    if (have->token_ids != saved->token_ids) {
+        fprintf(stderr, "ampc: the model in %s was trained on %s: give %s\n", where,
+                saved->token_ids ? "token files (--data-bin)" : "a text (--data), characters not token ids",
+                saved->token_ids ? "its --data-bin / --val-bin" : "the text with --data, not --data-bin");
+        return 1;
+    }
+    if (have->vocab != saved->vocab) {
+        fprintf(stderr, "ampc: --data-bin %s: a vocabulary of %lld token ids; the model in %s was trained on token "
+                        "ids of size %lld\n", o->data_bin, (long long)have->vocab, where, (long long)saved->vocab);
+        return 1;
+    }
+    if (have->data_bytes && saved->data_bytes &&
+        (have->data_bytes != saved->data_bytes || have->data_hash != saved->data_hash)) {
+        fprintf(stderr, "ampc: --data-bin %s is not the file the run in %s trained on (%llu bytes, hash %016llx; "
+                        "the run's: %llu bytes, hash %016llx)\n", o->data_bin, where,
+                (unsigned long long)have->data_bytes, (unsigned long long)have->data_hash,
+                (unsigned long long)saved->data_bytes, (unsigned long long)saved->data_hash);
+        return 1;
+    }
+    return -1;
+}
+
 int data_check(const run_info *have, const run_info *saved, const train_opts *o, const char *where)
 {
+    if (is_gpt(o) && (have->token_ids || saved->token_ids))
+        return tokens_check(have, saved, o, where);
     if (is_gpt(o)) {
         if (have->vocab == saved->vocab)
             return vocab_check(have, saved, o->data, where, "ampc");

@@ -1,17 +1,18 @@
 /*
  * data.h - what a run reads (data.c): Fashion-MNIST and the text corpus
- * in memory, and batches derived from (seed, step) alone.
+ * in memory (or token files, mapped: tokens.h), and batches derived from (seed, step) alone.
  *
  * Defines: FMNIST_DIR, TEXT_CORPUS, FMNIST_MEAN, FMNIST_STD, dataset,
  * dataset_load, dataset_free, shuffle_indices, derive_seed, batcher and
- * its batcher_* functions, text_data, text_load, text_free,
- * text_epoch_batches, run_data, data_open, data_close, data_buffers,
- * data_check, vocab_record, vocab_check, data_epoch_batches.
+ * its batcher_* functions, draw_below, text_data, text_load, text_free,
+ * text_epoch_batches, tokens_load, text_batch, text_vocab, run_data,
+ * data_open, data_close, data_buffers, data_check, vocab_record, vocab_check, data_epoch_batches.
  */
 #ifndef AMPC_DATA_H
 #define AMPC_DATA_H
 
 #include "settings.h"
+#include "tokens.h"
 #include "train_opts.h"
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
@@ -42,6 +43,9 @@ void dataset_free(dataset *d);
 void shuffle_indices(int64_t *idx, int64_t n, uint64_t seed, uint64_t epoch);
 /* A seed for item k of a stream derived from seed (splitmix64). */
 uint64_t derive_seed(uint64_t seed, uint64_t stream, uint64_t k);
+/* The next draw of the generator *state, uniform in [0, bound), unbiased
+ * (splitmix64; the draws below 2^64 mod bound are redrawn). */
+uint64_t draw_below(uint64_t *state, uint64_t bound);
 
 /* Batch buffers shaped [size, features] (mlp) or [size, 1, h, w] (cnn),
  * allocated once and refilled. */
@@ -76,9 +80,13 @@ bool batcher_train(batcher *b, const dataset *d, int64_t m, amp_tensor **x, amp_
 int64_t batcher_count(const batcher *b, const dataset *d);
 void batcher_fill(batcher *b, const dataset *d, int64_t k, amp_tensor **x, amp_tensor **y);
 
-/* The text corpus and [batch, context] token buffers. */
+/* The text corpus, or token files (--data-bin), and [batch, context]
+ * token buffers. */
 typedef struct {
-    amp_text *text;
+    amp_text *text;         /* NULL with token files */
+    tok_file train, val;    /* --data-bin (opened for training only), --val-bin */
+    bool tokens;            /* token files, not text */
+    int64_t vocab;          /* tokens: the ids' count */
     amp_tensor *x, *y;
 } text_data;
 
@@ -89,6 +97,16 @@ void text_free(text_data *t);
 /* Micro-batches per "epoch" of each of world ranks: together as many
  * tokens as the training split holds. */
 int64_t text_epoch_batches(const text_data *t, int64_t batch, int64_t context, int world);
+/* The token files of o (--data-bin when train, --val-bin) with o's
+ * vocabulary or the one the data says; -1, or 1 / EXIT_USAGE after a
+ * message naming the file. */
+int tokens_load(text_data *t, const train_opts *o, bool train);
+/* Fills t->x, t->y with a batch from seed: the validation split (val) or
+ * rank's shard of the training one (text), or rows drawn from the token
+ * file (tokens; every rank draws its own rows: seed differs per rank). */
+bool text_batch(text_data *t, bool val, uint64_t seed, int rank, int world);
+/* The vocabulary's size: characters, or token ids. */
+int64_t text_vocab(const text_data *t);
 
 /* Everything a run reads: the training and test sets (mlp, cnn) or the
  * corpus (gpt), with their batch buffers. */

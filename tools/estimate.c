@@ -448,12 +448,13 @@ static void cnn(tape *t, const run_info *ri, int64_t B)
     cross_entropy(t, B, ri->classes, es);
 }
 
-/* [rows, W] f32 layer_norm (NONE on the CPU, fp32 on cuda: f32 in, f32 out). */
-static void layer_norm(tape *t, int64_t rows, int64_t W)
+/* [rows, W] f32 layer_norm (NONE on the CPU, fp32 on cuda: f32 in, f32 out), its weight and, with bias, its bias. */
+static void layer_norm(tape *t, int64_t rows, int64_t W, bool bias)
 {
     op(t);
     param(t, W, false);
-    param(t, W, false);
+    if (bias)
+        param(t, W, false);
     result(t, rows * W, 4, true);
     if (t->cuda) { /* mean and rstd, for backward only */
         saved(t, 2 * bytes_of(t, rows, 4));
@@ -533,13 +534,13 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
         const uint64_t acts0 = t->acts, casts0 = t->casts, leaf0 = t->leaf, fwd0 = t->fwd_peak;
         if (t->ckpt)
             t->fwd_peak = 0;
-        layer_norm(t, R, W);
+        layer_norm(t, R, W, !o->no_bias);
         size_t qkv[3];
         for (int k = 0; k < 3; k++) { /* q, k, v: linear, viewed as [B, T, H, d] (no copy) */
             int es = 4;
             if (k == 2) /* ln1's gradient: made by v's (first in backward), added to by k's and q's */
                 made_by(t, start, t->n);
-            linear(t, R, W, W, true, ACT_NONE, &es, true);
+            linear(t, R, W, W, !o->no_bias, ACT_NONE, &es, true);
             view(t, R * W, es);
             qkv[k] = t->n - 1;
         }
@@ -572,7 +573,7 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
             work(t, t->eval || fwd > bwd ? fwd : bwd);
         }
         view(t, R * W, es); /* merge heads: reshape */
-        linear(t, R, W, W, true, ACT_NONE, &es, true);
+        linear(t, R, W, W, !o->no_bias, ACT_NONE, &es, true);
         if (drop) {
             op(t);
             result(t, R * W, es, true);
@@ -582,10 +583,10 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
         /* the block input's gradient is made by this add, and waits for ln1's backward */
         made_by(t, start - 1, t->n - 1);
         const size_t add1 = t->n - 1;
-        layer_norm(t, R, W);
+        layer_norm(t, R, W, !o->no_bias);
         es = 4;
-        linear(t, R, W, M, true, ACT_GELU, &es, true);
-        linear(t, R, M, W, true, ACT_NONE, &es, true);
+        linear(t, R, W, M, !o->no_bias, ACT_GELU, &es, true);
+        linear(t, R, M, W, !o->no_bias, ACT_NONE, &es, true);
         if (drop) {
             op(t);
             result(t, R * W, es, true);
@@ -596,7 +597,7 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
         if (t->ckpt)
             checkpointed(t, start, acts0, casts0, leaf0, fwd0, bytes_of(t, R * W, 4));
     }
-    layer_norm(t, R, W);
+    layer_norm(t, R, W, !o->no_bias);
     int es = 4;
     /* the head, tied to wte: backward meets it first, so wte.grad is made here */
     lower_input(t, R * W, &es, true);
@@ -809,7 +810,8 @@ void mem_estimate_run(const train_opts *o, const run_info *ri, const run_data *r
     uint64_t data = 0, untracked = 0;
     if (rd->gpt) {
         data = 2 * mem_block((uint64_t)(o->batch * o->context) * 8); /* x, y (data_buffers: made after) */
-        untracked = (uint64_t)amp_text_length(rd->text.text); /* the corpus, malloc'd by text.c */
+        /* the corpus, malloc'd by text.c (token files are mapped: the page cache's) */
+        untracked = rd->text.text ? (uint64_t)amp_text_length(rd->text.text) : 0;
         if (cuda)
             e->dev[MEM_DATA] = 2 * dev_block((uint64_t)(o->batch * o->context) * 8);
     } else {

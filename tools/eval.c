@@ -1,7 +1,8 @@
 /*
  * eval.c - measuring a model: the share of test images classified right
  * (mlp, cnn), or the mean next-character cross-entropy over fixed windows
- * of the corpus's validation split (gpt), in the run's precision, with no
+ * of the corpus's validation split (gpt; next-token over --val-bin's
+ * windows for a run on token files), in the run's precision, with no
  * gradients and dropout off. And `ampc eval DIR`: the same for a saved
  * checkpoint.
  *
@@ -133,13 +134,13 @@ double eval_text_loss(trainer *t, const train_opts *o, text_data *td, uint64_t w
     amp_module_train(t->model, false);
     amp_no_grad_begin();
     for (int64_t k = 0; k < o->val_batches && ok; k++) {
-        ok = amp_text_batch(td->text, true, derive_seed(windows, VAL_STREAM, (uint64_t)k), td->x, td->y) == AMP_OK;
+        ok = text_batch(td, true, derive_seed(windows, VAL_STREAM, (uint64_t)k), 0, 1);
         amp_tensor *x = ok ? on_model_device(t, td->x, &dx) : NULL, *y = x ? on_model_device(t, td->y, &dy) : NULL;
         if (!(ok = y != NULL))
             break;
         autocast_begin(t);
         amp_tensor *logits = amp_module_forward(t->model, x);
-        amp_tensor *loss = amp_cross_entropy(amp_reshape(logits, AMP_SHAPE(-1, amp_text_vocab(td->text))),
+        amp_tensor *loss = amp_cross_entropy(amp_reshape(logits, AMP_SHAPE(-1, text_vocab(td))),
                                              amp_reshape(y, AMP_SHAPE(-1)));
         autocast_end(t);
         ok = loss != NULL;
@@ -183,6 +184,7 @@ static const opt_pick eval_picks[] = {
                   "(default: the run's)"},
     {"val-batches", "gpt: validation batches measured (default: the run's, else 20)"},
     {"resume", "the run's directory, the same as DIR (evaluated only: nothing is trained or saved)"},
+    {"val-bin", "gpt trained on token files: the token file to measure on (default: the run's --val-bin)"},
 };
 
 /* ampc eval DIR: the first argument that is not an option is --resume. */
@@ -247,6 +249,8 @@ int eval_run(int argc, char **argv)
     if (rc >= 0)
         return rc;
     amp_set_num_threads((int)o.threads);
+    if (saved.token_ids && !o.vocab) /* the vocabulary the run read beside its --data-bin */
+        o.vocab = saved.vocab;
 
     double t0 = now_s();
     run_data rd;

@@ -237,6 +237,20 @@ int export_gguf(const export_opts *e)
                 where, o.model);
         return 1;
     }
+    /* What llama.cpp's gpt2 cannot run as ampc does: ids of a tokenizer
+     * the checkpoint does not hold, the erf GELU (gpt2's is the tanh
+     * form), no biases (gpt2 requires every bias tensor). */
+    const char *unfit = saved.token_ids ? "was trained on token ids (--data-bin): its vocabulary is a tokenizer's, "
+                                          "which the checkpoint does not hold"
+                        : o.gelu && strcmp(o.gelu, "exact") == 0
+                            ? "uses the exact (erf) GELU (--gelu exact); llama.cpp's gpt2 computes the tanh form"
+                        : o.no_bias ? "has no biases (--no-bias); llama.cpp's gpt2 requires every bias tensor"
+                                    : NULL;
+    if (unfit) {
+        fprintf(stderr, WHO ": %s %s: GGUF export writes character gpt models with biases and the tanh GELU\n",
+                where, unfit);
+        return 1;
+    }
     /* Restored on the CPU, in its own precision (nothing runs). */
     o.device = "cpu";
     o.resume = e->dir;

@@ -8,7 +8,10 @@
  * bytes of the training text, which is read again from the settings'
  * --data (or this command's --data) and must have the checkpoint's
  * vocabulary: its size, and its bytes where the checkpoint records them
- * (run value vocab_bytes; older checkpoints: a warning).
+ * (run value vocab_bytes; older checkpoints: a warning). A model trained
+ * on token files (--data-bin) has ids, not characters: it takes
+ * --prompt-ids and prints ids, or text through --tokenizer's
+ * tokenizer.json (tokenizer.c).
  *
  * Generation runs through the library's KV cache (amp_gpt_forward_cached):
  * the prompt in one forward (the prefill), then one position per token.
@@ -27,6 +30,7 @@
 #include "eval.h"
 #include "progress.h"
 #include "settings.h"
+#include "tokenizer.h"
 #include "trainer.h"
 
 #include <errno.h>
@@ -43,11 +47,11 @@
 #define MAX_TOKENS 1000000000
 
 typedef struct {
-    const char *dir, *prompt, *precision, *device, *data;
+    const char *dir, *prompt, *precision, *device, *data, *prompt_ids, *tokenizer;
     int64_t tokens, top_k, threads;
     double temperature;
     uint64_t seed;
-    bool no_cache, quiet;
+    bool no_cache, quiet, ids;
 } gen_opts;
 
 #define STR_(x) #x
@@ -90,6 +94,15 @@ static const opt_def gen_rows[] = {
      .help = "a full forward over the sequence for every token (to compare speed)"},
     {.name = "quiet", .meta = "", .kind = OPT_FLAG, .off = offsetof(gen_opts, quiet),
      .help = "no speed lines on stderr"},
+    {.name = "prompt-ids", .meta = "I,J,..", .kind = OPT_TEXT, .off = offsetof(gen_opts, prompt_ids),
+     .help = "the prompt as token ids, comma-separated, each below the vocabulary size\n"
+             "(default for a model trained on token files: the single id 0)"},
+    {.name = "ids", .meta = "", .kind = OPT_FLAG, .off = offsetof(gen_opts, ids),
+     .help = "print token ids, space-separated, not text (the default for a model\n"
+             "trained on token files without --tokenizer)"},
+    {.name = "tokenizer", .meta = "FILE", .kind = OPT_STR, .off = offsetof(gen_opts, tokenizer),
+     .help = "a Hugging Face tokenizer.json: print the ids of a model trained on\n"
+             "token files as the text it decodes them to (ByteLevel BPE, GPT-2's)"},
 };
 
 /* ampc generate DIR: one checkpoint, named by the argument that is not an
@@ -187,6 +200,49 @@ static int prompt_ids(const char *prompt, const amp_text *text, const char *data
     return -1;
 }
 
+/* --prompt-ids "I,J,..": ids below vocab into *ids; -1, or EXIT_USAGE
+ * after a message naming the position of the first bad one. */
+static int parse_prompt_ids(const char *text, int64_t vocab, int64_t **ids, int64_t *n)
+{
+    size_t cap = 1;
+    for (const char *p = text; *p; p++)
+        cap += *p == ',';
+    *ids = malloc(sizeof **ids * cap);
+    if (!*ids) {
+        fprintf(stderr, WHO ": out of memory for the prompt\n");
+        return 1;
+    }
+    *n = 0;
+    for (const char *p = text;; p++) {
+        char *end;
+        errno = 0;
+        long long v = *p >= '0' && *p <= '9' ? strtoll(p, &end, 10) : -1;
+        if (v < 0 || errno == ERANGE || (*end != ',' && *end != '\0') || v >= vocab) {
+            if (v >= vocab && errno != ERANGE)
+                fprintf(stderr, WHO ": --prompt-ids: id %lld (position %lld) is not below the vocabulary size %lld\n",
+                        v, (long long)*n, (long long)vocab);
+            else
+                fprintf(stderr, WHO ": --prompt-ids: position %lld is not a token id (whole numbers separated by "
+                                "commas: 1,2,3)\n", (long long)*n);
+            free(*ids);
+            *ids = NULL;
+            return EXIT_USAGE;
+        }
+        (*ids)[(*n)++] = v;
+        p = end;
+        if (!*p)
+            return -1;
+    }
+}
+
+/* How tokens are printed: the char vocabulary's bytes, ids, or a
+ * tokenizer's decoding. */
+typedef struct {
+    const amp_text *text; /* chars (NULL: ids or dec) */
+    const tok_decoder *dec;
+    bool ids, spaced;     /* spaced: something was printed (ids, a decoder without one joins by spaces) */
+} gen_out;
+
 /* What one generation needs. */
 typedef struct {
     const gen_opts *g;
@@ -241,10 +297,22 @@ static amp_tensor *next_logits(gen_ctx *c, const int64_t *seq, int64_t n, int64_
 
 /* Streams one token; false once standard output takes no more (a closed
  * pipe with SIGPIPE ignored, a full disk): generating on would only
- * throw the tokens away. */
-static bool emit(const amp_text *text, int64_t id)
+ * throw the tokens away. An id the tokenizer lacks is printed as <id>. */
+static bool emit(gen_out *out, int64_t id)
 {
-    putchar(amp_text_char(text, id));
+    size_t len = 0;
+    const char *piece = out->dec && !out->ids ? tokenizer_piece(out->dec, id, &len) : NULL;
+    if (out->text && !out->ids)
+        putchar(amp_text_char(out->text, id));
+    else if (piece && !(out->dec->spaces && len == 0)) {
+        if (out->dec->spaces && out->spaced)
+            putchar(' ');
+        fwrite(piece, 1, len, stdout);
+        out->spaced = true;
+    } else if (!piece || !out->dec->spaces) {
+        printf(out->ids && out->spaced ? " %lld" : out->ids ? "%lld" : "<%lld>", (long long)id);
+        out->spaced = true;
+    }
     return fflush(stdout) == 0 && !ferror(stdout);
 }
 
@@ -262,11 +330,15 @@ static int write_failed(int64_t token)
 
 /* Generates g->tokens tokens after the prompt seq[0 .. n) (seq has room
  * for them), streaming them; -1, or 1 after a message. */
-static int run(gen_ctx *c, const amp_text *text, int64_t *seq, int64_t n)
+static int run(gen_ctx *c, gen_out *out, int64_t *seq, int64_t n)
 {
     const gen_opts *g = c->g;
     int64_t refills = 0;
-    fwrite(g->prompt && *g->prompt ? g->prompt : "", 1, g->prompt ? strlen(g->prompt) : 0, stdout);
+    if (g->prompt && out->text && !out->ids)
+        fwrite(g->prompt, 1, strlen(g->prompt), stdout);
+    else
+        for (int64_t i = 0; i < n && (out->ids || !out->text || g->prompt_ids); i++)
+            emit(out, seq[i]);
     if (fflush(stdout) != 0 || ferror(stdout))
         return write_failed(0);
     amp_no_grad_begin();
@@ -284,7 +356,7 @@ static int run(gen_ctx *c, const amp_text *text, int64_t *seq, int64_t n)
         }
         amp_temps_free();
         seq[n++] = tok;
-        if (!emit(text, tok)) {
+        if (!emit(out, tok)) {
             rc = write_failed(i + 1);
             break;
         }
@@ -309,6 +381,46 @@ static int run(gen_ctx *c, const amp_text *text, int64_t *seq, int64_t n)
                     (long long)c->context, (long long)c->context, (long long)refills);
     }
     return rc;
+}
+
+/* The vocabulary: a char model's training text (*text, checked against
+ * the checkpoint's), or nothing for a token-id model (its --tokenizer into
+ * *dec when given). -1, or an exit code after a message. */
+static int gen_vocab(const gen_opts *g, const train_opts *o, const run_info *saved, const char *where,
+                     amp_text **text, tok_decoder *dec)
+{
+    if (saved->token_ids) {
+        if (g->prompt) {
+            fprintf(stderr, WHO ": the model in %s was trained on token ids (--data-bin): give the prompt as ids, "
+                            "--prompt-ids I,J,..\n", where);
+            return EXIT_USAGE;
+        }
+        return g->tokenizer && !tokenizer_load(dec, g->tokenizer, WHO) ? EXIT_USAGE : -1;
+    }
+    if (g->tokenizer) {
+        fprintf(stderr, WHO ": --tokenizer decodes token ids; the model in %s was trained on characters (its "
+                        "text is printed as it is)\n", where);
+        return EXIT_USAGE;
+    }
+    if (g->prompt && g->prompt_ids) {
+        fprintf(stderr, WHO ": give --prompt (text) or --prompt-ids, not both\n");
+        return EXIT_USAGE;
+    }
+    *text = amp_text_load(o->data);
+    if (!*text) {
+        fprintf(stderr, WHO ": the vocabulary comes from the training text: %s%s\n", amp_last_error(),
+                g->data ? "" : " (give it with --data)");
+        return 1;
+    }
+    if (amp_text_vocab(*text) != saved->vocab) {
+        fprintf(stderr, WHO ": %s has a vocabulary of %lld characters; the model in %s was trained on one of %lld "
+                        "(give the training text with --data)\n", o->data, (long long)amp_text_vocab(*text), where,
+                (long long)saved->vocab);
+        return 1;
+    }
+    run_info have = {0};
+    vocab_record(*text, &have);
+    return vocab_check(&have, saved, o->data, where, WHO) >= 0 ? 1 : -1;
 }
 
 int generate_main(int argc, char **argv)
@@ -357,34 +469,27 @@ int generate_main(int argc, char **argv)
         return rc;
     amp_set_num_threads((int)o.threads);
 
-    amp_text *text = amp_text_load(o.data);
-    if (!text) {
-        fprintf(stderr, WHO ": the vocabulary comes from the training text: %s%s\n", amp_last_error(),
-                g.data ? "" : " (give it with --data)");
-        return 1;
-    }
-    if (amp_text_vocab(text) != saved.vocab) {
-        fprintf(stderr, WHO ": %s has a vocabulary of %lld characters; the model in %s was trained on one of %lld "
-                        "(give the training text with --data)\n", o.data, (long long)amp_text_vocab(text), where,
-                (long long)saved.vocab);
-        amp_text_free(text);
-        return 1;
-    }
-    run_info have = {0};
-    vocab_record(text, &have);
-    if (vocab_check(&have, &saved, o.data, where, WHO) >= 0) {
-        amp_text_free(text);
-        return 1;
-    }
-    if (g.top_k > saved.vocab) {
+    amp_text *text = NULL;
+    tok_decoder dec = {0};
+    int64_t *ids = NULL, n = 0;
+    if ((rc = gen_vocab(&g, &o, &saved, where, &text, &dec)) < 0 && g.top_k > saved.vocab) {
         fprintf(stderr, WHO ": --top-k %lld is more than the vocabulary's %lld tokens\n", (long long)g.top_k,
                 (long long)saved.vocab);
-        amp_text_free(text);
-        return EXIT_USAGE;
+        rc = EXIT_USAGE;
     }
-    int64_t *ids = NULL, n = 0;
-    if ((rc = prompt_ids(g.prompt, text, o.data, &ids, &n)) >= 0) {
+    if (rc < 0 && g.prompt_ids)
+        rc = parse_prompt_ids(g.prompt_ids, saved.vocab, &ids, &n);
+    else if (rc < 0 && text)
+        rc = prompt_ids(g.prompt, text, o.data, &ids, &n);
+    else if (rc < 0 && (ids = calloc(1, sizeof *ids)) != NULL)
+        n = 1; /* a token-id model's default prompt: id 0 */
+    if (rc < 0 && !ids) {
+        fprintf(stderr, WHO ": out of memory for the prompt\n");
+        rc = 1;
+    }
+    if (rc >= 0) {
         amp_text_free(text);
+        tokenizer_free(&dec);
         return rc;
     }
     int64_t *seq = realloc(ids, sizeof *seq * (size_t)(n + g.tokens));
@@ -412,11 +517,13 @@ int generate_main(int argc, char **argv)
             fprintf(stderr, "checkpoint %s: step %lld, %s, precision %s, device %s\n", where, (long long)step,
                     model_describe(&o, &saved, desc, sizeof desc), o.precision, o.device);
         }
-        rc = run(&c, text, seq, n);
+        gen_out out = {.text = text, .dec = dec.piece ? &dec : NULL, .ids = g.ids || (!text && !dec.piece)};
+        rc = run(&c, &out, seq, n);
     }
     amp_gpt_cache_free(c.cache);
     trainer_free(&t);
     free(seq);
     amp_text_free(text);
+    tokenizer_free(&dec);
     return rc < 0 ? 0 : rc;
 }

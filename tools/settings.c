@@ -15,7 +15,9 @@
  * (world_size; 0 or absent: one process) and the run's length in steps
  * (total_steps, which a resume keeps; 0 or absent: not recorded) and, for
  * gpt, the vocabulary's bytes in token order (vocab_bytes, hex; absent
- * from older checkpoints). Older checkpoints also hold, with --hysteresis
+ * from older checkpoints), or for a gpt on token files (--data-bin) that
+ * its vocabulary is token ids (vocab_kind "token_ids") and the training
+ * file's size and hash (data_bin_bytes, data_bin_hash). Older checkpoints also hold, with --hysteresis
  * N > 1, the overflows the scaler still let pass before it backed off
  * (hysteresis_left, 1..N), which is read; the library's checkpoint keeps
  * it now, beside the scaler's other state.
@@ -26,6 +28,7 @@
  * error: the saved tensors could not be loaded into another shape.
  */
 #include "settings.h"
+#include "tokens.h"
 
 #include "io/json.h"
 
@@ -47,6 +50,10 @@ static bool applies(const opt_def *d, const train_opts *o)
     const char *n = d->name;
     if (strcmp(n, "momentum") == 0)
         return strcmp(o->optim, "sgd") == 0;
+    if (strcmp(n, "beta1") == 0 || strcmp(n, "beta2") == 0 || strcmp(n, "eps") == 0)
+        return strcmp(o->optim, "sgd") != 0;
+    if (strcmp(n, "warmup-start-factor") == 0)
+        return o->warmup > 0;
     if (strcmp(n, "step-size") == 0 || strcmp(n, "gamma") == 0)
         return strcmp(o->schedule, "step") == 0;
     if (strcmp(n, "min-lr") == 0)
@@ -68,6 +75,13 @@ static bool applies(const opt_def *d, const train_opts *o)
         return o->steps > 0;
     if (strcmp(n, "clip") == 0)
         return o->clip > 0;
+    /* token files: saved when given (a char run has none) */
+    if (strcmp(n, "data-bin") == 0 || strcmp(n, "val-bin") == 0)
+        return *(const char *const *)((const char *)o + d->off) != NULL;
+    if (strcmp(n, "vocab") == 0)
+        return o->vocab > 0;
+    if (strcmp(n, "data") == 0) /* token files replace the text */
+        return !o->data_bin;
     return true;
 }
 
@@ -123,6 +137,9 @@ char *settings_to_json(const train_opts *o, const run_info *ri)
               ri->skipped, ri->world_size, ri->total_steps);
     if (ri->vocab_hex[0]) /* gpt: the vocabulary's bytes, which generate and eval compare */
         jb_printf(&b, ",\"vocab_bytes\":\"%s\"", ri->vocab_hex);
+    if (ri->token_ids) /* gpt on token files: ids, no characters; the file trained on */
+        jb_printf(&b, ",\"vocab_kind\":\"token_ids\",\"data_bin_bytes\":%" PRIu64 ",\"data_bin_hash\":\"%016" PRIx64
+                  "\"", ri->data_bytes, ri->data_hash);
     jb_puts(&b, "}}");
     if (b.oom) {
         jb_free(&b);
@@ -237,6 +254,27 @@ static int get_run_value(const json_value *run, const char *key, int64_t lo, int
     return -1;
 }
 
+/* A token-file run's values (vocab_kind "token_ids", the training file's
+ * size and hash); a char vocabulary (no vocab_kind) has at most 256
+ * tokens. -1, or 1 after a message. */
+static int token_ids_from_json(const json_value *run, run_info *ri, const char *where)
+{
+    const json_value *k = json_get(run, "vocab_kind"), *h = json_get(run, "data_bin_hash");
+    if (!k)
+        return ri->vocab > 256 ? bad_settings(where, "a character vocabulary of more than 256 tokens", "vocab") : -1;
+    if (k->type != JSON_STRING || strcmp(k->str, "token_ids") != 0)
+        return bad_settings(where, "a vocabulary kind other than \"token_ids\"", "vocab_kind");
+    ri->token_ids = true;
+    int64_t bytes = 0;
+    int rc = get_run_value(run, "data_bin_bytes", 0, INT64_MAX, &bytes, where);
+    char *end = NULL;
+    if (rc < 0 && (!h || h->type != JSON_STRING || strlen(h->str) != 16 ||
+                   (ri->data_hash = strtoull(h->str, &end, 16), *end)))
+        rc = bad_settings(where, "a hash that is not 16 hex digits", "data_bin_hash");
+    ri->data_bytes = (uint64_t)bytes;
+    return rc;
+}
+
 int settings_from_json(const char *text, const char *where, train_opts *ck, run_info *ri)
 {
     char err[256];
@@ -257,18 +295,26 @@ int settings_from_json(const char *text, const char *where, train_opts *ck, run_
         else
             rc = set_from_json(d, &s->items[i], ck, where);
     }
-    /* Ranges: an IDX dimension is a u32; a byte-level vocabulary has at
-     * most 256 tokens; a run takes at most CLI_MAX_STEPS steps. */
+    /* Checkpoints older than these settings ran with weight decay on
+     * every parameter and a warm-up from lr 0: resumed, they keep it. */
+    if (rc < 0 && !json_get(s, "decay-all"))
+        ck->decay_all = true;
+    if (rc < 0 && !json_get(s, "warmup-start-factor"))
+        ck->warmup_start_factor = 0;
+    /* Ranges: an IDX dimension is a u32; token ids are uint16 (a
+     * byte-level vocabulary, at most 256 tokens, is checked after); a run
+     * takes at most CLI_MAX_STEPS steps. */
     static const struct {
         const char *key;
         int64_t hi;
     } keys[] = {{"features", UINT32_MAX}, {"channels", 1}, {"height", UINT32_MAX},
-                {"width", UINT32_MAX},    {"classes", UINT32_MAX}, {"vocab", 256},
+                {"width", UINT32_MAX},    {"classes", UINT32_MAX}, {"vocab", TOK_MAX_VOCAB},
                 {"sched_step", CLI_MAX_STEPS}, {"skipped", CLI_MAX_STEPS}};
     int64_t *fields[] = {&ri->features, &ri->channels, &ri->height, &ri->width,
                          &ri->classes,  &ri->vocab,    &ri->sched_step, &ri->skipped};
     for (int i = 0; i < 8 && rc < 0; i++)
         rc = get_run_value(run, keys[i].key, 0, keys[i].hi, fields[i], where);
+    rc = rc < 0 ? token_ids_from_json(run, ri, where) : rc;
     /* The ranks it was saved on: absent from checkpoints older than
      * data-parallel training (one rank, read as 0). */
     if (rc < 0 && json_get(run, "world_size"))

@@ -20,6 +20,8 @@ typedef struct {
     int64_t world_size; /* ranks the run was saved on; 0: not recorded (one) */
     int64_t total_steps; /* the run's optimizer steps in all; 0: not recorded */
     int64_t hysteresis_left; /* older checkpoints: --hysteresis N > 1's overflows left before a backoff; 0: not recorded */
+    bool token_ids;      /* gpt on token files (--data-bin): vocab is a count of ids, not characters */
+    uint64_t data_bytes, data_hash; /* token_ids: the training file's size and hash (tokens.c) */
     char vocab_hex[513]; /* gpt: the vocabulary's bytes in id order, two hex digits each; "": not recorded */
 } run_info;
 

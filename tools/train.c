@@ -126,8 +126,8 @@ static bool micro_batch(run *r, int64_t m, amp_tensor **x, amp_tensor **y)
     if (r->rd->gpt) {
         text_data *td = &r->rd->text;
         uint64_t stream = TEXT_STREAM + (uint64_t)amp_dist_rank() * RANK_STREAM;
-        if (amp_text_batch_shard(td->text, false, derive_seed(r->o->seed, stream, (uint64_t)m), amp_dist_rank(),
-                                 amp_dist_world_size(), td->x, td->y) != AMP_OK)
+        if (!text_batch(td, false, derive_seed(r->o->seed, stream, (uint64_t)m), amp_dist_rank(),
+                        amp_dist_world_size()))
             return false;
         *x = td->x;
         *y = td->y;
@@ -530,7 +530,11 @@ static void print_config(const run *r, int64_t total)
     const train_opts *o = r->o;
     const run_data *rd = r->rd;
     char desc[256];
-    if (rd->gpt)
+    if (rd->gpt && rd->text.tokens)
+        printf("data %s: %lld tokens%s, val %s: %lld tokens, token ids of size %lld\n", o->data_bin,
+               (long long)rd->text.train.n, rd->text.train.llmc ? " (llm.c shard)" : "", o->val_bin,
+               (long long)rd->text.val.n, (long long)r->ri->vocab);
+    else if (rd->gpt)
         printf("data %s: %lld characters, vocabulary %lld\n", o->data, (long long)amp_text_length(rd->text.text),
                (long long)r->ri->vocab);
     else

@@ -64,6 +64,22 @@ X(min_lr, .name = "min-lr", .meta = "X", .kind = OPT_REAL, .cls = OC_SETTING, .l
   .help = "cosine schedule: the final lr (default 0)")
 X(clip, .name = "clip", .meta = "X", .kind = OPT_REAL, .cls = OC_SETTING, .lo = 1e-12, .hi = 1e12,
   .help = "clip the global gradient norm to X (default: measured, not clipped)")
+X(beta1, .name = "beta1", .meta = "X", .kind = OPT_REAL, .cls = OC_SETTING, .lo = 0, .hi = 1,
+  .help = "adam/adamw: beta1, in [0, 1) (default 0.9)")
+X(beta2, .name = "beta2", .meta = "X", .kind = OPT_REAL, .cls = OC_SETTING, .lo = 0, .hi = 1,
+  .help = "adam/adamw: beta2, in [0, 1) (default 0.999; nanoGPT's small runs 0.99, GPT-2 124M 0.95)")
+X(eps, .name = "eps", .meta = "X", .kind = OPT_REAL, .cls = OC_SETTING, .lo = 1e-30, .hi = 1,
+  .help = "adam/adamw: epsilon, > 0 (default 1e-8)")
+X(decay_all, .name = "decay-all", .meta = "", .kind = OPT_FLAG, .cls = OC_SETTING,
+  .help = "weight decay on every parameter (default: on the weights of 2 or more dimensions only, as "
+  "GPT-2 / nanoGPT: not on biases and norm weights)")
+X(no_bias, .name = "no-bias", .meta = "", .kind = OPT_FLAG, .cls = OC_SHAPE, .models = "gpt",
+  .help = "gpt: linears and LayerNorms without biases (nanoGPT's bias=False)")
+X(gelu, .name = "gelu", .meta = "FORM", .kind = OPT_STR, .cls = OC_SHAPE, .choices = "tanh|exact", .models = "gpt",
+  .help = "gpt: the MLP's GELU: tanh (GPT-2's, the default) or exact (the erf form, nanoGPT's nn.GELU())")
+X(warmup_start_factor, .name = "warmup-start-factor", .meta = "X", .kind = OPT_REAL, .cls = OC_SETTING, .lo = 0,
+  .hi = 1, .help = "the warm-up's first lr is X * lr, rising linearly to lr (PyTorch's LinearLR start_factor; "
+  "default 1/(warmup+1): nanoGPT's lr * (t+1) / (warmup+1), never 0)")
 X(seed, .name = "seed", .meta = "S", .kind = OPT_U64, .cls = OC_SETTING,
   .help = "seed for the weights, the data order and dropout (default 0)")
 X(threads, .name = "threads", .meta = "T", .kind = OPT_INT, .cls = OC_RUN, .lo = 0, .hi = 1024,
@@ -154,4 +170,11 @@ X(dist_timeout, .name = "dist-timeout", .meta = "S", .kind = OPT_REAL, .cls = OC
 X(tensorboard, .name = "tensorboard", .meta = "DIR", .kind = OPT_STR, .cls = OC_RUN,
   .help = "write TensorBoard event files into DIR (created when missing): the log's values per step, gradient "
   "histograms at --health-every's steps (tensorboard --logdir DIR)")
+X(data_bin, .name = "data-bin", .meta = "FILE", .kind = OPT_STR, .cls = OC_SETTING, .models = "gpt",
+  .help = "gpt: train on token ids: nanoGPT's train.bin (uint16) or an llm.c shard, instead of --data's text")
+X(val_bin, .name = "val-bin", .meta = "FILE", .kind = OPT_STR, .cls = OC_SETTING, .models = "gpt",
+  .help = "gpt with --data-bin: the token file the validation loss is measured on (val.bin)")
+X(vocab, .name = "vocab", .meta = "N", .kind = OPT_INT, .cls = OC_SHAPE, .lo = 1, .hi = 65536, .models = "gpt",
+  .help = "gpt with --data-bin: token ids 0 .. N-1 (default: the vocab_size written beside --data-bin: "
+  "FILE.json, meta.json or nanoGPT's meta.pkl)")
 /* clang-format on */

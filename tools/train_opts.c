@@ -70,6 +70,11 @@ void train_opts_default(train_opts *o)
     o->momentum = 0.9;
     o->weight_decay = NAN;
     o->warmup = -1; /* unset */
+    o->warmup_start_factor = NAN;
+    o->gelu = "tanh";
+    o->beta1 = 0.9; /* torch.optim.Adam's */
+    o->beta2 = 0.999;
+    o->eps = 1e-8;
     o->step_size = 1000;
     o->gamma = 0.1;
     o->device = "cpu";
@@ -329,8 +334,16 @@ int opts_resolve(train_opts *o)
     if (refuse(o, "momentum", sgd, "--optim sgd", "optim") ||
         refuse(o, "step-size", step, "--schedule step", "schedule") ||
         refuse(o, "gamma", step, "--schedule step", "schedule") ||
-        refuse(o, "min-lr", cosine, "--schedule cosine", "schedule") || refuse_scaler_opts(o, scaler))
+        refuse(o, "min-lr", cosine, "--schedule cosine", "schedule") || refuse_scaler_opts(o, scaler) ||
+        refuse(o, "beta1", !sgd, "--optim adam or adamw", "optim") ||
+        refuse(o, "beta2", !sgd, "--optim adam or adamw", "optim") ||
+        refuse(o, "eps", !sgd, "--optim adam or adamw", "optim"))
         return EXIT_USAGE;
+    if (o->beta1 >= 1 || o->beta2 >= 1) { /* the table's range is [0, 1]; Adam's is [0, 1) */
+        say("--%s %g is out of range (0 <= beta < 1)\n", o->beta1 >= 1 ? "beta1" : "beta2",
+            o->beta1 >= 1 ? o->beta1 : o->beta2);
+        return EXIT_USAGE;
+    }
     if (o->no_scaler && strcmp(o->precision, "fp16") != 0) {
         char why[512];
         say("--no-scaler applies to --precision fp16 only (precision is %s%s)\n", o->precision,
@@ -348,6 +361,14 @@ int opts_resolve(train_opts *o)
     }
     if (o->given[RO_epochs] && o->given[RO_steps]) {
         say("give --epochs or --steps, not both\n");
+        return EXIT_USAGE;
+    }
+    if (!o->data_bin && (o->given[RO_val_bin] || o->given[RO_vocab])) {
+        say("--%s needs --data-bin FILE (token files)\n", o->given[RO_val_bin] ? "val-bin" : "vocab");
+        return EXIT_USAGE;
+    }
+    if (o->data_bin && o->given[RO_data]) {
+        say("give --data (a text) or --data-bin (token ids), not both\n");
         return EXIT_USAGE;
     }
     if ((o->given[RO_save_every] || o->stop_at) && !o->save && !o->resume) {
@@ -378,6 +399,10 @@ int opts_resolve(train_opts *o)
     }
     if (o->warmup < 0) /* a transformer wants its lr to rise gently */
         o->warmup = !gpt ? 0 : o->steps > 0 && o->steps / 10 < 100 ? o->steps / 10 : 100;
+    /* nanoGPT's warm-up, lr * (t + 1) / (warmup + 1), is LinearLR's with
+     * this start factor: the first step does not run at lr 0. */
+    if (isnan(o->warmup_start_factor))
+        o->warmup_start_factor = 1.0 / (double)(o->warmup + 1);
     if (gpt) {
         if (!o->mlp_width)
             o->mlp_width = 4 * o->width;

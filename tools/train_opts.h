@@ -44,6 +44,8 @@ typedef struct {
     int64_t layers, heads, width, context, mlp_width;
     double dropout;
     bool checkpoint_activations; /* gpt: amp_checkpoint around each block */
+    bool no_bias;          /* gpt: linears and LayerNorms without biases */
+    const char *gelu;      /* gpt: "tanh" or "exact" (erf) */
     int64_t epochs;        /* 0: unset */
     int64_t steps;         /* > 0: this many optimizer steps, whatever the epochs */
     int64_t batch;         /* per micro-batch; 0: the model's default */
@@ -56,6 +58,9 @@ typedef struct {
     int64_t warmup, step_size;
     double gamma, min_lr;
     double clip;           /* > 0: clip the global grad norm to this */
+    double beta1, beta2, eps; /* adam / adamw */
+    bool decay_all;        /* weight decay on every parameter, not the >= 2-D ones only */
+    double warmup_start_factor; /* NAN: 1 / (warmup + 1) */
     uint64_t seed;
     int64_t threads;       /* 0: every core */
     const char *device;    /* "cpu", "cuda" */
@@ -90,6 +95,9 @@ typedef struct {
     int64_t zero;          /* 1: ZeRO stage 1 instead of DDP */
     double dist_timeout;   /* seconds any wait for the other ranks may last; 0: AMPC_DIST_TIMEOUT or 300 */
     const char *tensorboard; /* TensorBoard event files into this directory, or NULL (tensorboard.h) */
+    /* gpt on token files (tokens.c) instead of --data's text: */
+    const char *data_bin, *val_bin; /* nanoGPT / llm.c uint16 token files, or NULL */
+    int64_t vocab;         /* token ids 0 .. vocab-1; 0: what the data says beside --data-bin */
     bool given[RO_COUNT];  /* per row of train's table (RO_* ids): set on the command line */
 } train_opts;
 

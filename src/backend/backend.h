@@ -185,8 +185,9 @@ typedef struct {
  * update runs on p itself), its index in the step counters, and cast: n
  * elements of cast_dt (16-bit) that also receive the updated value,
  * converted as the backend's convert would (autocast's kept copy of the
- * weight, its next cast made in the same pass; NULL: none). A backend
- * whose table's optim_writes_cast is false never gets one. */
+ * weight, its next cast made in the same pass; NULL: none), and its weight
+ * decay (its parameter group's: amp_optim_set_weight_decay). A backend
+ * whose table's optim_writes_cast is false never gets a cast. */
 typedef struct {
     void *p;
     const void *g;
@@ -197,19 +198,21 @@ typedef struct {
     int index;
     void *cast;
     amp_dtype cast_dt;
+    double weight_decay;
 } be_optim_param;
 
-/* SGD's constants, as f32 (torch.optim's SGD runs in the parameter's f32).
- * sr: bf16 state is stored with stochastic rounding (round_rule.h). */
+/* SGD's constants, as f32 (torch.optim's SGD runs in the parameter's f32;
+ * the weight decay is each parameter's, be_optim_param). sr: bf16 state is
+ * stored with stochastic rounding (round_rule.h). */
 typedef struct {
-    float lr, weight_decay, momentum, one_minus_dampening;
+    float lr, momentum, one_minus_dampening;
     bool nesterov, sr;
 } be_sgd_opts;
 
 /* Adam's (decoupled: AdamW); amsgrad uses s2 as the running maximum; sr
- * as SGD's. */
+ * and the weight decay as SGD's. */
 typedef struct {
-    double lr, beta1, beta2, eps, weight_decay;
+    double lr, beta1, beta2, eps;
     bool decoupled, amsgrad, sr;
 } be_adam_opts;
 

@@ -6,7 +6,8 @@
  *
  *   x = wte[idx] + wpe[0..T)                          [B, T, width]
  *   per block:  x = x + drop(proj(attention(heads(q, k, v of ln_1(x)), causal)))
- *               x = x + drop(fc2(gelu_tanh(fc1(ln_2(x)))))
+ *               x = x + drop(fc2(gelu(fc1(ln_2(x)))))
+ *   (gelu: the tanh form, GPT-2's; the erf form with gelu_exact, nanoGPT's nn.GELU())
  *   logits = ln_f(x) · wteᵀ                           [B, T, vocab]
  *
  * Each residual add and the layer_norm after it (ln_2, the next block's
@@ -39,9 +40,12 @@
  *   ln_f.weight/bias
  * The tied head has no tensor (and no name) of its own: it is wte.weight.
  * 2 + 12 * layers + 2 tensors; vocab*width + context*width + 2*width +
- * layers * (4*width^2 + 2*width*mlp + 9*width + mlp) numbers.
+ * layers * (4*width^2 + 2*width*mlp + 9*width + mlp) numbers. With
+ * no_bias (nanoGPT's bias=False) no linear or LayerNorm has a bias:
+ * 2 + 6 * layers + 1 tensors.
  *
- * Initialisation (nanoGPT's _init_weights, GPT-2's paper): every linear
+ * Initialisation (nanoGPT's _init_weights, GPT-2's paper; the same draws
+ * with or without biases, which take none): every linear
  * weight and both embeddings N(0, 0.02); the residual projections (attn
  * proj, fc2) N(0, 0.02 / sqrt(2 * layers)); biases 0; LayerNorm weight 1,
  * bias 0, eps 1e-5. Drawn from the global generator in parameter order;
@@ -70,7 +74,8 @@ enum { B_LN1, B_QKV, B_PROJ, B_LN2, B_FC1, B_FC2, B_COUNT };
 static const char *const block_names[B_COUNT] = {"ln_1", "attn.qkv", "attn.proj", "ln_2", "mlp.fc1", "mlp.fc2"};
 
 /* cfg_i of the root: vocab, context, width, layers, heads, mlp; of a
- * block: width, heads, whether it checkpoints. cfg_f[0] of both: dropout. */
+ * block: width, heads, whether it checkpoints, whether its GELU is the
+ * exact one. cfg_f[0] of both: dropout. */
 
 static amp_module *fail(amp_module *m)
 {
@@ -137,8 +142,10 @@ static amp_tensor *block_run(amp_module *m, amp_tensor *x, amp_tensor *h1, const
     x = add_ln(x, drop(m, amp_linear(a, w_of(m, B_PROJ), b_of(m, B_PROJ))), m->children[B_LN2], &h);
     /* gelu_tanh(fc1(h)) as one op: on CUDA the GELU is the GEMM's
      * epilogue (no separate pass over the [B*T, 4 width] activations); on
-     * the CPU the same values as the two ops, bit for bit. */
-    h = op_linear_gelu(h, w_of(m, B_FC1), b_of(m, B_FC1));
+     * the CPU the same values as the two ops, bit for bit. The exact GELU
+     * is an op of its own after fc1. */
+    h = m->cfg_i[3] ? amp_gelu(amp_linear(h, w_of(m, B_FC1), b_of(m, B_FC1)), AMP_GELU_EXACT)
+                    : op_linear_gelu(h, w_of(m, B_FC1), b_of(m, B_FC1));
     amp_tensor *r = drop(m, amp_linear(h, w_of(m, B_FC2), b_of(m, B_FC2)));
     return next_ln ? add_ln(x, r, next_ln, h_next) : amp_add(x, r);
 }
@@ -249,8 +256,8 @@ amp_tensor *gpt_forward_at(amp_module *m, amp_tensor *idx, amp_gpt_cache *kv)
 
 /* ---------------------------------------------------------- construction */
 
-/* A linear child [out, in]: weight N(0, std), bias 0. */
-static amp_module *gpt_linear(int64_t in, int64_t out, double std)
+/* A linear child [out, in]: weight N(0, std), bias 0 (with bias). */
+static amp_module *gpt_linear(int64_t in, int64_t out, double std, bool bias)
 {
     amp_module *m = module_new("linear", linear_forward);
     if (!m)
@@ -258,8 +265,22 @@ static amp_module *gpt_linear(int64_t in, int64_t out, double std)
     m->cfg_i[0] = in;
     m->cfg_i[1] = out;
     if (module_add_param(m, amp_randn(AMP_SHAPE(out, in), AMP_F32, 0.0, std), "weight") != AMP_OK ||
-        module_add_param(m, amp_zeros(AMP_SHAPE(out), AMP_F32), "bias") != AMP_OK)
+        (bias && module_add_param(m, amp_zeros(AMP_SHAPE(out), AMP_F32), "bias") != AMP_OK))
         return fail(m);
+    return m;
+}
+
+/* A LayerNorm child over width; without bias, its weight alone (own[1]
+ * NULL: the layer_norm op takes no bias). */
+static amp_module *gpt_layer_norm(int64_t width, bool bias)
+{
+    amp_module *m = amp_nn_layer_norm(width, GPT_LN_EPS);
+    if (m && !bias) {
+        amp_tensor_free(m->own[1]);
+        m->own[1] = NULL;
+        m->own_names[1] = NULL;
+        m->n_own = 1;
+    }
     return m;
 }
 
@@ -287,15 +308,17 @@ static amp_module *gpt_block(const amp_gpt_config *c)
     m->cfg_i[0] = c->width;
     m->cfg_i[1] = c->heads;
     m->cfg_i[2] = c->checkpoint_activations;
+    m->cfg_i[3] = c->gelu_exact;
     m->cfg_f[0] = c->dropout;
     const double std = GPT_INIT_STD, res_std = GPT_INIT_STD / sqrt(2.0 * (double)c->layers);
     const int64_t W = c->width;
-    if (adopt(m, amp_nn_layer_norm(W, GPT_LN_EPS), block_names[B_LN1]) != AMP_OK ||
-        adopt(m, gpt_linear(W, 3 * W, std), block_names[B_QKV]) != AMP_OK ||
-        adopt(m, gpt_linear(W, W, res_std), block_names[B_PROJ]) != AMP_OK ||
-        adopt(m, amp_nn_layer_norm(W, GPT_LN_EPS), block_names[B_LN2]) != AMP_OK ||
-        adopt(m, gpt_linear(W, c->mlp, std), block_names[B_FC1]) != AMP_OK ||
-        adopt(m, gpt_linear(c->mlp, W, res_std), block_names[B_FC2]) != AMP_OK)
+    const bool b = !c->no_bias;
+    if (adopt(m, gpt_layer_norm(W, b), block_names[B_LN1]) != AMP_OK ||
+        adopt(m, gpt_linear(W, 3 * W, std, b), block_names[B_QKV]) != AMP_OK ||
+        adopt(m, gpt_linear(W, W, res_std, b), block_names[B_PROJ]) != AMP_OK ||
+        adopt(m, gpt_layer_norm(W, b), block_names[B_LN2]) != AMP_OK ||
+        adopt(m, gpt_linear(W, c->mlp, std, b), block_names[B_FC1]) != AMP_OK ||
+        adopt(m, gpt_linear(c->mlp, W, res_std, b), block_names[B_FC2]) != AMP_OK)
         return fail(m);
     return m;
 }
@@ -337,7 +360,7 @@ amp_module *amp_model_gpt(amp_gpt_config c)
         if (adopt(m, gpt_block(&c), name) != AMP_OK)
             return fail(m);
     }
-    if (adopt(m, amp_nn_layer_norm(c.width, GPT_LN_EPS), "ln_f") != AMP_OK)
+    if (adopt(m, gpt_layer_norm(c.width, !c.no_bias), "ln_f") != AMP_OK)
         return fail(m);
     return m;
 }

@@ -54,7 +54,7 @@ amp_status optim_check_nonneg(const char *opt, const char *what, double v)
 
 /* ------------------------------------------------------- construction */
 
-amp_optim *optim_new(const optim_def *def, amp_tensor *const *params, int n, double lr)
+amp_optim *optim_new(const optim_def *def, amp_tensor *const *params, int n, double lr, double wd)
 {
     const char *name = def->name;
     if (n < 1 || !params)
@@ -81,9 +81,10 @@ amp_optim *optim_new(const optim_def *def, amp_tensor *const *params, int n, dou
         o->master_version = calloc((size_t)n, sizeof *o->master_version);
         o->shard_lo = calloc((size_t)n, sizeof *o->shard_lo);
         o->shard_hi = calloc((size_t)n, sizeof *o->shard_hi);
+        o->weight_decay = calloc((size_t)n, sizeof *o->weight_decay);
     }
     if (!o || !o->params || !o->state || !o->param_steps || !o->ps || !o->master || !o->master_version ||
-        !o->shard_lo || !o->shard_hi) {
+        !o->shard_lo || !o->shard_hi || !o->weight_decay) {
         amp_optim_free(o); /* (n is still 0: only the arrays are freed) */
         return amp_fail_null(AMP_ERR_MEMORY, "%s: out of memory", name);
     }
@@ -95,6 +96,7 @@ amp_optim *optim_new(const optim_def *def, amp_tensor *const *params, int n, dou
     for (int i = 0; i < n; i++) {
         o->params[i] = amp_tensor_retain(params[i]);
         o->shard_hi[i] = params[i]->numel;
+        o->weight_decay[i] = wd;
     }
     return o;
 }
@@ -117,6 +119,7 @@ void amp_optim_free(amp_optim *o)
     free(o->master_version);
     free(o->shard_lo);
     free(o->shard_hi);
+    free(o->weight_decay);
     if (o->counters)
         backend_of(o->counters_dev)->free(o->counters);
     free(o);
@@ -353,7 +356,8 @@ amp_status optim_step_guarded(amp_optim *o, const float *found_inf)
                                        o->state_dt,
                                        i,
                                        cast ? tensor_ptr(cast) : NULL,
-                                       cast ? cast->dtype : AMP_F32};
+                                       cast ? cast->dtype : AMP_F32,
+                                       o->weight_decay[i]};
     }
     st = o->def->step(o, be, ps, k, o->counters, o->n, found_inf);
     /* an in-place write, even a step that failed part way: stale autocast
@@ -635,6 +639,26 @@ amp_tensor *amp_optim_param(const amp_optim *o, int i)
     if (!o || i < 0 || i >= o->n)
         return amp_fail_null(AMP_ERR_ARG, "optim_param: index %d out of range (%d parameters)", i, o ? o->n : 0);
     return o->params[i];
+}
+
+amp_status amp_optim_set_weight_decay(amp_optim *o, int i, double weight_decay)
+{
+    if (!o || i < 0 || i >= o->n)
+        return amp_set_error(AMP_ERR_ARG, "optim_set_weight_decay: index %d out of range (%d parameters)", i,
+                             o ? o->n : 0);
+    amp_status st = optim_check_nonneg(o->name, "weight_decay", weight_decay);
+    if (st == AMP_OK)
+        o->weight_decay[i] = weight_decay;
+    return st;
+}
+
+double amp_optim_weight_decay(const amp_optim *o, int i)
+{
+    if (!o || i < 0 || i >= o->n) {
+        amp_set_error(AMP_ERR_ARG, "optim_weight_decay: index %d out of range (%d parameters)", i, o ? o->n : 0);
+        return NAN;
+    }
+    return o->weight_decay[i];
 }
 
 void optim_put_number(optim_put_fn put, void *ctx, const char *key, double v)

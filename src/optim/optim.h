@@ -104,6 +104,9 @@ struct amp_optim {
     /* n: the elements [shard_lo[i], shard_hi[i]) of parameter i its step
      * updates (optim_set_shard); [0, numel) unless sharded. */
     int64_t *shard_lo, *shard_hi;
+    /* n: each parameter's weight decay (its parameter group's,
+     * amp_optim_set_weight_decay); the options' weight_decay until set. */
+    double *weight_decay;
 };
 
 /* Brings parameter i's master in step with it when master weights are on
@@ -120,9 +123,10 @@ amp_status optim_sync_master(const amp_optim *o, int i);
 /* Parameter i's master after optim_sync_master, or NULL when it has none. */
 amp_tensor *optim_master(const amp_optim *o, int i);
 
-/* A new optimizer of kind def over params[0..n) with lr (the options are
- * set by the caller): checks the parameters; NULL + error. */
-amp_optim *optim_new(const optim_def *def, amp_tensor *const *params, int n, double lr);
+/* A new optimizer of kind def over params[0..n) with lr and every
+ * parameter's weight decay wd (the other options are set by the caller):
+ * checks the parameters; NULL + error. */
+amp_optim *optim_new(const optim_def *def, amp_tensor *const *params, int n, double lr, double wd);
 
 /* The registered kind called name, or NULL. */
 const optim_def *optim_find(const char *name);

@@ -42,8 +42,7 @@ static amp_status sgd_step(const amp_optim *o, const amp_backend *be, const be_o
                            int64_t *steps, int n_counters, const float *found_inf)
 {
     const amp_sgd_opts *s = &o->opts.sgd;
-    be_sgd_opts bo = {(float)o->lr, (float)s->weight_decay, (float)s->momentum, (float)(1.0 - s->dampening),
-                      s->nesterov, o->state_sr};
+    be_sgd_opts bo = {(float)o->lr, (float)s->momentum, (float)(1.0 - s->dampening), s->nesterov, o->state_sr};
     BACKEND_CALL(be, "sgd", sgd_step, ps, n, steps, n_counters, found_inf, bo);
     return AMP_OK;
 }
@@ -69,7 +68,7 @@ amp_optim *amp_optim_sgd(amp_tensor *const *params, int n, amp_sgd_opts opts)
 {
     if (check_sgd(opts) != AMP_OK)
         return NULL;
-    amp_optim *o = optim_new(&optim_def_sgd, params, n, opts.lr);
+    amp_optim *o = optim_new(&optim_def_sgd, params, n, opts.lr, opts.weight_decay);
     if (o)
         o->opts.sgd = opts;
     return o;

@@ -311,7 +311,7 @@ static void sgd_consts(const void *opts, const be_optim_param *ps, int n, const 
     const be_sgd_opts *s = opts;
     sgd_k *ks = out;
     for (int i = 0; i < n; i++)
-        ks[i] = (sgd_k){s->weight_decay, s->momentum, s->one_minus_dampening, -s->lr, steps[ps[i].index] == 0, s->nesterov};
+        ks[i] = (sgd_k){(float)ps[i].weight_decay, s->momentum, s->one_minus_dampening, -s->lr, steps[ps[i].index] == 0, s->nesterov};
 }
 
 /* Each parameter's Adam constants (ks: n adam_k): its bias corrections at
@@ -323,19 +323,19 @@ static void adam_consts(const void *opts, const be_optim_param *ps, int n, const
     adam_k *ks = out;
     for (int i = 0; i < n; i++) {
         const double t = (double)(steps[ps[i].index] + 1), bc1 = 1.0 - pow(a->beta1, t), bc2 = 1.0 - pow(a->beta2, t);
-        const double lr = a->lr;
+        const double lr = a->lr, wd = ps[i].weight_decay;
         const bool decoupled = a->decoupled;
         ks[i] = (adam_k){.neg_step = (float)(-(lr / bc1)),
                          .bc2_sqrt = (float)sqrt(bc2),
                          .eps = (float)a->eps,
-                         .wd = (float)a->weight_decay,
-                         .decay = (float)(1.0 - lr * a->weight_decay),
+                         .wd = (float)wd,
+                         .decay = (float)(1.0 - lr * wd),
                          .w1 = (float)(1.0 - a->beta1),
                          .w1_1 = (float)(1.0 - a->beta1) - 1.0f, /* exact */
                          .b2 = (float)a->beta2,
                          .w2 = (float)(1.0 - a->beta2),
-                         .l2 = !decoupled && a->weight_decay != 0,
-                         .dec = decoupled && a->weight_decay != 0};
+                         .l2 = !decoupled && wd != 0,
+                         .dec = decoupled && wd != 0};
     }
 }
 

@@ -406,8 +406,9 @@ __global__ void k_sgd(__grid_constant__ const mt_list l, const long long *steps,
             float pj = t.p.master ? t.p.master[j] : ld_f32(t.p.p, t.p.pdt, j), gj = ld_f32(t.p.g, t.p.gdt, j);
             /* The CPU loop's order and roundings (sgd_range), explicitly
              * rounded: nvcc's contraction cannot change a bit. */
-            if (o.weight_decay != 0)
-                gj = __fmaf_rn(pj, o.weight_decay, gj);
+            const float wd = (float)t.p.weight_decay;
+            if (wd != 0)
+                gj = __fmaf_rn(pj, wd, gj);
             if (buf) {
                 /* Updated in f32, stored in sdt (bf16 rounds to
                  * nearest-even): the f32 value serves this step, as in the
@@ -433,14 +434,17 @@ __global__ void k_adam(__grid_constant__ const mt_list l, const long long *steps
 {
     if (found_inf && *found_inf != 0.0f)
         return;
-    const float eps = (float)a.eps, wd = (float)a.weight_decay, decay = (float)(1.0 - a.lr * a.weight_decay);
+    const float eps = (float)a.eps;
     const float w1 = (float)(1.0 - a.beta1), b2 = (float)a.beta2, w2 = (float)(1.0 - a.beta2);
     /* ATen's lerp: m + w1 (g - m) for w1 < 0.5, else g + (w1 - 1)(g - m) */
     const bool low = w1 < 0.5f;
     const float lw = low ? w1 : w1 - 1.0f;
-    const bool l2 = !a.decoupled && a.weight_decay != 0, dec = a.decoupled && a.weight_decay != 0;
     for (int64_t b = blockIdx.x; b < l.blocks; b += gridDim.x) {
         const mt_entry t = find_entry(l, b);
+        /* the parameter's own weight decay (its group's) */
+        const double wdd = t.p.weight_decay;
+        const float wd = (float)wdd, decay = (float)(1.0 - a.lr * wdd);
+        const bool l2 = !a.decoupled && wdd != 0, dec = a.decoupled && wdd != 0;
         const double step = (double)(steps[t.p.index] + 1);
         const double bc1 = 1.0 - pow(a.beta1, step), bc2 = 1.0 - pow(a.beta2, step);
         const float neg_step = (float)(-(a.lr / bc1)), bc2_sqrt = (float)sqrt(bc2);
