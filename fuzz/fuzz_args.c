@@ -3,8 +3,9 @@
  * argument per line (a NUL byte ends an argument too), parsed as the
  * train command's options and as the eval command's (train_parse,
  * eval_parse), then checked and completed (opts_resolve) when the parse
- * goes on; and as the generate and profile commands' (generate_parse,
- * profile_parse: their own rows, profile's before train's). Seeds:
+ * goes on; and as the generate, profile and export commands'
+ * (generate_parse, profile_parse: their own rows, profile's before
+ * train's; export_parse). Seeds:
  * fuzz/corpus/args.
  */
 #include "cli.h"
@@ -42,6 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     generate_parse(argc, argv);
     profile_parse(argc, argv);
+    export_parse(argc, argv);
     free(buf);
     return 0;
 }

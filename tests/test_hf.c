@@ -661,9 +661,9 @@ static void test_bad_command_lines_are_refused(void)
     if (!cli_have_binary())
         return;
     const cli_refusal cases[] = {
-        {"export", "give the checkpoint directory DIR and the output directory OUT"},
+        {"export", "give the checkpoint directory DIR and the output OUT"},
         {"export a b c", "unexpected argument 'c'"},
-        {"export --format onnx a b", "--format 'onnx' is not one ampc writes: hf"},
+        {"export --format onnx a b", "--format 'onnx' is not one ampc writes: hf gguf"},
         {"export --dtype f64 a b", "--dtype"},
         {"import", "give the directory to read HF_DIR and the output directory OUT"},
         {"import --format gguf a b", "--format 'gguf' is not one ampc reads: hf"},

@@ -24,7 +24,7 @@ static const struct {
     {"plot", "plot LOG", "draw a train --log file (loss, loss scale, skipped steps) as SVG", plot_run},
     {"policy", "policy", "print the autocast policy: each op's category per device", policy_run},
     {"profile", "profile", "the same run in fp32 / bf16 / fp16 under the profiler, side by side", profile_main},
-    {"export", "export DIR OUT", "write the model saved in DIR in another format (--format hf: transformers)",
+    {"export", "export DIR OUT", "write the model saved in DIR in another format (--format hf: transformers, gguf: llama.cpp)",
      export_main},
     {"import", "import HF_DIR OUT", "read a Hugging Face transformers GPT-2 into an ampc checkpoint", import_main},
 };

@@ -38,8 +38,9 @@
  *   profile_cmd.c the profile command: precisions side by side
  *   policy.c      the policy command: the autocast table
  *   log.c         the JSON-lines training log (log.h)
- *   export.c      the export command: a checkpoint in another program's
- *                 format (a table of formats; hf: hf_write.c)
+ *   export*.c     the export command: a checkpoint in another program's
+ *                 format (a table of formats, export.h; hf: hf_write.c;
+ *                 gguf: export_gguf.c, gguf.c writes GGUF files: gguf.h)
  *   import_hf.c   the import command: a Hugging Face GPT-2 directory as a
  *                 checkpoint (hf.c reads it; hf.h)
  *   plot*.c       `ampc plot`: the log drawn as SVG (plot.h)
@@ -53,7 +54,8 @@
  * eval_parse, generate_main, generate_options, generate_parse,
  * profile_main, profile_options, profile_parse, policy_run,
  * policy_options, convert_args, convert_positional, convert_parse,
- * export_main, export_options, import_main, import_options. (plot's: plot.h.)
+ * export_main, export_options, export_parse, import_main, import_options.
+ * (plot's: plot.h.)
  */
 #ifndef AMPC_CLI_H
 #define AMPC_CLI_H
@@ -98,12 +100,14 @@ extern const opt_cmd policy_options;
  * directory is missing). */
 typedef struct {
     const char *format, *dtype, *dir, *out;
+    const char *data, *name; /* export's --data and --name (export.h) */
 } convert_args;
 int convert_positional(const opt_cmd *c, const char *arg, void *ctx);
 int convert_parse(const opt_cmd *c, int argc, char **argv, convert_args *a, const char *what);
 
 int export_main(int argc, char **argv);
 extern const opt_cmd export_options;
+int export_parse(int argc, char **argv); /* the command line checked only (fuzz_args) */
 
 /* `ampc import [--format hf] HF_DIR OUT` (import_hf.c). */
 int import_main(int argc, char **argv);

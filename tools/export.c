@@ -11,6 +11,8 @@
  *        zero biases, as GPT-2 always has them), which
  *        GPT2LMHeadModel.from_pretrained(OUT) and
  *        tokenizers.Tokenizer.from_file load.
+ *   gguf a GGUF file for llama.cpp's gpt2 architecture (export_gguf.c,
+ *        written by gguf.c), written whole to a temporary and renamed.
  *
  * The checkpoint is restored as `ampc eval` restores it (its settings
  * build the model, amp_checkpoint_load checks and fills it). The weights
@@ -21,6 +23,7 @@
  */
 #include "checkpoint_cli.h"
 #include "cli.h"
+#include "export.h"
 #include "hf.h"
 #include "trainer.h"
 
@@ -29,10 +32,11 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define WHO "ampc export"
 
-typedef convert_args export_args;
+typedef export_opts export_args;
 
 static int export_hf(const export_args *a);
 
@@ -42,6 +46,7 @@ static const struct {
     int (*write)(const export_args *a);
 } formats[] = {
     {"hf", "Hugging Face transformers: config.json, model.safetensors, tokenizer.json (gpt)", export_hf},
+    {"gguf", "GGUF for llama.cpp (gpt models: its gpt2 architecture)", export_gguf},
 };
 #define N_FORMATS (sizeof formats / sizeof formats[0])
 
@@ -49,7 +54,13 @@ static const opt_def export_rows[] = {
     {.name = "format", .meta = "F", .kind = OPT_STR, .off = offsetof(export_args, format),
      .help = "the format to write (default hf; the formats are listed below)"},
     {.name = "dtype", .meta = "DT", .kind = OPT_STR, .off = offsetof(export_args, dtype), .choices = "f32|f16|bf16",
-     .help = "the weights' dtype (default: f32, or the 16-bit dtype every\nweight of the checkpoint is stored in)"},
+     .help = "the weights' dtype (default: f32, or the 16-bit dtype every\nweight of the checkpoint is stored in; gguf: "
+             "the checkpoint's own, norms and\nbiases f32)"},
+    {.name = "data", .meta = "PATH", .kind = OPT_STR, .off = offsetof(export_args, data),
+     .help = "gguf: the training text, read for the vocabulary only when the checkpoint\ndoes not record it "
+             "(checkpoints of older ampc; default: the checkpoint's --data)"},
+    {.name = "name", .meta = "TEXT", .kind = OPT_TEXT, .off = offsetof(export_args, name),
+     .help = "gguf: the model's name in the file (default: DIR's last component)"},
 };
 
 int convert_positional(const opt_cmd *c, const char *arg, void *ctx)
@@ -87,18 +98,39 @@ const opt_cmd export_options = {
               "  hf    Hugging Face transformers (a gpt): OUT/config.json (a GPT2Config),\n"
               "        OUT/model.safetensors (transformers' GPT-2 names and layouts) and, for a\n"
               "        character vocabulary, OUT/tokenizer.json; GPT2LMHeadModel.from_pretrained(OUT)\n"
-              "        loads it (docs/interop.md)\n",
+              "        loads it (docs/interop.md)\n"
+              "  gguf  llama.cpp (a gpt): the file OUT, its gpt2 architecture, written whole to a\n"
+              "        temporary beside it and renamed into place (docs/interop.md, \"llama.cpp (GGUF)\")\n",
     OPT_ONE_TABLE(export_rows),
     .positional = convert_positional,
 };
 
+/* Whether OUT is the checkpoint itself (the same file under any name):
+ * writing it would replace the run's checkpoint. */
+static bool out_is_checkpoint(const export_args *e)
+{
+    char ck[CLI_PATH_MAX];
+    checkpoint_path(ck, sizeof ck, e->dir);
+    struct stat a, b;
+    return stat(ck, &a) == 0 && stat(e->out, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+int export_parse(int argc, char **argv)
+{
+    export_args a;
+    return convert_parse(&export_options, argc, argv, &a, "the checkpoint directory DIR and the output OUT");
+}
+
 int export_main(int argc, char **argv)
 {
     export_args a;
-    int rc = convert_parse(&export_options, argc, argv, &a,
-                           "the checkpoint directory DIR and the output directory OUT");
+    int rc = convert_parse(&export_options, argc, argv, &a, "the checkpoint directory DIR and the output OUT");
     if (rc >= 0)
         return rc;
+    if (out_is_checkpoint(&a)) {
+        fprintf(stderr, WHO ": %s is the checkpoint itself: give another output\n", a.out);
+        return EXIT_USAGE;
+    }
     for (size_t i = 0; i < N_FORMATS; i++)
         if (strcmp(a.format, formats[i].name) == 0)
             return formats[i].write(&a);
