@@ -10,6 +10,7 @@
  *     weight) gets no weight decay and the others get --weight-decay, for
  *     every model; --decay-all decays them all.
  *   - --no-bias builds a gpt without bias tensors (--gelu exact with it).
+ *   - --warmup-start-factor is refused where the warm-up is 0 steps.
  *   - A checkpoint's settings without "decay-all" and
  *     "warmup-start-factor" (saved before they existed) read back as the
  *     behaviour it ran with: decay on every parameter, a warm-up from lr 0
@@ -73,6 +74,9 @@ static const cli_refusal refusals[] = {
     {"--optim sgd --beta2 0.99", "--beta2 applies to --optim adam or adamw only"},
     {"--optim sgd --eps 1e-6", "--eps applies to --optim adam or adamw only"},
     {"--warmup-start-factor 1.5", "out of range (0 to 1)"},
+    /* no warm-up for the factor to shape: mlp's default is 0 steps */
+    {"--warmup-start-factor 0.5", "but the warm-up is 0 steps (the default for this model)"},
+    {"--warmup 0 --warmup-start-factor 0.5", "but the warm-up is 0 steps (--warmup 0)"},
 };
 
 static void test_betas_and_eps_out_of_range_are_usage_errors(void)
@@ -203,6 +207,21 @@ static void test_gpt_without_bias_has_no_bias_tensors(void)
     CHECK_EQ_INT(parse(&o, "--model mlp --no-bias"), EXIT_USAGE);
 }
 
+/* --warmup-start-factor is taken where there is a warm-up for it to start:
+ * a gpt's default warm-up is a tenth of --steps (0 below 10 steps). */
+static void test_warmup_start_factor_needs_a_warmup(void)
+{
+    train_opts o;
+    CHECK_EQ_INT(parse(&o, "--model mlp --warmup 5 --warmup-start-factor 0.5"), -1);
+    CHECK(o.warmup == 5 && o.warmup_start_factor == 0.5);
+    CHECK_EQ_INT(parse(&o, "--model gpt --steps 100 --warmup-start-factor 0.5"), -1);
+    CHECK(o.warmup == 10 && o.warmup_start_factor == 0.5);
+    CHECK_EQ_INT(parse(&o, "--model gpt --steps 9 --warmup-start-factor 0.5"), EXIT_USAGE);
+    CHECK_EQ_INT(parse(&o, "--model gpt --steps 9 --warmup 2 --warmup-start-factor 0.5"), -1);
+    CHECK_EQ_INT(parse(&o, "--model gpt --steps 9"), -1); /* the default factor alone: no warm-up, no refusal */
+    CHECK(o.warmup == 0);
+}
+
 int main(void)
 {
     cli_init_tiny("test-cli-knobs", tiny, text);
@@ -212,6 +231,7 @@ int main(void)
     RUN(test_checkpoint_without_the_records_keeps_decay_all_and_warmup_from_zero);
     RUN(test_biases_and_norm_weights_do_not_decay_unless_decay_all);
     RUN(test_gpt_without_bias_has_no_bias_tensors);
+    RUN(test_warmup_start_factor_needs_a_warmup);
     cli_cleanup();
     return harness_done();
 }

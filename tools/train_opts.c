@@ -403,6 +403,14 @@ int opts_resolve(train_opts *o)
      * this start factor: the first step does not run at lr 0. */
     if (isnan(o->warmup_start_factor))
         o->warmup_start_factor = 1.0 / (double)(o->warmup + 1);
+    if (o->given[RO_warmup_start_factor] && o->warmup == 0) {
+        say("--warmup-start-factor sets the warm-up's first lr, but the warm-up is 0 steps (%s): give --warmup N "
+            "(N > 0) with it, or leave it out\n", o->given[RO_warmup] ? "--warmup 0"
+                                                   : o->resume ? "the checkpoint's run's"
+                                                   : gpt ? "the default: a tenth of --steps, rounded down"
+                                                         : "the default for this model");
+        return EXIT_USAGE;
+    }
     if (gpt) {
         if (!o->mlp_width)
             o->mlp_width = 4 * o->width;
