@@ -211,6 +211,87 @@ static void test_bad_files_are_refused_with_their_offset(void)
     CHECK_OUT("give --vocab N");
 }
 
+/* A run that read its vocabulary beside its --data-bin (saved with no
+ * --vocab) resumes with --vocab of that size, and refuses another, naming
+ * the run's. */
+static void test_resume_compares_vocab_with_the_runs(void)
+{
+    char dir[300], train[400], val[400], meta[400], run[300];
+    cli_path(dir, sizeof dir, "sidecar");
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(train, sizeof train, "%s/train.bin", dir);
+    snprintf(val, sizeof val, "%s/val.bin", dir);
+    snprintf(meta, sizeof meta, "%s/meta.json", dir);
+    write_tokens(train, 2000, tok_mod50, false);
+    write_tokens(val, 400, tok_mod50, false);
+    test_write_file(meta, "{\"vocab_size\": 50}", 18);
+    CLI_OK("train " MODEL " --steps 4 --stop-at 2 --data-bin '%s' --val-bin '%s' --save '%s'", train, val,
+           cli_path(run, sizeof run, "sidecar_run"));
+    CHECK(cli_run("train --resume '%s' --vocab 60 --threads 1", run) == 2);
+    CHECK_OUT("--vocab 60 conflicts with the checkpoint");
+    CHECK_OUT("whose run has 50 token ids");
+    CLI_OK("train --resume '%s' --vocab 50 --threads 1", run);
+    CHECK_OUT("val_loss ");
+}
+
+/* Data options of the other kind than the run trained on are refused
+ * naming the run's kind, in the commands' own options. */
+static void test_data_options_name_the_runs_kind(void)
+{
+    char text[300], tok_run[300], text_run[300];
+    cli_write_tiny_text(cli_path(text, sizeof text, "kind.txt"));
+    CLI_OK("train " MODEL " --steps 2 --data-bin '%s' --val-bin '%s' --vocab 50 --save '%s'", train_bin, val_bin,
+           cli_path(tok_run, sizeof tok_run, "kind_tok"));
+    CLI_OK("train " MODEL " --steps 4 --stop-at 2 --data '%s' --save '%s'", text,
+           cli_path(text_run, sizeof text_run, "kind_text"));
+    char tok_prefix[400], text_prefix[400];
+    snprintf(tok_prefix, sizeof tok_prefix, "--threads 1 --resume '%s'", tok_run);
+    snprintf(text_prefix, sizeof text_prefix, "--threads 1 --resume '%s'", text_run);
+    struct {
+        const char *cmd, *prefix, *option, *file, *needle;
+    } cases[] = {
+        {"eval", tok_prefix, "data", text, "was trained on token ids (--data-bin"},
+        {"train", tok_prefix, "data", text, "was trained on token ids (--data-bin"},
+        {"eval", text_prefix, "val-bin", val_bin, "was trained on a text (--data"},
+        {"train", text_prefix, "val-bin", val_bin, "leave --val-bin out"},
+        {"train", text_prefix, "data-bin", train_bin, "leave --data-bin out"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = cli_run("%s %s --%s '%s'", cases[i].cmd, cases[i].prefix, cases[i].option, cases[i].file);
+        CHECK_MSG(rc == 2, "%s --%s: exit %d\n%s", cases[i].cmd, cases[i].option, rc, cli_out);
+        CHECK_OUT(cases[i].needle);
+        CHECK_MSG(!strstr(cli_out, "not both") && !strstr(cli_out, "needs --data-bin"), "%s", cli_out);
+    }
+    CHECK(cli_run("train --resume '%s' --vocab 50 --threads 1", text_run) == 2);
+    CHECK_OUT("characters not token ids: leave --vocab out");
+    CHECK(cli_run("generate '%s' --data '%s' --prompt-ids 1 --threads 1", tok_run, text) == 2);
+    CHECK_OUT("--data gives a char model's training text");
+}
+
+/* A --val-bin whose sidecar says another vocabulary than the run's comes
+ * from another tokenizer: refused by train and eval, naming both sizes. */
+static void test_val_bin_sidecar_must_agree(void)
+{
+    char dir[300], val[400], side[400], run[300], want[1200];
+    cli_path(dir, sizeof dir, "val40");
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(val, sizeof val, "%s/val.bin", dir);
+    snprintf(side, sizeof side, "%s/val.bin.json", dir);
+    write_tokens(val, 400, tok_mod50, false);
+    test_write_file(side, "{\"vocab_size\": 40}", 18);
+    snprintf(want, sizeof want, "--val-bin %s: %s says vocab_size 40, but the run's token ids number 50", val, side);
+    CHECK(cli_run("train " MODEL " --steps 2 --data-bin '%s' --val-bin '%s' --vocab 50", train_bin, val) == 2);
+    CHECK_OUT(want);
+    CLI_OK("train " MODEL " --steps 2 --data-bin '%s' --val-bin '%s' --vocab 50 --save '%s'", train_bin, val_bin,
+           cli_path(run, sizeof run, "val40_run"));
+    CHECK(cli_run("eval '%s' --val-bin '%s' --threads 1", run, val) == 2);
+    CHECK_OUT(want);
+    /* a sidecar that agrees is taken */
+    test_write_file(side, "{\"vocab_size\": 50}", 18);
+    CLI_OK("eval '%s' --val-bin '%s' --threads 1", run, val);
+    CHECK_OUT("val_loss ");
+}
+
 /* A hostile pickle: GLOBAL os.system, REDUCE. Refused at its first opcode
  * past PROTO; the command it carries never runs. */
 static void test_meta_pkl_never_runs_code(void)
@@ -419,6 +500,9 @@ int main(void)
     RUN(test_resume_is_bit_exact);
     RUN(test_bad_files_are_refused_with_their_offset);
     RUN(test_meta_pkl_never_runs_code);
+    RUN(test_resume_compares_vocab_with_the_runs);
+    RUN(test_data_options_name_the_runs_kind);
+    RUN(test_val_bin_sidecar_must_agree);
     RUN_IF(need_pickle, test_meta_pkl_from_python_gives_the_vocabulary);
     RUN_IF(need_pickle, test_ampc_tokens_py_files_train);
     RUN(test_generate_prints_ids);

@@ -417,6 +417,8 @@ int tokens_load(text_data *t, const train_opts *o, bool train)
         return EXIT_USAGE;
     }
     int rc = tok_data_vocab(o->data_bin, o->vocab, &t->vocab, "ampc");
+    if (rc < 0)
+        rc = tok_val_vocab(o->val_bin, t->vocab, "ampc");
     if (rc >= 0)
         return rc;
     if ((train && !tok_open(&t->train, o->data_bin, "--data-bin", t->vocab, o->context + 1)) ||
@@ -607,6 +609,37 @@ int data_check(const run_info *have, const run_info *saved, const train_opts *o,
             (long long)have->classes, where, (long long)saved->height, (long long)saved->width,
             (long long)saved->classes);
     return 1;
+}
+
+int data_resume_check(const train_opts *o, train_opts *ck, const run_info *saved, const char *where)
+{
+    if (!is_gpt(ck))
+        return -1;
+    if (saved->token_ids && o->given[RO_data]) {
+        fprintf(stderr, "ampc: the model in %s was trained on token ids (--data-bin %s), not a text: leave --data "
+                        "out (another token file to measure on: --val-bin FILE)\n",
+                where, ck->data_bin ? ck->data_bin : "?");
+        return EXIT_USAGE;
+    }
+    if (saved->token_ids && o->given[RO_vocab] && ck->vocab == 0) {
+        /* The run read its vocabulary beside its --data-bin: compare with that. */
+        if (o->vocab != saved->vocab) {
+            fprintf(stderr, "ampc: --vocab %lld conflicts with the checkpoint %s, whose run has %lld token ids (the "
+                            "vocab_size written beside its --data-bin): leave --vocab out\n",
+                    (long long)o->vocab, where, (long long)saved->vocab);
+            return EXIT_USAGE;
+        }
+        ck->vocab = saved->vocab;
+    }
+    const char *tok = o->given[RO_data_bin] ? "data-bin" : o->given[RO_val_bin] ? "val-bin"
+                    : o->given[RO_vocab]  ? "vocab" : NULL;
+    if (!saved->token_ids && tok) {
+        fprintf(stderr, "ampc: the model in %s was trained on a text (--data %s), characters not token ids: leave "
+                        "--%s out (the text to measure on: --data FILE)\n",
+                where, ck->data ? ck->data : TEXT_CORPUS, tok);
+        return EXIT_USAGE;
+    }
+    return -1;
 }
 
 int64_t data_epoch_batches(const run_data *rd, const train_opts *o)

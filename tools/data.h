@@ -6,7 +6,8 @@
  * dataset_load, dataset_free, shuffle_indices, derive_seed, batcher and
  * its batcher_* functions, draw_below, text_data, text_load, text_free,
  * text_epoch_batches, tokens_load, text_batch, text_vocab, run_data,
- * data_open, data_close, data_buffers, data_check, vocab_record, vocab_check, data_epoch_batches.
+ * data_open, data_close, data_buffers, data_check, vocab_record, vocab_check, data_resume_check,
+ * data_epoch_batches.
  */
 #ifndef AMPC_DATA_H
 #define AMPC_DATA_H
@@ -138,6 +139,13 @@ void vocab_record(const amp_text *text, run_info *ri);
  * a message naming the first id whose byte differs. */
 int vocab_check(const run_info *have, const run_info *saved, const char *data, const char *where,
                 const char *who);
+/* Before settings_merge: the data options given (o) against the kind of
+ * data the run in where (ck, saved) trained on. A token-id model refuses
+ * --data; a text model --data-bin, --val-bin and --vocab; a --vocab given
+ * is compared with the run's vocabulary even when the run read it beside
+ * its --data-bin (ck->vocab 0, then set from saved). -1, or EXIT_USAGE
+ * after a message naming the run's kind of data. */
+int data_resume_check(const train_opts *o, train_opts *ck, const run_info *saved, const char *where);
 /* Micro-batches in one epoch. */
 int64_t data_epoch_batches(const run_data *rd, const train_opts *o);
 

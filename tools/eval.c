@@ -234,6 +234,8 @@ int eval_run(int argc, char **argv)
     char where[CLI_PATH_MAX];
     checkpoint_path(where, sizeof where, o.resume ? o.resume : ".");
     if (rc < 0)
+        rc = data_resume_check(&o, &ck, &saved, where);
+    if (rc < 0)
         rc = settings_merge(&o, &ck, where);
     if (rc < 0)
         rc = opts_resolve(&o);

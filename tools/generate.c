@@ -392,6 +392,11 @@ static int gen_vocab(const gen_opts *g, const train_opts *o, const run_info *sav
                      amp_text **text, tok_decoder *dec)
 {
     if (saved->token_ids) {
+        if (g->data) {
+            fprintf(stderr, WHO ": --data gives a char model's training text; the model in %s was trained on token "
+                            "ids (--data-bin), whose vocabulary is a tokenizer's (--tokenizer FILE)\n", where);
+            return EXIT_USAGE;
+        }
         if (g->prompt) {
             fprintf(stderr, WHO ": the model in %s was trained on token ids (--data-bin): give the prompt as ids, "
                             "--prompt-ids I,J,..\n", where);

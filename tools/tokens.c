@@ -414,35 +414,60 @@ static int64_t sidecar_vocab(const char *path, bool pickle)
     return v;
 }
 
-int tok_data_vocab(const char *train, int64_t given, int64_t *vocab, const char *who)
+/* The vocabulary a sidecar beside the token file at path says (path.json,
+ * meta.json or meta.pkl in its directory, the first that exists), that
+ * sidecar's name in which: -1 when none exists, -2 after a message. */
+static int64_t file_vocab(const char *path, char which[CLI_PATH_MAX])
 {
     char paths[3][CLI_PATH_MAX];
-    const char *slash = strrchr(train, '/');
-    int dir = slash ? (int)(slash - train) : 1;
-    const char *d = slash ? train : ".";
-    snprintf(paths[0], sizeof paths[0], "%s.json", train);
+    const char *slash = strrchr(path, '/');
+    int dir = slash ? (int)(slash - path) : 1;
+    const char *d = slash ? path : ".";
+    snprintf(paths[0], sizeof paths[0], "%s.json", path);
     snprintf(paths[1], sizeof paths[1], "%.*s/meta.json", dir, d);
     snprintf(paths[2], sizeof paths[2], "%.*s/meta.pkl", dir, d);
+    memcpy(which, paths[0], CLI_PATH_MAX);
     for (int i = 0; i < 3; i++) {
         int64_t v = sidecar_vocab(paths[i], i == 2);
-        if (v == -2)
-            return EXIT_USAGE;
-        if (v < 0)
-            continue;
-        if (given > 0 && given != v) {
-            fprintf(stderr, "%s: --vocab %lld, but %s says vocab_size %lld: give the data's (or leave --vocab out)\n",
-                    who, (long long)given, paths[i], (long long)v);
-            return EXIT_USAGE;
+        if (v != -1) {
+            memcpy(which, paths[i], CLI_PATH_MAX);
+            return v;
         }
-        *vocab = v;
-        return -1;
     }
-    if (given > 0) {
-        *vocab = given;
+    return -1;
+}
+
+int tok_data_vocab(const char *train, int64_t given, int64_t *vocab, const char *who)
+{
+    char which[CLI_PATH_MAX];
+    int64_t v = file_vocab(train, which);
+    if (v == -2)
+        return EXIT_USAGE;
+    if (v > 0 && given > 0 && given != v) {
+        fprintf(stderr, "%s: --vocab %lld, but %s says vocab_size %lld: give the data's (or leave --vocab out)\n",
+                who, (long long)given, which, (long long)v);
+        return EXIT_USAGE;
+    }
+    if (v > 0 || given > 0) {
+        *vocab = v > 0 ? v : given;
         return -1;
     }
     fprintf(stderr, "%s: --data-bin %s: its vocabulary size is not written beside it (%s, meta.json or meta.pkl "
-                    "in its directory): give --vocab N\n", who, train, paths[0]);
+                    "in its directory): give --vocab N\n", who, train, which);
+    return EXIT_USAGE;
+}
+
+int tok_val_vocab(const char *val, int64_t vocab, const char *who)
+{
+    char which[CLI_PATH_MAX];
+    int64_t v = file_vocab(val, which);
+    if (v == -2)
+        return EXIT_USAGE;
+    if (v < 0 || v == vocab)
+        return -1;
+    fprintf(stderr, "%s: --val-bin %s: %s says vocab_size %lld, but the run's token ids number %lld: the file "
+                    "comes from another tokenizer than the training data's (give a --val-bin of the same one)\n",
+            who, val, which, (long long)v, (long long)vocab);
     return EXIT_USAGE;
 }
 

@@ -6,7 +6,7 @@
  * validation windows drawn from them.
  *
  * Defines: TOK_MAX_VOCAB, tok_file, tok_parse, tok_open, tok_close,
- * tok_pkl_vocab, tok_json_vocab, tok_data_vocab, tok_starts, tok_fill.
+ * tok_pkl_vocab, tok_json_vocab, tok_data_vocab, tok_val_vocab, tok_starts, tok_fill.
  */
 #ifndef AMPC_TOKENS_H
 #define AMPC_TOKENS_H
@@ -58,6 +58,10 @@ int64_t tok_json_vocab(const char *p, size_t len, char *why, size_t n);
  * its directory, the first that exists), which must agree; into *vocab.
  * -1, or 1 after a message (EXIT_USAGE when neither says). */
 int tok_data_vocab(const char *train, int64_t given, int64_t *vocab, const char *who);
+/* The validation file at val against the run's vocabulary: a sidecar
+ * beside it (found as tok_data_vocab finds one) that says another size is
+ * refused, naming both. -1, or EXIT_USAGE after a message. */
+int tok_val_vocab(const char *val, int64_t vocab, const char *who);
 
 /* Row starts of a batch: rows draws uniform in [0, n - context) (nanoGPT's
  * get_batch: torch.randint(len(data) - block_size)) from a generator seeded

@@ -909,6 +909,8 @@ int train_main(int argc, char **argv)
         if (rc < 0 && amp_dist_rank() == 0)
             checkpoint_clean(o.resume);
         if (rc < 0)
+            rc = data_resume_check(&o, &ck, &saved, where);
+        if (rc < 0)
             rc = settings_merge(&o, &ck, where);
         if (!o.save)
             o.save = o.resume;
