@@ -24,7 +24,11 @@
  *                 run's settings, kept as they are
  *   tokenizer.json (optional) its vocabulary, when it is one character a
  *                 token (hf_read_tokenizer_vocab); any other (GPT-2's own
- *                 BPE) makes the model one on token ids (import_hf.c)
+ *                 BPE) makes the model one on token ids (import_hf.c); one
+ *                 that is not JSON, or gives a token an id beyond
+ *                 vocab_size, is refused
+ * Files are opened as regular files only (io/file.h): a FIFO is refused,
+ * not waited on.
  * Every refusal names the file and what is wrong in it.
  */
 #include "hf.h"
@@ -40,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define WHO "ampc import"
 #define MAX_JSON ((int64_t)64 << 20) /* config.json, the index, tokenizer.json */
@@ -146,12 +151,13 @@ static json_doc *read_json(const char *path, const json_value **root, char **tex
     return d;
 }
 
+/* Whether path names anything: stat, not open (opening a FIFO waits for a
+ * writer); the reader then opens it with file_fopen_read or ckpt_open,
+ * which take regular files only. */
 static bool exists(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (f)
-        fclose(f);
-    return f != NULL;
+    struct stat sb;
+    return stat(path, &sb) == 0;
 }
 
 /* config key: a whole number in [lo, hi] (*v), or absent / null (*v =
@@ -506,6 +512,22 @@ void hf_model_free(hf_model *m)
     m->w = NULL, m->n = 0, m->ampc_settings = NULL;
 }
 
+/* One more than the largest id a tokenizer.json gives a token: its
+ * model's "vocab" (token -> id, as BPE and WordLevel keep it) and its
+ * "added_tokens"; 0 when it has neither. */
+static int64_t tokenizer_top(const json_value *root)
+{
+    uint64_t top = 0, id;
+    const json_value *v = json_get(json_get(root, "model"), "vocab"), *added = json_get(root, "added_tokens");
+    for (int i = 0; v && v->type == JSON_OBJECT && i < v->n; i++)
+        if (json_u64(&v->items[i], &id) && id >= top)
+            top = id < INT64_MAX ? id + 1 : INT64_MAX;
+    for (int i = 0; added && added->type == JSON_ARRAY && i < added->n; i++)
+        if (json_u64(json_get(&added->items[i], "id"), &id) && id >= top)
+            top = id < INT64_MAX ? id + 1 : INT64_MAX;
+    return (int64_t)top;
+}
+
 int hf_read_dir(const char *dir, hf_model *m)
 {
     memset(m, 0, sizeof *m);
@@ -534,13 +556,23 @@ int hf_read_dir(const char *dir, hf_model *m)
     const json_value *root;
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     m->tokenizer = exists(path);
-    json_doc *d = m->tokenizer ? read_json(path, &root, &text, &len, true, &rc) : NULL;
+    json_doc *d = m->tokenizer ? read_json(path, &root, &text, &len, false, &rc) : NULL;
+    if (m->tokenizer && !d)
+        return rc;
     if (d) {
-        hf_read_tokenizer_vocab(text, len, m->s.vocab, m->vocab_hex);
+        int64_t top = tokenizer_top(root);
+        if (top > m->s.vocab) {
+            fprintf(stderr, WHO ": %s: token id %" PRId64 " is beyond config.json's vocab_size %" PRId64
+                            " (the model has no such token): not this model's tokenizer\n",
+                    path, top - 1, m->s.vocab);
+            rc = EXIT_USAGE;
+        } else {
+            hf_read_tokenizer_vocab(text, len, m->s.vocab, m->vocab_hex);
+        }
         json_free(d);
         free(text);
     }
-    return -1;
+    return rc;
 }
 
 /* ------------------------------------------------------------ tokenizer.json */

@@ -18,6 +18,8 @@
  * OUT --data-bin` take it, and generate decodes with OUT/tokenizer.json.
  * All-zero biases (an export of a --no-bias model) stay biases: the
  * weights come back bit for bit, not re-detected as --no-bias.
+ * An OUT that already holds a checkpoint is refused: an import never
+ * replaces a run (its optimizer state and step) or an earlier import.
  */
 #include "checkpoint_cli.h"
 #include "cli.h"
@@ -56,7 +58,8 @@ const opt_cmd import_options = {
              "into the ampc checkpoint OUT/" CHECKPOINT_FILE ", which ampc eval, ampc generate\n"
              "and ampc train --init-from OUT take (give --data, or --data-bin for a model on\n"
              "token ids: vocab_size above 256, or a tokenizer.json other than one character a\n"
-             "token). tokenizer.json is copied (docs/interop.md).\n\n",
+             "token). tokenizer.json is copied (docs/interop.md). OUT must not hold a checkpoint\n"
+             "already: an import does not replace one.\n\n",
     OPT_ONE_TABLE(import_rows),
     .positional = convert_positional,
 };
@@ -68,6 +71,18 @@ int import_main(int argc, char **argv)
                            "the directory to read HF_DIR and the output directory OUT");
     if (rc >= 0)
         return rc;
+    if (!*a.dir || !*a.out) { /* "" would read /config.json, or write /checkpoint.safetensors */
+        fprintf(stderr, WHO ": the %s is empty (''): name a directory\n", !*a.dir ? "HF_DIR" : "output directory OUT");
+        return EXIT_USAGE;
+    }
+    char ck[CLI_PATH_MAX];
+    struct stat sb;
+    snprintf(ck, sizeof ck, "%s/%s", a.out, CHECKPOINT_FILE);
+    if (lstat(ck, &sb) == 0) { /* a run's checkpoint (its optimizer state and step) or an earlier import */
+        fprintf(stderr, WHO ": %s already exists: import into another OUT (or remove it first; an import does not "
+                        "replace a checkpoint)\n", ck);
+        return EXIT_USAGE;
+    }
     for (size_t i = 0; i < N_FORMATS; i++)
         if (strcmp(a.format, formats[i].name) == 0)
             return formats[i].read(&a);
@@ -162,6 +177,10 @@ static int import_hf(const import_args *a)
     amp_module *g = rc < 0 ? build(&m) : NULL;
     bool ids = false, tok = false;
     char *json = g ? settings_of(&m, a->dir, &ids) : NULL;
+    if (json && ids && m.tokenizer && m.s.vocab <= HF_MAX_VOCAB)
+        printf("note: %s/tokenizer.json is not a character vocabulary of vocab_size's %lld tokens (one character "
+               "a token, ids 0 .. %lld): the model is one on token ids (--data-bin, --prompt-ids)\n",
+               a->dir, (long long)m.s.vocab, (long long)m.s.vocab - 1);
     if (rc < 0 && !json)
         rc = 1;
     if (rc < 0 && mkdir(a->out, 0777) != 0 && errno != EEXIST) {
