@@ -40,6 +40,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define WHO "ampc generate"
 #define DEFAULT_TOKENS 200
@@ -405,11 +406,19 @@ static int gen_vocab(const gen_opts *g, const train_opts *o, const run_info *sav
         char own[CLI_PATH_MAX]; /* the checkpoint's own (an import's copy) */
         const char *slash = strrchr(where, '/');
         snprintf(own, sizeof own, "%.*s/tokenizer.json", slash ? (int)(slash - where) : 1, slash ? where : ".");
-        FILE *f = g->tokenizer || g->ids ? NULL : fopen(own, "rb");
-        if (f)
-            fclose(f);
-        const char *file = f ? own : g->tokenizer;
-        return file && !tokenizer_load(dec, file, WHO) ? EXIT_USAGE : -1;
+        struct stat sb; /* stat, not open: opening a FIFO waits (tokenizer_load refuses all but regular files) */
+        bool have_own = !g->tokenizer && !g->ids && stat(own, &sb) == 0;
+        const char *file = have_own ? own : g->tokenizer;
+        if (!file)
+            return -1;
+        if (!tokenizer_load(dec, file, WHO))
+            return EXIT_USAGE;
+        if (dec->n != saved->vocab)
+            fprintf(stderr, WHO ": warning: %s has token ids 0 .. %lld, the model in %s 0 .. %lld: %s\n", file,
+                    (long long)dec->n - 1, where, (long long)saved->vocab - 1,
+                    dec->n < saved->vocab ? "the ids it lacks print as <id>"
+                                          : "the model never gives its ids above that (is it this model's?)");
+        return -1;
     }
     if (g->tokenizer) {
         fprintf(stderr, WHO ": --tokenizer decodes token ids; the model in %s was trained on characters (its "
