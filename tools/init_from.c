@@ -12,7 +12,9 @@
 #include "data.h"
 #include "optim/optim.h"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int init_from_settings(train_opts *o, run_info *init)
 {
@@ -21,8 +23,19 @@ int init_from_settings(train_opts *o, run_info *init)
                         "from saved weights (--init-from), not both\n", o->init_from, o->resume);
         return EXIT_USAGE;
     }
-    char where[CLI_PATH_MAX];
+    char where[CLI_PATH_MAX], hf[CLI_PATH_MAX];
     checkpoint_path(where, sizeof where, o->init_from);
+    struct stat sb;
+    if (*o->init_from && stat(where, &sb) != 0) { /* a wrong path: the command line's fault, as a missing --data */
+        snprintf(hf, sizeof hf, "%s/config.json", o->init_from);
+        if (stat(hf, &sb) == 0)
+            fprintf(stderr, "ampc train: --init-from %s: no %s there, but a config.json: a Hugging Face model? "
+                            "`ampc import %s OUT` makes it a checkpoint to give --init-from OUT\n",
+                    o->init_from, CHECKPOINT_FILE, o->init_from);
+        else
+            fprintf(stderr, "ampc train: --init-from %s: %s: %s\n", o->init_from, where, strerror(errno));
+        return EXIT_USAGE;
+    }
     train_opts ck;
     int rc = checkpoint_read_settings(o->init_from, &ck, init);
     if (rc >= 0)
