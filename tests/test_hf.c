@@ -21,6 +21,7 @@
 #include "trainer.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #define TOL 1e-5
 #define GEN_TOKENS 32
@@ -655,6 +656,118 @@ static void test_export_in_bf16_rounds_each_weight(void)
     ckpt_close(&b);
 }
 
+/* dir/name written with text (NULL: a FIFO made there instead). */
+static void put_file(const char *dir, const char *name, const char *text)
+{
+    char path[900];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    remove(path);
+    if (text)
+        CHECK(write_bytes(path, text, strlen(text)));
+    else
+        CHECK(mkfifo(path, 0600) == 0);
+}
+
+/* An export of a char model copied to tmpdir/name, its file put_file'd. */
+static const char *hf_copy(const char *hf, const char *name, const char *file, const char *text, char *dir, size_t n)
+{
+    cli_path(dir, n, name);
+    char cmd[2600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, hf, dir);
+    CHECK(system(cmd) == 0);
+    put_file(dir, file, text);
+    return dir;
+}
+
+/* What import must refuse without Python (exit 2, naming the file, no
+ * checkpoint written), none of it waited on: an OUT that holds a
+ * checkpoint (left as it was), an empty HF_DIR or OUT, a tokenizer.json
+ * that is not JSON or gives ids beyond vocab_size, a FIFO in place of
+ * model.safetensors or tokenizer.json; a tokenizer.json that is not the
+ * model's character vocabulary makes a token-id model, said so; generate
+ * refuses a FIFO for its default tokenizer and warns of a --tokenizer of
+ * another size; --init-from refuses a missing path and an HF directory. */
+static void test_import_refusals_and_tokenizer_checks(void)
+{
+    if (!cli_have_binary())
+        return;
+    char run[600], hf[600], dir[700], out[720], ck[900];
+    cli_path(run, sizeof run, "IR");
+    cli_path(hf, sizeof hf, "IR-hf");
+    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 8 --context 8 --batch 2 --steps 2 "
+                     "--threads 1 --save %s",
+                     text, run);
+    CHECK_MSG(rc == 0, "train: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("export %s %s", run, hf);
+    CHECK_MSG(rc == 0, "export: exit %d:\n%s", rc, cli_out);
+
+    checkpoint_path(ck, sizeof ck, run);
+    size_t n0 = 0, n1 = 0;
+    char *before = cli_read_file(ck, &n0);
+    rc = cli_run("import %s %s", hf, run);
+    CHECK_MSG(rc == 2 && strstr(cli_out, "checkpoint.safetensors already exists: import into another OUT"),
+              "import over a run: exit %d:\n%s", rc, cli_out);
+    char *after = cli_read_file(ck, &n1);
+    CHECK_MSG(before && after && n0 == n1 && !memcmp(before, after, n0), "import replaced %s", ck);
+    free(before);
+    free(after);
+    const cli_refusal empty[] = {
+        {"import '' x", "the HF_DIR is empty ('')"},
+        {"import x ''", "the output directory OUT is empty ('')"},
+    };
+    cli_check_refusals("", "", CLI_REFUSALS(empty));
+
+    static const struct {
+        const char *file, *text, *needle;
+    } bad[] = {
+        {"tokenizer.json", "{bad", "tokenizer.json: not valid JSON"},
+        {"tokenizer.json", "{\"model\": {\"type\": \"WordLevel\", \"vocab\": {\"a\": 0, \"b\": 400}}}",
+         "tokenizer.json: token id 400 is beyond config.json's vocab_size"},
+        {"tokenizer.json", "{\"model\": {\"type\": \"WordLevel\", \"vocab\": {\"a\": 0}}, \"added_tokens\": "
+                           "[{\"id\": 999, \"content\": \"<x>\"}]}",
+         "tokenizer.json: token id 999 is beyond"},
+        {"tokenizer.json", NULL, "tokenizer.json: not a regular file (a FIFO)"},
+        {"model.safetensors", NULL, "model.safetensors': not a regular file (a FIFO)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "IR-bad%zu", i);
+        hf_copy(hf, name, bad[i].file, bad[i].text, dir, sizeof dir);
+        snprintf(out, sizeof out, "%s-out", dir);
+        rc = cli_run_env("timeout 60", "import %s %s", dir, out);
+        CHECK_MSG(rc == 2 && strstr(cli_out, bad[i].needle), "import with %s %s: exit %d (want 2), no \"%s\":\n%s",
+                  bad[i].file, bad[i].text ? bad[i].text : "a FIFO", rc, bad[i].needle, cli_out);
+        snprintf(ck, sizeof ck, "%s/" CHECKPOINT_FILE, out);
+        CHECK_MSG(access(ck, F_OK) != 0, "import with a bad %s wrote %s", bad[i].file, ck);
+    }
+
+    /* one character short of the model's vocabulary: token ids, said so */
+    hf_copy(hf, "IR-short", "tokenizer.json", "{\"model\": {\"type\": \"WordLevel\", \"vocab\": {\"a\": 0}}}", dir,
+            sizeof dir);
+    snprintf(out, sizeof out, "%s-out", dir);
+    rc = cli_run("import %s %s", dir, out);
+    CHECK_MSG(rc == 0, "import with a one-token tokenizer.json: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("tokenizer.json is not a character vocabulary of vocab_size's");
+    CHECK_OUT("token ids");
+    rc = cli_run("generate %s --prompt-ids 0 --tokens 2 --threads 1", out);
+    CHECK_MSG(rc == 0 && strstr(cli_out, "warning: ") && strstr(cli_out, "has token ids 0 .. 0, the model in") &&
+                  strstr(cli_out, "the ids it lacks print as <id>"),
+              "generate with a smaller tokenizer: exit %d:\n%s", rc, cli_out);
+    put_file(out, "tokenizer.json", NULL);
+    rc = cli_run_env("timeout 60", "generate %s --prompt-ids 0 --tokens 2 --threads 1", out);
+    CHECK_MSG(rc == 2 && strstr(cli_out, "tokenizer.json: not a regular file (a FIFO)"),
+              "generate with a FIFO tokenizer.json: exit %d:\n%s", rc, cli_out);
+
+    rc = cli_run("train --model gpt --data %s --steps 1 --threads 1 --init-from /nonexistent/run", text);
+    CHECK_MSG(rc == 2 && strstr(cli_out, "--init-from /nonexistent/run: /nonexistent/run/checkpoint.safetensors: "
+                                         "No such file"),
+              "--init-from a missing path: exit %d:\n%s", rc, cli_out);
+    char needle[800];
+    snprintf(needle, sizeof needle, "`ampc import %s OUT` makes it a checkpoint", hf);
+    rc = cli_run("train --model gpt --data %s --steps 1 --threads 1 --init-from %s", text, hf);
+    CHECK_MSG(rc == 2 && strstr(cli_out, needle), "--init-from an HF directory: exit %d:\n%s", rc, cli_out);
+}
+
 /* Command lines refused without Python. */
 static void test_bad_command_lines_are_refused(void)
 {
@@ -702,6 +815,7 @@ int main(void)
     cli_write_tiny_text(cli_path(text, sizeof text, "text.txt"));
     RUN(test_bad_command_lines_are_refused);
     RUN(test_export_in_bf16_rounds_each_weight);
+    RUN(test_import_refusals_and_tokenizer_checks);
     RUN(test_export_loads_in_transformers);
     RUN(test_import_of_random_gpt2_gives_its_logits);
     RUN(test_round_trip_is_bit_exact);
