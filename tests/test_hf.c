@@ -605,6 +605,17 @@ static void test_bad_hf_directories_are_refused(void)
     CHECK_MSG(cli_same_checkpoint(a, b, why, sizeof why), "the GPT2Model names import otherwise: %s", why);
 }
 
+/* A char gpt trained 2 steps in fp32 into run, exported with args to hf. */
+static void tiny_run_exported(const char *run, const char *hf, const char *args)
+{
+    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 8 --context 8 --batch 2 --steps 2 "
+                     "--precision fp32 --threads 1 --save %s",
+                     text, run);
+    CHECK_MSG(rc == 0, "train: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("export %s %s %s", args, run, hf);
+    CHECK_MSG(rc == 0, "export %s: exit %d:\n%s", args, rc, cli_out);
+}
+
 /* --dtype bf16: each weight rounded to nearest even (what amp_convert
  * gives), and imported back widened exactly; no Python needed. */
 static void test_export_in_bf16_rounds_each_weight(void)
@@ -612,17 +623,10 @@ static void test_export_in_bf16_rounds_each_weight(void)
     if (!cli_have_binary())
         return;
     char run[600], hf[600], back[600], pa[800], pb[800];
-    cli_path(run, sizeof run, "B");
-    cli_path(hf, sizeof hf, "B-hf16");
     cli_path(back, sizeof back, "B-back");
-    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 8 --context 8 --batch 2 --steps 2 "
-                     "--precision fp32 --threads 1 --save %s",
-                     text, run);
-    CHECK_MSG(rc == 0, "train: exit %d:\n%s", rc, cli_out);
-    rc = cli_run("export --dtype bf16 %s %s", run, hf);
-    CHECK_MSG(rc == 0, "export --dtype bf16: exit %d:\n%s", rc, cli_out);
+    tiny_run_exported(cli_path(run, sizeof run, "B"), cli_path(hf, sizeof hf, "B-hf16"), "--dtype bf16");
     CHECK_OUT("model.safetensors (BF16)");
-    rc = cli_run("import %s %s", hf, back);
+    int rc = cli_run("import %s %s", hf, back);
     CHECK_MSG(rc == 0, "import: exit %d:\n%s", rc, cli_out);
     checkpoint_path(pa, sizeof pa, run);
     checkpoint_path(pb, sizeof pb, back);
@@ -692,19 +696,12 @@ static void test_import_refusals_and_tokenizer_checks(void)
     if (!cli_have_binary())
         return;
     char run[600], hf[600], dir[700], out[720], ck[900];
-    cli_path(run, sizeof run, "IR");
-    cli_path(hf, sizeof hf, "IR-hf");
-    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 8 --context 8 --batch 2 --steps 2 "
-                     "--threads 1 --save %s",
-                     text, run);
-    CHECK_MSG(rc == 0, "train: exit %d:\n%s", rc, cli_out);
-    rc = cli_run("export %s %s", run, hf);
-    CHECK_MSG(rc == 0, "export: exit %d:\n%s", rc, cli_out);
+    tiny_run_exported(cli_path(run, sizeof run, "IR"), cli_path(hf, sizeof hf, "IR-hf"), "");
 
     checkpoint_path(ck, sizeof ck, run);
     size_t n0 = 0, n1 = 0;
     char *before = cli_read_file(ck, &n0);
-    rc = cli_run("import %s %s", hf, run);
+    int rc = cli_run("import %s %s", hf, run);
     CHECK_MSG(rc == 2 && strstr(cli_out, "checkpoint.safetensors already exists: import into another OUT"),
               "import over a run: exit %d:\n%s", rc, cli_out);
     char *after = cli_read_file(ck, &n1);
