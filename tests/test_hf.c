@@ -656,14 +656,14 @@ static void test_export_in_bf16_rounds_each_weight(void)
 }
 
 /* A DIR whose checkpoint cannot be loaded (missing, an empty directory,
- * a text file, a file that is no safetensors, a FIFO, /dev/zero): each
- * format exits 1 after a message naming it, never a crash, and writes
- * nothing. */
+ * a text file, a file that is no safetensors, a FIFO, a FIFO as the
+ * checkpoint, /dev/zero): each format exits 1 after a message naming it,
+ * never a crash, and writes nothing. */
 static void test_unloadable_checkpoints_fail_cleanly(void)
 {
     if (!cli_have_binary())
         return;
-    char empty[600], garbage[600], fifo[600], missing_dir[600];
+    char empty[600], garbage[600], fifo[600], missing_dir[600], fifo_ck[600], fifo_in[700];
     cli_path(missing_dir, sizeof missing_dir, "no-such-run");
     cli_path(empty, sizeof empty, "empty-run");
     cli_path(garbage, sizeof garbage, "garbage.safetensors");
@@ -671,7 +671,10 @@ static void test_unloadable_checkpoints_fail_cleanly(void)
     CHECK(mkdir(empty, 0777) == 0);
     CHECK(write_bytes(garbage, "\x10\0\0\0\0\0\0\0{not a header}  ", 24));
     CHECK(mkfifo(fifo, 0666) == 0);
-    const char *dirs[] = {missing_dir, empty, text, garbage, fifo, "/dev/zero"};
+    cli_path(fifo_ck, sizeof fifo_ck, "fifo-checkpoint");
+    snprintf(fifo_in, sizeof fifo_in, "%s/" CHECKPOINT_FILE, fifo_ck);
+    CHECK(mkdir(fifo_ck, 0777) == 0 && mkfifo(fifo_in, 0666) == 0);
+    const char *dirs[] = {missing_dir, empty, text, garbage, fifo, fifo_ck, "/dev/zero"};
     const char *formats[] = {"hf", "gguf"};
     for (size_t f = 0; f < 2; f++)
         for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
@@ -774,6 +777,7 @@ static void test_bad_command_lines_are_refused(void)
         {"import --format gguf a b", "--format 'gguf' is not one ampc reads: hf"},
         {"export --name tiny a b", "--name is an option of --format gguf; --format hf has no use for it"},
         {"export --format hf --data t.txt a b", "--data is an option of --format gguf; --format hf has no use"},
+        {"export --format onnx --name tiny a b", "--format 'onnx' is not one ampc writes: hf gguf"},
     };
     cli_check_refusals("", "", cases, sizeof cases / sizeof cases[0]);
 }

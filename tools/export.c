@@ -121,11 +121,21 @@ static bool out_is_checkpoint(const export_args *e)
     return stat(ck, &a) == 0 && stat(e->out, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
-/* What a command line asks that no format can give, checked before any
- * file is read: --data or --name with a format that has no use for them
- * (they would be ignored), a --name GGUF cannot hold. -1 or EXIT_USAGE. */
-static int export_check(const export_args *a)
+/* What a command line asks that cannot be done, checked before any file
+ * is read: a format not in the table, --data or --name with a format that
+ * has no use for them (they would be ignored), a --name GGUF cannot
+ * hold. -1 (*row: the format's row) or EXIT_USAGE. */
+static int export_check(const export_args *a, size_t *row)
 {
+    for (*row = 0; *row < N_FORMATS && strcmp(a->format, formats[*row].name) != 0; ++*row)
+        ;
+    if (*row == N_FORMATS) {
+        fprintf(stderr, WHO ": --format '%s' is not one ampc writes:", a->format);
+        for (size_t i = 0; i < N_FORMATS; i++)
+            fprintf(stderr, " %s", formats[i].name);
+        fprintf(stderr, "\n");
+        return EXIT_USAGE;
+    }
     const char *gguf_only = a->data ? "--data" : a->name ? "--name" : NULL;
     if (gguf_only && strcmp(a->format, "gguf") != 0) {
         fprintf(stderr, WHO ": %s is an option of --format gguf; --format %s has no use for it\n", gguf_only,
@@ -175,28 +185,23 @@ bool export_values_fit(const float *f, int64_t n, amp_dtype dt, const char *wher
 int export_parse(int argc, char **argv)
 {
     export_args a;
+    size_t row;
     int rc = convert_parse(&export_options, argc, argv, &a, "the checkpoint directory DIR and the output OUT");
-    return rc >= 0 ? rc : export_check(&a);
+    return rc >= 0 ? rc : export_check(&a, &row);
 }
 
 int export_main(int argc, char **argv)
 {
     export_args a;
+    size_t row;
     int rc = convert_parse(&export_options, argc, argv, &a, "the checkpoint directory DIR and the output OUT");
-    if (rc >= 0 || (rc = export_check(&a)) >= 0)
+    if (rc >= 0 || (rc = export_check(&a, &row)) >= 0)
         return rc;
     if (out_is_checkpoint(&a)) {
         fprintf(stderr, WHO ": %s is the checkpoint itself: give another output\n", a.out);
         return EXIT_USAGE;
     }
-    for (size_t i = 0; i < N_FORMATS; i++)
-        if (strcmp(a.format, formats[i].name) == 0)
-            return formats[i].write(&a);
-    fprintf(stderr, WHO ": --format '%s' is not one ampc writes:", a.format);
-    for (size_t i = 0; i < N_FORMATS; i++)
-        fprintf(stderr, " %s", formats[i].name);
-    fprintf(stderr, "\n");
-    return EXIT_USAGE;
+    return formats[row].write(&a);
 }
 
 /* The run in dir restored into t (as eval restores it); -1 or the exit code. */
