@@ -36,7 +36,8 @@ bool export_name_ok(const char *name, const char *what);
 bool export_values_fit(const float *f, int64_t n, amp_dtype dt, const char *where, const char *name);
 
 /* A gpt checkpoint as a GGUF file for llama.cpp's gpt2 architecture
- * (export_gguf.c). The exit code: 0, or 1 after a message. */
+ * (export_gguf.c). The exit code: 0, or 1 after a message (EXIT_USAGE:
+ * a default name, DIR's last component, that GGUF cannot hold). */
 int export_gguf(const export_opts *e);
 
 #endif
