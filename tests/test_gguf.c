@@ -161,7 +161,7 @@ static void test_exported_files_read_back_as_their_checkpoints(void)
 {
     if (!need_gguf())
         return;
-    CHECK_MSG(n_to_check == 6, "%d files to check, expected 6 (an export above failed)", n_to_check);
+    CHECK_MSG(n_to_check == 7, "%d files to check, expected 7 (an export above failed)", n_to_check);
     int rc = python_run("%s", to_check);
     printf("%s", cli_out);
     CHECK_MSG(rc == 0, "test_gguf.py: exit %d:\n%s", rc, cli_out);
@@ -297,6 +297,42 @@ static void test_out_that_is_the_checkpoint_is_refused(void)
     free(b);
 }
 
+/* general.name at its longest (255 bytes, two-byte characters), read
+ * back whole by test_gguf.py; one a byte longer, one that is not UTF-8
+ * (given with --name, or as DIR's last component): exit 2, nothing
+ * written. */
+static void test_the_name_is_utf8_within_its_limit(void)
+{
+    if (!trained())
+        return;
+    char name[300] = "", out[500], link[500], extra[400];
+    for (int i = 0; i < 127; i++)
+        strcat(name, "\xc3\xa9"); /* é */
+    strcat(name, "a");
+    snprintf(out, sizeof out, "%s/longest-name.gguf", tmpdir);
+    snprintf(extra, sizeof extra, "--name '%s'", name);
+    int rc = export_to(run_dir, out, extra);
+    CHECK_MSG(rc == 0, "export with a name of 255 bytes: exit %d:\n%s", rc, cli_out);
+    check_file(out, ckpt, "f32", name);
+    name[254] = '\0';
+    snprintf(extra, sizeof extra, "--name '%s\xc3\xa9'", name);
+    snprintf(out, sizeof out, "%s/long-name.gguf", tmpdir);
+    rc = export_to(run_dir, out, extra);
+    CHECK_MSG(rc == 2, "export with a name of 256 bytes: exit %d, expected 2:\n%s", rc, cli_out);
+    CHECK_OUT("--name is 256 bytes long; a model's name is at most 255 bytes");
+    check_nothing_left(out);
+    rc = export_to(run_dir, out, "--name 'a\xff\xfe'");
+    CHECK_MSG(rc == 2, "export with a name that is not UTF-8: exit %d, expected 2:\n%s", rc, cli_out);
+    CHECK_OUT("--name is not valid UTF-8, which a GGUF string must be");
+    check_nothing_left(out);
+    snprintf(link, sizeof link, "%s/run-\xff", tmpdir);
+    CHECK(symlink(run_dir, link) == 0);
+    rc = export_to(link, out, "");
+    CHECK_MSG(rc == 2, "export of a DIR named in bytes that are not UTF-8: exit %d, expected 2:\n%s", rc, cli_out);
+    CHECK_OUT("(DIR's last component; give another with --name) is not valid UTF-8");
+    check_nothing_left(out);
+}
+
 /* The command line: a missing OUT or DIR, an unknown format or dtype:
  * exit 2, naming what was wrong. */
 static void test_bad_command_lines_are_refused(void)
@@ -323,6 +359,7 @@ int main(void)
     RUN(test_export_f32);
     RUN(test_export_f16);
     RUN(test_export_bf16);
+    RUN(test_the_name_is_utf8_within_its_limit);
     RUN(test_default_dtype_is_the_checkpoints);
     RUN(test_every_byte_becomes_a_token);
     RUN(test_exported_files_read_back_as_their_checkpoints);

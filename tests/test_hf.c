@@ -765,6 +765,114 @@ static void test_import_refusals_and_tokenizer_checks(void)
     CHECK_MSG(rc == 2 && strstr(cli_out, needle), "--init-from an HF directory: exit %d:\n%s", rc, cli_out);
 }
 
+/* A DIR whose checkpoint cannot be loaded (missing, an empty directory,
+ * a text file, a file that is no safetensors, a FIFO, a FIFO as the
+ * checkpoint, /dev/zero): each format exits 1 after a message naming it,
+ * never a crash, and writes nothing. */
+static void test_unloadable_checkpoints_fail_cleanly(void)
+{
+    if (!cli_have_binary())
+        return;
+    char empty[600], garbage[600], fifo[600], missing_dir[600], fifo_ck[600], fifo_in[700];
+    cli_path(missing_dir, sizeof missing_dir, "no-such-run");
+    cli_path(empty, sizeof empty, "empty-run");
+    cli_path(garbage, sizeof garbage, "garbage.safetensors");
+    cli_path(fifo, sizeof fifo, "fifo-run");
+    CHECK(mkdir(empty, 0777) == 0);
+    CHECK(write_bytes(garbage, "\x10\0\0\0\0\0\0\0{not a header}  ", 24));
+    CHECK(mkfifo(fifo, 0666) == 0);
+    cli_path(fifo_ck, sizeof fifo_ck, "fifo-checkpoint");
+    snprintf(fifo_in, sizeof fifo_in, "%s/" CHECKPOINT_FILE, fifo_ck);
+    CHECK(mkdir(fifo_ck, 0777) == 0 && mkfifo(fifo_in, 0666) == 0);
+    const char *dirs[] = {missing_dir, empty, text, garbage, fifo, fifo_ck, "/dev/zero"};
+    const char *formats[] = {"hf", "gguf"};
+    for (size_t f = 0; f < 2; f++)
+        for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+            char out[700];
+            snprintf(out, sizeof out, "%s/unloadable-%zu-%s", tmpdir, i, formats[f]);
+            int rc = cli_run("export --format %s '%s' '%s'", formats[f], dirs[i], out);
+            CHECK_MSG(rc == 1, "export --format %s of %s: exit %d, expected 1:\n%s", formats[f], dirs[i], rc,
+                      cli_out);
+            CHECK_MSG(strstr(cli_out, dirs[i]) != NULL, "export --format %s of %s does not name it:\n%s",
+                      formats[f], dirs[i], cli_out);
+            CHECK_MSG(access(out, F_OK) != 0, "export --format %s of %s wrote %s", formats[f], dirs[i], out);
+        }
+}
+
+/* A weight beyond f16's range (65504) is refused with --dtype f16 by
+ * both formats, naming the tensor and the dtypes that hold it; bf16
+ * holds it. */
+static void test_export_refuses_values_its_dtype_cannot_hold(void)
+{
+    if (!cli_have_binary())
+        return;
+    char run[600], out[700], ck[800];
+    cli_path(run, sizeof run, "big-weight");
+    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 8 --context 8 --batch 2 --steps 1 "
+                     "--precision fp32 --threads 1 --save %s",
+                     text, run);
+    CHECK_MSG(rc == 0, "train: exit %d:\n%s", rc, cli_out);
+    checkpoint_path(ck, sizeof ck, run);
+    ckpt c = {.path = ck, .n_params = -1};
+    CHECK_OK(ckpt_open(&c));
+    const in_entry *e = ckpt_find(&c, "h.0.mlp.fc1.weight");
+    CHECK(e && e->dt == AMP_F32);
+    long at = e ? (long)(e->bytes - c.file) : -1;
+    ckpt_close(&c);
+    FILE *f = at > 0 ? fopen(ck, "r+b") : NULL;
+    float big = 1e5f;
+    CHECK(f && fseek(f, at, SEEK_SET) == 0 && fwrite(&big, 4, 1, f) == 1);
+    if (f)
+        fclose(f);
+    const char *formats[] = {"hf", "gguf"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(out, sizeof out, "%s/big-%s-f16", tmpdir, formats[i]);
+        rc = cli_run("export --format %s --dtype f16 %s %s", formats[i], run, out);
+        CHECK_MSG(rc == 1, "export --format %s --dtype f16 of a weight of 1e5: exit %d, expected 1:\n%s", formats[i],
+                  rc, cli_out);
+        CHECK_OUT("tensor h.0.mlp.fc1.weight, element 0: 100000 is beyond f16's range (65504): choose --dtype f32 "
+                  "or bf16");
+        char st[800];
+        snprintf(st, sizeof st, "%s/model.safetensors", out);
+        CHECK_MSG(access(out, F_OK) != 0 || access(st, F_OK) != 0, "a failed export wrote %s", st);
+        snprintf(out, sizeof out, "%s/big-%s-bf16", tmpdir, formats[i]);
+        rc = cli_run("export --format %s --dtype bf16 %s %s", formats[i], run, out);
+        CHECK_MSG(rc == 0, "export --format %s --dtype bf16 of a weight of 1e5: exit %d:\n%s", formats[i], rc,
+                  cli_out);
+    }
+}
+
+/* Exporting into a directory an earlier export wrote: a model without a
+ * tokenizer (token ids, none beside the checkpoint) removes the earlier
+ * model's tokenizer.json, which is not its vocabulary. */
+static void test_export_over_an_earlier_one_drops_its_tokenizer(void)
+{
+    if (!cli_have_binary())
+        return;
+    char chars[600], ids[600], tr[600], out[600], tok[700];
+    cli_path(chars, sizeof chars, "stale-chars");
+    cli_path(ids, sizeof ids, "stale-ids");
+    cli_path(tr, sizeof tr, "stale.bin");
+    cli_path(out, sizeof out, "stale-hf");
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", out);
+    write_token_file(tr, 2048, 50, 3);
+    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 8 --context 8 --batch 2 --steps 1 "
+                     "--threads 1 --save %s",
+                     text, chars);
+    CHECK_MSG(rc == 0, "train --data: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("train --model gpt --data-bin %s --val-bin %s --vocab 50 --layers 1 --heads 2 --width 8 --context 8 --batch 2 "
+                 "--steps 1 --threads 1 --save %s",
+                 tr, tr, ids);
+    CHECK_MSG(rc == 0, "train --data-bin: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("export %s %s", chars, out);
+    CHECK_MSG(rc == 0, "export of the character model: exit %d:\n%s", rc, cli_out);
+    CHECK_MSG(access(tok, F_OK) == 0, "the character model's export wrote no %s", tok);
+    rc = cli_run("export %s %s", ids, out);
+    CHECK_MSG(rc == 0, "export of the token-id model over it: exit %d:\n%s", rc, cli_out);
+    CHECK_OUT("the earlier one in OUT removed");
+    CHECK_MSG(access(tok, F_OK) != 0, "%s of the character model is left beside the token-id model", tok);
+}
+
 /* Command lines refused without Python. */
 static void test_bad_command_lines_are_refused(void)
 {
@@ -777,6 +885,9 @@ static void test_bad_command_lines_are_refused(void)
         {"export --dtype f64 a b", "--dtype"},
         {"import", "give the directory to read HF_DIR and the output directory OUT"},
         {"import --format gguf a b", "--format 'gguf' is not one ampc reads: hf"},
+        {"export --name tiny a b", "--name is an option of --format gguf; --format hf has no use for it"},
+        {"export --format hf --data t.txt a b", "--data is an option of --format gguf; --format hf has no use"},
+        {"export --format onnx --name tiny a b", "--format 'onnx' is not one ampc writes: hf gguf"},
     };
     cli_check_refusals("", "", cases, sizeof cases / sizeof cases[0]);
 }
@@ -813,6 +924,9 @@ int main(void)
     RUN(test_bad_command_lines_are_refused);
     RUN(test_export_in_bf16_rounds_each_weight);
     RUN(test_import_refusals_and_tokenizer_checks);
+    RUN(test_unloadable_checkpoints_fail_cleanly);
+    RUN(test_export_refuses_values_its_dtype_cannot_hold);
+    RUN(test_export_over_an_earlier_one_drops_its_tokenizer);
     RUN(test_export_loads_in_transformers);
     RUN(test_import_of_random_gpt2_gives_its_logits);
     RUN(test_round_trip_is_bit_exact);

@@ -10,7 +10,9 @@
  *        tokenizer.json copied, when it has one; a --no-bias model:
  *        zero biases, as GPT-2 always has them), which
  *        GPT2LMHeadModel.from_pretrained(OUT) and
- *        tokenizers.Tokenizer.from_file load.
+ *        tokenizers.Tokenizer.from_file load. Without a tokenizer of its
+ *        own, an earlier export's OUT/tokenizer.json is removed (it is
+ *        another model's vocabulary).
  *   gguf a GGUF file for llama.cpp's gpt2 architecture (export_gguf.c,
  *        written by gguf.c), written whole to a temporary and renamed.
  *
@@ -19,7 +21,9 @@
  * written are the f32 masters where the checkpoint holds them (a
  * --param-dtype run past its first step), else the parameters
  * themselves; in f32 unless every weight is stored in one 16-bit dtype,
- * or as --dtype says (rounded to nearest even).
+ * or as --dtype says (rounded to nearest even; a weight the dtype cannot
+ * hold, or one not finite, is refused before anything is written).
+ * --data and --name are gguf's: other formats refuse them.
  */
 #include "checkpoint_cli.h"
 #include "cli.h"
@@ -30,6 +34,8 @@
 #include "io/checkpoint.h"
 #include "io/json.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -115,30 +121,87 @@ static bool out_is_checkpoint(const export_args *e)
     return stat(ck, &a) == 0 && stat(e->out, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
+/* What a command line asks that cannot be done, checked before any file
+ * is read: a format not in the table, --data or --name with a format that
+ * has no use for them (they would be ignored), a --name GGUF cannot
+ * hold. -1 (*row: the format's row) or EXIT_USAGE. */
+static int export_check(const export_args *a, size_t *row)
+{
+    for (*row = 0; *row < N_FORMATS && strcmp(a->format, formats[*row].name) != 0; ++*row)
+        ;
+    if (*row == N_FORMATS) {
+        fprintf(stderr, WHO ": --format '%s' is not one ampc writes:", a->format);
+        for (size_t i = 0; i < N_FORMATS; i++)
+            fprintf(stderr, " %s", formats[i].name);
+        fprintf(stderr, "\n");
+        return EXIT_USAGE;
+    }
+    const char *gguf_only = a->data ? "--data" : a->name ? "--name" : NULL;
+    if (gguf_only && strcmp(a->format, "gguf") != 0) {
+        fprintf(stderr, WHO ": %s is an option of --format gguf; --format %s has no use for it\n", gguf_only,
+                a->format);
+        return EXIT_USAGE;
+    }
+    if (a->name && !export_name_ok(a->name, "--name"))
+        return EXIT_USAGE;
+    return -1;
+}
+
+bool export_name_ok(const char *name, const char *what)
+{
+    size_t n = strlen(name);
+    if (n > EXPORT_NAME_MAX) {
+        fprintf(stderr, WHO ": %s is %zu bytes long; a model's name is at most %d bytes\n", what, n,
+                EXPORT_NAME_MAX);
+        return false;
+    }
+    if (!json_utf8_valid(name, n)) {
+        fprintf(stderr, WHO ": %s is not valid UTF-8, which a GGUF string must be\n", what);
+        return false;
+    }
+    return true;
+}
+
+bool export_values_fit(const float *f, int64_t n, amp_dtype dt, const char *where, const char *name)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float back = f[i];
+        if (dt != AMP_F32) {
+            uint16_t h;
+            amp_convert(&f[i], AMP_F32, &h, dt, 1);
+            amp_convert(&h, dt, &back, AMP_F32, 1);
+        }
+        if (!isfinite(back)) {
+            fprintf(stderr, WHO ": %s: tensor %s, element %lld: %g %s\n", where, name, (long long)i, (double)f[i],
+                    !isfinite(f[i])    ? "is not finite: nothing to export"
+                    : dt == AMP_F16    ? "is beyond f16's range (65504): choose --dtype f32 or bf16"
+                                       : "is beyond bf16's range: choose --dtype f32");
+            return false;
+        }
+    }
+    return true;
+}
+
 int export_parse(int argc, char **argv)
 {
     export_args a;
-    return convert_parse(&export_options, argc, argv, &a, "the checkpoint directory DIR and the output OUT");
+    size_t row;
+    int rc = convert_parse(&export_options, argc, argv, &a, "the checkpoint directory DIR and the output OUT");
+    return rc >= 0 ? rc : export_check(&a, &row);
 }
 
 int export_main(int argc, char **argv)
 {
     export_args a;
+    size_t row;
     int rc = convert_parse(&export_options, argc, argv, &a, "the checkpoint directory DIR and the output OUT");
-    if (rc >= 0)
+    if (rc >= 0 || (rc = export_check(&a, &row)) >= 0)
         return rc;
     if (out_is_checkpoint(&a)) {
         fprintf(stderr, WHO ": %s is the checkpoint itself: give another output\n", a.out);
         return EXIT_USAGE;
     }
-    for (size_t i = 0; i < N_FORMATS; i++)
-        if (strcmp(a.format, formats[i].name) == 0)
-            return formats[i].write(&a);
-    fprintf(stderr, WHO ": --format '%s' is not one ampc writes:", a.format);
-    for (size_t i = 0; i < N_FORMATS; i++)
-        fprintf(stderr, " %s", formats[i].name);
-    fprintf(stderr, "\n");
-    return EXIT_USAGE;
+    return formats[row].write(&a);
 }
 
 /* The run in dir restored into t (as eval restores it); -1 or the exit code. */
@@ -197,10 +260,14 @@ static int export_hf(const export_args *a)
     run_info ri;
     trainer t = {0};
     int rc = restore(a->dir, &o, &ri, &t);
+    if (rc >= 0) { /* o and ri are not filled in */
+        trainer_free(&t);
+        return rc;
+    }
     char path[CLI_PATH_MAX];
     checkpoint_path(path, sizeof path, a->dir);
     ckpt c = {.path = path, .n_params = -1};
-    if (rc < 0 && ckpt_open(&c) != AMP_OK) {
+    if (ckpt_open(&c) != AMP_OK) {
         fprintf(stderr, WHO ": %s\n", amp_last_error());
         rc = 1;
     }
@@ -234,6 +301,12 @@ static int export_hf(const export_args *a)
     amp_dtype dt = any_master || any_f32 ? AMP_F32 : narrow;
     if (a->dtype)
         dt = !strcmp(a->dtype, "bf16") ? AMP_BF16 : !strcmp(a->dtype, "f16") ? AMP_F16 : AMP_F32;
+    for (int k = 0; rc < 0 && k < n; k++) {
+        hf_tensor h;
+        hf_tensor_at(&s, k, &h);
+        if (!export_values_fit(w[k], h.rows * (h.cols ? h.cols : 1), dt, path, h.ampc))
+            rc = 1;
+    }
     if (rc < 0)
         rc = hf_write_dir(a->out, &s, (const float *const *)w, dt, ri.vocab_hex,
                           json_get(c.meta, "settings") ? json_get(c.meta, "settings")->str : NULL);
@@ -244,13 +317,27 @@ static int export_hf(const export_args *a)
         rc = hf_copy_tokenizer(path, a->out, WHO, &tok);
         *slash = '/';
     }
+    bool stale = false; /* an earlier export's tokenizer.json, not this model's */
+    if (rc < 0 && !tok) {
+        char old[CLI_PATH_MAX + 32];
+        snprintf(old, sizeof old, "%s/tokenizer.json", a->out);
+        errno = 0;
+        stale = remove(old) == 0;
+        if (!stale && errno != ENOENT) {
+            fprintf(stderr, WHO ": %s: cannot remove an earlier export's tokenizer.json, which is not this model's: "
+                            "%s\n", old, strerror(errno));
+            rc = 1;
+        }
+    }
     if (rc < 0)
         printf("exported %s (gpt: %lld layers, %lld heads, width %lld, mlp %lld, context %lld, vocab %lld) to %s: "
                "config.json, model.safetensors (%s%s)%s\n",
                path, (long long)s.layers, (long long)s.heads, (long long)s.width, (long long)s.mlp,
                (long long)s.context, (long long)s.vocab, a->out, ckpt_dtype_name(dt),
                any_master ? ", from the f32 master weights" : "",
-               tok ? ", tokenizer.json" : " (no tokenizer.json: the checkpoint records no vocabulary)");
+               tok     ? ", tokenizer.json"
+               : stale ? " (no tokenizer.json: the checkpoint records no vocabulary; the earlier one in OUT removed)"
+                       : " (no tokenizer.json: the checkpoint records no vocabulary)");
     for (int k = 0; w && k < n; k++)
         free(w[k]);
     free(w);

@@ -5,7 +5,8 @@
  * its own file (export.c's export_hf through hf_write.c: Hugging Face
  * transformers; export_gguf.c: llama.cpp's GGUF).
  *
- * Defines: export_opts, export_hf, export_gguf.
+ * Defines: export_opts, export_hf, export_gguf, EXPORT_NAME_MAX,
+ * export_name_ok, export_values_fit.
  */
 #ifndef AMPC_EXPORT_H
 #define AMPC_EXPORT_H
@@ -20,8 +21,23 @@
  * DIR's last component). */
 typedef convert_args export_opts;
 
+/* The longest model name written (GGUF's general.name), in bytes. */
+#define EXPORT_NAME_MAX 255
+
+/* Whether name (called `what` in the message) is a model name a GGUF file
+ * holds: valid UTF-8 of at most EXPORT_NAME_MAX bytes; false after a
+ * message. */
+bool export_name_ok(const char *name, const char *what);
+
+/* Whether each of the n values f (tensor `name` of the checkpoint
+ * `where`) is finite and stays so in dt (an f16 beyond 65504 rounds to
+ * inf); false after a message naming the first that is not and what to
+ * do. */
+bool export_values_fit(const float *f, int64_t n, amp_dtype dt, const char *where, const char *name);
+
 /* A gpt checkpoint as a GGUF file for llama.cpp's gpt2 architecture
- * (export_gguf.c). The exit code: 0, or 1 after a message. */
+ * (export_gguf.c). The exit code: 0, or 1 after a message (EXIT_USAGE:
+ * a default name, DIR's last component, that GGUF cannot hold). */
 int export_gguf(const export_opts *e);
 
 #endif

@@ -26,7 +26,6 @@
 #include "gguf.h"
 #include "trainer.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -161,18 +160,12 @@ static bool add_param(gguf_file *g, const amp_tensor *p, const char *name, const
         free(data);
         return false;
     }
-    for (int64_t i = 0; i < n; i++) {
-        const uint16_t *h = data;
-        if (!isfinite(f[i]) || (dt == AMP_F16 && (h[i] & 0x7c00) == 0x7c00)) {
-            fprintf(stderr, WHO ": %s: tensor %s, element %lld: %g %s\n", where, name, (long long)i, (double)f[i],
-                    isfinite(f[i]) ? "is beyond f16's range (65504): choose --dtype f32 or bf16"
-                                   : "is not finite: nothing to export");
-            free(f);
-            free(data);
-            return false;
-        }
-    }
+    ok = export_values_fit(f, n, dt, where, name);
     free(f);
+    if (!ok) {
+        free(data);
+        return false;
+    }
     for (int d = 0; d < nd; d++)
         ne[d] = amp_tensor_dim(p, nd - 1 - d);
     gguf_ggml_type t = dt == AMP_F32 ? GGML_F32 : dt == AMP_F16 ? GGML_F16 : GGML_BF16;
@@ -184,7 +177,7 @@ static bool add_param(gguf_file *g, const amp_tensor *p, const char *name, const
 }
 
 /* The metadata and every parameter of the loaded gpt t into g; -1, or 1
- * after a message. */
+ * after a message (EXIT_USAGE: a name GGUF cannot hold). */
 static int fill(gguf_file *g, const export_opts *e, const train_opts *o, const run_info *saved, const trainer *t,
                 const unsigned char *bytes, const char *where)
 {
@@ -192,8 +185,9 @@ static int fill(gguf_file *g, const export_opts *e, const train_opts *o, const r
     const char *want = e->dtype ? e->dtype : o->param_dtype;
     dt = strstr(want, "16") ? (want[0] == 'b' ? AMP_BF16 : AMP_F16) : AMP_F32;
     const char *base = strrchr(e->dir, '/');
-    char name[256];
-    snprintf(name, sizeof name, "%s", e->name ? e->name : base && base[1] ? base + 1 : e->dir);
+    const char *name = e->name ? e->name : base && base[1] ? base + 1 : e->dir;
+    if (!export_name_ok(name, "the model's name (DIR's last component; give another with --name)"))
+        return EXIT_USAGE;
     bool ok = gguf_kv_str(g, "general.architecture", "gpt2") && gguf_kv_str(g, "general.name", name) &&
               gguf_kv_u32(g, "general.file_type", dt == AMP_F32 ? 0 : dt == AMP_F16 ? 1 : 32) && /* llama_ftype */
               gguf_kv_u32(g, "general.alignment", GGUF_ALIGNMENT) &&
