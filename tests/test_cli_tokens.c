@@ -11,6 +11,7 @@
  * python3, the source dir's .bench-venv); ampc's decoding is checked
  * against tokenizers' own decode of the same ids.
  */
+#include "python_side.h"
 #include "test_cli_util.h"
 
 #include "tokenizer.h"
@@ -474,26 +475,12 @@ int main(void)
     amp_set_num_threads(1);
     write_tokens(cli_path(train_bin, sizeof train_bin, "train.bin"), 2000, tok_mod50, false);
     write_tokens(cli_path(val_bin, sizeof val_bin, "val.bin"), 400, tok_mod50, false);
-    const char *src = getenv("AMPC_SOURCE_DIR"), *tp = getenv("AMPC_TORCH_PYTHON");
-    char venv[1100];
-    snprintf(venv, sizeof venv, "%s/.bench-venv/bin/python", src ? src : ".");
-    const char *cands[] = {tp && *tp ? tp : NULL, "python3", venv};
-    for (int i = 0; i < 3; i++) {
-        char probe[1300];
-        if (!cands[i])
-            continue;
-        snprintf(probe, sizeof probe, "'%s' -c 'import pickle' > /dev/null 2>&1", cands[i]);
-        if (!have_pickle && system(probe) == 0) {
-            have_pickle = true;
-            snprintf(python, sizeof python, "%s", cands[i]);
-        }
-        snprintf(probe, sizeof probe, "'%s' -c 'import tokenizers' > /dev/null 2>&1", cands[i]);
-        if (system(probe) == 0) {
-            have_tokenizers = have_pickle = true;
-            snprintf(python, sizeof python, "%s", cands[i]);
-            break;
-        }
-    }
+    /* a Python with tokenizers (for every case), else one with pickle */
+    if (python_find("", "tokenizers"))
+        have_tokenizers = have_pickle = true;
+    else
+        have_pickle = python_find("", "pickle");
+    snprintf(python, sizeof python, "%s", python_exe);
     RUN(test_windows_are_get_batch_draws);
     RUN(test_raw_and_llmc_files_train_alike);
     RUN(test_eval_is_deterministic);
