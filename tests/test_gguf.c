@@ -18,6 +18,7 @@
 
 #include <dirent.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 static char text[256], images[256], run_dir[300], ckpt[400];
 static bool have_gguf;
@@ -25,7 +26,7 @@ static bool have_gguf;
 static bool need_gguf(void)
 {
     if (!have_gguf)
-        harness_skip("no gguf, numpy, safetensors or torch in $AMPC_TORCH_PYTHON / python3 / .bench-venv");
+        harness_skip("no gguf, numpy, safetensors, tokenizers or torch in $AMPC_TORCH_PYTHON / python3 / .bench-venv");
     return have_gguf;
 }
 
@@ -135,6 +136,49 @@ static void test_default_dtype_is_the_checkpoints(void)
     check_file(out, ckpt, "f32", "checkpoint.safetensors");
 }
 
+static void check_nothing_left(const char *out);
+
+/* A gpt without biases (--no-bias) exports with zero biases, which
+ * test_gguf.py checks are there and zero. */
+static void test_no_bias_exports_zero_biases(void)
+{
+    if (cli_have_binary())
+        train_and_export("no-bias", text, "--steps 2 --no-bias", "", "f32");
+}
+
+/* A gpt trained on token ids of a byte-level BPE (trained by
+ * test_gguf.py with `tokenizers`, about 300 tokens with <|endoftext|>
+ * special; the model's vocabulary 320, so 20 ids are padding): refused
+ * while its directory has no tokenizer.json, naming where to put it;
+ * with one, exported with its tokens, merges and types. */
+static void test_a_token_id_model_exports_its_tokenizer(void)
+{
+    if (!cli_have_binary() || !need_gguf())
+        return;
+    char data[300], dir[400], ck[500], out[500];
+    snprintf(data, sizeof data, "%s/bpe-data", tmpdir);
+    snprintf(dir, sizeof dir, "%s/bpe-run", tmpdir);
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", dir);
+    snprintf(out, sizeof out, "%s/bpe.gguf", tmpdir);
+    CHECK(mkdir(data, 0700) == 0);
+    int rc = python_run("bpe '%s' '%s'", text, data);
+    CHECK_MSG(rc == 0, "test_gguf.py bpe: exit %d:\n%s", rc, cli_out);
+    rc = cli_run("train --model gpt --data-bin %s/train.bin --val-bin %s/val.bin --vocab 320 --layers 1 --heads 2 "
+                 "--width 16 --context 8 --mlp-width 32 --batch 4 --steps 2 --val-batches 1 --threads 1 --save %s",
+                 data, data, dir);
+    CHECK_MSG(rc == 0, "train --data-bin: exit %d:\n%s", rc, cli_out);
+    rc = export_to(dir, out, "");
+    CHECK_MSG(rc == 1, "export without a tokenizer.json: exit %d, expected 1:\n%s", rc, cli_out);
+    CHECK_OUT("/tokenizer.json does not exist (put the model's Hugging Face tokenizer.json there)");
+    check_nothing_left(out);
+    char cmd[1000];
+    snprintf(cmd, sizeof cmd, "cp '%s/tokenizer.json' '%s/'", data, dir);
+    CHECK(system(cmd) == 0);
+    rc = export_to(dir, out, "");
+    CHECK_MSG(rc == 0, "export with a tokenizer.json: exit %d:\n%s", rc, cli_out);
+    check_file(out, ck, "f32", "bpe-run");
+}
+
 /* A corpus of every byte but NUL (which makes a file binary, not text,
  * to ampc): every branch of GPT-2's byte-to-character
  * table (printable bytes, control bytes, 0x7f..0xa0, 0xad, bytes above
@@ -161,7 +205,7 @@ static void test_exported_files_read_back_as_their_checkpoints(void)
 {
     if (!need_gguf())
         return;
-    CHECK_MSG(n_to_check == 7, "%d files to check, expected 7 (an export above failed)", n_to_check);
+    CHECK_MSG(n_to_check == 9, "%d files to check, expected 9 (an export above failed)", n_to_check);
     int rc = python_run("%s", to_check);
     printf("%s", cli_out);
     CHECK_MSG(rc == 0, "test_gguf.py: exit %d:\n%s", rc, cli_out);
@@ -189,16 +233,15 @@ static void test_a_checkpoint_that_is_not_a_gpt_is_refused(void)
     check_nothing_left(out);
 }
 
-/* A gpt llama.cpp's gpt2 would run otherwise than ampc (the erf GELU, no
- * biases) is refused, naming the option. */
+/* A gpt llama.cpp's gpt2 would run otherwise than ampc (the erf GELU) is
+ * refused, naming the option. */
 static void test_a_gpt_llama_cpp_runs_otherwise_is_refused(void)
 {
     if (!cli_have_binary())
         return;
     static const struct {
         const char *train, *says;
-    } cases[] = {{"--gelu exact", "uses the exact (erf) GELU (--gelu exact)"},
-                 {"--no-bias", "has no biases (--no-bias)"}};
+    } cases[] = {{"--gelu exact", "uses the exact (erf) GELU (--gelu exact)"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dir[500], out[500];
         snprintf(dir, sizeof dir, "%s/unfit-%zu", tmpdir, i);
@@ -352,9 +395,9 @@ static void test_bad_command_lines_are_refused(void)
 int main(void)
 {
     cli_init_tiny("gguf", images, text);
-    have_gguf = python_find("test_gguf.py", "gguf, numpy, safetensors, torch");
+    have_gguf = python_find("test_gguf.py", "gguf, numpy, safetensors, tokenizers, torch");
     if (!have_gguf)
-        printf("  no Python with gguf, numpy, safetensors and torch ($AMPC_TORCH_PYTHON, python3, .bench-venv; "
+        printf("  no Python with gguf, numpy, safetensors, tokenizers and torch ($AMPC_TORCH_PYTHON, python3, .bench-venv; "
                "scripts/torch-deps.sh installs them): the read-back tests are skipped\n");
     RUN(test_export_f32);
     RUN(test_export_f16);
@@ -362,6 +405,8 @@ int main(void)
     RUN(test_the_name_is_utf8_within_its_limit);
     RUN(test_default_dtype_is_the_checkpoints);
     RUN(test_every_byte_becomes_a_token);
+    RUN(test_no_bias_exports_zero_biases);
+    RUN(test_a_token_id_model_exports_its_tokenizer);
     RUN(test_exported_files_read_back_as_their_checkpoints);
     RUN(test_a_checkpoint_that_is_not_a_gpt_is_refused);
     RUN(test_a_gpt_llama_cpp_runs_otherwise_is_refused);

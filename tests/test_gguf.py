@@ -8,7 +8,17 @@ safetensors and torch).
 DTYPE is the type the weight matrices should have (f32, f16, bf16), NAME
 the general.name; one run checks several files (importing torch is the
 slow part). Prints what each check saw and exits 1 at the first mismatch.
+A checkpoint of token ids is checked against the tokenizer.json beside it
+(read with the `tokenizers` package); one without biases (--no-bias)
+must come with zero biases.
+
+    python3 tests/test_gguf.py bpe TEXT OUTDIR
+
+trains a byte-level BPE of about 300 tokens (<|endoftext|> special) on
+TEXT with `tokenizers` and writes OUTDIR/tokenizer.json and TEXT's ids as
+OUTDIR/train.bin and OUTDIR/val.bin (nanoGPT's raw uint16).
 """
+import os
 import json
 import sys
 
@@ -67,9 +77,13 @@ def check(path, ckpt, dtype, name):
     def opt(k):
         return o[k]
 
-    vocab = bytes.fromhex(run["vocab_bytes"])
-    b2u = bytes_to_unicode()
-    eos = vocab.index(b"\n"[0]) if b"\n"[0] in vocab else 0
+    if run.get("vocab_kind") == "token_ids":
+        tokens, types, merges, eos = bpe_expected(os.path.join(os.path.dirname(ckpt), "tokenizer.json"), run["vocab"])
+    else:
+        vocab = bytes.fromhex(run["vocab_bytes"])
+        b2u = bytes_to_unicode()
+        eos = vocab.index(b"\n"[0]) if b"\n"[0] in vocab else 0
+        tokens, types, merges = [b2u[b] for b in vocab], [int(gguf.TokenType.NORMAL)] * len(vocab), []
     expect = {
         "general.architecture": (gguf.GGUFValueType.STRING, "gpt2"),
         "general.file_type": (gguf.GGUFValueType.UINT32, int(FTYPE[dtype])),
@@ -82,9 +96,9 @@ def check(path, ckpt, dtype, name):
         "gpt2.attention.layer_norm_epsilon": (gguf.GGUFValueType.FLOAT32, float(np.float32(1e-5))),
         "tokenizer.ggml.model": (gguf.GGUFValueType.STRING, "gpt2"),
         "tokenizer.ggml.pre": (gguf.GGUFValueType.STRING, "gpt-2"),
-        "tokenizer.ggml.tokens": (gguf.GGUFValueType.ARRAY, [b2u[b] for b in vocab]),
-        "tokenizer.ggml.token_type": (gguf.GGUFValueType.ARRAY, [int(gguf.TokenType.NORMAL)] * len(vocab)),
-        "tokenizer.ggml.merges": (gguf.GGUFValueType.ARRAY, []),
+        "tokenizer.ggml.tokens": (gguf.GGUFValueType.ARRAY, tokens),
+        "tokenizer.ggml.token_type": (gguf.GGUFValueType.ARRAY, types),
+        "tokenizer.ggml.merges": (gguf.GGUFValueType.ARRAY, merges),
         "tokenizer.ggml.bos_token_id": (gguf.GGUFValueType.UINT32, eos),
         "tokenizer.ggml.eos_token_id": (gguf.GGUFValueType.UINT32, eos),
         "tokenizer.ggml.add_bos_token": (gguf.GGUFValueType.BOOL, False),
@@ -101,11 +115,16 @@ def check(path, ckpt, dtype, name):
         got = fld.contents()
         if fld.types[0] != t or got != v or (isinstance(v, float) and type(got) is not float):
             fail(f"{k}: {fld.types} {got!r}, expected {t.name} {v!r}")
-    print(f"  {len(keys)} keys as expected; vocabulary of {len(vocab)} tokens, eos/bos {eos}")
+    print(f"  {len(keys)} keys as expected; vocabulary of {len(tokens)} tokens, {len(merges)} merges, eos/bos {eos}")
 
     if r.data_offset % ALIGNMENT:
         fail(f"the data section starts at {r.data_offset}, not a multiple of {ALIGNMENT}")
     tensors = {t.name: t for t in r.tensors}
+    if o.get("no-bias"):
+        # zero biases for every linear and LayerNorm (not the embeddings)
+        for k in list(weights):
+            if k.endswith(".weight") and not k.startswith(("wte.", "wpe.")):
+                weights[k[:-len("weight")] + "bias"] = torch.zeros(weights[k].shape[0])
     wanted = {gguf_name(k): k for k in weights}
     if set(tensors) != set(wanted):
         fail(f"tensors: extra {sorted(set(tensors) - set(wanted))}, missing {sorted(set(wanted) - set(tensors))}")
@@ -130,8 +149,52 @@ def check(path, ckpt, dtype, name):
     print(f"  {len(tensors)} tensors: names, ne, types and every value as the checkpoint's ({dtype})")
 
 
+def bpe_expected(path, vocab):
+    """The tokens, types, merges and eos/bos id llama.cpp's converter
+    (convert_hf_to_gguf.py, _set_vocab_gpt2) writes for the tokenizer.json
+    at path with the model's vocabulary of vocab ids."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(path)
+    ids = {i: t for t, i in tok.get_vocab(with_added_tokens=True).items()}
+    added = tok.get_added_tokens_decoder()
+    tokens, types = [], []
+    for i in range(vocab):
+        if i not in ids:
+            tokens.append(f"[PAD{i}]")
+            types.append(int(gguf.TokenType.UNUSED))
+        elif i in added:
+            tokens.append(ids[i])
+            types.append(int(gguf.TokenType.CONTROL if added[i].special else gguf.TokenType.USER_DEFINED))
+        else:
+            tokens.append(ids[i])
+            types.append(int(gguf.TokenType.NORMAL))
+    with open(path, encoding="utf-8") as f:
+        merges = [m if isinstance(m, str) else " ".join(m) for m in json.load(f)["model"]["merges"]]
+    eos = tok.token_to_id("<|endoftext|>")
+    if not merges or eos is None or int(gguf.TokenType.CONTROL) not in types:
+        fail(f"{path}: expected merges, <|endoftext|> and a special token to check")
+    return tokens, types, merges, eos
+
+
+def make_bpe(text, outdir):
+    import numpy as np
+    from tokenizers import ByteLevelBPETokenizer
+    tok = ByteLevelBPETokenizer()
+    tok.train([text], vocab_size=300, min_frequency=1, special_tokens=["<|endoftext|>"], show_progress=False)
+    tok.save(os.path.join(outdir, "tokenizer.json"))
+    with open(text, encoding="utf-8") as f:
+        ids = tok.encode(f.read()).ids
+    half = len(ids) * 9 // 10
+    np.array(ids[:half], dtype=np.uint16).tofile(os.path.join(outdir, "train.bin"))
+    np.array(ids[half:], dtype=np.uint16).tofile(os.path.join(outdir, "val.bin"))
+    print(f"{len(tok.get_vocab())} tokens, {len(ids)} ids")
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if args[:1] == ["bpe"]:
+        make_bpe(*args[1:3])
+        sys.exit(0)
     if not args or len(args) % 4:
         fail("usage: test_gguf.py GGUF CHECKPOINT DTYPE NAME [...]")
     for i in range(0, len(args), 4):

@@ -18,16 +18,24 @@
  * bytes stand for themselves, the others for U+0100 on), merged by the
  * merge list, and each piece looked up. So each token is written as its
  * byte's character and the merge list is empty: every byte is one piece,
- * and llama.cpp tokenizes and detokenizes to ampc's ids.
+ * and llama.cpp tokenizes and detokenizes to ampc's ids. A gpt trained
+ * on token ids (--data-bin, or imported from Hugging Face) takes the
+ * tokens, merges and types of the byte-level BPE tokenizer.json in its
+ * directory (gguf_bpe.c).
+ *
+ * Without biases (--no-bias) each linear and LayerNorm is written with a
+ * zero bias, which computes the same: llama.cpp's gpt2 requires them.
  */
 #include "checkpoint_cli.h"
 #include "data.h"
 #include "export.h"
 #include "gguf.h"
+#include "gguf_bpe.h"
 #include "trainer.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define WHO "ampc export"
 /* src/nn/gpt.c's LayerNorm epsilon (PyTorch's default). */
@@ -176,10 +184,24 @@ static bool add_param(gguf_file *g, const amp_tensor *p, const char *name, const
     return true;
 }
 
+/* A zero f32 bias of n values for the weight called gname
+ * ("blk.0.ffn_up.weight" -> "blk.0.ffn_up.bias"); false after a message. */
+static bool add_zero_bias(gguf_file *g, const char *gname, int64_t n, const char *where)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%.*s.bias", (int)(strlen(gname) - strlen(".weight")), gname);
+    float *zero = calloc((size_t)n, sizeof *zero);
+    if (!zero || !gguf_tensor(g, name, 1, (int64_t[4]){n}, GGML_F32, zero, sizeof *zero * (size_t)n)) {
+        fprintf(stderr, WHO ": %s: out of memory\n", where);
+        return false;
+    }
+    return true;
+}
+
 /* The metadata and every parameter of the loaded gpt t into g; -1, or 1
  * after a message (EXIT_USAGE: a name GGUF cannot hold). */
 static int fill(gguf_file *g, const export_opts *e, const train_opts *o, const run_info *saved, const trainer *t,
-                const unsigned char *bytes, const char *where)
+                const unsigned char *bytes, const char *tokenizer, const char *where)
 {
     amp_dtype dt;
     const char *want = e->dtype ? e->dtype : o->param_dtype;
@@ -197,11 +219,14 @@ static int fill(gguf_file *g, const export_opts *e, const train_opts *o, const r
               gguf_kv_u32(g, "gpt2.block_count", (uint32_t)o->layers) &&
               gguf_kv_u32(g, "gpt2.attention.head_count", (uint32_t)o->heads) &&
               gguf_kv_f32(g, "gpt2.attention.layer_norm_epsilon", GPT_LN_EPS) &&
-              tokenizer_keys(g, bytes, saved->vocab);
+              (tokenizer || tokenizer_keys(g, bytes, saved->vocab));
     if (!ok) {
         fprintf(stderr, WHO ": %s: out of memory\n", where);
         return 1;
     }
+    int rc = tokenizer ? gguf_bpe_keys(g, tokenizer, saved->vocab, WHO) : -1;
+    if (rc >= 0)
+        return rc;
     for (int i = 0; i < amp_module_num_params(t->model); i++) {
         const char *pname;
         const amp_tensor *p = amp_module_param(t->model, i, &pname);
@@ -211,6 +236,9 @@ static int fill(gguf_file *g, const export_opts *e, const train_opts *o, const r
             return 1;
         }
         if (!add_param(g, p, pname, gname, written_dtype(p, dt), where))
+            return 1;
+        if (o->no_bias && strncmp(gname, "token_embd.", 11) != 0 && strncmp(gname, "position_embd.", 14) != 0 &&
+            !add_zero_bias(g, gname, amp_tensor_dim(p, 0), where))
             return 1;
     }
     return -1;
@@ -232,17 +260,24 @@ int export_gguf(const export_opts *e)
         return 1;
     }
     /* What llama.cpp's gpt2 cannot run as ampc does: ids of a tokenizer
-     * the checkpoint does not hold, the erf GELU (gpt2's is the tanh
-     * form), no biases (gpt2 requires every bias tensor). */
-    const char *unfit = saved.token_ids ? "was trained on token ids (--data-bin): its vocabulary is a tokenizer's, "
-                                          "which the checkpoint does not hold"
-                        : o.gelu && strcmp(o.gelu, "exact") == 0
-                            ? "uses the exact (erf) GELU (--gelu exact); llama.cpp's gpt2 computes the tanh form"
-                        : o.no_bias ? "has no biases (--no-bias); llama.cpp's gpt2 requires every bias tensor"
-                                    : NULL;
-    if (unfit) {
-        fprintf(stderr, WHO ": %s %s: GGUF export writes character gpt models with biases and the tanh GELU\n",
-                where, unfit);
+     * the checkpoint's directory does not hold, the erf GELU (gpt2's is
+     * the tanh form). */
+    char tokenizer[CLI_PATH_MAX + 32];
+    if (saved.token_ids) {
+        const char *slash = strrchr(where, '/');
+        snprintf(tokenizer, sizeof tokenizer, "%.*s/tokenizer.json", slash ? (int)(slash - where) : 1,
+                 slash ? where : ".");
+        struct stat sb; /* stat, not open: opening a FIFO waits (tokenizer_read refuses all but regular files) */
+        if (stat(tokenizer, &sb) != 0) {
+            fprintf(stderr, WHO ": %s was trained on token ids (--data-bin): its vocabulary is a tokenizer's, and "
+                            "%s does not exist (put the model's Hugging Face tokenizer.json there)\n",
+                    where, tokenizer);
+            return 1;
+        }
+    }
+    if (o.gelu && strcmp(o.gelu, "exact") == 0) {
+        fprintf(stderr, WHO ": %s uses the exact (erf) GELU (--gelu exact); llama.cpp's gpt2 computes the tanh form: "
+                        "GGUF export writes gpt models with the tanh GELU\n", where);
         return 1;
     }
     /* Restored on the CPU, in its own precision (nothing runs). */
@@ -251,7 +286,7 @@ int export_gguf(const export_opts *e)
     if ((rc = opts_resolve(&o)) >= 0)
         return rc;
     unsigned char bytes[256];
-    if ((rc = vocab_bytes(e, &o, &saved, where, bytes)) >= 0)
+    if (!saved.token_ids && (rc = vocab_bytes(e, &o, &saved, where, bytes)) >= 0)
         return rc;
     trainer t = {0};
     int64_t step = 0;
@@ -265,7 +300,7 @@ int export_gguf(const export_opts *e)
         rc = 1;
     }
     if (rc < 0)
-        rc = fill(g, e, &o, &saved, &t, bytes, where);
+        rc = fill(g, e, &o, &saved, &t, bytes, saved.token_ids ? tokenizer : NULL, where);
     if (rc < 0) {
         char what[CLI_PATH_MAX + 64];
         int err = gguf_write(g, e->out, what, sizeof what);

@@ -154,23 +154,35 @@ out:
     return ok;
 }
 
-bool tokenizer_load(tok_decoder *d, const char *path, const char *who)
+char *tokenizer_read(const char *path, const char *what, size_t *len, const char *who)
 {
     char why[512];
     int64_t size = 0;
-    memset(d, 0, sizeof *d);
     FILE *f = file_fopen_read(path, 1ll << 30, &size, why, sizeof why);
     char *buf = f ? malloc((size_t)size + 1) : NULL;
-    bool ok = false;
     if (!f)
-        fprintf(stderr, "%s: --tokenizer %s: %s\n", who, path, why);
-    else if (!buf || fread(buf, 1, (size_t)size, f) != (size_t)size)
-        fprintf(stderr, "%s: --tokenizer %s: cannot read its %lld bytes\n", who, path, (long long)size);
-    else if (!(ok = tokenizer_parse(d, buf, (size_t)size, why, sizeof why)))
-        fprintf(stderr, "%s: --tokenizer %s: %s\n", who, path, why);
-    free(buf);
+        fprintf(stderr, "%s: %s%s: %s\n", who, what, path, why);
+    else if (!buf || fread(buf, 1, (size_t)size, f) != (size_t)size) {
+        fprintf(stderr, "%s: %s%s: cannot read its %lld bytes\n", who, what, path, (long long)size);
+        free(buf);
+        buf = NULL;
+    }
     if (f)
         fclose(f);
+    *len = (size_t)size;
+    return buf;
+}
+
+bool tokenizer_load(tok_decoder *d, const char *path, const char *who)
+{
+    char why[512];
+    size_t size = 0;
+    memset(d, 0, sizeof *d);
+    char *buf = tokenizer_read(path, "--tokenizer ", &size, who);
+    bool ok = buf && tokenizer_parse(d, buf, size, why, sizeof why);
+    if (buf && !ok)
+        fprintf(stderr, "%s: --tokenizer %s: %s\n", who, path, why);
+    free(buf);
     return ok;
 }
 

@@ -3,7 +3,7 @@
  * (tokenizer.c): token id -> the bytes it stands for, so that `ampc
  * generate --tokenizer FILE` prints text from a model trained on ids.
  *
- * Defines: tok_decoder, tokenizer_parse, tokenizer_load, tokenizer_piece,
+ * Defines: tok_decoder, tokenizer_parse, tokenizer_read, tokenizer_load, tokenizer_piece,
  * tokenizer_free.
  */
 #ifndef AMPC_TOKENIZER_H
@@ -22,6 +22,9 @@ typedef struct {
 
 /* Parses the JSON text[0..len); false with why (n bytes). */
 bool tokenizer_parse(tok_decoder *d, const char *text, size_t len, char *why, size_t n);
+/* path's bytes (malloc'd, *len of them), or NULL after a message on
+ * stderr naming it (after what, such as "--tokenizer "; who: the command). */
+char *tokenizer_read(const char *path, const char *what, size_t *len, const char *who);
 /* Reads path; false after a message on stderr naming it (who: the command). */
 bool tokenizer_load(tok_decoder *d, const char *path, const char *who);
 /* id's bytes, or NULL when the tokenizer has no such id. */
