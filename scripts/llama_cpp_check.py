@@ -6,6 +6,11 @@ logits against ampc's fp32 forward (its PyTorch twin, python/ampc_torch.py:
 ampc's logits to ~1e-6, docs/interop.md) at every position.
 
     python3 scripts/llama_cpp_check.py MODEL.gguf CHECKPOINT PROMPT AMPC_TEXT_FILE
+    python3 scripts/llama_cpp_check.py --ids MODEL.gguf CHECKPOINT PROMPT AMPC_IDS_FILE
+
+With --ids the model is a token-id one (its GGUF vocabulary a byte-level
+BPE tokenizer.json's) and AMPC_IDS_FILE holds `ampc generate --ids`'s
+output, the prompt's ids (the tokenizer's) then the generated ones.
 """
 import json
 import os
@@ -21,15 +26,24 @@ import ampc_torch  # noqa: E402
 
 
 def main():
-    gguf_path, ckpt, prompt, ampc_file = sys.argv[1:5]
+    by_ids = sys.argv[1] == "--ids"
+    gguf_path, ckpt, prompt, ampc_file = sys.argv[1 + by_ids:5 + by_ids]
     with safe_open(ckpt, framework="pt") as f:
         settings = json.loads(f.metadata()["settings"])
-    vocab = bytes.fromhex(settings["run"]["vocab_bytes"])
     context = settings["settings"]["context"]
-    id_of = {b: i for i, b in enumerate(vocab)}
-    ampc_text = open(ampc_file, "rb").read()
-    ampc_ids = [id_of[b] for b in ampc_text]
-    n_prompt = len(prompt.encode())
+    if by_ids:
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_file(os.path.join(os.path.dirname(ckpt), "tokenizer.json"))
+        ampc_ids = [int(t) for t in open(ampc_file).read().split()]
+        n_prompt = len(tok.encode(prompt).ids)
+        ampc_text = tok.decode(ampc_ids).encode()
+        n_prompt_text = len(prompt.encode())
+    else:
+        vocab = bytes.fromhex(settings["run"]["vocab_bytes"])
+        id_of = {b: i for i, b in enumerate(vocab)}
+        ampc_text = open(ampc_file, "rb").read()
+        ampc_ids = [id_of[b] for b in ampc_text]
+        n_prompt = n_prompt_text = len(prompt.encode())
 
     llm = Llama(model_path=gguf_path, n_ctx=context, logits_all=True, verbose=False, n_threads=2)
     ids = llm.tokenize(prompt.encode(), add_bos=False, special=False)
@@ -48,7 +62,7 @@ def main():
     print(f"  llama.cpp {gen_l}")
     print(f"  ampc      {gen_a}")
     print(f"  llama.cpp text {llm.detokenize(gen_l)!r}")
-    print(f"  ampc text      {ampc_text[n_prompt:]!r}")
+    print(f"  ampc text      {ampc_text[n_prompt_text:]!r}")
     print(f"  {same} of {len(gen_a)} tokens equal" + ("" if first is None else f"; the first difference at token {first}"))
 
     twin = ampc_torch.load(ckpt)
