@@ -149,8 +149,9 @@ static void test_no_bias_exports_zero_biases(void)
 /* A gpt trained on token ids of a byte-level BPE (trained by
  * test_gguf.py with `tokenizers`, about 300 tokens with <|endoftext|>
  * special; the model's vocabulary 320, so 20 ids are padding): refused
- * while its directory has no tokenizer.json, naming where to put it;
- * with one, exported with its tokens, merges and types. */
+ * while its directory has no tokenizer.json, naming where to put it, or
+ * one that is not a byte-level BPE of its ids (exit 2, naming what is
+ * wrong); with the real one, exported with its tokens, merges and types. */
 static void test_a_token_id_model_exports_its_tokenizer(void)
 {
     if (!cli_have_binary() || !need_gguf())
@@ -171,7 +172,31 @@ static void test_a_token_id_model_exports_its_tokenizer(void)
     CHECK_MSG(rc == 1, "export without a tokenizer.json: exit %d, expected 1:\n%s", rc, cli_out);
     CHECK_OUT("/tokenizer.json does not exist (put the model's Hugging Face tokenizer.json there)");
     check_nothing_left(out);
+    /* tokenizer.json files that are not a byte-level BPE of the model's ids: exit 2, naming what */
+    static const struct {
+        const char *json, *says;
+    } bad[] = {
+        {"{\"model\": ", "tokenizer.json: not JSON: "},
+        {"{\"model\": {\"type\": \"WordLevel\", \"vocab\": {}}}", "its model is not a BPE with a vocab and merges"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"pre_tokenizer\": null, "
+         "\"decoder\": {\"type\": \"ByteLevel\"}}", "its pre_tokenizer (\"\") and decoder (\"ByteLevel\") are not both"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 320}, \"merges\": [\"a b\", [\"a\", 1]]}, "
+         "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"}}",
+         "model.merges[1] is neither a string \"a b\" nor a pair"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 320}, \"merges\": []}, "
+         "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"}}",
+         "model.vocab's token \"a\" has id 320; the model's vocabulary is 320 ids"},
+    };
     char cmd[1000];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s/tokenizer.json", dir);
+        FILE *f = fopen(cmd, "w");
+        CHECK(f && fputs(bad[i].json, f) >= 0 && fclose(f) == 0);
+        rc = export_to(dir, out, "");
+        CHECK_MSG(rc == 2, "export with tokenizer.json %s: exit %d, expected 2:\n%s", bad[i].json, rc, cli_out);
+        CHECK_OUT(bad[i].says);
+        check_nothing_left(out);
+    }
     snprintf(cmd, sizeof cmd, "cp '%s/tokenizer.json' '%s/'", data, dir);
     CHECK(system(cmd) == 0);
     rc = export_to(dir, out, "");

@@ -12,6 +12,7 @@
 #include "gguf_bpe.h"
 
 #include "io/json.h"
+#include "opts.h"
 #include "tokenizer.h"
 
 #include <stdio.h>
@@ -152,7 +153,7 @@ int gguf_bpe_keys(gguf_file *g, const char *path, int64_t vocab, const char *who
     size_t len = 0;
     char *text = tokenizer_read(path, "", &len, who), why[512], err[160];
     if (!text)
-        return 1;
+        return EXIT_USAGE;
     const json_value *root = NULL;
     json_doc *doc = json_parse(text, len, &root, err, sizeof err);
     bool ok = doc && bpe_keys(g, root, vocab, why, sizeof why);
@@ -160,5 +161,5 @@ int gguf_bpe_keys(gguf_file *g, const char *path, int64_t vocab, const char *who
         fprintf(stderr, "%s: %s: %s%s\n", who, path, doc ? "" : "not JSON: ", doc ? why : err);
     json_free(doc);
     free(text);
-    return ok ? -1 : 1;
+    return ok ? -1 : doc && strcmp(why, "out of memory") == 0 ? 1 : EXIT_USAGE;
 }

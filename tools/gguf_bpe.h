@@ -13,8 +13,9 @@
 #include <stdint.h>
 
 /* The tokenizer.ggml.* keys of the tokenizer.json at path, its ids
- * 0 .. vocab-1, into g: -1, or 1 after a message on stderr naming path
- * (who: the command). */
+ * 0 .. vocab-1, into g: -1, or after a message on stderr naming path
+ * (who: the command) EXIT_USAGE (a file that cannot be read, or is not a
+ * byte-level BPE tokenizer.json of ids below vocab) or 1 (out of memory). */
 int gguf_bpe_keys(gguf_file *g, const char *path, int64_t vocab, const char *who);
 
 #endif
