@@ -8,8 +8,11 @@
  *   1  nanoGPT's meta.pkl (tok_pkl_vocab): a vocabulary it gives is 1 .. 65536
  *   2  a JSON sidecar (tok_json_vocab)
  *   3  a Hugging Face tokenizer.json (tokenizer_parse), every piece looked up
+ *   4  a tokenizer.json as GGUF export reads it (gguf_bpe_keys: tools/gguf_bpe.c),
+ *      for a vocabulary taken from the second byte; what it refuses it says
  * Seeds: fuzz/corpus/tokens.
  */
+#include "gguf_bpe.h"
 #include "tokenizer.h"
 #include "tokens.h"
 #include "util.h"
@@ -30,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    const uint8_t kind = data[0] % 4, *p = data + 1;
+    const uint8_t kind = data[0] % 5, *p = data + 1;
     const size_t n = size - 1;
     char why[512];
     if (kind == 0) {
@@ -52,6 +55,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (kind == 2) {
         int64_t v = tok_json_vocab((const char *)p, n, why, sizeof why);
         check(v == -1 || (v >= 1 && v <= TOK_MAX_VOCAB), "sidecar: a vocabulary out of range");
+    } else if (kind == 4) {
+        gguf_file *g = n ? gguf_new() : NULL;
+        if (g) {
+            int rc = gguf_bpe_keys(g, fuzz_file("tokenizer.json", p + 1, n - 1), 1 + p[0] * 2, "fuzz_tokens");
+            check(rc == -1 || rc == 1 || rc == 2, "gguf_bpe_keys: an exit code but -1, 1 or 2");
+            gguf_free(g);
+        }
     } else {
         tok_decoder d;
         if (tokenizer_parse(&d, (const char *)p, n, why, sizeof why)) {
