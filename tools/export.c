@@ -106,7 +106,8 @@ const opt_cmd export_options = {
               "        character vocabulary, OUT/tokenizer.json; GPT2LMHeadModel.from_pretrained(OUT)\n"
               "        loads it (docs/interop.md)\n"
               "  gguf  llama.cpp (a gpt): the file OUT, its gpt2 architecture, written whole to a\n"
-              "        temporary beside it and renamed into place (docs/interop.md, \"llama.cpp (GGUF)\")\n",
+              "        temporary beside it and renamed into place (docs/interop.md, \"llama.cpp (GGUF)\");\n"
+              "        a gpt on token ids takes its vocabulary from DIR/tokenizer.json (a byte-level BPE)\n",
     OPT_ONE_TABLE(export_rows),
     .positional = convert_positional,
 };
