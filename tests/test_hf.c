@@ -137,6 +137,19 @@ static void write_token_file(const char *path, int64_t n, int vocab, uint64_t se
     free(t);
 }
 
+/* A gpt trained on the text with `train` (its shape and steps; fp32, one
+ * thread) into run, then exported with `args` to hf. */
+static void run_exported(const char *run, const char *hf, const char *train, const char *args)
+{
+    int rc = cli_run("train --model gpt --data %s %s --precision fp32 --threads 1 --save %s", text, train, run);
+    CHECK_MSG(rc == 0, "train %s: exit %d:\n%s", train, rc, cli_out);
+    rc = cli_run("export %s %s %s", args, run, hf);
+    CHECK_MSG(rc == 0, "export %s of a run of %s: exit %d:\n%s", args, train, rc, cli_out);
+}
+
+/* A char gpt trained 2 steps into run, exported with args to hf. */
+#define TINY_RUN "--layers 1 --heads 2 --width 8 --context 8 --batch 2 --steps 2"
+
 /* (h), (i): the ampc side of a --gelu exact --no-bias gpt and of a gpt on
  * token ids (with a tokenizer.json of its own), each exported, and their
  * logits on the ids in xp / [3, 48] ids below 300, for the Python side. */
@@ -144,12 +157,9 @@ static void export_gelu_and_token_ids(const char *xp, char *lg, char *xi, char *
 {
     cli_path(run_g, sizeof run_g, "G");
     cli_path(hf_g, sizeof hf_g, "G-hf");
-    int rc = cli_run("train --model gpt --data %s --gelu exact --no-bias --layers 2 --heads 2 --width 16 --context 48 "
-                     "--batch 8 --steps 30 --lr 0.01 --precision fp32 --threads 1 --save %s",
-                     text, run_g);
-    CHECK_MSG(rc == 0, "train --gelu exact --no-bias: exit %d:\n%s", rc, cli_out);
-    rc = cli_run("export %s %s", run_g, hf_g);
-    CHECK_MSG(rc == 0, "export of --gelu exact --no-bias: exit %d:\n%s", rc, cli_out);
+    run_exported(run_g, hf_g,
+                 "--gelu exact --no-bias --layers 2 --heads 2 --width 16 --context 48 --batch 8 --steps 30 --lr 0.01",
+                 "");
     size_t len = 0;
     char path[800], *raw = cli_read_file(xp, &len);
     amp_tensor *x = amp_zeros(AMP_SHAPE(3, 48), AMP_I64);
@@ -164,7 +174,7 @@ static void export_gelu_and_token_ids(const char *xp, char *lg, char *xi, char *
     cli_path(va_bin, sizeof va_bin, "val.bin");
     write_token_file(tr_bin, 4096, 300, 1);
     write_token_file(va_bin, 1024, 300, 2);
-    rc = cli_run("train --model gpt --data-bin %s --val-bin %s --vocab 300 --layers 1 --heads 2 --width 16 --context "
+    int rc = cli_run("train --model gpt --data-bin %s --val-bin %s --vocab 300 --layers 1 --heads 2 --width 16 --context "
                  "48 --batch 4 --steps 20 --lr 0.01 --precision fp32 --threads 1 --save %s",
                  tr_bin, va_bin, run_c);
     CHECK_MSG(rc == 0, "train --data-bin: exit %d:\n%s", rc, cli_out);
@@ -197,12 +207,8 @@ static void test_export_loads_in_transformers(void)
         return;
     cli_path(run_a, sizeof run_a, "A");
     cli_path(hf_a, sizeof hf_a, "A-hf");
-    int rc = cli_run("train --model gpt --data %s --layers 2 --heads 2 --width 16 --context 48 --mlp-width 40 "
-                     "--batch 8 --steps 100 --lr 0.01 --precision fp32 --threads 1 --save %s",
-                     text, run_a);
-    CHECK_MSG(rc == 0, "train: exit %d:\n%s", rc, cli_out);
-    rc = cli_run("export %s %s", run_a, hf_a);
-    CHECK_MSG(rc == 0, "export: exit %d:\n%s", rc, cli_out);
+    run_exported(run_a, hf_a,
+                 "--layers 2 --heads 2 --width 16 --context 48 --mlp-width 40 --batch 8 --steps 100 --lr 0.01", "");
     CHECK_OUT("model.safetensors (F32)");
     CHECK_OUT("tokenizer.json");
 
@@ -223,7 +229,7 @@ static void test_export_loads_in_transformers(void)
     logits_of(run_a, x, lp, false, "A");
 
     /* ampc's greedy tokens: the prompt, GEN_TOKENS bytes, a newline */
-    rc = cli_run("generate %s --prompt '" PROMPT "' --tokens %d --temperature 0 --threads 1 --quiet", run_a,
+    int rc = cli_run("generate %s --prompt '" PROMPT "' --tokens %d --temperature 0 --threads 1 --quiet", run_a,
                  GEN_TOKENS);
     size_t np = strlen(PROMPT);
     CHECK_MSG(rc == 0 && strlen(cli_out) == np + GEN_TOKENS + 1, "generate: exit %d:\n%s", rc, cli_out);
@@ -605,17 +611,6 @@ static void test_bad_hf_directories_are_refused(void)
     CHECK_MSG(cli_same_checkpoint(a, b, why, sizeof why), "the GPT2Model names import otherwise: %s", why);
 }
 
-/* A char gpt trained 2 steps in fp32 into run, exported with args to hf. */
-static void tiny_run_exported(const char *run, const char *hf, const char *args)
-{
-    int rc = cli_run("train --model gpt --data %s --layers 1 --heads 2 --width 8 --context 8 --batch 2 --steps 2 "
-                     "--precision fp32 --threads 1 --save %s",
-                     text, run);
-    CHECK_MSG(rc == 0, "train: exit %d:\n%s", rc, cli_out);
-    rc = cli_run("export %s %s %s", args, run, hf);
-    CHECK_MSG(rc == 0, "export %s: exit %d:\n%s", args, rc, cli_out);
-}
-
 /* --dtype bf16: each weight rounded to nearest even (what amp_convert
  * gives), and imported back widened exactly; no Python needed. */
 static void test_export_in_bf16_rounds_each_weight(void)
@@ -624,7 +619,7 @@ static void test_export_in_bf16_rounds_each_weight(void)
         return;
     char run[600], hf[600], back[600], pa[800], pb[800];
     cli_path(back, sizeof back, "B-back");
-    tiny_run_exported(cli_path(run, sizeof run, "B"), cli_path(hf, sizeof hf, "B-hf16"), "--dtype bf16");
+    run_exported(cli_path(run, sizeof run, "B"), cli_path(hf, sizeof hf, "B-hf16"), TINY_RUN, "--dtype bf16");
     CHECK_OUT("model.safetensors (BF16)");
     int rc = cli_run("import %s %s", hf, back);
     CHECK_MSG(rc == 0, "import: exit %d:\n%s", rc, cli_out);
@@ -696,7 +691,7 @@ static void test_import_refusals_and_tokenizer_checks(void)
     if (!cli_have_binary())
         return;
     char run[600], hf[600], dir[700], out[720], ck[900];
-    tiny_run_exported(cli_path(run, sizeof run, "IR"), cli_path(hf, sizeof hf, "IR-hf"), "");
+    run_exported(cli_path(run, sizeof run, "IR"), cli_path(hf, sizeof hf, "IR-hf"), TINY_RUN, "");
 
     checkpoint_path(ck, sizeof ck, run);
     size_t n0 = 0, n1 = 0;
