@@ -786,6 +786,30 @@ AMP_API const char *amp_cast_category_name(amp_cast_category c);
  * PROMOTE, AMP_ERR_STATE for a BANNED op. */
 AMP_API amp_status amp_autocast_plan(const char *op, amp_device dev, amp_dtype at, int n, const amp_dtype *in,
                                      amp_dtype *out);
+/* Modules kept in f32 under autocast. Each path names a module as
+ * PyTorch's named_modules() does ("h.0.attn", "ln_f", "fc1"; a
+ * sequential's children by index, "0"); the ops run inside that module,
+ * or inside a module under it, run in f32 where autocast would lower them
+ * (their 16-bit inputs widened): a nested autocast(enabled=False) around
+ * the module with its inputs cast to float, in PyTorch's terms. The rest
+ * of the model is autocast as before. Replaces the set for every thread
+ * (the paths are copied); n = 0 clears it. Set it between steps, not
+ * while a forward runs. */
+AMP_API amp_status amp_autocast_set_fp32_modules(const char *const *paths, int n);
+/* How many module forwards entered the i-th path of the set (or a module
+ * under it) since it was set; -1 past the set. A path with no hits after
+ * a forward names no module the model ran. */
+AMP_API long amp_autocast_fp32_module_hits(int i);
+/* Names the ops run until amp_scope_end as if they were a module's at
+ * path (the scope ops/modules record, which the anomaly check and the
+ * audit report; a module in the fp32 set above is kept in f32 here too).
+ * Module forwards enter their own paths by themselves; this is for code
+ * outside any module, such as a loss ("loss"). Nests up to 64 deep per
+ * thread. */
+AMP_API amp_status amp_scope_begin(const char *path);
+AMP_API amp_status amp_scope_end(void);
+/* The path the current op would be recorded in ("" outside every scope). */
+AMP_API const char *amp_scope_current(void);
 
 /* Warnings (autocast disabled for an unsupported dtype, ...) go to this
  * handler; the default prints "ampc warning: ..." to stderr. NULL restores

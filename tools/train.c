@@ -259,6 +259,9 @@ amp_tensor *micro_batch_loss(const trainer *t, const train_opts *o, const run_in
     if (t->autocast && amp_autocast_begin(dev, t->dtype) != AMP_OK)
         return NULL;
     amp_tensor *logits = amp_module_forward(t->model, x);
+    /* The loss's ops are named "loss" (the anomaly check and the audit
+     * report them there), outside every module as in PyTorch. */
+    amp_scope_begin("loss");
     if (gpt) { /* [B, T, V] against [B, T]: one row per position */
         logits = amp_reshape(logits, AMP_SHAPE(-1, ri->vocab));
         y = amp_reshape(y, AMP_SHAPE(-1));
@@ -268,6 +271,7 @@ amp_tensor *micro_batch_loss(const trainer *t, const train_opts *o, const run_in
         amp_autocast_end();
     if (loss && o->accum > 1)
         loss = amp_div_scalar(loss, (double)o->accum);
+    amp_scope_end();
     return loss;
 }
 

@@ -34,6 +34,15 @@
 
 static _Thread_local int no_grad_depth;
 
+autograd_observer_fn autograd_observer;
+void *autograd_observer_ctx;
+
+void autograd_set_observer(autograd_observer_fn fn, void *ctx)
+{
+    autograd_observer = fn;
+    autograd_observer_ctx = fn ? ctx : NULL;
+}
+
 void amp_no_grad_begin(void) { no_grad_depth++; }
 void amp_no_grad_end(void)
 {
@@ -252,6 +261,8 @@ typedef struct {
 /* Backward's nesting depth on this thread, and the outermost backward's
  * table while it runs with a hook. */
 static _Thread_local int backward_depth;
+
+bool autograd_in_backward(void) { return backward_depth > 0; }
 static _Thread_local ready_table *ready_outer;
 
 static ready_entry *ready_slot(ready_table *rt, const amp_tensor *t)
@@ -466,6 +477,8 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
         st = n->backward(n, n->grad, gin);
         if (pe)
             prof_backward_end(pe, n, gin);
+        if (autograd_observer && st == AMP_OK)
+            st = autograd_observer(autograd_observer_ctx, n, true, gin, n->n_in);
         for (int i = 0; i < n->n_in; i++) {
             amp_tensor *x = n->in[i];
             if (st == AMP_OK && gin[i] && x->requires_grad) {

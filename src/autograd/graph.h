@@ -31,6 +31,7 @@ typedef void (*node_profile_fn)(const struct node *n, struct prof_event *e, bool
 typedef struct node {
     int op;
     const char *name;          /* the op's name, for messages */
+    const char *scope;         /* the module path it was made in (ops/scope.h); "" for none */
     node_backward_fn backward; /* set by the op layer when it records the node */
     node_profile_fn profile;   /* likewise; NULL: no cost, no parameters */
     int refcount;
@@ -80,5 +81,28 @@ void node_hold_state(node *n);
 typedef enum { AUTOGRAD_BACKWARD_BEGIN = 0, AUTOGRAD_LEAF_READY, AUTOGRAD_NODE_DONE } autograd_event;
 typedef void (*autograd_grad_ready_fn)(void *ctx, autograd_event ev, amp_tensor *leaf);
 void autograd_set_grad_ready_hook(autograd_grad_ready_fn fn, void *ctx);
+
+/* The node observer (the anomaly check's and the audit's, src/amp/): fn
+ * is called on the thread that runs the op
+ *   - after each op's forward (op_run), backward false, with its result
+ *     (t[0], n_t 1), the node made for it (n: its op, scope and inputs;
+ *     also for a result that needs no gradient, whose node is released
+ *     right after);
+ *   - after each node's backward, backward true, with the gradients it
+ *     made for its inputs (t[i] for input i, NULL where none; n_t = n_in),
+ *     before they are added anywhere.
+ * A status other than AMP_OK (with the error set) fails the op (its
+ * result is dropped and the op returns NULL) or stops the backward, as
+ * an error of the op itself would. fn NULL removes it; with none, each op
+ * pays one branch. One observer per process, set between steps. */
+typedef amp_status (*autograd_observer_fn)(void *ctx, const node *n, bool backward, amp_tensor *const *t,
+                                           int n_t);
+void autograd_set_observer(autograd_observer_fn fn, void *ctx);
+/* Whether this thread is inside a backward: a forward seen then is a
+ * checkpointed block's recompute (ops/checkpoint.c). */
+bool autograd_in_backward(void);
+/* The observer and its context (read on every op; NULL: none). */
+extern autograd_observer_fn autograd_observer;
+extern void *autograd_observer_ctx;
 
 #endif

@@ -59,6 +59,7 @@
 #include "backend/backend.h"
 #include "base/base.h"
 #include "ops/fused.h"
+#include "ops/scope.h"
 #include "tensor/tensor.h"
 
 #include <math.h>
@@ -94,6 +95,42 @@ static amp_tensor *drop(const amp_module *m, amp_tensor *x)
     return p > 0 && m->training ? amp_dropout(x, p, true) : x;
 }
 
+/* The parts of the GPT that have no module of their own, named as the
+ * PyTorch tree names them (module_sub_path): a block's attention and MLP
+ * ("h.0.attn": the split into heads and the attention; "h.0.mlp": an
+ * exact GELU), and the root's embeddings and head. */
+enum { SUB_ATTN, SUB_MLP };
+enum { SUB_WTE, SUB_WPE, SUB_HEAD };
+
+/* The ops below, each run in scope path (ops/scope.h): linear(x, w, b)
+ * (gelu_tanh fused in with GELU_TANH, or an exact GELU after it in scope
+ * gelu_path with GELU_EXACT), an embedding lookup. */
+enum { NO_ACT, GELU_TANH, GELU_EXACT };
+
+static amp_tensor *linear_in(const char *path, amp_tensor *x, amp_tensor *w, amp_tensor *b, int act,
+                             const char *gelu_path)
+{
+    op_scope sc;
+    op_scope_enter(&sc, path);
+    amp_tensor *y = act == GELU_TANH ? op_linear_gelu(x, w, b) : amp_linear(x, w, b);
+    op_scope_leave(&sc);
+    if (act == GELU_EXACT) {
+        op_scope_enter(&sc, gelu_path);
+        y = amp_gelu(y, AMP_GELU_EXACT);
+        op_scope_leave(&sc);
+    }
+    return y;
+}
+
+static amp_tensor *embedding_in(const char *path, amp_tensor *w, amp_tensor *idx)
+{
+    op_scope sc;
+    op_scope_enter(&sc, path);
+    amp_tensor *y = amp_embedding(w, idx);
+    op_scope_leave(&sc);
+    return y;
+}
+
 /* A linear child's own forward (the children are real modules). */
 static amp_tensor *linear_forward(amp_module *m, amp_tensor *x)
 {
@@ -109,9 +146,9 @@ static amp_tensor *split_heads(amp_tensor *x, int64_t B, int64_t T, int64_t H, i
 
 /* x + r, and *h = ln(x + r) (a LayerNorm child) from the same pass:
  * op_add_layer_norm, the same ops and values as amp_add then ln. */
-static amp_tensor *add_ln(amp_tensor *x, amp_tensor *r, const amp_module *ln, amp_tensor **h)
+static amp_tensor *add_ln(amp_tensor *x, amp_tensor *r, amp_module *ln, amp_tensor **h)
 {
-    return op_add_layer_norm(x, r, ln->own[0], ln->own[1], ln->cfg_f[0], h);
+    return op_add_layer_norm_in(x, r, ln->own[0], ln->own[1], ln->cfg_f[0], h, module_path(ln));
 }
 
 /* One pre-LN block on x [B, T, width]. h1 is ln_1(x) when the previous
@@ -120,8 +157,8 @@ static amp_tensor *add_ln(amp_tensor *x, amp_tensor *r, const amp_module *ln, am
  * block's ln_1, or ln_f). With kv (a generating model's cache), the
  * attention is over the cache's positions, the new keys and values added
  * to it as block `layer`'s (gpt_cache.c). */
-static amp_tensor *block_run(amp_module *m, amp_tensor *x, amp_tensor *h1, const amp_module *next_ln,
-                             amp_tensor **h_next, amp_gpt_cache *kv, int64_t layer)
+static amp_tensor *block_parts(amp_module *m, amp_tensor *x, amp_tensor *h1, amp_module *next_ln,
+                               amp_tensor **h_next, amp_gpt_cache *kv, int64_t layer)
 {
     if (amp_tensor_ndim(x) != 3 || amp_tensor_dim(x, 2) != m->cfg_i[0]) {
         char b[96];
@@ -132,22 +169,39 @@ static amp_tensor *block_run(amp_module *m, amp_tensor *x, amp_tensor *h1, const
     const int64_t B = amp_tensor_dim(x, 0), T = amp_tensor_dim(x, 1), W = m->cfg_i[0], H = m->cfg_i[1];
     amp_tensor *h = h1 ? h1 : amp_module_forward(m->children[B_LN1], x);
     /* One GEMM for q, k and v: qkv [B, T, 3 width], then its three thirds. */
-    amp_tensor *qkv = amp_linear(h, w_of(m, B_QKV), b_of(m, B_QKV));
+    amp_tensor *qkv = linear_in(module_path(m->children[B_QKV]), h, w_of(m, B_QKV), b_of(m, B_QKV), NO_ACT, NULL);
+    op_scope sc;
+    op_scope_enter(&sc, module_sub_path(m, SUB_ATTN, "attn"));
     amp_tensor *q = split_heads(amp_narrow(qkv, 2, 0, W), B, T, H, W / H);
     amp_tensor *k = split_heads(amp_narrow(qkv, 2, W, W), B, T, H, W / H);
     amp_tensor *v = split_heads(amp_narrow(qkv, 2, 2 * W, W), B, T, H, W / H);
     amp_tensor *a = amp_reshape(kv ? gpt_cache_attend(kv, layer, q, k, v) : op_attention_bthd(q, k, v, true),
                                 AMP_SHAPE(B, T, W));
+    op_scope_leave(&sc);
     /* x = x + drop(proj(a)); h = ln_2(x) */
-    x = add_ln(x, drop(m, amp_linear(a, w_of(m, B_PROJ), b_of(m, B_PROJ))), m->children[B_LN2], &h);
+    amp_tensor *pr = linear_in(module_path(m->children[B_PROJ]), a, w_of(m, B_PROJ), b_of(m, B_PROJ), NO_ACT, NULL);
+    x = add_ln(x, drop(m, pr), m->children[B_LN2], &h);
     /* gelu_tanh(fc1(h)) as one op: on CUDA the GELU is the GEMM's
      * epilogue (no separate pass over the [B*T, 4 width] activations); on
      * the CPU the same values as the two ops, bit for bit. The exact GELU
      * is an op of its own after fc1. */
-    h = m->cfg_i[3] ? amp_gelu(amp_linear(h, w_of(m, B_FC1), b_of(m, B_FC1)), AMP_GELU_EXACT)
-                    : op_linear_gelu(h, w_of(m, B_FC1), b_of(m, B_FC1));
-    amp_tensor *r = drop(m, amp_linear(h, w_of(m, B_FC2), b_of(m, B_FC2)));
+    h = linear_in(module_path(m->children[B_FC1]), h, w_of(m, B_FC1), b_of(m, B_FC1),
+                  m->cfg_i[3] ? GELU_EXACT : GELU_TANH, module_sub_path(m, SUB_MLP, "mlp"));
+    amp_tensor *r =
+        drop(m, linear_in(module_path(m->children[B_FC2]), h, w_of(m, B_FC2), b_of(m, B_FC2), NO_ACT, NULL));
     return next_ln ? add_ln(x, r, next_ln, h_next) : amp_add(x, r);
+}
+
+/* The block in its own scope ("h.3": the residual adds and dropouts;
+ * each part in its module's), also when the model's forward wires it. */
+static amp_tensor *block_run(amp_module *m, amp_tensor *x, amp_tensor *h1, amp_module *next_ln,
+                             amp_tensor **h_next, amp_gpt_cache *kv, int64_t layer)
+{
+    op_scope sc;
+    op_scope_enter(&sc, module_path(m));
+    amp_tensor *y = block_parts(m, x, h1, next_ln, h_next, kv, layer);
+    op_scope_leave(&sc);
+    return y;
 }
 
 static amp_tensor *block_compute(amp_module *m, amp_tensor *x) { return block_run(m, x, NULL, NULL, NULL, NULL, 0); }
@@ -230,7 +284,8 @@ amp_tensor *gpt_forward_at(amp_module *m, amp_tensor *idx, amp_gpt_cache *kv)
     amp_tensor *pos = positions(past, T, amp_tensor_device(wpe));
     if (!pos)
         return NULL;
-    amp_tensor *x = amp_add(amp_embedding(wte, idx), amp_embedding(wpe, pos));
+    amp_tensor *x = amp_add(embedding_in(module_sub_path(m, SUB_WTE, "wte"), wte, idx),
+                            embedding_in(module_sub_path(m, SUB_WPE, "wpe"), wpe, pos));
     amp_tensor_free(pos);
     /* Each block's last add computes the next block's ln_1 (or ln_f) in
      * the same pass, except around a checkpointed block (which keeps
@@ -251,7 +306,8 @@ amp_tensor *gpt_forward_at(amp_module *m, amp_tensor *idx, amp_gpt_cache *kv)
             return block_error(i);
     }
     x = h ? h : amp_module_forward(m->children[layers], x);
-    return amp_linear(x, wte, NULL);
+    /* The head, tied to wte: transformers' GPT2LMHeadModel calls it lm_head. */
+    return linear_in(module_sub_path(m, SUB_HEAD, "lm_head"), x, wte, NULL, NO_ACT, NULL);
 }
 
 /* ---------------------------------------------------------- construction */

@@ -14,6 +14,7 @@
 #include "nn/nn.h"
 
 #include "backend/backend.h"
+#include "ops/scope.h"
 #include "base/base.h"
 #include "tensor/tensor.h"
 
@@ -54,6 +55,68 @@ amp_status module_add_param(amp_module *m, amp_tensor *t, const char *name)
     return AMP_OK;
 }
 
+/* Drops the paths of m's subtree (its name or an ancestor's changed). */
+static void drop_paths(amp_module *m)
+{
+    free(m->path);
+    m->path = NULL;
+    for (int k = 0; k < MODULE_MAX_SUB; k++) {
+        free(m->sub_paths[k]);
+        m->sub_paths[k] = NULL;
+    }
+    for (int i = 0; i < m->n_children; i++)
+        drop_paths(m->children[i]);
+}
+
+/* Child i of its parent's name: its own, or its index. */
+static void child_name(const amp_module *m, char *buf, size_t size)
+{
+    if (m->name) {
+        snprintf(buf, size, "%s", m->name);
+        return;
+    }
+    int i = 0;
+    while (i < m->parent->n_children && m->parent->children[i] != m)
+        i++;
+    snprintf(buf, size, "%d", i);
+}
+
+const char *module_path(amp_module *m)
+{
+    if (m->path)
+        return m->path;
+    if (!m->parent) {
+        m->path = strdup("");
+        return m->path;
+    }
+    const char *up = module_path(m->parent);
+    if (!up)
+        return NULL;
+    char own[32];
+    const char *name = own;
+    if (m->name)
+        name = m->name;
+    else
+        child_name(m, own, sizeof own);
+    size_t len = strlen(up) + strlen(name) + 2;
+    if ((m->path = malloc(len)))
+        snprintf(m->path, len, "%s%s%s", up, *up ? "." : "", name);
+    return m->path;
+}
+
+const char *module_sub_path(amp_module *m, int k, const char *suffix)
+{
+    if (m->sub_paths[k])
+        return m->sub_paths[k];
+    const char *up = module_path(m);
+    if (!up)
+        return NULL;
+    size_t len = strlen(up) + strlen(suffix) + 2;
+    if ((m->sub_paths[k] = malloc(len)))
+        snprintf(m->sub_paths[k], len, "%s%s%s", up, *up ? "." : "", suffix);
+    return m->sub_paths[k];
+}
+
 amp_status module_set_name(amp_module *m, const char *name)
 {
     char *copy = strdup(name);
@@ -61,6 +124,7 @@ amp_status module_set_name(amp_module *m, const char *name)
         return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", m->kind);
     free(m->name);
     m->name = copy;
+    drop_paths(m);
     for (amp_module *p = m; p; p = p->parent)
         p->dirty = true;
     return AMP_OK;
@@ -84,7 +148,14 @@ static amp_tensor *sequential_forward(amp_module *m, amp_tensor *x)
     for (int i = 0; i < m->n_children && x; i++) {
         amp_module *c = m->children[i];
         bool fuse = c->forward_relu && i + 1 < m->n_children && module_is_relu(m->children[i + 1]);
-        amp_tensor *y = fuse ? c->forward_relu(c, x) : amp_module_forward(c, x);
+        amp_tensor *y;
+        if (fuse) {
+            op_scope sc;
+            op_scope_enter(&sc, module_path(c));
+            y = c->forward_relu(c, x);
+            op_scope_leave(&sc);
+        } else
+            y = amp_module_forward(c, x);
         if (!y && amp_last_status() != AMP_OK)
             prefix_error(m, i, c);
         x = y;
@@ -99,7 +170,11 @@ amp_tensor *amp_module_forward(amp_module *m, amp_tensor *x)
         return amp_fail_null(AMP_ERR_ARG, "module_forward: NULL module");
     if (!x)
         return NULL; /* keep the error that made the NULL, as the ops do */
-    return m->forward(m, x);
+    op_scope sc;
+    op_scope_enter(&sc, module_path(m));
+    amp_tensor *y = m->forward(m, x);
+    op_scope_leave(&sc);
+    return y;
 }
 
 void amp_module_train(amp_module *m, bool training)
@@ -164,6 +239,7 @@ amp_status module_append(amp_module *m, amp_module *child, const char *who)
     }
     m->children[m->n_children++] = child;
     child->parent = m;
+    drop_paths(child);
     for (amp_module *p = m; p; p = p->parent)
         p->dirty = true;
     return AMP_OK;
@@ -296,6 +372,9 @@ static void module_destroy(amp_module *m)
     for (int j = 0; j < m->n_own; j++)
         amp_tensor_free(m->own[j]);
     drop_flat(m);
+    free(m->path);
+    for (int k = 0; k < MODULE_MAX_SUB; k++)
+        free(m->sub_paths[k]);
     free(m->name);
     free(m);
 }

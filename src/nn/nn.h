@@ -19,6 +19,7 @@
 #include "ampc.h"
 
 #define MODULE_MAX_OWN 2
+#define MODULE_MAX_SUB 4
 
 typedef amp_tensor *(*module_forward_fn)(amp_module *m, amp_tensor *x);
 
@@ -46,6 +47,14 @@ struct amp_module {
     amp_tensor **flat;
     char **flat_names;
 
+    /* Its path in PyTorch's named_modules() naming ("h.0.attn.qkv"; ""
+     * for the root), the scope its forward's ops run in (ops/scope.h),
+     * and paths below it for parts a forward wires without a module of
+     * their own (the GPT block's "h.0.attn", "h.0.mlp"); built on first
+     * use and dropped when the tree above changes. */
+    char *path;
+    char *sub_paths[MODULE_MAX_SUB];
+
     /* Configuration, per kind (see layers.c). */
     int64_t cfg_i[6];
     double cfg_f[2];
@@ -66,6 +75,12 @@ amp_status module_set_name(amp_module *m, const char *name);
  * marks m and its ancestors for a new parameter list; out of memory frees
  * child and sets the error "<who>: out of memory". */
 amp_status module_append(amp_module *m, amp_module *child, const char *who);
+
+/* m's path (the struct's `path`), NULL when out of memory; and sub-path
+ * k (< MODULE_MAX_SUB) of m: its path + "." + suffix, suffix for the
+ * root. */
+const char *module_path(amp_module *m);
+const char *module_sub_path(amp_module *m, int k, const char *suffix);
 
 /* Whether m is an nn ReLU (the sequential fuses it into the layer before). */
 bool module_is_relu(const amp_module *m);

@@ -47,7 +47,7 @@ typedef autocast_state ac_state; /* ops.h */
 
 /* dtype[dev] is 0 until a region sets it: the device's default then
  * (the backend's autocast_dtype; PyTorch's bf16 on the CPU, f16 on CUDA). */
-static _Thread_local ac_state cur = {{false}, {0}, true};
+static _Thread_local ac_state cur = {{false}, {0}, true, false};
 
 /* The dtype autocast lowers to on dev in the current region. */
 static amp_dtype lower_dtype(amp_device dev)
@@ -161,6 +161,13 @@ amp_status amp_autocast_end(void)
 }
 
 autocast_state autocast_state_get(void) { return cur; }
+
+bool autocast_fp32_scope_set(bool on)
+{
+    bool was = cur.fp32_scope;
+    cur.fp32_scope = on;
+    return was;
+}
 
 amp_status autocast_scope_begin(autocast_scope *sc, const autocast_state *s)
 {
@@ -475,6 +482,8 @@ amp_status autocast_inputs(int op, amp_tensor *const *in, int n, amp_tensor **ou
     amp_cast_category c = category_of(op, dev);
     if (c == AMP_CAST_NONE)
         return AMP_OK;
+    if (c == AMP_CAST_LOWER && cur.fp32_scope)
+        c = AMP_CAST_FP32; /* a module kept in f32 (scope.h) */
     amp_dtype din[AMP_MAX_DIMS * 4], dout[AMP_MAX_DIMS * 4];
     if (n > (int)(sizeof din / sizeof din[0]))
         return AMP_OK; /* more inputs than any autocast op takes */

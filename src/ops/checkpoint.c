@@ -26,6 +26,7 @@
  * checkpointed blocks holds one block's temporaries at a time).
  */
 #include "ops/ops.h"
+#include "ops/scope.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,6 +206,7 @@ amp_tensor *amp_checkpoint(amp_checkpoint_fn fn, void *ctx, amp_tensor *const *i
     node *n = &c->base;
     n->op = -1; /* not a row of the op table */
     n->name = "checkpoint";
+    n->scope = op_scope_current();
     n->backward = checkpoint_backward;
     n->refcount = 1;
     n->needs_grad = true;

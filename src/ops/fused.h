@@ -38,6 +38,10 @@ amp_tensor *op_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *bias);
  * (ops/norm.c). */
 amp_tensor *op_add_layer_norm(amp_tensor *x, amp_tensor *res, amp_tensor *weight, amp_tensor *bias, double eps,
                               amp_tensor **y);
+/* The same, the layer_norm run in scope ln_scope (its module's path,
+ * ops/scope.h; NULL: the current scope), the add in the current one. */
+amp_tensor *op_add_layer_norm_in(amp_tensor *x, amp_tensor *res, amp_tensor *weight, amp_tensor *bias,
+                                 double eps, amp_tensor **y, const char *ln_scope);
 
 /* scaled_dot_product_attention (amp_attention) on q, k, v [B, T, H, d]
  * (heads B * H), out [B, T, H, d]: the heads of a [B, T, H * d] linear

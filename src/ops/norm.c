@@ -33,6 +33,7 @@
 #include "ops/broadcast.h"
 #include "ops/fused.h"
 #include "ops/infer.h"
+#include "ops/scope.h"
 
 /* ------------------------------------------------------- the public ops */
 
@@ -127,6 +128,12 @@ bool add_layer_norm_try(node *n, amp_tensor **out)
 amp_tensor *op_add_layer_norm(amp_tensor *x, amp_tensor *res, amp_tensor *weight, amp_tensor *bias, double eps,
                               amp_tensor **y)
 {
+    return op_add_layer_norm_in(x, res, weight, bias, eps, y, NULL);
+}
+
+amp_tensor *op_add_layer_norm_in(amp_tensor *x, amp_tensor *res, amp_tensor *weight, amp_tensor *bias,
+                                 double eps, amp_tensor **y, const char *ln_scope)
+{
     if (!y)
         return amp_fail_null(AMP_ERR_ARG, "add_layer_norm: no place for the normalised result (y is NULL)");
     *y = NULL;
@@ -141,8 +148,12 @@ amp_tensor *op_add_layer_norm(amp_tensor *x, amp_tensor *res, amp_tensor *weight
     const op_params p = {.add = {.fused_layer_norm = true}};
     amp_tensor *s = op_apply(OP_ADD, in, 2, &p);
     fused.asked = false;
-    if (s)
+    if (s) {
+        op_scope sc;
+        op_scope_enter(&sc, ln_scope ? ln_scope : op_scope_current());
         *y = amp_layer_norm(s, 1, weight, bias, eps);
+        op_scope_leave(&sc);
+    }
     fused_drop(); /* what the layer_norm did not take (an error, a cast) */
     return s && *y ? s : NULL;
 }

@@ -9,6 +9,7 @@
  * copy of its fields for the profiler's trace.
  */
 #include "ops/ops.h"
+#include "ops/scope.h"
 #include "backend/backend.h"
 #include "record/profile.h"
 
@@ -256,6 +257,7 @@ amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p)
     node *n = &on->base;
     n->op = op;
     n->name = op_table[op].name;
+    n->scope = op_scope_current();
     n->backward = op_table[op].backward;
     n->profile = op_profile;
     n->refcount = 1;
@@ -269,6 +271,12 @@ amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p)
     n->needs_grad = any_grad && amp_grad_enabled();
 
     amp_tensor *out = device_forward(op, n);
+    if (autograd_observer && out &&
+        autograd_observer(autograd_observer_ctx, n, false, &out, 1) != AMP_OK) {
+        amp_tensor_free(out);
+        node_release(n);
+        return NULL;
+    }
     /* A float result of an input that requires grad, made with grad
      * disabled: amp_checkpoint (ops.h) learns this way that its function
      * reads a parameter that requires grad. An integer result (argmax's

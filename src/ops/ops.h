@@ -152,12 +152,18 @@ op_cost cost_product(const node *n, bool backward, double prod, double ew, bool 
     }
 
 /* Autocast's state on this thread: per device whether a region lowers and
- * to which dtype (0: the device's default), and whether casts are cached. */
+ * to which dtype (0: the device's default), whether casts are cached, and
+ * whether the current module is kept in f32 (scope.h: what autocast
+ * would lower runs in f32 there). */
 typedef struct {
     bool enabled[AMP_DEVICE_COUNT];
     amp_dtype dtype[AMP_DEVICE_COUNT];
     bool cache_enabled;
+    bool fp32_scope;
 } autocast_state;
+/* Sets this thread's fp32_scope (scope.c, on entering and leaving a
+ * module kept in f32); returns the previous value. */
+bool autocast_fp32_scope_set(bool on);
 /* A region opened by autocast_scope_begin: the cast cache set aside. */
 typedef struct {
     int depth;
