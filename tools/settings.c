@@ -75,8 +75,10 @@ static bool applies(const opt_def *d, const train_opts *o)
         return o->steps > 0;
     if (strcmp(n, "clip") == 0)
         return o->clip > 0;
-    /* token files: saved when given (a char run has none) */
-    if (strcmp(n, "data-bin") == 0 || strcmp(n, "val-bin") == 0)
+    /* token files: saved when given (a char run has none); so is the
+     * autocast policy, which a resumed run and eval then run with */
+    if (strcmp(n, "data-bin") == 0 || strcmp(n, "val-bin") == 0 || strcmp(n, "fp32-modules") == 0 ||
+        strcmp(n, "policy") == 0)
         return *(const char *const *)((const char *)o + d->off) != NULL;
     if (strcmp(n, "vocab") == 0)
         return o->vocab > 0;

@@ -55,6 +55,7 @@
 #include "preflight.h"
 #include "profile_train.h"
 #include "progress.h"
+#include "run_policy.h"
 #include "settings.h"
 #include "tensorboard.h"
 #include "train.h"
@@ -735,7 +736,8 @@ static int scaler_resume(trainer *t, const train_opts *o, const train_opts *ck, 
     return -1;
 }
 
-static int train_run(const train_opts *o, const train_opts *ck, const run_info *saved, const run_info *init)
+static int train_run(const train_opts *o, const train_opts *ck, const run_info *saved, const run_info *init,
+                     const run_policy *rp)
 {
     double t0 = now_s();
     run_data rd;
@@ -827,6 +829,8 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
             rc = EXIT_USAGE;
         }
     }
+    if (rc < 0) /* the policy's modules checked on the model just built, and applied */
+        rc = run_policy_check(rp, &t, o, &ri, "ampc train");
     /* Ranks resumed from checkpoints of different steps (of one run: the
      * settings agree) would train different steps against each other and
      * overwrite a good checkpoint: refused before anything is written. */
@@ -842,6 +846,10 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
     log_file *lf = NULL;
     if (rc < 0 && amp_dist_rank() == 0) /* rank 0 alone writes the log */
         rc = open_log(o, &lf);
+    if (rc < 0 && lf && run_policy_log(rp, o, lf) != AMP_OK) {
+        fprintf(stderr, "ampc: --log: %s\n", amp_last_error());
+        rc = 1;
+    }
     if (rc < 0 && amp_dist_rank() == 0 && o->tensorboard && !(r.tb = tb_open(o->tensorboard))) {
         fprintf(stderr, "ampc: --tensorboard: %s\n", amp_last_error());
         rc = 1;
@@ -851,6 +859,12 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
         rc = agree(rc);
     if (rc < 0) {
         print_config(&r, total);
+        if (rp->any) {
+            char mods[1024], ops[1024];
+            printf("policy%s%s: modules in f32: %s; ops: %s\n", o->policy ? " " : "", o->policy ? o->policy : "",
+                   rp->p.n_modules ? policy_module_list(&rp->p, mods, sizeof mods) : "none",
+                   rp->p.n_ops ? policy_op_list(&rp->p, ops, sizeof ops) : "the built-in categories");
+        }
         if (saved) {
             printf("resumed from %s at step %lld of %lld\n", where, (long long)first, (long long)total);
             int64_t was = saved->world_size > 0 ? saved->world_size : 1;
@@ -928,10 +942,14 @@ int train_main(int argc, char **argv)
         rc = preflight(&o);
     if (rc < 0)
         rc = profile_preflight(&o);
+    run_policy rp = {0};
+    if (rc < 0)
+        rc = run_policy_load(&rp, &o, "ampc train");
     if ((rc = agree(rc)) < 0) {
         amp_set_num_threads((int)o.threads);
-        rc = train_run(&o, o.resume ? &ck : NULL, o.resume ? &saved : NULL, &init);
+        rc = train_run(&o, o.resume ? &ck : NULL, o.resume ? &saved : NULL, &init, &rp);
     }
+    run_policy_free(&rp);
     /* A rank that failed alone (the others train on, or wait for it):
      * the whole job ends, now. */
     if (rc > 0 && !g_agreed)

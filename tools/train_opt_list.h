@@ -180,4 +180,10 @@ X(vocab, .name = "vocab", .meta = "N", .kind = OPT_INT, .cls = OC_SHAPE, .lo = 1
 X(init_from, .name = "init-from", .meta = "DIR", .kind = OPT_STR, .cls = OC_RUN,
   .help = "start from the weights saved in DIR (a run's --save, or ampc import): its model and shape, a fresh "
   "optimizer, scaler and schedule from step 0 (fine-tuning)")
+X(fp32_modules, .name = "fp32-modules", .meta = "PATH,..", .kind = OPT_STR, .cls = OC_SETTING,
+  .help = "run these modules (PyTorch's module paths: h.0.attn, ln_f, lm_head, 0 ...) and those under them in "
+  "f32 under autocast, as a nested autocast(enabled=False) does (docs/debugging.md)")
+X(policy, .name = "policy", .meta = "FILE", .kind = OPT_STR, .cls = OC_SETTING,
+  .help = "the autocast policy in FILE: modules kept in f32 and per-op categories (ampc policy search writes "
+  "one; docs/debugging.md); the log's start record names it and its hash")
 /* clang-format on */
