@@ -989,3 +989,60 @@ int train_profile_run(const train_opts *o, run_data *rd, run_info *ri)
     trainer_free(&t);
     return rc;
 }
+
+int train_trial(const train_opts *o, run_data *rd, run_info *ri, const run_info *init, double *loss,
+                double *step_ms)
+{
+    *loss = *step_ms = NAN;
+    trainer t;
+    if (!trainer_build(&t, o, ri, o->steps))
+        return 1;
+    int rc = o->init_from ? init_from_load(o, &t, ri, init) : -1;
+    run r = {.o = o, .rd = rd, .t = &t, .ri = ri, .nb = data_epoch_batches(rd, o), .cuda = strcmp(o->device, "cuda") == 0,
+             .world = 1};
+    r.read_each = !r.cuda;
+    ri->sched_step = ri->skipped = 0;
+    const int64_t last = o->steps - (o->steps + 3) / 4; /* the last quarter's losses, at least one */
+    double sum = 0, t_first = 0, t0 = now_s();
+    for (int64_t step = 0; step < o->steps && rc < 0; step++) {
+        step_out s;
+        rc = train_step(&r, step, &s);
+        if (rc < 0 && r.cuda)
+            s.loss = read_losses(&r, &(int64_t){0}, &(int64_t){0});
+        if (step >= last)
+            sum += isfinite(s.loss) ? s.loss : NAN;
+        if (step == 0)
+            t_first = now_s();
+    }
+    if (rc < 0) {
+        *loss = sum / (double)(o->steps - last);
+        *step_ms = o->steps > 1 ? 1e3 * (now_s() - t_first) / (double)(o->steps - 1) : 1e3 * (now_s() - t0);
+    }
+    amp_tensor_free(r.dev_x);
+    amp_tensor_free(r.dev_y);
+    amp_tensor_free(r.loss_acc);
+    amp_tensor_free(r.norm_dev);
+    trainer_free(&t);
+    return rc;
+}
+
+double train_probe_loss(const trainer *t, const train_opts *o, run_data *rd, run_info *ri)
+{
+    run r = {.o = o, .rd = rd, .t = (trainer *)t, .ri = ri, .cuda = strcmp(o->device, "cuda") == 0, .world = 1};
+    amp_tensor *x, *y;
+    double v = NAN;
+    amp_clear_error();
+    amp_module_train(t->model, false);
+    amp_no_grad_begin();
+    if (micro_batch(&r, 0, &x, &y)) {
+        amp_tensor *loss = micro_batch_loss(t, o, ri, rd->gpt, r.cuda ? AMP_CUDA : AMP_CPU, x, y);
+        if (loss)
+            v = amp_item(loss);
+    }
+    amp_no_grad_end();
+    amp_module_train(t->model, true);
+    amp_temps_free();
+    amp_tensor_free(r.dev_x);
+    amp_tensor_free(r.dev_y);
+    return v;
+}

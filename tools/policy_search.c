@@ -1,0 +1,453 @@
+/*
+ * policy_search.c - `ampc policy search --tolerance T`: the fastest
+ * autocast policy whose training stays within T of the fp32 run.
+ *
+ * Every trial trains the same run (same seed, data and starting weights)
+ * for --steps steps and compares its final loss (the mean of the last
+ * quarter of the steps) with the fp32 run's: within T when
+ * |loss - loss_fp32| <= T * |loss_fp32|. The full autocast policy is
+ * tried first. When it is not within T, the candidate moves - each module
+ * of the model kept in f32, each op autocast lowers put in f32 - are
+ * ordered by a cheap measurement (order_candidates: one forward per
+ * candidate) and added greedily: a move that brings the loss closer to
+ * the fp32 run's is kept, until the policy is within T; then each kept
+ * move is dropped again if the policy stays within T without it. A move
+ * inside a module already kept is skipped. At most --max-trials trainings
+ * run after the two references.
+ */
+#include "cli.h"
+#include "data.h"
+#include "eval.h"
+#include "init_from.h"
+#include "policy_file.h"
+#include "policy_search.h"
+#include "settings.h"
+#include "train.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_CANDIDATES 512
+
+typedef struct {
+    double tolerance;
+    const char *out;
+    int64_t max_trials;
+} search_args;
+
+static const opt_def search_rows[] = {
+    {.name = "tolerance", .meta = "T", .kind = OPT_REAL, .off = offsetof(search_args, tolerance), .lo = 0,
+     .hi = 100, .help = "the final loss may differ from the fp32 run's by T of it (0.02: 2%; required)"},
+    {.name = "out", .meta = "FILE", .kind = OPT_STR, .off = offsetof(search_args, out),
+     .help = "write the policy found to FILE (default policy.json)"},
+    {.name = "max-trials", .meta = "N", .kind = OPT_INT, .off = offsetof(search_args, max_trials), .lo = 1,
+     .hi = 1000, .help = "trainings the search may run after the fp32 and full autocast ones (default 16)"},
+};
+
+/* Train options a search sets itself, or that leave something behind. */
+static const char *const refused[] = {"save", "save-every", "stop-at", "resume", "log", "log-mode", "dry-run",
+                                      "epochs", "tensorboard", "profile", "policy", "fp32-modules", "memory"};
+
+const opt_cmd policy_search_options = {
+    .who = "ampc policy search",
+    .usage = "usage: ampc policy search --tolerance T [--out FILE] [train options]\n\n"
+             "Finds the fastest autocast policy (modules kept in f32, ops put in f32) whose\n"
+             "training stays within T of the fp32 run: the same run (seed, data, --init-from\n"
+             "weights) trained for --steps steps (default 100), its final loss (the mean of the\n"
+             "last quarter of the steps) against the fp32 run's. Tries the full autocast policy\n"
+             "(--precision, default bf16), then adds the moves a one-forward measurement ranks\n"
+             "best, greedily, and drops those the result does not need. Prints each trial and a\n"
+             "table (loss delta, step time, speed-up against fp32 and against full autocast) and\n"
+             "writes the policy for train --policy FILE.\n\n",
+    .footer = "  any ampc train option (--model, --data, --steps, --init-from, --precision ...)\n"
+              "  except --save, --save-every, --stop-at, --resume, --log, --log-mode, --dry-run,\n"
+              "  --epochs, --tensorboard, --profile, --memory, --policy and --fp32-modules\n\n"
+              "example: ampc policy search --model gpt --data corpus.txt --precision fp16 --tolerance 0.02\n"
+              "docs/debugging.md describes the search.\n",
+    .blocks = (const opt_block[]){
+        {.rows = search_rows, .n = sizeof search_rows / sizeof search_rows[0]},
+        {.rows = train_rows, .n = RO_COUNT, .unlisted = true},
+    },
+    .n_blocks = 2,
+};
+
+/* One move: a module kept in f32 (op < 0) or an op put in f32. */
+typedef struct {
+    char path[192];
+    int op;
+    int64_t weight; /* the parameters it covers (an op: the whole model's): the cost of the move */
+    double score;   /* order_candidates' measurement: lower is tried first */
+} candidate;
+
+/* A trial's result. */
+typedef struct {
+    double loss, step_ms;
+} outcome;
+
+typedef struct {
+    train_opts o;      /* the lowered run's options, resolved */
+    train_opts o32;    /* the fp32 run's */
+    run_data rd;
+    run_info ri, init;
+    amp_device dev;
+    outcome ref32, full;
+    int trials;
+} search;
+
+static bool within(const search *s, double loss, double tol)
+{
+    return isfinite(loss) && fabs(loss - s->ref32.loss) <= tol * fabs(s->ref32.loss);
+}
+
+static double rel_delta(const search *s, double loss)
+{
+    return isfinite(loss) ? (loss - s->ref32.loss) / fabs(s->ref32.loss) : INFINITY;
+}
+
+/* The policy of candidates c[pick[0 .. n)]. */
+static amp_status policy_of(const candidate *c, const int *pick, int n, policy *p)
+{
+    *p = (policy){0};
+    amp_status st = AMP_OK;
+    for (int i = 0; i < n && st == AMP_OK; i++)
+        st = c[pick[i]].op < 0 ? policy_add_module(p, c[pick[i]].path)
+                               : policy_set_op(p, amp_op_name(c[pick[i]].op), AMP_CAST_FP32);
+    return st;
+}
+
+/* Trains o under p; one line per trial. -1 or an exit code. */
+static int trial(search *s, const train_opts *o, const policy *p, const char *label, outcome *out)
+{
+    if (policy_apply(p, s->dev) != AMP_OK) {
+        fprintf(stderr, "ampc policy search: %s\n", amp_last_error());
+        return 1;
+    }
+    int rc = train_trial(o, &s->rd, &s->ri, &s->init, &out->loss, &out->step_ms);
+    policy_reset(s->dev);
+    if (rc >= 0)
+        return rc;
+    printf("  %-40s loss %-10.5g step %8.2f ms\n", label, out->loss, out->step_ms);
+    fflush(stdout);
+    return -1;
+}
+
+/* The model's module paths as candidates (each prefix of a parameter's
+ * name, once, with the parameters under it), then each op autocast lowers
+ * on dev. Returns the count. */
+static int list_candidates(const amp_module *m, amp_device dev, candidate *c, int max)
+{
+    int n = 0, np = amp_module_num_params(m);
+    int64_t total = 0;
+    for (int i = 0; i < np; i++) {
+        const char *name;
+        amp_tensor *w = amp_module_param(m, i, &name);
+        int64_t numel = amp_tensor_numel(w);
+        total += numel;
+        for (const char *dot = strchr(name, '.'); dot; dot = strchr(dot + 1, '.')) {
+            size_t len = (size_t)(dot - name);
+            if (len >= sizeof c[0].path)
+                continue;
+            int k = 0;
+            while (k < n && !(strncmp(c[k].path, name, len) == 0 && c[k].path[len] == '\0'))
+                k++;
+            if (k == n) {
+                if (n == max)
+                    continue;
+                c[n] = (candidate){.op = -1};
+                memcpy(c[n].path, name, len);
+                n++;
+            }
+            c[k].weight += numel;
+        }
+    }
+    for (int op = 0; op < amp_op_count() && n < max; op++)
+        if (amp_autocast_category(amp_op_name(op), dev) == AMP_CAST_LOWER) {
+            c[n] = (candidate){.op = op, .weight = total};
+            snprintf(c[n].path, sizeof c[n].path, "op %s", amp_op_name(op));
+            n++;
+        }
+    return n;
+}
+
+static int by_score(const void *a, const void *b)
+{
+    const candidate *x = a, *y = b; /* (scores within the tolerance are 0: order_candidates) */
+    if (x->score != y->score)
+        return x->score < y->score ? -1 : 1;
+    if (x->weight != y->weight) /* the smaller move is the faster policy */
+        return x->weight < y->weight ? -1 : 1;
+    return strcmp(x->path, y->path);
+}
+
+/*
+ * The order the greedy search tries the moves in, best first: each move
+ * alone, one no-grad forward of the first micro-batch, scored by how far
+ * its loss stays from the fp32 forward's (relative; a non-finite loss
+ * scores infinity, one within tol scores 0: any move that alone brings
+ * the forward within the tolerance is as good as another); ties go to the
+ * move that keeps fewer parameters in f32, the faster policy. Moves that
+ * change nothing in that forward (the same loss as full autocast) come
+ * last. -1 or 1 (message printed).
+ */
+static int order_candidates(search *s, candidate *c, int n, double tol)
+{
+    trainer t;
+    if (!trainer_build(&t, &s->o, &s->ri, s->o.steps))
+        return 1;
+    int rc = s->o.init_from ? init_from_load(&s->o, &t, &s->ri, &s->init) : -1;
+    trainer t32 = t;
+    t32.autocast = false;
+    policy_reset(s->dev);
+    double l32 = rc < 0 ? train_probe_loss(&t32, &s->o, &s->rd, &s->ri) : NAN;
+    double lfull = rc < 0 ? train_probe_loss(&t, &s->o, &s->rd, &s->ri) : NAN;
+    if (rc < 0 && !isfinite(l32)) {
+        fprintf(stderr, "ampc policy search: the fp32 forward's loss is not finite%s%s\n",
+                amp_last_status() != AMP_OK ? ": " : "", amp_last_status() != AMP_OK ? amp_last_error() : "");
+        rc = 1;
+    }
+    for (int i = 0; i < n && rc < 0; i++) {
+        policy p;
+        if (policy_of(c, &i, 1, &p) != AMP_OK || policy_apply(&p, s->dev) != AMP_OK) {
+            fprintf(stderr, "ampc policy search: %s\n", amp_last_error());
+            rc = 1;
+        }
+        double l = rc < 0 ? train_probe_loss(&t, &s->o, &s->rd, &s->ri) : NAN;
+        policy_reset(s->dev);
+        policy_free(&p);
+        double d = isfinite(l) ? fabs(l - l32) / fabs(l32) : INFINITY;
+        /* No change at all: the move touches nothing this forward runs. */
+        c[i].score = (l == lfull || (isnan(l) && isnan(lfull))) ? INFINITY : d <= tol ? 0 : d;
+    }
+    trainer_free(&t);
+    if (rc < 0)
+        qsort(c, (size_t)n, sizeof *c, by_score);
+    return rc;
+}
+
+/* Whether candidate k lies inside a module already picked (or is one). */
+static bool covered(const candidate *c, const int *pick, int n, int k)
+{
+    if (c[k].op >= 0)
+        return false;
+    for (int i = 0; i < n; i++) {
+        const candidate *m = &c[pick[i]];
+        size_t len = strlen(m->path);
+        if (m->op < 0 && strncmp(c[k].path, m->path, len) == 0 && (c[k].path[len] == '\0' || c[k].path[len] == '.'))
+            return true;
+    }
+    return false;
+}
+
+/* The label of a policy: its moves, or what it is. */
+static const char *describe(const candidate *c, const int *pick, int n, char *buf, size_t cap)
+{
+    size_t at = 0;
+    snprintf(buf, cap, "%s", n ? "" : "full autocast");
+    for (int i = 0; i < n && at < cap; i++) {
+        int w = snprintf(buf + at, cap - at, "%s%s%s", i ? " + " : "", c[pick[i]].op < 0 ? "f32 " : "",
+                         c[pick[i]].path);
+        at += w > 0 ? (size_t)w : 0;
+    }
+    return buf;
+}
+
+/* The greedy search: pick[0 .. *n) is the policy found, *best its
+ * outcome; *found whether it is within T. -1 or an exit code. */
+static int greedy(search *s, const search_args *a, candidate *c, int nc, int *pick, int *n, outcome *best,
+                  bool *found)
+{
+    char label[1024];
+    *n = 0;
+    *best = s->full;
+    *found = within(s, s->full.loss, a->tolerance);
+    int rc = -1;
+    for (int k = 0; k < nc && !*found && rc < 0 && s->trials < a->max_trials; k++) {
+        if (!isfinite(c[k].score) && isfinite(best->loss))
+            break; /* the rest change nothing the forward shows */
+        if (covered(c, pick, *n, k))
+            continue;
+        pick[*n] = k;
+        policy p;
+        outcome r;
+        if (policy_of(c, pick, *n + 1, &p) != AMP_OK) {
+            fprintf(stderr, "ampc policy search: %s\n", amp_last_error());
+            return 1;
+        }
+        rc = trial(s, &s->o, &p, describe(c, pick, *n + 1, label, sizeof label), &r);
+        s->trials++;
+        policy_free(&p);
+        if (rc >= 0)
+            return rc;
+        double was = fabs(rel_delta(s, best->loss)), now = fabs(rel_delta(s, r.loss));
+        if (now < was || !isfinite(was)) { /* kept: it brought the run closer */
+            (*n)++;
+            *best = r;
+            *found = within(s, r.loss, a->tolerance);
+        }
+    }
+    /* Each kept move dropped again where the policy stays within T. */
+    for (int i = *n - 1; i >= 0 && *found && *n > 1 && s->trials < a->max_trials; i--) {
+        int without[MAX_CANDIDATES], m = 0;
+        for (int j = 0; j < *n; j++)
+            if (j != i)
+                without[m++] = pick[j];
+        policy p;
+        outcome r;
+        if (policy_of(c, without, m, &p) != AMP_OK) {
+            fprintf(stderr, "ampc policy search: %s\n", amp_last_error());
+            return 1;
+        }
+        rc = trial(s, &s->o, &p, describe(c, without, m, label, sizeof label), &r);
+        s->trials++;
+        policy_free(&p);
+        if (rc >= 0)
+            return rc;
+        if (within(s, r.loss, a->tolerance)) {
+            memcpy(pick, without, (size_t)m * sizeof *pick);
+            *n = m;
+            *best = r;
+        }
+    }
+    return -1;
+}
+
+static void table_row(const search *s, const char *name, const outcome *r)
+{
+    printf("%-44s %+10.4f%% %10.2f %8.2fx %8.2fx\n", name, 100 * rel_delta(s, r->loss), r->step_ms,
+           r->step_ms > 0 ? s->ref32.step_ms / r->step_ms : 0, r->step_ms > 0 ? s->full.step_ms / r->step_ms : 0);
+}
+
+static bool given(const train_opts *o, const char *name) { return o->given[opts_find(name) - train_rows]; }
+
+/* Parses the command line into a and s->o, s->o32 (resolved). -1 or an
+ * exit code. */
+static int parse_all(int argc, char **argv, search_args *a, search *s)
+{
+    *a = (search_args){.tolerance = NAN, .out = "policy.json", .max_trials = 16};
+    train_opts_default(&s->o);
+    opts_set_command(policy_search_options.who);
+    const opt_dst dst[] = {{a, NULL}, {&s->o, s->o.given}};
+    int rc = opt_parse(&policy_search_options, dst, NULL, argc, argv);
+    for (size_t i = 0; rc < 0 && i < sizeof refused / sizeof refused[0]; i++)
+        if (given(&s->o, refused[i])) {
+            fprintf(stderr, "ampc policy search: --%s is not a policy search option (the search trains and keeps "
+                            "only the policy; see ampc policy search --help)\n",
+                    refused[i]);
+            rc = EXIT_USAGE;
+        }
+    if (rc < 0 && isnan(a->tolerance)) {
+        fprintf(stderr, "ampc policy search: give --tolerance T: how far from the fp32 run's final loss the "
+                        "policy's may be (0.02: 2%%)\n");
+        rc = EXIT_USAGE;
+    }
+    if (rc < 0 && !given(&s->o, "steps"))
+        s->o.steps = 100;
+    if (rc < 0 && s->o.init_from)
+        rc = init_from_settings(&s->o, &s->init);
+    if (rc < 0)
+        rc = opts_resolve(&s->o);
+    if (rc < 0 && strcmp(s->o.precision, "fp32") == 0) {
+        fprintf(stderr, "ampc policy search: --precision fp32 has nothing to search: give bf16 or fp16, the "
+                        "precision the policy lowers to\n");
+        rc = EXIT_USAGE;
+    }
+    if (rc < 0) {
+        s->o32 = s->o;
+        s->o32.precision = "fp32";
+        s->o32.no_scaler = false;
+        s->o32.param_dtype = "fp32";
+    }
+    return rc;
+}
+
+int policy_search_parse(int argc, char **argv)
+{
+    search_args a;
+    search *s = calloc(1, sizeof *s);
+    int rc = s ? parse_all(argc, argv, &a, s) : 1;
+    free(s);
+    return rc;
+}
+
+int policy_search_main(int argc, char **argv)
+{
+    search_args a;
+    search *s = calloc(1, sizeof *s);
+    candidate *c = calloc(MAX_CANDIDATES, sizeof *c);
+    int rc = s && c ? parse_all(argc, argv, &a, s) : 1;
+    if (rc < 0)
+        rc = device_check(&s->o, "ampc policy search");
+    bool open = false;
+    if (rc < 0) {
+        amp_set_num_threads((int)s->o.threads);
+        s->dev = strcmp(s->o.device, "cuda") == 0 ? AMP_CUDA : AMP_CPU;
+        open = (rc = data_open(&s->rd, &s->o, &s->ri, true)) < 0;
+    }
+    if (rc < 0)
+        rc = data_buffers(&s->rd, &s->o);
+    char desc[256];
+    if (rc < 0) {
+        printf("ampc policy search: %s, %s, %lld steps, tolerance %g\n",
+               model_describe(&s->o, &s->ri, desc, sizeof desc), s->o.precision, (long long)s->o.steps,
+               a.tolerance);
+        fflush(stdout);
+    }
+    policy none = {0};
+    if (rc < 0)
+        rc = trial(s, &s->o32, &none, "fp32 (reference)", &s->ref32);
+    if (rc < 0 && !isfinite(s->ref32.loss)) {
+        fprintf(stderr, "ampc policy search: the fp32 run's loss is not finite: nothing to compare with\n");
+        rc = 1;
+    }
+    if (rc < 0)
+        rc = trial(s, &s->o, &none, "full autocast", &s->full);
+    int nc = 0, pick[MAX_CANDIDATES], n = 0;
+    outcome best = {0};
+    bool found = false;
+    if (rc < 0 && !within(s, s->full.loss, a.tolerance)) {
+        policy_reset(s->dev);
+        trainer t;
+        if (!trainer_build(&t, &s->o, &s->ri, 1)) {
+            rc = 1;
+        } else {
+            nc = list_candidates(t.model, s->dev, c, MAX_CANDIDATES);
+            trainer_free(&t);
+            rc = order_candidates(s, c, nc, a.tolerance);
+        }
+    }
+    if (rc < 0)
+        rc = greedy(s, &a, c, nc, pick, &n, &best, &found);
+    policy p = {0};
+    if (rc < 0 && policy_of(c, pick, n, &p) != AMP_OK) {
+        fprintf(stderr, "ampc policy search: %s\n", amp_last_error());
+        rc = 1;
+    }
+    if (rc < 0) {
+        char label[1024];
+        printf("\n%-44s %11s %10s %9s %9s\n", "policy", "loss delta", "step ms", "vs fp32", "vs autocast");
+        table_row(s, "fp32", &s->ref32);
+        table_row(s, "full autocast", &s->full);
+        if (n > 0)
+            table_row(s, describe(c, pick, n, label, sizeof label), &best);
+        if (!found) {
+            fprintf(stderr, "ampc policy search: no policy within %g of the fp32 run's loss after %d trials (the "
+                            "closest above); nothing written: give more --max-trials, a larger --tolerance, or "
+                            "keep fp32\n",
+                    a.tolerance, s->trials);
+            rc = 1;
+        } else if (policy_write(a.out, &p) != AMP_OK) {
+            fprintf(stderr, "ampc policy search: %s\n", amp_last_error());
+            rc = 1;
+        } else {
+            printf("policy written to %s (train with: ampc train --policy %s ...)\n", a.out, a.out);
+        }
+    }
+    policy_free(&p);
+    if (open)
+        data_close(&s->rd);
+    free(c);
+    free(s);
+    return rc < 0 ? 0 : rc;
+}
