@@ -109,9 +109,179 @@ static void test_search_keeps_only_the_overflowing_layer_in_f32(void)
               l32);
 }
 
+/* A file under tmpdir holding text; its path into buf (512 bytes). */
+static const char *write_file(char *buf, const char *name, const char *body)
+{
+    cli_path(buf, 512, name);
+    FILE *f = fopen(buf, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(body, f);
+        fclose(f);
+    }
+    return buf;
+}
+
+static void test_bad_policy_files_and_module_paths_are_usage_errors(void)
+{
+    char bad_json[512], bad_op[512], bad_cat[512], bad_mod[512], bad_fmt[512], extra[512];
+    write_file(bad_json, "bad_json.json", "{\"format\": \"ampc-autocast-policy\", \"version\": 1, \"ops\": {\"linear\": \"fp32\",}}");
+    write_file(bad_op, "bad_op.json", "{\"format\": \"ampc-autocast-policy\", \"version\": 1, \"ops\": {\"linar\": \"fp32\"}}");
+    write_file(bad_cat, "bad_cat.json", "{\"format\": \"ampc-autocast-policy\", \"version\": 1, \"ops\": {\"linear\": \"fp33\"}}");
+    write_file(bad_mod, "bad_mod.json", "{\"format\": \"ampc-autocast-policy\", \"version\": 1, \"modules\": {\"h.7.attn\": \"fp32\"}}");
+    write_file(bad_fmt, "bad_fmt.json", "{\"format\": \"torch\", \"version\": 1}");
+    write_file(extra, "extra.json", "{\"format\": \"ampc-autocast-policy\", \"version\": 1, \"module\": {}}");
+    char args[6][1024];
+    snprintf(args[0], sizeof args[0], GPT "--steps 2 --policy %s", text, bad_json);
+    snprintf(args[1], sizeof args[1], GPT "--steps 2 --policy %s", text, bad_op);
+    snprintf(args[2], sizeof args[2], GPT "--steps 2 --policy %s", text, bad_cat);
+    snprintf(args[3], sizeof args[3], GPT "--steps 2 --policy %s", text, bad_mod);
+    snprintf(args[4], sizeof args[4], GPT "--steps 2 --policy %s", text, bad_fmt);
+    snprintf(args[5], sizeof args[5], GPT "--steps 2 --policy %s", text, extra);
+    const cli_refusal cases[] = {
+        {args[0], "at byte 74: expected a string key"},
+        {args[1], "unknown op \"linar\""},
+        {args[2], "unknown category \"fp33\""},
+        {args[3], "the module path \"h.7.attn\" names no module of this gpt"},
+        {args[4], "\"format\" must be \"ampc-autocast-policy\""},
+        {args[5], "unknown key \"module\""},
+    };
+    cli_check_refusals(NULL, "train", CLI_REFUSALS(cases));
+    CHECK_EQ_INT(cli_run("train %s", args[3]), 2);
+    CHECK_OUT("h.1.mlp.fc2"); /* the refusal lists the model's modules */
+    CHECK_EQ_INT(cli_run("train " GPT "--steps 2 --fp32-modules h.0.attn,ln_g", text), 2);
+    CHECK_OUT("--fp32-modules: the module path \"ln_g\" names no module");
+    CHECK_OUT("h.0.attn.qkv");
+    CHECK_EQ_INT(cli_run("train " GPT "--steps 2 --fp32-modules h.0,,ln_f", text), 2);
+    CHECK_OUT("an empty path");
+}
+
+static void test_search_refuses_what_it_cannot_search(void)
+{
+    char args[4][1024];
+    snprintf(args[0], sizeof args[0], "search " GPT "--steps 2", text);
+    snprintf(args[1], sizeof args[1], "search " GPT "--steps 2 --tolerance 0.1 --precision fp32", text);
+    snprintf(args[2], sizeof args[2], "search " GPT "--steps 2 --tolerance 0.1 --fp32-modules ln_f", text);
+    snprintf(args[3], sizeof args[3], "search " GPT "--steps 2 --tolerance -1", text);
+    const cli_refusal cases[] = {
+        {args[0], "give --tolerance T"},
+        {args[1], "--precision fp32 has nothing to search"},
+        {args[2], "--fp32-modules is not a policy search option"},
+        {args[3], "--tolerance"},
+    };
+    cli_check_refusals(NULL, "policy", CLI_REFUSALS(cases));
+}
+
+/* A log's start record (its first line), into buf. */
+static void start_record(const char *log, char *buf, size_t n)
+{
+    size_t len;
+    char *body = cli_read_file(log, &len);
+    CHECK(body != NULL);
+    buf[0] = '\0';
+    if (body) {
+        size_t k = strcspn(body, "\n");
+        snprintf(buf, n, "%.*s", (int)k, body);
+    }
+    free(body);
+}
+
+static void test_the_log_checkpoint_resume_and_eval_keep_the_policy(void)
+{
+    char pol[512], ck[512], log[512], rec[1024];
+    write_file(pol, "run.json",
+               "{\"format\": \"ampc-autocast-policy\", \"version\": 1, \"modules\": {\"ln_f\": \"fp32\"}, "
+               "\"ops\": {\"softmax\": \"lower\"}}");
+    cli_path(ck, sizeof ck, "run");
+    cli_path(log, sizeof log, "run.jsonl");
+    CLI_OK("train " GPT "--steps 4 --stop-at 2 --val-batches 1 --fp32-modules h.0.attn --policy %s --save %s --log %s",
+           text, pol, ck, log);
+    CHECK_OUT("modules in f32: ln_f,h.0.attn; ops: softmax=lower");
+    start_record(log, rec, sizeof rec);
+    char want[1024];
+    snprintf(want, sizeof want,
+             "{\"event\":\"start\",\"fp32_modules\":\"ln_f,h.0.attn\",\"autocast_ops\":\"softmax=lower\","
+             "\"policy_file\":\"%s\",\"policy_hash\":\"",
+             pol);
+    CHECK_MSG(strncmp(rec, want, strlen(want)) == 0, "start record %s", rec);
+    CHECK_EQ_INT((int)strlen(rec), (int)strlen(want) + 16 + 2); /* 16 hex digits, "} */
+    double steps[8];
+    CHECK_EQ_INT(cli_log_field(log, "step", steps, NULL, 8), 2);
+    /* The resumed run reads the saved policy and appends to the log. */
+    CLI_OK("train --resume %s --log %s", ck, log);
+    CHECK_OUT("modules in f32: ln_f,h.0.attn; ops: softmax=lower");
+    CHECK_EQ_INT(cli_log_field(log, "step", steps, NULL, 8), 4);
+    char *body = cli_read_file(log, NULL), *second = body ? strstr(body + 1, "{\"event\":\"start\"") : NULL;
+    CHECK_MSG(second && strncmp(second, want, strlen(want)) == 0, "no second start record in:\n%s", body ? body : "");
+    free(body);
+    /* eval measures with it: a path it lacks, given anew, is refused */
+    CLI_OK("eval %s", ck);
+    double with = cli_value_after("val_loss ");
+    CHECK_EQ_INT(cli_run("eval %s --fp32-modules h.9", ck), 2);
+    CHECK_OUT("\"h.9\" names no module");
+    CLI_OK("eval %s --fp32-modules h", ck);
+    double all = cli_value_after("val_loss ");
+    CHECK_MSG(isfinite(with) && isfinite(all) && with > 0, "val_loss %g, all blocks in f32 %g", with, all);
+}
+
+static void test_policy_file_round_trip_and_apply(void)
+{
+    policy p = {0}, q;
+    const amp_cast_category softmax = amp_autocast_category("softmax", AMP_CPU);
+    CHECK(softmax != AMP_CAST_LOWER);
+    CHECK(policy_add_module(&p, "h.0.attn") == AMP_OK);
+    CHECK(policy_add_module(&p, "h.0.attn") == AMP_OK); /* a repeat is one */
+    CHECK(policy_add_module(&p, "ln_f") == AMP_OK);
+    CHECK(policy_add_module(&p, "") == AMP_ERR_ARG);
+    CHECK(policy_set_op(&p, "linear", AMP_CAST_FP32) == AMP_OK);
+    CHECK(policy_set_op(&p, "softmax", AMP_CAST_LOWER) == AMP_OK);
+    CHECK(policy_set_op(&p, "linear", AMP_CAST_NONE) == AMP_OK); /* replaces */
+    CHECK(policy_set_op(&p, "linar", AMP_CAST_FP32) == AMP_ERR_ARG);
+    CHECK(policy_set_op(&p, "add", AMP_CAST_BANNED) == AMP_ERR_ARG);
+    char *text = policy_to_json(&p);
+    CHECK(text != NULL);
+    CHECK_MSG(text && strcmp(text, "{\"format\": \"ampc-autocast-policy\", \"version\": 1,\n"
+                                   " \"modules\": {\"h.0.attn\": \"fp32\", \"ln_f\": \"fp32\"},\n"
+                                   " \"ops\": {\"linear\": \"none\", \"softmax\": \"lower\"}}\n") == 0,
+              "written: %s", text ? text : "(null)");
+    CHECK(text && policy_parse(text, strlen(text), "t", &q) == AMP_OK);
+    CHECK_EQ_INT(q.n_modules, 2);
+    CHECK_EQ_INT(q.n_ops, 2);
+    free(text);
+    policy_free(&q);
+
+    CHECK(policy_apply(&p, AMP_CPU) == AMP_OK);
+    CHECK_EQ_INT(amp_autocast_category("linear", AMP_CPU), AMP_CAST_NONE);
+    CHECK_EQ_INT(amp_autocast_category("softmax", AMP_CPU), AMP_CAST_LOWER);
+    CHECK_EQ_INT(amp_autocast_category("linear", AMP_CUDA), AMP_CAST_LOWER); /* only the run's device */
+    CHECK_EQ_INT((int)amp_autocast_fp32_module_hits(1), 0);
+    CHECK_EQ_INT((int)amp_autocast_fp32_module_hits(2), -1); /* two modules set */
+    policy_reset(AMP_CPU);
+    CHECK_EQ_INT(amp_autocast_category("linear", AMP_CPU), AMP_CAST_LOWER);
+    CHECK_EQ_INT(amp_autocast_category("softmax", AMP_CPU), softmax);
+    CHECK_EQ_INT((int)amp_autocast_fp32_module_hits(0), -1);
+    policy_free(&p);
+
+    const char *m = "{\"version\": 1, \"format\": \"ampc-autocast-policy\", \"modules\": {\"a\": \"bf16\"}}";
+    CHECK(policy_parse(m, strlen(m), "m.json", &q) == AMP_ERR_FORMAT);
+    CHECK_MSG(strstr(amp_last_error(), "m.json: \"modules\": \"a\": the value must be \"fp32\"") != NULL, "%s",
+              amp_last_error());
+    CHECK_EQ_INT(q.n_modules, 0);
+    CHECK(policy_parse("{\"format\": \"ampc-autocast-policy\", \"version\": 2}", 48, "v.json", &q) == AMP_ERR_FORMAT);
+    CHECK(strstr(amp_last_error(), "\"version\" must be 1") != NULL);
+    const char *d = "{\"format\": \"ampc-autocast-policy\", \"version\": 1, \"ops\": {\"gelu\": \"none\", \"gelu\": "
+                    "\"fp32\"}}";
+    CHECK(policy_parse(d, strlen(d), "d.json", &q) == AMP_ERR_FORMAT);
+    CHECK_MSG(strstr(amp_last_error(), "\"gelu\" is given twice") != NULL, "%s", amp_last_error());
+}
+
 int main(void)
 {
     cli_init_tiny("test-cli-policy-search", NULL, text);
+    RUN(test_policy_file_round_trip_and_apply);
+    RUN_IF(cli_have_binary, test_bad_policy_files_and_module_paths_are_usage_errors);
+    RUN_IF(cli_have_binary, test_search_refuses_what_it_cannot_search);
+    RUN_IF(cli_have_binary, test_the_log_checkpoint_resume_and_eval_keep_the_policy);
     RUN_IF(cli_have_binary, test_search_keeps_only_the_overflowing_layer_in_f32);
     cli_cleanup();
     return harness_done();
