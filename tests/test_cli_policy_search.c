@@ -152,6 +152,8 @@ static void test_bad_policy_files_and_module_paths_are_usage_errors(void)
     CHECK_EQ_INT(cli_run("train " GPT "--steps 2 --fp32-modules h.0.attn,ln_g", text), 2);
     CHECK_OUT("--fp32-modules: the module path \"ln_g\" names no module");
     CHECK_OUT("h.0.attn.qkv");
+    CHECK_EQ_INT(cli_run("profile " GPT "--precision bf16 --fp32-modules h.9", text), 2); /* profile runs it too */
+    CHECK_OUT("--fp32-modules: the module path \"h.9\" names no module");
     CHECK_EQ_INT(cli_run("train " GPT "--steps 2 --fp32-modules h.0,,ln_f", text), 2);
     CHECK_OUT("an empty path");
 }

@@ -957,6 +957,15 @@ int train_main(int argc, char **argv)
     return dist_end(rc);
 }
 
+/* The device copies and sums a run of train_step leaves behind. */
+static void step_buffers_free(run *r)
+{
+    amp_tensor_free(r->dev_x);
+    amp_tensor_free(r->dev_y);
+    amp_tensor_free(r->loss_acc);
+    amp_tensor_free(r->norm_dev);
+}
+
 int train_profile_run(const train_opts *o, run_data *rd, run_info *ri)
 {
     int rc = mem_check(o, ri, rd, false);
@@ -968,6 +977,11 @@ int train_profile_run(const train_opts *o, run_data *rd, run_info *ri)
     trainer t;
     if (!trainer_build(&t, o, ri, total))
         return 1;
+    run_policy rp; /* each precision profiled under the run's --policy / --fp32-modules */
+    rc = run_policy_load(&rp, o, "ampc profile");
+    if (rc < 0)
+        rc = run_policy_check(&rp, &t, o, ri, "ampc profile");
+    run_policy_free(&rp);
     run r = {.o = o, .rd = rd, .t = &t, .ri = ri, .nb = data_epoch_batches(rd, o), .cuda = strcmp(o->device, "cuda") == 0,
              .world = 1};
     r.read_each = !r.cuda;
@@ -982,10 +996,7 @@ int train_profile_run(const train_opts *o, run_data *rd, run_info *ri)
     }
     if (amp_profiler_enabled() && amp_profiler_stop() != AMP_OK && rc < 0)
         rc = fail("profiler", total);
-    amp_tensor_free(r.dev_x);
-    amp_tensor_free(r.dev_y);
-    amp_tensor_free(r.loss_acc);
-    amp_tensor_free(r.norm_dev);
+    step_buffers_free(&r);
     trainer_free(&t);
     return rc;
 }
@@ -1009,7 +1020,7 @@ int train_trial(const train_opts *o, run_data *rd, run_info *ri, const run_info 
         rc = train_step(&r, step, &s);
         if (rc < 0 && r.cuda)
             s.loss = read_losses(&r, &(int64_t){0}, &(int64_t){0});
-        if (step >= last)
+        if (rc < 0 && step >= last)
             sum += isfinite(s.loss) ? s.loss : NAN;
         if (step == 0)
             t_first = now_s();
@@ -1018,10 +1029,7 @@ int train_trial(const train_opts *o, run_data *rd, run_info *ri, const run_info 
         *loss = sum / (double)(o->steps - last);
         *step_ms = o->steps > 1 ? 1e3 * (now_s() - t_first) / (double)(o->steps - 1) : 1e3 * (now_s() - t0);
     }
-    amp_tensor_free(r.dev_x);
-    amp_tensor_free(r.dev_y);
-    amp_tensor_free(r.loss_acc);
-    amp_tensor_free(r.norm_dev);
+    step_buffers_free(&r);
     trainer_free(&t);
     return rc;
 }
