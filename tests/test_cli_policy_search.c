@@ -15,7 +15,7 @@
 
 #include <math.h>
 
-static char text[256];
+static char text[256], images[256];
 
 #define GPT "--model gpt --data %s --layers 2 --heads 2 --width 16 --context 8 --batch 4 --threads 1 --lr 1e-3 "
 
@@ -158,6 +158,18 @@ static void test_bad_policy_files_and_module_paths_are_usage_errors(void)
     CHECK_OUT("an empty path");
 }
 
+static void test_an_mlp_and_a_cnn_name_their_layers_by_index(void)
+{
+    CLI_OK("train --model mlp --data %s --hidden 8 --steps 2 --batch 8 --threads 1 --fp32-modules 2", images);
+    CHECK_OUT("modules in f32: 2");
+    CHECK_EQ_INT(cli_run("train --model mlp --data %s --hidden 8 --steps 2 --batch 8 --threads 1 --fp32-modules 1",
+                         images),
+                 2); /* no module of ampc's mlp runs under 1 */
+    CHECK_OUT("the model's modules:\n    0 2\n");
+    CLI_OK("train --model cnn --data %s --steps 2 --batch 8 --threads 1 --fp32-modules 0", images);
+    CHECK_EQ_INT(cli_run("train --model cnn --data %s --steps 2 --batch 8 --threads 1 --fp32-modules fc", images), 2);
+}
+
 static void test_search_refuses_what_it_cannot_search(void)
 {
     char args[4][1024];
@@ -279,9 +291,10 @@ static void test_policy_file_round_trip_and_apply(void)
 
 int main(void)
 {
-    cli_init_tiny("test-cli-policy-search", NULL, text);
+    cli_init_tiny("test-cli-policy-search", images, text);
     RUN(test_policy_file_round_trip_and_apply);
     RUN_IF(cli_have_binary, test_bad_policy_files_and_module_paths_are_usage_errors);
+    RUN_IF(cli_have_binary, test_an_mlp_and_a_cnn_name_their_layers_by_index);
     RUN_IF(cli_have_binary, test_search_refuses_what_it_cannot_search);
     RUN_IF(cli_have_binary, test_the_log_checkpoint_resume_and_eval_keep_the_policy);
     RUN_IF(cli_have_binary, test_search_keeps_only_the_overflowing_layer_in_f32);

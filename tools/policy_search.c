@@ -21,6 +21,7 @@
 #include "init_from.h"
 #include "policy_file.h"
 #include "policy_search.h"
+#include "run_policy.h"
 #include "settings.h"
 #include "train.h"
 
@@ -133,35 +134,20 @@ static int trial(search *s, const train_opts *o, const policy *p, const char *la
     return -1;
 }
 
-/* The model's module paths as candidates (each prefix of a parameter's
- * name, once, with the parameters under it), then each op autocast lowers
- * on dev. Returns the count. */
+/* The model's modules as candidates (run_policy_modules), then each op
+ * autocast lowers on dev. Returns the count. */
 static int list_candidates(const amp_module *m, amp_device dev, candidate *c, int max)
 {
-    int n = 0, np = amp_module_num_params(m);
+    run_module *all = calloc(RUN_MAX_MODULES, sizeof *all);
+    int nm = all ? run_policy_modules(m, all, RUN_MAX_MODULES) : 0, n = 0;
     int64_t total = 0;
-    for (int i = 0; i < np; i++) {
-        const char *name;
-        amp_tensor *w = amp_module_param(m, i, &name);
-        int64_t numel = amp_tensor_numel(w);
-        total += numel;
-        for (const char *dot = strchr(name, '.'); dot; dot = strchr(dot + 1, '.')) {
-            size_t len = (size_t)(dot - name);
-            if (len >= sizeof c[0].path)
-                continue;
-            int k = 0;
-            while (k < n && !(strncmp(c[k].path, name, len) == 0 && c[k].path[len] == '\0'))
-                k++;
-            if (k == n) {
-                if (n == max)
-                    continue;
-                c[n] = (candidate){.op = -1};
-                memcpy(c[n].path, name, len);
-                n++;
-            }
-            c[k].weight += numel;
-        }
+    for (int i = 0; i < amp_module_num_params(m); i++)
+        total += amp_tensor_numel(amp_module_param(m, i, NULL));
+    for (int i = 0; i < nm && n < max; i++, n++) {
+        c[n] = (candidate){.op = -1, .weight = all[i].params};
+        snprintf(c[n].path, sizeof c[n].path, "%s", all[i].path);
     }
+    free(all);
     for (int op = 0; op < amp_op_count() && n < max; op++)
         if (amp_autocast_category(amp_op_name(op), dev) == AMP_CAST_LOWER) {
             c[n] = (candidate){.op = op, .weight = total};

@@ -92,29 +92,48 @@ static bool dry_forward(const trainer *t, const train_opts *o, const run_info *r
     return ok;
 }
 
-/* The model's module paths (every prefix of a parameter's module, in
- * parameter order, each once) to stderr, for a path that named none. */
-static void list_modules(const amp_module *m)
+int run_policy_modules(const amp_module *m, run_module *out, int max)
 {
-    fprintf(stderr, "the model's modules (and the paths above them):");
-    int n = amp_module_num_params(m), shown = 0;
-    for (int i = 0; i < n; i++) {
+    int n = 0, np = amp_module_num_params(m);
+    const char *head_of = NULL; /* the gpt's head, tied to wte: a module without parameters of its own */
+    int64_t head = 0;
+    for (int i = 0; i < np; i++) {
         const char *name;
-        amp_module_param(m, i, &name);
-        const char *last = strrchr(name, '.');
-        for (const char *dot = strchr(name, '.'); dot && dot <= last; dot = strchr(dot + 1, '.')) {
+        int64_t numel = amp_tensor_numel(amp_module_param(m, i, &name));
+        if (strcmp(amp_module_kind(m), "gpt") == 0 && strcmp(name, "wte.weight") == 0)
+            head_of = name, head = numel;
+        for (const char *dot = strchr(name, '.'); dot; dot = strchr(dot + 1, '.')) {
             size_t len = (size_t)(dot - name);
-            bool seen = false; /* an earlier parameter's module path, the same length and text */
-            for (int j = 0; j < i && !seen; j++) {
-                const char *other;
-                amp_module_param(m, j, &other);
-                seen = strncmp(other, name, len) == 0 && other[len] == '.';
+            if (len >= sizeof out[0].path)
+                continue;
+            int k = 0;
+            while (k < n && !(strncmp(out[k].path, name, len) == 0 && out[k].path[len] == '\0'))
+                k++;
+            if (k == n) {
+                if (n == max)
+                    continue;
+                out[n] = (run_module){.params = 0};
+                memcpy(out[n].path, name, len);
+                n++;
             }
-            if (!seen)
-                fprintf(stderr, "%s%.*s", shown++ % 8 == 0 ? "\n    " : " ", (int)len, name);
+            out[k].params += numel;
         }
     }
+    if (head_of && n < max)
+        out[n++] = (run_module){.path = "lm_head", .params = head};
+    return n;
+}
+
+/* The model's module paths to stderr, for a path that named none. */
+static void list_modules(const amp_module *m)
+{
+    run_module *all = calloc(RUN_MAX_MODULES, sizeof *all);
+    int n = all ? run_policy_modules(m, all, RUN_MAX_MODULES) : 0;
+    fprintf(stderr, "the model's modules:");
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, "%s%s", i % 8 == 0 ? "\n    " : " ", all[i].path);
     fprintf(stderr, "\n");
+    free(all);
 }
 
 int run_policy_check(const run_policy *rp, const trainer *t, const train_opts *o, const run_info *ri,

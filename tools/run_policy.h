@@ -5,7 +5,7 @@
  * run's device, and described for the log's start record.
  *
  * Defines: run_policy, run_policy_load, run_policy_check, run_policy_log,
- * run_policy_free.
+ * run_policy_free, RUN_MAX_MODULES, run_module, run_policy_modules.
  */
 #ifndef AMPC_RUN_POLICY_H
 #define AMPC_RUN_POLICY_H
@@ -39,5 +39,19 @@ int run_policy_check(const run_policy *rp, const trainer *t, const train_opts *o
  * "fp32_modules":"a,b","autocast_ops":"linear=fp32"}. */
 amp_status run_policy_log(const run_policy *rp, const train_opts *o, log_file *lf);
 void run_policy_free(run_policy *rp);
+
+#define RUN_MAX_MODULES 4096
+
+/* A module of a model, and the parameters under it. */
+typedef struct {
+    char path[192];
+    int64_t params;
+} run_module;
+
+/* m's module paths into out[0 .. max): every module path of a parameter
+ * and each path above it, in parameter order, each once, with the
+ * parameter elements under it; then the gpt's lm_head (the head tied to
+ * wte: wte's elements). Returns the count. */
+int run_policy_modules(const amp_module *m, run_module *out, int max);
 
 #endif
