@@ -228,6 +228,15 @@ static void test_the_log_checkpoint_resume_and_eval_keep_the_policy(void)
     char *body = cli_read_file(log, NULL), *second = body ? strstr(body + 1, "{\"event\":\"start\"") : NULL;
     CHECK_MSG(second && strncmp(second, want, strlen(want)) == 0, "no second start record in:\n%s", body ? body : "");
     free(body);
+    /* A policy file changed since the save is refused on resume, unless given anew. */
+    CLI_OK("train --resume %s --steps 6 --stop-at 5", ck);
+    write_file(pol, "run.json",
+               "{\"format\": \"ampc-autocast-policy\", \"version\": 1, \"modules\": {\"ln_f\": \"fp32\"}}");
+    CHECK_EQ_INT(cli_run("train --resume %s --steps 6", ck), 2);
+    CHECK_OUT("the policy file");
+    CHECK_OUT("changed since the run saved it");
+    CLI_OK("train --resume %s --steps 6 --policy %s", ck, pol);
+    CHECK_OUT("modules in f32: ln_f,h.0.attn; ops: the built-in categories");
     /* eval measures with it: a path it lacks, given anew, is refused */
     CLI_OK("eval %s", ck);
     double with = cli_value_after("val_loss ");

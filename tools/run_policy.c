@@ -56,6 +56,17 @@ int run_policy_load(run_policy *rp, const train_opts *o, const char *who)
     return -1;
 }
 
+int run_policy_same(const run_policy *rp, const train_opts *o, uint64_t saved_hash, const char *who)
+{
+    if (!o->policy || !saved_hash || rp->hash == saved_hash)
+        return -1;
+    fprintf(stderr,
+            "%s: --resume %s: the policy file %s changed since the run saved it (hash %016" PRIx64 ", the run's "
+            "%016" PRIx64 "); put back the one it trained with, or give --policy FILE to go on with another\n",
+            who, o->resume, o->policy, rp->hash, saved_hash);
+    return EXIT_USAGE;
+}
+
 /* One no-grad forward of a batch of one zero example, in the run's
  * precision, in eval mode (dropout would draw from the generator a
  * resumed run must find as it was saved): every module the model has

@@ -5,7 +5,7 @@
  * run's device, and described for the log's start record.
  *
  * Defines: run_policy, run_policy_load, run_policy_check, run_policy_log,
- * run_policy_free, RUN_MAX_MODULES, run_module, run_policy_modules.
+ * run_policy_same, run_policy_free, RUN_MAX_MODULES, run_module, run_policy_modules.
  */
 #ifndef AMPC_RUN_POLICY_H
 #define AMPC_RUN_POLICY_H
@@ -38,6 +38,10 @@ int run_policy_check(const run_policy *rp, const trainer *t, const train_opts *o
  * one): {"event":"start","policy_file":..,"policy_hash":..,
  * "fp32_modules":"a,b","autocast_ops":"linear=fp32"}. */
 amp_status run_policy_log(const run_policy *rp, const train_opts *o, log_file *lf);
+/* A resumed run's check: the saved --policy file (o->policy, read into
+ * rp) still has the bytes the run trained with (saved_hash; 0: none
+ * recorded). -1, or EXIT_USAGE after a message naming the file. */
+int run_policy_same(const run_policy *rp, const train_opts *o, uint64_t saved_hash, const char *who);
 void run_policy_free(run_policy *rp);
 
 #define RUN_MAX_MODULES 4096

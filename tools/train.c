@@ -749,6 +749,7 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
         return rc;
     }
     ri.world_size = world;
+    ri.policy_hash = rp->hash; /* saved with the checkpoint: a resume checks the file against it */
     char where[CLI_PATH_MAX] = "";
     if (o->resume)
         checkpoint_path(where, sizeof where, o->resume);
@@ -945,6 +946,8 @@ int train_main(int argc, char **argv)
     run_policy rp = {0};
     if (rc < 0)
         rc = run_policy_load(&rp, &o, "ampc train");
+    if (rc < 0 && o.resume && !o.given[RO_policy])
+        rc = run_policy_same(&rp, &o, saved.policy_hash, "ampc train");
     if ((rc = agree(rc)) < 0) {
         amp_set_num_threads((int)o.threads);
         rc = train_run(&o, o.resume ? &ck : NULL, o.resume ? &saved : NULL, &init, &rp);
