@@ -129,7 +129,7 @@ static int trial(search *s, const train_opts *o, const policy *p, const char *la
     policy_reset(s->dev);
     if (rc >= 0)
         return rc;
-    printf("  %-40s loss %-10.5g step %8.2f ms\n", label, out->loss, out->step_ms);
+    printf("  %-40s loss %-12.7g step %8.3f ms\n", label, out->loss, out->step_ms);
     fflush(stdout);
     return -1;
 }
@@ -273,8 +273,9 @@ static int greedy(search *s, const search_args *a, candidate *c, int nc, int *pi
             *found = within(s, r.loss, a->tolerance);
         }
     }
-    /* Each kept move dropped again where the policy stays within T. */
-    for (int i = *n - 1; i >= 0 && *found && *n > 1 && s->trials < a->max_trials; i--) {
+    /* Each kept move dropped again where the policy stays within T (but the
+     * last: the policy without it was the one before, not within T). */
+    for (int i = *n - 2; i >= 0 && *found && *n > 1 && s->trials < a->max_trials; i--) {
         int without[MAX_CANDIDATES], m = 0;
         for (int j = 0; j < *n; j++)
             if (j != i)
@@ -301,7 +302,7 @@ static int greedy(search *s, const search_args *a, candidate *c, int nc, int *pi
 
 static void table_row(const search *s, const char *name, const outcome *r)
 {
-    printf("%-44s %+10.4f%% %10.2f %8.2fx %8.2fx\n", name, 100 * rel_delta(s, r->loss), r->step_ms,
+    printf("%-44s %+10.4f%% %10.3f %8.2fx %8.2fx\n", name, 100 * rel_delta(s, r->loss), r->step_ms,
            r->step_ms > 0 ? s->ref32.step_ms / r->step_ms : 0, r->step_ms > 0 ? s->full.step_ms / r->step_ms : 0);
 }
 

@@ -1004,6 +1004,12 @@ int train_profile_run(const train_opts *o, run_data *rd, run_info *ri)
     return rc;
 }
 
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 int train_trial(const train_opts *o, run_data *rd, run_info *ri, const run_info *init, double *loss,
                 double *step_ms)
 {
@@ -1017,21 +1023,26 @@ int train_trial(const train_opts *o, run_data *rd, run_info *ri, const run_info 
     r.read_each = !r.cuda;
     ri->sched_step = ri->skipped = 0;
     const int64_t last = o->steps - (o->steps + 3) / 4; /* the last quarter's losses, at least one */
-    double sum = 0, t_first = 0, t0 = now_s();
+    double sum = 0, *ms = malloc((size_t)o->steps * sizeof *ms);
+    if (!ms && rc < 0)
+        rc = fail("the step times", 0);
     for (int64_t step = 0; step < o->steps && rc < 0; step++) {
         step_out s;
+        double t0 = now_s();
         rc = train_step(&r, step, &s);
         if (rc < 0 && r.cuda)
             s.loss = read_losses(&r, &(int64_t){0}, &(int64_t){0});
+        ms[step] = 1e3 * (now_s() - t0);
         if (rc < 0 && step >= last)
             sum += isfinite(s.loss) ? s.loss : NAN;
-        if (step == 0)
-            t_first = now_s();
     }
-    if (rc < 0) {
+    if (rc < 0) { /* the median step after the first (a busy machine's spikes drop out) */
         *loss = sum / (double)(o->steps - last);
-        *step_ms = o->steps > 1 ? 1e3 * (now_s() - t_first) / (double)(o->steps - 1) : 1e3 * (now_s() - t0);
+        int64_t n = o->steps > 1 ? o->steps - 1 : 1;
+        qsort(ms + o->steps - n, (size_t)n, sizeof *ms, by_double);
+        *step_ms = ms[o->steps - n + n / 2];
     }
+    free(ms);
     step_buffers_free(&r);
     trainer_free(&t);
     return rc;
