@@ -12,6 +12,7 @@
 #include "test_cli_util.h"
 
 #include "policy_file.h"
+#include "policy_search.h"
 
 #include <math.h>
 
@@ -298,10 +299,111 @@ static void test_policy_file_round_trip_and_apply(void)
     CHECK_MSG(strstr(amp_last_error(), "\"gelu\" is given twice") != NULL, "%s", amp_last_error());
 }
 
+/* A made-up run for the greedy search: the loss is 1 (the fp32 run's)
+ * plus what the picked moves leave unfixed, each policy tried recorded. */
+typedef struct {
+    double (*loss)(const bool *has); /* has[k]: move k is in the policy */
+    int n_tried;
+    char tried[16][64];
+} fake_run;
+
+static int fake_trial(void *ctx, const search_move *m, const int *pick, int n, search_outcome *out)
+{
+    fake_run *f = ctx;
+    bool has[8] = {0};
+    char *t = f->tried[f->n_tried < 16 ? f->n_tried : 15];
+    t[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        has[pick[i]] = true;
+        snprintf(t + strlen(t), 64 - strlen(t), "%s%s", i ? "+" : "", m[pick[i]].path);
+    }
+    f->n_tried++;
+    *out = (search_outcome){.loss = f->loss(has), .step_ms = 1};
+    return -1;
+}
+
+static search_move move(const char *path, double score)
+{
+    search_move m = {.op = -1, .score = score};
+    snprintf(m.path, sizeof m.path, "%s", path);
+    return m;
+}
+
+/* Two faults: b fixes one, c the other; a fixes nothing. */
+static double two_faults(const bool *has) { return 1 + (has[1] ? 0 : 0.5) + (has[2] ? 0 : 0.5); }
+/* a fixes part of the fault, b all of it. */
+static double b_fixes_all(const bool *has) { return 1 + (has[1] ? 0 : has[0] ? 0.8 : 1.0); }
+/* h.0 fixes part, x the rest; anything inside h.0 would fix it too. */
+static double h0_and_x(const bool *has) { return 1 + (has[0] ? 0 : 0.4) + (has[1] ? 0 : 0.3) + (has[2] ? 0 : 0.3); }
+
+static void test_greedy_keeps_what_helps_and_drops_what_is_not_needed(void)
+{
+    int pick[8], n;
+    search_outcome best;
+    bool found;
+    const search_outcome full = {.loss = 2.0, .step_ms = 1};
+
+    search_move m1[] = {move("a", 0.1), move("b", 0.2), move("c", 0.3)};
+    fake_run f = {.loss = two_faults};
+    search_plan sp = {.ref_loss = 1, .tolerance = 0.01, .max_trials = 16, .trial = fake_trial, .ctx = &f};
+    CHECK_EQ_INT(policy_search_greedy(&sp, m1, 3, full, pick, &n, &best, &found), -1);
+    CHECK(found);
+    CHECK_EQ_INT(n, 2);
+    CHECK(n == 2 && pick[0] == 1 && pick[1] == 2);
+    CHECK_NEAR(best.loss, 1.0, 0);
+    CHECK_EQ_INT(sp.trials, 4); /* a (not kept), b, b+c, then c alone (b still needed) */
+    CHECK_EQ_INT(f.n_tried, 4);
+    CHECK(strcmp(f.tried[0], "a") == 0 && strcmp(f.tried[2], "b+c") == 0 && strcmp(f.tried[3], "c") == 0);
+
+    search_move m2[] = {move("a", 0.1), move("b", 0.2)};
+    f = (fake_run){.loss = b_fixes_all};
+    sp = (search_plan){.ref_loss = 1, .tolerance = 0.01, .max_trials = 16, .trial = fake_trial, .ctx = &f};
+    CHECK_EQ_INT(policy_search_greedy(&sp, m2, 2, full, pick, &n, &best, &found), -1);
+    CHECK(found);
+    CHECK_EQ_INT(n, 1); /* a helped on the way, and is dropped */
+    CHECK(n == 1 && pick[0] == 1);
+    CHECK_EQ_INT(sp.trials, 3);
+}
+
+static void test_greedy_skips_moves_inside_a_kept_module_and_stops(void)
+{
+    int pick[8], n;
+    search_outcome best;
+    bool found;
+    search_move m[] = {move("h.0", 0.1), move("x", 0.2), move("h.0.mlp", 0.3), move("y", 0.4)};
+    fake_run f = {.loss = h0_and_x};
+    /* h0_and_x reads has[2] as a third fault that only "h.0.mlp" fixes: with
+     * h.0 kept, h.0.mlp is never tried (h.0 already covers it). */
+    search_plan sp = {.ref_loss = 1, .tolerance = 0.01, .max_trials = 16, .trial = fake_trial, .ctx = &f};
+    CHECK_EQ_INT(policy_search_greedy(&sp, m, 4, (search_outcome){.loss = 2.0}, pick, &n, &best, &found), -1);
+    for (int i = 0; i < f.n_tried && i < 16; i++)
+        CHECK_MSG(strstr(f.tried[i], "h.0.mlp") == NULL, "tried %s", f.tried[i]);
+    CHECK(!found); /* the fault only h.0.mlp fixes stays */
+    CHECK_EQ_INT(n, 2);
+
+    /* The trials run out. */
+    f = (fake_run){.loss = two_faults};
+    search_move m1[] = {move("a", 0.1), move("b", 0.2), move("c", 0.3)};
+    sp = (search_plan){.ref_loss = 1, .tolerance = 0.01, .max_trials = 2, .trial = fake_trial, .ctx = &f};
+    CHECK_EQ_INT(policy_search_greedy(&sp, m1, 3, (search_outcome){.loss = 2.0}, pick, &n, &best, &found), -1);
+    CHECK(!found);
+    CHECK_EQ_INT(sp.trials, 2);
+
+    /* Full autocast within the tolerance: nothing to try. */
+    f = (fake_run){.loss = two_faults};
+    sp = (search_plan){.ref_loss = 1, .tolerance = 0.01, .max_trials = 16, .trial = fake_trial, .ctx = &f};
+    CHECK_EQ_INT(policy_search_greedy(&sp, m1, 3, (search_outcome){.loss = 1.005}, pick, &n, &best, &found), -1);
+    CHECK(found);
+    CHECK_EQ_INT(n, 0);
+    CHECK_EQ_INT(f.n_tried, 0);
+}
+
 int main(void)
 {
     cli_init_tiny("test-cli-policy-search", images, text);
     RUN(test_policy_file_round_trip_and_apply);
+    RUN(test_greedy_keeps_what_helps_and_drops_what_is_not_needed);
+    RUN(test_greedy_skips_moves_inside_a_kept_module_and_stops);
     RUN_IF(cli_have_binary, test_bad_policy_files_and_module_paths_are_usage_errors);
     RUN_IF(cli_have_binary, test_an_mlp_and_a_cnn_name_their_layers_by_index);
     RUN_IF(cli_have_binary, test_search_refuses_what_it_cannot_search);

@@ -6,10 +6,10 @@
  * for --steps steps and compares its final loss (the mean of the last
  * quarter of the steps) with the fp32 run's: within T when
  * |loss - loss_fp32| <= T * |loss_fp32|. The full autocast policy is
- * tried first. When it is not within T, the candidate moves - each module
+ * tried first. When it is not within T, the search_move moves - each module
  * of the model kept in f32, each op autocast lowers put in f32 - are
  * ordered by a cheap measurement (order_candidates: one forward per
- * candidate) and added greedily: a move that brings the loss closer to
+ * search_move) and added greedily: a move that brings the loss closer to
  * the fp32 run's is kept, until the policy is within T; then each kept
  * move is dropped again if the policy stays within T without it. A move
  * inside a module already kept is skipped. At most --max-trials trainings
@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_CANDIDATES 512
 
 typedef struct {
     double tolerance;
@@ -74,41 +73,27 @@ const opt_cmd policy_search_options = {
     .n_blocks = 2,
 };
 
-/* One move: a module kept in f32 (op < 0) or an op put in f32. */
-typedef struct {
-    char path[192];
-    int op;
-    int64_t weight; /* the parameters it covers (an op: the whole model's): the cost of the move */
-    double score;   /* order_candidates' measurement: lower is tried first */
-} candidate;
-
-/* A trial's result. */
-typedef struct {
-    double loss, step_ms;
-} outcome;
-
 typedef struct {
     train_opts o;      /* the lowered run's options, resolved */
     train_opts o32;    /* the fp32 run's */
     run_data rd;
     run_info ri, init;
     amp_device dev;
-    outcome ref32, full;
-    int trials;
+    search_outcome ref32, full;
 } search;
 
-static bool within(const search *s, double loss, double tol)
+static bool within(double ref, double loss, double tol)
 {
-    return isfinite(loss) && fabs(loss - s->ref32.loss) <= tol * fabs(s->ref32.loss);
+    return isfinite(loss) && fabs(loss - ref) <= tol * fabs(ref);
 }
 
-static double rel_delta(const search *s, double loss)
+static double rel_delta(double ref, double loss)
 {
-    return isfinite(loss) ? (loss - s->ref32.loss) / fabs(s->ref32.loss) : INFINITY;
+    return isfinite(loss) ? (loss - ref) / fabs(ref) : INFINITY;
 }
 
 /* The policy of candidates c[pick[0 .. n)]. */
-static amp_status policy_of(const candidate *c, const int *pick, int n, policy *p)
+static amp_status policy_of(const search_move *c, const int *pick, int n, policy *p)
 {
     *p = (policy){0};
     amp_status st = AMP_OK;
@@ -119,7 +104,7 @@ static amp_status policy_of(const candidate *c, const int *pick, int n, policy *
 }
 
 /* Trains o under p; one line per trial. -1 or an exit code. */
-static int trial(search *s, const train_opts *o, const policy *p, const char *label, outcome *out)
+static int trial(search *s, const train_opts *o, const policy *p, const char *label, search_outcome *out)
 {
     if (policy_apply(p, s->dev) != AMP_OK) {
         fprintf(stderr, "ampc policy search: %s\n", amp_last_error());
@@ -136,7 +121,7 @@ static int trial(search *s, const train_opts *o, const policy *p, const char *la
 
 /* The model's modules as candidates (run_policy_modules), then each op
  * autocast lowers on dev. Returns the count. */
-static int list_candidates(const amp_module *m, amp_device dev, candidate *c, int max)
+static int list_candidates(const amp_module *m, amp_device dev, search_move *c, int max)
 {
     run_module *all = calloc(RUN_MAX_MODULES, sizeof *all);
     int nm = all ? run_policy_modules(m, all, RUN_MAX_MODULES) : 0, n = 0;
@@ -144,13 +129,13 @@ static int list_candidates(const amp_module *m, amp_device dev, candidate *c, in
     for (int i = 0; i < amp_module_num_params(m); i++)
         total += amp_tensor_numel(amp_module_param(m, i, NULL));
     for (int i = 0; i < nm && n < max; i++, n++) {
-        c[n] = (candidate){.op = -1, .weight = all[i].params};
+        c[n] = (search_move){.op = -1, .weight = all[i].params};
         snprintf(c[n].path, sizeof c[n].path, "%s", all[i].path);
     }
     free(all);
     for (int op = 0; op < amp_op_count() && n < max; op++)
         if (amp_autocast_category(amp_op_name(op), dev) == AMP_CAST_LOWER) {
-            c[n] = (candidate){.op = op, .weight = total};
+            c[n] = (search_move){.op = op, .weight = total};
             snprintf(c[n].path, sizeof c[n].path, "op %s", amp_op_name(op));
             n++;
         }
@@ -159,7 +144,7 @@ static int list_candidates(const amp_module *m, amp_device dev, candidate *c, in
 
 static int by_score(const void *a, const void *b)
 {
-    const candidate *x = a, *y = b; /* (scores within the tolerance are 0: order_candidates) */
+    const search_move *x = a, *y = b; /* (scores within the tolerance are 0: order_candidates) */
     if (x->score != y->score)
         return x->score < y->score ? -1 : 1;
     if (x->weight != y->weight) /* the smaller move is the faster policy */
@@ -177,7 +162,7 @@ static int by_score(const void *a, const void *b)
  * change nothing in that forward (the same loss as full autocast) come
  * last. -1 or 1 (message printed).
  */
-static int order_candidates(search *s, candidate *c, int n, double tol)
+static int order_candidates(search *s, search_move *c, int n, double tol)
 {
     trainer t;
     if (!trainer_build(&t, &s->o, &s->ri, s->o.steps))
@@ -212,13 +197,13 @@ static int order_candidates(search *s, candidate *c, int n, double tol)
     return rc;
 }
 
-/* Whether candidate k lies inside a module already picked (or is one). */
-static bool covered(const candidate *c, const int *pick, int n, int k)
+/* Whether search_move k lies inside a module already picked (or is one). */
+static bool covered(const search_move *c, const int *pick, int n, int k)
 {
     if (c[k].op >= 0)
         return false;
     for (int i = 0; i < n; i++) {
-        const candidate *m = &c[pick[i]];
+        const search_move *m = &c[pick[i]];
         size_t len = strlen(m->path);
         if (m->op < 0 && strncmp(c[k].path, m->path, len) == 0 && (c[k].path[len] == '\0' || c[k].path[len] == '.'))
             return true;
@@ -227,7 +212,7 @@ static bool covered(const candidate *c, const int *pick, int n, int k)
 }
 
 /* The label of a policy: its moves, or what it is. */
-static const char *describe(const candidate *c, const int *pick, int n, char *buf, size_t cap)
+static const char *describe(const search_move *c, const int *pick, int n, char *buf, size_t cap)
 {
     size_t at = 0;
     snprintf(buf, cap, "%s", n ? "" : "full autocast");
@@ -239,59 +224,42 @@ static const char *describe(const candidate *c, const int *pick, int n, char *bu
     return buf;
 }
 
-/* The greedy search: pick[0 .. *n) is the policy found, *best its
- * outcome; *found whether it is within T. -1 or an exit code. */
-static int greedy(search *s, const search_args *a, candidate *c, int nc, int *pick, int *n, outcome *best,
-                  bool *found)
+int policy_search_greedy(search_plan *sp, const search_move *c, int nc, search_outcome full, int *pick,
+                         int *n, search_outcome *best, bool *found)
 {
-    char label[1024];
     *n = 0;
-    *best = s->full;
-    *found = within(s, s->full.loss, a->tolerance);
+    *best = full;
+    *found = within(sp->ref_loss, full.loss, sp->tolerance);
     int rc = -1;
-    for (int k = 0; k < nc && !*found && rc < 0 && s->trials < a->max_trials; k++) {
+    for (int k = 0; k < nc && !*found && rc < 0 && sp->trials < sp->max_trials; k++) {
         if (!isfinite(c[k].score) && isfinite(best->loss))
             break; /* the rest change nothing the forward shows */
         if (covered(c, pick, *n, k))
             continue;
         pick[*n] = k;
-        policy p;
-        outcome r;
-        if (policy_of(c, pick, *n + 1, &p) != AMP_OK) {
-            fprintf(stderr, "ampc policy search: %s\n", amp_last_error());
-            return 1;
-        }
-        rc = trial(s, &s->o, &p, describe(c, pick, *n + 1, label, sizeof label), &r);
-        s->trials++;
-        policy_free(&p);
-        if (rc >= 0)
+        search_outcome r;
+        sp->trials++;
+        if ((rc = sp->trial(sp->ctx, c, pick, *n + 1, &r)) >= 0)
             return rc;
-        double was = fabs(rel_delta(s, best->loss)), now = fabs(rel_delta(s, r.loss));
+        double was = fabs(rel_delta(sp->ref_loss, best->loss)), now = fabs(rel_delta(sp->ref_loss, r.loss));
         if (now < was || !isfinite(was)) { /* kept: it brought the run closer */
             (*n)++;
             *best = r;
-            *found = within(s, r.loss, a->tolerance);
+            *found = within(sp->ref_loss, r.loss, sp->tolerance);
         }
     }
     /* Each kept move dropped again where the policy stays within T (but the
      * last: the policy without it was the one before, not within T). */
-    for (int i = *n - 2; i >= 0 && *found && *n > 1 && s->trials < a->max_trials; i--) {
-        int without[MAX_CANDIDATES], m = 0;
+    for (int i = *n - 2; i >= 0 && *found && *n > 1 && sp->trials < sp->max_trials; i--) {
+        int without[POLICY_SEARCH_MAX_MOVES], m = 0;
         for (int j = 0; j < *n; j++)
             if (j != i)
                 without[m++] = pick[j];
-        policy p;
-        outcome r;
-        if (policy_of(c, without, m, &p) != AMP_OK) {
-            fprintf(stderr, "ampc policy search: %s\n", amp_last_error());
-            return 1;
-        }
-        rc = trial(s, &s->o, &p, describe(c, without, m, label, sizeof label), &r);
-        s->trials++;
-        policy_free(&p);
-        if (rc >= 0)
+        search_outcome r;
+        sp->trials++;
+        if ((rc = sp->trial(sp->ctx, c, without, m, &r)) >= 0)
             return rc;
-        if (within(s, r.loss, a->tolerance)) {
+        if (within(sp->ref_loss, r.loss, sp->tolerance)) {
             memcpy(pick, without, (size_t)m * sizeof *pick);
             *n = m;
             *best = r;
@@ -300,9 +268,24 @@ static int greedy(search *s, const search_args *a, candidate *c, int nc, int *pi
     return -1;
 }
 
-static void table_row(const search *s, const char *name, const outcome *r)
+/* search_plan's trial for the real runs: ctx is the search. */
+static int train_moves(void *ctx, const search_move *c, const int *pick, int n, search_outcome *out)
 {
-    printf("%-44s %+10.4f%% %10.3f %8.2fx %8.2fx\n", name, 100 * rel_delta(s, r->loss), r->step_ms,
+    search *s = ctx;
+    char label[1024];
+    policy p;
+    if (policy_of(c, pick, n, &p) != AMP_OK) {
+        fprintf(stderr, "ampc policy search: %s\n", amp_last_error());
+        return 1;
+    }
+    int rc = trial(s, &s->o, &p, describe(c, pick, n, label, sizeof label), out);
+    policy_free(&p);
+    return rc;
+}
+
+static void table_row(const search *s, const char *name, const search_outcome *r)
+{
+    printf("%-44s %+10.4f%% %10.3f %8.2fx %8.2fx\n", name, 100 * rel_delta(s->ref32.loss, r->loss), r->step_ms,
            r->step_ms > 0 ? s->ref32.step_ms / r->step_ms : 0, r->step_ms > 0 ? s->full.step_ms / r->step_ms : 0);
 }
 
@@ -362,7 +345,7 @@ int policy_search_main(int argc, char **argv)
 {
     search_args a;
     search *s = calloc(1, sizeof *s);
-    candidate *c = calloc(MAX_CANDIDATES, sizeof *c);
+    search_move *c = calloc(POLICY_SEARCH_MAX_MOVES, sizeof *c);
     int rc = s && c ? parse_all(argc, argv, &a, s) : 1;
     if (rc < 0)
         rc = device_check(&s->o, "ampc policy search");
@@ -390,22 +373,24 @@ int policy_search_main(int argc, char **argv)
     }
     if (rc < 0)
         rc = trial(s, &s->o, &none, "full autocast", &s->full);
-    int nc = 0, pick[MAX_CANDIDATES], n = 0;
-    outcome best = {0};
+    int nc = 0, pick[POLICY_SEARCH_MAX_MOVES], n = 0;
+    search_outcome best = {0};
     bool found = false;
-    if (rc < 0 && !within(s, s->full.loss, a.tolerance)) {
+    if (rc < 0 && !within(s->ref32.loss, s->full.loss, a.tolerance)) {
         policy_reset(s->dev);
         trainer t;
         if (!trainer_build(&t, &s->o, &s->ri, 1)) {
             rc = 1;
         } else {
-            nc = list_candidates(t.model, s->dev, c, MAX_CANDIDATES);
+            nc = list_candidates(t.model, s->dev, c, POLICY_SEARCH_MAX_MOVES);
             trainer_free(&t);
             rc = order_candidates(s, c, nc, a.tolerance);
         }
     }
+    search_plan plan = {.ref_loss = s->ref32.loss, .tolerance = a.tolerance, .max_trials = (int)a.max_trials,
+                        .trial = train_moves, .ctx = s};
     if (rc < 0)
-        rc = greedy(s, &a, c, nc, pick, &n, &best, &found);
+        rc = policy_search_greedy(&plan, c, nc, s->full, pick, &n, &best, &found);
     policy p = {0};
     if (rc < 0 && policy_of(c, pick, n, &p) != AMP_OK) {
         fprintf(stderr, "ampc policy search: %s\n", amp_last_error());
@@ -422,7 +407,7 @@ int policy_search_main(int argc, char **argv)
             fprintf(stderr, "ampc policy search: no policy within %g of the fp32 run's loss after %d trials (the "
                             "closest above); nothing written: give more --max-trials, a larger --tolerance, or "
                             "keep fp32\n",
-                    a.tolerance, s->trials);
+                    a.tolerance, plan.trials);
             rc = 1;
         } else if (policy_write(a.out, &p) != AMP_OK) {
             fprintf(stderr, "ampc policy search: %s\n", amp_last_error());
