@@ -17,12 +17,20 @@
 
 /* x [2, 16] and w [4, 16], every element 100: exact in f16, and each
  * output 16 * 100 * 100 = 160000, past f16's largest (65504). */
-static amp_tensor *hundreds(int64_t rows) { return amp_full(AMP_SHAPE(rows, 16), AMP_F32, 100.0); }
+static amp_tensor *hundreds(int64_t rows, amp_device dev)
+{
+    amp_tensor *h = amp_full(AMP_SHAPE(rows, 16), AMP_F32, 100.0);
+    if (dev == AMP_CPU)
+        return h;
+    amp_tensor *d = amp_to_device(h, dev);
+    amp_tensor_free(h);
+    return d;
+}
 
 /* The overflowing linear under f16 autocast in module "fc1"; its result. */
 static amp_tensor *overflow_linear(amp_tensor *x, amp_tensor *w)
 {
-    CHECK(amp_autocast_begin(AMP_CPU, AMP_F16) == AMP_OK);
+    CHECK(amp_autocast_begin(amp_tensor_device(x), AMP_F16) == AMP_OK);
     CHECK(amp_scope_begin("fc1") == AMP_OK);
     amp_tensor *y = amp_linear(x, w, NULL);
     CHECK(amp_scope_end() == AMP_OK);
@@ -30,11 +38,11 @@ static amp_tensor *overflow_linear(amp_tensor *x, amp_tensor *w)
     return y;
 }
 
-static void test_an_f16_linear_that_overflows_is_named_in_forward(void)
+static void overflow_is_named(amp_device dev)
 {
     CHECK(amp_anomaly_enable(true) == AMP_OK);
     amp_anomaly_set_context(3, 1);
-    amp_tensor *x = hundreds(2), *w = hundreds(4);
+    amp_tensor *x = hundreds(2, dev), *w = hundreds(4, dev);
     amp_tensor *y = overflow_linear(x, w);
     CHECK(y == NULL);
     CHECK_EQ_INT(amp_last_status(), AMP_ERR_STATE);
@@ -45,6 +53,7 @@ static void test_an_f16_linear_that_overflows_is_named_in_forward(void)
     CHECK(amp_anomaly_last(&r));
     CHECK(strcmp(r.op, "linear") == 0 && strcmp(r.module, "fc1") == 0);
     CHECK(!r.backward && !r.recompute);
+    CHECK_EQ_INT(r.device, dev);
     CHECK_EQ_INT(r.step, 3);
     CHECK_EQ_INT(r.micro_batch, 1);
     CHECK_EQ_INT(r.dtype, AMP_F16);
@@ -75,6 +84,18 @@ static void test_an_f16_linear_that_overflows_is_named_in_forward(void)
     amp_tensor_free(x);
     amp_tensor_free(w);
     amp_temps_free();
+}
+
+static void test_an_f16_linear_that_overflows_is_named_in_forward(void) { overflow_is_named(AMP_CPU); }
+
+/* The same through the CUDA backend's count (cudaemu in test-cuda-emu). */
+static void test_an_f16_linear_that_overflows_is_named_on_cuda(void)
+{
+    if (!amp_cuda_available()) {
+        harness_skip("no CUDA device");
+        return;
+    }
+    overflow_is_named(AMP_CUDA);
 }
 
 static void test_a_log_of_zero_in_a_loss_is_named(void)
@@ -147,7 +168,7 @@ static void test_continuing_records_each_distinct_op_once(void)
 {
     CHECK(amp_anomaly_enable(true) == AMP_OK);
     amp_anomaly_set_continue(true);
-    amp_tensor *x = hundreds(2), *w = hundreds(4);
+    amp_tensor *x = hundreds(2, AMP_CPU), *w = hundreds(4, AMP_CPU);
     for (int step = 1; step <= 3; step++) {
         amp_anomaly_set_context(step, 1);
         amp_tensor *y = overflow_linear(x, w);
@@ -208,6 +229,7 @@ static void test_enabling_beside_another_observer_is_refused(void)
 int main(void)
 {
     RUN(test_an_f16_linear_that_overflows_is_named_in_forward);
+    RUN(test_an_f16_linear_that_overflows_is_named_on_cuda);
     RUN(test_a_log_of_zero_in_a_loss_is_named);
     RUN(test_an_inf_made_only_in_backward_is_named);
     RUN(test_continuing_records_each_distinct_op_once);
