@@ -279,19 +279,29 @@ static double median_of(double *t, int n)
     return t[n / 2];
 }
 
+/* The model's rig and the scaler of precision (enabled for fp16) for
+ * one cell; false (reported) when the model cannot be made. */
+static bool make_cell(const char *model, const char *precision, rig *r, amp_scaler **scaler)
+{
+    if (!make(model, r)) {
+        fprintf(stderr, "%s: %s\n", model, amp_last_error());
+        return false;
+    }
+    amp_scaler_opts so = amp_scaler_defaults();
+    so.enabled = strcmp(precision, "fp16") == 0;
+    *scaler = amp_scaler_new(so);
+    return true;
+}
+
 /* The profiler's overhead on one model and precision; false on error. */
 static bool profile_overhead(const char *model, const char *precision, int blocks, double hook_ns, double phase_ns,
                              double on_ns)
 {
     enum { PER_BLOCK = 2, WARMUP = 3 };
     rig r;
-    if (!make(model, &r)) {
-        fprintf(stderr, "%s: %s\n", model, amp_last_error());
+    amp_scaler *scaler;
+    if (!make_cell(model, precision, &r, &scaler))
         return false;
-    }
-    amp_scaler_opts so = amp_scaler_defaults();
-    so.enabled = strcmp(precision, "fp16") == 0;
-    amp_scaler *scaler = amp_scaler_new(so);
     double *off = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
     double *on = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
     double *coff = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
@@ -376,13 +386,9 @@ static bool anomaly_overhead(const char *model, const char *precision, int block
 {
     enum { PER_BLOCK = 2, WARMUP = 3 };
     rig r;
-    if (!make(model, &r)) {
-        fprintf(stderr, "%s: %s\n", model, amp_last_error());
+    amp_scaler *scaler;
+    if (!make_cell(model, precision, &r, &scaler))
         return false;
-    }
-    amp_scaler_opts so = amp_scaler_defaults();
-    so.enabled = strcmp(precision, "fp16") == 0;
-    amp_scaler *scaler = amp_scaler_new(so);
     double *t[2] = {malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK)),
                     malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK))};
     double *pair = malloc(sizeof(double) * (size_t)blocks);
