@@ -206,6 +206,50 @@ static void test_continuing_records_each_distinct_op_once(void)
     amp_temps_free();
 }
 
+/* A gpt whose h.1.mlp.fc1 weights are +-60000 (exact in f16), alternating
+ * along the width: LayerNorm's output (finite, zero mean) times them
+ * overflows f16 in that linear, named by the module path PyTorch gives
+ * it. */
+static void test_a_gpt_names_the_module_path(void)
+{
+    amp_manual_seed(1);
+    amp_gpt_config c = {.vocab = 11, .context = 8, .width = 16, .layers = 2, .heads = 2, .mlp = 32};
+    amp_module *m = amp_model_gpt(c);
+    bool set = false;
+    for (int i = 0; i < amp_module_num_params(m); i++) {
+        const char *name;
+        amp_tensor *p = amp_module_param(m, i, &name);
+        float w[32 * 16];
+        for (int k = 0; k < 32 * 16; k++)
+            w[k] = k % 2 ? 60000.0f : -60000.0f;
+        if (strcmp(name, "h.1.mlp.fc1.weight") == 0)
+            set = amp_tensor_copy_in(p, w, AMP_F32) == AMP_OK;
+    }
+    CHECK(set);
+    int64_t v[16];
+    for (int i = 0; i < 16; i++)
+        v[i] = i % 11;
+    amp_tensor *idx = amp_from_data(AMP_SHAPE(2, 8), AMP_I64, v);
+    CHECK(amp_anomaly_enable(true) == AMP_OK);
+    amp_anomaly_set_context(1, 1);
+    CHECK(amp_autocast_begin(AMP_CPU, AMP_F16) == AMP_OK);
+    amp_tensor *logits = amp_module_forward(m, idx);
+    amp_autocast_end();
+    CHECK(logits == NULL);
+    amp_anomaly_report r;
+    CHECK(amp_anomaly_last(&r));
+    CHECK_MSG(strcmp(r.op, "linear") == 0 && strcmp(r.module, "h.1.mlp.fc1") == 0, "%s in %s", r.op, r.module);
+    CHECK_EQ_INT(r.dtype, AMP_F16);
+    CHECK(r.inputs_finite);
+    CHECK_EQ_INT(r.in[1].shape.d[0], 32); /* fc1's weight [mlp, width] */
+    CHECK(r.in[1].min == -60000 && r.in[1].max == 60000);
+    CHECK(strcmp(amp_scope_current(), "") == 0); /* the failed forward left its scopes */
+    CHECK(amp_anomaly_enable(false) == AMP_OK);
+    amp_temps_free();
+    amp_tensor_free(idx);
+    amp_module_free(m);
+}
+
 static amp_status other(void *ctx, const node *n, bool backward, amp_tensor *const *t, int n_t)
 {
     (void)ctx, (void)n, (void)backward, (void)t, (void)n_t;
@@ -232,6 +276,7 @@ int main(void)
     RUN(test_an_f16_linear_that_overflows_is_named_on_cuda);
     RUN(test_a_log_of_zero_in_a_loss_is_named);
     RUN(test_an_inf_made_only_in_backward_is_named);
+    RUN(test_a_gpt_names_the_module_path);
     RUN(test_continuing_records_each_distinct_op_once);
     RUN(test_enabling_beside_another_observer_is_refused);
     return harness_done();
