@@ -1082,6 +1082,73 @@ AMP_API int64_t amp_tensor_count_nonfinite(const amp_tensor *t);
  * NULL): how many of its elements. */
 AMP_API amp_status amp_optim_find_nonfinite_grad(const amp_optim *o, int *index, int64_t *count);
 
+/* ------------------------------------------------------- anomaly detection */
+/* PyTorch's detect_anomaly, naming the op: with it on, every op's result
+ * (forward) and every gradient a node's backward makes are checked for
+ * inf/NaN right after the kernel wrote them (the backend's count, one
+ * pass; on a GPU a wait per op). The first one is reported with the op,
+ * the module it ran in, the dtypes and each input's statistics. Off, an
+ * op pays one branch. The check is the process's node observer: enabling
+ * it while another observer is set is an AMP_ERR_STATE error. */
+
+/* One tensor of a report: an input of the op as it saw it (after
+ * autocast) or, in backward, the gradient of the op's result. min, max
+ * and absmax are over the finite elements (NaN when there are none);
+ * nonfinite counts the inf/NaN elements (0 for an integer tensor). */
+typedef struct {
+    amp_dtype dtype;
+    amp_shape shape;
+    double min, max, absmax;
+    int64_t nonfinite;
+} amp_anomaly_tensor;
+
+#define AMP_ANOMALY_INPUTS 8 /* inputs described in a report; all are checked */
+
+/* Where an inf/NaN first appeared. */
+typedef struct {
+    int64_t step, micro_batch; /* amp_anomaly_set_context's values; -1 when never set */
+    bool backward;             /* the phase: false forward, true backward */
+    bool recompute;            /* forward: a checkpointed block's re-run inside backward */
+    char op[32];               /* the op table's name: "linear", "log", "to" (an autocast cast) */
+    char module[128];          /* PyTorch's module path ("h.1.attn.qkv", "fc1"); "" outside every module */
+    amp_device device;
+    amp_cast_category category; /* the op's autocast category on device */
+    amp_dtype dtype;            /* the dtype of the tensor that held inf/NaN: the one the op ran in */
+    int result;                 /* backward: the input whose gradient it is; forward: 0 */
+    int64_t nonfinite, numel;   /* in that tensor */
+    bool inputs_finite;         /* every input (and in backward the result's gradient) was finite:
+                                   the op itself overflowed (an f16 result past 65504) or made a NaN */
+    int n_inputs;               /* the op's inputs; the first AMP_ANOMALY_INPUTS are in in[] */
+    amp_anomaly_tensor in[AMP_ANOMALY_INPUTS];
+    amp_anomaly_tensor grad; /* backward: the gradient of the op's result (dtype AMP_DTYPE_COUNT in forward) */
+} amp_anomaly_report;
+
+/* Turns the check on or off (on clears the reports). */
+AMP_API amp_status amp_anomaly_enable(bool on);
+AMP_API bool amp_anomaly_enabled(void);
+/* false (the default, as PyTorch): the first inf/NaN fails the op, whose
+ * result is dropped (it returns NULL) or stops the backward, with the
+ * report's line (amp_anomaly_format) as the error. true: ops go on; the
+ * first inf/NaN of each pass (see below) is recorded, and the rest of the
+ * pass is not checked (what follows an inf is its consequence). */
+AMP_API void amp_anomaly_set_continue(bool on);
+/* Starts a pass (a micro-batch's forward and backward): the step and
+ * micro-batch that reports carry (1-based in the CLI; any values). */
+AMP_API void amp_anomaly_set_context(int64_t step, int64_t micro_batch);
+/* The reports recorded since the check was enabled, one per distinct
+ * (phase, op, module), in the order they first happened. */
+AMP_API int amp_anomaly_count(void);
+/* Report i (0 <= i < amp_anomaly_count) into *out; AMP_ERR_ARG past them. */
+AMP_API amp_status amp_anomaly_get(int i, amp_anomaly_report *out);
+/* The current pass's first inf/NaN into *out (its step and micro-batch
+ * the pass's); false when the pass had none. With continue on, an op
+ * reported in an earlier pass keeps that pass's statistics. */
+AMP_API bool amp_anomaly_last(amp_anomaly_report *out);
+/* The report as one line, "anomaly: op=... module=... phase=... step=...
+ * dtype=... ...", into buf (n bytes, truncated, NUL-terminated): as
+ * snprintf, the length the whole line needs. */
+AMP_API int amp_anomaly_format(const amp_anomaly_report *r, char *buf, size_t n);
+
 /* ----------------------------------------------------------------- models */
 /* Ready-made models: the CLI's, the benchmarks' and the examples'. */
 

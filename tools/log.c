@@ -9,7 +9,6 @@
 
 #include "base/base.h"
 #include "io/file.h"
-#include "io/json.h"
 
 #include <errno.h>
 #include <math.h>
@@ -98,26 +97,12 @@ amp_status log_step(log_file *l, const log_record *r)
     return AMP_OK;
 }
 
-amp_status log_event(log_file *l, const char *event, const char *const *keys, const char *const *values, int n)
+amp_status log_event(log_file *l, const char *json)
 {
-    if (!l || !event)
-        return amp_set_error(AMP_ERR_ARG, "log_event: NULL %s", !l ? "log" : "event");
-    json_buf b = {0};
-    jb_puts(&b, "{\"event\":");
-    jb_string(&b, event);
-    for (int i = 0; i < n; i++) {
-        jb_puts(&b, ",");
-        jb_string(&b, keys[i]);
-        jb_puts(&b, ":");
-        jb_string(&b, values[i]);
-    }
-    jb_puts(&b, "}\n");
-    if (b.oom) {
-        jb_free(&b);
-        return amp_set_error(AMP_ERR_MEMORY, "log: %s: out of memory", l->path);
-    }
-    fputs(b.p, l->f);
-    jb_free(&b);
+    if (!l || !json)
+        return amp_set_error(AMP_ERR_ARG, "log_event: NULL %s", !l ? "log" : "line");
+    fputs(json, l->f);
+    fputc('\n', l->f);
     if (fflush(l->f) != 0 || ferror(l->f))
         return amp_set_error(AMP_ERR_IO, "log: cannot write %s: %s", l->path, strerror(errno));
     return AMP_OK;

@@ -74,12 +74,12 @@ log_file *log_open(const char *path, bool append);
 /* Writes r as one line and flushes it. AMP_ERR_IO naming the file when the
  * write fails (disk full ...). */
 amp_status log_step(log_file *f, const log_record *r);
-/* Writes a line that is not a step: {"event":event, keys[i]:values[i]...},
- * the values as JSON strings (a run's start record: run_policy.h). Readers
- * of the log (ampc plot) skip lines without a "step". */
-amp_status log_event(log_file *f, const char *event, const char *const *keys, const char *const *values, int n);
 /* Closes the file (NULL is fine); AMP_ERR_IO when the last writes fail. */
 amp_status log_close(log_file *f);
+/* Writes one line that is not a step's, an event ({"event":"anomaly",
+ * ...}: json, one whole object without the newline), and flushes it;
+ * `ampc plot` skips lines with an "event" key. Errors as log_step. */
+amp_status log_event(log_file *f, const char *json);
 
 /* Writes v as a JSON number into buf (n >= 32): "%.*g" with digits
  * significant digits, or null when v is not finite. Returns buf. */

@@ -5,6 +5,9 @@
  */
 #include "run_policy.h"
 
+#include "base/base.h"
+#include "io/json.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,9 +187,18 @@ amp_status run_policy_log(const run_policy *rp, const train_opts *o, log_file *l
         return AMP_OK;
     char hash[24], modules[4096], ops[4096];
     snprintf(hash, sizeof hash, "%016" PRIx64, rp->hash);
-    const char *keys[] = {"fp32_modules", "autocast_ops", "policy_file", "policy_hash"};
-    const char *values[] = {policy_module_list(&rp->p, modules, sizeof modules),
-                            policy_op_list(&rp->p, ops, sizeof ops), o->policy ? o->policy : "",
-                            o->policy ? hash : ""};
-    return log_event(lf, "start", keys, values, o->policy ? 4 : 2);
+    json_buf b = {0};
+    jb_puts(&b, "{\"event\":\"start\",\"fp32_modules\":");
+    jb_string(&b, policy_module_list(&rp->p, modules, sizeof modules));
+    jb_puts(&b, ",\"autocast_ops\":");
+    jb_string(&b, policy_op_list(&rp->p, ops, sizeof ops));
+    if (o->policy) {
+        jb_puts(&b, ",\"policy_file\":");
+        jb_string(&b, o->policy);
+        jb_printf(&b, ",\"policy_hash\":\"%s\"", hash);
+    }
+    jb_puts(&b, "}");
+    amp_status st = b.oom ? amp_set_error(AMP_ERR_MEMORY, "log: out of memory") : log_event(lf, b.p);
+    jb_free(&b);
+    return st;
 }

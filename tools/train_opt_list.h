@@ -180,6 +180,12 @@ X(vocab, .name = "vocab", .meta = "N", .kind = OPT_INT, .cls = OC_SHAPE, .lo = 1
 X(init_from, .name = "init-from", .meta = "DIR", .kind = OPT_STR, .cls = OC_RUN,
   .help = "start from the weights saved in DIR (a run's --save, or ampc import): its model and shape, a fresh "
   "optimizer, scaler and schedule from step 0 (fine-tuning)")
+X(detect_anomaly, .name = "detect-anomaly", .meta = "", .kind = OPT_FLAG, .cls = OC_RUN,
+  .help = "check every op's result and gradient for inf/NaN: the first stops the run (exit 1) naming the op, "
+  "its module, phase and dtypes, on stderr and in --log (docs/debugging.md)")
+X(anomaly_continue, .name = "anomaly-continue", .meta = "", .kind = OPT_FLAG, .cls = OC_RUN,
+  .help = "--detect-anomaly that goes on: each op that makes an inf/NaN is reported once, the step is "
+  "skipped by the scaler as usual")
 X(fp32_modules, .name = "fp32-modules", .meta = "PATH,..", .kind = OPT_STR, .cls = OC_SETTING,
   .help = "run these modules (PyTorch's module paths: h.0.attn, ln_f, lm_head, 0 ...) and those under them in "
   "f32 under autocast, as a nested autocast(enabled=False) does (docs/debugging.md)")
