@@ -173,7 +173,9 @@ static void test_an_mlp_and_a_cnn_name_their_layers_by_index(void)
 
 static void test_search_refuses_what_it_cannot_search(void)
 {
-    char args[4][1024];
+    char args[5][1024];
+    snprintf(args[4], sizeof args[4], "search " GPT "--steps 2 --tolerance 0.1 --out %s/no/such/dir/p.json", text,
+             tmpdir);
     snprintf(args[0], sizeof args[0], "search " GPT "--steps 2", text);
     snprintf(args[1], sizeof args[1], "search " GPT "--steps 2 --tolerance 0.1 --precision fp32", text);
     snprintf(args[2], sizeof args[2], "search " GPT "--steps 2 --tolerance 0.1 --fp32-modules ln_f", text);
@@ -183,6 +185,7 @@ static void test_search_refuses_what_it_cannot_search(void)
         {args[1], "--precision fp32 has nothing to search"},
         {args[2], "--fp32-modules is not a policy search option"},
         {args[3], "--tolerance"},
+        {args[4], "cannot write into"},
     };
     cli_check_refusals(NULL, "policy", CLI_REFUSALS(cases));
 }
