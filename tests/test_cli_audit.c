@@ -215,7 +215,8 @@ static void test_fp32_audit_has_no_error_anywhere(void)
         const json_value *root;
         /* The fourth: the gpt with dropout (the shadow draws the same
          * masks) and checkpointed blocks (their recomputes are no calls). */
-        json_doc *d = audit_json(&root, "%s --precision fp32 --steps 2%s", model_args(m < 3 ? m : 2),
+        const char *args = model_args(m < 3 ? m : 2);
+        json_doc *d = audit_json(&root, "%s --precision fp32 --steps 2%s", args,
                                  m < 3 ? "" : " --dropout 0.2 --checkpoint-activations --accum 2");
         if (!d)
             continue;
@@ -229,14 +230,14 @@ static void test_fp32_audit_has_no_error_anywhere(void)
             bwd += strcmp(str(s, "pass"), "backward") == 0;
             const char *keys[] = {"max_rel", "mean_rel", "norm_rel", "flushed", "subnormal", "overflow", "unmatched"};
             for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
-                CHECK_MSG(num(s, keys[k]) == 0, "%s: %s %s %s: %s %g", model_args(m < 3 ? m : 2), str(s, "module"), str(s, "op"),
+                CHECK_MSG(num(s, keys[k]) == 0, "%s: %s %s %s: %s %g", args, str(s, "module"), str(s, "op"),
                           str(s, "pass"), keys[k], num(s, keys[k]));
             CHECK(num(s, "calls") >= 2 && num(s, "values") > 0);
         }
         CHECK(fwd > 0 && bwd > 0);
         for (int i = 0; params && i < params->n; i++) {
             const json_value *p = &params->items[i];
-            CHECK_MSG(num(p, "stalled") == 0, "%s: %s stalled %g", model_args(m < 3 ? m : 2), str(p, "name"), num(p, "stalled"));
+            CHECK_MSG(num(p, "stalled") == 0, "%s: %s stalled %g", args, str(p, "name"), num(p, "stalled"));
             CHECK(num(p, "moved") > 0);
         }
         json_free(d);

@@ -297,6 +297,13 @@ static bool write_svg(const char *path, const audit_args *a, const train_opts *o
     return ok;
 }
 
+int audit_parse(int argc, char **argv)
+{
+    audit_args a;
+    train_opts o;
+    return parse(argc, argv, &a, &o);
+}
+
 int audit_main(int argc, char **argv)
 {
     audit_args a;

@@ -57,7 +57,7 @@
  * profile_main, profile_options, profile_parse, policy_run,
  * policy_options, convert_args, convert_positional, convert_parse,
  * export_main, export_options, export_parse, import_main, import_options,
- * audit_main, audit_options.
+ * audit_main, audit_options, audit_parse.
  * (plot's: plot.h.)
  */
 #ifndef AMPC_CLI_H
@@ -94,6 +94,7 @@ int profile_parse(int argc, char **argv);
 /* `ampc audit` (audit_cmd.c): its own rows, then train's (audit.h). */
 int audit_main(int argc, char **argv);
 extern const opt_cmd audit_options;
+int audit_parse(int argc, char **argv);
 
 /* `ampc policy [--markdown]` (policy.c). */
 int policy_run(int argc, char **argv);
