@@ -211,6 +211,8 @@ static const char *model_args(int m)
 
 static void test_fp32_audit_has_no_error_anywhere(void)
 {
+    json_doc *plain = NULL; /* the gpt's run without checkpointing */
+    const json_value *plain_sites = NULL;
     for (int m = 0; m < 4; m++) {
         const json_value *root;
         /* The fourth: the gpt with dropout (the shadow draws the same
@@ -233,6 +235,13 @@ static void test_fp32_audit_has_no_error_anywhere(void)
                 CHECK_MSG(num(s, keys[k]) == 0, "%s: %s %s %s: %s %g", args, str(s, "module"), str(s, "op"),
                           str(s, "pass"), keys[k], num(s, keys[k]));
             CHECK(num(s, "calls") >= 2 && num(s, "values") > 0);
+            /* Twice the micro-batches, the same calls each: a recompute
+             * is not one. */
+            const json_value *p = m == 3 ? find_site(plain_sites, str(s, "module"), str(s, "op"), str(s, "pass"))
+                                         : NULL;
+            if (p)
+                CHECK_MSG(num(s, "calls") == 2 * num(p, "calls"), "%s %s %s: %g calls, %g without checkpointing",
+                          str(s, "module"), str(s, "op"), str(s, "pass"), num(s, "calls"), num(p, "calls"));
         }
         CHECK(fwd > 0 && bwd > 0);
         for (int i = 0; params && i < params->n; i++) {
@@ -240,8 +249,14 @@ static void test_fp32_audit_has_no_error_anywhere(void)
             CHECK_MSG(num(p, "stalled") == 0, "%s: %s stalled %g", args, str(p, "name"), num(p, "stalled"));
             CHECK(num(p, "moved") > 0);
         }
-        json_free(d);
+        if (m == 2) {
+            plain = d;
+            plain_sites = sites;
+        } else {
+            json_free(d);
+        }
     }
+    json_free(plain);
 }
 
 static void test_bf16_audit_shows_the_lowered_ops_and_the_f32_ones(void)

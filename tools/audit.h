@@ -48,8 +48,11 @@ typedef struct {
  * generator's state is put back after it) and the loss scaled by the
  * audited step's scale, as the reference; the audited step then runs as
  * train's does (scaler, --clip, the schedule), compared against it, and
- * its optimizer step is measured per parameter. -1 (r filled; free it
- * with audit_result_free) or an exit code after a message. */
+ * its optimizer step is measured per parameter. rd is data_open's with
+ * data_buffers made. The audited run uses the process's autocast policy
+ * as it stands (amp_autocast_set_category, amp_autocast_set_fp32_modules:
+ * a policy under test); the shadow runs without autocast. -1 (r filled;
+ * free it with audit_result_free) or an exit code after a message. */
 int audit_collect(const train_opts *o, run_data *rd, run_info *ri, audit_result *r);
 void audit_result_free(audit_result *r);
 /* A site's mean relative error (0 with no finite value) and norm-wise
