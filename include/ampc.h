@@ -1194,7 +1194,9 @@ AMP_API amp_status amp_audit_compare(amp_audit *a);
 AMP_API void amp_audit_stop(amp_audit *a);
 /* Drops the reference values (the statistics stay). */
 AMP_API void amp_audit_drop_reference(amp_audit *a);
-/* The sites compared so far, in the order first seen; NULL past the end. */
+/* The sites seen so far (recorded or compared; calls counts the compared
+ * ones), in the order first seen; NULL past the end. A site's address
+ * holds until the next record or compare. */
 AMP_API int amp_audit_num_sites(const amp_audit *a);
 AMP_API const amp_audit_site *amp_audit_site_at(const amp_audit *a, int i);
 /* The statistics of two tensors of the same numel, as a compare adds
