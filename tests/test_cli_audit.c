@@ -415,6 +415,7 @@ static void test_bad_arguments_are_refused(void)
         {"--top", "--top"},
         {"--save out", "--save is not an ampc audit option"},
         {"--epochs 2", "--epochs is not an ampc audit option"},
+        {"--detect-anomaly", "--detect-anomaly is not an ampc audit option"},
         {"--device cuda", "the CPU only"},
         {"--precision fp8", "--precision"},
         {"--svg /nonexistent-dir/a.svg", "its folder does not exist"},

@@ -23,10 +23,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Options that keep something or need a run audit does not make. */
-static const char *const refused[] = {"save",        "save-every",  "stop-at",        "resume",     "log",
-                                      "log-mode",    "dry-run",     "epochs",         "tensorboard", "profile",
-                                      "profile-steps", "profile-warmup", "health-every", "init-from", "zero"};
+/* Options that keep something or need a run audit does not make; the
+ * anomaly check would need the node observer the audit holds. */
+static const char *const refused[] = {"save",          "save-every",     "stop-at",      "resume",
+                                      "log",           "log-mode",       "dry-run",      "epochs",
+                                      "tensorboard",   "profile",        "profile-steps", "profile-warmup",
+                                      "health-every",  "init-from",      "zero",         "detect-anomaly",
+                                      "anomaly-continue"};
 
 typedef struct {
     bool json;
@@ -63,7 +66,8 @@ const opt_cmd audit_options = {
     .footer = "  any ampc train option that shapes the run (--model, --data, --precision,\n"
               "  --param-dtype, --optim, --lr, --accum, --dropout, ...); not --save, --save-every,\n"
               "  --stop-at, --resume, --log, --log-mode, --dry-run, --epochs, --tensorboard,\n"
-              "  --profile*, --health-every, --init-from or --zero (see ampc train --help)\n\n"
+              "  --profile*, --health-every, --init-from, --zero, --detect-anomaly or\n"
+              "  --anomaly-continue (see ampc train --help)\n\n"
               "example: ampc audit --model gpt --precision bf16 --steps 2 --svg audit.svg\n",
     .blocks = (const opt_block[]){
         {.rows = audit_rows, .n = sizeof audit_rows / sizeof audit_rows[0]},
