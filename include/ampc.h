@@ -1149,6 +1149,61 @@ AMP_API bool amp_anomaly_last(amp_anomaly_report *out);
  * snprintf, the length the whole line needs. */
 AMP_API int amp_anomaly_format(const amp_anomaly_report *r, char *buf, size_t n);
 
+/* The precision audit (`ampc audit`, src/amp/audit.c): what a 16-bit run
+ * moved, per op call site, against an fp32 shadow run on the same
+ * weights and batch. amp_audit_record makes the ops that follow (forward
+ * outputs, and in backward the gradients each node makes for its inputs)
+ * the reference, each kept widened to f32 under its key: forward or
+ * backward, module path, op name, and the how-many-th call of that key
+ * since the record began. amp_audit_compare then compares each call the
+ * ops make against the reference of the same key, adding to that site's
+ * statistics. Autocast's casts (op "to") have no counterpart in an fp32
+ * run and are passed over, as are a checkpointed block's recomputes.
+ * Uses the node observer: one audit at a time, none beside another
+ * observer. Values are read on the host (a CUDA tensor is copied: a
+ * wait). Per element, with a = the audited value and s = the reference:
+ *   rel       |a - s| / max(|s|, 1e-3 * max|s| of the tensor), over the
+ *             elements where both are finite (a 0 reference tensor
+ *             divides by f32's smallest normal)
+ *   flushed   a == 0 where s is a nonzero normal f32
+ *   subnormal a is nonzero and below the smallest normal of a's dtype
+ *   overflow  a is inf where s is finite */
+typedef struct amp_audit amp_audit;
+typedef struct {
+    const char *scope;   /* module path ("" outside every module) */
+    const char *op;      /* the op table's name */
+    bool backward;       /* the gradients the op's backward made */
+    amp_dtype dtype;     /* the audited values' dtype (the last call's) */
+    int64_t calls;       /* calls compared */
+    int64_t unmatched;   /* calls with no reference of their key and shape */
+    int64_t values;      /* elements compared */
+    int64_t finite;      /* of those, with a and s both finite (rel's count) */
+    double max_rel, sum_rel;   /* mean rel = sum_rel / finite */
+    double sum_sq_diff, sum_sq_ref; /* norm-wise error = sqrt(diff / ref) */
+    int64_t flushed, subnormal, overflow;
+} amp_audit_site;
+AMP_API amp_audit *amp_audit_new(void);
+AMP_API void amp_audit_free(amp_audit *a);
+/* From now until amp_audit_stop: the ops' values are the reference
+ * (the previous reference is dropped). */
+AMP_API amp_status amp_audit_record(amp_audit *a);
+/* From now until amp_audit_stop: the ops' values are compared against
+ * the reference (each key's calls counted from the first again). */
+AMP_API amp_status amp_audit_compare(amp_audit *a);
+/* Stops observing; the statistics stay. */
+AMP_API void amp_audit_stop(amp_audit *a);
+/* Drops the reference values (the statistics stay). */
+AMP_API void amp_audit_drop_reference(amp_audit *a);
+/* The sites seen so far (recorded or compared; calls counts the compared
+ * ones), in the order first seen; NULL past the end. A site's address
+ * holds until the next record or compare. */
+AMP_API int amp_audit_num_sites(const amp_audit *a);
+AMP_API const amp_audit_site *amp_audit_site_at(const amp_audit *a, int i);
+/* The statistics of two tensors of the same numel, as a compare adds
+ * them to a site (tests and callers with their own pairs). */
+AMP_API amp_status amp_audit_compare_tensors(const amp_tensor *audited, const amp_tensor *reference,
+                                             amp_audit_site *into);
+
 /* ----------------------------------------------------------------- models */
 /* Ready-made models: the CLI's, the benchmarks' and the examples'. */
 

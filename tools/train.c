@@ -67,7 +67,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TEXT_STREAM 0x747874ull /* "txt": the training windows' seeds */
 /* Rank r > 0 of a data-parallel run draws its windows from stream
  * TEXT_STREAM + r * RANK_STREAM: a stream of its own (rank 0's is the
  * plain run's). */
