@@ -6,15 +6,17 @@
  * for --steps steps and compares its final loss (the mean of the last
  * quarter of the steps) with the fp32 run's: within T when
  * |loss - loss_fp32| <= T * |loss_fp32|. The full autocast policy is
- * tried first. When it is not within T, the search_move moves - each module
+ * tried first. When it is not within T, the candidate moves - each module
  * of the model kept in f32, each op autocast lowers put in f32 - are
- * ordered by a cheap measurement (order_candidates: one forward per
- * search_move) and added greedily: a move that brings the loss closer to
- * the fp32 run's is kept, until the policy is within T; then each kept
- * move is dropped again if the policy stays within T without it. A move
- * inside a module already kept is skipped. At most --max-trials trainings
- * run after the two references.
+ * ordered by the precision audit's ranking of what 16 bits moved
+ * (order_candidates, audit.h) and added greedily (policy_search_greedy):
+ * a move that brings the loss closer to the fp32 run's is kept, until the
+ * policy is within T; then each kept move but the last is dropped again
+ * if the policy stays within T without it. A move inside a module already
+ * kept is skipped. At most --max-trials trainings run after the two
+ * references.
  */
+#include "audit.h"
 #include "cli.h"
 #include "data.h"
 #include "eval.h"
@@ -60,10 +62,10 @@ const opt_cmd policy_search_options = {
              "training stays within T of the fp32 run: the same run (seed, data, --init-from\n"
              "weights) trained for --steps steps (default 100), its final loss (the mean of the\n"
              "last quarter of the steps) against the fp32 run's. Tries the full autocast policy\n"
-             "(--precision, default bf16), then adds the moves a one-forward measurement ranks\n"
-             "best, greedily, and drops those the result does not need. Prints each trial and a\n"
-             "table (loss delta, step time, speed-up against fp32 and against full autocast) and\n"
-             "writes the policy for train --policy FILE.\n\n",
+             "(--precision, default bf16), then adds the moves the audit's ranking (ampc audit)\n"
+             "puts first, greedily, and drops those the result does not need. Prints each\n"
+             "trial and a table (loss delta, step time, speed-up against fp32 and against\n"
+             "full autocast) and writes the policy for train --policy FILE.\n\n",
     .footer = "  any ampc train option (--model, --data, --steps, --init-from, --precision ...)\n"
               "  except --save, --save-every, --stop-at, --resume, --log, --log-mode, --dry-run,\n"
               "  --epochs, --tensorboard, --profile, --memory, --policy and --fp32-modules\n\n"
@@ -147,7 +149,7 @@ static int list_candidates(const amp_module *m, amp_device dev, search_move *c, 
 
 static int by_score(const void *a, const void *b)
 {
-    const search_move *x = a, *y = b; /* (scores within the tolerance are 0: order_candidates) */
+    const search_move *x = a, *y = b;
     if (x->score != y->score)
         return x->score < y->score ? -1 : 1;
     if (x->weight != y->weight) /* the smaller move is the faster policy */
@@ -155,52 +157,122 @@ static int by_score(const void *a, const void *b)
     return strcmp(x->path, y->path);
 }
 
-/*
- * The order the greedy search tries the moves in, best first: each move
- * alone, one no-grad forward of the first micro-batch, scored by how far
- * its loss stays from the fp32 forward's (relative; a non-finite loss
- * scores infinity, one within tol scores 0: any move that alone brings
- * the forward within the tolerance is as good as another); ties go to the
- * move that keeps fewer parameters in f32, the faster policy. Moves that
- * change nothing in that forward (the same loss as full autocast) come
- * last. -1 or 1 (message printed).
- */
-static int order_candidates(search *s, search_move *c, int n, double tol)
+/* Whether scope is the module path or lies under it. */
+static bool in_module(const char *scope, const char *path)
 {
-    trainer t;
-    if (!trainer_build(&t, &s->o, &s->ri, s->o.steps))
-        return 1;
-    int rc = s->o.init_from ? init_from_load(&s->o, &t, &s->ri, &s->init) : -1;
-    trainer t32 = t;
-    t32.autocast = false;
-    policy_reset(s->dev);
-    double l32 = rc < 0 ? train_probe_loss(&t32, &s->o, &s->rd, &s->ri) : NAN;
-    double lfull = rc < 0 ? train_probe_loss(&t, &s->o, &s->rd, &s->ri) : NAN;
-    if (rc < 0 && !isfinite(l32)) {
-        fprintf(stderr, "ampc policy search: the fp32 forward's loss is not finite%s%s\n",
-                amp_last_status() != AMP_OK ? ": " : "", amp_last_status() != AMP_OK ? amp_last_error() : "");
-        rc = 1;
-    }
-    for (int i = 0; i < n && rc < 0; i++) {
-        policy p;
-        if (policy_of(c, &i, 1, &p) != AMP_OK || policy_apply(&p, s->dev) != AMP_OK) {
-            fprintf(stderr, "ampc policy search: %s\n", amp_last_error());
-            rc = 1;
-        }
-        double l = rc < 0 ? train_probe_loss(&t, &s->o, &s->rd, &s->ri) : NAN;
-        policy_reset(s->dev);
-        policy_free(&p);
-        double d = isfinite(l) ? fabs(l - l32) / fabs(l32) : INFINITY;
-        /* No change at all: the move touches nothing this forward runs. */
-        c[i].score = (l == lfull || (isnan(l) && isnan(lfull))) ? INFINITY : d <= tol ? 0 : d;
-    }
-    trainer_free(&t);
-    if (rc < 0)
-        qsort(c, (size_t)n, sizeof *c, by_score);
-    return rc;
+    size_t len = strlen(path);
+    return strncmp(scope, path, len) == 0 && (scope[len] == '\0' || scope[len] == '.');
 }
 
-/* Whether search_move k lies inside a module already picked (or is one). */
+/* Whether move c covers site s: a module the site ran in (or under), or
+ * the site's op. */
+static bool covers(const search_move *c, const amp_audit_site *s)
+{
+    return c->op >= 0 ? strcmp(amp_op_name(c->op), s->op) == 0 : in_module(s->scope, c->path);
+}
+
+/* Whether 16 bits made non-finite values at s (where the fp32 shadow's
+ * were finite: a shadow that is not finite itself has nothing to search). */
+static bool broke(const amp_audit_site *s) { return s->overflow > 0 || s->finite < s->values; }
+
+/* A broken site in the order order_candidates ranks them. */
+typedef struct {
+    const amp_audit_site *site;
+    int seen, group, depth;
+} broken_site;
+
+static int by_group(const void *a, const void *b)
+{
+    const broken_site *x = a, *y = b;
+    if (x->group != y->group)
+        return x->group - y->group;
+    if (x->depth != y->depth) /* the innermost module first: the outer one's op consumed its values */
+        return y->depth - x->depth;
+    return x->seen - y->seen;
+}
+
+/* The broken sites of one phase (backward or not) into out, in the order
+ * they ran, except that a site in a module and the sites in the modules
+ * around it (a block's residual add after the layer in it that broke:
+ * the audit keeps one site per module and op, placed where its first
+ * call ran) go together, innermost first. Returns the count. */
+static int broken_in_order(const amp_audit *a, bool backward, broken_site *out, int max)
+{
+    int n = 0;
+    for (int j = 0; j < amp_audit_num_sites(a) && n < max; j++) {
+        const amp_audit_site *s = amp_audit_site_at(a, j);
+        if (s->calls > 0 && broke(s) && s->backward == backward)
+            out[n++] = (broken_site){.site = s, .seen = n};
+    }
+    for (int i = 0; i < n; i++) {
+        out[i].group = i;
+        out[i].depth = 0;
+        for (const char *p = out[i].site->scope; *p; p++)
+            out[i].depth += *p == '.';
+        for (int j = 0; j < i && out[i].group == i; j++) /* the first related site's place */
+            if (*out[i].site->scope && *out[j].site->scope &&
+                (in_module(out[i].site->scope, out[j].site->scope) || in_module(out[j].site->scope, out[i].site->scope)))
+                out[i].group = out[j].group;
+    }
+    qsort(out, (size_t)n, sizeof *out, by_group);
+    return n;
+}
+
+/*
+ * The order the greedy search tries the moves in, best first, from the
+ * precision audit (audit.h, `ampc audit`'s ranking): the run audited for
+ * one step under full autocast against its fp32 shadow (on the CPU): the
+ * call sites whose 16-bit values went non-finite (overflowed to inf, or
+ * NaN from one: left out of the relative error) first, in the order they
+ * ran, forward before backward (the forward's first is the cause, those
+ * after it its spreading), then the rest in the audit's order, worst
+ * first. A move
+ * scores the rank of the worst site it covers, so the layer that broke
+ * and every module around it tie at the top; ties go to the move keeping
+ * fewer parameters in f32, the faster policy. A move that covers no
+ * audited site scores infinity and comes last. -1 or an exit code.
+ */
+static int order_candidates(search *s, search_move *c, int n)
+{
+    train_opts o = s->o;
+    o.steps = 1;
+    o.device = "cpu";
+    run_info ri = s->ri;
+    audit_result r;
+    policy_reset(s->dev);
+    int rc = audit_collect(&o, &s->rd, &ri, o.init_from ? &s->init : NULL, &r);
+    if (rc >= 0)
+        return rc;
+    const amp_audit_site **ranked = malloc(sizeof *ranked * (size_t)(r.n_sites > 0 ? r.n_sites : 1));
+    if (!ranked) {
+        fprintf(stderr, "ampc policy search: out of memory\n");
+        audit_result_free(&r);
+        return 1;
+    }
+    broken_site *b = malloc(sizeof *b * (size_t)(r.n_sites > 0 ? r.n_sites : 1));
+    int k = 0;
+    for (int pass = 0; b && pass < 2; pass++) { /* the forward's, then the backward's */
+        int nb = broken_in_order(r.audit, pass == 1, b, r.n_sites - k);
+        for (int j = 0; j < nb; j++)
+            ranked[k++] = b[j].site;
+    }
+    free(b);
+    for (int j = 0; j < r.n_sites; j++)
+        if (!broke(r.sites[j]))
+            ranked[k++] = r.sites[j];
+    for (int i = 0; i < n; i++) {
+        c[i].score = INFINITY;
+        for (int j = 0; j < k && isinf(c[i].score); j++)
+            if (covers(&c[i], ranked[j]))
+                c[i].score = j;
+    }
+    free(ranked);
+    audit_result_free(&r);
+    qsort(c, (size_t)n, sizeof *c, by_score);
+    return -1;
+}
+
+/* Whether move k lies inside a module already picked (or is one). */
 static bool covered(const search_move *c, const int *pick, int n, int k)
 {
     if (c[k].op >= 0)
@@ -245,7 +317,7 @@ int policy_search_greedy(search_plan *sp, const search_move *c, int nc, search_o
         if ((rc = sp->trial(sp->ctx, c, pick, *n + 1, &r)) >= 0)
             return rc;
         double was = fabs(rel_delta(sp->ref_loss, best->loss)), now = fabs(rel_delta(sp->ref_loss, r.loss));
-        if (now < was || !isfinite(was)) { /* kept: it brought the run closer */
+        if (now < was) { /* kept: it brought the run closer (a finite loss is closer than none) */
             (*n)++;
             *best = r;
             *found = within(sp->ref_loss, r.loss, sp->tolerance);
@@ -409,7 +481,7 @@ int policy_search_main(int argc, char **argv)
         } else {
             nc = list_candidates(t.model, s->dev, c, POLICY_SEARCH_MAX_MOVES);
             trainer_free(&t);
-            rc = order_candidates(s, c, nc, a.tolerance);
+            rc = order_candidates(s, c, nc);
         }
     }
     search_plan plan = {.ref_loss = s->ref32.loss, .tolerance = a.tolerance, .max_trials = (int)a.max_trials,

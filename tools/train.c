@@ -1061,24 +1061,3 @@ int train_trial(const train_opts *o, run_data *rd, run_info *ri, const run_info 
     trainer_free(&t);
     return rc;
 }
-
-double train_probe_loss(const trainer *t, const train_opts *o, run_data *rd, run_info *ri)
-{
-    run r = {.o = o, .rd = rd, .t = (trainer *)t, .ri = ri, .cuda = strcmp(o->device, "cuda") == 0, .world = 1};
-    amp_tensor *x, *y;
-    double v = NAN;
-    amp_clear_error();
-    amp_module_train(t->model, false);
-    amp_no_grad_begin();
-    if (micro_batch(&r, 0, &x, &y)) {
-        amp_tensor *loss = micro_batch_loss(t, o, ri, rd->gpt, r.cuda ? AMP_CUDA : AMP_CPU, x, y);
-        if (loss)
-            v = amp_item(loss);
-    }
-    amp_no_grad_end();
-    amp_module_train(t->model, true);
-    amp_temps_free();
-    amp_tensor_free(r.dev_x);
-    amp_tensor_free(r.dev_y);
-    return v;
-}

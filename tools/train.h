@@ -3,7 +3,7 @@
  * micro-batch's loss (diagnose.c re-runs a step with it) and profile's
  * runs. The train command itself: cli.h.
  *
- * Defines: micro_batch_loss, train_profile_run, train_trial, train_probe_loss.
+ * Defines: micro_batch_loss, train_profile_run, train_trial.
  */
 #ifndef AMPC_TRAIN_H
 #define AMPC_TRAIN_H
@@ -33,11 +33,5 @@ int train_profile_run(const train_opts *o, run_data *rd, run_info *ri);
  * (message printed). */
 int train_trial(const train_opts *o, run_data *rd, run_info *ri, const run_info *init, double *loss,
                 double *step_ms);
-/* The loss of the run's first micro-batch through t's model, no grad, in
- * eval mode (no dropout), under the library's autocast policy as it is
- * set: the search's cheap look at what a policy changes. NAN with the
- * error set when the forward fails; a non-finite loss is returned as it
- * is. */
-double train_probe_loss(const trainer *t, const train_opts *o, run_data *rd, run_info *ri);
 
 #endif
