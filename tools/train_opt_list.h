@@ -186,4 +186,10 @@ X(detect_anomaly, .name = "detect-anomaly", .meta = "", .kind = OPT_FLAG, .cls =
 X(anomaly_continue, .name = "anomaly-continue", .meta = "", .kind = OPT_FLAG, .cls = OC_RUN,
   .help = "--detect-anomaly that goes on: each op that makes an inf/NaN is reported once, the step is "
   "skipped by the scaler as usual")
+X(fp32_modules, .name = "fp32-modules", .meta = "PATH,..", .kind = OPT_STR, .cls = OC_SETTING,
+  .help = "run these modules (PyTorch's module paths: h.0.attn, ln_f, lm_head, 0 ...) and those under them in "
+  "f32 under autocast, as a nested autocast(enabled=False) does (docs/debugging.md)")
+X(policy, .name = "policy", .meta = "FILE", .kind = OPT_STR, .cls = OC_SETTING,
+  .help = "the autocast policy in FILE: modules kept in f32 and per-op categories (ampc policy search writes "
+  "one; docs/debugging.md); the log's start record names it and its hash")
 /* clang-format on */
