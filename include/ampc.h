@@ -1167,7 +1167,10 @@ AMP_API int amp_anomaly_format(const amp_anomaly_report *r, char *buf, size_t n)
  *             divides by f32's smallest normal)
  *   flushed   a == 0 where s is a nonzero normal f32
  *   subnormal a is nonzero and below the smallest normal of a's dtype
- *   overflow  a is inf where s is finite */
+ *   overflow  a is inf where s is finite
+ *   overflow_made  of those, the ones in calls whose inputs (forward) or
+ *             incoming gradient and inputs (backward) were all finite:
+ *             values this op made inf, not ones it passed on */
 typedef struct amp_audit amp_audit;
 typedef struct {
     const char *scope;   /* module path ("" outside every module) */
@@ -1181,6 +1184,7 @@ typedef struct {
     double max_rel, sum_rel;   /* mean rel = sum_rel / finite */
     double sum_sq_diff, sum_sq_ref; /* norm-wise error = sqrt(diff / ref) */
     int64_t flushed, subnormal, overflow;
+    int64_t overflow_made;
 } amp_audit_site;
 AMP_API amp_audit *amp_audit_new(void);
 AMP_API void amp_audit_free(amp_audit *a);

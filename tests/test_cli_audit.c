@@ -155,6 +155,47 @@ static void test_recorder_matches_every_call_of_a_lowered_run(void)
     amp_module_free(m);
 }
 
+/* An mlp whose first linear's f16 result passes 65504 from finite
+ * inputs: its site counts the overflow as made there; the loss, which
+ * reads the inf logits on, counts it as passed on. */
+static void test_an_overflow_is_counted_where_it_is_made(void)
+{
+    amp_manual_seed(4);
+    const int64_t hidden[1] = {8};
+    amp_module *m = amp_model_mlp(6, hidden, 1, 3);
+    amp_audit *a = amp_audit_new();
+    CHECK(m && a);
+    if (!m || !a)
+        return;
+    amp_tensor *w = amp_module_param(m, 0, NULL);
+    CHECK_OK(amp_tensor_fill(w, 3e4)); /* 6 inputs near 1 each: sums past 65504 */
+    float x[4 * 6];
+    int64_t y[4] = {0, 1, 2, 1};
+    for (int i = 0; i < 4 * 6; i++)
+        x[i] = 1.0f + (float)(i % 3) / 8.0f;
+    amp_tensor *xt = amp_from_data(AMP_SHAPE(4, 6), AMP_F32, x), *yt = amp_from_data(AMP_SHAPE(4), AMP_I64, y);
+    for (int pass = 0; pass < 2; pass++) {
+        CHECK_OK(pass == 0 ? amp_audit_record(a) : amp_audit_compare(a));
+        if (pass == 1)
+            amp_autocast_begin(AMP_CPU, AMP_F16);
+        amp_tensor *logits = amp_module_forward(m, xt);
+        amp_tensor *loss = amp_cross_entropy(logits, yt);
+        if (pass == 1)
+            amp_autocast_end();
+        CHECK(loss != NULL);
+        amp_audit_stop(a);
+        amp_temps_free();
+    }
+    const amp_audit_site *fc = site_named(a, false, "0", "linear"), *out = site_named(a, false, "2", "linear");
+    CHECK(fc && fc->dtype == AMP_F16 && fc->overflow == 32 && fc->overflow_made == 32);
+    /* The next linear reads the infs: what it makes is not finite, but not its doing. */
+    CHECK(out && out->overflow_made == 0);
+    amp_tensor_free(xt);
+    amp_tensor_free(yt);
+    amp_audit_free(a);
+    amp_module_free(m);
+}
+
 /* ---------------------------------------------------------- the program */
 
 /* `ampc audit ARGS --json` parsed; NULL (a failure reported) if it did
@@ -435,6 +476,7 @@ int main(void)
     RUN(test_compare_counts_flushes_subnormals_overflows_and_relative_error);
     RUN(test_identical_values_have_no_error);
     RUN(test_recorder_matches_every_call_of_a_lowered_run);
+    RUN(test_an_overflow_is_counted_where_it_is_made);
     cli_init("audit");
     if (cli_have_binary()) {
         cli_write_noise_images(cli_path(images, sizeof images, "images"), 128, 3);

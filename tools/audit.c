@@ -40,9 +40,21 @@ double audit_update_ratio(const audit_param *p) { return p->ratio_steps ? p->rat
 
 double audit_stalled(const audit_param *p) { return p->moved ? (double)p->stalled / (double)p->moved : 0; }
 
+static double frac_of(int64_t n, int64_t of) { return of > 0 ? (double)n / (double)of : 0; }
+
+/* Worst first: the sites that made inf from finite values (an overflow
+ * is an infinite error, and there it starts), then those that passed
+ * infs on, each by its share of values; then by mean, then max relative
+ * error. */
 static int worst_first(const void *pa, const void *pb)
 {
     const amp_audit_site *a = *(const amp_audit_site *const *)pa, *b = *(const amp_audit_site *const *)pb;
+    const double ma = frac_of(a->overflow_made, a->values), mb = frac_of(b->overflow_made, b->values);
+    if (ma != mb)
+        return ma < mb ? 1 : -1;
+    const double oa = frac_of(a->overflow, a->values), ob = frac_of(b->overflow, b->values);
+    if (oa != ob)
+        return oa < ob ? 1 : -1;
     double x = audit_mean_rel(a), y = audit_mean_rel(b);
     if (x != y)
         return x < y ? 1 : -1;

@@ -147,10 +147,11 @@ static void print_tables(const audit_args *a, const train_opts *o, const audit_r
     int n = shown(a, r);
     for (int i = 0; i < n; i++) {
         const amp_audit_site *s = r->sites[i];
-        printf("%-26s %-30s %-3s %-5s %10.3g %10.3g %10.3g %8.3f%% %8.3f%% %8.3f%%%s\n", scope_label(s), s->op,
+        printf("%-26s %-30s %-3s %-5s %10.3g %10.3g %10.3g %8.3f%% %8.3f%% %8.3f%%%s%s\n", scope_label(s), s->op,
                s->backward ? "bwd" : "fwd", amp_dtype_name(s->dtype), s->max_rel, audit_mean_rel(s),
                audit_norm_rel(s), 100 * frac(s->flushed, s->values), 100 * frac(s->subnormal, s->values),
-               100 * frac(s->overflow, s->values), s->unmatched ? "  (unmatched calls)" : "");
+               100 * frac(s->overflow, s->values), s->overflow_made ? "  (overflows from finite inputs)" : "",
+               s->unmatched ? "  (unmatched calls)" : "");
     }
     if (n < r->n_sites)
         printf("... %d more sites (--top 0 shows all)\n", r->n_sites - n);
@@ -193,8 +194,9 @@ static bool print_json(const train_opts *o, const audit_result *r)
         jb_num(&b, audit_mean_rel(s));
         jb_puts(&b, ",\"norm_rel\":");
         jb_num(&b, audit_norm_rel(s));
-        jb_printf(&b, ",\"flushed\":%.9g,\"subnormal\":%.9g,\"overflow\":%.9g}", frac(s->flushed, s->values),
-                  frac(s->subnormal, s->values), frac(s->overflow, s->values));
+        jb_printf(&b, ",\"flushed\":%.9g,\"subnormal\":%.9g,\"overflow\":%.9g,\"overflow_made\":%.9g}",
+                  frac(s->flushed, s->values), frac(s->subnormal, s->values), frac(s->overflow, s->values),
+                  frac(s->overflow_made, s->values));
     }
     jb_puts(&b, "],\"params\":[");
     for (int i = 0; i < r->n_params; i++) {

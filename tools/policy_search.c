@@ -115,11 +115,14 @@ static int trial(search *s, const train_opts *o, const policy *p, const char *la
         fprintf(stderr, "ampc policy search: %s\n", amp_last_error());
         return 1;
     }
-    int rc = train_trial(o, &s->rd, &s->ri, &s->init, &out->loss, &out->step_ms);
+    int rc = train_trial(o, &s->rd, &s->ri, &s->init, &out->loss, &out->step_ms, &out->finite_steps);
     policy_reset(s->dev);
     if (rc >= 0)
         return rc;
-    printf("  %-40s loss %-12.7g step %8.3f ms\n", label, out->loss, out->step_ms);
+    printf("  %-40s loss %-12.7g step %8.3f ms", label, out->loss, out->step_ms);
+    if (!isfinite(out->loss))
+        printf("  (non-finite from step %lld)", (long long)out->finite_steps + 1);
+    printf("\n");
     fflush(stdout);
     return -1;
 }
@@ -221,7 +224,8 @@ static int broken_in_order(const amp_audit *a, bool backward, broken_site *out, 
 /*
  * The order the greedy search tries the moves in, best first, from the
  * precision audit (audit.h, `ampc audit`'s ranking): the run audited for
- * one step under full autocast against its fp32 shadow (on the CPU): the
+ * its --steps under full autocast against its fp32 shadow (on the CPU):
+ * the forward call sites that made infs from finite inputs first, then the
  * call sites whose 16-bit values went non-finite (overflowed to inf, or
  * NaN from one: left out of the relative error) first, in the order they
  * ran, forward before backward (the forward's first is the cause, those
@@ -234,8 +238,7 @@ static int broken_in_order(const amp_audit *a, bool backward, broken_site *out, 
  */
 static int order_candidates(search *s, search_move *c, int n)
 {
-    train_opts o = s->o;
-    o.steps = 1;
+    train_opts o = s->o; /* all --steps: a run that breaks late breaks in the audit too */
     o.device = "cpu";
     run_info ri = s->ri;
     audit_result r;
@@ -251,10 +254,23 @@ static int order_candidates(search *s, search_move *c, int n)
     }
     broken_site *b = malloc(sizeof *b * (size_t)(r.n_sites > 0 ? r.n_sites : 1));
     int k = 0;
+    /* First the forward sites that made infs from finite inputs (the
+     * audit's worst: where an overflow starts), in the order they ran. */
+    for (int j = 0; j < amp_audit_num_sites(r.audit); j++) {
+        const amp_audit_site *st = amp_audit_site_at(r.audit, j);
+        if (!st->backward && st->overflow_made > 0)
+            ranked[k++] = st;
+    }
+    const int made = k;
     for (int pass = 0; b && pass < 2; pass++) { /* the forward's, then the backward's */
-        int nb = broken_in_order(r.audit, pass == 1, b, r.n_sites - k);
-        for (int j = 0; j < nb; j++)
-            ranked[k++] = b[j].site;
+        int nb = broken_in_order(r.audit, pass == 1, b, r.n_sites);
+        for (int j = 0; j < nb; j++) {
+            bool seen = false;
+            for (int i = 0; i < made && !seen; i++)
+                seen = ranked[i] == b[j].site;
+            if (!seen)
+                ranked[k++] = b[j].site;
+        }
     }
     free(b);
     for (int j = 0; j < r.n_sites; j++)
@@ -299,6 +315,19 @@ static const char *describe(const search_move *c, const int *pick, int n, char *
     return buf;
 }
 
+/* Whether outcome a is closer to the fp32 run's loss than b: a finite
+ * loss is closer than none; of two finite ones, the nearer; of two runs
+ * that broke, the one that trained longer before it broke. */
+static bool closer(double ref, const search_outcome *a, const search_outcome *b)
+{
+    const bool fa = isfinite(a->loss), fb = isfinite(b->loss);
+    if (fa != fb)
+        return fa;
+    if (!fa)
+        return a->finite_steps > b->finite_steps;
+    return fabs(rel_delta(ref, a->loss)) < fabs(rel_delta(ref, b->loss));
+}
+
 int policy_search_greedy(search_plan *sp, const search_move *c, int nc, search_outcome full, int *pick,
                          int *n, search_outcome *best, bool *found)
 {
@@ -316,8 +345,7 @@ int policy_search_greedy(search_plan *sp, const search_move *c, int nc, search_o
         sp->trials++;
         if ((rc = sp->trial(sp->ctx, c, pick, *n + 1, &r)) >= 0)
             return rc;
-        double was = fabs(rel_delta(sp->ref_loss, best->loss)), now = fabs(rel_delta(sp->ref_loss, r.loss));
-        if (now < was) { /* kept: it brought the run closer (a finite loss is closer than none) */
+        if (closer(sp->ref_loss, &r, best)) { /* kept: it brought the run closer */
             (*n)++;
             *best = r;
             *found = within(sp->ref_loss, r.loss, sp->tolerance);

@@ -31,9 +31,13 @@ typedef struct {
     double score;   /* the ordering's measurement: lower is tried first; infinity: changes nothing seen */
 } search_move;
 
-/* A trial's result: its final loss and step time. */
+/* A trial's result: its final loss and step time, and how many steps
+ * it trained before its first non-finite loss (all of them when none
+ * was): between two runs that both break, the one that breaks later is
+ * the closer. */
 typedef struct {
     double loss, step_ms;
+    int64_t finite_steps;
 } search_outcome;
 
 /* What the greedy search works with: the fp32 run's final loss, the

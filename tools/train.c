@@ -1025,9 +1025,10 @@ static int by_double(const void *a, const void *b)
 }
 
 int train_trial(const train_opts *o, run_data *rd, run_info *ri, const run_info *init, double *loss,
-                double *step_ms)
+                double *step_ms, int64_t *finite_steps)
 {
     *loss = *step_ms = NAN;
+    *finite_steps = o->steps;
     trainer t;
     if (!trainer_build(&t, o, ri, o->steps))
         return 1;
@@ -1047,6 +1048,8 @@ int train_trial(const train_opts *o, run_data *rd, run_info *ri, const run_info 
         if (rc < 0 && r.cuda)
             s.loss = read_losses(&r, &(int64_t){0}, &(int64_t){0});
         ms[step] = 1e3 * (now_s() - t0);
+        if (rc < 0 && !isfinite(s.loss) && *finite_steps == o->steps)
+            *finite_steps = step;
         if (rc < 0 && step >= last)
             sum += isfinite(s.loss) ? s.loss : NAN;
     }

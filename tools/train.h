@@ -29,9 +29,10 @@ int train_profile_run(const train_opts *o, run_data *rd, run_info *ri);
  * --init-from's weights when o has it (init: their run values), under the
  * library's autocast policy as it is set. *loss gets the mean training
  * loss of the last quarter of the steps (NAN when one is not finite),
- * *step_ms the median step time after the first. -1 or an exit code
- * (message printed). */
+ * *step_ms the median step time after the first, *finite_steps the steps
+ * before the first non-finite loss (o->steps when none). -1 or an exit
+ * code (message printed). */
 int train_trial(const train_opts *o, run_data *rd, run_info *ri, const run_info *init, double *loss,
-                double *step_ms);
+                double *step_ms, int64_t *finite_steps);
 
 #endif

@@ -218,8 +218,19 @@ static void compare_values(const float *a, const float *s, int64_t n, amp_dtype 
     st->dtype = adt;
 }
 
-static amp_status compare(site *s, amp_tensor *const *t, int n_t)
+/* Whether every float input of n (and, in backward, the gradient it
+ * received) is finite: an overflow in its result is then the op's own. */
+static bool inputs_finite(const node *n, bool backward)
 {
+    for (int i = 0; i < n->n_in; i++)
+        if (n->in[i] && is_float(n->in[i]) && amp_tensor_count_nonfinite(n->in[i]) != 0)
+            return false;
+    return !backward || !n->grad || amp_tensor_count_nonfinite(n->grad) == 0;
+}
+
+static amp_status compare(site *s, const node *n, bool backward, amp_tensor *const *t, int n_t)
+{
+    const int64_t overflow_before = s->st.overflow;
     s->st.calls++;
     if (s->next >= s->n_refs) {
         s->st.unmatched++;
@@ -245,6 +256,8 @@ static amp_status compare(site *s, amp_tensor *const *t, int n_t)
         compare_values(v, r->v[i], r->numel[i], amp_tensor_dtype(t[i]), &s->st);
         free(v);
     }
+    if (s->st.overflow > overflow_before && inputs_finite(n, backward))
+        s->st.overflow_made += s->st.overflow - overflow_before;
     return AMP_OK;
 }
 
@@ -256,7 +269,7 @@ static amp_status observe(void *ctx, const node *n, bool backward, amp_tensor *c
     site *s = site_of(a, backward, n->scope ? n->scope : "", n->name);
     if (!s)
         return AMP_ERR_MEMORY;
-    return a->recording ? record(s, t, n_t) : compare(s, t, n_t);
+    return a->recording ? record(s, t, n_t) : compare(s, n, backward, t, n_t);
 }
 
 static amp_status start(amp_audit *a, bool recording)
