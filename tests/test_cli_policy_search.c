@@ -306,6 +306,7 @@ static void test_policy_file_round_trip_and_apply(void)
  * plus what the picked moves leave unfixed, each policy tried recorded. */
 typedef struct {
     double (*loss)(const bool *has); /* has[k]: move k is in the policy */
+    int64_t (*lasts)(const bool *has); /* the steps before a non-finite loss (NULL: 0) */
     int n_tried;
     char tried[16][64];
 } fake_run;
@@ -321,7 +322,7 @@ static int fake_trial(void *ctx, const search_move *m, const int *pick, int n, s
         snprintf(t + strlen(t), 64 - strlen(t), "%s%s", i ? "+" : "", m[pick[i]].path);
     }
     f->n_tried++;
-    *out = (search_outcome){.loss = f->loss(has), .step_ms = 1};
+    *out = (search_outcome){.loss = f->loss(has), .step_ms = 1, .finite_steps = f->lasts ? f->lasts(has) : 0};
     return -1;
 }
 
@@ -368,6 +369,31 @@ static void test_greedy_keeps_what_helps_and_drops_what_is_not_needed(void)
     CHECK_EQ_INT(sp.trials, 3);
 }
 
+/* Layers that overflow one after another: a alone breaks later, a + b
+ * trains; b alone breaks as early as nothing kept (a overflows first). */
+static double one_after_another(const bool *has) { return has[0] && has[1] ? 1.0 : NAN; }
+static int64_t breaks_at(const bool *has) { return has[0] ? 20 : 10; }
+
+static void test_greedy_keeps_a_move_that_makes_a_breaking_run_last_longer(void)
+{
+    int pick[8], n;
+    search_outcome best;
+    bool found;
+    search_move m[] = {move("a", 0.1), move("b", 0.2)};
+    fake_run f = {.loss = one_after_another, .lasts = breaks_at};
+    search_plan sp = {.ref_loss = 1, .tolerance = 0.01, .max_trials = 16, .trial = fake_trial, .ctx = &f};
+    const search_outcome full = {.loss = NAN, .step_ms = 1, .finite_steps = 10};
+    CHECK_EQ_INT(policy_search_greedy(&sp, m, 2, full, pick, &n, &best, &found), -1);
+    CHECK(found);
+    CHECK(n == 2 && pick[0] == 0 && pick[1] == 1);
+    CHECK(f.n_tried >= 2 && strcmp(f.tried[1], "a+b") == 0);
+    /* Without the steps (both break at once), a is not kept, and b alone breaks. */
+    f = (fake_run){.loss = one_after_another};
+    sp = (search_plan){.ref_loss = 1, .tolerance = 0.01, .max_trials = 16, .trial = fake_trial, .ctx = &f};
+    CHECK_EQ_INT(policy_search_greedy(&sp, m, 2, (search_outcome){.loss = NAN}, pick, &n, &best, &found), -1);
+    CHECK(!found);
+}
+
 static void test_greedy_skips_moves_inside_a_kept_module_and_stops(void)
 {
     int pick[8], n;
@@ -406,6 +432,7 @@ int main(void)
     cli_init_tiny("test-cli-policy-search", images, text);
     RUN(test_policy_file_round_trip_and_apply);
     RUN(test_greedy_keeps_what_helps_and_drops_what_is_not_needed);
+    RUN(test_greedy_keeps_a_move_that_makes_a_breaking_run_last_longer);
     RUN(test_greedy_skips_moves_inside_a_kept_module_and_stops);
     RUN_IF(cli_have_binary, test_bad_policy_files_and_module_paths_are_usage_errors);
     RUN_IF(cli_have_binary, test_an_mlp_and_a_cnn_name_their_layers_by_index);
