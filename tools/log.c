@@ -97,6 +97,16 @@ amp_status log_step(log_file *l, const log_record *r)
     return AMP_OK;
 }
 
+amp_status log_line(log_file *l, const char *json)
+{
+    if (!l || !json)
+        return amp_set_error(AMP_ERR_ARG, "log_line: NULL %s", !l ? "log" : "line");
+    fprintf(l->f, "%s\n", json);
+    if (fflush(l->f) != 0 || ferror(l->f))
+        return amp_set_error(AMP_ERR_IO, "log: cannot write %s: %s", l->path, strerror(errno));
+    return AMP_OK;
+}
+
 amp_status log_close(log_file *l)
 {
     if (!l)

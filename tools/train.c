@@ -55,6 +55,7 @@
 #include "preflight.h"
 #include "profile_train.h"
 #include "progress.h"
+#include "scale_calib.h"
 #include "settings.h"
 #include "tensorboard.h"
 #include "train.h"
@@ -555,11 +556,13 @@ static void print_config(const run *r, int64_t total)
     if (scaled && o->static_scale > 0)
         printf("grad scaler: a fixed scale %g (never grows or backs off; steps with inf/NaN gradients are skipped)\n",
                so.init_scale);
-    else if (scaled && (so.init_scale != def.init_scale || so.growth_factor != def.growth_factor ||
+    else if (scaled && (so.init_scale != def.init_scale || o->init_scale_auto || so.growth_factor != def.growth_factor ||
              so.backoff_factor != def.backoff_factor || so.growth_interval != def.growth_interval ||
              so.hysteresis > 1 || so.min_scale > 0 || so.max_scale > 0)) {
-        printf("grad scaler: init scale %g, x%g after %lld clean steps, x%g at an overflow", so.init_scale,
-               so.growth_factor, (long long)so.growth_interval, so.backoff_factor);
+        char init[32];
+        snprintf(init, sizeof init, "%g", so.init_scale);
+        printf("grad scaler: init scale %s, x%g after %lld clean steps, x%g at an overflow",
+               o->init_scale_auto ? "auto" : init, so.growth_factor, (long long)so.growth_interval, so.backoff_factor);
         if (so.hysteresis > 1)
             printf(", hysteresis %d", so.hysteresis);
         if (so.min_scale > 0)
@@ -648,6 +651,35 @@ static int finish(run *r, double t0, double t_loaded, double t_trained)
     if (gpt)
         tb_eval(r->tb, r->last_step, "eval/perplexity", exp(m));
     return 0;
+}
+
+/* --init-scale auto at step 0 (scale_calib.h): the scale measured, said
+ * on stdout and in the log's first line. -1 or an exit code. */
+static int calibrate_scale(run *r, log_file *lf)
+{
+    if (r->world > 1) {
+        fprintf(stderr, "ampc: --init-scale auto runs on one process: under mpirun each rank's first batch differs; "
+                        "measure the scale with one process, then give it as --init-scale X\n");
+        return EXIT_USAGE;
+    }
+    scale_calib c;
+    int rc = scale_calibrate(r->t, r->o, r->ri, r->rd->gpt, batch_cb, r, &c);
+    if (rc >= 0)
+        return rc;
+    if (c.capped)
+        printf("init scale auto: %g (the first step's gradients are finite at %g, probed no higher: the scale "
+               "starts at most at %g; %d probes)\n",
+               c.scale, c.largest_finite, c.scale, c.n_probes);
+    else
+        printf("init scale auto: %g (the first step's gradients are finite up to %g, inf/NaN above; one growth "
+               "factor below it; %d probes)\n",
+               c.scale, c.largest_finite, c.n_probes);
+    char line[4096];
+    if (lf && log_line(lf, scale_calib_json(&c, line, sizeof line)) != AMP_OK) {
+        fprintf(stderr, "ampc: --log: %s\n", amp_last_error());
+        return 1;
+    }
+    return -1;
 }
 
 /* A setup stage's rc, agreed over the ranks (dist_agree): an exit code
@@ -860,7 +892,12 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
                        (long long)was, was == 1 ? "" : "s", world, (long long)first);
         }
         int64_t stop = o->stop_at > 0 && o->stop_at < total ? o->stop_at : total;
-        if (first < stop) {
+        if (o->init_scale_auto && first == 0 && amp_scaler_is_enabled(t.scaler))
+            rc = calibrate_scale(&r, lf);
+        else if (o->init_scale_auto && saved)
+            printf("--init-scale auto applies at step 0 only: the run goes on at its checkpoint's scale %g\n",
+                   amp_scaler_get_scale(t.scaler));
+        if (rc < 0 && first < stop) {
             rc = train_loop(&r, first, stop, total, lf);
             if (rc < 0 && o->save)
                 rc = save_run(&r, stop);

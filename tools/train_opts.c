@@ -128,9 +128,32 @@ const opt_cmd train_options = {
     .n_blocks = 1,
 };
 
+/* Takes --init-scale auto (or =auto) out of argv into o->init_scale_auto:
+ * auto is not a number for the table's parser, and not "given" (a resumed
+ * run keeps its checkpoint's scale: auto applies at step 0 only). Returns
+ * the new argc. */
+static int take_init_scale_auto(int argc, char **argv, train_opts *o)
+{
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--init-scale=auto") == 0) {
+            o->init_scale_auto = true;
+            continue;
+        }
+        if (i + 1 < argc && strcmp(argv[i], "--init-scale") == 0 && strcmp(argv[i + 1], "auto") == 0) {
+            o->init_scale_auto = true;
+            i++;
+            continue;
+        }
+        argv[n++] = argv[i];
+    }
+    return n;
+}
+
 int train_parse(int argc, char **argv, train_opts *o)
 {
     opts_set_command(train_options.who);
+    argc = take_init_scale_auto(argc, argv, o);
     return opt_parse(&train_options, &(opt_dst){o, o->given}, NULL, argc, argv);
 }
 
@@ -248,7 +271,7 @@ static bool check_scaler(const train_opts *o)
     /* On resume the scale is the checkpoint's, clamped to new bounds
      * (train.c's scaler_resume): an --init-scale only the checkpoint
      * holds is not checked against them. */
-    const bool init_given = o->given[RO_init_scale] || !o->resume;
+    const bool init_given = (o->given[RO_init_scale] || !o->resume) && !o->init_scale_auto;
     /* A factor that backs the first overflow's scale off to 0 or an f32
      * subnormal (whose inverse is infinite) makes the next step's update
      * NaN: refused, unless a --min-scale floor holds the scale up. Later
@@ -354,6 +377,12 @@ int opts_resolve(train_opts *o)
         return EXIT_USAGE;
     if (scaler && check_scaler(o))
         return EXIT_USAGE;
+    if (o->init_scale_auto && (!scaler || o->static_scale > 0)) {
+        say("--init-scale auto measures the dynamic grad scaler's first scale: it needs --precision fp16 with the "
+            "scaler and no --static-scale (precision is %s%s)\n",
+            o->precision, o->no_scaler ? ", --no-scaler" : o->static_scale > 0 ? ", a --static-scale" : "");
+        return EXIT_USAGE;
+    }
     if (o->health_every > 0 && o->zero == 1) {
         say("--health-every does not apply with --zero 1 (each rank holds only its shard "
                         "of the gradients; measure with DDP, the default)\n");

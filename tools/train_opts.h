@@ -69,6 +69,7 @@ typedef struct {
     const char *param_dtype; /* "fp32", or "bf16" / "fp16": 16-bit parameters with f32 masters (Apex O2) */
     const char *optim_state; /* "fp32", "bf16" or "bf16-sr" (stochastic rounding): the optimizer's state */
     double init_scale;
+    bool init_scale_auto;  /* --init-scale auto: measured on step 0 (scale_calib.h) */
     int64_t growth_interval;
     /* The grad scaler's other knobs (amp_scaler_opts; 0: the library's
      * default / off) and --static-scale (> 0: the scale fixed there). */
