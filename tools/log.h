@@ -33,6 +33,13 @@
  *               subnormal, or overflow (inf/NaN included) in f16 unscaled
  *   f16_flush_scaled, f16_subnormal_scaled, f16_overflow_scaled
  *               the same at the scale the step used; with the scaler only
+ *   stalled, stalled_worst, stalled_worst_fraction
+ *               --health-every's steps with 16-bit parameters (stall.h):
+ *               the fraction of the elements with a nonzero gradient whose
+ *               stored weight (the fp32 master, else the 16-bit weight)
+ *               did not change in the step; the parameter with the largest
+ *               fraction (its name) and that fraction. null when the step
+ *               was skipped
  *
  * JSON has no NaN or infinity: a non-finite number is written as null
  * (a NaN or inf loss appears as "loss":null). Numbers are printed with
@@ -64,6 +71,9 @@ typedef struct {
     int64_t world_size;   /* > 1: written */
     const amp_f16_health *health;        /* non-NULL: the f16_* keys, unscaled */
     const amp_f16_health *health_scaled; /* non-NULL: the f16_*_scaled keys */
+    bool has_stall;                      /* the stalled* keys (NAN / NULL: null) */
+    double stalled, stalled_worst_fraction;
+    const char *stalled_worst;
 } log_record;
 
 /* Opens path for writing: truncated, or appended to when append (a resumed

@@ -182,14 +182,17 @@ failed:
 
 const char *scale_calib_json(const scale_calib *c, char *buf, size_t n)
 {
+    /* flat (the log's lines are flat objects: ampc plot reads them so);
+     * the probes in order as "SCALE:finite" / "SCALE:inf" words */
     size_t at = (size_t)snprintf(buf, n,
-                                 "{\"init_scale_auto\":{\"scale\":%.17g,\"largest_finite\":%.17g,\"capped\":%s,"
-                                 "\"max_grad\":%.9g,\"probes\":[",
-                                 c->scale, c->largest_finite, c->capped ? "true" : "false", c->max_grad);
+                                 "{\"init_scale_auto\":%.17g,\"largest_finite\":%.17g,\"capped\":%s,"
+                                 "\"max_grad\":%.9g,\"probes\":%d,\"probed\":\"",
+                                 c->scale, c->largest_finite, c->capped ? "true" : "false", c->max_grad,
+                                 c->n_probes);
     for (int i = 0; i < c->n_probes && at < n; i++)
-        at += (size_t)snprintf(buf + at, n - at, "%s{\"scale\":%.17g,\"finite\":%s}", i ? "," : "",
-                               c->probe_scale[i], c->probe_finite[i] ? "true" : "false");
+        at += (size_t)snprintf(buf + at, n - at, "%s%.17g:%s", i ? " " : "", c->probe_scale[i],
+                               c->probe_finite[i] ? "finite" : "inf");
     if (at < n)
-        snprintf(buf + at, n - at, "]}}");
+        snprintf(buf + at, n - at, "\"}");
     return buf;
 }

@@ -182,4 +182,11 @@ X(vocab, .name = "vocab", .meta = "N", .kind = OPT_INT, .cls = OC_SHAPE, .lo = 1
 X(init_from, .name = "init-from", .meta = "DIR", .kind = OPT_STR, .cls = OC_RUN,
   .help = "start from the weights saved in DIR (a run's --save, or ampc import): its model and shape, a fresh "
   "optimizer, scaler and schedule from step 0 (fine-tuning)")
+X(master_weights, .name = "master-weights", .meta = "on|off", .kind = OPT_STR, .cls = OC_SHAPE, .choices = "on|off",
+  .help = "with --param-dtype bf16/fp16: off updates the 16-bit weights in place, without fp32 masters: an "
+  "update under half a unit in the weight's last place is lost (the stall, --health-every's \"stalled\"; "
+  "default on)")
+X(weight_update, .name = "weight-update", .meta = "HOW", .kind = OPT_STR, .cls = OC_SHAPE, .choices = "nearest|sr",
+  .help = "with --param-dtype bf16: sr stores each updated weight with stochastic rounding instead of fp32 "
+  "masters (the weight is right in expectation; no extra memory; default nearest)")
 /* clang-format on */

@@ -82,6 +82,8 @@ void train_opts_default(train_opts *o)
     o->param_dtype = "fp32";
     o->optim_state = "fp32";
     o->init_scale = 65536.0;
+    o->master_weights = "on";
+    o->weight_update = "nearest";
     o->growth_interval = 2000;
     o->growth_factor = 2.0;
     o->backoff_factor = 0.5;
@@ -206,7 +208,7 @@ static bool refuse_scaler_opts(const train_opts *o, bool scaler)
  * need the grad scaler: their gradients are f16, and without scaling the
  * small ones underflow to zero in backward (the scaler also unscales them
  * into f32 for the f32 masters). */
-static bool check_levers(const train_opts *o)
+static bool check_levers(train_opts *o)
 {
     const char *pd = o->param_dtype;
     if (strcmp(pd, "fp32") != 0 && strcmp(pd, o->precision) != 0) {
@@ -219,6 +221,23 @@ static bool check_levers(const train_opts *o)
                 "precision is %s)\n",
                 pd, pd, o->precision);
         return true;
+    }
+    if (strcmp(pd, "fp32") == 0 && (o->given[RO_master_weights] || o->given[RO_weight_update])) {
+        say("--%s applies to 16-bit weights only: give --param-dtype bf16 (or fp16) with it\n",
+            o->given[RO_master_weights] ? "master-weights" : "weight-update");
+        return true;
+    }
+    if (strcmp(o->weight_update, "sr") == 0) {
+        if (strcmp(pd, "bf16") != 0) {
+            say("--weight-update sr rounds bf16 weights (parameters are %s): give --param-dtype bf16\n", pd);
+            return true;
+        }
+        if (o->given[RO_master_weights] && strcmp(o->master_weights, "on") == 0) {
+            say("--weight-update sr stores the bf16 weight itself, in place of fp32 master weights: give "
+                "--master-weights off, or leave it out\n");
+            return true;
+        }
+        o->master_weights = "off"; /* (the checkpoint keeps it so) */
     }
     if (strcmp(pd, "fp16") == 0 && o->no_scaler) {
         say("--param-dtype fp16 needs the grad scaler (drop --no-scaler): unscaled f16 "

@@ -101,6 +101,7 @@ struct amp_optim {
     uint64_t *master_version; /* n: the parameter's storage version its master was last in step with */
     amp_dtype state_dt;       /* the state buffers' dtype: AMP_F32 (default) or AMP_BF16 */
     bool state_sr;            /* bf16 state stored with stochastic rounding */
+    bool weight_sr;           /* bf16 parameters without a master stored so too */
     /* n: the elements [shard_lo[i], shard_hi[i]) of parameter i its step
      * updates (optim_set_shard); [0, numel) unless sharded. */
     int64_t *shard_lo, *shard_hi;
