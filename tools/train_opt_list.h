@@ -123,8 +123,9 @@ X(static_scale, .name = "static-scale", .meta = "S", .kind = OPT_REAL, .cls = OC
   "(not with the dynamic scaler's options; 0: dynamic, the default)")
 X(health_every, .name = "health-every", .meta = "N", .kind = OPT_INT, .cls = OC_RUN, .lo = 1, .hi = 1e12,
   .help = "every N steps, the f16 health of the gradients in the log and the progress line: the share "
-  "of elements that f16 flushes to zero, makes subnormal, or overflows, at the scale and unscaled "
-  "(default: off)")
+  "of elements that f16 flushes to zero, makes subnormal, or overflows, at the scale and unscaled; with "
+  "16-bit weights, the stalled updates (weights an update did not move; remedies: fp32 masters, the default, "
+  "or --weight-update sr) (default: off)")
 X(max_skips, .name = "max-skips", .meta = "N", .kind = OPT_INT, .cls = OC_SETTING, .lo = 0, .hi = 1e12,
   .fp16 = SC_SCALER,
   .help = "stop with an error after N steps skipped in a row (inf/NaN at every scale), 0: never (default 32)")
