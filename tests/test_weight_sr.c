@@ -16,6 +16,7 @@
  */
 #include "harness.h"
 #include "optim/optim.h"
+#include "sr_tally.h"
 #include "tensor/tensor.h"
 
 #include <math.h>
@@ -62,14 +63,14 @@ static bool same_bits(const amp_tensor *a, const amp_tensor *b)
  * rounded up (away from zero), those expected to (the discarded
  * fractions' sum) and its variance, and elements outside the two bf16
  * neighbours; *unchanged: elements that stayed at their old value. */
-static void run(bool sr, int steps, double *ups, double *expected, double *var, int64_t *outside, int64_t *unchanged)
+static void run(bool sr, int steps, sr_tally *t, int64_t *unchanged)
 {
     amp_tensor *p = weights();
     amp_optim *o = sgd_over(p);
     CHECK_OK(amp_optim_set_weight_stochastic_rounding(o, sr));
     CHECK(amp_optim_weight_stochastic_rounding(o) == sr);
-    *ups = *expected = *var = 0;
-    *outside = *unchanged = 0;
+    *t = (sr_tally){0};
+    *unchanged = 0;
     for (int s = 0; s < steps; s++) {
         amp_tensor *ref = tensor_convert(p, AMP_F32), *old = amp_clone(p);
         amp_optim *r = sgd_over(ref);
@@ -80,19 +81,9 @@ static void run(bool sr, int steps, double *ups, double *expected, double *var, 
         CHECK_OK(amp_optim_step(r));
         const float *want = tensor_f32(ref);
         const uint16_t *got = tensor_ptr(p), *was = tensor_ptr(old);
-        for (int64_t j = 0; j < N; j++) {
-            uint32_t u;
-            memcpy(&u, &want[j], 4);
-            const uint16_t down = (uint16_t)(u >> 16);
-            const double frac = (u & 0xffffu) / 65536.0;
-            if (got[j] == down + 1 && frac > 0)
-                *ups += 1;
-            else if (got[j] != down)
-                (*outside)++;
+        sr_tally_add(t, want, got, N);
+        for (int64_t j = 0; j < N; j++)
             *unchanged += got[j] == was[j];
-            *expected += frac;
-            *var += frac * (1 - frac);
-        }
         amp_optim_zero_grad(o);
         amp_optim_free(r);
         amp_tensor_free(ref);
@@ -104,17 +95,17 @@ static void run(bool sr, int steps, double *ups, double *expected, double *var, 
 
 static void test_nearest_even_stalls_and_sr_moves_in_expectation(void)
 {
-    double ups, expected, var;
-    int64_t outside, unchanged;
+    sr_tally t;
+    int64_t unchanged;
     const int steps = 3;
-    run(false, steps, &ups, &expected, &var, &outside, &unchanged);
+    run(false, steps, &t, &unchanged);
     /* |update| <= an eighth of a unit: nearest-even keeps every weight */
     CHECK_MSG(unchanged == (int64_t)steps * N, "nearest-even: %lld of %lld weights moved",
               (long long)((int64_t)steps * N - unchanged), (long long)steps * N);
-    run(true, steps, &ups, &expected, &var, &outside, &unchanged);
-    CHECK_MSG(outside == 0, "%lld stored weights are not a bf16 neighbour of the f32 update", (long long)outside);
-    CHECK_MSG(fabs(ups - expected) < 4 * sqrt(var), "rounded up %g times, expected %g (sd %g)", ups, expected,
-              sqrt(var));
+    run(true, steps, &t, &unchanged);
+    CHECK_MSG(t.outside == 0, "%lld stored weights are not a bf16 neighbour of the f32 update", (long long)t.outside);
+    CHECK_MSG(fabs(t.ups - t.expected) < 4 * sqrt(t.var), "rounded up %g times, expected %g (sd %g)", t.ups,
+              t.expected, sqrt(t.var));
     /* the updates are 1/16 to 1/8 of a unit, so about as many of the
      * weights move a step */
     const double moved = 1 - (double)unchanged / ((double)steps * N);
