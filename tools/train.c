@@ -579,9 +579,10 @@ static void print_config(const run *r, int64_t total)
     if (scaled && o->static_scale > 0)
         printf("grad scaler: a fixed scale %g (never grows or backs off; steps with inf/NaN gradients are skipped)\n",
                so.init_scale);
-    else if (scaled && (so.init_scale != def.init_scale || o->init_scale_auto || so.growth_factor != def.growth_factor ||
-             so.backoff_factor != def.backoff_factor || so.growth_interval != def.growth_interval ||
-             so.hysteresis > 1 || so.min_scale > 0 || so.max_scale > 0)) {
+    else if (scaled && (so.init_scale != def.init_scale || o->init_scale_auto ||
+             so.growth_factor != def.growth_factor || so.backoff_factor != def.backoff_factor ||
+             so.growth_interval != def.growth_interval || so.hysteresis > 1 || so.min_scale > 0 ||
+             so.max_scale > 0)) {
         char init[32];
         snprintf(init, sizeof init, "%g", so.init_scale);
         printf("grad scaler: init scale %s, x%g after %lld clean steps, x%g at an overflow",
@@ -596,10 +597,10 @@ static void print_config(const run *r, int64_t total)
     }
     if (strcmp(o->param_dtype, "fp32") != 0 || strcmp(o->optim_state, "fp32") != 0)
         printf("memory levers: parameters %s%s, optimizer state %s\n", o->param_dtype,
-               strcmp(o->param_dtype, "fp32") == 0           ? ""
-               : strcmp(o->weight_update, "sr") == 0          ? " (no masters: stored with stochastic rounding)"
-               : strcmp(o->master_weights, "on") == 0         ? " (fp32 masters in the optimizer)"
-                                                              : " (no masters: updated in 16 bits)",
+               strcmp(o->param_dtype, "fp32") == 0    ? ""
+               : strcmp(o->weight_update, "sr") == 0   ? " (no masters: stored with stochastic rounding)"
+               : strcmp(o->master_weights, "on") == 0  ? " (fp32 masters in the optimizer)"
+                                                       : " (no masters: updated in 16 bits)",
                o->optim_state);
     printf("optim %s lr %g", o->optim, o->lr);
     if (strcmp(o->optim, "sgd") == 0)
