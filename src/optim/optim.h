@@ -35,8 +35,9 @@
  * each element gets the bits the unsharded step would give it; a parameter
  * with an empty range still counts its step (an entry of n = 0), so the
  * step counts and Adam's bias corrections stay per parameter and equal on
- * every rank. (bf16 state with stochastic rounding draws its bits from the
- * element's index in the buffer, so that one case is not bitwise.) A
+ * every rank. (bf16 state and bf16 weights with stochastic rounding draw
+ * their bits from the element's index in the buffer, so those cases are
+ * not bitwise.) A
  * sharded parameter's state is not the parameter-shaped state the public
  * accessors and checkpoints mean: amp_optim_state_tensor refuses it, and
  * the dist layer gathers it back (optim_unshard) first.
