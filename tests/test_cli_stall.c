@@ -130,8 +130,8 @@ static void test_sr_resumes_bit_for_bit(void)
 static void test_refused_combinations(void)
 {
     const cli_refusal cases[] = {
-        {"--weight-update sr", "--weight-update applies to 16-bit weights only"},
-        {"--master-weights off", "--master-weights applies to 16-bit weights only"},
+        {"--weight-update sr", "--weight-update sr applies to 16-bit weights only"},
+        {"--master-weights off", "--master-weights off applies to 16-bit weights only"},
         {"--param-dtype bf16 --weight-update sr --master-weights on", "--master-weights off"},
         {"--precision fp16 --param-dtype fp16 --weight-update sr", "--weight-update sr rounds bf16 weights"},
     };

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The grad scaler's options' OPT_FP16_* bits (opts.h). */
@@ -130,11 +131,11 @@ const opt_cmd train_options = {
     .n_blocks = 1,
 };
 
-/* Takes --init-scale auto (or =auto) out of argv into o->init_scale_auto:
- * auto is not a number for the table's parser, and not "given" (a resumed
- * run keeps its checkpoint's scale: auto applies at step 0 only). Returns
- * the new argc. */
-static int take_init_scale_auto(int argc, char **argv, train_opts *o)
+/* argv without --init-scale auto (or =auto) into out (argc + 1 slots),
+ * which sets o->init_scale_auto: auto is not a number for the table's
+ * parser, and not "given" (a resumed run keeps its checkpoint's scale:
+ * auto applies at step 0 only). Returns the new argc. */
+static int take_init_scale_auto(int argc, char **argv, char **out, train_opts *o)
 {
     int n = 0;
     for (int i = 0; i < argc; i++) {
@@ -147,16 +148,23 @@ static int take_init_scale_auto(int argc, char **argv, train_opts *o)
             i++;
             continue;
         }
-        argv[n++] = argv[i];
+        out[n++] = argv[i];
     }
+    out[n] = NULL;
     return n;
 }
 
 int train_parse(int argc, char **argv, train_opts *o)
 {
     opts_set_command(train_options.who);
-    argc = take_init_scale_auto(argc, argv, o);
-    return opt_parse(&train_options, &(opt_dst){o, o->given}, NULL, argc, argv);
+    char **args = malloc((size_t)(argc + 1) * sizeof *args);
+    if (!args) {
+        fprintf(stderr, "%s: out of memory\n", train_options.who);
+        return 1;
+    }
+    int rc = opt_parse(&train_options, &(opt_dst){o, o->given}, NULL, take_init_scale_auto(argc, argv, args, o), args);
+    free(args);
+    return rc;
 }
 
 /* When option `name`'s value came from the checkpoint of a resumed run (or
@@ -222,12 +230,15 @@ static bool check_levers(train_opts *o)
                 pd, pd, o->precision);
         return true;
     }
-    if (strcmp(pd, "fp32") == 0 && (o->given[RO_master_weights] || o->given[RO_weight_update])) {
+    /* (the defaults, on and nearest, are what f32 weights do anyway: a
+     * checkpoint's settings hold them) */
+    const bool off = strcmp(o->master_weights, "off") == 0, sr = strcmp(o->weight_update, "sr") == 0;
+    if (strcmp(pd, "fp32") == 0 && (off || sr)) {
         say("--%s applies to 16-bit weights only: give --param-dtype bf16 (or fp16) with it\n",
-            o->given[RO_master_weights] ? "master-weights" : "weight-update");
+            off ? "master-weights off" : "weight-update sr");
         return true;
     }
-    if (strcmp(o->weight_update, "sr") == 0) {
+    if (sr) {
         if (strcmp(pd, "bf16") != 0) {
             say("--weight-update sr rounds bf16 weights (parameters are %s): give --param-dtype bf16\n", pd);
             return true;
