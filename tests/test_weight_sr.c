@@ -9,7 +9,8 @@
  *     away from zero as often as the discarded fractions say (within 4
  *     standard deviations).
  *   - Its bits are a function of (parameter, step, element): the same on
- *     one thread and on all, and on CUDA as on the CPU (when a GPU is here).
+ *     one thread and on all, and on CUDA as on the CPU (when a GPU is here,
+ *     or under cudaemu), for SGD and Adam.
  *   - No effect where it does not apply: f32 parameters, and bf16 ones
  *     with f32 masters (the master keeps the bits; the weight is its
  *     nearest-even rounding).
@@ -112,13 +113,22 @@ static void test_nearest_even_stalls_and_sr_moves_in_expectation(void)
     CHECK_MSG(moved > 0.05 && moved < 0.14, "sr moved %.3f of the weights a step", moved);
 }
 
-/* The weights after `steps` steps with sr on `threads` threads. */
-static amp_tensor *after(int steps, int threads, amp_device dev)
+/* Adam at an lr of a few units in the weights' last place. */
+static amp_optim *adam_over(amp_tensor *p)
+{
+    amp_adam_opts a = amp_adam_defaults();
+    a.lr = 0x1p-9;
+    return amp_optim_adam(&p, 1, a);
+}
+
+/* The weights after `steps` steps of SGD (or Adam) with sr on `threads`
+ * threads. */
+static amp_tensor *after(int steps, int threads, amp_device dev, bool adam)
 {
     int was = amp_get_num_threads();
     amp_set_num_threads(threads);
     amp_tensor *h = weights(), *p = dev == AMP_CPU ? h : amp_to_device(h, dev);
-    amp_optim *o = sgd_over(p);
+    amp_optim *o = adam ? adam_over(p) : sgd_over(p);
     CHECK_OK(amp_optim_set_weight_stochastic_rounding(o, true));
     for (int s = 0; s < steps; s++) {
         amp_tensor *g = grads(s);
@@ -140,10 +150,12 @@ static amp_tensor *after(int steps, int threads, amp_device dev)
 
 static void test_sr_bits_do_not_depend_on_threads(void)
 {
-    amp_tensor *a = after(4, 1, AMP_CPU), *b = after(4, 0, AMP_CPU);
-    CHECK(same_bits(a, b));
-    amp_tensor_free(a);
-    amp_tensor_free(b);
+    for (int adam = 0; adam < 2; adam++) {
+        amp_tensor *a = after(4, 1, AMP_CPU, adam), *b = after(4, 0, AMP_CPU, adam);
+        CHECK_MSG(same_bits(a, b), "%s", adam ? "adam" : "sgd");
+        amp_tensor_free(a);
+        amp_tensor_free(b);
+    }
 }
 
 static bool gpu(void)
@@ -156,10 +168,12 @@ static bool gpu(void)
 
 static void test_sr_on_cuda_is_the_cpu_bits(void)
 {
-    amp_tensor *a = after(4, 0, AMP_CPU), *b = after(4, 0, AMP_CUDA);
-    CHECK(same_bits(a, b));
-    amp_tensor_free(a);
-    amp_tensor_free(b);
+    for (int adam = 0; adam < 2; adam++) {
+        amp_tensor *a = after(4, 0, AMP_CPU, adam), *b = after(4, 0, AMP_CUDA, adam);
+        CHECK_MSG(same_bits(a, b), "%s", adam ? "adam" : "sgd");
+        amp_tensor_free(a);
+        amp_tensor_free(b);
+    }
 }
 
 /* With f32 masters the weight is the master's nearest-even rounding, sr
