@@ -6,7 +6,7 @@
  *   ampc_step [--threads N] [--steps N] [--warmup N] [--max-seconds S]
  *             [--models mlp,cnn,gpt,gpt2] [--precisions fp32,bf16,fp16]
  *             [--batch B] [--seq T] [--checkpoint-activations]
- *             [--profile-overhead] [--profile-table]
+ *             [--profile-overhead] [--profile-table] [--anomaly-overhead]
  *
  * gpt2 is GPT-2 124M's shapes (vocab 50257, context 1024, width 768, 12
  * layers of 12 heads, MLP 3072) at batch --batch (default 4) and --seq T
@@ -51,6 +51,16 @@
  * "cpu_on_pct" (medians of the process's CPU time per step), "events_per_step",
  * "phases_per_step", "hook_off_ns", "phase_off_ns", "off_pct",
  * "hook_on_ns", "on_est_pct"}.
+ *
+ * --anomaly-overhead: the anomaly check's cost (amp_anomaly_enable; its
+ * target: on at most 1.5x the plain step). Per model and precision,
+ * blocks of 2 steps with the check off (no node observer: the plain
+ * step) and on, interleaved, each step a pass of its own
+ * (amp_anomaly_set_context) in continue mode, so that an fp16 step the
+ * scaler skips does not stop the benchmark. Prints {"bench": "anomaly",
+ * "model", "precision", "threads", "off_ms", "on_ms" (medians), "ratio"
+ * (on / off), "paired_ratio" (the median over blocks of each on block
+ * against the off block before it), "steps" (per side)}.
  */
 #include <ampc.h>
 
@@ -269,19 +279,29 @@ static double median_of(double *t, int n)
     return t[n / 2];
 }
 
+/* The model's rig and the scaler of precision (enabled for fp16) for
+ * one cell; false (reported) when the model cannot be made. */
+static bool make_cell(const char *model, const char *precision, rig *r, amp_scaler **scaler)
+{
+    if (!make(model, r)) {
+        fprintf(stderr, "%s: %s\n", model, amp_last_error());
+        return false;
+    }
+    amp_scaler_opts so = amp_scaler_defaults();
+    so.enabled = strcmp(precision, "fp16") == 0;
+    *scaler = amp_scaler_new(so);
+    return true;
+}
+
 /* The profiler's overhead on one model and precision; false on error. */
 static bool profile_overhead(const char *model, const char *precision, int blocks, double hook_ns, double phase_ns,
                              double on_ns)
 {
     enum { PER_BLOCK = 2, WARMUP = 3 };
     rig r;
-    if (!make(model, &r)) {
-        fprintf(stderr, "%s: %s\n", model, amp_last_error());
+    amp_scaler *scaler;
+    if (!make_cell(model, precision, &r, &scaler))
         return false;
-    }
-    amp_scaler_opts so = amp_scaler_defaults();
-    so.enabled = strcmp(precision, "fp16") == 0;
-    amp_scaler *scaler = amp_scaler_new(so);
     double *off = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
     double *on = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
     double *coff = malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK));
@@ -354,6 +374,54 @@ static bool profile_overhead(const char *model, const char *precision, int block
     free(on);
     free(coff);
     free(con);
+    free(pair);
+    amp_scaler_free(scaler);
+    unmake(&r);
+    return ok;
+}
+
+/* The anomaly check's cost on one model and precision (see the header);
+ * false on error. */
+static bool anomaly_overhead(const char *model, const char *precision, int blocks)
+{
+    enum { PER_BLOCK = 2, WARMUP = 3 };
+    rig r;
+    amp_scaler *scaler;
+    if (!make_cell(model, precision, &r, &scaler))
+        return false;
+    double *t[2] = {malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK)),
+                    malloc(sizeof(double) * (size_t)(blocks * PER_BLOCK))};
+    double *pair = malloc(sizeof(double) * (size_t)blocks);
+    bool ok = t[0] && t[1] && pair && scaler;
+    for (int i = 0; ok && i < WARMUP; i++)
+        ok = one_step(&r, model, precision, scaler);
+    amp_anomaly_set_continue(true);
+    int n = 0;
+    for (int b = 0; ok && b < blocks; b++) {
+        double sum[2] = {0, 0};
+        for (int on = 0; ok && on < 2; on++) {
+            ok = amp_anomaly_enable(on) == AMP_OK;
+            for (int i = 0; ok && i < PER_BLOCK; i++) {
+                amp_anomaly_set_context(b * PER_BLOCK + i + 1, 1);
+                double t0 = now();
+                ok = one_step(&r, model, precision, scaler);
+                sum[on] += t[on][n + i] = now() - t0;
+            }
+        }
+        amp_anomaly_enable(false);
+        n += PER_BLOCK;
+        pair[b] = sum[1] / sum[0];
+    }
+    amp_anomaly_set_continue(false);
+    if (ok) {
+        const double off = median_of(t[0], n), on = median_of(t[1], n), paired = median_of(pair, blocks);
+        printf("{\"bench\": \"anomaly\", \"model\": \"%s\", \"precision\": \"%s\", \"threads\": %d, "
+               "\"off_ms\": %.3f, \"on_ms\": %.3f, \"ratio\": %.3f, \"paired_ratio\": %.3f, \"steps\": %d}\n",
+               model, precision, amp_get_num_threads(), off * 1e3, on * 1e3, on / off, paired, n);
+        fflush(stdout);
+    }
+    free(t[0]);
+    free(t[1]);
     free(pair);
     amp_scaler_free(scaler);
     unmake(&r);
@@ -463,11 +531,12 @@ int main(int argc, char **argv)
 {
     int threads = 0, steps = 10, warmup = 3;
     double max_s = 0;
-    bool overhead = false;
+    bool overhead = false, anomaly = false;
     char models[64] = "mlp,cnn,gpt", precisions[64] = "fp32,bf16,fp16";
     for (int i = 1; i < argc; i += 2) {
         bool *flag = strcmp(argv[i], "--profile-overhead") == 0        ? &overhead
                      : strcmp(argv[i], "--profile-table") == 0         ? &profile_table
+                     : strcmp(argv[i], "--anomaly-overhead") == 0      ? &anomaly
                      : strcmp(argv[i], "--checkpoint-activations") == 0 ? &g2_ckpt
                                                                         : NULL;
         if (flag) {
@@ -528,6 +597,11 @@ int main(int argc, char **argv)
         for (char *p = strtok_r(pcopy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
             if (overhead) {
                 if (!profile_overhead(m, p, steps, hook_ns, phase_ns, on_ns))
+                    return 1;
+                continue;
+            }
+            if (anomaly) {
+                if (!anomaly_overhead(m, p, steps))
                     return 1;
                 continue;
             }

@@ -19,6 +19,8 @@ usage:
       budget is spent skip it
   python3 bench/report.py profile < JSON lines
       bench_ampc_step --profile-overhead's table
+  python3 bench/report.py anomaly < JSON lines
+      bench_ampc_step --anomaly-overhead's table
 """
 import json
 import statistics
@@ -237,8 +239,26 @@ def profile():
               f"| {r['on_est_pct']:.2f}% | {r['events_per_step']:.0f} | {r['off_pct']:.4f}% |")
 
 
+def anomaly():
+    rows = [json.loads(line) for line in sys.stdin if line.startswith("{")]
+    rows = [r for r in rows if r.get("bench") == "anomaly"]
+    if not rows:
+        return
+    print("### Anomaly check overhead (--detect-anomaly; target: on <= 1.5x the plain step)")
+    print()
+    print(f"Interleaved blocks of 2 steps, {rows[0]['steps']} steps each way; off = the plain step (no node "
+          "observer); paired: the median over blocks of an on block's time against the off block before it")
+    print()
+    print("| model | precision | off ms | on ms | on / off: median / paired |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['precision']} | {r['off_ms']:.1f} | {r['on_ms']:.1f} | "
+              f"{r['ratio']:.2f}x / {r['paired_ratio']:.2f}x |")
+
+
 def main(argv):
     cmds = {"gemm": (gemm, 2), "progress": (progress, 1), "steps": (steps, 2), "profile": (profile, 0),
+            "anomaly": (anomaly, 0),
             "remaining": (remaining, 5)}
     if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:
         print(__doc__, file=sys.stderr)

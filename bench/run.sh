@@ -19,7 +19,8 @@
 #      still run), and a cell that has cost more than rounds x that is
 #      left out of the later rounds; the table says how many steps ran;
 #   4. the profiler's overhead on those steps (bench_ampc_step
-#      --profile-overhead);
+#      --profile-overhead), and the anomaly check's on gpt's
+#      (--anomaly-overhead: off and on against the plain step);
 #   5. the under-load table: bench/under_load.sh (a busy loop pinned on
 #      one core; ampc and PyTorch at 1 and 2 threads), when it is there;
 #   6. data parallelism: bench/dist.sh (2 ranks x 1 thread against 1 rank
@@ -33,7 +34,7 @@
 #
 #   bench/run.sh [BUILD_DIR] [--threads N] [--steps N] [--rounds N]
 #                [--cell-seconds S] [--models mlp,cnn,gpt]
-#                [--only gemm,scaler,step,profile,load,dist] [--quick]
+#                [--only gemm,scaler,step,profile,anomaly,load,dist] [--quick]
 #
 # --threads: the step table's threads (default 2; the GEMM tables run 1 and
 # 2). --steps: timed steps per process and cell (default 10, after 3
@@ -59,7 +60,7 @@ cell_s=10
 quick=0
 warmup=3
 models=mlp,cnn,gpt
-only=gemm,scaler,step,profile,load,dist
+only=gemm,scaler,step,profile,anomaly,load,dist
 usage() { sed -n '/^#   bench\/run.sh/,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2; exit 2; }
 need() {
   if [ $# -lt 2 ] || [ -z "$2" ]; then
@@ -238,6 +239,15 @@ if section profile; then
   prof_lines=$("$build/bench_ampc_step" --profile-overhead --threads "$threads" --steps "$steps" --models "$prof_models")
   printf '%s\n' "$prof_lines" | grep '^{' >> "$out"
   printf '%s\n' "$prof_lines" | grep '^{' | "$py" bench/report.py profile | tee -a "$md"
+  say ""
+fi
+
+# ------------------------------------------------- anomaly check overhead
+if section anomaly; then
+  echo "== anomaly check overhead"
+  an_lines=$("$build/bench_ampc_step" --anomaly-overhead --threads "$threads" --steps "$steps" --models gpt)
+  printf '%s\n' "$an_lines" | grep '^{' >> "$out"
+  printf '%s\n' "$an_lines" | grep '^{' | "$py" bench/report.py anomaly | tee -a "$md"
   say ""
 fi
 

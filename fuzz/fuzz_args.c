@@ -5,7 +5,7 @@
  * eval_parse), then checked and completed (opts_resolve) when the parse
  * goes on; and as the generate, profile and export commands'
  * (generate_parse, profile_parse: their own rows, profile's before
- * train's; export_parse). Seeds:
+ * train's; export_parse; audit_parse). Seeds:
  * fuzz/corpus/args.
  */
 #include "cli.h"
@@ -44,6 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     generate_parse(argc, argv);
     profile_parse(argc, argv);
     export_parse(argc, argv);
+    audit_parse(argc, argv);
     free(buf);
     return 0;
 }

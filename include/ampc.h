@@ -1090,6 +1090,128 @@ AMP_API int64_t amp_tensor_count_nonfinite(const amp_tensor *t);
  * NULL): how many of its elements. */
 AMP_API amp_status amp_optim_find_nonfinite_grad(const amp_optim *o, int *index, int64_t *count);
 
+/* ------------------------------------------------------- anomaly detection */
+/* PyTorch's detect_anomaly, naming the op: with it on, every op's result
+ * (forward) and every gradient a node's backward makes are checked for
+ * inf/NaN right after the kernel wrote them (the backend's count, one
+ * pass; on a GPU a wait per op). The first one is reported with the op,
+ * the module it ran in, the dtypes and each input's statistics. Off, an
+ * op pays one branch. The check is the process's node observer: enabling
+ * it while another observer is set is an AMP_ERR_STATE error. */
+
+/* One tensor of a report: an input of the op as it saw it (after
+ * autocast) or, in backward, the gradient of the op's result. min, max
+ * and absmax are over the finite elements (NaN when there are none);
+ * nonfinite counts the inf/NaN elements (0 for an integer tensor). */
+typedef struct {
+    amp_dtype dtype;
+    amp_shape shape;
+    double min, max, absmax;
+    int64_t nonfinite;
+} amp_anomaly_tensor;
+
+#define AMP_ANOMALY_INPUTS 8 /* inputs described in a report; all are checked */
+
+/* Where an inf/NaN first appeared. */
+typedef struct {
+    int64_t step, micro_batch; /* amp_anomaly_set_context's values; -1 when never set */
+    bool backward;             /* the phase: false forward, true backward */
+    bool recompute;            /* forward: a checkpointed block's re-run inside backward */
+    char op[32];               /* the op table's name: "linear", "log", "to" (an autocast cast) */
+    char module[128];          /* PyTorch's module path ("h.1.attn.qkv", "fc1"); "" outside every module */
+    amp_device device;
+    amp_cast_category category; /* the op's autocast category on device */
+    amp_dtype dtype;            /* the dtype of the tensor that held inf/NaN: the one the op ran in */
+    int result;                 /* backward: the input whose gradient it is; forward: 0 */
+    int64_t nonfinite, numel;   /* in that tensor */
+    bool inputs_finite;         /* every input (and in backward the result's gradient) was finite:
+                                   the op itself overflowed (an f16 result past 65504) or made a NaN */
+    int n_inputs;               /* the op's inputs; the first AMP_ANOMALY_INPUTS are in in[] */
+    amp_anomaly_tensor in[AMP_ANOMALY_INPUTS];
+    amp_anomaly_tensor grad; /* backward: the gradient of the op's result (dtype AMP_DTYPE_COUNT in forward) */
+} amp_anomaly_report;
+
+/* Turns the check on or off (on clears the reports). */
+AMP_API amp_status amp_anomaly_enable(bool on);
+AMP_API bool amp_anomaly_enabled(void);
+/* false (the default, as PyTorch): the first inf/NaN fails the op, whose
+ * result is dropped (it returns NULL) or stops the backward, with the
+ * report's line (amp_anomaly_format) as the error. true: ops go on; the
+ * first inf/NaN of each pass (see below) is recorded, and the rest of the
+ * pass is not checked (what follows an inf is its consequence). */
+AMP_API void amp_anomaly_set_continue(bool on);
+/* Starts a pass (a micro-batch's forward and backward): the step and
+ * micro-batch that reports carry (1-based in the CLI; any values). */
+AMP_API void amp_anomaly_set_context(int64_t step, int64_t micro_batch);
+/* The reports recorded since the check was enabled, one per distinct
+ * (phase, op, module), in the order they first happened. */
+AMP_API int amp_anomaly_count(void);
+/* Report i (0 <= i < amp_anomaly_count) into *out; AMP_ERR_ARG past them. */
+AMP_API amp_status amp_anomaly_get(int i, amp_anomaly_report *out);
+/* The current pass's first inf/NaN into *out (its step and micro-batch
+ * the pass's); false when the pass had none. With continue on, an op
+ * reported in an earlier pass keeps that pass's statistics. */
+AMP_API bool amp_anomaly_last(amp_anomaly_report *out);
+/* The report as one line, "anomaly: op=... module=... phase=... step=...
+ * dtype=... ...", into buf (n bytes, truncated, NUL-terminated): as
+ * snprintf, the length the whole line needs. */
+AMP_API int amp_anomaly_format(const amp_anomaly_report *r, char *buf, size_t n);
+
+/* The precision audit (`ampc audit`, src/amp/audit.c): what a 16-bit run
+ * moved, per op call site, against an fp32 shadow run on the same
+ * weights and batch. amp_audit_record makes the ops that follow (forward
+ * outputs, and in backward the gradients each node makes for its inputs)
+ * the reference, each kept widened to f32 under its key: forward or
+ * backward, module path, op name, and the how-many-th call of that key
+ * since the record began. amp_audit_compare then compares each call the
+ * ops make against the reference of the same key, adding to that site's
+ * statistics. Autocast's casts (op "to") have no counterpart in an fp32
+ * run and are passed over, as are a checkpointed block's recomputes.
+ * Uses the node observer: one audit at a time, none beside another
+ * observer. Values are read on the host (a CUDA tensor is copied: a
+ * wait). Per element, with a = the audited value and s = the reference:
+ *   rel       |a - s| / max(|s|, 1e-3 * max|s| of the tensor), over the
+ *             elements where both are finite (a 0 reference tensor
+ *             divides by f32's smallest normal)
+ *   flushed   a == 0 where s is a nonzero normal f32
+ *   subnormal a is nonzero and below the smallest normal of a's dtype
+ *   overflow  a is inf where s is finite */
+typedef struct amp_audit amp_audit;
+typedef struct {
+    const char *scope;   /* module path ("" outside every module) */
+    const char *op;      /* the op table's name */
+    bool backward;       /* the gradients the op's backward made */
+    amp_dtype dtype;     /* the audited values' dtype (the last call's) */
+    int64_t calls;       /* calls compared */
+    int64_t unmatched;   /* calls with no reference of their key and shape */
+    int64_t values;      /* elements compared */
+    int64_t finite;      /* of those, with a and s both finite (rel's count) */
+    double max_rel, sum_rel;   /* mean rel = sum_rel / finite */
+    double sum_sq_diff, sum_sq_ref; /* norm-wise error = sqrt(diff / ref) */
+    int64_t flushed, subnormal, overflow;
+} amp_audit_site;
+AMP_API amp_audit *amp_audit_new(void);
+AMP_API void amp_audit_free(amp_audit *a);
+/* From now until amp_audit_stop: the ops' values are the reference
+ * (the previous reference is dropped). */
+AMP_API amp_status amp_audit_record(amp_audit *a);
+/* From now until amp_audit_stop: the ops' values are compared against
+ * the reference (each key's calls counted from the first again). */
+AMP_API amp_status amp_audit_compare(amp_audit *a);
+/* Stops observing; the statistics stay. */
+AMP_API void amp_audit_stop(amp_audit *a);
+/* Drops the reference values (the statistics stay). */
+AMP_API void amp_audit_drop_reference(amp_audit *a);
+/* The sites seen so far (recorded or compared; calls counts the compared
+ * ones), in the order first seen; NULL past the end. A site's address
+ * holds until the next record or compare. */
+AMP_API int amp_audit_num_sites(const amp_audit *a);
+AMP_API const amp_audit_site *amp_audit_site_at(const amp_audit *a, int i);
+/* The statistics of two tensors of the same numel, as a compare adds
+ * them to a site (tests and callers with their own pairs). */
+AMP_API amp_status amp_audit_compare_tensors(const amp_tensor *audited, const amp_tensor *reference,
+                                             amp_audit_site *into);
+
 /* ----------------------------------------------------------------- models */
 /* Ready-made models: the CLI's, the benchmarks' and the examples'. */
 

@@ -69,11 +69,11 @@ static void test_auto_follows_the_rule_and_skips_nothing(void)
         free(body);
         return;
     }
-    /* The record: {"init_scale_auto":S,"largest_finite":M,...,"probed":"1:finite ..."} */
+    /* The event: {"event":"init_scale_auto","scale":S,"largest_finite":M,...,"probed":"1:finite ..."} */
     const char *rec = lines[0];
     char v[64];
-    CHECK_MSG(strncmp(rec, "{\"init_scale_auto\":", 19) == 0, "first line: %s", rec);
-    double s = cli_json_field(rec, "init_scale_auto", v, sizeof v) ? atof(v) : NAN;
+    CHECK_MSG(strncmp(rec, "{\"event\":\"init_scale_auto\",", 27) == 0, "first line: %s", rec);
+    double s = cli_json_field(rec, "scale", v, sizeof v) ? atof(v) : NAN;
     double m = cli_json_field(rec, "largest_finite", v, sizeof v) ? atof(v) : NAN;
     CHECK_MSG(s == m / 2 && strstr(rec, "\"capped\":false"), "scale %g, largest finite %g: %s", s, m, rec);
     /* The probes saw m finite and 2m not (unless capped). */

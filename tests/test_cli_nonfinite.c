@@ -284,6 +284,19 @@ static void test_count_nonfinite_and_find_nonfinite_grad_on_cuda(void)
     check_helpers(AMP_CUDA);
 }
 
+/* A gpt whose fp16 forward overflows with finite weights (lr 1, every
+ * overflowing step skipped, --max-skips off): the closing evaluation's
+ * NaN loss is a failed run that says why, not an empty message. */
+static void test_a_nan_validation_loss_from_finite_weights_says_the_forward_overflows(void)
+{
+    int rc = cli_run("train --model gpt --precision fp16 --lr 1 --steps 12 --max-skips 0 --layers 1 --context 32 "
+                     "--width 64 --threads 1");
+    CHECK_MSG(rc == 1 && strstr(cli_out, "step 12/12") &&
+                  strstr(cli_out, "ampc: evaluation: the validation loss is nan though every weight is finite: "
+                                  "the forward overflows in fp16 (--detect-anomaly names the op"),
+              "exit %d:\n%s", rc, cli_out);
+}
+
 int main(void)
 {
     cli_init_tiny("test-cli-nonfinite", tiny, NULL);
@@ -294,6 +307,7 @@ int main(void)
     RUN_IF(cli_have_binary, test_a_resumed_run_continues_the_skip_streak);
     RUN_IF(cli_have_binary, test_nan_loss_without_scaler_blames_the_inputs_not_the_lr);
     RUN_IF(cli_have_binary, test_eval_refuses_nan_inputs_and_nan_weights);
+    RUN_IF(cli_have_binary, test_a_nan_validation_loss_from_finite_weights_says_the_forward_overflows);
     RUN(test_count_nonfinite_and_find_nonfinite_grad);
     RUN(test_count_nonfinite_and_find_nonfinite_grad_on_cuda);
     cli_cleanup();

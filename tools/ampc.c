@@ -27,6 +27,7 @@ static const struct {
     {"export", "export DIR OUT", "write the model saved in DIR in another format (--format hf: transformers, gguf: llama.cpp)",
      export_main},
     {"import", "import HF_DIR OUT", "read a Hugging Face transformers GPT-2 into an ampc checkpoint", import_main},
+    {"audit", "audit", "per op and module, what 16 bits moved against an fp32 shadow; stalled updates", audit_main},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -44,6 +44,8 @@
  *   import_hf.c   the import command: a Hugging Face GPT-2 directory as a
  *                 checkpoint (hf.c reads it; hf.h)
  *   plot*.c       `ampc plot`: the log drawn as SVG (plot.h)
+ *   audit*.c      `ampc audit`: a run against an fp32 shadow, per op call
+ *                 site and parameter (audit.h collects, audit_cmd.c prints)
  *   tensorboard.c train --tensorboard: TensorBoard event files (tensorboard.h),
  *                 their bytes encoded by tb_encode.c (tb_encode.h)
  *
@@ -54,7 +56,8 @@
  * eval_parse, generate_main, generate_options, generate_parse,
  * profile_main, profile_options, profile_parse, policy_run,
  * policy_options, convert_args, convert_positional, convert_parse,
- * export_main, export_options, export_parse, import_main, import_options.
+ * export_main, export_options, export_parse, import_main, import_options,
+ * audit_main, audit_options, audit_parse.
  * (plot's: plot.h.)
  */
 #ifndef AMPC_CLI_H
@@ -88,6 +91,10 @@ int generate_parse(int argc, char **argv);
 int profile_main(int argc, char **argv);
 extern const opt_cmd profile_options;
 int profile_parse(int argc, char **argv);
+/* `ampc audit` (audit_cmd.c): its own rows, then train's (audit.h). */
+int audit_main(int argc, char **argv);
+extern const opt_cmd audit_options;
+int audit_parse(int argc, char **argv);
 
 /* `ampc policy [--markdown]` (policy.c). */
 int policy_run(int argc, char **argv);

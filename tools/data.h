@@ -3,7 +3,7 @@
  * in memory (or token files, mapped: tokens.h), and batches derived from (seed, step) alone.
  *
  * Defines: FMNIST_DIR, TEXT_CORPUS, FMNIST_MEAN, FMNIST_STD, dataset,
- * dataset_load, dataset_free, shuffle_indices, derive_seed, batcher and
+ * dataset_load, dataset_free, shuffle_indices, derive_seed, TEXT_STREAM, batcher and
  * its batcher_* functions, draw_below, text_data, text_load, text_free,
  * text_epoch_batches, tokens_load, text_batch, text_vocab, run_data,
  * data_open, data_close, data_buffers, data_check, vocab_record, vocab_check, data_resume_check,
@@ -44,6 +44,8 @@ void dataset_free(dataset *d);
 void shuffle_indices(int64_t *idx, int64_t n, uint64_t seed, uint64_t epoch);
 /* A seed for item k of a stream derived from seed (splitmix64). */
 uint64_t derive_seed(uint64_t seed, uint64_t stream, uint64_t k);
+/* The stream of the training windows' seeds (train, audit): "txt". */
+#define TEXT_STREAM 0x747874ull
 /* The next draw of the generator *state, uniform in [0, bound), unbiased
  * (splitmix64; the draws below 2^64 mod bound are redrawn). */
 uint64_t draw_below(uint64_t *state, uint64_t bound);

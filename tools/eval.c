@@ -152,6 +152,15 @@ double eval_text_loss(trainer *t, const train_opts *o, text_data *td, uint64_t w
     amp_module_train(t->model, true);
     amp_tensor_free(dx);
     amp_tensor_free(dy);
+    if (ok && !isfinite(sum)) {
+        /* Finite weights (checked above), a loss that is not: the forward
+         * overflows in the run's precision. */
+        amp_set_error(AMP_ERR_STATE,
+                      "the validation loss is %s though every weight is finite: the forward overflows in %s "
+                      "(--detect-anomaly names the op, ampc audit ranks the ops against fp32)",
+                      isnan(sum) ? "nan" : "inf", o->precision);
+        return NAN;
+    }
     return ok ? sum / (double)o->val_batches : NAN;
 }
 

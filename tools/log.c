@@ -105,11 +105,12 @@ amp_status log_step(log_file *l, const log_record *r)
     return AMP_OK;
 }
 
-amp_status log_line(log_file *l, const char *json)
+amp_status log_event(log_file *l, const char *json)
 {
     if (!l || !json)
-        return amp_set_error(AMP_ERR_ARG, "log_line: NULL %s", !l ? "log" : "line");
-    fprintf(l->f, "%s\n", json);
+        return amp_set_error(AMP_ERR_ARG, "log_event: NULL %s", !l ? "log" : "line");
+    fputs(json, l->f);
+    fputc('\n', l->f);
     if (fflush(l->f) != 0 || ferror(l->f))
         return amp_set_error(AMP_ERR_IO, "log: cannot write %s: %s", l->path, strerror(errno));
     return AMP_OK;

@@ -84,12 +84,13 @@ log_file *log_open(const char *path, bool append);
 /* Writes r as one line and flushes it. AMP_ERR_IO naming the file when the
  * write fails (disk full ...). */
 amp_status log_step(log_file *f, const log_record *r);
-/* Writes one line that is not a step's (a JSON object, no newline) and
- * flushes it: --init-scale auto's calibration record. Readers of step
- * lines (ampc plot) pass over lines without "step". */
-amp_status log_line(log_file *f, const char *json);
 /* Closes the file (NULL is fine); AMP_ERR_IO when the last writes fail. */
 amp_status log_close(log_file *f);
+/* Writes one line that is not a step's, an event ({"event":"anomaly",
+ * ...}, {"event":"init_scale_auto", ...}: json, one whole object without
+ * the newline), and flushes it;
+ * `ampc plot` skips lines with an "event" key. Errors as log_step. */
+amp_status log_event(log_file *f, const char *json);
 
 /* Writes v as a JSON number into buf (n >= 32): "%.*g" with digits
  * significant digits, or null when v is not finite. Returns buf. */

@@ -28,6 +28,7 @@ typedef struct {
     const char *s; /* the line */
     size_t i;      /* where the cursor is */
     const char *why;
+    bool event;    /* the line has an "event" key: not a step's (log_event) */
 } cursor;
 
 static void skip_ws(cursor *c)
@@ -141,7 +142,9 @@ static bool parse_value(cursor *c, vkind *k, double *v)
 static bool store(cursor *c, const char *key, vkind k, double v, plot_point *pt, bool *has_step)
 {
     bool num = k == V_NUM, null = k == V_NULL;
-    if (strcmp(key, "step") == 0) {
+    if (strcmp(key, "event") == 0) {
+        c->event = true;
+    } else if (strcmp(key, "step") == 0) {
         if (!num)
             return fail(c, "\"step\" must be a number");
         if (!isfinite(v)) /* 1e999: JSON's grammar allows it, no double holds it */
@@ -286,7 +289,7 @@ amp_status plot_read(const char *path, plot_data *d)
         if (!parse_line(&c, &pt, &has_step))
             st = amp_set_error(AMP_ERR_FORMAT, "plot: %s:%ld: %s (column %zu)", path, lineno, c.why,
                                c.i + 1);
-        else if (has_step)
+        else if (has_step && !c.event)
             st = push(d, &pt, path);
     }
     if (st == AMP_OK && ferror(f))

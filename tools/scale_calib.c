@@ -182,10 +182,10 @@ failed:
 
 const char *scale_calib_json(const scale_calib *c, char *buf, size_t n)
 {
-    /* flat (the log's lines are flat objects: ampc plot reads them so);
-     * the probes in order as "SCALE:finite" / "SCALE:inf" words */
+    /* an event line, flat (the log's lines are flat objects: ampc plot
+     * reads them so); the probes in order as "SCALE:finite" / "SCALE:inf" */
     size_t at = (size_t)snprintf(buf, n,
-                                 "{\"init_scale_auto\":%.17g,\"largest_finite\":%.17g,\"capped\":%s,"
+                                 "{\"event\":\"init_scale_auto\",\"scale\":%.17g,\"largest_finite\":%.17g,\"capped\":%s,"
                                  "\"max_grad\":%.9g,\"probes\":%d,\"probed\":\"",
                                  c->scale, c->largest_finite, c->capped ? "true" : "false", c->max_grad,
                                  c->n_probes);

@@ -53,7 +53,8 @@ typedef struct {
 int scale_calibrate(trainer *t, const train_opts *o, const run_info *ri, bool gpt, batch_fn fn, void *ctx,
                     scale_calib *c);
 
-/* c as the log's calibration record, one JSON object (no newline) in buf. */
+/* c as the log's calibration event, one JSON object (no newline) in buf:
+ * {"event":"init_scale_auto","scale":S,...}. */
 const char *scale_calib_json(const scale_calib *c, char *buf, size_t n);
 
 #endif

@@ -44,6 +44,7 @@
  * the step is queued. Without --clip or --log it is not measured on cuda.
  */
 #include "cli.h"
+#include "anomaly_cli.h"
 #include "checkpoint_cli.h"
 #include "data.h"
 #include "diagnose.h"
@@ -67,7 +68,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TEXT_STREAM 0x747874ull /* "txt": the training windows' seeds */
 /* Rank r > 0 of a data-parallel run draws its windows from stream
  * TEXT_STREAM + r * RANK_STREAM: a stream of its own (rank 0's is the
  * plain run's). */
@@ -309,6 +309,7 @@ static int train_step(run *r, int64_t step, step_out *out)
         amp_phase_end(AMP_PHASE_DATA);
         if (!have)
             return fail("batch", step + 1);
+        anomaly_cli_pass(step, j); /* --detect-anomaly: this micro-batch's reports */
         amp_phase_begin(AMP_PHASE_FORWARD);
         amp_tensor *loss = micro_batch_loss(t, o, r->ri, r->rd->gpt, r->cuda ? AMP_CUDA : AMP_CPU, x, y);
         amp_tensor *scaled_loss = loss ? amp_scaler_scale(t->scaler, loss) : NULL;
@@ -317,7 +318,10 @@ static int train_step(run *r, int64_t step, step_out *out)
         amp_status pended = scaled_loss && r->cuda ? pend_loss(r, loss) : AMP_OK;
         amp_phase_end(AMP_PHASE_FORWARD);
         if (!scaled_loss || amp_backward(scaled_loss) != AMP_OK)
-            return fail("forward / backward", step + 1);
+            return anomaly_cli_stopped() ? 1 : fail("forward / backward", step + 1);
+        int shown = anomaly_cli_after_pass();
+        if (shown >= 0)
+            return shown;
         if (pended != AMP_OK)
             return fail("loss", step + 1);
         if (!r->cuda)
@@ -472,6 +476,11 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
         if (rc >= 0) {
             profile_abort(&pw);
             progress_clear(&pg);
+            /* --detect-anomaly stopped the step before its update: the
+             * weights are step `step`'s, the last good one (one rank:
+             * saving gathers over the ranks, which this one left). */
+            if (anomaly_cli_halted() && o->save && step > first && r->world == 1 && save_run(r, step) < 0)
+                fprintf(stderr, "ampc: saved the last good step, %lld, to %s\n", (long long)step, o->save);
             return rc;
         }
         /* s.loss sums the losses of n steps, skipped of which were skipped:
@@ -501,6 +510,8 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
             progress_clear(&pg);
             return bad_loss(r, step, n, s.loss);
         }
+        if (s.skipped)
+            anomaly_cli_skipped(step);
         if ((rc = watch_skips(r, step, s.skipped)) >= 0 || (rc = watch_scale(r, step, s.skipped)) >= 0) {
             progress_clear(&pg);
             return rc;
@@ -703,7 +714,7 @@ static int calibrate_scale(run *r, log_file *lf)
                "factor below it; %d probes)\n",
                c.scale, c.largest_finite, c.n_probes);
     char line[4096];
-    if (lf && log_line(lf, scale_calib_json(&c, line, sizeof line)) != AMP_OK) {
+    if (lf && log_event(lf, scale_calib_json(&c, line, sizeof line)) != AMP_OK) {
         fprintf(stderr, "ampc: --log: %s\n", amp_last_error());
         return 1;
     }
@@ -921,13 +932,18 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
                        (long long)was, was == 1 ? "" : "s", world, (long long)first);
         }
         int64_t stop = o->stop_at > 0 && o->stop_at < total ? o->stop_at : total;
+        /* (before the anomaly check: a probe above the boundary overflows on purpose) */
         if (o->init_scale_auto && first == 0 && amp_scaler_is_enabled(t.scaler))
             rc = calibrate_scale(&r, lf);
         else if (o->init_scale_auto && saved)
-            printf("--init-scale auto applies at step 0 only: the run goes on at its checkpoint's scale %g\n",
+            printf("--init-scale auto applies at step 0 only: the run goes on at its checkpoint's scale %g
+",
                    amp_scaler_get_scale(t.scaler));
         if (rc < 0 && first < stop) {
-            rc = train_loop(&r, first, stop, total, lf);
+            rc = anomaly_cli_begin(o, lf);
+            if (rc < 0)
+                rc = train_loop(&r, first, stop, total, lf);
+            anomaly_cli_end(); /* the evaluation is not checked */
             if (rc < 0 && o->save)
                 rc = save_run(&r, stop);
             if (rc < 0 && stop < total)

@@ -183,6 +183,12 @@ X(vocab, .name = "vocab", .meta = "N", .kind = OPT_INT, .cls = OC_SHAPE, .lo = 1
 X(init_from, .name = "init-from", .meta = "DIR", .kind = OPT_STR, .cls = OC_RUN,
   .help = "start from the weights saved in DIR (a run's --save, or ampc import): its model and shape, a fresh "
   "optimizer, scaler and schedule from step 0 (fine-tuning)")
+X(detect_anomaly, .name = "detect-anomaly", .meta = "", .kind = OPT_FLAG, .cls = OC_RUN,
+  .help = "check every op's result and gradient for inf/NaN: the first stops the run (exit 1) naming the op, "
+  "its module, phase and dtypes, on stderr and in --log (docs/debugging.md)")
+X(anomaly_continue, .name = "anomaly-continue", .meta = "", .kind = OPT_FLAG, .cls = OC_RUN,
+  .help = "--detect-anomaly that goes on: each op that makes an inf/NaN is reported once, the step is "
+  "skipped by the scaler as usual")
 X(master_weights, .name = "master-weights", .meta = "on|off", .kind = OPT_STR, .cls = OC_SHAPE, .choices = "on|off",
   .help = "with --param-dtype bf16/fp16: off updates the 16-bit weights in place, without fp32 masters: an "
   "update under half a unit in the weight's last place is lost (the stall, --health-every's \"stalled\"; "

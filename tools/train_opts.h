@@ -102,6 +102,8 @@ typedef struct {
     const char *data_bin, *val_bin; /* nanoGPT / llm.c uint16 token files, or NULL */
     int64_t vocab;         /* token ids 0 .. vocab-1; 0: what the data says beside --data-bin */
     const char *init_from; /* a checkpoint directory whose weights a new run starts from, or NULL */
+    bool detect_anomaly;   /* check every op for inf/NaN (anomaly_cli.c) */
+    bool anomaly_continue; /* report each such op once and go on (implies detect_anomaly) */
     bool given[RO_COUNT];  /* per row of train's table (RO_* ids): set on the command line */
 } train_opts;
 
