@@ -936,8 +936,7 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
         if (o->init_scale_auto && first == 0 && amp_scaler_is_enabled(t.scaler))
             rc = calibrate_scale(&r, lf);
         else if (o->init_scale_auto && saved)
-            printf("--init-scale auto applies at step 0 only: the run goes on at its checkpoint's scale %g
-",
+            printf("--init-scale auto applies at step 0 only: the run goes on at its checkpoint's scale %g\n",
                    amp_scaler_get_scale(t.scaler));
         if (rc < 0 && first < stop) {
             rc = anomaly_cli_begin(o, lf);
