@@ -5,10 +5,12 @@
  * eval_parse), then checked and completed (opts_resolve) when the parse
  * goes on; and as the generate, profile and export commands'
  * (generate_parse, profile_parse: their own rows, profile's before
- * train's; export_parse; audit_parse). Seeds:
+ * train's; export_parse; audit_parse; policy_search_parse, `ampc policy
+ * search`'s). Seeds:
  * fuzz/corpus/args.
  */
 #include "cli.h"
+#include "policy_search.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     profile_parse(argc, argv);
     export_parse(argc, argv);
     audit_parse(argc, argv);
+    policy_search_parse(argc, argv);
     free(buf);
     return 0;
 }

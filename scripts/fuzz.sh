@@ -7,7 +7,7 @@
 #
 #   FUZZ_SECONDS=N     seconds per target
 #   FUZZ_TARGETS="a b" only these (names without fuzz_: checkpoint settings
-#                      idx text plot args env tokens hf)
+#                      idx text plot args env tokens hf policy)
 #   FUZZ_BUILD=DIR     build directory (default build-fuzz)
 #   JOBS=N             build jobs (default: nproc)
 #
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-600}
 BUILD=${FUZZ_BUILD:-build-fuzz}
 JOBS=${JOBS:-$(nproc)}
-ALL="checkpoint settings idx text plot args env tokens hf"
+ALL="checkpoint settings idx text plot args env tokens hf policy"
 TARGETS=${FUZZ_TARGETS:-$ALL}
 
 # Longest input per target (bytes): a few times the largest seed.

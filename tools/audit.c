@@ -17,6 +17,7 @@
  * skipped change nothing on purpose and are left out of both.
  */
 #include "audit.h"
+#include "init_from.h"
 #include "train.h"
 #include "trainer.h"
 
@@ -202,7 +203,7 @@ static bool run_steps(trainer *t, trainer *sh, const train_opts *o, const train_
     return ok;
 }
 
-int audit_collect(const train_opts *o, run_data *rd, run_info *ri, audit_result *r)
+int audit_collect(const train_opts *o, run_data *rd, run_info *ri, const run_info *init, audit_result *r)
 {
     memset(r, 0, sizeof *r);
     /* The shadow: the same model in f32, no autocast, no 16-bit storage. */
@@ -219,6 +220,12 @@ int audit_collect(const train_opts *o, run_data *rd, run_info *ri, audit_result 
     if (!trainer_build(&t, o, ri, o->steps)) {
         trainer_free(&sh);
         return 1;
+    }
+    int rc = o->init_from && init ? init_from_load(o, &t, ri, init) : -1;
+    if (rc >= 0) {
+        trainer_free(&t);
+        trainer_free(&sh);
+        return rc;
     }
     r->audit = amp_audit_new();
     r->params = calloc((size_t)(t.n_params > 0 ? t.n_params : 1), sizeof *r->params);

@@ -52,8 +52,11 @@ typedef struct {
  * data_buffers made. The audited run uses the process's autocast policy
  * as it stands (amp_autocast_set_category, amp_autocast_set_fp32_modules:
  * a policy under test); the shadow runs without autocast. -1 (r filled;
- * free it with audit_result_free) or an exit code after a message. */
-int audit_collect(const train_opts *o, run_data *rd, run_info *ri, audit_result *r);
+ * free it with audit_result_free) or an exit code after a message.
+ * init: --init-from's run values when o has it (init_from_settings; the
+ * audited model starts from DIR's weights, the shadow takes them as it
+ * takes every step's), else NULL. */
+int audit_collect(const train_opts *o, run_data *rd, run_info *ri, const run_info *init, audit_result *r);
 void audit_result_free(audit_result *r);
 /* A site's mean relative error (0 with no finite value) and norm-wise
  * one, sqrt(sum (a - s)^2 / sum s^2) (0 when both sums are 0). */

@@ -325,7 +325,7 @@ int audit_main(int argc, char **argv)
         rc = data_buffers(&rd, &o);
     audit_result r;
     if (rc < 0)
-        rc = audit_collect(&o, &rd, &ri, &r);
+        rc = audit_collect(&o, &rd, &ri, NULL, &r);
     data_close(&rd);
     if (rc >= 0)
         return rc;

@@ -37,6 +37,11 @@
  *   profile_train.c  train --profile: the steps profiled (profile_train.h)
  *   profile_cmd.c the profile command: precisions side by side
  *   policy.c      the policy command: the autocast table
+ *   policy_search.c  `ampc policy search`: the fastest policy within a
+ *                 tolerance (policy_search.h)
+ *   policy_file.c the autocast policy file: read, write, apply
+ *                 (policy_file.h); run_policy.c a run's --policy and
+ *                 --fp32-modules (run_policy.h)
  *   log.c         the JSON-lines training log (log.h)
  *   export*.c     the export command: a checkpoint in another program's
  *                 format (a table of formats, export.h; hf: hf_write.c;

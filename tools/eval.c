@@ -19,6 +19,7 @@
 #include "data.h"
 #include "eval.h"
 #include "progress.h"
+#include "run_policy.h"
 #include "settings.h"
 #include "trainer.h"
 
@@ -194,6 +195,8 @@ static const opt_pick eval_picks[] = {
     {"val-batches", "gpt: validation batches measured (default: the run's, else 20)"},
     {"resume", "the run's directory, the same as DIR (evaluated only: nothing is trained or saved)"},
     {"val-bin", "gpt trained on token files: the token file to measure on (default: the run's --val-bin)"},
+    {"fp32-modules", "modules kept in f32 under autocast (default: the run's)"},
+    {"policy", "the autocast policy file measured with (default: the run's)"},
 };
 
 /* ampc eval DIR: the first argument that is not an option is --resume. */
@@ -279,6 +282,12 @@ int eval_run(int argc, char **argv)
         rc = 1;
     if (rc < 0)
         rc = checkpoint_load_run(o.resume, &t, false, false, &step);
+    run_policy rp = {0}; /* the run's, so the forwards run in its precision */
+    if (rc < 0)
+        rc = run_policy_load(&rp, &o, "ampc eval");
+    if (rc < 0)
+        rc = run_policy_check(&rp, &t, &o, &saved, "ampc eval");
+    run_policy_free(&rp);
     if (rc < 0) {
         char desc[256];
         printf("checkpoint %s: step %lld, %s (%lld parameters), precision %s\n", where, (long long)step,

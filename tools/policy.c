@@ -2,9 +2,10 @@
  * policy.c - `ampc policy`: the autocast policy table, one row per op of
  * the op table, with each device type's category. `--markdown` writes the
  * page docs/autocast-policy.md is generated from (a test keeps the two
- * equal).
+ * equal). `ampc policy search` is policy_search.c's.
  */
 #include "cli.h"
+#include "policy_search.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -28,7 +29,8 @@ static int no_argument(const opt_cmd *c, const char *arg, void *ctx)
 
 const opt_cmd policy_options = {
     .who = "ampc policy",
-    .usage = "usage: ampc policy [--markdown]\n\n"
+    .usage = "usage: ampc policy [--markdown]\n"
+             "       ampc policy search --tolerance T [train options]   (ampc policy search --help)\n\n"
              "Prints each op's autocast category on cpu and cuda, as PyTorch assigns it:\n"
              "  lower     inputs cast to the autocast dtype (cpu bf16, cuda f16 by default)\n"
              "  fp32      inputs cast to f32\n"
@@ -58,6 +60,8 @@ static void markdown(void)
 
 int policy_run(int argc, char **argv)
 {
+    if (argc > 0 && strcmp(argv[0], "search") == 0)
+        return policy_search_main(argc - 1, argv + 1);
     policy_args p = {0};
     int rc = opt_parse(&policy_options, &(opt_dst){&p, NULL}, NULL, argc, argv);
     if (rc >= 0)

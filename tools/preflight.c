@@ -92,17 +92,20 @@ int save_dir_check(const char *dir)
 }
 
 /* Whether path's first bytes are an ampc log's: {"step": and a digit
- * (log_step writes the step first). */
+ * (log_step writes the step first), or the start record a run with an
+ * autocast policy writes first (log_event: {"event":"start"). */
 static bool is_ampc_log(const char *path)
 {
-    static const char sig[] = "{\"step\":";
-    char first[sizeof sig];
+    static const char sig[] = "{\"step\":", start[] = "{\"event\":\"start\"";
+    char first[sizeof start];
     FILE *f = fopen(path, "rb");
     if (!f)
         return false;
     size_t got = fread(first, 1, sizeof first, f);
     fclose(f);
-    return got == sizeof first && memcmp(first, sig, sizeof sig - 1) == 0 && first[sizeof sig - 1] >= '0' &&
+    if (got >= sizeof start - 1 && memcmp(first, start, sizeof start - 1) == 0)
+        return true;
+    return got >= sizeof sig && memcmp(first, sig, sizeof sig - 1) == 0 && first[sizeof sig - 1] >= '0' &&
            first[sizeof sig - 1] <= '9';
 }
 

@@ -17,7 +17,8 @@
  * gpt, the vocabulary's bytes in token order (vocab_bytes, hex; absent
  * from older checkpoints), or for a gpt on token files (--data-bin) that
  * its vocabulary is token ids (vocab_kind "token_ids") and the training
- * file's size and hash (data_bin_bytes, data_bin_hash). Older checkpoints also hold, with --hysteresis
+ * file's size and hash (data_bin_bytes, data_bin_hash), and the hash of
+ * the --policy file it trained with (policy_hash). Older checkpoints also hold, with --hysteresis
  * N > 1, the overflows the scaler still let pass before it backed off
  * (hysteresis_left, 1..N), which is read; the library's checkpoint keeps
  * it now, beside the scaler's other state.
@@ -75,8 +76,10 @@ static bool applies(const opt_def *d, const train_opts *o)
         return o->steps > 0;
     if (strcmp(n, "clip") == 0)
         return o->clip > 0;
-    /* token files: saved when given (a char run has none) */
-    if (strcmp(n, "data-bin") == 0 || strcmp(n, "val-bin") == 0)
+    /* token files: saved when given (a char run has none); so is the
+     * autocast policy, which a resumed run and eval then run with */
+    if (strcmp(n, "data-bin") == 0 || strcmp(n, "val-bin") == 0 || strcmp(n, "fp32-modules") == 0 ||
+        strcmp(n, "policy") == 0)
         return *(const char *const *)((const char *)o + d->off) != NULL;
     if (strcmp(n, "vocab") == 0)
         return o->vocab > 0;
@@ -140,6 +143,8 @@ char *settings_to_json(const train_opts *o, const run_info *ri)
     if (ri->token_ids) /* gpt on token files: ids, no characters; the file trained on */
         jb_printf(&b, ",\"vocab_kind\":\"token_ids\",\"data_bin_bytes\":%" PRIu64 ",\"data_bin_hash\":\"%016" PRIx64
                   "\"", ri->data_bytes, ri->data_hash);
+    if (ri->policy_hash) /* --policy's file as the run read it: a resume refuses another */
+        jb_printf(&b, ",\"policy_hash\":\"%016" PRIx64 "\"", ri->policy_hash);
     jb_puts(&b, "}}");
     if (b.oom) {
         jb_free(&b);
@@ -315,6 +320,11 @@ int settings_from_json(const char *text, const char *where, train_opts *ck, run_
     for (int i = 0; i < 8 && rc < 0; i++)
         rc = get_run_value(run, keys[i].key, 0, keys[i].hi, fields[i], where);
     rc = rc < 0 ? token_ids_from_json(run, ri, where) : rc;
+    const json_value *ph = json_get(run, "policy_hash");
+    char *ph_end = NULL;
+    if (rc < 0 && ph &&
+        (ph->type != JSON_STRING || strlen(ph->str) != 16 || (ri->policy_hash = strtoull(ph->str, &ph_end, 16), *ph_end)))
+        rc = bad_settings(where, "a hash that is not 16 hex digits", "policy_hash");
     /* The ranks it was saved on: absent from checkpoints older than
      * data-parallel training (one rank, read as 0). */
     if (rc < 0 && json_get(run, "world_size"))

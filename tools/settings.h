@@ -23,6 +23,7 @@ typedef struct {
     int64_t hysteresis_left; /* older checkpoints: --hysteresis N > 1's overflows left before a backoff; 0: not recorded */
     bool token_ids;      /* gpt on token files (--data-bin): vocab is a count of ids, not characters */
     uint64_t data_bytes, data_hash; /* token_ids: the training file's size and hash (tokens.c) */
+    uint64_t policy_hash; /* the --policy file's hash (run_policy.h) the run trained with; 0: none recorded */
     char vocab_hex[513]; /* gpt: the vocabulary's bytes in id order, two hex digits each; "": not recorded */
 } run_info;
 

@@ -56,6 +56,7 @@
 #include "preflight.h"
 #include "profile_train.h"
 #include "progress.h"
+#include "run_policy.h"
 #include "scale_calib.h"
 #include "stall.h"
 #include "settings.h"
@@ -806,7 +807,8 @@ static int scaler_resume(trainer *t, const train_opts *o, const train_opts *ck, 
     return -1;
 }
 
-static int train_run(const train_opts *o, const train_opts *ck, const run_info *saved, const run_info *init)
+static int train_run(const train_opts *o, const train_opts *ck, const run_info *saved, const run_info *init,
+                     const run_policy *rp)
 {
     double t0 = now_s();
     run_data rd;
@@ -818,6 +820,7 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
         return rc;
     }
     ri.world_size = world;
+    ri.policy_hash = rp->hash; /* saved with the checkpoint: a resume checks the file against it */
     char where[CLI_PATH_MAX] = "";
     if (o->resume)
         checkpoint_path(where, sizeof where, o->resume);
@@ -899,6 +902,8 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
             rc = EXIT_USAGE;
         }
     }
+    if (rc < 0) /* the policy's modules checked on the model just built, and applied */
+        rc = run_policy_check(rp, &t, o, &ri, "ampc train");
     /* Ranks resumed from checkpoints of different steps (of one run: the
      * settings agree) would train different steps against each other and
      * overwrite a good checkpoint: refused before anything is written. */
@@ -914,6 +919,10 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
     log_file *lf = NULL;
     if (rc < 0 && amp_dist_rank() == 0) /* rank 0 alone writes the log */
         rc = open_log(o, &lf);
+    if (rc < 0 && lf && run_policy_log(rp, o, lf) != AMP_OK) {
+        fprintf(stderr, "ampc: --log: %s\n", amp_last_error());
+        rc = 1;
+    }
     if (rc < 0 && amp_dist_rank() == 0 && o->tensorboard && !(r.tb = tb_open(o->tensorboard))) {
         fprintf(stderr, "ampc: --tensorboard: %s\n", amp_last_error());
         rc = 1;
@@ -923,6 +932,12 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
         rc = agree(rc);
     if (rc < 0) {
         print_config(&r, total);
+        if (rp->any) {
+            char mods[1024], ops[1024];
+            printf("policy%s%s: modules in f32: %s; ops: %s\n", o->policy ? " " : "", o->policy ? o->policy : "",
+                   rp->p.n_modules ? policy_module_list(&rp->p, mods, sizeof mods) : "none",
+                   rp->p.n_ops ? policy_op_list(&rp->p, ops, sizeof ops) : "the built-in categories");
+        }
         if (saved) {
             printf("resumed from %s at step %lld of %lld\n", where, (long long)first, (long long)total);
             int64_t was = saved->world_size > 0 ? saved->world_size : 1;
@@ -1010,15 +1025,30 @@ int train_main(int argc, char **argv)
         rc = preflight(&o);
     if (rc < 0)
         rc = profile_preflight(&o);
+    run_policy rp = {0};
+    if (rc < 0)
+        rc = run_policy_load(&rp, &o, "ampc train");
+    if (rc < 0 && o.resume && !o.given[RO_policy])
+        rc = run_policy_same(&rp, &o, saved.policy_hash, "ampc train");
     if ((rc = agree(rc)) < 0) {
         amp_set_num_threads((int)o.threads);
-        rc = train_run(&o, o.resume ? &ck : NULL, o.resume ? &saved : NULL, &init);
+        rc = train_run(&o, o.resume ? &ck : NULL, o.resume ? &saved : NULL, &init, &rp);
     }
+    run_policy_free(&rp);
     /* A rank that failed alone (the others train on, or wait for it):
      * the whole job ends, now. */
     if (rc > 0 && !g_agreed)
         dist_abort(rc, "this rank cannot go on");
     return dist_end(rc);
+}
+
+/* The device copies and sums a run of train_step leaves behind. */
+static void step_buffers_free(run *r)
+{
+    amp_tensor_free(r->dev_x);
+    amp_tensor_free(r->dev_y);
+    amp_tensor_free(r->loss_acc);
+    amp_tensor_free(r->norm_dev);
 }
 
 int train_profile_run(const train_opts *o, run_data *rd, run_info *ri)
@@ -1032,6 +1062,11 @@ int train_profile_run(const train_opts *o, run_data *rd, run_info *ri)
     trainer t;
     if (!trainer_build(&t, o, ri, total))
         return 1;
+    run_policy rp; /* each precision profiled under the run's --policy / --fp32-modules */
+    rc = run_policy_load(&rp, o, "ampc profile");
+    if (rc < 0)
+        rc = run_policy_check(&rp, &t, o, ri, "ampc profile");
+    run_policy_free(&rp);
     run r = {.o = o, .rd = rd, .t = &t, .ri = ri, .nb = data_epoch_batches(rd, o), .cuda = strcmp(o->device, "cuda") == 0,
              .world = 1};
     r.read_each = !r.cuda;
@@ -1046,10 +1081,51 @@ int train_profile_run(const train_opts *o, run_data *rd, run_info *ri)
     }
     if (amp_profiler_enabled() && amp_profiler_stop() != AMP_OK && rc < 0)
         rc = fail("profiler", total);
-    amp_tensor_free(r.dev_x);
-    amp_tensor_free(r.dev_y);
-    amp_tensor_free(r.loss_acc);
-    amp_tensor_free(r.norm_dev);
+    step_buffers_free(&r);
+    trainer_free(&t);
+    return rc;
+}
+
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int train_trial(const train_opts *o, run_data *rd, run_info *ri, const run_info *init, double *loss,
+                double *step_ms)
+{
+    *loss = *step_ms = NAN;
+    trainer t;
+    if (!trainer_build(&t, o, ri, o->steps))
+        return 1;
+    int rc = o->init_from ? init_from_load(o, &t, ri, init) : -1;
+    run r = {.o = o, .rd = rd, .t = &t, .ri = ri, .nb = data_epoch_batches(rd, o), .cuda = strcmp(o->device, "cuda") == 0,
+             .world = 1};
+    r.read_each = !r.cuda;
+    ri->sched_step = ri->skipped = 0;
+    const int64_t last = o->steps - (o->steps + 3) / 4; /* the last quarter's losses, at least one */
+    double sum = 0, *ms = malloc((size_t)o->steps * sizeof *ms);
+    if (!ms && rc < 0)
+        rc = fail("the step times", 0);
+    for (int64_t step = 0; step < o->steps && rc < 0; step++) {
+        step_out s;
+        double t0 = now_s();
+        rc = train_step(&r, step, &s);
+        if (rc < 0 && r.cuda)
+            s.loss = read_losses(&r, &(int64_t){0}, &(int64_t){0});
+        ms[step] = 1e3 * (now_s() - t0);
+        if (rc < 0 && step >= last)
+            sum += isfinite(s.loss) ? s.loss : NAN;
+    }
+    if (rc < 0) { /* the median step after the first (a busy machine's spikes drop out) */
+        *loss = sum / (double)(o->steps - last);
+        int64_t n = o->steps > 1 ? o->steps - 1 : 1;
+        qsort(ms + o->steps - n, (size_t)n, sizeof *ms, by_double);
+        *step_ms = ms[o->steps - n + n / 2];
+    }
+    free(ms);
+    step_buffers_free(&r);
     trainer_free(&t);
     return rc;
 }

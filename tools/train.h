@@ -3,7 +3,7 @@
  * micro-batch's loss (diagnose.c re-runs a step with it) and profile's
  * runs. The train command itself: cli.h.
  *
- * Defines: micro_batch_loss, train_profile_run.
+ * Defines: micro_batch_loss, train_profile_run, train_trial.
  */
 #ifndef AMPC_TRAIN_H
 #define AMPC_TRAIN_H
@@ -24,5 +24,14 @@ amp_tensor *micro_batch_loss(const trainer *t, const train_opts *o, const run_in
  * profile_steps of them profiled; the profiler's results stay readable
  * (amp_profiler_summary ...). -1 or an exit code (message printed). */
 int train_profile_run(const train_opts *o, run_data *rd, run_info *ri);
+/* `ampc policy search`'s trial: o's run on rd's data for o->steps
+ * optimizer steps from step 0 (no checkpoint, log or evaluation), from
+ * --init-from's weights when o has it (init: their run values), under the
+ * library's autocast policy as it is set. *loss gets the mean training
+ * loss of the last quarter of the steps (NAN when one is not finite),
+ * *step_ms the median step time after the first. -1 or an exit code
+ * (message printed). */
+int train_trial(const train_opts *o, run_data *rd, run_info *ri, const run_info *init, double *loss,
+                double *step_ms);
 
 #endif

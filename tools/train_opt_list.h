@@ -189,6 +189,12 @@ X(detect_anomaly, .name = "detect-anomaly", .meta = "", .kind = OPT_FLAG, .cls =
 X(anomaly_continue, .name = "anomaly-continue", .meta = "", .kind = OPT_FLAG, .cls = OC_RUN,
   .help = "--detect-anomaly that goes on: each op that makes an inf/NaN is reported once, the step is "
   "skipped by the scaler as usual")
+X(fp32_modules, .name = "fp32-modules", .meta = "PATH,..", .kind = OPT_STR, .cls = OC_SETTING,
+  .help = "run these modules (PyTorch's module paths: h.0.attn, ln_f, lm_head, 0 ...) and those under them in "
+  "f32 under autocast, as a nested autocast(enabled=False) does (docs/debugging.md)")
+X(policy, .name = "policy", .meta = "FILE", .kind = OPT_STR, .cls = OC_SETTING,
+  .help = "the autocast policy in FILE: modules kept in f32 and per-op categories (ampc policy search writes "
+  "one; docs/debugging.md); the log's start record names it and its hash")
 X(master_weights, .name = "master-weights", .meta = "on|off", .kind = OPT_STR, .cls = OC_SHAPE, .choices = "on|off",
   .help = "with --param-dtype bf16/fp16: off updates the 16-bit weights in place, without fp32 masters: an "
   "update under half a unit in the weight's last place is lost (the stall, --health-every's \"stalled\"; "

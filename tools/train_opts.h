@@ -104,6 +104,8 @@ typedef struct {
     const char *init_from; /* a checkpoint directory whose weights a new run starts from, or NULL */
     bool detect_anomaly;   /* check every op for inf/NaN (anomaly_cli.c) */
     bool anomaly_continue; /* report each such op once and go on (implies detect_anomaly) */
+    const char *fp32_modules; /* "h.0.attn,ln_f": modules kept in f32 under autocast, or NULL */
+    const char *policy;    /* an autocast policy file (policy_file.h), or NULL */
     bool given[RO_COUNT];  /* per row of train's table (RO_* ids): set on the command line */
 } train_opts;
 
