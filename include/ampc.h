@@ -693,6 +693,14 @@ AMP_API amp_dtype amp_optim_state_dtype(const amp_optim *o);
  * Off by default; no effect on f32 state. */
 AMP_API amp_status amp_optim_set_state_stochastic_rounding(amp_optim *o, bool on);
 AMP_API bool amp_optim_state_stochastic_rounding(const amp_optim *o);
+/* bf16 parameters without an f32 master (master weights off) stored with
+ * stochastic rounding after each update, as the state above (their own
+ * bits: the same on every thread count, device and resume): an update
+ * under half a unit in the last place moves the weight a whole unit with
+ * probability update / unit, where nearest-even drops it (the stall:
+ * docs/debugging.md). No effect on f32, f16 or mastered parameters. */
+AMP_API amp_status amp_optim_set_weight_stochastic_rounding(amp_optim *o, bool on);
+AMP_API bool amp_optim_weight_stochastic_rounding(const amp_optim *o);
 
 /* Scales gradients so their global L2 norm is at most max_norm; returns the
  * norm before clipping (NAN/inf if a gradient is not finite, as PyTorch,

@@ -15,6 +15,7 @@
  */
 #include "harness.h"
 #include "optim/optim.h"
+#include "sr_tally.h"
 #include "tensor/tensor.h"
 
 #include <stdlib.h>
@@ -182,8 +183,7 @@ static void test_bf16_state_stochastic_rounding(void)
     CHECK_OK(amp_optim_set_state_dtype(o, AMP_BF16));
     CHECK_OK(amp_optim_set_state_stochastic_rounding(o, true));
     CHECK(amp_optim_state_stochastic_rounding(o));
-    double ups = 0, expected = 0, var = 0;
-    int64_t outside = 0;
+    sr_tally t = {0};
     for (int s = 0; s < 4; s++) {
         for (int k = 0; k < 3 && s > 0; k++) {
             amp_tensor *b = amp_optim_state_tensor(o, 0, state_keys[V_ADAMW_AMS][k]);
@@ -201,23 +201,12 @@ static void test_bf16_state_stochastic_rounding(void)
         for (int k = 0; k < 3; k++) {
             const float *want = tensor_f32(amp_optim_state_tensor(r, 0, state_keys[V_ADAMW_AMS][k]));
             const uint16_t *got = tensor_ptr(amp_optim_state_tensor(o, 0, state_keys[V_ADAMW_AMS][k]));
-            for (int64_t j = 0; j < N; j++) {
-                uint32_t u;
-                memcpy(&u, &want[j], 4);
-                const uint16_t down = (uint16_t)(u >> 16);
-                const double frac = (u & 0xffffu) / 65536.0;
-                if (got[j] == down + 1 && frac > 0)
-                    ups += 1;
-                else if (got[j] != down)
-                    outside++;
-                expected += frac;
-                var += frac * (1 - frac);
-            }
+            sr_tally_add(&t, want, got, N);
         }
     }
-    CHECK_EQ_INT(outside, 0);
-    CHECK_MSG(fabs(ups - expected) <= 4 * sqrt(var) + 1, "rounded up %.0f times, expected %.1f (sd %.1f)", ups,
-              expected, sqrt(var));
+    CHECK_EQ_INT(t.outside, 0);
+    CHECK_MSG(fabs(t.ups - t.expected) <= 4 * sqrt(t.var) + 1, "rounded up %.0f times, expected %.1f (sd %.1f)", t.ups,
+              t.expected, sqrt(t.var));
     amp_optim_free(o);
     amp_optim_free(r);
     amp_tensor_free(p);

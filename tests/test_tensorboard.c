@@ -176,7 +176,8 @@ static void test_events_hold_the_logs_values_and_the_gradients(void)
 }
 
 /* A gpt in bf16 (no scaler): tokens per second, the validation loss and
- * perplexity. */
+ * perplexity; its weights in bf16 without masters, so --health-every's
+ * step has the stalled updates. */
 static void test_a_gpt_run_shows_its_tokens_and_validation_loss(void)
 {
     char dir[300], log[300], text[300], evals[200];
@@ -184,13 +185,15 @@ static void test_a_gpt_run_shows_its_tokens_and_validation_loss(void)
     cli_path(log, sizeof log, "gpt.jsonl");
     cli_write_tiny_text(cli_path(text, sizeof text, "text.txt"));
     CLI_OK("train --model gpt --data '%s' --layers 1 --width 16 --heads 2 --context 8 --batch 4 --steps 5 "
-           "--val-batches 2 --threads 1 --precision bf16 --log '%s' --tensorboard '%s'", text, log, dir);
+           "--val-batches 2 --threads 1 --precision bf16 --param-dtype bf16 --master-weights off --health-every 5 "
+           "--log '%s' --tensorboard '%s'", text, log, dir);
     const char *at = strstr(cli_out, "val_loss ");
     char loss[32] = "", ppl[32] = "";
     CHECK(at && sscanf(at, "val_loss %31s perplexity %31s", loss, ppl) == 2);
     snprintf(evals, sizeof evals, "eval/val_loss@5=%s,eval/perplexity@5=%s", loss, ppl);
     CHECK_MSG(python_run("check '%s' '%s' %s", dir, log, evals) == 0, "%s", cli_out);
     CHECK_OUT("train/step_ms train/tokens_per_s");
+    CHECK_OUT("amp/stalled amp/stalled_worst");
     printf("%s", cli_out);
 }
 

@@ -53,6 +53,8 @@ SERIES = [
     ("f16_flush_scaled", "f16/flush_scaled", 6),
     ("f16_subnormal_scaled", "f16/subnormal_scaled", 6),
     ("f16_overflow_scaled", "f16/overflow_scaled", 6),
+    ("stalled", "amp/stalled", 6),
+    ("stalled_worst_fraction", "amp/stalled_worst", 6),
 ]
 
 FILE_NAME = re.compile(r"^events\.out\.tfevents\.\d{10}\..+\.\d+\.\d+$")

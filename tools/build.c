@@ -100,11 +100,13 @@ static bool levers_model(const train_opts *o, trainer *t)
     return pd == AMP_F32 || amp_module_to_dtype(t->model, pd) == AMP_OK;
 }
 
-/* --param-dtype: f32 masters in the optimizer; --optim-state: its state's
- * dtype. */
+/* --param-dtype: f32 masters in the optimizer (unless --master-weights
+ * off), --weight-update sr; --optim-state: its state's dtype. */
 static bool levers_optim(const train_opts *o, trainer *t)
 {
-    if (dtype_named(o->param_dtype) != AMP_F32 && amp_optim_set_master_weights(t->opt, true) != AMP_OK)
+    const bool masters = dtype_named(o->param_dtype) != AMP_F32 && strcmp(o->master_weights, "on") == 0;
+    if (amp_optim_set_master_weights(t->opt, masters) != AMP_OK ||
+        amp_optim_set_weight_stochastic_rounding(t->opt, strcmp(o->weight_update, "sr") == 0) != AMP_OK)
         return false;
     return amp_optim_set_state_dtype(t->opt, dtype_named(o->optim_state)) == AMP_OK &&
            amp_optim_set_state_stochastic_rounding(t->opt, strcmp(o->optim_state, "bf16-sr") == 0) == AMP_OK;

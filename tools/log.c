@@ -90,6 +90,14 @@ amp_status log_step(log_file *l, const log_record *r)
         fprintf(l->f, ",\"f16_overflow_scaled\":%s",
                 log_number(num, sizeof num, (double)(h->overflow + h->nonfinite) / n, 6));
     }
+    if (r->has_stall) {
+        fprintf(l->f, ",\"stalled\":%s", log_number(num, sizeof num, r->stalled, 6));
+        if (r->stalled_worst) /* (a module path: letters, digits, '.', '_') */
+            fprintf(l->f, ",\"stalled_worst\":\"%s\"", r->stalled_worst);
+        else
+            fputs(",\"stalled_worst\":null", l->f);
+        fprintf(l->f, ",\"stalled_worst_fraction\":%s", log_number(num, sizeof num, r->stalled_worst_fraction, 6));
+    }
     fputs("}\n", l->f);
     /* A failed fprintf sets the stream's error flag: one check covers all. */
     if (fflush(l->f) != 0 || ferror(l->f))

@@ -33,6 +33,13 @@
  *               subnormal, or overflow (inf/NaN included) in f16 unscaled
  *   f16_flush_scaled, f16_subnormal_scaled, f16_overflow_scaled
  *               the same at the scale the step used; with the scaler only
+ *   stalled, stalled_worst, stalled_worst_fraction
+ *               --health-every's steps with 16-bit parameters (stall.h):
+ *               the fraction of the elements with a nonzero gradient whose
+ *               stored weight (the fp32 master, else the 16-bit weight)
+ *               did not change in the step; the parameter with the largest
+ *               fraction (its name) and that fraction. null when the step
+ *               was skipped
  *
  * JSON has no NaN or infinity: a non-finite number is written as null
  * (a NaN or inf loss appears as "loss":null). Numbers are printed with
@@ -64,6 +71,9 @@ typedef struct {
     int64_t world_size;   /* > 1: written */
     const amp_f16_health *health;        /* non-NULL: the f16_* keys, unscaled */
     const amp_f16_health *health_scaled; /* non-NULL: the f16_*_scaled keys */
+    bool has_stall;                      /* the stalled* keys (NAN / NULL: null) */
+    double stalled, stalled_worst_fraction;
+    const char *stalled_worst;
 } log_record;
 
 /* Opens path for writing: truncated, or appended to when append (a resumed
@@ -77,7 +87,8 @@ amp_status log_step(log_file *f, const log_record *r);
 /* Closes the file (NULL is fine); AMP_ERR_IO when the last writes fail. */
 amp_status log_close(log_file *f);
 /* Writes one line that is not a step's, an event ({"event":"anomaly",
- * ...}: json, one whole object without the newline), and flushes it;
+ * ...}, {"event":"init_scale_auto", ...}: json, one whole object without
+ * the newline), and flushes it;
  * `ampc plot` skips lines with an "event" key. Errors as log_step. */
 amp_status log_event(log_file *f, const char *json);
 

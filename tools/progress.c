@@ -8,6 +8,8 @@
  */
 #include "progress.h"
 
+#include <math.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -123,4 +125,20 @@ void progress_health(progress *p, int64_t step, double scale, const amp_f16_heal
     snprintf(p->health, sizeof p->health,
              "  f16 health of the gradients at step %lld: zero %s; unscaled: flush %s subnormal %s overflow %s%s\n",
              (long long)step, z, f, sub, ov, at);
+}
+
+void progress_stall(progress *p, double fraction, const char *worst, double worst_fraction)
+{
+    size_t at = strlen(p->health);
+    if (at > 0 && p->health[at - 1] == '\n') /* the health line gets a second line */
+        at--;
+    char f[16], w[16];
+    if (isnan(fraction)) {
+        snprintf(p->health + at, sizeof p->health - at, "\n  stalled updates: not measured (a skipped step)\n");
+        return;
+    }
+    pct(f, sizeof f, (int64_t)llround(fraction * 1e6), 1000000);
+    pct(w, sizeof w, (int64_t)llround(worst_fraction * 1e6), 1000000);
+    snprintf(p->health + at, sizeof p->health - at, "\n  stalled updates: %s of the 16-bit weights; worst %s %s\n", f,
+             worst ? worst : "-", w);
 }

@@ -19,7 +19,7 @@ typedef struct {
     double t_start, t_window, t_live;
     double loss_sum;
     int64_t loss_n, steps_window;
-    char health[320];   /* --health-every: the last measurement, shown on the next plain line */
+    char health[512];   /* --health-every: the last measurement, shown on the next plain line */
 } progress;
 
 void progress_begin(progress *p, const train_opts *o, int64_t first_step, int64_t total,
@@ -31,6 +31,9 @@ void progress_clear(progress *p);
  * the scaler), shown on the next plain progress line. */
 void progress_health(progress *p, int64_t step, double scale, const amp_f16_health *at_scale,
                      const amp_f16_health *unscaled);
+/* --health-every with 16-bit parameters: the stalled updates (stall.h;
+ * fraction NAN: a skipped step), added to the health line. */
+void progress_stall(progress *p, double fraction, const char *worst, double worst_fraction);
 double now_s(void);
 
 #endif

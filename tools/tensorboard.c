@@ -223,6 +223,10 @@ void tb_step(tb_writer *w, const log_record *r, bool scaled, int64_t skipped_tot
         health(w, r->health, "", true);
     if (r->health_scaled)
         health(w, r->health_scaled, "_scaled", false);
+    if (r->has_stall && !isnan(r->stalled)) { /* (a skipped step: nothing to draw) */
+        scalar(w, "amp/stalled", r->stalled);
+        scalar(w, "amp/stalled_worst", r->stalled_worst_fraction);
+    }
     emit(w, r->step);
 }
 

@@ -19,6 +19,8 @@
  *                         (both with the grad scaler only)
  *   f16/zero, f16/flush, f16/subnormal, f16/overflow, and
  *   f16/flush_scaled ...  --health-every's steps: the log's f16_* fractions
+ *   amp/stalled, amp/stalled_worst  --health-every's steps with 16-bit
+ *                         parameters: the log's stalled fractions
  *   grad/<parameter>      --health-every's steps: histograms of the
  *                         unscaled gradients of the TB_WORST_PARAMS
  *                         parameters whose gradients lose the most in f16

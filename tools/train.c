@@ -57,6 +57,8 @@
 #include "profile_train.h"
 #include "progress.h"
 #include "run_policy.h"
+#include "scale_calib.h"
+#include "stall.h"
 #include "settings.h"
 #include "tensorboard.h"
 #include "train.h"
@@ -91,6 +93,8 @@ typedef struct {
     amp_tensor *loss_red;       /* data-parallel on the CPU: [1] f32, the step's loss averaged over the ranks */
     tb_writer *tb;              /* --tensorboard, rank 0 */
     int64_t last_step;          /* the step the run ended at: the closing evaluation's, for --tensorboard */
+    stall_probe stall;          /* --health-every's step: the weights before the update (stall.h) */
+    bool stall_16bit;           /* 16-bit parameters: --health-every measures the stalled updates */
 } run;
 
 typedef struct {
@@ -99,11 +103,20 @@ typedef struct {
     bool health;          /* --health-every's step: the two below are set */
     double health_scale;  /* the scale the step used (1 without the scaler) */
     amp_f16_health h_unscaled, h_scaled;
+    stall_result stall;   /* the health step's stalled updates (16-bit parameters) */
 } step_out;
 
 static int fail(const char *what, int64_t step)
 {
     fprintf(stderr, "ampc: %s at step %lld: %s\n", what, (long long)step, amp_last_error());
+    return 1;
+}
+
+/* --health-every's stalled-update read failed (an allocation or a copy). */
+static int stall_fail(int64_t step)
+{
+    fprintf(stderr, "ampc: --health-every at step %lld: reading the 16-bit weights for the stalled updates: %s\n",
+            (long long)step, amp_last_error()[0] ? amp_last_error() : "out of memory");
     return 1;
 }
 
@@ -344,6 +357,9 @@ static int train_step(run *r, int64_t step, step_out *out)
             AMP_OK)
             return fail("--health-every", step + 1);
         tb_grads(r->tb, step + 1, t->model, t->params, t->n_params, out->health_scale);
+        amp_clear_error();
+        if (stall_begin(&r->stall, t) != AMP_OK)
+            return stall_fail(step + 1);
     }
     out->grad_norm = NAN;
     const double max_norm = o->clip > 0 ? o->clip : INFINITY;
@@ -382,6 +398,8 @@ static int train_step(run *r, int64_t step, step_out *out)
         return fail("optimizer step", step + 1);
     if (r->cuda && scaled && r->read_each) /* the scale this step used, for the log */
         out->scale = amp_scaler_get_scale(t->scaler);
+    if (out->health && stall_end(&r->stall, t, out->skipped, &out->stall) != AMP_OK)
+        return stall_fail(step + 1);
     if (amp_scaler_update(t->scaler) != AMP_OK)
         return fail("optimizer step", step + 1);
     /* ZeRO-1: every rank takes every shard's new values (after a skipped
@@ -512,7 +530,11 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
                               .step_ms = ms,
                               .world_size = r->world,
                               .health = s.health ? &s.h_unscaled : NULL,
-                              .health_scaled = s.health && amp_scaler_is_enabled(r->t->scaler) ? &s.h_scaled : NULL};
+                              .health_scaled = s.health && amp_scaler_is_enabled(r->t->scaler) ? &s.h_scaled : NULL,
+                              .has_stall = s.health && r->stall_16bit,
+                              .stalled = s.stall.fraction,
+                              .stalled_worst = s.stall.worst,
+                              .stalled_worst_fraction = s.stall.worst_fraction};
             double rate = (double)per_step / (ms / 1e3);
             *(r->rd->gpt ? &rec.tokens_per_s : &rec.samples_per_s) = rate;
             tb_step(r->tb, &rec, amp_scaler_is_enabled(r->t->scaler), r->ri->skipped);
@@ -531,6 +553,8 @@ static int train_loop(run *r, int64_t first, int64_t stop, int64_t total, log_fi
         if (s.health)
             progress_health(&pg, step + 1, s.health_scale, amp_scaler_is_enabled(r->t->scaler) ? &s.h_scaled : NULL,
                             &s.h_unscaled);
+        if (s.health && r->stall_16bit)
+            progress_stall(&pg, s.stall.fraction, s.stall.worst, s.stall.worst_fraction);
         if (report)
             progress_step(&pg, step + 1, s.loss / (double)n, r->t, r->ri->skipped);
         if (o->save && o->save_every > 0 && (step + 1) % o->save_every == 0 && step + 1 < stop) {
@@ -567,11 +591,14 @@ static void print_config(const run *r, int64_t total)
     if (scaled && o->static_scale > 0)
         printf("grad scaler: a fixed scale %g (never grows or backs off; steps with inf/NaN gradients are skipped)\n",
                so.init_scale);
-    else if (scaled && (so.init_scale != def.init_scale || so.growth_factor != def.growth_factor ||
-             so.backoff_factor != def.backoff_factor || so.growth_interval != def.growth_interval ||
-             so.hysteresis > 1 || so.min_scale > 0 || so.max_scale > 0)) {
-        printf("grad scaler: init scale %g, x%g after %lld clean steps, x%g at an overflow", so.init_scale,
-               so.growth_factor, (long long)so.growth_interval, so.backoff_factor);
+    else if (scaled && (so.init_scale != def.init_scale || o->init_scale_auto ||
+             so.growth_factor != def.growth_factor || so.backoff_factor != def.backoff_factor ||
+             so.growth_interval != def.growth_interval || so.hysteresis > 1 || so.min_scale > 0 ||
+             so.max_scale > 0)) {
+        char init[32];
+        snprintf(init, sizeof init, "%g", so.init_scale);
+        printf("grad scaler: init scale %s, x%g after %lld clean steps, x%g at an overflow",
+               o->init_scale_auto ? "auto" : init, so.growth_factor, (long long)so.growth_interval, so.backoff_factor);
         if (so.hysteresis > 1)
             printf(", hysteresis %d", so.hysteresis);
         if (so.min_scale > 0)
@@ -582,7 +609,11 @@ static void print_config(const run *r, int64_t total)
     }
     if (strcmp(o->param_dtype, "fp32") != 0 || strcmp(o->optim_state, "fp32") != 0)
         printf("memory levers: parameters %s%s, optimizer state %s\n", o->param_dtype,
-               strcmp(o->param_dtype, "fp32") != 0 ? " (fp32 masters in the optimizer)" : "", o->optim_state);
+               strcmp(o->param_dtype, "fp32") == 0    ? ""
+               : strcmp(o->weight_update, "sr") == 0   ? " (no masters: stored with stochastic rounding)"
+               : strcmp(o->master_weights, "on") == 0  ? " (fp32 masters in the optimizer)"
+                                                       : " (no masters: updated in 16 bits)",
+               o->optim_state);
     printf("optim %s lr %g", o->optim, o->lr);
     if (strcmp(o->optim, "sgd") == 0)
         printf(" momentum %g", o->momentum);
@@ -660,6 +691,35 @@ static int finish(run *r, double t0, double t_loaded, double t_trained)
     if (gpt)
         tb_eval(r->tb, r->last_step, "eval/perplexity", exp(m));
     return 0;
+}
+
+/* --init-scale auto at step 0 (scale_calib.h): the scale measured, said
+ * on stdout and in the log's first line. -1 or an exit code. */
+static int calibrate_scale(run *r, log_file *lf)
+{
+    if (r->world > 1) {
+        fprintf(stderr, "ampc: --init-scale auto runs on one process: under mpirun each rank's first batch differs; "
+                        "measure the scale with one process, then give it as --init-scale X\n");
+        return EXIT_USAGE;
+    }
+    scale_calib c;
+    int rc = scale_calibrate(r->t, r->o, r->ri, r->rd->gpt, batch_cb, r, &c);
+    if (rc >= 0)
+        return rc;
+    if (c.capped)
+        printf("init scale auto: %g (the first step's gradients are finite at %g, probed no higher: the scale "
+               "starts at most at %g; %d probes)\n",
+               c.scale, c.largest_finite, c.scale, c.n_probes);
+    else
+        printf("init scale auto: %g (the first step's gradients are finite up to %g, inf/NaN above; one growth "
+               "factor below it; %d probes)\n",
+               c.scale, c.largest_finite, c.n_probes);
+    char line[4096];
+    if (lf && log_event(lf, scale_calib_json(&c, line, sizeof line)) != AMP_OK) {
+        fprintf(stderr, "ampc: --log: %s\n", amp_last_error());
+        return 1;
+    }
+    return -1;
 }
 
 /* A setup stage's rc, agreed over the ranks (dist_agree): an exit code
@@ -808,6 +868,7 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
         return rc;
     }
     r.t = &t;
+    r.stall_16bit = strcmp(o->param_dtype, "fp32") != 0;
     int64_t first = 0;
     if (o->init_from)
         rc = init_from_load(o, &t, &ri, init);
@@ -886,7 +947,13 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
                        (long long)was, was == 1 ? "" : "s", world, (long long)first);
         }
         int64_t stop = o->stop_at > 0 && o->stop_at < total ? o->stop_at : total;
-        if (first < stop) {
+        /* (before the anomaly check: a probe above the boundary overflows on purpose) */
+        if (o->init_scale_auto && first == 0 && amp_scaler_is_enabled(t.scaler))
+            rc = calibrate_scale(&r, lf);
+        else if (o->init_scale_auto && saved)
+            printf("--init-scale auto applies at step 0 only: the run goes on at its checkpoint's scale %g\n",
+                   amp_scaler_get_scale(t.scaler));
+        if (rc < 0 && first < stop) {
             rc = anomaly_cli_begin(o, lf);
             if (rc < 0)
                 rc = train_loop(&r, first, stop, total, lf);
@@ -906,6 +973,7 @@ static int train_run(const train_opts *o, const train_opts *ck, const run_info *
     if (rc < 0)
         rc = finish(&r, t0, t_loaded, now_s());
     tb_close(r.tb); /* (a failed write was said, and the run goes on) */
+    stall_free(&r.stall);
     amp_ddp_free(r.ddp);
     amp_zero_free(r.zero);
     amp_tensor_free(r.loss_red);

@@ -98,7 +98,9 @@ X(optim_state, .name = "optim-state", .meta = "DT", .kind = OPT_STR, .cls = OC_S
   .help = "optimizer state (Adam's moments, SGD's momentum): fp32, bf16, or bf16-sr (stochastic rounding); "
   "updated in fp32 (default fp32)")
 X(init_scale, .name = "init-scale", .meta = "X", .kind = OPT_REAL, .cls = OC_SETTING, .lo = 1e-30, .hi = 1e30,
-  .fp16 = SC_DYNAMIC, .help = "the grad scaler's initial scale (default 65536)")
+  .fp16 = SC_DYNAMIC, .help = "the grad scaler's initial scale (default 65536), or auto: measured on the "
+  "first step, the largest power of two one --growth-factor below the largest whose gradients stay finite, "
+  "at most 65536 or --max-scale (step 0 only; a resumed run keeps its scale)")
 X(growth_interval, .name = "growth-interval", .meta = "N", .kind = OPT_INT, .cls = OC_SETTING, .lo = 1, .hi = 1e12,
   .fp16 = SC_DYNAMIC, .help = "clean steps before the scale grows (default 2000)")
 X(growth_factor, .name = "growth-factor", .meta = "X", .kind = OPT_REAL, .cls = OC_SETTING, .lo = 1, .hi = 1e6,
@@ -121,8 +123,9 @@ X(static_scale, .name = "static-scale", .meta = "S", .kind = OPT_REAL, .cls = OC
   "(not with the dynamic scaler's options; 0: dynamic, the default)")
 X(health_every, .name = "health-every", .meta = "N", .kind = OPT_INT, .cls = OC_RUN, .lo = 1, .hi = 1e12,
   .help = "every N steps, the f16 health of the gradients in the log and the progress line: the share "
-  "of elements that f16 flushes to zero, makes subnormal, or overflows, at the scale and unscaled "
-  "(default: off)")
+  "of elements that f16 flushes to zero, makes subnormal, or overflows, at the scale and unscaled; with "
+  "16-bit weights, the stalled updates (weights an update did not move; remedies: fp32 masters, the default, "
+  "or --weight-update sr) (default: off)")
 X(max_skips, .name = "max-skips", .meta = "N", .kind = OPT_INT, .cls = OC_SETTING, .lo = 0, .hi = 1e12,
   .fp16 = SC_SCALER,
   .help = "stop with an error after N steps skipped in a row (inf/NaN at every scale), 0: never (default 32)")
@@ -192,4 +195,11 @@ X(fp32_modules, .name = "fp32-modules", .meta = "PATH,..", .kind = OPT_STR, .cls
 X(policy, .name = "policy", .meta = "FILE", .kind = OPT_STR, .cls = OC_SETTING,
   .help = "the autocast policy in FILE: modules kept in f32 and per-op categories (ampc policy search writes "
   "one; docs/debugging.md); the log's start record names it and its hash")
+X(master_weights, .name = "master-weights", .meta = "on|off", .kind = OPT_STR, .cls = OC_SHAPE, .choices = "on|off",
+  .help = "with --param-dtype bf16/fp16: off updates the 16-bit weights in place, without fp32 masters: an "
+  "update under half a unit in the weight's last place is lost (the stall, --health-every's \"stalled\"; "
+  "default on)")
+X(weight_update, .name = "weight-update", .meta = "HOW", .kind = OPT_STR, .cls = OC_SHAPE, .choices = "nearest|sr",
+  .help = "with --param-dtype bf16: sr stores each updated weight with stochastic rounding instead of fp32 "
+  "masters (the weight is right in expectation; no extra memory; default nearest)")
 /* clang-format on */

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The grad scaler's options' OPT_FP16_* bits (opts.h). */
@@ -82,6 +83,8 @@ void train_opts_default(train_opts *o)
     o->param_dtype = "fp32";
     o->optim_state = "fp32";
     o->init_scale = 65536.0;
+    o->master_weights = "on";
+    o->weight_update = "nearest";
     o->growth_interval = 2000;
     o->growth_factor = 2.0;
     o->backoff_factor = 0.5;
@@ -128,10 +131,40 @@ const opt_cmd train_options = {
     .n_blocks = 1,
 };
 
+/* argv without --init-scale auto (or =auto) into out (argc + 1 slots),
+ * which sets o->init_scale_auto: auto is not a number for the table's
+ * parser, and not "given" (a resumed run keeps its checkpoint's scale:
+ * auto applies at step 0 only). Returns the new argc. */
+static int take_init_scale_auto(int argc, char **argv, char **out, train_opts *o)
+{
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--init-scale=auto") == 0) {
+            o->init_scale_auto = true;
+            continue;
+        }
+        if (i + 1 < argc && strcmp(argv[i], "--init-scale") == 0 && strcmp(argv[i + 1], "auto") == 0) {
+            o->init_scale_auto = true;
+            i++;
+            continue;
+        }
+        out[n++] = argv[i];
+    }
+    out[n] = NULL;
+    return n;
+}
+
 int train_parse(int argc, char **argv, train_opts *o)
 {
     opts_set_command(train_options.who);
-    return opt_parse(&train_options, &(opt_dst){o, o->given}, NULL, argc, argv);
+    char **args = malloc((size_t)(argc + 1) * sizeof *args);
+    if (!args) {
+        fprintf(stderr, "%s: out of memory\n", train_options.who);
+        return 1;
+    }
+    int rc = opt_parse(&train_options, &(opt_dst){o, o->given}, NULL, take_init_scale_auto(argc, argv, args, o), args);
+    free(args);
+    return rc;
 }
 
 /* When option `name`'s value came from the checkpoint of a resumed run (or
@@ -183,7 +216,7 @@ static bool refuse_scaler_opts(const train_opts *o, bool scaler)
  * need the grad scaler: their gradients are f16, and without scaling the
  * small ones underflow to zero in backward (the scaler also unscales them
  * into f32 for the f32 masters). */
-static bool check_levers(const train_opts *o)
+static bool check_levers(train_opts *o)
 {
     const char *pd = o->param_dtype;
     if (strcmp(pd, "fp32") != 0 && strcmp(pd, o->precision) != 0) {
@@ -196,6 +229,26 @@ static bool check_levers(const train_opts *o)
                 "precision is %s)\n",
                 pd, pd, o->precision);
         return true;
+    }
+    /* (the defaults, on and nearest, are what f32 weights do anyway: a
+     * checkpoint's settings hold them) */
+    const bool off = strcmp(o->master_weights, "off") == 0, sr = strcmp(o->weight_update, "sr") == 0;
+    if (strcmp(pd, "fp32") == 0 && (off || sr)) {
+        say("--%s applies to 16-bit weights only: give --param-dtype bf16 (or fp16) with it\n",
+            off ? "master-weights off" : "weight-update sr");
+        return true;
+    }
+    if (sr) {
+        if (strcmp(pd, "bf16") != 0) {
+            say("--weight-update sr rounds bf16 weights (parameters are %s): give --param-dtype bf16\n", pd);
+            return true;
+        }
+        if (o->given[RO_master_weights] && strcmp(o->master_weights, "on") == 0) {
+            say("--weight-update sr stores the bf16 weight itself, in place of fp32 master weights: give "
+                "--master-weights off, or leave it out\n");
+            return true;
+        }
+        o->master_weights = "off"; /* (the checkpoint keeps it so) */
     }
     if (strcmp(pd, "fp16") == 0 && o->no_scaler) {
         say("--param-dtype fp16 needs the grad scaler (drop --no-scaler): unscaled f16 "
@@ -248,7 +301,7 @@ static bool check_scaler(const train_opts *o)
     /* On resume the scale is the checkpoint's, clamped to new bounds
      * (train.c's scaler_resume): an --init-scale only the checkpoint
      * holds is not checked against them. */
-    const bool init_given = o->given[RO_init_scale] || !o->resume;
+    const bool init_given = (o->given[RO_init_scale] || !o->resume) && !o->init_scale_auto;
     /* A factor that backs the first overflow's scale off to 0 or an f32
      * subnormal (whose inverse is infinite) makes the next step's update
      * NaN: refused, unless a --min-scale floor holds the scale up. Later
@@ -354,6 +407,12 @@ int opts_resolve(train_opts *o)
         return EXIT_USAGE;
     if (scaler && check_scaler(o))
         return EXIT_USAGE;
+    if (o->init_scale_auto && (!scaler || o->static_scale > 0)) {
+        say("--init-scale auto measures the dynamic grad scaler's first scale: it needs --precision fp16 with the "
+            "scaler and no --static-scale (precision is %s%s)\n",
+            o->precision, o->no_scaler ? ", --no-scaler" : o->static_scale > 0 ? ", a --static-scale" : "");
+        return EXIT_USAGE;
+    }
     if (o->health_every > 0 && o->zero == 1) {
         say("--health-every does not apply with --zero 1 (each rank holds only its shard "
                         "of the gradients; measure with DDP, the default)\n");

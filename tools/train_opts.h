@@ -68,7 +68,10 @@ typedef struct {
     bool no_scaler;        /* fp16 without the grad scaler (to see underflow) */
     const char *param_dtype; /* "fp32", or "bf16" / "fp16": 16-bit parameters with f32 masters (Apex O2) */
     const char *optim_state; /* "fp32", "bf16" or "bf16-sr" (stochastic rounding): the optimizer's state */
+    const char *master_weights; /* "on" (16-bit parameters get f32 masters) or "off" */
+    const char *weight_update;  /* "nearest" or "sr": how a bf16 weight without a master is stored */
     double init_scale;
+    bool init_scale_auto;  /* --init-scale auto: measured on step 0 (scale_calib.h) */
     int64_t growth_interval;
     /* The grad scaler's other knobs (amp_scaler_opts; 0: the library's
      * default / off) and --static-scale (> 0: the scale fixed there). */

@@ -203,17 +203,18 @@ typedef struct {
 
 /* SGD's constants, as f32 (torch.optim's SGD runs in the parameter's f32;
  * the weight decay is each parameter's, be_optim_param). sr: bf16 state is
- * stored with stochastic rounding (round_rule.h). */
+ * stored with stochastic rounding (round_rule.h); wsr: so is a bf16
+ * parameter without an f32 master (state slot 3 of round_rule.h's bits). */
 typedef struct {
     float lr, momentum, one_minus_dampening;
-    bool nesterov, sr;
+    bool nesterov, sr, wsr;
 } be_sgd_opts;
 
-/* Adam's (decoupled: AdamW); amsgrad uses s2 as the running maximum; sr
- * and the weight decay as SGD's. */
+/* Adam's (decoupled: AdamW); amsgrad uses s2 as the running maximum; sr,
+ * wsr and the weight decay as SGD's. */
 typedef struct {
     double lr, beta1, beta2, eps;
-    bool decoupled, amsgrad, sr;
+    bool decoupled, amsgrad, sr, wsr;
 } be_adam_opts;
 
 /* ------------------------------------------------------------ the table */

@@ -22,6 +22,10 @@
 
 #include <stdint.h>
 
+/* The slot whose bits round a bf16 parameter without a master (the
+ * optimizers' state uses slots 0..2). */
+#define WEIGHT_SR_SLOT 3
+
 /* The 16 random bits of element j of state slot `slot` of the parameter
  * with counter `index`, at its step t (1 on its first step):
  * splitmix64's finaliser over the packed counters. */

@@ -49,7 +49,7 @@ static amp_status adam_step(const amp_optim *o, const amp_backend *be, const be_
 {
     const amp_adam_opts *a = &o->opts.adam;
     const bool decoupled = o->def == &optim_def_adamw;
-    be_adam_opts bo = {o->lr, a->beta1, a->beta2, a->eps, decoupled, a->amsgrad, o->state_sr};
+    be_adam_opts bo = {o->lr, a->beta1, a->beta2, a->eps, decoupled, a->amsgrad, o->state_sr, o->weight_sr};
     BACKEND_CALL(be, o->name, adam_step, ps, n, steps, n_counters, found_inf, bo);
     return AMP_OK;
 }

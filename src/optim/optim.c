@@ -611,6 +611,16 @@ amp_status amp_optim_set_state_stochastic_rounding(amp_optim *o, bool on)
 
 bool amp_optim_state_stochastic_rounding(const amp_optim *o) { return o && o->state_sr; }
 
+amp_status amp_optim_set_weight_stochastic_rounding(amp_optim *o, bool on)
+{
+    if (!o)
+        return amp_set_error(AMP_ERR_ARG, "optim_set_weight_stochastic_rounding: NULL optimizer");
+    o->weight_sr = on;
+    return AMP_OK;
+}
+
+bool amp_optim_weight_stochastic_rounding(const amp_optim *o) { return o && o->weight_sr; }
+
 /* ------------------------------------------------------------ accessors */
 
 void amp_optim_zero_grad(amp_optim *o)

@@ -35,8 +35,9 @@
  * each element gets the bits the unsharded step would give it; a parameter
  * with an empty range still counts its step (an entry of n = 0), so the
  * step counts and Adam's bias corrections stay per parameter and equal on
- * every rank. (bf16 state with stochastic rounding draws its bits from the
- * element's index in the buffer, so that one case is not bitwise.) A
+ * every rank. (bf16 state and bf16 weights with stochastic rounding draw
+ * their bits from the element's index in the buffer, so those cases are
+ * not bitwise.) A
  * sharded parameter's state is not the parameter-shaped state the public
  * accessors and checkpoints mean: amp_optim_state_tensor refuses it, and
  * the dist layer gathers it back (optim_unshard) first.
@@ -101,6 +102,7 @@ struct amp_optim {
     uint64_t *master_version; /* n: the parameter's storage version its master was last in step with */
     amp_dtype state_dt;       /* the state buffers' dtype: AMP_F32 (default) or AMP_BF16 */
     bool state_sr;            /* bf16 state stored with stochastic rounding */
+    bool weight_sr;           /* bf16 parameters without a master stored so too */
     /* n: the elements [shard_lo[i], shard_hi[i]) of parameter i its step
      * updates (optim_set_shard); [0, numel) unless sharded. */
     int64_t *shard_lo, *shard_hi;

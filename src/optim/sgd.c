@@ -42,7 +42,8 @@ static amp_status sgd_step(const amp_optim *o, const amp_backend *be, const be_o
                            int64_t *steps, int n_counters, const float *found_inf)
 {
     const amp_sgd_opts *s = &o->opts.sgd;
-    be_sgd_opts bo = {(float)o->lr, (float)s->momentum, (float)(1.0 - s->dampening), s->nesterov, o->state_sr};
+    be_sgd_opts bo = {(float)o->lr,      (float)s->momentum, (float)(1.0 - s->dampening),
+                      s->nesterov,       o->state_sr,        o->weight_sr};
     BACKEND_CALL(be, "sgd", sgd_step, ps, n, steps, n_counters, found_inf, bo);
     return AMP_OK;
 }

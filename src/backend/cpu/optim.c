@@ -100,10 +100,11 @@ static void store_bf16_sr(const float *v, uint16_t *dst, int64_t n, int index, i
 /* Runs fn over one work item; sc is this thread's f32 scratch of
  * SCRATCH_BLOCKS * UPDATE_BLOCK elements for 16-bit parameters,
  * gradients and state (widening is exact, and each is rounded once on
- * store, as a whole-tensor conversion would: to nearest-even, or for bf16
- * state stochastically when sr_t, the parameter's step, is > 0). */
+ * store, as a whole-tensor conversion would: to nearest-even, or
+ * stochastically with the bits of sr_t, the parameter's step: bf16 state
+ * when state_sr, a bf16 parameter without a master when weight_sr). */
 static void run_item(range_fn fn, const void *k, const be_optim_param *q, int64_t lo, int64_t hi, float *sc,
-                     int64_t sr_t)
+                     int64_t sr_t, bool state_sr, bool weight_sr)
 {
     const int64_t len = hi - lo;
     float *pb = sc, *gb = sc ? sc + UPDATE_BLOCK : NULL;
@@ -124,13 +125,15 @@ static void run_item(range_fn fn, const void *k, const be_optim_param *q, int64_
             amp_convert(at, q->sdt, s[j], AMP_F32, (size_t)len);
     }
     fn(k, p, g, s, len);
-    if (p == pb || q->master)
+    if (weight_sr && p == pb && q->pdt == AMP_BF16) /* (a master keeps the bits itself) */
+        store_bf16_sr(p, p16, len, q->index, sr_t, WEIGHT_SR_SLOT, lo);
+    else if (p == pb || q->master)
         amp_convert(p, AMP_F32, p16, q->pdt, (size_t)len);
     if (q->cast) /* the weight's next autocast cast, while p is in cache */
         amp_convert(p, AMP_F32, (char *)q->cast + (size_t)lo * amp_dtype_size(q->cast_dt), q->cast_dt, (size_t)len);
     for (int j = 0; j < 3 && q->sdt != AMP_F32; j++) {
         void *dst = sq[j] ? (char *)sq[j] + (size_t)lo * ss : NULL;
-        if (dst && sr_t > 0 && q->sdt == AMP_BF16)
+        if (dst && state_sr && q->sdt == AMP_BF16)
             store_bf16_sr(s[j], dst, len, q->index, sr_t, j, lo);
         else if (dst)
             amp_convert(s[j], AMP_F32, dst, q->sdt, (size_t)len);
@@ -143,6 +146,7 @@ typedef struct {
     size_t k_size;
     const be_optim_param *ps;
     const int64_t *sr_t;
+    bool state_sr, weight_sr;
     const work_item *w;
     float *scratch;
 } run_job;
@@ -154,7 +158,7 @@ static void run_items(void *vj, int64_t lo, int64_t hi, int tid)
     for (int64_t b = lo; b < hi; b++) {
         const work_item *it = &j->w[b];
         run_item(j->fn, (const char *)j->ks + (size_t)it->param * j->k_size, &j->ps[it->param], it->lo, it->hi, sc,
-                 j->sr_t ? j->sr_t[it->param] : 0);
+                 j->sr_t ? j->sr_t[it->param] : 0, j->state_sr, j->weight_sr);
     }
 }
 
@@ -164,7 +168,7 @@ static void run_items(void *vj, int64_t lo, int64_t hi, int tid)
  * Allocates everything before touching a value: on failure nothing has
  * changed. */
 static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_optim_param *ps, int n,
-                          const int64_t *sr_t)
+                          const int64_t *sr_t, bool state_sr, bool weight_sr)
 {
     int64_t items = 0, total = 0;
     bool convert = false;
@@ -191,7 +195,7 @@ static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_o
     for (int i = 0; i < n; i++)
         for (int64_t lo = 0; lo < ps[i].n; lo += UPDATE_BLOCK)
             w[m++] = (work_item){i, lo, ps[i].n - lo < UPDATE_BLOCK ? ps[i].n : lo + UPDATE_BLOCK};
-    run_job j = {fn, ks, k_size, ps, sr_t, w, scratch};
+    run_job j = {fn, ks, k_size, ps, sr_t, state_sr, weight_sr, w, scratch};
     amp_parallel_for(items, grain, run_items, &j);
     amp_free(w);
     amp_free(scratch);
@@ -199,18 +203,19 @@ static amp_status run_all(range_fn fn, const void *ks, size_t k_size, const be_o
 }
 
 /* run_all, with each parameter's step (its counter + 1) for stochastic
- * rounding when sr. */
+ * rounding of bf16 state when sr, of bf16 parameters without a master when
+ * wsr. */
 static amp_status run_all_sr(range_fn fn, const void *ks, size_t k_size, const be_optim_param *ps, int n,
-                             const int64_t *steps, bool sr)
+                             const int64_t *steps, bool sr, bool wsr)
 {
-    if (!sr)
-        return run_all(fn, ks, k_size, ps, n, NULL);
+    if (!sr && !wsr)
+        return run_all(fn, ks, k_size, ps, n, NULL, false, false);
     int64_t *t = amp_alloc((size_t)(n > 0 ? n : 1) * sizeof *t);
     if (!t)
         return AMP_ERR_MEMORY;
     for (int i = 0; i < n; i++)
         t[i] = steps[ps[i].index] + 1;
-    amp_status st = run_all(fn, ks, k_size, ps, n, t);
+    amp_status st = run_all(fn, ks, k_size, ps, n, t, sr, wsr);
     amp_free(t);
     return st;
 }
@@ -361,8 +366,8 @@ static const optim_loops adam_loops = {sizeof(adam_k), adam_consts, LOOPS(adam)}
  * runs the loops over every parameter at its own step count (bf16 state
  * rounded stochastically when sr), and counts the step only when the
  * whole update succeeded (on failure nothing has changed). */
-static amp_status step_all(const char *who, const optim_loops *L, const void *opts, bool sr, const be_optim_param *p,
-                           int n, int64_t *steps, int n_counters, const float *found_inf)
+static amp_status step_all(const char *who, const optim_loops *L, const void *opts, bool sr, bool wsr,
+                           const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf)
 {
     if (found_inf && *found_inf != 0)
         return AMP_OK;
@@ -372,7 +377,7 @@ static amp_status step_all(const char *who, const optim_loops *L, const void *op
     L->consts(opts, p, n, steps, ks);
     const int lanes = vector_lanes();
     const range_fn fn = lanes == 16 ? L->loop16 : lanes == 8 ? L->loop8 : L->loop1;
-    amp_status st = run_all_sr(fn, ks, L->k_size, p, n, steps, sr);
+    amp_status st = run_all_sr(fn, ks, L->k_size, p, n, steps, sr, wsr);
     amp_free(ks);
     if (st != AMP_OK)
         return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", who);
@@ -385,11 +390,11 @@ static amp_status step_all(const char *who, const optim_loops *L, const void *op
 amp_status cpu_sgd_step(const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
                         be_sgd_opts o)
 {
-    return step_all("sgd_step", &sgd_loops, &o, o.sr, p, n, steps, n_counters, found_inf);
+    return step_all("sgd_step", &sgd_loops, &o, o.sr, o.wsr, p, n, steps, n_counters, found_inf);
 }
 
 amp_status cpu_adam_step(const be_optim_param *p, int n, int64_t *steps, int n_counters, const float *found_inf,
                          be_adam_opts o)
 {
-    return step_all("adam_step", &adam_loops, &o, o.sr, p, n, steps, n_counters, found_inf);
+    return step_all("adam_step", &adam_loops, &o, o.sr, o.wsr, p, n, steps, n_counters, found_inf);
 }

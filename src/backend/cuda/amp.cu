@@ -420,7 +420,7 @@ __global__ void k_sgd(__grid_constant__ const mt_list l, const long long *steps,
             const float np = __fmaf_rn(gj, neg_lr, pj);
             if (t.p.master)
                 t.p.master[j] = np;
-            st_f32(t.p.p, t.p.pdt, j, np);
+            st_state(t.p.p, t.p.pdt, j, np, o.wsr && !t.p.master, t.p.index, steps[t.p.index] + 1, WEIGHT_SR_SLOT);
         }
     }
 }
@@ -478,7 +478,7 @@ __global__ void k_adam(__grid_constant__ const mt_list l, const long long *steps
             const float np = __fadd_rn(pj, __fdiv_rn(__fmul_rn(neg_step, mj), denom));
             if (t.p.master)
                 t.p.master[j] = np;
-            st_f32(t.p.p, t.p.pdt, j, np);
+            st_state(t.p.p, t.p.pdt, j, np, a.wsr && !t.p.master, t.p.index, tt, WEIGHT_SR_SLOT);
         }
     }
 }
