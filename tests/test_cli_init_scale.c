@@ -4,8 +4,10 @@
  *   - The scale found follows the rule: the log's first line (the
  *     calibration record) holds probes whose largest finite scale is
  *     S_max and whose next power of two is not finite, and the scale is
- *     S_max / growth_factor; no step is skipped where a first scale above
- *     the boundary skips the first steps.
+ *     S_max / 16 (the margin; growth_factor when larger); no step is
+ *     skipped where a first scale above the boundary skips the first steps.
+ *   - The default gpt's first 100 steps in fp16: the fixed default scale
+ *     (65536) skips some as its gradients grow, auto none.
  *   - The probes leave no trace: the run equals, loss for loss (dropout on,
  *     so the generator matters), the run started with --init-scale at the
  *     scale found.
@@ -75,7 +77,7 @@ static void test_auto_follows_the_rule_and_skips_nothing(void)
     CHECK_MSG(strncmp(rec, "{\"event\":\"init_scale_auto\",", 27) == 0, "first line: %s", rec);
     double s = cli_json_field(rec, "scale", v, sizeof v) ? atof(v) : NAN;
     double m = cli_json_field(rec, "largest_finite", v, sizeof v) ? atof(v) : NAN;
-    CHECK_MSG(s == m / 2 && strstr(rec, "\"capped\":false"), "scale %g, largest finite %g: %s", s, m, rec);
+    CHECK_MSG(s == m / 16 && strstr(rec, "\"capped\":false"), "scale %g, largest finite %g: %s", s, m, rec);
     /* The probes saw m finite and 2m not (unless capped). */
     char probe[96];
     snprintf(probe, sizeof probe, "%.17g:finite", m);
@@ -94,6 +96,20 @@ static void test_auto_follows_the_rule_and_skips_nothing(void)
     n = log_lines("high.jsonl", lines, &body);
     CHECK_MSG(skipped_steps(lines, n) >= 2, "--init-scale %g skipped %d steps", 4 * m, skipped_steps(lines, n));
     free(body);
+}
+
+/* The default gpt (its corpus, its shape), 100 steps in fp16 on one thread. */
+static void test_the_default_gpt_skips_at_65536_and_not_with_auto(void)
+{
+    int rc = cli_run("train --model gpt --precision fp16 --steps 100 --threads 1");
+    const char *at = strstr(cli_out, "steps skipped in all");
+    CHECK_MSG(rc == 0 && at, "exit %d:\n%s", rc, cli_out);
+    const char *line = at ? strstr(cli_out, "scaler: final scale") : NULL;
+    long skipped = line ? strtol(strchr(line, ',') + 1, NULL, 10) : -1;
+    CHECK_MSG(skipped > 0, "the fixed scale skipped %ld steps:\n%s", skipped, cli_out);
+    rc = cli_run("train --model gpt --precision fp16 --steps 100 --threads 1 --init-scale auto");
+    CHECK_MSG(rc == 0 && strstr(cli_out, "init scale auto: 4096 ") && strstr(cli_out, ", 0 steps skipped in all"),
+              "exit %d:\n%s", rc, cli_out);
 }
 
 /* The probes leave the generator, the data order and the weights as they
@@ -149,6 +165,7 @@ int main(void)
     cli_init_tiny("test-cli-init-scale", NULL, text);
     RUN_IF(cli_have_binary, test_auto_follows_the_rule_and_skips_nothing);
     RUN_IF(cli_have_binary, test_auto_equals_the_run_at_its_scale);
+    RUN_IF(cli_have_binary, test_the_default_gpt_skips_at_65536_and_not_with_auto);
     RUN_IF(cli_have_binary, test_auto_needs_the_dynamic_scaler);
     RUN_IF(cli_have_binary, test_resume_keeps_the_saved_scale);
     cli_cleanup();

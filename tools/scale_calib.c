@@ -155,11 +155,12 @@ int scale_calibrate(trainer *t, const train_opts *o, const run_info *ri, bool gp
     }
 found:
     c->largest_finite = ldexp(1.0, e);
-    /* the largest power of two at most S_max / growth_factor */
-    int k = e - (int)ceil(log2(o->growth_factor));
-    while (ldexp(1.0, k + 1) * o->growth_factor <= c->largest_finite)
+    /* the largest power of two at most S_max / margin */
+    const double margin = SCALE_CALIB_MARGIN > o->growth_factor ? SCALE_CALIB_MARGIN : o->growth_factor;
+    int k = e - (int)ceil(log2(margin));
+    while (ldexp(1.0, k + 1) * margin <= c->largest_finite)
         k++;
-    while (k > SCALE_CALIB_MIN_EXP - 32 && ldexp(1.0, k) * o->growth_factor > c->largest_finite)
+    while (k > SCALE_CALIB_MIN_EXP - 32 && ldexp(1.0, k) * margin > c->largest_finite)
         k--;
     c->scale = ldexp(1.0, k);
     c->capped = e == top && finite;

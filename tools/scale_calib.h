@@ -6,8 +6,9 @@
  * [SCALE_CALIB_MIN_EXP, SCALE_CALIB_MAX_EXP], at which the first step's
  * scaled backward (every micro-batch of step 0) leaves every gradient
  * finite; the scale chosen is the largest power of two at most
- * S_max / growth_factor, so the first growth (to at most S_max) does not
- * overflow on gradients like the first step's; at most the cap,
+ * S_max / SCALE_CALIB_MARGIN (16; growth_factor when that is larger), so
+ * the gradients may grow 16-fold over the first steps, and the first
+ * growth may happen, before an overflow; at most the cap,
  * --max-scale when given, else --init-scale's default (65536, PyTorch's);
  * at least --min-scale. A run that starts there loses no step to the scaler's
  * first back-offs. The cap: gradients grow over the first steps from the
@@ -31,6 +32,12 @@
 #define SCALE_CALIB_MIN_EXP (-24)
 #define SCALE_CALIB_MAX_EXP 24
 #define SCALE_CALIB_MAX_PROBES (SCALE_CALIB_MAX_EXP - SCALE_CALIB_MIN_EXP + 2)
+/* The headroom below S_max: the gradients of the first steps grow from
+ * the initial weights' (measured: the default gpt's need a scale 8 times
+ * below step 0's largest finite one by step 15, an mlp at batch 1 by step
+ * 5), so the scale starts 16 times below S_max, or growth_factor times
+ * when that is more (the first growth must not overflow either). */
+#define SCALE_CALIB_MARGIN 16.0
 
 typedef struct {
     double scale;          /* the scale the run starts with */

@@ -711,9 +711,9 @@ static int calibrate_scale(run *r, log_file *lf)
                "starts at most at %g; %d probes)\n",
                c.scale, c.largest_finite, c.scale, c.n_probes);
     else
-        printf("init scale auto: %g (the first step's gradients are finite up to %g, inf/NaN above; one growth "
-               "factor below it; %d probes)\n",
-               c.scale, c.largest_finite, c.n_probes);
+        printf("init scale auto: %g (the first step's gradients are finite up to %g, inf/NaN above; %g times "
+               "below it, the headroom for the first steps' growth; %d probes)\n",
+               c.scale, c.largest_finite, c.largest_finite / c.scale, c.n_probes);
     char line[4096];
     if (lf && log_event(lf, scale_calib_json(&c, line, sizeof line)) != AMP_OK) {
         fprintf(stderr, "ampc: --log: %s\n", amp_last_error());

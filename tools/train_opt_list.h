@@ -99,7 +99,7 @@ X(optim_state, .name = "optim-state", .meta = "DT", .kind = OPT_STR, .cls = OC_S
   "updated in fp32 (default fp32)")
 X(init_scale, .name = "init-scale", .meta = "X", .kind = OPT_REAL, .cls = OC_SETTING, .lo = 1e-30, .hi = 1e30,
   .fp16 = SC_DYNAMIC, .help = "the grad scaler's initial scale (default 65536), or auto: measured on the "
-  "first step, the largest power of two one --growth-factor below the largest whose gradients stay finite, "
+  "first step, the largest power of two 16 times below the largest whose gradients stay finite, "
   "at most 65536 or --max-scale (step 0 only; a resumed run keeps its scale)")
 X(growth_interval, .name = "growth-interval", .meta = "N", .kind = OPT_INT, .cls = OC_SETTING, .lo = 1, .hi = 1e12,
   .fp16 = SC_DYNAMIC, .help = "clean steps before the scale grows (default 2000)")
