@@ -234,9 +234,9 @@ static void xml_text(FILE *f, const char *s)
 /* The SVG: a row per site (worst first), a bar to its mean relative error
  * and a tick at its largest, on a log axis of decades from 1e-8 (an
  * error of 0 draws no bar). */
-#define SVG_W 960.0
+#define SVG_W 1080.0
 #define SVG_LEFT 420.0
-#define SVG_RIGHT 40.0
+#define SVG_RIGHT 160.0
 #define SVG_TOP 70.0
 #define SVG_ROW 18.0
 #define SVG_LO -8 /* the axis' first decade */
@@ -269,7 +269,8 @@ static bool write_svg(const char *path, const audit_args *a, const train_opts *o
     xml_text(f, o->model);
     fputs(" in ", f);
     xml_text(f, o->precision);
-    fprintf(f, " against fp32, %lld step%s: relative error per call site (bar: mean, tick: max)</text>\n",
+    fprintf(f, " against fp32, %lld step%s: relative error per call site (bar: mean, tick: max; red: values that "
+            "overflowed to inf)</text>\n",
             (long long)r->steps, r->steps == 1 ? "" : "s");
     const double bottom = SVG_TOP + SVG_ROW * n;
     for (int d = SVG_LO; d <= hi; d++) {
@@ -294,6 +295,9 @@ static bool write_svg(const char *path, const audit_args *a, const train_opts *o
         if (s->max_rel > 0)
             fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n",
                     svg_x(s->max_rel, hi), y + 1, svg_x(s->max_rel, hi), y + SVG_ROW - 1);
+        if (s->overflow > 0) /* an infinite error has no bar: its share, in red, in the margin */
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#c00\">inf %.3g%%%s</text>\n", SVG_W - SVG_RIGHT + 8,
+                    y + 12, 100 * frac(s->overflow, s->values), s->overflow_made ? " made here" : "");
     }
     fputs("</svg>\n", f);
     bool ok = !ferror(f);

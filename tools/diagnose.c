@@ -108,7 +108,8 @@ void diagnose_step(trainer *t, const train_opts *o, const run_info *ri, bool gpt
         fprintf(stderr, "ampc: the weights are not finite (resumed from a checkpoint saved after they diverged?)\n");
     else if (loss_bad)
         fprintf(stderr, "ampc: the forward pass overflows on finite inputs: try a smaller --lr, --clip, or "
-                        "--precision bf16\n");
+                        "--precision bf16; --anomaly-continue names the op and module that overflow, and ampc "
+                        "policy search finds the modules to keep in f32\n");
     else {
         /* The scale's own knob: the fixed one, or the floor the backoff
          * stopped at, or the start. */
