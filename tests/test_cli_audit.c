@@ -109,14 +109,27 @@ static const amp_audit_site *site_named(const amp_audit *a, bool backward, const
     return NULL;
 }
 
+/* A 6-8-3 mlp drawn from seed and an audit; false (a failure reported,
+ * nothing left to free) when either is missing. */
+static bool mlp_and_audit(uint64_t seed, amp_module **m, amp_audit **a)
+{
+    amp_manual_seed(seed);
+    const int64_t hidden[1] = {8};
+    *m = amp_model_mlp(6, hidden, 1, 3);
+    *a = amp_audit_new();
+    CHECK(*m && *a);
+    if (*m && *a)
+        return true;
+    amp_module_free(*m);
+    amp_audit_free(*a);
+    return false;
+}
+
 static void test_recorder_matches_every_call_of_a_lowered_run(void)
 {
-    amp_manual_seed(3);
-    const int64_t hidden[1] = {8};
-    amp_module *m = amp_model_mlp(6, hidden, 1, 3);
-    amp_audit *a = amp_audit_new();
-    CHECK(m && a);
-    if (!m || !a)
+    amp_module *m;
+    amp_audit *a;
+    if (!mlp_and_audit(3, &m, &a))
         return;
     CHECK_OK(amp_audit_record(a));
     mlp_step(m, false);
@@ -156,16 +169,13 @@ static void test_recorder_matches_every_call_of_a_lowered_run(void)
 }
 
 /* An mlp whose first linear's f16 result passes 65504 from finite
- * inputs: its site counts the overflow as made there; the loss, which
- * reads the inf logits on, counts it as passed on. */
+ * inputs: its site counts the overflow as made there; the next linear,
+ * which reads the infs (through the relu), makes none of its own. */
 static void test_an_overflow_is_counted_where_it_is_made(void)
 {
-    amp_manual_seed(4);
-    const int64_t hidden[1] = {8};
-    amp_module *m = amp_model_mlp(6, hidden, 1, 3);
-    amp_audit *a = amp_audit_new();
-    CHECK(m && a);
-    if (!m || !a)
+    amp_module *m;
+    amp_audit *a;
+    if (!mlp_and_audit(4, &m, &a))
         return;
     amp_tensor *w = amp_module_param(m, 0, NULL);
     CHECK_OK(amp_tensor_fill(w, 3e4)); /* 6 inputs near 1 each: sums past 65504 */
