@@ -13,6 +13,7 @@
 #include "settings.h"
 #include "trainer.h"
 
+#include "io/file.h"
 #include "io/json.h"
 
 #include <errno.h>
@@ -80,7 +81,9 @@ const opt_cmd audit_options = {
 static bool given(const train_opts *o, const char *name) { return o->given[opts_find(name) - train_rows]; }
 
 /* Whether --svg's FILE can be written, checked before the run: its
- * folder exists and is writable, and FILE is not a folder. */
+ * folder exists and is writable, and FILE is not a folder, a FIFO (whose
+ * open would wait for a reader) or anything else file_fopen_write
+ * refuses. */
 static bool svg_writable(const char *path)
 {
     char dir[4096];
@@ -88,12 +91,15 @@ static bool svg_writable(const char *path)
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
     struct stat st;
     const char *why = NULL;
+    char kind[160];
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         why = "its folder does not exist";
     else if (access(dir, W_OK) != 0)
         why = "its folder is not writable";
     else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         why = "it is a folder";
+    else if (file_write_refused(path, kind, sizeof kind))
+        why = kind;
     if (why)
         fprintf(stderr, "ampc audit: --svg %s: %s\n", path, why);
     return !why;
@@ -110,6 +116,15 @@ static int parse(int argc, char **argv, audit_args *a, train_opts *o)
         if (given(o, refused[i])) {
             fprintf(stderr, "ampc audit: --%s is not an ampc audit option (it runs --steps steps and keeps "
                             "nothing; see ampc audit --help)\n", refused[i]);
+            rc = EXIT_USAGE;
+        }
+    /* The audit measures full autocast (--precision) against fp32; a
+     * policy would not be applied, and its table would look like one. */
+    for (size_t i = 0; rc < 0 && i < 2; i++)
+        if (given(o, i ? "fp32-modules" : "policy")) {
+            fprintf(stderr, "ampc audit: --%s: the audit measures full autocast (--precision) against fp32 and "
+                            "applies no policy; leave it out (ampc policy search audits the candidates itself)\n",
+                    i ? "fp32-modules" : "policy");
             rc = EXIT_USAGE;
         }
     if (rc < 0 && given(o, "device") && strcmp(o->device, "cpu") != 0) {
@@ -250,9 +265,10 @@ static double svg_x(double v, int hi)
 
 static bool write_svg(const char *path, const audit_args *a, const train_opts *o, const audit_result *r)
 {
-    FILE *f = fopen(path, "w");
+    char why[200];
+    FILE *f = file_fopen_write(path, false, why, sizeof why);
     if (!f) {
-        fprintf(stderr, "ampc audit: --svg %s: cannot write: %s\n", path, strerror(errno));
+        fprintf(stderr, "ampc audit: --svg %s: %s\n", path, why);
         return false;
     }
     int n = shown(a, r), hi = 0;

@@ -21,6 +21,7 @@
 #include "data.h"
 #include "eval.h"
 #include "init_from.h"
+#include "io/file.h"
 #include "policy_file.h"
 #include "policy_search.h"
 #include "run_policy.h"
@@ -393,13 +394,19 @@ static void table_row(const search *s, const char *name, const search_outcome *r
 }
 
 /* Whether --out can be written, before any trial runs (nothing found is
- * lost to a bad path): not a directory, in a directory that takes files.
+ * lost to a bad path): not a directory, a FIFO or anything else
+ * policy_write's open refuses, in a directory that takes files.
  * -1 or EXIT_USAGE after a message. */
 static int out_check(const char *out)
 {
     struct stat st;
     if (stat(out, &st) == 0 && S_ISDIR(st.st_mode)) {
         fprintf(stderr, "ampc policy search: --out %s: is a directory; give a file name\n", out);
+        return EXIT_USAGE;
+    }
+    char why[160];
+    if (file_write_refused(out, why, sizeof why)) {
+        fprintf(stderr, "ampc policy search: --out %s: %s\n", out, why);
         return EXIT_USAGE;
     }
     char dir[4096];
