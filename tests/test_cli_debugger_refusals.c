@@ -1,0 +1,97 @@
+/*
+ * test_cli_debugger_refusals.c - the precision debugger's commands (ampc
+ * audit, ampc policy search, train's weight options) refuse what they
+ * cannot do before they run, exit 2, naming what was wrong:
+ *
+ *   - an output path that is a FIFO (its open would wait for a reader
+ *     forever: the audit's --svg hung there; the search's --out was
+ *     refused only after every trial had run);
+ *   - --policy and --fp32-modules given to the audit, which measures full
+ *     autocast and applies neither (its table would pass for the policy's);
+ *   - fp16 weights without fp32 masters, whose f16 gradients the grad
+ *     scaler those weights need cannot unscale (the run failed at step 1);
+ *   - an existing --out file is left as it was by a refused search.
+ *
+ * Each command runs under `timeout`: a hang fails the test instead of
+ * stalling the suite.
+ */
+#include "test_cli_util.h"
+
+#include <sys/stat.h>
+
+#define LIMIT "timeout 120"
+
+static char fifo[256], policy_path[256], text[256];
+
+static void test_a_fifo_output_is_refused_before_the_run(void)
+{
+    char args[2][1024];
+    snprintf(args[0], sizeof args[0], "audit --model mlp --steps 1 --svg '%s'", fifo);
+    snprintf(args[1], sizeof args[1], "policy search --model mlp --steps 2 --tolerance 0.5 --out '%s'", fifo);
+    const cli_refusal cases[] = {{args[0], "--svg"}, {args[0], "a FIFO"}, {args[1], "--out"}, {args[1], "a FIFO"}};
+    cli_check_refusals(LIMIT, "", CLI_REFUSALS(cases));
+    /* refused before the fp32 reference trained: nothing was run */
+    cli_run_env(LIMIT, "%s", args[1]);
+    CHECK_MSG(strstr(cli_out, "fp32 (reference)") == NULL, "a trial ran before the refusal:\n%s", cli_out);
+}
+
+static void test_the_audit_refuses_a_policy_it_would_not_apply(void)
+{
+    char args[1024];
+    snprintf(args, sizeof args, "audit --model mlp --steps 1 --policy '%s'", policy_path);
+    const cli_refusal cases[] = {
+        {args, "--policy: the audit measures full autocast"},
+        {"audit --model mlp --steps 1 --fp32-modules 0", "--fp32-modules: the audit measures full autocast"},
+    };
+    cli_check_refusals(LIMIT, "", CLI_REFUSALS(cases));
+}
+
+static void test_fp16_weights_without_masters_are_refused(void)
+{
+    char gpt[1024];
+    snprintf(gpt, sizeof gpt,
+             "train --model gpt --data '%s' --layers 1 --width 16 --heads 2 --context 8 --batch 4 --steps 2 "
+             "--precision fp16 --param-dtype fp16 --master-weights off",
+             text);
+    const cli_refusal cases[] = {
+        {"train --model mlp --steps 2 --precision fp16 --param-dtype fp16 --master-weights off",
+         "--master-weights off with --param-dtype fp16"},
+        {gpt, "--master-weights off with --param-dtype fp16"},
+    };
+    cli_check_refusals(LIMIT, "", CLI_REFUSALS(cases));
+    /* with the masters kept, the same run trains */
+    CLI_OK("train --model mlp --steps 2 --precision fp16 --param-dtype fp16");
+}
+
+static void test_a_refused_search_leaves_its_out_file(void)
+{
+    static const char keep[] = "{\"format\": \"ampc-autocast-policy\", \"version\": 1}\n";
+    FILE *f = fopen(policy_path, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fputs(keep, f);
+    fclose(f);
+    CHECK_EQ_INT(cli_run_env(LIMIT, "policy search --model mlp --steps 2 --tolerance nan --out '%s'", policy_path), 2);
+    size_t len = 0;
+    char *got = cli_read_file(policy_path, &len);
+    CHECK_MSG(got && len == strlen(keep) && memcmp(got, keep, len) == 0, "--out changed: %s", got ? got : "(gone)");
+    free(got);
+}
+
+int main(void)
+{
+    cli_init("debugger_refusals");
+    if (cli_have_binary()) {
+        cli_path(fifo, sizeof fifo, "out.fifo");
+        cli_path(policy_path, sizeof policy_path, "policy.json");
+        cli_write_tiny_text(cli_path(text, sizeof text, "text.txt"));
+        CHECK(mkfifo(fifo, 0600) == 0);
+        RUN(test_a_refused_search_leaves_its_out_file);
+        RUN(test_a_fifo_output_is_refused_before_the_run);
+        RUN(test_the_audit_refuses_a_policy_it_would_not_apply);
+        RUN(test_fp16_weights_without_masters_are_refused);
+    }
+    cli_cleanup();
+    return harness_done();
+}
