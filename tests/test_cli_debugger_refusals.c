@@ -10,6 +10,9 @@
  *     autocast and applies neither (its table would pass for the policy's);
  *   - fp16 weights without fp32 masters, whose f16 gradients the grad
  *     scaler those weights need cannot unscale (the run failed at step 1);
+ *   - an output that is the run's own --data (under any name: a symlink
+ *     too) is refused: the audit's --svg and the search's --out wrote
+ *     their result over the corpus;
  *   - an existing --out file is left as it was by a refused search.
  *
  * Each command runs under `timeout`: a hang fails the test instead of
@@ -63,6 +66,29 @@ static void test_fp16_weights_without_masters_are_refused(void)
     CLI_OK("train --model mlp --steps 2 --precision fp16 --param-dtype fp16");
 }
 
+static void test_an_output_over_the_runs_data_is_refused(void)
+{
+    char link[256], before_len[32];
+    size_t len0 = 0, len1 = 0;
+    char *before = cli_read_file(text, &len0);
+    CHECK(before != NULL);
+    CHECK(symlink(text, cli_path(link, sizeof link, "corpus-link.txt")) == 0);
+    char args[3][1200];
+    const char *gpt = "--model gpt --layers 1 --width 16 --heads 2 --context 8 --batch 4 --steps 2";
+    snprintf(args[0], sizeof args[0], "audit %s --data '%s' --svg '%s'", gpt, text, text);
+    snprintf(args[1], sizeof args[1], "audit %s --data '%s' --svg '%s'", gpt, text, link);
+    snprintf(args[2], sizeof args[2], "policy search %s --data '%s' --tolerance 1 --out '%s'", gpt, text, link);
+    const cli_refusal cases[] = {
+        {args[0], "it is the run's --data"}, {args[1], "it is the run's --data"}, {args[2], "it is the run's --data"}};
+    cli_check_refusals(LIMIT, "", CLI_REFUSALS(cases));
+    char *after = cli_read_file(text, &len1);
+    snprintf(before_len, sizeof before_len, "%zu", len0);
+    CHECK_MSG(after && len1 == len0 && memcmp(before, after, len0) == 0, "the corpus (%s bytes) changed",
+              before_len);
+    free(before);
+    free(after);
+}
+
 static void test_a_refused_search_leaves_its_out_file(void)
 {
     static const char keep[] = "{\"format\": \"ampc-autocast-policy\", \"version\": 1}\n";
@@ -91,6 +117,7 @@ int main(void)
         RUN(test_a_fifo_output_is_refused_before_the_run);
         RUN(test_the_audit_refuses_a_policy_it_would_not_apply);
         RUN(test_fp16_weights_without_masters_are_refused);
+        RUN(test_an_output_over_the_runs_data_is_refused);
     }
     cli_cleanup();
     return harness_done();

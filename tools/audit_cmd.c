@@ -10,6 +10,7 @@
 #include "data.h"
 #include "eval.h"
 #include "memcheck.h"
+#include "output_check.h"
 #include "settings.h"
 #include "trainer.h"
 
@@ -80,31 +81,6 @@ const opt_cmd audit_options = {
 
 static bool given(const train_opts *o, const char *name) { return o->given[opts_find(name) - train_rows]; }
 
-/* Whether --svg's FILE can be written, checked before the run: its
- * folder exists and is writable, and FILE is not a folder, a FIFO (whose
- * open would wait for a reader) or anything else file_fopen_write
- * refuses. */
-static bool svg_writable(const char *path)
-{
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
-    struct stat st;
-    const char *why = NULL;
-    char kind[160];
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        why = "its folder does not exist";
-    else if (access(dir, W_OK) != 0)
-        why = "its folder is not writable";
-    else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        why = "it is a folder";
-    else if (file_write_refused(path, kind, sizeof kind))
-        why = kind;
-    if (why)
-        fprintf(stderr, "ampc audit: --svg %s: %s\n", path, why);
-    return !why;
-}
-
 static int parse(int argc, char **argv, audit_args *a, train_opts *o)
 {
     *a = (audit_args){.top = 30};
@@ -132,8 +108,8 @@ static int parse(int argc, char **argv, audit_args *a, train_opts *o)
                 o->device);
         rc = EXIT_USAGE;
     }
-    if (rc < 0 && a->svg && !svg_writable(a->svg))
-        rc = EXIT_USAGE;
+    if (rc < 0 && a->svg)
+        rc = output_check("ampc audit", "--svg", a->svg, o);
     if (rc < 0 && !given(o, "steps"))
         o->steps = 1;
     if (rc < 0)
