@@ -4,7 +4,8 @@
  * observer, so each refuses to start beside the other and neither's stop
  * removes the other's; an audit freed while it observes stops first;
  * amp_scope_end without its begin and too many open scopes fail with
- * AMP_ERR_STATE.
+ * AMP_ERR_STATE; amp_anomaly_format measures as snprintf does, with no
+ * buffer or a short one.
  */
 #include "harness.h"
 
@@ -89,8 +90,26 @@ static void test_scope_end_without_begin_and_too_deep(void)
     CHECK_EQ_INT(amp_scope_begin(NULL), AMP_ERR_ARG);
 }
 
+static void test_anomaly_format_measures_like_snprintf(void)
+{
+    amp_anomaly_report r = {.step = 12, .micro_batch = 3, .backward = true, .dtype = AMP_F16, .nonfinite = 5,
+                            .numel = 64, .n_inputs = 2, .grad = {.dtype = AMP_F16, .shape = AMP_SHAPE(8, 8)}};
+    snprintf(r.op, sizeof r.op, "linear");
+    snprintf(r.module, sizeof r.module, "h.0.attn.qkv");
+    for (int i = 0; i < 2; i++)
+        r.in[i] = (amp_anomaly_tensor){.dtype = AMP_F16, .shape = AMP_SHAPE(8, 8), .min = -1, .max = 2, .absmax = 2};
+    char full[2048], small[24];
+    const int len = amp_anomaly_format(&r, full, sizeof full);
+    CHECK(len > 100 && (size_t)len == strlen(full));
+    CHECK_EQ_INT(amp_anomaly_format(&r, NULL, 0), len);
+    memset(small, 'x', sizeof small);
+    CHECK_EQ_INT(amp_anomaly_format(&r, small, sizeof small), len);
+    CHECK(strlen(small) == sizeof small - 1 && strncmp(small, full, sizeof small - 1) == 0);
+}
+
 int main(void)
 {
+    RUN(test_anomaly_format_measures_like_snprintf);
     RUN(test_anomaly_and_audit_refuse_each_other);
     RUN(test_scope_end_without_begin_and_too_deep);
     return harness_done();
