@@ -4,15 +4,13 @@
  * cannot do before they run, exit 2, naming what was wrong:
  *
  *   - an output path that is a FIFO (its open would wait for a reader
- *     forever: the audit's --svg hung there; the search's --out was
- *     refused only after every trial had run);
+ *     forever), refused before the run, not after every trial of a search;
  *   - --policy and --fp32-modules given to the audit, which measures full
  *     autocast and applies neither (its table would pass for the policy's);
  *   - fp16 weights without fp32 masters, whose f16 gradients the grad
- *     scaler those weights need cannot unscale (the run failed at step 1);
+ *     scaler those weights need cannot unscale (a run could not pass step 1);
  *   - an output that is the run's own --data (under any name: a symlink
- *     too) is refused: the audit's --svg and the search's --out wrote
- *     their result over the corpus;
+ *     too) is refused: writing the result there would replace the corpus;
  *   - an existing --out file is left as it was by a refused search.
  *
  * Each command runs under `timeout`: a hang fails the test instead of
