@@ -11,7 +11,9 @@
  *     scaler those weights need cannot unscale (a run could not pass step 1);
  *   - an output that is the run's own --data (under any name: a symlink
  *     too) is refused: writing the result there would replace the corpus;
- *   - an existing --out file is left as it was by a refused search.
+ *   - an existing --out file is left as it was by a refused search;
+ *   - a log that starts with an event (--init-scale auto's calibration)
+ *     is the run's own: --resume goes on appending to it.
  *
  * Each command runs under `timeout`: a hang fails the test instead of
  * stalling the suite.
@@ -103,6 +105,27 @@ static void test_a_refused_search_leaves_its_out_file(void)
     free(got);
 }
 
+static void test_a_log_starting_with_an_event_is_resumed(void)
+{
+#define EVENT "{\"event\":\"init_scale_auto\""
+    char ck[256], log[256];
+    cli_path(ck, sizeof ck, "ck-auto");
+    cli_path(log, sizeof log, "auto.jsonl");
+    const char *gpt = "--model gpt --layers 1 --width 16 --heads 2 --context 8 --batch 4 --precision fp16 "
+                      "--init-scale auto --threads 1";
+    CLI_OK("train %s --data '%s' --steps 2 --save '%s' --log '%s'", gpt, text, ck, log);
+    size_t len = 0;
+    char *first = cli_read_file(log, &len);
+    CHECK_MSG(first && strncmp(first, EVENT, strlen(EVENT)) == 0, "the log starts: %.80s",
+              first ? first : "(none)");
+    free(first);
+    CLI_OK("train %s --data '%s' --steps 4 --resume '%s' --log '%s'", gpt, text, ck, log);
+    char *all = cli_read_file(log, &len);
+    CHECK_MSG(all && strstr(all, "{\"step\":4,") != NULL && strstr(all, "{\"step\":2,") != NULL,
+              "steps 2 and 4 not both in the log:\n%s", all ? all : "(none)");
+    free(all);
+}
+
 int main(void)
 {
     cli_init("debugger_refusals");
@@ -111,6 +134,7 @@ int main(void)
         cli_path(policy_path, sizeof policy_path, "policy.json");
         cli_write_tiny_text(cli_path(text, sizeof text, "text.txt"));
         CHECK(mkfifo(fifo, 0600) == 0);
+        RUN(test_a_log_starting_with_an_event_is_resumed);
         RUN(test_a_refused_search_leaves_its_out_file);
         RUN(test_a_fifo_output_is_refused_before_the_run);
         RUN(test_the_audit_refuses_a_policy_it_would_not_apply);
