@@ -10,9 +10,11 @@
 #include "data.h"
 #include "eval.h"
 #include "memcheck.h"
+#include "output_check.h"
 #include "settings.h"
 #include "trainer.h"
 
+#include "io/file.h"
 #include "io/json.h"
 
 #include <errno.h>
@@ -79,26 +81,6 @@ const opt_cmd audit_options = {
 
 static bool given(const train_opts *o, const char *name) { return o->given[opts_find(name) - train_rows]; }
 
-/* Whether --svg's FILE can be written, checked before the run: its
- * folder exists and is writable, and FILE is not a folder. */
-static bool svg_writable(const char *path)
-{
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
-    struct stat st;
-    const char *why = NULL;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        why = "its folder does not exist";
-    else if (access(dir, W_OK) != 0)
-        why = "its folder is not writable";
-    else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        why = "it is a folder";
-    if (why)
-        fprintf(stderr, "ampc audit: --svg %s: %s\n", path, why);
-    return !why;
-}
-
 static int parse(int argc, char **argv, audit_args *a, train_opts *o)
 {
     *a = (audit_args){.top = 30};
@@ -112,13 +94,22 @@ static int parse(int argc, char **argv, audit_args *a, train_opts *o)
                             "nothing; see ampc audit --help)\n", refused[i]);
             rc = EXIT_USAGE;
         }
+    /* The audit measures full autocast (--precision) against fp32; a
+     * policy would not be applied, and its table would look like one. */
+    for (size_t i = 0; rc < 0 && i < 2; i++)
+        if (given(o, i ? "fp32-modules" : "policy")) {
+            fprintf(stderr, "ampc audit: --%s: the audit measures full autocast (--precision) against fp32 and "
+                            "applies no policy; leave it out (ampc policy search audits the candidates itself)\n",
+                    i ? "fp32-modules" : "policy");
+            rc = EXIT_USAGE;
+        }
     if (rc < 0 && given(o, "device") && strcmp(o->device, "cpu") != 0) {
         fprintf(stderr, "ampc audit: --device %s: the audit runs on the CPU only (it reads every op's values)\n",
                 o->device);
         rc = EXIT_USAGE;
     }
-    if (rc < 0 && a->svg && !svg_writable(a->svg))
-        rc = EXIT_USAGE;
+    if (rc < 0 && a->svg)
+        rc = output_check("ampc audit", "--svg", a->svg, o);
     if (rc < 0 && !given(o, "steps"))
         o->steps = 1;
     if (rc < 0)
@@ -250,9 +241,10 @@ static double svg_x(double v, int hi)
 
 static bool write_svg(const char *path, const audit_args *a, const train_opts *o, const audit_result *r)
 {
-    FILE *f = fopen(path, "w");
+    char why[200];
+    FILE *f = file_fopen_write(path, false, why, sizeof why);
     if (!f) {
-        fprintf(stderr, "ampc audit: --svg %s: cannot write: %s\n", path, strerror(errno));
+        fprintf(stderr, "ampc audit: --svg %s: %s\n", path, why);
         return false;
     }
     int n = shown(a, r), hi = 0;

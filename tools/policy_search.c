@@ -21,6 +21,7 @@
 #include "data.h"
 #include "eval.h"
 #include "init_from.h"
+#include "output_check.h"
 #include "policy_file.h"
 #include "policy_search.h"
 #include "run_policy.h"
@@ -392,26 +393,6 @@ static void table_row(const search *s, const char *name, const search_outcome *r
            r->step_ms > 0 ? s->ref32.step_ms / r->step_ms : 0, r->step_ms > 0 ? s->full.step_ms / r->step_ms : 0);
 }
 
-/* Whether --out can be written, before any trial runs (nothing found is
- * lost to a bad path): not a directory, in a directory that takes files.
- * -1 or EXIT_USAGE after a message. */
-static int out_check(const char *out)
-{
-    struct stat st;
-    if (stat(out, &st) == 0 && S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "ampc policy search: --out %s: is a directory; give a file name\n", out);
-        return EXIT_USAGE;
-    }
-    char dir[4096];
-    const char *slash = strrchr(out, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - out) + 1 : 1, slash ? out : ".");
-    if (access(dir, W_OK) != 0) {
-        fprintf(stderr, "ampc policy search: --out %s: cannot write into %s: %s\n", out, dir, strerror(errno));
-        return EXIT_USAGE;
-    }
-    return -1;
-}
-
 static bool given(const train_opts *o, const char *name) { return o->given[opts_find(name) - train_rows]; }
 
 /* Parses the command line into a and s->o, s->o32 (resolved). -1 or an
@@ -435,8 +416,8 @@ static int parse_all(int argc, char **argv, search_args *a, search *s)
                         "policy's may be (0.02: 2%%)\n");
         rc = EXIT_USAGE;
     }
-    if (rc < 0)
-        rc = out_check(a->out);
+    if (rc < 0) /* before any trial: nothing found is lost to a bad path */
+        rc = output_check("ampc policy search", "--out", a->out, &s->o);
     if (rc < 0 && !given(&s->o, "steps"))
         s->o.steps = 100;
     if (rc < 0 && s->o.init_from)

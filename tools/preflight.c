@@ -92,11 +92,12 @@ int save_dir_check(const char *dir)
 }
 
 /* Whether path's first bytes are an ampc log's: {"step": and a digit
- * (log_step writes the step first), or the start record a run with an
- * autocast policy writes first (log_event: {"event":"start"). */
+ * (log_step writes the step first), or an event a run writes before its
+ * first step (log_event: {"event":"start" with an autocast policy,
+ * "init_scale_auto", an "anomaly" of step 1). */
 static bool is_ampc_log(const char *path)
 {
-    static const char sig[] = "{\"step\":", start[] = "{\"event\":\"start\"";
+    static const char sig[] = "{\"step\":", start[] = "{\"event\":\"";
     char first[sizeof start];
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -140,7 +141,7 @@ int log_target_check(const train_opts *o)
         return -1; /* nothing to lose */
     if (!is_ampc_log(o->log)) {
         fprintf(stderr, "ampc train: --log %s: the file exists and is not an ampc log (it does not start with "
-                        "{\"step\":); it was left untouched: give another file\n", o->log);
+                        "{\"step\": or {\"event\":); it was left untouched: give another file\n", o->log);
         return 1;
     }
     if (!o->log_mode && !o->resume) {

@@ -250,6 +250,11 @@ static bool check_levers(train_opts *o)
         }
         o->master_weights = "off"; /* (the checkpoint keeps it so) */
     }
+    if (strcmp(pd, "fp16") == 0 && off) {
+        say("--master-weights off with --param-dtype fp16: the grad scaler fp16 weights need cannot unscale "
+            "f16 gradients (PyTorch refuses it too); keep the fp32 masters, or give --param-dtype bf16\n");
+        return true;
+    }
     if (strcmp(pd, "fp16") == 0 && o->no_scaler) {
         say("--param-dtype fp16 needs the grad scaler (drop --no-scaler): unscaled f16 "
                         "gradients underflow to zero\n");

@@ -101,6 +101,15 @@ FILE *file_fopen_write(const char *path, bool append, char *why, size_t n)
     return f;
 }
 
+bool file_write_refused(const char *path, char *why, size_t n)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 || writable_kind(sb.st_mode))
+        return false;
+    not_regular(sb.st_mode, why, n);
+    return true;
+}
+
 int64_t file_mem_limit(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

@@ -15,7 +15,7 @@
  * into their own message, which names the file.
  *
  * Defines: file_open_read, file_fopen_read, file_fopen_write,
- * file_mem_limit.
+ * file_write_refused, file_mem_limit.
  */
 #ifndef AMPC_FILE_H
 #define AMPC_FILE_H
@@ -38,6 +38,11 @@ FILE *file_fopen_read(const char *path, int64_t max_bytes, int64_t *size, char *
  * is written to as it is; anything else that exists is refused (opening a
  * FIFO blocks until someone reads it). NULL and why on failure. */
 FILE *file_fopen_write(const char *path, bool append, char *why, size_t n);
+/* Whether file_fopen_write would refuse path for what it is (a FIFO, a
+ * directory, a socket that exists there), checked without opening it:
+ * for a command that writes its result only after a long run. true and
+ * why when refused. */
+bool file_write_refused(const char *path, char *why, size_t n);
 /* The physical memory of this machine in bytes (INT64_MAX when unknown):
  * a file read whole into memory cannot be larger. */
 int64_t file_mem_limit(void);
