@@ -241,6 +241,11 @@ bool amp_anomaly_last(amp_anomaly_report *out)
     return pass_has;
 }
 
+/* The rest of buf from at, as snprintf's two first arguments: NULL and 0
+ * once at has passed the end (a pointer past it would be undefined), so
+ * the calls go on counting the whole line's length. */
+#define TAIL(buf, n, at) ((size_t)(at) < (n) ? (buf) + (at) : NULL), ((size_t)(at) < (n) ? (n) - (size_t)(at) : 0)
+
 /* " name=dtype[d0,d1] min=.. max=.. absmax=.. nonfinite=N" at buf + at. */
 static int put_tensor(char *buf, size_t n, int at, const char *name, const amp_anomaly_tensor *d)
 {
@@ -250,7 +255,7 @@ static int put_tensor(char *buf, size_t n, int at, const char *name, const amp_a
         k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%lld", i ? "," : "", (long long)d->shape.d[i]);
     if (k < sizeof shape - 1)
         snprintf(shape + k, sizeof shape - k, "]");
-    return snprintf(buf + at, (size_t)at < n ? n - (size_t)at : 0, " %s=%s%s min=%.6g max=%.6g absmax=%.6g nonfinite=%lld",
+    return snprintf(TAIL(buf, n, at), " %s=%s%s min=%.6g max=%.6g absmax=%.6g nonfinite=%lld",
                     name, amp_dtype_name(d->dtype), shape, d->min, d->max, d->absmax, (long long)d->nonfinite);
 }
 
@@ -261,16 +266,16 @@ int amp_anomaly_format(const amp_anomaly_report *r, char *buf, size_t n)
     int at = snprintf(buf, n, "anomaly: op=%s module=%s phase=%s", r->op, r->module[0] ? r->module : "(root)",
                       r->backward ? "backward" : "forward");
     if (r->step >= 0)
-        at += snprintf(buf + at, (size_t)at < n ? n - (size_t)at : 0, " step=%lld", (long long)r->step);
+        at += snprintf(TAIL(buf, n, at), " step=%lld", (long long)r->step);
     if (r->micro_batch >= 0)
-        at += snprintf(buf + at, (size_t)at < n ? n - (size_t)at : 0, " micro_batch=%lld", (long long)r->micro_batch);
-    at += snprintf(buf + at, (size_t)at < n ? n - (size_t)at : 0,
+        at += snprintf(TAIL(buf, n, at), " micro_batch=%lld", (long long)r->micro_batch);
+    at += snprintf(TAIL(buf, n, at),
                    " dtype=%s category=%s %s=%lld/%lld inputs_finite=%s%s", amp_dtype_name(r->dtype),
                    amp_cast_category_name(r->category), r->backward ? "grad_nonfinite" : "nonfinite",
                    (long long)r->nonfinite, (long long)r->numel,
                    r->inputs_finite ? "true" : "false", r->recompute ? " recompute=true" : "");
     if (r->backward)
-        at += snprintf(buf + at, (size_t)at < n ? n - (size_t)at : 0, " grad_of_input=%d", r->result);
+        at += snprintf(TAIL(buf, n, at), " grad_of_input=%d", r->result);
     for (int i = 0; i < r->n_inputs && i < AMP_ANOMALY_INPUTS; i++) {
         char name[16];
         snprintf(name, sizeof name, "in%d", i);
