@@ -29,6 +29,16 @@ int harness_done(void);
 
 #define RUN(fn) harness_run(#fn, fn)
 
+/* SLOW_BUILD: a sanitized or unoptimized build, where a test may skip what
+ * takes minutes there and checks nothing the sanitizers add to. */
+#if defined(__SANITIZE_ADDRESS__) || !defined(__OPTIMIZE__)
+#define SLOW_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
+#define SLOW_BUILD 1
+#endif
+#endif
+
 /* Runs fn as harness_run does when ready() holds; when not, the test is
  * skipped (ready says why through harness_skip; if it does not, a generic
  * reason is given). ready runs inside the test, so the skip is the test's. */

@@ -99,15 +99,8 @@ static void test_auto_follows_the_rule_and_skips_nothing(void)
 }
 
 /* The default gpt's 200 steps of training take minutes in a sanitized or
- * unoptimized build, where they would check no memory the tiny gpt's runs
- * above do not: that test runs in the optimized build only. */
-#if defined(__SANITIZE_ADDRESS__) || !defined(__OPTIMIZE__)
-#define SLOW_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
-#define SLOW_BUILD 1
-#endif
-#endif
+ * unoptimized build (SLOW_BUILD, harness.h), where they would check no
+ * memory the tiny gpt's runs above do not: the optimized build's only. */
 
 /* The default gpt (its corpus, its shape), 100 steps in fp16 on one thread. */
 static void test_the_default_gpt_skips_at_65536_and_not_with_auto(void)

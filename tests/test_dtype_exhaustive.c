@@ -19,13 +19,6 @@
 #include <immintrin.h>
 #endif
 
-#if defined(__SANITIZE_ADDRESS__) || !defined(__OPTIMIZE__)
-#define SLOW_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
-#define SLOW_BUILD 1
-#endif
-#endif
 
 /* OpenMP pragmas that vanish (without unknown-pragma warnings) in a build
  * without OpenMP; the parallel block then runs once, serially. */
