@@ -7,16 +7,18 @@
  * anew before each step, so the two never drift apart and each step's
  * errors are that step's alone.
  *
- * Per parameter, an update's size is ||new - old|| / ||old|| in f32, and
+ * Per parameter, the update is measured as --health-every measures the
+ * stalled updates (stall.h, on every parameter here): the stored weight
+ * (the f32 master when the optimizer keeps one, else the parameter
+ * itself) before and after the step; its size is ||new - old|| / ||old||,
  * its stalled fraction the share of the elements with a nonzero gradient
- * whose stored value did not change: the update rounded to nothing in the
- * parameter's storage dtype (bf16 weights and a small lr; with
- * --param-dtype the f32 master moved, the weights the forward reads did
- * not). Weight decay and momentum can move an element with a zero
- * gradient: those are not counted either way. Steps the grad scaler
- * skipped change nothing on purpose and are left out of both.
+ * whose stored weight did not change: the update rounded to nothing in
+ * the storage dtype (bf16 weights without masters and a small lr).
+ * Steps the grad scaler skipped change nothing on purpose and are left
+ * out of both.
  */
 #include "audit.h"
+#include "stall.h"
 #include "init_from.h"
 #include "train.h"
 #include "trainer.h"
@@ -105,49 +107,19 @@ static bool copy_weights(const trainer *from, trainer *to, float *buf)
     return true;
 }
 
-/* Before the optimizer step: each parameter's f32 values into old (at
- * offset off[i]) and whether its gradient is nonzero into moving. */
-static bool snapshot(const trainer *t, const int64_t *off, float *old, unsigned char *moving, float *buf)
+/* A taken step's updates (stall.h's measure, every parameter) into r. */
+static void add_updates(const trainer *t, const stall_param *per, audit_result *r)
 {
     for (int i = 0; i < t->n_params; i++) {
-        int64_t n = amp_tensor_numel(t->params[i]);
-        if (amp_tensor_copy_out(t->params[i], old + off[i], AMP_F32) != AMP_OK)
-            return false;
-        amp_tensor *g = amp_tensor_grad(t->params[i]);
-        if (g && amp_tensor_copy_out(g, buf, AMP_F32) != AMP_OK)
-            return false;
-        for (int64_t k = 0; k < n; k++)
-            moving[off[i] + k] = g && buf[k] != 0;
-    }
-    return true;
-}
-
-/* After it: each parameter's update against the snapshot, into r. */
-static bool measure_updates(const trainer *t, const int64_t *off, const float *old, const unsigned char *moving,
-                            float *buf, audit_result *r)
-{
-    for (int i = 0; i < t->n_params; i++) {
-        int64_t n = amp_tensor_numel(t->params[i]);
-        if (amp_tensor_copy_out(t->params[i], buf, AMP_F32) != AMP_OK)
-            return false;
-        double du = 0, w = 0;
         audit_param *p = &r->params[i];
-        for (int64_t k = 0; k < n; k++) {
-            double o = old[off[i] + k], d = (double)buf[k] - o;
-            du += d * d;
-            w += o * o;
-            if (moving[off[i] + k]) {
-                p->moved++;
-                p->stalled += buf[k] == old[off[i] + k];
-            }
-        }
-        if (w > 0) {
-            p->ratio_sum += sqrt(du / w);
+        p->moved += per[i].moving;
+        p->stalled += per[i].stalled;
+        if (per[i].weight_sq > 0) {
+            p->ratio_sum += sqrt(per[i].change_sq / per[i].weight_sq);
             p->ratio_steps++;
         }
         p->steps++;
     }
-    return true;
 }
 
 /* The audited step's unscale, clipping, learning rate and optimizer step,
@@ -173,20 +145,16 @@ static bool optimizer_step(trainer *t, const train_opts *o, int64_t taken, bool 
 static bool run_steps(trainer *t, trainer *sh, const train_opts *o, const train_opts *osh, run_data *rd,
                       const run_info *ri, audit_result *r)
 {
-    int64_t most = 1, total = 0;
+    int64_t most = 1;
     for (int i = 0; i < t->n_params; i++) {
         int64_t n = amp_tensor_numel(t->params[i]);
         most = n > most ? n : most;
-        total += n;
     }
-    int64_t *off = malloc(sizeof *off * (size_t)(t->n_params + 1));
-    float *buf = malloc(sizeof *buf * (size_t)most), *old = malloc(sizeof *old * (size_t)(total + 1));
-    unsigned char *moving = malloc((size_t)(total + 1));
-    bool ok = off && buf && old && moving;
+    float *buf = malloc(sizeof *buf * (size_t)most);
+    stall_param *per = calloc((size_t)(t->n_params > 0 ? t->n_params : 1), sizeof *per);
+    bool ok = buf && per;
     if (!ok)
         amp_set_error(AMP_ERR_MEMORY, "audit: out of memory for a copy of the weights");
-    for (int i = 0; ok && i < t->n_params; i++)
-        off[i] = i == 0 ? 0 : off[i - 1] + amp_tensor_numel(t->params[i - 1]);
     for (int64_t step = 0; ok && step < o->steps; step++) {
         ok = copy_weights(t, sh, buf);
         /* The shadow draws the dropout masks the audited step draws next. */
@@ -201,17 +169,21 @@ static bool run_steps(trainer *t, trainer *sh, const train_opts *o, const train_
         amp_audit_drop_reference(r->audit);
         amp_optim_zero_grad(sh->opt);
         bool skipped = false;
-        ok = ok && snapshot(t, off, old, moving, buf) && optimizer_step(t, o, step - r->skipped, &skipped);
+        stall_probe probe = {0};
+        stall_result sr;
+        ok = ok && stall_begin(&probe, t, true) == AMP_OK;
+        ok = ok && optimizer_step(t, o, step - r->skipped, &skipped);
+        ok = ok && stall_end(&probe, t, skipped, &sr, per) == AMP_OK;
+        if (!ok)
+            stall_free(&probe);
         if (ok && !skipped)
-            ok = measure_updates(t, off, old, moving, buf, r);
+            add_updates(t, per, r);
         r->steps += ok;
         r->skipped += ok && skipped;
         amp_temps_free();
     }
-    free(off);
     free(buf);
-    free(old);
-    free(moving);
+    free(per);
     return ok;
 }
 

@@ -45,12 +45,12 @@ static float *host_f32(const amp_tensor *t, int64_t n)
     return h;
 }
 
-amp_status stall_begin(stall_probe *s, const trainer *t)
+amp_status stall_begin(stall_probe *s, const trainer *t, bool every_param)
 {
     memset(s, 0, sizeof *s);
     bool any = false;
     for (int i = 0; i < t->n_params; i++)
-        any = any || is_16bit(t->params[i]);
+        any = any || every_param || is_16bit(t->params[i]);
     if (!any)
         return AMP_OK;
     s->n = t->n_params;
@@ -62,7 +62,7 @@ amp_status stall_begin(stall_probe *s, const trainer *t)
     }
     for (int i = 0; i < s->n; i++) {
         const amp_tensor *p = t->params[i], *g = amp_tensor_grad(p);
-        if (!is_16bit(p) || !g)
+        if ((!every_param && !is_16bit(p)) || !g)
             continue;
         const int64_t n = amp_tensor_numel(p);
         float *gh = host_f32(g, n);
@@ -81,9 +81,11 @@ amp_status stall_begin(stall_probe *s, const trainer *t)
     return AMP_OK;
 }
 
-amp_status stall_end(stall_probe *s, const trainer *t, bool skipped, stall_result *r)
+amp_status stall_end(stall_probe *s, const trainer *t, bool skipped, stall_result *r, stall_param *per)
 {
     *r = (stall_result){.fraction = NAN, .worst_fraction = NAN};
+    if (per)
+        memset(per, 0, sizeof *per * (size_t)t->n_params);
     amp_status st = AMP_OK;
     int64_t stalled = 0, moving = 0;
     for (int i = 0; i < s->n && !skipped && st == AMP_OK; i++) {
@@ -96,13 +98,19 @@ amp_status stall_end(stall_probe *s, const trainer *t, bool skipped, stall_resul
             break;
         }
         int64_t st_i = 0, mv_i = 0;
+        double change_sq = 0, weight_sq = 0;
         for (int64_t k = 0; k < n; k++) {
+            const double was = s->before[i][k], d = (double)after[k] - was;
+            change_sq += d * d;
+            weight_sq += was * was;
             if (!s->moving[i][k])
                 continue;
             mv_i++;
             st_i += after[k] == s->before[i][k];
         }
         free(after);
+        if (per)
+            per[i] = (stall_param){mv_i, st_i, change_sq, weight_sq};
         stalled += st_i;
         moving += mv_i;
         double f = mv_i > 0 ? (double)st_i / (double)mv_i : NAN;

@@ -40,13 +40,24 @@ typedef struct {
     double worst_fraction;
 } stall_result;
 
-/* Reads the 16-bit parameters' stored weights and gradients (after
- * unscale, before the step); a no-op without 16-bit parameters. AMP_OK or
- * the error (the probe then holds nothing). */
-amp_status stall_begin(stall_probe *s, const trainer *t);
+/* One parameter's part of a step, for a caller that keeps its own sums
+ * (ampc audit): its elements meant to move and those that stalled, and
+ * the squared norms of its stored weight's change and of the weight
+ * before (the update-to-weight ratio). */
+typedef struct {
+    int64_t moving, stalled;
+    double change_sq, weight_sq;
+} stall_param;
+
+/* Reads the stored weights and gradients (after unscale, before the step)
+ * of the 16-bit parameters, or of every parameter with every_param; a
+ * no-op when there is none to read. AMP_OK or the error (the probe then
+ * holds nothing). */
+amp_status stall_begin(stall_probe *s, const trainer *t, bool every_param);
 /* After the step: the fractions into r (NAN when nothing was measured or
- * skipped), and frees what stall_begin read. */
-amp_status stall_end(stall_probe *s, const trainer *t, bool skipped, stall_result *r);
+ * skipped), per (not NULL: t->n_params entries, zeroed here) each
+ * parameter's part, and frees what stall_begin read. */
+amp_status stall_end(stall_probe *s, const trainer *t, bool skipped, stall_result *r, stall_param *per);
 void stall_free(stall_probe *s);
 
 #endif

@@ -358,7 +358,7 @@ static int train_step(run *r, int64_t step, step_out *out)
             return fail("--health-every", step + 1);
         tb_grads(r->tb, step + 1, t->model, t->params, t->n_params, out->health_scale);
         amp_clear_error();
-        if (stall_begin(&r->stall, t) != AMP_OK)
+        if (stall_begin(&r->stall, t, false) != AMP_OK)
             return stall_fail(step + 1);
     }
     out->grad_norm = NAN;
@@ -398,7 +398,7 @@ static int train_step(run *r, int64_t step, step_out *out)
         return fail("optimizer step", step + 1);
     if (r->cuda && scaled && r->read_each) /* the scale this step used, for the log */
         out->scale = amp_scaler_get_scale(t->scaler);
-    if (out->health && stall_end(&r->stall, t, out->skipped, &out->stall) != AMP_OK)
+    if (out->health && stall_end(&r->stall, t, out->skipped, &out->stall, NULL) != AMP_OK)
         return stall_fail(step + 1);
     if (amp_scaler_update(t->scaler) != AMP_OK)
         return fail("optimizer step", step + 1);
