@@ -7,6 +7,7 @@
  *             [--models mlp,cnn,gpt,gpt2] [--precisions fp32,bf16,fp16]
  *             [--batch B] [--seq T] [--checkpoint-activations]
  *             [--profile-overhead] [--profile-table] [--anomaly-overhead]
+ *             [--breakdown N]
  *
  * gpt2 is GPT-2 124M's shapes (vocab 50257, context 1024, width 768, 12
  * layers of 12 heads, MLP 3072) at batch --batch (default 4) and --seq T
@@ -33,6 +34,16 @@
  * --profile-table: the profiler records the timed steps and prints its
  * table (the top 30 rows) and verdict to stderr after each cell: where a
  * step's time goes.
+ *
+ * --breakdown N: after the timed steps, N more steps with the profiler on
+ * (step_breakdown.h): the record gains "gflop" (the step's FLOPs from the
+ * op table's cost functions, / 1e9), "gemm_gflop", "profiled_steps",
+ * "profiled_step_ms", "gemm_kernel_ms", "breakdown_ms" (ms per step by
+ * kind of work: gemm, attention, elementwise, norm, loss, reduction, pool,
+ * embedding, shape, cast, other_ops, optimizer, autograd, other; they add
+ * up to profiled_step_ms) and "alloc" ("per_step" allocations, of them
+ * "fresh_per_step" new to the allocator, "pair_ns" one cached alloc + free,
+ * "est_ms" their product: inside the categories' time).
  *
  * --profile-overhead: the profiler's cost instead (its targets: off
  * under 1% of a step, on under 5%). Per model and precision, blocks of
@@ -65,6 +76,7 @@
 #include <ampc.h>
 
 #include "record/profile.h"
+#include "step_breakdown.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +88,8 @@
 static int64_t g2_batch = 4, g2_seq = 1024;
 static bool g2_ckpt;
 static bool profile_table; /* --profile-table */
+static int breakdown_steps; /* --breakdown */
+static double alloc_pair_ns; /* step_breakdown.h's measure, once per process */
 
 static double now(void)
 {
@@ -428,12 +442,38 @@ static bool anomaly_overhead(const char *model, const char *precision, int block
     return ok;
 }
 
+/* n profiled steps of the cell (--breakdown) digested into out; false on
+ * error (reported). */
+static bool breakdown(rig *r, const char *model, const char *precision, amp_scaler *scaler, bd_result *out)
+{
+    amp_profiler_opts po = amp_profiler_defaults();
+    po.memory = false; /* no counter samples: the breakdown needs only times */
+    if (amp_profiler_start(&po) != AMP_OK) {
+        fprintf(stderr, "%s %s: %s\n", model, precision, amp_last_error());
+        return false;
+    }
+    const amp_memory_stats m0 = amp_memory_get_stats();
+    bool ok = true;
+    for (int i = 0; ok && i < breakdown_steps; i++)
+        ok = one_step(r, model, precision, scaler);
+    const amp_memory_stats m1 = amp_memory_get_stats();
+    amp_profiler_stop();
+    if (ok && !bd_digest(out, m1.allocs - m0.allocs, m1.os_allocs - m0.os_allocs, alloc_pair_ns)) {
+        fprintf(stderr, "%s %s: breakdown: %s\n", model, precision, amp_last_error());
+        ok = false;
+    }
+    amp_profiler_reset();
+    return ok;
+}
+
 /* What time_steps measured for one cell. */
 typedef struct {
     double median_ms, peak_mb, cpu_ms, rss_mb;
     double *times_ms; /* the timed steps, in the order they ran (malloc'd) */
     int steps, warmup;
     bool timeboxed;
+    bool has_breakdown;
+    bd_result bd; /* --breakdown */
 } cell_result;
 
 /* Runs up to `warmup` untimed and then up to `steps` timed steps of one
@@ -486,6 +526,8 @@ static bool time_steps(const char *model, const char *precision, int steps, int 
         amp_profiler_print_verdict(stderr);
         amp_profiler_reset();
     }
+    if (ok && breakdown_steps > 0)
+        ok = res->has_breakdown = breakdown(&r, model, precision, scaler, &res->bd);
     if (ok) {
         res->peak_mb = (double)amp_memory_get_stats().peak / (1 << 20);
         struct rusage ru;
@@ -556,6 +598,8 @@ int main(int argc, char **argv)
             warmup = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--max-seconds") == 0)
             max_s = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--breakdown") == 0)
+            breakdown_steps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--batch") == 0)
             g2_batch = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--seq") == 0)
@@ -577,13 +621,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "ampc_step: --batch must be >= 1 and --seq 1 to 1024 (gpt2's context)\n");
         return 2;
     }
-    if (warmup < 0 || !(max_s >= 0)) {
-        fprintf(stderr, "ampc_step: --warmup and --max-seconds must be >= 0\n");
+    if (warmup < 0 || breakdown_steps < 0 || !(max_s >= 0)) {
+        fprintf(stderr, "ampc_step: --warmup, --breakdown and --max-seconds must be >= 0\n");
         return 2;
     }
     if (!valid_list(models, "mlp,cnn,gpt,gpt2", "--models") || !valid_list(precisions, "fp32,bf16,fp16", "--precisions"))
         return 2;
     amp_set_num_threads(threads);
+    if (breakdown_steps > 0)
+        alloc_pair_ns = bd_alloc_pair_ns();
     double hook_ns = 0, phase_ns = 0, on_ns = 0;
     if (overhead) {
         hook_ns = hook_off_ns();
@@ -616,6 +662,8 @@ int main(int argc, char **argv)
             if (strcmp(m, "gpt2") == 0)
                 printf("\"batch\": %lld, \"seq\": %lld, \"checkpoint\": %s, ", (long long)g2_batch,
                        (long long)g2_seq, g2_ckpt ? "true" : "false");
+            if (c.has_breakdown)
+                bd_print_json(stdout, &c.bd);
             printf("\"times_ms\": [");
             for (int i = 0; i < c.steps; i++)
                 printf("%s%.3f", i ? ", " : "", c.times_ms[i]);
