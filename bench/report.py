@@ -8,12 +8,16 @@ usage:
       the models' GEMMs, 1 and 2 threads, bf16 and f32, ampc/PyTorch
   python3 bench/report.py progress ROUND < JSON lines
       one line per bench_ampc_step / torch_step.py record (progress)
-  python3 bench/report.py steps STEPS_JSONL THREADS
-      the interleaved training-step table: per model and precision the
-      median of every timed step of all rounds ("times_ms"), the range of
-      the rounds' medians, PyTorch's over ampc's against the speed targets
-  python3 bench/report.py remaining STEPS_JSONL IMPL MODEL PRECISIONS SECONDS
-      the PRECISIONS (a comma list) whose cells of IMPL and MODEL have so
+  python3 bench/report.py steps STEPS_JSONL THREADS [PEAKS_JSON]
+      the interleaved training-step table (bench/step_report.py): per model
+      and precision the median of every timed step of all rounds
+      ("times_ms"), the range of the rounds' medians, PyTorch default and
+      tuned over ampc, the step's GFLOP and % of the peak measured by
+      bench_gemm (PEAKS_JSON, its --json), the targets met or not, and
+      where ampc's step goes (--breakdown records)
+  python3 bench/report.py remaining STEPS_JSONL SIDE MODEL PRECISIONS SECONDS
+      the PRECISIONS (a comma list) whose cells of SIDE (ampc, torch,
+      torch_tuned) and MODEL have so
       far cost less than SECONDS over all rounds (warm-up and timed steps,
       estimated as steps x their median): the rounds after a slow cell's
       budget is spent skip it
@@ -26,10 +30,7 @@ import json
 import statistics
 import sys
 
-# The speed targets, PyTorch's step over ampc's (2 threads), set on an
-# Intel Xeon with AMX (docs/benchmarks.md)
-TARGETS = {("gpt", "fp32"): 1.5, ("gpt", "bf16"): 2.0, ("gpt", "fp16"): 2.0, ("mlp", "bf16"): 2.5,
-           ("cnn", "bf16"): 3.0}
+import step_report
 
 
 def load(path):
@@ -138,69 +139,16 @@ def progress(rnd):
             continue
         r = json.loads(line)
         box = " (time-boxed)" if r.get("timeboxed") else ""
-        print(f"  round {rnd}: {r['impl']:5} {r['model']} {r['precision']}: {r['step_ms']:.1f} ms, "
+        print(f"  round {rnd}: {step_report.side_of(r):11} {r['model']} {r['precision']}: {r['step_ms']:.1f} ms, "
               f"{r['steps']} timed steps after {r.get('warmup', '?')} warm-up{box}", flush=True)
 
 
-def steps(path, threads):
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.startswith("{")]
-    cells = {}
-    for r in rows:
-        c = cells.setdefault((r["impl"], r["model"], r["precision"]),
-                             {"times": [], "rounds": [], "boxed": False, "peak": None})
-        c["times"] += r.get("times_ms") or [r["step_ms"]]
-        c["rounds"].append(r["step_ms"])
-        c["boxed"] |= bool(r.get("timeboxed"))
-        if r.get("peak_mb") is not None:
-            c["peak"] = r["peak_mb"]
-    n_rounds = max((r.get("round", 1) for r in rows), default=0)
-    torch_v = next((r.get("version") for r in rows if r["impl"] == "torch"), None)
-    print(f"### Training step, {threads} threads: ampc and PyTorch{' ' + torch_v if torch_v else ''} alternating, "
-          f"{n_rounds} round(s)")
-    print()
-    print("ms: the median of every timed step of all rounds [the rounds' medians, lowest-highest]; steps: timed")
-    print("steps per side over all rounds (*: time-boxed, fewer ran; (n rounds): the cell's time was spent after n);")
-    print("target: the speed target, PyTorch/ampc")
-    print()
-    print("| model | precision | ampc ms | PyTorch ms | PyTorch/ampc | target | ampc fp32/this | steps ampc / PyTorch "
-          "| ampc peak MB |")
-    print("|---|---|---|---|---|---|---|---|---|")
-
-    def med(c):
-        return statistics.median(c["times"]) if c and c["times"] else None
-
-    def cell(c):
-        m = med(c)
-        if m is None:
-            return "-"
-        if len(c["rounds"]) > 1:
-            return f"{m:.1f} [{min(c['rounds']):.0f}-{max(c['rounds']):.0f}]"
-        return f"{m:.1f}"
-
-    def count(c):
-        if not c:
-            return "-"
-        fewer = f" ({len(c['rounds'])} round{'s' if len(c['rounds']) > 1 else ''})" if len(c["rounds"]) < n_rounds else ""
-        return f"{len(c['times'])}{'*' if c['boxed'] else ''}{fewer}"
-    for model in ("mlp", "cnn", "gpt"):
-        base = med(cells.get(("ampc", model, "fp32")))
-        for p in ("fp32", "bf16", "fp16"):
-            a, t = cells.get(("ampc", model, p)), cells.get(("torch", model, p))
-            if not a and not t:
-                continue
-            am, tm = med(a), med(t)
-            tgt = TARGETS.get((model, p))
-            tgt_s = "-"
-            if tgt:
-                tgt_s = f">= {tgt:g}x" + ("" if not (am and tm) else " met" if tm / am >= tgt else " **not met**")
-            peak = f"{a['peak']:.0f}" if a and a["peak"] is not None else "-"
-            label = p + (" + scaler" if p == "fp16" else "")
-            print(f"| {model} | {label} | {cell(a)} | {cell(t)} | {ratio(tm, am)} | {tgt_s} | "
-                  f"{ratio(base, am)} | {count(a)} / {count(t)} | {peak} |")
+def steps(path, threads, peaks_path=None):
+    for line in step_report.table(step_report.load_rows(path), int(threads), load(peaks_path) if peaks_path else None):
+        print(line)
 
 
-def remaining(path, impl, model, precisions, seconds):
+def remaining(path, side, model, precisions, seconds):
     spent = {}
     try:
         with open(path) as f:
@@ -208,7 +156,7 @@ def remaining(path, impl, model, precisions, seconds):
                 if not line.startswith("{"):
                     continue
                 r = json.loads(line)
-                if r["impl"] == impl and r["model"] == model:
+                if step_report.side_of(r) == side and r["model"] == model:
                     n = r.get("steps", 1) + r.get("warmup", 0)
                     spent[r["precision"]] = spent.get(r["precision"], 0.0) + n * r["step_ms"] / 1e3
     except OSError:
@@ -257,10 +205,10 @@ def anomaly():
 
 
 def main(argv):
-    cmds = {"gemm": (gemm, 2), "progress": (progress, 1), "steps": (steps, 2), "profile": (profile, 0),
-            "anomaly": (anomaly, 0),
-            "remaining": (remaining, 5)}
-    if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:
+    cmds = {"gemm": (gemm, (2,)), "progress": (progress, (1,)), "steps": (steps, (2, 3)), "profile": (profile, (0,)),
+            "anomaly": (anomaly, (0,)),
+            "remaining": (remaining, (5,))}
+    if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 not in cmds[argv[1]][1]:
         print(__doc__, file=sys.stderr)
         return 2
     cmds[argv[1]][0](*argv[2:])

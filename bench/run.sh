@@ -9,11 +9,19 @@
 #   2. the grad scaler's overhead against memcpy (bench_scaler);
 #   3. the training step of mlp, cnn and gpt in fp32 / bf16 / fp16 + grad
 #      scaler, ampc (bench_ampc_step) and PyTorch (bench/torch_step.py)
-#      alternating, one process each per model: ampc mlp, torch mlp, ampc
-#      cnn, torch cnn, ..., for --rounds rounds (3); each process warms up
-#      then times --steps steps per precision, and the table gives the
-#      median of every timed step of all rounds, the range of the rounds'
-#      medians, and PyTorch's over ampc's; slow cells (PyTorch's fp16 on a
+#      default and tuned alternating, one process each per model: ampc
+#      mlp, torch mlp, torch tuned mlp, ampc cnn, ..., for --rounds rounds
+#      (3); PyTorch tuned is PyTorch's CPU performance tuning guide's
+#      setting: jemalloc preloaded with MALLOC_CONF (below; else tcmalloc),
+#      and without either allocator that side is left out and the run says
+#      how to get jemalloc; each process warms up then times --steps steps
+#      per precision, and the table gives the median of every timed step of
+#      all rounds, the range of the rounds' medians, PyTorch's over ampc's,
+#      the step's GFLOP (the op table's cost model) and its % of this
+#      machine's peak (bench_gemm's peak loops, measured first), the
+#      targets met or not, and, from the first round's ampc processes
+#      (bench_ampc_step --breakdown), where ampc's step time goes by kind
+#      of work (bench/step_report.py); slow cells (PyTorch's fp16 on a
 #      CPU without AVX512-FP16 takes seconds a step) are time-boxed to
 #      --cell-seconds per process (at least 1 warm-up and 1 timed step
 #      still run), and a cell that has cost more than rounds x that is
@@ -48,7 +56,10 @@
 # PyTorch: the first of $AMPC_TORCH_PYTHON, python3 and .bench-venv/bin/python
 # that imports torch; with none, the tables have ampc's columns only and
 # this says how to get one (scripts/bench-deps.sh). OPENBLAS_CORETYPE and
-# OMP_* in the environment are reported, not changed.
+# OMP_* in the environment are reported, not changed. PyTorch tuned's
+# allocator: $AMPC_TUNED_MALLOC when set (a library to preload), else
+# Debian's libjemalloc.so.2, else tcmalloc (libtcmalloc_minimal.so.4 /
+# libtcmalloc.so.4); jemalloc runs with MALLOC_CONF=$tuned_conf (below).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -119,6 +130,27 @@ if [ -z "$py" ]; then
   exit 1
 fi
 
+# PyTorch tuned (the PyTorch CPU performance tuning guide): an allocator
+# preloaded, jemalloc with its decay off (freed pages stay with the process
+# instead of going back to the OS and faulting in again next step)
+tuned_conf=oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,muzzy_decay_ms:-1
+tuned_lib=${AMPC_TUNED_MALLOC:-}
+if [ -z "$tuned_lib" ]; then
+  for f in $(ldconfig -p 2>/dev/null | awk '/lib(jemalloc\.so\.2|tcmalloc_minimal\.so\.4|tcmalloc\.so\.4) / {print $NF}') \
+           /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4; do
+    [ -f "$f" ] && { tuned_lib=$f; break; }
+  done
+fi
+if [ -n "$tuned_lib" ] && [ ! -f "$tuned_lib" ]; then
+  echo "bench/run.sh: AMPC_TUNED_MALLOC=$tuned_lib is not a file" >&2
+  exit 2
+fi
+tuned_env=()
+if [ -n "$tuned_lib" ]; then
+  tuned_env=(env "LD_PRELOAD=$tuned_lib")
+  case "$tuned_lib" in *jemalloc*) tuned_env+=("MALLOC_CONF=$tuned_conf") ;; esac
+fi
+
 out=bench/results.jsonl
 md=bench/results.md
 steps_js=bench/steps.jsonl
@@ -140,6 +172,11 @@ say "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $
 say "Threads: $threads for the step table; the GEMM tables run 1 and 2."
 if [ -n "$torch_py" ]; then
   say "PyTorch $torch_v ($torch_py)."
+  if [ -n "$tuned_lib" ]; then
+    say "PyTorch tuned: LD_PRELOAD=$tuned_lib${tuned_env[2]:+ ${tuned_env[2]}}; PyTorch default: glibc's malloc."
+  else
+    say "PyTorch tuned: no jemalloc or tcmalloc found (Debian: apt-get install libjemalloc2, or scripts/bench-deps.sh as root): the default column only."
+  fi
 else
   say "PyTorch: not found (AMPC_TORCH_PYTHON, python3, .bench-venv/bin/python): ampc's columns only."
   say "To get it: scripts/bench-deps.sh (a venv .bench-venv with torch from PyPI, about 5 GB), then make bench again."
@@ -200,11 +237,19 @@ if section step; then
   echo "== training step: ampc and PyTorch alternating, $rounds round(s), $threads threads"
   t0=$(date +%s)
   : > "$steps_js"
+  # the peaks the step is measured against, on the step's threads (1.6 s)
+  "$build/bench_gemm" --reps 1 --max-n 256 --no-shapes --json bench/step_peaks.json > /dev/null ||
+    echo "bench/run.sh: bench_gemm (peaks) failed; no % of peak" >&2
+  [ -s bench/step_peaks.json ] &&
+    "$py" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(json.dumps({"bench": "peaks", "peak_gflops": d.get("peak_gflops"), "bf16_default": d.get("bf16_default")}))' bench/step_peaks.json >> "$out"
   step_args=(--threads "$threads" --steps "$steps" --warmup "$warmup" --max-seconds "$cell_s")
+  bd_steps=3
+  [ $quick = 1 ] && bd_steps=1
   for r in $(seq 1 "$rounds"); do
     for m in ${models//,/ }; do
       sides=(ampc)
       [ -n "$torch_py" ] && sides+=(torch)
+      [ -n "$torch_py" ] && [ -n "$tuned_lib" ] && sides+=(torch_tuned)
       for side in "${sides[@]}"; do
         # a cell whose rounds so far cost more than rounds x the time box
         # (a step of many seconds) is left out of the later rounds
@@ -213,11 +258,17 @@ if section step; then
           echo "  round $r: $side $m: every precision has spent its time; skipped"
           continue
         fi
-        if [ "$side" = ampc ]; then
-          lines=$("$build/bench_ampc_step" "${step_args[@]}" --models "$m" --precisions "$precs")
-        else
-          lines=$("$torch_py" bench/torch_step.py "${step_args[@]}" --models "$m" --precisions "$precs")
-        fi
+        case "$side" in
+          ampc)
+            bd=()
+            [ "$r" = 1 ] && bd=(--breakdown "$bd_steps") # where the step goes: the first round's processes
+            lines=$("$build/bench_ampc_step" "${step_args[@]}" "${bd[@]}" --models "$m" --precisions "$precs") ;;
+          torch)
+            lines=$("$torch_py" bench/torch_step.py "${step_args[@]}" --models "$m" --precisions "$precs") ;;
+          torch_tuned)
+            lines=$("${tuned_env[@]}" "$torch_py" bench/torch_step.py --setting tuned "${step_args[@]}" \
+                      --models "$m" --precisions "$precs") ;;
+        esac
         rc=$?
         [ $rc = 0 ] || echo "bench/run.sh: round $r, $side $m failed ($rc)" >&2
         printf '%s\n' "$lines" | grep '^{' | sed "s/^{/{\"round\": $r, /" >> "$steps_js"
@@ -226,7 +277,7 @@ if section step; then
     done
   done
   cat "$steps_js" >> "$out"
-  "$py" bench/report.py steps "$steps_js" "$threads" | tee -a "$md"
+  "$py" bench/report.py steps "$steps_js" "$threads" bench/step_peaks.json | tee -a "$md"
   say ""
   echo "   (training step: $(($(date +%s) - t0)) s)"
 fi

@@ -9,13 +9,23 @@ The models (bench/ampc_step.c's):
        pre-LayerNorm, tied head, batch 16, AdamW lr 3e-4 weight decay 0.1
 Precisions: fp32, bf16 (autocast), fp16 (autocast + GradScaler).
 
-Prints one JSON object per line: {"impl": "torch", "version", "model",
-"precision", "threads", "step_ms" (the median timed step), "steps" (how many
-were timed), "warmup" (how many ran before them), "timeboxed" (true when
---max-seconds cut either short), "times_ms" (every timed step, in order)},
-the same fields as bench/ampc_step.c's.
+Prints one JSON object per line: {"impl": "torch", "setting", "allocator",
+"version", "model", "precision", "threads", "step_ms" (the median timed
+step), "steps" (how many were timed), "warmup" (how many ran before them),
+"timeboxed" (true when --max-seconds cut either short), "times_ms" (every
+timed step, in order)}, the same fields as bench/ampc_step.c's.
+
+--setting default|tuned (default: default) labels the record; the step is
+the same code either way: torch.set_num_threads(--threads) and
+optimizer.zero_grad(set_to_none=True) (PyTorch's default since 2.0) in
+both. What makes "tuned" is the process's environment, which only the
+caller can set before Python starts, as PyTorch's CPU performance tuning
+guide asks: jemalloc or tcmalloc in LD_PRELOAD and jemalloc's MALLOC_CONF
+(bench/run.sh sets both). "allocator" names what LD_PRELOAD loaded
+(jemalloc, tcmalloc, or glibc when neither), with MALLOC_CONF when set.
 
 usage: python3 bench/torch_step.py [--threads N] [--steps N] [--warmup N]
+                                   [--setting default|tuned]
                                    [--max-seconds S] [--models mlp,cnn,gpt]
                                    [--precisions fp32,bf16,fp16]
                                    [--device cpu|cuda] [--gemm 4096,8192]
@@ -33,6 +43,7 @@ bench_cuda); each step still ends with loss.item(), which waits for the GPU.
 import argparse
 import json
 import math
+import os
 import statistics
 import time
 
@@ -134,6 +145,14 @@ def time_steps(model, precision, steps, warmup=3, device="cpu", max_s=0.0):
     return times, done_warmup, boxed
 
 
+def allocator():
+    """What LD_PRELOAD put in place of glibc's malloc, as the record names it."""
+    pre = os.environ.get("LD_PRELOAD", "")
+    name = "jemalloc" if "jemalloc" in pre else "tcmalloc" if "tcmalloc" in pre else "glibc"
+    conf = os.environ.get("MALLOC_CONF", "")
+    return f"{name} ({conf})" if name == "jemalloc" and conf else name
+
+
 def time_gemm(n, dtype, tf32, device, reps=None):
     torch.backends.cuda.matmul.allow_tf32 = tf32
     a = torch.rand(n, n, device=device).to(dtype)
@@ -163,6 +182,7 @@ def main():
     ap.add_argument("--precisions", default="fp32,bf16,fp16")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--gemm", default="")
+    ap.add_argument("--setting", default="default", choices=["default", "tuned"])
     a = ap.parse_args()
     if a.steps < 1 or a.warmup < 0 or a.max_seconds < 0:
         ap.error("--steps must be >= 1, --warmup and --max-seconds >= 0")
@@ -184,7 +204,8 @@ def main():
             if a.device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             times, warm, boxed = time_steps(model, precision, a.steps, a.warmup, a.device, a.max_seconds)
-            rec = {"impl": "torch", "version": torch.__version__, "model": model,
+            rec = {"impl": "torch", "setting": a.setting, "allocator": allocator(),
+                   "version": torch.__version__, "model": model,
                    "precision": precision, "threads": torch.get_num_threads(),
                    "step_ms": round(statistics.median(times), 3), "steps": len(times),
                    "warmup": warm, "timeboxed": boxed, "times_ms": [round(t, 3) for t in times]}
