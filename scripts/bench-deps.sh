@@ -7,7 +7,8 @@
 # first ($AMPC_TORCH_PYTHON, then python3) before looking in .bench-venv.
 # It also installs safetensors, which python/ampc_torch.py and test_interop
 # need (AMPC_TORCH_PYTHON=.bench-venv/bin/python ctest -R test_interop), and,
-# as root with apt, libjemalloc2 for bench/gpt2.sh's PyTorch tuned column.
+# as root with apt, libjemalloc2 for the PyTorch tuned columns of
+# bench/run.sh's step table and bench/gpt2.sh.
 #
 #   scripts/bench-deps.sh
 #
@@ -17,13 +18,14 @@
 # wheel (about 1 GB; its CPU kernels are the same).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# jemalloc, which bench/gpt2.sh preloads for PyTorch's tuned column (Debian's
-# libjemalloc2); without it that column runs on glibc's malloc.
+# jemalloc, which bench/run.sh and bench/gpt2.sh preload for PyTorch's tuned
+# column (Debian's libjemalloc2); without it run.sh leaves that column out
+# and gpt2.sh runs it on glibc's malloc.
 if ! ldconfig -p 2>/dev/null | grep -q 'libjemalloc\.so\.2'; then
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    apt-get install -y libjemalloc2 || echo "bench-deps: apt-get install libjemalloc2 failed; bench/gpt2.sh's PyTorch tuned column will use glibc's malloc" >&2
+    apt-get install -y libjemalloc2 || echo "bench-deps: apt-get install libjemalloc2 failed; no PyTorch tuned column in bench/run.sh's step table (bench/gpt2.sh's uses glibc's malloc)" >&2
   else
-    echo "bench-deps: no libjemalloc.so.2 (Debian: sudo apt-get install libjemalloc2); bench/gpt2.sh's PyTorch tuned column will use glibc's malloc" >&2
+    echo "bench-deps: no libjemalloc.so.2 (Debian: sudo apt-get install libjemalloc2); no PyTorch tuned column in bench/run.sh's step table (bench/gpt2.sh's uses glibc's malloc)" >&2
   fi
 fi
 venv=.bench-venv
