@@ -34,8 +34,8 @@
  *
  * Allocation is not an event: its figure is an estimate, the allocations
  * a step makes (amp_memory_get_stats' counter) times the cost of one
- * cached amp_alloc + amp_free pair measured here, and is part of the
- * categories' time, not beside it.
+ * cached amp_alloc + amp_free pair (the caller measures it), and is part
+ * of the categories' time, not beside it.
  */
 #ifndef AMPC_BENCH_STEP_BREAKDOWN_H
 #define AMPC_BENCH_STEP_BREAKDOWN_H
@@ -49,7 +49,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef enum {
     BD_GEMM,
@@ -114,33 +113,6 @@ typedef struct {
     double alloc_pair_ns;     /* one cached amp_alloc + amp_free */
     double alloc_ms;          /* per step, estimated: allocs x alloc_pair_ns */
 } bd_result;
-
-static double bd_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* The cost of one cached amp_alloc + amp_free pair in ns (the fastest of
- * three runs): after the first pair every request is served from the free
- * list, as a step's are after its first step. */
-static double bd_alloc_pair_ns(void)
-{
-    const long n = 1000000;
-    double best = 1e30;
-    for (int rep = 0; rep < 3; rep++) {
-        double t0 = bd_now();
-        for (long i = 0; i < n; i++) {
-            void *p = amp_alloc((size_t)(64 << (i & 7)));
-            __asm__ volatile("" : : "r"(p) : "memory");
-            amp_free(p);
-        }
-        double t = (bd_now() - t0) / (double)n * 1e9;
-        best = t < best ? t : best;
-    }
-    return best;
-}
 
 static bool bd_optimizer_phase(int phase)
 {
