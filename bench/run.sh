@@ -238,6 +238,7 @@ if section step; then
   t0=$(date +%s)
   : > "$steps_js"
   # the peaks the step is measured against, on the step's threads (1.6 s)
+  rm -f bench/step_peaks.json
   "$build/bench_gemm" --reps 1 --max-n 256 --no-shapes --json bench/step_peaks.json > /dev/null ||
     echo "bench/run.sh: bench_gemm (peaks) failed; no % of peak" >&2
   [ -s bench/step_peaks.json ] &&
