@@ -8,12 +8,13 @@ usage:
       the models' GEMMs, 1 and 2 threads, bf16 and f32, ampc/PyTorch
   python3 bench/report.py progress ROUND < JSON lines
       one line per bench_ampc_step / torch_step.py record (progress)
-  python3 bench/report.py steps STEPS_JSONL THREADS [PEAKS_JSON]
+  python3 bench/report.py steps STEPS_JSONL THREADS [PEAKS_JSON ...]
       the interleaved training-step table (bench/step_report.py): per model
       and precision the median of every timed step of all rounds
       ("times_ms"), the range of the rounds' medians, PyTorch default and
       tuned over ampc, the step's GFLOP and % of the peak measured by
-      bench_gemm (PEAKS_JSON, its --json), the targets met or not, and
+      bench_gemm (PEAKS_JSON, its --json; of several, the highest), the
+      targets met or not, and
       where ampc's step goes (--breakdown records)
   python3 bench/report.py remaining STEPS_JSONL SIDE MODEL PRECISIONS SECONDS
       the PRECISIONS (a comma list) whose cells of SIDE (ampc, torch,
@@ -143,8 +144,8 @@ def progress(rnd):
               f"{r['steps']} timed steps after {r.get('warmup', '?')} warm-up{box}", flush=True)
 
 
-def steps(path, threads, peaks_path=None):
-    for line in step_report.table(step_report.load_rows(path), int(threads), load(peaks_path) if peaks_path else None):
+def steps(path, threads, *peaks_paths):
+    for line in step_report.table(step_report.load_rows(path), int(threads), [load(p) for p in peaks_paths]):
         print(line)
 
 
@@ -205,7 +206,7 @@ def anomaly():
 
 
 def main(argv):
-    cmds = {"gemm": (gemm, (2,)), "progress": (progress, (1,)), "steps": (steps, (2, 3)), "profile": (profile, (0,)),
+    cmds = {"gemm": (gemm, (2,)), "progress": (progress, (1,)), "steps": (steps, (2, 3, 4)), "profile": (profile, (0,)),
             "anomaly": (anomaly, (0,)),
             "remaining": (remaining, (5,))}
     if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 not in cmds[argv[1]][1]:

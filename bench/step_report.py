@@ -5,7 +5,9 @@ step time goes. The standard library only.
 
 Input: the JSON lines of bench_ampc_step (--breakdown in some rounds) and
 bench/torch_step.py (default and tuned), each with "round", and bench_gemm's
---json for the peaks (its "peak_gflops" and "bf16_default").
+--json for the peaks (its "peak_gflops" and "bf16_default"), one or more:
+run.sh measures them before and after the steps and each peak is the
+higher of the two.
 
 The sides: "ampc"; "torch", PyTorch as a user runs it by default (glibc's
 malloc); "torch_tuned", the same step under PyTorch's CPU performance
@@ -55,19 +57,21 @@ def side_of(r):
 
 def peaks(gemm_json, threads):
     """{"fp32": (GFLOP/s, instruction), "bf16": (..), "bf16_alt": (..) or
-    None} for threads threads from bench_gemm's JSON (a dict); bf16_alt is
-    the VDPBF16PS figure where bf16 runs on AMX. {} without peaks."""
-    p = (gemm_json or {}).get("peak_gflops")
-    if not p:
+    None} for threads threads from bench_gemm's JSON (a dict, or a list of
+    them: the highest of each); bf16_alt is the VDPBF16PS figure where bf16
+    runs on AMX. {} without peaks."""
+    runs = [g for g in (gemm_json if isinstance(gemm_json, list) else [gemm_json]) if g and g.get("peak_gflops")]
+    if not runs:
         return {}
-    nts = p.get("threads", [1, 2])
 
     def at(key):
-        v = p.get(key) or []
-        by_nt = dict(zip(nts, v))
-        one = by_nt.get(1, 0) or 0
-        return max(by_nt.get(threads, 0) or 0, threads * one)
-    kern = (gemm_json.get("bf16_default") or "").lower()
+        best = 0
+        for g in runs:
+            p = g["peak_gflops"]
+            by_nt = dict(zip(p.get("threads", [1, 2]), p.get(key) or []))
+            best = max(best, by_nt.get(threads, 0) or 0, threads * (by_nt.get(1, 0) or 0))
+        return best
+    kern = (runs[0].get("bf16_default") or "").lower()
     bf16_key = "amx_bf16" if "amx" in kern else "vdpbf16ps" if ("avx512bf16" in kern or "dot" in kern) else "fma_f32"
     out = {"fp32": (at("fma_f32"), INSTRUCTION["fma_f32"]), "bf16": (at(bf16_key), INSTRUCTION[bf16_key]),
            "bf16_alt": None}

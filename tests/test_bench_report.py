@@ -54,8 +54,17 @@ class Peaks(unittest.TestCase):
         g = dict(GEMM_AMX, bf16_default="widen: avx512 12x32")
         self.assertEqual(step_report.peaks(g, 1)["bf16"], (250.0, "f32 FMA"))
 
+    def test_of_several_runs_each_peak_is_the_highest(self):
+        busy = {"peak_gflops": {"threads": [1, 2], "fma_f32": [120.0, 130.0], "vdpbf16ps": [60.0, 200.0],
+                                "amx_bf16": [3000.0, 7600.0]}, "bf16_default": "amx-bf16 32x32"}
+        pk = step_report.peaks([busy, GEMM_AMX, None], 2)
+        self.assertEqual(pk["fp32"][0], 500.0)
+        self.assertEqual(pk["bf16"][0], 7600.0)
+        self.assertEqual(pk["bf16_alt"][0], 240.0)
+
     def test_no_peaks(self):
         self.assertEqual(step_report.peaks(None, 2), {})
+        self.assertEqual(step_report.peaks([None, {}], 2), {})
         self.assertIsNone(step_report.pct_of_peak(10.0, 5.0, None))
 
 
@@ -78,7 +87,7 @@ class StepTable(unittest.TestCase):
         ]
 
     def table(self, rows=None):
-        return step_report.table(rows or self.rows(), 2, GEMM_AMX)
+        return step_report.table(rows or self.rows(), 2, [GEMM_AMX])
 
     def test_default_and_tuned_columns_and_ratios(self):
         cols = row_of(self.table(), "mlp", "fp32")
