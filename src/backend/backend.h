@@ -72,7 +72,11 @@ typedef enum {
  * weight_grad says that this is a linear layer's dW = dYᵀ X (ta, not tb,
  * A = dY [K, M] contiguous): a hint a backend may use to lay dYᵀ out first
  * (the CPU widens an f16 one up front); it never changes the result's
- * definition. */
+ * definition.
+ * c_rounded (backends with gemm_rounds_c only): C is f32 and each output
+ * is rounded to A's 16-bit dtype before it is stored, so C holds a 16-bit
+ * C's bits widened (a weight gradient made for its f32 master in one
+ * pass; autograd_grad_dtype in graph.h). */
 typedef struct {
     bool ta, tb;
     int64_t M, N, K, batch;
@@ -86,6 +90,7 @@ typedef struct {
     void *aux;
     int64_t ldaux;
     bool weight_grad;
+    bool c_rounded;
 } be_gemm_desc;
 
 /* Scaled dot-product attention over `heads` [T, D] slices of q, k, v (one
@@ -224,6 +229,8 @@ typedef struct amp_backend {
     amp_device device;
     /* Whether sgd_step / adam_step write be_optim_param.cast. */
     bool optim_writes_cast;
+    /* Whether gemm takes be_gemm_desc.c_rounded. */
+    bool gemm_rounds_c;
 
     /* ---- availability --------------------------------------------- */
     /* Whether the device can run now (a CUDA build on a machine with a

@@ -290,6 +290,7 @@ amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p)
     }
     out->requires_grad = true;
     out->grad_fn = n; /* the node's one reference now belongs to out */
+    n->widens_back = op == OP_TO && n_in == 1 && amp_dtype_is_float(in[0]->dtype);
     node_hold_state(n); /* its inputs and saved tensors: activations */
     return pool_add(out);
 }

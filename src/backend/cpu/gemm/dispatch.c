@@ -86,6 +86,11 @@ static bool onednn_wanted(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
     }
 }
 
+bool gemm_lowp_runs_own(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, amp_dtype dt)
+{
+    return !onednn_available() || !onednn_wanted(trans_a, trans_b, M, N, K, dt);
+}
+
 /* ---------------------------------------------------------------- bf16 */
 
 static _Atomic int bf16_mode = GEMM_BF16_AUTO;

@@ -88,6 +88,11 @@ const char *gemm_kernel_name(void);
  * exposed for the benchmark's table. */
 bool gemm_onednn_policy(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, amp_dtype dt);
 
+/* Whether gemm_lowp runs this product (A's dtype dt) on ampc's own
+ * kernels, where a tile epilogue runs on each tile while it is in cache,
+ * rather than on oneDNN, after which it runs over all of C. */
+bool gemm_lowp_runs_own(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, amp_dtype dt);
+
 /* ---- bf16 x bf16 on native 16-bit dot products ---- */
 
 /* Which path gemm_lowp takes when both A and B are bf16:
