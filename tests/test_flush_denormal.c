@@ -173,35 +173,37 @@ static void test_workers_follow_the_setting_not_their_maker(void)
     amp_set_num_threads(0);
 }
 
+#ifdef _OPENMP
+/* Each thread of a 3-thread OpenMP team measures: all flushed (want), or
+ * all kept. */
+static void check_openmp_team(bool want, const char *when)
+{
+    probe seen[MAX_T];
+    int n = 0;
+#pragma omp parallel num_threads(3)
+    {
+        int t = omp_get_thread_num();
+        if (t < MAX_T)
+            seen[t] = measure();
+#pragma omp single
+        n = omp_get_num_threads();
+    }
+    CHECK_MSG(n == 3, "%s: an OpenMP team of %d threads, not 3", when, n);
+    for (int t = 0; t < n && t < MAX_T; t++)
+        CHECK_MSG(want ? flushed(seen[t]) : kept(seen[t]), "%s: OpenMP thread %d: %g, %g", when, t,
+                  (double)seen[t].product, (double)seen[t].passed);
+}
+#endif
+
 static void test_openmp_team_flushes(void)
 {
 #ifdef _OPENMP
     amp_set_num_threads(3); /* (OpenMP's team size too) */
-    probe seen[MAX_T];
-    int n = 0;
-#pragma omp parallel num_threads(3) /* the team exists, flushing off */
-    {
-#pragma omp single
-        n = omp_get_num_threads();
-    }
+    check_openmp_team(false, "before"); /* the team exists, made with flushing off */
     CHECK_OK(amp_set_flush_denormal(true));
-#pragma omp parallel num_threads(3)
-    {
-        int t = omp_get_thread_num();
-        if (t < MAX_T)
-            seen[t] = measure();
-    }
-    for (int t = 0; t < n && t < MAX_T; t++)
-        CHECK_MSG(flushed(seen[t]), "OpenMP thread %d: %g, %g", t, (double)seen[t].product, (double)seen[t].passed);
+    check_openmp_team(true, "on");
     CHECK_OK(amp_set_flush_denormal(false));
-#pragma omp parallel num_threads(3)
-    {
-        int t = omp_get_thread_num();
-        if (t < MAX_T)
-            seen[t] = measure();
-    }
-    for (int t = 0; t < n && t < MAX_T; t++)
-        CHECK_MSG(kept(seen[t]), "OpenMP thread %d, off again: %g", t, (double)seen[t].product);
+    check_openmp_team(false, "off again");
     amp_set_num_threads(0);
 #else
     harness_skip("built without OpenMP");
