@@ -66,7 +66,8 @@ static int check_environment(void)
         fprintf(stderr, "ampc: %s\n", amp_last_error());
         return EXIT_USAGE;
     }
-    return mem_env_check();
+    int rc = mem_env_check();
+    return rc < 0 ? opts_env_check() : rc;
 }
 
 static int run_command(int argc, char **argv);
