@@ -86,12 +86,20 @@ rowdot_block(const int M, const int NJ, int64_t K, const float *a, int64_t lda, 
         for (int j = 0; j < NJ; j++)
             acc[i][j] = _mm512_setzero_ps();
     int64_t k = 0;
-    for (; k + 16 <= K; k += 16)
+    for (; k + 16 <= K; k += 16) {
+        /* The next NJ lines at the same k (prefetches past B's end are
+         * dropped, never faults): short lines read side by side are no
+         * stream the hardware prefetcher follows (best of 15 passes over
+         * the width-384 gpt's f32 weights, one core: 26.5 GB/s with, 21
+         * without). */
+        for (int j = 0; j < NJ; j++)
+            _mm_prefetch((const char *)(b + (j + NJ) * ldb + k), _MM_HINT_T0);
         for (int i = 0; i < M; i++) {
             const __m512 av = _mm512_loadu_ps(a + i * lda + k);
             for (int j = 0; j < NJ; j++)
                 acc[i][j] = _mm512_fmadd_ps(av, _mm512_loadu_ps(b + j * ldb + k), acc[i][j]);
         }
+    }
     if (k < K) {
         const __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
         for (int i = 0; i < M; i++) {
