@@ -28,8 +28,9 @@
 /* Columns per work item: 64 rows of W (96 KiB at K = 384) per item. */
 #define GEMV_COLS 64
 /* Multiply-adds from which the threads share the product: reading W
- * (64 KiB and more at this size) outlasts waking the pool's workers. */
-#define GEMV_PAR_MIN (1 << 14)
+ * (256 KiB at this size, some 10 us on one core) outlasts waking the
+ * pool's workers. */
+#define GEMV_PAR_MIN (1 << 16)
 
 /* ---------------------------------------------------------- kernels */
 
