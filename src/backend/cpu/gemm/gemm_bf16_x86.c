@@ -32,6 +32,7 @@
 
 #include <cpuid.h>
 #include <immintrin.h>
+#include "backend/cpu/gemm/rowdot_walk.h"
 #include "backend/cpu/gemm/tile_x86.h"
 #include "backend/cpu/gemm/transpose_x86.h"
 #include "dtype/bf16_x86.h"
@@ -301,28 +302,10 @@ TGT_DOT static inline __attribute__((always_inline)) void rowdot_block(const int
 /* Lines in blocks of NJ (8 for one row, 4 for more: enough independent
  * chains to cover VDPBF16PS's latency, at most 16 accumulators), then one
  * at a time. */
-#define ROWDOT_M(M_)                                                                    \
-    do {                                                                                \
-        const int nj_ = (M_) == 1 ? 8 : 4;                                              \
-        for (; j + nj_ <= n; j += nj_)                                                  \
-            if ((M_) == 1)                                                              \
-                rowdot_block(M_, 8, K, a, lda, b + j * ldb, ldb, out + j, ldo);         \
-            else                                                                        \
-                rowdot_block(M_, 4, K, a, lda, b + j * ldb, ldb, out + j, ldo);         \
-        for (; j < n; j++)                                                              \
-            rowdot_block(M_, 1, K, a, lda, b + j * ldb, ldb, out + j, ldo);             \
-    } while (0)
-
 TGT_DOT static void rowdot(int M, int64_t K, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
                            int64_t n, float *out, int64_t ldo)
 {
-    int64_t j = 0;
-    switch (M) {
-    case 1: ROWDOT_M(1); break;
-    case 2: ROWDOT_M(2); break;
-    case 3: ROWDOT_M(3); break;
-    default: ROWDOT_M(4); break;
-    }
+    ROWDOT_WALK(rowdot_block, 8, 4);
 }
 #else
 #define rowdot NULL

@@ -23,6 +23,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include "backend/cpu/gemm/rowdot_walk.h"
 #endif
 
 /* Columns per work item: 64 rows of W (96 KiB at K = 384) per item. */
@@ -120,28 +121,10 @@ rowdot_block(const int M, const int NJ, int64_t K, const float *a, int64_t lda, 
 
 /* Lines in blocks of 16 for one row, 4 for more (at most 16
  * accumulators), then one at a time. */
-#define ROWDOT_M(M_)                                                                    \
-    do {                                                                                \
-        const int nj_ = (M_) == 1 ? 16 : 4;                                             \
-        for (; j + nj_ <= n; j += nj_)                                                  \
-            if ((M_) == 1)                                                              \
-                rowdot_block(M_, 16, K, a, lda, b + j * ldb, ldb, out + j, ldo);        \
-            else                                                                        \
-                rowdot_block(M_, 4, K, a, lda, b + j * ldb, ldb, out + j, ldo);         \
-        for (; j < n; j++)                                                              \
-            rowdot_block(M_, 1, K, a, lda, b + j * ldb, ldb, out + j, ldo);             \
-    } while (0)
-
 TGT_F32 static void rowdot_avx512(int M, int64_t K, const float *a, int64_t lda, const float *b, int64_t ldb,
                                   int64_t n, float *out, int64_t ldo)
 {
-    int64_t j = 0;
-    switch (M) {
-    case 1: ROWDOT_M(1); break;
-    case 2: ROWDOT_M(2); break;
-    case 3: ROWDOT_M(3); break;
-    default: ROWDOT_M(4); break;
-    }
+    ROWDOT_WALK(rowdot_block, 16, 4);
 }
 #endif
 
