@@ -75,7 +75,11 @@ __attribute__((target("avx512f"))) static uint64_t read_avx512(const char *p, si
     }
     for (; i < n; i += 64)
         s0 = _mm512_add_epi64(s0, _mm512_load_si512(p + i));
-    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+    uint64_t w[8], t = 0; /* summed unsigned: wrapping is the point, not an overflow */
+    _mm512_storeu_si512(w, _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+    for (int i = 0; i < 8; i++)
+        t += w[i];
+    return t;
 }
 #endif
 
