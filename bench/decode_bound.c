@@ -21,10 +21,11 @@
  *
  * The bandwidth: the library's thread pool (amp_parallel_for, T threads,
  * as the decode runs) reads a buffer of bytes-per-token bytes, each
- * thread a contiguous share, as often as it takes to read 64 MiB, and
- * again 15 times; the median pass gives GB/s (the decode re-reads the
- * same weights every token, so they sit in the cache level that holds
- * that many bytes; on this project's Xeon a 42 MB model sits in its L3).
+ * thread a contiguous share, as often as it takes to read 64 MiB, 15
+ * times over; all the bytes over all the time give GB/s (the decode
+ * re-reads the same weights every token, so they sit in the cache level
+ * that holds that many bytes; on this project's Xeon a 42 MB model sits
+ * in its L3).
  * --dram-mb MB also measures a buffer of MB MiB (far past the L3, for the
  * memory's own bandwidth). Prints one line of key=value pairs:
  *   weights_bytes kv_bytes bytes_per_token read_gbs bound_tokens_s [dram_gbs]
@@ -52,12 +53,6 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* The sum of n bytes (a multiple of 64) read as 64-bit words, so the
@@ -112,7 +107,10 @@ static void read_range(void *ctx, int64_t lo, int64_t hi, int tid)
     j->sink[tid & 63] += s;
 }
 
-/* The median read bandwidth over REPS timings of a buffer of `bytes`. */
+/* The read bandwidth over REPS passes of a buffer of `bytes`: all the
+ * bytes over all the time, as the decode's tokens/s is its tokens over
+ * its time (on a shared machine both then count the time the threads
+ * waited for a core). */
 static double read_gbs(size_t bytes, int threads)
 {
     bytes = (bytes + CHUNK - 1) / CHUNK * CHUNK;
@@ -136,14 +134,16 @@ static double read_gbs(size_t bytes, int threads)
         if (r >= 0)
             t[r] = now() - t0;
     }
-    qsort(t, REPS, sizeof t[0], cmp_double);
+    double total = 0;
+    for (int r = 0; r < REPS; r++)
+        total += t[r];
     uint64_t s = 0;
     for (int i = 0; i < 64; i++)
         s += j.sink[i];
     free(buf);
     if (s == 42) /* keeps the sums live */
         fputc(' ', stderr);
-    return (double)bytes * (double)j.passes / t[REPS / 2] / 1e9;
+    return (double)bytes * (double)j.passes * REPS / total / 1e9;
 }
 
 static long long arg_ll(const char *opt, const char *v, long long lo)
