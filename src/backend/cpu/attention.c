@@ -44,8 +44,12 @@
  *
  * Threads: amp_parallel_for over (head, query tile) pairs forward, over
  * heads backward, with per-thread scratch; K and V are packed once per
- * call forward (a first parallel pass) and once per head backward.
+ * call forward (a first parallel pass) and once per head backward. A
+ * cached forward of at most ATTN_KV_MAX_Q queries on f32 FMA (a decode
+ * step) packs nothing: attention_kv.c reads the cache in place, with the
+ * packed products' bits.
  */
+#include "backend/cpu/attention_kv.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/base.h"
 #include "base/parallel.h"
@@ -462,6 +466,7 @@ typedef struct {
     int64_t nkt;      /* key tiles per head (ntiles unless cached) */
     uint32_t *kpack;  /* [heads][nkt] K tiles, then V tiles */
     uint32_t *vpack;
+    bool direct;      /* a few queries over a cache: K and V read in place (attention_kv.c), no packs */
     char *scratch;    /* per thread */
     size_t slot;      /* bytes per thread */
 } fwd_ctx;
@@ -720,11 +725,17 @@ static void fwd_range(void *vc, int64_t lo, int64_t hi, int tid)
             const int64_t nk = Tk - j0 < BK ? Tk - j0 : BK, jt = j0 / BK;
             const uint32_t *Kt = c->kpack + (h * c->nkt + jt) * kw;
             const uint32_t *Vt = c->vpack + (h * c->nkt + jt) * vw;
-            mm(ct, nq, nk, ksd, Qr, ldq, Kt, BK, S, BK, false);
+            if (c->direct)
+                attn_kv_scores(nq, nk, D, (const float *)Qr, ldq, at_kv(a->k, a, h, j0), kv_ld_of(a), a->dt, S, BK);
+            else
+                mm(ct, nq, nk, ksd, Qr, ldq, Kt, BK, S, BK, false);
             online_tile(c, i0, nq, j0, nk, S, m, l, O, Dp);
             int64_t lda;
             const uint32_t *P = p_operand(ct, S, nq, Pbuf, &lda);
-            mm(ct, nq, D, ksteps(ct, nk), P, lda, Vt, Dp, O, Dp, true);
+            if (c->direct)
+                attn_kv_values(nq, nk, D, (const float *)P, lda, at_kv(a->v, a, h, j0), kv_ld_of(a), a->dt, O, Dp);
+            else
+                mm(ct, nq, D, ksteps(ct, nk), P, lda, Vt, Dp, O, Dp, true);
         }
         for (int64_t r = 0; r < nq; r++) {
             const float inv = (float)(1.0 / l[r]);
@@ -754,12 +765,15 @@ amp_status cpu_attention(const be_attn_desc *a)
                              (long long)a->Tk, (long long)a->T);
     fwd_ctx c = {.a = a, .ct = pick_ctype(a->dt), .ntiles = (a->T + BQ - 1) / BQ};
     c.nkt = (keys_of(a) + BK - 1) / BK;
+    /* A decode step's few queries over a cache: packing every cached key
+     * and value per call would cost more than the products themselves. */
+    c.direct = a->Tk > 0 && a->T <= ATTN_KV_MAX_Q && c.ct == CT_F32V && attn_kv_direct_available();
     const int64_t tasks = a->heads * c.ntiles, ktasks = a->heads * c.nkt;
     const int64_t grain = grain_for(tasks, (double)BQ * (double)keys_of(a) * (double)(a->D + 4));
     const int64_t kgrain = a->Tk > 0 ? grain_for(ktasks, (double)BK * (double)(a->D + 4)) : grain;
     const int width = amp_parallel_width(tasks, grain), kwidth = amp_parallel_width(ktasks, kgrain);
     c.slot = (fwd_slot_floats(a->D) * sizeof(float) + 63) / 64 * 64;
-    const size_t packs = (size_t)(ktasks * (ktile_words(c.ct, a->D) + vtile_words(c.ct, a->D))) * 4;
+    const size_t packs = c.direct ? 0 : (size_t)(ktasks * (ktile_words(c.ct, a->D) + vtile_words(c.ct, a->D))) * 4;
     const size_t slots = (size_t)(width > kwidth ? width : kwidth) * c.slot;
     char *mem = amp_alloc(packs + slots);
     if (!mem)
@@ -768,7 +782,8 @@ amp_status cpu_attention(const be_attn_desc *a)
     c.kpack = (uint32_t *)mem;
     c.vpack = c.kpack + ktasks * ktile_words(c.ct, a->D);
     c.scratch = mem + packs;
-    amp_parallel_for(ktasks, kgrain, pack_kv_range, &c);
+    if (!c.direct)
+        amp_parallel_for(ktasks, kgrain, pack_kv_range, &c);
     amp_parallel_for(tasks, grain, fwd_range, &c);
     amp_free(mem);
     return AMP_OK;

@@ -111,6 +111,11 @@ void gemm_bf16_set_mode(gemm_bf16_mode mode);
  * benchmarks. */
 void gemm_bf16_set_gemv_rows(int max_m);
 
+/* The most rows (0 .. 4; default 4) for which an f32 product with B
+ * transposed (A not) takes the f32 gemv (gemv_f32.c) instead of oneDNN
+ * or the blocked kernel; 0 turns it off. For tests and benchmarks. */
+void gemm_f32_set_gemv_rows(int max_m);
+
 /* Whether bf16 products here run on the VDPBF16PS kernel (AMD's
  * AVX512-BF16 without AMX), where gemm_onednn_policy can keep every bf16
  * product on ampc's kernels. */
