@@ -40,7 +40,9 @@
  *
  * Layout (be_attn_desc): q, k, v, out and the gradients may be [B, H, T,
  * D] (contiguous heads) or [B, T, H, D] (row stride H * D), so the GPT
- * need not permute its heads.
+ * need not permute its heads; q, k, v and their gradients may also be the
+ * thirds of one fused [B, T, 3, H, D] projection (row stride 3 H D, out
+ * and gout keeping H D: out_ld), so it need not split them either.
  *
  * Threads: amp_parallel_for over (head, query tile) pairs forward, over
  * heads backward, with per-thread scratch; K and V are packed once per
@@ -414,17 +416,29 @@ static void pack_bn(ctype ct, const void *src, amp_dtype dt, int64_t ld, int64_t
 
 /* ------------------------------------------------------------------ layout */
 
-/* Element offset of row t of head h in any of the desc's [.., T, D] tensors. */
-static inline int64_t row_at(const be_attn_desc *a, int64_t h, int64_t t)
+/* Element offset of row t of head h in a [.., T, D] tensor of the desc
+ * whose rows are ld apart. */
+static inline int64_t row_ld(const be_attn_desc *a, int64_t ld, int64_t h, int64_t t)
 {
-    const int64_t hg = a->hgroup > 0 ? a->hgroup : 1, ld = a->ld > 0 ? a->ld : a->D;
+    const int64_t hg = a->hgroup > 0 ? a->hgroup : 1;
     return (h / hg) * a->T * ld + (h % hg) * a->D + t * ld;
 }
+/* The row strides of q, k, v, gq, gk, gv (ld) and of out, gout (out_ld). */
 static inline int64_t ld_of(const be_attn_desc *a) { return a->ld > 0 ? a->ld : a->D; }
+static inline int64_t out_ld_of(const be_attn_desc *a) { return a->out_ld > 0 ? a->out_ld : ld_of(a); }
+static inline int64_t row_at(const be_attn_desc *a, int64_t h, int64_t t) { return row_ld(a, ld_of(a), h, t); }
+static inline int64_t out_row_at(const be_attn_desc *a, int64_t h, int64_t t)
+{
+    return row_ld(a, out_ld_of(a), h, t);
+}
 
 static const void *at(const void *base, const be_attn_desc *a, int64_t h, int64_t t)
 {
     return (const char *)base + (size_t)row_at(a, h, t) * amp_dtype_size(a->dt);
+}
+static const void *at_out(const void *base, const be_attn_desc *a, int64_t h, int64_t t)
+{
+    return (const char *)base + (size_t)out_row_at(a, h, t) * amp_dtype_size(a->dt);
 }
 
 /* Keys per head, and key / value row t of head h (a cache's [Tk, heads,
@@ -731,7 +745,7 @@ static void fwd_range(void *vc, int64_t lo, int64_t hi, int tid)
             float *o = O + r * Dp;
             for (int64_t d = 0; d < D; d++)
                 rowbuf[d] = o[d] * inv;
-            amp_convert(rowbuf, AMP_F32, (char *)a->out + (size_t)row_at(a, h, i0 + r) * es, a->dt, (size_t)D);
+            amp_convert(rowbuf, AMP_F32, (char *)a->out + (size_t)out_row_at(a, h, i0 + r) * es, a->dt, (size_t)D);
             if (a->lse)
                 a->lse[h * T + i0 + r] = m[r] + (float)log(l[r]);
         }
@@ -824,7 +838,7 @@ static void bwd_head(const bwd_ctx *c, int64_t h, uint32_t *w)
 {
     const be_attn_desc *a = c->a;
     const ctype ct = c->ct;
-    const int64_t T = a->T, D = a->D, Dp = pad16(D), ldx = ld_of(a), nt = c->ntiles;
+    const int64_t T = a->T, D = a->D, Dp = pad16(D), ldx = ld_of(a), ldo = out_ld_of(a), nt = c->ntiles;
     const int64_t ksd = ksteps(ct, D), kbk = ksteps(ct, BK), kbq = ksteps(ct, BQ);
     const size_t es = amp_dtype_size(a->dt);
     const bool want_qk = a->gq || a->gk;
@@ -854,19 +868,19 @@ static void bwd_head(const bwd_ctx *c, int64_t h, uint32_t *w)
     for (int64_t i0 = 0; i0 < T; i0 += BQ) {
         const int64_t nq = T - i0 < BQ ? T - i0 : BQ;
         pack_bt(ct, at(a->q, a, h, i0), a->dt, ldx, nq, D, Qt, BQ, tmp);
-        pack_bn(ct, at(a->gout, a, h, i0), a->dt, ldx, nq, D, dOn, row);
+        pack_bn(ct, at_out(a->gout, a, h, i0), a->dt, ldo, nq, D, dOn, row);
         for (int64_t r = 0; r < BQ; r++) {
             lse[r] = r < nq ? a->lse[h * T + i0 + r] : 0.0f;
             Di[r] = 0.0f;
         }
         if (want_qk) {
-            pack_bt(ct, at(a->gout, a, h, i0), a->dt, ldx, nq, D, dOt, BQ, tmp);
+            pack_bt(ct, at_out(a->gout, a, h, i0), a->dt, ldo, nq, D, dOt, BQ, tmp);
             pack_bn(ct, at(a->q, a, h, i0), a->dt, ldx, nq, D, Qn, row);
             /* D_i = rowsum(dO ∘ O), O the forward's rounded output. */
             for (int64_t r = 0; r < nq; r++) {
                 float *o = rowbuf, *g = rowbuf + Dp;
-                amp_convert(at(a->out, a, h, i0 + r), a->dt, o, AMP_F32, (size_t)D);
-                amp_convert(at(a->gout, a, h, i0 + r), a->dt, g, AMP_F32, (size_t)D);
+                amp_convert(at_out(a->out, a, h, i0 + r), a->dt, o, AMP_F32, (size_t)D);
+                amp_convert(at_out(a->gout, a, h, i0 + r), a->dt, g, AMP_F32, (size_t)D);
                 double sum = 0;
                 for (int64_t d = 0; d < D; d++)
                     sum += (double)o[d] * g[d];
