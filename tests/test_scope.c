@@ -122,6 +122,9 @@ static void test_gpt_ops_carry_their_module_paths(void)
     }
     for (int i = 0; i < s->n; i++)
         CHECK_MSG(strcmp(s->e[i].scope, "(null)") != 0, "event %d (%s) has no scope", i, s->e[i].op);
+    /* the attention reads q, k and v in place from qkv: no split copies */
+    CHECK_MSG(find(s, false, "h.0.attn", "narrow") < 0 && find(s, true, "h.0.attn", "narrow") < 0,
+              "the gpt's attention split qkv with narrow");
     free(s);
     amp_module_free(m);
 }
