@@ -5,7 +5,8 @@
  * third, reshape, op_attention_bthd, and narrow's backward), in f32, bf16
  * and f16, causal or not, T across tiles and off the 16-lane grid, head
  * widths 32 and 64, on each kernel the CPU may take; finite differences
- * in f32; the errors for a wrong shape or dtype.
+ * in f32; bf16 inputs widened inline giving the f32 kernel's values; the
+ * errors for a wrong shape or dtype.
  */
 #include "backend/cpu/cpu_backend.h"
 #include "harness.h"
@@ -143,6 +144,31 @@ static void test_causal_ignores_the_future(void)
     amp_temps_free();
 }
 
+/* The CPU's f32 kernels widen bf16 inputs to f32 inline: the bf16
+ * forward is, bit for bit, the f32 forward on the widened values rounded
+ * to bf16 once (subnormal and large inputs included; everything after
+ * the widening runs in f32 either way). VDPBF16PS (AMD's default for
+ * bf16) is switched off for this. */
+static void test_bf16_widening_matches_f32(void)
+{
+    cpu_attention_set_bf16_dot(CPU_ATTN_DOT_OFF);
+    const int64_t B = 2, T = 70, H = 2, D = 32;
+    amp_tensor *x = test_uniform(AMP_SHAPE(B, T, 3, H, D), AMP_BF16, -2, 2, 980);
+    uint16_t *px = amp_tensor_data(x);
+    px[5] = 0x0001;  /* the smallest subnormal */
+    px[77] = 0x807f; /* a negative subnormal */
+    px[300] = 0x4300; /* 128 */
+    amp_tensor *xf = amp_to(x, AMP_F32);
+    amp_tensor *o = op_attention_qkv(x, true), *of = op_attention_qkv(xf, true);
+    amp_tensor *ofb = amp_to(of, AMP_BF16);
+    CHECK(o && ofb);
+    CHECK_MSG(o && ofb && max_abs_diff(o, ofb) == 0.0, "bf16 and widened f32 outputs differ by %g",
+              o && ofb ? max_abs_diff(o, ofb) : -1.0);
+    amp_tensor_free(x);
+    amp_temps_free();
+    cpu_attention_set_bf16_dot(CPU_ATTN_DOT_AUTO);
+}
+
 static void test_errors_name_shapes_and_dtypes(void)
 {
     amp_tensor *x4 = amp_zeros(AMP_SHAPE(2, 5, 3, 8), AMP_F32);
@@ -169,6 +195,7 @@ int main(void)
     RUN(test_matches_split_path_on_every_kernel);
     RUN(test_gradcheck_f32);
     RUN(test_causal_ignores_the_future);
+    RUN(test_bf16_widening_matches_f32);
     RUN(test_errors_name_shapes_and_dtypes);
     return harness_done();
 }
