@@ -44,7 +44,7 @@
  * mean and rstd [rows] f32, attention its log-sum-exp [B, heads, T] f32,
  * max_pool2d its argmax (i32), cross_entropy [rows, 2] f32 and, under
  * autocast (an fp32 op), an f32 copy of the logits; reshape is a view whose
- * gradient is copied once; permute copies (the GPT's heads are views:
+ * gradient is its result's, not a copy; permute copies (the GPT's heads are views:
  * attention reads q, k, v in place from the qkv linear's [B, T, 3, H, d]
  * result and writes its one gradient). Every allocation is rounded up
  * to the caching allocator's size class (base/memory.c: 64-byte steps to
@@ -222,12 +222,14 @@ static void result(tape *t, int64_t numel, int es, bool grad)
     }
 }
 
-/* reshape / flatten: a view, whose gradient is a copy. */
-static void view(tape *t, int64_t numel, int es)
+/* reshape / flatten: a view of the op before it, whose backward hands on
+ * its result's gradient as a view too; autograd frees that result's
+ * gradient before adding the view in, so it is kept, not copied: the
+ * input's gradient is the memory the view's consumer (the next op) made. */
+static void view(tape *t)
 {
-    op(t)->g = bytes_of(t, numel, es);
-    if (!t->eval)
-        t->grads_all += bytes_of(t, numel, es);
+    op(t);
+    made_by(t, t->n - 2, t->n);
 }
 
 /* A tensor kept for backward only. */
@@ -443,7 +445,7 @@ static void cnn(tape *t, const run_info *ri, int64_t B)
     conv3x3(t, B, 32, H / 2, W / 2, 64, &es, true);
     max_pool(t, B, 64, H / 2, W / 2, es);
     const int64_t f = 64 * (H / 4) * (W / 4);
-    view(t, B * f, es);
+    view(t);
     linear(t, B, f, 128, true, ACT_RELU, &es, true);
     linear(t, B, 128, ri->classes, true, ACT_NONE, &es, true);
     cross_entropy(t, B, ri->classes, es);
@@ -541,7 +543,7 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
          * the one [R, 3 W] gradient (op_attention_qkv). */
         int es = 4;
         linear(t, R, W, 3 * W, !o->no_bias, ACT_NONE, &es, true);
-        view(t, 3 * R * W, es);
+        view(t);
         es = t->low ? 2 : 4;
         op(t);
         result(t, R * W, es, true);       /* attention, [B, T, H, d] */
@@ -566,7 +568,7 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
             const uint64_t bwd = blk(t, (uint64_t)bw * ((bslot + 63) / 64 * 64));
             work(t, t->eval || fwd > bwd ? fwd : bwd);
         }
-        view(t, R * W, es); /* merge heads: reshape */
+        view(t); /* merge heads: reshape */
         linear(t, R, W, W, !o->no_bias, ACT_NONE, &es, true);
         if (drop) {
             op(t);
@@ -602,7 +604,7 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
         work(t, bytes_of(t, R * (V < 512 ? V : 512), 4));
     if (!t->eval && t->f16 && !t->cuda)
         work(t, bytes_of(t, R * V, 4));
-    view(t, R * V, es); /* [B, T, V] -> [B*T, V] */
+    view(t); /* [B, T, V] -> [B*T, V] */
     cross_entropy(t, R, V, es);
 }
 
