@@ -506,15 +506,18 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
             prof_backward_end(pe, n, gin);
         if (autograd_observer && st == AMP_OK)
             st = autograd_observer(autograd_observer_ctx, n, true, gin, n->n_in);
+        /* Its consumers have all run (topological order), so nothing adds
+         * to n's gradient again: free it now, as PyTorch does, not at the
+         * end (on an error too; the loop stops and the rest go below).
+         * Before its inputs' gradients are added in: a gradient that is
+         * it (a cast's backward given the gradient in its input's dtype
+         * hands it on as it is) or a view of it (reshape's, add's) then
+         * holds the memory alone, and becomes the input's own instead of
+         * being copied. */
+        amp_tensor_free(n->grad);
+        n->grad = NULL;
         for (int i = 0; i < n->n_in; i++) {
             amp_tensor *x = n->in[i];
-            if (st == AMP_OK && gin[i] && gin[i] == n->grad) {
-                /* handed on as it is (a cast's backward given the
-                 * gradient in its input's dtype): the node's reference
-                 * goes, so the tensor can become the input's own */
-                amp_tensor_free(n->grad);
-                n->grad = NULL;
-            }
             if (st == AMP_OK && gin[i] && x->requires_grad) {
                 if (x->grad_fn && gin[i]->dtype != x->dtype && gin[i]->dtype == AMP_F32 && widened_grad_ok(x)) {
                     x->grad_fn->grad = gin[i]; /* already widened (autograd_grad_dtype) */
@@ -534,11 +537,6 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
         }
         if (gin != stack_gin)
             free(gin);
-        /* Its consumers have all run (topological order), so nothing adds
-         * to n's gradient again: free it now, as PyTorch does, not at the
-         * end (on an error too; the loop stops and the rest go below). */
-        amp_tensor_free(n->grad);
-        n->grad = NULL;
         if (rt) {
             ready_after_node(rt, n, st == AMP_OK);
             if (ready_fn && st == AMP_OK)

@@ -105,6 +105,10 @@ typedef struct {
  * and ld = 0 (read as 1 and D) are contiguous [heads, T, D] slices, the
  * only layout the CUDA backend takes; hgroup = H, ld = H * D is
  * [B, T, H, D] (heads = B * H), which the CPU backend reads in place.
+ * out_ld > 0 (CPU only): out and gout have row stride out_ld in that
+ * layout instead of ld, so q, k, v (and gq, gk, gv) can be the three
+ * thirds of one fused [B, T, 3, H, D] projection (ld = 3 H D, out_ld =
+ * H D); 0: ld.
  * Cached attention (a generating model's KV cache; forward only): Tk > 0
  * keys and values per head, row t of head h of k and v at h * D + t *
  * kv_ld ([Tk, heads, D], every backend), and query row t sees keys
@@ -112,7 +116,7 @@ typedef struct {
  * Tk = 0: k and v laid out as q, Tk = T. */
 typedef struct {
     int64_t heads, T, D;
-    int64_t hgroup, ld;
+    int64_t hgroup, ld, out_ld;
     int64_t Tk, kv_ld;
     bool causal;
     float scale;

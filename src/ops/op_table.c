@@ -39,7 +39,11 @@ static const char *act_name(op_act a)
 
 static const char *layout_name(attn_layout l)
 {
-    return l == ATTN_HEADS_FIRST ? "heads_first" : l == ATTN_BTHD ? "bthd" : l == ATTN_CACHED ? "cached" : "?";
+    return l == ATTN_HEADS_FIRST ? "heads_first"
+           : l == ATTN_BTHD    ? "bthd"
+           : l == ATTN_CACHED  ? "cached"
+           : l == ATTN_QKV     ? "qkv"
+                               : "?";
 }
 
 /* Per family, <family>_args: the fields of a copy of its struct, in the
