@@ -12,30 +12,23 @@
 #include <dnnl.h>
 #endif
 
-/* The line of cli_out that starts with prefix, without its newline, in
- * buf; false when there is none. */
-static bool out_line(const char *prefix, char *buf, size_t size)
+/* The first of n lines that starts with prefix; "" when none does. */
+static const char *line_with(char **lines, int n, const char *prefix)
 {
-    for (const char *p = cli_out; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-        if (strncmp(p, prefix, strlen(prefix)) == 0) {
-            size_t n = strcspn(p, "\n");
-            if (n >= size)
-                n = size - 1;
-            memcpy(buf, p, n);
-            buf[n] = '\0';
-            return true;
-        }
-    }
-    return false;
+    for (int i = 0; i < n; i++)
+        if (strncmp(lines[i], prefix, strlen(prefix)) == 0)
+            return lines[i];
+    return "";
 }
 
 static void test_version_names_the_linked_onednn(void)
 {
     CHECK_EQ_INT(cli_run("--version"), 0);
     CHECK_OUT("ampc " AMPC_VERSION);
-    char line[256], kernels[512];
-    CHECK_MSG(out_line("oneDNN", line, sizeof line), "no oneDNN line in:\n%s", cli_out);
-    CHECK_MSG(out_line("kernels ", kernels, sizeof kernels), "no kernels line in:\n%s", cli_out);
+    char *lines[16];
+    const int n = cli_lines(cli_out, lines, 16); /* cli_out split in place */
+    const char *line = line_with(lines, n, "oneDNN"), *kernels = line_with(lines, n, "kernels ");
+    CHECK_MSG(*line && *kernels, "no oneDNN line or no kernels line in ampc --version's %d lines", n);
 #ifdef AMPC_HAVE_DNNL
     const dnnl_version_t *v = dnnl_version();
     char want[128];
