@@ -202,14 +202,21 @@ static bool one_step(rig *r, const char *model, const char *precision, amp_scale
     amp_tensor *loss = amp_cross_entropy(out, r->y);
     if (autocast)
         amp_autocast_end();
-    if (amp_backward(amp_scaler_scale(scaler, loss)) != AMP_OK || amp_scaler_step(scaler, r->opt, NULL) != AMP_OK ||
-        amp_scaler_update(scaler) != AMP_OK) {
+    if (amp_backward(amp_scaler_scale(scaler, loss)) != AMP_OK) {
         fprintf(stderr, "%s %s: %s\n", model, precision, amp_last_error());
         return false;
     }
     amp_item(loss);
-    amp_profiler_step();
+    /* The step's temporaries go before the optimizer runs, as `ampc
+     * train` does: the weights' autocast casts are then held by nothing
+     * else, so the optimizer writes the next step's casts in its own pass
+     * (autocast_kept_for_update) instead of the next forward casting anew. */
     amp_temps_free();
+    if (amp_scaler_step(scaler, r->opt, NULL) != AMP_OK || amp_scaler_update(scaler) != AMP_OK) {
+        fprintf(stderr, "%s %s: %s\n", model, precision, amp_last_error());
+        return false;
+    }
+    amp_profiler_step();
     return true;
 }
 

@@ -33,6 +33,9 @@
 #      one core; ampc and PyTorch at 1 and 2 threads), when it is there;
 #   6. data parallelism: bench/dist.sh (2 ranks x 1 thread against 1 rank
 #      x 2 threads, bf16; bytes and the wait after backward per step).
+#   7. generation: bench/generate.sh (`ampc generate`'s decode tokens/s
+#      against the memory-bandwidth bound, both gpt sizes, fp32 / bf16, 1
+#      and 2 threads; then the KV cache against a full forward per token).
 # Prints the machine first (CPU, cores, the bf16 / AMX / fp16 flags,
 # threads, PyTorch's version, the load average before and, at the end,
 # after). Writes JSON lines to bench/results.jsonl and the tables to
@@ -42,7 +45,7 @@
 #
 #   bench/run.sh [BUILD_DIR] [--threads N] [--steps N] [--rounds N]
 #                [--cell-seconds S] [--models mlp,cnn,gpt]
-#                [--only gemm,scaler,step,profile,anomaly,load,dist] [--quick]
+#                [--only gemm,scaler,step,profile,anomaly,load,dist,generate] [--quick]
 #
 # --threads: the step table's threads (default 2; the GEMM tables run 1 and
 # 2). --steps: timed steps per process and cell (default 10, after 3
@@ -71,7 +74,7 @@ cell_s=10
 quick=0
 warmup=3
 models=mlp,cnn,gpt
-only=gemm,scaler,step,profile,anomaly,load,dist
+only=gemm,scaler,step,profile,anomaly,load,dist,generate
 usage() { sed -n '/^#   bench\/run.sh/,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2; exit 2; }
 need() {
   if [ $# -lt 2 ] || [ -z "$2" ]; then
@@ -334,6 +337,17 @@ if section dist; then
   dist_args=("$build" --models "$models" --json "$out")
   [ $quick = 1 ] && dist_args+=(--steps 2 --warmup 1 --rounds 1)
   bench/dist.sh "${dist_args[@]}" 2>&1 | grep -v '^{' | tee -a "$md"
+  say ""
+fi
+
+# ------------------------------------------------------------ generation
+if section generate; then
+  echo "== generation (bench/generate.sh)"
+  say "### Generation: decode against the memory-bandwidth bound (bench/generate.sh)"
+  say ""
+  gen_args=("$build")
+  [ $quick = 1 ] && gen_args+=(--quick)
+  bench/generate.sh "${gen_args[@]}" 2>&1 | tee -a "$md"
   say ""
 fi
 

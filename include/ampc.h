@@ -116,6 +116,18 @@ AMP_API void amp_cpu_limit(unsigned mask);
 AMP_API void amp_set_num_threads(int n);
 AMP_API int amp_get_num_threads(void);
 
+/* Flushes subnormal floats to zero, as torch.set_flush_denormal: x86's
+ * MXCSR FTZ + DAZ (AArch64: FPCR.FZ) on the calling thread and on every
+ * thread the kernels run on (ampc's pool, OpenMP's team). Arithmetic then
+ * reads a subnormal input as 0 (a bf16 subnormal, widened, too) and writes
+ * 0 for a subnormal result: no microcode assists where values fall below
+ * ~1.2e-38, at the cost of those values. The mode is per thread: set it
+ * on the thread that runs the model. AMP_ERR_DEVICE where the CPU has no
+ * such mode (PyTorch returns False); off always succeeds. */
+AMP_API amp_status amp_set_flush_denormal(bool on);
+/* Whether the calling thread flushes subnormals (both bits set). */
+AMP_API bool amp_flush_denormal(void);
+
 /* The CPU kernels this build runs on this CPU, for logs: e.g. "oneDNN
  * 2.6.3 where faster (AMPC_CPU_LIB=auto), ampc f32 avx512 12x32, bf16
  * amx-bf16 32x32, f16 amx-bf16 split 32x32 from 2^22 multiply-adds, else

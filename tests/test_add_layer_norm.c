@@ -8,9 +8,11 @@
  * the same bits too; the CPU kernels' rows taken a group at a time giving
  * the bits of one row at a time; finite differences; bad input.
  */
+#include "backend/cpu/cpu_backend.h"
 #include "harness.h"
 #include "ops/fused.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* The results of one run: s, y, and the gradients of x, r, w, b. */
@@ -317,6 +319,59 @@ static void test_grouped_rows_equal_single_rows(void)
     }
 }
 
+/* The CPU backend's layer_norm backward on the same g, x and row
+ * statistics: the weight and bias sums of the vector kernels (GROUP rows
+ * at a time) bit for bit those of the plain C kernels (row by row); the
+ * backward that adds dx into a gradient gives that gradient + dx (f32
+ * adds) bit for bit. M = 11: two groups of four and three rows alone. */
+static void test_grouped_parameter_sums_and_accumulate_exact(void)
+{
+    const int64_t Ns[3] = {77, 256, 1000}, M = 11;
+    for (int k = 0; k < 3; k++) {
+        const int64_t N = Ns[k];
+        amp_tensor *x = test_uniform(AMP_SHAPE(M, N), AMP_F32, -2, 3, 300 + (uint64_t)k);
+        amp_tensor *g = test_uniform(AMP_SHAPE(M, N), AMP_F32, -1, 1, 310 + (uint64_t)k);
+        amp_tensor *w = test_uniform(AMP_SHAPE(N), AMP_F32, 0.5, 1.5, 320 + (uint64_t)k);
+        amp_tensor *a0 = test_uniform(AMP_SHAPE(M, N), AMP_F32, -1, 1, 330 + (uint64_t)k);
+        float mu[11], rs[11];
+        for (int64_t r = 0; r < M; r++) {
+            mu[r] = 0.25f + 0.01f * (float)r;
+            rs[r] = 0.9f - 0.02f * (float)r;
+        }
+        const float *xp = amp_tensor_data(x), *gp = amp_tensor_data(g), *wp = amp_tensor_data(w);
+        float *dw[2], *db[2], *dx = malloc((size_t)(M * N) * 4), *acc = malloc((size_t)(M * N) * 4);
+        for (int v = 0; v < 2; v++) {
+            dw[v] = malloc((size_t)N * 4);
+            db[v] = malloc((size_t)N * 4);
+            amp_cpu_limit(v ? 0u : ~0u);
+            CHECK_OK(cpu_layer_norm_backward(gp, AMP_F32, xp, AMP_F32, wp, AMP_F32, mu, rs, M, N, dx, AMP_F32, dw[v],
+                                             AMP_F32, db[v], AMP_F32));
+            memcpy(acc, amp_tensor_data(a0), (size_t)(M * N) * 4);
+            float dw2[1000], db2[1000];
+            CHECK_OK(cpu_layer_norm_backward_add(gp, AMP_F32, xp, AMP_F32, wp, AMP_F32, mu, rs, M, N, acc, AMP_F32,
+                                                 dw2, AMP_F32, db2, AMP_F32));
+            const float *a0p = amp_tensor_data(a0);
+            int64_t bad = -1;
+            for (int64_t i = 0; i < M * N && bad < 0; i++)
+                if (acc[i] != a0p[i] + dx[i])
+                    bad = i;
+            CHECK_MSG(bad < 0, "N %lld kernel %d: accumulated dx differs at %lld", (long long)N, v, (long long)bad);
+            CHECK_MSG(memcmp(dw2, dw[v], (size_t)N * 4) == 0 && memcmp(db2, db[v], (size_t)N * 4) == 0,
+                      "N %lld kernel %d: the sums differ with accumulate", (long long)N, v);
+        }
+        amp_cpu_limit(~0u);
+        CHECK_MSG(memcmp(dw[0], dw[1], (size_t)N * 4) == 0, "N %lld: dweight of vector and C kernels differ",
+                  (long long)N);
+        CHECK_MSG(memcmp(db[0], db[1], (size_t)N * 4) == 0, "N %lld: dbias of vector and C kernels differ",
+                  (long long)N);
+        for (int v = 0; v < 2; v++)
+            free(dw[v]), free(db[v]);
+        free(dx), free(acc);
+        amp_tensor_free(x), amp_tensor_free(g), amp_tensor_free(w), amp_tensor_free(a0);
+        amp_temps_free();
+    }
+}
+
 int main(void)
 {
     RUN(test_fused_equals_unfused);
@@ -324,6 +379,7 @@ int main(void)
     RUN(test_fused_on_cuda);
     RUN(test_broadcast_falls_back);
     RUN(test_grouped_rows_equal_single_rows);
+    RUN(test_grouped_parameter_sums_and_accumulate_exact);
     RUN(test_fused_gradcheck);
     RUN(test_bad_input);
     return harness_done();

@@ -52,6 +52,7 @@
  */
 #include "harness.h"
 #include "record/profile.h"
+#include "ops/fused.h"
 #include "ops/ops.h"
 #include "tensor/tensor.h"
 
@@ -204,6 +205,7 @@ static amp_tensor *c_narrow(amp_tensor **x, const op_case *c)
 static amp_tensor *c_to(amp_tensor **x, const op_case *c) { return amp_to(x[0], (amp_dtype)c->iarg); }
 static amp_tensor *c_argmax(amp_tensor **x, const op_case *c) { return amp_argmax(x[0], c->iarg); }
 static amp_tensor *c_attention(amp_tensor **x, const op_case *c) { return amp_attention(x[0], x[1], x[2], c->iarg); }
+static amp_tensor *c_attention_qkv(amp_tensor **x, const op_case *c) { return op_attention_qkv(x[0], c->iarg); }
 
 /* ------------------------------------------------------------- the table */
 
@@ -283,6 +285,8 @@ static const op_case CASES[] = {
      {U(-1, 1, 2, 2, 5, 8), U(-1, 1, 2, 2, 5, 8), U(-1, 1, 2, 2, 5, 8)}, .iarg = 1, .tol_mul = 2},
     {"scaled_dot_product_attention", "full", c_attention, 3,
      {U(-1, 1, 2, 5, 8), U(-1, 1, 2, 5, 8), U(-1, 1, 2, 5, 8)}, .iarg = 0, .tol_mul = 2},
+    {"scaled_dot_product_attention", "fused qkv causal", c_attention_qkv, 1, {U(-1, 1, 2, 5, 3, 2, 8)}, .iarg = 1,
+     .tol_mul = 2},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 

@@ -2,7 +2,7 @@
  * test_env.c - the environment is input too. Every variable the library
  * reads (AMPC_CPU_LIB, AMPC_GEMM_F16, AMPC_ONEDNN_SPLIT, AMPC_KEEP_CASTS,
  * AMPC_SPIN_US, AMPC_DIST_TIMEOUT) and the ampc program's own
- * (AMPC_MEMORY_LIMIT, AMPC_NO_MEMORY_CHECK):
+ * (AMPC_MEMORY_LIMIT, AMPC_NO_MEMORY_CHECK, AMPC_FLUSH_DENORMAL):
  *
  *   - amp_check_environment refuses a value the variable does not take,
  *     naming the variable, the value and what it takes; unset and empty
@@ -70,6 +70,7 @@ static void test_the_program_refuses_them_before_any_command(void)
         {"AMPC_NO_MEMORY_CHECK=false", "AMPC_NO_MEMORY_CHECK=false is not 0 or 1"},
         {"AMPC_NO_MEMORY_CHECK=no", "AMPC_NO_MEMORY_CHECK=no is not 0 or 1"},
         {"AMPC_MEMORY_LIMIT=lots", "AMPC_MEMORY_LIMIT=lots is not a number of bytes"},
+        {"AMPC_FLUSH_DENORMAL=on", "AMPC_FLUSH_DENORMAL=on is not 0 or 1"},
     };
     char dir[512];
     cli_path(dir, sizeof dir, "ck");
@@ -89,7 +90,8 @@ static void test_the_program_refuses_them_before_any_command(void)
     int rc = cli_run_env("AMPC_CPU_LIB=own", "--version");
     CHECK_MSG(rc == 0 && (strstr(cli_out, "off (AMPC_CPU_LIB=own)") || !strstr(cli_out, "oneDNN")), "exit %d:\n%s",
               rc, cli_out);
-    CLI_OK_ENV("AMPC_CPU_LIB= AMPC_NO_MEMORY_CHECK=0 AMPC_MEMORY_LIMIT=4G AMPC_DIST_TIMEOUT=30", "policy");
+    CLI_OK_ENV("AMPC_CPU_LIB= AMPC_NO_MEMORY_CHECK=0 AMPC_MEMORY_LIMIT=4G AMPC_DIST_TIMEOUT=30 AMPC_FLUSH_DENORMAL=1",
+               "policy");
 }
 
 int main(void)

@@ -127,11 +127,12 @@ static double cached_vs_full(amp_device dev, amp_dtype at)
 /* op_attention_cached against op_attention_bthd over the whole sequence:
  * queries [t0, t1) over a cache of t1 positions, in pieces (a prefill of
  * 70, single rows, a piece of 5, single rows past the second 64-key
- * tile), B 2, 3 heads of 24. Bit for bit on the CPU: the same kernel, key
- * tiles and sums (the masked tail of a row's last tile adds exact zeros). */
-static void cached_attention_case(amp_dtype dt)
+ * tile), B 2, 3 heads of D. Bit for bit on the CPU: the same key tiles
+ * and sums (the masked tail of a row's last tile adds exact zeros), also
+ * where the single rows read the cache in place (attention_kv.c). */
+static void cached_attention_case(amp_dtype dt, int64_t D)
 {
-    enum { B = 2, T = 150, H = 3, D = 24 };
+    enum { B = 2, T = 150, H = 3 };
     const int64_t n = B * T * H * D;
     amp_manual_seed(21);
     amp_tensor *q = amp_randn(AMP_SHAPE(B, T, H, D), AMP_F32, 0, 1.5),
@@ -190,9 +191,10 @@ static void cached_attention_case(amp_dtype dt)
 static void test_cached_attention_is_the_full_attentions_rows_bit_for_bit(void)
 {
     amp_no_grad_begin();
-    cached_attention_case(AMP_F32);
-    cached_attention_case(AMP_BF16);
-    cached_attention_case(AMP_F16);
+    cached_attention_case(AMP_F32, 24);
+    cached_attention_case(AMP_BF16, 24);
+    cached_attention_case(AMP_F16, 24);
+    cached_attention_case(AMP_BF16, 80); /* past the values' 64-wide blocks */
     amp_no_grad_end();
 }
 

@@ -8,6 +8,7 @@
 #include "op_check.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef amp_tensor *(*bin_op)(amp_tensor *, amp_tensor *);
 
@@ -701,6 +702,61 @@ static void test_relu_16bit_bits_match_widened(void)
     }
 }
 
+/* add's gradient for an input of gout's shape and dtype is gout itself,
+ * taken without a copy: the values exact (x + x: 2 g; x - y: g, -g; a
+ * broadcast input: the column sums), and the backward of 2 (x + y) (4
+ * MiB each) holding, beside the seed and 2 g, one copy of 2 g (x's; y
+ * keeps 2 g itself), not two. */
+static void test_add_gradient_is_gout_without_a_copy(void)
+{
+    const int64_t n = 1 << 20;
+    amp_tensor *x = test_uniform(AMP_SHAPE(n), AMP_F32, -1, 1, 41), *y = test_uniform(AMP_SHAPE(n), AMP_F32, -1, 1, 42);
+    amp_tensor *g = test_uniform(AMP_SHAPE(n), AMP_F32, -1, 1, 43);
+    amp_tensor_set_requires_grad(x, true);
+    amp_tensor_set_requires_grad(y, true);
+    amp_tensor *s = amp_mul_scalar(amp_add(x, y), 2.0);
+    amp_memory_reset_peak();
+    const size_t before = amp_memory_get_stats().current;
+    CHECK_OK(amp_backward_with(s, g));
+    const size_t extra = amp_memory_get_stats().peak - before, mb = (size_t)n * sizeof(float);
+    CHECK_MSG(extra < 3 * mb + mb / 2, "backward of 2 (x + y) took %zu bytes more at its peak (g is %zu)", extra,
+              mb);
+    const float *gp = amp_tensor_data(g);
+    for (int t = 0; t < 2; t++) {
+        const float *d = amp_tensor_grad(t ? y : x) ? amp_tensor_data(amp_tensor_grad(t ? y : x)) : NULL;
+        int64_t bad = d ? -1 : 0;
+        for (int64_t i = 0; d && i < n && bad < 0; i++)
+            if (d[i] != 2 * gp[i])
+                bad = i;
+        CHECK_MSG(bad < 0, "2 (x + y): d%c wrong at %lld", "xy"[t], (long long)bad);
+    }
+    for (int op = 0; op < 2; op++) { /* x + x, then x - y */
+        amp_tensor_clear_grad(x);
+        amp_tensor_clear_grad(y);
+        amp_tensor *r = op ? amp_sub(x, y) : amp_add(x, x);
+        CHECK_OK(amp_backward_with(r, g));
+        const float *dx = amp_tensor_data(amp_tensor_grad(x)), *dy = amp_tensor_data(amp_tensor_grad(y));
+        int64_t bad = -1;
+        for (int64_t i = 0; i < n && bad < 0; i++)
+            if (op ? dx[i] != gp[i] || dy[i] != -gp[i] : dx[i] != 2 * gp[i])
+                bad = i;
+        CHECK_MSG(bad < 0, "%s: gradient wrong at %lld", op ? "x - y" : "x + x", (long long)bad);
+    }
+    amp_tensor *a = test_uniform(AMP_SHAPE(3, 4), AMP_F32, -1, 1, 44), *b = test_uniform(AMP_SHAPE(4), AMP_F32, -1, 1, 45);
+    amp_tensor *ga = test_uniform(AMP_SHAPE(3, 4), AMP_F32, -1, 1, 46);
+    amp_tensor_set_requires_grad(a, true);
+    amp_tensor_set_requires_grad(b, true);
+    CHECK_OK(amp_backward_with(amp_add(a, b), ga));
+    for (int64_t j = 0; j < 4; j++) {
+        const float want = ((float)amp_tensor_get(ga, j) + (float)amp_tensor_get(ga, 4 + j)) + (float)amp_tensor_get(ga, 8 + j);
+        CHECK_NEAR(amp_tensor_get(amp_tensor_grad(b), j), want, 1e-6);
+        CHECK(amp_tensor_get(amp_tensor_grad(a), j) == amp_tensor_get(ga, j));
+    }
+    amp_tensor_free(x), amp_tensor_free(y), amp_tensor_free(g);
+    amp_tensor_free(a), amp_tensor_free(b), amp_tensor_free(ga);
+    amp_temps_free();
+}
+
 int main(void)
 {
     RUN(test_binary_same_shape_values_exact);
@@ -726,5 +782,6 @@ int main(void)
     RUN(test_large_inputs_match_reference);
     RUN(test_gelu_tanh_vector_kernel);
     RUN(test_relu_16bit_bits_match_widened);
+    RUN(test_add_gradient_is_gout_without_a_copy);
     return harness_done();
 }

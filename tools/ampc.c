@@ -5,6 +5,7 @@
  * reached standard output. The commands live in their own files (see
  * cli.h).
  */
+#include "backend/cpu/onednn/onednn.h"
 #include "cli.h"
 #include "memcheck.h"
 #include "plot.h"
@@ -66,7 +67,8 @@ static int check_environment(void)
         fprintf(stderr, "ampc: %s\n", amp_last_error());
         return EXIT_USAGE;
     }
-    return mem_env_check();
+    int rc = mem_env_check();
+    return rc < 0 ? opts_env_check() : rc;
 }
 
 static int run_command(int argc, char **argv);
@@ -89,7 +91,7 @@ static int run_command(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
-        printf("ampc %s\nkernels %s\n", AMPC_VERSION, amp_cpu_kernels());
+        printf("ampc %s\n%s\nkernels %s\n", AMPC_VERSION, onednn_version_line(), amp_cpu_kernels());
         return 0;
     }
     for (size_t i = 0; i < N_COMMANDS; i++)

@@ -311,9 +311,10 @@ int audit_main(int argc, char **argv)
     audit_args a;
     train_opts o;
     int rc = parse(argc, argv, &a, &o);
+    if (rc < 0)
+        rc = opts_apply_cpu(&o, "ampc audit");
     if (rc >= 0)
         return rc;
-    amp_set_num_threads((int)o.threads);
     run_data rd;
     run_info ri = {0};
     if ((rc = data_open(&rd, &o, &ri, true)) >= 0)

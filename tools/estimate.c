@@ -44,10 +44,9 @@
  * mean and rstd [rows] f32, attention its log-sum-exp [B, heads, T] f32,
  * max_pool2d its argmax (i32), cross_entropy [rows, 2] f32 and, under
  * autocast (an fp32 op), an f32 copy of the logits; reshape is a view whose
- * gradient is copied once; permute copies (the GPT's heads are views:
- * attention reads [B, T, H, d]); narrow copies its slice, and its
- * gradient is the input's shape, zero but for the slice (the GPT's qkv
- * split in three). Every allocation is rounded up
+ * gradient is its result's, not a copy; permute copies (the GPT's heads are views:
+ * attention reads q, k, v in place from the qkv linear's [B, T, 3, H, d]
+ * result and writes its one gradient). Every allocation is rounded up
  * to the caching allocator's size class (base/memory.c: 64-byte steps to
  * 4 KiB, then four classes per power of two), as amp_memory_get_stats
  * counts them.
@@ -223,12 +222,14 @@ static void result(tape *t, int64_t numel, int es, bool grad)
     }
 }
 
-/* reshape / flatten: a view, whose gradient is a copy. */
-static void view(tape *t, int64_t numel, int es)
+/* reshape / flatten: a view of the op before it, whose backward hands on
+ * its result's gradient as a view too; autograd frees that result's
+ * gradient before adding the view in, so it is kept, not copied: the
+ * input's gradient is the memory the view's consumer (the next op) made. */
+static void view(tape *t)
 {
-    op(t)->g = bytes_of(t, numel, es);
-    if (!t->eval)
-        t->grads_all += bytes_of(t, numel, es);
+    op(t);
+    made_by(t, t->n - 2, t->n);
 }
 
 /* A tensor kept for backward only. */
@@ -444,7 +445,7 @@ static void cnn(tape *t, const run_info *ri, int64_t B)
     conv3x3(t, B, 32, H / 2, W / 2, 64, &es, true);
     max_pool(t, B, 64, H / 2, W / 2, es);
     const int64_t f = 64 * (H / 4) * (W / 4);
-    view(t, B * f, es);
+    view(t);
     linear(t, B, f, 128, true, ACT_RELU, &es, true);
     linear(t, B, 128, ri->classes, true, ACT_NONE, &es, true);
     cross_entropy(t, B, ri->classes, es);
@@ -537,30 +538,15 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
         if (t->ckpt)
             t->fwd_peak = 0;
         layer_norm(t, R, W, !o->no_bias);
-        /* q, k, v: one linear qkv [R, 3 W], then three narrows (copies of a
-         * third each) viewed as [B, T, H, d] (no copy). A narrow's backward
-         * makes a zeroed [R, 3 W] gradient holding its slice: v's (first in
-         * backward) is qkv's gradient, k's and q's are added into it. */
+        /* q, k, v: one linear qkv [R, 3 W] viewed as [B, T, 3, H, d] (no
+         * copy), which the attention reads in place; its backward writes
+         * the one [R, 3 W] gradient (op_attention_qkv). */
         int es = 4;
         linear(t, R, W, 3 * W, !o->no_bias, ACT_NONE, &es, true);
-        const size_t lin = t->n - 1;
-        size_t qkv[3];
-        for (int k = 0; k < 3; k++) {
-            op(t);
-            result(t, R * W, es, true);
-            if (k < 2)
-                work(t, bytes_of(t, 3 * R * W, es));
-            view(t, R * W, es);
-            qkv[k] = t->n - 1;
-        }
-        made_by(t, lin, qkv[2] - 1);
+        view(t);
         es = t->low ? 2 : 4;
         op(t);
         result(t, R * W, es, true);       /* attention, [B, T, H, d] */
-        /* backward makes q's and k's gradients with v's; they wait for
-         * v's and k's backward */
-        made_by(t, qkv[0], t->n - 1);
-        made_by(t, qkv[1], t->n - 1);
         saved(t, bytes_of(t, B * H * T, 4)); /* its log-sum-exp */
         const int64_t heads = B * H, tt = T * T, D = W / H;
         if (t->cuda) { /* backend/cuda/linalg.c: the scores [heads, T, T] in f32, P in 16 bits beside them;
@@ -582,7 +568,7 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
             const uint64_t bwd = blk(t, (uint64_t)bw * ((bslot + 63) / 64 * 64));
             work(t, t->eval || fwd > bwd ? fwd : bwd);
         }
-        view(t, R * W, es); /* merge heads: reshape */
+        view(t); /* merge heads: reshape */
         linear(t, R, W, W, !o->no_bias, ACT_NONE, &es, true);
         if (drop) {
             op(t);
@@ -618,7 +604,7 @@ static void gpt(tape *t, const train_opts *o, const run_info *ri, int64_t B)
         work(t, bytes_of(t, R * (V < 512 ? V : 512), 4));
     if (!t->eval && t->f16 && !t->cuda)
         work(t, bytes_of(t, R * V, 4));
-    view(t, R * V, es); /* [B, T, V] -> [B*T, V] */
+    view(t); /* [B, T, V] -> [B*T, V] */
     cross_entropy(t, R, V, es);
 }
 

@@ -189,6 +189,7 @@ static const opt_pick eval_picks[] = {
     {"seed", "gpt: the seed the validation windows are drawn from (default 0: the windows train's closing "
              "evaluation measures, whatever the run's seed; mlp and cnn measure the whole test set)"},
     {"threads", "kernel threads, 0 for every core (default 0)"},
+    {"flush-denormal", "flush subnormal floats to zero, as torch.set_flush_denormal(True) (default: the run's)"},
     {"device", "measure on cpu or cuda (default cpu)"},
     {"precision", "fp32, or bf16 / fp16 autocast for the forward passes (no scaler: nothing is trained) "
                   "(default: the run's)"},
@@ -260,9 +261,10 @@ int eval_run(int argc, char **argv)
                 o.model, where);
         rc = EXIT_USAGE;
     }
+    if (rc < 0)
+        rc = opts_apply_cpu(&o, "ampc eval");
     if (rc >= 0)
         return rc;
-    amp_set_num_threads((int)o.threads);
     if (saved.token_ids && !o.vocab) /* the vocabulary the run read beside its --data-bin */
         o.vocab = saved.vocab;
 
@@ -290,8 +292,9 @@ int eval_run(int argc, char **argv)
     run_policy_free(&rp);
     if (rc < 0) {
         char desc[256];
-        printf("checkpoint %s: step %lld, %s (%lld parameters), precision %s\n", where, (long long)step,
-               model_describe(&o, &saved, desc, sizeof desc), (long long)t.n_weights, o.precision);
+        printf("checkpoint %s: step %lld, %s (%lld parameters), precision %s%s\n", where, (long long)step,
+               model_describe(&o, &saved, desc, sizeof desc), (long long)t.n_weights, o.precision,
+               o.flush_denormal ? ", subnormals flushed to zero" : "");
         if (rd.gpt) {
             double loss = eval_text_loss(&t, &o, &rd.text, seed_given ? o.seed : 0);
             if (isnan(loss)) {

@@ -53,7 +53,7 @@ typedef struct {
     int64_t tokens, top_k, threads;
     double temperature;
     uint64_t seed;
-    bool no_cache, quiet, ids;
+    bool no_cache, quiet, ids, flush_denormal;
 } gen_opts;
 
 #define STR_(x) #x
@@ -90,6 +90,8 @@ static const opt_def gen_rows[] = {
     {.name = "threads", .meta = "N", .kind = OPT_INT, .off = offsetof(gen_opts, threads), .lo = 0, .hi = 4096,
      .says = "must be a whole number from 0 (every core) to 4096",
      .help = "CPU threads, 0 for every core (default: the checkpoint's)"},
+    {.name = "flush-denormal", .meta = "", .kind = OPT_FLAG, .off = offsetof(gen_opts, flush_denormal),
+     .help = "flush subnormal floats to zero, as torch.set_flush_denormal(True)\n(default: the checkpoint's)"},
     {.name = "data", .meta = "PATH", .kind = OPT_STR, .off = offsetof(gen_opts, data),
      .help = "the training text, for the vocabulary (default: the checkpoint's --data)"},
     {.name = "no-cache", .meta = "", .kind = OPT_FLAG, .off = offsetof(gen_opts, no_cache),
@@ -472,6 +474,10 @@ int generate_main(int argc, char **argv)
         o.device = g.device;
     if (g.threads >= 0)
         o.threads = g.threads;
+    if (g.flush_denormal) {
+        o.flush_denormal = true;
+        o.given[RO_flush_denormal] = true;
+    }
     if (g.data)
         o.data = g.data;
     /* Weights stored in 16 bits (--param-dtype) run only under autocast to
@@ -490,7 +496,8 @@ int generate_main(int argc, char **argv)
         return rc;
     if ((rc = device_check(&o, WHO)) >= 0)
         return rc;
-    amp_set_num_threads((int)o.threads);
+    if ((rc = opts_apply_cpu(&o, WHO)) >= 0)
+        return rc;
 
     amp_text *text = NULL;
     tok_decoder dec = {0};

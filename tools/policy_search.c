@@ -455,9 +455,10 @@ int policy_search_main(int argc, char **argv)
     int rc = s && c ? parse_all(argc, argv, &a, s) : 1;
     if (rc < 0)
         rc = device_check(&s->o, "ampc policy search");
+    if (rc < 0)
+        rc = opts_apply_cpu(&s->o, "ampc policy search");
     bool open = false;
     if (rc < 0) {
-        amp_set_num_threads((int)s->o.threads);
         s->dev = strcmp(s->o.device, "cuda") == 0 ? AMP_CUDA : AMP_CPU;
         open = (rc = data_open(&s->rd, &s->o, &s->ri, true)) < 0;
     }

@@ -93,8 +93,8 @@ int save_dir_check(const char *dir)
 
 /* Whether path's first bytes are an ampc log's: {"step": and a digit
  * (log_step writes the step first), or an event a run writes before its
- * first step (log_event: {"event":"start" with an autocast policy,
- * "init_scale_auto", an "anomaly" of step 1). */
+ * first step (log_event: {"event":"start" with an autocast policy or
+ * flushing, "init_scale_auto", an "anomaly" of step 1). */
 static bool is_ampc_log(const char *path)
 {
     static const char sig[] = "{\"step\":", start[] = "{\"event\":\"";

@@ -309,9 +309,10 @@ int profile_main(int argc, char **argv)
     }
     if (rc < 0)
         rc = device_check(&run[0], "ampc profile");
+    if (rc < 0)
+        rc = opts_apply_cpu(&o, "ampc profile");
     if (rc >= 0)
         return rc;
-    amp_set_num_threads((int)o.threads);
     run_data rd;
     run_info ri = {0};
     if ((rc = data_open(&rd, &run[0], &ri, true)) >= 0)

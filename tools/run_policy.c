@@ -183,20 +183,25 @@ int run_policy_check(const run_policy *rp, const trainer *t, const train_opts *o
 
 amp_status run_policy_log(const run_policy *rp, const train_opts *o, log_file *lf)
 {
-    if (!rp->any || !lf)
+    if ((!rp->any && !o->flush_denormal) || !lf)
         return AMP_OK;
     char hash[24], modules[4096], ops[4096];
     snprintf(hash, sizeof hash, "%016" PRIx64, rp->hash);
     json_buf b = {0};
-    jb_puts(&b, "{\"event\":\"start\",\"fp32_modules\":");
-    jb_string(&b, policy_module_list(&rp->p, modules, sizeof modules));
-    jb_puts(&b, ",\"autocast_ops\":");
-    jb_string(&b, policy_op_list(&rp->p, ops, sizeof ops));
-    if (o->policy) {
+    jb_puts(&b, "{\"event\":\"start\"");
+    if (rp->any) {
+        jb_puts(&b, ",\"fp32_modules\":");
+        jb_string(&b, policy_module_list(&rp->p, modules, sizeof modules));
+        jb_puts(&b, ",\"autocast_ops\":");
+        jb_string(&b, policy_op_list(&rp->p, ops, sizeof ops));
+    }
+    if (rp->any && o->policy) {
         jb_puts(&b, ",\"policy_file\":");
         jb_string(&b, o->policy);
         jb_printf(&b, ",\"policy_hash\":\"%s\"", hash);
     }
+    if (o->flush_denormal) /* (absent: off) */
+        jb_puts(&b, ",\"flush_denormal\":true");
     jb_puts(&b, "}");
     amp_status st = b.oom ? amp_set_error(AMP_ERR_MEMORY, "log: out of memory") : log_event(lf, b.p);
     jb_free(&b);

@@ -34,9 +34,11 @@ int run_policy_load(run_policy *rp, const train_opts *o, const char *who);
  * built-in one. */
 int run_policy_check(const run_policy *rp, const trainer *t, const train_opts *o, const run_info *ri,
                      const char *who);
-/* Writes the log's start record when rp has a policy (a no-op without
- * one): {"event":"start","policy_file":..,"policy_hash":..,
- * "fp32_modules":"a,b","autocast_ops":"linear=fp32"}. */
+/* Writes the log's start record when rp has a policy or the run flushes
+ * subnormals (a no-op without either): {"event":"start",
+ * "fp32_modules":"a,b","autocast_ops":"linear=fp32","policy_file":..,
+ * "policy_hash":..} (the policy's keys with one), "flush_denormal":true
+ * (with --flush-denormal). */
 amp_status run_policy_log(const run_policy *rp, const train_opts *o, log_file *lf);
 /* A resumed run's check: the saved --policy file (o->policy, read into
  * rp) still has the bytes the run trained with (saved_hash; 0: none

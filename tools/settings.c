@@ -76,6 +76,8 @@ static bool applies(const opt_def *d, const train_opts *o)
         return o->steps > 0;
     if (strcmp(n, "clip") == 0)
         return o->clip > 0;
+    if (strcmp(n, "flush-denormal") == 0) /* (older checkpoints: off) */
+        return o->flush_denormal;
     /* token files: saved when given (a char run has none); so is the
      * autocast policy, which a resumed run and eval then run with */
     if (strcmp(n, "data-bin") == 0 || strcmp(n, "val-bin") == 0 || strcmp(n, "fp32-modules") == 0 ||

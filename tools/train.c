@@ -582,9 +582,10 @@ static void print_config(const run *r, int64_t total)
         printf("data %s: train %lld, test %lld, %lldx%lld images, %lld classes\n", o->data, (long long)rd->train.n,
                (long long)rd->test.n, (long long)rd->train.height, (long long)rd->train.width,
                (long long)rd->train.classes);
-    printf("model %s (%lld parameters), precision %s%s%s\n", model_describe(o, r->ri, desc, sizeof desc),
+    printf("model %s (%lld parameters), precision %s%s%s%s\n", model_describe(o, r->ri, desc, sizeof desc),
            (long long)r->t->n_weights, o->precision,
-           amp_scaler_is_enabled(r->t->scaler) ? " with the grad scaler" : "", r->cuda ? ", on cuda" : "");
+           amp_scaler_is_enabled(r->t->scaler) ? " with the grad scaler" : "", r->cuda ? ", on cuda" : "",
+           o->flush_denormal ? ", subnormals flushed to zero" : "");
     /* The grad scaler's knobs, when any is not PyTorch's default. */
     const amp_scaler_opts so = scaler_opts_of(o), def = amp_scaler_defaults();
     const bool scaled = amp_scaler_is_enabled(r->t->scaler);
@@ -1030,8 +1031,9 @@ int train_main(int argc, char **argv)
         rc = run_policy_load(&rp, &o, "ampc train");
     if (rc < 0 && o.resume && !o.given[RO_policy])
         rc = run_policy_same(&rp, &o, saved.policy_hash, "ampc train");
+    if (rc < 0)
+        rc = opts_apply_cpu(&o, "ampc train");
     if ((rc = agree(rc)) < 0) {
-        amp_set_num_threads((int)o.threads);
         rc = train_run(&o, o.resume ? &ck : NULL, o.resume ? &saved : NULL, &init, &rp);
     }
     run_policy_free(&rp);

@@ -86,6 +86,10 @@ X(threads, .name = "threads", .meta = "T", .kind = OPT_INT, .cls = OC_RUN, .lo =
   .help = "kernel threads, 0 for every core (default 0)")
 X(device, .name = "device", .meta = "NAME", .kind = OPT_STR, .cls = OC_RUN, .choices = "cpu|cuda",
   .help = "cpu or cuda (default cpu)")
+X(flush_denormal, .name = "flush-denormal", .meta = "", .kind = OPT_FLAG, .cls = OC_SETTING,
+  .help = "flush subnormal floats to zero on the CPU, as torch.set_flush_denormal(True): arithmetic reads and "
+  "writes values below ~1.2e-38 as 0, sparing the CPU's slow path for them (also AMPC_FLUSH_DENORMAL=1; "
+  "kept in the checkpoint)")
 
 X(precision, .name = "precision", .meta = "P", .kind = OPT_STR, .cls = OC_SETTING, .choices = "fp32|bf16|fp16",
   .help = "fp32, bf16 autocast, or fp16 autocast with the grad scaler (default bf16; fp16 with --device cuda)")

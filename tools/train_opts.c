@@ -368,8 +368,44 @@ amp_scaler_opts scaler_opts_of(const train_opts *o)
     return so;
 }
 
+/* The environment's --flush-denormal: "1" (opts_env_check refused any
+ * value but "", "0" and "1" before a command ran). */
+#define FLUSH_ENV "AMPC_FLUSH_DENORMAL"
+
+static bool flush_env_on(void)
+{
+    const char *v = getenv(FLUSH_ENV);
+    return v && strcmp(v, "1") == 0;
+}
+
+int opts_env_check(void)
+{
+    const char *v = getenv(FLUSH_ENV);
+    if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
+        fprintf(stderr, "ampc: environment variable " FLUSH_ENV "=%.200s is not 0 or 1 (1 flushes subnormal "
+                        "floats to zero, as --flush-denormal); unset it for the default, 0\n",
+                v);
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+int opts_apply_cpu(const train_opts *o, const char *who)
+{
+    amp_set_num_threads((int)o->threads);
+    /* (off leaves the registers as the process started: nothing to undo) */
+    if (o->flush_denormal && amp_set_flush_denormal(true) != AMP_OK) {
+        fprintf(stderr, "%s: --flush-denormal%s: %s\n", who, o->given[RO_flush_denormal] ? "" : " (" FLUSH_ENV
+                "=1, or the checkpoint's run)", amp_last_error());
+        return 1;
+    }
+    return -1;
+}
+
 int opts_resolve(train_opts *o)
 {
+    if (flush_env_on()) /* a setting the run keeps, as the option */
+        o->flush_denormal = true;
     bool gpt = is_gpt(o), cnn = strcmp(o->model, "cnn") == 0;
     bool sgd = strcmp(o->optim, "sgd") == 0;
     /* Options for another model, optimizer or schedule are a mistake. */

@@ -63,6 +63,7 @@ typedef struct {
     double warmup_start_factor; /* NAN: 1 / (warmup + 1) */
     uint64_t seed;
     int64_t threads;       /* 0: every core */
+    bool flush_denormal;   /* subnormals flushed to zero (amp_set_flush_denormal); AMPC_FLUSH_DENORMAL=1 too */
     const char *device;    /* "cpu", "cuda" */
     const char *precision; /* "fp32", "bf16" (autocast) or "fp16" (autocast + scaler) */
     bool no_scaler;        /* fp16 without the grad scaler (to see underflow) */
@@ -119,6 +120,13 @@ void opts_set_command(const char *name);
 /* Fills the unset values from the model's defaults and checks the options
  * against each other; -1 or EXIT_USAGE (message printed). */
 int opts_resolve(train_opts *o);
+/* Sets the process up for run o before any kernel runs: the thread count
+ * (--threads) and flushing subnormals (--flush-denormal). -1, or 1 after a
+ * message starting with who when this CPU cannot flush. */
+int opts_apply_cpu(const train_opts *o, const char *who);
+/* AMPC_FLUSH_DENORMAL: unset, empty, 0 or 1, else EXIT_USAGE after a
+ * message naming it (the program's check of its environment). */
+int opts_env_check(void);
 /* The grad scaler's options of run o (--static-scale: min = max = init =
  * S); enabled for fp16 without --no-scaler. */
 amp_scaler_opts scaler_opts_of(const train_opts *o);

@@ -229,7 +229,34 @@ static amp_status topo_order(node *root, node_vec *order)
     free(stack.v);
     if (st == AMP_ERR_MEMORY)
         amp_set_error(st, "backward: out of memory");
+    /* Who reads each result in this backward (autograd_grad_dtype). */
+    for (size_t k = 0; st == AMP_OK && k < order->len; k++)
+        order->v[k]->uses = 0;
+    for (size_t k = 0; st == AMP_OK && k < order->len; k++)
+        for (int i = 0; i < order->v[k]->n_in; i++) {
+            node *c = order->v[k]->in[i] ? order->v[k]->in[i]->grad_fn : NULL;
+            if (c)
+                c->uses++;
+        }
     return st;
+}
+
+/* A widened gradient may go to c, the cast that made input x of its one
+ * reader: a float-to-float cast from f32 to a 16-bit dtype that no
+ * gradient reached yet, with no observer to show the 16-bit one to. */
+static bool widened_grad_ok(const amp_tensor *x)
+{
+    const node *c = x->grad_fn;
+    return c && c->widens_back && c->uses == 1 && !c->grad && c->n_in == 1 && c->in[0] &&
+           c->in[0]->dtype == AMP_F32 && (x->dtype == AMP_BF16 || x->dtype == AMP_F16) && !autograd_observer;
+}
+
+amp_dtype autograd_grad_dtype(const node *n, int i)
+{
+    const amp_tensor *x = n && i >= 0 && i < n->n_in ? n->in[i] : NULL;
+    if (!x)
+        return AMP_F32;
+    return widened_grad_ok(x) ? AMP_F32 : x->dtype;
 }
 
 /* ------------------------------------------------------ grad-ready hook */
@@ -479,10 +506,23 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
             prof_backward_end(pe, n, gin);
         if (autograd_observer && st == AMP_OK)
             st = autograd_observer(autograd_observer_ctx, n, true, gin, n->n_in);
+        /* Its consumers have all run (topological order), so nothing adds
+         * to n's gradient again: free it now, as PyTorch does, not at the
+         * end (on an error too; the loop stops and the rest go below).
+         * Before its inputs' gradients are added in: a gradient that is
+         * it (a cast's backward given the gradient in its input's dtype
+         * hands it on as it is) or a view of it (reshape's, add's) then
+         * holds the memory alone, and becomes the input's own instead of
+         * being copied. */
+        amp_tensor_free(n->grad);
+        n->grad = NULL;
         for (int i = 0; i < n->n_in; i++) {
             amp_tensor *x = n->in[i];
             if (st == AMP_OK && gin[i] && x->requires_grad) {
-                if (x->grad_fn)
+                if (x->grad_fn && gin[i]->dtype != x->dtype && gin[i]->dtype == AMP_F32 && widened_grad_ok(x)) {
+                    x->grad_fn->grad = gin[i]; /* already widened (autograd_grad_dtype) */
+                    gin[i] = NULL;
+                } else if (x->grad_fn)
                     st = accumulate(&x->grad_fn->grad, gin[i], x->dtype);
                 else {
                     st = accumulate_leaf(x, gin[i]);
@@ -497,11 +537,6 @@ static amp_status run_backward(amp_tensor *t, const amp_tensor *seed)
         }
         if (gin != stack_gin)
             free(gin);
-        /* Its consumers have all run (topological order), so nothing adds
-         * to n's gradient again: free it now, as PyTorch does, not at the
-         * end (on an error too; the loop stops and the rest go below). */
-        amp_tensor_free(n->grad);
-        n->grad = NULL;
         if (rt) {
             ready_after_node(rt, n, st == AMP_OK);
             if (ready_fn && st == AMP_OK)

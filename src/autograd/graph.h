@@ -46,6 +46,11 @@ typedef struct node {
     uint64_t mark;    /* traversal epoch */
     bool held_in;       /* the inputs are held for backward (tensor_graph_hold) */
     uint8_t held_saved; /* bit k: saved[k] is held */
+    /* Set by the op layer on a float-to-float cast: its backward only
+     * converts the gradient back to its input's dtype (see
+     * autograd_grad_dtype). */
+    bool widens_back;
+    int uses; /* during backward: the nodes of this backward that read the result */
 } node;
 
 /* Drops one reference; the last one releases the inputs and saved state. */
@@ -101,6 +106,17 @@ void autograd_set_observer(autograd_observer_fn fn, void *ctx);
 /* Whether this thread is inside a backward: a forward seen then is a
  * checkpointed block's recompute (ops/checkpoint.c). */
 bool autograd_in_backward(void);
+/* During n's backward: the dtype input i's gradient may be made in.
+ * That is the input's own dtype, except for a 16-bit input cast from an
+ * f32 tensor (autocast's cast of a weight) that n alone reads: then also
+ * f32, holding the values the 16-bit gradient would (each rounded to the
+ * input's dtype, then widened). Such a gradient goes to the cast as it
+ * is and the cast's backward hands it on without its widening pass; a
+ * backward may still make the input's own dtype. With a node observer
+ * set (the anomaly check, the audit) it is always the input's dtype, so
+ * what they see does not change. */
+amp_dtype autograd_grad_dtype(const node *n, int i);
+
 /* The observer and its context (read on every op; NULL: none). */
 extern autograd_observer_fn autograd_observer;
 extern void *autograd_observer_ctx;

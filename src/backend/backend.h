@@ -72,7 +72,11 @@ typedef enum {
  * weight_grad says that this is a linear layer's dW = dYᵀ X (ta, not tb,
  * A = dY [K, M] contiguous): a hint a backend may use to lay dYᵀ out first
  * (the CPU widens an f16 one up front); it never changes the result's
- * definition. */
+ * definition.
+ * c_rounded (backends with gemm_rounds_c only): C is f32 and each output
+ * is rounded to A's 16-bit dtype before it is stored, so C holds a 16-bit
+ * C's bits widened (a weight gradient made for its f32 master in one
+ * pass; autograd_grad_dtype in graph.h). */
 typedef struct {
     bool ta, tb;
     int64_t M, N, K, batch;
@@ -86,6 +90,7 @@ typedef struct {
     void *aux;
     int64_t ldaux;
     bool weight_grad;
+    bool c_rounded;
 } be_gemm_desc;
 
 /* Scaled dot-product attention over `heads` [T, D] slices of q, k, v (one
@@ -100,6 +105,10 @@ typedef struct {
  * and ld = 0 (read as 1 and D) are contiguous [heads, T, D] slices, the
  * only layout the CUDA backend takes; hgroup = H, ld = H * D is
  * [B, T, H, D] (heads = B * H), which the CPU backend reads in place.
+ * out_ld > 0 (CPU only): out and gout have row stride out_ld in that
+ * layout instead of ld, so q, k, v (and gq, gk, gv) can be the three
+ * thirds of one fused [B, T, 3, H, D] projection (ld = 3 H D, out_ld =
+ * H D); 0: ld.
  * Cached attention (a generating model's KV cache; forward only): Tk > 0
  * keys and values per head, row t of head h of k and v at h * D + t *
  * kv_ld ([Tk, heads, D], every backend), and query row t sees keys
@@ -107,7 +116,7 @@ typedef struct {
  * Tk = 0: k and v laid out as q, Tk = T. */
 typedef struct {
     int64_t heads, T, D;
-    int64_t hgroup, ld;
+    int64_t hgroup, ld, out_ld;
     int64_t Tk, kv_ld;
     bool causal;
     float scale;
@@ -224,6 +233,8 @@ typedef struct amp_backend {
     amp_device device;
     /* Whether sgd_step / adam_step write be_optim_param.cast. */
     bool optim_writes_cast;
+    /* Whether gemm takes be_gemm_desc.c_rounded. */
+    bool gemm_rounds_c;
 
     /* ---- availability --------------------------------------------- */
     /* Whether the device can run now (a CUDA build on a machine with a

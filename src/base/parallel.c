@@ -22,6 +22,8 @@
  *   variable; the caller's wait for the joined workers is spin-then-sleep
  *   the same way. A sleeper count saves the wake syscall when no one
  *   sleeps.
+ * - A worker takes amp_set_flush_denormal's latest mode as it joins a
+ *   region (flush.c): a region runs in the mode last set.
  * - No allocation per call. Workers exit at process exit (an atexit
  *   handler sets `quit`, wakes and joins them); a forked child starts
  *   with no workers.
@@ -30,6 +32,7 @@
 
 #include "base/base.h"
 #include "base/env.h"
+#include "base/flush.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -65,6 +68,30 @@ static int64_t spin_ns(void)
 
 static _Thread_local int in_region; /* depth of amp_parallel_for on this thread */
 static _Thread_local int region_tid;
+
+/* The flush-subnormals mode (flush.h) the workers run in: a generation
+ * << 1 | on, bumped by each amp_set_flush_denormal; 0 until the first, so
+ * that a worker keeps the registers it started with (its creator's) until
+ * the library is asked. Each worker compares it with the one it last took
+ * when it joins a region: one relaxed load per join. */
+static _Atomic uint32_t flush_mode;
+static _Thread_local uint32_t flush_seen;
+
+void parallel_set_flush(bool on)
+{
+    uint32_t m = atomic_load(&flush_mode);
+    while (!atomic_compare_exchange_weak(&flush_mode, &m, ((m >> 1) + 1) << 1 | (on ? 1u : 0u)))
+        ;
+}
+
+static void take_flush_mode(void)
+{
+    uint32_t m = atomic_load_explicit(&flush_mode, memory_order_relaxed);
+    if (m != flush_seen) {
+        flush_thread_set(m & 1u);
+        flush_seen = m;
+    }
+}
 
 /* ---- waiting: spin, then sleep ---------------------------------------- */
 
@@ -187,6 +214,7 @@ static void *worker_main(void *arg)
             if (atomic_compare_exchange_weak_explicit(&P.state, &s, s + 1, memory_order_acq_rel,
                                                       memory_order_acquire)) {
                 int tid = (int)(s & JOINED_MASK) + 1;
+                take_flush_mode();
                 in_region = 1;
                 region_tid = tid;
                 run_grains(tid);

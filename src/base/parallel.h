@@ -36,4 +36,8 @@ int amp_parallel_tid(void);
 /* Whether the calling thread is inside an amp_parallel_for. */
 bool amp_in_parallel(void);
 
+/* Makes every worker, present or created later, take flush-subnormals
+ * mode `on` (flush.h) before it next runs a range (amp_set_flush_denormal). */
+void parallel_set_flush(bool on);
+
 #endif

@@ -17,8 +17,9 @@
  * The head is tied to the token embedding: amp_linear(x, wte, NULL) uses
  * the very tensor the embedding reads, so its gradient sums both uses.
  * q, k and v come from one fused linear qkv [3 width, width] (one GEMM,
- * as nanoGPT's c_attn), split by amp_narrow into its three thirds (q is
- * rows 0..width of qkv.weight, then k, then v). Dropout (config
+ * as nanoGPT's c_attn), whose three thirds (q is rows 0..width of
+ * qkv.weight, then k, then v) op_attention_qkv reads in place (with a
+ * generating model's cache: split by amp_narrow). Dropout (config
  * dropout > 0, training mode only) follows each residual branch, as
  * nanoGPT's resid_dropout; nanoGPT also drops the embeddings and the
  * attention probabilities, which this model does not. With
@@ -172,11 +173,16 @@ static amp_tensor *block_parts(amp_module *m, amp_tensor *x, amp_tensor *h1, amp
     amp_tensor *qkv = linear_in(module_path(m->children[B_QKV]), h, w_of(m, B_QKV), b_of(m, B_QKV), NO_ACT, NULL);
     op_scope sc;
     op_scope_enter(&sc, module_sub_path(m, SUB_ATTN, "attn"));
-    amp_tensor *q = split_heads(amp_narrow(qkv, 2, 0, W), B, T, H, W / H);
-    amp_tensor *k = split_heads(amp_narrow(qkv, 2, W, W), B, T, H, W / H);
-    amp_tensor *v = split_heads(amp_narrow(qkv, 2, 2 * W, W), B, T, H, W / H);
-    amp_tensor *a = amp_reshape(kv ? gpt_cache_attend(kv, layer, q, k, v) : op_attention_bthd(q, k, v, true),
-                                AMP_SHAPE(B, T, W));
+    amp_tensor *a;
+    if (kv) { /* the cache keeps k and v apart */
+        amp_tensor *q = split_heads(amp_narrow(qkv, 2, 0, W), B, T, H, W / H);
+        amp_tensor *k = split_heads(amp_narrow(qkv, 2, W, W), B, T, H, W / H);
+        amp_tensor *v = split_heads(amp_narrow(qkv, 2, 2 * W, W), B, T, H, W / H);
+        a = gpt_cache_attend(kv, layer, q, k, v);
+    } else { /* q, k, v read in place from qkv, their gradients written into one */
+        a = op_attention_qkv(amp_reshape(qkv, AMP_SHAPE(B, T, 3, H, W / H)), true);
+    }
+    a = amp_reshape(a, AMP_SHAPE(B, T, W));
     op_scope_leave(&sc);
     /* x = x + drop(proj(a)); h = ln_2(x) */
     amp_tensor *pr = linear_in(module_path(m->children[B_PROJ]), a, w_of(m, B_PROJ), b_of(m, B_PROJ), NO_ACT, NULL);

@@ -30,7 +30,13 @@
  * backend's call. op_attention_cached (ATTN_CACHED: q [B, T, H, d], k and
  * v a KV cache [Tk, B, H, d]) is the generating model's forward-only
  * form: every backend reads the cache in place, causal with the queries
- * as the last T of the Tk positions.
+ * as the last T of the Tk positions. op_attention_qkv (ATTN_QKV: one
+ * input qkv [B, T, 3, H, d], a fused projection's result reshaped; out [B,
+ * T, H, d]) reads q, k, v as its thirds in place on the CPU (row stride 3
+ * H d) and writes their gradients into one d(qkv), so a split into three
+ * (narrow copies forward, a zero-fill and copies backward) disappears;
+ * elsewhere it permutes qkv to [3, B, H, T, d] and back in one copy each.
+ * Its values are op_attention_bthd's on the three thirds, bit for bit.
  */
 #include "backend/backend.h"
 #include "ops/broadcast.h"
@@ -62,13 +68,36 @@ amp_tensor *op_attention_cached(amp_tensor *q, amp_tensor *k, amp_tensor *v)
     return attention(q, k, v, true, ATTN_CACHED);
 }
 
+amp_tensor *op_attention_qkv(amp_tensor *qkv, bool causal)
+{
+    const op_params p = {.attention = {.causal = causal, .layout = ATTN_QKV}};
+    return op_apply(OP_ATTENTION, &qkv, 1, &p);
+}
+
+/* Third i (q, k, v) of a [B, T, 3, H, d] tensor at base: H d elements in. */
+static void *third(const void *base, const attn_plan *pl, amp_dtype dt, int i)
+{
+    return (char *)base + (size_t)(i * pl->hgroup * pl->d) * amp_dtype_size(dt);
+}
+
 /* The primitive's description for n's inputs (outputs filled by the caller). */
 static be_attn_desc desc_of(const node *n, const attn_plan *pl)
 {
+    const amp_dtype dt = n->in[0]->dtype;
+    const bool fused = pl->out_ld > 0;
     return (be_attn_desc){.heads = pl->heads, .T = pl->T, .D = pl->d, .hgroup = pl->hgroup, .ld = pl->ld,
-                          .Tk = pl->Tk, .kv_ld = pl->kv_ld,
-                          .causal = pl->causal, .scale = pl->scale, .dt = n->in[0]->dtype,
-                          .q = tensor_ptr(n->in[0]), .k = tensor_ptr(n->in[1]), .v = tensor_ptr(n->in[2])};
+                          .out_ld = pl->out_ld, .Tk = pl->Tk, .kv_ld = pl->kv_ld,
+                          .causal = pl->causal, .scale = pl->scale, .dt = dt,
+                          .q = tensor_ptr(n->in[0]),
+                          .k = fused ? third(tensor_ptr(n->in[0]), pl, dt, 1) : tensor_ptr(n->in[1]),
+                          .v = fused ? third(tensor_ptr(n->in[0]), pl, dt, 2) : tensor_ptr(n->in[2])};
+}
+
+/* The result's shape: q's, or [B, T, H, d] for a fused qkv. */
+static amp_shape out_shape(const node *n, const attn_plan *pl)
+{
+    const amp_shape s = n->in[0]->shape;
+    return pl->out_ld > 0 ? AMP_SHAPE(s.d[0], s.d[1], s.d[3], s.d[4]) : s;
 }
 
 /* Whether dev's backend reads the [B, T, H, d] layout in place (the CPU's);
@@ -89,32 +118,61 @@ static void copies_free(head_copies *c)
     c->n = 0;
 }
 
-/* A new [B, H, T, d] tensor, holding x's [B, T, H, d] values when x is
- * not NULL; NULL on failure (error set). */
-static void *heads_copy(head_copies *c, const node *n, const amp_tensor *x)
+/* A new tensor of `parts` [B, H, T, d] blocks (the plan's sizes, the
+ * input's dtype and device), holding x's [B, T, H, d] values when x is not
+ * NULL (parts 1), or qkv's [B, T, 3, H, d] ones as q, k, v (parts 3); NULL
+ * on failure (error set). */
+static void *heads_copy_of(head_copies *c, const node *n, const attn_plan *pl, const amp_tensor *x, int parts)
 {
-    const amp_tensor *q = n->in[0];
-    const amp_device dev = tensor_device(q);
-    const int64_t B = q->shape.d[0], T = q->shape.d[1], H = q->shape.d[2], D = q->shape.d[3];
-    amp_tensor *t = tensor_new_on(AMP_SHAPE(B, H, T, D), q->dtype, dev);
+    const amp_tensor *in = n->in[0];
+    const amp_device dev = tensor_device(in);
+    const int64_t H = pl->hgroup, B = pl->heads / H, T = pl->T, D = pl->d;
+    amp_tensor *t = tensor_new_on(AMP_SHAPE(parts, B, H, T, D), in->dtype, dev);
     if (!t)
         return NULL;
     c->t[c->n++] = t;
     if (x) {
-        const int64_t od[4] = {B, H, T, D}, ist[4] = {T * H * D, D, H * D, 1};
-        if (backend_of(dev)->permute(tensor_ptr(x), tensor_ptr(t), amp_dtype_size(q->dtype), 4, od, ist) != AMP_OK)
+        const int64_t ld = parts * H * D;
+        const int64_t od[5] = {parts, B, H, T, D}, ist[5] = {H * D, T * ld, D, ld, 1};
+        if (backend_of(dev)->permute(tensor_ptr(x), tensor_ptr(t), amp_dtype_size(in->dtype), 5, od, ist) != AMP_OK)
             return NULL;
     }
     return tensor_ptr(t);
 }
 
-/* dst [B, T, H, d] = src [B, H, T, d], q's shape and dtype. */
-static amp_status heads_uncopy(const node *n, const void *src, void *dst)
+static void *heads_copy(head_copies *c, const node *n, const attn_plan *pl, const amp_tensor *x)
 {
-    const amp_tensor *q = n->in[0];
-    const int64_t B = q->shape.d[0], T = q->shape.d[1], H = q->shape.d[2], D = q->shape.d[3];
-    const int64_t od[4] = {B, T, H, D}, ist[4] = {H * T * D, D, T * D, 1};
-    return backend_of(tensor_device(q))->permute(src, dst, amp_dtype_size(q->dtype), 4, od, ist);
+    return heads_copy_of(c, n, pl, x, 1);
+}
+
+/* Bytes of one [B, H, T, d] block. */
+static size_t heads_bytes(const attn_plan *pl, amp_dtype dt)
+{
+    return (size_t)(pl->heads * pl->T * pl->d) * amp_dtype_size(dt);
+}
+
+/* q, k, v of a fused qkv as contiguous heads, from one copy; false on
+ * failure (error set). */
+static bool qkv_copy(head_copies *c, const node *n, const attn_plan *pl, be_attn_desc *a)
+{
+    char *t = heads_copy_of(c, n, pl, n->in[0], 3);
+    if (!t)
+        return false;
+    const size_t part = heads_bytes(pl, n->in[0]->dtype);
+    a->q = t;
+    a->k = t + part;
+    a->v = t + 2 * part;
+    return true;
+}
+
+/* dst [B, T, parts, H, d] = src [parts, B, H, T, d] (parts 1: an output
+ * or a gradient; 3: the gradients of q, k, v into d(qkv)). */
+static amp_status heads_uncopy(const node *n, const attn_plan *pl, const void *src, void *dst, int parts)
+{
+    const amp_tensor *in = n->in[0];
+    const int64_t H = pl->hgroup, B = pl->heads / H, T = pl->T, D = pl->d;
+    const int64_t od[5] = {B, T, parts, H, D}, ist[5] = {H * T * D, D, B * H * T * D, T * D, 1};
+    return backend_of(tensor_device(in))->permute(src, dst, amp_dtype_size(in->dtype), 5, od, ist);
 }
 
 /* The backend's verdict on a call; a failure's message names the op first. */
@@ -134,17 +192,18 @@ amp_tensor *attention_forward(node *n, const attention_params *p)
         return NULL;
     const amp_tensor *q = n->in[0];
     const amp_device dev = tensor_device(q);
+    const amp_shape os = out_shape(n, &pl);
     if (q->numel == 0)
-        return tensor_zeros_on(q->shape, q->dtype, dev);
+        return tensor_zeros_on(os, q->dtype, dev);
     const amp_backend *be = backend_of(dev);
     if (!be->attention) {
         backend_missing(be, op_name(n), "attention");
         return NULL;
     }
-    amp_tensor *out = tensor_new_on(q->shape, q->dtype, dev);
+    amp_tensor *out = tensor_new_on(os, q->dtype, dev);
     amp_tensor *lse = NULL;
     if (out && n->needs_grad) {
-        amp_shape ls = q->shape;
+        amp_shape ls = os;
         ls.ndim--; /* [.., T] */
         lse = tensor_new_on(ls, AMP_F32, dev);
     }
@@ -158,18 +217,21 @@ amp_tensor *attention_forward(node *n, const attention_params *p)
     head_copies hc = {.n = 0};
     amp_status st = AMP_OK;
     if (pl.hgroup && !takes_bthd(dev)) {
-        a.hgroup = a.ld = 0;
+        a.hgroup = a.ld = a.out_ld = 0;
         /* A KV cache's keys and values stay where they are: every
          * backend reads its [Tk, B * H, d] layout (be_attn_desc). */
-        if (!(a.q = heads_copy(&hc, n, n->in[0])) ||
-            (!pl.Tk && (!(a.k = heads_copy(&hc, n, n->in[1])) || !(a.v = heads_copy(&hc, n, n->in[2])))) ||
-            !(a.out = heads_copy(&hc, n, NULL)))
+        if (pl.out_ld ? !qkv_copy(&hc, n, &pl, &a)
+                      : !(a.q = heads_copy(&hc, n, &pl, n->in[0])) ||
+                            (!pl.Tk && (!(a.k = heads_copy(&hc, n, &pl, n->in[1])) ||
+                                        !(a.v = heads_copy(&hc, n, &pl, n->in[2])))))
+            st = fail_status();
+        if (st == AMP_OK && !(a.out = heads_copy(&hc, n, &pl, NULL)))
             st = fail_status();
     }
     if (st == AMP_OK)
         st = named(n, be->attention(&a));
     if (st == AMP_OK && hc.n)
-        st = heads_uncopy(n, a.out, tensor_ptr(out));
+        st = heads_uncopy(n, &pl, a.out, tensor_ptr(out), 1);
     copies_free(&hc);
     if (st != AMP_OK) {
         amp_tensor_free(out);
@@ -191,7 +253,7 @@ amp_status attention_backward(node *n, const attention_params *p, const amp_tens
         return amp_last_status();
     const amp_tensor *q = n->in[0];
     const amp_device dev = tensor_device(q);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < n->n_in; i++) {
         if (!in_needs_grad(n, i))
             continue;
         /* An empty input (or d = 0) has an empty, all-zero gradient. */
@@ -213,31 +275,45 @@ amp_status attention_backward(node *n, const attention_params *p, const amp_tens
     a.lse = tensor_f32(n->saved[0]);
     a.out = n->saved[1] ? tensor_ptr(n->saved[1]) : NULL;
     a.gout = tensor_ptr(gout);
+    const bool fused = pl.out_ld > 0;
+    if (fused && !gin[0])
+        return AMP_OK;
+    /* The fused qkv's gradient: dq, dk, dv as the thirds of d(qkv). */
     a.gq = gin[0] ? tensor_ptr(gin[0]) : NULL;
-    a.gk = gin[1] ? tensor_ptr(gin[1]) : NULL;
-    a.gv = gin[2] ? tensor_ptr(gin[2]) : NULL;
+    a.gk = fused ? third(a.gq, &pl, q->dtype, 1) : gin[1] ? tensor_ptr(gin[1]) : NULL;
+    a.gv = fused ? third(a.gq, &pl, q->dtype, 2) : gin[2] ? tensor_ptr(gin[2]) : NULL;
     if (!pl.hgroup || takes_bthd(dev))
         return named(n, be->attention_backward(&a));
     /* Contiguous heads in and out around the backend's call. */
     head_copies hc = {.n = 0};
     amp_status st = AMP_OK;
     void *g[3] = {NULL, NULL, NULL};
-    a.hgroup = a.ld = 0;
-    if (!(a.q = heads_copy(&hc, n, n->in[0])) || !(a.k = heads_copy(&hc, n, n->in[1])) ||
-        !(a.v = heads_copy(&hc, n, n->in[2])) || !(a.gout = heads_copy(&hc, n, gout)) ||
-        (a.out && !(a.out = heads_copy(&hc, n, n->saved[1]))))
+    a.hgroup = a.ld = a.out_ld = 0;
+    if ((fused ? !qkv_copy(&hc, n, &pl, &a)
+               : !(a.q = heads_copy(&hc, n, &pl, n->in[0])) || !(a.k = heads_copy(&hc, n, &pl, n->in[1])) ||
+                     !(a.v = heads_copy(&hc, n, &pl, n->in[2]))) ||
+        !(a.gout = heads_copy(&hc, n, &pl, gout)) || (a.out && !(a.out = heads_copy(&hc, n, &pl, n->saved[1]))))
         st = fail_status();
-    for (int i = 0; i < 3 && st == AMP_OK; i++)
-        if (gin[i] && !(g[i] = heads_copy(&hc, n, NULL)))
+    if (fused && st == AMP_OK) { /* one [3, B, H, T, d] block, permuted back into d(qkv) at once */
+        if (!(g[0] = heads_copy_of(&hc, n, &pl, NULL, 3)))
+            st = fail_status();
+        else
+            for (int i = 1; i < 3; i++)
+                g[i] = (char *)g[0] + (size_t)i * heads_bytes(&pl, q->dtype);
+    }
+    for (int i = 0; i < 3 && st == AMP_OK && !fused; i++)
+        if (gin[i] && !(g[i] = heads_copy(&hc, n, &pl, NULL)))
             st = fail_status();
     a.gq = g[0];
     a.gk = g[1];
     a.gv = g[2];
     if (st == AMP_OK)
         st = named(n, be->attention_backward(&a));
-    for (int i = 0; i < 3 && st == AMP_OK; i++)
+    if (fused && st == AMP_OK)
+        st = heads_uncopy(n, &pl, g[0], tensor_ptr(gin[0]), 3);
+    for (int i = 0; i < 3 && st == AMP_OK && !fused; i++)
         if (g[i])
-            st = heads_uncopy(n, g[i], tensor_ptr(gin[i]));
+            st = heads_uncopy(n, &pl, g[i], tensor_ptr(gin[i]), 1);
     copies_free(&hc);
     return st;
 }
@@ -255,10 +331,12 @@ op_cost attention_cost(const node *n, const attention_params *p, bool backward)
 {
     const amp_tensor *q = n->in[0];
     const int nd = q->shape.ndim;
-    const bool bthd = (p->layout == ATTN_BTHD || p->layout == ATTN_CACHED) && nd == 4;
+    const bool bthd = ((p->layout == ATTN_BTHD || p->layout == ATTN_CACHED) && nd == 4) ||
+                      (p->layout == ATTN_QKV && nd == 5);
     const double T = nd >= 2 ? (double)q->shape.d[bthd ? 1 : nd - 2] : 0.0;
     const double d = nd >= 1 ? (double)q->shape.d[nd - 1] : 0.0;
     const double Tk = p->layout == ATTN_CACHED && n->in[1]->shape.ndim == 4 ? (double)n->in[1]->shape.d[0] : T;
-    const double heads = T * d > 0 ? (double)q->numel / (T * d) : 0.0;
+    const double parts = p->layout == ATTN_QKV ? 3.0 : 1.0; /* a fused qkv holds q, k and v */
+    const double heads = T * d > 0 ? (double)q->numel / (parts * T * d) : 0.0;
     return (op_cost){(backward ? 10.0 : 4.0) * heads * T * Tk * d, cost_bytes(n, backward)};
 }

@@ -89,13 +89,20 @@ static amp_tensor *input_grad(const node *n, int i, const ew_arg *args, int narg
     return g;
 }
 
-/* add and sub: each gradient is +-gout summed to the input's shape. */
+/* add and sub: each gradient is +-gout summed to the input's shape. Where
+ * that is gout itself (the input's shape and dtype, +), a view of it: the
+ * engine frees gout before adding the gradients in, so the view becomes
+ * the input's gradient without a copy (the residual stream's adds). */
 static amp_status additive_backward(node *n, const amp_tensor *gout, amp_tensor **gin, double sign_b)
 {
     for (int i = 0; i < 2; i++) {
         if (!in_needs_grad(n, i))
             continue;
-        gin[i] = sum_to_shape(gout, n->in[i]->shape, n->in[i]->dtype, i ? sign_b : 1.0);
+        const amp_tensor *x = n->in[i];
+        if ((i == 0 || sign_b == 1.0) && x->dtype == gout->dtype && shape_equal(x->shape, gout->shape))
+            gin[i] = tensor_view(gout, x->shape);
+        else
+            gin[i] = sum_to_shape(gout, x->shape, x->dtype, i ? sign_b : 1.0);
         if (!gin[i])
             return fail_status();
     }

@@ -59,4 +59,12 @@ amp_tensor *op_attention_bthd(amp_tensor *q, amp_tensor *k, amp_tensor *v, bool 
  * the one the full causal attention computes for that position. */
 amp_tensor *op_attention_cached(amp_tensor *q, amp_tensor *k, amp_tensor *v);
 
+/* op_attention_bthd on the three thirds of one fused projection: qkv [B,
+ * T, 3, H, d] (a [B, T, 3 H d] linear result reshaped; q = qkv[:, :, 0],
+ * k = [:, :, 1], v = [:, :, 2]), out [B, T, H, d]. The CPU reads the
+ * thirds in place and writes dq, dk, dv into one d(qkv), so no narrow
+ * copies are made either way. Values as op_attention_bthd's on the
+ * thirds, bit for bit. */
+amp_tensor *op_attention_qkv(amp_tensor *qkv, bool causal);
+
 #endif

@@ -485,8 +485,41 @@ bool linear_infer(const node *n, const linear_params *p, lin_plan *pl)
 
 /* --------------------------------------------------------- attention */
 
+/* PyTorch's default scale, 1 / sqrt(E), computed in double then rounded. */
+static float sdpa_scale(int64_t d) { return d > 0 ? (float)(1.0 / sqrt((double)d)) : 1.0f; }
+
+/* ATTN_QKV: one input qkv [B, T, 3, H, d]. */
+static bool attention_qkv_infer(const node *n, const attention_params *p, attn_plan *pl)
+{
+    const amp_tensor *x = n->in[0];
+    if (n->n_in != 1) {
+        amp_set_error(AMP_ERR_ARG, "%s: the fused qkv layout takes one input, not %d", op_name(n), n->n_in);
+        return false;
+    }
+    if (!op_require_float(n, 0))
+        return false;
+    if (x->shape.ndim != 5 || x->shape.d[2] != 3) {
+        op_fail_shapes(n, "the fused qkv layout takes qkv [B, T, 3, H, d]");
+        return false;
+    }
+    const int64_t H = x->shape.d[3], d = x->shape.d[4];
+    pl->T = x->shape.d[1];
+    pl->d = d;
+    pl->hgroup = H;
+    pl->ld = 3 * H * d;
+    pl->out_ld = H * d;
+    pl->Tk = pl->kv_ld = 0;
+    pl->heads = x->shape.d[0] * H;
+    pl->scale = sdpa_scale(d);
+    pl->causal = p->causal;
+    return true;
+}
+
 bool attention_infer(const node *n, const attention_params *p, attn_plan *pl)
 {
+    if (p->layout == ATTN_QKV)
+        return attention_qkv_infer(n, p, pl);
+    pl->out_ld = 0;
     for (int i = 0; i < 3; i++)
         if (!op_require_float(n, i))
             return false;
@@ -533,8 +566,7 @@ bool attention_infer(const node *n, const attention_params *p, attn_plan *pl)
         pl->ld = q->shape.d[2] * q->shape.d[3];
     }
     pl->heads = pl->T * pl->d > 0 ? q->numel / (pl->T * pl->d) : 0;
-    /* PyTorch's default scale, 1 / sqrt(E), computed in double then rounded. */
-    pl->scale = pl->d > 0 ? (float)(1.0 / sqrt((double)pl->d)) : 1.0f;
+    pl->scale = sdpa_scale(pl->d);
     pl->causal = p->causal;
     return true;
 }

@@ -105,7 +105,8 @@ bool linear_infer(const node *n, const linear_params *p, lin_plan *pl);
  * d, the softmax scale and whether the mask is causal. */
 typedef struct {
     int64_t heads, T, d;
-    int64_t hgroup, ld; /* [B, T, H, d] (ATTN_BTHD, ATTN_CACHED): H and H * d; else 0 */
+    int64_t hgroup, ld; /* [B, T, H, d] (ATTN_BTHD, ATTN_CACHED): H and H * d; ATTN_QKV: H, 3 H d; else 0 */
+    int64_t out_ld;     /* ATTN_QKV: the output's row stride H * d; else 0 (ld) */
     int64_t Tk, kv_ld;  /* ATTN_CACHED, k and v a KV cache [Tk, B, H, d]: Tk and B * H * d; else 0 */
     float scale;
     bool causal;

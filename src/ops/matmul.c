@@ -261,10 +261,15 @@ amp_status linear_backward(node *n, const linear_params *p, const amp_tensor *go
         st = grad_product(n, &g, x->shape, &gin[0]);
     }
     if (st == AMP_OK && in_needs_grad(n, 1)) {
-        /* dW [out, in] = dY^T [out, rows] X [rows, in] */
+        /* dW [out, in] = dY^T [out, rows] X [rows, in]; for a 16-bit cast
+         * of an f32 weight, made in f32 with the 16-bit rounding where the
+         * backend can (autograd_grad_dtype): the cast's widening pass goes */
+        const bool widened = dt != AMP_F32 && autograd_grad_dtype(n, 1) == AMP_F32 &&
+                             backend_of(dev)->gemm_rounds_c;
         be_gemm_desc g = product(true, false, pl.out, pl.in, pl.rows, tensor_ptr(gout), pl.out, 0, tensor_ptr(x),
-                                 pl.in, 0, NULL, pl.in, 0, 1, dt, dt);
+                                 pl.in, 0, NULL, pl.in, 0, 1, dt, widened ? AMP_F32 : dt);
         g.weight_grad = true;
+        g.c_rounded = widened;
         st = grad_product(n, &g, w->shape, &gin[1]);
     }
     if (st == AMP_OK && lin_has_bias(n, p) && in_needs_grad(n, 2)) {

@@ -35,8 +35,10 @@ typedef enum { OP_ACT_NONE = 0, OP_ACT_RELU, OP_ACT_GELU_TANH } op_act;
 /* The layout of attention's q, k, v: [.., T, d] with every leading dim a
  * head (amp_attention); [B, T, H, d] (op_attention_bthd: a linear's
  * result split into heads without a copy); q [B, T, H, d] over a KV cache
- * k, v [Tk, B, H, d] (op_attention_cached, forward only). */
-typedef enum { ATTN_HEADS_FIRST = 0, ATTN_BTHD, ATTN_CACHED } attn_layout;
+ * k, v [Tk, B, H, d] (op_attention_cached, forward only); one input qkv
+ * [B, T, 3, H, d] whose thirds are q, k, v (op_attention_qkv: a fused
+ * projection read in place, its gradient written as one tensor). */
+typedef enum { ATTN_HEADS_FIRST = 0, ATTN_BTHD, ATTN_CACHED, ATTN_QKV } attn_layout;
 
 /* A list of dims or sizes: d[0..n). */
 typedef struct op_dims {

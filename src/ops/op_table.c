@@ -39,7 +39,11 @@ static const char *act_name(op_act a)
 
 static const char *layout_name(attn_layout l)
 {
-    return l == ATTN_HEADS_FIRST ? "heads_first" : l == ATTN_BTHD ? "bthd" : l == ATTN_CACHED ? "cached" : "?";
+    return l == ATTN_HEADS_FIRST ? "heads_first"
+           : l == ATTN_BTHD    ? "bthd"
+           : l == ATTN_CACHED  ? "cached"
+           : l == ATTN_QKV     ? "qkv"
+                               : "?";
 }
 
 /* Per family, <family>_args: the fields of a copy of its struct, in the
@@ -290,6 +294,7 @@ amp_tensor *op_run(int op, amp_tensor *const *in, int n_in, const op_params *p)
     }
     out->requires_grad = true;
     out->grad_fn = n; /* the node's one reference now belongs to out */
+    n->widens_back = op == OP_TO && n_in == 1 && amp_dtype_is_float(in[0]->dtype);
     node_hold_state(n); /* its inputs and saved tensors: activations */
     return pool_add(out);
 }

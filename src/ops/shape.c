@@ -295,6 +295,10 @@ amp_status to_backward(node *n, const to_params *p, const amp_tensor *gout, amp_
     const amp_tensor *x = n->in[0];
     if (!in_needs_grad(n, 0) || !amp_dtype_is_float(x->dtype) || !amp_dtype_is_float(gout->dtype))
         return AMP_OK;
+    if (gout->dtype == x->dtype) { /* made widened already (autograd_grad_dtype): handed on */
+        gin[0] = amp_tensor_retain((amp_tensor *)gout);
+        return AMP_OK;
+    }
     gin[0] = tensor_convert(gout, x->dtype);
     return gin[0] ? AMP_OK : amp_last_status();
 }

@@ -40,12 +40,18 @@
  *
  * Layout (be_attn_desc): q, k, v, out and the gradients may be [B, H, T,
  * D] (contiguous heads) or [B, T, H, D] (row stride H * D), so the GPT
- * need not permute its heads.
+ * need not permute its heads; q, k, v and their gradients may also be the
+ * thirds of one fused [B, T, 3, H, D] projection (row stride 3 H D, out
+ * and gout keeping H D: out_ld), so it need not split them either.
  *
  * Threads: amp_parallel_for over (head, query tile) pairs forward, over
  * heads backward, with per-thread scratch; K and V are packed once per
- * call forward (a first parallel pass) and once per head backward.
+ * call forward (a first parallel pass) and once per head backward. A
+ * cached forward of at most ATTN_KV_MAX_Q queries on f32 FMA (a decode
+ * step) packs nothing: attention_kv.c reads the cache in place, with the
+ * packed products' bits.
  */
+#include "backend/cpu/attention_kv.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/base.h"
 #include "base/parallel.h"
@@ -267,6 +273,39 @@ TGT_DOT static void pairs_bf16_v(const uint16_t *src, int64_t ld, int64_t K, int
 }
 #endif
 
+#if defined(ATTN_X86)
+/* len bf16 values widened to f32 (exact: the 16 bits go on top), 16 at a
+ * time in registers. */
+TGT_F static void widen_bf16_v(const uint16_t *src, int64_t len, float *dst)
+{
+    int64_t j = 0;
+    for (; j + 16 <= len; j += 16) {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + j)));
+        _mm512_storeu_ps(dst + j, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+    for (; j < len; j++) {
+        const uint32_t u = (uint32_t)src[j] << 16;
+        memcpy(dst + j, &u, sizeof u);
+    }
+}
+#endif
+
+/* len elements of src (dtype dt) as f32 into f: bf16 widened inline on the
+ * vector kernels (a short row through amp_convert costs its dispatch and
+ * tails each time: a fifth of a bf16 attention's time once), the rest by
+ * amp_convert. The same values either way. */
+static void widen_row(ctype ct, const void *src, amp_dtype dt, int64_t len, float *f)
+{
+#if defined(ATTN_X86)
+    if (ct != CT_PLAIN && dt == AMP_BF16) {
+        widen_bf16_v(src, len, f);
+        return;
+    }
+#endif
+    (void)ct;
+    amp_convert(src, dt, f, AMP_F32, (size_t)len);
+}
+
 /* Row `len` elements of src (dtype dt) as the compute type's row: f32
  * into f (len floats), or bf16 into h (len values, then a zero when len is
  * odd). */
@@ -283,7 +322,7 @@ static void load_row(ctype ct, const void *src, amp_dtype dt, int64_t len, float
         if (dt == AMP_F32)
             memcpy(f, src, (size_t)len * sizeof(float));
         else
-            amp_convert(src, dt, f, AMP_F32, (size_t)len);
+            widen_row(ct, src, dt, len, f);
     }
 }
 
@@ -414,17 +453,29 @@ static void pack_bn(ctype ct, const void *src, amp_dtype dt, int64_t ld, int64_t
 
 /* ------------------------------------------------------------------ layout */
 
-/* Element offset of row t of head h in any of the desc's [.., T, D] tensors. */
-static inline int64_t row_at(const be_attn_desc *a, int64_t h, int64_t t)
+/* Element offset of row t of head h in a [.., T, D] tensor of the desc
+ * whose rows are ld apart. */
+static inline int64_t row_ld(const be_attn_desc *a, int64_t ld, int64_t h, int64_t t)
 {
-    const int64_t hg = a->hgroup > 0 ? a->hgroup : 1, ld = a->ld > 0 ? a->ld : a->D;
+    const int64_t hg = a->hgroup > 0 ? a->hgroup : 1;
     return (h / hg) * a->T * ld + (h % hg) * a->D + t * ld;
 }
+/* The row strides of q, k, v, gq, gk, gv (ld) and of out, gout (out_ld). */
 static inline int64_t ld_of(const be_attn_desc *a) { return a->ld > 0 ? a->ld : a->D; }
+static inline int64_t out_ld_of(const be_attn_desc *a) { return a->out_ld > 0 ? a->out_ld : ld_of(a); }
+static inline int64_t row_at(const be_attn_desc *a, int64_t h, int64_t t) { return row_ld(a, ld_of(a), h, t); }
+static inline int64_t out_row_at(const be_attn_desc *a, int64_t h, int64_t t)
+{
+    return row_ld(a, out_ld_of(a), h, t);
+}
 
 static const void *at(const void *base, const be_attn_desc *a, int64_t h, int64_t t)
 {
     return (const char *)base + (size_t)row_at(a, h, t) * amp_dtype_size(a->dt);
+}
+static const void *at_out(const void *base, const be_attn_desc *a, int64_t h, int64_t t)
+{
+    return (const char *)base + (size_t)out_row_at(a, h, t) * amp_dtype_size(a->dt);
 }
 
 /* Keys per head, and key / value row t of head h (a cache's [Tk, heads,
@@ -462,6 +513,7 @@ typedef struct {
     int64_t nkt;      /* key tiles per head (ntiles unless cached) */
     uint32_t *kpack;  /* [heads][nkt] K tiles, then V tiles */
     uint32_t *vpack;
+    bool direct;      /* a few queries over a cache: K and V read in place (attention_kv.c), no packs */
     char *scratch;    /* per thread */
     size_t slot;      /* bytes per thread */
 } fwd_ctx;
@@ -720,18 +772,24 @@ static void fwd_range(void *vc, int64_t lo, int64_t hi, int tid)
             const int64_t nk = Tk - j0 < BK ? Tk - j0 : BK, jt = j0 / BK;
             const uint32_t *Kt = c->kpack + (h * c->nkt + jt) * kw;
             const uint32_t *Vt = c->vpack + (h * c->nkt + jt) * vw;
-            mm(ct, nq, nk, ksd, Qr, ldq, Kt, BK, S, BK, false);
+            if (c->direct)
+                attn_kv_scores(nq, nk, D, (const float *)Qr, ldq, at_kv(a->k, a, h, j0), kv_ld_of(a), a->dt, S, BK);
+            else
+                mm(ct, nq, nk, ksd, Qr, ldq, Kt, BK, S, BK, false);
             online_tile(c, i0, nq, j0, nk, S, m, l, O, Dp);
             int64_t lda;
             const uint32_t *P = p_operand(ct, S, nq, Pbuf, &lda);
-            mm(ct, nq, D, ksteps(ct, nk), P, lda, Vt, Dp, O, Dp, true);
+            if (c->direct)
+                attn_kv_values(nq, nk, D, (const float *)P, lda, at_kv(a->v, a, h, j0), kv_ld_of(a), a->dt, O, Dp);
+            else
+                mm(ct, nq, D, ksteps(ct, nk), P, lda, Vt, Dp, O, Dp, true);
         }
         for (int64_t r = 0; r < nq; r++) {
             const float inv = (float)(1.0 / l[r]);
             float *o = O + r * Dp;
             for (int64_t d = 0; d < D; d++)
                 rowbuf[d] = o[d] * inv;
-            amp_convert(rowbuf, AMP_F32, (char *)a->out + (size_t)row_at(a, h, i0 + r) * es, a->dt, (size_t)D);
+            amp_convert(rowbuf, AMP_F32, (char *)a->out + (size_t)out_row_at(a, h, i0 + r) * es, a->dt, (size_t)D);
             if (a->lse)
                 a->lse[h * T + i0 + r] = m[r] + (float)log(l[r]);
         }
@@ -754,12 +812,15 @@ amp_status cpu_attention(const be_attn_desc *a)
                              (long long)a->Tk, (long long)a->T);
     fwd_ctx c = {.a = a, .ct = pick_ctype(a->dt), .ntiles = (a->T + BQ - 1) / BQ};
     c.nkt = (keys_of(a) + BK - 1) / BK;
+    /* A decode step's few queries over a cache: packing every cached key
+     * and value per call would cost more than the products themselves. */
+    c.direct = a->Tk > 0 && a->T <= ATTN_KV_MAX_Q && c.ct == CT_F32V && attn_kv_direct_available();
     const int64_t tasks = a->heads * c.ntiles, ktasks = a->heads * c.nkt;
     const int64_t grain = grain_for(tasks, (double)BQ * (double)keys_of(a) * (double)(a->D + 4));
     const int64_t kgrain = a->Tk > 0 ? grain_for(ktasks, (double)BK * (double)(a->D + 4)) : grain;
     const int width = amp_parallel_width(tasks, grain), kwidth = amp_parallel_width(ktasks, kgrain);
     c.slot = (fwd_slot_floats(a->D) * sizeof(float) + 63) / 64 * 64;
-    const size_t packs = (size_t)(ktasks * (ktile_words(c.ct, a->D) + vtile_words(c.ct, a->D))) * 4;
+    const size_t packs = c.direct ? 0 : (size_t)(ktasks * (ktile_words(c.ct, a->D) + vtile_words(c.ct, a->D))) * 4;
     const size_t slots = (size_t)(width > kwidth ? width : kwidth) * c.slot;
     char *mem = amp_alloc(packs + slots);
     if (!mem)
@@ -768,7 +829,8 @@ amp_status cpu_attention(const be_attn_desc *a)
     c.kpack = (uint32_t *)mem;
     c.vpack = c.kpack + ktasks * ktile_words(c.ct, a->D);
     c.scratch = mem + packs;
-    amp_parallel_for(ktasks, kgrain, pack_kv_range, &c);
+    if (!c.direct)
+        amp_parallel_for(ktasks, kgrain, pack_kv_range, &c);
     amp_parallel_for(tasks, grain, fwd_range, &c);
     amp_free(mem);
     return AMP_OK;
@@ -824,7 +886,7 @@ static void bwd_head(const bwd_ctx *c, int64_t h, uint32_t *w)
 {
     const be_attn_desc *a = c->a;
     const ctype ct = c->ct;
-    const int64_t T = a->T, D = a->D, Dp = pad16(D), ldx = ld_of(a), nt = c->ntiles;
+    const int64_t T = a->T, D = a->D, Dp = pad16(D), ldx = ld_of(a), ldo = out_ld_of(a), nt = c->ntiles;
     const int64_t ksd = ksteps(ct, D), kbk = ksteps(ct, BK), kbq = ksteps(ct, BQ);
     const size_t es = amp_dtype_size(a->dt);
     const bool want_qk = a->gq || a->gk;
@@ -854,19 +916,19 @@ static void bwd_head(const bwd_ctx *c, int64_t h, uint32_t *w)
     for (int64_t i0 = 0; i0 < T; i0 += BQ) {
         const int64_t nq = T - i0 < BQ ? T - i0 : BQ;
         pack_bt(ct, at(a->q, a, h, i0), a->dt, ldx, nq, D, Qt, BQ, tmp);
-        pack_bn(ct, at(a->gout, a, h, i0), a->dt, ldx, nq, D, dOn, row);
+        pack_bn(ct, at_out(a->gout, a, h, i0), a->dt, ldo, nq, D, dOn, row);
         for (int64_t r = 0; r < BQ; r++) {
             lse[r] = r < nq ? a->lse[h * T + i0 + r] : 0.0f;
             Di[r] = 0.0f;
         }
         if (want_qk) {
-            pack_bt(ct, at(a->gout, a, h, i0), a->dt, ldx, nq, D, dOt, BQ, tmp);
+            pack_bt(ct, at_out(a->gout, a, h, i0), a->dt, ldo, nq, D, dOt, BQ, tmp);
             pack_bn(ct, at(a->q, a, h, i0), a->dt, ldx, nq, D, Qn, row);
             /* D_i = rowsum(dO ∘ O), O the forward's rounded output. */
             for (int64_t r = 0; r < nq; r++) {
                 float *o = rowbuf, *g = rowbuf + Dp;
-                amp_convert(at(a->out, a, h, i0 + r), a->dt, o, AMP_F32, (size_t)D);
-                amp_convert(at(a->gout, a, h, i0 + r), a->dt, g, AMP_F32, (size_t)D);
+                widen_row(ct, at_out(a->out, a, h, i0 + r), a->dt, D, o);
+                widen_row(ct, at_out(a->gout, a, h, i0 + r), a->dt, D, g);
                 double sum = 0;
                 for (int64_t d = 0; d < D; d++)
                     sum += (double)o[d] * g[d];

@@ -63,6 +63,7 @@ static amp_status cpu_synchronize(void) { return AMP_OK; }
 const amp_backend amp_backend_cpu = {
     .name = "cpu",
     .optim_writes_cast = true,
+    .gemm_rounds_c = true,
     .device = AMP_CPU,
     .available = cpu_available,
     .unavailable_reason = cpu_unavailable_reason,

@@ -21,6 +21,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm/gemm.h"
 #include "base/base.h"
+#include "dtype/dtype.h"
 #include "record/profile.h"
 #include "backend/cpu/simd.h"
 #include "backend/pointwise.h"
@@ -168,6 +169,64 @@ static bool weight_grad_widened(const be_gemm_desc *g, amp_status *st)
 
 static amp_status gemm_run_desc(const be_gemm_desc *g);
 
+/* c_rounded's epilogue: each row of a final tile of the f32 C rounded to
+ * dt (16-bit) and widened back in place, while the tile is in cache. */
+typedef struct {
+    float *C;
+    int64_t ldc;
+    amp_dtype dt;
+} round_ep;
+
+enum { ROUND_CHUNK = 256 };
+
+static void round_tile(void *ctx, int64_t i0, int64_t j0, int mr, int nr)
+{
+    const round_ep *e = ctx;
+    uint16_t h[ROUND_CHUNK];
+    for (int r = 0; r < mr; r++) {
+        float *row = e->C + (i0 + r) * e->ldc + j0;
+        for (int c0 = 0; c0 < nr; c0 += ROUND_CHUNK) {
+            const size_t nc = (size_t)(nr - c0 < ROUND_CHUNK ? nr - c0 : ROUND_CHUNK);
+            amp_convert(row + c0, AMP_F32, h, e->dt, nc);
+            amp_convert(h, e->dt, row + c0, AMP_F32, nc);
+        }
+    }
+}
+
+/* A product whose f32 C gets each output rounded to A's 16-bit dtype
+ * (be_gemm_desc.c_rounded). On ampc's own kernels the rounding is the
+ * tile epilogue; where oneDNN (or the f16 weight-gradient path) would run
+ * it, the product goes into a 16-bit buffer that is then widened into C,
+ * the two passes the caller would otherwise make. */
+static amp_status gemm_rounded(const be_gemm_desc *g)
+{
+    if (g->cdt != AMP_F32 || (g->adt != AMP_BF16 && g->adt != AMP_F16) || g->batch != 1 || g->bias ||
+        g->ep != BE_EPI_NONE || g->beta != 0.0f)
+        return amp_set_error(AMP_ERR_ARG, "gemm: a rounded f32 C needs 16-bit A, one product, beta 0, no bias "
+                                          "and no epilogue");
+    const bool f16_widened = g->weight_grad && g->adt == AMP_F16 && !gemm_f16_split_active(g->M, g->N, g->K);
+    if (!f16_widened && gemm_lowp_runs_own(g->ta, g->tb, g->M, g->N, g->K, g->adt)) {
+        round_ep e = {g->C, g->ldc, g->adt};
+        const gemm_epilogue ep = {round_tile, &e};
+        return gemm_lowp_ep(g->ta, g->tb, g->M, g->N, g->K, g->alpha, g->A, g->adt, g->lda, g->B, g->bdt, g->ldb,
+                            0.0f, g->C, AMP_F32, g->ldc, &ep);
+    }
+    void *tmp = amp_alloc((size_t)(g->M * g->N) * amp_dtype_size(g->adt));
+    if (!tmp)
+        return amp_set_error(AMP_ERR_MEMORY, "gemm: out of memory for a %lld x %lld product",
+                             (long long)g->M, (long long)g->N);
+    be_gemm_desc h = *g;
+    h.c_rounded = false;
+    h.C = tmp;
+    h.cdt = g->adt;
+    h.ldc = g->N;
+    amp_status st = gemm_run_desc(&h);
+    if (st == AMP_OK)
+        cvt_rows(tmp, g->adt, g->N, g->C, AMP_F32, g->ldc, g->M, g->N, gemm_row_grain(g->N));
+    amp_free(tmp);
+    return st;
+}
+
 /* The product as a PROF_KERNEL event when the profiler is on, named by
  * the path it took (gemm_path), with its dtypes, sizes and FLOPs. */
 amp_status cpu_gemm(const be_gemm_desc *g)
@@ -197,6 +256,8 @@ static amp_status gemm_run_desc(const be_gemm_desc *g)
 {
     if (g->batch < 0)
         return amp_set_error(AMP_ERR_ARG, "gemm: a batch of %lld products", (long long)g->batch);
+    if (g->c_rounded)
+        return gemm_rounded(g);
     if (g->bias || g->ep != BE_EPI_NONE) {
         if (g->alpha != 1.0f || g->beta != 0.0f || g->batch != 1)
             return amp_set_error(AMP_ERR_ARG, "gemm: a bias or an epilogue needs alpha 1, beta 0 and batch 1 "

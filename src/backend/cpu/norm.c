@@ -168,9 +168,15 @@ typedef struct {
                       float *);
     void (*bwd_group)(const float *const *, const float *const *, const float *, const float *, const float *, int64_t,
                       float *, float *const *);
+    /* a += d over n floats (NULL: none) */
+    void (*acc)(float *, const float *, int64_t);
+    /* param_row on GROUP rows, adding into aw and ab row after row, as
+     * GROUP calls of param would (NULL: none) */
+    void (*param_group)(const float *const *, const float *const *, const float *, const float *, int64_t, double *,
+                        double *);
 } row_kernels;
 
-static const row_kernels kernels_c = {fwd_row_c, bwd_row_c, param_row_c, NULL, NULL};
+static const row_kernels kernels_c = {fwd_row_c, bwd_row_c, param_row_c, NULL, NULL, NULL, NULL};
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -289,7 +295,44 @@ TGT_AVX512 static void bwd_group_v(const float *const *g, const float *const *x,
     }
 }
 
-static const row_kernels kernels_v = {fwd_row_v, bwd_row_v, param_row_v, fwd_group_v, bwd_group_v};
+TGT_AVX512 static void acc_row_v(float *a, const float *d, int64_t n)
+{
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 k = (__mmask16)(n - j >= 16 ? 0xffff : (1u << (n - j)) - 1);
+        _mm512_mask_storeu_ps(a + j, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, a + j), _mm512_maskz_loadu_ps(k, d + j)));
+    }
+}
+
+/* param_row_body on GROUP rows: each of aw[j], ab[j] is loaded once, gets
+ * the rows' terms in row order (the adds param_row_body makes, in its
+ * order: the same bits), and is stored once. */
+TGT_AVX512 static void param_group_v(const float *const *g, const float *const *x, const float *mr, const float *rr,
+                                     int64_t N, double *aw, double *ab)
+{
+    int64_t j = 0;
+    for (; j + 8 <= N; j += 8) {
+        __m512d w8 = aw ? _mm512_loadu_pd(aw + j) : _mm512_setzero_pd();
+        __m512d b8 = ab ? _mm512_loadu_pd(ab + j) : _mm512_setzero_pd();
+        for (int r = 0; r < GROUP; r++) {
+            const __m256 gv = _mm256_loadu_ps(g[r] + j);
+            if (aw) {
+                const __m256 xh =
+                    _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x[r] + j), _mm256_set1_ps(mr[r])), _mm256_set1_ps(rr[r]));
+                w8 = _mm512_add_pd(w8, _mm512_cvtps_pd(_mm256_mul_ps(gv, xh)));
+            }
+            b8 = _mm512_add_pd(b8, _mm512_cvtps_pd(gv));
+        }
+        if (aw)
+            _mm512_storeu_pd(aw + j, w8);
+        if (ab)
+            _mm512_storeu_pd(ab + j, b8);
+    }
+    for (int r = 0; r < GROUP && j < N; r++)
+        param_row_body(g[r] + j, x[r] + j, mr[r], rr[r], N - j, aw ? aw + j : NULL, ab ? ab + j : NULL);
+}
+
+static const row_kernels kernels_v = {fwd_row_v,   bwd_row_v, param_row_v,  fwd_group_v,
+                                      bwd_group_v, acc_row_v, param_group_v};
 #endif
 
 static const row_kernels *pick_kernels(void)
@@ -494,12 +537,18 @@ static void bwd_rows(const bwd_ctx *c, int64_t r0, int64_t r1, float *mine, doub
             for (int k = 0; c->acc && k < GROUP; k++) {
                 float *restrict a = (float *)c->dx + (r + k) * N;
                 const float *restrict d = ds[k];
-                for (int64_t j = 0; j < N; j++)
-                    a[j] += d[j];
+                if (c->k->acc)
+                    c->k->acc(a, d, N);
+                else
+                    for (int64_t j = 0; j < N; j++)
+                        a[j] += d[j];
             }
         }
-        for (int k = 0; (aw || ab) && k < GROUP; k++)
-            c->k->param(gs[k], xs[k], c->mu[r + k], c->rs[r + k], N, aw, ab);
+        if ((aw || ab) && c->k->param_group)
+            c->k->param_group(gs, xs, c->mu + r, c->rs + r, N, aw, ab);
+        else
+            for (int k = 0; (aw || ab) && k < GROUP; k++)
+                c->k->param(gs[k], xs[k], c->mu[r + k], c->rs[r + k], N, aw, ab);
     }
     for (; r < r1; r++) {
         const float *gr = row_f32(c->g, c->gdt, r, N, mine), *xr = row_f32(c->x, c->xdt, r, N, mine + N);

@@ -11,14 +11,17 @@
  *      and, in AUTO, the rule below pick it, and oneDNN can do the call
  *      (it declines mixed dtypes, f16 without f16 kernels, shapes it only
  *      has a reference implementation for);
- *   2. bf16 x bf16 on the CPU's native 16-bit dot products (AMX-BF16 or
+ *   2. f32 x f32 -> f32 with B transposed and at most 4 rows of A (a
+ *      decode step's linear): the f32 gemv (gemv_f32.c); in AUTO oneDNN
+ *      is not asked;
+ *   3. bf16 x bf16 on the CPU's native 16-bit dot products (AMX-BF16 or
  *      VDPBF16PS, gemm_bf16.c's drivers): the few-row gemv for at most 8
  *      rows with B transposed, else the blocked driver;
- *   3. f16 x f16 split exactly into bf16 on AMX (the same blocked driver
+ *   4. f16 x f16 split exactly into bf16 on AMX (the same blocked driver
  *      on gemm_f16_kernel_amx), from 2^22 multiply-adds;
- *   4. everything else on the widening driver (gemm.c): panels widened to
+ *   5. everything else on the widening driver (gemm.c): panels widened to
  *      f32 while packing, f32 FMA micro-kernels.
- * Trivial products (M, N or K of 0, alpha 0) always take 4.
+ * Trivial products (M, N or K of 0, alpha 0) always take 5.
  */
 #include "backend/cpu/gemm/gemm.h"
 #include "backend/cpu/gemm/gemm_kernels.h"
@@ -65,9 +68,27 @@ const char *gemm_kernel_name(void) { return gemm_widen_kernel_name(); }
  */
 #define ONEDNN_BF16_OWN_ON_DOT 0
 
+/* Whether an f32 product goes to the f32 gemv (gemv_f32.c): B
+ * transposed, A not, 1 .. GEMM_F32_GEMV_MAX_M rows. Measured on this
+ * project's Xeon (bench/generate.sh: the decode of a 6-layer, width-384
+ * gpt), oneDNN's matmul reads the weight of such a product at under half
+ * the bandwidth the gemv reaches (the decode: 2.3x faster on it). */
+static _Atomic int f32_gemv_rows = GEMM_F32_GEMV_MAX_M;
+
+void gemm_f32_set_gemv_rows(int max_m)
+{
+    atomic_store(&f32_gemv_rows, max_m < 0 ? 0 : max_m > GEMM_F32_GEMV_MAX_M ? GEMM_F32_GEMV_MAX_M : max_m);
+}
+
+static bool f32_gemv_takes(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K)
+{
+    return !trans_a && trans_b && M >= 1 && M <= atomic_load(&f32_gemv_rows) && N >= 1 && K >= 1;
+}
+
 bool gemm_onednn_policy(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, amp_dtype dt)
 {
-    (void)trans_b;
+    if (dt == AMP_F32 && f32_gemv_takes(trans_a, trans_b, M, N, K))
+        return false;
     if (dt == AMP_BF16) {
         if (ONEDNN_BF16_OWN_ON_DOT && gemm_bf16_prefers_own())
             return false;
@@ -84,6 +105,11 @@ static bool onednn_wanted(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
     case CPU_LIB_ONEDNN: return true;
     default: return gemm_onednn_policy(trans_a, trans_b, M, N, K, dt);
     }
+}
+
+bool gemm_lowp_runs_own(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, amp_dtype dt)
+{
+    return !onednn_available() || !onednn_wanted(trans_a, trans_b, M, N, K, dt);
 }
 
 /* ---------------------------------------------------------------- bf16 */
@@ -294,6 +320,10 @@ amp_status gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
         gemm_path = onednn_path;
         return st;
     }
+    if (alpha != 0.0f && f32_gemv_takes(trans_a, trans_b, M, N, K)) {
+        gemm_path = gemm_f32_gemv_name();
+        return gemm_f32_gemv(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
+    }
     return gemm_widen(trans_a, trans_b, M, N, K, alpha, A, AMP_F32, lda, B, AMP_F32, ldb, beta, C, AMP_F32, ldc, NULL);
 }
 
@@ -319,6 +349,11 @@ amp_status gemm_lowp_ep(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
         if (st == AMP_OK)
             gemm_epilogue_all(ep, M, N);
         return st;
+    }
+    if (a_dt == AMP_F32 && b_dt == AMP_F32 && c_dt == AMP_F32 && alpha != 0.0f &&
+        f32_gemv_takes(trans_a, trans_b, M, N, K)) {
+        gemm_path = gemm_f32_gemv_name();
+        return gemm_f32_gemv(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
     }
     if (a_dt == AMP_BF16 && b_dt == AMP_BF16 &&
         run_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, ep, &st))

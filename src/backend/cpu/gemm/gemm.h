@@ -88,6 +88,11 @@ const char *gemm_kernel_name(void);
  * exposed for the benchmark's table. */
 bool gemm_onednn_policy(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, amp_dtype dt);
 
+/* Whether gemm_lowp runs this product (A's dtype dt) on ampc's own
+ * kernels, where a tile epilogue runs on each tile while it is in cache,
+ * rather than on oneDNN, after which it runs over all of C. */
+bool gemm_lowp_runs_own(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, amp_dtype dt);
+
 /* ---- bf16 x bf16 on native 16-bit dot products ---- */
 
 /* Which path gemm_lowp takes when both A and B are bf16:
@@ -105,6 +110,11 @@ void gemm_bf16_set_mode(gemm_bf16_mode mode);
  * the blocked kernel (gemm_bf16.c); 0 turns it off. For tests and
  * benchmarks. */
 void gemm_bf16_set_gemv_rows(int max_m);
+
+/* The most rows (0 .. 4; default 4) for which an f32 product with B
+ * transposed (A not) takes the f32 gemv (gemv_f32.c) instead of oneDNN
+ * or the blocked kernel; 0 turns it off. For tests and benchmarks. */
+void gemm_f32_set_gemv_rows(int max_m);
 
 /* Whether bf16 products here run on the VDPBF16PS kernel (AMD's
  * AVX512-BF16 without AMX), where gemm_onednn_policy can keep every bf16

@@ -405,10 +405,12 @@ amp_status gemm_bf16_drive(const gemm_bf16_kernel *kern, bool trans_a, bool tran
  * many rows take it (8 at most) is the dispatcher's choice (dispatch.c). */
 #define GEMV_COLS 64
 /* Multiply-adds from which the gemv spreads over the threads: it streams
- * B once from memory or L2, so threads pay off sooner than for the
- * blocked kernels (half the dot kernel's par_min; a guess, not measured:
- * bench/generate.sh runs 1 thread). */
-#define GEMV_PAR_MIN (1 << 18)
+ * B once from memory or L3 (128 KiB of bf16 at this size: some 5 us on
+ * one core, past the cost of waking the pool's workers), so threads pay
+ * off far sooner than for the blocked kernels; the f32 gemv's threshold
+ * (gemv_f32.c). At 1 << 18 the width-384 gpt's attention projection
+ * (147K) ran on one thread. */
+#define GEMV_PAR_MIN (1 << 16)
 
 typedef struct {
     const gemm_bf16_kernel *kern;

@@ -32,6 +32,7 @@
 
 #include <cpuid.h>
 #include <immintrin.h>
+#include "backend/cpu/gemm/rowdot_walk.h"
 #include "backend/cpu/gemm/tile_x86.h"
 #include "backend/cpu/gemm/transpose_x86.h"
 #include "dtype/bf16_x86.h"
@@ -267,6 +268,12 @@ TGT_DOT static inline __attribute__((always_inline)) void rowdot_block(const int
             acc[i][j] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 32 <= K; k += 32) {
+        /* The next NJ lines at the same k (prefetches past B's end are
+         * dropped, never faults): short lines read side by side are no
+         * stream the hardware prefetcher follows; 12% more bandwidth on
+         * the width-384 gpt's weights (L3-resident, one core). */
+        for (int j = 0; j < NJ; j++)
+            _mm_prefetch((const char *)(b + (j + NJ) * ldb + k), _MM_HINT_T0);
         __m512bh bv[8];
         for (int j = 0; j < NJ; j++)
             bv[j] = (__m512bh)_mm512_loadu_si512(b + j * ldb + k);
@@ -295,28 +302,10 @@ TGT_DOT static inline __attribute__((always_inline)) void rowdot_block(const int
 /* Lines in blocks of NJ (8 for one row, 4 for more: enough independent
  * chains to cover VDPBF16PS's latency, at most 16 accumulators), then one
  * at a time. */
-#define ROWDOT_M(M_)                                                                    \
-    do {                                                                                \
-        const int nj_ = (M_) == 1 ? 8 : 4;                                              \
-        for (; j + nj_ <= n; j += nj_)                                                  \
-            if ((M_) == 1)                                                              \
-                rowdot_block(M_, 8, K, a, lda, b + j * ldb, ldb, out + j, ldo);         \
-            else                                                                        \
-                rowdot_block(M_, 4, K, a, lda, b + j * ldb, ldb, out + j, ldo);         \
-        for (; j < n; j++)                                                              \
-            rowdot_block(M_, 1, K, a, lda, b + j * ldb, ldb, out + j, ldo);             \
-    } while (0)
-
 TGT_DOT static void rowdot(int M, int64_t K, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
                            int64_t n, float *out, int64_t ldo)
 {
-    int64_t j = 0;
-    switch (M) {
-    case 1: ROWDOT_M(1); break;
-    case 2: ROWDOT_M(2); break;
-    case 3: ROWDOT_M(3); break;
-    default: ROWDOT_M(4); break;
-    }
+    ROWDOT_WALK(rowdot_block, 8, 4);
 }
 #else
 #define rowdot NULL

@@ -39,7 +39,8 @@ void gemm_epilogue_all(const gemm_epilogue *ep, int64_t M, int64_t N);
  * kernel events (cpu_gemm): "oneDNN matmul", or the name of ampc's own
  * micro-kernel that ran ("amx-bf16 32x32", "avx512bf16 12x32", "amx-bf16
  * split 32x32" for f16, "avx512 12x32" ..., "avx512bf16 gemv" for bf16
- * products of at most 8 rows with B transposed); a static string, NULL before
+ * products of at most 8 rows with B transposed, "avx512 gemv" / "c gemv"
+ * for f32 ones of at most 4); a static string, NULL before
  * any. A batch of products spread over threads sets it on each; the
  * calling thread runs a share of them, so it sees the path too. Set by
  * the dispatcher for the paths it hands a product to, and by the widening

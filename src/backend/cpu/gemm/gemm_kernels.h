@@ -12,6 +12,8 @@
  *                     blocked one, and a gemv for a few rows
  *   gemm_bf16_x86.c   their kernels: VDPBF16PS, AMX-BF16, and AMX on the
  *                     f16 split, whose packers are gemm_f16_split.c's
+ *   gemv_f32.c        f32 products of a few rows with B transposed,
+ *                     unpacked (AVX-512 and a portable kernel)
  */
 #ifndef AMPC_GEMM_KERNELS_H
 #define AMPC_GEMM_KERNELS_H
@@ -146,6 +148,19 @@ amp_status gemm_bf16_drive(const gemm_bf16_kernel *kern, bool trans_a, bool tran
 amp_status gemm_bf16_gemv(const gemm_bf16_kernel *kern, bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
                           const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
                           amp_dtype c_dt, int64_t ldc, const gemm_epilogue *ep);
+
+/* The most rows the f32 gemv takes: its kernel's 4 at a time, so W is
+ * read once. */
+#define GEMM_F32_GEMV_MAX_M 4
+
+/* C = alpha * A B^T + beta * C in f32 for 1 .. GEMM_F32_GEMV_MAX_M rows
+ * of A (M x K, rows contiguous) and B [N x K] (gemv_f32.c): each output a
+ * dot product of A's row with B's row where they lie, parallel over N;
+ * ep runs on each finished strip of columns. */
+amp_status gemm_f32_gemv(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                         const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const gemm_epilogue *ep);
+/* Its kernel on this CPU: "avx512 gemv" or "c gemv". */
+const char *gemm_f32_gemv_name(void);
 
 #if defined(__x86_64__)
 extern const gemm_bf16_kernel gemm_bf16_kernel_dot; /* 12 x 32, AVX512-BF16 */

@@ -65,6 +65,13 @@ bool onednn_available(void);
 /* "oneDNN 2.6.3" or "none (built without oneDNN)". */
 const char *onednn_version(void);
 
+/* Which oneDNN this build runs, for `ampc --version`: "oneDNN 3.2.0
+ * (built against 3.2.0)", the library loaded at run time (dnnl_version())
+ * and then the headers compiled against (DNNL_VERSION_*); the two differ
+ * when another libdnnl.so of the same SONAME is found at run time.
+ * "oneDNN: none" in a build without it. */
+const char *onednn_version_line(void);
+
 /* Drops every cached primitive (tests; otherwise they live until exit). */
 void onednn_clear_cache(void);
 

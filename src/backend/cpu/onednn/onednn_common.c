@@ -50,6 +50,7 @@ cpu_lib_mode onednn_mode(void)
 
 bool onednn_available(void) { return false; }
 const char *onednn_version(void) { return "none (built without oneDNN)"; }
+const char *onednn_version_line(void) { return "oneDNN: none"; }
 void onednn_clear_cache(void) {}
 
 #else
@@ -81,6 +82,14 @@ const char *onednn_version(void)
     static char buf[48];
     const dnnl_version_t *v = dnnl_version();
     snprintf(buf, sizeof buf, "oneDNN %d.%d.%d", v->major, v->minor, v->patch);
+    return buf;
+}
+
+const char *onednn_version_line(void)
+{
+    static char buf[96];
+    snprintf(buf, sizeof buf, "%s (built against %d.%d.%d)", onednn_version(), DNNL_VERSION_MAJOR,
+             DNNL_VERSION_MINOR, DNNL_VERSION_PATCH);
     return buf;
 }
 
