@@ -1,0 +1,124 @@
+/*
+ * test_pool_backward.c - the 2x2 stride-2 max pool's backward (every
+ * CNN's pool; src/backend/cpu/pool.c) against a reference written here
+ * from the op's definition: the gradient goes to each window's argmax (a
+ * NaN wins, the last of several; else a larger value wins, a tie keeping
+ * the first in row order), added to zero in f32 (so -0 becomes +0) and
+ * rounded once to the dtype; every other input gets 0, including the last
+ * row or column when H or W is odd. f32, bf16 and f16, with ties, NaNs
+ * and infinities in x and -0, NaN and infinite gradients.
+ */
+#include "harness.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+enum { N = 2, C = 3, H = 7, W = 9, HO = H / 2, WO = W / 2 };
+
+static float value_at(int i, uint32_t *rng)
+{
+    *rng = *rng * 1664525u + 1013904223u;
+    const int r = (int)(*rng >> 24);
+    if (i % 37 == 5)
+        return NAN;
+    if (i % 41 == 7)
+        return INFINITY;
+    if (i % 43 == 3)
+        return -INFINITY;
+    return (float)(r % 9) - 4.0f; /* few distinct values: ties */
+}
+
+static float grad_at(int i, uint32_t *rng)
+{
+    *rng = *rng * 1664525u + 1013904223u;
+    if (i % 11 == 2)
+        return -0.0f;
+    if (i % 13 == 4)
+        return NAN;
+    if (i % 17 == 6)
+        return -INFINITY;
+    return ((float)(*rng >> 8) / 16777216.0f - 0.5f) * 3.0f;
+}
+
+/* The values as dt holds them, widened. */
+static void through(float *v, int n, amp_dtype dt)
+{
+    for (int i = 0; i < n; i++) {
+        uint16_t h;
+        if (dt == AMP_F32)
+            continue;
+        amp_convert(&v[i], AMP_F32, &h, dt, 1);
+        amp_convert(&h, dt, &v[i], AMP_F32, 1);
+    }
+}
+
+static void check_dtype(amp_dtype dt)
+{
+    const int nx = N * C * H * W, ny = N * C * HO * WO;
+    float *x = malloc(sizeof(float) * (size_t)nx), *g = malloc(sizeof(float) * (size_t)ny);
+    float *want = calloc((size_t)nx, sizeof(float));
+    uint32_t rng = 12345;
+    for (int i = 0; i < nx; i++)
+        x[i] = value_at(i, &rng);
+    for (int i = 0; i < ny; i++)
+        g[i] = grad_at(i, &rng);
+    through(x, nx, dt);
+    through(g, ny, dt);
+    for (int p = 0; p < N * C; p++)
+        for (int oy = 0; oy < HO; oy++)
+            for (int ox = 0; ox < WO; ox++) {
+                const int base = p * H * W + 2 * oy * W + 2 * ox;
+                const int at[4] = {base, base + 1, base + W, base + W + 1};
+                int arg = at[0];
+                float best = x[at[0]];
+                for (int k = 1; k < 4; k++) {
+                    const float v = x[at[k]];
+                    if (isnan(v) || v > best) { /* a later NaN wins too (MAX_STEP) */
+                        best = v;
+                        arg = at[k];
+                    }
+                }
+                want[arg] = g[(p * HO + oy) * WO + ox] + 0.0f;
+            }
+    through(want, nx, dt);
+
+    amp_tensor *xf = amp_from_data(AMP_SHAPE(N, C, H, W), AMP_F32, x);
+    amp_tensor *gf = amp_from_data(AMP_SHAPE(N, C, HO, WO), AMP_F32, g);
+    amp_tensor *xt = amp_to(xf, dt), *gt = amp_to(gf, dt);
+    CHECK_OK(amp_tensor_set_requires_grad(xt, true));
+    amp_tensor *y = amp_max_pool2d(xt, 2, 2, 0);
+    CHECK(y != NULL);
+    CHECK_OK(amp_backward_with(y, gt));
+    amp_tensor *dx = amp_tensor_grad(xt);
+    CHECK(dx && amp_tensor_dtype(dx) == dt);
+    if (dx) {
+        float *got = malloc(sizeof(float) * (size_t)nx);
+        amp_convert(amp_tensor_data(dx), dt, got, AMP_F32, (size_t)nx);
+        int bad = 0;
+        for (int i = 0; i < nx; i++) {
+            const bool same = (isnan(got[i]) && isnan(want[i])) || memcmp(&got[i], &want[i], sizeof got[i]) == 0;
+            if (!same && bad++ < 5)
+                CHECK_MSG(false, "%s: dx[%d] = %g, expected %g", amp_dtype_name(dt), i, got[i], want[i]);
+        }
+        CHECK_EQ_INT(bad, 0);
+        free(got);
+    }
+    amp_tensor_free(xf);
+    amp_tensor_free(gf);
+    amp_temps_free();
+    free(x);
+    free(g);
+    free(want);
+}
+
+static void test_f32(void) { check_dtype(AMP_F32); }
+static void test_bf16(void) { check_dtype(AMP_BF16); }
+static void test_f16(void) { check_dtype(AMP_F16); }
+
+int main(void)
+{
+    RUN(test_f32);
+    RUN(test_bf16);
+    RUN(test_f16);
+    return harness_done();
+}
