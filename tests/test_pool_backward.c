@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-enum { N = 2, C = 3, H = 7, W = 9, HO = H / 2, WO = W / 2 };
+enum { N = 2, C = 3 };
 
 static float value_at(int i, uint32_t *rng)
 {
@@ -52,8 +52,9 @@ static void through(float *v, int n, amp_dtype dt)
     }
 }
 
-static void check_dtype(amp_dtype dt)
+static void check_dtype(amp_dtype dt, int H, int W)
 {
+    const int HO = H / 2, WO = W / 2;
     const int nx = N * C * H * W, ny = N * C * HO * WO;
     float *x = malloc(sizeof(float) * (size_t)nx), *g = malloc(sizeof(float) * (size_t)ny);
     float *want = calloc((size_t)nx, sizeof(float));
@@ -111,9 +112,18 @@ static void check_dtype(amp_dtype dt)
     free(want);
 }
 
-static void test_f32(void) { check_dtype(AMP_F32); }
-static void test_bf16(void) { check_dtype(AMP_BF16); }
-static void test_f16(void) { check_dtype(AMP_F16); }
+/* 7 x 9: odd sides, fewer windows a row than a vector; 6 x 41: a full
+ * vector of windows and a partial one; 28 x 28: the cnn's first pool. */
+static void check_sizes(amp_dtype dt)
+{
+    check_dtype(dt, 7, 9);
+    check_dtype(dt, 6, 41);
+    check_dtype(dt, 28, 28);
+}
+
+static void test_f32(void) { check_sizes(AMP_F32); }
+static void test_bf16(void) { check_sizes(AMP_BF16); }
+static void test_f16(void) { check_sizes(AMP_F16); }
 
 int main(void)
 {
