@@ -48,6 +48,10 @@ static bool applies(const opt_def *d, const train_opts *o)
 {
     if (d->models && strcmp(d->models, o->model) != 0)
         return false;
+    /* a text option without a value (a checkpoint's settings that never
+     * named one: an mlp's without "data") has nothing to save */
+    if (is_text(d) && !*(const char *const *)((const char *)o + d->off))
+        return false;
     const char *n = d->name;
     if (strcmp(n, "momentum") == 0)
         return strcmp(o->optim, "sgd") == 0;
