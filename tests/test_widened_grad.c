@@ -5,15 +5,19 @@
  * the bits of the 16-bit gradient widened by the cast's backward, which
  * runs no widening pass of its own. The reference is the same backward
  * with a node observer set, which keeps every gradient in its input's
- * dtype (the path before the fusion). Shapes: a tall weight whose
- * gradient runs on ampc's own kernels with the rounding as the tile
- * epilogue (where the CPU has them), and small ones that oneDNN runs;
- * bf16 and f16; a weight read twice (no widened gradient: the two 16-bit
- * gradients are added in 16 bits first, as PyTorch does).
+ * dtype (the path before the fusion). Shapes: a tall weight and a small
+ * one whose gradients run on ampc's own kernels with the rounding as the
+ * tile epilogue, and one that oneDNN runs where it is built in (into a
+ * 16-bit buffer, then widened); bf16 and f16 (whose weight gradient
+ * widens dY up front, then the buffer); a weight read twice (no widened
+ * gradient: the two 16-bit gradients are added in 16 bits first, as
+ * PyTorch does).
  */
 #include "harness.h"
 
 #include "autograd/graph.h"
+#include "backend/cpu/gemm/gemm.h"
+#include "backend/cpu/onednn/onednn.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -131,8 +135,24 @@ static void check_shape(amp_dtype dt, int64_t out, int64_t in, int64_t rows, boo
     free_grads(plain);
 }
 
-static void test_bf16_own_kernel_shape(void) { check_shape(AMP_BF16, 2100, 64, 50, false); }
-static void test_bf16_small(void) { check_shape(AMP_BF16, 96, 80, 33, false); }
+/* dW [out, in] = dYᵀ X: the product the dispatcher sees. */
+static bool dw_runs_own(int64_t out, int64_t in, int64_t rows)
+{
+    return gemm_lowp_runs_own(true, false, out, in, rows, AMP_BF16);
+}
+
+static void test_bf16_own_kernel_shapes(void)
+{
+    CHECK(dw_runs_own(2100, 64, 50) && dw_runs_own(96, 80, 33));
+    check_shape(AMP_BF16, 2100, 64, 50, false);
+    check_shape(AMP_BF16, 96, 80, 33, false);
+}
+
+static void test_bf16_onednn_shape(void)
+{
+    CHECK(dw_runs_own(256, 128, 64) == !onednn_available());
+    check_shape(AMP_BF16, 256, 128, 64, false);
+}
 static void test_f16(void)
 {
     check_shape(AMP_F16, 2100, 64, 50, false);
@@ -147,8 +167,8 @@ static void test_cast_hands_gradient_on(void)
 
 int main(void)
 {
-    RUN(test_bf16_own_kernel_shape);
-    RUN(test_bf16_small);
+    RUN(test_bf16_own_kernel_shapes);
+    RUN(test_bf16_onednn_shape);
     RUN(test_f16);
     RUN(test_weight_read_twice);
     RUN(test_cast_hands_gradient_on);
