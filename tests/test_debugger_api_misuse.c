@@ -8,19 +8,7 @@
  * buffer or a short one.
  */
 #include "harness.h"
-
-static amp_gpt_config small_gpt(void)
-{
-    return (amp_gpt_config){.vocab = 11, .context = 8, .width = 16, .layers = 2, .heads = 2, .mlp = 32};
-}
-
-static amp_tensor *tokens(void)
-{
-    int64_t v[16];
-    for (int64_t i = 0; i < 16; i++)
-        v[i] = (i * 7) % 11;
-    return amp_from_data(AMP_SHAPE(2, 8), AMP_I64, v);
-}
+#include "small_gpt.h"
 
 /* One forward + backward of m under bf16 autocast; its status. */
 static amp_status step(amp_module *m)

@@ -8,6 +8,7 @@
  * and its values are the fp32 model's.
  */
 #include "harness.h"
+#include "small_gpt.h"
 
 #include "autograd/graph.h"
 #include "ops/ops.h"
@@ -52,19 +53,6 @@ static int find(const seen_list *s, bool backward, const char *scope, const char
             strcmp(s->e[i].op, op) == 0)
             return i;
     return -1;
-}
-
-static amp_gpt_config small_gpt(void)
-{
-    return (amp_gpt_config){.vocab = 11, .context = 8, .width = 16, .layers = 2, .heads = 2, .mlp = 32};
-}
-
-static amp_tensor *tokens(void)
-{
-    int64_t v[16];
-    for (int64_t i = 0; i < 16; i++)
-        v[i] = (i * 7) % 11;
-    return amp_from_data(AMP_SHAPE(2, 8), AMP_I64, v);
 }
 
 /* One forward + backward of m on fixed tokens, the loss in scope "loss";
