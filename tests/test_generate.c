@@ -126,18 +126,32 @@ static double cached_vs_full(amp_device dev, amp_dtype at)
 
 /* op_attention_cached against op_attention_bthd over the whole sequence:
  * queries [t0, t1) over a cache of t1 positions, in pieces (a prefill of
- * 70, single rows, a piece of 5, single rows past the second 64-key
- * tile), B 2, 3 heads of D. Bit for bit on the CPU: the same key tiles
- * and sums (the masked tail of a row's last tile adds exact zeros), also
- * where the single rows read the cache in place (attention_kv.c). */
+ * 70, single rows, a piece of 5, single rows and pieces of 2, 3 and 4
+ * past the second 64-key tile), B 2, 3 heads of D. Bit for bit on the
+ * CPU: the same key tiles and sums (the masked tail of a row's last tile
+ * adds exact zeros), also where pieces of up to 4 rows read the cache in
+ * place (attention_kv.c: each count of queries, each dtype, D a multiple
+ * of 32 or of 16 or neither, whole and partial groups of keys). */
 static void cached_attention_case(amp_dtype dt, int64_t D)
 {
     enum { B = 2, T = 150, H = 3 };
     const int64_t n = B * T * H * D;
     amp_manual_seed(21);
-    amp_tensor *q = amp_randn(AMP_SHAPE(B, T, H, D), AMP_F32, 0, 1.5),
-               *k = amp_randn(AMP_SHAPE(B, T, H, D), AMP_F32, 0, 1.5),
+    amp_tensor *q0 = amp_randn(AMP_SHAPE(B, T, H, D), AMP_F32, 0, 1.5),
+               *k0 = amp_randn(AMP_SHAPE(B, T, H, D), AMP_F32, 0, 1.5),
                *v = amp_randn(AMP_SHAPE(B, T, H, D), AMP_F32, 0, 1);
+    /* Queries and keys spread over 2^-6 .. 2^6 of that: the products of
+     * 16-bit q and k are exact in f32, and the sums of such alike ones
+     * mostly too, so without the spread a kernel that summed d in another
+     * order would still give these bits. */
+    float *spread = malloc(sizeof *spread * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        spread[i] = ldexpf(1.0f, (int)((i * 7) % 13) - 6);
+    amp_tensor *sp = amp_from_data(AMP_SHAPE(B, T, H, D), AMP_F32, spread), *k = amp_mul(k0, sp);
+    for (int64_t i = 0; i < n; i++)
+        spread[i] = ldexpf(1.0f, (int)((i * 5) % 11) - 5);
+    amp_tensor *sq = amp_from_data(AMP_SHAPE(B, T, H, D), AMP_F32, spread), *q = amp_mul(q0, sq);
+    free(spread);
     amp_tensor *qd = amp_to(q, dt), *kd = amp_to(k, dt), *vd = amp_to(v, dt);
     amp_tensor *full = op_attention_bthd(qd, kd, vd, true);
     float *qh = malloc(sizeof *qh * (size_t)n), *kc = malloc(sizeof *kc * (size_t)n),
@@ -155,7 +169,7 @@ static void cached_attention_case(amp_dtype dt, int64_t D)
         }
     int64_t mismatches = 0, pieces = 0;
     for (int64_t t0 = 0, t1; t0 < T; t0 = t1, pieces++) {
-        t1 = t0 == 0 ? 70 : t0 == 90 ? 95 : t0 + 1;
+        t1 = t0 == 0 ? 70 : t0 == 90 ? 95 : t0 == 100 ? 102 : t0 == 110 ? 113 : t0 == 120 ? 124 : t0 + 1;
         float *qp = malloc(sizeof *qp * (size_t)(B * (t1 - t0) * row)),
               *op = malloc(sizeof *op * (size_t)(B * (t1 - t0) * row));
         for (int64_t b = 0; b < B; b++)
@@ -182,9 +196,9 @@ static void cached_attention_case(amp_dtype dt, int64_t D)
     }
     CHECK_MSG(mismatches == 0, "%s: %lld values differ from the full attention", amp_dtype_name(dt),
               (long long)mismatches);
-    CHECK_EQ_INT(pieces, 1 + 20 + 1 + 55);
+    CHECK_EQ_INT(pieces, 1 + 66 + 4);
     free(qh), free(kc), free(vc), free(fh), free(kh), free(vh);
-    amp_tensor_free(q), amp_tensor_free(k), amp_tensor_free(v);
+    amp_tensor_free(q0), amp_tensor_free(sq), amp_tensor_free(k0), amp_tensor_free(sp), amp_tensor_free(v);
     amp_temps_free();
 }
 
@@ -195,6 +209,9 @@ static void test_cached_attention_is_the_full_attentions_rows_bit_for_bit(void)
     cached_attention_case(AMP_BF16, 24);
     cached_attention_case(AMP_F16, 24);
     cached_attention_case(AMP_BF16, 80); /* past the values' 64-wide blocks */
+    cached_attention_case(AMP_BF16, 64); /* keys read as bf16 pairs */
+    cached_attention_case(AMP_F16, 64);
+    cached_attention_case(AMP_F32, 32);
     amp_no_grad_end();
 }
 

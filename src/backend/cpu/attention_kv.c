@@ -48,56 +48,178 @@ TGT_KV static inline __m512 widen(const void *src, amp_dtype dt, int64_t n)
     return _mm512_cvtph_ps(h);
 }
 
+/* Key c0 + i's values d0 .. d0 + nd - 1 for i < 16 (zeros past nk),
+ * widened, transposed: t[j] holds value d0 + j of the 16 keys. FULL: all
+ * 16 keys and 16 values are there (no checks, no masks). */
+TGT_KV static inline __attribute__((always_inline)) void key_columns(const bool FULL, const amp_dtype DT,
+                                                                     const void *k, int64_t kv_ld, int64_t c0,
+                                                                     int64_t nk, int64_t d0, int64_t nd, __m512i t[16])
+{
+    const size_t es = DT == AMP_F32 ? 4 : 2;
+    for (int i = 0; i < 16; i++)
+        t[i] = FULL || c0 + i < nk
+                   ? _mm512_castps_si512(widen((const char *)k + (size_t)((c0 + i) * kv_ld + d0) * es, DT,
+                                               FULL ? 16 : nd))
+                   : _mm512_setzero_si512();
+    transpose16(t);
+}
+
+/* The scores of NQ queries against NB blocks of 16 keys from c0: NQ x NB
+ * FMA chains, one per query and block, each over d in order. NQ, NB, the
+ * dtype and FULL (every block whole, D a multiple of 16) are constants in
+ * each inlined copy, so the chains stay in registers and the loops have
+ * no checks; the NB blocks' chains are independent, so one block's FMAs
+ * run while the next block's keys are widened and transposed (a single
+ * chain of D dependent FMAs per 16 keys was the kernel's bound). */
+TGT_KV static inline __attribute__((always_inline)) void
+score_blocks(const int NQ, const int NB, const amp_dtype DT, const bool FULL, int64_t c0, int64_t nk, int64_t D,
+             const float *q, int64_t ldq, const void *k, int64_t kv_ld, float *S, int64_t lds)
+{
+    __m512 acc[4][ATTN_KV_MAX_Q];
+    for (int b = 0; b < NB; b++)
+        for (int r = 0; r < NQ; r++)
+            acc[b][r] = _mm512_setzero_ps();
+    for (int64_t d0 = 0; d0 < D; d0 += 16) {
+        const int64_t nd = FULL ? 16 : D - d0 < 16 ? D - d0 : 16;
+        for (int b = 0; b < NB; b++) {
+            __m512i t[16];
+            key_columns(FULL, DT, k, kv_ld, c0 + 16 * b, nk, d0, nd, t);
+            for (int64_t j = 0; j < nd; j++)
+                for (int r = 0; r < NQ; r++)
+                    acc[b][r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * ldq + d0 + j]), _mm512_castsi512_ps(t[j]),
+                                                acc[b][r]);
+        }
+    }
+    for (int b = 0; b < NB; b++)
+        for (int r = 0; r < NQ; r++)
+            _mm512_storeu_ps(S + r * lds + c0 + 16 * b, acc[b][r]);
+}
+
+/* score_blocks for whole bf16 blocks, D a multiple of 32: a key's 32
+ * values d0 .. d0 + 31 are 16 words of (d, d + 1) pairs, so one
+ * transpose of 16 keys' words gives 32 columns (a bf16 widens to f32 by
+ * moving it to the word's high half: the even value shifted up, the odd
+ * one masked), half the shuffles of widening first. The FMA order over d
+ * is score_blocks'. */
+TGT_KV static inline __attribute__((always_inline)) void score_blocks_bf16(const int NQ, const int NB, int64_t c0,
+                                                                           int64_t D, const float *q, int64_t ldq,
+                                                                           const void *k, int64_t kv_ld, float *S,
+                                                                           int64_t lds)
+{
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512 acc[4][ATTN_KV_MAX_Q];
+    for (int b = 0; b < NB; b++)
+        for (int r = 0; r < NQ; r++)
+            acc[b][r] = _mm512_setzero_ps();
+    for (int64_t d0 = 0; d0 < D; d0 += 32) {
+        for (int b = 0; b < NB; b++) {
+            __m512i t[16];
+            for (int i = 0; i < 16; i++)
+                t[i] = _mm512_loadu_si512((const uint16_t *)k + (size_t)((c0 + 16 * b + i) * kv_ld + d0));
+            transpose16(t); /* t[j]: the pair (d0 + 2j, d0 + 2j + 1) of the 16 keys */
+            for (int j = 0; j < 16; j++) {
+                const __m512 ev = _mm512_castsi512_ps(_mm512_slli_epi32(t[j], 16));
+                const __m512 od = _mm512_castsi512_ps(_mm512_and_si512(t[j], hi));
+                for (int r = 0; r < NQ; r++)
+                    acc[b][r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * ldq + d0 + 2 * j]), ev, acc[b][r]);
+                for (int r = 0; r < NQ; r++)
+                    acc[b][r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * ldq + d0 + 2 * j + 1]), od, acc[b][r]);
+            }
+        }
+    }
+    for (int b = 0; b < NB; b++)
+        for (int r = 0; r < NQ; r++)
+            _mm512_storeu_ps(S + r * lds + c0 + 16 * b, acc[b][r]);
+}
+
+/* NQ queries: whole groups of 4 blocks of 16 keys at a time (2 for 3 or 4
+ * queries, to stay within the 32 vector registers), then the rest one
+ * block each. */
+TGT_KV static inline __attribute__((always_inline)) void scores_q(const int NQ, const amp_dtype DT, int64_t nk,
+                                                                  int64_t D, const float *q, int64_t ldq,
+                                                                  const void *k, int64_t kv_ld, float *S, int64_t lds)
+{
+    const int NB = NQ <= 2 ? 4 : 2;
+    int64_t c0 = 0;
+    if (DT == AMP_BF16 && D % 32 == 0)
+        for (; c0 + 16 * NB <= nk; c0 += 16 * NB)
+            score_blocks_bf16(NQ, NB, c0, D, q, ldq, k, kv_ld, S, lds);
+    else if (D % 16 == 0)
+        for (; c0 + 16 * NB <= nk; c0 += 16 * NB)
+            score_blocks(NQ, NB, DT, true, c0, nk, D, q, ldq, k, kv_ld, S, lds);
+    for (; c0 < nk; c0 += 16)
+        score_blocks(NQ, 1, DT, false, c0, nk, D, q, ldq, k, kv_ld, S, lds);
+}
+
+#define KV_BY_Q(F, DT, ...)                                                                                         \
+    do {                                                                                                            \
+        switch (nq) {                                                                                               \
+        case 1: F(1, DT, __VA_ARGS__); break;                                                                       \
+        case 2: F(2, DT, __VA_ARGS__); break;                                                                       \
+        case 3: F(3, DT, __VA_ARGS__); break;                                                                       \
+        default: F(4, DT, __VA_ARGS__); break;                                                                      \
+        }                                                                                                           \
+    } while (0)
+#define KV_BY_DT_Q(F, ...)                                                                                          \
+    do {                                                                                                            \
+        if (dt == AMP_BF16)                                                                                         \
+            KV_BY_Q(F, AMP_BF16, __VA_ARGS__);                                                                      \
+        else if (dt == AMP_F16)                                                                                     \
+            KV_BY_Q(F, AMP_F16, __VA_ARGS__);                                                                       \
+        else                                                                                                        \
+            KV_BY_Q(F, AMP_F32, __VA_ARGS__);                                                                       \
+    } while (0)
+
 TGT_KV void attn_kv_scores(int64_t nq, int64_t nk, int64_t D, const float *q, int64_t ldq, const void *k,
                            int64_t kv_ld, amp_dtype dt, float *S, int64_t lds)
 {
-    const size_t es = amp_dtype_size(dt);
-    for (int64_t c0 = 0; c0 < nk; c0 += 16) {
-        __m512 acc[ATTN_KV_MAX_Q];
-        for (int64_t r = 0; r < nq; r++)
-            acc[r] = _mm512_setzero_ps();
-        for (int64_t d0 = 0; d0 < D; d0 += 16) {
-            const int64_t nd = D - d0 < 16 ? D - d0 : 16;
-            __m512i t[16];
-            for (int i = 0; i < 16; i++) /* key c0 + i's values d0 .. d0 + 15 */
-                t[i] = c0 + i < nk ? _mm512_castps_si512(widen((const char *)k + (size_t)((c0 + i) * kv_ld + d0) * es,
-                                                               dt, nd))
-                                   : _mm512_setzero_si512();
-            transpose16(t); /* t[j]: value d0 + j of the 16 keys */
-            for (int64_t j = 0; j < nd; j++)
-                for (int64_t r = 0; r < nq; r++)
-                    acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * ldq + d0 + j]), _mm512_castsi512_ps(t[j]), acc[r]);
+    KV_BY_DT_Q(scores_q, nk, D, q, ldq, k, kv_ld, S, lds);
+}
+
+/* O's columns d0 .. d0 + 16 * NV - 1 for NQ queries, key by key. NQ, NV
+ * and the dtype are constants in each inlined copy: the NQ x NV sums stay
+ * in registers across the keys. */
+TGT_KV static inline __attribute__((always_inline)) void value_strip(const int NQ, const int NV, const amp_dtype DT,
+                                                                     int64_t d0, int64_t nk, int64_t D, const float *p,
+                                                                     int64_t ldp, const void *v, int64_t kv_ld,
+                                                                     float *O, int64_t ldo)
+{
+    const size_t es = DT == AMP_F32 ? 4 : 2;
+    __m512 acc[ATTN_KV_MAX_Q][4];
+    for (int r = 0; r < NQ; r++)
+        for (int u = 0; u < NV; u++)
+            acc[r][u] = _mm512_loadu_ps(O + r * ldo + d0 + 16 * u);
+    for (int64_t c = 0; c < nk; c++) {
+        const char *row = (const char *)v + (size_t)(c * kv_ld + d0) * es;
+        __m512 x[4];
+        for (int u = 0; u < NV; u++)
+            x[u] = widen(row + (size_t)(16 * u) * es, DT, D - d0 - 16 * u);
+        for (int r = 0; r < NQ; r++) {
+            const __m512 pr = _mm512_set1_ps(p[r * ldp + c]);
+            for (int u = 0; u < NV; u++)
+                acc[r][u] = _mm512_fmadd_ps(pr, x[u], acc[r][u]);
         }
-        for (int64_t r = 0; r < nq; r++)
-            _mm512_storeu_ps(S + r * lds + c0, acc[r]);
     }
+    for (int r = 0; r < NQ; r++)
+        for (int u = 0; u < NV; u++)
+            _mm512_storeu_ps(O + r * ldo + d0 + 16 * u, acc[r][u]);
+}
+
+TGT_KV static inline __attribute__((always_inline)) void values_q(const int NQ, const amp_dtype DT, int64_t nk,
+                                                                  int64_t D, const float *p, int64_t ldp,
+                                                                  const void *v, int64_t kv_ld, float *O, int64_t ldo)
+{
+    int64_t d0 = 0;
+    for (; d0 + 64 <= D; d0 += 64) /* 4 vectors of O per query at a time */
+        value_strip(NQ, 4, DT, d0, nk, D, p, ldp, v, kv_ld, O, ldo);
+    for (; d0 < D; d0 += 16)
+        value_strip(NQ, 1, DT, d0, nk, D, p, ldp, v, kv_ld, O, ldo);
 }
 
 TGT_KV void attn_kv_values(int64_t nq, int64_t nk, int64_t D, const float *p, int64_t ldp, const void *v,
                            int64_t kv_ld, amp_dtype dt, float *O, int64_t ldo)
 {
-    const size_t es = amp_dtype_size(dt);
-    for (int64_t d0 = 0; d0 < D; d0 += 64) { /* 4 vectors of O per query at a time */
-        const int nv = (int)((D - d0 < 64 ? D - d0 + 15 : 64) / 16);
-        __m512 acc[ATTN_KV_MAX_Q][4];
-        for (int64_t r = 0; r < nq; r++)
-            for (int u = 0; u < nv; u++)
-                acc[r][u] = _mm512_loadu_ps(O + r * ldo + d0 + 16 * u);
-        for (int64_t c = 0; c < nk; c++) {
-            const char *row = (const char *)v + (size_t)(c * kv_ld + d0) * es;
-            __m512 x[4];
-            for (int u = 0; u < nv; u++)
-                x[u] = widen(row + (size_t)(16 * u) * es, dt, D - d0 - 16 * u);
-            for (int64_t r = 0; r < nq; r++) {
-                const __m512 pr = _mm512_set1_ps(p[r * ldp + c]);
-                for (int u = 0; u < nv; u++)
-                    acc[r][u] = _mm512_fmadd_ps(pr, x[u], acc[r][u]);
-            }
-        }
-        for (int64_t r = 0; r < nq; r++)
-            for (int u = 0; u < nv; u++)
-                _mm512_storeu_ps(O + r * ldo + d0 + 16 * u, acc[r][u]);
-    }
+    KV_BY_DT_Q(values_q, nk, D, p, ldp, v, kv_ld, O, ldo);
 }
 #else
 void attn_kv_scores(int64_t nq, int64_t nk, int64_t D, const float *q, int64_t ldq, const void *k, int64_t kv_ld,
