@@ -76,8 +76,17 @@ static int configured_threads(void)
     int n = atomic_load(&num_threads);
     if (n > 0)
         return n;
-    long c = sysconf(_SC_NPROCESSORS_ONLN);
-    return c > 0 ? (int)c : 1;
+    /* The online CPUs, read once: glibc's sysconf opens and parses
+     * /sys/devices/system/cpu/online at each call (some 2 us), and every
+     * op asks (amp_parallel_width). */
+    static _Atomic int online;
+    int c = atomic_load_explicit(&online, memory_order_relaxed);
+    if (c <= 0) {
+        long s = sysconf(_SC_NPROCESSORS_ONLN);
+        c = s > 0 ? (int)s : 1;
+        atomic_store_explicit(&online, c, memory_order_relaxed);
+    }
+    return c;
 }
 
 int amp_get_num_threads(void) { return configured_threads(); }
