@@ -129,10 +129,70 @@ static void relu_half_range(void *vc, int64_t lo, int64_t hi, int tid)
     }
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HALF_X86 1
+#include <immintrin.h>
+#define TGT_BW __attribute__((target("avx512f,avx512bw")))
+
+/* The loops above, 32 elements a step (the same selections, as masks). */
+TGT_BW static void relu_half_range_bw(void *vc, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const half_ctx *c = vc;
+    const __m512i inf = _mm512_set1_epi16((short)c->f.inf), quiet = _mm512_set1_epi16((short)c->f.quiet),
+                  absm = _mm512_set1_epi16(0x7FFF), zero = _mm512_setzero_si512();
+    for (int64_t j = lo; j < hi; j += 32) {
+        const __mmask32 m = hi - j >= 32 ? (__mmask32)~0u : (__mmask32)((1u << (hi - j)) - 1u);
+        const __m512i v = _mm512_maskz_loadu_epi16(m, c->x + j);
+        const __mmask32 nan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(v, absm), inf);
+        const __mmask32 neg = _mm512_cmplt_epi16_mask(v, zero); /* the sign bit set */
+        /* NaN: quieted; else a negative (or -0) to +0; else itself */
+        const __m512i y = _mm512_or_si512(_mm512_maskz_mov_epi16(~neg | nan, v), _mm512_maskz_mov_epi16(nan, quiet));
+        _mm512_mask_storeu_epi16(c->out + j, m, y);
+    }
+}
+
+TGT_BW static void relu_grad_half_range_bw(void *vc, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const half_ctx *c = vc;
+    const __m512i inf = _mm512_set1_epi16((short)c->f.inf), quiet = _mm512_set1_epi16((short)c->f.quiet),
+                  absm = _mm512_set1_epi16(0x7FFF), zero = _mm512_setzero_si512();
+    for (int64_t j = lo; j < hi; j += 32) {
+        const __mmask32 m = hi - j >= 32 ? (__mmask32)~0u : (__mmask32)((1u << (hi - j)) - 1u);
+        const __m512i yv = _mm512_maskz_loadu_epi16(m, c->x + j), gv = _mm512_maskz_loadu_epi16(m, c->g + j);
+        /* y > 0 and not NaN: as a signed 16-bit word in (0, inf] */
+        const __mmask32 pos = _mm512_cmpgt_epi16_mask(yv, zero) & _mm512_cmple_epi16_mask(yv, inf);
+        const __mmask32 gnan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(gv, absm), inf);
+        const __m512i gq = _mm512_or_si512(gv, _mm512_maskz_mov_epi16(gnan, quiet));
+        _mm512_mask_storeu_epi16(c->out + j, m, _mm512_maskz_mov_epi16(pos, gq));
+    }
+}
+#define RELU_HALF_BW relu_half_range_bw
+#define RELU_GRAD_HALF_BW relu_grad_half_range_bw
+#else
+#define RELU_HALF_BW NULL
+#define RELU_GRAD_HALF_BW NULL
+#endif
+
+/* The 16-bit loops' range function: the AVX-512BW one where the CPU has
+ * it, else the plain one (also the reference the tests compare with by
+ * lowering amp_cpu_limit). */
+static amp_range_fn half_range(amp_range_fn plain, amp_range_fn bw)
+{
+#if defined(HALF_X86)
+    const unsigned need = AMP_CPU_AVX512F | AMP_CPU_AVX512BW;
+    if ((amp_cpu_features() & need) == need)
+        return bw;
+#endif
+    (void)bw;
+    return plain;
+}
+
 static void relu_half(const uint16_t *x, uint16_t *y, int64_t n, half_fmt f)
 {
     half_ctx c = {x, NULL, y, f};
-    amp_parallel_for(n, grain_of(n, HALF_BLOCK, 4 * HALF_BLOCK), relu_half_range, &c);
+    amp_parallel_for(n, grain_of(n, HALF_BLOCK, 4 * HALF_BLOCK), half_range(relu_half_range, RELU_HALF_BW), &c);
 }
 
 /* dx = g where y > 0 (not NaN), else +0. */
@@ -154,7 +214,8 @@ static void relu_grad_half_range(void *vc, int64_t lo, int64_t hi, int tid)
 static void relu_grad_half(const uint16_t *g, const uint16_t *y, uint16_t *dx, int64_t n, half_fmt f)
 {
     half_ctx c = {y, g, dx, f};
-    amp_parallel_for(n, grain_of(n, HALF_BLOCK, 4 * HALF_BLOCK), relu_grad_half_range, &c);
+    amp_parallel_for(n, grain_of(n, HALF_BLOCK, 4 * HALF_BLOCK), half_range(relu_grad_half_range, RELU_GRAD_HALF_BW),
+                     &c);
 }
 
 /* Whether relu (or its gradient) can run on the 16-bit bits: every
