@@ -1,12 +1,15 @@
 /*
- * test_pool_backward.c - the 2x2 stride-2 max pool's backward (every
- * CNN's pool; src/backend/cpu/pool.c) against a reference written here
- * from the op's definition: the gradient goes to each window's argmax (a
- * NaN wins, the last of several; else a larger value wins, a tie keeping
- * the first in row order), added to zero in f32 (so -0 becomes +0) and
- * rounded once to the dtype; every other input gets 0, including the last
- * row or column when H or W is odd. f32, bf16 and f16, with ties, NaNs
- * and infinities in x and -0, NaN and infinite gradients.
+ * test_pool_backward.c - the 2x2 stride-2 max pool (every CNN's pool;
+ * src/backend/cpu/pool.c), forward and backward, against a reference
+ * written here from the op's definition: each window's maximum (a NaN
+ * wins, the last of several; else a larger value wins, a tie keeping the
+ * first in row order), and the gradient going to that argmax, added to
+ * zero in f32 (so -0 becomes +0) and rounded once to the dtype; every
+ * other input gets 0, including the last row or column when H or W is
+ * odd. f32, bf16 and f16, with ties, NaNs, infinities and subnormals in x
+ * and -0, NaN, infinite and subnormal gradients; again with subnormals
+ * flushed (amp_set_flush_denormal), where the reference's own f32 sum and
+ * comparisons flush them too. bf16 has its own kernels on AVX-512BW.
  */
 #include "harness.h"
 
@@ -25,6 +28,8 @@ static float value_at(int i, uint32_t *rng)
         return INFINITY;
     if (i % 43 == 3)
         return -INFINITY;
+    if (i % 47 == 9) /* subnormal in f32 and bf16 (0 in f16) */
+        return (r & 1) ? 3e-39f : -1e-39f;
     return (float)(r % 9) - 4.0f; /* few distinct values: ties */
 }
 
@@ -37,6 +42,8 @@ static float grad_at(int i, uint32_t *rng)
         return NAN;
     if (i % 17 == 6)
         return -INFINITY;
+    if (i % 19 == 8)
+        return (*rng & 256) ? 2e-39f : -5e-39f;
     return ((float)(*rng >> 8) / 16777216.0f - 0.5f) * 3.0f;
 }
 
@@ -57,7 +64,7 @@ static void check_dtype(amp_dtype dt, int H, int W)
     const int HO = H / 2, WO = W / 2;
     const int nx = N * C * H * W, ny = N * C * HO * WO;
     float *x = malloc(sizeof(float) * (size_t)nx), *g = malloc(sizeof(float) * (size_t)ny);
-    float *want = calloc((size_t)nx, sizeof(float));
+    float *want = calloc((size_t)nx, sizeof(float)), *want_y = malloc(sizeof(float) * (size_t)ny);
     uint32_t rng = 12345;
     for (int i = 0; i < nx; i++)
         x[i] = value_at(i, &rng);
@@ -80,6 +87,7 @@ static void check_dtype(amp_dtype dt, int H, int W)
                     }
                 }
                 want[arg] = g[(p * HO + oy) * WO + ox] + 0.0f;
+                want_y[(p * HO + oy) * WO + ox] = best;
             }
     through(want, nx, dt);
 
@@ -89,6 +97,18 @@ static void check_dtype(amp_dtype dt, int H, int W)
     CHECK_OK(amp_tensor_set_requires_grad(xt, true));
     amp_tensor *y = amp_max_pool2d(xt, 2, 2, 0);
     CHECK(y != NULL);
+    if (y) {
+        float *got = malloc(sizeof(float) * (size_t)ny);
+        amp_convert(amp_tensor_data(y), dt, got, AMP_F32, (size_t)ny);
+        int bad = 0;
+        for (int i = 0; i < ny; i++) {
+            const bool same = (isnan(got[i]) && isnan(want_y[i])) || memcmp(&got[i], &want_y[i], sizeof got[i]) == 0;
+            if (!same && bad++ < 5)
+                CHECK_MSG(false, "%s %dx%d: y[%d] = %g, expected %g", amp_dtype_name(dt), H, W, i, got[i], want_y[i]);
+        }
+        CHECK_EQ_INT(bad, 0);
+        free(got);
+    }
     CHECK_OK(amp_backward_with(y, gt));
     amp_tensor *dx = amp_tensor_grad(xt);
     CHECK(dx && amp_tensor_dtype(dx) == dt);
@@ -99,7 +119,7 @@ static void check_dtype(amp_dtype dt, int H, int W)
         for (int i = 0; i < nx; i++) {
             const bool same = (isnan(got[i]) && isnan(want[i])) || memcmp(&got[i], &want[i], sizeof got[i]) == 0;
             if (!same && bad++ < 5)
-                CHECK_MSG(false, "%s: dx[%d] = %g, expected %g", amp_dtype_name(dt), i, got[i], want[i]);
+                CHECK_MSG(false, "%s %dx%d: dx[%d] = %g, expected %g", amp_dtype_name(dt), H, W, i, got[i], want[i]);
         }
         CHECK_EQ_INT(bad, 0);
         free(got);
@@ -110,15 +130,20 @@ static void check_dtype(amp_dtype dt, int H, int W)
     free(x);
     free(g);
     free(want);
+    free(want_y);
 }
 
 /* 7 x 9: odd sides, fewer windows a row than a vector; 6 x 41: a full
  * vector of windows and a partial one; 28 x 28: the cnn's first pool. */
 static void check_sizes(amp_dtype dt)
 {
-    check_dtype(dt, 7, 9);
-    check_dtype(dt, 6, 41);
-    check_dtype(dt, 28, 28);
+    for (int flush = 0; flush < 2; flush++) {
+        CHECK_OK(amp_set_flush_denormal(flush == 1));
+        check_dtype(dt, 7, 9);
+        check_dtype(dt, 6, 41);
+        check_dtype(dt, 28, 28);
+    }
+    CHECK_OK(amp_set_flush_denormal(false));
 }
 
 static void test_f32(void) { check_sizes(AMP_F32); }

@@ -6,7 +6,10 @@
  * Planes are independent, so threads take whole planes (amp_parallel_for). A 16-bit plane is
  * widened into a per-thread f32 buffer, pooled, and its result rounded
  * once; f32 planes are read and written in place. The 2x2 stride-2
- * window without padding (every CNN's pool) has its own loop.
+ * window without padding (every CNN's pool) has its own loop; on bf16
+ * with AVX-512BW its max pool reads the plane where it lies (simd.h:
+ * only the result goes through f32) and its backward writes dx straight
+ * from the gradient and the argmax, the bits of the widened path.
  */
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/simd.h"
@@ -144,6 +147,8 @@ typedef struct {
     int32_t *idx;
     const int32_t *cidx;
     float *bufs; /* per tid: hw + per_plane floats */
+    simd_max2x2_bf16_fn max_bf16;         /* a bf16 2x2 max pool's forward, when the CPU has it */
+    simd_unpool2x2_bf16_fn unpool_bf16;   /* and its backward */
 } pool_job;
 
 static void pool_planes(void *vj, int64_t lo, int64_t hi, int tid)
@@ -159,8 +164,15 @@ static void pool_planes(void *vj, int64_t lo, int64_t hi, int tid)
             continue;
         }
         float *xb = j->bufs + (size_t)tid * (size_t)(hw + per_plane), *yb = xb + hw;
-        amp_convert(j->x + (size_t)(pl * hw) * es, j->dt, xb, AMP_F32, (size_t)hw);
-        pool_plane(g, j->is_max, xb, yb, ip);
+        if (j->max_bf16) { /* the windows read where they lie */
+            const uint16_t *xp = (const uint16_t *)j->x + pl * hw;
+            for (int64_t oy = 0; oy < g->Ho; oy++)
+                j->max_bf16(xp + 2 * oy * g->W, xp + (2 * oy + 1) * g->W, g->Wo, (int32_t)(2 * oy * g->W),
+                            (int32_t)g->W, yb + oy * g->Wo, ip ? ip + oy * g->Wo : NULL);
+        } else {
+            amp_convert(j->x + (size_t)(pl * hw) * es, j->dt, xb, AMP_F32, (size_t)hw);
+            pool_plane(g, j->is_max, xb, yb, ip);
+        }
         amp_convert(yb, AMP_F32, j->y + (size_t)(pl * per_plane) * es, j->dt, (size_t)per_plane);
     }
 }
@@ -176,6 +188,8 @@ amp_status cpu_pool2d(const be_pool_geom *bg, bool is_max, const void *x, amp_dt
     if (dt != AMP_F32 && !bufs)
         return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", is_max ? "max_pool2d" : "avg_pool2d");
     pool_job j = {.g = &g, .is_max = is_max, .x = x, .y = y, .dt = dt, .idx = idx, .bufs = bufs};
+    if (is_max && is_2x2(&g) && dt == AMP_BF16)
+        j.max_bf16 = simd_pick_max2x2_bf16();
     amp_parallel_for(g.planes, grain, pool_planes, &j);
     amp_free(bufs);
     return AMP_OK;
@@ -202,6 +216,26 @@ static void unpool_plane(const pool_geom *g, const float *gp, const int32_t *idx
     }
 }
 
+/* A bf16 plane's 2x2 max-pool backward without the f32 plane: each row
+ * pair of windows straight into dx; the row and column no window covers
+ * (odd H or W) get +0. */
+static void unpool_plane_bf16(const pool_job *j, int64_t pl)
+{
+    const pool_geom *g = j->g;
+    const int64_t hw = g->H * g->W, per_plane = g->Ho * g->Wo;
+    const uint16_t *gp = (const uint16_t *)j->gy + pl * per_plane;
+    const int32_t *ip = j->cidx + pl * per_plane;
+    uint16_t *dp = (uint16_t *)j->dx + pl * hw;
+    for (int64_t oy = 0; oy < g->Ho; oy++) {
+        uint16_t *d0 = dp + 2 * oy * g->W, *d1 = d0 + g->W;
+        j->unpool_bf16(gp + oy * g->Wo, ip + oy * g->Wo, g->Wo, (int32_t)(2 * oy * g->W), (int32_t)g->W, d0, d1);
+        if (g->W & 1)
+            d0[g->W - 1] = d1[g->W - 1] = 0;
+    }
+    if (g->H & 1)
+        memset(dp + (g->H - 1) * g->W, 0, (size_t)g->W * sizeof(uint16_t));
+}
+
 static void unpool_planes(void *vj, int64_t lo, int64_t hi, int tid)
 {
     const pool_job *j = vj;
@@ -209,6 +243,10 @@ static void unpool_planes(void *vj, int64_t lo, int64_t hi, int tid)
     const size_t es = amp_dtype_size(j->dt), ges = amp_dtype_size(j->gdt);
     const int64_t hw = g->H * g->W, per_plane = g->Ho * g->Wo;
     for (int64_t pl = lo; pl < hi; pl++) {
+        if (j->unpool_bf16) {
+            unpool_plane_bf16(j, pl);
+            continue;
+        }
         float *mine = j->bufs ? j->bufs + (size_t)tid * (size_t)(hw + per_plane) : NULL;
         float *dp = j->dt == AMP_F32 ? (float *)j->dx + pl * hw : mine;
         const float *gp = (const float *)j->gy + pl * per_plane;
@@ -236,6 +274,8 @@ amp_status cpu_pool2d_backward(const be_pool_geom *bg, const void *gyv, amp_dtyp
     if (narrow && !bufs)
         return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory in backward", idx ? "max_pool2d" : "avg_pool2d");
     pool_job j = {.g = &g, .gy = gyv, .dx = dxv, .dt = dt, .gdt = gdt, .cidx = idx, .bufs = bufs};
+    if (idx && is_2x2(&g) && dt == AMP_BF16 && gdt == AMP_BF16)
+        j.unpool_bf16 = simd_pick_unpool2x2_bf16();
     amp_parallel_for(g.planes, grain, unpool_planes, &j);
     amp_free(bufs);
     return AMP_OK;
