@@ -135,20 +135,31 @@ static void relu_half_range(void *vc, int64_t lo, int64_t hi, int tid)
 #define TGT_BW __attribute__((target("avx512f,avx512bw")))
 
 /* The loops above, 32 elements a step (the same selections, as masks). */
+
+/* The lanes of [j, hi) among the 32 from j. */
+static inline __mmask32 lanes32(int64_t j, int64_t hi)
+{
+    return hi - j >= 32 ? (__mmask32)~0u : (__mmask32)((1u << (hi - j)) - 1u);
+}
+
+/* v with its NaNs quieted (*nan: which lanes are NaN). */
+TGT_BW static inline __m512i quieted(__m512i v, half_fmt f, __mmask32 *nan)
+{
+    *nan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(v, _mm512_set1_epi16(0x7FFF)), _mm512_set1_epi16((short)f.inf));
+    return _mm512_or_si512(v, _mm512_maskz_mov_epi16(*nan, _mm512_set1_epi16((short)f.quiet)));
+}
+
 TGT_BW static void relu_half_range_bw(void *vc, int64_t lo, int64_t hi, int tid)
 {
     (void)tid;
     const half_ctx *c = vc;
-    const __m512i inf = _mm512_set1_epi16((short)c->f.inf), quiet = _mm512_set1_epi16((short)c->f.quiet),
-                  absm = _mm512_set1_epi16(0x7FFF), zero = _mm512_setzero_si512();
     for (int64_t j = lo; j < hi; j += 32) {
-        const __mmask32 m = hi - j >= 32 ? (__mmask32)~0u : (__mmask32)((1u << (hi - j)) - 1u);
-        const __m512i v = _mm512_maskz_loadu_epi16(m, c->x + j);
-        const __mmask32 nan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(v, absm), inf);
-        const __mmask32 neg = _mm512_cmplt_epi16_mask(v, zero); /* the sign bit set */
+        const __mmask32 m = lanes32(j, hi);
+        __mmask32 nan;
+        const __m512i v = quieted(_mm512_maskz_loadu_epi16(m, c->x + j), c->f, &nan);
+        const __mmask32 neg = _mm512_cmplt_epi16_mask(v, _mm512_setzero_si512()); /* the sign bit set */
         /* NaN: quieted; else a negative (or -0) to +0; else itself */
-        const __m512i y = _mm512_or_si512(_mm512_maskz_mov_epi16(~neg | nan, v), _mm512_maskz_mov_epi16(nan, quiet));
-        _mm512_mask_storeu_epi16(c->out + j, m, y);
+        _mm512_mask_storeu_epi16(c->out + j, m, _mm512_maskz_mov_epi16(~neg | nan, v));
     }
 }
 
@@ -156,15 +167,14 @@ TGT_BW static void relu_grad_half_range_bw(void *vc, int64_t lo, int64_t hi, int
 {
     (void)tid;
     const half_ctx *c = vc;
-    const __m512i inf = _mm512_set1_epi16((short)c->f.inf), quiet = _mm512_set1_epi16((short)c->f.quiet),
-                  absm = _mm512_set1_epi16(0x7FFF), zero = _mm512_setzero_si512();
+    const __m512i inf = _mm512_set1_epi16((short)c->f.inf);
     for (int64_t j = lo; j < hi; j += 32) {
-        const __mmask32 m = hi - j >= 32 ? (__mmask32)~0u : (__mmask32)((1u << (hi - j)) - 1u);
-        const __m512i yv = _mm512_maskz_loadu_epi16(m, c->x + j), gv = _mm512_maskz_loadu_epi16(m, c->g + j);
+        const __mmask32 m = lanes32(j, hi);
+        const __m512i yv = _mm512_maskz_loadu_epi16(m, c->x + j);
+        __mmask32 gnan;
+        const __m512i gq = quieted(_mm512_maskz_loadu_epi16(m, c->g + j), c->f, &gnan);
         /* y > 0 and not NaN: as a signed 16-bit word in (0, inf] */
-        const __mmask32 pos = _mm512_cmpgt_epi16_mask(yv, zero) & _mm512_cmple_epi16_mask(yv, inf);
-        const __mmask32 gnan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(gv, absm), inf);
-        const __m512i gq = _mm512_or_si512(gv, _mm512_maskz_mov_epi16(gnan, quiet));
+        const __mmask32 pos = _mm512_cmpgt_epi16_mask(yv, _mm512_setzero_si512()) & _mm512_cmple_epi16_mask(yv, inf);
         _mm512_mask_storeu_epi16(c->out + j, m, _mm512_maskz_mov_epi16(pos, gq));
     }
 }
