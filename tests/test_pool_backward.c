@@ -59,6 +59,27 @@ static void through(float *v, int n, amp_dtype dt)
     }
 }
 
+/* t (dt, n elements) against want (widened): the same bits, any NaN for
+ * a NaN. */
+static void check_values(amp_tensor *t, const float *want, int n, amp_dtype dt, const char *what, int H, int W)
+{
+    CHECK_MSG(t && amp_tensor_dtype(t) == dt, "%s %dx%d: %s missing or not %s", amp_dtype_name(dt), H, W, what,
+              amp_dtype_name(dt));
+    if (!t || amp_tensor_dtype(t) != dt)
+        return;
+    float *got = malloc(sizeof(float) * (size_t)n);
+    amp_convert(amp_tensor_data(t), dt, got, AMP_F32, (size_t)n);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const bool same = (isnan(got[i]) && isnan(want[i])) || memcmp(&got[i], &want[i], sizeof got[i]) == 0;
+        if (!same && bad++ < 5)
+            CHECK_MSG(false, "%s %dx%d: %s[%d] = %g, expected %g", amp_dtype_name(dt), H, W, what, i, got[i],
+                      want[i]);
+    }
+    CHECK_EQ_INT(bad, 0);
+    free(got);
+}
+
 static void check_dtype(amp_dtype dt, int H, int W)
 {
     const int HO = H / 2, WO = W / 2;
@@ -97,33 +118,14 @@ static void check_dtype(amp_dtype dt, int H, int W)
     CHECK_OK(amp_tensor_set_requires_grad(xt, true));
     amp_tensor *y = amp_max_pool2d(xt, 2, 2, 0);
     CHECK(y != NULL);
-    if (y) {
-        float *got = malloc(sizeof(float) * (size_t)ny);
-        amp_convert(amp_tensor_data(y), dt, got, AMP_F32, (size_t)ny);
-        int bad = 0;
-        for (int i = 0; i < ny; i++) {
-            const bool same = (isnan(got[i]) && isnan(want_y[i])) || memcmp(&got[i], &want_y[i], sizeof got[i]) == 0;
-            if (!same && bad++ < 5)
-                CHECK_MSG(false, "%s %dx%d: y[%d] = %g, expected %g", amp_dtype_name(dt), H, W, i, got[i], want_y[i]);
-        }
-        CHECK_EQ_INT(bad, 0);
-        free(got);
-    }
+    check_values(y, want_y, ny, dt, "y", H, W);
+    amp_no_grad_begin(); /* the forward without indices */
+    check_values(amp_max_pool2d(xt, 2, 2, 0), want_y, ny, dt, "y without grad", H, W);
+    amp_no_grad_end();
     CHECK_OK(amp_backward_with(y, gt));
     amp_tensor *dx = amp_tensor_grad(xt);
     CHECK(dx && amp_tensor_dtype(dx) == dt);
-    if (dx) {
-        float *got = malloc(sizeof(float) * (size_t)nx);
-        amp_convert(amp_tensor_data(dx), dt, got, AMP_F32, (size_t)nx);
-        int bad = 0;
-        for (int i = 0; i < nx; i++) {
-            const bool same = (isnan(got[i]) && isnan(want[i])) || memcmp(&got[i], &want[i], sizeof got[i]) == 0;
-            if (!same && bad++ < 5)
-                CHECK_MSG(false, "%s %dx%d: dx[%d] = %g, expected %g", amp_dtype_name(dt), H, W, i, got[i], want[i]);
-        }
-        CHECK_EQ_INT(bad, 0);
-        free(got);
-    }
+    check_values(dx, want, nx, dt, "dx", H, W);
     amp_tensor_free(xf);
     amp_tensor_free(gf);
     amp_temps_free();
