@@ -9,7 +9,8 @@
  * odd. f32, bf16 and f16, with ties, NaNs, infinities and subnormals in x
  * and -0, NaN, infinite and subnormal gradients; again with subnormals
  * flushed (amp_set_flush_denormal), where the reference's own f32 sum and
- * comparisons flush them too. bf16 has its own kernels on AVX-512BW.
+ * comparisons flush them too. bf16 and f16 have their own kernels on
+ * AVX-512BW.
  */
 #include "harness.h"
 

@@ -7,9 +7,10 @@
  * widened into a per-thread f32 buffer, pooled, and its result rounded
  * once; f32 planes are read and written in place. The 2x2 stride-2
  * window without padding (every CNN's pool) has its own loop; on bf16
- * with AVX-512BW its max pool reads the plane where it lies (simd.h:
- * only the result goes through f32) and its backward writes dx straight
- * from the gradient and the argmax, the bits of the widened path.
+ * and f16 with AVX-512BW its max pool reads the plane where it lies
+ * (simd.h: only the result goes through f32) and its backward writes dx
+ * straight from the gradient and the argmax, the bits of the widened
+ * path.
  */
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/simd.h"
@@ -147,8 +148,8 @@ typedef struct {
     int32_t *idx;
     const int32_t *cidx;
     float *bufs; /* per tid: hw + per_plane floats */
-    simd_max2x2_bf16_fn max_bf16;         /* a bf16 2x2 max pool's forward, when the CPU has it */
-    simd_unpool2x2_bf16_fn unpool_bf16;   /* and its backward */
+    simd_max2x2_half_fn max_half;       /* a 16-bit 2x2 max pool's forward, when the CPU has it */
+    simd_unpool2x2_half_fn unpool_half; /* and its backward */
 } pool_job;
 
 static void pool_planes(void *vj, int64_t lo, int64_t hi, int tid)
@@ -164,10 +165,10 @@ static void pool_planes(void *vj, int64_t lo, int64_t hi, int tid)
             continue;
         }
         float *xb = j->bufs + (size_t)tid * (size_t)(hw + per_plane), *yb = xb + hw;
-        if (j->max_bf16) { /* the windows read where they lie */
+        if (j->max_half) { /* the windows read where they lie */
             const uint16_t *xp = (const uint16_t *)j->x + pl * hw;
             for (int64_t oy = 0; oy < g->Ho; oy++)
-                j->max_bf16(xp + 2 * oy * g->W, xp + (2 * oy + 1) * g->W, g->Wo, (int32_t)(2 * oy * g->W),
+                j->max_half(xp + 2 * oy * g->W, xp + (2 * oy + 1) * g->W, g->Wo, (int32_t)(2 * oy * g->W),
                             (int32_t)g->W, yb + oy * g->Wo, ip ? ip + oy * g->Wo : NULL);
         } else {
             amp_convert(j->x + (size_t)(pl * hw) * es, j->dt, xb, AMP_F32, (size_t)hw);
@@ -188,8 +189,8 @@ amp_status cpu_pool2d(const be_pool_geom *bg, bool is_max, const void *x, amp_dt
     if (dt != AMP_F32 && !bufs)
         return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", is_max ? "max_pool2d" : "avg_pool2d");
     pool_job j = {.g = &g, .is_max = is_max, .x = x, .y = y, .dt = dt, .idx = idx, .bufs = bufs};
-    if (is_max && is_2x2(&g) && dt == AMP_BF16)
-        j.max_bf16 = simd_pick_max2x2_bf16();
+    if (is_max && is_2x2(&g))
+        j.max_half = simd_pick_max2x2_half(dt);
     amp_parallel_for(g.planes, grain, pool_planes, &j);
     amp_free(bufs);
     return AMP_OK;
@@ -216,10 +217,10 @@ static void unpool_plane(const pool_geom *g, const float *gp, const int32_t *idx
     }
 }
 
-/* A bf16 plane's 2x2 max-pool backward without the f32 plane: each row
+/* A 16-bit plane's 2x2 max-pool backward without the f32 plane: each row
  * pair of windows straight into dx; the row and column no window covers
  * (odd H or W) get +0. */
-static void unpool_plane_bf16(const pool_job *j, int64_t pl)
+static void unpool_plane_half(const pool_job *j, int64_t pl)
 {
     const pool_geom *g = j->g;
     const int64_t hw = g->H * g->W, per_plane = g->Ho * g->Wo;
@@ -228,7 +229,7 @@ static void unpool_plane_bf16(const pool_job *j, int64_t pl)
     uint16_t *dp = (uint16_t *)j->dx + pl * hw;
     for (int64_t oy = 0; oy < g->Ho; oy++) {
         uint16_t *d0 = dp + 2 * oy * g->W, *d1 = d0 + g->W;
-        j->unpool_bf16(gp + oy * g->Wo, ip + oy * g->Wo, g->Wo, (int32_t)(2 * oy * g->W), (int32_t)g->W, d0, d1);
+        j->unpool_half(gp + oy * g->Wo, ip + oy * g->Wo, g->Wo, (int32_t)(2 * oy * g->W), (int32_t)g->W, d0, d1);
         if (g->W & 1)
             d0[g->W - 1] = d1[g->W - 1] = 0;
     }
@@ -243,8 +244,8 @@ static void unpool_planes(void *vj, int64_t lo, int64_t hi, int tid)
     const size_t es = amp_dtype_size(j->dt), ges = amp_dtype_size(j->gdt);
     const int64_t hw = g->H * g->W, per_plane = g->Ho * g->Wo;
     for (int64_t pl = lo; pl < hi; pl++) {
-        if (j->unpool_bf16) {
-            unpool_plane_bf16(j, pl);
+        if (j->unpool_half) {
+            unpool_plane_half(j, pl);
             continue;
         }
         float *mine = j->bufs ? j->bufs + (size_t)tid * (size_t)(hw + per_plane) : NULL;
@@ -274,8 +275,8 @@ amp_status cpu_pool2d_backward(const be_pool_geom *bg, const void *gyv, amp_dtyp
     if (narrow && !bufs)
         return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory in backward", idx ? "max_pool2d" : "avg_pool2d");
     pool_job j = {.g = &g, .gy = gyv, .dx = dxv, .dt = dt, .gdt = gdt, .cidx = idx, .bufs = bufs};
-    if (idx && is_2x2(&g) && dt == AMP_BF16 && gdt == AMP_BF16)
-        j.unpool_bf16 = simd_pick_unpool2x2_bf16();
+    if (idx && is_2x2(&g) && gdt == dt)
+        j.unpool_half = simd_pick_unpool2x2_half(dt);
     amp_parallel_for(g.planes, grain, unpool_planes, &j);
     amp_free(bufs);
     return AMP_OK;

@@ -9,7 +9,7 @@
  * returns NULL when no vector version applies; the caller then runs its
  * own loop, which stays the reference the vector one must match.
  *
- * Defines: simd_max2x2_fn (and its bf16 forward and backward),
+ * Defines: simd_max2x2_fn (and its 16-bit forward and backward),
  * simd_gelu_tanh_fn, simd_gelu_tanh_grad_fn,
  * simd_row_fns (softmax rows) and their pickers.
  */
@@ -26,19 +26,21 @@ typedef void (*simd_max2x2_fn)(const float *r0, const float *r1, int64_t wo, int
                                int32_t *idx);
 simd_max2x2_fn simd_pick_max2x2(void);
 
-/* The same on bf16 rows, read where they lie (no widened copy of the
- * plane): y gets the winners widened (exact), idx as above. */
-typedef void (*simd_max2x2_bf16_fn)(const uint16_t *r0, const uint16_t *r1, int64_t wo, int32_t base, int32_t W,
+/* The same on 16-bit rows (bf16 or f16), read where they lie (no
+ * widened copy of the plane): y gets the winners widened (exact), idx as
+ * above. NULL for another dtype or without AVX-512BW. */
+typedef void (*simd_max2x2_half_fn)(const uint16_t *r0, const uint16_t *r1, int64_t wo, int32_t base, int32_t W,
                                     float *y, int32_t *idx);
-simd_max2x2_bf16_fn simd_pick_max2x2_bf16(void);
+simd_max2x2_half_fn simd_pick_max2x2_half(amp_dtype dt);
 
-/* Its backward for one row of windows, bf16 gradients: rows d0 and d1 of
- * dx, columns 0 .. 2 wo - 1, get 0.0f + g[k] (rounded to bf16: the
- * widened path's bits) at window k's argmax idx[k] (an offset in the
- * plane; window k's top left is base + 2k, rows W apart), +0 elsewhere. */
-typedef void (*simd_unpool2x2_bf16_fn)(const uint16_t *g, const int32_t *idx, int64_t wo, int32_t base, int32_t W,
+/* Its backward for one row of windows, 16-bit gradients of dx's dtype:
+ * rows d0 and d1 of dx, columns 0 .. 2 wo - 1, get 0.0f + g[k] (rounded
+ * to the dtype: the widened path's bits) at window k's argmax idx[k] (an
+ * offset in the plane; window k's top left is base + 2k, rows W apart),
+ * +0 elsewhere. */
+typedef void (*simd_unpool2x2_half_fn)(const uint16_t *g, const int32_t *idx, int64_t wo, int32_t base, int32_t W,
                                        uint16_t *d0, uint16_t *d1);
-simd_unpool2x2_bf16_fn simd_pick_unpool2x2_bf16(void);
+simd_unpool2x2_half_fn simd_pick_unpool2x2_half(amp_dtype dt);
 
 /* out[j] = gelu_tanh(x[j]) and out[j] = g[j] * gelu_tanh'(x[j]), within a
  * few ulp of the plain C formulas in elementwise.c (which use libm). */

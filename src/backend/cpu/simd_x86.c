@@ -111,32 +111,40 @@ TGT static void max2x2_avx512(const float *r0, const float *r1, int64_t wo, int3
     }
 }
 
-/* The 2x2 max pool on bf16 rows. 16 windows' inputs in a row are 32 bf16
- * = 16 words, word i holding columns 2i (low half) and 2i + 1 (high
- * half); a bf16 widens to f32 by moving it to a word's high half, so the
- * even columns are the words shifted up and the odd ones the words with
- * the low half cleared: no permutes. */
+/* The 2x2 max pool on 16-bit rows. 16 windows' inputs in a row are 32
+ * values = 16 words, word i holding columns 2i (low half) and 2i + 1
+ * (high half). A bf16 widens to f32 by moving it to a word's high half,
+ * so the even columns are the words shifted up and the odd ones the words
+ * with the low half cleared: no permutes; f16 halves are narrowed out of
+ * the words and converted (F16C's VCVTPH2PS, exact). */
 #define TGT_BW __attribute__((target("avx512f,avx512bw")))
 
 static inline __mmask32 mask_cols(int64_t cols) { return cols >= 32 ? (__mmask32)~0u : (__mmask32)((1u << cols) - 1u); }
 
-/* max2x2_avx512 for bf16 rows: the same candidates in the same order, the
- * winners widened (exact). */
-TGT_BW static void max2x2_bf16_avx512(const uint16_t *r0, const uint16_t *r1, int64_t wo, int32_t base, int32_t W,
-                                      float *y, int32_t *idx)
+/* The low (odd: high) halves of the words of w, widened to f32. */
+TGT_BW static inline __m512 widen_half(const bool F16, const bool odd, __m512i w)
 {
-    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    if (!F16)
+        return _mm512_castsi512_ps(odd ? _mm512_and_si512(w, _mm512_set1_epi32((int)0xFFFF0000u))
+                                       : _mm512_slli_epi32(w, 16));
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(odd ? _mm512_srli_epi32(w, 16) : w));
+}
+
+/* max2x2_avx512 for 16-bit rows: the same candidates in the same order,
+ * the winners widened (exact). */
+TGT_BW static inline __attribute__((always_inline)) void max2x2_half(const bool F16, const uint16_t *r0,
+                                                                     const uint16_t *r1, int64_t wo, int32_t base,
+                                                                     int32_t W, float *y, int32_t *idx)
+{
     const __m512i lane2 = _mm512_slli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 1);
     for (int64_t k = 0; k < wo; k += 16) {
         const int64_t cnt = wo - k < 16 ? wo - k : 16;
         const __mmask16 m = (__mmask16)((1u << cnt) - 1u);
         const __mmask32 mc = mask_cols(2 * cnt);
         const __m512i a = _mm512_maskz_loadu_epi16(mc, r0 + 2 * k), b = _mm512_maskz_loadu_epi16(mc, r1 + 2 * k);
-        __m512 best = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
+        __m512 best = widen_half(F16, false, a);
         __m512i off = _mm512_setzero_si512();
-        const __m512 cand[3] = {_mm512_castsi512_ps(_mm512_and_si512(a, hi)),
-                                _mm512_castsi512_ps(_mm512_slli_epi32(b, 16)),
-                                _mm512_castsi512_ps(_mm512_and_si512(b, hi))};
+        const __m512 cand[3] = {widen_half(F16, true, a), widen_half(F16, false, b), widen_half(F16, true, b)};
         const int32_t offs[3] = {1, W, W + 1};
         for (int c = 0; c < 3; c++) {
             const __mmask16 take = _mm512_cmp_ps_mask(cand[c], best, _CMP_GT_OQ) |
@@ -146,20 +154,34 @@ TGT_BW static void max2x2_bf16_avx512(const uint16_t *r0, const uint16_t *r1, in
         }
         _mm512_mask_storeu_ps(y + k, m, best);
         if (idx)
-            _mm512_mask_storeu_epi32(idx + k, m,
-                                     _mm512_add_epi32(_mm512_set1_epi32(base + 2 * (int32_t)k), _mm512_add_epi32(lane2, off)));
+            _mm512_mask_storeu_epi32(
+                idx + k, m, _mm512_add_epi32(_mm512_set1_epi32(base + 2 * (int32_t)k), _mm512_add_epi32(lane2, off)));
     }
 }
 
-/* The 2x2 max pool's backward for one row of windows, bf16: dx rows d0, d1
- * (columns 0 .. 2 wo - 1) get 0.0f + g (g widened, the sum rounded back:
- * exact, -0 to +0, a NaN quieted, a subnormal flushed when the thread
- * flushes them) at each window's argmax idx (an offset in the plane, the
- * window's top left at base + 2k), +0 elsewhere. The sum's bits shifted
- * down are its bf16: it is a widened bf16, or a NaN whose quiet bit the
- * add set (the rounding's own result). */
-TGT_BW static void unpool2x2_bf16_avx512(const uint16_t *g, const int32_t *idx, int64_t wo, int32_t base, int32_t W,
-                                         uint16_t *d0, uint16_t *d1)
+TGT_BW static void max2x2_bf16_avx512(const uint16_t *r0, const uint16_t *r1, int64_t wo, int32_t base, int32_t W,
+                                      float *y, int32_t *idx)
+{
+    max2x2_half(false, r0, r1, wo, base, W, y, idx);
+}
+
+TGT_BW static void max2x2_f16_avx512(const uint16_t *r0, const uint16_t *r1, int64_t wo, int32_t base, int32_t W,
+                                     float *y, int32_t *idx)
+{
+    max2x2_half(true, r0, r1, wo, base, W, y, idx);
+}
+
+/* The 2x2 max pool's backward for one row of windows, 16-bit: dx rows d0,
+ * d1 (columns 0 .. 2 wo - 1) get 0.0f + g (g widened, the sum rounded
+ * back: exact, -0 to +0, a NaN quieted, a subnormal f32 flushed when the
+ * thread flushes them) at each window's argmax idx (an offset in the
+ * plane, the window's top left at base + 2k), +0 elsewhere. bf16: the
+ * sum's bits shifted down are its bf16 (it is a widened bf16, or a NaN
+ * whose quiet bit the add set: the rounding's own result); f16: the sum
+ * converted back (VCVTPS2PH, exact on it). */
+TGT_BW static inline __attribute__((always_inline)) void unpool2x2_half(const bool F16, const uint16_t *g,
+                                                                        const int32_t *idx, int64_t wo, int32_t base,
+                                                                        int32_t W, uint16_t *d0, uint16_t *d1)
 {
     const __m512i lane2 = _mm512_slli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 1);
     const __m512 zero = _mm512_setzero_ps();
@@ -167,17 +189,35 @@ TGT_BW static void unpool2x2_bf16_avx512(const uint16_t *g, const int32_t *idx, 
         const int64_t cnt = wo - k < 16 ? wo - k : 16;
         const __mmask16 m = (__mmask16)((1u << cnt) - 1u);
         const __mmask32 mc = mask_cols(2 * cnt);
-        const __m512 gw = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16((__mmask32)m, g + k))), 16));
-        const __m512i lo = _mm512_srli_epi32(_mm512_castps_si512(_mm512_add_ps(zero, gw)), 16); /* the bf16, low half */
+        /* the gradients in the words' low halves */
+        const __m512i gv = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16((__mmask32)m, g + k)));
+        const __m512 sum = _mm512_add_ps(zero, widen_half(F16, false, gv));
+        const __m512i lo = F16 ? _mm512_cvtepu16_epi32(_mm512_cvtps_ph(sum, _MM_FROUND_TO_NEAREST_INT))
+                               : _mm512_srli_epi32(_mm512_castps_si512(sum), 16);
         const __m512i at = _mm512_maskz_loadu_epi32(m, idx + k);
         const __m512i p = _mm512_add_epi32(_mm512_set1_epi32(base + 2 * (int32_t)k), lane2);
-        const __mmask16 e0 = _mm512_cmpeq_epi32_mask(at, p), o0 = _mm512_cmpeq_epi32_mask(at, _mm512_add_epi32(p, _mm512_set1_epi32(1)));
+        const __mmask16 e0 = _mm512_cmpeq_epi32_mask(at, p);
+        const __mmask16 o0 = _mm512_cmpeq_epi32_mask(at, _mm512_add_epi32(p, _mm512_set1_epi32(1)));
         const __mmask16 e1 = _mm512_cmpeq_epi32_mask(at, _mm512_add_epi32(p, _mm512_set1_epi32(W)));
         const __mmask16 o1 = _mm512_cmpeq_epi32_mask(at, _mm512_add_epi32(p, _mm512_set1_epi32(W + 1)));
         const __m512i hi = _mm512_slli_epi32(lo, 16);
-        _mm512_mask_storeu_epi16(d0 + 2 * k, mc, _mm512_or_si512(_mm512_maskz_mov_epi32(e0, lo), _mm512_maskz_mov_epi32(o0, hi)));
-        _mm512_mask_storeu_epi16(d1 + 2 * k, mc, _mm512_or_si512(_mm512_maskz_mov_epi32(e1, lo), _mm512_maskz_mov_epi32(o1, hi)));
+        _mm512_mask_storeu_epi16(d0 + 2 * k, mc,
+                                 _mm512_or_si512(_mm512_maskz_mov_epi32(e0, lo), _mm512_maskz_mov_epi32(o0, hi)));
+        _mm512_mask_storeu_epi16(d1 + 2 * k, mc,
+                                 _mm512_or_si512(_mm512_maskz_mov_epi32(e1, lo), _mm512_maskz_mov_epi32(o1, hi)));
     }
+}
+
+TGT_BW static void unpool2x2_bf16_avx512(const uint16_t *g, const int32_t *idx, int64_t wo, int32_t base, int32_t W,
+                                         uint16_t *d0, uint16_t *d1)
+{
+    unpool2x2_half(false, g, idx, wo, base, W, d0, d1);
+}
+
+TGT_BW static void unpool2x2_f16_avx512(const uint16_t *g, const int32_t *idx, int64_t wo, int32_t base, int32_t W,
+                                        uint16_t *d0, uint16_t *d1)
+{
+    unpool2x2_half(true, g, idx, wo, base, W, d0, d1);
 }
 
 /* The upper 8 lanes. */
@@ -248,8 +288,19 @@ static bool have_avx512bw(void)
     return (amp_cpu_features() & need) == need;
 }
 
-simd_max2x2_bf16_fn simd_pick_max2x2_bf16(void) { return have_avx512bw() ? max2x2_bf16_avx512 : NULL; }
-simd_unpool2x2_bf16_fn simd_pick_unpool2x2_bf16(void) { return have_avx512bw() ? unpool2x2_bf16_avx512 : NULL; }
+simd_max2x2_half_fn simd_pick_max2x2_half(amp_dtype dt)
+{
+    if (!have_avx512bw())
+        return NULL;
+    return dt == AMP_BF16 ? max2x2_bf16_avx512 : dt == AMP_F16 ? max2x2_f16_avx512 : NULL;
+}
+
+simd_unpool2x2_half_fn simd_pick_unpool2x2_half(amp_dtype dt)
+{
+    if (!have_avx512bw())
+        return NULL;
+    return dt == AMP_BF16 ? unpool2x2_bf16_avx512 : dt == AMP_F16 ? unpool2x2_f16_avx512 : NULL;
+}
 simd_gelu_tanh_fn simd_pick_gelu_tanh(void) { return have_avx512() ? gelu_tanh_avx512 : NULL; }
 simd_gelu_tanh_grad_fn simd_pick_gelu_tanh_grad(void) { return have_avx512() ? gelu_tanh_grad_avx512 : NULL; }
 const simd_row_fns *simd_pick_rows(void) { return have_avx512() ? &rows_avx512 : NULL; }
@@ -257,8 +308,17 @@ const simd_row_fns *simd_pick_rows(void) { return have_avx512() ? &rows_avx512 :
 #else
 
 simd_max2x2_fn simd_pick_max2x2(void) { return NULL; }
-simd_max2x2_bf16_fn simd_pick_max2x2_bf16(void) { return NULL; }
-simd_unpool2x2_bf16_fn simd_pick_unpool2x2_bf16(void) { return NULL; }
+simd_max2x2_half_fn simd_pick_max2x2_half(amp_dtype dt)
+{
+    (void)dt;
+    return NULL;
+}
+
+simd_unpool2x2_half_fn simd_pick_unpool2x2_half(amp_dtype dt)
+{
+    (void)dt;
+    return NULL;
+}
 simd_gelu_tanh_fn simd_pick_gelu_tanh(void) { return NULL; }
 simd_gelu_tanh_grad_fn simd_pick_gelu_tanh_grad(void) { return NULL; }
 const simd_row_fns *simd_pick_rows(void) { return NULL; }
