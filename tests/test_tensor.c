@@ -118,6 +118,32 @@ static void test_same_seed_same_numbers(void)
     amp_tensor_free(c);
 }
 
+/* The values do not depend on the thread count: each block of four comes
+ * from its own Philox counter (randn and rand over several of the fill's
+ * 4096-block grains, enough that the second thread takes some; a
+ * length not a multiple of 4). */
+static void test_random_values_do_not_depend_on_threads(void)
+{
+    const int64_t n = 64 * 4 * 4096 + 7;
+    amp_tensor *one[2], *two[2];
+    for (int pass = 0; pass < 2; pass++) {
+        amp_tensor **out = pass ? two : one;
+        amp_set_num_threads(pass ? 2 : 1);
+        amp_manual_seed(11);
+        out[0] = amp_randn(AMP_SHAPE(n), AMP_F32, 0.5, 2.0);
+        out[1] = amp_rand(AMP_SHAPE(n), AMP_BF16, -3, 1);
+    }
+    amp_set_num_threads(0);
+    for (int k = 0; k < 2; k++) {
+        CHECK(one[k] && two[k]);
+        if (one[k] && two[k])
+            CHECK(memcmp(amp_tensor_data(one[k]), amp_tensor_data(two[k]),
+                         (size_t)n * amp_dtype_size(amp_tensor_dtype(one[k]))) == 0);
+        amp_tensor_free(one[k]);
+        amp_tensor_free(two[k]);
+    }
+}
+
 static void test_random_distributions_have_their_moments(void)
 {
     amp_manual_seed(7);
@@ -228,6 +254,7 @@ int main(void)
     RUN(test_bad_shapes_are_refused);
     RUN(test_item_and_get_check_ranges);
     RUN(test_same_seed_same_numbers);
+    RUN(test_random_values_do_not_depend_on_threads);
     RUN(test_random_distributions_have_their_moments);
     RUN(test_philox_matches_the_published_vector);
     RUN(test_clone_is_a_deep_copy);

@@ -16,6 +16,7 @@
 #include "tensor/tensor.h"
 #include "backend/backend.h"
 #include "base/base.h"
+#include "base/parallel.h"
 #include "record/mem_ledger.h"
 #include "dtype/dtype.h"
 
@@ -248,7 +249,43 @@ amp_tensor *amp_from_data(amp_shape shape, amp_dtype dt, const void *data)
     return t;
 }
 
-/* Box-Muller on Philox words: each counter gives four uniforms, two pairs. */
+/* Box-Muller on Philox words: each counter gives four uniforms, two pairs.
+ * Block k of four values comes from counter ctr + k alone, so the blocks
+ * are filled in parallel with the same values on any number of threads
+ * (a model's initialisation: 11M values of the width-384 gpt took 0.3 s
+ * on one core). */
+typedef struct {
+    uint64_t seed, ctr, numel;
+    double a, b;
+    bool normal;
+    float *v;
+} random_job;
+
+static void random_blocks(void *ctx, int64_t lo, int64_t hi, int tid)
+{
+    (void)tid;
+    const random_job *j = ctx;
+    for (uint64_t k = (uint64_t)lo; k < (uint64_t)hi; k++) {
+        uint32_t r[4];
+        amp_philox(j->seed, 0, j->ctr + k, r);
+        float x[4];
+        if (j->normal) {
+            for (int i = 0; i < 4; i += 2) {
+                double u1 = ((double)(r[i] >> 8) + 1.0) / 16777217.0; /* (0, 1] */
+                double u2 = (double)(r[i + 1] >> 8) / 16777216.0;
+                double rad = sqrt(-2.0 * log(u1));
+                x[i] = (float)(j->a + j->b * rad * cos(2.0 * M_PI * u2));
+                x[i + 1] = (float)(j->a + j->b * rad * sin(2.0 * M_PI * u2));
+            }
+        } else {
+            for (int i = 0; i < 4; i++)
+                x[i] = (float)(j->a + (j->b - j->a) * amp_u32_to_unit(r[i]));
+        }
+        for (int i = 0; i < 4 && k * 4 + (uint64_t)i < j->numel; i++)
+            j->v[k * 4 + (uint64_t)i] = x[i];
+    }
+}
+
 static amp_tensor *random_tensor(amp_shape shape, amp_dtype dt, double a, double b, bool normal)
 {
     if (!amp_dtype_is_float(dt))
@@ -262,27 +299,10 @@ static amp_tensor *random_tensor(amp_shape shape, amp_dtype dt, double a, double
         amp_tensor_free(t);
         return NULL;
     }
-    uint64_t seed, blocks = ((uint64_t)t->numel + 3) / 4;
-    uint64_t ctr = amp_rng_reserve(blocks, &seed);
-    for (uint64_t k = 0; k < blocks; k++) {
-        uint32_t r[4];
-        amp_philox(seed, 0, ctr + k, r);
-        float x[4];
-        if (normal) {
-            for (int j = 0; j < 4; j += 2) {
-                double u1 = ((double)(r[j] >> 8) + 1.0) / 16777217.0; /* (0, 1] */
-                double u2 = (double)(r[j + 1] >> 8) / 16777216.0;
-                double rad = sqrt(-2.0 * log(u1));
-                x[j] = (float)(a + b * rad * cos(2.0 * M_PI * u2));
-                x[j + 1] = (float)(a + b * rad * sin(2.0 * M_PI * u2));
-            }
-        } else {
-            for (int j = 0; j < 4; j++)
-                x[j] = (float)(a + (b - a) * amp_u32_to_unit(r[j]));
-        }
-        for (int j = 0; j < 4 && k * 4 + (uint64_t)j < (uint64_t)t->numel; j++)
-            v[k * 4 + (uint64_t)j] = x[j];
-    }
+    const uint64_t blocks = ((uint64_t)t->numel + 3) / 4;
+    random_job j = {.numel = (uint64_t)t->numel, .a = a, .b = b, .normal = normal, .v = v};
+    j.ctr = amp_rng_reserve(blocks, &j.seed);
+    amp_parallel_for((int64_t)blocks, 4096, random_blocks, &j);
     tensor_store_f32(t, v);
     amp_free(v);
     return t;
