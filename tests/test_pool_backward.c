@@ -10,7 +10,8 @@
  * and -0, NaN, infinite and subnormal gradients; again with subnormals
  * flushed (amp_set_flush_denormal), where the reference's own f32 sum and
  * comparisons flush them too. bf16 and f16 have their own kernels on
- * AVX-512BW.
+ * AVX-512BW; each case runs on them and, with amp_cpu_limit lowered, on
+ * the plain loops.
  */
 #include "harness.h"
 
@@ -140,12 +141,16 @@ static void check_dtype(amp_dtype dt, int H, int W)
  * vector of windows and a partial one; 28 x 28: the cnn's first pool. */
 static void check_sizes(amp_dtype dt)
 {
-    for (int flush = 0; flush < 2; flush++) {
-        CHECK_OK(amp_set_flush_denormal(flush == 1));
-        check_dtype(dt, 7, 9);
-        check_dtype(dt, 6, 41);
-        check_dtype(dt, 28, 28);
+    for (int plain = 0; plain < 2; plain++) { /* the vector kernels, then the plain loops */
+        amp_cpu_limit(plain ? 0u : ~0u);
+        for (int flush = 0; flush < 2; flush++) {
+            CHECK_OK(amp_set_flush_denormal(flush == 1));
+            check_dtype(dt, 7, 9);
+            check_dtype(dt, 6, 41);
+            check_dtype(dt, 28, 28);
+        }
     }
+    amp_cpu_limit(~0u);
     CHECK_OK(amp_set_flush_denormal(false));
 }
 

@@ -8,8 +8,9 @@
  * that copy is most of the attention's time, and it grows with the
  * context (at 128 cached positions, a fifth of a bf16 decode step of the
  * width-384 gpt). Here the scores read 16 key rows of 16 values at a
- * time, widen them (exactly: bf16 and f16 to f32 are exact), transpose
- * them in registers and run the packed kernel's FMA chain over d; the
+ * time (bf16: of 32, two to a 32-bit word), widen them (exactly: bf16 and
+ * f16 to f32 are exact), transpose them in registers and run the packed
+ * kernel's FMA chain over d; the
  * values' product adds each row, widened, onto O as the packed kernel
  * does, key by key. So the results are the packed path's bits, and the
  * cached forward stays bit for bit the full attention's rows.
@@ -157,7 +158,8 @@ TGT_KV static inline __attribute__((always_inline)) void scores_q(const int NQ, 
         case 1: F(1, DT, __VA_ARGS__); break;                                                                       \
         case 2: F(2, DT, __VA_ARGS__); break;                                                                       \
         case 3: F(3, DT, __VA_ARGS__); break;                                                                       \
-        default: F(4, DT, __VA_ARGS__); break;                                                                      \
+        case 4: F(4, DT, __VA_ARGS__); break;                                                                       \
+        default: break; /* no query, or more than the contract's ATTN_KV_MAX_Q */                                   \
         }                                                                                                           \
     } while (0)
 #define KV_BY_DT_Q(F, ...)                                                                                          \

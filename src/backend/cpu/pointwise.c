@@ -186,8 +186,8 @@ TGT_BW static void relu_grad_half_range_bw(void *vc, int64_t lo, int64_t hi, int
 #endif
 
 /* The 16-bit loops' range function: the AVX-512BW one where the CPU has
- * it, else the plain one (also the reference the tests compare with by
- * lowering amp_cpu_limit). */
+ * it, else the plain one (the tests run both, lowering amp_cpu_limit for
+ * the plain one). */
 static amp_range_fn half_range(amp_range_fn plain, amp_range_fn bw)
 {
 #if defined(HALF_X86)

@@ -147,7 +147,8 @@ typedef struct {
     amp_dtype dt, gdt;
     int32_t *idx;
     const int32_t *cidx;
-    float *bufs; /* per tid: hw + per_plane floats */
+    float *bufs; /* per tid: `slot` floats (the widened plane, then its pooled result) */
+    int64_t slot;
     simd_max2x2_half_fn max_half;       /* a 16-bit 2x2 max pool's forward, when the CPU has it */
     simd_unpool2x2_half_fn unpool_half; /* and its backward */
 } pool_job;
@@ -164,7 +165,8 @@ static void pool_planes(void *vj, int64_t lo, int64_t hi, int tid)
             pool_plane(g, j->is_max, (const float *)j->x + pl * hw, (float *)j->y + pl * per_plane, ip);
             continue;
         }
-        float *xb = j->bufs + (size_t)tid * (size_t)(hw + per_plane), *yb = xb + hw;
+        /* the thread's slot: the widened plane (not with max_half), then the result */
+        float *xb = j->bufs + (size_t)tid * (size_t)j->slot, *yb = xb + (j->slot - per_plane);
         if (j->max_half) { /* the windows read where they lie */
             const uint16_t *xp = (const uint16_t *)j->x + pl * hw;
             for (int64_t oy = 0; oy < g->Ho; oy++)
@@ -184,13 +186,16 @@ amp_status cpu_pool2d(const be_pool_geom *bg, bool is_max, const void *x, amp_dt
     const int64_t grain = plane_grain(&g);
     const int nt = amp_parallel_width(g.planes, grain);
     const int64_t hw = g.H * g.W, per_plane = g.Ho * g.Wo;
-    /* Per thread, for 16-bit planes: the widened plane and its result. */
-    float *bufs = dt == AMP_F32 ? NULL : amp_alloc((size_t)nt * (size_t)(hw + per_plane) * sizeof(float));
-    if (dt != AMP_F32 && !bufs)
-        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", is_max ? "max_pool2d" : "avg_pool2d");
-    pool_job j = {.g = &g, .is_max = is_max, .x = x, .y = y, .dt = dt, .idx = idx, .bufs = bufs};
+    pool_job j = {.g = &g, .is_max = is_max, .x = x, .y = y, .dt = dt, .idx = idx};
     if (is_max && is_2x2(&g))
         j.max_half = simd_pick_max2x2_half(dt);
+    /* Per thread, for 16-bit planes: the widened plane (not with
+     * max_half) and the pooled result. */
+    j.slot = (j.max_half ? 0 : hw) + per_plane;
+    float *bufs = dt == AMP_F32 ? NULL : amp_alloc((size_t)nt * (size_t)j.slot * sizeof(float));
+    if (dt != AMP_F32 && !bufs)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory", is_max ? "max_pool2d" : "avg_pool2d");
+    j.bufs = bufs;
     amp_parallel_for(g.planes, grain, pool_planes, &j);
     amp_free(bufs);
     return AMP_OK;
@@ -248,7 +253,7 @@ static void unpool_planes(void *vj, int64_t lo, int64_t hi, int tid)
             unpool_plane_half(j, pl);
             continue;
         }
-        float *mine = j->bufs ? j->bufs + (size_t)tid * (size_t)(hw + per_plane) : NULL;
+        float *mine = j->bufs ? j->bufs + (size_t)tid * (size_t)j->slot : NULL;
         float *dp = j->dt == AMP_F32 ? (float *)j->dx + pl * hw : mine;
         const float *gp = (const float *)j->gy + pl * per_plane;
         if (j->gdt != AMP_F32) {
@@ -269,14 +274,17 @@ amp_status cpu_pool2d_backward(const be_pool_geom *bg, const void *gyv, amp_dtyp
     const int64_t grain = plane_grain(&g);
     const int nt = amp_parallel_width(g.planes, grain);
     const int64_t hw = g.H * g.W, per_plane = g.Ho * g.Wo;
-    /* Per thread, for 16-bit tensors: the plane's gradient and dY. */
-    bool narrow = dt != AMP_F32 || gdt != AMP_F32;
-    float *bufs = narrow ? amp_alloc((size_t)nt * (size_t)(hw + per_plane) * sizeof(float)) : NULL;
-    if (narrow && !bufs)
-        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory in backward", idx ? "max_pool2d" : "avg_pool2d");
-    pool_job j = {.g = &g, .gy = gyv, .dx = dxv, .dt = dt, .gdt = gdt, .cidx = idx, .bufs = bufs};
+    pool_job j = {.g = &g, .gy = gyv, .dx = dxv, .dt = dt, .gdt = gdt, .cidx = idx};
     if (idx && is_2x2(&g) && gdt == dt)
         j.unpool_half = simd_pick_unpool2x2_half(dt);
+    /* Per thread, for 16-bit tensors (not with unpool_half, which writes
+     * dx straight): the plane's gradient and dY. */
+    bool narrow = !j.unpool_half && (dt != AMP_F32 || gdt != AMP_F32);
+    j.slot = hw + per_plane;
+    float *bufs = narrow ? amp_alloc((size_t)nt * (size_t)j.slot * sizeof(float)) : NULL;
+    if (narrow && !bufs)
+        return amp_set_error(AMP_ERR_MEMORY, "%s: out of memory in backward", idx ? "max_pool2d" : "avg_pool2d");
+    j.bufs = bufs;
     amp_parallel_for(g.planes, grain, unpool_planes, &j);
     amp_free(bufs);
     return AMP_OK;
