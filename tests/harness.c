@@ -193,6 +193,14 @@ bool gradcheck(const char *what, gc_fn fn, amp_tensor **in, int n, void *ctx, do
     return bad == 0;
 }
 
+int test_count(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = s; p && (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
 char *test_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

@@ -3,7 +3,7 @@
  * line and go on, skips that say why, a closing "N passed, N failed" line,
  * a finite-difference gradient checker shared by the op tests, and small
  * helpers (random tensors, the largest difference of two tensors, a
- * file read or written whole).
+ * file read or written whole, a substring counted).
  *
  * A test file defines static void test_*(void) functions and a main that
  * RUNs each (or RUN_IFs it, where it needs something the machine may lack)
@@ -111,5 +111,9 @@ char *test_read_file(const char *path, size_t *len);
 /* Writes the n bytes at p to the file at path (replacing it), checking
  * that it could. */
 void test_write_file(const char *path, const void *p, size_t n);
+
+/* How many times needle (not empty) occurs in s, without overlaps; 0 for
+ * a NULL s. */
+int test_count(const char *s, const char *needle);
 
 #endif

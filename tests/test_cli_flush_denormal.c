@@ -22,14 +22,6 @@ static void first_line(const char *log, char *buf, size_t n)
     free(body);
 }
 
-static int count(const char *hay, const char *needle)
-{
-    int k = 0;
-    for (const char *p = hay ? strstr(hay, needle) : NULL; p; p = strstr(p + 1, needle))
-        k++;
-    return k;
-}
-
 static void test_the_option_is_said_logged_and_kept_on_resume(void)
 {
     char ck[512], log[512], rec[512];
@@ -44,7 +36,7 @@ static void test_the_option_is_said_logged_and_kept_on_resume(void)
     CLI_OK("train --resume %s --log %s", ck, log);
     CHECK_OUT(FLUSHED);
     char *body = cli_read_file(log, NULL);
-    CHECK_MSG(count(body, "{\"event\":\"start\",\"flush_denormal\":true}") == 2, "log:\n%s", body ? body : "");
+    CHECK_MSG(test_count(body, "{\"event\":\"start\",\"flush_denormal\":true}") == 2, "log:\n%s", body ? body : "");
     free(body);
     CLI_OK("eval %s", ck);
     CHECK_OUT("step 3");

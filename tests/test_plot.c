@@ -23,14 +23,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int count(const char *s, const char *needle)
-{
-    int n = 0;
-    for (const char *p = s; (p = strstr(p, needle)) != NULL; p += strlen(needle))
-        n++;
-    return n;
-}
-
 /* Vertices (M and L commands) in the d of the path with class cls. */
 static int path_vertices(const char *svg, const char *cls)
 {
@@ -173,13 +165,13 @@ static void test_svg_has_one_mark_per_event_and_a_vertex_per_finite_loss(void)
         return;
     CHECK(strncmp(s, "<svg xmlns=\"http://www.w3.org/2000/svg\"", 39) == 0);
     CHECK(strcmp(s + strlen(s) - 7, "</svg>\n") == 0);
-    CHECK_EQ_INT(count(s, "<svg"), 1);
-    CHECK_EQ_INT(count(s, "<g"), count(s, "</g>"));
-    CHECK_EQ_INT(count(s, "<text"), count(s, "</text>"));
-    CHECK_EQ_INT(count(s, "class=\"skip-tick\""), skipped);
-    CHECK_EQ_INT(count(s, "class=\"skip-dot\""), skipped);
-    CHECK_EQ_INT(count(s, "class=\"nan-mark\""), 1);
-    CHECK_EQ_INT(count(s, "class=\"val-dot\""), 12);
+    CHECK_EQ_INT(test_count(s, "<svg"), 1);
+    CHECK_EQ_INT(test_count(s, "<g"), test_count(s, "</g>"));
+    CHECK_EQ_INT(test_count(s, "<text"), test_count(s, "</text>"));
+    CHECK_EQ_INT(test_count(s, "class=\"skip-tick\""), skipped);
+    CHECK_EQ_INT(test_count(s, "class=\"skip-dot\""), skipped);
+    CHECK_EQ_INT(test_count(s, "class=\"nan-mark\""), 1);
+    CHECK_EQ_INT(test_count(s, "class=\"val-dot\""), 12);
     CHECK_EQ_INT(path_vertices(s, "loss-raw"), 599);
     CHECK_EQ_INT(path_vertices(s, "loss-smooth"), 599);
     CHECK(strstr(s, "Loss scale (log2)") != NULL);
@@ -243,8 +235,8 @@ static void test_health_keys_round_trip_and_draw_a_panel(void)
     CHECK(text && strstr(text, "\"step_ms\":1,\"f16_zero\":0.5,\"f16_flush\":0.125,\"f16_subnormal\":0.25,"
                                "\"f16_overflow\":0.003}\n"));
     CHECK(text && strstr(text, "\"f16_flush_scaled\":0,\"f16_subnormal_scaled\":0.004,\"f16_overflow_scaled\":0.008}"));
-    CHECK_EQ_INT(text ? count(text, "f16_zero") : 0, 3);
-    CHECK_EQ_INT(text ? count(text, "f16_flush_scaled") : 0, 2);
+    CHECK_EQ_INT(text ? test_count(text, "f16_zero") : 0, 3);
+    CHECK_EQ_INT(text ? test_count(text, "f16_flush_scaled") : 0, 2);
     free(text);
     plot_data d;
     CHECK_OK(plot_read(log, &d));
@@ -475,8 +467,8 @@ static void test_output_size_is_bounded_for_any_log(void)
         return;
     /* About 877 pixel columns: a few hundred bytes each at most. */
     CHECK_MSG(strlen(s) < 1500000, "%zu bytes for %d steps", strlen(s), N);
-    CHECK_MSG(count(s, "class=\"nan-mark\"") <= (int)PW + 2, "%d NaN marks", count(s, "class=\"nan-mark\""));
-    CHECK_MSG(count(s, "class=\"skip-dot\"") <= (int)PW + 2, "%d skip dots", count(s, "class=\"skip-dot\""));
+    CHECK_MSG(test_count(s, "class=\"nan-mark\"") <= (int)PW + 2, "%d NaN marks", test_count(s, "class=\"nan-mark\""));
+    CHECK_MSG(test_count(s, "class=\"skip-dot\"") <= (int)PW + 2, "%d skip dots", test_count(s, "class=\"skip-dot\""));
     int v = path_vertices(s, "loss-raw");
     CHECK_MSG(v > 0 && v <= 5 * (int)PW + 10, "%d vertices", v);
     CHECK(!has_nonfinite_number(s));
